@@ -1,0 +1,49 @@
+/*
+ * Socket helpers: "host:port" parsing, listening and connecting with a
+ * timeout, and send/recv/writev/readv loops that never wait past a
+ * deadline (poll(2) before every blocking step).
+ */
+#ifndef KVF_CORE_SOCK_H
+#define KVF_CORE_SOCK_H
+
+#include <kvferry/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define KVF_HOST_MAX 256
+
+/* Splits "host:port" (port may be 0). */
+kvf_status_t kvf_sock_parse_addr(const char *addr, char *host, size_t hostlen,
+                                 uint16_t *port_p);
+
+/* Listens on host:port (port 0 = ephemeral); returns the fd and the port. */
+kvf_status_t kvf_sock_listen(const char *host, uint16_t port, int backlog,
+                             int *fd_p, uint16_t *port_p);
+
+/* Connects to host:port within timeout_ms; the fd is blocking, NODELAY. */
+kvf_status_t kvf_sock_connect(const char *host, uint16_t port, int timeout_ms,
+                              int *fd_p);
+
+/* Waits until fd is readable (POLLIN) or writable, bounded by deadline. */
+kvf_status_t kvf_sock_wait(int fd, short events, uint64_t deadline_ms);
+
+kvf_status_t kvf_sock_send_all(int fd, const void *buf, size_t len,
+                               uint64_t deadline_ms);
+kvf_status_t kvf_sock_recv_all(int fd, void *buf, size_t len,
+                               uint64_t deadline_ms);
+
+/* Sends/receives a whole iovec array (modified in place), in pieces of at
+ * most IOV_MAX entries. */
+kvf_status_t kvf_sock_writev_all(int fd, struct iovec *iov, size_t iovcnt,
+                                 uint64_t deadline_ms);
+kvf_status_t kvf_sock_readv_all(int fd, struct iovec *iov, size_t iovcnt,
+                                uint64_t deadline_ms);
+
+/* Reads and throws away len bytes. */
+kvf_status_t kvf_sock_drain(int fd, uint64_t len, uint64_t deadline_ms);
+
+void kvf_sock_set_bufs(int fd, int bytes);
+
+#endif

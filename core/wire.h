@@ -1,0 +1,86 @@
+/*
+ * Wire framing shared by every kvferry protocol (engine data path, p2p
+ * metadata, store RPC): a fixed 40-byte little-endian frame header
+ * (magic, version, type, flags, lengths, id, status) and bounds-checked
+ * readers/writers for frame bodies. Parsing never reads past the buffer;
+ * every failure is a status, never a crash.
+ */
+#ifndef KVF_CORE_WIRE_H
+#define KVF_CORE_WIRE_H
+
+#include <kvferry/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVF_WIRE_MAGIC    0x5246564bu /* "KVFR" */
+#define KVF_WIRE_VERSION  1
+#define KVF_WIRE_HDR_LEN  40
+#define KVF_WIRE_META_MAX (4u << 20)          /* 4 MiB of metadata */
+#define KVF_WIRE_DATA_MAX (1ull << 40)        /* 1 TiB of payload */
+
+typedef struct kvf_frame_hdr {
+    uint32_t magic;
+    uint8_t version;
+    uint8_t type;
+    uint16_t flags;
+    uint32_t meta_len; /* bytes of metadata following the header */
+    uint32_t count;    /* number of entries in the metadata */
+    uint64_t id;       /* request id, echoed in the reply */
+    uint64_t data_len; /* payload bytes following the metadata */
+    int32_t status;    /* kvf_status_t in replies */
+    uint32_t reserved;
+} kvf_frame_hdr_t;
+
+void kvf_frame_pack(const kvf_frame_hdr_t *hdr,
+                    unsigned char out[KVF_WIRE_HDR_LEN]);
+
+/* Validates magic, version and lengths; KVF_ERR_PROTOCOL on garbage,
+ * KVF_ERR_VERSION on an unknown version, KVF_ERR_MSG_TOO_LARGE on
+ * lengths above the limits. */
+kvf_status_t kvf_frame_unpack(const unsigned char in[KVF_WIRE_HDR_LEN],
+                              kvf_frame_hdr_t *hdr_p);
+
+/* Growable little-endian writer. On allocation failure it latches an
+ * error and kvf_wr_status() reports KVF_ERR_NO_MEMORY. */
+typedef struct kvf_wr {
+    unsigned char *buf;
+    size_t len;
+    size_t cap;
+    int failed;
+} kvf_wr_t;
+
+void kvf_wr_init(kvf_wr_t *w);
+void kvf_wr_free(kvf_wr_t *w);
+void kvf_wr_u8(kvf_wr_t *w, uint8_t v);
+void kvf_wr_u16(kvf_wr_t *w, uint16_t v);
+void kvf_wr_u32(kvf_wr_t *w, uint32_t v);
+void kvf_wr_u64(kvf_wr_t *w, uint64_t v);
+void kvf_wr_bytes(kvf_wr_t *w, const void *p, size_t n);
+/* u16 length + bytes */
+void kvf_wr_str(kvf_wr_t *w, const char *s);
+kvf_status_t kvf_wr_status(const kvf_wr_t *w);
+
+/* Bounds-checked reader over a borrowed buffer. The first failure
+ * latches; later reads return zeros and kvf_rd_status() says
+ * KVF_ERR_PROTOCOL. */
+typedef struct kvf_rd {
+    const unsigned char *buf;
+    size_t len;
+    size_t off;
+    int failed;
+} kvf_rd_t;
+
+void kvf_rd_init(kvf_rd_t *r, const void *buf, size_t len);
+uint8_t kvf_rd_u8(kvf_rd_t *r);
+uint16_t kvf_rd_u16(kvf_rd_t *r);
+uint32_t kvf_rd_u32(kvf_rd_t *r);
+uint64_t kvf_rd_u64(kvf_rd_t *r);
+const void *kvf_rd_bytes(kvf_rd_t *r, size_t n);
+/* Copies a u16-length string into out (NUL-terminated); fails if it does
+ * not fit or holds a NUL. */
+void kvf_rd_str(kvf_rd_t *r, char *out, size_t outlen);
+size_t kvf_rd_left(const kvf_rd_t *r);
+kvf_status_t kvf_rd_status(const kvf_rd_t *r);
+
+#endif

@@ -1,0 +1,340 @@
+/*
+ * Batches: a list of operations is checked (local addresses against the
+ * local regions), cut into transport requests of at most chunk_bytes and
+ * KVF_CHUNK_SEGS segments (large operations are split, small ones packed
+ * together; transports then merge adjacent segments), and posted to the
+ * peers' eps, which spread them over their connections. Each request's
+ * completion credits bytes or an error to the operations it carries; the
+ * batch is done when the last request completes.
+ */
+#include "engine/engine_int.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <string.h>
+
+#define KVF_CHUNK_SEGS 256
+#define KVF_OPEN_CHUNKS 8
+
+typedef struct kvf_chunk {
+    kvf_tl_req_t req;
+    struct kvf_batch *batch;
+    kvf_peer_h peer;
+    struct kvf_chunk *next_alloc;
+    uint32_t seg_op[KVF_CHUNK_SEGS];
+    kvf_tl_seg_t segs[KVF_CHUNK_SEGS];
+    kvf_status_t seg_status[KVF_CHUNK_SEGS];
+} kvf_chunk_t;
+
+struct kvf_batch {
+    kvf_engine_h engine;
+    size_t nops;
+    kvf_status_t *op_status;
+    uint64_t *op_bytes;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    size_t pending;   /* requests posted and not completed */
+    int building;     /* submit still posting */
+    int cancel;
+    kvf_status_t first_error;
+    kvf_chunk_t *chunks;
+};
+
+static void kvf_batch_op_fail(struct kvf_batch *b, size_t op,
+                              kvf_status_t status)
+{
+    kvf_status_t expect = KVF_INPROGRESS;
+
+    __atomic_compare_exchange_n(&b->op_status[op], &expect, status, 0,
+                                __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+/* Marks operations still in progress as done once nothing is pending. */
+static void kvf_batch_finish(struct kvf_batch *b)
+{
+    size_t i;
+
+    for (i = 0; i < b->nops; i++) {
+        if (b->op_status[i] == KVF_INPROGRESS) {
+            b->op_status[i] = KVF_OK;
+        } else if (b->op_status[i] != KVF_OK &&
+                   b->first_error == KVF_OK) {
+            b->first_error = b->op_status[i];
+        }
+    }
+    pthread_cond_broadcast(&b->cond);
+}
+
+static void kvf_chunk_complete(kvf_tl_req_t *req)
+{
+    kvf_chunk_t *c = req->arg;
+    struct kvf_batch *b = c->batch;
+    kvf_status_t st;
+    size_t i;
+
+    for (i = 0; i < req->nsegs; i++) {
+        st = (req->status == KVF_OK) ? KVF_OK : c->seg_status[i];
+        if (st == KVF_OK) {
+            __atomic_add_fetch(&b->op_bytes[c->seg_op[i]], c->segs[i].len,
+                               __ATOMIC_RELAXED);
+        } else {
+            kvf_batch_op_fail(b, c->seg_op[i], st);
+        }
+    }
+    pthread_mutex_lock(&b->lock);
+    if (--b->pending == 0 && !b->building) {
+        kvf_batch_finish(b);
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
+static kvf_chunk_t *kvf_chunk_new(struct kvf_batch *b, kvf_peer_h peer,
+                                  kvf_op_type_t type)
+{
+    kvf_chunk_t *c = kvf_malloc(sizeof(*c));
+
+    if (c == NULL) {
+        return NULL;
+    }
+    memset(&c->req, 0, sizeof(c->req));
+    c->req.type = type;
+    c->req.segs = c->segs;
+    c->req.seg_status = c->seg_status;
+    c->req.cancel = &b->cancel;
+    c->req.complete = kvf_chunk_complete;
+    c->req.arg = c;
+    c->batch = b;
+    c->peer = peer;
+    c->next_alloc = b->chunks;
+    b->chunks = c;
+    return c;
+}
+
+static void kvf_chunk_post(kvf_chunk_t *c)
+{
+    struct kvf_batch *b = c->batch;
+    kvf_status_t status;
+
+    pthread_mutex_lock(&b->lock);
+    b->pending++;
+    pthread_mutex_unlock(&b->lock);
+    status = c->peer->ops->ep_post(c->peer->ep, &c->req);
+    if (status != KVF_OK) {
+        kvf_tl_req_fail(&c->req, status);
+    }
+}
+
+static kvf_status_t kvf_batch_check_op(kvf_engine_h e, const kvf_op_t *op)
+{
+    if ((op->type != KVF_OP_READ && op->type != KVF_OP_WRITE) ||
+        op->peer == NULL || op->peer->engine != e) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (op->length == 0) {
+        return KVF_OK;
+    }
+    if (kvf_region_find(e, (uint64_t)(uintptr_t)op->local, op->length) ==
+        NULL) {
+        kvf_log_rl(KVF_LOG_ERROR, "local address %p+%zu is not registered",
+                   op->local, op->length);
+        return KVF_ERR_NOT_REGISTERED;
+    }
+    return KVF_OK;
+}
+
+/* Cuts the operations into chunks and posts them. */
+static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
+{
+    kvf_engine_h e = b->engine;
+    kvf_chunk_t *open[KVF_OPEN_CHUNKS] = {NULL};
+    uint64_t chunk_max = e->cfg.chunk_bytes, off, piece;
+    kvf_chunk_t *c;
+    kvf_status_t st;
+    size_t i, k;
+
+    for (i = 0; i < b->nops; i++) {
+        const kvf_op_t *op = &ops[i];
+
+        pthread_rwlock_rdlock(&e->regions_lock);
+        st = kvf_batch_check_op(e, op);
+        pthread_rwlock_unlock(&e->regions_lock);
+        if (st != KVF_OK) {
+            b->op_status[i] = st;
+            continue;
+        }
+        for (off = 0; off < op->length; off += piece) {
+            piece = op->length - off;
+            if (piece > chunk_max) {
+                piece = chunk_max;
+            }
+            for (k = 0; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
+                if (open[k]->peer == op->peer && open[k]->req.type == op->type) {
+                    break;
+                }
+            }
+            if (k == KVF_OPEN_CHUNKS) {
+                kvf_chunk_post(open[0]);
+                memmove(open, open + 1, sizeof(open[0]) * (k - 1));
+                open[--k] = NULL;
+            }
+            c = open[k];
+            if (c != NULL && (c->req.nsegs == KVF_CHUNK_SEGS ||
+                              c->req.bytes + piece > chunk_max)) {
+                kvf_chunk_post(c);
+                c = NULL;
+            }
+            if (c == NULL) {
+                c = kvf_chunk_new(b, op->peer, op->type);
+                if (c == NULL) {
+                    open[k] = NULL;
+                    kvf_batch_op_fail(b, i, KVF_ERR_NO_MEMORY);
+                    break;
+                }
+                open[k] = c;
+            }
+            c->segs[c->req.nsegs].local = (char *)op->local + off;
+            c->segs[c->req.nsegs].remote = op->remote + off;
+            c->segs[c->req.nsegs].len = piece;
+            c->seg_op[c->req.nsegs] = (uint32_t)i;
+            c->req.nsegs++;
+            c->req.bytes += piece;
+        }
+    }
+    for (k = 0; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
+        kvf_chunk_post(open[k]);
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_batch_submit(kvf_engine_h e, const kvf_op_t *ops,
+                              size_t count, kvf_batch_h *batch_p)
+{
+    struct kvf_batch *b;
+    size_t i;
+
+    if (e == NULL || batch_p == NULL || (count > 0 && ops == NULL) ||
+        count > UINT32_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    b = kvf_calloc(1, sizeof(*b));
+    if (b == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    b->op_status = kvf_malloc((count + 1) * sizeof(*b->op_status));
+    b->op_bytes = kvf_calloc(count + 1, sizeof(*b->op_bytes));
+    if (b->op_status == NULL || b->op_bytes == NULL) {
+        kvf_free(b->op_status);
+        kvf_free(b->op_bytes);
+        kvf_free(b);
+        return KVF_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < count; i++) {
+        b->op_status[i] = KVF_INPROGRESS;
+    }
+    b->engine = e;
+    b->nops = count;
+    b->building = 1;
+    b->first_error = KVF_OK;
+    pthread_mutex_init(&b->lock, NULL);
+    kvf_cond_init(&b->cond);
+    kvf_batch_build(b, ops);
+    pthread_mutex_lock(&b->lock);
+    b->building = 0;
+    if (b->pending == 0) {
+        kvf_batch_finish(b);
+    }
+    pthread_mutex_unlock(&b->lock);
+    *batch_p = b;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_batch_test(kvf_batch_h b)
+{
+    kvf_status_t status;
+
+    pthread_mutex_lock(&b->lock);
+    status = (b->pending > 0 || b->building) ? KVF_INPROGRESS
+                                             : b->first_error;
+    pthread_mutex_unlock(&b->lock);
+    return status;
+}
+
+kvf_status_t kvf_batch_wait(kvf_batch_h b, int timeout_ms)
+{
+    struct timespec ts;
+    kvf_status_t status;
+
+    kvf_time_abs_after(&ts, timeout_ms < 0 ? 0 : timeout_ms);
+    pthread_mutex_lock(&b->lock);
+    while (b->pending > 0 || b->building) {
+        if (pthread_cond_timedwait(&b->cond, &b->lock, &ts) != 0) {
+            break;
+        }
+    }
+    status = (b->pending > 0 || b->building) ? KVF_ERR_TIMEOUT
+                                             : b->first_error;
+    pthread_mutex_unlock(&b->lock);
+    return status;
+}
+
+void kvf_batch_cancel(kvf_batch_h b)
+{
+    __atomic_store_n(&b->cancel, 1, __ATOMIC_RELEASE);
+}
+
+kvf_status_t kvf_batch_op_status(kvf_batch_h b, size_t index, size_t *bytes_p)
+{
+    kvf_status_t status;
+
+    if (index >= b->nops) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    status = __atomic_load_n(&b->op_status[index], __ATOMIC_RELAXED);
+    if (bytes_p != NULL) {
+        *bytes_p = (size_t)__atomic_load_n(&b->op_bytes[index],
+                                           __ATOMIC_RELAXED);
+    }
+    return status;
+}
+
+void kvf_batch_destroy(kvf_batch_h b)
+{
+    kvf_chunk_t *c;
+
+    if (b == NULL) {
+        return;
+    }
+    if (kvf_batch_test(b) == KVF_INPROGRESS) {
+        kvf_batch_cancel(b);
+        /* transports complete every request within their timeout */
+        while (kvf_batch_wait(b, (int)b->engine->cfg.timeout_ms * 2) ==
+               KVF_ERR_TIMEOUT) {
+            kvf_warn("batch %p still running after cancel", (void *)b);
+        }
+    }
+    while ((c = b->chunks) != NULL) {
+        b->chunks = c->next_alloc;
+        kvf_free(c);
+    }
+    pthread_mutex_destroy(&b->lock);
+    pthread_cond_destroy(&b->cond);
+    kvf_free(b->op_status);
+    kvf_free(b->op_bytes);
+    kvf_free(b);
+}
+
+kvf_status_t kvf_transfer_sync(kvf_engine_h e, const kvf_op_t *ops,
+                               size_t count, int timeout_ms)
+{
+    kvf_batch_h b;
+    kvf_status_t status;
+
+    status = kvf_batch_submit(e, ops, count, &b);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_batch_wait(b, timeout_ms);
+    kvf_batch_destroy(b);
+    return status;
+}

@@ -1,0 +1,77 @@
+/*
+ * The embedded `p2p` metadata backend: nothing is published anywhere; a
+ * peer's descriptor is fetched from the peer itself, whose tcp iface
+ * answers HELLO with it. No extra process is needed.
+ */
+#include "engine/meta.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "transport/transport.h"
+
+#include <string.h>
+
+static kvf_status_t kvf_p2p_open(const char *uri, kvf_meta_t **meta_p);
+
+static void kvf_p2p_close(kvf_meta_t *meta)
+{
+    kvf_free(meta);
+}
+
+static kvf_status_t kvf_p2p_publish(kvf_meta_t *meta, const char *name,
+                                    const void *desc, size_t len)
+{
+    (void)meta;
+    (void)name;
+    (void)desc;
+    (void)len;
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_p2p_unpublish(kvf_meta_t *meta, const char *name)
+{
+    (void)meta;
+    (void)name;
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_p2p_resolve(kvf_meta_t *meta, const char *name,
+                                    int timeout_ms, void **desc_p,
+                                    size_t *len_p)
+{
+    (void)meta;
+    return kvf_tcp_fetch_descriptor(name, timeout_ms, desc_p, len_p);
+}
+
+static const kvf_meta_ops_t kvf_p2p_ops = {
+    .name = "p2p",
+    .open = kvf_p2p_open,
+    .close = kvf_p2p_close,
+    .publish = kvf_p2p_publish,
+    .unpublish = kvf_p2p_unpublish,
+    .resolve = kvf_p2p_resolve,
+};
+
+static kvf_status_t kvf_p2p_open(const char *uri, kvf_meta_t **meta_p)
+{
+    kvf_meta_t *meta;
+
+    (void)uri;
+    meta = kvf_calloc(1, sizeof(*meta));
+    if (meta == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    meta->ops = &kvf_p2p_ops;
+    *meta_p = meta;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_meta_open(const char *uri, kvf_meta_t **meta_p)
+{
+    if (uri == NULL || strcmp(uri, "p2p") == 0) {
+        return kvf_p2p_open(uri, meta_p);
+    }
+    kvf_error("metadata backend '%s' is not available in this build "
+              "(known: p2p)",
+              uri);
+    return KVF_ERR_UNSUPPORTED;
+}

@@ -1,0 +1,217 @@
+/*
+ * Peers: resolve a segment name through the metadata backend, decode its
+ * descriptor, and open an ep on the first transport, in local preference
+ * order, that both sides have and that connects; a failed connect falls
+ * through to the next transport.
+ */
+#include "engine/engine_int.h"
+#include "core/alloc.h"
+#include "core/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Preference order: the engine's `transports` list when given, else the
+ * order of the compiled-in registry (same-host transports first). */
+static int kvf_peer_rank(kvf_engine_h e, const char *name)
+{
+    char list[128], *tok, *save;
+    int rank = 0;
+    size_t i;
+
+    if (strcmp(e->transports, "auto") != 0) {
+        snprintf(list, sizeof(list), "%s", e->transports);
+        for (tok = strtok_r(list, ",", &save); tok != NULL;
+             tok = strtok_r(NULL, ",", &save), rank++) {
+            if (strcmp(tok, name) == 0) {
+                return rank;
+            }
+        }
+        return -1;
+    }
+    for (i = 0; kvf_transports[i] != NULL; i++) {
+        if (strcmp(kvf_transports[i]->name, name) == 0) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+static kvf_status_t kvf_peer_connect(kvf_peer_h peer,
+                                     const kvf_seg_desc_t *desc)
+{
+    kvf_engine_h e = peer->engine;
+    int order[KVF_ENGINE_TL_MAX], ranks[KVF_ENGINE_TL_MAX];
+    kvf_status_t status = KVF_ERR_NO_TRANSPORT;
+    unsigned i, j, n = 0;
+    int k, rank, tmp;
+
+    /* local ifaces the peer also has, sorted by rank */
+    for (i = 0; i < e->ntl; i++) {
+        rank = kvf_peer_rank(e, e->tl[i].ops->name);
+        if (rank < 0) {
+            continue;
+        }
+        for (j = 0; j < desc->ntl; j++) {
+            if (strcmp(desc->tl[j].name, e->tl[i].ops->name) == 0) {
+                order[n] = (int)i;
+                ranks[n] = rank;
+                n++;
+                break;
+            }
+        }
+    }
+    for (i = 1; i < n; i++) {
+        for (k = (int)i; k > 0 && ranks[k - 1] > ranks[k]; k--) {
+            tmp = ranks[k];
+            ranks[k] = ranks[k - 1];
+            ranks[k - 1] = tmp;
+            tmp = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = tmp;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        kvf_engine_tl_t *tl = &e->tl[order[i]];
+
+        for (j = 0; j < desc->ntl; j++) {
+            if (strcmp(desc->tl[j].name, tl->ops->name) == 0) {
+                break;
+            }
+        }
+        status = tl->ops->ep_open(tl->iface, desc->tl[j].address, &peer->ep);
+        if (status == KVF_OK) {
+            peer->ops = tl->ops;
+            kvf_info("peer %s via %s (%s)", peer->name, tl->ops->name,
+                     desc->tl[j].address);
+            return KVF_OK;
+        }
+        kvf_info("peer %s: transport %s failed (%s), trying the next",
+                 peer->name, tl->ops->name, kvf_status_str(status));
+    }
+    kvf_error("no transport reaches peer %s (tried %u)", peer->name, n);
+    return (n == 0) ? KVF_ERR_NO_TRANSPORT : status;
+}
+
+kvf_status_t kvf_peer_open(kvf_engine_h e, const char *segment_name,
+                           kvf_peer_h *peer_p)
+{
+    kvf_seg_desc_t desc;
+    kvf_status_t status;
+    kvf_peer_h peer;
+    void *buf = NULL;
+    size_t len = 0;
+
+    if (e == NULL || segment_name == NULL || peer_p == NULL ||
+        strlen(segment_name) >= KVF_SEG_NAME_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    status = e->meta->ops->resolve(e->meta, segment_name,
+                                   (int)e->cfg.timeout_ms, &buf, &len);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_seg_desc_decode(buf, len, &desc);
+    kvf_free(buf);
+    if (status != KVF_OK) {
+        kvf_seg_desc_release(&desc);
+        return status;
+    }
+    peer = kvf_calloc(1, sizeof(*peer));
+    if (peer == NULL) {
+        kvf_seg_desc_release(&desc);
+        return KVF_ERR_NO_MEMORY;
+    }
+    peer->engine = e;
+    snprintf(peer->name, sizeof(peer->name), "%s", segment_name);
+    status = kvf_peer_connect(peer, &desc);
+    if (status != KVF_OK) {
+        kvf_seg_desc_release(&desc);
+        kvf_free(peer);
+        return status;
+    }
+    peer->nregions = desc.nregions;
+    peer->regions = desc.regions; /* ownership moves to the peer */
+    pthread_mutex_lock(&e->peers_lock);
+    peer->next = e->peers;
+    e->peers = peer;
+    pthread_mutex_unlock(&e->peers_lock);
+    *peer_p = peer;
+    return KVF_OK;
+}
+
+void kvf_peer_close(kvf_peer_h peer)
+{
+    kvf_engine_h e;
+    kvf_peer_h *pp;
+
+    if (peer == NULL) {
+        return;
+    }
+    e = peer->engine;
+    pthread_mutex_lock(&e->peers_lock);
+    for (pp = &e->peers; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == peer) {
+            *pp = peer->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->peers_lock);
+    peer->ops->ep_close(peer->ep);
+    kvf_free(peer->regions);
+    kvf_free(peer);
+}
+
+const char *kvf_peer_transport(kvf_peer_h peer)
+{
+    return peer->ops->name;
+}
+
+kvf_status_t kvf_peer_checksum(kvf_peer_h peer, const uint64_t *remote,
+                               const size_t *lengths, size_t count,
+                               uint64_t *sums)
+{
+    if (peer == NULL || (count > 0 && (remote == NULL || lengths == NULL ||
+                                       sums == NULL))) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (peer->ops->ep_checksum == NULL) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    return peer->ops->ep_checksum(peer->ep, remote, lengths, count, sums);
+}
+
+kvf_status_t kvf_peer_link_test(kvf_peer_h peer, kvf_op_type_t type,
+                                void *local, uint64_t remote, size_t length,
+                                double *seconds_p)
+{
+    if (peer == NULL || local == NULL || length == 0 || seconds_p == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (peer->ops->ep_link_test == NULL) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    return peer->ops->ep_link_test(peer->ep, type, local, remote, length,
+                                   seconds_p);
+}
+
+kvf_status_t kvf_peer_region(kvf_peer_h peer, size_t index, uint64_t *addr_p,
+                             size_t *length_p, kvf_mem_type_t *type_p)
+{
+    if (peer == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (index >= peer->nregions) {
+        return KVF_ERR_NOT_FOUND;
+    }
+    if (addr_p != NULL) {
+        *addr_p = peer->regions[index].addr;
+    }
+    if (length_p != NULL) {
+        *length_p = (size_t)peer->regions[index].len;
+    }
+    if (type_p != NULL) {
+        *type_p = peer->regions[index].type;
+    }
+    return KVF_OK;
+}

@@ -1,0 +1,65 @@
+/*
+ * Shared machinery of the `kvferry bench` commands: a session (local
+ * engine + pool, a peer reached either at --target or in a target process
+ * spawned on loopback), statistics, and a small JSON writer.
+ */
+#ifndef KVF_TOOLS_BENCH_H
+#define KVF_TOOLS_BENCH_H
+
+#include "tools/kvferry/cli.h"
+#include "core/config.h"
+
+#include <stdio.h>
+#include <sys/types.h>
+
+typedef struct kvf_bench_session_opts {
+    const char *target;     /* "HOST:PORT", or NULL to spawn one */
+    uint64_t pool;          /* local pool bytes (and spawned target's) */
+    unsigned conns;
+    unsigned timeout_ms;
+    const char *transports; /* NULL = auto */
+    uint64_t seed;
+} kvf_bench_session_opts_t;
+
+typedef struct kvf_bench_session {
+    kvf_engine_h engine;
+    kvf_region_h region;
+    char *pool;
+    uint64_t pool_len;
+    kvf_peer_h peer;
+    uint64_t remote;     /* remote pool address */
+    uint64_t remote_len;
+    pid_t child;         /* spawned target, or 0 */
+    char segment[280];
+} kvf_bench_session_t;
+
+int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
+                           kvf_bench_session_t *s);
+void kvf_bench_session_close(kvf_bench_session_t *s);
+
+/* Spawns `kvferry target --pool P` on 127.0.0.1 and reads its segment
+ * name; the child dies with this process. */
+int kvf_bench_spawn_target(uint64_t pool, const char *transports,
+                           pid_t *pid_p, char *segment, size_t seglen);
+
+/* Sorts in place and returns the q-quantile (0..1). */
+double kvf_bench_quantile(double *v, size_t n, double q);
+
+/* Minimal streaming JSON writer (commas and nesting handled). */
+typedef struct kvf_json {
+    FILE *f;
+    int depth;
+    int first[16];
+} kvf_json_t;
+
+void kvf_json_begin(kvf_json_t *j, FILE *f);
+void kvf_json_obj(kvf_json_t *j, const char *key);   /* key NULL in arrays */
+void kvf_json_arr(kvf_json_t *j, const char *key);
+void kvf_json_end_obj(kvf_json_t *j);
+void kvf_json_end_arr(kvf_json_t *j);
+void kvf_json_str(kvf_json_t *j, const char *key, const char *v);
+void kvf_json_num(kvf_json_t *j, const char *key, double v);
+void kvf_json_int(kvf_json_t *j, const char *key, long long v);
+void kvf_json_bool(kvf_json_t *j, const char *key, int v);
+
+#endif

@@ -1,0 +1,450 @@
+/*
+ * `kvferry bench blocks`: seed 000's workload. Both sides register a pool
+ * (default 8 GB); for each transfer size (16 MB, 64 MB, 256 MB, 1 GB) the
+ * initiator picks random, non-overlapping blocks (default 8 KiB) in the
+ * local and in the remote pool, moves them as one batch (WRITE or READ),
+ * repeats, and prints the median in seed 000's format. In the same run it
+ * measures the raw ceiling of the path (`bench link`: contiguous streams
+ * over the same number of connections) and prints each row as a share of
+ * it. --verify compares checksums of every moved block on both sides.
+ */
+#include "tools/kvferry/bench.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/hash.h"
+#include "core/time.h"
+
+#define KVF_BLOCKS_SIZES_MAX 16
+
+typedef struct kvf_blocks_row {
+    kvf_op_type_t op;
+    uint64_t size;
+    uint64_t wrs;
+    double lat_ms;     /* median */
+    double lat_p99_ms;
+    double lat_min_ms;
+    double gib_s;
+    double gbps;
+    double link_ratio;
+    long mismatches;   /* -1 when not verified */
+} kvf_blocks_row_t;
+
+typedef struct kvf_blocks_opts {
+    kvf_bench_session_opts_t s;
+    uint64_t block;
+    uint64_t sizes[KVF_BLOCKS_SIZES_MAX];
+    unsigned nsizes;
+    int ops; /* bit 0 write, bit 1 read */
+    unsigned iters;
+    int verify;
+    int link;
+    const char *json;
+} kvf_blocks_opts_t;
+
+static void kvf_blocks_usage(void)
+{
+    fprintf(stderr,
+        "usage: kvferry bench blocks [options]\n"
+        "  --target HOST:PORT  a running `kvferry target` (default: spawn\n"
+        "                      one on 127.0.0.1)\n"
+        "  --pool SIZE         pool on each side (default 8G)\n"
+        "  --block SIZE        block size (default 8K)\n"
+        "  --sizes LIST        transfer sizes (default 16M,64M,256M,1G)\n"
+        "  --op write|read|both  (default write)\n"
+        "  --iters N           iterations per size, median kept (default 5)\n"
+        "  --conns N           connections (default 4)\n"
+        "  --timeout MS        per-wait bound (default 10000)\n"
+        "  --transport NAME    force a transport (default auto)\n"
+        "  --verify            compare checksums of every moved block\n"
+        "  --no-link           skip the link ceiling\n"
+        "  --json FILE         write results as JSON ('-' = stdout)\n");
+}
+
+static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
+{
+    static const struct option opts[] = {
+        {"target", required_argument, NULL, 'T'},
+        {"pool", required_argument, NULL, 'p'},
+        {"block", required_argument, NULL, 'b'},
+        {"sizes", required_argument, NULL, 'S'},
+        {"op", required_argument, NULL, 'o'},
+        {"iters", required_argument, NULL, 'i'},
+        {"conns", required_argument, NULL, 'c'},
+        {"timeout", required_argument, NULL, 'm'},
+        {"transport", required_argument, NULL, 't'},
+        {"verify", no_argument, NULL, 'v'},
+        {"no-link", no_argument, NULL, 'L'},
+        {"json", required_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    char *list, *tok, *save;
+    int c;
+
+    memset(o, 0, sizeof(*o));
+    o->s.pool = 8ull << 30;
+    o->s.conns = 4;
+    o->s.timeout_ms = 10000;
+    o->s.seed = 1;
+    o->block = 8192;
+    o->ops = 1;
+    o->iters = 5;
+    o->link = 1;
+    o->sizes[0] = 16ull << 20;
+    o->sizes[1] = 64ull << 20;
+    o->sizes[2] = 256ull << 20;
+    o->sizes[3] = 1ull << 30;
+    o->nsizes = 4;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'T':
+            o->s.target = optarg;
+            break;
+        case 'p':
+            o->s.pool = kvf_cli_size("--pool", optarg);
+            break;
+        case 'b':
+            o->block = kvf_cli_size("--block", optarg);
+            break;
+        case 'S':
+            o->nsizes = 0;
+            list = strdup(optarg);
+            for (tok = strtok_r(list, ",", &save);
+                 tok != NULL && o->nsizes < KVF_BLOCKS_SIZES_MAX;
+                 tok = strtok_r(NULL, ",", &save)) {
+                o->sizes[o->nsizes++] = kvf_cli_size("--sizes", tok);
+            }
+            free(list);
+            break;
+        case 'o':
+            o->ops = !strcmp(optarg, "write") ? 1
+                     : !strcmp(optarg, "read") ? 2
+                     : !strcmp(optarg, "both") ? 3
+                                               : 0;
+            if (o->ops == 0) {
+                fprintf(stderr, "kvferry: --op: write, read or both\n");
+                return KVF_CLI_USAGE;
+            }
+            break;
+        case 'i':
+            o->iters = (unsigned)kvf_cli_long("--iters", optarg, 1, 1000);
+            break;
+        case 'c':
+            o->s.conns = (unsigned)kvf_cli_long("--conns", optarg, 1, 64);
+            break;
+        case 'm':
+            o->s.timeout_ms = (unsigned)kvf_cli_ms("--timeout", optarg);
+            break;
+        case 't':
+            o->s.transports = optarg;
+            break;
+        case 'v':
+            o->verify = 1;
+            break;
+        case 'L':
+            o->link = 0;
+            break;
+        case 'j':
+            o->json = optarg;
+            break;
+        case 'h':
+            kvf_blocks_usage();
+            return -1;
+        default:
+            kvf_blocks_usage();
+            return KVF_CLI_USAGE;
+        }
+    }
+    if (o->block == 0 || o->block > o->s.pool || o->nsizes == 0) {
+        fprintf(stderr, "kvferry: block must be in 1..pool, sizes given\n");
+        return KVF_CLI_USAGE;
+    }
+    return 0;
+}
+
+/* Picks n distinct slots among nslots (partial Fisher-Yates). */
+static void kvf_blocks_pick(uint32_t *perm, uint64_t nslots, uint64_t n,
+                            kvf_rng_t *rng)
+{
+    uint64_t i, j;
+    uint32_t t;
+
+    for (i = 0; i < n; i++) {
+        j = i + kvf_rng_below(rng, nslots - i);
+        t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* Runs one size: iters batches, each over fresh random blocks. */
+static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
+                           kvf_op_type_t op, uint64_t size, uint32_t *lperm,
+                           uint32_t *rperm, kvf_rng_t *rng,
+                           kvf_blocks_row_t *row)
+{
+    uint64_t n = size / o->block, lslots = s->pool_len / o->block;
+    uint64_t rslots = s->remote_len / o->block, i, t0;
+    double *lat = calloc(o->iters, sizeof(double));
+    kvf_op_t *ops = calloc(n, sizeof(*ops));
+    kvf_status_t status = KVF_OK;
+    kvf_batch_h batch;
+    unsigned it;
+
+    if (lat == NULL || ops == NULL || n == 0 || n > lslots || n > rslots) {
+        fprintf(stderr, "kvferry: size %lu does not fit the pools\n",
+                (unsigned long)size);
+        free(lat);
+        free(ops);
+        return -1;
+    }
+    for (it = 0; it < o->iters && status == KVF_OK; it++) {
+        kvf_blocks_pick(lperm, lslots, n, rng);
+        kvf_blocks_pick(rperm, rslots, n, rng);
+        for (i = 0; i < n; i++) {
+            ops[i].type = op;
+            ops[i].local = s->pool + (uint64_t)lperm[i] * o->block;
+            ops[i].peer = s->peer;
+            ops[i].remote = s->remote + (uint64_t)rperm[i] * o->block;
+            ops[i].length = o->block;
+        }
+        t0 = kvf_time_ns();
+        status = kvf_batch_submit(s->engine, ops, n, &batch);
+        if (status == KVF_OK) {
+            status = kvf_batch_wait(batch, (int)o->s.timeout_ms);
+            lat[it] = (double)(kvf_time_ns() - t0) / 1e6;
+            kvf_batch_destroy(batch);
+        }
+    }
+    if (status != KVF_OK) {
+        fprintf(stderr, "kvferry: batch of %lu blocks failed: %s\n",
+                (unsigned long)n, kvf_status_str(status));
+        free(lat);
+        free(ops);
+        return -1;
+    }
+    row->mismatches = -1;
+    if (o->verify) {
+        uint64_t *rem = malloc(n * sizeof(uint64_t));
+        size_t *len = malloc(n * sizeof(size_t));
+        uint64_t *sums = malloc(n * sizeof(uint64_t));
+
+        row->mismatches = -2;
+        if (rem != NULL && len != NULL && sums != NULL) {
+            for (i = 0; i < n; i++) {
+                rem[i] = ops[i].remote;
+                len[i] = o->block;
+            }
+            status = kvf_peer_checksum(s->peer, rem, len, n, sums);
+            if (status == KVF_OK) {
+                row->mismatches = 0;
+                for (i = 0; i < n; i++) {
+                    if (kvf_checksum(ops[i].local, o->block) != sums[i]) {
+                        row->mismatches++;
+                    }
+                }
+            } else {
+                fprintf(stderr, "kvferry: remote checksums: %s\n",
+                        kvf_status_str(status));
+            }
+        }
+        free(rem);
+        free(len);
+        free(sums);
+    }
+    row->op = op;
+    row->size = size;
+    row->wrs = n;
+    row->lat_p99_ms = kvf_bench_quantile(lat, o->iters, 0.99);
+    row->lat_min_ms = lat[0];
+    row->lat_ms = kvf_bench_quantile(lat, o->iters, 0.5);
+    row->gib_s = (double)(n * o->block) / (row->lat_ms / 1e3) / (1u << 30);
+    row->gbps = (double)(n * o->block) * 8 / (row->lat_ms / 1e3) / 1e9;
+    free(lat);
+    free(ops);
+    return 0;
+}
+
+/* Link ceiling: contiguous streams of `bytes`, median of 3. */
+static double kvf_blocks_link(kvf_bench_session_t *s, kvf_op_type_t op,
+                              uint64_t bytes, unsigned iters)
+{
+    double secs[8];
+    unsigned i;
+    kvf_status_t status;
+
+    if (bytes > s->pool_len) {
+        bytes = s->pool_len;
+    }
+    if (bytes > s->remote_len) {
+        bytes = s->remote_len;
+    }
+    for (i = 0; i < iters && i < 8; i++) {
+        status = kvf_peer_link_test(s->peer, op, s->pool, s->remote, bytes,
+                                    &secs[i]);
+        if (status != KVF_OK) {
+            fprintf(stderr, "kvferry: link test: %s\n",
+                    kvf_status_str(status));
+            return 0.0;
+        }
+    }
+    return (double)bytes / kvf_bench_quantile(secs, i, 0.5) / (1u << 30);
+}
+
+static void kvf_blocks_json(const kvf_blocks_opts_t *o,
+                            const kvf_bench_session_t *s,
+                            const kvf_blocks_row_t *rows, unsigned nrows,
+                            const double link[2])
+{
+    FILE *f = strcmp(o->json, "-") ? fopen(o->json, "w") : stdout;
+    kvf_json_t j;
+    unsigned i;
+
+    if (f == NULL) {
+        perror("kvferry: --json");
+        return;
+    }
+    kvf_json_begin(&j, f);
+    kvf_json_obj(&j, NULL);
+    kvf_json_str(&j, "bench", "blocks");
+    kvf_json_str(&j, "connector", "kvferry");
+    kvf_json_str(&j, "device", "cpu");
+    kvf_json_str(&j, "transport", kvf_peer_transport(s->peer));
+    kvf_json_int(&j, "conns", o->s.conns);
+    kvf_json_int(&j, "block_bytes", (long long)o->block);
+    kvf_json_int(&j, "pool_bytes", (long long)o->s.pool);
+    kvf_json_int(&j, "iters", o->iters);
+    kvf_json_obj(&j, "link_gib_s");
+    kvf_json_num(&j, "write", link[0]);
+    kvf_json_num(&j, "read", link[1]);
+    kvf_json_end_obj(&j);
+    kvf_json_arr(&j, "rows");
+    for (i = 0; i < nrows; i++) {
+        kvf_json_obj(&j, NULL);
+        kvf_json_str(&j, "op", rows[i].op == KVF_OP_WRITE ? "write" : "read");
+        kvf_json_int(&j, "size_bytes", (long long)rows[i].size);
+        kvf_json_int(&j, "wrs", (long long)rows[i].wrs);
+        kvf_json_num(&j, "lat_ms_p50", rows[i].lat_ms);
+        kvf_json_num(&j, "lat_ms_p99", rows[i].lat_p99_ms);
+        kvf_json_num(&j, "lat_ms_min", rows[i].lat_min_ms);
+        kvf_json_num(&j, "gib_s", rows[i].gib_s);
+        kvf_json_num(&j, "gbps", rows[i].gbps);
+        kvf_json_num(&j, "link_ratio", rows[i].link_ratio);
+        kvf_json_int(&j, "mismatches", rows[i].mismatches);
+        kvf_json_end_obj(&j);
+    }
+    kvf_json_end_arr(&j);
+    kvf_json_end_obj(&j);
+    if (f != stdout) {
+        fclose(f);
+    }
+}
+
+int kvf_cmd_bench_blocks(int argc, char **argv)
+{
+    kvf_blocks_row_t rows[2 * KVF_BLOCKS_SIZES_MAX];
+    char bstr[32], pstr[32], sstr[32];
+    double link[2] = {0, 0};
+    uint64_t maxsize = 0, i, nslots;
+    kvf_blocks_opts_t o;
+    kvf_bench_session_t s;
+    uint32_t *lperm, *rperm;
+    unsigned k, nrows = 0;
+    int rc, opi, bad = 0;
+    kvf_rng_t rng;
+
+    rc = kvf_blocks_parse(argc, argv, &o);
+    if (rc != 0) {
+        return rc < 0 ? KVF_CLI_OK : rc;
+    }
+    if (kvf_bench_session_open(&o.s, &s) != 0) {
+        return KVF_CLI_FAIL;
+    }
+    nslots = s.pool_len / o.block;
+    if (s.remote_len / o.block > nslots) {
+        nslots = s.remote_len / o.block;
+    }
+    lperm = malloc(nslots * sizeof(uint32_t));
+    rperm = malloc(nslots * sizeof(uint32_t));
+    if (lperm == NULL || rperm == NULL || nslots > UINT32_MAX) {
+        fprintf(stderr, "kvferry: too many blocks in the pool\n");
+        kvf_bench_session_close(&s);
+        return KVF_CLI_FAIL;
+    }
+    for (i = 0; i < nslots; i++) {
+        lperm[i] = rperm[i] = (uint32_t)i;
+    }
+    for (k = 0; k < o.nsizes; k++) {
+        if (o.sizes[k] > maxsize) {
+            maxsize = o.sizes[k];
+        }
+    }
+    kvf_rng_seed(&rng, o.s.seed * 7919);
+    kvf_fmt_size(o.block, bstr, sizeof(bstr));
+    kvf_fmt_size(o.s.pool, pstr, sizeof(pstr));
+    for (opi = 0; opi < 2; opi++) {
+        kvf_op_type_t op = opi ? KVF_OP_READ : KVF_OP_WRITE;
+
+        if (!(o.ops & (1 << opi))) {
+            continue;
+        }
+        if (o.link) {
+            link[opi] = kvf_blocks_link(&s, op, maxsize, 3);
+        }
+        printf("connector=kvferry role=client device=cpu block=%s pool=%s "
+               "transport=%s conns=%u op=%s\n",
+               bstr, pstr, kvf_peer_transport(s.peer), o.s.conns,
+               opi ? "read" : "write");
+        printf("---------------------------------------------------------"
+               "---------------\n");
+        for (k = 0; k < o.nsizes; k++) {
+            kvf_blocks_row_t *r = &rows[nrows];
+
+            if (kvf_blocks_size(&s, &o, op, o.sizes[k], lperm, rperm, &rng,
+                                r) != 0) {
+                bad = 1;
+                break;
+            }
+            r->link_ratio = link[opi] > 0 ? r->gib_s / link[opi] : 0;
+            kvf_fmt_size(o.sizes[k], sstr, sizeof(sstr));
+            printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
+                   "BW=%7.2f GB/s (%6.2f Gbps)",
+                   sstr, (unsigned long)r->wrs, bstr, r->lat_ms, r->gib_s,
+                   r->gbps);
+            if (link[opi] > 0) {
+                printf(" | %3.0f%% of link", 100.0 * r->link_ratio);
+            }
+            if (r->mismatches >= 0) {
+                printf(" | verify %s", r->mismatches ? "FAILED" : "ok");
+                bad |= (r->mismatches != 0);
+            } else if (r->mismatches == -2) {
+                printf(" | verify FAILED");
+                bad = 1;
+            }
+            printf("\n");
+            fflush(stdout);
+            nrows++;
+        }
+        printf("---------------------------------------------------------"
+               "---------------\n");
+        if (link[opi] > 0) {
+            kvf_fmt_size(maxsize, sstr, sizeof(sstr));
+            printf("link: contiguous streams, %u conns, %s: BW=%7.2f GB/s "
+                   "(%6.2f Gbps)\n",
+                   o.s.conns, sstr, link[opi],
+                   link[opi] * (1u << 30) * 8 / 1e9);
+        }
+    }
+    printf("Done.\n");
+    if (o.json != NULL) {
+        kvf_blocks_json(&o, &s, rows, nrows, link);
+    }
+    free(lperm);
+    free(rperm);
+    kvf_bench_session_close(&s);
+    return bad ? KVF_CLI_FAIL : KVF_CLI_OK;
+}

@@ -1,0 +1,31 @@
+/*
+ * The table of kvferry subcommands. Each command is one file of this
+ * folder; add a line here and its file to tools/CMakeLists.txt.
+ */
+#include "tools/kvferry/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+
+static int kvf_cmd_bench(int argc, char **argv)
+{
+    return kvf_cli_dispatch(kvf_cli_bench_commands, "kvferry bench", argc,
+                            argv);
+}
+
+const kvf_cli_cmd_t kvf_cli_bench_commands[] = {
+    {"blocks", kvf_cmd_bench_blocks,
+     "seed 000: random blocks from a registered pool, per transfer size"},
+    {"link", kvf_cmd_bench_link,
+     "raw ceiling of the path: contiguous streams, same connections"},
+    {NULL, NULL, NULL},
+};
+
+const kvf_cli_cmd_t kvf_cli_commands[] = {
+    {"target", kvf_cmd_target, "serve a registered pool to initiators"},
+    {"bench", kvf_cmd_bench, "measurement suite (kvferry bench --help)"},
+    {"config", kvf_cmd_config, "list every configuration key"},
+    {"version", kvf_cmd_version, "print the version and build options"},
+    {NULL, NULL, NULL},
+};

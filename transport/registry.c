@@ -1,0 +1,39 @@
+/*
+ * The list of transports compiled into this build, in default preference
+ * order (the engine takes the first one both sides have).
+ */
+#include "transport/transport.h"
+
+#include <string.h>
+
+extern const kvf_transport_ops_t kvf_tcp_ops;
+
+const kvf_transport_ops_t *const kvf_transports[] = {
+    &kvf_tcp_ops,
+    NULL,
+};
+
+const kvf_transport_ops_t *kvf_transport_find(const char *name)
+{
+    size_t i;
+
+    for (i = 0; kvf_transports[i] != NULL; i++) {
+        if (strcmp(kvf_transports[i]->name, name) == 0) {
+            return kvf_transports[i];
+        }
+    }
+    return NULL;
+}
+
+void kvf_tl_req_fail(kvf_tl_req_t *req, kvf_status_t status)
+{
+    size_t i;
+
+    req->status = status;
+    if (req->seg_status != NULL) {
+        for (i = 0; i < req->nsegs; i++) {
+            req->seg_status[i] = status;
+        }
+    }
+    req->complete(req);
+}

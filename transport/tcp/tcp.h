@@ -1,0 +1,98 @@
+/*
+ * tcp transport, private: message types of its framed protocol and the
+ * structures shared by the server side (tcp_server.c), the initiator side
+ * (tcp_ep.c) and the entry codec (tcp_proto.c).
+ *
+ * Requests carry their segment list as metadata, count x {u64 addr,
+ * u64 len}, then the payload (WRITE). Replies carry count x {u32 index,
+ * i32 status} for the entries the target refused, then the payload
+ * (READ; refused entries are not sent).
+ */
+#ifndef KVF_TCP_H
+#define KVF_TCP_H
+
+#include "transport/transport.h"
+#include "core/sock.h"
+
+#include <pthread.h>
+#include <sys/uio.h>
+
+enum kvf_tcp_msg {
+    KVF_TCP_HELLO = 1,
+    KVF_TCP_DESC = 2,
+    KVF_TCP_WRITE = 3,
+    KVF_TCP_WRITE_ACK = 4,
+    KVF_TCP_READ = 5,
+    KVF_TCP_READ_RESP = 6,
+    KVF_TCP_SUM = 7,
+    KVF_TCP_SUM_RESP = 8,
+    KVF_TCP_LINK_WRITE = 9,
+    KVF_TCP_LINK_READ = 10,
+    KVF_TCP_LINK_RESP = 11,
+    KVF_TCP_ERROR = 15
+};
+
+#define KVF_TCP_ENTRY_LEN  16
+#define KVF_TCP_REFUSE_LEN 8
+#define KVF_TCP_SOCKBUF    (4 << 20)
+#define KVF_TCP_WINDOW     4
+
+typedef struct kvf_tcp_entry {
+    uint64_t addr;
+    uint64_t len;
+} kvf_tcp_entry_t;
+
+/* Per-thread growable scratch: metadata and iovec arrays. */
+typedef struct kvf_tcp_scratch {
+    unsigned char *meta;
+    size_t meta_cap;
+    struct iovec *iov;
+    size_t iov_cap;
+} kvf_tcp_scratch_t;
+
+kvf_status_t kvf_tcp_scratch_meta(kvf_tcp_scratch_t *s, size_t len);
+kvf_status_t kvf_tcp_scratch_iov(kvf_tcp_scratch_t *s, size_t n);
+void kvf_tcp_scratch_free(kvf_tcp_scratch_t *s);
+
+/* Sends a header-only frame. */
+kvf_status_t kvf_tcp_send_hdr(int fd, uint8_t type, uint64_t id,
+                              kvf_status_t status, uint32_t meta_len,
+                              uint32_t count, uint64_t data_len,
+                              uint64_t deadline_ms);
+kvf_status_t kvf_tcp_recv_hdr(int fd, kvf_frame_hdr_t *hdr,
+                              uint64_t deadline_ms);
+
+typedef struct kvf_tcp_server kvf_tcp_server_t;
+typedef struct kvf_tcp_cconn kvf_tcp_cconn_t;
+
+struct kvf_tl_ep {
+    kvf_tl_iface_t *iface;
+    char host[KVF_HOST_MAX];
+    uint16_t port;
+    unsigned nconns;
+    kvf_tcp_cconn_t *conns;
+    unsigned rr; /* rotates the first connection tried by post */
+};
+
+struct kvf_tl_iface {
+    kvf_tl_config_t cfg;
+    kvf_tl_target_t target;
+    kvf_tcp_server_t *server; /* NULL when no_listen */
+    char address[KVF_HOST_MAX + 8];
+};
+
+kvf_status_t kvf_tcp_server_start(kvf_tl_iface_t *iface);
+void kvf_tcp_server_stop(kvf_tl_iface_t *iface);
+
+kvf_status_t kvf_tcp_ep_open(kvf_tl_iface_t *iface, const char *address,
+                             kvf_tl_ep_t **ep_p);
+void kvf_tcp_ep_close(kvf_tl_ep_t *ep);
+kvf_status_t kvf_tcp_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
+kvf_status_t kvf_tcp_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
+                                 const size_t *lengths, size_t count,
+                                 uint64_t *sums);
+kvf_status_t kvf_tcp_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
+                                  void *local, uint64_t remote, size_t length,
+                                  double *seconds_p);
+
+#endif

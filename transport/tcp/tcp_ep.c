@@ -1,0 +1,537 @@
+/*
+ * tcp transport, initiator side. An ep holds `conns` connections to one
+ * peer, each with a worker thread and a request queue. A posted request
+ * goes to the connection with the fewest queued bytes. Workers pipeline
+ * up to KVF_TCP_WINDOW requests (a WRITE never follows an outstanding
+ * READ, so neither side can block the other), gather WRITE payloads and
+ * scatter READ payloads with vectored I/O, and sleep on a condition
+ * variable when idle. A broken or silent connection fails its requests
+ * within the timeout and is re-established on the next request.
+ */
+#include "transport/tcp/tcp.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct kvf_tcp_cconn {
+    struct kvf_tl_ep *ep;
+    int fd;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    kvf_tl_req_t *head, *tail;
+    uint64_t queued;
+    int stop;
+    /* worker-private */
+    kvf_tl_req_t *flight_head, *flight_tail;
+    unsigned nflight;
+    unsigned nreads;
+    uint64_t next_id;
+    kvf_tcp_scratch_t scratch;
+    unsigned char *drain;
+};
+
+#define KVF_TCP_DRAIN_LEN (64u << 10)
+
+static void kvf_tcp_put64(unsigned char *p, uint64_t v)
+{
+    int i;
+
+    for (i = 0; i < 8; i++) {
+        p[i] = (unsigned char)(v >> (8 * i));
+    }
+}
+
+static uint32_t kvf_tcp_get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static kvf_status_t kvf_tcp_cconn_connect(kvf_tcp_cconn_t *c)
+{
+    kvf_tl_ep_t *ep = c->ep;
+    kvf_status_t status;
+
+    status = kvf_sock_connect(ep->host, ep->port,
+                              (int)ep->iface->cfg.timeout_ms, &c->fd);
+    if (status != KVF_OK) {
+        c->fd = -1;
+        return status;
+    }
+    kvf_sock_set_bufs(c->fd, KVF_TCP_SOCKBUF);
+    return KVF_OK;
+}
+
+static void kvf_tcp_cconn_break(kvf_tcp_cconn_t *c, kvf_status_t status)
+{
+    kvf_tl_req_t *req;
+
+    if (c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    while ((req = c->flight_head) != NULL) {
+        c->flight_head = req->next;
+        kvf_tl_req_fail(req, status);
+    }
+    c->flight_tail = NULL;
+    c->nflight = 0;
+    c->nreads = 0;
+}
+
+/*
+ * Builds the entry list (remote-adjacent segments merged) in scratch.meta
+ * and the local iovec list (local-adjacent merged) after `iov_first`
+ * slots. seg_first[i] gives the first segment of entry i.
+ */
+static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
+                                  size_t iov_first, uint32_t *nentries_p,
+                                  size_t *niov_p)
+{
+    struct iovec *iov;
+    unsigned char *e;
+    uint64_t last_remote = 0, last_len = 0;
+    uint32_t ne = 0;
+    size_t ni = iov_first, i;
+    kvf_status_t status;
+
+    status = kvf_tcp_scratch_meta(&c->scratch,
+                                  req->nsegs * KVF_TCP_ENTRY_LEN + 1);
+    if (status == KVF_OK) {
+        status = kvf_tcp_scratch_iov(&c->scratch, req->nsegs + iov_first);
+    }
+    if (status != KVF_OK) {
+        return status;
+    }
+    iov = c->scratch.iov;
+    for (i = 0; i < req->nsegs; i++) {
+        const kvf_tl_seg_t *s = &req->segs[i];
+
+        if (ne > 0 && last_remote + last_len == s->remote) {
+            last_len += s->len;
+            kvf_tcp_put64(c->scratch.meta + (ne - 1) * KVF_TCP_ENTRY_LEN + 8,
+                          last_len);
+        } else {
+            e = c->scratch.meta + ne * KVF_TCP_ENTRY_LEN;
+            kvf_tcp_put64(e, s->remote);
+            kvf_tcp_put64(e + 8, s->len);
+            last_remote = s->remote;
+            last_len = s->len;
+            ne++;
+        }
+        if (ni > iov_first && (char *)iov[ni - 1].iov_base +
+                                      iov[ni - 1].iov_len ==
+                                  (char *)s->local) {
+            iov[ni - 1].iov_len += s->len;
+        } else {
+            iov[ni].iov_base = s->local;
+            iov[ni].iov_len = s->len;
+            ni++;
+        }
+    }
+    *nentries_p = ne;
+    *niov_p = ni;
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_tcp_send_req(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
+{
+    unsigned char hdrbuf[KVF_WIRE_HDR_LEN];
+    kvf_frame_hdr_t h = {0};
+    kvf_status_t status;
+    uint32_t ne;
+    size_t niov;
+
+    status = kvf_tcp_build(c, req, 2, &ne, &niov);
+    if (status != KVF_OK) {
+        return status;
+    }
+    h.magic = KVF_WIRE_MAGIC;
+    h.version = KVF_WIRE_VERSION;
+    h.type = (req->type == KVF_OP_WRITE) ? KVF_TCP_WRITE : KVF_TCP_READ;
+    h.id = ++c->next_id;
+    h.count = ne;
+    h.meta_len = ne * KVF_TCP_ENTRY_LEN;
+    h.data_len = (req->type == KVF_OP_WRITE) ? req->bytes : 0;
+    kvf_frame_pack(&h, hdrbuf);
+    c->scratch.iov[0].iov_base = hdrbuf;
+    c->scratch.iov[0].iov_len = sizeof(hdrbuf);
+    c->scratch.iov[1].iov_base = c->scratch.meta;
+    c->scratch.iov[1].iov_len = h.meta_len;
+    if (req->type != KVF_OP_WRITE) {
+        niov = 2;
+    }
+    req->deadline_ms = kvf_time_ms() + c->ep->iface->cfg.timeout_ms;
+    return kvf_sock_writev_all(c->fd, c->scratch.iov, niov, req->deadline_ms);
+}
+
+/*
+ * Maps refused wire entries back to segments: entries were built by
+ * merging remote-adjacent segments in order, so walk the same merge.
+ */
+static void kvf_tcp_mark_refused(kvf_tl_req_t *req, const unsigned char *ref,
+                                 uint32_t nref)
+{
+    uint64_t last_remote = 0, last_len = 0;
+    uint32_t entry = 0, r;
+    size_t i;
+    int started = 0;
+
+    for (i = 0; i < req->nsegs; i++) {
+        req->seg_status[i] = KVF_OK;
+    }
+    for (i = 0; i < req->nsegs; i++) {
+        const kvf_tl_seg_t *s = &req->segs[i];
+
+        if (started && last_remote + last_len == s->remote) {
+            last_len += s->len;
+        } else {
+            if (started) {
+                entry++;
+            }
+            started = 1;
+            last_remote = s->remote;
+            last_len = s->len;
+        }
+        for (r = 0; r < nref; r++) {
+            if (kvf_tcp_get32(ref + r * KVF_TCP_REFUSE_LEN) == entry) {
+                req->seg_status[i] = (kvf_status_t)(int32_t)kvf_tcp_get32(
+                    ref + r * KVF_TCP_REFUSE_LEN + 4);
+                if (req->seg_status[i] >= KVF_OK) {
+                    req->seg_status[i] = KVF_ERR_PROTOCOL;
+                }
+            }
+        }
+    }
+}
+
+/* Receives the READ payload, skipping the segments the target refused. */
+static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
+                                      uint64_t data_len, int refused)
+{
+    struct iovec *iov;
+    size_t i, n = 0;
+    uint64_t sum = 0;
+    kvf_status_t status;
+
+    if (!refused) {
+        if (data_len != req->bytes) {
+            return KVF_ERR_PROTOCOL;
+        }
+        status = kvf_tcp_build(c, req, 0, &(uint32_t){0}, &n);
+        if (status != KVF_OK) {
+            return status;
+        }
+        return kvf_sock_readv_all(c->fd, c->scratch.iov, n, req->deadline_ms);
+    }
+    status = kvf_tcp_scratch_iov(&c->scratch, req->nsegs);
+    if (status != KVF_OK) {
+        return status;
+    }
+    iov = c->scratch.iov;
+    for (i = 0; i < req->nsegs; i++) {
+        if (req->seg_status[i] == KVF_OK) {
+            iov[n].iov_base = req->segs[i].local;
+            iov[n].iov_len = req->segs[i].len;
+            sum += req->segs[i].len;
+            n++;
+        }
+    }
+    if (sum != data_len) {
+        return KVF_ERR_PROTOCOL;
+    }
+    return kvf_sock_readv_all(c->fd, iov, n, req->deadline_ms);
+}
+
+static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
+{
+    uint8_t want = (req->type == KVF_OP_WRITE) ? KVF_TCP_WRITE_ACK
+                                               : KVF_TCP_READ_RESP;
+    kvf_frame_hdr_t h;
+    kvf_status_t status;
+
+    status = kvf_tcp_recv_hdr(c->fd, &h, req->deadline_ms);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (h.type == KVF_TCP_ERROR) {
+        kvf_error("peer %s:%u closed the connection: %s", c->ep->host,
+                  c->ep->port, kvf_status_str((kvf_status_t)h.status));
+        return KVF_ERR_PROTOCOL;
+    }
+    if (h.type != want || h.id != c->next_id - c->nflight + 1 ||
+        (uint64_t)h.count * KVF_TCP_REFUSE_LEN != h.meta_len) {
+        kvf_error("unexpected reply type %u id %lu from %s:%u", h.type,
+                  (unsigned long)h.id, c->ep->host, c->ep->port);
+        return KVF_ERR_PROTOCOL;
+    }
+    req->status = KVF_OK;
+    if (h.count > 0) {
+        status = kvf_tcp_scratch_meta(&c->scratch, h.meta_len);
+        if (status == KVF_OK) {
+            status = kvf_sock_recv_all(c->fd, c->scratch.meta, h.meta_len,
+                                       req->deadline_ms);
+        }
+        if (status != KVF_OK) {
+            return status;
+        }
+        if (req->seg_status == NULL) {
+            return KVF_ERR_INTERNAL;
+        }
+        kvf_tcp_mark_refused(req, c->scratch.meta, h.count);
+        req->status = KVF_ERR_OUT_OF_BOUNDS;
+    }
+    if (req->type == KVF_OP_READ) {
+        return kvf_tcp_recv_read(c, req, h.data_len, h.count > 0);
+    }
+    return (h.data_len == 0) ? KVF_OK : KVF_ERR_PROTOCOL;
+}
+
+/* Takes the next request the window allows, or NULL. Caller holds lock. */
+static kvf_tl_req_t *kvf_tcp_next(kvf_tcp_cconn_t *c)
+{
+    kvf_tl_req_t *req = c->head;
+
+    if (req == NULL || c->nflight >= KVF_TCP_WINDOW ||
+        (req->type == KVF_OP_WRITE && c->nreads > 0)) {
+        return NULL;
+    }
+    c->head = req->next;
+    if (c->head == NULL) {
+        c->tail = NULL;
+    }
+    c->queued -= req->bytes;
+    req->next = NULL;
+    return req;
+}
+
+static void kvf_tcp_flight_push(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
+{
+    if (c->flight_tail != NULL) {
+        c->flight_tail->next = req;
+    } else {
+        c->flight_head = req;
+    }
+    c->flight_tail = req;
+    c->nflight++;
+    if (req->type == KVF_OP_READ) {
+        c->nreads++;
+    }
+}
+
+static void kvf_tcp_issue(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
+{
+    kvf_status_t status;
+
+    if (req->cancel != NULL && __atomic_load_n(req->cancel, __ATOMIC_ACQUIRE)) {
+        kvf_tl_req_fail(req, KVF_ERR_CANCELED);
+        return;
+    }
+    if (c->fd < 0 && kvf_tcp_cconn_connect(c) != KVF_OK) {
+        kvf_log_rl(KVF_LOG_ERROR, "cannot reconnect to %s:%u", c->ep->host,
+                   c->ep->port);
+        kvf_tl_req_fail(req, KVF_ERR_PEER_UNREACHABLE);
+        return;
+    }
+    status = kvf_tcp_send_req(c, req);
+    if (status != KVF_OK) {
+        kvf_log_rl(KVF_LOG_ERROR, "send to %s:%u failed: %s", c->ep->host,
+                   c->ep->port, kvf_status_str(status));
+        kvf_tcp_cconn_break(c, status);
+        kvf_tl_req_fail(req, status);
+        return;
+    }
+    kvf_tcp_flight_push(c, req);
+}
+
+static void kvf_tcp_complete_oldest(kvf_tcp_cconn_t *c)
+{
+    kvf_tl_req_t *req = c->flight_head;
+    kvf_status_t status;
+
+    status = kvf_tcp_recv_reply(c, req);
+    if (status != KVF_OK) {
+        kvf_log_rl(KVF_LOG_ERROR, "transfer with %s:%u failed: %s",
+                   c->ep->host, c->ep->port, kvf_status_str(status));
+        kvf_tcp_cconn_break(c, status);
+        return;
+    }
+    c->flight_head = req->next;
+    if (c->flight_head == NULL) {
+        c->flight_tail = NULL;
+    }
+    c->nflight--;
+    if (req->type == KVF_OP_READ) {
+        c->nreads--;
+    }
+    req->next = NULL;
+    req->complete(req);
+}
+
+static void *kvf_tcp_cconn_main(void *arg)
+{
+    kvf_tcp_cconn_t *c = arg;
+    struct timespec ts;
+    kvf_tl_req_t *req;
+
+    for (;;) {
+        pthread_mutex_lock(&c->lock);
+        while (!c->stop && c->head == NULL && c->nflight == 0) {
+            kvf_time_abs_after(&ts, 1000);
+            pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+        }
+        if (c->stop && c->nflight == 0) {
+            pthread_mutex_unlock(&c->lock);
+            break;
+        }
+        req = kvf_tcp_next(c);
+        pthread_mutex_unlock(&c->lock);
+        if (req != NULL) {
+            kvf_tcp_issue(c, req);
+        } else if (c->nflight > 0) {
+            kvf_tcp_complete_oldest(c);
+        }
+    }
+    /* fail whatever is still queued */
+    pthread_mutex_lock(&c->lock);
+    while ((req = c->head) != NULL) {
+        c->head = req->next;
+        kvf_tl_req_fail(req, KVF_ERR_CANCELED);
+    }
+    c->tail = NULL;
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+kvf_status_t kvf_tcp_ep_open(kvf_tl_iface_t *iface, const char *address,
+                             kvf_tl_ep_t **ep_p)
+{
+    kvf_tl_ep_t *ep;
+    kvf_status_t status;
+    unsigned i, started = 0;
+
+    ep = kvf_calloc(1, sizeof(*ep));
+    if (ep == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    ep->iface = iface;
+    status = kvf_sock_parse_addr(address, ep->host, sizeof(ep->host),
+                                 &ep->port);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    ep->nconns = iface->cfg.conns ? iface->cfg.conns : 1;
+    ep->conns = kvf_calloc(ep->nconns, sizeof(*ep->conns));
+    if (ep->conns == NULL) {
+        status = KVF_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    for (i = 0; i < ep->nconns; i++) {
+        ep->conns[i].fd = -1;
+    }
+    for (i = 0; i < ep->nconns; i++) {
+        kvf_tcp_cconn_t *c = &ep->conns[i];
+
+        c->ep = ep;
+        pthread_mutex_init(&c->lock, NULL);
+        kvf_cond_init(&c->cond);
+        c->drain = kvf_malloc(KVF_TCP_DRAIN_LEN);
+        if (c->drain == NULL) {
+            status = KVF_ERR_NO_MEMORY;
+            goto err_conns;
+        }
+        status = kvf_tcp_cconn_connect(c);
+        if (status != KVF_OK) {
+            kvf_error("cannot connect to %s: %s", address,
+                      kvf_status_str(status));
+            goto err_conns;
+        }
+        if (pthread_create(&c->thread, NULL, kvf_tcp_cconn_main, c) != 0) {
+            status = KVF_ERR_NO_RESOURCE;
+            goto err_conns;
+        }
+        started++;
+    }
+    *ep_p = ep;
+    return KVF_OK;
+
+err_conns:
+    for (i = started; i < ep->nconns; i++) {
+        if (ep->conns[i].fd >= 0) {
+            close(ep->conns[i].fd);
+        }
+        kvf_free(ep->conns[i].drain);
+        pthread_mutex_destroy(&ep->conns[i].lock);
+        pthread_cond_destroy(&ep->conns[i].cond);
+    }
+    ep->nconns = started;
+    kvf_tcp_ep_close(ep);
+    return status;
+err_free:
+    kvf_free(ep);
+    return status;
+}
+
+void kvf_tcp_ep_close(kvf_tl_ep_t *ep)
+{
+    unsigned i;
+
+    for (i = 0; i < ep->nconns; i++) {
+        kvf_tcp_cconn_t *c = &ep->conns[i];
+
+        pthread_mutex_lock(&c->lock);
+        c->stop = 1;
+        pthread_cond_signal(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+    }
+    for (i = 0; i < ep->nconns; i++) {
+        kvf_tcp_cconn_t *c = &ep->conns[i];
+
+        pthread_join(c->thread, NULL);
+        if (c->fd >= 0) {
+            close(c->fd);
+        }
+        kvf_tcp_scratch_free(&c->scratch);
+        kvf_free(c->drain);
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->cond);
+    }
+    kvf_free(ep->conns);
+    kvf_free(ep);
+}
+
+kvf_status_t kvf_tcp_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
+{
+    unsigned i, first = __atomic_fetch_add(&ep->rr, 1, __ATOMIC_RELAXED);
+    kvf_tcp_cconn_t *c, *best = &ep->conns[first % ep->nconns];
+
+    for (i = 1; i < ep->nconns; i++) {
+        c = &ep->conns[(first + i) % ep->nconns];
+        if (__atomic_load_n(&c->queued, __ATOMIC_RELAXED) <
+            __atomic_load_n(&best->queued, __ATOMIC_RELAXED)) {
+            best = c;
+        }
+    }
+    req->next = NULL;
+    pthread_mutex_lock(&best->lock);
+    if (best->stop) {
+        pthread_mutex_unlock(&best->lock);
+        return KVF_ERR_PEER_CLOSED;
+    }
+    if (best->tail != NULL) {
+        best->tail->next = req;
+    } else {
+        best->head = req;
+    }
+    best->tail = req;
+    best->queued += req->bytes;
+    pthread_cond_signal(&best->cond);
+    pthread_mutex_unlock(&best->lock);
+    return KVF_OK;
+}

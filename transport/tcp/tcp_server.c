@@ -1,0 +1,654 @@
+/*
+ * tcp transport, target side: an accept thread and one thread per
+ * connection. Each connection reads framed requests, checks every entry
+ * against the engine's registered regions (refused entries are reported
+ * per entry, their payload drained, and the connection keeps serving),
+ * and moves payloads straight between the socket and the registered
+ * memory with vectored I/O. A malformed frame (bad magic, unknown version
+ * or type, inconsistent lengths) gets an ERROR frame and closes that
+ * connection only. Threads sleep in poll(2) when idle.
+ */
+#include "transport/tcp/tcp.h"
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define KVF_TCP_DRAIN_LEN (64u << 10)
+#define KVF_TCP_IDLE_POLL_MS 250
+
+typedef struct kvf_tcp_sconn {
+    struct kvf_tcp_server *srv;
+    int fd;
+    pthread_t thread;
+    int done;
+    struct kvf_tcp_sconn *next;
+    kvf_tcp_scratch_t scratch;
+    unsigned char *refuse;   /* reply metadata: refused entries */
+    size_t refuse_cap;
+    unsigned char *drain;    /* sink for refused payload */
+} kvf_tcp_sconn_t;
+
+struct kvf_tcp_server {
+    kvf_tl_iface_t *iface;
+    int lfd;
+    int wake[2];
+    pthread_t thread;
+    pthread_mutex_t lock;
+    kvf_tcp_sconn_t *conns;
+    int stop;
+};
+
+static uint64_t kvf_tcp_le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    int i;
+
+    for (i = 7; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+static void kvf_tcp_put32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static uint64_t kvf_tcp_deadline(kvf_tcp_sconn_t *c)
+{
+    return kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
+}
+
+/* Reads a request's entry list and checks it is self-consistent. */
+static kvf_status_t kvf_tcp_recv_entries(kvf_tcp_sconn_t *c,
+                                         const kvf_frame_hdr_t *hdr,
+                                         int payload)
+{
+    uint64_t sum = 0, len;
+    kvf_status_t status;
+    uint32_t i;
+
+    if ((uint64_t)hdr->count * KVF_TCP_ENTRY_LEN != hdr->meta_len) {
+        kvf_warn("request %lu: %u entries but %u bytes of metadata",
+                 (unsigned long)hdr->id, hdr->count, hdr->meta_len);
+        return KVF_ERR_PROTOCOL;
+    }
+    status = kvf_tcp_scratch_meta(&c->scratch, hdr->meta_len + 1);
+    if (status == KVF_OK) {
+        status = kvf_sock_recv_all(c->fd, c->scratch.meta, hdr->meta_len,
+                                   kvf_tcp_deadline(c));
+    }
+    if (status != KVF_OK) {
+        return status;
+    }
+    for (i = 0; i < hdr->count; i++) {
+        len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
+        if (len > KVF_WIRE_DATA_MAX || sum + len < sum) {
+            return KVF_ERR_PROTOCOL;
+        }
+        sum += len;
+    }
+    if (payload && sum != hdr->data_len) {
+        kvf_warn("request %lu: entries sum to %lu bytes, payload is %lu",
+                 (unsigned long)hdr->id, (unsigned long)sum,
+                 (unsigned long)hdr->data_len);
+        return KVF_ERR_PROTOCOL;
+    }
+    if (!payload && hdr->data_len != 0) {
+        return KVF_ERR_PROTOCOL;
+    }
+    status = kvf_tcp_scratch_iov(&c->scratch, (size_t)hdr->count + 2);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (c->refuse_cap < (size_t)hdr->count * KVF_TCP_REFUSE_LEN) {
+        unsigned char *p = kvf_realloc(
+            c->refuse, (size_t)hdr->count * KVF_TCP_REFUSE_LEN);
+
+        if (p == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        c->refuse = p;
+        c->refuse_cap = (size_t)hdr->count * KVF_TCP_REFUSE_LEN;
+    }
+    return KVF_OK;
+}
+
+/*
+ * Checks every entry and builds the iovec list of the accepted ones
+ * (adjacent entries merged). Refused WRITE entries get drain iovecs so
+ * the stream stays in step. Caller holds the target's acquire().
+ */
+static kvf_status_t kvf_tcp_map_entries(kvf_tcp_sconn_t *c,
+                                        const kvf_frame_hdr_t *hdr,
+                                        int drain_refused, size_t *iovcnt_p,
+                                        uint32_t *nrefused_p,
+                                        uint64_t *accepted_p)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    struct iovec *iov;
+    kvf_tl_mem_t mem;
+    uint64_t addr, len, accepted = 0, piece;
+    size_t n = 0, need;
+    uint32_t i, nref = 0;
+    kvf_status_t st;
+
+    for (i = 0; i < hdr->count; i++) {
+        addr = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN);
+        len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
+        st = t->access(t->arg, addr, len, &mem);
+        if (st == KVF_OK && mem.type == KVF_MEM_CUDA) {
+            st = KVF_ERR_UNSUPPORTED;
+        }
+        if (st != KVF_OK) {
+            kvf_log_rl(KVF_LOG_WARN,
+                       "refused remote access 0x%lx+%lu: %s",
+                       (unsigned long)addr, (unsigned long)len,
+                       kvf_status_str(st));
+            kvf_tcp_put32(c->refuse + nref * KVF_TCP_REFUSE_LEN, i);
+            kvf_tcp_put32(c->refuse + nref * KVF_TCP_REFUSE_LEN + 4,
+                          (uint32_t)st);
+            nref++;
+            if (!drain_refused) {
+                continue;
+            }
+            while (len > 0) {
+                piece = (len > KVF_TCP_DRAIN_LEN) ? KVF_TCP_DRAIN_LEN : len;
+                need = n + 2;
+                if (kvf_tcp_scratch_iov(&c->scratch, need) != KVF_OK) {
+                    return KVF_ERR_NO_MEMORY;
+                }
+                c->scratch.iov[n].iov_base = c->drain;
+                c->scratch.iov[n].iov_len = piece;
+                n++;
+                len -= piece;
+            }
+            continue;
+        }
+        if (len == 0) {
+            continue;
+        }
+        iov = c->scratch.iov;
+        if (n > 0 && iov[n - 1].iov_base != c->drain &&
+            (char *)iov[n - 1].iov_base + iov[n - 1].iov_len ==
+                (char *)(uintptr_t)addr) {
+            iov[n - 1].iov_len += len;
+        } else {
+            if (kvf_tcp_scratch_iov(&c->scratch, n + 2) != KVF_OK) {
+                return KVF_ERR_NO_MEMORY;
+            }
+            c->scratch.iov[n].iov_base = (void *)(uintptr_t)addr;
+            c->scratch.iov[n].iov_len = len;
+            n++;
+        }
+        accepted += len;
+    }
+    *iovcnt_p = n;
+    *nrefused_p = nref;
+    *accepted_p = accepted;
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_tcp_serve_write(kvf_tcp_sconn_t *c,
+                                        const kvf_frame_hdr_t *hdr)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    unsigned char rh[KVF_WIRE_HDR_LEN];
+    struct iovec out[2];
+    kvf_frame_hdr_t reply = {0};
+    kvf_status_t status;
+    uint64_t accepted;
+    uint32_t nref;
+    size_t n;
+
+    status = kvf_tcp_recv_entries(c, hdr, 1);
+    if (status != KVF_OK) {
+        return status;
+    }
+    t->acquire(t->arg);
+    status = kvf_tcp_map_entries(c, hdr, 1, &n, &nref, &accepted);
+    if (status == KVF_OK) {
+        status = kvf_sock_readv_all(c->fd, c->scratch.iov, n,
+                                    kvf_tcp_deadline(c));
+    }
+    t->release(t->arg);
+    if (status != KVF_OK) {
+        return status;
+    }
+    reply.magic = KVF_WIRE_MAGIC;
+    reply.version = KVF_WIRE_VERSION;
+    reply.type = KVF_TCP_WRITE_ACK;
+    reply.id = hdr->id;
+    reply.count = nref;
+    reply.meta_len = nref * KVF_TCP_REFUSE_LEN;
+    reply.status = nref ? KVF_ERR_OUT_OF_BOUNDS : KVF_OK;
+    kvf_frame_pack(&reply, rh);
+    out[0].iov_base = rh;
+    out[0].iov_len = sizeof(rh);
+    out[1].iov_base = c->refuse;
+    out[1].iov_len = reply.meta_len;
+    return kvf_sock_writev_all(c->fd, out, 2, kvf_tcp_deadline(c));
+}
+
+static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
+                                       const kvf_frame_hdr_t *hdr)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    unsigned char rh[KVF_WIRE_HDR_LEN];
+    kvf_frame_hdr_t reply = {0};
+    kvf_status_t status;
+    uint64_t accepted;
+    uint32_t nref;
+    size_t n;
+
+    status = kvf_tcp_recv_entries(c, hdr, 0);
+    if (status != KVF_OK) {
+        return status;
+    }
+    t->acquire(t->arg);
+    /* iov[0..1] are the reply header and refusals: map after them */
+    status = kvf_tcp_map_entries(c, hdr, 0, &n, &nref, &accepted);
+    if (status == KVF_OK) {
+        status = kvf_tcp_scratch_iov(&c->scratch, n + 2);
+    }
+    if (status != KVF_OK) {
+        t->release(t->arg);
+        return status;
+    }
+    memmove(c->scratch.iov + 2, c->scratch.iov, n * sizeof(struct iovec));
+    reply.magic = KVF_WIRE_MAGIC;
+    reply.version = KVF_WIRE_VERSION;
+    reply.type = KVF_TCP_READ_RESP;
+    reply.id = hdr->id;
+    reply.count = nref;
+    reply.meta_len = nref * KVF_TCP_REFUSE_LEN;
+    reply.data_len = accepted;
+    reply.status = nref ? KVF_ERR_OUT_OF_BOUNDS : KVF_OK;
+    kvf_frame_pack(&reply, rh);
+    c->scratch.iov[0].iov_base = rh;
+    c->scratch.iov[0].iov_len = sizeof(rh);
+    c->scratch.iov[1].iov_base = c->refuse;
+    c->scratch.iov[1].iov_len = reply.meta_len;
+    status = kvf_sock_writev_all(c->fd, c->scratch.iov, n + 2,
+                                 kvf_tcp_deadline(c));
+    t->release(t->arg);
+    return status;
+}
+
+static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
+                                      const kvf_frame_hdr_t *hdr)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    kvf_status_t status, st = KVF_OK;
+    unsigned char *sums;
+    kvf_tl_mem_t mem;
+    uint64_t addr, len, h;
+    uint32_t i;
+    int b;
+
+    status = kvf_tcp_recv_entries(c, hdr, 0);
+    if (status != KVF_OK) {
+        return status;
+    }
+    sums = kvf_malloc((size_t)hdr->count * 8 + 1);
+    if (sums == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    t->acquire(t->arg);
+    for (i = 0; i < hdr->count && st == KVF_OK; i++) {
+        addr = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN);
+        len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
+        st = t->access(t->arg, addr, len, &mem);
+        if (st == KVF_OK && mem.type == KVF_MEM_CUDA) {
+            st = KVF_ERR_UNSUPPORTED;
+        }
+        h = (st == KVF_OK) ? kvf_hash64((void *)(uintptr_t)addr, len, 0) : 0;
+        for (b = 0; b < 8; b++) {
+            sums[i * 8 + (uint32_t)b] = (unsigned char)(h >> (8 * b));
+        }
+    }
+    t->release(t->arg);
+    if (st != KVF_OK) {
+        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, st, 0, 0,
+                                  0, kvf_tcp_deadline(c));
+    } else {
+        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, KVF_OK,
+                                  hdr->count * 8, hdr->count, 0,
+                                  kvf_tcp_deadline(c));
+        if (status == KVF_OK) {
+            status = kvf_sock_send_all(c->fd, sums, (size_t)hdr->count * 8,
+                                       kvf_tcp_deadline(c));
+        }
+    }
+    kvf_free(sums);
+    return status;
+}
+
+/* Raw stream for `bench link`: one contiguous range, no block handling. */
+static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
+                                       const kvf_frame_hdr_t *hdr)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    int is_write = (hdr->type == KVF_TCP_LINK_WRITE);
+    kvf_status_t status, st;
+    kvf_tl_mem_t mem;
+    uint64_t addr, len;
+
+    if (hdr->count != 1) {
+        return KVF_ERR_PROTOCOL;
+    }
+    status = kvf_tcp_recv_entries(c, hdr, is_write);
+    if (status != KVF_OK) {
+        return status;
+    }
+    addr = kvf_tcp_le64(c->scratch.meta);
+    len = kvf_tcp_le64(c->scratch.meta + 8);
+    t->acquire(t->arg);
+    st = t->access(t->arg, addr, len, &mem);
+    if (st == KVF_OK && mem.type == KVF_MEM_CUDA) {
+        st = KVF_ERR_UNSUPPORTED;
+    }
+    if (is_write) {
+        status = (st == KVF_OK)
+                     ? kvf_sock_recv_all(c->fd, (void *)(uintptr_t)addr, len,
+                                         kvf_tcp_deadline(c))
+                     : kvf_sock_drain(c->fd, len, kvf_tcp_deadline(c));
+        if (status == KVF_OK) {
+            status = kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st,
+                                      0, 0, 0, kvf_tcp_deadline(c));
+        }
+    } else {
+        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0, 0,
+                                  (st == KVF_OK) ? len : 0,
+                                  kvf_tcp_deadline(c));
+        if (status == KVF_OK && st == KVF_OK) {
+            status = kvf_sock_send_all(c->fd, (void *)(uintptr_t)addr, len,
+                                       kvf_tcp_deadline(c));
+        }
+    }
+    t->release(t->arg);
+    return status;
+}
+
+static kvf_status_t kvf_tcp_serve_hello(kvf_tcp_sconn_t *c,
+                                        const kvf_frame_hdr_t *hdr)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    kvf_status_t status;
+    kvf_wr_t w;
+
+    if (hdr->meta_len != 0 || hdr->data_len != 0) {
+        return KVF_ERR_PROTOCOL;
+    }
+    kvf_wr_init(&w);
+    status = t->describe(t->arg, &w);
+    if (status == KVF_OK) {
+        status = kvf_wr_status(&w);
+    }
+    if (status == KVF_OK) {
+        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_DESC, hdr->id, KVF_OK,
+                                  (uint32_t)w.len, 0, 0,
+                                  kvf_tcp_deadline(c));
+    }
+    if (status == KVF_OK) {
+        status = kvf_sock_send_all(c->fd, w.buf, w.len, kvf_tcp_deadline(c));
+    }
+    kvf_wr_free(&w);
+    return status;
+}
+
+/* Waits for the next request, waking periodically to notice stop. */
+static int kvf_tcp_wait_request(kvf_tcp_sconn_t *c)
+{
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    int ret;
+
+    while (!__atomic_load_n(&c->srv->stop, __ATOMIC_ACQUIRE)) {
+        ret = poll(&pfd, 1, KVF_TCP_IDLE_POLL_MS);
+        if (ret > 0) {
+            return 1;
+        }
+        if (ret < 0 && errno != EINTR) {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static void *kvf_tcp_sconn_main(void *arg)
+{
+    kvf_tcp_sconn_t *c = arg;
+    kvf_frame_hdr_t hdr;
+    kvf_status_t status;
+
+    while (kvf_tcp_wait_request(c)) {
+        status = kvf_tcp_recv_hdr(c->fd, &hdr, kvf_tcp_deadline(c));
+        if (status == KVF_ERR_CONN_RESET) {
+            break;
+        }
+        if (status != KVF_OK) {
+            kvf_warn("closing connection: bad frame header (%s)",
+                     kvf_status_str(status));
+            goto err_reply;
+        }
+        switch (hdr.type) {
+        case KVF_TCP_HELLO:
+            status = kvf_tcp_serve_hello(c, &hdr);
+            break;
+        case KVF_TCP_WRITE:
+            status = kvf_tcp_serve_write(c, &hdr);
+            break;
+        case KVF_TCP_READ:
+            status = kvf_tcp_serve_read(c, &hdr);
+            break;
+        case KVF_TCP_SUM:
+            status = kvf_tcp_serve_sum(c, &hdr);
+            break;
+        case KVF_TCP_LINK_WRITE:
+        case KVF_TCP_LINK_READ:
+            status = kvf_tcp_serve_link(c, &hdr);
+            break;
+        default:
+            kvf_warn("closing connection: unknown message type %u",
+                     hdr.type);
+            status = KVF_ERR_PROTOCOL;
+            break;
+        }
+        if (status == KVF_ERR_PROTOCOL || status == KVF_ERR_NO_MEMORY) {
+            kvf_warn("closing connection: request %lu: %s",
+                     (unsigned long)hdr.id, kvf_status_str(status));
+            goto err_reply;
+        }
+        if (status != KVF_OK) {
+            kvf_debug("connection ends: %s", kvf_status_str(status));
+            break;
+        }
+    }
+    goto out;
+
+err_reply:
+    /* best effort: tell the peer why, then close */
+    kvf_tcp_send_hdr(c->fd, KVF_TCP_ERROR, 0, status, 0, 0, 0,
+                     kvf_time_ms() + 100);
+out:
+    shutdown(c->fd, SHUT_RDWR);
+    __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void kvf_tcp_sconn_free(kvf_tcp_sconn_t *c)
+{
+    pthread_join(c->thread, NULL);
+    close(c->fd);
+    kvf_tcp_scratch_free(&c->scratch);
+    kvf_free(c->refuse);
+    kvf_free(c->drain);
+    kvf_free(c);
+}
+
+/* Joins connections whose thread has finished. */
+static void kvf_tcp_reap(kvf_tcp_server_t *srv, int all)
+{
+    kvf_tcp_sconn_t **pp, *c;
+
+    pthread_mutex_lock(&srv->lock);
+    pp = &srv->conns;
+    while ((c = *pp) != NULL) {
+        if (all || __atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
+            *pp = c->next;
+            pthread_mutex_unlock(&srv->lock);
+            kvf_tcp_sconn_free(c);
+            pthread_mutex_lock(&srv->lock);
+            pp = &srv->conns;
+        } else {
+            pp = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&srv->lock);
+}
+
+static void kvf_tcp_accept_one(kvf_tcp_server_t *srv)
+{
+    kvf_tcp_sconn_t *c;
+    int fd, one = 1;
+
+    fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno != EAGAIN && errno != EINTR) {
+            kvf_log_rl(KVF_LOG_WARN, "accept failed: %m");
+        }
+        return;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    kvf_sock_set_bufs(fd, KVF_TCP_SOCKBUF);
+    c = kvf_calloc(1, sizeof(*c));
+    if (c == NULL || (c->drain = kvf_malloc(KVF_TCP_DRAIN_LEN)) == NULL) {
+        kvf_error("no memory for a new connection");
+        kvf_free(c);
+        close(fd);
+        return;
+    }
+    c->srv = srv;
+    c->fd = fd;
+    if (pthread_create(&c->thread, NULL, kvf_tcp_sconn_main, c) != 0) {
+        kvf_error("cannot start a connection thread");
+        kvf_free(c->drain);
+        kvf_free(c);
+        close(fd);
+        return;
+    }
+    pthread_mutex_lock(&srv->lock);
+    c->next = srv->conns;
+    srv->conns = c;
+    pthread_mutex_unlock(&srv->lock);
+}
+
+static void *kvf_tcp_accept_main(void *arg)
+{
+    kvf_tcp_server_t *srv = arg;
+    struct pollfd pfd[2];
+
+    pfd[0].fd = srv->lfd;
+    pfd[0].events = POLLIN;
+    pfd[1].fd = srv->wake[0];
+    pfd[1].events = POLLIN;
+    while (!__atomic_load_n(&srv->stop, __ATOMIC_ACQUIRE)) {
+        if (poll(pfd, 2, 1000) > 0 && (pfd[0].revents & POLLIN)) {
+            kvf_tcp_accept_one(srv);
+        }
+        kvf_tcp_reap(srv, 0);
+    }
+    return NULL;
+}
+
+kvf_status_t kvf_tcp_server_start(kvf_tl_iface_t *iface)
+{
+    char host[KVF_HOST_MAX];
+    kvf_tcp_server_t *srv;
+    kvf_status_t status;
+    uint16_t port;
+
+    status = kvf_sock_parse_addr(iface->cfg.listen, host, sizeof(host),
+                                 &port);
+    if (status != KVF_OK) {
+        return status;
+    }
+    srv = kvf_calloc(1, sizeof(*srv));
+    if (srv == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    srv->iface = iface;
+    pthread_mutex_init(&srv->lock, NULL);
+    status = kvf_sock_listen(host, port, 512, &srv->lfd, &port);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    if (pipe2(srv->wake, O_CLOEXEC) < 0) {
+        kvf_error("pipe failed: %m");
+        status = KVF_ERR_IO;
+        goto err_close;
+    }
+    if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0) {
+        snprintf(host, sizeof(host), "127.0.0.1");
+    }
+    snprintf(iface->address, sizeof(iface->address), "%s:%u", host, port);
+    iface->server = srv;
+    if (pthread_create(&srv->thread, NULL, kvf_tcp_accept_main, srv) != 0) {
+        kvf_error("cannot start the accept thread");
+        status = KVF_ERR_NO_RESOURCE;
+        goto err_pipe;
+    }
+    return KVF_OK;
+
+err_pipe:
+    iface->server = NULL;
+    close(srv->wake[0]);
+    close(srv->wake[1]);
+err_close:
+    close(srv->lfd);
+err_free:
+    pthread_mutex_destroy(&srv->lock);
+    kvf_free(srv);
+    return status;
+}
+
+void kvf_tcp_server_stop(kvf_tl_iface_t *iface)
+{
+    kvf_tcp_server_t *srv = iface->server;
+    kvf_tcp_sconn_t *c;
+
+    if (srv == NULL) {
+        return;
+    }
+    __atomic_store_n(&srv->stop, 1, __ATOMIC_RELEASE);
+    if (write(srv->wake[1], "x", 1) < 0) {
+        /* the accept thread notices stop within its poll period */
+    }
+    pthread_join(srv->thread, NULL);
+    pthread_mutex_lock(&srv->lock);
+    for (c = srv->conns; c != NULL; c = c->next) {
+        shutdown(c->fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    kvf_tcp_reap(srv, 1);
+    close(srv->lfd);
+    close(srv->wake[0]);
+    close(srv->wake[1]);
+    pthread_mutex_destroy(&srv->lock);
+    kvf_free(srv);
+    iface->server = NULL;
+}

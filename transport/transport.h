@@ -1,0 +1,111 @@
+/*
+ * Transport interface: what the engine asks of tcp, shm, cuda, fault...
+ * One ops table per transport (libfabric's provider model); the engine
+ * calls only through it.
+ *
+ * A transport has two sides. The *iface* serves this process's memory to
+ * peers: it is opened with a kvf_tl_target_t, the engine's hooks that
+ * check every remote access against the registered regions. The *ep*
+ * reaches one peer: requests posted to it complete asynchronously through
+ * their callback, from a transport thread, exactly once.
+ */
+#ifndef KVF_TRANSPORT_H
+#define KVF_TRANSPORT_H
+
+#include <kvferry/engine.h>
+
+#include "core/wire.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvf_tl_iface kvf_tl_iface_t;
+typedef struct kvf_tl_ep kvf_tl_ep_t;
+
+/* One contiguous piece of a request. */
+typedef struct kvf_tl_seg {
+    void *local;
+    uint64_t remote;
+    uint64_t len;
+} kvf_tl_seg_t;
+
+/* One unit of work for a transport: segments of one type to one peer. */
+typedef struct kvf_tl_req {
+    kvf_op_type_t type;
+    kvf_tl_seg_t *segs;
+    size_t nsegs;
+    uint64_t bytes;          /* sum of segs[].len */
+    const int *cancel;       /* non-zero: fail with KVF_ERR_CANCELED */
+    kvf_status_t status;     /* set by the transport before complete():
+                                KVF_OK if every segment moved; otherwise
+                                seg_status[i] holds each segment's result */
+    kvf_status_t *seg_status; /* nsegs entries, owned by the poster */
+    void (*complete)(struct kvf_tl_req *req);
+    void *arg;               /* owner's */
+    struct kvf_tl_req *next; /* transport's queue link */
+    uint64_t deadline_ms;    /* transport's */
+} kvf_tl_req_t;
+
+/* Memory description the target hook returns for a remote range. */
+typedef struct kvf_tl_mem {
+    kvf_mem_type_t type;
+    int device;
+} kvf_tl_mem_t;
+
+/* Engine hooks for serving remote accesses. access() checks that
+ * [addr, addr+len) lies inside one registered region and, on success,
+ * pins the region set until release() (deregistration waits). */
+typedef struct kvf_tl_target {
+    void *arg;
+    kvf_status_t (*access)(void *arg, uint64_t addr, uint64_t len,
+                           kvf_tl_mem_t *mem_p);
+    void (*acquire)(void *arg);
+    void (*release)(void *arg);
+    /* Encodes this segment's descriptor (answer to a peer's HELLO). */
+    kvf_status_t (*describe)(void *arg, kvf_wr_t *out);
+} kvf_tl_target_t;
+
+typedef struct kvf_tl_config {
+    const char *listen;    /* "host:port" (tcp) */
+    unsigned conns;        /* connections per ep */
+    unsigned timeout_ms;
+    size_t chunk_bytes;
+    int no_listen;
+} kvf_tl_config_t;
+
+typedef struct kvf_transport_ops {
+    const char *name;
+    /* Non-zero if usable in this process (devices, permissions). */
+    int (*available)(void);
+    kvf_status_t (*iface_open)(const kvf_tl_config_t *cfg,
+                               const kvf_tl_target_t *target,
+                               kvf_tl_iface_t **iface_p);
+    void (*iface_close)(kvf_tl_iface_t *iface);
+    /* Address peers use to reach this iface (goes in the descriptor). */
+    const char *(*iface_address)(kvf_tl_iface_t *iface);
+    kvf_status_t (*ep_open)(kvf_tl_iface_t *iface, const char *address,
+                            kvf_tl_ep_t **ep_p);
+    void (*ep_close)(kvf_tl_ep_t *ep);
+    kvf_status_t (*ep_post)(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
+    kvf_status_t (*ep_checksum)(kvf_tl_ep_t *ep, const uint64_t *remote,
+                                const size_t *lengths, size_t count,
+                                uint64_t *sums);
+    kvf_status_t (*ep_link_test)(kvf_tl_ep_t *ep, kvf_op_type_t type,
+                                 void *local, uint64_t remote, size_t length,
+                                 double *seconds_p);
+} kvf_transport_ops_t;
+
+/* Registered transports, NULL-terminated, in default preference order. */
+extern const kvf_transport_ops_t *const kvf_transports[];
+
+const kvf_transport_ops_t *kvf_transport_find(const char *name);
+
+/* Completes a request whose segments all failed with status. */
+void kvf_tl_req_fail(kvf_tl_req_t *req, kvf_status_t status);
+
+/* p2p metadata: connects to a tcp iface at address and returns the
+ * segment descriptor it serves (caller frees *desc_p with kvf_free). */
+kvf_status_t kvf_tcp_fetch_descriptor(const char *address, int timeout_ms,
+                                      void **desc_p, size_t *len_p);
+
+#endif
