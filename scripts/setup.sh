@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs kvferry's build and test dependencies on Debian 12 and builds it
+# (release build in build/, ASan+UBSan build in build-asan/ with --asan).
+# Safe to run again: packages already present are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev
+      python3 python3-jsonschema iproute2 nftables redis-server redis-tools
+      pciutils)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+werror=OFF
+[ "${CI:-}" = "true" ] && werror=ON
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DKVF_WERROR="$werror" >/dev/null
+ninja -C build
+if [ "${1:-}" = "--asan" ]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+    -DKVF_SANITIZE=ON -DKVF_WERROR="$werror" >/dev/null
+  ninja -C build-asan
+fi
