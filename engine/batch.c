@@ -119,6 +119,8 @@ static void kvf_chunk_post(kvf_chunk_t *c)
     pthread_mutex_lock(&b->lock);
     b->pending++;
     pthread_mutex_unlock(&b->lock);
+    KVF_TL_COUNT(requests, 1);
+    KVF_TL_COUNT(segments, c->req.nsegs);
     status = c->peer->ops->ep_post(c->peer->ep, &c->req);
     if (status != KVF_OK) {
         kvf_tl_req_fail(&c->req, status);
@@ -337,4 +339,21 @@ kvf_status_t kvf_transfer_sync(kvf_engine_h e, const kvf_op_t *ops,
     status = kvf_batch_wait(b, timeout_ms);
     kvf_batch_destroy(b);
     return status;
+}
+
+void kvf_engine_stats(kvf_engine_h engine, kvf_engine_stats_t *stats_p)
+{
+    (void)engine;
+    stats_p->requests = __atomic_load_n(&kvf_tl_counters.requests,
+                                        __ATOMIC_RELAXED);
+    stats_p->segments = __atomic_load_n(&kvf_tl_counters.segments,
+                                        __ATOMIC_RELAXED);
+    stats_p->wire_entries = __atomic_load_n(&kvf_tl_counters.wire_entries,
+                                            __ATOMIC_RELAXED);
+    stats_p->wire_iovs = __atomic_load_n(&kvf_tl_counters.wire_iovs,
+                                         __ATOMIC_RELAXED);
+    stats_p->bytes = __atomic_load_n(&kvf_tl_counters.bytes,
+                                     __ATOMIC_RELAXED);
+    stats_p->errors = __atomic_load_n(&kvf_tl_counters.errors,
+                                      __ATOMIC_RELAXED);
 }

@@ -13,6 +13,8 @@ const kvf_transport_ops_t *const kvf_transports[] = {
     NULL,
 };
 
+kvf_tl_counters_t kvf_tl_counters;
+
 const kvf_transport_ops_t *kvf_transport_find(const char *name)
 {
     size_t i;
@@ -30,6 +32,7 @@ void kvf_tl_req_fail(kvf_tl_req_t *req, kvf_status_t status)
     size_t i;
 
     req->status = status;
+    KVF_TL_COUNT(errors, 1);
     if (req->seg_status != NULL) {
         for (i = 0; i < req->nsegs; i++) {
             req->seg_status[i] = status;

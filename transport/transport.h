@@ -95,6 +95,22 @@ typedef struct kvf_transport_ops {
                                  double *seconds_p);
 } kvf_transport_ops_t;
 
+/* Process-wide data-path counters, updated by transports with relaxed
+ * atomics; read through kvf_engine_stats(). */
+typedef struct kvf_tl_counters {
+    uint64_t requests;     /* requests posted to eps */
+    uint64_t segments;     /* segments in those requests */
+    uint64_t wire_entries; /* remote entries after merging adjacent ones */
+    uint64_t wire_iovs;    /* local iovecs after merging adjacent ones */
+    uint64_t bytes;        /* payload bytes moved */
+    uint64_t errors;       /* requests completed with an error */
+} kvf_tl_counters_t;
+
+extern kvf_tl_counters_t kvf_tl_counters;
+
+#define KVF_TL_COUNT(_field, _n)                                               \
+    __atomic_add_fetch(&kvf_tl_counters._field, (_n), __ATOMIC_RELAXED)
+
 /* Registered transports, NULL-terminated, in default preference order. */
 extern const kvf_transport_ops_t *const kvf_transports[];
 

@@ -141,6 +141,22 @@ KVF_API kvf_status_t kvf_peer_link_test(kvf_peer_h peer, kvf_op_type_t type,
                                 void *local, uint64_t remote, size_t length,
                                 double *seconds_p);
 
+/* Data-path counters of this process (all engines): requests posted to
+ * transports (after splitting and packing), their segments, the remote
+ * entries and local iovecs they became after adjacent ones were merged,
+ * payload bytes moved and requests that failed. */
+typedef struct kvf_engine_stats {
+    uint64_t requests;
+    uint64_t segments;
+    uint64_t wire_entries;
+    uint64_t wire_iovs;
+    uint64_t bytes;
+    uint64_t errors;
+} kvf_engine_stats_t;
+
+KVF_API void kvf_engine_stats(kvf_engine_h engine,
+                              kvf_engine_stats_t *stats_p);
+
 /* The checksum kvferry uses everywhere (64-bit, non-cryptographic). */
 KVF_API uint64_t kvf_checksum(const void *data, size_t length);
 

@@ -68,9 +68,15 @@ static kvf_status_t kvf_tcp_cconn_connect(kvf_tcp_cconn_t *c)
     return KVF_OK;
 }
 
+/*
+ * The connection failed (reset, protocol error or a silent peer): fail the
+ * requests in flight and those queued behind them, which would meet the
+ * same peer, so a whole batch fails within one timeout rather than one
+ * timeout per queued request. The next request reconnects.
+ */
 static void kvf_tcp_cconn_break(kvf_tcp_cconn_t *c, kvf_status_t status)
 {
-    kvf_tl_req_t *req;
+    kvf_tl_req_t *req, *queued;
 
     if (c->fd >= 0) {
         close(c->fd);
@@ -83,6 +89,15 @@ static void kvf_tcp_cconn_break(kvf_tcp_cconn_t *c, kvf_status_t status)
     c->flight_tail = NULL;
     c->nflight = 0;
     c->nreads = 0;
+    pthread_mutex_lock(&c->lock);
+    queued = c->head;
+    c->head = c->tail = NULL;
+    c->queued = 0;
+    pthread_mutex_unlock(&c->lock);
+    while ((req = queued) != NULL) {
+        queued = req->next;
+        kvf_tl_req_fail(req, status);
+    }
 }
 
 /*
@@ -137,6 +152,8 @@ static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     }
     *nentries_p = ne;
     *niov_p = ni;
+    KVF_TL_COUNT(wire_entries, ne);
+    KVF_TL_COUNT(wire_iovs, ni - iov_first);
     return KVF_OK;
 }
 
@@ -337,6 +354,7 @@ static void kvf_tcp_issue(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
         kvf_log_rl(KVF_LOG_ERROR, "cannot reconnect to %s:%u", c->ep->host,
                    c->ep->port);
         kvf_tl_req_fail(req, KVF_ERR_PEER_UNREACHABLE);
+        kvf_tcp_cconn_break(c, KVF_ERR_PEER_UNREACHABLE);
         return;
     }
     status = kvf_tcp_send_req(c, req);
@@ -371,6 +389,9 @@ static void kvf_tcp_complete_oldest(kvf_tcp_cconn_t *c)
         c->nreads--;
     }
     req->next = NULL;
+    if (req->status == KVF_OK) {
+        KVF_TL_COUNT(bytes, req->bytes);
+    }
     req->complete(req);
 }
 

@@ -1,0 +1,127 @@
+/*
+ * Integration test helpers (see test_util.h).
+ */
+#include "test_util.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/hash.h"
+
+int kvf_test_target_start(kvf_test_target_t *t, uint64_t pool_len,
+                          uint64_t seed, const char *extra1,
+                          const char *extra2)
+{
+    const char *bin = getenv("KVF_BIN");
+    char pool[32], seeds[32], line[512];
+    char *argv[12];
+    int fds[2], n = 0;
+    FILE *f;
+
+    if (bin == NULL) {
+        fprintf(stderr, "KVF_BIN is not set\n");
+        return -1;
+    }
+    snprintf(pool, sizeof(pool), "%lu", (unsigned long)pool_len);
+    snprintf(seeds, sizeof(seeds), "%lu", (unsigned long)seed);
+    argv[n++] = (char *)bin;
+    argv[n++] = "target";
+    argv[n++] = "--listen";
+    argv[n++] = "127.0.0.1:0";
+    argv[n++] = "--pool";
+    argv[n++] = pool;
+    argv[n++] = "--seed";
+    argv[n++] = seeds;
+    if (extra1 != NULL) {
+        argv[n++] = (char *)extra1;
+    }
+    if (extra2 != NULL) {
+        argv[n++] = (char *)extra2;
+    }
+    argv[n] = NULL;
+    if (pipe(fds) < 0) {
+        return -1;
+    }
+    t->pid = fork();
+    if (t->pid < 0) {
+        return -1;
+    }
+    if (t->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execv(bin, argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    f = fdopen(fds[0], "r");
+    if (f == NULL || fgets(line, sizeof(line), f) == NULL ||
+        sscanf(line, "segment=%127s pool=0x%lx+%lu", t->segment,
+               (unsigned long *)&t->pool_addr,
+               (unsigned long *)&t->pool_len) != 3) {
+        fprintf(stderr, "target did not start\n");
+        if (f != NULL) {
+            fclose(f);
+        }
+        kill(t->pid, SIGKILL);
+        waitpid(t->pid, NULL, 0);
+        return -1;
+    }
+    fclose(f);
+    return 0;
+}
+
+int kvf_test_target_stop(kvf_test_target_t *t)
+{
+    int status = 0, i;
+
+    if (t->pid <= 0) {
+        return -1;
+    }
+    kill(t->pid, SIGTERM);
+    for (i = 0; i < 500; i++) {
+        if (waitpid(t->pid, &status, WNOHANG) == t->pid) {
+            t->pid = 0;
+            return status;
+        }
+        usleep(10000);
+    }
+    kill(t->pid, SIGKILL);
+    waitpid(t->pid, &status, 0);
+    t->pid = 0;
+    return status;
+}
+
+void kvf_test_pool_bytes(void *buf, size_t len, uint64_t seed)
+{
+    kvf_rng_t rng;
+
+    kvf_rng_seed(&rng, seed);
+    kvf_rng_fill(&rng, buf, len);
+}
+
+int kvf_test_fd_count(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    if (d == NULL) {
+        return -1;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] != '.') {
+            n++;
+        }
+    }
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}

@@ -1,0 +1,33 @@
+/*
+ * Helpers shared by integration tests: spawn `kvferry target` (path from
+ * $KVF_BIN) and read its segment line, regenerate a target pool's bytes
+ * from its seed, count open file descriptors.
+ */
+#ifndef KVF_TEST_UTIL_H
+#define KVF_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct kvf_test_target {
+    pid_t pid;
+    char segment[128];
+    uint64_t pool_addr;
+    uint64_t pool_len;
+} kvf_test_target_t;
+
+/* Starts `kvferry target --listen 127.0.0.1:0 --pool LEN --seed SEED
+ * [extra...]` and waits (at most 30 s) for its segment line. */
+int kvf_test_target_start(kvf_test_target_t *t, uint64_t pool_len,
+                          uint64_t seed, const char *extra1,
+                          const char *extra2);
+/* SIGTERM then wait (SIGKILL after 5 s). Returns the exit status. */
+int kvf_test_target_stop(kvf_test_target_t *t);
+
+/* The bytes `kvferry target --seed SEED` filled its pool with. */
+void kvf_test_pool_bytes(void *buf, size_t len, uint64_t seed);
+
+int kvf_test_fd_count(void);
+
+#endif
