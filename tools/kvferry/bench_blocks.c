@@ -5,8 +5,9 @@
  * local and in the remote pool, moves them as one batch (WRITE or READ),
  * repeats, and prints the median in seed 000's format. In the same run it
  * measures the raw ceiling of the path (`bench link`: contiguous streams
- * over the same number of connections) and prints each row as a share of
- * it. --verify compares checksums of every moved block on both sides.
+ * of the same bytes over the same connections, interleaved with the
+ * iterations so both see the same machine) and prints each row as a
+ * share of it. --verify compares checksums of every moved block on both sides.
  */
 #include "tools/kvferry/bench.h"
 
@@ -28,6 +29,7 @@ typedef struct kvf_blocks_row {
     double lat_min_ms;
     double gib_s;
     double gbps;
+    double link_gib_s; /* ceiling of the same bytes, interleaved */
     double link_ratio;
     long mismatches;   /* -1 when not verified */
 } kvf_blocks_row_t;
@@ -190,19 +192,32 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
     uint64_t n = size / o->block, lslots = s->pool_len / o->block;
     uint64_t rslots = s->remote_len / o->block, i, t0;
     double *lat = calloc(o->iters, sizeof(double));
+    double *lsec = calloc(o->iters, sizeof(double));
     kvf_op_t *ops = calloc(n, sizeof(*ops));
     kvf_status_t status = KVF_OK;
     kvf_batch_h batch;
     unsigned it;
 
-    if (lat == NULL || ops == NULL || n == 0 || n > lslots || n > rslots) {
+    if (lat == NULL || lsec == NULL || ops == NULL || n == 0 || n > lslots ||
+        n > rslots) {
         fprintf(stderr, "kvferry: size %lu does not fit the pools\n",
                 (unsigned long)size);
+        free(lsec);
         free(lat);
         free(ops);
         return -1;
     }
     for (it = 0; it < o->iters && status == KVF_OK; it++) {
+        if (o->link) {
+            /* the ceiling of the same bytes, measured just before */
+            status = kvf_peer_link_test(s->peer, op, s->pool, s->remote,
+                                        n * o->block, &lsec[it]);
+            if (status != KVF_OK) {
+                fprintf(stderr, "kvferry: link test: %s\n",
+                        kvf_status_str(status));
+                break;
+            }
+        }
         kvf_blocks_pick(lperm, lslots, n, rng);
         kvf_blocks_pick(rperm, rslots, n, rng);
         for (i = 0; i < n; i++) {
@@ -223,6 +238,7 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
     if (status != KVF_OK) {
         fprintf(stderr, "kvferry: batch of %lu blocks failed: %s\n",
                 (unsigned long)n, kvf_status_str(status));
+        free(lsec);
         free(lat);
         free(ops);
         return -1;
@@ -264,41 +280,23 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
     row->lat_ms = kvf_bench_quantile(lat, o->iters, 0.5);
     row->gib_s = (double)(n * o->block) / (row->lat_ms / 1e3) / (1u << 30);
     row->gbps = (double)(n * o->block) * 8 / (row->lat_ms / 1e3) / 1e9;
+    row->link_gib_s = 0;
+    row->link_ratio = 0;
+    if (o->link) {
+        row->link_gib_s = (double)(n * o->block) /
+                          kvf_bench_quantile(lsec, o->iters, 0.5) /
+                          (1u << 30);
+        row->link_ratio = row->gib_s / row->link_gib_s;
+    }
+    free(lsec);
     free(lat);
     free(ops);
     return 0;
 }
 
-/* Link ceiling: contiguous streams of `bytes`, median of 3. */
-static double kvf_blocks_link(kvf_bench_session_t *s, kvf_op_type_t op,
-                              uint64_t bytes, unsigned iters)
-{
-    double secs[8];
-    unsigned i;
-    kvf_status_t status;
-
-    if (bytes > s->pool_len) {
-        bytes = s->pool_len;
-    }
-    if (bytes > s->remote_len) {
-        bytes = s->remote_len;
-    }
-    for (i = 0; i < iters && i < 8; i++) {
-        status = kvf_peer_link_test(s->peer, op, s->pool, s->remote, bytes,
-                                    &secs[i]);
-        if (status != KVF_OK) {
-            fprintf(stderr, "kvferry: link test: %s\n",
-                    kvf_status_str(status));
-            return 0.0;
-        }
-    }
-    return (double)bytes / kvf_bench_quantile(secs, i, 0.5) / (1u << 30);
-}
-
 static void kvf_blocks_json(const kvf_blocks_opts_t *o,
                             const kvf_bench_session_t *s,
-                            const kvf_blocks_row_t *rows, unsigned nrows,
-                            const double link[2])
+                            const kvf_blocks_row_t *rows, unsigned nrows)
 {
     FILE *f = strcmp(o->json, "-") ? fopen(o->json, "w") : stdout;
     kvf_json_t j;
@@ -318,10 +316,7 @@ static void kvf_blocks_json(const kvf_blocks_opts_t *o,
     kvf_json_int(&j, "block_bytes", (long long)o->block);
     kvf_json_int(&j, "pool_bytes", (long long)o->s.pool);
     kvf_json_int(&j, "iters", o->iters);
-    kvf_json_obj(&j, "link_gib_s");
-    kvf_json_num(&j, "write", link[0]);
-    kvf_json_num(&j, "read", link[1]);
-    kvf_json_end_obj(&j);
+    kvf_json_bool(&j, "link_measured", o->link);
     kvf_json_arr(&j, "rows");
     for (i = 0; i < nrows; i++) {
         kvf_json_obj(&j, NULL);
@@ -333,6 +328,7 @@ static void kvf_blocks_json(const kvf_blocks_opts_t *o,
         kvf_json_num(&j, "lat_ms_min", rows[i].lat_min_ms);
         kvf_json_num(&j, "gib_s", rows[i].gib_s);
         kvf_json_num(&j, "gbps", rows[i].gbps);
+        kvf_json_num(&j, "link_gib_s", rows[i].link_gib_s);
         kvf_json_num(&j, "link_ratio", rows[i].link_ratio);
         kvf_json_int(&j, "mismatches", rows[i].mismatches);
         kvf_json_end_obj(&j);
@@ -348,8 +344,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
 {
     kvf_blocks_row_t rows[2 * KVF_BLOCKS_SIZES_MAX];
     char bstr[32], pstr[32], sstr[32];
-    double link[2] = {0, 0};
-    uint64_t maxsize = 0, i, nslots;
+    uint64_t i, nslots;
     kvf_blocks_opts_t o;
     kvf_bench_session_t s;
     uint32_t *lperm, *rperm;
@@ -378,11 +373,6 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     for (i = 0; i < nslots; i++) {
         lperm[i] = rperm[i] = (uint32_t)i;
     }
-    for (k = 0; k < o.nsizes; k++) {
-        if (o.sizes[k] > maxsize) {
-            maxsize = o.sizes[k];
-        }
-    }
     kvf_rng_seed(&rng, o.s.seed * 7919);
     kvf_fmt_size(o.block, bstr, sizeof(bstr));
     kvf_fmt_size(o.s.pool, pstr, sizeof(pstr));
@@ -391,9 +381,6 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
 
         if (!(o.ops & (1 << opi))) {
             continue;
-        }
-        if (o.link) {
-            link[opi] = kvf_blocks_link(&s, op, maxsize, 3);
         }
         printf("connector=kvferry role=client device=cpu block=%s pool=%s "
                "transport=%s conns=%u op=%s\n",
@@ -409,14 +396,14 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
                 bad = 1;
                 break;
             }
-            r->link_ratio = link[opi] > 0 ? r->gib_s / link[opi] : 0;
             kvf_fmt_size(o.sizes[k], sstr, sizeof(sstr));
             printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
                    "BW=%7.2f GB/s (%6.2f Gbps)",
                    sstr, (unsigned long)r->wrs, bstr, r->lat_ms, r->gib_s,
                    r->gbps);
-            if (link[opi] > 0) {
-                printf(" | %3.0f%% of link", 100.0 * r->link_ratio);
+            if (o.link) {
+                printf(" | link=%6.2f GB/s %3.0f%%", r->link_gib_s,
+                       100.0 * r->link_ratio);
             }
             if (r->mismatches >= 0) {
                 printf(" | verify %s", r->mismatches ? "FAILED" : "ok");
@@ -431,17 +418,15 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         }
         printf("---------------------------------------------------------"
                "---------------\n");
-        if (link[opi] > 0) {
-            kvf_fmt_size(maxsize, sstr, sizeof(sstr));
-            printf("link: contiguous streams, %u conns, %s: BW=%7.2f GB/s "
-                   "(%6.2f Gbps)\n",
-                   o.s.conns, sstr, link[opi],
-                   link[opi] * (1u << 30) * 8 / 1e9);
+        if (o.link) {
+            printf("link = contiguous streams of the same bytes over the "
+                   "same %u connections, measured before each iteration\n",
+                   o.s.conns);
         }
     }
     printf("Done.\n");
     if (o.json != NULL) {
-        kvf_blocks_json(&o, &s, rows, nrows, link);
+        kvf_blocks_json(&o, &s, rows, nrows);
     }
     free(lperm);
     free(rperm);
