@@ -26,6 +26,7 @@
 
 #define KVF_TCP_DRAIN_LEN (64u << 10)
 #define KVF_TCP_IDLE_POLL_MS 250
+#define KVF_TCP_MAX_CONNS 1024 /* one thread each; beyond this, refuse */
 
 typedef struct kvf_tcp_sconn {
     struct kvf_tcp_server *srv;
@@ -46,6 +47,7 @@ struct kvf_tcp_server {
     pthread_t thread;
     pthread_mutex_t lock;
     kvf_tcp_sconn_t *conns;
+    unsigned nconns;
     int stop;
 };
 
@@ -510,6 +512,7 @@ static void kvf_tcp_reap(kvf_tcp_server_t *srv, int all)
     while ((c = *pp) != NULL) {
         if (all || __atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
             *pp = c->next;
+            srv->nconns--;
             pthread_mutex_unlock(&srv->lock);
             kvf_tcp_sconn_free(c);
             pthread_mutex_lock(&srv->lock);
@@ -533,6 +536,13 @@ static void kvf_tcp_accept_one(kvf_tcp_server_t *srv)
         }
         return;
     }
+    if (__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) >=
+        KVF_TCP_MAX_CONNS) {
+        kvf_log_rl(KVF_LOG_WARN, "refusing a connection: %u already open",
+                   srv->nconns);
+        close(fd);
+        return;
+    }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     kvf_sock_set_bufs(fd, KVF_TCP_SOCKBUF);
     c = kvf_calloc(1, sizeof(*c));
@@ -554,6 +564,7 @@ static void kvf_tcp_accept_one(kvf_tcp_server_t *srv)
     pthread_mutex_lock(&srv->lock);
     c->next = srv->conns;
     srv->conns = c;
+    srv->nconns++;
     pthread_mutex_unlock(&srv->lock);
 }
 
