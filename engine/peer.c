@@ -7,6 +7,7 @@
 #include "engine/engine_int.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "transport/fault/fault.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -82,6 +83,11 @@ static kvf_status_t kvf_peer_connect(kvf_peer_h peer,
         status = tl->ops->ep_open(tl->iface, desc->tl[j].address, &peer->ep);
         if (status == KVF_OK) {
             peer->ops = tl->ops;
+            /* drills and tests: KVF_FAULT wraps the ep (fault.h) */
+            status = kvf_fault_hook(&e->cfg, tl->iface, desc->tl[j].address,
+                                    &peer->ops, &peer->ep);
+        }
+        if (status == KVF_OK) {
             kvf_info("peer %s via %s (%s)", peer->name, tl->ops->name,
                      desc->tl[j].address);
             return KVF_OK;
