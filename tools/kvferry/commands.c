@@ -19,6 +19,8 @@ const kvf_cli_cmd_t kvf_cli_bench_commands[] = {
      "seed 000: random blocks from a registered pool, per transfer size"},
     {"link", kvf_cmd_bench_link,
      "raw ceiling of the path: contiguous streams, same connections"},
+    {"te", kvf_cmd_bench_te,
+     "seed 003 §3.3: engine throughput curve over block size (4K..64M)"},
     {"env", kvf_cmd_bench_env,
      "seed 003 §1: the environment table, detected (CPU, GPUs, NICs...)"},
     {NULL, NULL, NULL},

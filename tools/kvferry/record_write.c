@@ -27,7 +27,7 @@ static const char *kvf_rec_fmt(char *buf, size_t len, double v)
 {
     if (!isfinite(v)) {
         snprintf(buf, len, "–");
-    } else if (v == floor(v) && fabs(v) < 1e15) {
+    } else if ((v == floor(v) || fabs(v) >= 1e4) && fabs(v) < 1e15) {
         snprintf(buf, len, "%.0f", v);
     } else {
         snprintf(buf, len, "%.4g", v);
