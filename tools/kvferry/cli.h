@@ -21,6 +21,13 @@ typedef struct kvf_cli_cmd {
 int kvf_cmd_target(int argc, char **argv);
 int kvf_cmd_config(int argc, char **argv);
 int kvf_cmd_version(int argc, char **argv);
+int kvf_cmd_master(int argc, char **argv);
+int kvf_cmd_node(int argc, char **argv);
+int kvf_cmd_put(int argc, char **argv);
+int kvf_cmd_get(int argc, char **argv);
+int kvf_cmd_rm(int argc, char **argv);
+int kvf_cmd_exists(int argc, char **argv);
+int kvf_cmd_ls(int argc, char **argv);
 int kvf_cmd_bench_blocks(int argc, char **argv);
 int kvf_cmd_bench_link(int argc, char **argv);
 int kvf_cmd_bench_env(int argc, char **argv);

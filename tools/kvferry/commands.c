@@ -29,6 +29,13 @@ const kvf_cli_cmd_t kvf_cli_bench_commands[] = {
 const kvf_cli_cmd_t kvf_cli_commands[] = {
     {"target", kvf_cmd_target, "serve a registered pool to initiators"},
     {"bench", kvf_cmd_bench, "measurement suite (kvferry bench --help)"},
+    {"master", kvf_cmd_master, "store master: metadata, leases, eviction"},
+    {"node", kvf_cmd_node, "store node: contribute a memory pool"},
+    {"put", kvf_cmd_put, "store a file (or stdin) under a key"},
+    {"get", kvf_cmd_get, "fetch a key's bytes to a file (or stdout)"},
+    {"rm", kvf_cmd_rm, "remove keys from the store"},
+    {"exists", kvf_cmd_exists, "is a key stored? (exit status 0 = yes)"},
+    {"ls", kvf_cmd_ls, "list stored keys (by prefix)"},
     {"config", kvf_cmd_config, "list every configuration key"},
     {"version", kvf_cmd_version, "print the version and build options"},
     {NULL, NULL, NULL},

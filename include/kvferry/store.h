@@ -1,0 +1,173 @@
+/*
+ * kvferry store client: a key -> bytes cache spread over storage nodes.
+ * The master holds metadata only (where each object lives, its size and
+ * checksum); the bytes move between the caller's registered memory and
+ * the nodes' pools through the transfer engine, zero-copy.
+ *
+ *   kvf_store_params_t p = {.field_mask = KVF_STORE_PARAM_MASTER,
+ *                           .master = "127.0.0.1:17800"};
+ *   kvf_store_h st;
+ *   kvf_store_connect(&p, &st);
+ *   kvf_engine_reg(kvf_store_engine(st), buf, len, KVF_MEM_HOST, 0, &r);
+ *   kvf_store_put(st, "layer0/blk42", buf, 65536, NULL);
+ *   kvf_store_get(st, "layer0/blk42", buf, len, &got, 0);
+ *
+ * put: allocate on the master -> write every replica -> commit with the
+ * checksum. get: look up (takes a read lease) -> read one replica ->
+ * verify the checksum; on a mismatch or a failed read the next replica is
+ * tried, and when none is good the get fails with KVF_ERR_CHECKSUM (or the
+ * read's error): a get never hands back wrong bytes.
+ *
+ * Buffers must lie inside memory registered with kvf_store_engine(): host,
+ * pinned or GPU (KVF_MEM_CUDA). For memory the CPU cannot read (GPU), pass
+ * KVF_STORE_DEVICE_MEM: checksums are then computed by the node.
+ *
+ * A handle is safe to use from several threads at once (it keeps a pool of
+ * master connections and shares its engine and peers).
+ */
+#ifndef KVFERRY_STORE_H
+#define KVFERRY_STORE_H
+
+#include <kvferry/engine.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVF_STORE_KEY_MAX     1024 /* bytes of a key, NUL excluded */
+#define KVF_STORE_REPLICA_MAX 8
+#define KVF_STORE_BATCH_MAX   4096 /* keys in one batch call */
+#define KVF_STORE_SEG_MAX     272  /* segment name, NUL included */
+
+typedef struct kvf_store *kvf_store_h;
+
+enum kvf_store_params_field {
+    KVF_STORE_PARAM_MASTER = 1u << 0,
+    KVF_STORE_PARAM_ENGINE = 1u << 1,
+    KVF_STORE_PARAM_TIMEOUT = 1u << 2,
+    KVF_STORE_PARAM_TRANSPORTS = 1u << 3
+};
+
+typedef struct kvf_store_params {
+    uint64_t field_mask;
+    const char *master;     /* "host:port"; default: config key `master` */
+    kvf_engine_h engine;    /* borrowed, outlives the handle; NULL: the
+                               client creates its own (initiator only) */
+    unsigned timeout_ms;    /* bound on every wait (default 5000) */
+    const char *transports; /* for the client's own engine (NULL = auto) */
+} kvf_store_params_t;
+
+/* Flags of puts and gets. */
+#define KVF_STORE_PIN        (1u << 0) /* put: never evicted */
+#define KVF_STORE_DEVICE_MEM (1u << 1) /* buffer is not CPU-readable (GPU) */
+
+typedef struct kvf_store_put_opts {
+    unsigned replicas; /* 0 = the master's default; distinct nodes */
+    unsigned flags;    /* KVF_STORE_PIN, KVF_STORE_DEVICE_MEM */
+} kvf_store_put_opts_t;
+
+/* What the master knows of one object. */
+typedef struct kvf_store_info {
+    uint64_t size;
+    uint64_t checksum;  /* kvf_checksum() of the bytes */
+    unsigned replicas;
+    unsigned lease_ms;  /* read lease granted by kvf_store_query */
+    char segment[KVF_STORE_REPLICA_MAX][KVF_STORE_SEG_MAX];
+    uint64_t addr[KVF_STORE_REPLICA_MAX];
+} kvf_store_info_t;
+
+/* One entry of kvf_store_list. */
+typedef struct kvf_store_entry {
+    const char *key;   /* valid during the callback only */
+    uint64_t size;
+    unsigned replicas;
+    int committed;     /* 0 while its put is in progress */
+} kvf_store_entry_t;
+
+/* Time spent in the last get of the calling thread, by stage. */
+typedef struct kvf_store_timing {
+    uint64_t query_ns;  /* master lookup (round trip) */
+    uint64_t read_ns;   /* engine read of the replica(s) */
+    uint64_t verify_ns; /* checksum verification */
+} kvf_store_timing_t;
+
+/* Connects to the master (fails with KVF_ERR_CONNECT within the timeout). */
+KVF_API kvf_status_t kvf_store_connect(const kvf_store_params_t *params,
+                                       kvf_store_h *store_p);
+/* Closes connections and peers; destroys the engine if the client made it.
+ * No call may be in progress on the handle. */
+KVF_API void kvf_store_disconnect(kvf_store_h store);
+
+/* The engine the client moves data with: register buffers there. */
+KVF_API kvf_engine_h kvf_store_engine(kvf_store_h store);
+
+/* Stores len bytes at buf (inside registered memory) under key. A key
+ * already stored gives KVF_ERR_EXISTS; one being written KVF_ERR_BUSY.
+ * opts may be NULL. */
+KVF_API kvf_status_t kvf_store_put(kvf_store_h store, const char *key,
+                                   const void *buf, size_t len,
+                                   const kvf_store_put_opts_t *opts);
+
+/* Reads the object into buf (capacity cap, inside registered memory) and
+ * sets *len_p to its size. KVF_ERR_NO_KEY if absent, KVF_ERR_NOT_READY if
+ * its put is not committed, KVF_ERR_NO_RESOURCE if cap is too small,
+ * KVF_ERR_CHECKSUM if no replica holds the right bytes. flags:
+ * KVF_STORE_DEVICE_MEM. */
+KVF_API kvf_status_t kvf_store_get(kvf_store_h store, const char *key,
+                                   void *buf, size_t cap, size_t *len_p,
+                                   unsigned flags);
+
+/* Removes the object. KVF_ERR_LEASED while a reader holds a lease (the
+ * caller retries after at most the lease time), KVF_ERR_BUSY while its
+ * put is in progress, KVF_ERR_NO_KEY if absent. */
+KVF_API kvf_status_t kvf_store_remove(kvf_store_h store, const char *key);
+
+/* KVF_OK if the key is stored and committed, else KVF_ERR_NO_KEY. */
+KVF_API kvf_status_t kvf_store_exists(kvf_store_h store, const char *key);
+
+/* Size, checksum and replicas of a committed object; takes a read lease
+ * of info->lease_ms during which the replicas stay where they are. */
+KVF_API kvf_status_t kvf_store_query(kvf_store_h store, const char *key,
+                                     kvf_store_info_t *info_p);
+
+/* Batch forms: count keys at once (one master round trip per phase, one
+ * engine batch). statuses[i] gets each key's result; the return value is
+ * KVF_OK when all succeeded, else the first error. */
+KVF_API kvf_status_t kvf_store_put_batch(kvf_store_h store, size_t count,
+                                         const char *const *keys,
+                                         const void *const *bufs,
+                                         const size_t *lens,
+                                         const kvf_store_put_opts_t *opts,
+                                         kvf_status_t *statuses);
+KVF_API kvf_status_t kvf_store_get_batch(kvf_store_h store, size_t count,
+                                         const char *const *keys,
+                                         void *const *bufs,
+                                         const size_t *caps, size_t *lens,
+                                         unsigned flags,
+                                         kvf_status_t *statuses);
+KVF_API kvf_status_t kvf_store_remove_batch(kvf_store_h store, size_t count,
+                                            const char *const *keys,
+                                            kvf_status_t *statuses);
+KVF_API kvf_status_t kvf_store_exists_batch(kvf_store_h store, size_t count,
+                                            const char *const *keys,
+                                            kvf_status_t *statuses);
+
+/* Calls fn for each object whose key starts with prefix (NULL = all), at
+ * most max of them (0 = no limit other than one reply's size). */
+KVF_API kvf_status_t kvf_store_list(kvf_store_h store, const char *prefix,
+                                    size_t max,
+                                    void (*fn)(const kvf_store_entry_t *e,
+                                               void *arg),
+                                    void *arg);
+
+/* Stage times of the calling thread's last get (zeros before any). */
+KVF_API void kvf_store_last_timing(kvf_store_timing_t *timing_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,283 @@
+/*
+ * Store client handle: connect/disconnect, a pool of master connections
+ * (a call takes an idle one or opens a new one, so concurrent calls on
+ * one handle never wait for each other), the round trip with a single
+ * retry on a fresh connection when a pooled one turns out dead (e.g. the
+ * master restarted), and the cache of opened peers with reference counts
+ * so a peer that fails is closed only when its last user lets go.
+ */
+#include "store/client/client_int.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+__thread kvf_store_timing_t kvf_store_tl_timing;
+
+static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
+{
+    kvf_status_t status;
+    kvf_sconn_t *c;
+
+    c = kvf_calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    status = kvf_sock_connect(st->host, st->port, (int)st->timeout_ms,
+                              &c->fd);
+    if (status != KVF_OK) {
+        kvf_free(c);
+        return status;
+    }
+    *c_p = c;
+    return KVF_OK;
+}
+
+static void kvf_sconn_close(kvf_sconn_t *c)
+{
+    close(c->fd);
+    kvf_sp_frame_free(&c->f);
+    kvf_free(c);
+}
+
+void kvf_store_release(kvf_store_h st, kvf_sconn_t *c)
+{
+    pthread_mutex_lock(&st->lock);
+    c->next = st->idle;
+    st->idle = c;
+    pthread_mutex_unlock(&st->lock);
+}
+
+kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
+                           const kvf_wr_t *w, kvf_sconn_t **conn_p)
+{
+    kvf_status_t status;
+    kvf_sconn_t *c;
+    int fresh, attempt;
+
+    for (attempt = 0; attempt < 2; attempt++) {
+        pthread_mutex_lock(&st->lock);
+        c = st->idle;
+        if (c != NULL) {
+            st->idle = c->next;
+        }
+        pthread_mutex_unlock(&st->lock);
+        fresh = (c == NULL);
+        if (c == NULL) {
+            status = kvf_sconn_open(st, &c);
+            if (status != KVF_OK) {
+                kvf_log_rl(KVF_LOG_ERROR, "store master %s:%u unreachable: %s",
+                           st->host, st->port, kvf_status_str(status));
+                return status;
+            }
+        }
+        status = kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
+                             kvf_time_ms() + st->timeout_ms);
+        if (status == KVF_OK) {
+            if (c->f.hdr.status != KVF_OK) {
+                status = (kvf_status_t)c->f.hdr.status;
+                kvf_store_release(st, c);
+                return status;
+            }
+            *conn_p = c;
+            return KVF_OK;
+        }
+        kvf_sconn_close(c);
+        if (fresh || status == KVF_ERR_TIMEOUT) {
+            break;
+        }
+        /* a pooled connection may have died with an earlier master */
+    }
+    kvf_log_rl(KVF_LOG_ERROR, "store %s request to %s:%u failed: %s",
+               kvf_sp_msg_name(type), st->host, st->port,
+               kvf_status_str(status));
+    return status;
+}
+
+int kvf_store_peer_error(kvf_status_t s)
+{
+    return s == KVF_ERR_CONNECT || s == KVF_ERR_CONN_RESET ||
+           s == KVF_ERR_PEER_UNREACHABLE || s == KVF_ERR_PEER_CLOSED ||
+           s == KVF_ERR_NO_TRANSPORT || s == KVF_ERR_OUT_OF_BOUNDS ||
+           s == KVF_ERR_TIMEOUT || s == KVF_ERR_PROTOCOL;
+}
+
+kvf_status_t kvf_store_peer_get(kvf_store_h st, const char *segment,
+                                kvf_speer_t **sp_p)
+{
+    kvf_status_t status;
+    kvf_speer_t *sp;
+
+    pthread_mutex_lock(&st->peers_lock);
+    for (sp = st->peers; sp != NULL; sp = sp->next) {
+        if (strcmp(sp->name, segment) == 0) {
+            sp->refs++;
+            pthread_mutex_unlock(&st->peers_lock);
+            *sp_p = sp;
+            return KVF_OK;
+        }
+    }
+    sp = kvf_calloc(1, sizeof(*sp));
+    if (sp == NULL) {
+        pthread_mutex_unlock(&st->peers_lock);
+        return KVF_ERR_NO_MEMORY;
+    }
+    /* opened under the lock: concurrent users of a new node wait for one
+     * open (bounded by the engine's timeout) rather than open several */
+    status = kvf_peer_open(st->engine, segment, &sp->peer);
+    if (status != KVF_OK) {
+        pthread_mutex_unlock(&st->peers_lock);
+        kvf_free(sp);
+        kvf_log_rl(KVF_LOG_WARN, "store node %s unreachable: %s", segment,
+                   kvf_status_str(status));
+        return status;
+    }
+    snprintf(sp->name, sizeof(sp->name), "%s", segment);
+    sp->refs = 1;
+    sp->next = st->peers;
+    st->peers = sp;
+    pthread_mutex_unlock(&st->peers_lock);
+    *sp_p = sp;
+    return KVF_OK;
+}
+
+void kvf_store_peer_put(kvf_store_h st, kvf_speer_t *sp, int bad)
+{
+    kvf_speer_t **pp;
+    int close_it;
+
+    pthread_mutex_lock(&st->peers_lock);
+    if (bad && !sp->dead) {
+        for (pp = &st->peers; *pp != NULL; pp = &(*pp)->next) {
+            if (*pp == sp) {
+                *pp = sp->next;
+                break;
+            }
+        }
+        sp->dead = 1;
+    }
+    close_it = (--sp->refs == 0 && sp->dead);
+    pthread_mutex_unlock(&st->peers_lock);
+    if (close_it) {
+        kvf_peer_close(sp->peer);
+        kvf_free(sp);
+    }
+}
+
+kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
+                               kvf_store_h *store_p)
+{
+    kvf_engine_params_t ep = {0};
+    const char *master;
+    kvf_status_t status;
+    kvf_sconn_t *c;
+    uint64_t v;
+    kvf_store_h st;
+
+    if (store_p == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    st = kvf_calloc(1, sizeof(*st));
+    if (st == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    master = (p && (p->field_mask & KVF_STORE_PARAM_MASTER) && p->master)
+                 ? p->master
+                 : kvf_config_str(&kvf_store_config, "master");
+    status = kvf_sock_parse_addr(master, st->host, sizeof(st->host),
+                                 &st->port);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    if (p && (p->field_mask & KVF_STORE_PARAM_TIMEOUT) && p->timeout_ms) {
+        st->timeout_ms = p->timeout_ms;
+    } else {
+        status = kvf_config_u64(&kvf_store_config, "store_timeout_ms", &v);
+        if (status != KVF_OK) {
+            goto err_free;
+        }
+        st->timeout_ms = (unsigned)v;
+    }
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_mutex_init(&st->peers_lock, NULL);
+    if (p && (p->field_mask & KVF_STORE_PARAM_ENGINE) && p->engine) {
+        st->engine = p->engine;
+    } else {
+        ep.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_TIMEOUT;
+        ep.no_listen = 1;
+        ep.timeout_ms = st->timeout_ms;
+        if (p && (p->field_mask & KVF_STORE_PARAM_TRANSPORTS) &&
+            p->transports) {
+            ep.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
+            ep.transports = p->transports;
+        }
+        status = kvf_engine_create(&ep, &st->engine);
+        if (status != KVF_OK) {
+            goto err_locks;
+        }
+        st->own_engine = 1;
+    }
+    status = kvf_sconn_open(st, &c);
+    if (status != KVF_OK) {
+        kvf_error("store master %s unreachable: %s", master,
+                  kvf_status_str(status));
+        goto err_engine;
+    }
+    st->idle = c;
+    *store_p = st;
+    return KVF_OK;
+
+err_engine:
+    if (st->own_engine) {
+        kvf_engine_destroy(st->engine);
+    }
+err_locks:
+    pthread_mutex_destroy(&st->peers_lock);
+    pthread_mutex_destroy(&st->lock);
+err_free:
+    kvf_free(st);
+    return status;
+}
+
+void kvf_store_disconnect(kvf_store_h st)
+{
+    kvf_sconn_t *c;
+    kvf_speer_t *sp;
+
+    if (st == NULL) {
+        return;
+    }
+    while ((c = st->idle) != NULL) {
+        st->idle = c->next;
+        kvf_sconn_close(c);
+    }
+    while ((sp = st->peers) != NULL) {
+        st->peers = sp->next;
+        if (sp->refs != 0) {
+            kvf_warn("store peer %s still in use at disconnect", sp->name);
+        }
+        kvf_peer_close(sp->peer);
+        kvf_free(sp);
+    }
+    if (st->own_engine) {
+        kvf_engine_destroy(st->engine);
+    }
+    pthread_mutex_destroy(&st->peers_lock);
+    pthread_mutex_destroy(&st->lock);
+    kvf_free(st);
+}
+
+kvf_engine_h kvf_store_engine(kvf_store_h st)
+{
+    return st->engine;
+}
+
+void kvf_store_last_timing(kvf_store_timing_t *t)
+{
+    if (t != NULL) {
+        *t = kvf_store_tl_timing;
+    }
+}

@@ -1,0 +1,64 @@
+/*
+ * Store client, private: the handle (a pool of master connections, the
+ * engine, a cache of opened peers) and the helpers client.c gives to
+ * client_ops.c.
+ */
+#ifndef KVF_STORE_CLIENT_INT_H
+#define KVF_STORE_CLIENT_INT_H
+
+#include <kvferry/store.h>
+
+#include "store/proto/proto.h"
+#include "core/sock.h"
+
+#include <pthread.h>
+
+/* One connection to the master; used by one call at a time. */
+typedef struct kvf_sconn {
+    int fd;
+    uint64_t next_id;
+    kvf_sp_frame_t f; /* the last reply */
+    struct kvf_sconn *next;
+} kvf_sconn_t;
+
+/* An opened peer (a node's segment), shared by the handle's calls. */
+typedef struct kvf_speer {
+    char name[KVF_STORE_SEG_MAX];
+    kvf_peer_h peer;
+    int refs;
+    int dead; /* out of the cache; closed at the last release */
+    struct kvf_speer *next;
+} kvf_speer_t;
+
+struct kvf_store {
+    char host[KVF_HOST_MAX];
+    uint16_t port;
+    unsigned timeout_ms;
+    kvf_engine_h engine;
+    int own_engine;
+    pthread_mutex_t lock;
+    kvf_sconn_t *idle;
+    kvf_speer_t *peers;
+    pthread_mutex_t peers_lock;
+};
+
+/* One request/reply round trip with the master on a pooled connection.
+ * On KVF_OK the caller reads (*conn_p)->f, then kvf_store_release()s it;
+ * a reply's whole-frame status is returned as the error. */
+kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
+                           const kvf_wr_t *w, kvf_sconn_t **conn_p);
+void kvf_store_release(kvf_store_h st, kvf_sconn_t *c);
+
+/* Takes a reference on the peer for a segment, opening it if needed. */
+kvf_status_t kvf_store_peer_get(kvf_store_h st, const char *segment,
+                                kvf_speer_t **sp_p);
+/* Drops the reference; bad != 0 evicts the peer from the cache (its
+ * connection broke, or its node restarted). */
+void kvf_store_peer_put(kvf_store_h st, kvf_speer_t *sp, int bad);
+
+/* Is this data-path error one that condemns the peer? */
+int kvf_store_peer_error(kvf_status_t status);
+
+extern __thread kvf_store_timing_t kvf_store_tl_timing;
+
+#endif

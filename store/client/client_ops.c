@@ -1,0 +1,645 @@
+/*
+ * Store client operations. put: checksums computed first, one PUT_START
+ * round trip for the batch, one engine batch writing every replica, one
+ * PUT_END round trip committing (each key with the mask of replicas that
+ * were written; a mask of 0 aborts). get: one GET round trip (it grants a
+ * read lease), then rounds of one engine batch each: round r reads every
+ * key not yet good from its next replica, and each read is verified
+ * against the checksum before it counts; a key whose replicas are all
+ * bad fails with KVF_ERR_CHECKSUM (or the read's error). remove, exists,
+ * list and query are one round trip each.
+ */
+#include "store/client/client_int.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <string.h>
+
+static const char kvf_store_empty[1];
+
+/* One key's replicas as the master returned them. */
+typedef struct kvf_sreps {
+    kvf_status_t status;
+    uint64_t put_id;
+    uint64_t size;
+    uint64_t checksum;
+    unsigned nrep;
+    char seg[KVF_STORE_REPLICA_MAX][KVF_STORE_SEG_MAX];
+    uint64_t addr[KVF_STORE_REPLICA_MAX];
+} kvf_sreps_t;
+
+static void kvf_store_rd_reps(kvf_rd_t *r, kvf_sreps_t *e)
+{
+    unsigned i;
+
+    e->nrep = kvf_rd_u8(r);
+    if (e->nrep > KVF_STORE_REPLICA_MAX) {
+        r->failed = 1;
+        e->nrep = 0;
+    }
+    for (i = 0; i < e->nrep; i++) {
+        kvf_rd_str(r, e->seg[i], sizeof(e->seg[i]));
+        e->addr[i] = kvf_rd_u64(r);
+    }
+}
+
+static kvf_status_t kvf_store_first_error(const kvf_status_t *s, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (s[i] != KVF_OK) {
+            return s[i];
+        }
+    }
+    return KVF_OK;
+}
+
+static uint64_t kvf_store_sum(const void *buf, size_t len)
+{
+    return kvf_checksum(len ? buf : kvf_store_empty, len);
+}
+
+/* Runs ops (with their speer refs) as one engine batch; op_st gets each
+ * op's status. Peers that failed leave the cache. */
+static void kvf_store_run(kvf_store_h st, kvf_op_t *ops, kvf_speer_t **sps,
+                          size_t n, kvf_status_t *op_st)
+{
+    kvf_status_t status;
+    kvf_batch_h b;
+    size_t i;
+
+    status = (n > 0) ? kvf_batch_submit(st->engine, ops, n, &b) : KVF_OK;
+    if (n > 0 && status == KVF_OK) {
+        status = kvf_batch_wait(b, (int)st->timeout_ms);
+        for (i = 0; i < n; i++) {
+            op_st[i] = (status == KVF_ERR_TIMEOUT)
+                           ? KVF_ERR_TIMEOUT
+                           : kvf_batch_op_status(b, i, NULL);
+        }
+        kvf_batch_destroy(b);
+    } else {
+        for (i = 0; i < n; i++) {
+            op_st[i] = status;
+        }
+    }
+    for (i = 0; i < n; i++) {
+        kvf_store_peer_put(st, sps[i], kvf_store_peer_error(op_st[i]));
+    }
+}
+
+kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
+                                 const char *const *keys,
+                                 const void *const *bufs, const size_t *lens,
+                                 const kvf_store_put_opts_t *opts,
+                                 kvf_status_t *statuses)
+{
+    unsigned replicas = opts ? opts->replicas : 0;
+    unsigned flags = opts ? opts->flags : 0;
+    kvf_sreps_t *e = NULL;
+    kvf_op_t *ops = NULL;
+    kvf_speer_t **sps = NULL;
+    kvf_status_t status, *op_st = NULL, *s = statuses, *own = NULL;
+    uint64_t *sums = NULL;
+    uint32_t *opkey = NULL;
+    unsigned *mask = NULL, *oprep = NULL;
+    size_t i, j, nops = 0, nsent = 0;
+    kvf_sconn_t *c;
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    if (st == NULL || keys == NULL || bufs == NULL || lens == NULL ||
+        count == 0 || count > KVF_STORE_BATCH_MAX ||
+        replicas > KVF_STORE_REPLICA_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (s == NULL && (s = own = kvf_calloc(count, sizeof(*s))) == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    kvf_wr_init(&w);
+    e = kvf_calloc(count, sizeof(*e));
+    sums = kvf_calloc(count, sizeof(*sums));
+    mask = kvf_calloc(count, sizeof(*mask));
+    ops = kvf_calloc(count * KVF_STORE_REPLICA_MAX, sizeof(*ops));
+    sps = kvf_calloc(count * KVF_STORE_REPLICA_MAX, sizeof(*sps));
+    op_st = kvf_calloc(count * KVF_STORE_REPLICA_MAX, sizeof(*op_st));
+    opkey = kvf_calloc(count * KVF_STORE_REPLICA_MAX, sizeof(*opkey));
+    oprep = kvf_calloc(count * KVF_STORE_REPLICA_MAX, sizeof(*oprep));
+    if (!e || !sums || !mask || !ops || !sps || !op_st || !opkey || !oprep) {
+        status = KVF_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (i = 0; i < count; i++) {
+        s[i] = kvf_sp_key_check(keys[i]);
+        if (s[i] == KVF_OK && bufs[i] == NULL && lens[i] > 0) {
+            s[i] = KVF_ERR_INVALID_PARAM;
+        }
+        if (s[i] != KVF_OK) {
+            continue;
+        }
+        if (!(flags & KVF_STORE_DEVICE_MEM)) {
+            sums[i] = kvf_store_sum(bufs[i], lens[i]);
+        }
+        kvf_wr_str(&w, keys[i]);
+        kvf_wr_u64(&w, lens[i]);
+        kvf_wr_u8(&w, (uint8_t)replicas);
+        kvf_wr_u8(&w, (uint8_t)(flags & KVF_STORE_PIN));
+        nsent++;
+    }
+    if (nsent == 0) {
+        status = kvf_store_first_error(s, count);
+        goto out;
+    }
+    status = kvf_store_rpc(st, KVF_SP_PUT_START, (uint32_t)nsent, &w, &c);
+    if (status != KVF_OK) {
+        goto fail_all;
+    }
+    kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+    for (i = 0; i < count && c->f.hdr.count == nsent; i++) {
+        if (s[i] != KVF_OK) {
+            continue;
+        }
+        e[i].status = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
+        e[i].put_id = kvf_rd_u64(&r);
+        kvf_store_rd_reps(&r, &e[i]);
+    }
+    status = (c->f.hdr.count != nsent) ? KVF_ERR_PROTOCOL : kvf_rd_status(&r);
+    kvf_store_release(st, c);
+    if (status != KVF_OK) {
+        goto fail_all;
+    }
+    /* write every replica of every allocated key in one engine batch */
+    for (i = 0; i < count; i++) {
+        if (s[i] != KVF_OK || (s[i] = e[i].status) != KVF_OK) {
+            continue;
+        }
+        for (j = 0; j < e[i].nrep; j++) {
+            if (kvf_store_peer_get(st, e[i].seg[j], &sps[nops]) != KVF_OK) {
+                continue;
+            }
+            ops[nops].type = KVF_OP_WRITE;
+            ops[nops].local = (void *)bufs[i];
+            ops[nops].peer = sps[nops]->peer;
+            ops[nops].remote = e[i].addr[j];
+            ops[nops].length = lens[i];
+            opkey[nops] = (uint32_t)i;
+            oprep[nops] = (unsigned)j;
+            nops++;
+        }
+    }
+    kvf_store_run(st, ops, sps, nops, op_st);
+    for (j = 0; j < nops; j++) {
+        if (op_st[j] == KVF_OK) {
+            mask[opkey[j]] |= 1u << oprep[j];
+        } else if (s[opkey[j]] == KVF_OK) {
+            s[opkey[j]] = op_st[j]; /* kept only if no replica is written */
+        }
+    }
+    /* GPU buffers: the node computes the checksum of what it holds */
+    for (i = 0; i < count && (flags & KVF_STORE_DEVICE_MEM); i++) {
+        for (j = 0; j < nops; j++) {
+            if (opkey[j] == i && op_st[j] == KVF_OK) {
+                kvf_speer_t *sp;
+                size_t len = lens[i];
+
+                if (kvf_store_peer_get(st, e[i].seg[oprep[j]], &sp) ==
+                    KVF_OK) {
+                    if (kvf_peer_checksum(sp->peer, &e[i].addr[oprep[j]],
+                                          &len, 1, &sums[i]) != KVF_OK) {
+                        mask[i] = 0;
+                    }
+                    kvf_store_peer_put(st, sp, 0);
+                }
+                break;
+            }
+        }
+    }
+    /* commit (or abort, mask 0) every allocated key */
+    w.len = 0;
+    nsent = 0;
+    for (i = 0; i < count; i++) {
+        if (e[i].status != KVF_OK || e[i].put_id == 0) {
+            continue;
+        }
+        if (mask[i] != 0) {
+            s[i] = KVF_OK;
+        } else if (s[i] == KVF_OK) {
+            s[i] = KVF_ERR_IO;
+        }
+        kvf_wr_str(&w, keys[i]);
+        kvf_wr_u64(&w, e[i].put_id);
+        kvf_wr_u64(&w, sums[i]);
+        kvf_wr_u8(&w, (uint8_t)mask[i]);
+        nsent++;
+    }
+    if (nsent > 0) {
+        status = kvf_store_rpc(st, KVF_SP_PUT_END, (uint32_t)nsent, &w, &c);
+        if (status != KVF_OK) {
+            goto fail_all;
+        }
+        kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+        for (i = 0; i < count && c->f.hdr.count == nsent; i++) {
+            if (e[i].status != KVF_OK || e[i].put_id == 0) {
+                continue;
+            }
+            status = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
+            if (s[i] == KVF_OK && status != KVF_OK) {
+                s[i] = status;
+            }
+        }
+        status = (c->f.hdr.count != nsent) ? KVF_ERR_PROTOCOL
+                                            : kvf_rd_status(&r);
+        kvf_store_release(st, c);
+        if (status != KVF_OK) {
+            goto fail_all;
+        }
+    }
+    status = kvf_store_first_error(s, count);
+    goto out;
+
+fail_all:
+    for (i = 0; i < count; i++) {
+        if (s[i] == KVF_OK) {
+            s[i] = status;
+        }
+    }
+out:
+    kvf_wr_free(&w);
+    kvf_free(e);
+    kvf_free(sums);
+    kvf_free(mask);
+    kvf_free(ops);
+    kvf_free(sps);
+    kvf_free(op_st);
+    kvf_free(opkey);
+    kvf_free(oprep);
+    kvf_free(own);
+    return status;
+}
+
+/* GET round trip for count keys; e[i].status per key. */
+static kvf_status_t kvf_store_lookup(kvf_store_h st, size_t count,
+                                     const char *const *keys,
+                                     kvf_sreps_t *e, unsigned *lease_ms_p)
+{
+    kvf_status_t status;
+    size_t i, nsent = 0;
+    kvf_sconn_t *c;
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    kvf_wr_init(&w);
+    for (i = 0; i < count; i++) {
+        e[i].status = kvf_sp_key_check(keys[i]);
+        if (e[i].status == KVF_OK) {
+            kvf_wr_str(&w, keys[i]);
+            nsent++;
+        }
+    }
+    if (nsent == 0) {
+        kvf_wr_free(&w);
+        return KVF_OK;
+    }
+    status = kvf_store_rpc(st, KVF_SP_GET, (uint32_t)nsent, &w, &c);
+    kvf_wr_free(&w);
+    if (status != KVF_OK) {
+        return status;
+    }
+    kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+    for (i = 0; i < count && c->f.hdr.count == nsent; i++) {
+        if (e[i].status != KVF_OK) {
+            continue;
+        }
+        e[i].status = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
+        e[i].size = kvf_rd_u64(&r);
+        e[i].checksum = kvf_rd_u64(&r);
+        *lease_ms_p = kvf_rd_u32(&r);
+        kvf_store_rd_reps(&r, &e[i]);
+        if (e[i].status == KVF_OK && e[i].nrep == 0) {
+            e[i].status = KVF_ERR_NOT_FOUND;
+        }
+    }
+    status = (c->f.hdr.count != nsent) ? KVF_ERR_PROTOCOL : kvf_rd_status(&r);
+    kvf_store_release(st, c);
+    return status;
+}
+
+kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
+                                 const char *const *keys, void *const *bufs,
+                                 const size_t *caps, size_t *lens,
+                                 unsigned flags, kvf_status_t *statuses)
+{
+    kvf_store_timing_t *tm = &kvf_store_tl_timing;
+    kvf_status_t status, *s = statuses, *own = NULL, *op_st = NULL;
+    kvf_speer_t **sps = NULL;
+    kvf_sreps_t *e = NULL;
+    kvf_op_t *ops = NULL;
+    uint32_t *opkey = NULL;
+    unsigned round, maxrep = 0, lease_ms = 0, *mism = NULL, *oprep = NULL;
+    unsigned char *want = NULL;
+    size_t i, nops;
+    uint64_t t0, sum;
+
+    if (st == NULL || keys == NULL || bufs == NULL || caps == NULL ||
+        count == 0 || count > KVF_STORE_BATCH_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (s == NULL && (s = own = kvf_calloc(count, sizeof(*s))) == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    memset(tm, 0, sizeof(*tm));
+    e = kvf_calloc(count, sizeof(*e));
+    ops = kvf_calloc(count, sizeof(*ops));
+    sps = kvf_calloc(count, sizeof(*sps));
+    op_st = kvf_calloc(count, sizeof(*op_st));
+    opkey = kvf_calloc(count, sizeof(*opkey));
+    mism = kvf_calloc(count, sizeof(*mism));
+    oprep = kvf_calloc(count, sizeof(*oprep));
+    want = kvf_calloc(count, 1);
+    if (!e || !ops || !sps || !op_st || !opkey || !mism || !oprep || !want) {
+        status = KVF_ERR_NO_MEMORY;
+        goto out;
+    }
+    t0 = kvf_time_ns();
+    status = kvf_store_lookup(st, count, keys, e, &lease_ms);
+    tm->query_ns = kvf_time_ns() - t0;
+    if (status != KVF_OK) {
+        for (i = 0; i < count; i++) {
+            s[i] = status;
+        }
+        goto out;
+    }
+    for (i = 0; i < count; i++) {
+        s[i] = e[i].status;
+        if (s[i] == KVF_OK && (bufs[i] == NULL || caps[i] < e[i].size)) {
+            s[i] = KVF_ERR_NO_RESOURCE;
+        }
+        if (s[i] == KVF_OK) {
+            s[i] = KVF_INPROGRESS;
+            want[i] = 1;
+            if (e[i].nrep > maxrep) {
+                maxrep = e[i].nrep;
+            }
+        }
+    }
+    /* round r reads each key still wanted from its next replica */
+    for (round = 0; round < maxrep; round++) {
+        nops = 0;
+        for (i = 0; i < count; i++) {
+            unsigned k;
+
+            if (!want[i] || round >= e[i].nrep) {
+                continue;
+            }
+            k = (unsigned)((i + round) % e[i].nrep);
+            status = kvf_store_peer_get(st, e[i].seg[k], &sps[nops]);
+            if (status != KVF_OK) {
+                s[i] = status;
+                continue;
+            }
+            ops[nops].type = KVF_OP_READ;
+            ops[nops].local = bufs[i];
+            ops[nops].peer = sps[nops]->peer;
+            ops[nops].remote = e[i].addr[k];
+            ops[nops].length = e[i].size;
+            opkey[nops] = (uint32_t)i;
+            oprep[nops] = k;
+            nops++;
+        }
+        if (nops == 0) {
+            continue;
+        }
+        t0 = kvf_time_ns();
+        kvf_store_run(st, ops, sps, nops, op_st);
+        tm->read_ns += kvf_time_ns() - t0;
+        t0 = kvf_time_ns();
+        for (i = 0; i < nops; i++) {
+            size_t key = opkey[i], len = e[key].size;
+            kvf_speer_t *sp;
+
+            if (op_st[i] != KVF_OK) {
+                kvf_log_rl(KVF_LOG_WARN, "store get '%s': read from %s "
+                           "failed: %s", keys[key], e[key].seg[oprep[i]],
+                           kvf_status_str(op_st[i]));
+                s[key] = op_st[i];
+                continue;
+            }
+            if (flags & KVF_STORE_DEVICE_MEM) {
+                /* not CPU-readable: the node checksums its replica */
+                sum = ~e[key].checksum;
+                if (kvf_store_peer_get(st, e[key].seg[oprep[i]], &sp) ==
+                    KVF_OK) {
+                    if (kvf_peer_checksum(sp->peer, &ops[i].remote, &len, 1,
+                                          &sum) != KVF_OK) {
+                        sum = ~e[key].checksum;
+                    }
+                    kvf_store_peer_put(st, sp, 0);
+                }
+            } else {
+                sum = kvf_store_sum(bufs[key], len);
+            }
+            if (sum != e[key].checksum) {
+                kvf_log_rl(KVF_LOG_ERROR, "store get '%s': replica on %s "
+                           "has checksum %016lx, expected %016lx: not used",
+                           keys[key], e[key].seg[oprep[i]],
+                           (unsigned long)sum,
+                           (unsigned long)e[key].checksum);
+                mism[key]++;
+                s[key] = KVF_ERR_CHECKSUM;
+                continue;
+            }
+            s[key] = KVF_OK;
+            want[key] = 0;
+            if (lens != NULL) {
+                lens[key] = e[key].size;
+            }
+        }
+        tm->verify_ns += kvf_time_ns() - t0;
+    }
+    for (i = 0; i < count; i++) {
+        if (s[i] == KVF_INPROGRESS) {
+            s[i] = KVF_ERR_INTERNAL;
+        } else if (s[i] != KVF_OK && mism[i] > 0) {
+            s[i] = KVF_ERR_CHECKSUM;
+        }
+    }
+    status = kvf_store_first_error(s, count);
+out:
+    kvf_free(e);
+    kvf_free(ops);
+    kvf_free(sps);
+    kvf_free(op_st);
+    kvf_free(opkey);
+    kvf_free(oprep);
+    kvf_free(mism);
+    kvf_free(want);
+    kvf_free(own);
+    return status;
+}
+
+static kvf_status_t kvf_store_keys_call(kvf_store_h st, uint8_t type,
+                                        size_t count, const char *const *keys,
+                                        kvf_status_t *statuses)
+{
+    kvf_status_t status, *s = statuses, *own = NULL;
+    size_t i, nsent = 0;
+    kvf_sconn_t *c;
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    if (st == NULL || keys == NULL || count == 0 ||
+        count > KVF_STORE_BATCH_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (s == NULL && (s = own = kvf_calloc(count, sizeof(*s))) == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    kvf_wr_init(&w);
+    for (i = 0; i < count; i++) {
+        s[i] = kvf_sp_key_check(keys[i]);
+        if (s[i] == KVF_OK) {
+            kvf_wr_str(&w, keys[i]);
+            nsent++;
+        }
+    }
+    status = KVF_OK;
+    if (nsent > 0) {
+        status = kvf_store_rpc(st, type, (uint32_t)nsent, &w, &c);
+    }
+    if (nsent > 0 && status == KVF_OK) {
+        kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+        for (i = 0; i < count && c->f.hdr.count == nsent; i++) {
+            if (s[i] == KVF_OK) {
+                s[i] = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
+            }
+        }
+        status = (c->f.hdr.count != nsent) ? KVF_ERR_PROTOCOL
+                                            : kvf_rd_status(&r);
+        kvf_store_release(st, c);
+    }
+    for (i = 0; i < count && status != KVF_OK; i++) {
+        s[i] = (s[i] == KVF_OK) ? status : s[i];
+    }
+    kvf_wr_free(&w);
+    status = kvf_store_first_error(s, count);
+    kvf_free(own);
+    return status;
+}
+
+kvf_status_t kvf_store_remove_batch(kvf_store_h st, size_t count,
+                                    const char *const *keys,
+                                    kvf_status_t *statuses)
+{
+    return kvf_store_keys_call(st, KVF_SP_REMOVE, count, keys, statuses);
+}
+
+kvf_status_t kvf_store_exists_batch(kvf_store_h st, size_t count,
+                                    const char *const *keys,
+                                    kvf_status_t *statuses)
+{
+    return kvf_store_keys_call(st, KVF_SP_EXISTS, count, keys, statuses);
+}
+
+kvf_status_t kvf_store_put(kvf_store_h st, const char *key, const void *buf,
+                           size_t len, const kvf_store_put_opts_t *opts)
+{
+    kvf_status_t s;
+
+    return kvf_store_put_batch(st, 1, &key, &buf, &len, opts, &s);
+}
+
+kvf_status_t kvf_store_get(kvf_store_h st, const char *key, void *buf,
+                           size_t cap, size_t *len_p, unsigned flags)
+{
+    kvf_status_t s;
+
+    return kvf_store_get_batch(st, 1, &key, &buf, &cap, len_p, flags, &s);
+}
+
+kvf_status_t kvf_store_remove(kvf_store_h st, const char *key)
+{
+    return kvf_store_keys_call(st, KVF_SP_REMOVE, 1, &key, NULL);
+}
+
+kvf_status_t kvf_store_exists(kvf_store_h st, const char *key)
+{
+    return kvf_store_keys_call(st, KVF_SP_EXISTS, 1, &key, NULL);
+}
+
+kvf_status_t kvf_store_query(kvf_store_h st, const char *key,
+                             kvf_store_info_t *info_p)
+{
+    kvf_status_t status;
+    unsigned lease_ms = 0, i;
+    kvf_sreps_t *e;
+
+    if (st == NULL || info_p == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    e = kvf_calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    status = kvf_store_lookup(st, 1, &key, e, &lease_ms);
+    if (status == KVF_OK) {
+        status = e->status;
+    }
+    if (status == KVF_OK) {
+        memset(info_p, 0, sizeof(*info_p));
+        info_p->size = e->size;
+        info_p->checksum = e->checksum;
+        info_p->replicas = e->nrep;
+        info_p->lease_ms = lease_ms;
+        for (i = 0; i < e->nrep; i++) {
+            memcpy(info_p->segment[i], e->seg[i], KVF_STORE_SEG_MAX);
+            info_p->addr[i] = e->addr[i];
+        }
+    }
+    kvf_free(e);
+    return status;
+}
+
+kvf_status_t kvf_store_list(kvf_store_h st, const char *prefix, size_t max,
+                            void (*fn)(const kvf_store_entry_t *e, void *arg),
+                            void *arg)
+{
+    char key[KVF_STORE_KEY_MAX + 1];
+    kvf_store_entry_t ent;
+    kvf_status_t status;
+    kvf_sconn_t *c;
+    uint32_t i;
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    if (st == NULL || fn == NULL ||
+        (prefix != NULL && strlen(prefix) > KVF_STORE_KEY_MAX)) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    kvf_wr_init(&w);
+    kvf_wr_str(&w, prefix ? prefix : "");
+    kvf_wr_u32(&w, (uint32_t)(max > UINT32_MAX ? UINT32_MAX : max));
+    status = kvf_store_rpc(st, KVF_SP_LIST, 0, &w, &c);
+    kvf_wr_free(&w);
+    if (status != KVF_OK) {
+        return status;
+    }
+    kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+    for (i = 0; i < c->f.hdr.count; i++) {
+        kvf_rd_str(&r, key, sizeof(key));
+        ent.key = key;
+        ent.size = kvf_rd_u64(&r);
+        ent.committed = kvf_rd_u8(&r);
+        ent.replicas = kvf_rd_u8(&r);
+        if (kvf_rd_status(&r) != KVF_OK) {
+            break;
+        }
+        fn(&ent, arg);
+    }
+    status = kvf_rd_status(&r);
+    if (status == KVF_OK && (c->f.hdr.flags & KVF_SP_TRUNCATED)) {
+        kvf_info("store list: reply truncated (more keys match)");
+    }
+    kvf_store_release(st, c);
+    return status;
+}

@@ -1,0 +1,689 @@
+/*
+ * Store master, serving side: the `store` config table, start/stop, an
+ * accept thread, one thread per connection (clients keep theirs open;
+ * nodes heartbeat on theirs), the reaper thread that runs the periodic
+ * tick, and the RPC handlers that decode a request, apply it to the
+ * metadata under the lock (a whole batch at once) and encode the reply.
+ *
+ * Bad input never stops the master: a frame with a bad magic, version or
+ * length gets an ERROR reply and closes that connection only; an unknown
+ * type or a body that does not parse gets an ERROR reply and the
+ * connection goes on (the frame was read whole, so it stays in step); a
+ * frame cut short times out after io_timeout_ms. Each counts in `errors`.
+ */
+#include "store/master/master_int.h"
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct kvf_mconn {
+    kvf_master_t *m;
+    int fd;
+    pthread_t thread;
+    int done;
+    kvf_mconn_t *next;
+};
+
+kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
+{
+    const kvf_config_table_t *t = &kvf_store_config;
+    uint64_t hi, lo, rep, io;
+    kvf_status_t st;
+
+    memset(o, 0, sizeof(*o));
+    o->listen = kvf_config_str(t, "master");
+    o->http = kvf_config_str(t, "master_http");
+    if ((st = kvf_config_u64(t, "lease_ms", &o->lease_ms)) != KVF_OK ||
+        (st = kvf_config_u64(t, "put_timeout_ms", &o->put_timeout_ms)) !=
+            KVF_OK ||
+        (st = kvf_config_u64(t, "node_ttl_ms", &o->node_ttl_ms)) != KVF_OK ||
+        (st = kvf_config_u64(t, "heartbeat_ms", &o->heartbeat_ms)) !=
+            KVF_OK ||
+        (st = kvf_config_u64(t, "high_watermark_pct", &hi)) != KVF_OK ||
+        (st = kvf_config_u64(t, "low_watermark_pct", &lo)) != KVF_OK ||
+        (st = kvf_config_u64(t, "replicas", &rep)) != KVF_OK ||
+        (st = kvf_config_u64(t, "store_timeout_ms", &io)) != KVF_OK) {
+        return st;
+    }
+    o->high_watermark = (double)hi / 100.0;
+    o->low_watermark = (double)lo / 100.0;
+    o->replicas = (unsigned)rep;
+    o->io_timeout_ms = (unsigned)io;
+    return KVF_OK;
+}
+
+/* ---- RPC handlers: parse (whole body first), apply, encode ---- */
+
+typedef kvf_status_t (*kvf_m_handler_t)(kvf_master_t *m,
+                                        const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                        uint32_t *count_p, uint16_t *flags_p);
+
+static void kvf_m_wr_reps(kvf_wr_t *w, const kvf_mobj_t *o)
+{
+    unsigned i;
+
+    kvf_wr_u8(w, o->nrep);
+    for (i = 0; i < o->nrep; i++) {
+        kvf_wr_str(w, o->rep[i].node->segment);
+        kvf_wr_u64(w, o->rep[i].node->base + o->rep[i].blk->off);
+    }
+}
+
+/* Checks that the body holds exactly count entries of the given shape:
+ * a key then `extra` bytes of fixed fields. */
+static kvf_status_t kvf_m_check_keys(const kvf_sp_frame_t *f, size_t extra)
+{
+    char key[KVF_STORE_KEY_MAX + 1];
+    kvf_rd_t r;
+    uint32_t i;
+
+    if (f->hdr.count > KVF_STORE_BATCH_MAX) {
+        return KVF_ERR_PROTOCOL;
+    }
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    for (i = 0; i < f->hdr.count; i++) {
+        kvf_sp_rd_key(&r, key);
+        kvf_rd_bytes(&r, extra);
+    }
+    if (kvf_rd_status(&r) != KVF_OK || kvf_rd_left(&r) != 0) {
+        return KVF_ERR_PROTOCOL;
+    }
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_m_h_put_start(kvf_master_t *m, const kvf_sp_frame_t *f,
+                                      kvf_wr_t *w, uint32_t *count_p,
+                                      uint16_t *flags_p)
+{
+    char key[KVF_STORE_KEY_MAX + 1];
+    kvf_status_t st;
+    kvf_mobj_t *o;
+    uint64_t size;
+    unsigned rep, flags;
+    kvf_rd_t r;
+    uint32_t i;
+
+    (void)flags_p;
+    if ((st = kvf_m_check_keys(f, 10)) != KVF_OK) {
+        return st;
+    }
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    pthread_mutex_lock(&m->lock);
+    for (i = 0; i < f->hdr.count; i++) {
+        st = kvf_sp_rd_key(&r, key);
+        size = kvf_rd_u64(&r);
+        rep = kvf_rd_u8(&r);
+        flags = kvf_rd_u8(&r);
+        if (st == KVF_OK) {
+            st = kvf_m_put_start(m, key, size, rep, flags, &o);
+        }
+        kvf_wr_u32(w, (uint32_t)st);
+        if (st == KVF_OK) {
+            kvf_wr_u64(w, o->put_id);
+            kvf_m_wr_reps(w, o);
+        } else {
+            kvf_wr_u64(w, 0);
+            kvf_wr_u8(w, 0);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    *count_p = f->hdr.count;
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_m_h_put_end(kvf_master_t *m, const kvf_sp_frame_t *f,
+                                    kvf_wr_t *w, uint32_t *count_p,
+                                    uint16_t *flags_p)
+{
+    char key[KVF_STORE_KEY_MAX + 1];
+    uint64_t put_id, sum;
+    kvf_status_t st;
+    unsigned mask;
+    kvf_rd_t r;
+    uint32_t i;
+
+    (void)flags_p;
+    if ((st = kvf_m_check_keys(f, 17)) != KVF_OK) {
+        return st;
+    }
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    pthread_mutex_lock(&m->lock);
+    for (i = 0; i < f->hdr.count; i++) {
+        st = kvf_sp_rd_key(&r, key);
+        put_id = kvf_rd_u64(&r);
+        sum = kvf_rd_u64(&r);
+        mask = kvf_rd_u8(&r);
+        if (st == KVF_OK) {
+            st = kvf_m_put_end(m, key, put_id, sum, mask);
+        }
+        kvf_wr_u32(w, (uint32_t)st);
+    }
+    pthread_mutex_unlock(&m->lock);
+    *count_p = f->hdr.count;
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_m_h_get(kvf_master_t *m, const kvf_sp_frame_t *f,
+                                kvf_wr_t *w, uint32_t *count_p,
+                                uint16_t *flags_p)
+{
+    char key[KVF_STORE_KEY_MAX + 1];
+    kvf_status_t st;
+    kvf_mobj_t *o;
+    kvf_rd_t r;
+    uint32_t i;
+
+    (void)flags_p;
+    if ((st = kvf_m_check_keys(f, 0)) != KVF_OK) {
+        return st;
+    }
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    pthread_mutex_lock(&m->lock);
+    for (i = 0; i < f->hdr.count; i++) {
+        st = kvf_sp_rd_key(&r, key);
+        if (st == KVF_OK) {
+            st = kvf_m_get(m, key, &o);
+        }
+        kvf_wr_u32(w, (uint32_t)st);
+        if (st == KVF_OK) {
+            kvf_wr_u64(w, o->size);
+            kvf_wr_u64(w, o->checksum);
+            kvf_wr_u32(w, (uint32_t)m->opts.lease_ms);
+            kvf_m_wr_reps(w, o);
+        } else {
+            kvf_wr_u64(w, 0);
+            kvf_wr_u64(w, 0);
+            kvf_wr_u32(w, 0);
+            kvf_wr_u8(w, 0);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    *count_p = f->hdr.count;
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_m_h_keys(kvf_master_t *m, const kvf_sp_frame_t *f,
+                                 kvf_wr_t *w, uint32_t *count_p,
+                                 uint16_t *flags_p)
+{
+    char key[KVF_STORE_KEY_MAX + 1];
+    kvf_status_t st;
+    kvf_rd_t r;
+    uint32_t i;
+
+    (void)flags_p;
+    if ((st = kvf_m_check_keys(f, 0)) != KVF_OK) {
+        return st;
+    }
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    pthread_mutex_lock(&m->lock);
+    for (i = 0; i < f->hdr.count; i++) {
+        st = kvf_sp_rd_key(&r, key);
+        if (st == KVF_OK) {
+            st = (f->hdr.type == KVF_SP_REMOVE) ? kvf_m_remove(m, key)
+                                                : kvf_m_exists(m, key);
+        }
+        kvf_wr_u32(w, (uint32_t)st);
+    }
+    pthread_mutex_unlock(&m->lock);
+    *count_p = f->hdr.count;
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_m_h_list(kvf_master_t *m, const kvf_sp_frame_t *f,
+                                 kvf_wr_t *w, uint32_t *count_p,
+                                 uint16_t *flags_p)
+{
+    char prefix[KVF_STORE_KEY_MAX + 1];
+    size_t plen, b;
+    uint32_t max, n = 0;
+    kvf_mobj_t *o;
+    kvf_rd_t r;
+
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    kvf_rd_str(&r, prefix, sizeof(prefix));
+    max = kvf_rd_u32(&r);
+    if (kvf_rd_status(&r) != KVF_OK || kvf_rd_left(&r) != 0) {
+        return KVF_ERR_PROTOCOL;
+    }
+    plen = strlen(prefix);
+    pthread_mutex_lock(&m->lock);
+    for (b = 0; b < m->nbuckets; b++) {
+        for (o = m->table[b]; o != NULL; o = o->hnext) {
+            if (o->keylen < plen || memcmp(o->key, prefix, plen) != 0) {
+                continue;
+            }
+            if ((max != 0 && n >= max) ||
+                w->len + o->keylen + 16 > KVF_SP_BODY_MAX) {
+                *flags_p |= KVF_SP_TRUNCATED;
+                goto out;
+            }
+            kvf_wr_str(w, o->key);
+            kvf_wr_u64(w, o->size);
+            kvf_wr_u8(w, o->state == KVF_OBJ_COMMITTED);
+            kvf_wr_u8(w, o->nrep);
+            n++;
+        }
+    }
+out:
+    pthread_mutex_unlock(&m->lock);
+    *count_p = n;
+    return KVF_OK;
+}
+
+/* Is [base, base+len) inside one region the node's engine registered? */
+static kvf_status_t kvf_m_verify_node(kvf_master_t *m, const char *segment,
+                                      uint64_t base, uint64_t len)
+{
+    kvf_status_t st;
+    kvf_peer_h peer;
+    uint64_t addr;
+    size_t rlen, i;
+
+    st = kvf_peer_open(m->engine, segment, &peer);
+    if (st != KVF_OK) {
+        kvf_warn("node %s: cannot reach its segment: %s", segment,
+                 kvf_status_str(st));
+        return st;
+    }
+    st = KVF_ERR_OUT_OF_BOUNDS;
+    for (i = 0; kvf_peer_region(peer, i, &addr, &rlen, NULL) == KVF_OK;
+         i++) {
+        if (base >= addr && base - addr <= rlen && len <= rlen - (base - addr)) {
+            st = KVF_OK;
+            break;
+        }
+    }
+    kvf_peer_close(peer);
+    if (st != KVF_OK) {
+        kvf_error("node %s claims pool 0x%lx+%lu, which its segment does "
+                  "not register: refused",
+                  segment, (unsigned long)base, (unsigned long)len);
+    }
+    return st;
+}
+
+static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, const kvf_sp_frame_t *f,
+                                     kvf_wr_t *w, uint32_t *count_p,
+                                     uint16_t *flags_p)
+{
+    char segment[KVF_STORE_SEG_MAX];
+    uint64_t uid, base, len, gen = 0;
+    kvf_status_t st;
+    kvf_rd_t r;
+
+    (void)count_p;
+    (void)flags_p;
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    kvf_rd_str(&r, segment, sizeof(segment));
+    uid = kvf_rd_u64(&r);
+    base = kvf_rd_u64(&r);
+    len = kvf_rd_u64(&r);
+    if (kvf_rd_status(&r) != KVF_OK || kvf_rd_left(&r) != 0) {
+        return KVF_ERR_PROTOCOL;
+    }
+    if (len < KVF_PA_GRANULE || base + len < base) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    st = kvf_m_verify_node(m, segment, base, len);
+    if (st != KVF_OK) {
+        return st;
+    }
+    pthread_mutex_lock(&m->lock);
+    st = kvf_m_node_register(m, segment, uid, base, len, &gen);
+    pthread_mutex_unlock(&m->lock);
+    if (st != KVF_OK) {
+        return st;
+    }
+    kvf_wr_u64(w, m->epoch);
+    kvf_wr_u64(w, gen);
+    kvf_wr_u32(w, (uint32_t)m->opts.heartbeat_ms);
+    kvf_wr_u32(w, (uint32_t)m->opts.node_ttl_ms);
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m,
+                                      const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                      uint32_t *count_p, uint16_t *flags_p)
+{
+    uint64_t uid, gen, epoch;
+    kvf_status_t st;
+    kvf_rd_t r;
+
+    (void)w;
+    (void)count_p;
+    (void)flags_p;
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    uid = kvf_rd_u64(&r);
+    gen = kvf_rd_u64(&r);
+    epoch = kvf_rd_u64(&r);
+    if (kvf_rd_status(&r) != KVF_OK || kvf_rd_left(&r) != 0) {
+        return KVF_ERR_PROTOCOL;
+    }
+    pthread_mutex_lock(&m->lock);
+    st = kvf_m_heartbeat(m, uid, gen, epoch);
+    pthread_mutex_unlock(&m->lock);
+    return st;
+}
+
+static kvf_m_handler_t kvf_m_handler(uint8_t type)
+{
+    switch (type) {
+    case KVF_SP_NODE_REG:
+        return kvf_m_h_node_reg;
+    case KVF_SP_HEARTBEAT:
+        return kvf_m_h_heartbeat;
+    case KVF_SP_PUT_START:
+        return kvf_m_h_put_start;
+    case KVF_SP_PUT_END:
+        return kvf_m_h_put_end;
+    case KVF_SP_GET:
+        return kvf_m_h_get;
+    case KVF_SP_REMOVE:
+    case KVF_SP_EXISTS:
+        return kvf_m_h_keys;
+    case KVF_SP_LIST:
+        return kvf_m_h_list;
+    default:
+        return NULL;
+    }
+}
+
+static void kvf_m_count_error(kvf_master_t *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->st.errors++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* ---- connections ---- */
+
+static void *kvf_mconn_main(void *arg)
+{
+    kvf_mconn_t *c = arg;
+    kvf_master_t *m = c->m;
+    uint64_t io = m->opts.io_timeout_ms;
+    kvf_sp_frame_t f = {0};
+    kvf_m_handler_t h;
+    uint32_t count;
+    uint16_t flags;
+    kvf_status_t st;
+    kvf_wr_t w;
+    char peek;
+    ssize_t n;
+
+    kvf_wr_init(&w);
+    while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+        st = kvf_sock_wait(c->fd, POLLIN, kvf_time_ms() + 250);
+        if (st == KVF_ERR_TIMEOUT) {
+            continue;
+        }
+        if (st != KVF_OK) {
+            break;
+        }
+        n = recv(c->fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n <= 0) {
+            break; /* closed between frames */
+        }
+        st = kvf_sp_recv(c->fd, &f, kvf_time_ms() + io, kvf_time_ms() + io);
+        if (st != KVF_OK) {
+            kvf_m_count_error(m);
+            kvf_log_rl(KVF_LOG_WARN, "store connection fd %d: bad or cut "
+                       "frame: %s; closing it", c->fd, kvf_status_str(st));
+            if (st == KVF_ERR_PROTOCOL || st == KVF_ERR_VERSION ||
+                st == KVF_ERR_MSG_TOO_LARGE) {
+                kvf_sp_send(c->fd, KVF_SP_ERROR | KVF_SP_REPLY, 0, st, 0, 0,
+                            NULL, kvf_time_ms() + io);
+            }
+            break;
+        }
+        w.len = 0;
+        w.failed = 0;
+        count = 0;
+        flags = 0;
+        h = kvf_m_handler(f.hdr.type);
+        if (h == NULL) {
+            kvf_m_count_error(m);
+            kvf_log_rl(KVF_LOG_WARN, "store message of unknown type 0x%x",
+                       f.hdr.type);
+            st = kvf_sp_send(c->fd, KVF_SP_ERROR | KVF_SP_REPLY, f.hdr.id,
+                             KVF_ERR_PROTOCOL, 0, 0, NULL,
+                             kvf_time_ms() + io);
+        } else {
+            st = h(m, &f, &w, &count, &flags);
+            if (st == KVF_ERR_PROTOCOL) {
+                kvf_m_count_error(m);
+                kvf_log_rl(KVF_LOG_WARN, "store %s request does not parse",
+                           kvf_sp_msg_name(f.hdr.type));
+            }
+            if (st != KVF_OK || kvf_wr_status(&w) != KVF_OK) {
+                w.len = 0;
+                w.failed = 0;
+                count = 0;
+                st = (st != KVF_OK) ? st : KVF_ERR_NO_MEMORY;
+            }
+            st = kvf_sp_send(c->fd, f.hdr.type | KVF_SP_REPLY, f.hdr.id, st,
+                             count, flags, &w, kvf_time_ms() + io);
+        }
+        if (st != KVF_OK) {
+            break;
+        }
+    }
+    kvf_wr_free(&w);
+    kvf_sp_frame_free(&f);
+    close(c->fd);
+    __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Joins connections whose thread has finished (all when stopping). */
+static void kvf_m_reap_conns(kvf_master_t *m, int all)
+{
+    kvf_mconn_t **pp = &m->conns, *c;
+
+    while ((c = *pp) != NULL) {
+        if (all && !__atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
+            shutdown(c->fd, SHUT_RDWR);
+        }
+        if (all || __atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
+            pthread_join(c->thread, NULL);
+            *pp = c->next;
+            kvf_free(c);
+        } else {
+            pp = &c->next;
+        }
+    }
+}
+
+static void *kvf_m_accept_main(void *arg)
+{
+    kvf_master_t *m = arg;
+    kvf_mconn_t *c;
+    int fd, one = 1;
+
+    while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+        kvf_m_reap_conns(m, 0);
+        if (kvf_sock_wait(m->lfd, POLLIN, kvf_time_ms() + 250) != KVF_OK) {
+            continue;
+        }
+        fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            continue;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c = kvf_calloc(1, sizeof(*c));
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->m = m;
+        c->fd = fd;
+        if (pthread_create(&c->thread, NULL, kvf_mconn_main, c) != 0) {
+            kvf_error("cannot start a connection thread");
+            close(fd);
+            kvf_free(c);
+            continue;
+        }
+        c->next = m->conns;
+        m->conns = c;
+    }
+    kvf_m_reap_conns(m, 1);
+    return NULL;
+}
+
+static void *kvf_m_reaper_main(void *arg)
+{
+    kvf_master_t *m = arg;
+    struct timespec ts;
+    int tick = 100;
+
+    if (m->opts.put_timeout_ms / 4 < (uint64_t)tick) {
+        tick = (int)(m->opts.put_timeout_ms / 4) + 1;
+    }
+    pthread_mutex_lock(&m->lock);
+    while (!m->stop) {
+        kvf_m_tick(m);
+        kvf_time_abs_after(&ts, tick);
+        pthread_cond_timedwait(&m->stop_cond, &m->lock, &ts);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
+                              kvf_master_t **master_p)
+{
+    kvf_engine_params_t ep = {0};
+    char host[KVF_HOST_MAX];
+    kvf_master_t *m;
+    kvf_status_t st;
+    uint16_t port;
+
+    if (opts->high_watermark <= 0 || opts->high_watermark > 1 ||
+        opts->low_watermark > opts->high_watermark ||
+        opts->replicas > KVF_STORE_REPLICA_MAX || opts->node_ttl_ms == 0 ||
+        opts->heartbeat_ms == 0 || opts->io_timeout_ms == 0) {
+        kvf_error("bad master options: watermarks %.2f/%.2f, replicas %u, "
+                  "ttl %lu ms, heartbeat %lu ms",
+                  opts->low_watermark, opts->high_watermark, opts->replicas,
+                  (unsigned long)opts->node_ttl_ms,
+                  (unsigned long)opts->heartbeat_ms);
+        return KVF_ERR_INVALID_PARAM;
+    }
+    m = kvf_calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    m->opts = *opts;
+    m->opts.http = NULL;
+    m->opts.listen = NULL;
+    m->lfd = m->hfd = -1;
+    m->epoch = kvf_hash64(&m, sizeof(m), kvf_time_ns() ^ (uint64_t)getpid());
+    m->epoch |= 1;
+    m->next_put_id = (m->epoch & 0xffffffffull) << 32;
+    pthread_mutex_init(&m->lock, NULL);
+    kvf_cond_init(&m->stop_cond);
+    st = kvf_m_init(m);
+    if (st != KVF_OK) {
+        goto err_free;
+    }
+    ep.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_TIMEOUT |
+                    KVF_ENGINE_PARAM_CONNS | KVF_ENGINE_PARAM_TRANSPORTS;
+    ep.no_listen = 1;
+    ep.conns = 1;
+    ep.transports = "tcp";
+    ep.timeout_ms = opts->io_timeout_ms;
+    st = kvf_engine_create(&ep, &m->engine);
+    if (st != KVF_OK) {
+        goto err_meta;
+    }
+    st = kvf_sock_parse_addr(opts->listen, host, sizeof(host), &port);
+    if (st == KVF_OK) {
+        st = kvf_sock_listen(host, port, 256, &m->lfd, &port);
+    }
+    if (st != KVF_OK) {
+        kvf_error("master cannot listen on %s", opts->listen);
+        goto err_engine;
+    }
+    snprintf(m->address, sizeof(m->address), "%s:%u", host, port);
+    if (opts->http != NULL && opts->http[0] != '\0') {
+        st = kvf_m_http_start(m, opts->http);
+        if (st != KVF_OK) {
+            goto err_listen;
+        }
+    }
+    if (pthread_create(&m->reaper_thread, NULL, kvf_m_reaper_main, m) != 0) {
+        st = KVF_ERR_NO_RESOURCE;
+        goto err_http;
+    }
+    if (pthread_create(&m->accept_thread, NULL, kvf_m_accept_main, m) != 0) {
+        st = KVF_ERR_NO_RESOURCE;
+        goto err_reaper;
+    }
+    kvf_info("store master on %s (http %s), epoch %016lx", m->address,
+             m->have_http ? m->http_address : "off",
+             (unsigned long)m->epoch);
+    *master_p = m;
+    return KVF_OK;
+
+err_reaper:
+    pthread_mutex_lock(&m->lock);
+    m->stop = 1;
+    pthread_cond_broadcast(&m->stop_cond);
+    pthread_mutex_unlock(&m->lock);
+    pthread_join(m->reaper_thread, NULL);
+err_http:
+    kvf_m_http_stop(m);
+err_listen:
+    close(m->lfd);
+err_engine:
+    kvf_engine_destroy(m->engine);
+err_meta:
+    kvf_m_fini(m);
+err_free:
+    pthread_cond_destroy(&m->stop_cond);
+    pthread_mutex_destroy(&m->lock);
+    kvf_free(m);
+    return st;
+}
+
+void kvf_master_stop(kvf_master_t *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&m->lock);
+    __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&m->stop_cond);
+    pthread_mutex_unlock(&m->lock);
+    pthread_join(m->reaper_thread, NULL);
+    pthread_join(m->accept_thread, NULL);
+    kvf_m_http_stop(m);
+    close(m->lfd);
+    kvf_engine_destroy(m->engine);
+    pthread_mutex_lock(&m->lock);
+    kvf_m_fini(m);
+    pthread_mutex_unlock(&m->lock);
+    pthread_cond_destroy(&m->stop_cond);
+    pthread_mutex_destroy(&m->lock);
+    kvf_free(m);
+}
+
+const char *kvf_master_address(const kvf_master_t *m)
+{
+    return m->address;
+}
+
+const char *kvf_master_http_address(const kvf_master_t *m)
+{
+    return m->have_http ? m->http_address : "";
+}

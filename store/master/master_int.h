@@ -1,0 +1,113 @@
+/*
+ * Store master, private: nodes, objects, counters, and the functions the
+ * master's files share (objects.c: metadata and its rules; master.c:
+ * RPC serving; http.c: /metrics and /status). Every field below the
+ * server part is guarded by kvf_master.lock.
+ */
+#ifndef KVF_STORE_MASTER_INT_H
+#define KVF_STORE_MASTER_INT_H
+
+#include "store/master/master.h"
+#include "store/master/pool_alloc.h"
+#include "store/proto/proto.h"
+#include "core/sock.h"
+
+#include <pthread.h>
+
+enum { KVF_OBJ_PENDING = 0, KVF_OBJ_COMMITTED = 1 };
+
+typedef struct kvf_mnode {
+    uint64_t uid;   /* chosen by the node process at start */
+    uint64_t gen;   /* given by the master at each registration */
+    char segment[KVF_STORE_SEG_MAX];
+    uint64_t base;  /* pool address in the node's engine */
+    kvf_pool_alloc_t pa;
+    uint64_t last_hb_ms;
+    struct kvf_mnode *next;
+} kvf_mnode_t;
+
+typedef struct kvf_mrep {
+    kvf_mnode_t *node;
+    kvf_pa_block_t *blk;
+} kvf_mrep_t;
+
+typedef struct kvf_mobj {
+    char *key;
+    size_t keylen;
+    uint64_t hash;
+    uint64_t size;
+    uint64_t checksum;
+    uint64_t put_id;
+    uint64_t deadline_ms;    /* PENDING: reclaimed after */
+    uint64_t lease_until_ms; /* neither evicted nor removed before */
+    uint8_t state;
+    uint8_t flags;           /* KVF_STORE_PIN */
+    uint8_t nrep;
+    kvf_mrep_t rep[KVF_STORE_REPLICA_MAX];
+    struct kvf_mobj *hnext;          /* hash chain */
+    struct kvf_mobj *lprev, *lnext;  /* LRU list or pending list */
+} kvf_mobj_t;
+
+typedef struct kvf_master_stats {
+    uint64_t hits, misses, evictions, errors, puts, removes;
+    uint64_t reclaimed, nodes_lost, objects_lost, aborted;
+} kvf_master_stats_t;
+
+typedef struct kvf_mconn kvf_mconn_t;
+
+struct kvf_master {
+    kvf_master_opts_t opts;
+    uint64_t epoch;
+    pthread_mutex_t lock;
+    /* metadata */
+    kvf_mobj_t **table;
+    size_t nbuckets;
+    size_t nobjs;
+    kvf_mobj_t lru;      /* sentinel: lnext most recent, lprev least */
+    kvf_mobj_t pending;  /* sentinel of uncommitted puts */
+    kvf_mnode_t *nodes;
+    size_t nnodes;
+    uint64_t next_gen;
+    uint64_t next_put_id;
+    kvf_master_stats_t st;
+    /* server */
+    kvf_engine_h engine; /* initiator: checks what nodes claim */
+    int lfd;
+    int hfd;
+    char address[KVF_HOST_MAX + 8];
+    char http_address[KVF_HOST_MAX + 8];
+    pthread_t accept_thread, http_thread, reaper_thread;
+    int have_http;
+    int stop;
+    pthread_cond_t stop_cond;
+    kvf_mconn_t *conns;
+};
+
+/* objects.c -- all called with the lock held */
+kvf_status_t kvf_m_init(kvf_master_t *m);
+void kvf_m_fini(kvf_master_t *m);
+kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
+                             unsigned replicas, unsigned flags,
+                             kvf_mobj_t **obj_p);
+kvf_status_t kvf_m_put_end(kvf_master_t *m, const char *key, uint64_t put_id,
+                           uint64_t checksum, unsigned mask);
+kvf_status_t kvf_m_get(kvf_master_t *m, const char *key, kvf_mobj_t **obj_p);
+kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key);
+kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key);
+kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key);
+kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
+                                 uint64_t uid, uint64_t base, uint64_t len,
+                                 uint64_t *gen_p);
+kvf_status_t kvf_m_heartbeat(kvf_master_t *m, uint64_t uid, uint64_t gen,
+                             uint64_t epoch);
+/* Reaps zombie puts and dead nodes, evicts above the watermark. */
+void kvf_m_tick(kvf_master_t *m);
+uint64_t kvf_m_capacity(const kvf_master_t *m);
+uint64_t kvf_m_used(const kvf_master_t *m);
+size_t kvf_m_pending(const kvf_master_t *m);
+
+/* http.c */
+kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen);
+void kvf_m_http_stop(kvf_master_t *m);
+
+#endif

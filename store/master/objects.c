@@ -1,0 +1,543 @@
+/*
+ * Store master metadata and its rules. Objects live in a chained hash
+ * table by key; committed ones are also on an LRU list (a get moves an
+ * object to the front), pending ones on a list of puts in progress. Space
+ * comes from each node's TLSF allocator; replicas of one object go to
+ * distinct nodes, most free space first. Eviction walks the LRU list from
+ * its cold end and skips pinned objects and objects under a read lease
+ * (a get grants a lease of lease_ms). The periodic tick reclaims puts
+ * never committed by their deadline, drops nodes silent past their TTL
+ * (their replicas go; an object left without replicas is lost), and
+ * evicts down to the low watermark once used space passes the high one.
+ * Every function here runs with the master's lock held.
+ */
+#include "store/master/master_int.h"
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define KVF_M_HASH_SEED 0x6b766673746f7265ull
+
+static void kvf_m_list_init(kvf_mobj_t *s)
+{
+    s->lnext = s->lprev = s;
+}
+
+static void kvf_m_list_unlink(kvf_mobj_t *o)
+{
+    if (o->lnext != NULL) {
+        o->lnext->lprev = o->lprev;
+        o->lprev->lnext = o->lnext;
+        o->lnext = o->lprev = NULL;
+    }
+}
+
+static void kvf_m_list_push(kvf_mobj_t *s, kvf_mobj_t *o)
+{
+    o->lnext = s->lnext;
+    o->lprev = s;
+    s->lnext->lprev = o;
+    s->lnext = o;
+}
+
+kvf_status_t kvf_m_init(kvf_master_t *m)
+{
+    m->nbuckets = 1024;
+    m->table = kvf_calloc(m->nbuckets, sizeof(*m->table));
+    if (m->table == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    kvf_m_list_init(&m->lru);
+    kvf_m_list_init(&m->pending);
+    return KVF_OK;
+}
+
+static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o);
+
+void kvf_m_fini(kvf_master_t *m)
+{
+    kvf_mnode_t *n;
+    size_t i;
+
+    for (i = 0; i < m->nbuckets; i++) {
+        while (m->table[i] != NULL) {
+            kvf_m_obj_free(m, m->table[i]);
+        }
+    }
+    while ((n = m->nodes) != NULL) {
+        m->nodes = n->next;
+        kvf_pa_fini(&n->pa);
+        kvf_free(n);
+    }
+    kvf_free(m->table);
+    m->table = NULL;
+}
+
+static uint64_t kvf_m_hash(const char *key, size_t len)
+{
+    return kvf_hash64(key, len, KVF_M_HASH_SEED);
+}
+
+kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key)
+{
+    size_t len = strlen(key);
+    uint64_t h = kvf_m_hash(key, len);
+    kvf_mobj_t *o;
+
+    for (o = m->table[h & (m->nbuckets - 1)]; o != NULL; o = o->hnext) {
+        if (o->hash == h && o->keylen == len &&
+            memcmp(o->key, key, len) == 0) {
+            return o;
+        }
+    }
+    return NULL;
+}
+
+static void kvf_m_grow(kvf_master_t *m)
+{
+    size_t nb = m->nbuckets * 2, i;
+    kvf_mobj_t **t, *o;
+
+    t = kvf_calloc(nb, sizeof(*t));
+    if (t == NULL) {
+        return; /* longer chains, still correct */
+    }
+    for (i = 0; i < m->nbuckets; i++) {
+        while ((o = m->table[i]) != NULL) {
+            m->table[i] = o->hnext;
+            o->hnext = t[o->hash & (nb - 1)];
+            t[o->hash & (nb - 1)] = o;
+        }
+    }
+    kvf_free(m->table);
+    m->table = t;
+    m->nbuckets = nb;
+}
+
+/* Unlinks o from the table and lists, frees its space and itself. */
+static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o)
+{
+    kvf_mobj_t **pp;
+    unsigned i;
+
+    for (pp = &m->table[o->hash & (m->nbuckets - 1)]; *pp != NULL;
+         pp = &(*pp)->hnext) {
+        if (*pp == o) {
+            *pp = o->hnext;
+            break;
+        }
+    }
+    kvf_m_list_unlink(o);
+    for (i = 0; i < o->nrep; i++) {
+        kvf_pa_free(&o->rep[i].node->pa, o->rep[i].blk);
+    }
+    m->nobjs--;
+    kvf_free(o->key);
+    kvf_free(o);
+}
+
+uint64_t kvf_m_capacity(const kvf_master_t *m)
+{
+    const kvf_mnode_t *n;
+    uint64_t c = 0;
+
+    for (n = m->nodes; n != NULL; n = n->next) {
+        c += n->pa.len;
+    }
+    return c;
+}
+
+uint64_t kvf_m_used(const kvf_master_t *m)
+{
+    const kvf_mnode_t *n;
+    uint64_t u = 0;
+
+    for (n = m->nodes; n != NULL; n = n->next) {
+        u += n->pa.used;
+    }
+    return u;
+}
+
+size_t kvf_m_pending(const kvf_master_t *m)
+{
+    const kvf_mobj_t *o;
+    size_t n = 0;
+
+    for (o = m->pending.lnext; o != &m->pending; o = o->lnext) {
+        n++;
+    }
+    return n;
+}
+
+static int kvf_m_evictable(const kvf_mobj_t *o, uint64_t now)
+{
+    return o->state == KVF_OBJ_COMMITTED && !(o->flags & KVF_STORE_PIN) &&
+           o->lease_until_ms <= now;
+}
+
+static int kvf_m_obj_on(const kvf_mobj_t *o, const kvf_mnode_t *n)
+{
+    unsigned i;
+
+    for (i = 0; i < o->nrep; i++) {
+        if (o->rep[i].node == n) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void kvf_m_evict(kvf_master_t *m, kvf_mobj_t *o)
+{
+    kvf_debug("evicting '%s' (%lu bytes)", o->key, (unsigned long)o->size);
+    m->st.evictions++;
+    kvf_m_obj_free(m, o);
+}
+
+/* Allocates size bytes on n, evicting cold objects that live on n when
+ * evict is set. NULL when it cannot. */
+static kvf_pa_block_t *kvf_m_alloc_on(kvf_master_t *m, kvf_mnode_t *n,
+                                      uint64_t size, int evict, uint64_t now)
+{
+    kvf_pa_block_t *b = kvf_pa_alloc(&n->pa, size);
+    kvf_mobj_t *o, *prev;
+
+    if (b != NULL || !evict || size > n->pa.len) {
+        return b;
+    }
+    for (o = m->lru.lprev; o != &m->lru && b == NULL; o = prev) {
+        prev = o->lprev;
+        if (!kvf_m_evictable(o, now) || !kvf_m_obj_on(o, n)) {
+            continue;
+        }
+        kvf_m_evict(m, o);
+        b = kvf_pa_alloc(&n->pa, size);
+    }
+    return b;
+}
+
+kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
+                             unsigned replicas, unsigned flags,
+                             kvf_mobj_t **obj_p)
+{
+    kvf_mnode_t *cand[64], *n, *t;
+    uint64_t now = kvf_time_ms(), maxlen = 0;
+    size_t ncand = 0, i, j;
+    kvf_pa_block_t *b;
+    kvf_mobj_t *o;
+    int pass;
+
+    if (replicas == 0) {
+        replicas = m->opts.replicas;
+    }
+    if (replicas > KVF_STORE_REPLICA_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    o = kvf_m_find(m, key);
+    if (o != NULL) {
+        if (o->state == KVF_OBJ_COMMITTED) {
+            return KVF_ERR_EXISTS;
+        }
+        if (o->deadline_ms > now) {
+            return KVF_ERR_BUSY;
+        }
+        m->st.reclaimed++;
+        kvf_m_obj_free(m, o);
+    }
+    for (n = m->nodes; n != NULL && ncand < 64; n = n->next) {
+        if (n->pa.len > maxlen) {
+            maxlen = n->pa.len;
+        }
+        if (n->pa.len >= size) {
+            cand[ncand++] = n;
+        }
+    }
+    if (m->nodes == NULL) {
+        return KVF_ERR_UNAVAILABLE;
+    }
+    if (ncand == 0) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "put '%s': %lu bytes exceed the largest pool (%lu)", key,
+                   (unsigned long)size, (unsigned long)maxlen);
+        return KVF_ERR_MSG_TOO_LARGE;
+    }
+    /* most free space first */
+    for (i = 1; i < ncand; i++) {
+        for (j = i; j > 0 && cand[j - 1]->pa.len - cand[j - 1]->pa.used <
+                                  cand[j]->pa.len - cand[j]->pa.used;
+             j--) {
+            t = cand[j];
+            cand[j] = cand[j - 1];
+            cand[j - 1] = t;
+        }
+    }
+    o = kvf_calloc(1, sizeof(*o));
+    if (o == NULL || (o->key = kvf_strdup(key)) == NULL) {
+        kvf_free(o);
+        return KVF_ERR_NO_MEMORY;
+    }
+    /* first without evicting anything, then evicting where needed */
+    for (pass = 0; pass < 2 && o->nrep < replicas; pass++) {
+        for (i = 0; i < ncand && o->nrep < replicas; i++) {
+            if (cand[i] == NULL) {
+                continue;
+            }
+            b = kvf_m_alloc_on(m, cand[i], size, pass, now);
+            if (b != NULL) {
+                o->rep[o->nrep].node = cand[i];
+                o->rep[o->nrep].blk = b;
+                o->nrep++;
+                cand[i] = NULL;
+            }
+        }
+    }
+    if (o->nrep == 0) {
+        kvf_free(o->key);
+        kvf_free(o);
+        m->st.errors++;
+        return KVF_ERR_NO_SPACE;
+    }
+    o->keylen = strlen(key);
+    o->hash = kvf_m_hash(key, o->keylen);
+    o->size = size;
+    o->flags = (uint8_t)(flags & KVF_STORE_PIN);
+    o->state = KVF_OBJ_PENDING;
+    o->put_id = m->next_put_id++;
+    o->deadline_ms = now + m->opts.put_timeout_ms;
+    o->hnext = m->table[o->hash & (m->nbuckets - 1)];
+    m->table[o->hash & (m->nbuckets - 1)] = o;
+    m->nobjs++;
+    kvf_m_list_push(&m->pending, o);
+    if (m->nobjs > m->nbuckets) {
+        kvf_m_grow(m);
+    }
+    *obj_p = o;
+    return KVF_OK;
+}
+
+/* Evicts cold objects until used space is at most the low watermark. */
+static void kvf_m_evict_watermark(kvf_master_t *m, uint64_t now)
+{
+    uint64_t cap = kvf_m_capacity(m), used = kvf_m_used(m);
+    kvf_mobj_t *o, *prev;
+
+    if (cap == 0 || (double)used <= m->opts.high_watermark * (double)cap) {
+        return;
+    }
+    for (o = m->lru.lprev; o != &m->lru; o = prev) {
+        prev = o->lprev;
+        if ((double)used <= m->opts.low_watermark * (double)cap) {
+            break;
+        }
+        if (kvf_m_evictable(o, now)) {
+            used -= o->size < used ? o->size : used;
+            kvf_m_evict(m, o);
+            used = kvf_m_used(m);
+        }
+    }
+}
+
+kvf_status_t kvf_m_put_end(kvf_master_t *m, const char *key, uint64_t put_id,
+                           uint64_t checksum, unsigned mask)
+{
+    kvf_mobj_t *o = kvf_m_find(m, key);
+    unsigned i, k = 0;
+
+    if (o == NULL || o->state != KVF_OBJ_PENDING || o->put_id != put_id) {
+        /* reclaimed after its deadline, or its node died */
+        return KVF_ERR_STALE;
+    }
+    mask &= (1u << o->nrep) - 1;
+    if (mask == 0) {
+        m->st.aborted++;
+        kvf_m_obj_free(m, o);
+        return KVF_OK;
+    }
+    for (i = 0; i < o->nrep; i++) {
+        if (mask & (1u << i)) {
+            o->rep[k++] = o->rep[i];
+        } else {
+            kvf_pa_free(&o->rep[i].node->pa, o->rep[i].blk);
+        }
+    }
+    o->nrep = (uint8_t)k;
+    o->checksum = checksum;
+    o->state = KVF_OBJ_COMMITTED;
+    kvf_m_list_unlink(o);
+    kvf_m_list_push(&m->lru, o);
+    m->st.puts++;
+    kvf_m_evict_watermark(m, kvf_time_ms());
+    return KVF_OK;
+}
+
+kvf_status_t kvf_m_get(kvf_master_t *m, const char *key, kvf_mobj_t **obj_p)
+{
+    kvf_mobj_t *o = kvf_m_find(m, key);
+    uint64_t until;
+
+    if (o == NULL || o->state != KVF_OBJ_COMMITTED) {
+        m->st.misses++;
+        return (o == NULL) ? KVF_ERR_NO_KEY : KVF_ERR_NOT_READY;
+    }
+    m->st.hits++;
+    until = kvf_time_ms() + m->opts.lease_ms;
+    if (until > o->lease_until_ms) {
+        o->lease_until_ms = until;
+    }
+    kvf_m_list_unlink(o);
+    kvf_m_list_push(&m->lru, o);
+    *obj_p = o;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key)
+{
+    kvf_mobj_t *o = kvf_m_find(m, key);
+
+    if (o == NULL) {
+        return KVF_ERR_NO_KEY;
+    }
+    if (o->state != KVF_OBJ_COMMITTED) {
+        return KVF_ERR_BUSY;
+    }
+    if (o->lease_until_ms > kvf_time_ms()) {
+        return KVF_ERR_LEASED;
+    }
+    m->st.removes++;
+    kvf_m_obj_free(m, o);
+    return KVF_OK;
+}
+
+kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key)
+{
+    kvf_mobj_t *o = kvf_m_find(m, key);
+
+    if (o == NULL) {
+        return KVF_ERR_NO_KEY;
+    }
+    return (o->state == KVF_OBJ_COMMITTED) ? KVF_OK : KVF_ERR_NOT_READY;
+}
+
+/* Drops node n: its replicas go, objects left with none are lost. */
+static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
+{
+    kvf_mnode_t **pp;
+    kvf_mobj_t *o, *next;
+    size_t i, lost = 0, dropped = 0;
+    unsigned r, k;
+
+    for (i = 0; i < m->nbuckets; i++) {
+        for (o = m->table[i]; o != NULL; o = next) {
+            next = o->hnext;
+            for (r = 0, k = 0; r < o->nrep; r++) {
+                if (o->rep[r].node != n) {
+                    o->rep[k++] = o->rep[r];
+                } else {
+                    dropped++;
+                }
+            }
+            o->nrep = (uint8_t)k;
+            if (k == 0) {
+                lost += (o->state == KVF_OBJ_COMMITTED);
+                kvf_m_obj_free(m, o);
+            }
+        }
+    }
+    for (pp = &m->nodes; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == n) {
+            *pp = n->next;
+            break;
+        }
+    }
+    m->nnodes--;
+    m->st.nodes_lost++;
+    m->st.objects_lost += lost;
+    kvf_warn("node %s (gen %lu) dropped: %s; %zu replica(s) dropped, "
+             "%zu object(s) lost",
+             n->segment, (unsigned long)n->gen, why, dropped, lost);
+    kvf_pa_fini(&n->pa);
+    kvf_free(n);
+}
+
+kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
+                                 uint64_t uid, uint64_t base, uint64_t len,
+                                 uint64_t *gen_p)
+{
+    kvf_mnode_t *n, *next;
+    kvf_status_t status;
+
+    /* a node registering again (or a new process on the same segment)
+     * replaces the old record: its space is new, its old replicas gone */
+    for (n = m->nodes; n != NULL; n = next) {
+        next = n->next;
+        if (n->uid == uid || strcmp(n->segment, segment) == 0) {
+            kvf_m_node_drop(m, n, "registered again");
+        }
+    }
+    n = kvf_calloc(1, sizeof(*n));
+    if (n == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    status = kvf_pa_init(&n->pa, len);
+    if (status != KVF_OK) {
+        kvf_free(n);
+        return status;
+    }
+    n->uid = uid;
+    n->gen = ++m->next_gen;
+    n->base = base;
+    n->last_hb_ms = kvf_time_ms();
+    snprintf(n->segment, sizeof(n->segment), "%s", segment);
+    n->next = m->nodes;
+    m->nodes = n;
+    m->nnodes++;
+    kvf_info("node %s registered: pool 0x%lx+%lu, gen %lu", segment,
+             (unsigned long)base, (unsigned long)len, (unsigned long)n->gen);
+    *gen_p = n->gen;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_m_heartbeat(kvf_master_t *m, uint64_t uid, uint64_t gen,
+                             uint64_t epoch)
+{
+    kvf_mnode_t *n;
+
+    if (epoch != m->epoch) {
+        return KVF_ERR_STALE;
+    }
+    for (n = m->nodes; n != NULL; n = n->next) {
+        if (n->uid == uid && n->gen == gen) {
+            n->last_hb_ms = kvf_time_ms();
+            return KVF_OK;
+        }
+    }
+    return KVF_ERR_STALE;
+}
+
+void kvf_m_tick(kvf_master_t *m)
+{
+    uint64_t now = kvf_time_ms();
+    kvf_mnode_t *n, *nnext;
+    kvf_mobj_t *o, *prev;
+
+    for (o = m->pending.lprev; o != &m->pending; o = prev) {
+        prev = o->lprev;
+        if (o->deadline_ms <= now) {
+            kvf_warn("put of '%s' not committed within %lu ms: reclaimed",
+                     o->key, (unsigned long)m->opts.put_timeout_ms);
+            m->st.reclaimed++;
+            kvf_m_obj_free(m, o);
+        }
+    }
+    for (n = m->nodes; n != NULL; n = nnext) {
+        nnext = n->next;
+        if (n->last_hb_ms + m->opts.node_ttl_ms <= now) {
+            kvf_m_node_drop(m, n, "no heartbeat within its ttl");
+        }
+    }
+    kvf_m_evict_watermark(m, now);
+}

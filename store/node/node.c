@@ -1,0 +1,269 @@
+/*
+ * Storage node: pool, engine target, registration and heartbeats.
+ *
+ * The pool is an anonymous mapping registered with the node's engine; the
+ * master checks the claimed range against the engine's descriptor, and
+ * the engine refuses any remote access outside registered regions, so a
+ * node cannot make the master hand out space it does not have.
+ *
+ * One thread keeps the node known to the master: it heartbeats every
+ * heartbeat_ms on its own connection; a KVF_ERR_STALE reply (the master
+ * restarted or dropped the node after its TTL) or a broken connection
+ * leads to a new registration, retried every heartbeat interval while the
+ * master is unreachable.
+ */
+#include "store/node/node.h"
+#include "store/proto/proto.h"
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "core/sock.h"
+#include "core/time.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct kvf_node {
+    kvf_node_opts_t opts;
+    char master[KVF_HOST_MAX + 8];
+    kvf_engine_h engine;
+    kvf_region_h region;
+    void *pool;
+    uint64_t uid;
+    /* registration, owned by the node thread */
+    int fd;
+    uint64_t epoch;
+    uint64_t gen;
+    unsigned hb_ms;
+    uint64_t next_id;
+    unsigned registrations;
+    kvf_sp_frame_t f;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stop;
+};
+
+static void kvf_node_disconnect(kvf_node_t *n)
+{
+    if (n->fd >= 0) {
+        close(n->fd);
+        n->fd = -1;
+    }
+}
+
+static kvf_status_t kvf_node_register(kvf_node_t *n)
+{
+    uint64_t deadline = kvf_time_ms() + n->opts.timeout_ms;
+    char host[KVF_HOST_MAX];
+    kvf_status_t st;
+    uint16_t port;
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    kvf_node_disconnect(n);
+    st = kvf_sock_parse_addr(n->master, host, sizeof(host), &port);
+    if (st != KVF_OK) {
+        return st;
+    }
+    st = kvf_sock_connect(host, port, (int)n->opts.timeout_ms, &n->fd);
+    if (st != KVF_OK) {
+        return st;
+    }
+    kvf_wr_init(&w);
+    kvf_wr_str(&w, kvf_engine_segment_name(n->engine));
+    kvf_wr_u64(&w, n->uid);
+    kvf_wr_u64(&w, (uint64_t)(uintptr_t)n->pool);
+    kvf_wr_u64(&w, n->opts.claim ? n->opts.claim : n->opts.pool);
+    st = kvf_sp_call(n->fd, KVF_SP_NODE_REG, ++n->next_id, 0, &w, &n->f,
+                     deadline);
+    kvf_wr_free(&w);
+    if (st == KVF_OK) {
+        st = (kvf_status_t)n->f.hdr.status;
+    }
+    if (st != KVF_OK) {
+        kvf_node_disconnect(n);
+        return st;
+    }
+    kvf_rd_init(&r, n->f.body, n->f.hdr.meta_len);
+    n->epoch = kvf_rd_u64(&r);
+    n->gen = kvf_rd_u64(&r);
+    n->hb_ms = kvf_rd_u32(&r);
+    kvf_rd_u32(&r);
+    if (kvf_rd_status(&r) != KVF_OK || n->hb_ms == 0) {
+        kvf_node_disconnect(n);
+        return KVF_ERR_PROTOCOL;
+    }
+    n->registrations++;
+    kvf_info("node %s registered with master %s: epoch %016lx, gen %lu",
+             kvf_engine_segment_name(n->engine), n->master,
+             (unsigned long)n->epoch, (unsigned long)n->gen);
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_node_heartbeat(kvf_node_t *n)
+{
+    kvf_status_t st;
+    kvf_wr_t w;
+
+    if (n->fd < 0) {
+        return KVF_ERR_CONN_RESET;
+    }
+    kvf_wr_init(&w);
+    kvf_wr_u64(&w, n->uid);
+    kvf_wr_u64(&w, n->gen);
+    kvf_wr_u64(&w, n->epoch);
+    st = kvf_sp_call(n->fd, KVF_SP_HEARTBEAT, ++n->next_id, 0, &w, &n->f,
+                     kvf_time_ms() + n->opts.timeout_ms);
+    kvf_wr_free(&w);
+    if (st != KVF_OK) {
+        kvf_node_disconnect(n);
+        return st;
+    }
+    return (kvf_status_t)n->f.hdr.status;
+}
+
+static void *kvf_node_main(void *arg)
+{
+    kvf_node_t *n = arg;
+    struct timespec ts;
+    kvf_status_t st;
+    int wait_ms;
+
+    pthread_mutex_lock(&n->lock);
+    while (!n->stop) {
+        wait_ms = (int)n->hb_ms;
+        pthread_mutex_unlock(&n->lock);
+        st = kvf_node_heartbeat(n);
+        if (st != KVF_OK) {
+            kvf_warn("node %s: heartbeat: %s; registering again",
+                     kvf_engine_segment_name(n->engine), kvf_status_str(st));
+            st = kvf_node_register(n);
+            if (st != KVF_OK) {
+                kvf_log_rl(KVF_LOG_WARN, "node %s: master %s: %s",
+                           kvf_engine_segment_name(n->engine), n->master,
+                           kvf_status_str(st));
+            }
+        }
+        pthread_mutex_lock(&n->lock);
+        if (n->stop) {
+            break;
+        }
+        kvf_time_abs_after(&ts, wait_ms);
+        pthread_cond_timedwait(&n->cond, &n->lock, &ts);
+    }
+    pthread_mutex_unlock(&n->lock);
+    return NULL;
+}
+
+kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
+{
+    kvf_engine_params_t ep = {0};
+    kvf_status_t st;
+    kvf_node_t *n;
+
+    if (opts->master == NULL || opts->pool < 4096 || opts->timeout_ms == 0) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    n = kvf_calloc(1, sizeof(*n));
+    if (n == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    n->opts = *opts;
+    n->fd = -1;
+    snprintf(n->master, sizeof(n->master), "%s", opts->master);
+    n->uid = kvf_hash64(&n, sizeof(n), kvf_time_ns() ^ (uint64_t)getpid());
+    pthread_mutex_init(&n->lock, NULL);
+    kvf_cond_init(&n->cond);
+    n->pool = mmap(NULL, opts->pool, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (n->pool == MAP_FAILED) {
+        kvf_error("node cannot map a pool of %lu bytes: %m",
+                  (unsigned long)opts->pool);
+        n->pool = NULL;
+        st = KVF_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    madvise(n->pool, opts->pool, MADV_HUGEPAGE);
+    ep.field_mask = KVF_ENGINE_PARAM_LISTEN | KVF_ENGINE_PARAM_TIMEOUT;
+    ep.listen = opts->listen ? opts->listen : "127.0.0.1:0";
+    ep.timeout_ms = opts->timeout_ms;
+    if (opts->transports != NULL) {
+        ep.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
+        ep.transports = opts->transports;
+    }
+    st = kvf_engine_create(&ep, &n->engine);
+    if (st != KVF_OK) {
+        goto err_unmap;
+    }
+    st = kvf_engine_reg(n->engine, n->pool, opts->pool, KVF_MEM_HOST, 0,
+                        &n->region);
+    if (st != KVF_OK) {
+        goto err_engine;
+    }
+    st = kvf_node_register(n);
+    if (st != KVF_OK) {
+        kvf_error("node %s: registration with master %s failed: %s",
+                  kvf_engine_segment_name(n->engine), n->master,
+                  kvf_status_str(st));
+        goto err_dereg;
+    }
+    if (pthread_create(&n->thread, NULL, kvf_node_main, n) != 0) {
+        st = KVF_ERR_NO_RESOURCE;
+        goto err_dereg;
+    }
+    *node_p = n;
+    return KVF_OK;
+
+err_dereg:
+    kvf_node_disconnect(n);
+    kvf_engine_dereg(n->engine, n->region);
+err_engine:
+    kvf_engine_destroy(n->engine);
+err_unmap:
+    munmap(n->pool, opts->pool);
+err_free:
+    kvf_sp_frame_free(&n->f);
+    pthread_cond_destroy(&n->cond);
+    pthread_mutex_destroy(&n->lock);
+    kvf_free(n);
+    return st;
+}
+
+void kvf_node_stop(kvf_node_t *n)
+{
+    if (n == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&n->lock);
+    n->stop = 1;
+    pthread_cond_broadcast(&n->cond);
+    pthread_mutex_unlock(&n->lock);
+    pthread_join(n->thread, NULL);
+    kvf_node_disconnect(n);
+    kvf_engine_dereg(n->engine, n->region);
+    kvf_engine_destroy(n->engine);
+    munmap(n->pool, n->opts.pool);
+    kvf_sp_frame_free(&n->f);
+    pthread_cond_destroy(&n->cond);
+    pthread_mutex_destroy(&n->lock);
+    kvf_free(n);
+}
+
+const char *kvf_node_segment(const kvf_node_t *n)
+{
+    return kvf_engine_segment_name(n->engine);
+}
+
+void *kvf_node_pool(const kvf_node_t *n)
+{
+    return n->pool;
+}
+
+unsigned kvf_node_registrations(const kvf_node_t *n)
+{
+    return __atomic_load_n(&n->registrations, __ATOMIC_RELAXED);
+}

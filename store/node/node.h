@@ -1,0 +1,39 @@
+/*
+ * The store's storage node (interface for `kvferry node`): a memory pool
+ * registered with a transfer engine (the node is an engine target; clients
+ * read and write its pool directly), announced to the master with the
+ * segment name and the pool's address and size, and kept alive by
+ * heartbeats. When the master restarts or forgets the node (its epoch or
+ * the node's generation no longer match), the node registers again and
+ * its pool counts as empty: the master never serves locations from an
+ * earlier registration.
+ */
+#ifndef KVF_STORE_NODE_H
+#define KVF_STORE_NODE_H
+
+#include <kvferry/store.h>
+
+typedef struct kvf_node kvf_node_t;
+
+typedef struct kvf_node_opts {
+    const char *master;     /* master "host:port" */
+    const char *listen;     /* engine "host:port" (port 0 = any) */
+    uint64_t pool;          /* pool bytes */
+    uint64_t claim;         /* bytes told to the master; 0 = pool (a larger
+                               claim is a lie the master must refuse) */
+    const char *transports; /* engine transports (NULL = auto) */
+    unsigned timeout_ms;    /* bound on every wait */
+} kvf_node_opts_t;
+
+/* Maps and registers the pool, starts the engine, and registers with the
+ * master; fails if the first registration fails (master unreachable
+ * within the timeout, or the claim refused). */
+kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p);
+void kvf_node_stop(kvf_node_t *node);
+
+const char *kvf_node_segment(const kvf_node_t *node);
+void *kvf_node_pool(const kvf_node_t *node);
+/* Registrations so far (1 after start; more after master restarts). */
+unsigned kvf_node_registrations(const kvf_node_t *node);
+
+#endif

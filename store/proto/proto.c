@@ -1,0 +1,197 @@
+/*
+ * Store RPC framing: send a header and body in one writev, receive and
+ * validate a frame into a growable buffer, a request/reply round trip,
+ * and bounds-checked key reading with a per-key verdict.
+ */
+#include "store/proto/proto.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/sock.h"
+
+#include <string.h>
+#include <sys/uio.h>
+
+static const kvf_config_entry_t kvf_store_config_entries[] = {
+    {"master", "127.0.0.1:17800",
+     "store master RPC address (master: listen; nodes, clients: connect)"},
+    {"master_http", "127.0.0.1:17801", "store master HTTP address"},
+    {"lease_ms", "2000", "read lease a get grants (ms)"},
+    {"put_timeout_ms", "10000", "a put not committed by then is undone"},
+    {"node_ttl_ms", "3000", "a node silent this long is dropped"},
+    {"heartbeat_ms", "500", "node heartbeat interval"},
+    {"high_watermark_pct", "90", "evict when used space passes this %"},
+    {"low_watermark_pct", "80", "... down to this %"},
+    {"replicas", "1", "default replica count of a put"},
+    {"store_timeout_ms", "5000", "bound on any store wait"},
+};
+
+const kvf_config_table_t kvf_store_config = {
+    "store", kvf_store_config_entries,
+    sizeof(kvf_store_config_entries) / sizeof(kvf_store_config_entries[0])};
+
+void kvf_sp_frame_free(kvf_sp_frame_t *f)
+{
+    kvf_free(f->body);
+    f->body = NULL;
+    f->cap = 0;
+}
+
+kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id,
+                         kvf_status_t status, uint32_t count, uint16_t flags,
+                         const kvf_wr_t *w, uint64_t deadline_ms)
+{
+    unsigned char hdr[KVF_WIRE_HDR_LEN];
+    kvf_frame_hdr_t h = {0};
+    struct iovec iov[2];
+    size_t n = (w != NULL) ? w->len : 0;
+
+    if (w != NULL && kvf_wr_status(w) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    if (n > KVF_SP_BODY_MAX) {
+        kvf_error("store %s message of %zu bytes exceeds %u",
+                  kvf_sp_msg_name(type), n, KVF_SP_BODY_MAX);
+        return KVF_ERR_MSG_TOO_LARGE;
+    }
+    h.magic = KVF_WIRE_MAGIC;
+    h.version = KVF_WIRE_VERSION;
+    h.type = type;
+    h.flags = flags;
+    h.meta_len = (uint32_t)n;
+    h.count = count;
+    h.id = id;
+    h.status = status;
+    kvf_frame_pack(&h, hdr);
+    iov[0].iov_base = hdr;
+    iov[0].iov_len = sizeof(hdr);
+    iov[1].iov_base = (n > 0) ? w->buf : NULL;
+    iov[1].iov_len = n;
+    return kvf_sock_writev_all(fd, iov, n > 0 ? 2 : 1, deadline_ms);
+}
+
+kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
+                         uint64_t deadline_ms)
+{
+    unsigned char hdr[KVF_WIRE_HDR_LEN];
+    kvf_status_t status;
+    unsigned char *nb;
+
+    /* the first byte may take long (an idle connection), the rest not */
+    status = kvf_sock_recv_all(fd, hdr, 1, first_deadline_ms);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_sock_recv_all(fd, hdr + 1, sizeof(hdr) - 1, deadline_ms);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_frame_unpack(hdr, &f->hdr);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (f->hdr.data_len != 0 || f->hdr.meta_len > KVF_SP_BODY_MAX) {
+        return KVF_ERR_MSG_TOO_LARGE;
+    }
+    if (f->hdr.meta_len > f->cap) {
+        nb = kvf_realloc(f->body, f->hdr.meta_len);
+        if (nb == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        f->body = nb;
+        f->cap = f->hdr.meta_len;
+    }
+    if (f->hdr.meta_len == 0) {
+        return KVF_OK;
+    }
+    return kvf_sock_recv_all(fd, f->body, f->hdr.meta_len, deadline_ms);
+}
+
+kvf_status_t kvf_sp_call(int fd, uint8_t type, uint64_t id, uint32_t count,
+                         const kvf_wr_t *w, kvf_sp_frame_t *f,
+                         uint64_t deadline_ms)
+{
+    kvf_status_t status;
+
+    status = kvf_sp_send(fd, type, id, KVF_OK, count, 0, w, deadline_ms);
+    if (status != KVF_OK) {
+        return status;
+    }
+    status = kvf_sp_recv(fd, f, deadline_ms, deadline_ms);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (f->hdr.type == (KVF_SP_ERROR | KVF_SP_REPLY) &&
+        f->hdr.status != KVF_OK) {
+        return (kvf_status_t)f->hdr.status;
+    }
+    if (f->hdr.type != (type | KVF_SP_REPLY) || f->hdr.id != id) {
+        kvf_error("store reply of type 0x%x id %lu to a %s request id %lu",
+                  f->hdr.type, (unsigned long)f->hdr.id,
+                  kvf_sp_msg_name(type), (unsigned long)id);
+        return KVF_ERR_PROTOCOL;
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_sp_rd_key(kvf_rd_t *r, char *out)
+{
+    uint16_t n = kvf_rd_u16(r);
+    const char *p = kvf_rd_bytes(r, n);
+
+    out[0] = '\0';
+    if (p == NULL) {
+        return KVF_ERR_PROTOCOL;
+    }
+    if (n > KVF_STORE_KEY_MAX) {
+        return KVF_ERR_KEY_TOO_LARGE;
+    }
+    if (n == 0 || memchr(p, '\0', n) != NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return KVF_OK;
+}
+
+kvf_status_t kvf_sp_key_check(const char *key)
+{
+    size_t n;
+
+    if (key == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    n = strnlen(key, KVF_STORE_KEY_MAX + 1);
+    if (n == 0) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (n > KVF_STORE_KEY_MAX) {
+        return KVF_ERR_KEY_TOO_LARGE;
+    }
+    return KVF_OK;
+}
+
+const char *kvf_sp_msg_name(uint8_t type)
+{
+    switch (type & (uint8_t)~KVF_SP_REPLY) {
+    case KVF_SP_NODE_REG:
+        return "node-register";
+    case KVF_SP_HEARTBEAT:
+        return "heartbeat";
+    case KVF_SP_PUT_START:
+        return "put-start";
+    case KVF_SP_PUT_END:
+        return "put-end";
+    case KVF_SP_GET:
+        return "get";
+    case KVF_SP_REMOVE:
+        return "remove";
+    case KVF_SP_EXISTS:
+        return "exists";
+    case KVF_SP_LIST:
+        return "list";
+    case KVF_SP_ERROR:
+        return "error";
+    default:
+        return "unknown";
+    }
+}

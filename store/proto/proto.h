@@ -1,0 +1,95 @@
+/*
+ * Store RPC protocol: the messages between clients, nodes and the master,
+ * framed with core/wire.h (magic, version, type, lengths). A request's
+ * body is its metadata (meta_len bytes, `count` entries); a reply has the
+ * request's type | KVF_SP_REPLY, the request's id, and a status. The store
+ * RPC never carries payload: data moves through the engine, so a frame
+ * with data_len != 0 is refused.
+ *
+ * Bodies (little-endian; str = u16 length + bytes, no NUL):
+ *   NODE_REG   req: str segment, u64 uid, u64 pool_addr, u64 pool_len
+ *              rep: u64 master_epoch, u64 node_gen, u32 heartbeat_ms,
+ *                   u32 ttl_ms
+ *   HEARTBEAT  req: u64 uid, u64 node_gen, u64 master_epoch; rep: empty
+ *              (KVF_ERR_STALE: register again)
+ *   PUT_START  req: count x {str key, u64 size, u8 replicas, u8 flags}
+ *              rep: count x {i32 status, u64 put_id, u8 n,
+ *                            n x {str segment, u64 addr}}
+ *   PUT_END    req: count x {str key, u64 put_id, u64 checksum,
+ *                            u8 written_mask}   (mask 0 = abort)
+ *              rep: count x {i32 status}
+ *   GET        req: count x {str key}
+ *              rep: count x {i32 status, u64 size, u64 checksum,
+ *                            u32 lease_ms, u8 n, n x {str seg, u64 addr}}
+ *   REMOVE, EXISTS  req: count x {str key}; rep: count x {i32 status}
+ *   LIST       req: str prefix, u32 max
+ *              rep: count x {str key, u64 size, u8 committed, u8 n},
+ *                   flags KVF_SP_TRUNCATED when cut short
+ */
+#ifndef KVF_STORE_PROTO_H
+#define KVF_STORE_PROTO_H
+
+#include <kvferry/store.h>
+
+#include "core/config.h"
+#include "core/wire.h"
+
+enum kvf_sp_msg {
+    KVF_SP_NODE_REG = 0x41,
+    KVF_SP_HEARTBEAT = 0x42,
+    KVF_SP_PUT_START = 0x43,
+    KVF_SP_PUT_END = 0x44,
+    KVF_SP_GET = 0x45,
+    KVF_SP_REMOVE = 0x46,
+    KVF_SP_EXISTS = 0x47,
+    KVF_SP_LIST = 0x48,
+    KVF_SP_MSG_LAST = 0x48,
+    KVF_SP_ERROR = 0x7f /* reply to a frame that could not be served */
+};
+
+#define KVF_SP_REPLY     0x80
+#define KVF_SP_TRUNCATED 0x1
+#define KVF_SP_BODY_MAX  (4u << 20) /* = KVF_WIRE_META_MAX */
+
+/* The `store` config table (master, nodes and clients share it). */
+extern const kvf_config_table_t kvf_store_config;
+
+/* A received frame: header plus its body in a growable buffer. */
+typedef struct kvf_sp_frame {
+    kvf_frame_hdr_t hdr;
+    unsigned char *body;
+    size_t cap;
+} kvf_sp_frame_t;
+
+void kvf_sp_frame_free(kvf_sp_frame_t *f);
+
+/* Sends one frame: header + w's bytes (w may be NULL: empty body). */
+kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id,
+                         kvf_status_t status, uint32_t count, uint16_t flags,
+                         const kvf_wr_t *w, uint64_t deadline_ms);
+
+/* Receives one frame. Checks magic, version, lengths (body at most
+ * KVF_SP_BODY_MAX, no payload). idle_ms bounds the wait for the first
+ * byte (a server waiting for the next request), deadline_ms the rest. */
+kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
+                         uint64_t deadline_ms);
+
+/* One round trip on a connected fd; the reply must have type|REPLY and
+ * the same id. Returns transport errors; the reply's status is in
+ * f->hdr.status. */
+kvf_status_t kvf_sp_call(int fd, uint8_t type, uint64_t id, uint32_t count,
+                         const kvf_wr_t *w, kvf_sp_frame_t *f,
+                         uint64_t deadline_ms);
+
+/* Keys: writes a str; reads one into out[KVF_STORE_KEY_MAX + 1] with a
+ * per-key verdict (KVF_ERR_KEY_TOO_LARGE, KVF_ERR_INVALID_PARAM for an
+ * empty key or one holding NUL) that leaves the reader usable; a
+ * truncated body latches the reader's error. */
+kvf_status_t kvf_sp_rd_key(kvf_rd_t *r, char *out);
+
+/* Checks a caller's key before it goes on the wire. */
+kvf_status_t kvf_sp_key_check(const char *key);
+
+const char *kvf_sp_msg_name(uint8_t type);
+
+#endif
