@@ -36,7 +36,7 @@ static void kvf_te_usage(void)
         "  --block-sizes LIST  block sizes (default 4K..64M doubling)\n"
         "  --block-min SIZE    smallest block of the doubling (default 4K)\n"
         "  --block-max SIZE    largest block of the doubling (default 64M)\n"
-        "  --batch N           blocks per batch (default 16)\n"
+        "  --batch N           blocks per batch (default 32)\n"
         "  --threads N         threads submitting concurrently (default 2)\n"
         "  --duration TIME     per block size (default 1s)\n"
         "  --min-batches N     per thread and block size (default 3)\n"
@@ -91,7 +91,7 @@ static int kvf_te_parse(int argc, char **argv, kvf_te_opts_t *o)
     o->s.conns = 4;
     o->s.timeout_ms = 30000;
     o->s.seed = 1;
-    o->batch = 16;
+    o->batch = 32;
     o->threads = 2;
     o->duration_ms = 1000;
     o->min_batches = 3;
