@@ -173,10 +173,10 @@ static void test_te_record(void **state)
     assert_int_equal(run("grep -q 'lat P99 ms' %s/te.txt && "
                          "grep -c '^ *[0-9.]* [KM]B ' %s/te.txt | "
                          "grep -q '^3$'", dir, dir), 0);
-    assert_int_equal(count("te", "*-bench-te.json"), 1);
-    assert_int_equal(count("te", "*-bench-te.data.json"), 1);
+    assert_int_equal(count("te", "*-bench-te-tcp-write.json"), 1);
+    assert_int_equal(count("te", "*-bench-te-tcp-write.data.json"), 1);
     validate("te");
-    json = slurp("te", "*-bench-te.json");
+    json = slurp("te", "*-bench-te-tcp-write.json");
     assert_non_null(strstr(json, "\"hypothesis\": \"tiny curve\""));
     assert_non_null(strstr(json, "\"write GB/s over block size\""));
     assert_non_null(strstr(json, "\"x_label\": \"block bytes\""));

@@ -26,8 +26,9 @@ int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
     unsigned i;
     int rc;
 
+    snprintf(name, sizeof(name), "bench te (%s, %s)", transport, op);
     rec = kvf_record_new(
-        "bench", "bench te",
+        "bench", name,
         "small blocks do not collapse: at 64 KiB blocks the engine moves at "
         "least 90 % of what it moves at 64 MiB blocks");
     if (rec == NULL) {
