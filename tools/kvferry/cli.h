@@ -32,6 +32,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv);
 int kvf_cmd_bench_link(int argc, char **argv);
 int kvf_cmd_bench_env(int argc, char **argv);
 int kvf_cmd_bench_te(int argc, char **argv);
+int kvf_cmd_drill(int argc, char **argv);
 
 /* Top-level commands and `bench` subcommands (commands.c). */
 extern const kvf_cli_cmd_t kvf_cli_commands[];
