@@ -28,6 +28,8 @@ int kvf_cmd_get(int argc, char **argv);
 int kvf_cmd_rm(int argc, char **argv);
 int kvf_cmd_exists(int argc, char **argv);
 int kvf_cmd_ls(int argc, char **argv);
+int kvf_cmd_bench_store(int argc, char **argv);
+int kvf_cmd_bench_load(int argc, char **argv);
 int kvf_cmd_bench_blocks(int argc, char **argv);
 int kvf_cmd_bench_link(int argc, char **argv);
 int kvf_cmd_bench_env(int argc, char **argv);

@@ -1,0 +1,382 @@
+/*
+ * `kvferry bench load` (seed 003 §3.4): the load path of one object,
+ * broken down per object size into its stages: query (the master lookup
+ * that grants the read lease), remote read (the engine moving the bytes
+ * from the node), checksum verification, and H2D (the copy into GPU
+ * memory; reported as not measured on a machine without a GPU). Each
+ * stage's P50/P99 and share of the total are printed, and the remote read
+ * is compared with an estimate taken in the same run: the raw link
+ * ceiling (kvf_peer_link_test) for the same number of bytes to the same
+ * node. Without --master a master and --nodes nodes are spawned.
+ */
+#include "tools/kvferry/bench_store.h"
+#include "tools/kvferry/record.h"
+
+#include <kvferry/store.h>
+
+#include "core/time.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct kvf_bl_row {
+    uint64_t size;
+    long gets, errors;
+    double q50, q99, r50, r99, v50, v99, t50, t99; /* microseconds */
+    double link_us;   /* raw link ceiling for size bytes */
+    double read_share, query_share, verify_share;
+} kvf_bl_row_t;
+
+static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
+                       unsigned iters, kvf_bl_row_t *row)
+{
+    double *q, *r, *v, *t, secs[5];
+    kvf_store_timing_t tm;
+    kvf_store_info_t info;
+    kvf_region_h reg;
+    kvf_peer_h peer;
+    unsigned char *buf;
+    char key[96];
+    unsigned i, n = 0, k;
+    kvf_status_t s;
+    uint64_t t0;
+    size_t got;
+
+    memset(row, 0, sizeof(*row));
+    row->size = size;
+    buf = kvf_cli_pool_alloc(size, size);
+    if (buf == NULL) {
+        return -1;
+    }
+    if (kvf_engine_reg(kvf_store_engine(st), buf, size, KVF_MEM_HOST, 0,
+                       &reg) != KVF_OK) {
+        kvf_cli_pool_free(buf, size);
+        return -1;
+    }
+    q = calloc(iters, sizeof(double));
+    r = calloc(iters, sizeof(double));
+    v = calloc(iters, sizeof(double));
+    t = calloc(iters, sizeof(double));
+    for (i = 0; i < count; i++) {
+        snprintf(key, sizeof(key), "bl/%d/%lu/%u", (int)getpid(),
+                 (unsigned long)size, i);
+        buf[0] = (unsigned char)i;
+        s = kvf_store_put(st, key, buf, size, NULL);
+        if (s != KVF_OK && s != KVF_ERR_EXISTS) {
+            fprintf(stderr, "kvferry bench load: put %s: %s\n", key,
+                    kvf_status_name(s));
+            count = i;
+            break;
+        }
+    }
+    for (i = 0; i < iters && count > 0 && q && r && v && t; i++) {
+        snprintf(key, sizeof(key), "bl/%d/%lu/%u", (int)getpid(),
+                 (unsigned long)size, i % count);
+        t0 = kvf_time_ns();
+        s = kvf_store_get(st, key, buf, size, &got, 0);
+        if (s != KVF_OK) {
+            row->errors++;
+            continue;
+        }
+        t[n] = (double)(kvf_time_ns() - t0) / 1e3;
+        kvf_store_last_timing(&tm);
+        q[n] = (double)tm.query_ns / 1e3;
+        r[n] = (double)tm.read_ns / 1e3;
+        v[n] = (double)tm.verify_ns / 1e3;
+        n++;
+    }
+    row->gets = n;
+    if (n > 0) {
+        double qm = 0, rm = 0, vm = 0, tmn = 0;
+
+        for (i = 0; i < n; i++) {
+            qm += q[i];
+            rm += r[i];
+            vm += v[i];
+            tmn += t[i];
+        }
+        row->query_share = qm / tmn;
+        row->read_share = rm / tmn;
+        row->verify_share = vm / tmn;
+        row->q50 = kvf_bench_quantile(q, n, 0.5);
+        row->q99 = kvf_bench_quantile(q, n, 0.99);
+        row->r50 = kvf_bench_quantile(r, n, 0.5);
+        row->r99 = kvf_bench_quantile(r, n, 0.99);
+        row->v50 = kvf_bench_quantile(v, n, 0.5);
+        row->v99 = kvf_bench_quantile(v, n, 0.99);
+        row->t50 = kvf_bench_quantile(t, n, 0.5);
+        row->t99 = kvf_bench_quantile(t, n, 0.99);
+    }
+    /* the estimate: raw link ceiling to the same node, same bytes */
+    snprintf(key, sizeof(key), "bl/%d/%lu/0", (int)getpid(),
+             (unsigned long)size);
+    if (count > 0 && kvf_store_query(st, key, &info) == KVF_OK &&
+        kvf_peer_open(kvf_store_engine(st), info.segment[0], &peer) ==
+            KVF_OK) {
+        for (k = 0; k < 5; k++) {
+            if (kvf_peer_link_test(peer, KVF_OP_READ, buf, info.addr[0],
+                                   size, &secs[k]) != KVF_OK) {
+                break;
+            }
+        }
+        if (k == 5) {
+            row->link_us = kvf_bench_quantile(secs, 5, 0.5) * 1e6;
+        }
+        kvf_peer_close(peer);
+    }
+    free(q);
+    free(r);
+    free(v);
+    free(t);
+    kvf_engine_dereg(kvf_store_engine(st), reg);
+    kvf_cli_pool_free(buf, size);
+    return 0;
+}
+
+static void kvf_bl_json(FILE *f, const kvf_bl_row_t *rows, unsigned n)
+{
+    kvf_json_t j;
+    unsigned i;
+
+    kvf_json_begin(&j, f);
+    kvf_json_obj(&j, NULL);
+    kvf_json_str(&j, "bench", "load");
+    kvf_json_str(&j, "transports",
+                 getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS")
+                                          : "auto");
+    kvf_json_str(&j, "h2d", "not measured (no GPU path in this run)");
+    kvf_json_arr(&j, "rows");
+    for (i = 0; i < n; i++) {
+        kvf_json_obj(&j, NULL);
+        kvf_json_int(&j, "size", (long long)rows[i].size);
+        kvf_json_int(&j, "gets", rows[i].gets);
+        kvf_json_int(&j, "errors", rows[i].errors);
+        kvf_json_num(&j, "query_p50_us", rows[i].q50);
+        kvf_json_num(&j, "query_p99_us", rows[i].q99);
+        kvf_json_num(&j, "read_p50_us", rows[i].r50);
+        kvf_json_num(&j, "read_p99_us", rows[i].r99);
+        kvf_json_num(&j, "verify_p50_us", rows[i].v50);
+        kvf_json_num(&j, "verify_p99_us", rows[i].v99);
+        kvf_json_num(&j, "total_p50_us", rows[i].t50);
+        kvf_json_num(&j, "total_p99_us", rows[i].t99);
+        kvf_json_num(&j, "query_share", rows[i].query_share);
+        kvf_json_num(&j, "read_share", rows[i].read_share);
+        kvf_json_num(&j, "verify_share", rows[i].verify_share);
+        kvf_json_num(&j, "link_estimate_us", rows[i].link_us);
+        kvf_json_end_obj(&j);
+    }
+    kvf_json_end_arr(&j);
+    kvf_json_end_obj(&j);
+    fputc('\n', f);
+}
+
+static int kvf_bl_record(const char *dir, const char *hyp,
+                         const kvf_bl_row_t *rows, unsigned n)
+{
+    char name[128], text[512], sz[32], *raw = NULL;
+    double worst = 0;
+    size_t rawlen = 0;
+    kvf_record_t *rec;
+    unsigned i;
+    FILE *mf;
+    int rc;
+
+    rec = kvf_record_new("bench", "bench load",
+                         "the remote read dominates the load path for "
+                         "objects of 1 MiB and more, and takes at most 2x "
+                         "the raw link time of the same bytes");
+    if (rec == NULL) {
+        return -1;
+    }
+    kvf_record_hypothesis(rec, hyp);
+    kvf_record_config(rec, "transports", getenv("KVF_TRANSPORTS")
+                                             ? getenv("KVF_TRANSPORTS")
+                                             : "auto");
+    kvf_record_config(rec, "h2d", "not measured: no GPU path in this run");
+    for (i = 0; i < n; i++) {
+        kvf_fmt_size(rows[i].size, sz, sizeof(sz));
+        snprintf(name, sizeof(name), "%s query (us)", sz);
+        kvf_record_figure(rec, name, rows[i].q50, "us", rows[i].q50,
+                          rows[i].q99);
+        snprintf(name, sizeof(name), "%s remote read (us)", sz);
+        kvf_record_figure(rec, name, rows[i].r50, "us", rows[i].r50,
+                          rows[i].r99);
+        snprintf(name, sizeof(name), "%s verify (us)", sz);
+        kvf_record_figure(rec, name, rows[i].v50, "us", rows[i].v50,
+                          rows[i].v99);
+        snprintf(name, sizeof(name), "%s load total (us)", sz);
+        kvf_record_figure(rec, name, rows[i].t50, "us", rows[i].t50,
+                          rows[i].t99);
+        kvf_record_point(rec, "remote read share of the load", "object bytes",
+                         "share", (double)rows[i].size, rows[i].read_share);
+        kvf_record_point(rec, "query share of the load", "object bytes",
+                         "share", (double)rows[i].size, rows[i].query_share);
+        if (rows[i].link_us > 0 && rows[i].r50 / rows[i].link_us > worst &&
+            rows[i].size >= (1u << 20)) {
+            worst = rows[i].r50 / rows[i].link_us;
+        }
+    }
+    if (n > 0 && rows[n - 1].link_us > 0) {
+        kvf_fmt_size(rows[n - 1].size, sz, sizeof(sz));
+        snprintf(text, sizeof(text), "raw link time of %s to the same node "
+                 "(kvf_peer_link_test, median of 5, same run)", sz);
+        kvf_record_estimate(rec, rows[n - 1].link_us, "us", text);
+    }
+    snprintf(text, sizeof(text),
+             "worst remote read P50 / link time at >= 1 MiB: %.2f", worst);
+    kvf_record_gap(rec, worst, text);
+    kvf_record_conclude(rec,
+                        worst > 0 && worst <= 2.0 ? "holds"
+                        : worst > 0               ? "does not hold"
+                                                  : "holds under conditions",
+                        text);
+    kvf_record_not_verified(rec, "H2D: no GPU on this machine");
+    mf = open_memstream(&raw, &rawlen);
+    if (mf != NULL) {
+        kvf_bl_json(mf, rows, n);
+        fclose(mf);
+        kvf_record_raw(rec, raw);
+    }
+    free(raw);
+    rc = kvf_record_write(rec, dir);
+    kvf_record_free(rec);
+    return rc;
+}
+
+int kvf_cmd_bench_load(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"master", required_argument, NULL, 'm'},
+        {"nodes", required_argument, NULL, 'n'},
+        {"pool", required_argument, NULL, 'p'},
+        {"sizes", required_argument, NULL, 's'},
+        {"count", required_argument, NULL, 'c'},
+        {"iters", required_argument, NULL, 'i'},
+        {"json", no_argument, NULL, 'j'},
+        {"record", required_argument, NULL, 'r'},
+        {"hypothesis", required_argument, NULL, 'H'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    uint64_t sizes[16] = {8 << 10, 64 << 10, 1 << 20, 8 << 20, 64 << 20};
+    unsigned nsizes = 5, nodes = 2, count = 8, iters = 200, i, nrows = 0;
+    const char *master = NULL, *record = NULL, *hyp = NULL;
+    kvf_store_params_t sp = {0};
+    kvf_bs_cluster_t cl = {0};
+    kvf_bl_row_t rows[16];
+    uint64_t pool = 1ull << 30;
+    char buf[256], *tok, *save, sz[32];
+    kvf_store_h st;
+    kvf_status_t s;
+    int c, json = 0, rc = KVF_CLI_OK;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            master = optarg;
+            break;
+        case 'n':
+            nodes = (unsigned)kvf_cli_long("--nodes", optarg, 1,
+                                           KVF_BS_NODES_MAX);
+            break;
+        case 'p':
+            pool = kvf_cli_size("--pool", optarg);
+            break;
+        case 's':
+            snprintf(buf, sizeof(buf), "%s", optarg);
+            nsizes = 0;
+            for (tok = strtok_r(buf, ",", &save); tok && nsizes < 16;
+                 tok = strtok_r(NULL, ",", &save)) {
+                sizes[nsizes++] = kvf_cli_size("--sizes", tok);
+            }
+            break;
+        case 'c':
+            count = (unsigned)kvf_cli_long("--count", optarg, 1, 4096);
+            break;
+        case 'i':
+            iters = (unsigned)kvf_cli_long("--iters", optarg, 1, 1000000);
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'r':
+            record = optarg;
+            break;
+        case 'H':
+            hyp = optarg;
+            break;
+        default:
+            fprintf(stderr,
+                "usage: kvferry bench load [--master HOST:PORT] [--nodes N]\n"
+                "         [--pool SIZE] [--sizes LIST] [--count N]\n"
+                "         [--iters N] [--json] [--record DIR]\n"
+                "         [--hypothesis TEXT]\n"
+                "  per size: count objects put, iters gets timed by stage\n"
+                "  (query, remote read, verify; H2D needs a GPU)\n");
+            return c == 'h' ? KVF_CLI_OK : KVF_CLI_USAGE;
+        }
+    }
+    if (master == NULL) {
+        if (kvf_bs_cluster_start(&cl, nodes, pool) != 0) {
+            return KVF_CLI_FAIL;
+        }
+        master = cl.master;
+    }
+    sp.field_mask = KVF_STORE_PARAM_MASTER;
+    sp.master = master;
+    s = kvf_store_connect(&sp, &st);
+    if (s != KVF_OK) {
+        fprintf(stderr, "kvferry bench load: %s\n", kvf_status_str(s));
+        kvf_bs_cluster_stop(&cl);
+        return KVF_CLI_FAIL;
+    }
+    if (!json) {
+        printf("# bench load: master %s, transports %s, %u gets per size; "
+               "H2D: not measured (no GPU)\n",
+               master,
+               getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS") : "auto",
+               iters);
+        printf("%9s %6s %9s %9s %9s %9s %9s %9s %9s %9s %6s %6s %9s %6s\n",
+               "size", "gets", "query50", "query99", "read50", "read99",
+               "verif50", "verif99", "total50", "total99", "q_shr",
+               "r_shr", "link_us", "r/link");
+    }
+    for (i = 0; i < nsizes; i++) {
+        if (sizes[i] * count > (uint64_t)nodes * pool / 2) {
+            count = (unsigned)((uint64_t)nodes * pool / 2 / sizes[i]);
+            count = count ? count : 1;
+        }
+        if (kvf_bl_size(st, sizes[i], count, iters, &rows[nrows]) != 0) {
+            rc = KVF_CLI_FAIL;
+            continue;
+        }
+        if (!json) {
+            kvf_bl_row_t *r = &rows[nrows];
+
+            kvf_fmt_size(r->size, sz, sizeof(sz));
+            printf("%9s %6ld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
+                   "%9.1f %6.2f %6.2f %9.1f %6.2f\n",
+                   sz, r->gets, r->q50, r->q99, r->r50, r->r99, r->v50,
+                   r->v99, r->t50, r->t99, r->query_share, r->read_share,
+                   r->link_us, r->link_us > 0 ? r->r50 / r->link_us : NAN);
+            fflush(stdout);
+        }
+        if (rows[nrows].errors > 0) {
+            rc = KVF_CLI_FAIL;
+        }
+        nrows++;
+    }
+    kvf_store_disconnect(st);
+    kvf_bs_cluster_stop(&cl);
+    if (json) {
+        kvf_bl_json(stdout, rows, nrows);
+    }
+    if (record != NULL && kvf_bl_record(record, hyp, rows, nrows) != 0) {
+        rc = KVF_CLI_FAIL;
+    }
+    return rc;
+}

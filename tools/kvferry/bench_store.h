@@ -1,0 +1,81 @@
+/*
+ * Shared pieces of `kvferry bench store` and `kvferry bench load`: a store
+ * cluster (a master and nodes spawned on 127.0.0.1 as child processes, or
+ * an existing master), result rows, and the Redis comparison
+ * (bench_store_redis.c: redis-server and redis-benchmark run with the
+ * same value size and concurrency in the same run).
+ */
+#ifndef KVF_TOOLS_BENCH_STORE_H
+#define KVF_TOOLS_BENCH_STORE_H
+
+#include "tools/kvferry/bench.h"
+
+#include <sys/types.h>
+
+#define KVF_BS_NODES_MAX 8
+
+typedef struct kvf_bs_cluster {
+    char master[128];
+    char http[128];
+    pid_t pids[1 + KVF_BS_NODES_MAX];
+    unsigned nprocs;
+    unsigned nodes;
+    uint64_t pool;
+} kvf_bs_cluster_t;
+
+/* Spawns `kvferry master` and `nodes` x `kvferry node --pool pool` on
+ * 127.0.0.1 (they die with this process). Returns 0 on success. */
+int kvf_bs_cluster_start(kvf_bs_cluster_t *c, unsigned nodes, uint64_t pool);
+void kvf_bs_cluster_stop(kvf_bs_cluster_t *c);
+
+/* One measured row: an operation at one size and concurrency. */
+typedef struct kvf_bs_row {
+    char op[16];        /* put, get, get-hit, get-miss, SET, GET ... */
+    char system[16];    /* kvferry or redis */
+    uint64_t size;
+    unsigned clients;
+    long ops;
+    long errors;
+    double seconds;     /* wall time */
+    double ops_s;
+    double gb_s;        /* 10^9 bytes/s of values */
+    double p50_us, p99_us, p999_us;
+} kvf_bs_row_t;
+
+/* Options of `bench store`. */
+typedef struct kvf_bs_opts {
+    const char *master;
+    unsigned nodes;
+    uint64_t pool;
+    uint64_t sizes[16];
+    unsigned nsizes;
+    unsigned clients[16];
+    unsigned nclients;
+    uint64_t duration_ms;
+    double hit_ratio;
+    unsigned replicas;
+    uint64_t mem_budget;
+    int vs_redis;
+    int json;
+    const char *record;
+    const char *hypothesis;
+} kvf_bs_opts_t;
+
+/* Pairs each Redis row with the kvferry row of the same size, clients and
+ * operation (SET-put, GET-get), prints the ratios, and writes the record
+ * when o->record is set. Returns 0 unless writing the record failed. */
+int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
+                              unsigned nrows);
+
+/* Writes the rows (and the options) as one JSON object. */
+void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o,
+                      const kvf_bs_row_t *rows, unsigned n);
+
+/* Runs redis-server (own port, loopback, no persistence) and
+ * redis-benchmark -t set,get -d size -c clients -n requests; fills two
+ * rows (SET, GET). Returns 0, or -1 (message printed) when Redis is not
+ * installed or fails. */
+int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
+                 kvf_bs_row_t *set_row, kvf_bs_row_t *get_row);
+
+#endif

@@ -1,0 +1,156 @@
+/*
+ * Verdict and record of `kvferry bench store`: each Redis row measured in
+ * the run is paired with the kvferry row of the same object size and
+ * clients (SET with put, GET with get), and the ratios are printed:
+ * throughput kvferry / Redis (>= 1 is better) and P99 kvferry / Redis
+ * (<= 1 is better). The issue-5 targets: with tcp forced, put and get
+ * throughput at least Redis's SET and GET and P99 no worse; with the
+ * default transport choice on one host, get throughput at least 2x
+ * Redis's GET. The record (seed 003 §5) holds every row as a figure, the
+ * curves over size, Redis's GET throughput as the estimate, and the
+ * conclusion.
+ */
+#include "tools/kvferry/bench_store.h"
+#include "tools/kvferry/record.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const kvf_bs_row_t *kvf_bs_find(const kvf_bs_row_t *rows,
+                                       unsigned n, const char *op,
+                                       uint64_t size, unsigned clients)
+{
+    unsigned i;
+
+    for (i = 0; i < n; i++) {
+        if (strcmp(rows[i].system, "kvferry") == 0 &&
+            strcmp(rows[i].op, op) == 0 && rows[i].size == size &&
+            rows[i].clients == clients) {
+            return &rows[i];
+        }
+    }
+    return NULL;
+}
+
+int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
+                              unsigned nrows)
+{
+    const char *tl = getenv("KVF_TRANSPORTS");
+    int tcp = tl != NULL && strcmp(tl, "tcp") == 0;
+    char name[160], text[1024], sz[32], *raw = NULL;
+    double worst_tp = INFINITY, worst_p99 = 0, est = NAN;
+    const kvf_bs_row_t *k;
+    unsigned i, pairs = 0;
+    kvf_record_t *rec;
+    size_t rawlen = 0;
+    int pass = 1, rc;
+    FILE *mf;
+
+    for (i = 0; i < nrows; i++) {
+        const kvf_bs_row_t *r = &rows[i];
+        double tp, p99;
+
+        if (strcmp(r->system, "redis") != 0) {
+            continue;
+        }
+        k = kvf_bs_find(rows, nrows, strcmp(r->op, "SET") ? "get" : "put",
+                        r->size, r->clients);
+        if (k == NULL || r->ops_s <= 0 || r->p99_us <= 0) {
+            continue;
+        }
+        tp = k->ops_s / r->ops_s;
+        p99 = k->p99_us / r->p99_us;
+        kvf_fmt_size(r->size, sz, sizeof(sz));
+        if (!o->json) {
+            printf("# ratio %s vs redis %s, %s x %u clients: throughput "
+                   "%.2fx, p99 %.2fx%s\n",
+                   k->op, r->op, sz, r->clients, tp, p99,
+                   k->errors ? " (kvferry errors!)" : "");
+        }
+        pairs++;
+        if (tcp || strcmp(r->op, "GET") != 0) {
+            worst_tp = tp < worst_tp ? tp : worst_tp;
+            worst_p99 = p99 > worst_p99 ? p99 : worst_p99;
+            pass &= tp >= 1.0 && p99 <= 1.0 && k->errors == 0;
+        } else {
+            worst_tp = tp < worst_tp ? tp : worst_tp;
+            pass &= tp >= 2.0 && k->errors == 0;
+        }
+        if (strcmp(r->op, "GET") == 0 && isnan(est)) {
+            est = r->ops_s;
+        }
+    }
+    if (o->record == NULL) {
+        return 0;
+    }
+    snprintf(name, sizeof(name), "bench store (%s)", tl ? tl : "auto");
+    rec = kvf_record_new(
+        "bench", name,
+        tcp ? "with tcp forced, 64 KiB and 1 MiB objects and 8 clients, "
+              "store get and put throughput are at least Redis's GET and "
+              "SET, with a P99 no worse"
+            : "with the default transport on one host, store get "
+              "throughput is at least 2x Redis's GET");
+    if (rec == NULL) {
+        return -1;
+    }
+    kvf_record_hypothesis(rec, o->hypothesis);
+    kvf_record_config(rec, "transports", tl ? tl : "auto");
+    kvf_record_config_num(rec, "nodes", o->nodes);
+    kvf_record_config_num(rec, "pool_bytes_per_node", (double)o->pool);
+    kvf_record_config_num(rec, "duration_ms_per_phase",
+                          (double)o->duration_ms);
+    kvf_record_config_num(rec, "hit_ratio_of_mix", o->hit_ratio);
+    kvf_record_config_num(rec, "replicas", o->replicas);
+    kvf_record_config(rec, "workload",
+                      "client threads share one store handle; put: new "
+                      "keys back to back; get: the thread's last keys "
+                      "round robin, checksum verified; Redis: "
+                      "redis-benchmark -t set,get -d SIZE -c CLIENTS, "
+                      "no persistence, same machine, same run");
+    for (i = 0; i < nrows; i++) {
+        const kvf_bs_row_t *r = &rows[i];
+
+        kvf_fmt_size(r->size, sz, sizeof(sz));
+        snprintf(name, sizeof(name), "%s %s %s x %u clients (latency us)",
+                 r->system, r->op, sz, r->clients);
+        kvf_record_figure(rec, name, r->ops_s, "ops/s", r->p50_us,
+                          r->p99_us);
+        snprintf(name, sizeof(name), "%s %s, %u clients", r->system, r->op,
+                 r->clients);
+        kvf_record_point(rec, name, "object bytes", "GB/s", (double)r->size,
+                         r->gb_s);
+    }
+    if (!isnan(est)) {
+        kvf_record_estimate(rec, est, "ops/s",
+                            "Redis GET throughput (redis-benchmark, same "
+                            "size and clients, same run; the first pair)");
+    }
+    if (pairs > 0) {
+        snprintf(text, sizeof(text),
+                 "worst throughput ratio kvferry/Redis %.2f, worst P99 "
+                 "ratio %.2f over %u pair(s)",
+                 worst_tp, worst_p99, pairs);
+        kvf_record_gap(rec, worst_tp, text);
+        kvf_record_conclude(rec, pass ? "holds" : "does not hold", text);
+    } else {
+        kvf_record_conclude(rec, "holds under conditions",
+                            "no Redis comparison in this run (--vs-redis "
+                            "not given or Redis missing)");
+    }
+    kvf_record_not_verified(rec, "one host: master, nodes, clients and "
+                                 "Redis share its cores");
+    kvf_record_not_verified(rec, "redis-benchmark's CSV gives no P99.9; its "
+                                 "max latency stands in that column");
+    mf = open_memstream(&raw, &rawlen);
+    if (mf != NULL) {
+        kvf_bs_json_rows(mf, o, rows, nrows);
+        fclose(mf);
+        kvf_record_raw(rec, raw);
+    }
+    free(raw);
+    rc = kvf_record_write(rec, o->record);
+    kvf_record_free(rec);
+    return rc;
+}
