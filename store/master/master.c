@@ -418,23 +418,17 @@ static void *kvf_mconn_main(void *arg)
     uint16_t flags;
     kvf_status_t st;
     kvf_wr_t w;
-    char peek;
-    ssize_t n;
 
     kvf_wr_init(&w);
     while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
-        st = kvf_sock_wait(c->fd, POLLIN, kvf_time_ms() + 250);
-        if (st == KVF_ERR_TIMEOUT) {
+        /* idle between frames: wake every 250 ms to notice a stop */
+        st = kvf_sp_recv(c->fd, &f, kvf_time_ms() + 250, kvf_time_ms() + io);
+        if (st == KVF_ERR_TIMEOUT && !f.partial) {
             continue;
         }
-        if (st != KVF_OK) {
-            break;
-        }
-        n = recv(c->fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n <= 0) {
+        if (st == KVF_ERR_PEER_CLOSED) {
             break; /* closed between frames */
         }
-        st = kvf_sp_recv(c->fd, &f, kvf_time_ms() + io, kvf_time_ms() + io);
         if (st != KVF_OK) {
             kvf_m_count_error(m);
             kvf_log_rl(KVF_LOG_WARN, "store connection fd %d: bad or cut "

@@ -8,7 +8,10 @@
 #include "core/log.h"
 #include "core/sock.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 static const kvf_config_entry_t kvf_store_config_entries[] = {
@@ -69,6 +72,42 @@ kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id,
     return kvf_sock_writev_all(fd, iov, n > 0 ? 2 : 1, deadline_ms);
 }
 
+/* Reads the header in as few calls as possible; KVF_ERR_PEER_CLOSED when
+ * the peer closed before its first byte (a clean end between frames). */
+static kvf_status_t kvf_sp_recv_hdr(int fd, kvf_sp_frame_t *f,
+                                    unsigned char *hdr,
+                                    uint64_t first_deadline_ms,
+                                    uint64_t deadline_ms)
+{
+    kvf_status_t status;
+    size_t got = 0;
+    ssize_t n;
+
+    while (got < KVF_WIRE_HDR_LEN) {
+        n = recv(fd, hdr + got, KVF_WIRE_HDR_LEN - got, MSG_DONTWAIT);
+        if (n > 0) {
+            got += (size_t)n;
+            f->partial = 1;
+            continue;
+        }
+        if (n == 0) {
+            return got == 0 ? KVF_ERR_PEER_CLOSED : KVF_ERR_CONN_RESET;
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            return errno == ECONNRESET ? KVF_ERR_CONN_RESET : KVF_ERR_IO;
+        }
+        status = kvf_sock_wait(fd, POLLIN,
+                               got == 0 ? first_deadline_ms : deadline_ms);
+        if (status != KVF_OK) {
+            return status;
+        }
+    }
+    return KVF_OK;
+}
+
 kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
                          uint64_t deadline_ms)
 {
@@ -76,12 +115,8 @@ kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
     kvf_status_t status;
     unsigned char *nb;
 
-    /* the first byte may take long (an idle connection), the rest not */
-    status = kvf_sock_recv_all(fd, hdr, 1, first_deadline_ms);
-    if (status != KVF_OK) {
-        return status;
-    }
-    status = kvf_sock_recv_all(fd, hdr + 1, sizeof(hdr) - 1, deadline_ms);
+    f->partial = 0;
+    status = kvf_sp_recv_hdr(fd, f, hdr, first_deadline_ms, deadline_ms);
     if (status != KVF_OK) {
         return status;
     }

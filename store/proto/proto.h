@@ -59,6 +59,7 @@ typedef struct kvf_sp_frame {
     kvf_frame_hdr_t hdr;
     unsigned char *body;
     size_t cap;
+    int partial; /* kvf_sp_recv got some bytes of the frame */
 } kvf_sp_frame_t;
 
 void kvf_sp_frame_free(kvf_sp_frame_t *f);
@@ -69,8 +70,10 @@ kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id,
                          const kvf_wr_t *w, uint64_t deadline_ms);
 
 /* Receives one frame. Checks magic, version, lengths (body at most
- * KVF_SP_BODY_MAX, no payload). idle_ms bounds the wait for the first
- * byte (a server waiting for the next request), deadline_ms the rest. */
+ * KVF_SP_BODY_MAX, no payload). first_deadline_ms bounds the wait for
+ * the first byte (a server waiting for the next request), deadline_ms the
+ * rest. KVF_ERR_PEER_CLOSED: the peer closed before the first byte;
+ * f->partial tells a timeout before any byte from one inside a frame. */
 kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
                          uint64_t deadline_ms);
 

@@ -1,7 +1,8 @@
 /*
  * Store integration tests, shared harness (see test_store_harness.h).
  * Spawned processes get PR_SET_PDEATHSIG so they never outlive the test;
- * their stderr goes to /tmp/kvf-test-store-<pid>.log for post-mortems.
+ * their stderr goes to /tmp/kvf-test-store-<test pid>.log (one file per
+ * test run, appended) for post-mortems.
  */
 #include "test_store_harness.h"
 
@@ -65,8 +66,8 @@ static int kvs_spawn(char *const argv[], pid_t *pid_p, char *line,
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(fds[1], STDOUT_FILENO);
         snprintf(logname, sizeof(logname), "/tmp/kvf-test-store-%d.log",
-                 (int)getpid());
-        logfd = open(logname, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                 (int)getppid());
+        logfd = open(logname, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (logfd >= 0) {
             dup2(logfd, STDERR_FILENO);
             close(logfd);
