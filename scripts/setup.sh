@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev
       python3 python3-jsonschema iproute2 nftables redis-server redis-tools
-      pciutils)
+      pciutils libjansson-dev chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,10 +1,12 @@
 /*
  * Storage node: pool, engine target, registration and heartbeats.
  *
- * The pool is an anonymous mapping registered with the node's engine; the
- * master checks the claimed range against the engine's descriptor, and
- * the engine refuses any remote access outside registered regions, so a
- * node cannot make the master hand out space it does not have.
+ * The pool is a shared mapping of a memfd (so a same-host transport can
+ * map it; plain anonymous memory if memfd fails) registered with the
+ * node's engine. The master checks the claimed range against the
+ * engine's descriptor, and the engine refuses any remote access outside
+ * registered regions, so a node cannot make the master hand out space it
+ * does not have.
  *
  * One thread keeps the node known to the master: it heartbeats every
  * heartbeat_ms on its own connection; a KVF_ERR_STALE reply (the master
@@ -32,6 +34,7 @@ struct kvf_node {
     kvf_engine_h engine;
     kvf_region_h region;
     void *pool;
+    int pool_fd; /* memfd backing the pool, or -1 */
     uint64_t uid;
     /* registration, owned by the node thread */
     int fd;
@@ -174,12 +177,21 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
     }
     n->opts = *opts;
     n->fd = -1;
+    n->pool_fd = -1;
     snprintf(n->master, sizeof(n->master), "%s", opts->master);
     n->uid = kvf_hash64(&n, sizeof(n), kvf_time_ns() ^ (uint64_t)getpid());
     pthread_mutex_init(&n->lock, NULL);
     kvf_cond_init(&n->cond);
+    /* a memfd backing lets a same-host transport map the pool */
+    n->pool_fd = memfd_create("kvferry-node-pool", MFD_CLOEXEC);
+    if (n->pool_fd >= 0 && ftruncate(n->pool_fd, (off_t)opts->pool) < 0) {
+        close(n->pool_fd);
+        n->pool_fd = -1;
+    }
     n->pool = mmap(NULL, opts->pool, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                   MAP_SHARED | MAP_NORESERVE |
+                       (n->pool_fd < 0 ? MAP_ANONYMOUS : 0),
+                   n->pool_fd, 0);
     if (n->pool == MAP_FAILED) {
         kvf_error("node cannot map a pool of %lu bytes: %m",
                   (unsigned long)opts->pool);
@@ -226,6 +238,9 @@ err_engine:
 err_unmap:
     munmap(n->pool, opts->pool);
 err_free:
+    if (n->pool_fd >= 0) {
+        close(n->pool_fd);
+    }
     kvf_sp_frame_free(&n->f);
     pthread_cond_destroy(&n->cond);
     pthread_mutex_destroy(&n->lock);
@@ -247,6 +262,9 @@ void kvf_node_stop(kvf_node_t *n)
     kvf_engine_dereg(n->engine, n->region);
     kvf_engine_destroy(n->engine);
     munmap(n->pool, n->opts.pool);
+    if (n->pool_fd >= 0) {
+        close(n->pool_fd);
+    }
     kvf_sp_frame_free(&n->f);
     pthread_cond_destroy(&n->cond);
     pthread_mutex_destroy(&n->lock);

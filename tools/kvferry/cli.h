@@ -34,6 +34,8 @@ int kvf_cmd_bench_blocks(int argc, char **argv);
 int kvf_cmd_bench_link(int argc, char **argv);
 int kvf_cmd_bench_env(int argc, char **argv);
 int kvf_cmd_bench_te(int argc, char **argv);
+int kvf_cmd_calc(int argc, char **argv);
+int kvf_cmd_report(int argc, char **argv);
 int kvf_cmd_drill(int argc, char **argv);
 
 /* Top-level commands and `bench` subcommands (commands.c). */

@@ -40,6 +40,10 @@ const kvf_cli_cmd_t kvf_cli_commands[] = {
     {"rm", kvf_cmd_rm, "remove keys from the store"},
     {"exists", kvf_cmd_exists, "is a key stored? (exit status 0 = yes)"},
     {"ls", kvf_cmd_ls, "list stored keys (by prefix)"},
+    {"calc", kvf_cmd_calc,
+     "break-even: load a prefix's KV cache or recompute it (seed 003)"},
+    {"report", kvf_cmd_report, "one HTML page with charts of a folder of "
+     "records"},
     {"drill", kvf_cmd_drill, "fault drills (kvferry drill list)"},
     {"config", kvf_cmd_config, "list every configuration key"},
     {"version", kvf_cmd_version, "print the version and build options"},
