@@ -23,19 +23,23 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-enum { KVF_DRILL_BASE = 0, KVF_DRILL_FAULT = 1, KVF_DRILL_RECOVER = 2,
-       KVF_DRILL_PHASES = 3 };
+enum {
+    KVF_DRILL_BASE = 0,
+    KVF_DRILL_FAULT = 1,
+    KVF_DRILL_RECOVER = 2,
+    KVF_DRILL_PHASES = 3
+};
 
-#define KVF_DRILL_HIST   160 /* latency buckets: 4 per power of two, us */
-#define KVF_DRILL_CODES  101 /* errors by -status */
-#define KVF_DRILL_ADDR   280
+#define KVF_DRILL_HIST  160 /* latency buckets: 4 per power of two, us */
+#define KVF_DRILL_CODES 101 /* errors by -status */
+#define KVF_DRILL_ADDR  280
 
 typedef struct kvf_drill_phase {
     uint64_t calls_ok, calls_err, misses; /* misses: clean "not there" */
     uint64_t bytes_ok;
-    uint64_t first_ok_ms, last_ok_ms;     /* monotonic, 0 = none */
+    uint64_t first_ok_ms, last_ok_ms; /* monotonic, 0 = none */
     uint64_t first_err_ms;
-    uint64_t hist[KVF_DRILL_HIST];        /* latency of every call */
+    uint64_t hist[KVF_DRILL_HIST]; /* latency of every call */
 } kvf_drill_phase_t;
 
 /* Resource snapshot of one process. */
@@ -50,27 +54,33 @@ typedef struct kvf_drill_res {
 /* Shared between the conductor and one worker (MAP_SHARED). Flags and
  * counters are accessed with __atomic builtins on both sides. */
 typedef struct kvf_drill_shared {
-    int stop;          /* conductor -> worker: finish */
-    int pause;         /* conductor -> worker: quiesce, snapshot, wait */
-    int paused;        /* worker -> conductor: snapshot taken */
-    int ready;         /* worker -> conductor: set up and running */
-    int gen;           /* conductor bumps when `addr` changes */
-    int phase;         /* conductor: KVF_DRILL_BASE/FAULT/RECOVER */
-    int failed;        /* worker -> conductor: gave up (note says why) */
-    int index;         /* worker number */
+    int stop;   /* conductor -> worker: finish */
+    int pause;  /* conductor -> worker: quiesce, snapshot, wait */
+    int paused; /* worker -> conductor: snapshot taken */
+    int ready;  /* worker -> conductor: set up and running */
+    int gen;    /* conductor bumps when `addr` changes */
+    int phase;  /* conductor: KVF_DRILL_BASE/FAULT/RECOVER */
+    int failed; /* worker -> conductor: gave up (note says why) */
+    int index;  /* worker number */
     int nworkers;
-    int fresh;         /* with gen: the service restarted empty */
-    int gen_seen;      /* worker -> conductor: gen it has switched to */
-    char addr[KVF_DRILL_ADDR];  /* service the worker talks to */
-    char fault[128];   /* KVF_FAULT for the worker's next peer open */
+    int fresh;                 /* with gen: the service restarted empty */
+    int gen_seen;              /* worker -> conductor: gen it has switched to */
+    char addr[KVF_DRILL_ADDR]; /* service the worker talks to */
+    char fault[128];           /* KVF_FAULT for the worker's next peer open */
+    int epoch;         /* store drills: bumped when the master restarts */
+    int in_put;        /* store worker: a put is in progress */
+    int gone;          /* killed on purpose by the drill */
+    unsigned keys_now; /* store worker: key space in use (0 = its own) */
+    int tcp_only;      /* worker in a namespace: the network path only */
+    char transport[16]; /* worker -> conductor: transport of its peer */
     uint64_t pool_addr, pool_len; /* target's pool (engine drills) */
-    uint64_t wrong_bytes;   /* bytes handed back that were not right */
+    uint64_t wrong_bytes;         /* bytes handed back that were not right */
     uint64_t wrong_calls;
     uint64_t checked_bytes; /* bytes verified */
     uint64_t max_wait_us;   /* longest call */
     uint64_t errs[KVF_DRILL_CODES];
     kvf_drill_phase_t ph[KVF_DRILL_PHASES];
-    kvf_drill_res_t res;    /* at the last pause */
+    kvf_drill_res_t res; /* at the last pause */
     char note[256];
 } kvf_drill_shared_t;
 
@@ -85,9 +95,9 @@ struct kvf_drill {
     char title[64];
     kvf_record_t *rec;
     /* options */
-    unsigned timeout_ms;  /* engine / store timeout given to clients */
-    unsigned call_ms;     /* how long a client call may wait */
-    unsigned phase_ms;    /* length of each phase */
+    unsigned timeout_ms; /* engine / store timeout given to clients */
+    unsigned call_ms;    /* how long a client call may wait */
+    unsigned phase_ms;   /* length of each phase */
     uint64_t seed;
     const char *hypothesis;
     /* workers */
@@ -109,6 +119,9 @@ struct kvf_drill {
     char logdir[512];
 };
 
+/* Pause of a traffic worker after a failed call. */
+#define KVF_DRILL_BACKOFF_US 5000
+
 /* Scheduling slack allowed over a wait bound (2-core machines). */
 #define KVF_DRILL_SLACK_MS 250
 
@@ -123,6 +136,8 @@ int kvf_drill_check(kvf_drill_t *d, int cond, const char *fmt, ...)
 /* The drill's expectation: the record's "expected" and, unless
  * --hypothesis replaced it, its hypothesis. */
 void kvf_drill_expect(kvf_drill_t *d, const char *text);
+/* What was injected: the record's "injected", also logged. */
+void kvf_drill_injected(kvf_drill_t *d, const char *text);
 /* The drill cannot run here (not root, tool missing): exit 77. */
 void kvf_drill_skip(kvf_drill_t *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -138,19 +153,26 @@ void kvf_drill_phase(kvf_drill_t *d, int phase);
 double kvf_drill_wait_recovered(kvf_drill_t *d, uint64_t since_ms,
                                 unsigned max_ms);
 
+/* Ms from t0 to the first error in phase of the slowest worker; -1 when
+ * a worker saw none. */
+double kvf_drill_first_error_after(kvf_drill_t *d, int phase, uint64_t t0);
 /* Bytes moved with success by all workers in phase so far. */
 uint64_t kvf_drill_bytes(kvf_drill_t *d, int phase);
 
 /* Forks a worker (optionally inside network namespace netns) that runs
  * fn until sh->stop. Returns its index or -1. */
-int kvf_drill_worker(kvf_drill_t *d, const char *netns,
-                     kvf_drill_worker_fn fn, void *arg, const char *addr);
+int kvf_drill_worker(kvf_drill_t *d, const char *netns, kvf_drill_worker_fn fn,
+                     void *arg, const char *addr);
 /* Waits until all workers are ready (or fail / max_ms). */
 int kvf_drill_workers_ready(kvf_drill_t *d, unsigned max_ms);
 /* Pauses all workers, collecting their resource snapshots (sum into
  * res_p when not NULL), and resumes them when resume is set. */
-int kvf_drill_workers_pause(kvf_drill_t *d, kvf_drill_res_t *res_p,
-                            int resume);
+int kvf_drill_workers_pause(kvf_drill_t *d, kvf_drill_res_t *res_p, int resume);
+/* SIGKILLs worker i on purpose (a client dying is the fault); the
+ * other helpers skip it from then on. */
+void kvf_drill_worker_kill(kvf_drill_t *d, unsigned i);
+/* Resources of worker i at the last pause. */
+const kvf_drill_res_t *kvf_drill_worker_res(kvf_drill_t *d, unsigned i);
 /* Stops and reaps all workers. */
 void kvf_drill_workers_stop(kvf_drill_t *d);
 /* Points every worker at a new address (NULL = same) and, when fault is
@@ -176,11 +198,14 @@ void kvf_drill_resources(kvf_drill_t *d, const char *who,
 void kvf_drill_count(kvf_drill_shared_t *sh, kvf_status_t st, uint64_t us,
                      uint64_t bytes, int miss);
 void kvf_drill_wrong(kvf_drill_shared_t *sh, uint64_t bytes);
+/* Middle of latency bucket idx, in microseconds. */
+double kvf_drill_bucket_us(unsigned idx);
 /* Honors pause/stop; returns non-zero when the worker must stop. Call
  * between two calls, with nothing in flight. objects may be NAN. */
 int kvf_drill_worker_poll(kvf_drill_shared_t *sh);
 
-/* --- processes -------------------------------------------------------------- */
+/* --- processes --------------------------------------------------------------
+ */
 
 /* Spawns `kvferry ARGS...` (NULL-terminated) as a child inside netns
  * (NULL = this namespace), stderr to the drill's log dir, and returns
@@ -214,9 +239,9 @@ int kvf_drill_have(const char *tool);
 /* --- network namespaces ------------------------------------------------ */
 
 typedef struct kvf_drill_net {
-    char ns[2][32];      /* client side [0], service side [1] */
+    char ns[2][32]; /* client side [0], service side [1] */
     char ifname[2][16];
-    char ip[2][20];      /* 10.x.y.1 / .2 in a private /30 */
+    char ip[2][20]; /* 10.x.y.1 / .2 in a private /30 */
 } kvf_drill_net_t;
 
 /* Creates two namespaces joined by a veth pair with addresses of one
@@ -229,14 +254,14 @@ void kvf_drill_net_down(kvf_drill_net_t *n);
 /* Starts `kvferry target` (pool 16 MiB, seed d->seed + 2) in netns,
  * listening on listen; its segment name goes to segment. */
 pid_t kvf_drill_start_target(kvf_drill_t *d, const char *netns,
-                             const char *listen, char *segment,
-                             size_t seglen);
+                             const char *listen, char *segment, size_t seglen);
 /* Starts n blocks workers (verified random 8 KiB READ/WRITE batches, one
  * slice of the pool each) against segment and waits until they run. */
 int kvf_drill_blocks_workers(kvf_drill_t *d, const char *netns,
                              const char *segment, unsigned n);
 
-/* --- the drills ------------------------------------------------------------- */
+/* --- the drills -------------------------------------------------------------
+ */
 
 typedef struct kvf_drill_def {
     const char *name;

@@ -50,6 +50,8 @@ typedef struct kvf_bw {
     kvf_rng_t rng;
     int gen;
     uint64_t seed;
+    int selftest_wrong; /* KVF_DRILL_SELFTEST=wrong: flip one read byte */
+    int selftest_leak;  /* KVF_DRILL_SELFTEST=leak: keep fds open */
 } kvf_bw_t;
 
 static int kvf_bw_setup_fail(kvf_bw_t *w, const char *what, kvf_status_t st)
@@ -75,8 +77,7 @@ static int kvf_bw_mirror_reset(kvf_bw_t *w)
     }
     kvf_rng_seed(&rng, w->seed);
     kvf_rng_fill(&rng, all, w->remote_len);
-    memcpy(w->mirror, all + w->lo * KVF_BW_BLOCK,
-           w->nblocks * KVF_BW_BLOCK);
+    memcpy(w->mirror, all + w->lo * KVF_BW_BLOCK, w->nblocks * KVF_BW_BLOCK);
     memset(w->state, 1, w->nblocks);
     munmap(all, w->remote_len);
     return 0;
@@ -102,6 +103,8 @@ static kvf_status_t kvf_bw_open(kvf_bw_t *w)
         w->peer = NULL;
         return st;
     }
+    snprintf(sh->transport, sizeof(sh->transport), "%s",
+             kvf_peer_transport(w->peer));
     w->remote_len = 0;
     for (i = 0; kvf_peer_region(w->peer, i, &addr, &len, &type) == KVF_OK;
          i++) {
@@ -215,16 +218,22 @@ static void kvf_bw_call(kvf_bw_t *w)
             kvf_drill_wrong(sh, KVF_BW_BLOCK - bytes[j]);
             continue;
         }
+        if (w->selftest_wrong && j == 0 && sh->phase == KVF_DRILL_RECOVER) {
+            ((unsigned char *)ops[j].local)[100] ^= 1; /* must be caught */
+            w->selftest_wrong = 0;
+        }
         if (memcmp(ops[j].local, m, KVF_BW_BLOCK) != 0) {
             for (k = 0, diff = 0; k < KVF_BW_BLOCK; k++) {
                 diff += (((unsigned char *)ops[j].local)[k] != m[k]);
             }
             kvf_drill_wrong(sh, diff);
         }
-        __atomic_add_fetch(&sh->checked_bytes, KVF_BW_BLOCK,
-                           __ATOMIC_RELAXED);
+        __atomic_add_fetch(&sh->checked_bytes, KVF_BW_BLOCK, __ATOMIC_RELAXED);
     }
     kvf_drill_count(sh, st, (kvf_time_ns() - t0) / 1000, moved, 0);
+    if (st != KVF_OK) {
+        usleep(KVF_DRILL_BACKOFF_US); /* a client backs off on errors */
+    }
 }
 
 static int kvf_bw_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
@@ -232,6 +241,7 @@ static int kvf_bw_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
     kvf_engine_params_t p = {0};
     size_t local_len = 2u * KVF_BW_PER_CALL * KVF_BW_BLOCK;
     kvf_status_t st;
+    uint64_t t0;
     kvf_bw_t w;
     int gen;
 
@@ -245,6 +255,11 @@ static int kvf_bw_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
     p.no_listen = 1;
     p.timeout_ms = d->timeout_ms;
     p.conns = 2;
+    if (sh->tcp_only) {
+        /* a drill of the network path: never a same-host shortcut */
+        p.transports = "tcp";
+        p.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
+    }
     st = kvf_engine_create(&p, &w.eng);
     if (st != KVF_OK) {
         return kvf_bw_setup_fail(&w, "engine", st);
@@ -257,6 +272,18 @@ static int kvf_bw_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
     if (st != KVF_OK) {
         return kvf_bw_setup_fail(&w, "register", st);
     }
+    if (getenv("KVF_DRILL_SELFTEST") != NULL) {
+        w.selftest_wrong = strcmp(getenv("KVF_DRILL_SELFTEST"), "wrong") == 0;
+        w.selftest_leak = strcmp(getenv("KVF_DRILL_SELFTEST"), "leak") == 0;
+    }
+    /* the slices need the number of workers, known once all forked */
+    for (t0 = kvf_time_ms() + 10000;
+         __atomic_load_n(&sh->nworkers, __ATOMIC_ACQUIRE) == 0;) {
+        if (kvf_time_ms() > t0) {
+            return kvf_bw_setup_fail(&w, "worker count", KVF_ERR_TIMEOUT);
+        }
+        usleep(1000);
+    }
     w.gen = __atomic_load_n(&sh->gen, __ATOMIC_ACQUIRE);
     st = kvf_bw_open(&w);
     if (st != KVF_OK) {
@@ -267,7 +294,9 @@ static int kvf_bw_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
         gen = __atomic_load_n(&sh->gen, __ATOMIC_ACQUIRE);
         if (gen != w.gen) {
             w.gen = gen;
-            if (w.peer != NULL) {
+            if (w.peer != NULL && w.selftest_leak) {
+                w.peer = NULL; /* the checks must notice */
+            } else if (w.peer != NULL) {
                 kvf_peer_close(w.peer);
                 w.peer = NULL;
             }
@@ -321,36 +350,18 @@ pid_t kvf_drill_start_target(kvf_drill_t *d, const char *netns,
     pid_t pid;
 
     snprintf(seed, sizeof(seed), "%lu", (unsigned long)(d->seed + 2));
+    /* in a namespace the drill is about the network: tcp only */
     pid = kvf_drill_spawn(d, netns, "target", line, sizeof(line),
-                          (const char *const[]){"target", "--listen", listen,
-                                                "--pool", KVF_BW_POOL,
-                                                "--seed", seed, NULL});
+                          (const char *const[]){
+                              "target", "--listen", listen, "--pool",
+                              KVF_BW_POOL, "--seed", seed, "--transports",
+                              netns != NULL ? "tcp" : "auto", NULL});
     if (pid < 0 || kvf_drill_field(line, "segment", segment, seglen) != 0) {
         kvf_drill_fail(d, "the target did not start ('%s')", line);
         kvf_drill_kill(pid, SIGKILL);
         return -1;
     }
     return pid;
-}
-
-/* Latest first error of any worker in phase, in ms after t0 (-1: none). */
-static double kvf_drill_first_error_after(kvf_drill_t *d, int phase,
-                                          uint64_t t0)
-{
-    double worst = -1.0, v;
-    unsigned i;
-    uint64_t t;
-
-    for (i = 0; i < d->nworkers; i++) {
-        t = __atomic_load_n(&d->sh[i]->ph[phase].first_err_ms,
-                            __ATOMIC_ACQUIRE);
-        if (t == 0) {
-            return -1.0;
-        }
-        v = (t > t0) ? (double)(t - t0) : 0.0;
-        worst = v > worst ? v : worst;
-    }
-    return worst;
 }
 
 int kvf_drill_target_kill(kvf_drill_t *d)
@@ -391,10 +402,10 @@ int kvf_drill_target_kill(kvf_drill_t *d)
     first_err = kvf_drill_first_error_after(d, KVF_DRILL_FAULT, t_kill);
     kvf_record_figure(d->rec, "first error after the kill (slowest client)",
                       first_err, "ms", NAN, NAN);
-    kvf_drill_check(d, first_err >= 0 &&
-                           first_err <= (double)bound + KVF_DRILL_SLACK_MS,
-                    "clients saw the dead target after %.0f ms (bound %lu)",
-                    first_err, (unsigned long)bound);
+    kvf_drill_check(
+        d, first_err >= 0 && first_err <= (double)bound + KVF_DRILL_SLACK_MS,
+        "clients saw the dead target after %.0f ms (bound %lu)", first_err,
+        (unsigned long)bound);
 
     target = kvf_drill_start_target(d, NULL, "127.0.0.1:0", seg, sizeof(seg));
     if (target < 0) {
@@ -460,8 +471,10 @@ int kvf_drill_engine_faults(kvf_drill_t *d)
     t0 = kvf_time_ms();
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     kvf_drill_workers_retarget(d, NULL, spec, 0);
-    snprintf(text, sizeof(text), "KVF_FAULT=%s on every client peer for "
-             "%u ms", spec, 2 * d->phase_ms);
+    snprintf(text, sizeof(text),
+             "KVF_FAULT=%s on every client peer for "
+             "%u ms",
+             spec, 2 * d->phase_ms);
     kvf_record_drill_text(d->rec, "injected", text);
     kvf_record_config(d->rec, "fault spec", spec);
     kvf_drill_sleep(d, 2 * d->phase_ms);

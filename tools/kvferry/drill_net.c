@@ -54,8 +54,9 @@ static pid_t kvf_drill_net_start(kvf_drill_t *d, kvf_drill_net_t *net)
     }
     kvf_record_config(d->rec, "client namespace", net->ns[0]);
     kvf_record_config(d->rec, "service namespace", net->ns[1]);
-    kvf_record_config(d->rec, "link", "veth, 10.213.77.0/30 inside the "
-                                      "namespaces only");
+    kvf_record_config(d->rec, "link",
+                      "veth, 10.213.77.0/30 inside the "
+                      "namespaces only");
     kvf_record_config(d->rec, "target", seg);
     return target;
 }
@@ -66,9 +67,9 @@ static int kvf_drill_nft(kvf_drill_t *d, kvf_drill_net_t *net, int cut)
     FILE *f;
 
     if (!cut) {
-        return kvf_drill_run(d, net->ns[1], (const char *const[]){
-                                                "nft", "delete", "table",
-                                                "inet", "kvfdrill", NULL});
+        return kvf_drill_run(d, net->ns[1],
+                             (const char *const[]){"nft", "delete", "table",
+                                                   "inet", "kvfdrill", NULL});
     }
     snprintf(path, sizeof(path), "%s/%s-cut.nft", d->logdir, d->name);
     f = fopen(path, "w");
@@ -90,10 +91,10 @@ static int kvf_drill_nft(kvf_drill_t *d, kvf_drill_net_t *net, int cut)
 
 static int kvf_drill_link(kvf_drill_t *d, kvf_drill_net_t *net, int up)
 {
-    return kvf_drill_run(d, net->ns[1], (const char *const[]){
-                                            "ip", "link", "set",
-                                            net->ifname[1],
-                                            up ? "up" : "down", NULL});
+    return kvf_drill_run(d, net->ns[1],
+                         (const char *const[]){"ip", "link", "set",
+                                               net->ifname[1],
+                                               up ? "up" : "down", NULL});
 }
 
 int kvf_drill_partition(kvf_drill_t *d)
@@ -187,17 +188,16 @@ static int kvf_drill_tbf(kvf_drill_t *d, kvf_drill_net_t *net, int on)
 
     for (i = 0; i < 2 && rc == 0; i++) {
         if (on) {
-            rc = kvf_drill_run(d, net->ns[i], (const char *const[]){
-                                                  "tc", "qdisc", "add", "dev",
-                                                  net->ifname[i], "root",
-                                                  "tbf", "rate", KVF_TBF_RATE,
-                                                  "burst", "32kbit",
-                                                  "latency", "400ms", NULL});
+            rc = kvf_drill_run(d, net->ns[i],
+                               (const char *const[]){
+                                   "tc", "qdisc", "add", "dev", net->ifname[i],
+                                   "root", "tbf", "rate", KVF_TBF_RATE, "burst",
+                                   "32kbit", "latency", "400ms", NULL});
         } else {
-            rc = kvf_drill_run(d, net->ns[i], (const char *const[]){
-                                                  "tc", "qdisc", "del", "dev",
-                                                  net->ifname[i], "root",
-                                                  NULL});
+            rc = kvf_drill_run(d, net->ns[i],
+                               (const char *const[]){"tc", "qdisc", "del",
+                                                     "dev", net->ifname[i],
+                                                     "root", NULL});
         }
     }
     return rc;
@@ -274,17 +274,17 @@ int kvf_drill_slow_link(kvf_drill_t *d)
     kvf_record_figure(d->rec, "recovered throughput (window after drain)",
                       after_tput, "MB/s", NAN, NAN);
     kvf_record_figure(d->rec, "throughput after / baseline",
-                      after_tput / d->tput[KVF_DRILL_BASE], "ratio", NAN,
-                      NAN);
-    kvf_drill_check(d, d->tput[KVF_DRILL_FAULT] <
-                           0.25 * d->tput[KVF_DRILL_BASE],
+                      after_tput / d->tput[KVF_DRILL_BASE], "ratio", NAN, NAN);
+    kvf_drill_check(d,
+                    d->tput[KVF_DRILL_FAULT] < 0.25 * d->tput[KVF_DRILL_BASE],
                     "throttled throughput %.1f MB/s is not below a quarter "
                     "of the baseline %.1f MB/s",
                     d->tput[KVF_DRILL_FAULT], d->tput[KVF_DRILL_BASE]);
     /* a 2-core machine shared with other jobs: back to a third of the
      * baseline and ten times the throttled rate counts as recovered */
-    kvf_drill_check(d, after_tput >= 0.33 * d->tput[KVF_DRILL_BASE] &&
-                           after_tput >= 10 * d->tput[KVF_DRILL_FAULT],
+    kvf_drill_check(d,
+                    after_tput >= 0.33 * d->tput[KVF_DRILL_BASE] &&
+                        after_tput >= 10 * d->tput[KVF_DRILL_FAULT],
                     "throughput after %.1f MB/s: not back (baseline %.1f, "
                     "throttled %.2f MB/s)",
                     after_tput, d->tput[KVF_DRILL_BASE],

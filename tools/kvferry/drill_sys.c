@@ -230,8 +230,8 @@ pid_t kvf_drill_spawn(kvf_drill_t *d, const char *netns, const char *tag,
     line[got] = '\0';
     close(fds[0]);
     if (got == 0) {
-        kvf_drill_log(d, "%s did not start (see %s/%s-%s.log)", tag,
-                      d->logdir, d->name, tag);
+        kvf_drill_log(d, "%s did not start (see %s/%s-%s.log)", tag, d->logdir,
+                      d->name, tag);
         kvf_drill_kill(pid, SIGKILL);
         return -1;
     }
@@ -264,8 +264,7 @@ void kvf_drill_kill(pid_t pid, int sig)
     kvf_drill_untrack_pid(pid);
 }
 
-int kvf_drill_field(const char *line, const char *key, char *out,
-                    size_t outlen)
+int kvf_drill_field(const char *line, const char *key, char *out, size_t outlen)
 {
     char pat[64];
     const char *p, *e;
@@ -355,8 +354,7 @@ int kvf_drill_run(kvf_drill_t *d, const char *netns, const char *const *argv)
                 strerror(errno));
         _exit(127);
     }
-    while ((w = waitpid(pid, &st, WNOHANG)) == 0 &&
-           kvf_time_ms() < deadline) {
+    while ((w = waitpid(pid, &st, WNOHANG)) == 0 && kvf_time_ms() < deadline) {
         usleep(2000);
     }
     if (w == 0) {
@@ -435,9 +433,9 @@ int kvf_drill_net_up(kvf_drill_t *d, kvf_drill_net_t *n)
         snprintf(n->ifname[i], sizeof(n->ifname[i]), "kvfd%c",
                  i == 0 ? 'c' : 's');
         snprintf(n->ip[i], sizeof(n->ip[i]), "10.213.77.%d", i + 1);
-        rc = kvf_drill_run(d, NULL, (const char *const[]){
-                                         "ip", "netns", "add", n->ns[i],
-                                         NULL});
+        rc = kvf_drill_run(
+            d, NULL,
+            (const char *const[]){"ip", "netns", "add", n->ns[i], NULL});
         if (rc != 0) {
             kvf_drill_log(d, "ip netns add %s failed", n->ns[i]);
             kvf_drill_net_down(n);
@@ -448,27 +446,27 @@ int kvf_drill_net_up(kvf_drill_t *d, kvf_drill_net_t *n)
     peer[0] = n->ns[0];
     peer[1] = n->ns[1];
     /* the pair is created inside the namespaces, never in this one */
-    rc = kvf_drill_run(d, NULL, (const char *const[]){
-                                    "ip", "link", "add", n->ifname[0],
-                                    "netns", peer[0], "type", "veth", "peer",
-                                    "name", n->ifname[1], "netns", peer[1],
-                                    NULL});
+    rc = kvf_drill_run(d, NULL,
+                       (const char *const[]){"ip", "link", "add", n->ifname[0],
+                                             "netns", peer[0], "type", "veth",
+                                             "peer", "name", n->ifname[1],
+                                             "netns", peer[1], NULL});
     for (i = 0; rc == 0 && i < 2; i++) {
         char cidr[32];
 
         snprintf(cidr, sizeof(cidr), "%s/30", n->ip[i]);
-        rc = kvf_drill_run(d, n->ns[i], (const char *const[]){
-                                            "ip", "addr", "add", cidr, "dev",
-                                            n->ifname[i], NULL});
+        rc = kvf_drill_run(d, n->ns[i],
+                           (const char *const[]){"ip", "addr", "add", cidr,
+                                                 "dev", n->ifname[i], NULL});
         if (rc == 0) {
-            rc = kvf_drill_run(d, n->ns[i], (const char *const[]){
-                                                "ip", "link", "set",
-                                                n->ifname[i], "up", NULL});
+            rc = kvf_drill_run(d, n->ns[i],
+                               (const char *const[]){"ip", "link", "set",
+                                                     n->ifname[i], "up", NULL});
         }
         if (rc == 0) {
-            rc = kvf_drill_run(d, n->ns[i], (const char *const[]){
-                                                "ip", "link", "set", "lo",
-                                                "up", NULL});
+            rc = kvf_drill_run(
+                d, n->ns[i],
+                (const char *const[]){"ip", "link", "set", "lo", "up", NULL});
         }
     }
     if (rc != 0) {

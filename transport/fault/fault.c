@@ -36,18 +36,18 @@ const kvf_config_table_t kvf_fault_config = {
     sizeof(kvf_fault_config_entries) / sizeof(kvf_fault_config_entries[0])};
 
 typedef struct kvf_fault_req {
-    kvf_tl_req_t req;       /* the shadow handed to the inner ep */
-    kvf_tl_req_t *orig;     /* the poster's request */
+    kvf_tl_req_t req;   /* the shadow handed to the inner ep */
+    kvf_tl_req_t *orig; /* the poster's request */
     struct kvf_tl_ep *ep;
-    uint64_t gen;           /* reset generation when queued / passed */
+    uint64_t gen; /* reset generation when queued / passed */
     uint64_t due_ms;
-    kvf_status_t fail;      /* KVF_OK: pass when due; else fail with it */
+    kvf_status_t fail; /* KVF_OK: pass when due; else fail with it */
     struct kvf_fault_req *next;
 } kvf_fault_req_t;
 
 struct kvf_tl_ep {
     const kvf_transport_ops_t *inner_ops;
-    kvf_tl_ep_t *inner;     /* NULL after a failed reopen */
+    kvf_tl_ep_t *inner; /* NULL after a failed reopen */
     kvf_tl_iface_t *iface;
     char address[KVF_HOST_MAX + 16];
     kvf_fault_spec_t spec;
@@ -68,21 +68,19 @@ struct kvf_tl_ep {
 static kvf_fault_stats_t kvf_fault_totals;
 static uint64_t kvf_fault_neps;
 
-#define KVF_FAULT_COUNT(_f) __atomic_add_fetch(&kvf_fault_totals._f, 1, \
-                                               __ATOMIC_RELAXED)
+#define KVF_FAULT_COUNT(_f)                                                    \
+    __atomic_add_fetch(&kvf_fault_totals._f, 1, __ATOMIC_RELAXED)
 
 void kvf_fault_stats(kvf_fault_stats_t *s)
 {
     s->posted = __atomic_load_n(&kvf_fault_totals.posted, __ATOMIC_RELAXED);
     s->passed = __atomic_load_n(&kvf_fault_totals.passed, __ATOMIC_RELAXED);
-    s->delayed = __atomic_load_n(&kvf_fault_totals.delayed,
-                                 __ATOMIC_RELAXED);
-    s->dropped = __atomic_load_n(&kvf_fault_totals.dropped,
-                                 __ATOMIC_RELAXED);
+    s->delayed = __atomic_load_n(&kvf_fault_totals.delayed, __ATOMIC_RELAXED);
+    s->dropped = __atomic_load_n(&kvf_fault_totals.dropped, __ATOMIC_RELAXED);
     s->failed = __atomic_load_n(&kvf_fault_totals.failed, __ATOMIC_RELAXED);
     s->resets = __atomic_load_n(&kvf_fault_totals.resets, __ATOMIC_RELAXED);
-    s->reset_failed = __atomic_load_n(&kvf_fault_totals.reset_failed,
-                                      __ATOMIC_RELAXED);
+    s->reset_failed =
+        __atomic_load_n(&kvf_fault_totals.reset_failed, __ATOMIC_RELAXED);
 }
 
 static kvf_status_t kvf_fault_parse_u64(const char *key, const char *v,
@@ -154,7 +152,8 @@ kvf_status_t kvf_fault_parse(const char *text, kvf_fault_spec_t *spec,
         } else {
             kvf_error("fault spec: unknown key or value out of range: "
                       "%s=%s (keys: seed, delay_ms, jitter_ms, drop, "
-                      "fail_after, reset_after)", tok, eq);
+                      "fail_after, reset_after)",
+                      tok, eq);
             status = KVF_ERR_INVALID_PARAM;
         }
     }
@@ -181,6 +180,7 @@ static void kvf_fault_inner_complete(kvf_tl_req_t *req)
     kvf_fault_req_t *f = req->arg;
     kvf_tl_req_t *orig = f->orig;
     kvf_tl_ep_t *ep = f->ep;
+    kvf_status_t status = req->status; /* req lives in f */
     int stale;
 
     pthread_mutex_lock(&ep->lock);
@@ -192,7 +192,7 @@ static void kvf_fault_inner_complete(kvf_tl_req_t *req)
         kvf_tl_req_fail(orig, KVF_ERR_CONN_RESET);
         return;
     }
-    orig->status = req->status;
+    orig->status = status;
     orig->complete(orig);
 }
 
@@ -408,17 +408,16 @@ static kvf_status_t kvf_fault_ep_checksum(kvf_tl_ep_t *ep,
     } else if (ep->inner_ops->ep_checksum == NULL) {
         status = KVF_ERR_UNSUPPORTED;
     } else {
-        status = ep->inner_ops->ep_checksum(ep->inner, remote, lengths, count,
-                                            sums);
+        status =
+            ep->inner_ops->ep_checksum(ep->inner, remote, lengths, count, sums);
     }
     pthread_rwlock_unlock(&ep->inner_lock);
     return status;
 }
 
-static kvf_status_t kvf_fault_ep_link_test(kvf_tl_ep_t *ep,
-                                           kvf_op_type_t type, void *local,
-                                           uint64_t remote, size_t length,
-                                           double *seconds_p)
+static kvf_status_t kvf_fault_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
+                                           void *local, uint64_t remote,
+                                           size_t length, double *seconds_p)
 {
     kvf_status_t status = kvf_fault_side_gate(ep);
 
@@ -450,8 +449,8 @@ static void kvf_fault_ep_close(kvf_tl_ep_t *ep)
     /* timers left: delayed requests never started, drops never answered */
     while ((f = ep->timers) != NULL) {
         ep->timers = f->next;
-        kvf_tl_req_fail(f->orig, f->fail == KVF_OK ? KVF_ERR_CANCELED
-                                                   : f->fail);
+        kvf_tl_req_fail(f->orig,
+                        f->fail == KVF_OK ? KVF_ERR_CANCELED : f->fail);
         kvf_free(f);
     }
     pthread_rwlock_wrlock(&ep->inner_lock);
@@ -522,8 +521,7 @@ kvf_status_t kvf_fault_wrap(const kvf_fault_spec_t *spec, unsigned timeout_ms,
              "%.4f, fail after %lu, reset every %lu",
              ep->inner_ops->name, address, (unsigned long)spec->seed,
              spec->delay_ms, spec->jitter_ms, spec->drop,
-             (unsigned long)spec->fail_after,
-             (unsigned long)spec->reset_after);
+             (unsigned long)spec->fail_after, (unsigned long)spec->reset_after);
     *ops_p = &kvf_fault_ops;
     *ep_p = ep;
     return KVF_OK;
@@ -538,11 +536,11 @@ kvf_status_t kvf_fault_hook(const kvf_tl_config_t *cfg, kvf_tl_iface_t *iface,
     kvf_status_t status;
     int active;
 
-    status = kvf_fault_parse(kvf_config_str(&kvf_fault_config, "fault"),
-                             &spec, &active);
+    status = kvf_fault_parse(kvf_config_str(&kvf_fault_config, "fault"), &spec,
+                             &active);
     if (status == KVF_OK && active) {
-        status = kvf_fault_wrap(&spec, cfg->timeout_ms, iface, address,
-                                ops_p, ep_p);
+        status =
+            kvf_fault_wrap(&spec, cfg->timeout_ms, iface, address, ops_p, ep_p);
     }
     if (status != KVF_OK) {
         kvf_error("fault: cannot wrap the ep to %s: %s", address,

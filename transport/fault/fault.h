@@ -37,11 +37,11 @@ typedef struct kvf_fault_spec {
 
 /* Totals of injected faults in this process (all wrapped eps). */
 typedef struct kvf_fault_stats {
-    uint64_t posted;  /* requests seen by wrappers */
-    uint64_t passed;  /* handed to the inner transport */
+    uint64_t posted; /* requests seen by wrappers */
+    uint64_t passed; /* handed to the inner transport */
     uint64_t delayed;
     uint64_t dropped;
-    uint64_t failed;  /* fail_after */
+    uint64_t failed; /* fail_after */
     uint64_t resets;
     uint64_t reset_failed; /* requests failed by a reset */
 } kvf_fault_stats_t;
