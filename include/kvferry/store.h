@@ -87,11 +87,12 @@ typedef struct kvf_store_entry {
     int committed;     /* 0 while its put is in progress */
 } kvf_store_entry_t;
 
-/* Time spent in the last get of the calling thread, by stage. */
+/* Time spent in the calling thread's last get or put, by stage. */
 typedef struct kvf_store_timing {
-    uint64_t query_ns;  /* master lookup (round trip) */
-    uint64_t read_ns;   /* engine read of the replica(s) */
-    uint64_t verify_ns; /* checksum verification */
+    uint64_t query_ns;  /* master round trip: get lookup / put allocation */
+    uint64_t read_ns;   /* engine transfer: get read / put write(s) */
+    uint64_t verify_ns; /* checksums: get verification / put computation */
+    uint64_t commit_ns; /* put only: the commit round trip */
 } kvf_store_timing_t;
 
 /* Connects to the master (fails with KVF_ERR_CONNECT within the timeout). */
@@ -163,7 +164,8 @@ KVF_API kvf_status_t kvf_store_list(kvf_store_h store, const char *prefix,
                                                void *arg),
                                     void *arg);
 
-/* Stage times of the calling thread's last get (zeros before any). */
+/* Stage times of the calling thread's last get or put (zeros before
+ * any). */
 KVF_API void kvf_store_last_timing(kvf_store_timing_t *timing_p);
 
 #ifdef __cplusplus

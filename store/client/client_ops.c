@@ -95,8 +95,10 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
                                  const kvf_store_put_opts_t *opts,
                                  kvf_status_t *statuses)
 {
+    kvf_store_timing_t *tm = &kvf_store_tl_timing;
     unsigned replicas = opts ? opts->replicas : 0;
     unsigned flags = opts ? opts->flags : 0;
+    uint64_t t0;
     kvf_sreps_t *e = NULL;
     kvf_op_t *ops = NULL;
     kvf_speer_t **sps = NULL;
@@ -118,6 +120,8 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         return KVF_ERR_NO_MEMORY;
     }
     kvf_wr_init(&w);
+    memset(tm, 0, sizeof(*tm));
+    t0 = kvf_time_ns();
     e = kvf_calloc(count, sizeof(*e));
     sums = kvf_calloc(count, sizeof(*sums));
     mask = kvf_calloc(count, sizeof(*mask));
@@ -151,7 +155,10 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         status = kvf_store_first_error(s, count);
         goto out;
     }
+    tm->verify_ns = kvf_time_ns() - t0; /* checksums */
+    t0 = kvf_time_ns();
     status = kvf_store_rpc(st, KVF_SP_PUT_START, (uint32_t)nsent, &w, &c);
+    tm->query_ns = kvf_time_ns() - t0;
     if (status != KVF_OK) {
         goto fail_all;
     }
@@ -188,7 +195,9 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
             nops++;
         }
     }
+    t0 = kvf_time_ns();
     kvf_store_run(st, ops, sps, nops, op_st);
+    tm->read_ns = kvf_time_ns() - t0;
     for (j = 0; j < nops; j++) {
         if (op_st[j] == KVF_OK) {
             mask[opkey[j]] |= 1u << oprep[j];
@@ -234,7 +243,9 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         nsent++;
     }
     if (nsent > 0) {
+        t0 = kvf_time_ns();
         status = kvf_store_rpc(st, KVF_SP_PUT_END, (uint32_t)nsent, &w, &c);
+        tm->commit_ns = kvf_time_ns() - t0;
         if (status != KVF_OK) {
             goto fail_all;
         }

@@ -1,9 +1,9 @@
 /*
  * Storage node: pool, engine target, registration and heartbeats.
  *
- * The pool is a shared mapping of a memfd (so a same-host transport can
- * map it; plain anonymous memory if memfd fails) registered with the
- * node's engine. The master checks the claimed range against the
+ * The pool (anonymous memory with huge pages, or a memfd that another
+ * process can map; faulted in at start) is registered with the node's
+ * engine. The master checks the claimed range against the
  * engine's descriptor, and the engine refuses any remote access outside
  * registered regions, so a node cannot make the master hand out space it
  * does not have.
@@ -162,6 +162,44 @@ static void *kvf_node_main(void *arg)
     return NULL;
 }
 
+/* Maps the pool: private anonymous memory with transparent huge pages
+ * (the fastest for tcp), or a shared memfd mapping (memfd option) that a
+ * same-host transport can map from another process. Unless lazy, every
+ * page is faulted in now, so the first write of each byte does not pay a
+ * page fault and the node's memory is committed at start. */
+static void *kvf_node_map_pool(kvf_node_t *n)
+{
+    uint64_t len = n->opts.pool;
+    int flags = MAP_NORESERVE | (n->opts.lazy ? 0 : MAP_POPULATE);
+    void *p;
+
+    if (n->opts.memfd) {
+        n->pool_fd = memfd_create("kvferry-node-pool", MFD_CLOEXEC);
+        if (n->pool_fd < 0 || ftruncate(n->pool_fd, (off_t)len) < 0) {
+            kvf_error("node cannot make a memfd pool of %lu bytes: %m",
+                      (unsigned long)len);
+            return NULL;
+        }
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | flags,
+                 n->pool_fd, 0);
+    } else {
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p != MAP_FAILED) {
+            madvise(p, len, MADV_HUGEPAGE);
+            if (!n->opts.lazy) {
+                madvise(p, len, MADV_POPULATE_WRITE);
+            }
+        }
+    }
+    if (p == MAP_FAILED) {
+        kvf_error("node cannot map a pool of %lu bytes: %m",
+                  (unsigned long)len);
+        return NULL;
+    }
+    return p;
+}
+
 kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
 {
     kvf_engine_params_t ep = {0};
@@ -182,24 +220,11 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
     n->uid = kvf_hash64(&n, sizeof(n), kvf_time_ns() ^ (uint64_t)getpid());
     pthread_mutex_init(&n->lock, NULL);
     kvf_cond_init(&n->cond);
-    /* a memfd backing lets a same-host transport map the pool */
-    n->pool_fd = memfd_create("kvferry-node-pool", MFD_CLOEXEC);
-    if (n->pool_fd >= 0 && ftruncate(n->pool_fd, (off_t)opts->pool) < 0) {
-        close(n->pool_fd);
-        n->pool_fd = -1;
-    }
-    n->pool = mmap(NULL, opts->pool, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_NORESERVE |
-                       (n->pool_fd < 0 ? MAP_ANONYMOUS : 0),
-                   n->pool_fd, 0);
-    if (n->pool == MAP_FAILED) {
-        kvf_error("node cannot map a pool of %lu bytes: %m",
-                  (unsigned long)opts->pool);
-        n->pool = NULL;
+    n->pool = kvf_node_map_pool(n);
+    if (n->pool == NULL) {
         st = KVF_ERR_NO_MEMORY;
         goto err_free;
     }
-    madvise(n->pool, opts->pool, MADV_HUGEPAGE);
     ep.field_mask = KVF_ENGINE_PARAM_LISTEN | KVF_ENGINE_PARAM_TIMEOUT;
     ep.listen = opts->listen ? opts->listen : "127.0.0.1:0";
     ep.timeout_ms = opts->timeout_ms;
