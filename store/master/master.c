@@ -1,15 +1,12 @@
 /*
- * Store master, serving side: the `store` config table, start/stop, an
- * accept thread, one thread per connection (clients keep theirs open;
- * nodes heartbeat on theirs), the reaper thread that runs the periodic
- * tick, and the RPC handlers that decode a request, apply it to the
- * metadata under the lock (a whole batch at once) and encode the reply.
+ * Store master, serving side: options, start/stop, the reaper thread that
+ * runs the periodic tick, and the RPC handlers that decode a request,
+ * apply it to the metadata under the lock (a whole batch at once) and
+ * encode the reply. Connections are served by the event loop (loop.c).
  *
- * Bad input never stops the master: a frame with a bad magic, version or
- * length gets an ERROR reply and closes that connection only; an unknown
- * type or a body that does not parse gets an ERROR reply and the
- * connection goes on (the frame was read whole, so it stays in step); a
- * frame cut short times out after io_timeout_ms. Each counts in `errors`.
+ * An unknown type or a body that does not parse (count and body disagree,
+ * truncated entries, trailing bytes) gets an error status and counts in
+ * `errors`; the connection goes on, since the frame was read whole.
  */
 #include "store/master/master_int.h"
 #include "core/alloc.h"
@@ -25,13 +22,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-struct kvf_mconn {
-    kvf_master_t *m;
-    int fd;
-    pthread_t thread;
-    int done;
-    kvf_mconn_t *next;
-};
 
 kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
 {
@@ -398,140 +388,46 @@ static kvf_m_handler_t kvf_m_handler(uint8_t type)
     }
 }
 
-static void kvf_m_count_error(kvf_master_t *m)
+void kvf_m_count_error(kvf_master_t *m)
 {
     pthread_mutex_lock(&m->lock);
     m->st.errors++;
     pthread_mutex_unlock(&m->lock);
 }
 
-/* ---- connections ---- */
-
-static void *kvf_mconn_main(void *arg)
+kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f,
+                         kvf_wr_t *w, uint32_t *count_p, uint16_t *flags_p,
+                         uint8_t *rtype_p)
 {
-    kvf_mconn_t *c = arg;
-    kvf_master_t *m = c->m;
-    uint64_t io = m->opts.io_timeout_ms;
-    kvf_sp_frame_t f = {0};
-    kvf_m_handler_t h;
-    uint32_t count;
-    uint16_t flags;
+    kvf_m_handler_t h = kvf_m_handler(f->hdr.type);
     kvf_status_t st;
-    kvf_wr_t w;
 
-    kvf_wr_init(&w);
-    while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
-        /* idle between frames: wake every 250 ms to notice a stop */
-        st = kvf_sp_recv(c->fd, &f, kvf_time_ms() + 250, kvf_time_ms() + io);
-        if (st == KVF_ERR_TIMEOUT && !f.partial) {
-            continue;
-        }
-        if (st == KVF_ERR_PEER_CLOSED) {
-            break; /* closed between frames */
-        }
-        if (st != KVF_OK) {
-            kvf_m_count_error(m);
-            kvf_log_rl(KVF_LOG_WARN, "store connection fd %d: bad or cut "
-                       "frame: %s; closing it", c->fd, kvf_status_str(st));
-            if (st == KVF_ERR_PROTOCOL || st == KVF_ERR_VERSION ||
-                st == KVF_ERR_MSG_TOO_LARGE) {
-                kvf_sp_send(c->fd, KVF_SP_ERROR | KVF_SP_REPLY, 0, st, 0, 0,
-                            NULL, kvf_time_ms() + io);
-            }
-            break;
-        }
-        w.len = 0;
-        w.failed = 0;
-        count = 0;
-        flags = 0;
-        h = kvf_m_handler(f.hdr.type);
-        if (h == NULL) {
-            kvf_m_count_error(m);
-            kvf_log_rl(KVF_LOG_WARN, "store message of unknown type 0x%x",
-                       f.hdr.type);
-            st = kvf_sp_send(c->fd, KVF_SP_ERROR | KVF_SP_REPLY, f.hdr.id,
-                             KVF_ERR_PROTOCOL, 0, 0, NULL,
-                             kvf_time_ms() + io);
-        } else {
-            st = h(m, &f, &w, &count, &flags);
-            if (st == KVF_ERR_PROTOCOL) {
-                kvf_m_count_error(m);
-                kvf_log_rl(KVF_LOG_WARN, "store %s request does not parse",
-                           kvf_sp_msg_name(f.hdr.type));
-            }
-            if (st != KVF_OK || kvf_wr_status(&w) != KVF_OK) {
-                w.len = 0;
-                w.failed = 0;
-                count = 0;
-                st = (st != KVF_OK) ? st : KVF_ERR_NO_MEMORY;
-            }
-            st = kvf_sp_send(c->fd, f.hdr.type | KVF_SP_REPLY, f.hdr.id, st,
-                             count, flags, &w, kvf_time_ms() + io);
-        }
-        if (st != KVF_OK) {
-            break;
-        }
+    w->len = 0;
+    w->failed = 0;
+    *count_p = 0;
+    *flags_p = 0;
+    if (h == NULL) {
+        kvf_m_count_error(m);
+        kvf_log_rl(KVF_LOG_WARN, "store message of unknown type 0x%x",
+                   f->hdr.type);
+        *rtype_p = KVF_SP_ERROR | KVF_SP_REPLY;
+        return KVF_ERR_PROTOCOL;
     }
-    kvf_wr_free(&w);
-    kvf_sp_frame_free(&f);
-    close(c->fd);
-    __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
-    return NULL;
-}
-
-/* Joins connections whose thread has finished (all when stopping). */
-static void kvf_m_reap_conns(kvf_master_t *m, int all)
-{
-    kvf_mconn_t **pp = &m->conns, *c;
-
-    while ((c = *pp) != NULL) {
-        if (all && !__atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
-            shutdown(c->fd, SHUT_RDWR);
-        }
-        if (all || __atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
-            pthread_join(c->thread, NULL);
-            *pp = c->next;
-            kvf_free(c);
-        } else {
-            pp = &c->next;
-        }
+    *rtype_p = f->hdr.type | KVF_SP_REPLY;
+    st = h(m, f, w, count_p, flags_p);
+    if (st == KVF_ERR_PROTOCOL) {
+        kvf_m_count_error(m);
+        kvf_log_rl(KVF_LOG_WARN, "store %s request does not parse",
+                   kvf_sp_msg_name(f->hdr.type));
     }
-}
-
-static void *kvf_m_accept_main(void *arg)
-{
-    kvf_master_t *m = arg;
-    kvf_mconn_t *c;
-    int fd, one = 1;
-
-    while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
-        kvf_m_reap_conns(m, 0);
-        if (kvf_sock_wait(m->lfd, POLLIN, kvf_time_ms() + 250) != KVF_OK) {
-            continue;
-        }
-        fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            continue;
-        }
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        c = kvf_calloc(1, sizeof(*c));
-        if (c == NULL) {
-            close(fd);
-            continue;
-        }
-        c->m = m;
-        c->fd = fd;
-        if (pthread_create(&c->thread, NULL, kvf_mconn_main, c) != 0) {
-            kvf_error("cannot start a connection thread");
-            close(fd);
-            kvf_free(c);
-            continue;
-        }
-        c->next = m->conns;
-        m->conns = c;
+    if (st != KVF_OK || kvf_wr_status(w) != KVF_OK) {
+        w->len = 0;
+        w->failed = 0;
+        *count_p = 0;
+        *flags_p = 0;
+        st = (st != KVF_OK) ? st : KVF_ERR_NO_MEMORY;
     }
-    kvf_m_reap_conns(m, 1);
-    return NULL;
+    return st;
 }
 
 static void *kvf_m_reaper_main(void *arg)
@@ -619,8 +515,8 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
         st = KVF_ERR_NO_RESOURCE;
         goto err_http;
     }
-    if (pthread_create(&m->accept_thread, NULL, kvf_m_accept_main, m) != 0) {
-        st = KVF_ERR_NO_RESOURCE;
+    st = kvf_m_loop_start(m);
+    if (st != KVF_OK) {
         goto err_reaper;
     }
     kvf_info("store master on %s (http %s), epoch %016lx", m->address,
@@ -660,7 +556,7 @@ void kvf_master_stop(kvf_master_t *m)
     pthread_cond_broadcast(&m->stop_cond);
     pthread_mutex_unlock(&m->lock);
     pthread_join(m->reaper_thread, NULL);
-    pthread_join(m->accept_thread, NULL);
+    kvf_m_loop_stop(m);
     kvf_m_http_stop(m);
     close(m->lfd);
     kvf_engine_destroy(m->engine);

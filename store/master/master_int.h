@@ -76,11 +76,13 @@ struct kvf_master {
     int hfd;
     char address[KVF_HOST_MAX + 8];
     char http_address[KVF_HOST_MAX + 8];
-    pthread_t accept_thread, http_thread, reaper_thread;
+    pthread_t loop_thread, http_thread, reaper_thread;
     int have_http;
     int stop;
     pthread_cond_t stop_cond;
-    kvf_mconn_t *conns;
+    int epfd;
+    kvf_mconn_t *conns;  /* owned by the loop thread */
+    int helpers;         /* node registrations in flight (atomic) */
 };
 
 /* objects.c -- all called with the lock held */
@@ -105,6 +107,17 @@ void kvf_m_tick(kvf_master_t *m);
 uint64_t kvf_m_capacity(const kvf_master_t *m);
 uint64_t kvf_m_used(const kvf_master_t *m);
 size_t kvf_m_pending(const kvf_master_t *m);
+
+/* master.c: serves one whole frame: runs its handler, encodes the reply
+ * body in w; returns the reply's status, *rtype_p its type. */
+kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f,
+                         kvf_wr_t *w, uint32_t *count_p, uint16_t *flags_p,
+                         uint8_t *rtype_p);
+void kvf_m_count_error(kvf_master_t *m);
+
+/* loop.c: the connection event loop */
+kvf_status_t kvf_m_loop_start(kvf_master_t *m);
+void kvf_m_loop_stop(kvf_master_t *m);
 
 /* http.c */
 kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen);

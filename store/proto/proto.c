@@ -141,6 +141,75 @@ kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
     return kvf_sock_recv_all(fd, f->body, f->hdr.meta_len, deadline_ms);
 }
 
+/* Receives a reply: waits, then reads header and body together with one
+ * vectored recv (a reply is the only thing the peer sends, so nothing
+ * past it can arrive), and the rest of a large body after. */
+static kvf_status_t kvf_sp_recv_reply(int fd, kvf_sp_frame_t *f,
+                                      uint64_t deadline_ms)
+{
+    unsigned char hdr[KVF_WIRE_HDR_LEN], *nb;
+    struct iovec iov[2];
+    struct msghdr msg;
+    kvf_status_t status;
+    size_t got = 0, body;
+    ssize_t n;
+
+    if (f->cap < 4096) {
+        nb = kvf_realloc(f->body, 4096);
+        if (nb == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        f->body = nb;
+        f->cap = 4096;
+    }
+    while (got < KVF_WIRE_HDR_LEN) {
+        status = kvf_sock_wait(fd, POLLIN, deadline_ms);
+        if (status != KVF_OK) {
+            return status;
+        }
+        iov[0].iov_base = hdr + got;
+        iov[0].iov_len = KVF_WIRE_HDR_LEN - got;
+        iov[1].iov_base = f->body;
+        iov[1].iov_len = f->cap;
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = iov;
+        msg.msg_iovlen = 2;
+        n = recvmsg(fd, &msg, MSG_DONTWAIT);
+        if (n == 0) {
+            return KVF_ERR_CONN_RESET;
+        }
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+                continue;
+            }
+            return errno == ECONNRESET ? KVF_ERR_CONN_RESET : KVF_ERR_IO;
+        }
+        got += (size_t)n;
+    }
+    body = got - KVF_WIRE_HDR_LEN;
+    status = kvf_frame_unpack(hdr, &f->hdr);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (f->hdr.data_len != 0 || f->hdr.meta_len > KVF_SP_BODY_MAX ||
+        body > f->hdr.meta_len) {
+        return KVF_ERR_PROTOCOL;
+    }
+    if (f->hdr.meta_len > f->cap) {
+        nb = kvf_realloc(f->body, f->hdr.meta_len);
+        if (nb == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        f->body = nb;
+        f->cap = f->hdr.meta_len;
+    }
+    if (body == f->hdr.meta_len) {
+        return KVF_OK;
+    }
+    return kvf_sock_recv_all(fd, f->body + body, f->hdr.meta_len - body,
+                             deadline_ms);
+}
+
 kvf_status_t kvf_sp_call(int fd, uint8_t type, uint64_t id, uint32_t count,
                          const kvf_wr_t *w, kvf_sp_frame_t *f,
                          uint64_t deadline_ms)
@@ -151,7 +220,7 @@ kvf_status_t kvf_sp_call(int fd, uint8_t type, uint64_t id, uint32_t count,
     if (status != KVF_OK) {
         return status;
     }
-    status = kvf_sp_recv(fd, f, deadline_ms, deadline_ms);
+    status = kvf_sp_recv_reply(fd, f, deadline_ms);
     if (status != KVF_OK) {
         return status;
     }

@@ -1,0 +1,479 @@
+/*
+ * The master's connection event loop: one thread, epoll, non-blocking
+ * sockets. Each connection has an input buffer: whatever recv() returns
+ * is appended, and every whole frame in it is served in order (a frame is
+ * parsed only once all its bytes are in); replies go out with one writev,
+ * and what the socket does not take waits in an output buffer (the
+ * connection is then not read until it drains). Under load one wake-up
+ * serves the requests of many clients, with one recv and one send each.
+ *
+ * Node registrations check the node's claim over the network (opening its
+ * segment), which may take up to the timeout: such a frame is handed to a
+ * helper thread while the connection leaves the epoll set, and comes back
+ * when the reply is sent.
+ *
+ * Bad input never stops the master: a bad magic, version or length gets
+ * an ERROR reply and closes that connection only; a frame left incomplete
+ * for io_timeout_ms (a client that vanished mid-frame) closes it. Each
+ * counts in `errors`.
+ */
+#include "store/master/master_int.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define KVF_LOOP_IN_MIN  (64u << 10)
+#define KVF_LOOP_EVENTS  64
+#define KVF_LOOP_TICK_MS 100
+
+struct kvf_mconn {
+    kvf_master_t *m;
+    int fd;
+    int busy;               /* with a helper thread (atomic) */
+    int dead;               /* close it (set by a helper) */
+    unsigned char *in;
+    size_t in_len, in_cap;
+    uint64_t partial_since; /* ms; input holds part of a frame */
+    unsigned char *out;     /* unsent reply bytes */
+    size_t out_len, out_off, out_cap;
+    kvf_mconn_t *next;
+};
+
+static void kvf_loop_close(kvf_master_t *m, kvf_mconn_t *c)
+{
+    kvf_mconn_t **pp;
+
+    for (pp = &m->conns; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    kvf_free(c->in);
+    kvf_free(c->out);
+    kvf_free(c);
+}
+
+static void kvf_loop_watch(kvf_master_t *m, kvf_mconn_t *c, uint32_t ev,
+                           int op)
+{
+    struct epoll_event e = {.events = ev, .data.ptr = c};
+
+    epoll_ctl(m->epfd, op, c->fd, &e);
+}
+
+/* Queues header + body; sends what the socket takes now. 0, or -1 when
+ * the connection broke. */
+static int kvf_loop_reply(kvf_mconn_t *c, uint8_t type, uint64_t id,
+                          kvf_status_t st, uint32_t count, uint16_t flags,
+                          const kvf_wr_t *w)
+{
+    unsigned char hdr[KVF_WIRE_HDR_LEN];
+    kvf_frame_hdr_t h = {0};
+    size_t blen = w ? w->len : 0, total = sizeof(hdr) + blen, need;
+    struct iovec iov[2];
+    unsigned char *nb;
+    ssize_t n = 0;
+
+    h.magic = KVF_WIRE_MAGIC;
+    h.version = KVF_WIRE_VERSION;
+    h.type = type;
+    h.flags = flags;
+    h.meta_len = (uint32_t)blen;
+    h.count = count;
+    h.id = id;
+    h.status = st;
+    kvf_frame_pack(&h, hdr);
+    if (c->out_len == c->out_off) {
+        iov[0].iov_base = hdr;
+        iov[0].iov_len = sizeof(hdr);
+        iov[1].iov_base = blen ? w->buf : NULL;
+        iov[1].iov_len = blen;
+        do {
+            n = writev(c->fd, iov, blen ? 2 : 1);
+        } while (n < 0 && errno == EINTR);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            return -1;
+        }
+        if (n < 0) {
+            n = 0;
+        }
+        if ((size_t)n == total) {
+            return 0;
+        }
+        c->out_len = c->out_off = 0;
+    }
+    /* keep the rest for EPOLLOUT */
+    need = c->out_len + total - (size_t)n;
+    if (need > c->out_cap) {
+        nb = kvf_realloc(c->out, need);
+        if (nb == NULL) {
+            return -1;
+        }
+        c->out = nb;
+        c->out_cap = need;
+    }
+    if ((size_t)n < sizeof(hdr)) {
+        memcpy(c->out + c->out_len, hdr + n, sizeof(hdr) - (size_t)n);
+        c->out_len += sizeof(hdr) - (size_t)n;
+        n = 0;
+    } else {
+        n -= (ssize_t)sizeof(hdr);
+    }
+    if (blen > (size_t)n) {
+        memcpy(c->out + c->out_len, w->buf + n, blen - (size_t)n);
+        c->out_len += blen - (size_t)n;
+    }
+    return 0;
+}
+
+/* Sends queued output; 1 when all is out, 0 when some is left, -1. */
+static int kvf_loop_flush(kvf_mconn_t *c)
+{
+    ssize_t n;
+
+    while (c->out_off < c->out_len) {
+        n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            c->out_off += (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        } else {
+            return -1;
+        }
+    }
+    c->out_len = c->out_off = 0;
+    return 1;
+}
+
+typedef struct kvf_loop_job {
+    kvf_mconn_t *c;
+    kvf_sp_frame_t f;
+} kvf_loop_job_t;
+
+/* Helper thread: a node registration, then the connection goes back. */
+static void *kvf_loop_helper(void *arg)
+{
+    kvf_loop_job_t *j = arg;
+    kvf_mconn_t *c = j->c;
+    kvf_master_t *m = c->m;
+    uint32_t count;
+    uint16_t flags;
+    uint8_t rtype;
+    kvf_status_t st;
+    kvf_wr_t w;
+
+    kvf_wr_init(&w);
+    st = kvf_m_serve(m, &j->f, &w, &count, &flags, &rtype);
+    st = kvf_sp_send(c->fd, rtype, j->f.hdr.id, st, count, flags, &w,
+                     kvf_time_ms() + m->opts.io_timeout_ms);
+    if (st != KVF_OK) {
+        c->dead = 1;
+    }
+    kvf_wr_free(&w);
+    kvf_free(j);
+    __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+    /* EPOLLOUT fires at once: the loop serves any frame already buffered */
+    kvf_loop_watch(m, c, EPOLLIN | EPOLLOUT, EPOLL_CTL_ADD);
+    __atomic_sub_fetch(&m->helpers, 1, __ATOMIC_ACQ_REL);
+    return NULL;
+}
+
+/* Hands a node registration (the frame at the head of c->in) to a helper.
+ * Returns 0, or -1 if no thread could start (the caller serves inline). */
+static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
+                            const kvf_frame_hdr_t *h)
+{
+    kvf_loop_job_t *j = kvf_calloc(1, sizeof(*j) + h->meta_len + 1);
+    pthread_attr_t attr;
+    pthread_t t;
+    int rc;
+
+    if (j == NULL) {
+        return -1;
+    }
+    j->c = c;
+    j->f.hdr = *h;
+    j->f.body = (unsigned char *)(j + 1);
+    memcpy(j->f.body, c->in + KVF_WIRE_HDR_LEN, h->meta_len);
+    epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    __atomic_store_n(&c->busy, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&m->helpers, 1, __ATOMIC_ACQ_REL);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&t, &attr, kvf_loop_helper, j);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        __atomic_sub_fetch(&m->helpers, 1, __ATOMIC_ACQ_REL);
+        __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
+        kvf_loop_watch(m, c, EPOLLIN, EPOLL_CTL_ADD);
+        kvf_free(j);
+        return -1;
+    }
+    return 0;
+}
+
+/* Serves every whole frame in c->in. 0 to go on, -1 to close, 1 when the
+ * connection went to a helper. */
+static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
+{
+    kvf_sp_frame_t f = {0};
+    uint32_t count;
+    uint16_t flags;
+    uint8_t rtype;
+    kvf_status_t st;
+    size_t used = 0, need;
+
+    while (c->in_len - used >= KVF_WIRE_HDR_LEN && c->out_len == 0) {
+        st = kvf_frame_unpack(c->in + used, &f.hdr);
+        if (st == KVF_OK && (f.hdr.data_len != 0 ||
+                             f.hdr.meta_len > KVF_SP_BODY_MAX)) {
+            st = KVF_ERR_MSG_TOO_LARGE;
+        }
+        if (st != KVF_OK) {
+            kvf_m_count_error(m);
+            kvf_log_rl(KVF_LOG_WARN, "store connection fd %d: bad frame: "
+                       "%s; closing it", c->fd, kvf_status_str(st));
+            kvf_loop_reply(c, KVF_SP_ERROR | KVF_SP_REPLY, 0, st, 0, 0,
+                           NULL);
+            kvf_loop_flush(c);
+            return -1;
+        }
+        need = KVF_WIRE_HDR_LEN + f.hdr.meta_len;
+        if (c->in_len - used < need) {
+            break;
+        }
+        if (f.hdr.type == KVF_SP_NODE_REG) {
+            if (used > 0) {
+                memmove(c->in, c->in + used, c->in_len - used);
+                c->in_len -= used;
+                used = 0;
+            }
+            if (kvf_loop_offload(m, c, &f.hdr) == 0) {
+                memmove(c->in, c->in + need, c->in_len - need);
+                c->in_len -= need;
+                return 1;
+            }
+        }
+        f.body = c->in + used + KVF_WIRE_HDR_LEN;
+        st = kvf_m_serve(m, &f, w, &count, &flags, &rtype);
+        if (kvf_loop_reply(c, rtype, f.hdr.id, st, count, flags, w) != 0) {
+            return -1;
+        }
+        used += need;
+    }
+    if (used > 0) {
+        memmove(c->in, c->in + used, c->in_len - used);
+        c->in_len -= used;
+    }
+    c->partial_since = c->in_len ? kvf_time_ms() : 0;
+    return 0;
+}
+
+/* Reads what is there and serves it; -1 to close the connection. */
+static int kvf_loop_read(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
+{
+    kvf_frame_hdr_t h;
+    unsigned char *nb;
+    size_t want;
+    ssize_t n;
+    int rc;
+
+    for (;;) {
+        want = KVF_LOOP_IN_MIN;
+        if (c->in_len >= KVF_WIRE_HDR_LEN &&
+            kvf_frame_unpack(c->in, &h) == KVF_OK &&
+            h.meta_len <= KVF_SP_BODY_MAX) {
+            want = KVF_WIRE_HDR_LEN + (size_t)h.meta_len;
+            want = want > KVF_LOOP_IN_MIN ? want : KVF_LOOP_IN_MIN;
+        }
+        if (c->in_cap < want) {
+            nb = kvf_realloc(c->in, want);
+            if (nb == NULL) {
+                return -1;
+            }
+            c->in = nb;
+            c->in_cap = want;
+        }
+        n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len,
+                 MSG_DONTWAIT);
+        if (n == 0) {
+            if (c->in_len > 0) {
+                kvf_m_count_error(m);
+                kvf_log_rl(KVF_LOG_WARN, "store connection fd %d closed "
+                           "inside a frame (%zu bytes)", c->fd, c->in_len);
+            }
+            return -1;
+        }
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+        }
+        if (c->in_len == 0) {
+            c->partial_since = kvf_time_ms();
+        }
+        c->in_len += (size_t)n;
+        rc = kvf_loop_frames(m, c, w);
+        if (rc != 0) {
+            return rc > 0 ? 0 : -1;
+        }
+        if (c->out_len > 0) {
+            kvf_loop_watch(m, c, EPOLLOUT, EPOLL_CTL_MOD);
+            return 0; /* read again once the replies are out */
+        }
+        if (c->in_len < c->in_cap) {
+            return 0; /* the socket had no more */
+        }
+    }
+}
+
+static void kvf_loop_accept(kvf_master_t *m)
+{
+    kvf_mconn_t *c;
+    int fd, one = 1;
+
+    while ((fd = accept4(m->lfd, NULL, NULL,
+                         SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        c = kvf_calloc(1, sizeof(*c));
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->m = m;
+        c->fd = fd;
+        c->next = m->conns;
+        m->conns = c;
+        kvf_loop_watch(m, c, EPOLLIN, EPOLL_CTL_ADD);
+    }
+}
+
+/* Closes connections whose frame stalled past the timeout. */
+static void kvf_loop_sweep(kvf_master_t *m)
+{
+    uint64_t now = kvf_time_ms();
+    kvf_mconn_t *c, *next;
+
+    for (c = m->conns; c != NULL; c = next) {
+        next = c->next;
+        if (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE)) {
+            continue;
+        }
+        if (c->in_len > 0 && c->partial_since != 0 &&
+            now - c->partial_since > m->opts.io_timeout_ms) {
+            kvf_m_count_error(m);
+            kvf_log_rl(KVF_LOG_WARN, "store connection fd %d: frame cut "
+                       "short (%zu bytes for %lu ms); closing it", c->fd,
+                       c->in_len, (unsigned long)(now - c->partial_since));
+            kvf_loop_close(m, c);
+        }
+    }
+}
+
+static void *kvf_loop_main(void *arg)
+{
+    struct epoll_event ev[KVF_LOOP_EVENTS];
+    kvf_master_t *m = arg;
+    uint64_t last_sweep = kvf_time_ms();
+    kvf_mconn_t *c;
+    kvf_wr_t w;
+    int n, i, rc;
+
+    kvf_wr_init(&w);
+    while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
+        n = epoll_wait(m->epfd, ev, KVF_LOOP_EVENTS, KVF_LOOP_TICK_MS);
+        for (i = 0; i < n; i++) {
+            if (ev[i].data.ptr == NULL) {
+                kvf_loop_accept(m);
+                continue;
+            }
+            c = ev[i].data.ptr;
+            if (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE)) {
+                continue;
+            }
+            rc = c->dead ? -1 : 0;
+            if (rc == 0 && (ev[i].events & EPOLLOUT)) {
+                rc = kvf_loop_flush(c);
+                if (rc == 1) {
+                    kvf_loop_watch(m, c, EPOLLIN, EPOLL_CTL_MOD);
+                    rc = kvf_loop_frames(m, c, &w);
+                    if (rc == 0 && c->out_len > 0) {
+                        kvf_loop_watch(m, c, EPOLLOUT, EPOLL_CTL_MOD);
+                    }
+                    rc = rc > 0 ? 0 : rc;
+                }
+            }
+            if (rc == 0 && c->out_len == 0 &&
+                (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
+                rc = kvf_loop_read(m, c, &w);
+            }
+            if (rc < 0) {
+                kvf_loop_close(m, c);
+            }
+        }
+        if (kvf_time_ms() - last_sweep >= KVF_LOOP_TICK_MS) {
+            kvf_loop_sweep(m);
+            last_sweep = kvf_time_ms();
+        }
+    }
+    kvf_wr_free(&w);
+    return NULL;
+}
+
+kvf_status_t kvf_m_loop_start(kvf_master_t *m)
+{
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
+    int flags = fcntl(m->lfd, F_GETFL);
+
+    m->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (m->epfd < 0) {
+        kvf_error("epoll_create1 failed: %m");
+        return KVF_ERR_NO_RESOURCE;
+    }
+    if (flags < 0 || fcntl(m->lfd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->lfd, &e) != 0) {
+        kvf_error("master cannot watch its listening socket: %m");
+        close(m->epfd);
+        return KVF_ERR_NO_RESOURCE;
+    }
+    if (pthread_create(&m->loop_thread, NULL, kvf_loop_main, m) != 0) {
+        close(m->epfd);
+        return KVF_ERR_NO_RESOURCE;
+    }
+    return KVF_OK;
+}
+
+void kvf_m_loop_stop(kvf_master_t *m)
+{
+    uint64_t deadline;
+
+    __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(m->loop_thread, NULL);
+    /* registrations in flight end within their timeouts */
+    deadline = kvf_time_ms() + 3ull * m->opts.io_timeout_ms;
+    while (__atomic_load_n(&m->helpers, __ATOMIC_ACQUIRE) > 0 &&
+           kvf_time_ms() < deadline) {
+        usleep(10000);
+    }
+    while (m->conns != NULL) {
+        kvf_loop_close(m, m->conns);
+    }
+    close(m->epfd);
+}
