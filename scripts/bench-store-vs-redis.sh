@@ -9,7 +9,9 @@
 #
 # usage: scripts/bench-store-vs-redis.sh [RECORD_DIR]
 #   env: KVF_BIN (default build/kvferry), DURATION (per phase, default 3s),
-#        SIZES (default 64K,1M), CLIENTS (default 8)
+#        SIZES (default 64K,1M), CLIENTS (default 8), REPEAT (runs of
+#        each comparison, alternating kvferry and Redis; the verdict takes
+#        the median ratio; default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${KVF_BIN:-build/kvferry}
@@ -17,6 +19,7 @@ out=${1:-records}
 dur=${DURATION:-3s}
 sizes=${SIZES:-64K,1M}
 clients=${CLIENTS:-8}
+repeat=${REPEAT:-3}
 for t in redis-server redis-benchmark; do
   if ! command -v "$t" >/dev/null; then
     echo "$t not found: apt-get install redis-server redis-tools" >&2
@@ -30,8 +33,9 @@ fi
 mkdir -p "$out"
 echo "== tcp forced"
 KVF_TRANSPORTS=tcp "$bin" bench store --sizes "$sizes" --clients "$clients" \
-  --hit-ratio 1 --duration "$dur" --vs-redis --record "$out"
+  --hit-ratio 1 --duration "$dur" --vs-redis --repeat "$repeat" \
+  --record "$out"
 echo "== default transport choice"
 env -u KVF_TRANSPORTS "$bin" bench store --sizes "$sizes" \
   --clients "$clients" --hit-ratio 1 --duration "$dur" --vs-redis \
-  --record "$out"
+  --repeat "$repeat" --record "$out"

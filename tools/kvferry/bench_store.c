@@ -35,7 +35,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define KVF_BS_ROWS_MAX 512
 
 /* ---- cluster ---- */
 
@@ -424,6 +423,7 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o,
     kvf_json_int(&j, "pool_bytes", (long long)o->pool);
     kvf_json_int(&j, "duration_ms", (long long)o->duration_ms);
     kvf_json_num(&j, "hit_ratio", o->hit_ratio);
+    kvf_json_int(&j, "repeat", o->repeat);
     kvf_json_arr(&j, "rows");
     for (i = 0; i < n; i++) {
         kvf_json_obj(&j, NULL);
@@ -431,6 +431,7 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o,
         kvf_json_str(&j, "op", rows[i].op);
         kvf_json_int(&j, "size", (long long)rows[i].size);
         kvf_json_int(&j, "clients", rows[i].clients);
+        kvf_json_int(&j, "repetition", rows[i].rep);
         kvf_json_int(&j, "ops", rows[i].ops);
         kvf_json_int(&j, "errors", rows[i].errors);
         kvf_json_num(&j, "seconds", rows[i].seconds);
@@ -452,7 +453,7 @@ static void kvf_bs_usage(void)
         "usage: kvferry bench store [--master HOST:PORT] [--nodes N]\n"
         "         [--pool SIZE] [--sizes LIST] [--clients LIST]\n"
         "         [--duration DUR] [--hit-ratio R] [--replicas N]\n"
-        "         [--mem-budget SIZE] [--vs-redis] [--json]\n"
+        "         [--mem-budget SIZE] [--vs-redis] [--repeat N] [--json]\n"
         "         [--record DIR] [--hypothesis TEXT]\n"
         "  --master      an existing master (default: spawn one + nodes)\n"
         "  --nodes       nodes to spawn (default 2)\n"
@@ -465,6 +466,8 @@ static void kvf_bs_usage(void)
         "  --mem-budget  skip cells whose client buffers exceed it (1G)\n"
         "  --vs-redis    also run redis-server + redis-benchmark with the\n"
         "                same size and clients, print the ratios\n"
+        "  --repeat      run each cell (and Redis) N times, alternating;\n"
+        "                the verdict uses the median ratio\n"
         "  transports: KVF_TRANSPORTS=tcp forces tcp in every process\n");
 }
 
@@ -481,6 +484,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
         {"replicas", required_argument, NULL, 'R'},
         {"mem-budget", required_argument, NULL, 'b'},
         {"vs-redis", no_argument, NULL, 'V'},
+        {"repeat", required_argument, NULL, 'N'},
         {"json", no_argument, NULL, 'j'},
         {"record", required_argument, NULL, 'r'},
         {"hypothesis", required_argument, NULL, 'H'},
@@ -489,12 +493,12 @@ int kvf_cmd_bench_store(int argc, char **argv)
     };
     kvf_bs_opts_t o = {.nodes = 2, .pool = 1ull << 30, .duration_ms = 1000,
                        .hit_ratio = 0.5, .replicas = 1,
-                       .mem_budget = 1ull << 30};
+                       .mem_budget = 1ull << 30, .repeat = 1};
     kvf_store_params_t sp = {0};
     kvf_bs_cluster_t cl = {0};
     uint64_t tmp[16], capacity;
     kvf_bs_row_t *rows;
-    unsigned nrows = 0, i, k;
+    unsigned nrows = 0, i, k, r, first;
     kvf_store_h st;
     kvf_status_t s;
     int c, rc = KVF_CLI_OK;
@@ -546,6 +550,9 @@ int kvf_cmd_bench_store(int argc, char **argv)
             break;
         case 'V':
             o.vs_redis = 1;
+            break;
+        case 'N':
+            o.repeat = (unsigned)kvf_cli_long("--repeat", optarg, 1, 20);
             break;
         case 'j':
             o.json = 1;
@@ -607,21 +614,27 @@ int kvf_cmd_bench_store(int argc, char **argv)
                 }
                 continue;
             }
-            kvf_bs_cell(st, &o, capacity, o.sizes[i], o.clients[k], rows,
-                        &nrows);
-            if (o.vs_redis && nrows + 2 <= KVF_BS_ROWS_MAX) {
-                long n = (long)((2ull << 30) / o.sizes[i]);
+            for (r = 0; r < o.repeat; r++) {
+                first = nrows;
+                kvf_bs_cell(st, &o, capacity, o.sizes[i], o.clients[k], rows,
+                            &nrows);
+                if (o.vs_redis && nrows + 2 <= KVF_BS_ROWS_MAX) {
+                    long n = (long)((2ull << 30) / o.sizes[i]);
 
-                n = n < 2000 ? 2000 : n > 100000 ? 100000 : n;
-                if (kvf_bs_redis(o.sizes[i], o.clients[k], n, &rows[nrows],
-                                 &rows[nrows + 1]) == 0) {
-                    if (!o.json) {
-                        kvf_bs_print_row(&rows[nrows]);
-                        kvf_bs_print_row(&rows[nrows + 1]);
+                    n = n < 2000 ? 2000 : n > 100000 ? 100000 : n;
+                    if (kvf_bs_redis(o.sizes[i], o.clients[k], n,
+                                     &rows[nrows], &rows[nrows + 1]) == 0) {
+                        if (!o.json) {
+                            kvf_bs_print_row(&rows[nrows]);
+                            kvf_bs_print_row(&rows[nrows + 1]);
+                        }
+                        nrows += 2;
+                    } else {
+                        rc = KVF_CLI_FAIL;
                     }
-                    nrows += 2;
-                } else {
-                    rc = KVF_CLI_FAIL;
+                }
+                for (; first < nrows; first++) {
+                    rows[first].rep = r;
                 }
             }
         }

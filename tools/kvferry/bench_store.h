@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #define KVF_BS_NODES_MAX 8
+#define KVF_BS_ROWS_MAX  512
 
 typedef struct kvf_bs_cluster {
     char master[128];
@@ -34,6 +35,7 @@ typedef struct kvf_bs_row {
     char system[16];    /* kvferry or redis */
     uint64_t size;
     unsigned clients;
+    unsigned rep;       /* repetition (--repeat) */
     long ops;
     long errors;
     double seconds;     /* wall time */
@@ -56,6 +58,7 @@ typedef struct kvf_bs_opts {
     unsigned replicas;
     uint64_t mem_budget;
     int vs_redis;
+    unsigned repeat;
     int json;
     const char *record;
     const char *hypothesis;
