@@ -310,8 +310,10 @@ void kvf_batch_destroy(kvf_batch_h b)
     if (kvf_batch_test(b) == KVF_INPROGRESS) {
         kvf_batch_cancel(b);
         /* transports complete every request within their timeout */
+        /* (a batch that finished with KVF_ERR_TIMEOUT is done too) */
         while (kvf_batch_wait(b, (int)b->engine->cfg.timeout_ms * 2) ==
-               KVF_ERR_TIMEOUT) {
+                   KVF_ERR_TIMEOUT &&
+               kvf_batch_test(b) == KVF_INPROGRESS) {
             kvf_warn("batch %p still running after cancel", (void *)b);
         }
     }

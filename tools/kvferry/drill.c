@@ -53,16 +53,22 @@ static const kvf_drill_def_t kvf_drills[] = {
     {"capacity-pressure", kvf_drill_capacity_pressure, 0, 1,
      "20x the capacity put: eviction keeps puts succeeding under the "
      "watermark, pinned objects survive"},
-    {"partition", kvf_drill_partition, 1, 0,
-     "client and target in two namespaces, veth cut (nft drop, then link "
-     "down) and healed: traffic resumes"},
-    {"slow-link", kvf_drill_slow_link, 1, 0,
-     "the veth throttled with tc tbf: throughput degrades, waits stay "
-     "bounded, no wrong bytes"},
+    {"partition", kvf_drill_store_partition, 1, 1,
+     "store clients and the node (+master) in two namespaces, the veth cut "
+     "(nft drop) and healed: traffic resumes, nothing lost"},
+    {"slow-link", kvf_drill_store_slow_link, 1, 1,
+     "the store's veth throttled with tc tbf: throughput degrades, waits "
+     "stay bounded, no wrong bytes"},
+    {"engine-partition", kvf_drill_partition, 1, 0,
+     "engine initiators and a target in two namespaces, the veth cut and "
+     "healed: the engine reconnects"},
+    {"engine-slow-link", kvf_drill_slow_link, 1, 0,
+     "the engine target's veth throttled with tc tbf: bounded waits, no "
+     "wrong bytes"},
     {NULL, NULL, 0, 0, NULL},
 };
 
-/* --- conductor messages and verdict ----------------------------------- */
+/* --- conductor messages and verdict --------------------------------------- */
 
 /* Appends a reason to d->why and logs it. */
 static void kvf_drill_vappend(kvf_drill_t *d, const char *tag, const char *fmt,
@@ -138,7 +144,7 @@ void kvf_drill_skip(kvf_drill_t *d, const char *fmt, ...)
     va_end(ap);
 }
 
-/* --- the command --------------------------------------------------------- */
+/* --- the command ---------------------------------------------------------- */
 
 static void kvf_drill_usage(void)
 {
@@ -219,7 +225,7 @@ static int kvf_drill_run_one(const kvf_drill_def_t *def,
                                        "bytes, bounded waits, service back, "
                                        "resources back to the baseline");
         kvf_record_config_num(d.rec, "client timeout_ms", d.timeout_ms);
-        kvf_record_config_num(d.rec, "call bound_ms", d.call_ms);
+        kvf_record_config_num(d.rec, "engine call wait_ms", d.call_ms);
         kvf_record_config_num(d.rec, "phase_ms", d.phase_ms);
         kvf_record_config_num(d.rec, "seed", (double)d.seed);
         kvf_record_config(d.rec, "logs", d.logdir);

@@ -67,11 +67,11 @@ typedef struct kvf_drill_shared {
     int gen_seen;              /* worker -> conductor: gen it has switched to */
     char addr[KVF_DRILL_ADDR]; /* service the worker talks to */
     char fault[128];           /* KVF_FAULT for the worker's next peer open */
-    int epoch;         /* store drills: bumped when the master restarts */
-    int in_put;        /* store worker: a put is in progress */
-    int gone;          /* killed on purpose by the drill */
-    unsigned keys_now; /* store worker: key space in use (0 = its own) */
-    int tcp_only;      /* worker in a namespace: the network path only */
+    int epoch;          /* store drills: bumped when the master restarts */
+    int in_put;         /* store worker: a put is in progress */
+    int gone;           /* killed on purpose by the drill */
+    unsigned keys_now;  /* store worker: key space in use (0 = its own) */
+    int tcp_only;       /* worker in a namespace: the network path only */
     char transport[16]; /* worker -> conductor: transport of its peer */
     uint64_t pool_addr, pool_len; /* target's pool (engine drills) */
     uint64_t wrong_bytes;         /* bytes handed back that were not right */
@@ -125,7 +125,7 @@ struct kvf_drill {
 /* Scheduling slack allowed over a wait bound (2-core machines). */
 #define KVF_DRILL_SLACK_MS 250
 
-/* --- conductor ---------------------------------------------------------- */
+/* --- conductor ------------------------------------------------------------ */
 
 /* Marks the drill failed (the expectation did not hold) with a reason. */
 void kvf_drill_fail(kvf_drill_t *d, const char *fmt, ...)
@@ -204,8 +204,7 @@ double kvf_drill_bucket_us(unsigned idx);
  * between two calls, with nothing in flight. objects may be NAN. */
 int kvf_drill_worker_poll(kvf_drill_shared_t *sh);
 
-/* --- processes --------------------------------------------------------------
- */
+/* --- processes ------------------------------------------------------------ */
 
 /* Spawns `kvferry ARGS...` (NULL-terminated) as a child inside netns
  * (NULL = this namespace), stderr to the drill's log dir, and returns
@@ -236,7 +235,7 @@ void kvf_drill_reap_all(void);
 int kvf_drill_run(kvf_drill_t *d, const char *netns, const char *const *argv);
 int kvf_drill_have(const char *tool);
 
-/* --- network namespaces ------------------------------------------------ */
+/* --- network namespaces --------------------------------------------------- */
 
 typedef struct kvf_drill_net {
     char ns[2][32]; /* client side [0], service side [1] */
@@ -249,7 +248,7 @@ typedef struct kvf_drill_net {
 int kvf_drill_net_up(kvf_drill_t *d, kvf_drill_net_t *n);
 void kvf_drill_net_down(kvf_drill_net_t *n);
 
-/* --- engine traffic (drill_engine.c) ----------------------------------- */
+/* --- engine traffic (drill_engine.c) -------------------------------------- */
 
 /* Starts `kvferry target` (pool 16 MiB, seed d->seed + 2) in netns,
  * listening on listen; its segment name goes to segment. */
@@ -260,8 +259,7 @@ pid_t kvf_drill_start_target(kvf_drill_t *d, const char *netns,
 int kvf_drill_blocks_workers(kvf_drill_t *d, const char *netns,
                              const char *segment, unsigned n);
 
-/* --- the drills -------------------------------------------------------------
- */
+/* --- the drills ----------------------------------------------------------- */
 
 typedef struct kvf_drill_def {
     const char *name;

@@ -351,9 +351,9 @@ pid_t kvf_drill_start_target(kvf_drill_t *d, const char *netns,
 
     snprintf(seed, sizeof(seed), "%lu", (unsigned long)(d->seed + 2));
     /* in a namespace the drill is about the network: tcp only */
-    pid = kvf_drill_spawn(d, netns, "target", line, sizeof(line),
-                          (const char *const[]){
-                              "target", "--listen", listen, "--pool",
+    pid = kvf_drill_spawn(
+        d, netns, "target", line, sizeof(line),
+        (const char *const[]){"target", "--listen", listen, "--pool",
                               KVF_BW_POOL, "--seed", seed, "--transports",
                               netns != NULL ? "tcp" : "auto", NULL});
     if (pid < 0 || kvf_drill_field(line, "segment", segment, seglen) != 0) {

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* --- report -------------------------------------------------------------- */
+/* --- report --------------------------------------------------------------- */
 
 static const char *const kvf_phase_names[KVF_DRILL_PHASES] = {
     "baseline", "fault", "recovery"};

@@ -97,12 +97,13 @@ int kvf_drill_node_start(kvf_drill_t *d, kvf_drill_cluster_t *c, unsigned i)
     snprintf(tag, sizeof(tag), "node%u", i);
     snprintf(pool, sizeof(pool), "%lu", (unsigned long)c->node_pool);
     snprintf(to, sizeof(to), "%ums", d->timeout_ms);
+    /* in a namespace the drill is about the network: tcp only */
     c->node[i] = kvf_drill_spawn(
         d, c->netns, tag, line, sizeof(line),
         (const char *const[]){
             "node", "--pool", pool, "--master", c->master_addr, "--listen",
             c->node_listen[0] ? c->node_listen : "127.0.0.1:0", "--timeout", to,
-            NULL});
+            "--transports", c->netns != NULL ? "tcp" : "auto", NULL});
     if (c->node[i] < 0 ||
         kvf_drill_field(line, "node", c->node_seg[i], sizeof(c->node_seg[i])) !=
             0 ||
@@ -130,7 +131,9 @@ int kvf_drill_cluster_start(kvf_drill_t *d, kvf_drill_cluster_t *c,
     if (c->node_pool == 0) {
         c->node_pool = 32u << 20;
     }
-    if (kvf_drill_master_start(d, c, "127.0.0.1:0") != 0) {
+    if (kvf_drill_master_start(d, c,
+                               c->master_listen[0] ? c->master_listen
+                                                   : "127.0.0.1:0") != 0) {
         return -1;
     }
     c->nnodes = nnodes;
@@ -178,8 +181,46 @@ static double kvf_drill_json_num(const char *body, const char *key)
     return p ? strtod(p + strlen(pat), NULL) : NAN;
 }
 
+static int kvf_drill_status_here(const char *http, kvf_drill_mstatus_t *s);
+
+typedef struct kvf_status_job {
+    char http[64];
+    kvf_drill_mstatus_t s;
+    int rc;
+} kvf_status_job_t;
+
+static int kvf_drill_status_helper(kvf_drill_t *d, void *arg)
+{
+    kvf_status_job_t *j = arg;
+
+    (void)d;
+    j->rc = kvf_drill_status_here(j->http, &j->s);
+    return 0;
+}
+
 int kvf_drill_status(kvf_drill_t *d, kvf_drill_cluster_t *c,
                      kvf_drill_mstatus_t *s)
+{
+    static kvf_status_job_t *job;
+
+    if (c->netns == NULL) {
+        return kvf_drill_status_here(c->http_addr, s);
+    }
+    /* the master listens inside the namespace: ask from in there */
+    if (job == NULL && (job = kvf_drill_shared_alloc(sizeof(*job))) == NULL) {
+        return -1;
+    }
+    snprintf(job->http, sizeof(job->http), "%s", c->http_addr);
+    job->rc = -1;
+    if (kvf_drill_oneshot(d, c->netns, kvf_drill_status_helper, job, 5000) !=
+        0) {
+        return -1;
+    }
+    *s = job->s;
+    return job->rc;
+}
+
+static int kvf_drill_status_here(const char *http, kvf_drill_mstatus_t *s)
 {
     static const char req[] = "GET /status HTTP/1.0\r\n\r\n";
     char host[KVF_HOST_MAX], buf[16384], *body;
@@ -189,14 +230,9 @@ int kvf_drill_status(kvf_drill_t *d, kvf_drill_cluster_t *c,
     ssize_t r;
     int fd;
 
-    (void)d;
     memset(s, 0, sizeof(*s));
     s->objects = NAN;
-    if (c->netns != NULL) {
-        return -1; /* the master is not reachable from here */
-    }
-    if (kvf_sock_parse_addr(c->http_addr, host, sizeof(host), &port) !=
-            KVF_OK ||
+    if (kvf_sock_parse_addr(http, host, sizeof(host), &port) != KVF_OK ||
         kvf_sock_connect(host, port, 2000, &fd) != KVF_OK) {
         return -1;
     }
@@ -258,10 +294,35 @@ void kvf_drill_master_res(kvf_drill_t *d, kvf_drill_cluster_t *c,
         res->objects = s.objects;
         res->alloc_bytes = s.used; /* bytes allocated in the node pools */
     }
+    if (c->nnodes > 0 && c->node[c->nnodes - 1] > 0) {
+        kvf_drill_proc_res(c->node[c->nnodes - 1],
+                           &c->node_snap[c->nsnaps > 0 ? 1 : 0]);
+        c->nsnaps++;
+    }
 }
 
-/* --- objects ----------------------------------------------------------------
- */
+double kvf_drill_node_settle(kvf_drill_t *d, kvf_drill_cluster_t *c,
+                             unsigned max_ms)
+{
+    uint64_t t0 = kvf_time_ms(), end = t0 + max_ms;
+    pid_t pid = c->nnodes > 0 ? c->node[c->nnodes - 1] : 0;
+    kvf_drill_res_t r;
+
+    (void)d;
+    if (c->nsnaps == 0 || pid <= 0) {
+        return NAN;
+    }
+    do {
+        kvf_drill_proc_res(pid, &r);
+        if (r.fds <= c->node_snap[0].fds + 2) {
+            return (double)(kvf_time_ms() - t0);
+        }
+        usleep(50000);
+    } while (kvf_time_ms() < end);
+    return -1.0;
+}
+
+/* --- objects -------------------------------------------------------------- */
 
 static void kvf_obj_put64(unsigned char *p, uint64_t v)
 {
@@ -323,8 +384,7 @@ uint64_t kvf_drill_obj_check(const unsigned char *buf, size_t len,
     return diff;
 }
 
-/* --- the store worker -------------------------------------------------------
- */
+/* --- the store worker ----------------------------------------------------- */
 
 typedef struct kvf_kvw {
     kvf_drill_t *d;
@@ -502,6 +562,10 @@ int kvf_drill_kv_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
     p.field_mask = KVF_STORE_PARAM_MASTER | KVF_STORE_PARAM_TIMEOUT;
     p.master = sh->addr;
     p.timeout_ms = d->timeout_ms;
+    if (sh->tcp_only) {
+        p.transports = "tcp";
+        p.field_mask |= KVF_STORE_PARAM_TRANSPORTS;
+    }
     s = kvf_store_connect(&p, &w.st);
     if (s != KVF_OK) {
         return kvf_kvw_fail(&w, "store connect", s);
@@ -551,8 +615,7 @@ uint64_t kvf_drill_store_bound(const kvf_drill_t *d, unsigned replicas)
     return (uint64_t)d->timeout_ms * (3 + 2 * (replicas ? replicas : 1));
 }
 
-/* --- one-shot helpers -------------------------------------------------------
- */
+/* --- one-shot helpers ----------------------------------------------------- */
 
 int kvf_drill_oneshot(kvf_drill_t *d, const char *netns,
                       int (*fn)(kvf_drill_t *d, void *arg), void *arg,
@@ -608,6 +671,20 @@ void kvf_drill_store_report(kvf_drill_t *d, kvf_drill_cluster_t *c,
     kvf_record_drill_resource(d->rec, "master fds", mbase->fds, mafter->fds);
     kvf_record_drill_resource(d->rec, "master RSS KiB", mbase->rss_kb,
                               mafter->rss_kb);
+    kvf_drill_check(d, mafter->fds <= mbase->fds + 2, "master fds %.0f -> %.0f",
+                    mbase->fds, mafter->fds);
+    if (c->nsnaps >= 2) {
+        const kvf_drill_res_t *nb = &c->node_snap[0], *na = &c->node_snap[1];
+
+        kvf_record_drill_resource(d->rec, "node sockets", nb->conns, na->conns);
+        kvf_record_drill_resource(d->rec, "node fds", nb->fds, na->fds);
+        kvf_record_drill_resource(d->rec, "node RSS KiB", nb->rss_kb,
+                                  na->rss_kb);
+        kvf_drill_check(d, na->fds <= nb->fds + 2,
+                        "node fds %.0f -> %.0f (connections of gone "
+                        "clients kept open?)",
+                        nb->fds, na->fds);
+    }
     if (kvf_drill_status(d, c, &s) == 0) {
         kvf_record_drill_num(d->rec, "master pending puts at end", s.pending);
         kvf_record_drill_num(d->rec, "master evictions", s.evictions);

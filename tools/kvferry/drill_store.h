@@ -20,9 +20,10 @@ typedef struct kvf_drill_cluster {
     unsigned node_ttl_ms;    /* default 1500 */
     unsigned put_timeout_ms; /* default 3000 */
     unsigned high_pct, low_pct;
-    uint64_t node_pool;   /* default 32 MiB */
-    const char *netns;    /* namespace of master and nodes (NULL) */
-    char node_listen[48]; /* default 127.0.0.1:0 */
+    uint64_t node_pool;     /* default 32 MiB */
+    const char *netns;      /* namespace of master and nodes (NULL) */
+    char node_listen[48];   /* default 127.0.0.1:0 */
+    char master_listen[48]; /* default 127.0.0.1:0 */
     /* filled in */
     pid_t master;
     char master_addr[64];
@@ -32,6 +33,8 @@ typedef struct kvf_drill_cluster {
     pid_t node[KVF_DRILL_NODES_MAX];
     char node_seg[KVF_DRILL_NODES_MAX][KVF_DRILL_ADDR];
     uint64_t node_base[KVF_DRILL_NODES_MAX];
+    kvf_drill_res_t node_snap[2]; /* last node: baseline, after */
+    unsigned nsnaps;
 } kvf_drill_cluster_t;
 
 /* The master's /status, numbers only (NAN when absent). */
@@ -66,9 +69,17 @@ int kvf_drill_status(kvf_drill_t *d, kvf_drill_cluster_t *c,
 /* Waits until the master counts n nodes; ms waited or -1. */
 double kvf_drill_wait_nodes(kvf_drill_t *d, kvf_drill_cluster_t *c, unsigned n,
                             unsigned max_ms);
-/* The master's process resources plus objects and allocated pool bytes. */
+/* The master's process resources plus objects and allocated pool bytes;
+ * the first call also snapshots the last node as the baseline, later
+ * calls as "after". */
 void kvf_drill_master_res(kvf_drill_t *d, kvf_drill_cluster_t *c,
                           kvf_drill_res_t *res);
+/* Waits (at most max_ms) until the last node's fds are back to its
+ * baseline (+2): a connection whose FIN was lost in a cut closes only
+ * when TCP retransmits it. Returns ms waited, -1 if never, NAN if no
+ * baseline. */
+double kvf_drill_node_settle(kvf_drill_t *d, kvf_drill_cluster_t *c,
+                             unsigned max_ms);
 /* Master resources and counters into the record. */
 void kvf_drill_store_report(kvf_drill_t *d, kvf_drill_cluster_t *c,
                             const kvf_drill_res_t *mbase,
@@ -105,5 +116,7 @@ int kvf_drill_master_restart(kvf_drill_t *d);
 int kvf_drill_corruption(kvf_drill_t *d);
 int kvf_drill_cache_clear(kvf_drill_t *d);
 int kvf_drill_capacity_pressure(kvf_drill_t *d);
+int kvf_drill_store_partition(kvf_drill_t *d);
+int kvf_drill_store_slow_link(kvf_drill_t *d);
 
 #endif

@@ -18,7 +18,7 @@
 
 #include "core/time.h"
 
-/* --- workers, conductor side ------------------------------------------- */
+/* --- workers, conductor side ---------------------------------------------- */
 
 static int kvf_drill_workers_alive(kvf_drill_t *d)
 {
@@ -320,7 +320,7 @@ double kvf_drill_first_error_after(kvf_drill_t *d, int phase, uint64_t t0)
     return worst;
 }
 
-/* --- worker side -------------------------------------------------------- */
+/* --- worker side ---------------------------------------------------------- */
 
 static unsigned kvf_drill_bucket(uint64_t us)
 {
