@@ -336,6 +336,38 @@ static void kvf_bs_print_row(const kvf_bs_row_t *r)
     fflush(stdout);
 }
 
+/* Removes every key the cell put, so cells do not evict each other's
+ * objects. Keys still under a read lease are retried until it ends. */
+static void kvf_bs_cleanup(kvf_bs_ctx_t *c, kvf_bs_thread_t *th,
+                           unsigned clients)
+{
+    enum { CHUNK = 1024 };
+    static char names[CHUNK][128];
+    const char *keys[CHUNK];
+    kvf_status_t s[CHUNK];
+    uint64_t deadline = kvf_time_ms() + 10000, seq;
+    unsigned i, n, k, left = 1;
+
+    while (left > 0 && kvf_time_ms() < deadline) {
+        left = 0;
+        for (i = 0; i < clients; i++) {
+            for (seq = 0; seq < th[i].seq;) {
+                for (n = 0; n < CHUNK && seq < th[i].seq; n++, seq++) {
+                    kvf_bs_key(names[n], sizeof(names[n]), c, i, seq);
+                    keys[n] = names[n];
+                }
+                kvf_store_remove_batch(c->st, n, keys, s);
+                for (k = 0; k < n; k++) {
+                    left += (s[k] == KVF_ERR_LEASED || s[k] == KVF_ERR_BUSY);
+                }
+            }
+        }
+        if (left > 0) {
+            usleep(200000);
+        }
+    }
+}
+
 /* One cell: all phases at one size and concurrency. */
 static int kvf_bs_cell(kvf_store_h st, const kvf_bs_opts_t *o,
                        uint64_t capacity, uint64_t size, unsigned clients,
@@ -377,6 +409,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_opts_t *o,
             kvf_bs_phase(&c, th, clients, 2, rows, nrows);
         }
     }
+    kvf_bs_cleanup(&c, th, clients);
     for (i = 0; i < clients; i++) {
         kvf_engine_dereg(kvf_store_engine(st), th[i].reg);
         kvf_cli_pool_free(th[i].buf, size);
