@@ -335,6 +335,9 @@ static void kvf_env_memory(kvf_env_t *e)
     if (f != NULL) {
         fclose(f);
     }
+    if (kvf_env_read("/proc/loadavg", buf, sizeof(buf)) == 0) {
+        sscanf(buf, "%lf %lf %lf", &e->load[0], &e->load[1], &e->load[2]);
+    }
     if (kvf_env_read("/sys/fs/cgroup/memory.max", buf, sizeof(buf)) == 0 &&
         isdigit((unsigned char)buf[0])) {
         e->cgroup_mem = strtoull(buf, NULL, 10);

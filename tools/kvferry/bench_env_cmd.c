@@ -123,6 +123,11 @@ void kvf_env_rows(const kvf_env_t *e,
                  (unsigned long long)(e->hugepage_size >> 10));
     }
     row("memory", v, arg);
+    snprintf(v, sizeof(v),
+             "%.2f %.2f %.2f (1, 5, 15 min, at detection; other work "
+             "on the machine skews benches)",
+             e->load[0], e->load[1], e->load[2]);
+    row("load average", v, arg);
     if (e->ngpu == 0) {
         row("gpus",
             e->nvidia_smi ? "none (nvidia-smi lists none)" : "none found", arg);
@@ -249,6 +254,11 @@ void kvf_env_json(kvf_json_t *j, const char *key)
     kvf_json_int(j, "hugepages", (long long)e->hugepages);
     kvf_json_int(j, "hugepage_bytes", (long long)e->hugepage_size);
     kvf_json_end_obj(j);
+    kvf_json_arr(j, "load_average");
+    for (i = 0; i < 3; i++) {
+        kvf_json_num(j, NULL, e->load[i]);
+    }
+    kvf_json_end_arr(j);
     kvf_json_bool(j, "nvidia_smi", e->nvidia_smi);
     kvf_json_arr(j, "gpus");
     for (i = 0; i < e->ngpu; i++) {
