@@ -1,7 +1,7 @@
 /*
- * Store client operations. put: checksums computed first, one PUT_START
- * round trip for the batch, one engine batch writing every replica, one
- * PUT_END round trip committing (each key with the mask of replicas that
+ * Store client operations. put: one PUT_START round trip for the batch,
+ * one engine batch writing every replica (the checksums are computed
+ * while it is in flight), one PUT_END round trip committing (each key with the mask of replicas that
  * were written; a mask of 0 aborts). get: one GET round trip (it grants a
  * read lease), then rounds of one engine batch each: round r reads every
  * key not yet good from its next replica, and each read is verified
@@ -62,15 +62,20 @@ static uint64_t kvf_store_sum(const void *buf, size_t len)
 }
 
 /* Runs ops (with their speer refs) as one engine batch; op_st gets each
- * op's status. Peers that failed leave the cache. */
+ * op's status. during(arg), when given, runs while the batch is in flight.
+ * Peers that failed leave the cache. */
 static void kvf_store_run(kvf_store_h st, kvf_op_t *ops, kvf_speer_t **sps,
-                          size_t n, kvf_status_t *op_st)
+                          size_t n, kvf_status_t *op_st,
+                          void (*during)(void *arg), void *arg)
 {
     kvf_status_t status;
     kvf_batch_h b;
     size_t i;
 
     status = (n > 0) ? kvf_batch_submit(st->engine, ops, n, &b) : KVF_OK;
+    if (during != NULL) {
+        during(arg);
+    }
     if (n > 0 && status == KVF_OK) {
         status = kvf_batch_wait(b, (int)st->timeout_ms);
         for (i = 0; i < n; i++) {
@@ -89,6 +94,31 @@ static void kvf_store_run(kvf_store_h st, kvf_op_t *ops, kvf_speer_t **sps,
     }
 }
 
+/* Checksums of the keys being written, computed during their writes. */
+typedef struct kvf_store_sum_job {
+    size_t count;
+    const void *const *bufs;
+    const size_t *lens;
+    uint64_t *sums;
+    const kvf_sreps_t *e;
+    const kvf_status_t *s;
+    uint64_t ns;
+} kvf_store_sum_job_t;
+
+static void kvf_store_sum_all(void *arg)
+{
+    kvf_store_sum_job_t *j = arg;
+    uint64_t t0 = kvf_time_ns();
+    size_t i;
+
+    for (i = 0; i < j->count; i++) {
+        if (j->s[i] == KVF_OK && j->e[i].status == KVF_OK) {
+            j->sums[i] = kvf_store_sum(j->bufs[i], j->lens[i]);
+        }
+    }
+    j->ns = kvf_time_ns() - t0;
+}
+
 kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
                                  const char *const *keys,
                                  const void *const *bufs, const size_t *lens,
@@ -96,6 +126,7 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
                                  kvf_status_t *statuses)
 {
     kvf_store_timing_t *tm = &kvf_store_tl_timing;
+    kvf_store_sum_job_t sj = {0};
     unsigned replicas = opts ? opts->replicas : 0;
     unsigned flags = opts ? opts->flags : 0;
     uint64_t t0;
@@ -142,9 +173,6 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         if (s[i] != KVF_OK) {
             continue;
         }
-        if (!(flags & KVF_STORE_DEVICE_MEM)) {
-            sums[i] = kvf_store_sum(bufs[i], lens[i]);
-        }
         kvf_wr_str(&w, keys[i]);
         kvf_wr_u64(&w, lens[i]);
         kvf_wr_u8(&w, (uint8_t)replicas);
@@ -155,7 +183,6 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         status = kvf_store_first_error(s, count);
         goto out;
     }
-    tm->verify_ns = kvf_time_ns() - t0; /* checksums */
     t0 = kvf_time_ns();
     status = kvf_store_rpc(st, KVF_SP_PUT_START, (uint32_t)nsent, &w, &c);
     tm->query_ns = kvf_time_ns() - t0;
@@ -195,9 +222,19 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
             nops++;
         }
     }
+    /* the checksums are computed while the writes are in flight */
+    sj.count = count;
+    sj.bufs = bufs;
+    sj.lens = lens;
+    sj.sums = sums;
+    sj.e = e;
+    sj.s = s;
     t0 = kvf_time_ns();
-    kvf_store_run(st, ops, sps, nops, op_st);
+    kvf_store_run(st, ops, sps, nops, op_st,
+                  (flags & KVF_STORE_DEVICE_MEM) ? NULL : kvf_store_sum_all,
+                  &sj);
     tm->read_ns = kvf_time_ns() - t0;
+    tm->verify_ns = sj.ns;
     for (j = 0; j < nops; j++) {
         if (op_st[j] == KVF_OK) {
             mask[opkey[j]] |= 1u << oprep[j];
@@ -422,7 +459,7 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
             continue;
         }
         t0 = kvf_time_ns();
-        kvf_store_run(st, ops, sps, nops, op_st);
+        kvf_store_run(st, ops, sps, nops, op_st, NULL, NULL);
         tm->read_ns += kvf_time_ns() - t0;
         t0 = kvf_time_ns();
         for (i = 0; i < nops; i++) {
