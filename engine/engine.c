@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "transport/cuda/cuda.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -239,6 +240,10 @@ void kvf_engine_destroy(kvf_engine_h e)
                  e->nregions);
     }
     for (i = 0; i < e->nregions; i++) {
+        if (e->regions[i]->type != KVF_MEM_HOST) {
+            kvf_cuda_region_del(e->regions[i]->addr, e->regions[i]->len,
+                                e->regions[i]->type);
+        }
         kvf_free(e->regions[i]);
     }
     kvf_free(e->regions);

@@ -8,6 +8,7 @@
 #include "engine/engine_int.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "transport/cuda/cuda.h"
 
 #include <string.h>
 
@@ -50,8 +51,18 @@ kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,
         kvf_error("bad region %p+%zu type %d", addr, length, (int)type);
         return KVF_ERR_INVALID_PARAM;
     }
+    if (type != KVF_MEM_HOST) {
+        /* GPU ranges are checked against their allocation there */
+        status = kvf_cuda_region_add(a, length, type, device);
+        if (status != KVF_OK) {
+            return status;
+        }
+    }
     r = kvf_calloc(1, sizeof(*r));
     if (r == NULL) {
+        if (type != KVF_MEM_HOST) {
+            kvf_cuda_region_del(a, length, type);
+        }
         return KVF_ERR_NO_MEMORY;
     }
     r->addr = a;
@@ -95,6 +106,9 @@ kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,
 
 err_unlock:
     pthread_rwlock_unlock(&engine->regions_lock);
+    if (type != KVF_MEM_HOST) {
+        kvf_cuda_region_del(a, length, type);
+    }
     kvf_free(r);
     return status;
 }
@@ -113,6 +127,9 @@ kvf_status_t kvf_engine_dereg(kvf_engine_h engine, kvf_region_h region)
                     (engine->nregions - i - 1) * sizeof(*engine->regions));
             engine->nregions--;
             pthread_rwlock_unlock(&engine->regions_lock);
+            if (region->type != KVF_MEM_HOST) {
+                kvf_cuda_region_del(region->addr, region->len, region->type);
+            }
             kvf_free(region);
             return KVF_OK;
         }

@@ -54,6 +54,8 @@ static void kvf_blocks_usage(void)
 {
     fprintf(stderr,
         "usage: kvferry bench blocks [options]\n"
+        "  --device gpu        GPU pools, or a local GPU path with --path\n"
+        "                      (kvferry bench blocks --device gpu --help)\n"
         "  --target HOST:PORT  a running `kvferry target` (default: spawn\n"
         "                      one on 127.0.0.1)\n"
         "  --pool SIZE         pool on each side (default 8G)\n"
@@ -510,6 +512,14 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     int rc, opi, bad = 0;
     kvf_rng_t rng;
 
+    /* `--device gpu`: GPU pools and local GPU paths (bench_gpu.c) */
+    for (rc = 1; rc < argc; rc++) {
+        if (strcmp(argv[rc], "--device=gpu") == 0 ||
+            (strcmp(argv[rc], "--device") == 0 && rc + 1 < argc &&
+             strcmp(argv[rc + 1], "gpu") == 0)) {
+            return kvf_cmd_bench_blocks_gpu(argc, argv);
+        }
+    }
     rc = kvf_blocks_parse(argc, argv, &o);
     if (rc != 0) {
         return rc < 0 ? KVF_CLI_OK : rc;

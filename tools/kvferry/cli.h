@@ -34,6 +34,9 @@ int kvf_cmd_bench_blocks(int argc, char **argv);
 int kvf_cmd_bench_link(int argc, char **argv);
 int kvf_cmd_bench_env(int argc, char **argv);
 int kvf_cmd_bench_te(int argc, char **argv);
+int kvf_cmd_bench_h2d(int argc, char **argv);
+/* `bench blocks --device gpu` (bench_gpu.c), called by bench_blocks.c */
+int kvf_cmd_bench_blocks_gpu(int argc, char **argv);
 int kvf_cmd_calc(int argc, char **argv);
 int kvf_cmd_report(int argc, char **argv);
 int kvf_cmd_drill(int argc, char **argv);

@@ -27,6 +27,8 @@ const kvf_cli_cmd_t kvf_cli_bench_commands[] = {
      "seed 003 §3.3: engine throughput curve over block size (4K..64M)"},
     {"env", kvf_cmd_bench_env,
      "seed 003 §1: the environment table, detected (CPU, GPUs, NICs...)"},
+    {"h2d", kvf_cmd_bench_h2d,
+     "seed 003 §3.1: pinned vs pageable H2D/D2H, 1 GiB contiguous"},
     {NULL, NULL, NULL},
 };
 

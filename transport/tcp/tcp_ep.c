@@ -6,9 +6,12 @@
  * READ, so neither side can block the other), gather WRITE payloads and
  * scatter READ payloads with vectored I/O, and sleep on a condition
  * variable when idle. A broken or silent connection fails its requests
- * within the timeout and is re-established on the next request.
+ * within the timeout and is re-established on the next request. Local
+ * GPU memory is gathered/scattered through pinned staging buffers
+ * (transport/cuda), overlapped with the socket.
  */
 #include "transport/tcp/tcp.h"
+#include "transport/cuda/cuda.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -34,6 +37,7 @@ struct kvf_tcp_cconn {
     uint64_t next_id;
     kvf_tcp_scratch_t scratch;
     unsigned char *drain;
+    kvf_cuda_stage_t *stage; /* pinned staging for local GPU memory */
 };
 
 #define KVF_TCP_DRAIN_LEN (64u << 10)
@@ -185,7 +189,8 @@ static kvf_status_t kvf_tcp_send_req(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
         niov = 2;
     }
     req->deadline_ms = kvf_time_ms() + c->ep->iface->cfg.timeout_ms;
-    return kvf_sock_writev_all(c->fd, c->scratch.iov, niov, req->deadline_ms);
+    return kvf_cuda_writev(&c->stage, c->fd, c->scratch.iov, niov,
+                           req->deadline_ms);
 }
 
 /*
@@ -245,7 +250,8 @@ static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         if (status != KVF_OK) {
             return status;
         }
-        return kvf_sock_readv_all(c->fd, c->scratch.iov, n, req->deadline_ms);
+        return kvf_cuda_readv(&c->stage, c->fd, c->scratch.iov, n,
+                              req->deadline_ms);
     }
     status = kvf_tcp_scratch_iov(&c->scratch, req->nsegs);
     if (status != KVF_OK) {
@@ -263,7 +269,7 @@ static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     if (sum != data_len) {
         return KVF_ERR_PROTOCOL;
     }
-    return kvf_sock_readv_all(c->fd, iov, n, req->deadline_ms);
+    return kvf_cuda_readv(&c->stage, c->fd, iov, n, req->deadline_ms);
 }
 
 static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
@@ -519,6 +525,7 @@ void kvf_tcp_ep_close(kvf_tl_ep_t *ep)
             close(c->fd);
         }
         kvf_tcp_scratch_free(&c->scratch);
+        kvf_cuda_stage_free(c->stage);
         kvf_free(c->drain);
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);

@@ -6,9 +6,11 @@
  * and moves payloads straight between the socket and the registered
  * memory with vectored I/O. A malformed frame (bad magic, unknown version
  * or type, inconsistent lengths) gets an ERROR frame and closes that
- * connection only. Threads sleep in poll(2) when idle.
+ * connection only. Threads sleep in poll(2) when idle. Bytes of GPU
+ * regions go through pinned staging buffers (transport/cuda), pipelined.
  */
 #include "transport/tcp/tcp.h"
+#include "transport/cuda/cuda.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -38,6 +40,7 @@ typedef struct kvf_tcp_sconn {
     unsigned char *refuse;   /* reply metadata: refused entries */
     size_t refuse_cap;
     unsigned char *drain;    /* sink for refused payload */
+    kvf_cuda_stage_t *stage; /* pinned staging for GPU regions */
 } kvf_tcp_sconn_t;
 
 struct kvf_tcp_server {
@@ -153,9 +156,6 @@ static kvf_status_t kvf_tcp_map_entries(kvf_tcp_sconn_t *c,
         addr = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN);
         len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
         st = t->access(t->arg, addr, len, &mem);
-        if (st == KVF_OK && mem.type == KVF_MEM_CUDA) {
-            st = KVF_ERR_UNSUPPORTED;
-        }
         if (st != KVF_OK) {
             kvf_log_rl(KVF_LOG_WARN,
                        "refused remote access 0x%lx+%lu: %s",
@@ -224,8 +224,8 @@ static kvf_status_t kvf_tcp_serve_write(kvf_tcp_sconn_t *c,
     t->acquire(t->arg);
     status = kvf_tcp_map_entries(c, hdr, 1, &n, &nref, &accepted);
     if (status == KVF_OK) {
-        status = kvf_sock_readv_all(c->fd, c->scratch.iov, n,
-                                    kvf_tcp_deadline(c));
+        status = kvf_cuda_readv(&c->stage, c->fd, c->scratch.iov, n,
+                                kvf_tcp_deadline(c));
     }
     t->release(t->arg);
     if (status != KVF_OK) {
@@ -285,8 +285,8 @@ static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
     c->scratch.iov[0].iov_len = sizeof(rh);
     c->scratch.iov[1].iov_base = c->refuse;
     c->scratch.iov[1].iov_len = reply.meta_len;
-    status = kvf_sock_writev_all(c->fd, c->scratch.iov, n + 2,
-                                 kvf_tcp_deadline(c));
+    status = kvf_cuda_writev(&c->stage, c->fd, c->scratch.iov, n + 2,
+                             kvf_tcp_deadline(c));
     t->release(t->arg);
     return status;
 }
@@ -315,10 +315,13 @@ static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
         addr = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN);
         len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
         st = t->access(t->arg, addr, len, &mem);
+        h = 0;
         if (st == KVF_OK && mem.type == KVF_MEM_CUDA) {
-            st = KVF_ERR_UNSUPPORTED;
+            st = kvf_cuda_hash(&c->stage, addr, len, &h,
+                               kvf_tcp_deadline(c));
+        } else if (st == KVF_OK) {
+            h = kvf_hash64((void *)(uintptr_t)addr, len, 0);
         }
-        h = (st == KVF_OK) ? kvf_hash64((void *)(uintptr_t)addr, len, 0) : 0;
         for (b = 0; b < 8; b++) {
             sums[i * 8 + (uint32_t)b] = (unsigned char)(h >> (8 * b));
         }
@@ -347,6 +350,7 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
     const kvf_tl_target_t *t = &c->srv->iface->target;
     int is_write = (hdr->type == KVF_TCP_LINK_WRITE);
     kvf_status_t status, st;
+    struct iovec iov;
     kvf_tl_mem_t mem;
     uint64_t addr, len;
 
@@ -361,13 +365,12 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
     len = kvf_tcp_le64(c->scratch.meta + 8);
     t->acquire(t->arg);
     st = t->access(t->arg, addr, len, &mem);
-    if (st == KVF_OK && mem.type == KVF_MEM_CUDA) {
-        st = KVF_ERR_UNSUPPORTED;
-    }
+    iov.iov_base = (void *)(uintptr_t)addr;
+    iov.iov_len = len;
     if (is_write) {
         status = (st == KVF_OK)
-                     ? kvf_sock_recv_all(c->fd, (void *)(uintptr_t)addr, len,
-                                         kvf_tcp_deadline(c))
+                     ? kvf_cuda_readv(&c->stage, c->fd, &iov, 1,
+                                      kvf_tcp_deadline(c))
                      : kvf_sock_drain(c->fd, len, kvf_tcp_deadline(c));
         if (status == KVF_OK) {
             status = kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st,
@@ -378,8 +381,8 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
                                   (st == KVF_OK) ? len : 0,
                                   kvf_tcp_deadline(c));
         if (status == KVF_OK && st == KVF_OK) {
-            status = kvf_sock_send_all(c->fd, (void *)(uintptr_t)addr, len,
-                                       kvf_tcp_deadline(c));
+            status = kvf_cuda_writev(&c->stage, c->fd, &iov, 1,
+                                     kvf_tcp_deadline(c));
         }
     }
     t->release(t->arg);
@@ -497,6 +500,7 @@ static void kvf_tcp_sconn_free(kvf_tcp_sconn_t *c)
     pthread_join(c->thread, NULL);
     close(c->fd);
     kvf_tcp_scratch_free(&c->scratch);
+    kvf_cuda_stage_free(c->stage);
     kvf_free(c->refuse);
     kvf_free(c->drain);
     kvf_free(c);

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Runs the GPU tests and benchmarks on a GPU machine in one go, so that a
+# lease is used once: optional build there (stage "build"), then the
+# stages given. Binaries come from $KVF_GPU_BIN (default .dev/gpu: a
+# kvferry and the test binaries built on a machine with nvcc, plus the
+# shared libraries they need), logs and records go under $OUT (records
+# packed into $OUT/records.tgz after every step, so a run cut short still
+# returns what it measured).
+#
+#   tests/gpu/device_run.sh env test local net final
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+D="${KVF_GPU_BIN:-.dev/gpu}"
+OUT="${OUT:-/tmp/kvf-gpu-out}"
+R="$OUT/rec"
+mkdir -p "$R"
+export LD_LIBRARY_PATH="$PWD/$D:${LD_LIBRARY_PATH:-}"
+export KVF_BIN="$PWD/$D/kvferry" KVF_SRC="$PWD"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+B="$KVF_BIN"
+pack() { tar czf "$OUT/records.tgz" -C "$OUT" rec 2>/dev/null; }
+step() { # step SECONDS NAME CMD...
+  local t="$1" n="$2"; shift 2
+  echo "=== $n: $*"
+  local s=$(date +%s%N)
+  timeout "$t" "$@"
+  local rc=$?
+  echo "=== $n rc=$rc ($(( ($(date +%s%N) - s) / 1000000 )) ms)"
+  pack
+  return 0
+}
+blk() { step 120 "$1" "$B" bench blocks --device gpu "${@:2}"; }
+# blke VAR=VALUE NAME ARGS...: the same with one setting in the environment
+blke() { step 120 "$2" env "$1" "$B" bench blocks --device gpu "${@:3}"; }
+
+for stage in "$@"; do
+  case "$stage" in
+  build)
+    step 400 build bash -c "cmake -S . -B build-dev -G Ninja -DKVF_WERROR=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null && ninja -C build-dev kvferry \
+      kvferry_static"
+    ;;
+  env)
+    nvidia-smi; nvidia-smi topo -m; nvidia-smi nvlink -s 2>&1 | head -40
+    nproc; free -g; uname -a
+    step 60 bench-env "$B" bench env --record "$R"
+    "$B" bench env > "$OUT/bench-env.txt" 2>&1
+    ;;
+  test)
+    for t in test_gpu_absent test_gpu_copy test_gpu_tcp test_gpu_ipc; do
+      step 240 "$t" "$D/$t"
+    done
+    step 300 test_gpu_bench tests/gpu/test_gpu_bench.sh
+    ;;
+  local)
+    step 120 h2d "$B" bench h2d --record "$R" --json "$R/h2d.json"
+    for p in h2d d2h d2d p2p; do
+      for k in warp bulk hybrid; do
+        [ "$p" = d2d ] && [ "$k" = hybrid ] && continue
+        blk "$p-$k" --path "$p" --kernel "$k" --verify --each-iters 2 \
+          --json "$R/$p-$k.json"
+      done
+    done
+    blk p2p-pull --path p2p --on-dst --kernel warp --verify --each-iters 1 \
+      --json "$R/p2p-pull.json"
+    blk h2d-pageable --path h2d --pageable --verify --each-iters 0 \
+      --json "$R/h2d-pageable.json"
+    blk d2h-pageable --path d2h --pageable --verify --each-iters 0 \
+      --json "$R/d2h-pageable.json"
+    ;;
+  net)
+    blk tcp --pool 4G --op both --verify --record "$R" --json "$R/tcp.json"
+    ;;
+  diag)
+    # what limits the SM paths: access order, huge-page host memory,
+    # grid size and unrolling; and the staging slots of the tcp path
+    for p in h2d d2h; do
+      blk "$p-auto" --path "$p" --each-iters 1 --json "$R/$p-auto.json"
+      blk "$p-seq" --path "$p" --sequential --each-iters 0 \
+        --json "$R/$p-seq.json"
+      blk "$p-thp" --path "$p" --host-alloc thp --verify --each-iters 0 \
+        --json "$R/$p-thp.json"
+      blke KVF_CUDA_UNROLL=4 "$p-u4" --path "$p" --each-iters 0 \
+        --json "$R/$p-u4.json"
+      blke KVF_CUDA_CTAS_PER_SM=2 "$p-c2" --path "$p" --each-iters 0 \
+        --json "$R/$p-c2.json"
+    done
+    blk p2p-auto --path p2p --verify --each-iters 1 --json "$R/p2p-auto.json"
+    blke KVF_CUDA_CTAS_PER_SM=2 p2p-c2 --path p2p --each-iters 0 \
+      --json "$R/p2p-c2.json"
+    blk p2p-seq --path p2p --sequential --each-iters 0 \
+      --json "$R/p2p-seq.json"
+    blk d2d-auto --path d2d --verify --each-iters 1 --json "$R/d2d-auto.json"
+    blk tcp --pool 4G --op both --verify --json "$R/tcp.json"
+    step 120 tcp-1m env KVF_CUDA_STAGE_BYTES=1M KVF_CUDA_STAGE_SLOTS=4 \
+      "$B" bench blocks --device gpu --pool 4G --op both --no-host \
+      --json "$R/tcp-1m.json"
+    ;;
+  quick)
+    for t in test_gpu_copy test_gpu_tcp test_gpu_ipc; do
+      step 240 "$t" "$D/$t"
+    done
+    ;;
+  final)
+    step 60 bench-env "$B" bench env --record "$R"
+    step 120 h2d "$B" bench h2d --record "$R"
+    for p in h2d d2h d2d p2p; do
+      blk "$p" --path "$p" --verify --record "$R"
+    done
+    blk h2d-pageable --path h2d --pageable --verify --each-iters 0 \
+      --json "$R/h2d-pageable.json"
+    blk d2h-pageable --path d2h --pageable --verify --each-iters 0 \
+      --json "$R/d2h-pageable.json"
+    blk tcp --pool 4G --op both --iters 9 --verify --record "$R"
+    ;;
+  *)
+    echo "unknown stage $stage"
+    ;;
+  esac
+done
+pack
+ls -la "$OUT"

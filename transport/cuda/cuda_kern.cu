@@ -1,0 +1,414 @@
+/*
+ * Copy kernels: one launch moves many scattered blocks. Each block's
+ * descriptor {src_off, dst_off, len} is checked against the two sides'
+ * lengths (a refused block is not copied and sets the error word, a
+ * plain store to mapped host memory: no atomics over PCIe).
+ *
+ * warp: a warp per block, grid-stride over the blocks. When source and
+ *   destination have the same alignment modulo 16, the block moves in
+ *   16-byte vectors (byte head and tail); else 8-, 4- or 1-byte words.
+ *   Eight independent loads per lane are in flight before the first
+ *   store, which keeps enough requests outstanding to cover PCIe and
+ *   NVLink latency with a few warps per SM. The next descriptor is
+ *   loaded while the current block moves.
+ * bulk: Hopper's bulk copy engine (cp.async.bulk, sm_90): one lane per
+ *   CTA streams 16-byte-aligned blocks global -> shared -> global through
+ *   a ring of shared-memory stages, loads running a few stages ahead of
+ *   stores (mbarrier completion, bulk groups); the warp copies the
+ *   blocks that are not 16-byte aligned itself first.
+ *
+ * Built for sm_90 only (CMAKE_CUDA_ARCHITECTURES 90).
+ */
+#include "transport/cuda/cuda_int.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define KVF_FULL_MASK 0xffffffffu
+#define KVF_WARP_CTA  256 /* threads per CTA of the warp kernel */
+#define KVF_WARP_UNROLL 8
+#define KVF_BULK_STAGES 5
+#define KVF_BULK_AHEAD  3
+#define KVF_BULK_STAGE  8192u
+#define KVF_BULK_CTAS_PER_SM 4
+
+struct kvf_desc {
+    uint64_t so, doff, len;
+};
+
+__device__ __forceinline__ kvf_desc kvf_load_desc(const kvf_cuda_blk_t *blks,
+                                                  unsigned b, unsigned n,
+                                                  unsigned lane)
+{
+    kvf_desc d;
+    uint64_t v = 0;
+
+    if (b < n && lane < 3) {
+        v = ((const uint64_t *)(blks + b))[lane];
+    }
+    d.so = __shfl_sync(KVF_FULL_MASK, v, 0);
+    d.doff = __shfl_sync(KVF_FULL_MASK, v, 1);
+    d.len = __shfl_sync(KVF_FULL_MASK, v, 2);
+    return d;
+}
+
+__device__ __forceinline__ bool kvf_desc_ok(const kvf_desc &d, uint64_t sl,
+                                            uint64_t dl)
+{
+    return d.so <= sl && d.len <= sl - d.so && d.doff <= dl &&
+           d.len <= dl - d.doff;
+}
+
+/* Copies len bytes with words of type T (W bytes); dst is brought to a
+ * W-byte boundary first, src has the same alignment modulo W. */
+template <typename T, int W, int U>
+__device__ __forceinline__ void kvf_copy_words(const char *__restrict__ s,
+                                               char *__restrict__ d,
+                                               uint64_t len, unsigned lane)
+{
+    uint64_t head = (W - ((uintptr_t)d & (W - 1))) & (W - 1);
+    uint64_t nv, i, done, tail;
+    const T *vs;
+    T *vd;
+
+    if (head > len) {
+        head = len;
+    }
+    if (lane < head) {
+        d[lane] = s[lane];
+    }
+    s += head;
+    d += head;
+    len -= head;
+    nv = len / W;
+    vs = (const T *)s;
+    vd = (T *)d;
+    i = lane;
+    for (; i + (U - 1) * 32 < nv; i += U * 32) {
+        T v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            v[u] = __ldcs(vs + i + u * 32);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            __stcs(vd + i + u * 32, v[u]);
+        }
+    }
+    for (; i < nv; i += 32) {
+        __stcs(vd + i, __ldcs(vs + i));
+    }
+    done = nv * W;
+    tail = len - done;
+    if (lane < tail) {
+        d[done + lane] = s[done + lane];
+    }
+}
+
+__device__ __forceinline__ void kvf_copy_bytes(const char *__restrict__ s,
+                                               char *__restrict__ d,
+                                               uint64_t len, unsigned lane)
+{
+    uint64_t i = lane;
+
+    for (; i + 96 < len; i += 128) {
+        char a = s[i], b = s[i + 32], c = s[i + 64], e = s[i + 96];
+
+        d[i] = a;
+        d[i + 32] = b;
+        d[i + 64] = c;
+        d[i + 96] = e;
+    }
+    for (; i < len; i += 32) {
+        d[i] = s[i];
+    }
+}
+
+template <int U>
+__device__ __forceinline__ void kvf_copy_block(const char *s, char *d,
+                                               uint64_t len, unsigned lane)
+{
+    uintptr_t mis = (uintptr_t)s ^ (uintptr_t)d;
+
+    if ((mis & 15) == 0) {
+        kvf_copy_words<uint4, 16, U>(s, d, len, lane);
+    } else if ((mis & 7) == 0) {
+        kvf_copy_words<uint2, 8, 4>(s, d, len, lane);
+    } else if ((mis & 3) == 0) {
+        kvf_copy_words<unsigned, 4, 4>(s, d, len, lane);
+    } else {
+        kvf_copy_bytes(s, d, len, lane);
+    }
+}
+
+/* Completion signal: after every thread's writes are fenced at system
+ * scope, the last CTA to finish resets the counter and publishes seq in
+ * the mapped host word the host polls. */
+__device__ __forceinline__ void kvf_signal_done(unsigned *ctr,
+                                                unsigned *flag,
+                                                unsigned seq)
+{
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (atomicAdd(ctr, 1u) == gridDim.x - 1) {
+            *(volatile unsigned *)ctr = 0;
+            __threadfence_system();
+            *(volatile unsigned *)flag = seq;
+        }
+    }
+}
+
+template <int U>
+__global__ void __launch_bounds__(KVF_WARP_CTA)
+    kvf_copy_warp_kernel(const kvf_cuda_blk_t *__restrict__ blks, unsigned n,
+                         uint64_t sb, uint64_t sl, uint64_t db, uint64_t dl,
+                         unsigned *err, unsigned *ctr, unsigned *flag,
+                         unsigned seq)
+{
+    unsigned lane = threadIdx.x & 31;
+    unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    unsigned nwarps = (gridDim.x * blockDim.x) >> 5;
+    unsigned b;
+    kvf_desc cur, next;
+
+    cur = kvf_load_desc(blks, warp, n, lane);
+    for (b = warp; b < n; b += nwarps) {
+        next = kvf_load_desc(blks, b + nwarps, n, lane);
+        if (!kvf_desc_ok(cur, sl, dl)) {
+            if (lane == 0) {
+                *(volatile unsigned *)err = 1u; /* mapped host word */
+            }
+        } else if (cur.len > 0) {
+            kvf_copy_block<U>((const char *)(uintptr_t)(sb + cur.so),
+                              (char *)(uintptr_t)(db + cur.doff), cur.len,
+                              lane);
+        }
+        cur = next;
+    }
+    if (flag != NULL) {
+        kvf_signal_done(ctr, flag, seq);
+    }
+}
+
+/* ---- bulk copy engine (sm_90) ---------------------------------------- */
+
+__device__ __forceinline__ uint32_t kvf_smem(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ bool kvf_bulk_ok(const kvf_desc &d, uint64_t sb,
+                                            uint64_t db)
+{
+    return ((sb + d.so) & 15) == 0 && ((db + d.doff) & 15) == 0 &&
+           (d.len & 15) == 0 && d.len > 0;
+}
+
+/* Walks this CTA's bulk-copyable pieces: blocks blockIdx.x + k*gridDim.x
+ * that are aligned and in bounds, cut into stage-sized pieces. */
+struct kvf_piece_it {
+    unsigned b;
+    uint64_t off;
+    uint64_t src, dst, len; /* current piece */
+    bool valid;
+};
+
+__device__ __forceinline__ void kvf_piece_next(kvf_piece_it &it,
+                                               const kvf_cuda_blk_t *blks,
+                                               unsigned n, uint64_t sb,
+                                               uint64_t sl, uint64_t db,
+                                               uint64_t dl, bool advance)
+{
+    for (;;) {
+        if (it.b >= n) {
+            it.valid = false;
+            return;
+        }
+        kvf_desc d;
+        d.so = blks[it.b].src_off;
+        d.doff = blks[it.b].dst_off;
+        d.len = blks[it.b].len;
+        if (advance) {
+            it.off += KVF_BULK_STAGE;
+            advance = false;
+        }
+        if (kvf_desc_ok(d, sl, dl) && kvf_bulk_ok(d, sb, db) &&
+            it.off < d.len) {
+            uint64_t left = d.len - it.off;
+
+            it.src = sb + d.so + it.off;
+            it.dst = db + d.doff + it.off;
+            it.len = left < KVF_BULK_STAGE ? left : KVF_BULK_STAGE;
+            it.valid = true;
+            return;
+        }
+        it.b += gridDim.x;
+        it.off = 0;
+    }
+}
+
+__global__ void __launch_bounds__(32)
+    kvf_copy_bulk_kernel(const kvf_cuda_blk_t *__restrict__ blks, unsigned n,
+                         uint64_t sb, uint64_t sl, uint64_t db, uint64_t dl,
+                         unsigned *err)
+{
+    __shared__ __align__(128) unsigned char stage[KVF_BULK_STAGES]
+                                                 [KVF_BULK_STAGE];
+    __shared__ __align__(8) uint64_t bar[KVF_BULK_STAGES];
+    unsigned lane = threadIdx.x;
+    unsigned b, issued = 0, stored = 0, phase = 0;
+    kvf_piece_it ld, st;
+    int s;
+
+    /* pass 1: the warp copies blocks the bulk engine cannot take */
+    for (b = blockIdx.x; b < n; b += gridDim.x) {
+        kvf_desc d = kvf_load_desc(blks, b, n, lane);
+
+        if (!kvf_desc_ok(d, sl, dl)) {
+            if (lane == 0) {
+                *(volatile unsigned *)err = 1u; /* mapped host word */
+            }
+        } else if (d.len > 0 && !kvf_bulk_ok(d, sb, db)) {
+            kvf_copy_block<4>((const char *)(uintptr_t)(sb + d.so),
+                              (char *)(uintptr_t)(db + d.doff), d.len,
+                              lane);
+        }
+    }
+    if (lane != 0) {
+        return;
+    }
+    /* pass 2: lane 0 drives the bulk copies */
+    for (s = 0; s < KVF_BULK_STAGES; s++) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(
+                         kvf_smem(&bar[s]))
+                     : "memory");
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    ld.b = st.b = blockIdx.x;
+    ld.off = st.off = 0;
+    kvf_piece_next(ld, blks, n, sb, sl, db, dl, false);
+    kvf_piece_next(st, blks, n, sb, sl, db, dl, false);
+    for (;;) {
+        while (ld.valid && issued - stored < KVF_BULK_AHEAD) {
+            s = (int)(issued % KVF_BULK_STAGES);
+            if (issued >= KVF_BULK_STAGES) {
+                /* the store that last read stage s is done reading */
+                asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(
+                                 KVF_BULK_STAGES - KVF_BULK_AHEAD)
+                             : "memory");
+            }
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], "
+                         "%1;" ::"r"(kvf_smem(&bar[s])),
+                         "r"((uint32_t)ld.len)
+                         : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::"
+                         "complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                             kvf_smem(stage[s])),
+                         "l"(ld.src), "r"((uint32_t)ld.len),
+                         "r"(kvf_smem(&bar[s]))
+                         : "memory");
+            issued++;
+            kvf_piece_next(ld, blks, n, sb, sl, db, dl, true);
+        }
+        if (stored == issued) {
+            break;
+        }
+        s = (int)(stored % KVF_BULK_STAGES);
+        {
+            uint32_t done = 0, parity = (phase >> s) & 1u;
+
+            while (!done) {
+                asm volatile("{\n\t.reg .pred p;\n\t"
+                             "mbarrier.try_wait.parity.shared::cta.b64 p, "
+                             "[%1], %2;\n\t"
+                             "selp.u32 %0, 1, 0, p;\n\t}"
+                             : "=r"(done)
+                             : "r"(kvf_smem(&bar[s])), "r"(parity)
+                             : "memory");
+            }
+            phase ^= 1u << s;
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], "
+                     "%2;" ::"l"(st.dst),
+                     "r"(kvf_smem(stage[s])), "r"((uint32_t)st.len)
+                     : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        stored++;
+        kvf_piece_next(st, blks, n, sb, sl, db, dl, true);
+    }
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+/* ---- launchers -------------------------------------------------------- */
+
+/* Tunables (cuda_ctas_per_sm, cuda_unroll), set once at start-up. */
+static int kvf_warp_ctas_per_sm = 4;
+static int kvf_bulk_ctas_per_sm = KVF_BULK_CTAS_PER_SM;
+static int kvf_warp_unroll = KVF_WARP_UNROLL;
+
+extern "C" void kvf_cuda_kern_tune(int ctas_per_sm, int unroll)
+{
+    if (ctas_per_sm >= 1 && ctas_per_sm <= 16) {
+        kvf_warp_ctas_per_sm = ctas_per_sm < 8 ? ctas_per_sm : 8;
+        kvf_bulk_ctas_per_sm = ctas_per_sm < 5 ? ctas_per_sm : 5;
+    }
+    if (unroll == 4 || unroll == 8) {
+        kvf_warp_unroll = unroll;
+    }
+}
+
+extern "C" int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel,
+                                    const kvf_cuda_launch_t *l, int sm_count,
+                                    cudaStream_t stream)
+{
+    unsigned grid;
+
+    if (l->n == 0) {
+        return (int)cudaSuccess;
+    }
+    if (sm_count <= 0) {
+        sm_count = 1;
+    }
+    if (kernel == KVF_CUDA_KERNEL_BULK && l->flag == NULL) {
+        grid = l->n;
+        if (grid > (unsigned)(sm_count * kvf_bulk_ctas_per_sm)) {
+            grid = (unsigned)(sm_count * kvf_bulk_ctas_per_sm);
+        }
+        kvf_copy_bulk_kernel<<<grid, 32, 0, stream>>>(
+            l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
+            l->err);
+    } else {
+        unsigned per_cta = KVF_WARP_CTA / 32;
+
+        grid = (l->n + per_cta - 1) / per_cta;
+        if (grid > (unsigned)(sm_count * kvf_warp_ctas_per_sm)) {
+            grid = (unsigned)(sm_count * kvf_warp_ctas_per_sm);
+        }
+        if (kvf_warp_unroll == 4) {
+            kvf_copy_warp_kernel<4><<<grid, KVF_WARP_CTA, 0, stream>>>(
+                l->blks, l->n, l->src_base, l->src_len, l->dst_base,
+                l->dst_len, l->err, l->ctr, l->flag, l->seq);
+        } else {
+            kvf_copy_warp_kernel<8><<<grid, KVF_WARP_CTA, 0, stream>>>(
+                l->blks, l->n, l->src_base, l->src_len, l->dst_base,
+                l->dst_len, l->err, l->ctr, l->flag, l->seq);
+        }
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kvf_cuda_kern_regs(kvf_cuda_kernel_t kernel)
+{
+    cudaFuncAttributes a;
+    cudaError_t e;
+
+    if (kernel == KVF_CUDA_KERNEL_BULK) {
+        e = cudaFuncGetAttributes(&a, kvf_copy_bulk_kernel);
+    } else {
+        e = cudaFuncGetAttributes(&a, kvf_copy_warp_kernel<8>);
+    }
+    return (e == cudaSuccess) ? a.numRegs : -1;
+}
