@@ -35,6 +35,7 @@
 #define KVF_LOOP_IN_MIN  (64u << 10)
 #define KVF_LOOP_EVENTS  64
 #define KVF_LOOP_TICK_MS 100
+#define KVF_LOOP_CONNS_MAX 4096
 
 struct kvf_mconn {
     kvf_master_t *m;
@@ -56,6 +57,7 @@ static void kvf_loop_close(kvf_master_t *m, kvf_mconn_t *c)
     for (pp = &m->conns; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == c) {
             *pp = c->next;
+            m->nconns--;
             break;
         }
     }
@@ -280,8 +282,9 @@ static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
     if (used > 0) {
         memmove(c->in, c->in + used, c->in_len - used);
         c->in_len -= used;
+        /* the clock of a cut frame starts with its first byte */
+        c->partial_since = c->in_len ? kvf_time_ms() : 0;
     }
-    c->partial_since = c->in_len ? kvf_time_ms() : 0;
     return 0;
 }
 
@@ -349,8 +352,23 @@ static void kvf_loop_accept(kvf_master_t *m)
     kvf_mconn_t *c;
     int fd, one = 1;
 
-    while ((fd = accept4(m->lfd, NULL, NULL,
-                         SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+    for (;;) {
+        fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
+                errno == ENOBUFS) {
+                /* out of descriptors: do not spin on the ready socket */
+                kvf_log_rl(KVF_LOG_ERROR, "master cannot accept: %m");
+                usleep(10000);
+            }
+            return;
+        }
+        if (m->nconns >= KVF_LOOP_CONNS_MAX) {
+            kvf_log_rl(KVF_LOG_WARN, "master has %u connections: refusing "
+                       "one more", m->nconns);
+            close(fd);
+            continue;
+        }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c = kvf_calloc(1, sizeof(*c));
         if (c == NULL) {
@@ -361,6 +379,7 @@ static void kvf_loop_accept(kvf_master_t *m)
         c->fd = fd;
         c->next = m->conns;
         m->conns = c;
+        m->nconns++;
         kvf_loop_watch(m, c, EPOLLIN, EPOLL_CTL_ADD);
     }
 }

@@ -82,6 +82,7 @@ struct kvf_master {
     pthread_cond_t stop_cond;
     int epfd;
     kvf_mconn_t *conns;  /* owned by the loop thread */
+    unsigned nconns;
     int helpers;         /* node registrations in flight (atomic) */
 };
 

@@ -3,7 +3,8 @@
  * processes on 127.0.0.1: LRU eviction order and the watermark, read
  * leases and pins protecting objects, a node killed (SIGKILL) and dropped
  * after its TTL, a put whose client vanished reclaimed (and its late
- * commit refused), garbage and cut frames to the master, oversized keys
+ * commit refused), garbage and cut frames to the master (a stalled one
+ * closed after the master's bound), oversized keys
  * and values, a node lying about its pool, and a master restart that must
  * not serve locations from before it. After each fault the master must
  * still serve.
@@ -19,7 +20,9 @@
 #include "core/sock.h"
 #include "core/time.h"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,7 +353,9 @@ static void test_garbage(void **state)
     int fd;
 
     (void)state;
+    setenv("KVF_STORE_TIMEOUT_MS", "1000", 1); /* the master's frame bound */
     assert_int_equal(kvs_master(&m, 0, mopt), 0);
+    unsetenv("KVF_STORE_TIMEOUT_MS");
     assert_int_equal(kvs_node(&n, m.addr, "16M", NULL), 0);
     kvs_fill(junk, sizeof(junk), 77);
     assert_int_equal(raw_bytes(m.addr, junk, sizeof(junk), 0),
@@ -370,6 +375,15 @@ static void test_garbage(void **state)
     /* cut short: 100 bytes announced, 10 sent, then gone */
     hdr_bytes(frame, KVF_WIRE_VERSION, KVF_SP_GET, 100, 1, 0);
     assert_int_equal(raw_bytes(m.addr, frame, KVF_WIRE_HDR_LEN + 10, 1), 0);
+    /* cut short and left open: the master closes it after its bound */
+    fd = kvs_raw_connect(m.addr);
+    assert_true(fd >= 0);
+    assert_int_equal(kvf_sock_send_all(fd, frame, KVF_WIRE_HDR_LEN + 10,
+                                       kvf_time_ms() + 2000),
+                     KVF_OK);
+    assert_int_equal(kvf_sock_wait(fd, POLLIN, kvf_time_ms() + 4000), KVF_OK);
+    assert_true(recv(fd, junk, sizeof(junk), 0) <= 0);
+    close(fd);
     /* unknown type: an error reply, and the connection goes on */
     fd = kvs_raw_connect(m.addr);
     assert_true(fd >= 0);
@@ -394,7 +408,7 @@ static void test_garbage(void **state)
     kvf_sp_frame_free(&f);
     close(fd);
     errors = kvs_metric(m.http, "errors_total");
-    assert_true(errors >= 7);
+    assert_true(errors >= 8);
     /* the client API refuses the same before sending */
     assert_int_equal(kvs_client_open(&c, m.addr, MiB), 0);
     assert_int_equal(kvf_store_put(c.st, bigkey, c.buf, 10, NULL),
