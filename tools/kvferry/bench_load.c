@@ -289,6 +289,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
     kvf_bs_cluster_t cl = {0};
     kvf_bl_row_t rows[16];
     uint64_t pool = 1ull << 30, link_len;
+    char used[32];
     double link_bw;
     char buf[256], *tok, *save, sz[32];
     kvf_store_h st;
@@ -370,7 +371,9 @@ int kvf_cmd_bench_load(int argc, char **argv)
     link_len = link_len > (uint64_t)nodes * pool / 4
                    ? (uint64_t)nodes * pool / 4 : link_len;
     link_bw = kvf_bl_link_bw(st, link_len);
+    kvf_bs_transport_used(st, used, sizeof(used));
     if (!json) {
+        printf("# transport to the nodes: %s\n", used);
         printf("# raw link: %.2f GB/s (kvf_peer_link_test, %lu B reads, "
                "best of 5)\n", link_bw / 1e3, (unsigned long)link_len);
         printf("%9s %6s %9s %9s %9s %9s %9s %9s %9s %9s %6s %6s %9s %6s\n",

@@ -336,6 +336,32 @@ static void kvf_bs_print_row(const kvf_bs_row_t *r)
     fflush(stdout);
 }
 
+/* Which transport the engine picks to reach a node: a small probe object
+ * is put, looked up, and its node opened with the client's engine. */
+void kvf_bs_transport_used(kvf_store_h st, char *out, size_t cap)
+{
+    static unsigned char probe[4096];
+    kvf_store_info_t info;
+    kvf_region_h reg;
+    kvf_peer_h peer;
+    char key[64];
+
+    snprintf(out, cap, "unknown");
+    snprintf(key, sizeof(key), "bs/probe/%d", (int)getpid());
+    if (kvf_engine_reg(kvf_store_engine(st), probe, sizeof(probe),
+                       KVF_MEM_HOST, 0, &reg) != KVF_OK) {
+        return;
+    }
+    if (kvf_store_put(st, key, probe, sizeof(probe), NULL) == KVF_OK &&
+        kvf_store_query(st, key, &info) == KVF_OK &&
+        kvf_peer_open(kvf_store_engine(st), info.segment[0], &peer) ==
+            KVF_OK) {
+        snprintf(out, cap, "%s", kvf_peer_transport(peer));
+        kvf_peer_close(peer);
+    }
+    kvf_engine_dereg(kvf_store_engine(st), reg);
+}
+
 /* Removes every key the cell put, so cells do not evict each other's
  * objects. Keys still under a read lease are retried until it ends. */
 static void kvf_bs_cleanup(kvf_bs_ctx_t *c, kvf_bs_thread_t *th,
@@ -452,6 +478,7 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o,
     kvf_json_str(&j, "transports",
                  getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS")
                                           : "auto");
+    kvf_json_str(&j, "transport_to_nodes", o->used);
     kvf_json_int(&j, "nodes", o->nodes);
     kvf_json_int(&j, "pool_bytes", (long long)o->pool);
     kvf_json_int(&j, "duration_ms", (long long)o->duration_ms);
@@ -626,12 +653,13 @@ int kvf_cmd_bench_store(int argc, char **argv)
         free(rows);
         return KVF_CLI_FAIL;
     }
+    kvf_bs_transport_used(st, o.used, sizeof(o.used));
     if (!o.json) {
         printf("# bench store: master %s, %u node(s) x %lu B, transports "
-               "%s, %lu ms per phase\n",
+               "%s (to the nodes: %s), %lu ms per phase\n",
                o.master, o.nodes, (unsigned long)o.pool,
                getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS") : "auto",
-               (unsigned long)o.duration_ms);
+               o.used, (unsigned long)o.duration_ms);
         printf("%-8s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s\n",
                "system", "op", "size", "clients", "ops", "ops/s", "GB/s",
                "p50_us", "p99_us", "p999_us", "errors");

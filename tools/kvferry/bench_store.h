@@ -10,6 +10,8 @@
 
 #include "tools/kvferry/bench.h"
 
+#include <kvferry/store.h>
+
 #include <sys/types.h>
 
 #define KVF_BS_NODES_MAX 8
@@ -59,6 +61,7 @@ typedef struct kvf_bs_opts {
     uint64_t mem_budget;
     int vs_redis;
     unsigned repeat;
+    char used[32];       /* transport the engine picked to the nodes */
     int json;
     const char *record;
     const char *hypothesis;
@@ -69,6 +72,9 @@ typedef struct kvf_bs_opts {
  * when o->record is set. Returns 0 unless writing the record failed. */
 int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                               unsigned nrows);
+
+/* The transport the client's engine picks to reach a node ("tcp", ...). */
+void kvf_bs_transport_used(kvf_store_h st, char *out, size_t cap);
 
 /* Writes the rows (and the options) as one JSON object. */
 void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o,

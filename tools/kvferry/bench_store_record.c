@@ -120,7 +120,8 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     if (o->record == NULL) {
         return 0;
     }
-    snprintf(name, sizeof(name), "bench store (%s)", tl ? tl : "auto");
+    snprintf(name, sizeof(name), "bench store (%s, %s)", tl ? tl : "auto",
+             o->used);
     rec = kvf_record_new(
         "bench", name,
         tcp ? "with tcp forced, 64 KiB and 1 MiB objects and 8 clients, "
@@ -133,6 +134,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     }
     kvf_record_hypothesis(rec, o->hypothesis);
     kvf_record_config(rec, "transports", tl ? tl : "auto");
+    kvf_record_config(rec, "transport_to_nodes", o->used);
     kvf_record_config_num(rec, "nodes", o->nodes);
     kvf_record_config_num(rec, "pool_bytes_per_node", (double)o->pool);
     kvf_record_config_num(rec, "duration_ms_per_phase",
