@@ -73,9 +73,23 @@ static void kvf_hbuf_printf(kvf_hbuf_t *b, const char *fmt, ...)
     }
 }
 
+/* A segment name made safe inside a JSON string (names are host:port,
+ * checked at registration; this is belt and braces). */
+static void kvf_m_json_safe(const char *in, char *out, size_t cap)
+{
+    size_t i;
+
+    for (i = 0; in[i] != '\0' && i + 1 < cap; i++) {
+        out[i] = (in[i] == '"' || in[i] == '\\' ||
+                  (unsigned char)in[i] < 0x20) ? '?' : in[i];
+    }
+    out[i] = '\0';
+}
+
 static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
                            kvf_hbuf_t *nodes_json)
 {
+    char seg[KVF_STORE_SEG_MAX];
     const kvf_mnode_t *n;
     uint64_t now;
     int first = 1;
@@ -91,12 +105,13 @@ static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
     s->epoch = m->epoch;
     if (nodes_json != NULL) {
         for (n = m->nodes; n != NULL; n = n->next) {
+            kvf_m_json_safe(n->segment, seg, sizeof(seg));
             kvf_hbuf_printf(nodes_json,
                             "%s{\"segment\":\"%s\",\"gen\":%lu,"
                             "\"capacity\":%lu,\"used\":%lu,"
                             "\"largest_free\":%lu,\"free_blocks\":%zu,"
                             "\"heartbeat_age_ms\":%lu}",
-                            first ? "" : ",", n->segment,
+                            first ? "" : ",", seg,
                             (unsigned long)n->gen, (unsigned long)n->pa.len,
                             (unsigned long)n->pa.used,
                             (unsigned long)kvf_pa_largest_free(&n->pa),
