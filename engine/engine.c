@@ -175,6 +175,7 @@ kvf_status_t kvf_engine_create(const kvf_engine_params_t *params,
     kvf_engine_h e;
     kvf_status_t status;
     const char *addr;
+    unsigned i;
 
     kvf_log_init();
     if (engine_p == NULL) {
@@ -198,7 +199,12 @@ kvf_status_t kvf_engine_create(const kvf_engine_params_t *params,
     if (status != KVF_OK) {
         goto err_transports;
     }
-    addr = e->tl[0].ops->iface_address(e->tl[0].iface);
+    /* the segment is named by the tcp iface (p2p metadata reaches it);
+     * tcp always opens, whichever transport comes first */
+    for (i = 0; i + 1 < e->ntl && strcmp(e->tl[i].ops->name, "tcp") != 0;
+         i++) {
+    }
+    addr = e->tl[i].ops->iface_address(e->tl[i].iface);
     snprintf(e->name, sizeof(e->name), "%s", addr ? addr : "");
     kvf_info("engine segment '%s', %u transport(s), %u conns, timeout %u ms",
              e->name, e->ntl, e->cfg.conns, e->cfg.timeout_ms);

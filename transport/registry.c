@@ -6,9 +6,11 @@
 
 #include <string.h>
 
+extern const kvf_transport_ops_t kvf_shm_ops;
 extern const kvf_transport_ops_t kvf_tcp_ops;
 
 const kvf_transport_ops_t *const kvf_transports[] = {
+    &kvf_shm_ops, /* same host only: its ep_open fails elsewhere */
     &kvf_tcp_ops,
     NULL,
 };

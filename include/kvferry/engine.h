@@ -73,6 +73,20 @@ KVF_API void kvf_engine_destroy(kvf_engine_h engine);
 /* The local segment's name ("host:port"), valid until destroy. */
 KVF_API const char *kvf_engine_segment_name(kvf_engine_h engine);
 
+/* Allocates len bytes of memory of `type` that peers of the same host can
+ * reach without copies through the target (shm transport):
+ * KVF_MEM_HOST = zeroed, memfd-backed shared memory (huge pages when the
+ * system offers them). KVF_MEM_PINNED and KVF_MEM_CUDA: not yet
+ * (KVF_ERR_UNAVAILABLE). Any memory can be registered; memory from here
+ * is the fast path of the shm transport. Owned by the caller; released
+ * with kvf_mem_free() after its regions are deregistered. A peer that
+ * was granted access keeps its mapping of it until it learns of the
+ * release (next transfer, or within about a second while idle). */
+KVF_API kvf_status_t kvf_mem_alloc(size_t len, kvf_mem_type_t type,
+                                   int device, void **ptr_p);
+/* Releases memory from kvf_mem_alloc(); warns on any other pointer. */
+KVF_API void kvf_mem_free(void *ptr);
+
 /* Registers [addr, addr+length) for local and remote access. Fast: no
  * pages are touched. device is the GPU index for KVF_MEM_CUDA. */
 KVF_API kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -88,19 +87,20 @@ long kvf_cli_long(const char *flag, const char *text, long min, long max)
     return v;
 }
 
+/* Pools come from kvf_mem_alloc (memfd-backed shared memory), so a
+ * same-host peer reaches them over shm with one memcpy per block. */
 void *kvf_cli_pool_alloc(size_t len, uint64_t seed)
 {
+    kvf_status_t status;
     kvf_rng_t rng;
     void *p;
 
-    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-             -1, 0);
-    if (p == MAP_FAILED) {
-        fprintf(stderr, "kvferry: cannot map a pool of %zu bytes: %s\n", len,
-                strerror(errno));
+    status = kvf_mem_alloc(len, KVF_MEM_HOST, 0, &p);
+    if (status != KVF_OK) {
+        fprintf(stderr, "kvferry: cannot allocate a pool of %zu bytes: %s\n",
+                len, kvf_status_str(status));
         return NULL;
     }
-    madvise(p, len, MADV_HUGEPAGE);
     kvf_rng_seed(&rng, seed);
     kvf_rng_fill(&rng, p, len);
     return p;
@@ -108,9 +108,8 @@ void *kvf_cli_pool_alloc(size_t len, uint64_t seed)
 
 void kvf_cli_pool_free(void *pool, size_t len)
 {
-    if (pool != NULL) {
-        munmap(pool, len);
-    }
+    (void)len;
+    kvf_mem_free(pool);
 }
 
 int main(int argc, char **argv)

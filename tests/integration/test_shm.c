@@ -1,0 +1,707 @@
+/*
+ * Integration test of the shm transport and of transport choice, with
+ * real processes on one host: a `kvferry target` child (pool from
+ * kvf_mem_alloc), or a forked child engine that also registers plain
+ * malloc memory (moved through the staging path) and deregisters / frees
+ * on command.
+ *
+ * Checks: same host -> shm; KVF_TRANSPORTS=tcp, the engine parameter and
+ * a target offering only tcp -> tcp; a target whose host identity
+ * differs (fake boot id in a mount namespace) -> shm refused, tcp used;
+ * random blocks READ and WRITE verified byte for byte and by the target's
+ * checksums; out-of-bounds entries refused while the rest of the batch
+ * moves and the target keeps serving; deregistration revokes access and
+ * a freed allocation is unmapped by the initiator; a killed target turns
+ * transfers into errors within the timeout; every test returns its
+ * allocations, file descriptors and mappings.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kvferry/kvferry.h>
+
+#include "core/hash.h"
+#include "transport/transport.h"
+#include "transport/shm/shm_mem.h"
+#include "test_util.h"
+
+#define POOL    (32u << 20)
+#define SEED    21
+#define TIMEOUT 3000
+#define BS      8192
+
+extern const kvf_transport_ops_t kvf_shm_ops;
+
+typedef struct {
+    long blocks0, bytes0;
+    int fds0;
+    int maps0;
+} baseline_t;
+
+/* Mappings of kvferry memfds in this process (ours or a target's). */
+static int memfd_maps(void)
+{
+    char line[512];
+    FILE *f = fopen("/proc/self/maps", "r");
+    int n = 0;
+
+    if (f == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strstr(line, "memfd:kvferry (deleted)") != NULL) {
+            n++;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+static void baseline_take(baseline_t *b)
+{
+    kvf_alloc_stats(&b->blocks0, &b->bytes0);
+    b->fds0 = kvf_test_fd_count();
+    b->maps0 = memfd_maps();
+}
+
+static void baseline_check(const baseline_t *b)
+{
+    long blocks, bytes;
+
+    kvf_alloc_stats(&blocks, &bytes);
+    assert_int_equal(blocks, b->blocks0);
+    assert_int_equal(bytes, b->bytes0);
+    assert_int_equal(kvf_test_fd_count(), b->fds0);
+    assert_int_equal(memfd_maps(), b->maps0);
+}
+
+static kvf_engine_h initiator(const char *transports)
+{
+    kvf_engine_params_t p = {0};
+    kvf_engine_h e;
+
+    p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_CONNS |
+                   KVF_ENGINE_PARAM_TIMEOUT;
+    p.no_listen = 1;
+    p.conns = 2;
+    p.timeout_ms = TIMEOUT;
+    if (transports != NULL) {
+        p.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
+        p.transports = transports;
+    }
+    assert_int_equal(kvf_engine_create(&p, &e), KVF_OK);
+    return e;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* n distinct random block indices among nslots. */
+static uint32_t *pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n)
+{
+    uint32_t *perm = malloc(nslots * sizeof(*perm)), i, j, t;
+
+    for (i = 0; i < nslots; i++) {
+        perm[i] = i;
+    }
+    for (i = 0; i < n; i++) {
+        j = i + (uint32_t)kvf_rng_below(rng, nslots - i);
+        t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    return perm;
+}
+
+static kvf_status_t run(kvf_engine_h e, kvf_op_t *ops, size_t n,
+                        kvf_status_t *st)
+{
+    kvf_batch_h b;
+    kvf_status_t status;
+    size_t i, bytes;
+
+    assert_int_equal(kvf_batch_submit(e, ops, n, &b), KVF_OK);
+    status = kvf_batch_wait(b, TIMEOUT * 2);
+    for (i = 0; st != NULL && i < n; i++) {
+        st[i] = kvf_batch_op_status(b, i, &bytes);
+        if (st[i] == KVF_OK) {
+            assert_int_equal(bytes, ops[i].length);
+        }
+    }
+    kvf_batch_destroy(b);
+    return status;
+}
+
+/*
+ * READ n random blocks of the remote range [raddr, raddr+POOL) whose
+ * bytes are `expect`, verify; then WRITE fresh random blocks, verify
+ * them with the target's checksums and by reading them back.
+ */
+static void round_trip(kvf_engine_h e, kvf_peer_h peer, unsigned char *local,
+                       uint64_t raddr, unsigned char *expect, uint64_t seed)
+{
+    const uint32_t n = 1024, slots = POOL / BS;
+    kvf_op_t *ops = calloc(n, sizeof(*ops));
+    uint64_t *rem = calloc(n, sizeof(*rem)), *sums = calloc(n, sizeof(*sums));
+    size_t *lens = calloc(n, sizeof(*lens));
+    uint32_t *lp, *rp, i;
+    kvf_rng_t rng;
+
+    kvf_rng_seed(&rng, seed);
+    lp = pick(&rng, slots, n);
+    rp = pick(&rng, slots, n);
+    for (i = 0; i < n; i++) {
+        ops[i] = (kvf_op_t){KVF_OP_READ, local + (size_t)lp[i] * BS, peer,
+                            raddr + (uint64_t)rp[i] * BS, BS};
+    }
+    assert_int_equal(run(e, ops, n, NULL), KVF_OK);
+    for (i = 0; i < n; i++) {
+        assert_memory_equal(local + (size_t)lp[i] * BS,
+                            expect + (size_t)rp[i] * BS, BS);
+    }
+    /* WRITE new bytes to other random blocks */
+    kvf_rng_fill(&rng, local, POOL);
+    free(rp);
+    rp = pick(&rng, slots, n);
+    for (i = 0; i < n; i++) {
+        ops[i].type = KVF_OP_WRITE;
+        ops[i].remote = raddr + (uint64_t)rp[i] * BS;
+        rem[i] = ops[i].remote;
+        lens[i] = BS;
+        memcpy(expect + (size_t)rp[i] * BS, local + (size_t)lp[i] * BS, BS);
+    }
+    assert_int_equal(run(e, ops, n, NULL), KVF_OK);
+    assert_int_equal(kvf_peer_checksum(peer, rem, lens, n, sums), KVF_OK);
+    for (i = 0; i < n; i++) {
+        assert_true(sums[i] == kvf_checksum(local + (size_t)lp[i] * BS, BS));
+    }
+    /* and back into a cleared buffer: the whole range as the target has it */
+    memset(local, 0, POOL);
+    for (i = 0; i < n; i++) {
+        ops[i] = (kvf_op_t){KVF_OP_READ, local + (size_t)i * BS, peer,
+                            raddr + (uint64_t)rp[i] * BS, BS};
+    }
+    assert_int_equal(run(e, ops, n, NULL), KVF_OK);
+    for (i = 0; i < n; i++) {
+        assert_memory_equal(local + (size_t)i * BS, expect + (size_t)rp[i] * BS,
+                            BS);
+    }
+    free(lp);
+    free(rp);
+    free(ops);
+    free(rem);
+    free(sums);
+    free(lens);
+}
+
+/* ---- a forked child engine: region A from kvf_mem_alloc, region B from
+ * malloc; commands on a pipe: 'd' deregister A, 'f' free A, 'q' quit. */
+
+typedef struct {
+    pid_t pid;
+    int cmd, out;
+    char segment[128];
+    uint64_t a, b;
+} child_t;
+
+static void child_main(int cmd, int out)
+{
+    kvf_engine_params_t p = {0};
+    kvf_region_h ra, rb;
+    kvf_engine_h e;
+    void *a = NULL;
+    unsigned char *b;
+    char line[256], c;
+    struct pollfd pfd = {.fd = cmd, .events = POLLIN};
+
+    p.field_mask = KVF_ENGINE_PARAM_LISTEN | KVF_ENGINE_PARAM_TIMEOUT;
+    p.listen = "127.0.0.1:0";
+    p.timeout_ms = TIMEOUT;
+    b = malloc(POOL);
+    if (kvf_engine_create(&p, &e) != KVF_OK ||
+        kvf_mem_alloc(POOL, KVF_MEM_HOST, 0, &a) != KVF_OK || b == NULL) {
+        _exit(2);
+    }
+    kvf_test_pool_bytes(a, POOL, SEED);
+    kvf_test_pool_bytes(b, POOL, SEED + 1);
+    if (kvf_engine_reg(e, a, POOL, KVF_MEM_HOST, 0, &ra) != KVF_OK ||
+        kvf_engine_reg(e, b, POOL, KVF_MEM_HOST, 0, &rb) != KVF_OK) {
+        _exit(3);
+    }
+    snprintf(line, sizeof(line), "segment=%s a=0x%lx b=0x%lx\n",
+             kvf_engine_segment_name(e), (unsigned long)(uintptr_t)a,
+             (unsigned long)(uintptr_t)b);
+    if (write(out, line, strlen(line)) < 0) {
+        _exit(4);
+    }
+    while (poll(&pfd, 1, 60000) > 0 && read(cmd, &c, 1) == 1 && c != 'q') {
+        if (c == 'd') {
+            kvf_engine_dereg(e, ra);
+        } else if (c == 'f') {
+            kvf_mem_free(a);
+        }
+        if (write(out, "k", 1) != 1) {
+            break;
+        }
+    }
+    _exit(0);
+}
+
+static void child_start(child_t *ch)
+{
+    int cmd[2], out[2];
+    char line[256];
+    ssize_t n;
+
+    assert_int_equal(pipe(cmd), 0);
+    assert_int_equal(pipe(out), 0);
+    ch->pid = fork();
+    assert_true(ch->pid >= 0);
+    if (ch->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(cmd[1]);
+        close(out[0]);
+        child_main(cmd[0], out[1]);
+    }
+    close(cmd[0]);
+    close(out[1]);
+    ch->cmd = cmd[1];
+    ch->out = out[0];
+    n = read(ch->out, line, sizeof(line) - 1);
+    assert_true(n > 0);
+    line[n] = '\0';
+    assert_int_equal(sscanf(line, "segment=%127s a=0x%lx b=0x%lx", ch->segment,
+                            (unsigned long *)&ch->a, (unsigned long *)&ch->b),
+                     3);
+}
+
+static void child_cmd(child_t *ch, char c)
+{
+    char k = 0;
+
+    assert_int_equal(write(ch->cmd, &c, 1), 1);
+    assert_int_equal(read(ch->out, &k, 1), 1);
+    assert_int_equal(k, 'k');
+}
+
+static void child_stop(child_t *ch)
+{
+    int status = 0;
+
+    assert_int_equal(write(ch->cmd, "q", 1), 1);
+    close(ch->cmd);
+    close(ch->out);
+    assert_int_equal(waitpid(ch->pid, &status, 0), ch->pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_mem_alloc(void **state)
+{
+    baseline_t b;
+    void *p = NULL;
+    long n0, n1;
+    uint64_t bytes;
+
+    (void)state;
+    baseline_take(&b);
+    assert_int_equal(kvf_mem_alloc(0, KVF_MEM_HOST, 0, &p),
+                     KVF_ERR_INVALID_PARAM);
+    assert_int_equal(kvf_mem_alloc(4096, KVF_MEM_PINNED, 0, &p),
+                     KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_mem_alloc(4096, KVF_MEM_CUDA, 0, &p),
+                     KVF_ERR_UNAVAILABLE);
+    kvf_shm_mem_stats(&n0, &bytes);
+    assert_int_equal(kvf_mem_alloc(3 << 20, KVF_MEM_HOST, 0, &p), KVF_OK);
+    kvf_shm_mem_stats(&n1, &bytes);
+    assert_int_equal(n1, n0 + 1);
+    assert_true(bytes >= (3u << 20));
+    memset(p, 0x5a, 3 << 20);
+    assert_true(memfd_maps() > b.maps0);
+    kvf_mem_free(p);
+    kvf_mem_free(&n0); /* not ours: warns, frees nothing */
+    kvf_shm_mem_stats(&n1, &bytes);
+    assert_int_equal(n1, n0);
+    baseline_check(&b);
+}
+
+static void check_choice(const char *target_transports,
+                         const char *init_transports, const char *want)
+{
+    kvf_test_target_t t;
+    unsigned char *local = malloc(POOL), *expect = malloc(POOL);
+    kvf_engine_h e;
+    kvf_peer_h peer;
+    kvf_region_h r;
+    baseline_t b;
+
+    baseline_take(&b);
+    assert_int_equal(
+        kvf_test_target_start(&t, POOL, SEED,
+                              target_transports ? "--transports" : NULL,
+                              target_transports),
+        0);
+    kvf_test_pool_bytes(expect, POOL, SEED);
+    e = initiator(init_transports);
+    assert_int_equal(kvf_engine_reg(e, local, POOL, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(e, t.segment, &peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(peer), want);
+    round_trip(e, peer, local, t.pool_addr, expect, 5);
+    kvf_peer_close(peer);
+    assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
+    kvf_engine_destroy(e);
+    assert_int_equal(kvf_test_target_stop(&t), 0);
+    free(local);
+    free(expect);
+    baseline_check(&b);
+}
+
+static void test_same_host_is_shm(void **state)
+{
+    (void)state;
+    check_choice(NULL, NULL, "shm");
+}
+
+static void test_forced_tcp_env(void **state)
+{
+    kvf_test_target_t t;
+    kvf_engine_h e;
+    kvf_peer_h peer;
+
+    (void)state;
+    /* the target offers shm; the initiator is told tcp through the env */
+    assert_int_equal(kvf_test_target_start(&t, POOL, SEED, NULL, NULL), 0);
+    setenv("KVF_TRANSPORTS", "tcp", 1);
+    e = initiator(NULL);
+    unsetenv("KVF_TRANSPORTS");
+    assert_int_equal(kvf_peer_open(e, t.segment, &peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(peer), "tcp");
+    kvf_peer_close(peer);
+    kvf_engine_destroy(e);
+    assert_int_equal(kvf_test_target_stop(&t), 0);
+}
+
+static void test_forced_tcp_param(void **state)
+{
+    (void)state;
+    check_choice(NULL, "tcp", "tcp");
+}
+
+static void test_target_without_shm(void **state)
+{
+    (void)state;
+    check_choice("tcp", NULL, "tcp");
+}
+
+static void test_shm_listed_first(void **state)
+{
+    (void)state;
+    check_choice(NULL, "shm,tcp", "shm");
+}
+
+/* A target that sees another boot id (its own mount namespace with a
+ * file bound over /proc/sys/kernel/random/boot_id): its host identity
+ * differs, shm must be refused and tcp taken. Needs root. */
+static void test_other_host_id_falls_back(void **state)
+{
+    const char *bin = getenv("KVF_BIN");
+    char cmd[1024], line[256], seg[128];
+    kvf_engine_h e;
+    kvf_peer_h peer;
+    FILE *f;
+    int fds[2];
+    pid_t pid;
+
+    (void)state;
+    if (geteuid() != 0 || bin == NULL ||
+        system("unshare --mount true 2>/dev/null") != 0) {
+        skip();
+    }
+    snprintf(
+        cmd, sizeof(cmd),
+        "echo 00000000-1111-2222-3333-444444444444 > /tmp/kvf-fake-boot-%d"
+        " && exec unshare --mount sh -c 'mount --bind /tmp/kvf-fake-boot-%d"
+        " /proc/sys/kernel/random/boot_id && exec %s target --listen "
+        "127.0.0.1:0 --pool 8M'",
+        (int)getpid(), (int)getpid(), bin);
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    f = fdopen(fds[0], "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    assert_int_equal(sscanf(line, "segment=%127s", seg), 1);
+    e = initiator(NULL);
+    assert_int_equal(kvf_peer_open(e, seg, &peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(peer), "tcp");
+    kvf_peer_close(peer);
+    kvf_engine_destroy(e);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    snprintf(cmd, sizeof(cmd), "/tmp/kvf-fake-boot-%d", (int)getpid());
+    unlink(cmd);
+}
+
+static kvf_status_t noop_access(void *arg, uint64_t addr, uint64_t len,
+                                kvf_tl_mem_t *mem_p)
+{
+    (void)arg;
+    (void)addr;
+    (void)len;
+    (void)mem_p;
+    return KVF_ERR_OUT_OF_BOUNDS;
+}
+
+static void noop_lock(void *arg)
+{
+    (void)arg;
+}
+
+/* ep_open refuses what it cannot prove: malformed addresses, another
+ * host identity, a nonce nobody listens on. */
+static void test_ep_open_refusals(void **state)
+{
+    kvf_tl_config_t cfg = {
+        .conns = 1, .timeout_ms = 1000, .chunk_bytes = 1 << 20, .no_listen = 1};
+    kvf_tl_target_t tgt = {
+        .access = noop_access, .acquire = noop_lock, .release = noop_lock};
+    kvf_tl_iface_t *iface;
+    kvf_tl_ep_t *ep;
+    baseline_t b;
+    char addr[128];
+    const char *own;
+
+    (void)state;
+    baseline_take(&b);
+    cfg.no_listen = 0;
+    assert_int_equal(kvf_shm_ops.iface_open(&cfg, &tgt, &iface), KVF_OK);
+    own = kvf_shm_ops.iface_address(iface);
+    assert_non_null(own);
+    assert_int_equal(strlen(own), 4 + 16 + 1 + 32);
+    assert_int_equal(kvf_shm_ops.ep_open(iface, "garbage", &ep),
+                     KVF_ERR_INVALID_PARAM);
+    /* another host id, same nonce */
+    snprintf(addr, sizeof(addr), "%s", own);
+    addr[4] = (addr[4] == '0') ? '1' : '0';
+    assert_int_equal(kvf_shm_ops.ep_open(iface, addr, &ep),
+                     KVF_ERR_UNAVAILABLE);
+    /* our host id, a nonce nobody serves */
+    snprintf(addr, sizeof(addr), "%s", own);
+    addr[30] = (addr[30] == '0') ? '1' : '0';
+    assert_int_equal(kvf_shm_ops.ep_open(iface, addr, &ep), KVF_ERR_CONNECT);
+    /* the real one: the handshake and the probe pass */
+    assert_int_equal(kvf_shm_ops.ep_open(iface, own, &ep), KVF_OK);
+    kvf_shm_ops.ep_close(ep);
+    kvf_shm_ops.iface_close(iface);
+    baseline_check(&b);
+}
+
+static void test_out_of_bounds(void **state)
+{
+    kvf_test_target_t t;
+    unsigned char *local = malloc(POOL), *expect = malloc(POOL);
+    kvf_status_t st[5];
+    kvf_op_t ops[5];
+    kvf_engine_h e;
+    kvf_peer_h peer;
+    kvf_region_h r;
+    baseline_t b;
+    double secs = 0;
+
+    (void)state;
+    baseline_take(&b);
+    assert_int_equal(kvf_test_target_start(&t, POOL, SEED, NULL, NULL), 0);
+    kvf_test_pool_bytes(expect, POOL, SEED);
+    e = initiator(NULL);
+    assert_int_equal(kvf_engine_reg(e, local, POOL, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(e, t.segment, &peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(peer), "shm");
+    ops[0] = (kvf_op_t){KVF_OP_READ, local, peer, t.pool_addr, BS};
+    ops[1] = (kvf_op_t){KVF_OP_READ, local + BS, peer,
+                        t.pool_addr + POOL - 4096, BS}; /* straddles end */
+    ops[2] = (kvf_op_t){KVF_OP_READ, local + 2 * BS, peer, t.pool_addr - BS,
+                        BS}; /* before the pool */
+    ops[3] = (kvf_op_t){KVF_OP_READ, local + 3 * BS, peer, 4096, BS};
+    ops[4] = (kvf_op_t){KVF_OP_READ, local + 4 * BS, peer,
+                        t.pool_addr + POOL - BS, BS};
+    assert_int_equal(run(e, ops, 5, st), KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st[0], KVF_OK);
+    assert_int_equal(st[1], KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st[2], KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st[3], KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st[4], KVF_OK);
+    assert_memory_equal(local, expect, BS);
+    assert_memory_equal(local + 4 * BS, expect + POOL - BS, BS);
+    /* the same as WRITEs: refused, nothing written past the pool */
+    ops[1].type = ops[2].type = ops[3].type = KVF_OP_WRITE;
+    assert_int_equal(run(e, ops + 1, 3, st), KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st[0], KVF_ERR_OUT_OF_BOUNDS);
+    /* a whole-pool link test passes, one byte more is refused */
+    assert_int_equal(
+        kvf_peer_link_test(peer, KVF_OP_READ, local, t.pool_addr, POOL, &secs),
+        KVF_OK);
+    assert_true(secs > 0);
+    assert_memory_equal(local, expect, POOL);
+    assert_int_equal(kvf_peer_link_test(peer, KVF_OP_READ, local,
+                                        t.pool_addr + 1, POOL, &secs),
+                     KVF_ERR_OUT_OF_BOUNDS);
+    /* and the target still serves */
+    round_trip(e, peer, local, t.pool_addr, expect, 9);
+    kvf_peer_close(peer);
+    assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
+    kvf_engine_destroy(e);
+    assert_int_equal(kvf_test_target_stop(&t), 0);
+    free(local);
+    free(expect);
+    baseline_check(&b);
+}
+
+/* Region B is plain malloc memory: the target moves it itself through
+ * the staging buffer. Then A is deregistered (access refused) and freed
+ * (the initiator's mapping of it goes away). */
+static void test_staged_dereg_free(void **state)
+{
+    unsigned char *local = malloc(POOL), *expect = malloc(POOL);
+    kvf_status_t st[2];
+    kvf_engine_h e;
+    kvf_peer_h peer;
+    kvf_region_h r;
+    baseline_t b;
+    child_t ch;
+    kvf_op_t ops[2];
+    int i, maps;
+
+    (void)state;
+    baseline_take(&b);
+    child_start(&ch);
+    e = initiator(NULL);
+    assert_int_equal(kvf_engine_reg(e, local, POOL, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(e, ch.segment, &peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(peer), "shm");
+    kvf_test_pool_bytes(expect, POOL, SEED + 1);
+    round_trip(e, peer, local, ch.b, expect, 3); /* staged */
+    assert_int_equal(memfd_maps(), b.maps0);     /* B is never mapped */
+    kvf_test_pool_bytes(expect, POOL, SEED);
+    round_trip(e, peer, local, ch.a, expect, 4); /* mapped */
+    assert_true(memfd_maps() > b.maps0);
+    /* a batch spanning both regions */
+    ops[0] = (kvf_op_t){KVF_OP_READ, local, peer, ch.a + BS, 3 * BS};
+    ops[1] = (kvf_op_t){KVF_OP_READ, local + 3 * BS, peer, ch.b, 3 * BS};
+    assert_int_equal(run(e, ops, 2, st), KVF_OK);
+
+    child_cmd(&ch, 'd'); /* deregister A */
+    ops[0].type = KVF_OP_WRITE;
+    assert_int_equal(run(e, ops, 2, st), KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st[0], KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(st[1], KVF_OK);
+    child_cmd(&ch, 'f'); /* free A: the next transfer learns it */
+    assert_int_equal(run(e, ops + 1, 1, st), KVF_OK);
+    for (i = 0, maps = -1; i < 50; i++) {
+        maps = memfd_maps();
+        if (maps == b.maps0) {
+            break;
+        }
+        usleep(100000);
+    }
+    assert_int_equal(maps, b.maps0);
+
+    kvf_peer_close(peer);
+    assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
+    kvf_engine_destroy(e);
+    child_stop(&ch);
+    free(local);
+    free(expect);
+    baseline_check(&b);
+}
+
+static void test_dead_target(void **state)
+{
+    kvf_test_target_t t;
+    unsigned char *local = malloc(POOL);
+    kvf_engine_h e;
+    kvf_peer_h peer;
+    kvf_region_h r;
+    baseline_t b;
+    kvf_op_t op;
+    kvf_status_t status;
+    double t0, t1;
+    int wst;
+
+    (void)state;
+    baseline_take(&b);
+    assert_int_equal(kvf_test_target_start(&t, POOL, SEED, NULL, NULL), 0);
+    e = initiator(NULL);
+    assert_int_equal(kvf_engine_reg(e, local, POOL, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(e, t.segment, &peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(peer), "shm");
+    op = (kvf_op_t){KVF_OP_WRITE, local, peer, t.pool_addr, POOL};
+    assert_int_equal(run(e, &op, 1, NULL), KVF_OK);
+    kill(t.pid, SIGKILL);
+    waitpid(t.pid, &wst, 0);
+    t.pid = 0;
+    t0 = now_s();
+    status = run(e, &op, 1, NULL);
+    t1 = now_s();
+    assert_true(status != KVF_OK && status != KVF_ERR_TIMEOUT);
+    assert_true(t1 - t0 < TIMEOUT / 1000.0 + 1.0);
+    op.type = KVF_OP_READ;
+    assert_true(run(e, &op, 1, NULL) != KVF_OK);
+    kvf_peer_close(peer);
+    assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
+    kvf_engine_destroy(e);
+    free(local);
+    baseline_check(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mem_alloc),
+        cmocka_unit_test(test_same_host_is_shm),
+        cmocka_unit_test(test_forced_tcp_env),
+        cmocka_unit_test(test_forced_tcp_param),
+        cmocka_unit_test(test_target_without_shm),
+        cmocka_unit_test(test_shm_listed_first),
+        cmocka_unit_test(test_other_host_id_falls_back),
+        cmocka_unit_test(test_ep_open_refusals),
+        cmocka_unit_test(test_out_of_bounds),
+        cmocka_unit_test(test_staged_dereg_free),
+        cmocka_unit_test(test_dead_target),
+    };
+
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

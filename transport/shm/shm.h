@@ -1,0 +1,282 @@
+/*
+ * shm transport, private: the protocol on the local channel and the
+ * structures shared by the target side (shm_server.c), the initiator side
+ * (shm_lease.c: connections and leases, shm_ep.c: the ep and its
+ * workers), the ops and side channels (shm_ops.c) and the socket and
+ * identity helpers (shm_sock.c). See shm_ops.c for the design and the
+ * measurements behind it.
+ *
+ * Local channel: a unix stream socket in the abstract namespace, named
+ * after a 128-bit random nonce, so it is reachable only from the same
+ * network namespace of the same kernel. The iface address published in
+ * the segment descriptor is "shm:<host id, 16 hex>:<nonce, 32 hex>".
+ *
+ * Frames are core/wire.h headers plus metadata; no payload travels on
+ * the socket. File descriptors ride along as SCM_RIGHTS.
+ *
+ *   HELLO       i->t  u32 version, 16-byte nonce, u64 host id
+ *   HELLO_ACK   t->i  u32 pid, u64 epoch; the probe memfd attached, whose
+ *                     first page holds "KVFSHM1", the nonce, the host id
+ *   BEGIN       i->t  flags = op type; count x {u64 addr, u64 len}. The
+ *                     target checks every entry under its region read
+ *                     lock (acquire), held while any lease of the
+ *                     connection is open: this opens a *lease*. Up to
+ *                     KVF_SHM_PIPE leases may be open (pipelining)
+ *   GRANT       t->i  u64 epoch, u32 left_ms (validity left: the lease
+ *                     is revoked that long after this reply), u32 nallocs,
+ *                     u32 nexc, nallocs x {u64 id, u64 base, u64 len},
+ *                     nexc x {u32 index, i32 status}:
+ *                     entries not listed lie in one of the allocations;
+ *                     status KVF_INPROGRESS = registered but not
+ *                     shareable by fd (go through STAGE), else refused
+ *   MAP         i->t  (in a lease) u64 id of a granted allocation
+ *   MAP_ACK     t->i  u64 id, base, len; its memfd attached
+ *   STAGE_SETUP i->t  the initiator's staging memfd attached
+ *   STAGE       i->t  flags = op type; entries moved by the target itself
+ *                     between its memory and the staging buffer, in order
+ *   END         i->t  closes the oldest open lease; no reply. A lease
+ *                     past its time is revoked and its connection closed;
+ *                     the initiator counts a lease valid when its copy
+ *                     ended before left_ms (own clock, counted from before
+ *                     BEGIN) and the connection shows no hang-up after
+ *   SYNC        i->t  count x u64 ids the initiator maps; SYNC_ACK lists
+ *                     the ones released since (u64 epoch first)
+ *   SUM         i->t  entries; SUM_ACK count x u64 checksums
+ */
+#ifndef KVF_SHM_H
+#define KVF_SHM_H
+
+#include "transport/transport.h"
+#include "transport/shm/shm_mem.h"
+
+#include <pthread.h>
+
+enum kvf_shm_msg {
+    KVF_SHM_HELLO = 1,
+    KVF_SHM_HELLO_ACK = 2,
+    KVF_SHM_BEGIN = 3,
+    KVF_SHM_GRANT = 4,
+    KVF_SHM_MAP = 5,
+    KVF_SHM_MAP_ACK = 6,
+    KVF_SHM_STAGE_SETUP = 7,
+    KVF_SHM_STAGE_SETUP_ACK = 8,
+    KVF_SHM_STAGE = 9,
+    KVF_SHM_STAGE_ACK = 10,
+    KVF_SHM_END = 11,
+    KVF_SHM_SYNC = 13,
+    KVF_SHM_SYNC_ACK = 14,
+    KVF_SHM_SUM = 15,
+    KVF_SHM_SUM_ACK = 16
+};
+
+#define KVF_SHM_PROTO       1
+#define KVF_SHM_NONCE_LEN   16
+#define KVF_SHM_ENTRY_LEN   16
+#define KVF_SHM_EXC_LEN     8
+#define KVF_SHM_ALLOC_LEN   24
+#define KVF_SHM_PROBE_MAGIC "KVFSHM1"
+#define KVF_SHM_PROBE_LEN   4096
+#define KVF_SHM_STAGE_LEN   (4u << 20) /* staging buffer per connection */
+#define KVF_SHM_LEASE_BYTES (8u << 20) /* a lease covers at most this */
+#define KVF_SHM_LEASE_SEGS  4096       /* ... and this many entries */
+#define KVF_SHM_STREAM_MIN  (1u << 20) /* leases from this size stream */
+#define KVF_SHM_ENTRIES_MAX 65536      /* per message */
+#define KVF_SHM_LEASE_ALLOCS                                                   \
+    64 /* distinct allocations a lease                                         \
+          may grant; more go by STAGE */
+#define KVF_SHM_ADDR_MAX 64
+
+/* Growable scratch buffer. */
+typedef struct kvf_shm_buf {
+    unsigned char *p;
+    size_t cap;
+} kvf_shm_buf_t;
+
+kvf_status_t kvf_shm_buf_reserve(kvf_shm_buf_t *b, size_t len);
+void kvf_shm_buf_free(kvf_shm_buf_t *b);
+
+/* ---- identity and sockets (shm_sock.c) -------------------------------- */
+
+/* Hash of (boot id, network namespace): equal on both sides is required
+ * before trying shm, never sufficient (the handshake decides). */
+uint64_t kvf_shm_host_id(void);
+kvf_status_t kvf_shm_nonce(unsigned char nonce[KVF_SHM_NONCE_LEN]);
+void kvf_shm_format_address(char *out, size_t outlen, uint64_t host_id,
+                            const unsigned char nonce[KVF_SHM_NONCE_LEN]);
+kvf_status_t kvf_shm_parse_address(const char *addr, uint64_t *host_id_p,
+                                   unsigned char nonce[KVF_SHM_NONCE_LEN]);
+
+kvf_status_t kvf_shm_listen(const unsigned char nonce[KVF_SHM_NONCE_LEN],
+                            int *fd_p);
+kvf_status_t kvf_shm_connect(const unsigned char nonce[KVF_SHM_NONCE_LEN],
+                             uint64_t deadline_ms, int *fd_p);
+
+/* Sends one frame (header + meta), pass_fd attached when >= 0. */
+kvf_status_t kvf_shm_send(int fd, uint8_t type, uint16_t flags,
+                          kvf_status_t status, const void *meta,
+                          uint32_t meta_len, uint32_t count, int pass_fd,
+                          uint64_t deadline_ms);
+/* Receives one frame: header into *hdr, meta into buf (grown), and a
+ * passed fd into *rfd_p (-1 when none; any fd is closed when rfd_p is
+ * NULL). Frames with payload or oversized metadata: KVF_ERR_PROTOCOL. */
+kvf_status_t kvf_shm_recv(int fd, kvf_frame_hdr_t *hdr, kvf_shm_buf_t *buf,
+                          int *rfd_p, uint64_t deadline_ms);
+
+void kvf_shm_put32(unsigned char *p, uint32_t v);
+void kvf_shm_put64(unsigned char *p, uint64_t v);
+uint32_t kvf_shm_get32(const unsigned char *p);
+uint64_t kvf_shm_get64(const unsigned char *p);
+
+/* memcpy when both sides are host memory; through transport/cuda when
+ * one side lies in a registered GPU region. */
+kvf_status_t kvf_shm_copy(void *dst, const void *src, size_t len);
+/* The same with non-temporal stores (large leases); kvf_shm_fence()
+ * orders them before anything that follows. */
+kvf_status_t kvf_shm_copy_stream(void *dst, const void *src, size_t len);
+void kvf_shm_fence(void);
+
+/* ---- iface (target side) ---------------------------------------------- */
+
+typedef struct kvf_shm_server kvf_shm_server_t;
+
+struct kvf_tl_iface {
+    kvf_tl_config_t cfg;
+    kvf_tl_target_t target;
+    uint64_t host_id;
+    unsigned char nonce[KVF_SHM_NONCE_LEN];
+    char address[KVF_SHM_ADDR_MAX];
+    kvf_shm_server_t *server; /* NULL when no_listen */
+};
+
+kvf_status_t kvf_shm_server_start(kvf_tl_iface_t *iface);
+void kvf_shm_server_stop(kvf_tl_iface_t *iface);
+
+/* ---- ep (initiator side) ---------------------------------------------- */
+
+/* A target allocation mapped into this process. */
+typedef struct kvf_shm_map {
+    uint64_t id;
+    uint64_t base; /* in the target */
+    uint64_t len;
+    unsigned char *ptr;
+} kvf_shm_map_t;
+
+typedef struct kvf_shm_lease kvf_shm_lease_t;
+
+/* A reply a connection still expects: replies come in request order. */
+typedef struct kvf_shm_expect {
+    uint8_t type;
+    kvf_shm_lease_t *lease;
+} kvf_shm_expect_t;
+
+#define KVF_SHM_EXPECT_MAX 16
+#define KVF_SHM_PIPE       2 /* leases per worker: copying, being granted */
+
+/* One connection: HELLO done, optional staging buffer, replies owed. */
+typedef struct kvf_shm_conn {
+    int fd;
+    unsigned char *stage; /* KVF_SHM_STAGE_LEN, shared with the target */
+    kvf_shm_buf_t meta;
+    kvf_shm_buf_t reply;
+    kvf_shm_expect_t expect[KVF_SHM_EXPECT_MAX];
+    unsigned ehead, ecount;
+} kvf_shm_conn_t;
+
+enum kvf_shm_lease_state {
+    KVF_SHM_L_FREE = 0,
+    KVF_SHM_L_BEGUN,   /* BEGIN sent */
+    KVF_SHM_L_GRANTED, /* GRANT read: copy, then END */
+    KVF_SHM_L_DONE     /* ended (or failed): results final */
+};
+
+/* A lease: entries (non-empty segments) of one type, the requests they
+ * come from, and the target's verdicts. */
+struct kvf_shm_lease {
+    int state;
+    kvf_op_type_t type;
+    kvf_status_t end_status; /* KVF_OK: the lease was valid to its end */
+    uint64_t begin_ms;       /* own clock, just before BEGIN was sent */
+    uint64_t valid_until_ms; /* begin_ms + the GRANT's left_ms */
+    kvf_tl_req_t **reqs;
+    size_t nreqs, reqs_cap;
+    size_t n, cap;
+    void **local;
+    uint64_t *remote;
+    uint64_t *lens;
+    kvf_status_t *st;   /* result per entry */
+    kvf_status_t *excs; /* verdict per entry (see lease_prepare) */
+    unsigned char **ptrs;
+    uint32_t *owner; /* request index of each entry */
+    uint32_t *segi;  /* segment index in that request */
+    size_t *staged;
+    uint64_t bytes;
+    unsigned nallocs;
+    uint64_t ids[KVF_SHM_LEASE_ALLOCS];
+    uint64_t bases[KVF_SHM_LEASE_ALLOCS];
+    uint64_t alens[KVF_SHM_LEASE_ALLOCS];
+};
+
+typedef struct kvf_shm_worker kvf_shm_worker_t;
+
+struct kvf_tl_ep {
+    kvf_tl_iface_t *iface;
+    unsigned char nonce[KVF_SHM_NONCE_LEN];
+    unsigned timeout_ms;
+    /* request queue shared by the workers */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    kvf_tl_req_t *head, *tail;
+    int stop;
+    unsigned nworkers;
+    kvf_shm_worker_t *workers;
+    /* target allocations mapped here; read-held while copying */
+    pthread_rwlock_t map_lock;
+    kvf_shm_map_t *maps;
+    size_t nmaps, maps_cap;
+    uint64_t down_until; /* after a connection failure: fail fast */
+    uint64_t epoch_seen; /* target's release epoch at the last SYNC */
+    int need_sync;       /* a GRANT showed another epoch */
+};
+
+kvf_status_t kvf_shm_ep_open(kvf_tl_iface_t *iface, const char *address,
+                             kvf_tl_ep_t **ep_p);
+void kvf_shm_ep_close(kvf_tl_ep_t *ep);
+kvf_status_t kvf_shm_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
+
+/* ---- connections and leases (shm_lease.c) ------------------------------ */
+
+kvf_status_t kvf_shm_conn_open(kvf_tl_ep_t *ep, kvf_shm_conn_t *c);
+void kvf_shm_conn_close(kvf_shm_conn_t *c);
+void kvf_shm_conn_free(kvf_shm_conn_t *c);
+
+kvf_status_t kvf_shm_lease_reserve(kvf_shm_lease_t *l, size_t n);
+void kvf_shm_lease_free(kvf_shm_lease_t *l);
+
+/* Sends BEGIN for the lease's n entries (state BEGUN). */
+kvf_status_t kvf_shm_post_begin(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                kvf_shm_lease_t *l);
+/* Sends END and decides whether the lease held to the end of the copy
+ * (state DONE, end_status). */
+kvf_status_t kvf_shm_post_end(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                              kvf_shm_lease_t *l);
+/* Reads replies in order, handling the GRANT (-> GRANTED) of any lease,
+ * until one of type `want` (its header in *h,
+ * its fd in *rfd, its metadata in c->reply); want 0 = one reply. An
+ * error means the connection is lost. */
+kvf_status_t kvf_shm_pump(kvf_tl_ep_t *ep, kvf_shm_conn_t *c, uint8_t want,
+                          kvf_frame_hdr_t *h, int *rfd);
+/* For a GRANTED lease: maps what it needs (MAP), then sets excs[i]:
+ * KVF_OK with ptrs[i] = local view of the entry, KVF_INPROGRESS = moved
+ * by the target (STAGE), or the refusal. */
+kvf_status_t kvf_shm_lease_prepare(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                   kvf_shm_lease_t *l);
+/* Copies the mapped entries (streaming stores when stream) and moves the
+ * staged ones; results in st[]. Connection errors are returned. */
+kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                kvf_shm_lease_t *l, int stream);
+/* SYNC: unmaps allocations the target released. Nothing else in flight. */
+kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c);
+/* Unmaps everything (target gone, ep closing). */
+void kvf_shm_drop_maps(kvf_tl_ep_t *ep);
+
+#endif

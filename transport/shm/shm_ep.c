@@ -1,0 +1,539 @@
+/*
+ * shm transport, initiator side: the ep and its workers.
+ *
+ * An ep has a few worker threads (the engine's conns, at most one per
+ * online CPU), each with its own connection to the target, sharing one
+ * request queue. A worker gathers queued requests of one type into a
+ * lease (up to KVF_SHM_LEASE_BYTES / KVF_SHM_LEASE_SEGS) and pipelines
+ * leases on its connection (shm_lease.c):
+ *
+ *     BEGIN(n+1)  copy(n)  END(n)  GRANT(n+1)  BEGIN(n+2)  copy(n+1) ...
+ *
+ * so the target's checks of the next lease overlap the current copy; a
+ * lease's requests complete as soon as its copy is over and it is known
+ * to have held (shm_lease.c). Large leases copy with streaming stores.
+ *
+ * Failures: a lost connection fails every lease in flight on it; for one
+ * timeout afterwards, new leases fail at once (a frozen target costs one
+ * timeout, not one per lease), then the next one reconnects. When the
+ * target is gone, its mappings are dropped. While idle, worker 0 asks
+ * every second which mapped allocations the target released (SYNC).
+ */
+#include "transport/shm/shm.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#define KVF_SHM_IDLE_SYNC_MS 1000
+
+struct kvf_shm_worker {
+    kvf_tl_ep_t *ep;
+    unsigned index;
+    pthread_t thread;
+    kvf_shm_conn_t conn;
+    kvf_shm_lease_t lease[KVF_SHM_PIPE];
+    uint64_t last_active_ms;
+    /* where the time goes (logged at debug level when the ep closes) */
+    uint64_t leases, bytes, ns_wait, ns_copy;
+};
+
+/* After a connection failure, leases fail at once for one timeout
+ * instead of each waiting a timeout on a dead or frozen target. */
+static void kvf_shm_mark_down(kvf_tl_ep_t *ep)
+{
+    __atomic_store_n(&ep->down_until, kvf_time_ms() + ep->timeout_ms,
+                     __ATOMIC_RELAXED);
+}
+
+static int kvf_shm_is_down(kvf_tl_ep_t *ep)
+{
+    return kvf_time_ms() < __atomic_load_n(&ep->down_until, __ATOMIC_RELAXED);
+}
+
+/* Completes the requests of a DONE lease and frees its slot. */
+static void kvf_shm_lease_finish(kvf_shm_lease_t *l)
+{
+    kvf_tl_req_t *q;
+    size_t r, s;
+
+    for (r = 0; r < l->nreqs; r++) {
+        q = l->reqs[r];
+        q->status = KVF_OK;
+        if (q->seg_status != NULL) {
+            for (s = 0; s < q->nsegs; s++) {
+                q->seg_status[s] = KVF_OK;
+            }
+        }
+    }
+    for (s = 0; s < l->n; s++) {
+        kvf_status_t st = l->st[s];
+
+        if (st == KVF_OK && l->end_status != KVF_OK) {
+            st = l->end_status; /* revoked or lost: nothing counts */
+        }
+        if (st != KVF_OK) {
+            q = l->reqs[l->owner[s]];
+            if (q->status == KVF_OK) {
+                q->status = st;
+            }
+            if (q->seg_status != NULL) {
+                q->seg_status[l->segi[s]] = st;
+            }
+        }
+    }
+    for (r = 0; r < l->nreqs; r++) {
+        q = l->reqs[r];
+        if (q->status == KVF_OK) {
+            KVF_TL_COUNT(bytes, q->bytes);
+        } else {
+            KVF_TL_COUNT(errors, 1);
+        }
+        q->complete(q);
+    }
+    l->nreqs = 0;
+    l->n = 0;
+    l->state = KVF_SHM_L_FREE;
+}
+
+static void kvf_shm_finish_done(kvf_shm_worker_t *w)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_SHM_PIPE; i++) {
+        if (w->lease[i].state == KVF_SHM_L_DONE) {
+            kvf_shm_lease_finish(&w->lease[i]);
+        }
+    }
+}
+
+/* The connection is lost: every lease in flight fails with status. */
+static void kvf_shm_fail_all(kvf_shm_worker_t *w, kvf_status_t status)
+{
+    unsigned i;
+    size_t s;
+
+    kvf_log_rl(KVF_LOG_ERROR, "shm: connection to the target lost: %s",
+               kvf_status_str(status));
+    kvf_shm_conn_close(&w->conn);
+    kvf_shm_mark_down(w->ep);
+    for (i = 0; i < KVF_SHM_PIPE; i++) {
+        kvf_shm_lease_t *l = &w->lease[i];
+
+        if (l->state == KVF_SHM_L_FREE) {
+            continue;
+        }
+        if (l->state == KVF_SHM_L_BEGUN || l->state == KVF_SHM_L_GRANTED) {
+            for (s = 0; s < l->n; s++) {
+                l->st[s] = status;
+            }
+        }
+        l->end_status = status;
+        l->state = KVF_SHM_L_DONE;
+    }
+    kvf_shm_finish_done(w);
+}
+
+static kvf_shm_lease_t *kvf_shm_slot(kvf_shm_worker_t *w, int state)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_SHM_PIPE; i++) {
+        if (w->lease[i].state == state) {
+            return &w->lease[i];
+        }
+    }
+    return NULL;
+}
+
+static int kvf_shm_in_flight(kvf_shm_worker_t *w)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_SHM_PIPE; i++) {
+        if (w->lease[i].state != KVF_SHM_L_FREE) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Moves queued requests of one type into lease l; 0 when none. Requests
+ * canceled meanwhile complete at once. */
+static size_t kvf_shm_take(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
+{
+    kvf_tl_ep_t *ep = w->ep;
+    kvf_tl_req_t *q, *canceled = NULL;
+    uint64_t bytes = 0;
+    size_t segs = 0, r, s, n;
+
+    l->nreqs = 0;
+    pthread_mutex_lock(&ep->lock);
+    while (!ep->stop && (q = ep->head) != NULL) {
+        if (l->nreqs > 0 &&
+            (q->type != l->type || bytes + q->bytes > KVF_SHM_LEASE_BYTES ||
+             segs + q->nsegs > KVF_SHM_LEASE_SEGS)) {
+            break;
+        }
+        if (l->nreqs == l->reqs_cap) {
+            size_t cap = l->reqs_cap ? l->reqs_cap * 2 : 64;
+            kvf_tl_req_t **p = kvf_realloc(l->reqs, cap * sizeof(*p));
+
+            if (p == NULL) {
+                break;
+            }
+            l->reqs = p;
+            l->reqs_cap = cap;
+        }
+        ep->head = q->next;
+        if (ep->head == NULL) {
+            ep->tail = NULL;
+        }
+        q->next = NULL;
+        if (q->cancel != NULL && __atomic_load_n(q->cancel, __ATOMIC_ACQUIRE)) {
+            q->next = canceled;
+            canceled = q;
+            continue;
+        }
+        if (l->nreqs == 0) {
+            l->type = q->type;
+        }
+        l->reqs[l->nreqs++] = q;
+        bytes += q->bytes;
+        segs += q->nsegs;
+    }
+    if (ep->head != NULL) {
+        pthread_cond_signal(&ep->cond); /* more for another worker */
+    }
+    pthread_mutex_unlock(&ep->lock);
+    while ((q = canceled) != NULL) {
+        canceled = q->next;
+        kvf_tl_req_fail(q, KVF_ERR_CANCELED);
+    }
+    if (l->nreqs == 0) {
+        return 0;
+    }
+    if (kvf_shm_lease_reserve(l, segs) != KVF_OK) {
+        for (r = 0; r < l->nreqs; r++) {
+            kvf_tl_req_fail(l->reqs[r], KVF_ERR_NO_MEMORY);
+        }
+        l->nreqs = 0;
+        return 0;
+    }
+    for (r = 0, n = 0; r < l->nreqs; r++) {
+        q = l->reqs[r];
+        for (s = 0; s < q->nsegs; s++) {
+            if (q->segs[s].len == 0) {
+                continue;
+            }
+            l->local[n] = q->segs[s].local;
+            l->remote[n] = q->segs[s].remote;
+            l->lens[n] = q->segs[s].len;
+            l->st[n] = KVF_ERR_INTERNAL;
+            l->owner[n] = (uint32_t)r;
+            l->segi[n] = (uint32_t)s;
+            n++;
+        }
+    }
+    l->n = n;
+    l->bytes = bytes;
+    return l->nreqs;
+}
+
+/* Sends a taken lease's BEGIN, or fails it at once. */
+static void kvf_shm_start(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
+{
+    kvf_status_t st = KVF_OK;
+    size_t s;
+
+    if (l->n == 0 || l->n > KVF_SHM_ENTRIES_MAX) {
+        /* only empty segments, or more than one message holds */
+        st = (l->n == 0) ? KVF_OK : KVF_ERR_MSG_TOO_LARGE;
+    } else if (kvf_shm_is_down(w->ep)) {
+        st = KVF_ERR_PEER_UNREACHABLE;
+    } else if (w->conn.fd < 0 && kvf_shm_conn_open(w->ep, &w->conn) != KVF_OK) {
+        kvf_log_rl(KVF_LOG_ERROR, "shm: target unreachable");
+        kvf_shm_mark_down(w->ep);
+        kvf_shm_drop_maps(w->ep); /* it is gone: release its pages */
+        st = KVF_ERR_PEER_UNREACHABLE;
+    } else {
+        st = kvf_shm_post_begin(w->ep, &w->conn, l);
+        if (st == KVF_OK) {
+            return;
+        }
+        l->state = KVF_SHM_L_FREE;
+        kvf_shm_fail_all(w, st);
+    }
+    for (s = 0; s < l->n; s++) {
+        l->st[s] = st;
+    }
+    l->end_status = st;
+    l->state = KVF_SHM_L_DONE;
+    kvf_shm_lease_finish(l);
+}
+
+/* Copies a granted lease and ends it; the next lease (if any) was begun
+ * already, so its grant travels meanwhile. */
+static void kvf_shm_run(kvf_shm_worker_t *w, kvf_shm_lease_t *cur)
+{
+    kvf_tl_ep_t *ep = w->ep;
+    kvf_status_t st;
+    uint64_t t0 = kvf_time_ns();
+
+    st = kvf_shm_lease_prepare(ep, &w->conn, cur);
+    if (st == KVF_OK) {
+        st = kvf_shm_lease_copy(ep, &w->conn, cur,
+                                cur->bytes >= KVF_SHM_STREAM_MIN);
+    }
+    w->ns_copy += kvf_time_ns() - t0;
+    w->bytes += cur->bytes;
+    w->leases++;
+    if (st == KVF_OK) {
+        st = kvf_shm_post_end(ep, &w->conn, cur);
+    }
+    if (st != KVF_OK) {
+        kvf_shm_fail_all(w, st);
+    }
+}
+
+/* Reads one reply; a lost connection fails what is in flight. */
+static void kvf_shm_pump_one(kvf_shm_worker_t *w)
+{
+    uint64_t t0 = kvf_time_ns();
+    kvf_status_t st;
+
+    st = kvf_shm_pump(w->ep, &w->conn, 0, NULL, NULL);
+    w->ns_wait += kvf_time_ns() - t0;
+    if (st != KVF_OK) {
+        kvf_shm_fail_all(w, st);
+    } else {
+        __atomic_store_n(&w->ep->down_until, 0, __ATOMIC_RELAXED);
+    }
+    kvf_shm_finish_done(w);
+}
+
+/* Idle: waits for work; worker 0 syncs released allocations. Returns 0
+ * when the ep stops. */
+static int kvf_shm_idle(kvf_shm_worker_t *w)
+{
+    kvf_tl_ep_t *ep = w->ep;
+    struct timespec ts;
+    int timed_out = 0;
+
+    pthread_mutex_lock(&ep->lock);
+    while (!ep->stop && ep->head == NULL && !timed_out) {
+        kvf_time_abs_after(&ts, KVF_SHM_IDLE_SYNC_MS);
+        timed_out = pthread_cond_timedwait(&ep->cond, &ep->lock, &ts) != 0;
+    }
+    if (ep->stop) {
+        pthread_mutex_unlock(&ep->lock);
+        return 0;
+    }
+    pthread_mutex_unlock(&ep->lock);
+    if (timed_out && w->index == 0 &&
+        __atomic_load_n(&ep->nmaps, __ATOMIC_RELAXED) > 0 &&
+        kvf_time_ms() - w->last_active_ms >= KVF_SHM_IDLE_SYNC_MS) {
+        if ((w->conn.fd >= 0 || kvf_shm_conn_open(ep, &w->conn) == KVF_OK) &&
+            kvf_shm_sync(ep, &w->conn) == KVF_OK) {
+            w->last_active_ms = kvf_time_ms();
+        } else {
+            kvf_shm_conn_close(&w->conn);
+            kvf_shm_drop_maps(ep); /* the target is gone */
+        }
+    }
+    return 1;
+}
+
+static void *kvf_shm_worker_main(void *arg)
+{
+    kvf_shm_worker_t *w = arg;
+    kvf_tl_ep_t *ep = w->ep;
+    kvf_shm_lease_t *cur, *next;
+
+    for (;;) {
+        cur = kvf_shm_slot(w, KVF_SHM_L_GRANTED);
+        if (cur == NULL) {
+            if (kvf_shm_slot(w, KVF_SHM_L_BEGUN) != NULL) {
+                kvf_shm_pump_one(w); /* its grant */
+                continue;
+            }
+            next = kvf_shm_slot(w, KVF_SHM_L_FREE);
+            if (next != NULL && kvf_shm_take(w, next) > 0) {
+                kvf_shm_start(w, next);
+                continue;
+            }
+            if (kvf_shm_in_flight(w)) {
+                kvf_shm_pump_one(w); /* acks of ended leases */
+                continue;
+            }
+            if (__atomic_exchange_n(&ep->need_sync, 0, __ATOMIC_RELAXED) &&
+                w->conn.fd >= 0 && kvf_shm_sync(ep, &w->conn) != KVF_OK) {
+                kvf_shm_conn_close(&w->conn);
+            }
+            w->last_active_ms = kvf_time_ms();
+            if (!kvf_shm_idle(w)) {
+                break;
+            }
+            continue;
+        }
+        /* look ahead: the next lease's grant travels during this copy */
+        next = kvf_shm_slot(w, KVF_SHM_L_FREE);
+        if (next != NULL && kvf_shm_take(w, next) > 0) {
+            kvf_shm_start(w, next);
+        }
+        if (cur->state == KVF_SHM_L_GRANTED) {
+            kvf_shm_run(w, cur);
+        }
+        kvf_shm_finish_done(w);
+    }
+    return NULL;
+}
+
+/* ---- ep ---------------------------------------------------------------- */
+
+static void kvf_shm_worker_free(kvf_shm_worker_t *w)
+{
+    unsigned i;
+
+    if (w->leases > 0) {
+        kvf_debug("shm worker %u: %lu leases, %.1f MB; ms copying %.1f, "
+                  "waiting for the target %.1f",
+                  w->index, (unsigned long)w->leases, (double)w->bytes / 1e6,
+                  (double)w->ns_copy / 1e6, (double)w->ns_wait / 1e6);
+    }
+    kvf_shm_conn_free(&w->conn);
+    for (i = 0; i < KVF_SHM_PIPE; i++) {
+        kvf_shm_lease_free(&w->lease[i]);
+    }
+}
+
+kvf_status_t kvf_shm_ep_open(kvf_tl_iface_t *iface, const char *address,
+                             kvf_tl_ep_t **ep_p)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    kvf_tl_ep_t *ep;
+    kvf_status_t st;
+    uint64_t host_id;
+    unsigned i, started = 0;
+
+    ep = kvf_calloc(1, sizeof(*ep));
+    if (ep == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    st = kvf_shm_parse_address(address, &host_id, ep->nonce);
+    if (st != KVF_OK) {
+        kvf_warn("shm: bad address '%s'", address);
+        kvf_free(ep);
+        return st;
+    }
+    if (host_id != iface->host_id) {
+        kvf_info("shm: target on another host or network namespace");
+        kvf_free(ep);
+        return KVF_ERR_UNAVAILABLE;
+    }
+    ep->iface = iface;
+    ep->timeout_ms = iface->cfg.timeout_ms;
+    ep->nworkers = iface->cfg.conns ? iface->cfg.conns : 1;
+    if (ncpu > 0 && ep->nworkers > (unsigned)ncpu) {
+        ep->nworkers = (unsigned)ncpu;
+    }
+    pthread_mutex_init(&ep->lock, NULL);
+    kvf_cond_init(&ep->cond);
+    pthread_rwlock_init(&ep->map_lock, NULL);
+    ep->workers = kvf_calloc(ep->nworkers, sizeof(*ep->workers));
+    if (ep->workers == NULL) {
+        st = KVF_ERR_NO_MEMORY;
+        goto err;
+    }
+    for (i = 0; i < ep->nworkers; i++) {
+        ep->workers[i].conn.fd = -1;
+    }
+    for (i = 0; i < ep->nworkers; i++) {
+        kvf_shm_worker_t *w = &ep->workers[i];
+
+        w->ep = ep;
+        w->index = i;
+        /* every connection shakes hands now: a refusal falls back */
+        st = kvf_shm_conn_open(ep, &w->conn);
+        if (st != KVF_OK) {
+            goto err;
+        }
+    }
+    for (i = 0; i < ep->nworkers; i++) {
+        if (pthread_create(&ep->workers[i].thread, NULL, kvf_shm_worker_main,
+                           &ep->workers[i]) != 0) {
+            st = KVF_ERR_NO_RESOURCE;
+            goto err;
+        }
+        started++;
+    }
+    kvf_debug("shm: ep to %s with %u worker(s)", address, ep->nworkers);
+    *ep_p = ep;
+    return KVF_OK;
+
+err:
+    pthread_mutex_lock(&ep->lock);
+    ep->stop = 1;
+    pthread_cond_broadcast(&ep->cond);
+    pthread_mutex_unlock(&ep->lock);
+    for (i = 0; i < started; i++) {
+        pthread_join(ep->workers[i].thread, NULL);
+    }
+    for (i = 0; ep->workers != NULL && i < ep->nworkers; i++) {
+        kvf_shm_worker_free(&ep->workers[i]);
+    }
+    kvf_free(ep->workers);
+    pthread_rwlock_destroy(&ep->map_lock);
+    pthread_cond_destroy(&ep->cond);
+    pthread_mutex_destroy(&ep->lock);
+    kvf_free(ep);
+    return st;
+}
+
+void kvf_shm_ep_close(kvf_tl_ep_t *ep)
+{
+    kvf_tl_req_t *q;
+    unsigned i;
+
+    pthread_mutex_lock(&ep->lock);
+    ep->stop = 1;
+    pthread_cond_broadcast(&ep->cond);
+    pthread_mutex_unlock(&ep->lock);
+    for (i = 0; i < ep->nworkers; i++) {
+        pthread_join(ep->workers[i].thread, NULL);
+    }
+    while ((q = ep->head) != NULL) {
+        ep->head = q->next;
+        kvf_tl_req_fail(q, KVF_ERR_CANCELED);
+    }
+    for (i = 0; i < ep->nworkers; i++) {
+        kvf_shm_worker_free(&ep->workers[i]);
+    }
+    kvf_shm_drop_maps(ep);
+    kvf_free(ep->workers);
+    pthread_rwlock_destroy(&ep->map_lock);
+    pthread_cond_destroy(&ep->cond);
+    pthread_mutex_destroy(&ep->lock);
+    kvf_free(ep);
+}
+
+kvf_status_t kvf_shm_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
+{
+    req->next = NULL;
+    pthread_mutex_lock(&ep->lock);
+    if (ep->stop) {
+        pthread_mutex_unlock(&ep->lock);
+        return KVF_ERR_PEER_CLOSED;
+    }
+    if (ep->tail != NULL) {
+        ep->tail->next = req;
+    } else {
+        ep->head = req;
+    }
+    ep->tail = req;
+    pthread_cond_signal(&ep->cond);
+    pthread_mutex_unlock(&ep->lock);
+    return KVF_OK;
+}

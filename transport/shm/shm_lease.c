@@ -1,0 +1,724 @@
+/*
+ * shm transport, initiator side: connections and leases.
+ *
+ * A connection shakes hands (HELLO, probe check) and then carries
+ * requests whose replies come back in order; the connection remembers
+ * which reply it owes next (the expect ring), so a worker can send the
+ * BEGIN of its next lease before it copies the current one and read the
+ * GRANT later: the round trip hides behind the copy. kvf_shm_pump() reads
+ * replies in order and applies the GRANTs it meets until the reply its
+ * caller waits for.
+ *
+ * A lease's life: BEGIN (entries) -> GRANT (target's verdicts and the
+ * shareable allocations holding the entries) -> prepare (MAP the
+ * allocations not mapped yet: fd over the socket, MAP_POPULATE) -> copy
+ * (memcpy straight to or from the mapping; STAGE for entries the target
+ * moves itself) -> END. The results count when the copy ended within the
+ * validity the GRANT announced (measured on this side from before BEGIN,
+ * so it never overestimates) and the connection shows no hang-up after
+ * the copy (the target alive, the lease not revoked): no round trip.
+ *
+ * Mappings are the ep's, shared by its workers: read-locked while
+ * copying, write-locked to add or drop one.
+ */
+#include "transport/shm/shm.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- mappings ----------------------------------------------------------- */
+
+/* Pointer of mapped allocation id, or NULL. Caller holds map_lock. */
+static unsigned char *kvf_shm_map_ptr(kvf_tl_ep_t *ep, uint64_t id)
+{
+    size_t i;
+
+    for (i = 0; i < ep->nmaps; i++) {
+        if (ep->maps[i].id == id) {
+            return ep->maps[i].ptr;
+        }
+    }
+    return NULL;
+}
+
+void kvf_shm_drop_maps(kvf_tl_ep_t *ep)
+{
+    size_t i;
+
+    pthread_rwlock_wrlock(&ep->map_lock);
+    for (i = 0; i < ep->nmaps; i++) {
+        munmap(ep->maps[i].ptr, ep->maps[i].len);
+    }
+    if (ep->nmaps > 0) {
+        kvf_debug("shm: dropped %zu mapping(s) of a target", ep->nmaps);
+    }
+    kvf_free(ep->maps);
+    ep->maps = NULL;
+    ep->nmaps = ep->maps_cap = 0;
+    pthread_rwlock_unlock(&ep->map_lock);
+}
+
+static kvf_status_t kvf_shm_map_add(kvf_tl_ep_t *ep, uint64_t id, uint64_t base,
+                                    uint64_t len, void *p)
+{
+    kvf_shm_map_t *grown;
+
+    pthread_rwlock_wrlock(&ep->map_lock);
+    if (kvf_shm_map_ptr(ep, id) != NULL) { /* another worker was faster */
+        pthread_rwlock_unlock(&ep->map_lock);
+        munmap(p, len);
+        return KVF_OK;
+    }
+    if (ep->nmaps == ep->maps_cap) {
+        size_t cap = ep->maps_cap ? ep->maps_cap * 2 : 8;
+
+        grown = kvf_realloc(ep->maps, cap * sizeof(*grown));
+        if (grown == NULL) {
+            pthread_rwlock_unlock(&ep->map_lock);
+            munmap(p, len);
+            return KVF_ERR_NO_MEMORY;
+        }
+        ep->maps = grown;
+        ep->maps_cap = cap;
+    }
+    ep->maps[ep->nmaps].id = id;
+    ep->maps[ep->nmaps].base = base;
+    ep->maps[ep->nmaps].len = len;
+    ep->maps[ep->nmaps].ptr = p;
+    __atomic_store_n(&ep->nmaps, ep->nmaps + 1, __ATOMIC_RELAXED);
+    pthread_rwlock_unlock(&ep->map_lock);
+    kvf_debug("shm: mapped target allocation %lu (%lu bytes)",
+              (unsigned long)id, (unsigned long)len);
+    return KVF_OK;
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+static kvf_status_t kvf_shm_post(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                 uint8_t type, uint16_t flags, const void *meta,
+                                 uint32_t meta_len, uint32_t count, int pass_fd,
+                                 uint8_t reply, kvf_shm_lease_t *l)
+{
+    kvf_status_t st;
+    unsigned slot;
+
+    if (c->fd < 0) {
+        return KVF_ERR_CONN_RESET;
+    }
+    if (reply != 0 && c->ecount == KVF_SHM_EXPECT_MAX) {
+        return KVF_ERR_INTERNAL;
+    }
+    st = kvf_shm_send(c->fd, type, flags, KVF_OK, meta, meta_len, count,
+                      pass_fd, kvf_time_ms() + ep->timeout_ms);
+    if (st == KVF_OK && reply != 0) {
+        slot = (c->ehead + c->ecount) % KVF_SHM_EXPECT_MAX;
+        c->expect[slot].type = reply;
+        c->expect[slot].lease = l;
+        c->ecount++;
+    }
+    return st;
+}
+
+/* GRANT: u64 epoch, u32 nallocs, u32 nexc, allocations, exceptions. */
+static void kvf_shm_on_grant(kvf_tl_ep_t *ep, kvf_shm_lease_t *l,
+                             const kvf_frame_hdr_t *h, const unsigned char *r)
+{
+    uint32_t nallocs, nexc, idx, k;
+    size_t i;
+    int32_t v;
+
+    l->state = KVF_SHM_L_GRANTED;
+    if (h->status != KVF_OK) { /* no lease was opened */
+        for (i = 0; i < l->n; i++) {
+            l->excs[i] = (kvf_status_t)h->status;
+        }
+        l->end_status = (kvf_status_t)h->status;
+        l->state = KVF_SHM_L_DONE;
+        return;
+    }
+    nallocs = h->meta_len >= 20 ? kvf_shm_get32(r + 12) : 0;
+    nexc = h->meta_len >= 20 ? kvf_shm_get32(r + 16) : 0;
+    if (h->meta_len < 20 || nallocs > KVF_SHM_LEASE_ALLOCS || nexc > l->n ||
+        h->meta_len != 20 + (uint64_t)nallocs * KVF_SHM_ALLOC_LEN +
+                           (uint64_t)nexc * KVF_SHM_EXC_LEN) {
+        kvf_warn("shm: malformed grant (%u bytes)", h->meta_len);
+        l->nallocs = 0;
+        for (i = 0; i < l->n; i++) {
+            l->excs[i] = KVF_ERR_PROTOCOL;
+        }
+        return;
+    }
+    if (kvf_shm_get64(r) !=
+        __atomic_load_n(&ep->epoch_seen, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&ep->need_sync, 1, __ATOMIC_RELAXED);
+    }
+    l->valid_until_ms = l->begin_ms + kvf_shm_get32(r + 8);
+    l->nallocs = nallocs;
+    for (k = 0; k < nallocs; k++) {
+        l->ids[k] = kvf_shm_get64(r + 20 + k * KVF_SHM_ALLOC_LEN);
+        l->bases[k] = kvf_shm_get64(r + 20 + k * KVF_SHM_ALLOC_LEN + 8);
+        l->alens[k] = kvf_shm_get64(r + 20 + k * KVF_SHM_ALLOC_LEN + 16);
+    }
+    for (i = 0; i < l->n; i++) {
+        l->excs[i] = KVF_OK;
+    }
+    r += 20 + (size_t)nallocs * KVF_SHM_ALLOC_LEN;
+    for (k = 0; k < nexc; k++) {
+        idx = kvf_shm_get32(r + k * KVF_SHM_EXC_LEN);
+        v = (int32_t)kvf_shm_get32(r + k * KVF_SHM_EXC_LEN + 4);
+        if (idx < l->n) {
+            l->excs[idx] = (v == KVF_INPROGRESS || v < 0) ? (kvf_status_t)v
+                                                          : KVF_ERR_PROTOCOL;
+        }
+    }
+}
+
+kvf_status_t kvf_shm_pump(kvf_tl_ep_t *ep, kvf_shm_conn_t *c, uint8_t want,
+                          kvf_frame_hdr_t *h, int *rfd)
+{
+    kvf_shm_expect_t e;
+    kvf_frame_hdr_t hh;
+    kvf_status_t st;
+    int fd;
+
+    if (rfd != NULL) {
+        *rfd = -1;
+    }
+    for (;;) {
+        if (c->ecount == 0 || c->fd < 0) {
+            return c->fd < 0 ? KVF_ERR_CONN_RESET : KVF_ERR_INTERNAL;
+        }
+        st = kvf_shm_recv(c->fd, &hh, &c->reply, &fd,
+                          kvf_time_ms() + ep->timeout_ms);
+        if (st != KVF_OK) {
+            return st;
+        }
+        e = c->expect[c->ehead];
+        c->ehead = (c->ehead + 1) % KVF_SHM_EXPECT_MAX;
+        c->ecount--;
+        if (hh.type != e.type) {
+            kvf_error("shm: reply type %u where %u was due", hh.type, e.type);
+            if (fd >= 0) {
+                close(fd);
+            }
+            return KVF_ERR_PROTOCOL;
+        }
+        if (e.type == KVF_SHM_GRANT && e.lease != NULL) {
+            kvf_shm_on_grant(ep, e.lease, &hh, c->reply.p);
+        }
+        if (want == 0 || hh.type == want) {
+            if (h != NULL) {
+                *h = hh;
+            }
+            if (rfd != NULL) {
+                *rfd = fd;
+            } else if (fd >= 0) {
+                close(fd);
+            }
+            return KVF_OK;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+}
+
+/* ---- connections --------------------------------------------------------- */
+
+/* Maps the probe the target sent and checks it names this very iface. */
+static kvf_status_t kvf_shm_check_probe(kvf_tl_ep_t *ep, int fd)
+{
+    const unsigned char *p;
+    kvf_status_t st = KVF_OK;
+
+    p = mmap(NULL, KVF_SHM_PROBE_LEN, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        kvf_info("shm: cannot map the target's probe: %m");
+        return KVF_ERR_UNAVAILABLE;
+    }
+    if (memcmp(p, KVF_SHM_PROBE_MAGIC, sizeof(KVF_SHM_PROBE_MAGIC)) != 0 ||
+        memcmp(p + 8, ep->nonce, KVF_SHM_NONCE_LEN) != 0 ||
+        kvf_shm_get64(p + 8 + KVF_SHM_NONCE_LEN) != ep->iface->host_id) {
+        kvf_warn("shm: the target's probe does not match its descriptor");
+        st = KVF_ERR_UNAVAILABLE;
+    }
+    munmap((void *)p, KVF_SHM_PROBE_LEN);
+    return st;
+}
+
+kvf_status_t kvf_shm_conn_open(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
+{
+    uint64_t deadline = kvf_time_ms() + ep->timeout_ms;
+    unsigned char meta[4 + KVF_SHM_NONCE_LEN + 8];
+    kvf_frame_hdr_t h;
+    kvf_status_t st;
+    int pfd = -1;
+
+    c->fd = -1;
+    c->ehead = c->ecount = 0;
+    st = kvf_shm_connect(ep->nonce, deadline, &c->fd);
+    if (st != KVF_OK) {
+        return st;
+    }
+    kvf_shm_put32(meta, KVF_SHM_PROTO);
+    memcpy(meta + 4, ep->nonce, KVF_SHM_NONCE_LEN);
+    kvf_shm_put64(meta + 4 + KVF_SHM_NONCE_LEN, ep->iface->host_id);
+    st = kvf_shm_post(ep, c, KVF_SHM_HELLO, 0, meta, sizeof(meta), 0, -1,
+                      KVF_SHM_HELLO_ACK, NULL);
+    if (st == KVF_OK) {
+        st = kvf_shm_pump(ep, c, KVF_SHM_HELLO_ACK, &h, &pfd);
+    }
+    if (st == KVF_OK && (h.status != KVF_OK || h.meta_len != 12 || pfd < 0)) {
+        st = (h.status != KVF_OK) ? (kvf_status_t)h.status : KVF_ERR_PROTOCOL;
+    }
+    if (st == KVF_OK) {
+        st = kvf_shm_check_probe(ep, pfd);
+    }
+    if (pfd >= 0) {
+        close(pfd);
+    }
+    if (st != KVF_OK) {
+        kvf_info("shm: handshake with the target failed: %s",
+                 kvf_status_str(st));
+        kvf_shm_conn_close(c);
+    }
+    return st;
+}
+
+void kvf_shm_conn_close(kvf_shm_conn_t *c)
+{
+    if (c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    if (c->stage != NULL) {
+        munmap(c->stage, KVF_SHM_STAGE_LEN);
+        c->stage = NULL;
+    }
+    c->ehead = c->ecount = 0;
+}
+
+void kvf_shm_conn_free(kvf_shm_conn_t *c)
+{
+    kvf_shm_conn_close(c);
+    kvf_shm_buf_free(&c->meta);
+    kvf_shm_buf_free(&c->reply);
+}
+
+/* ---- leases ------------------------------------------------------------ */
+
+kvf_status_t kvf_shm_lease_reserve(kvf_shm_lease_t *l, size_t n)
+{
+    size_t cap = l->cap ? l->cap : 256;
+
+    if (n <= l->cap) {
+        return KVF_OK;
+    }
+    while (cap < n) {
+        cap *= 2;
+    }
+#define KVF_SHM_GROW(_f)                                                       \
+    do {                                                                       \
+        void *_p = kvf_realloc(l->_f, cap * sizeof(*l->_f));                   \
+        if (_p == NULL) {                                                      \
+            return KVF_ERR_NO_MEMORY;                                          \
+        }                                                                      \
+        l->_f = _p;                                                            \
+    } while (0)
+    KVF_SHM_GROW(local);
+    KVF_SHM_GROW(remote);
+    KVF_SHM_GROW(lens);
+    KVF_SHM_GROW(st);
+    KVF_SHM_GROW(excs);
+    KVF_SHM_GROW(ptrs);
+    KVF_SHM_GROW(owner);
+    KVF_SHM_GROW(segi);
+    KVF_SHM_GROW(staged);
+#undef KVF_SHM_GROW
+    l->cap = cap;
+    return KVF_OK;
+}
+
+void kvf_shm_lease_free(kvf_shm_lease_t *l)
+{
+    kvf_free(l->reqs);
+    kvf_free(l->local);
+    kvf_free(l->remote);
+    kvf_free(l->lens);
+    kvf_free(l->st);
+    kvf_free(l->excs);
+    kvf_free(l->ptrs);
+    kvf_free(l->owner);
+    kvf_free(l->segi);
+    kvf_free(l->staged);
+    memset(l, 0, sizeof(*l));
+}
+
+kvf_status_t kvf_shm_post_begin(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                kvf_shm_lease_t *l)
+{
+    kvf_status_t st;
+    size_t i;
+
+    st = kvf_shm_buf_reserve(&c->meta, l->n * KVF_SHM_ENTRY_LEN + 1);
+    if (st != KVF_OK) {
+        return st;
+    }
+    for (i = 0; i < l->n; i++) {
+        kvf_shm_put64(c->meta.p + i * KVF_SHM_ENTRY_LEN, l->remote[i]);
+        kvf_shm_put64(c->meta.p + i * KVF_SHM_ENTRY_LEN + 8, l->lens[i]);
+    }
+    l->nallocs = 0;
+    l->end_status = KVF_OK;
+    l->valid_until_ms = 0;
+    l->begin_ms = kvf_time_ms();
+    l->state = KVF_SHM_L_BEGUN;
+    return kvf_shm_post(ep, c, KVF_SHM_BEGIN, (uint16_t)l->type, c->meta.p,
+                        (uint32_t)(l->n * KVF_SHM_ENTRY_LEN), (uint32_t)l->n,
+                        -1, KVF_SHM_GRANT, l);
+}
+
+kvf_status_t kvf_shm_post_end(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                              kvf_shm_lease_t *l)
+{
+    struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
+    kvf_status_t st;
+
+    l->state = KVF_SHM_L_DONE;
+    /* the copy is over (and fenced): was the lease still valid? */
+    if (kvf_time_ms() + 1 >= l->valid_until_ms) {
+        kvf_log_rl(KVF_LOG_ERROR, "shm: a copy outlived its lease (%lu ms)",
+                   (unsigned long)(l->valid_until_ms - l->begin_ms));
+        l->end_status = KVF_ERR_TIMEOUT;
+        return KVF_ERR_TIMEOUT; /* the target closes this connection */
+    }
+    if (c->fd < 0 || (poll(&pfd, 1, 0) > 0 &&
+                      (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR)))) {
+        l->end_status = KVF_ERR_CONN_RESET; /* target gone or revoked */
+        return KVF_ERR_CONN_RESET;
+    }
+    st = kvf_shm_post(ep, c, KVF_SHM_END, 0, NULL, 0, 0, -1, 0, NULL);
+    l->end_status = st;
+    return st;
+}
+
+/* Maps allocation k of a granted lease, asking for its fd (MAP). */
+static kvf_status_t kvf_shm_map_in(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                   const kvf_shm_lease_t *l, unsigned k)
+{
+    unsigned char meta[8];
+    kvf_frame_hdr_t h;
+    kvf_status_t st;
+    void *p;
+    int fd = -1;
+
+    kvf_shm_put64(meta, l->ids[k]);
+    st = kvf_shm_post(ep, c, KVF_SHM_MAP, 0, meta, sizeof(meta), 0, -1,
+                      KVF_SHM_MAP_ACK, NULL);
+    if (st == KVF_OK) {
+        st = kvf_shm_pump(ep, c, KVF_SHM_MAP_ACK, &h, &fd);
+    }
+    if (st != KVF_OK) {
+        return st;
+    }
+    if (h.status != KVF_OK) {
+        st = (kvf_status_t)h.status;
+    } else if (fd < 0 || h.meta_len != KVF_SHM_ALLOC_LEN ||
+               kvf_shm_get64(c->reply.p) != l->ids[k] ||
+               kvf_shm_get64(c->reply.p + 8) != l->bases[k] ||
+               kvf_shm_get64(c->reply.p + 16) != l->alens[k]) {
+        st = KVF_ERR_PROTOCOL;
+    }
+    if (st != KVF_OK) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return st;
+    }
+    p = mmap(NULL, l->alens[k], PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        kvf_error("shm: cannot map %lu bytes of the target: %m",
+                  (unsigned long)l->alens[k]);
+        return KVF_ERR_NO_RESOURCE;
+    }
+    return kvf_shm_map_add(ep, l->ids[k], l->bases[k], l->alens[k], p);
+}
+
+kvf_status_t kvf_shm_lease_prepare(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                   kvf_shm_lease_t *l)
+{
+    kvf_status_t mst[KVF_SHM_LEASE_ALLOCS];
+    unsigned char *mptr[KVF_SHM_LEASE_ALLOCS];
+    unsigned k = 0;
+    size_t i;
+    int have;
+
+    for (k = 0; k < l->nallocs; k++) {
+        pthread_rwlock_rdlock(&ep->map_lock);
+        have = kvf_shm_map_ptr(ep, l->ids[k]) != NULL;
+        pthread_rwlock_unlock(&ep->map_lock);
+        mst[k] = have ? KVF_OK : kvf_shm_map_in(ep, c, l, k);
+        if (mst[k] == KVF_ERR_CONN_RESET || mst[k] == KVF_ERR_TIMEOUT ||
+            mst[k] == KVF_ERR_IO) {
+            return mst[k];
+        }
+    }
+    /* allocations are not unmapped while a lease granting them is open */
+    pthread_rwlock_rdlock(&ep->map_lock);
+    for (k = 0; k < l->nallocs; k++) {
+        mptr[k] = (mst[k] == KVF_OK) ? kvf_shm_map_ptr(ep, l->ids[k]) : NULL;
+        if (mst[k] == KVF_OK && mptr[k] == NULL) {
+            mst[k] = KVF_ERR_INTERNAL;
+        }
+    }
+    pthread_rwlock_unlock(&ep->map_lock);
+    for (i = 0, k = 0; i < l->n; i++) {
+        uint64_t r = l->remote[i], n = l->lens[i];
+
+        if (l->excs[i] != KVF_OK) {
+            continue;
+        }
+        if (l->nallocs == 0) {
+            l->excs[i] = KVF_ERR_PROTOCOL;
+            continue;
+        }
+        if (!(r >= l->bases[k] && r - l->bases[k] < l->alens[k] &&
+              n <= l->alens[k] - (r - l->bases[k]))) {
+            for (k = 0; k < l->nallocs; k++) {
+                if (r >= l->bases[k] && r - l->bases[k] < l->alens[k] &&
+                    n <= l->alens[k] - (r - l->bases[k])) {
+                    break;
+                }
+            }
+            if (k == l->nallocs) {
+                k = 0;
+                l->excs[i] = KVF_ERR_PROTOCOL; /* the target named no home */
+                continue;
+            }
+        }
+        if (mst[k] != KVF_OK) {
+            l->excs[i] = mst[k];
+            continue;
+        }
+        l->ptrs[i] = mptr[k] + (r - l->bases[k]);
+    }
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_shm_stage_setup(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
+{
+    kvf_frame_hdr_t h;
+    kvf_status_t st;
+    void *p;
+    int fd;
+
+    fd = memfd_create("kvferry-stage", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, KVF_SHM_STAGE_LEN) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
+            0) {
+        kvf_error("shm: staging buffer: %m");
+        if (fd >= 0) {
+            close(fd);
+        }
+        return KVF_ERR_NO_RESOURCE;
+    }
+    p = mmap(NULL, KVF_SHM_STAGE_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+             0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return KVF_ERR_NO_RESOURCE;
+    }
+    st = kvf_shm_post(ep, c, KVF_SHM_STAGE_SETUP, 0, NULL, 0, 0, fd,
+                      KVF_SHM_STAGE_SETUP_ACK, NULL);
+    close(fd);
+    if (st == KVF_OK) {
+        st = kvf_shm_pump(ep, c, KVF_SHM_STAGE_SETUP_ACK, &h, NULL);
+    }
+    if (st == KVF_OK && h.status != KVF_OK) {
+        kvf_error("shm: the target refused the staging buffer: %s",
+                  kvf_status_str((kvf_status_t)h.status));
+        st = KVF_ERR_NO_RESOURCE;
+    }
+    if (st != KVF_OK) {
+        munmap(p, KVF_SHM_STAGE_LEN);
+        return st;
+    }
+    c->stage = p;
+    return KVF_OK;
+}
+
+/* Moves the entries listed in l->staged[0..ns) through the staging
+ * buffer, packing (pieces of) as many as it holds per STAGE. Returns a
+ * connection error; the target's verdict per STAGE goes to st[]. */
+static kvf_status_t kvf_shm_stage_move(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                       kvf_shm_lease_t *l, size_t ns)
+{
+    const uint32_t cap_entries = KVF_SHM_STAGE_LEN / 4096;
+    uint64_t off, piece, done = 0, first_done, d, o;
+    size_t i = 0, first_i, j, e;
+    kvf_frame_hdr_t h;
+    kvf_status_t st, vst;
+    uint32_t count;
+
+    if (c->stage == NULL) {
+        st = kvf_shm_stage_setup(ep, c);
+        if (st != KVF_OK) {
+            for (e = 0; e < ns; e++) {
+                l->st[l->staged[e]] = st;
+            }
+            return (st == KVF_ERR_NO_RESOURCE) ? KVF_OK : st;
+        }
+    }
+    st = kvf_shm_buf_reserve(&c->meta, cap_entries * KVF_SHM_ENTRY_LEN);
+    if (st != KVF_OK) {
+        return st;
+    }
+    while (i < ns) {
+        first_i = i;
+        first_done = done;
+        off = 0;
+        count = 0;
+        vst = KVF_OK;
+        while (i < ns && off < KVF_SHM_STAGE_LEN && count < cap_entries) {
+            e = l->staged[i];
+            piece = l->lens[e] - done;
+            if (piece > KVF_SHM_STAGE_LEN - off) {
+                piece = KVF_SHM_STAGE_LEN - off;
+            }
+            kvf_shm_put64(c->meta.p + count * KVF_SHM_ENTRY_LEN,
+                          l->remote[e] + done);
+            kvf_shm_put64(c->meta.p + count * KVF_SHM_ENTRY_LEN + 8, piece);
+            if (l->type == KVF_OP_WRITE && vst == KVF_OK) {
+                vst = kvf_shm_copy(c->stage + off, (char *)l->local[e] + done,
+                                   piece);
+            }
+            off += piece;
+            done += piece;
+            count++;
+            if (done == l->lens[e]) {
+                i++;
+                done = 0;
+            }
+        }
+        st = kvf_shm_post(ep, c, KVF_SHM_STAGE, (uint16_t)l->type, c->meta.p,
+                          count * KVF_SHM_ENTRY_LEN, count, -1,
+                          KVF_SHM_STAGE_ACK, NULL);
+        if (st == KVF_OK) {
+            st = kvf_shm_pump(ep, c, KVF_SHM_STAGE_ACK, &h, NULL);
+        }
+        if (st != KVF_OK) {
+            return st;
+        }
+        if (vst == KVF_OK) {
+            vst = (kvf_status_t)h.status;
+        }
+        if (vst == KVF_OK && l->type == KVF_OP_READ) {
+            /* unpack the same pieces in the same order */
+            for (j = first_i, d = first_done, o = 0;
+                 vst == KVF_OK && o < off;) {
+                e = l->staged[j];
+                piece = l->lens[e] - d;
+                if (piece > off - o) {
+                    piece = off - o;
+                }
+                vst =
+                    kvf_shm_copy((char *)l->local[e] + d, c->stage + o, piece);
+                o += piece;
+                d += piece;
+                if (d == l->lens[e]) {
+                    j++;
+                    d = 0;
+                }
+            }
+        }
+        /* every entry touched by this exchange shares its verdict */
+        for (j = first_i; j < i || (j == i && i < ns && done > 0); j++) {
+            if (l->st[l->staged[j]] == KVF_OK || vst != KVF_OK) {
+                l->st[l->staged[j]] = vst;
+            }
+        }
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                kvf_shm_lease_t *l, int stream)
+{
+    kvf_status_t (*copy)(void *, const void *, size_t);
+    size_t i, ns = 0;
+
+    copy = stream ? kvf_shm_copy_stream : kvf_shm_copy;
+    pthread_rwlock_rdlock(&ep->map_lock);
+    for (i = 0; i < l->n; i++) {
+        if (l->excs[i] == KVF_OK) {
+            l->st[i] = (l->type == KVF_OP_WRITE)
+                           ? copy(l->ptrs[i], l->local[i], l->lens[i])
+                           : copy(l->local[i], l->ptrs[i], l->lens[i]);
+        } else if (l->excs[i] == KVF_INPROGRESS) {
+            l->st[i] = KVF_OK;
+            l->staged[ns++] = i;
+        } else {
+            l->st[i] = l->excs[i];
+        }
+    }
+    pthread_rwlock_unlock(&ep->map_lock);
+    if (stream) {
+        kvf_shm_fence();
+    }
+    return ns > 0 ? kvf_shm_stage_move(ep, c, l, ns) : KVF_OK;
+}
+
+kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
+{
+    kvf_frame_hdr_t h;
+    kvf_status_t st;
+    uint64_t id;
+    size_t i, j, n;
+
+    pthread_rwlock_rdlock(&ep->map_lock);
+    n = ep->nmaps;
+    st = kvf_shm_buf_reserve(&c->meta, n * 8 + 1);
+    for (i = 0; st == KVF_OK && i < n; i++) {
+        kvf_shm_put64(c->meta.p + i * 8, ep->maps[i].id);
+    }
+    pthread_rwlock_unlock(&ep->map_lock);
+    if (st == KVF_OK) {
+        st = kvf_shm_post(ep, c, KVF_SHM_SYNC, 0, c->meta.p, (uint32_t)(n * 8),
+                          (uint32_t)n, -1, KVF_SHM_SYNC_ACK, NULL);
+    }
+    if (st == KVF_OK) {
+        st = kvf_shm_pump(ep, c, KVF_SHM_SYNC_ACK, &h, NULL);
+    }
+    if (st != KVF_OK) {
+        return st;
+    }
+    if (h.status != KVF_OK || h.meta_len != 8 + (uint64_t)h.count * 8) {
+        return KVF_ERR_PROTOCOL;
+    }
+    pthread_rwlock_wrlock(&ep->map_lock);
+    for (i = 0; i < h.count; i++) {
+        id = kvf_shm_get64(c->reply.p + 8 + i * 8);
+        for (j = 0; j < ep->nmaps; j++) {
+            if (ep->maps[j].id == id) {
+                munmap(ep->maps[j].ptr, ep->maps[j].len);
+                ep->maps[j] = ep->maps[ep->nmaps - 1];
+                __atomic_store_n(&ep->nmaps, ep->nmaps - 1, __ATOMIC_RELAXED);
+                kvf_debug("shm: target released allocation %lu, unmapped",
+                          (unsigned long)id);
+                break;
+            }
+        }
+    }
+    __atomic_store_n(&ep->epoch_seen, kvf_shm_get64(c->reply.p),
+                     __ATOMIC_RELAXED);
+    pthread_rwlock_unlock(&ep->map_lock);
+    return KVF_OK;
+}

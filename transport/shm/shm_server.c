@@ -1,0 +1,690 @@
+/*
+ * shm transport, target side: an accept thread on the abstract unix
+ * socket and one thread per connection, like tcp. A connection must open
+ * with HELLO (the nonce of this iface and the same host id), answered
+ * with the probe memfd that proves to the initiator it reached this very
+ * process through memory it can map.
+ *
+ * Leases: BEGIN checks every entry against the registered regions under
+ * the engine's region read lock (acquire), which the connection holds
+ * while any of its leases is open (an initiator pipelines a few); END
+ * closes the oldest. A lease that outlives the timeout is revoked: the
+ * lock is released and the connection closed. Deregistration takes the
+ * write lock, so it waits for every lease in flight, and later leases no
+ * longer grant the range. Only allocations holding a granted range are
+ * handed out (MAP, in the lease that granted them). Ranges that are
+ * registered but not inside a shareable allocation (plain malloc memory,
+ * GPU memory) are moved by this thread itself between its memory and the
+ * initiator's staging buffer (STAGE), still under the lease.
+ */
+#include "transport/shm/shm.h"
+#include "transport/cuda/cuda.h"
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KVF_SHM_IDLE_POLL_MS 250
+#define KVF_SHM_MAX_CONNS    1024
+
+#define KVF_SHM_OPEN_MAX (KVF_SHM_PIPE + 1)
+
+/* An open lease: its deadline and the allocations it granted. */
+typedef struct kvf_shm_slease {
+    uint64_t deadline;
+    uint64_t ids[KVF_SHM_LEASE_ALLOCS];
+    unsigned nids;
+} kvf_shm_slease_t;
+
+typedef struct kvf_shm_sconn {
+    struct kvf_shm_server *srv;
+    int fd;
+    pthread_t thread;
+    int done;
+    struct kvf_shm_sconn *next;
+    kvf_shm_buf_t in;
+    kvf_shm_buf_t out;
+    int hello;
+    /* open leases, oldest first; the region read lock is held while
+     * there is one (an initiator pipelines up to KVF_SHM_PIPE) */
+    kvf_shm_slease_t open[KVF_SHM_OPEN_MAX];
+    unsigned ohead, nopen;
+    unsigned char *stage;     /* the initiator's staging buffer */
+    kvf_cuda_stage_t *cstage; /* checksums of GPU ranges */
+} kvf_shm_sconn_t;
+
+struct kvf_shm_server {
+    kvf_tl_iface_t *iface;
+    int lfd;
+    int probe_fd;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    kvf_shm_sconn_t *conns;
+    unsigned nconns;
+    int stop;
+};
+
+static int kvf_shm_stopping(kvf_shm_server_t *s)
+{
+    return __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE);
+}
+
+/* The probe: a sealed, read-only page holding magic, nonce, host id. */
+static int kvf_shm_probe_create(const kvf_tl_iface_t *iface)
+{
+    unsigned char page[KVF_SHM_PROBE_LEN];
+    int fd;
+
+    fd = memfd_create("kvferry-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        kvf_warn("shm: memfd_create: %m");
+        return -1;
+    }
+    memset(page, 0, sizeof(page));
+    memcpy(page, KVF_SHM_PROBE_MAGIC, sizeof(KVF_SHM_PROBE_MAGIC));
+    memcpy(page + 8, iface->nonce, KVF_SHM_NONCE_LEN);
+    kvf_shm_put64(page + 8 + KVF_SHM_NONCE_LEN, iface->host_id);
+    if (pwrite(fd, page, sizeof(page), 0) != (ssize_t)sizeof(page) ||
+        fcntl(fd, F_ADD_SEALS,
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+        kvf_warn("shm: probe memfd: %m");
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static kvf_status_t kvf_shm_reply(kvf_shm_sconn_t *c, uint8_t type,
+                                  kvf_status_t status, const void *meta,
+                                  uint32_t meta_len, uint32_t count,
+                                  int pass_fd)
+{
+    return kvf_shm_send(c->fd, type, 0, status, meta, meta_len, count, pass_fd,
+                        kvf_time_ms() + c->srv->iface->cfg.timeout_ms);
+}
+
+static kvf_status_t kvf_shm_on_hello(kvf_shm_sconn_t *c,
+                                     const kvf_frame_hdr_t *h)
+{
+    const kvf_tl_iface_t *iface = c->srv->iface;
+    unsigned char meta[12];
+    uint32_t version;
+
+    if (h->meta_len != 4 + KVF_SHM_NONCE_LEN + 8) {
+        return KVF_ERR_PROTOCOL;
+    }
+    version = kvf_shm_get32(c->in.p);
+    if (version != KVF_SHM_PROTO) {
+        kvf_warn("shm: peer speaks protocol %u, this is %u", version,
+                 KVF_SHM_PROTO);
+        kvf_shm_reply(c, KVF_SHM_HELLO_ACK, KVF_ERR_VERSION, NULL, 0, 0, -1);
+        return KVF_ERR_VERSION;
+    }
+    if (memcmp(c->in.p + 4, iface->nonce, KVF_SHM_NONCE_LEN) != 0 ||
+        kvf_shm_get64(c->in.p + 4 + KVF_SHM_NONCE_LEN) != iface->host_id) {
+        kvf_warn("shm: hello with a foreign nonce or host id, refused");
+        kvf_shm_reply(c, KVF_SHM_HELLO_ACK, KVF_ERR_UNAVAILABLE, NULL, 0, 0,
+                      -1);
+        return KVF_ERR_UNAVAILABLE;
+    }
+    kvf_shm_put32(meta, (uint32_t)getpid());
+    kvf_shm_put64(meta + 4, kvf_shm_mem_epoch());
+    c->hello = 1;
+    return kvf_shm_reply(c, KVF_SHM_HELLO_ACK, KVF_OK, meta, sizeof(meta), 0,
+                         c->srv->probe_fd);
+}
+
+static kvf_status_t kvf_shm_check_entries(const kvf_frame_hdr_t *h)
+{
+    if ((uint64_t)h->count * KVF_SHM_ENTRY_LEN != h->meta_len ||
+        h->count > KVF_SHM_ENTRIES_MAX) {
+        kvf_warn("shm: %u entries in %u bytes of metadata", h->count,
+                 h->meta_len);
+        return KVF_ERR_PROTOCOL;
+    }
+    return KVF_OK;
+}
+
+/* Index of id among the lease's allocations, adding it if room; -1 when
+ * the lease already names KVF_SHM_LEASE_ALLOCS others. */
+static int kvf_shm_lease_id(kvf_shm_slease_t *l, uint64_t id)
+{
+    unsigned i;
+
+    for (i = 0; i < l->nids; i++) {
+        if (l->ids[i] == id) {
+            return (int)i;
+        }
+    }
+    if (l->nids == KVF_SHM_LEASE_ALLOCS) {
+        return -1;
+    }
+    l->ids[l->nids] = id;
+    return (int)l->nids++;
+}
+
+/* 1 if an open lease granted allocation id. */
+static int kvf_shm_granted(const kvf_shm_sconn_t *c, uint64_t id)
+{
+    unsigned i, k;
+
+    for (i = 0; i < c->nopen; i++) {
+        const kvf_shm_slease_t *l = &c->open[(c->ohead + i) % KVF_SHM_OPEN_MAX];
+
+        for (k = 0; k < l->nids; k++) {
+            if (l->ids[k] == id) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static kvf_status_t kvf_shm_on_begin(kvf_shm_sconn_t *c,
+                                     const kvf_frame_hdr_t *h)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    kvf_shm_alloc_info_t infos[KVF_SHM_LEASE_ALLOCS], last = {0};
+    uint64_t addr, len;
+    unsigned char *exc, *o;
+    kvf_shm_slease_t *l;
+    kvf_tl_mem_t mem;
+    uint32_t i, nexc = 0;
+    kvf_status_t st;
+    int k, have_last = 0;
+
+    if (c->nopen == KVF_SHM_OPEN_MAX || kvf_shm_check_entries(h) != KVF_OK) {
+        return KVF_ERR_PROTOCOL;
+    }
+    /* worst case: every entry an exception, every allocation listed */
+    st = kvf_shm_buf_reserve(&c->out, 20 + sizeof(infos) +
+                                          (size_t)h->count * KVF_SHM_EXC_LEN);
+    if (st != KVF_OK) {
+        return st;
+    }
+    exc = c->out.p + 20 + KVF_SHM_LEASE_ALLOCS * KVF_SHM_ALLOC_LEN;
+    if (c->nopen == 0) {
+        t->acquire(t->arg);
+    }
+    l = &c->open[(c->ohead + c->nopen) % KVF_SHM_OPEN_MAX];
+    c->nopen++;
+    l->nids = 0;
+    l->deadline = kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
+    for (i = 0; i < h->count; i++) {
+        addr = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN);
+        len = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN + 8);
+        st = (len == 0) ? KVF_ERR_INVALID_PARAM
+                        : t->access(t->arg, addr, len, &mem);
+        if (st != KVF_OK) {
+            kvf_log_rl(KVF_LOG_WARN,
+                       "shm: refused remote access 0x%lx+%lu: "
+                       "%s",
+                       (unsigned long)addr, (unsigned long)len,
+                       kvf_status_str(st));
+        } else if (mem.type != KVF_MEM_HOST) {
+            st = KVF_INPROGRESS; /* GPU / pinned: moved by this side */
+        } else if (have_last && addr >= last.base &&
+                   addr - last.base < last.len &&
+                   len <= last.len - (addr - last.base)) {
+            st = KVF_OK;
+        } else if (kvf_shm_mem_find(addr, len, &last) == 0 &&
+                   (k = kvf_shm_lease_id(l, last.id)) >= 0) {
+            infos[k] = last;
+            have_last = 1;
+        } else {
+            have_last = 0;
+            st = KVF_INPROGRESS; /* not shareable: moved by this side */
+        }
+        if (st != KVF_OK) {
+            kvf_shm_put32(exc + (size_t)nexc * KVF_SHM_EXC_LEN, i);
+            kvf_shm_put32(exc + (size_t)nexc * KVF_SHM_EXC_LEN + 4,
+                          (uint32_t)st);
+            nexc++;
+        }
+    }
+    /* pack: header fields, allocations, then the exceptions after them */
+    kvf_shm_put64(c->out.p, kvf_shm_mem_epoch());
+    kvf_shm_put32(c->out.p + 8, (uint32_t)kvf_time_left_ms(l->deadline));
+    kvf_shm_put32(c->out.p + 12, l->nids);
+    kvf_shm_put32(c->out.p + 16, nexc);
+    o = c->out.p + 20;
+    for (i = 0; i < l->nids; i++, o += KVF_SHM_ALLOC_LEN) {
+        kvf_shm_put64(o, infos[i].id);
+        kvf_shm_put64(o + 8, infos[i].base);
+        kvf_shm_put64(o + 16, infos[i].len);
+    }
+    memmove(o, exc, (size_t)nexc * KVF_SHM_EXC_LEN);
+    o += (size_t)nexc * KVF_SHM_EXC_LEN;
+    return kvf_shm_reply(c, KVF_SHM_GRANT, KVF_OK, c->out.p,
+                         (uint32_t)(o - c->out.p), nexc, -1);
+}
+
+static kvf_status_t kvf_shm_on_map(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
+{
+    kvf_shm_alloc_info_t info;
+    unsigned char meta[KVF_SHM_ALLOC_LEN];
+    kvf_status_t st;
+    uint64_t id;
+    int fd;
+
+    if (c->nopen == 0 || h->meta_len != 8) {
+        return KVF_ERR_PROTOCOL;
+    }
+    id = kvf_shm_get64(c->in.p);
+    if (!kvf_shm_granted(c, id)) {
+        kvf_warn("shm: map of allocation %lu not granted by this lease",
+                 (unsigned long)id);
+        return kvf_shm_reply(c, KVF_SHM_MAP_ACK, KVF_ERR_NOT_REGISTERED, NULL,
+                             0, 0, -1);
+    }
+    fd = kvf_shm_mem_dup_fd(id, &info);
+    if (fd < 0) {
+        return kvf_shm_reply(c, KVF_SHM_MAP_ACK, KVF_ERR_NOT_FOUND, NULL, 0, 0,
+                             -1);
+    }
+    kvf_shm_put64(meta, info.id);
+    kvf_shm_put64(meta + 8, info.base);
+    kvf_shm_put64(meta + 16, info.len);
+    st = kvf_shm_reply(c, KVF_SHM_MAP_ACK, KVF_OK, meta, sizeof(meta), 0, fd);
+    close(fd);
+    return st;
+}
+
+static kvf_status_t kvf_shm_on_stage_setup(kvf_shm_sconn_t *c, int rfd)
+{
+    struct stat st;
+    int seals;
+    void *p;
+
+    if (rfd < 0 || c->stage != NULL) {
+        return KVF_ERR_PROTOCOL;
+    }
+    seals = fcntl(rfd, F_GET_SEALS);
+    /* an unsealed buffer could be truncated under us (SIGBUS) */
+    if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(rfd, &st) != 0 ||
+        (uint64_t)st.st_size < KVF_SHM_STAGE_LEN) {
+        kvf_warn("shm: staging buffer refused (unsealed or too small)");
+        return kvf_shm_reply(c, KVF_SHM_STAGE_SETUP_ACK, KVF_ERR_INVALID_PARAM,
+                             NULL, 0, 0, -1);
+    }
+    p = mmap(NULL, KVF_SHM_STAGE_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, rfd,
+             0);
+    if (p == MAP_FAILED) {
+        kvf_error("shm: map staging buffer: %m");
+        return kvf_shm_reply(c, KVF_SHM_STAGE_SETUP_ACK, KVF_ERR_NO_RESOURCE,
+                             NULL, 0, 0, -1);
+    }
+    c->stage = p;
+    return kvf_shm_reply(c, KVF_SHM_STAGE_SETUP_ACK, KVF_OK, NULL, 0, 0, -1);
+}
+
+static kvf_status_t kvf_shm_on_stage(kvf_shm_sconn_t *c,
+                                     const kvf_frame_hdr_t *h)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    uint64_t addr, len, off = 0;
+    kvf_status_t st = KVF_OK;
+    kvf_tl_mem_t mem;
+    void *p;
+    uint32_t i;
+    int w = (h->flags == KVF_OP_WRITE);
+
+    if (c->stage == NULL || kvf_shm_check_entries(h) != KVF_OK) {
+        return KVF_ERR_PROTOCOL;
+    }
+    if (c->nopen == 0) {
+        t->acquire(t->arg);
+    }
+    for (i = 0; i < h->count && st == KVF_OK; i++) {
+        addr = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN);
+        len = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN + 8);
+        if (len > KVF_SHM_STAGE_LEN - off) {
+            st = KVF_ERR_MSG_TOO_LARGE;
+            break;
+        }
+        st = t->access(t->arg, addr, len, &mem);
+        if (st != KVF_OK) {
+            break;
+        }
+        p = (void *)(uintptr_t)addr;
+        st = w ? kvf_shm_copy(p, c->stage + off, len)
+               : kvf_shm_copy(c->stage + off, p, len);
+        off += len;
+    }
+    if (c->nopen == 0) {
+        t->release(t->arg);
+    }
+    return kvf_shm_reply(c, KVF_SHM_STAGE_ACK, st, NULL, 0, 0, -1);
+}
+
+static kvf_status_t kvf_shm_on_sync(kvf_shm_sconn_t *c,
+                                    const kvf_frame_hdr_t *h)
+{
+    uint32_t i, ndead = 0;
+    uint64_t id;
+    kvf_status_t st;
+
+    if ((uint64_t)h->count * 8 != h->meta_len) {
+        return KVF_ERR_PROTOCOL;
+    }
+    st = kvf_shm_buf_reserve(&c->out, 8 + (size_t)h->count * 8);
+    if (st != KVF_OK) {
+        return st;
+    }
+    kvf_shm_put64(c->out.p, kvf_shm_mem_epoch());
+    for (i = 0; i < h->count; i++) {
+        id = kvf_shm_get64(c->in.p + (size_t)i * 8);
+        if (!kvf_shm_mem_alive(id)) {
+            kvf_shm_put64(c->out.p + 8 + (size_t)ndead * 8, id);
+            ndead++;
+        }
+    }
+    return kvf_shm_reply(c, KVF_SHM_SYNC_ACK, KVF_OK, c->out.p, 8 + ndead * 8,
+                         ndead, -1);
+}
+
+static kvf_status_t kvf_shm_on_sum(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    uint64_t addr, len, sum, deadline;
+    kvf_status_t st;
+    kvf_tl_mem_t mem;
+    uint32_t i;
+
+    if (c->nopen > 0 || kvf_shm_check_entries(h) != KVF_OK) {
+        return KVF_ERR_PROTOCOL;
+    }
+    st = kvf_shm_buf_reserve(&c->out, (size_t)h->count * 8 + 1);
+    if (st != KVF_OK) {
+        return st;
+    }
+    deadline = kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
+    t->acquire(t->arg);
+    for (i = 0; i < h->count && st == KVF_OK; i++) {
+        addr = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN);
+        len = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN + 8);
+        st = t->access(t->arg, addr, len, &mem);
+        if (st != KVF_OK) {
+            break;
+        }
+        if (mem.type == KVF_MEM_CUDA) {
+            st = kvf_cuda_hash(&c->cstage, addr, len, &sum, deadline);
+        } else {
+            sum = kvf_hash64((const void *)(uintptr_t)addr, len, 0);
+        }
+        kvf_shm_put64(c->out.p + (size_t)i * 8, sum);
+    }
+    t->release(t->arg);
+    if (st != KVF_OK) {
+        return kvf_shm_reply(c, KVF_SHM_SUM_ACK, st, NULL, 0, 0, -1);
+    }
+    return kvf_shm_reply(c, KVF_SHM_SUM_ACK, KVF_OK, c->out.p, h->count * 8,
+                         h->count, -1);
+}
+
+static kvf_status_t kvf_shm_dispatch(kvf_shm_sconn_t *c,
+                                     const kvf_frame_hdr_t *h, int rfd)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+
+    if (!c->hello) {
+        return h->type == KVF_SHM_HELLO ? kvf_shm_on_hello(c, h)
+                                        : KVF_ERR_PROTOCOL;
+    }
+    switch (h->type) {
+    case KVF_SHM_BEGIN:
+        return kvf_shm_on_begin(c, h);
+    case KVF_SHM_MAP:
+        return kvf_shm_on_map(c, h);
+    case KVF_SHM_STAGE_SETUP:
+        return kvf_shm_on_stage_setup(c, rfd);
+    case KVF_SHM_STAGE:
+        return kvf_shm_on_stage(c, h);
+    case KVF_SHM_END: /* closes the oldest open lease */
+        if (c->nopen == 0) {
+            return KVF_ERR_PROTOCOL;
+        }
+        c->ohead = (c->ohead + 1) % KVF_SHM_OPEN_MAX;
+        if (--c->nopen == 0) {
+            t->release(t->arg);
+        }
+        return KVF_OK;
+    case KVF_SHM_SYNC:
+        return kvf_shm_on_sync(c, h);
+    case KVF_SHM_SUM:
+        return kvf_shm_on_sum(c, h);
+    default:
+        kvf_warn("shm: unknown message type %u", h->type);
+        return KVF_ERR_PROTOCOL;
+    }
+}
+
+/* Waits for the next frame: forever when idle (checking stop), until the
+ * lease deadline inside a lease. */
+static kvf_status_t kvf_shm_wait_frame(kvf_shm_sconn_t *c)
+{
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    int wait_ms, ret;
+
+    for (;;) {
+        if (kvf_shm_stopping(c->srv)) {
+            return KVF_ERR_CANCELED;
+        }
+        wait_ms = KVF_SHM_IDLE_POLL_MS;
+        if (c->nopen > 0) {
+            int left = kvf_time_left_ms(c->open[c->ohead].deadline);
+
+            if (left == 0) {
+                return KVF_ERR_TIMEOUT;
+            }
+            wait_ms = left < wait_ms ? left : wait_ms;
+        }
+        ret = poll(&pfd, 1, wait_ms);
+        if (ret > 0) {
+            return KVF_OK;
+        }
+        if (ret < 0 && errno != EINTR) {
+            return KVF_ERR_IO;
+        }
+    }
+}
+
+static void *kvf_shm_sconn_main(void *arg)
+{
+    kvf_shm_sconn_t *c = arg;
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    kvf_frame_hdr_t h;
+    kvf_status_t st;
+    int rfd;
+
+    for (;;) {
+        st = kvf_shm_wait_frame(c);
+        if (st == KVF_OK) {
+            st = kvf_shm_recv(c->fd, &h, &c->in, &rfd,
+                              c->nopen > 0 ? c->open[c->ohead].deadline
+                                           : kvf_time_ms() +
+                                                 c->srv->iface->cfg.timeout_ms);
+        }
+        if (st == KVF_OK) {
+            st = kvf_shm_dispatch(c, &h, rfd);
+            if (rfd >= 0) {
+                close(rfd);
+            }
+        }
+        if (st != KVF_OK) {
+            if (st == KVF_ERR_TIMEOUT && c->nopen > 0) {
+                kvf_error("shm: a lease outlived %u ms; revoked, connection "
+                          "closed",
+                          c->srv->iface->cfg.timeout_ms);
+            } else if (st != KVF_ERR_CONN_RESET && st != KVF_ERR_CANCELED) {
+                kvf_warn("shm: connection closed: %s", kvf_status_str(st));
+            }
+            break;
+        }
+    }
+    if (c->nopen > 0) {
+        c->nopen = 0;
+        t->release(t->arg);
+    }
+    if (c->stage != NULL) {
+        munmap(c->stage, KVF_SHM_STAGE_LEN);
+        c->stage = NULL;
+    }
+    kvf_cuda_stage_free(c->cstage);
+    c->cstage = NULL;
+    close(c->fd);
+    c->fd = -1;
+    __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void kvf_shm_sconn_free(kvf_shm_sconn_t *c)
+{
+    kvf_shm_buf_free(&c->in);
+    kvf_shm_buf_free(&c->out);
+    kvf_free(c);
+}
+
+/* Joins and frees finished connections. Caller holds the lock. */
+static void kvf_shm_reap(kvf_shm_server_t *s, int all)
+{
+    kvf_shm_sconn_t **pp = &s->conns, *c;
+
+    while ((c = *pp) != NULL) {
+        if (all || __atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
+            *pp = c->next;
+            pthread_join(c->thread, NULL);
+            kvf_shm_sconn_free(c);
+            s->nconns--;
+        } else {
+            pp = &c->next;
+        }
+    }
+}
+
+static void kvf_shm_accept_one(kvf_shm_server_t *s)
+{
+    kvf_shm_sconn_t *c;
+    struct ucred cred;
+    socklen_t clen = sizeof(cred);
+    int fd;
+
+    fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+        if (errno != EAGAIN && errno != EINTR) {
+            kvf_log_rl(KVF_LOG_WARN, "shm: accept: %m");
+        }
+        return;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
+        kvf_debug("shm: connection from pid %d uid %u", (int)cred.pid,
+                  (unsigned)cred.uid);
+    }
+    pthread_mutex_lock(&s->lock);
+    kvf_shm_reap(s, 0);
+    if (s->nconns >= KVF_SHM_MAX_CONNS) {
+        pthread_mutex_unlock(&s->lock);
+        kvf_log_rl(KVF_LOG_WARN, "shm: %u connections, refusing more",
+                   s->nconns);
+        close(fd);
+        return;
+    }
+    c = kvf_calloc(1, sizeof(*c));
+    if (c == NULL) {
+        pthread_mutex_unlock(&s->lock);
+        close(fd);
+        return;
+    }
+    c->srv = s;
+    c->fd = fd;
+    if (pthread_create(&c->thread, NULL, kvf_shm_sconn_main, c) != 0) {
+        pthread_mutex_unlock(&s->lock);
+        kvf_log_rl(KVF_LOG_WARN, "shm: no thread for a connection");
+        close(fd);
+        kvf_shm_sconn_free(c);
+        return;
+    }
+    c->next = s->conns;
+    s->conns = c;
+    s->nconns++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void *kvf_shm_accept_main(void *arg)
+{
+    kvf_shm_server_t *s = arg;
+    struct pollfd pfd = {.fd = s->lfd, .events = POLLIN};
+
+    while (!kvf_shm_stopping(s)) {
+        if (poll(&pfd, 1, KVF_SHM_IDLE_POLL_MS) > 0) {
+            kvf_shm_accept_one(s);
+        }
+    }
+    return NULL;
+}
+
+kvf_status_t kvf_shm_server_start(kvf_tl_iface_t *iface)
+{
+    kvf_shm_server_t *s;
+    kvf_status_t status;
+
+    s = kvf_calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    s->iface = iface;
+    s->lfd = -1;
+    s->probe_fd = kvf_shm_probe_create(iface);
+    if (s->probe_fd < 0) {
+        status = KVF_ERR_UNAVAILABLE;
+        goto err_free;
+    }
+    status = kvf_shm_listen(iface->nonce, &s->lfd);
+    if (status != KVF_OK) {
+        goto err_probe;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    if (pthread_create(&s->thread, NULL, kvf_shm_accept_main, s) != 0) {
+        status = KVF_ERR_NO_RESOURCE;
+        goto err_listen;
+    }
+    iface->server = s;
+    return KVF_OK;
+
+err_listen:
+    pthread_mutex_destroy(&s->lock);
+    close(s->lfd);
+err_probe:
+    close(s->probe_fd);
+err_free:
+    kvf_free(s);
+    return status;
+}
+
+void kvf_shm_server_stop(kvf_tl_iface_t *iface)
+{
+    kvf_shm_server_t *s = iface->server;
+
+    if (s == NULL) {
+        return;
+    }
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(s->thread, NULL);
+    close(s->lfd);
+    pthread_mutex_lock(&s->lock);
+    kvf_shm_reap(s, 1);
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_destroy(&s->lock);
+    close(s->probe_fd);
+    kvf_free(s);
+    iface->server = NULL;
+}
