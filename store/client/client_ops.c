@@ -17,6 +17,7 @@
 #include <string.h>
 
 static const char kvf_store_empty[1];
+static __thread unsigned kvf_store_tl_rr;
 
 /* One key's replicas as the master returned them. */
 typedef struct kvf_sreps {
@@ -209,7 +210,9 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
             continue;
         }
         for (j = 0; j < e[i].nrep; j++) {
-            if (kvf_store_peer_get(st, e[i].seg[j], &sps[nops]) != KVF_OK) {
+            status = kvf_store_peer_get(st, e[i].seg[j], &sps[nops]);
+            if (status != KVF_OK) {
+                s[i] = status; /* kept only if no replica is written */
                 continue;
             }
             ops[nops].type = KVF_OP_WRITE;
@@ -386,6 +389,7 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
     uint32_t *opkey = NULL;
     unsigned round, maxrep = 0, lease_ms = 0, *mism = NULL, *oprep = NULL;
     unsigned char *want = NULL;
+    unsigned start;
     size_t i, nops;
     uint64_t t0, sum;
 
@@ -431,7 +435,9 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
             }
         }
     }
-    /* round r reads each key still wanted from its next replica */
+    /* round r reads each key still wanted from its next replica; the
+     * first replica rotates from call to call to spread the reads */
+    start = kvf_store_tl_rr++;
     for (round = 0; round < maxrep; round++) {
         nops = 0;
         for (i = 0; i < count; i++) {
@@ -440,7 +446,7 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
             if (!want[i] || round >= e[i].nrep) {
                 continue;
             }
-            k = (unsigned)((i + round) % e[i].nrep);
+            k = (unsigned)((start + i + round) % e[i].nrep);
             status = kvf_store_peer_get(st, e[i].seg[k], &sps[nops]);
             if (status != KVF_OK) {
                 s[i] = status;

@@ -52,6 +52,10 @@ static void test_unavailable(void **state)
                      KVF_ERR_UNAVAILABLE);
     assert_null(ptr);
     assert_int_equal(kvf_cuda_copy_create(0, &cp), KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_mem_alloc(4096, KVF_MEM_PINNED, 0, &ptr),
+                     KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_mem_alloc(4096, KVF_MEM_CUDA, 0, &ptr),
+                     KVF_ERR_UNAVAILABLE);
     assert_int_equal(kvf_cuda_mem_track_release(buf, KVF_MEM_CUDA),
                      KVF_ERR_NOT_FOUND);
     assert_int_equal(kvf_cuda_ipc_export((uint64_t)(uintptr_t)buf, handle,

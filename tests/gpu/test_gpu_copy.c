@@ -387,6 +387,42 @@ static void test_register_bounds(void **state)
     kvf_cuda_mem_free(KVF_MEM_PINNED, h);
 }
 
+/* kvf_mem_alloc's GPU types: usable memory that registers, freed by
+ * kvf_mem_free, nothing leaked. */
+static void test_mem_alloc(void **state)
+{
+    kvf_engine_params_t p = {0};
+    kvf_region_h rp, rc;
+    kvf_engine_h e;
+    char *pin, *gpu, h[4096];
+
+    (void)state;
+    p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN;
+    p.no_listen = 1;
+    assert_int_equal(kvf_engine_create(&p, &e), KVF_OK);
+    assert_int_equal(kvf_mem_alloc(8u << 20, KVF_MEM_PINNED, 0,
+                                   (void **)&pin),
+                     KVF_OK);
+    assert_int_equal(kvf_mem_alloc(8u << 20, KVF_MEM_CUDA, 0, (void **)&gpu),
+                     KVF_OK);
+    assert_int_equal(kvf_engine_reg(e, pin, 8u << 20, KVF_MEM_PINNED, 0,
+                                    &rp),
+                     KVF_OK);
+    assert_int_equal(kvf_engine_reg(e, gpu, 8u << 20, KVF_MEM_CUDA, 0, &rc),
+                     KVF_OK);
+    memset(pin, 0x3c, 8u << 20);
+    assert_int_equal(kvf_cuda_memcpy(gpu + 4096, pin, 4096), KVF_OK);
+    assert_int_equal(kvf_cuda_memcpy(h, gpu + 4096, 4096), KVF_OK);
+    assert_memory_equal(h, pin, 4096);
+    assert_int_equal(kvf_engine_dereg(e, rp), KVF_OK);
+    assert_int_equal(kvf_engine_dereg(e, rc), KVF_OK);
+    kvf_engine_destroy(e);
+    kvf_mem_free(pin);
+    kvf_mem_free(gpu);
+    assert_int_equal(kvf_cuda_mem_track_release(gpu, KVF_MEM_CUDA),
+                     KVF_ERR_NOT_FOUND);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -397,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_pageable),
         cmocka_unit_test(test_out_of_range),
         cmocka_unit_test(test_register_bounds),
+        cmocka_unit_test(test_mem_alloc),
     };
     long b0, y0, b1, y1;
     int rc;

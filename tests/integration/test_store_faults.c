@@ -5,8 +5,9 @@
  * after its TTL, a put whose client vanished reclaimed (and its late
  * commit refused), garbage and cut frames to the master (a stalled one
  * closed after the master's bound), oversized keys
- * and values, a node lying about its pool, and a master restart that must
- * not serve locations from before it. After each fault the master must
+ * and values, a node lying about its pool, a master restart that must
+ * not serve locations from before it, and replicas corrupted on their
+ * node (a good replica is used; with none, KVF_ERR_CHECKSUM). After each fault the master must
  * still serve.
  */
 #include <stdarg.h>
@@ -507,6 +508,69 @@ static void test_master_restart(void **state)
     kvs_stop(&m, 0);
 }
 
+/* Overwrites a replica's bytes on its node through the engine. */
+static void corrupt(kvs_client_t *c, const char *segment, uint64_t addr,
+                    size_t len)
+{
+    kvf_peer_h peer;
+    kvf_op_t op;
+
+    assert_int_equal(kvf_peer_open(kvf_store_engine(c->st), segment, &peer),
+                     KVF_OK);
+    memset(c->buf + 2 * MiB, 0x5a, len);
+    op.type = KVF_OP_WRITE;
+    op.local = c->buf + 2 * MiB;
+    op.peer = peer;
+    op.remote = addr;
+    op.length = len;
+    assert_int_equal(kvf_transfer_sync(kvf_store_engine(c->st), &op, 1,
+                                       3000),
+                     KVF_OK);
+    kvf_peer_close(peer);
+}
+
+static void test_corruption(void **state)
+{
+    kvf_store_put_opts_t two = {.replicas = 2};
+    kvf_store_info_t info;
+    kvs_proc_t m, n[2];
+    kvs_client_t c;
+    size_t got;
+    int i;
+
+    (void)state;
+    assert_int_equal(kvs_master(&m, 0, NULL), 0);
+    assert_int_equal(kvs_node(&n[0], m.addr, "16M", NULL), 0);
+    assert_int_equal(kvs_node(&n[1], m.addr, "16M", NULL), 0);
+    assert_int_equal(kvs_client_open(&c, m.addr, 3 * MiB), 0);
+    kvs_fill(c.buf + MiB, MiB, 11); /* the truth, kept at buf + 1 MiB */
+    memcpy(c.buf, c.buf + MiB, MiB);
+    assert_int_equal(kvf_store_put(c.st, "cs/two", c.buf, MiB, &two), KVF_OK);
+    assert_int_equal(kvf_store_put(c.st, "cs/one", c.buf, MiB, NULL), KVF_OK);
+    assert_int_equal(kvf_store_query(c.st, "cs/two", &info), KVF_OK);
+    assert_int_equal(info.replicas, 2);
+    /* one bad replica: every get still returns the right bytes */
+    corrupt(&c, info.segment[0], info.addr[0] + 4096, 100);
+    for (i = 0; i < 4; i++) {
+        memset(c.buf, 0, MiB);
+        assert_int_equal(kvf_store_get(c.st, "cs/two", c.buf, MiB, &got, 0),
+                         KVF_OK);
+        assert_memory_equal(c.buf, c.buf + MiB, MiB);
+    }
+    /* both bad: a clear error, never the bytes */
+    corrupt(&c, info.segment[1], info.addr[1] + MiB - 1, 1);
+    assert_int_equal(kvf_store_get(c.st, "cs/two", c.buf, MiB, &got, 0),
+                     KVF_ERR_CHECKSUM);
+    assert_int_equal(kvf_store_query(c.st, "cs/one", &info), KVF_OK);
+    corrupt(&c, info.segment[0], info.addr[0], 1);
+    assert_int_equal(kvf_store_get(c.st, "cs/one", c.buf, MiB, &got, 0),
+                     KVF_ERR_CHECKSUM);
+    kvs_client_close(&c);
+    kvs_stop(&n[0], 0);
+    kvs_stop(&n[1], 0);
+    kvs_stop(&m, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -518,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_lying_node),
         cmocka_unit_test(test_master_restart),
+        cmocka_unit_test(test_corruption),
     };
 
     kvs_bin();
