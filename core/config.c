@@ -165,6 +165,34 @@ void kvf_config_foreach(void (*fn)(const char *component,
     }
 }
 
+int kvf_config_check_file(void)
+{
+    size_t f, t, i;
+    int unknown = 0, found;
+
+    pthread_mutex_lock(&kvf_config_lock);
+    kvf_config_load_file();
+    for (f = 0; f < kvf_config_nfile; f++) {
+        found = 0;
+        for (t = 0; t < kvf_config_ntables && !found; t++) {
+            for (i = 0; i < kvf_config_tables[t]->count; i++) {
+                if (strcmp(kvf_config_tables[t]->entries[i].name,
+                           kvf_config_file[f].key) == 0) {
+                    found = 1;
+                    break;
+                }
+            }
+        }
+        if (!found) {
+            kvf_error("config file %s: unknown key '%s' (see kvferry config)",
+                      getenv("KVF_CONFIG"), kvf_config_file[f].key);
+            unknown++;
+        }
+    }
+    pthread_mutex_unlock(&kvf_config_lock);
+    return unknown;
+}
+
 kvf_status_t kvf_parse_size(const char *text, uint64_t *bytes_p)
 {
     char *end;

@@ -42,6 +42,10 @@ void kvf_config_foreach(void (*fn)(const char *component,
                                    const char *value, void *arg),
                         void *arg);
 
+/* Checks the KVF_CONFIG file against the registered tables: each key no
+ * table knows is logged. Returns the number of unknown keys. */
+int kvf_config_check_file(void);
+
 /* "8G", "8GB", "8GiB", "512k", "4096" -> bytes (binary multiples). */
 kvf_status_t kvf_parse_size(const char *text, uint64_t *bytes_p);
 

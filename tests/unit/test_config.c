@@ -87,7 +87,8 @@ static void test_resolution(void **state)
     fd = mkstemp(path);
     assert_true(fd >= 0);
     f = fdopen(fd, "w");
-    fprintf(f, "# comment\ntest_beta = 200\ntest_gamma = 300\n");
+    fprintf(f, "# comment\ntest_beta = 200\ntest_gamma = 300\n"
+               "test_unknown = 5\n");
     fclose(f);
     setenv("KVF_CONFIG", path, 1);
     setenv("KVF_TEST_GAMMA", "3000", 1);
@@ -99,6 +100,8 @@ static void test_resolution(void **state)
     assert_true(v == 3000); /* environment beats file */
     assert_int_equal(kvf_config_u64(&table, "test_nope", &v),
                      KVF_ERR_INVALID_PARAM);
+    /* a key no registered table knows is reported */
+    assert_int_equal(kvf_config_check_file(), 1);
     unlink(path);
 }
 

@@ -45,6 +45,9 @@ int kvf_cmd_drill(int argc, char **argv);
 extern const kvf_cli_cmd_t kvf_cli_commands[];
 extern const kvf_cli_cmd_t kvf_cli_bench_commands[];
 
+/* Registers every component's config table (cmd_misc.c). */
+void kvf_cli_config_init(void);
+
 /* Path of this executable (for spawning helper processes). */
 extern const char *kvf_cli_self;
 

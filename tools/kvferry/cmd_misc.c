@@ -9,6 +9,9 @@
 #include <stdio.h>
 
 extern const kvf_config_table_t kvf_engine_config;
+extern const kvf_config_table_t kvf_fault_config;
+extern const kvf_config_table_t kvf_cuda_config;
+extern const kvf_config_table_t kvf_store_config;
 
 static void kvf_config_print(const char *component,
                              const kvf_config_entry_t *e, const char *value,
@@ -19,12 +22,18 @@ static void kvf_config_print(const char *component,
            value ? value : "", e->help, e->defval);
 }
 
+void kvf_cli_config_init(void)
+{
+    kvf_config_register(&kvf_engine_config);
+    kvf_config_register(&kvf_fault_config);
+    kvf_config_register(&kvf_cuda_config);
+    kvf_config_register(&kvf_store_config);
+}
+
 int kvf_cmd_config(int argc, char **argv)
 {
     (void)argc;
-    (void)argv;
-    kvf_config_register(&kvf_engine_config);
-    printf("# every key can be set as KVF_<KEY> in the environment or as\n"
+    (void)argv;    printf("# every key can be set as KVF_<KEY> in the environment or as\n"
            "# 'key = value' in the file named by KVF_CONFIG\n");
     kvf_config_foreach(kvf_config_print, NULL);
     return KVF_CLI_OK;

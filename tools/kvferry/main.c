@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/log.h"
 #include "core/hash.h"
 
 const char *kvf_cli_self = "kvferry";
@@ -116,5 +117,10 @@ int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     kvf_cli_self = argv[0];
+    kvf_log_init();
+    kvf_cli_config_init();
+    if (kvf_config_check_file() > 0) {
+        return KVF_CLI_USAGE;
+    }
     return kvf_cli_dispatch(kvf_cli_commands, "kvferry", argc, argv);
 }
