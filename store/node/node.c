@@ -1,9 +1,9 @@
 /*
  * Storage node: pool, engine target, registration and heartbeats.
  *
- * The pool (anonymous memory with huge pages, or a memfd that another
- * process can map; faulted in at start) is registered with the node's
- * engine. The master checks the claimed range against the
+ * The pool (shareable memory from kvf_mem_alloc, or private anonymous
+ * memory with huge pages; faulted in at start) is registered with the
+ * node's engine. The master checks the claimed range against the
  * engine's descriptor, and the engine refuses any remote access outside
  * registered regions, so a node cannot make the master hand out space it
  * does not have.
@@ -34,7 +34,7 @@ struct kvf_node {
     kvf_engine_h engine;
     kvf_region_h region;
     void *pool;
-    int pool_fd; /* memfd backing the pool, or -1 */
+    int shared; /* pool from kvf_mem_alloc */
     uint64_t uid;
     /* registration, owned by the node thread */
     int fd;
@@ -162,42 +162,50 @@ static void *kvf_node_main(void *arg)
     return NULL;
 }
 
-/* Maps the pool: private anonymous memory with transparent huge pages
- * (the fastest for tcp), or a shared memfd mapping (memfd option) that a
- * same-host transport can map from another process. Unless lazy, every
- * page is faulted in now, so the first write of each byte does not pay a
- * page fault and the node's memory is committed at start. */
+/* Maps the pool. By default it comes from kvf_mem_alloc(): memfd-backed
+ * shareable memory, so a client on the same host reaches it through the
+ * shm transport without copies by the node (and tcp serves it as well as
+ * private memory); --anon takes private anonymous memory with huge pages
+ * instead. Unless lazy, every page is faulted in now, so the first write
+ * of each byte does not pay a page fault and the node's memory is
+ * committed at start. */
 static void *kvf_node_map_pool(kvf_node_t *n)
 {
     uint64_t len = n->opts.pool;
-    int flags = MAP_NORESERVE | (n->opts.lazy ? 0 : MAP_POPULATE);
+    kvf_status_t st;
     void *p;
 
-    if (n->opts.memfd) {
-        n->pool_fd = memfd_create("kvferry-node-pool", MFD_CLOEXEC);
-        if (n->pool_fd < 0 || ftruncate(n->pool_fd, (off_t)len) < 0) {
-            kvf_error("node cannot make a memfd pool of %lu bytes: %m",
-                      (unsigned long)len);
+    if (!n->opts.anon) {
+        st = kvf_mem_alloc(len, KVF_MEM_HOST, 0, &p);
+        if (st != KVF_OK) {
+            kvf_error("node cannot allocate a pool of %lu bytes: %s",
+                      (unsigned long)len, kvf_status_str(st));
             return NULL;
         }
-        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | flags,
-                 n->pool_fd, 0);
+        n->shared = 1;
     } else {
         p = mmap(NULL, len, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p != MAP_FAILED) {
-            madvise(p, len, MADV_HUGEPAGE);
-            if (!n->opts.lazy) {
-                madvise(p, len, MADV_POPULATE_WRITE);
-            }
+        if (p == MAP_FAILED) {
+            kvf_error("node cannot map a pool of %lu bytes: %m",
+                      (unsigned long)len);
+            return NULL;
         }
+        madvise(p, len, MADV_HUGEPAGE);
     }
-    if (p == MAP_FAILED) {
-        kvf_error("node cannot map a pool of %lu bytes: %m",
-                  (unsigned long)len);
-        return NULL;
+    if (!n->opts.lazy) {
+        madvise(p, len, MADV_POPULATE_WRITE);
     }
     return p;
+}
+
+static void kvf_node_unmap_pool(kvf_node_t *n)
+{
+    if (n->shared) {
+        kvf_mem_free(n->pool);
+    } else {
+        munmap(n->pool, n->opts.pool);
+    }
 }
 
 kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
@@ -215,7 +223,6 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
     }
     n->opts = *opts;
     n->fd = -1;
-    n->pool_fd = -1;
     snprintf(n->master, sizeof(n->master), "%s", opts->master);
     n->uid = kvf_hash64(&n, sizeof(n), kvf_time_ns() ^ (uint64_t)getpid());
     pthread_mutex_init(&n->lock, NULL);
@@ -261,11 +268,8 @@ err_dereg:
 err_engine:
     kvf_engine_destroy(n->engine);
 err_unmap:
-    munmap(n->pool, opts->pool);
+    kvf_node_unmap_pool(n);
 err_free:
-    if (n->pool_fd >= 0) {
-        close(n->pool_fd);
-    }
     kvf_sp_frame_free(&n->f);
     pthread_cond_destroy(&n->cond);
     pthread_mutex_destroy(&n->lock);
@@ -286,10 +290,7 @@ void kvf_node_stop(kvf_node_t *n)
     kvf_node_disconnect(n);
     kvf_engine_dereg(n->engine, n->region);
     kvf_engine_destroy(n->engine);
-    munmap(n->pool, n->opts.pool);
-    if (n->pool_fd >= 0) {
-        close(n->pool_fd);
-    }
+    kvf_node_unmap_pool(n);
     kvf_sp_frame_free(&n->f);
     pthread_cond_destroy(&n->cond);
     pthread_mutex_destroy(&n->lock);

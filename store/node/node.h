@@ -22,7 +22,8 @@ typedef struct kvf_node_opts {
     uint64_t claim;         /* bytes told to the master; 0 = pool (a larger
                                claim is a lie the master must refuse) */
     const char *transports; /* engine transports (NULL = auto) */
-    int memfd;              /* pool in a shared memfd (else anonymous) */
+    int anon;               /* private anonymous pool (else shareable,
+                               kvf_mem_alloc) */
     int lazy;               /* do not fault the pool in at start */
     unsigned timeout_ms;    /* bound on every wait */
 } kvf_node_opts_t;

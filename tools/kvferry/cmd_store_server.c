@@ -146,14 +146,15 @@ static void kvf_node_usage(void)
     fprintf(stderr,
             "usage: kvferry node --pool SIZE [--master HOST:PORT]\n"
             "                    [--listen HOST:PORT] [--transports LIST]\n"
-            "                    [--memfd] [--lazy]\n"
+            "                    [--anon] [--lazy]\n"
             "  --pool        memory the node contributes (e.g. 4G)\n"
             "  --master      the master (default: config `master`, "
             "127.0.0.1:17800)\n"
             "  --listen      engine address (default 127.0.0.1:0)\n"
             "  --transports  engine transports (default auto)\n"
-            "  --memfd       pool in a shared memfd (mappable by a same-host\n"
-            "                transport; default: anonymous, huge pages)\n"
+            "  --anon        private anonymous pool with huge pages (default:\n"
+            "                shareable memory, which same-host clients reach\n"
+            "                through the shm transport without copies)\n"
             "  --lazy        do not fault the pool in at start\n"
             "  --claim SIZE  (tests) tell the master a different pool size\n");
 }
@@ -166,7 +167,7 @@ int kvf_cmd_node(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},
         {"transports", required_argument, NULL, 't'},
         {"claim", required_argument, NULL, 'C'},
-        {"memfd", no_argument, NULL, 'M'},
+        {"anon", no_argument, NULL, 'A'},
         {"lazy", no_argument, NULL, 'z'},
         {"timeout", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
@@ -204,8 +205,8 @@ int kvf_cmd_node(int argc, char **argv)
         case 'C':
             o.claim = kvf_cli_size("--claim", optarg);
             break;
-        case 'M':
-            o.memfd = 1;
+        case 'A':
+            o.anon = 1;
             break;
         case 'z':
             o.lazy = 1;
