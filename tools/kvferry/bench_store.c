@@ -7,7 +7,8 @@
  * process, its engine and peers shared; a master connection per thread),
  * each with its own registered buffer, in three timed phases:
  *   put  - new keys, one after the other (the store evicts the coldest
- *          when it fills, as a cache does);
+ *          when it fills, as a cache does), after an unrecorded warm-up
+ *          of a quarter of the phase (at most 500 ms);
  *   get  - the thread's last keys, round robin (all hits; every get
  *          verifies the checksum);
  *   mix  - gets with the --hit-ratio share of present keys and the rest
@@ -147,6 +148,7 @@ typedef struct kvf_bs_ctx {
     uint64_t size;
     unsigned keys;      /* keys each thread keeps for the get phases */
     int phase;          /* 0 put, 1 get, 2 mix */
+    uint64_t dur_ms;    /* of the phase being run */
     uint64_t run;
     pthread_barrier_t barrier;
     uint64_t start_ns;
@@ -287,7 +289,7 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
         pthread_create(&th[i].tid, NULL, kvf_bs_thread_main, &th[i]);
     }
     c->start_ns = kvf_time_ns();
-    c->deadline_ns = c->start_ns + c->o->duration_ms * 1000000ull;
+    c->deadline_ns = c->start_ns + c->dur_ms * 1000000ull;
     pthread_barrier_wait(&c->barrier);
     c->start_ns = kvf_time_ns();
     for (i = 0; i < n; i++) {
@@ -429,6 +431,13 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_opts_t *o,
         }
     }
     if (clients > 0) {
+        /* warm-up, not recorded: connections, peers, first mappings */
+        kvf_bs_row_t warm[2];
+        unsigned nwarm = 0;
+
+        c.dur_ms = o->duration_ms / 4 > 500 ? 500 : o->duration_ms / 4 + 1;
+        kvf_bs_phase(&c, th, clients, 0, warm, &nwarm);
+        c.dur_ms = o->duration_ms;
         kvf_bs_phase(&c, th, clients, 0, rows, nrows);
         kvf_bs_phase(&c, th, clients, 1, rows, nrows);
         if (o->hit_ratio < 1.0) {
