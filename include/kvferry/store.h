@@ -121,9 +121,10 @@ KVF_API kvf_status_t kvf_store_get(kvf_store_h store, const char *key,
                                    void *buf, size_t cap, size_t *len_p,
                                    unsigned flags);
 
-/* Removes the object. KVF_ERR_LEASED while a reader holds a lease (the
- * caller retries after at most the lease time), KVF_ERR_BUSY while its
- * put is in progress, KVF_ERR_NO_KEY if absent. */
+/* Removes the object: the key is gone at once (gets miss, a put may store
+ * it again). An object a reader holds under a read lease keeps its space
+ * until that lease ends, so the reader's bytes stay intact. KVF_ERR_BUSY
+ * while its put is in progress, KVF_ERR_NO_KEY if absent. */
 KVF_API kvf_status_t kvf_store_remove(kvf_store_h store, const char *key);
 
 /* KVF_OK if the key is stored and committed, else KVF_ERR_NO_KEY. */

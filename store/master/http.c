@@ -23,7 +23,7 @@
 typedef struct kvf_m_snap {
     kvf_master_stats_t st;
     uint64_t capacity, used, epoch;
-    size_t nodes, objects, pending;
+    size_t nodes, objects, pending, removing;
 } kvf_m_snap_t;
 
 /* Growable text buffer for the response body. */
@@ -102,6 +102,7 @@ static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
     s->nodes = m->nnodes;
     s->objects = m->nobjs;
     s->pending = kvf_m_pending(m);
+    s->removing = kvf_m_removing(m);
     s->epoch = m->epoch;
     if (nodes_json != NULL) {
         for (n = m->nodes; n != NULL; n = n->next) {
@@ -145,6 +146,9 @@ static void kvf_m_metrics(kvf_master_t *m, kvf_hbuf_t *b)
                  s.objects);
     kvf_m_metric(b, "pending_puts", "gauge", "puts not yet committed",
                  s.pending);
+    kvf_m_metric(b, "removing", "gauge",
+                 "objects removed, space kept until their read lease ends",
+                 s.removing);
     kvf_m_metric(b, "hits_total", "counter", "gets that found the key",
                  s.st.hits);
     kvf_m_metric(b, "misses_total", "counter", "gets that did not",
@@ -174,14 +178,15 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
     kvf_m_snapshot(m, &s, &nodes);
     kvf_hbuf_printf(b,
                     "{\"epoch\":\"%016lx\",\"nodes\":%zu,\"capacity\":%lu,"
-                    "\"used\":%lu,\"objects\":%zu,\"pending\":%zu,"
+                    "\"used\":%lu,\"objects\":%zu,\"pending\":%zu,\"removing\":%zu,"
                     "\"hits\":%lu,\"misses\":%lu,\"evictions\":%lu,"
                     "\"errors\":%lu,\"puts\":%lu,\"removes\":%lu,"
                     "\"reclaimed\":%lu,\"aborted\":%lu,\"nodes_lost\":%lu,"
                     "\"objects_lost\":%lu,\"node_list\":[%s]}\n",
                     (unsigned long)s.epoch, s.nodes,
                     (unsigned long)s.capacity, (unsigned long)s.used,
-                    s.objects, s.pending, (unsigned long)s.st.hits,
+                    s.objects, s.pending, s.removing,
+                    (unsigned long)s.st.hits,
                     (unsigned long)s.st.misses,
                     (unsigned long)s.st.evictions,
                     (unsigned long)s.st.errors, (unsigned long)s.st.puts,

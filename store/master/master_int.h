@@ -45,7 +45,7 @@ typedef struct kvf_mobj {
     uint8_t nrep;
     kvf_mrep_t rep[KVF_STORE_REPLICA_MAX];
     struct kvf_mobj *hnext;          /* hash chain */
-    struct kvf_mobj *lprev, *lnext;  /* LRU list or pending list */
+    struct kvf_mobj *lprev, *lnext;  /* LRU, pending or doomed list */
 } kvf_mobj_t;
 
 typedef struct kvf_master_stats {
@@ -65,6 +65,7 @@ struct kvf_master {
     size_t nobjs;
     kvf_mobj_t lru;      /* sentinel: lnext most recent, lprev least */
     kvf_mobj_t pending;  /* sentinel of uncommitted puts */
+    kvf_mobj_t doomed;   /* removed, space kept until their lease ends */
     kvf_mnode_t *nodes;
     size_t nnodes;
     uint64_t next_gen;
@@ -108,6 +109,7 @@ void kvf_m_tick(kvf_master_t *m);
 uint64_t kvf_m_capacity(const kvf_master_t *m);
 uint64_t kvf_m_used(const kvf_master_t *m);
 size_t kvf_m_pending(const kvf_master_t *m);
+size_t kvf_m_removing(const kvf_master_t *m);
 
 /* master.c: serves one whole frame: runs its handler, encodes the reply
  * body in w; returns the reply's status, *rtype_p its type. */

@@ -5,7 +5,9 @@
  * comes from each node's TLSF allocator; replicas of one object go to
  * distinct nodes, most free space first. Eviction walks the LRU list from
  * its cold end and skips pinned objects and objects under a read lease
- * (a get grants a lease of lease_ms). The periodic tick reclaims puts
+ * (a get grants a lease of lease_ms). A remove takes the key away at
+ * once; an object still under a lease keeps its space, off the table,
+ * until the lease ends. The periodic tick frees those, reclaims puts
  * never committed by their deadline, drops nodes silent past their TTL
  * (their replicas go; an object left without replicas is lost), and
  * evicts down to the low watermark once used space passes the high one.
@@ -53,6 +55,7 @@ kvf_status_t kvf_m_init(kvf_master_t *m)
     }
     kvf_m_list_init(&m->lru);
     kvf_m_list_init(&m->pending);
+    kvf_m_list_init(&m->doomed);
     return KVF_OK;
 }
 
@@ -67,6 +70,9 @@ void kvf_m_fini(kvf_master_t *m)
         while (m->table[i] != NULL) {
             kvf_m_obj_free(m, m->table[i]);
         }
+    }
+    while (m->doomed.lnext != &m->doomed) {
+        kvf_m_obj_free(m, m->doomed.lnext);
     }
     while ((n = m->nodes) != NULL) {
         m->nodes = n->next;
@@ -168,6 +174,17 @@ size_t kvf_m_pending(const kvf_master_t *m)
     size_t n = 0;
 
     for (o = m->pending.lnext; o != &m->pending; o = o->lnext) {
+        n++;
+    }
+    return n;
+}
+
+size_t kvf_m_removing(const kvf_master_t *m)
+{
+    const kvf_mobj_t *o;
+    size_t n = 0;
+
+    for (o = m->doomed.lnext; o != &m->doomed; o = o->lnext) {
         n++;
     }
     return n;
@@ -396,7 +413,7 @@ kvf_status_t kvf_m_get(kvf_master_t *m, const char *key, kvf_mobj_t **obj_p)
 
 kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key)
 {
-    kvf_mobj_t *o = kvf_m_find(m, key);
+    kvf_mobj_t *o = kvf_m_find(m, key), **pp;
 
     if (o == NULL) {
         return KVF_ERR_NO_KEY;
@@ -404,11 +421,23 @@ kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key)
     if (o->state != KVF_OBJ_COMMITTED) {
         return KVF_ERR_BUSY;
     }
-    if (o->lease_until_ms > kvf_time_ms()) {
-        return KVF_ERR_LEASED;
-    }
     m->st.removes++;
-    kvf_m_obj_free(m, o);
+    if (o->lease_until_ms <= kvf_time_ms()) {
+        kvf_m_obj_free(m, o);
+        return KVF_OK;
+    }
+    /* under a read lease: the key goes now (gets miss, a new put may
+     * reuse it), the space when the lease ends (reaper) */
+    for (pp = &m->table[o->hash & (m->nbuckets - 1)]; *pp != NULL;
+         pp = &(*pp)->hnext) {
+        if (*pp == o) {
+            *pp = o->hnext;
+            break;
+        }
+    }
+    o->hnext = NULL;
+    kvf_m_list_unlink(o);
+    kvf_m_list_push(&m->doomed, o);
     return KVF_OK;
 }
 
@@ -430,9 +459,11 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
     size_t i, lost = 0, dropped = 0;
     unsigned r, k;
 
-    for (i = 0; i < m->nbuckets; i++) {
-        for (o = m->table[i]; o != NULL; o = next) {
-            next = o->hnext;
+    for (i = 0; i <= m->nbuckets; i++) {
+        /* every bucket, then the removed objects awaiting their lease */
+        o = (i < m->nbuckets) ? m->table[i] : m->doomed.lnext;
+        for (; o != NULL && o != &m->doomed; o = next) {
+            next = (i < m->nbuckets) ? o->hnext : o->lnext;
             for (r = 0, k = 0; r < o->nrep; r++) {
                 if (o->rep[r].node != n) {
                     o->rep[k++] = o->rep[r];
@@ -442,7 +473,7 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
             }
             o->nrep = (uint8_t)k;
             if (k == 0) {
-                lost += (o->state == KVF_OBJ_COMMITTED);
+                lost += (o->state == KVF_OBJ_COMMITTED && i < m->nbuckets);
                 kvf_m_obj_free(m, o);
             }
         }
@@ -531,6 +562,12 @@ void kvf_m_tick(kvf_master_t *m)
                      o->key, (unsigned long)m->opts.put_timeout_ms);
             m->st.reclaimed++;
             kvf_m_obj_free(m, o);
+        }
+    }
+    for (o = m->doomed.lprev; o != &m->doomed; o = prev) {
+        prev = o->lprev;
+        if (o->lease_until_ms <= now) {
+            kvf_m_obj_free(m, o); /* removed, its last lease over */
         }
     }
     for (n = m->nodes; n != NULL; n = nnext) {

@@ -15,14 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct kvf_scli {
     const char *master;
     unsigned replicas;
     unsigned flags;
-    unsigned wait_ms;
     int argi; /* first positional argument */
 } kvf_scli_t;
 
@@ -33,14 +31,12 @@ static int kvf_scli_parse(int argc, char **argv, kvf_scli_t *o,
         {"master", required_argument, NULL, 'm'},
         {"replicas", required_argument, NULL, 'r'},
         {"pin", no_argument, NULL, 'p'},
-        {"wait", required_argument, NULL, 'w'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int c;
 
     memset(o, 0, sizeof(*o));
-    o->wait_ms = 5000;
     optind = 1;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         switch (c) {
@@ -53,9 +49,6 @@ static int kvf_scli_parse(int argc, char **argv, kvf_scli_t *o,
             break;
         case 'p':
             o->flags |= KVF_STORE_PIN;
-            break;
-        case 'w':
-            o->wait_ms = (unsigned)kvf_cli_ms("--wait", optarg);
             break;
         case 'h':
             fprintf(stderr, "%s", usage);
@@ -243,13 +236,11 @@ int kvf_cmd_get(int argc, char **argv)
 int kvf_cmd_rm(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: kvferry rm [--master HOST:PORT] [--wait DUR] KEY...\n"
-        "  a key under a read lease is retried for up to --wait (5s)\n";
-    struct timespec ts = {0, 50 * 1000000L};
+        "usage: kvferry rm [--master HOST:PORT] KEY...\n"
+        "  a key being read goes at once; its space when the read ends\n";
     kvf_store_h st;
     kvf_scli_t o;
     kvf_status_t s;
-    unsigned waited;
     int rc, i, fail = 0;
 
     if ((rc = kvf_scli_parse(argc, argv, &o, usage)) >= 0) {
@@ -264,12 +255,7 @@ int kvf_cmd_rm(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     for (i = o.argi; i < argc; i++) {
-        waited = 0;
-        while ((s = kvf_store_remove(st, argv[i])) == KVF_ERR_LEASED &&
-               waited < o.wait_ms) {
-            nanosleep(&ts, NULL);
-            waited += 50;
-        }
+        s = kvf_store_remove(st, argv[i]);
         if (s != KVF_OK) {
             fprintf(stderr, "kvferry rm %s: %s (%s)\n", argv[i],
                     kvf_status_str(s), kvf_status_name(s));
