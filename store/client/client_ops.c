@@ -102,7 +102,6 @@ typedef struct kvf_store_sum_job {
     const size_t *lens;
     uint64_t *sums;
     const kvf_sreps_t *e;
-    const kvf_status_t *s;
     uint64_t ns;
 } kvf_store_sum_job_t;
 
@@ -112,8 +111,10 @@ static void kvf_store_sum_all(void *arg)
     uint64_t t0 = kvf_time_ns();
     size_t i;
 
+    /* every allocated key (put_id != 0): its status may already carry a
+     * failed replica, yet another replica may be written and committed */
     for (i = 0; i < j->count; i++) {
-        if (j->s[i] == KVF_OK && j->e[i].status == KVF_OK) {
+        if (j->e[i].status == KVF_OK && j->e[i].put_id != 0) {
             j->sums[i] = kvf_store_sum(j->bufs[i], j->lens[i]);
         }
     }
@@ -231,7 +232,6 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
     sj.lens = lens;
     sj.sums = sums;
     sj.e = e;
-    sj.s = s;
     t0 = kvf_time_ns();
     kvf_store_run(st, ops, sps, nops, op_st,
                   (flags & KVF_STORE_DEVICE_MEM) ? NULL : kvf_store_sum_all,

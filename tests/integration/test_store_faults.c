@@ -201,6 +201,21 @@ static void test_node_death(void **state)
                      KVF_OK);
     kvs_fill(c.buf + MiB, MiB, 42);
     assert_memory_equal(c.buf, c.buf + MiB, MiB);
+    /* puts before the TTL: one replica lands on the dead node (its write
+     * fails, then its peer cannot even be opened), the other is written
+     * and committed with the right checksum */
+    for (i = 0; i < 3; i++) {
+        snprintf(key, sizeof(key), "nd/during%d", i);
+        kvs_fill(c.buf, MiB, 43 + (uint64_t)i);
+        assert_int_equal(kvf_store_put(c.st, key, c.buf, MiB, &two), KVF_OK);
+        assert_int_equal(kvf_store_query(c.st, key, &info), KVF_OK);
+        assert_int_equal(info.replicas, 1);
+        assert_int_equal(info.checksum, kvf_checksum(c.buf, MiB));
+        memset(c.buf + MiB, 0, MiB);
+        assert_int_equal(kvf_store_get(c.st, key, c.buf + MiB, MiB, &got, 0),
+                         KVF_OK);
+        assert_memory_equal(c.buf, c.buf + MiB, MiB);
+    }
     /* after the TTL the master forgets the node */
     assert_true(kvs_metric_wait(m.http, "nodes", 1, 4000));
     assert_int_equal(kvs_metric(m.http, "nodes_lost_total"), 1);
