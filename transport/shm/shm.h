@@ -267,11 +267,14 @@ kvf_status_t kvf_shm_pump(kvf_tl_ep_t *ep, kvf_shm_conn_t *c, uint8_t want,
                           kvf_frame_hdr_t *h, int *rfd);
 /* For a GRANTED lease: maps what it needs (MAP), then sets excs[i]:
  * KVF_OK with ptrs[i] = local view of the entry, KVF_INPROGRESS = moved
- * by the target (STAGE), or the refusal. */
+ * by the target (STAGE), or the refusal. On KVF_OK it returns holding
+ * map_lock's read side, which kvf_shm_lease_copy() releases: call it
+ * next. */
 kvf_status_t kvf_shm_lease_prepare(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                    kvf_shm_lease_t *l);
-/* Copies the mapped entries (streaming stores when stream) and moves the
- * staged ones; results in st[]. Connection errors are returned. */
+/* Copies the mapped entries (streaming stores when stream), releases
+ * map_lock, and moves the staged ones; results in st[]. Connection errors
+ * are returned. */
 kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                 kvf_shm_lease_t *l, int stream);
 /* SYNC: unmaps allocations the target released. Nothing else in flight. */

@@ -471,7 +471,8 @@ kvf_status_t kvf_shm_lease_prepare(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
             return mst[k];
         }
     }
-    /* allocations are not unmapped while a lease granting them is open */
+    /* held until lease_copy is done with the pointers: no mapping goes
+     * away under them (a dropped target, a SYNC) */
     pthread_rwlock_rdlock(&ep->map_lock);
     for (k = 0; k < l->nallocs; k++) {
         mptr[k] = (mst[k] == KVF_OK) ? kvf_shm_map_ptr(ep, l->ids[k]) : NULL;
@@ -479,7 +480,6 @@ kvf_status_t kvf_shm_lease_prepare(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
             mst[k] = KVF_ERR_INTERNAL;
         }
     }
-    pthread_rwlock_unlock(&ep->map_lock);
     for (i = 0, k = 0; i < l->n; i++) {
         uint64_t r = l->remote[i], n = l->lens[i];
 
@@ -656,7 +656,6 @@ kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
     size_t i, ns = 0;
 
     copy = stream ? kvf_shm_copy_stream : kvf_shm_copy;
-    pthread_rwlock_rdlock(&ep->map_lock);
     for (i = 0; i < l->n; i++) {
         if (l->excs[i] == KVF_OK) {
             l->st[i] = (l->type == KVF_OP_WRITE)
@@ -669,10 +668,10 @@ kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
             l->st[i] = l->excs[i];
         }
     }
-    pthread_rwlock_unlock(&ep->map_lock);
     if (stream) {
-        kvf_shm_fence();
+        kvf_shm_fence(); /* streaming stores done before the unlock */
     }
+    pthread_rwlock_unlock(&ep->map_lock);
     return ns > 0 ? kvf_shm_stage_move(ep, c, l, ns) : KVF_OK;
 }
 

@@ -4,17 +4,19 @@
  * registered memory, mapped into the initiator.
  *
  * Design, chosen by measurement (2-core AMD EPYC VM, Debian 12, kernel
- * 6.18, 8 KiB random blocks from 1 GiB pools, 256 MiB moved, best of 3;
- * throwaway program, numbers in docs/shm.md):
+ * 6.18, shared with other work: load 1-5; 8 KiB random blocks of 1 GiB
+ * pools, 256 MiB moved, best of 5; ranges over four runs; throwaway
+ * program, see docs/shm.md):
  *
- *   single-thread memcpy, contiguous                       MEMCPY_CONTIG
- *   (a) memfd regions mapped by the initiator, memcpy/block
- *       1 thread READ / WRITE                               A1
- *       2 threads READ / WRITE                              A2
- *   (b) process_vm_readv / writev, 1024 iovecs per call     B
- *   (c) two-sided: the target gathers into a shared staging
- *       buffer, the initiator scatters (2 buffers, pipelined) C
- *   unix socket round trip                                  RTT
+ *   single-thread memcpy, contiguous 256 MiB           7.1-10.1 GB/s
+ *   (a) memfd regions mapped by the initiator (fd over a unix socket),
+ *       one memcpy per block, 1 thread READ / WRITE    1.5-3.2 / 3.1-4.4
+ *       2 threads                                      4.4-5.4 / 4.1-8.5
+ *       same, AVX2 streaming stores, 1 / 2 threads     5.0-6.0 / 5.3-12.7
+ *   (b) process_vm_readv / writev, 1024 iovecs a call  2.1-2.5 / 1.9-3.0
+ *   (c) two-sided: the target gathers into a shared
+ *       staging buffer, the initiator scatters (2 bufs) 2.4-4.2
+ *   unix socket round trip                             13-25 us
  *
  * (a) wins: it is memcpy, it needs no ptrace permission (process_vm_*
  * does: Yama and container seccomp profiles deny it), and a stale access
