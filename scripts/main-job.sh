@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # kvferry's main job: installs dependencies, builds, and runs seed 000's
 # benchmark over loopback with the embedded default (a spawned target
-# process and this initiator, p2p metadata, no other service), WRITE and
-# READ, with the link ceiling measured in the same run and every moved
-# block verified by checksum. Extra arguments go to `kvferry bench blocks`.
+# process and this initiator, p2p metadata, no other service): random
+# 8 KiB blocks out of an 8 GB pool at 16 MB, 64 MB, 256 MB and 1 GB, WRITE
+# and READ, every moved block verified by checksum on both sides.
+# First over tcp (the network path seed 000 is about, with the link
+# ceiling of the same bytes measured before each iteration), then with the
+# default transport choice (same host: shm). Extra arguments go to both
+# `kvferry bench blocks` runs (e.g. --pool 2G on a small machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-exec ./build/kvferry bench blocks --op both --verify "$@"
+./build/kvferry bench blocks --op both --verify --iters 3 --transport tcp "$@"
+./build/kvferry bench blocks --op both --verify --iters 3 "$@"

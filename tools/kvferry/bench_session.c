@@ -85,6 +85,8 @@ int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
     size_t len, i;
 
     memset(s, 0, sizeof(*s));
+    kvf_cli_pool_private = (o->transports != NULL &&
+                            strcmp(o->transports, "tcp") == 0);
     if (o->target != NULL) {
         snprintf(s->segment, sizeof(s->segment), "%s", o->target);
     } else if (kvf_bench_spawn_target(o->pool, o->transports, &s->child,

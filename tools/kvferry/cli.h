@@ -64,6 +64,9 @@ long kvf_cli_long(const char *flag, const char *text, long min, long max);
  * asked for, every page touched (filled from seed) so page faults stay
  * out of the measurements. NULL on failure (message printed). */
 void *kvf_cli_pool_alloc(size_t len, uint64_t seed);
+/* Non-zero: pools are private anonymous memory with huge pages (set by
+ * commands whose transport is forced to tcp); zero: shareable memfd. */
+extern int kvf_cli_pool_private;
 void kvf_cli_pool_free(void *pool, size_t len);
 
 /* Exit codes of the command. */

@@ -58,6 +58,7 @@ int kvf_cmd_target(int argc, char **argv)
             break;
         case 't':
             params.transports = optarg;
+            kvf_cli_pool_private = (strcmp(optarg, "tcp") == 0);
             params.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
             break;
         case 'h':
