@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -646,6 +647,96 @@ static void test_staged_dereg_free(void **state)
     baseline_check(&b);
 }
 
+typedef struct {
+    kvf_engine_h e;
+    kvf_peer_h peer;
+    unsigned char *local;
+    uint64_t remote;
+    int stop;
+    long batches, refused;
+} streamer_t;
+
+/* Back-to-back small batches (they ride on open leases) until stopped. */
+static void *streamer_main(void *arg)
+{
+    streamer_t *s = arg;
+    kvf_op_t ops[32];
+    kvf_status_t st;
+    int i;
+
+    while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+        for (i = 0; i < 32; i++) {
+            ops[i] =
+                (kvf_op_t){KVF_OP_WRITE, s->local + (size_t)i * 65536, s->peer,
+                           s->remote + (uint64_t)i * 65536, 65536};
+        }
+        st = run(s->e, ops, 32, NULL);
+        if (st == KVF_ERR_OUT_OF_BOUNDS) {
+            s->refused++;
+        } else if (st != KVF_OK) {
+            break;
+        }
+        s->batches++;
+    }
+    return NULL;
+}
+
+/* Deregistration under a continuous stream of small batches from two
+ * threads: it completes within a bound (leases are short, even when
+ * later batches ride on them), and the stream is refused after it. */
+static void test_dereg_under_traffic(void **state)
+{
+    unsigned char *local = malloc(POOL);
+    streamer_t s[2];
+    pthread_t th[2];
+    kvf_engine_h e;
+    kvf_peer_h peer;
+    kvf_region_h r;
+    baseline_t b;
+    child_t ch;
+    double t0, t1;
+    int i;
+
+    (void)state;
+    baseline_take(&b);
+    child_start(&ch);
+    e = initiator(NULL);
+    memset(local, 7, POOL);
+    assert_int_equal(kvf_engine_reg(e, local, POOL, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(e, ch.segment, &peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(peer), "shm");
+    for (i = 0; i < 2; i++) {
+        s[i] = (streamer_t){e,
+                            peer,
+                            local + (size_t)i * (POOL / 2),
+                            ch.a + (uint64_t)i * (POOL / 2),
+                            0,
+                            0,
+                            0};
+        assert_int_equal(pthread_create(&th[i], NULL, streamer_main, &s[i]), 0);
+    }
+    usleep(300000);
+    t0 = now_s();
+    child_cmd(&ch, 'd'); /* deregister A while both stream into it */
+    t1 = now_s();
+    usleep(200000);
+    for (i = 0; i < 2; i++) {
+        __atomic_store_n(&s[i].stop, 1, __ATOMIC_RELEASE);
+        pthread_join(th[i], NULL);
+        assert_true(s[i].batches > 10);
+        assert_true(s[i].refused > 0); /* refused after the dereg */
+    }
+    print_message("dereg under traffic took %.1f ms\n", (t1 - t0) * 1e3);
+    assert_true(t1 - t0 < 0.5); /* without the gate: 0.3-1.8 s */
+    kvf_peer_close(peer);
+    assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
+    kvf_engine_destroy(e);
+    child_stop(&ch);
+    free(local);
+    baseline_check(&b);
+}
+
 static void test_dead_target(void **state)
 {
     kvf_test_target_t t;
@@ -699,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_ep_open_refusals),
         cmocka_unit_test(test_out_of_bounds),
         cmocka_unit_test(test_staged_dereg_free),
+        cmocka_unit_test(test_dereg_under_traffic),
         cmocka_unit_test(test_dead_target),
     };
 

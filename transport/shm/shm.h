@@ -24,8 +24,11 @@
  *                     KVF_SHM_PIPE leases may be open (pipelining)
  *   GRANT       t->i  u64 epoch, u32 left_ms (validity left: the lease
  *                     is revoked that long after this reply), u32 nallocs,
- *                     u32 nexc, nallocs x {u64 id, u64 base, u64 len},
- *                     nexc x {u32 index, i32 status}:
+ *                     u32 nexc, nallocs x {u64 id, u64 base, u64 len,
+ *                     u64 range}, nexc x {u32 index, i32 status}. range:
+ *                     [base, base+range) lies in one registered region, so
+ *                     while the lease is open any block inside it may be
+ *                     moved without asking again (0: no such grant);
  *                     entries not listed lie in one of the allocations;
  *                     status KVF_INPROGRESS = registered but not
  *                     shareable by fd (go through STAGE), else refused
@@ -69,11 +72,19 @@ enum kvf_shm_msg {
     KVF_SHM_SUM_ACK = 16
 };
 
-#define KVF_SHM_PROTO       1
-#define KVF_SHM_NONCE_LEN   16
-#define KVF_SHM_ENTRY_LEN   16
-#define KVF_SHM_EXC_LEN     8
-#define KVF_SHM_ALLOC_LEN   24
+#define KVF_SHM_PROTO           1
+#define KVF_SHM_NONCE_LEN       16
+#define KVF_SHM_ENTRY_LEN       16
+#define KVF_SHM_EXC_LEN         8
+#define KVF_SHM_ALLOC_LEN       24 /* MAP_ACK: id, base, len */
+#define KVF_SHM_GRANT_ALLOC_LEN 32 /* GRANT: id, base, len, range */
+#define KVF_SHM_RIDE_MS                                                        \
+    20 /* a lease carries later requests                                       \
+          (inside its range grants) for                                        \
+          at most this long ... */
+#define KVF_SHM_LINGER_US                                                      \
+    300 /* ... and stays open this long                                        \
+           for more work when idle */
 #define KVF_SHM_PROBE_MAGIC "KVFSHM1"
 #define KVF_SHM_PROBE_LEN   4096
 #define KVF_SHM_STAGE_LEN   (4u << 20) /* staging buffer per connection */
@@ -186,6 +197,8 @@ enum kvf_shm_lease_state {
     KVF_SHM_L_FREE = 0,
     KVF_SHM_L_BEGUN,   /* BEGIN sent */
     KVF_SHM_L_GRANTED, /* GRANT read: copy, then END */
+    KVF_SHM_L_OPEN,    /* copied and completed, kept open: later requests
+                          inside its range grants ride on it */
     KVF_SHM_L_DONE     /* ended (or failed): results final */
 };
 
@@ -214,6 +227,7 @@ struct kvf_shm_lease {
     uint64_t ids[KVF_SHM_LEASE_ALLOCS];
     uint64_t bases[KVF_SHM_LEASE_ALLOCS];
     uint64_t alens[KVF_SHM_LEASE_ALLOCS];
+    uint64_t ranges[KVF_SHM_LEASE_ALLOCS]; /* range grants, 0 = none */
 };
 
 typedef struct kvf_shm_worker kvf_shm_worker_t;
@@ -255,10 +269,20 @@ void kvf_shm_lease_free(kvf_shm_lease_t *l);
 /* Sends BEGIN for the lease's n entries (state BEGUN). */
 kvf_status_t kvf_shm_post_begin(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                 kvf_shm_lease_t *l);
-/* Sends END and decides whether the lease held to the end of the copy
- * (state DONE, end_status). */
+/* Whether lease l held until now: within the validity its GRANT
+ * announced and no hang-up on the connection. */
+kvf_status_t kvf_shm_lease_held(kvf_shm_conn_t *c, const kvf_shm_lease_t *l);
+/* Decides whether the lease held to the end of its copy (end_status),
+ * then sends END (state DONE). */
 kvf_status_t kvf_shm_post_end(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                               kvf_shm_lease_t *l);
+/* Lets the entries of l ride on the open lease `open`: when every entry
+ * lies inside one of open's range grants (and open is young enough),
+ * sets l's verdicts and pointers and returns KVF_OK holding map_lock's
+ * read side (kvf_shm_lease_copy() releases it); else KVF_ERR_NOT_FOUND
+ * and nothing held. */
+kvf_status_t kvf_shm_lease_ride(kvf_tl_ep_t *ep, const kvf_shm_lease_t *open,
+                                kvf_shm_lease_t *l);
 /* Reads replies in order, handling the GRANT (-> GRANTED) of any lease,
  * until one of type `want` (its header in *h,
  * its fd in *rfd, its metadata in c->reply); want 0 = one reply. An

@@ -13,6 +13,12 @@
  * lease's requests complete as soon as its copy is over and it is known
  * to have held (shm_lease.c). Large leases copy with streaming stores.
  *
+ * When the target granted a whole range (a pool registered whole, the
+ * common case), the lease stays open after its copy, for at most
+ * KVF_SHM_RIDE_MS and KVF_SHM_LINGER_US of idleness: later requests
+ * inside that range ride on it with no message at all (small batches
+ * then cost no round trip); anything else ends it and begins a new one.
+ *
  * Failures: a lost connection fails every lease in flight on it; for one
  * timeout afterwards, new leases fail at once (a frozen target costs one
  * timeout, not one per lease), then the next one reconnects. When the
@@ -53,7 +59,9 @@ static int kvf_shm_is_down(kvf_tl_ep_t *ep)
     return kvf_time_ms() < __atomic_load_n(&ep->down_until, __ATOMIC_RELAXED);
 }
 
-/* Completes the requests of a DONE lease and frees its slot. */
+/* Completes the requests of a lease whose results are final (DONE, or
+ * OPEN: kept open for later requests), and frees the slot of a DONE
+ * one. */
 static void kvf_shm_lease_finish(kvf_shm_lease_t *l)
 {
     kvf_tl_req_t *q;
@@ -95,7 +103,9 @@ static void kvf_shm_lease_finish(kvf_shm_lease_t *l)
     }
     l->nreqs = 0;
     l->n = 0;
-    l->state = KVF_SHM_L_FREE;
+    if (l->state != KVF_SHM_L_OPEN) {
+        l->state = KVF_SHM_L_FREE;
+    }
 }
 
 static void kvf_shm_finish_done(kvf_shm_worker_t *w)
@@ -274,15 +284,32 @@ static void kvf_shm_start(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
     kvf_shm_lease_finish(l);
 }
 
-/* Copies a granted lease and ends it; the next lease (if any) was begun
- * already, so its grant travels meanwhile. */
-static void kvf_shm_run(kvf_shm_worker_t *w, kvf_shm_lease_t *cur)
+/* 1 if later requests may ride on lease l (it has a range grant). */
+static int kvf_shm_rideable(const kvf_shm_lease_t *l)
+{
+    unsigned k;
+
+    for (k = 0; k < l->nallocs; k++) {
+        if (l->ranges[k] > 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Copies a granted lease (riding or not), judges whether its lease held,
+ * and either ends it or, when later requests may ride on it, keeps it
+ * open. `ride` is the open lease it rode on, or NULL. */
+static void kvf_shm_run(kvf_shm_worker_t *w, kvf_shm_lease_t *cur,
+                        kvf_shm_lease_t *ride)
 {
     kvf_tl_ep_t *ep = w->ep;
-    kvf_status_t st;
+    kvf_status_t st = KVF_OK;
     uint64_t t0 = kvf_time_ns();
 
-    st = kvf_shm_lease_prepare(ep, &w->conn, cur);
+    if (ride == NULL) {
+        st = kvf_shm_lease_prepare(ep, &w->conn, cur);
+    }
     if (st == KVF_OK) {
         st = kvf_shm_lease_copy(ep, &w->conn, cur,
                                 cur->bytes >= KVF_SHM_STREAM_MIN);
@@ -290,12 +317,33 @@ static void kvf_shm_run(kvf_shm_worker_t *w, kvf_shm_lease_t *cur)
     w->ns_copy += kvf_time_ns() - t0;
     w->bytes += cur->bytes;
     w->leases++;
-    if (st == KVF_OK) {
+    if (st == KVF_OK && ride != NULL) {
+        cur->end_status = kvf_shm_lease_held(&w->conn, ride);
+        cur->state = KVF_SHM_L_DONE;
+        st = cur->end_status;
+    } else if (st == KVF_OK && kvf_shm_rideable(cur) &&
+               kvf_time_ms() < cur->begin_ms + KVF_SHM_RIDE_MS) {
+        cur->end_status = kvf_shm_lease_held(&w->conn, cur);
+        cur->state = KVF_SHM_L_OPEN;
+        st = cur->end_status;
+    } else if (st == KVF_OK) {
         st = kvf_shm_post_end(ep, &w->conn, cur);
     }
     if (st != KVF_OK) {
         kvf_shm_fail_all(w, st);
     }
+}
+
+/* Ends the open lease (its requests completed already). */
+static void kvf_shm_end_open(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
+{
+    kvf_status_t st;
+
+    st = kvf_shm_post_end(w->ep, &w->conn, open);
+    if (st != KVF_OK) {
+        kvf_shm_fail_all(w, st);
+    }
+    kvf_shm_finish_done(w);
 }
 
 /* Reads one reply; a lost connection fails what is in flight. */
@@ -312,6 +360,29 @@ static void kvf_shm_pump_one(kvf_shm_worker_t *w)
         __atomic_store_n(&w->ep->down_until, 0, __ATOMIC_RELAXED);
     }
     kvf_shm_finish_done(w);
+}
+
+/* Waits at most wait_us for queued work (or stop). 1 when there is. */
+static int kvf_shm_wait_work(kvf_tl_ep_t *ep, int wait_us)
+{
+    struct timespec ts;
+    int have;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += (long)wait_us * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&ep->lock);
+    while (!ep->stop && ep->head == NULL) {
+        if (pthread_cond_timedwait(&ep->cond, &ep->lock, &ts) != 0) {
+            break;
+        }
+    }
+    have = !ep->stop && ep->head != NULL;
+    pthread_mutex_unlock(&ep->lock);
+    return have;
 }
 
 /* Idle: waits for work; worker 0 syncs released allocations. Returns 0
@@ -350,10 +421,11 @@ static void *kvf_shm_worker_main(void *arg)
 {
     kvf_shm_worker_t *w = arg;
     kvf_tl_ep_t *ep = w->ep;
-    kvf_shm_lease_t *cur, *next;
+    kvf_shm_lease_t *cur, *next, *open;
 
     for (;;) {
         cur = kvf_shm_slot(w, KVF_SHM_L_GRANTED);
+        open = kvf_shm_slot(w, KVF_SHM_L_OPEN);
         if (cur == NULL) {
             if (kvf_shm_slot(w, KVF_SHM_L_BEGUN) != NULL) {
                 kvf_shm_pump_one(w); /* its grant */
@@ -361,11 +433,27 @@ static void *kvf_shm_worker_main(void *arg)
             }
             next = kvf_shm_slot(w, KVF_SHM_L_FREE);
             if (next != NULL && kvf_shm_take(w, next) > 0) {
+                if (open != NULL &&
+                    kvf_shm_lease_ride(ep, open, next) == KVF_OK) {
+                    kvf_shm_run(w, next, open); /* no round trip */
+                    kvf_shm_finish_done(w);
+                    continue;
+                }
+                if (open != NULL) {
+                    kvf_shm_end_open(w, open);
+                }
                 kvf_shm_start(w, next);
                 continue;
             }
+            if (open != NULL) {
+                /* keep it a little for the next batch, then end it */
+                if (!kvf_shm_wait_work(ep, KVF_SHM_LINGER_US)) {
+                    kvf_shm_end_open(w, open);
+                }
+                continue;
+            }
             if (kvf_shm_in_flight(w)) {
-                kvf_shm_pump_one(w); /* acks of ended leases */
+                kvf_shm_pump_one(w);
                 continue;
             }
             if (__atomic_exchange_n(&ep->need_sync, 0, __ATOMIC_RELAXED) &&
@@ -378,15 +466,21 @@ static void *kvf_shm_worker_main(void *arg)
             }
             continue;
         }
-        /* look ahead: the next lease's grant travels during this copy */
-        next = kvf_shm_slot(w, KVF_SHM_L_FREE);
-        if (next != NULL && kvf_shm_take(w, next) > 0) {
-            kvf_shm_start(w, next);
+        /* look ahead (unless later requests may ride on this lease): the
+         * next lease's grant travels during this copy */
+        if (!kvf_shm_rideable(cur)) {
+            next = kvf_shm_slot(w, KVF_SHM_L_FREE);
+            if (next != NULL && kvf_shm_take(w, next) > 0) {
+                kvf_shm_start(w, next);
+            }
         }
         if (cur->state == KVF_SHM_L_GRANTED) {
-            kvf_shm_run(w, cur);
+            kvf_shm_run(w, cur, NULL);
         }
         kvf_shm_finish_done(w);
+        if (cur->state == KVF_SHM_L_OPEN) {
+            kvf_shm_lease_finish(cur); /* complete, keep it open */
+        }
     }
     return NULL;
 }

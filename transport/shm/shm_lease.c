@@ -145,7 +145,7 @@ static void kvf_shm_on_grant(kvf_tl_ep_t *ep, kvf_shm_lease_t *l,
     nallocs = h->meta_len >= 20 ? kvf_shm_get32(r + 12) : 0;
     nexc = h->meta_len >= 20 ? kvf_shm_get32(r + 16) : 0;
     if (h->meta_len < 20 || nallocs > KVF_SHM_LEASE_ALLOCS || nexc > l->n ||
-        h->meta_len != 20 + (uint64_t)nallocs * KVF_SHM_ALLOC_LEN +
+        h->meta_len != 20 + (uint64_t)nallocs * KVF_SHM_GRANT_ALLOC_LEN +
                            (uint64_t)nexc * KVF_SHM_EXC_LEN) {
         kvf_warn("shm: malformed grant (%u bytes)", h->meta_len);
         l->nallocs = 0;
@@ -161,14 +161,20 @@ static void kvf_shm_on_grant(kvf_tl_ep_t *ep, kvf_shm_lease_t *l,
     l->valid_until_ms = l->begin_ms + kvf_shm_get32(r + 8);
     l->nallocs = nallocs;
     for (k = 0; k < nallocs; k++) {
-        l->ids[k] = kvf_shm_get64(r + 20 + k * KVF_SHM_ALLOC_LEN);
-        l->bases[k] = kvf_shm_get64(r + 20 + k * KVF_SHM_ALLOC_LEN + 8);
-        l->alens[k] = kvf_shm_get64(r + 20 + k * KVF_SHM_ALLOC_LEN + 16);
+        const unsigned char *a = r + 20 + k * KVF_SHM_GRANT_ALLOC_LEN;
+
+        l->ids[k] = kvf_shm_get64(a);
+        l->bases[k] = kvf_shm_get64(a + 8);
+        l->alens[k] = kvf_shm_get64(a + 16);
+        l->ranges[k] = kvf_shm_get64(a + 24);
+        if (l->ranges[k] > l->alens[k]) {
+            l->ranges[k] = 0;
+        }
     }
     for (i = 0; i < l->n; i++) {
         l->excs[i] = KVF_OK;
     }
-    r += 20 + (size_t)nallocs * KVF_SHM_ALLOC_LEN;
+    r += 20 + (size_t)nallocs * KVF_SHM_GRANT_ALLOC_LEN;
     for (k = 0; k < nexc; k++) {
         idx = kvf_shm_get32(r + k * KVF_SHM_EXC_LEN);
         v = (int32_t)kvf_shm_get32(r + k * KVF_SHM_EXC_LEN + 4);
@@ -384,28 +390,87 @@ kvf_status_t kvf_shm_post_begin(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                         -1, KVF_SHM_GRANT, l);
 }
 
-kvf_status_t kvf_shm_post_end(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
-                              kvf_shm_lease_t *l)
+kvf_status_t kvf_shm_lease_held(kvf_shm_conn_t *c, const kvf_shm_lease_t *l)
 {
     struct pollfd pfd = {.fd = c->fd, .events = POLLRDHUP};
-    kvf_status_t st;
 
-    l->state = KVF_SHM_L_DONE;
     /* the copy is over (and fenced): was the lease still valid? */
     if (kvf_time_ms() + 1 >= l->valid_until_ms) {
         kvf_log_rl(KVF_LOG_ERROR, "shm: a copy outlived its lease (%lu ms)",
                    (unsigned long)(l->valid_until_ms - l->begin_ms));
-        l->end_status = KVF_ERR_TIMEOUT;
         return KVF_ERR_TIMEOUT; /* the target closes this connection */
     }
     if (c->fd < 0 || (poll(&pfd, 1, 0) > 0 &&
                       (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR)))) {
-        l->end_status = KVF_ERR_CONN_RESET; /* target gone or revoked */
-        return KVF_ERR_CONN_RESET;
+        return KVF_ERR_CONN_RESET; /* target gone or lease revoked */
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_shm_post_end(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                              kvf_shm_lease_t *l)
+{
+    kvf_status_t st;
+
+    if (l->state != KVF_SHM_L_OPEN) { /* an open one was judged already */
+        l->end_status = kvf_shm_lease_held(c, l);
+    }
+    l->state = KVF_SHM_L_DONE;
+    if (l->end_status != KVF_OK) {
+        return l->end_status;
     }
     st = kvf_shm_post(ep, c, KVF_SHM_END, 0, NULL, 0, 0, -1, 0, NULL);
     l->end_status = st;
     return st;
+}
+
+kvf_status_t kvf_shm_lease_ride(kvf_tl_ep_t *ep, const kvf_shm_lease_t *open,
+                                kvf_shm_lease_t *l)
+{
+    unsigned k = 0;
+    size_t i;
+
+    unsigned char *mptr[KVF_SHM_LEASE_ALLOCS];
+
+    if (l->n == 0 || l->n > KVF_SHM_ENTRIES_MAX || open->nallocs == 0 ||
+        kvf_time_ms() >= open->begin_ms + KVF_SHM_RIDE_MS) {
+        return KVF_ERR_NOT_FOUND;
+    }
+    pthread_rwlock_rdlock(&ep->map_lock);
+    /* the mappings as they are now (a dropped target leaves none) */
+    for (k = 0; k < open->nallocs; k++) {
+        mptr[k] = open->ranges[k] ? kvf_shm_map_ptr(ep, open->ids[k]) : NULL;
+    }
+    for (i = 0, k = 0; i < l->n; i++) {
+        uint64_t r = l->remote[i], n = l->lens[i];
+
+        if (!(r >= open->bases[k] && r - open->bases[k] < open->ranges[k] &&
+              n <= open->ranges[k] - (r - open->bases[k]))) {
+            for (k = 0; k < open->nallocs; k++) {
+                if (r >= open->bases[k] &&
+                    r - open->bases[k] < open->ranges[k] &&
+                    n <= open->ranges[k] - (r - open->bases[k])) {
+                    break;
+                }
+            }
+            if (k == open->nallocs) {
+                k = 0;
+                pthread_rwlock_unlock(&ep->map_lock);
+                return KVF_ERR_NOT_FOUND; /* needs the target's word */
+            }
+        }
+        if (mptr[k] == NULL) {
+            pthread_rwlock_unlock(&ep->map_lock);
+            return KVF_ERR_NOT_FOUND;
+        }
+        l->excs[i] = KVF_OK;
+        l->ptrs[i] = mptr[k] + (r - open->bases[k]);
+    }
+    l->nallocs = 0;
+    l->begin_ms = open->begin_ms;
+    l->valid_until_ms = open->valid_until_ms;
+    l->state = KVF_SHM_L_GRANTED;
+    return KVF_OK;
 }
 
 /* Maps allocation k of a granted lease, asking for its fd (MAP). */

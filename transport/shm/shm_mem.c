@@ -227,6 +227,7 @@ int kvf_shm_mem_find(uint64_t addr, uint64_t len, kvf_shm_alloc_info_t *info_p)
             info_p->id = a->id;
             info_p->base = (uint64_t)(uintptr_t)a->base;
             info_p->len = a->len;
+            info_p->asked = a->asked;
             rc = 0;
         }
     }
@@ -250,6 +251,7 @@ int kvf_shm_mem_dup_fd(uint64_t id, kvf_shm_alloc_info_t *info_p)
             info_p->id = id;
             info_p->base = (uint64_t)(uintptr_t)kvf_shm_allocs[i].base;
             info_p->len = kvf_shm_allocs[i].len;
+            info_p->asked = kvf_shm_allocs[i].asked;
             break;
         }
     }

@@ -33,9 +33,10 @@ kvf_status_t kvf_shm_mem_free(void *ptr);
 
 /* One shareable allocation as the transport sees it. */
 typedef struct kvf_shm_alloc_info {
-    uint64_t id;   /* unique in this process, never reused */
-    uint64_t base; /* address in this process */
-    uint64_t len;  /* mapped length */
+    uint64_t id;    /* unique in this process, never reused */
+    uint64_t base;  /* address in this process */
+    uint64_t len;   /* mapped length */
+    uint64_t asked; /* length asked for (<= len) */
 } kvf_shm_alloc_info_t;
 
 /* Finds the shareable allocation holding [addr, addr+len) entirely.

@@ -33,8 +33,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define KVF_SHM_IDLE_POLL_MS 250
-#define KVF_SHM_MAX_CONNS    1024
+#define KVF_SHM_IDLE_POLL_MS  250
+#define KVF_SHM_MAX_CONNS     1024
+#define KVF_SHM_GATE_NS       (10 * 1000000ull) /* see kvf_shm_hold() */
+#define KVF_SHM_GATE_PAUSE_US 100
 
 #define KVF_SHM_OPEN_MAX (KVF_SHM_PIPE + 1)
 
@@ -71,11 +73,61 @@ struct kvf_shm_server {
     kvf_shm_sconn_t *conns;
     unsigned nconns;
     int stop;
+    /* connections holding the region read lock, since when */
+    pthread_mutex_t gate_lock;
+    pthread_cond_t gate_cond;
+    unsigned holders;
+    uint64_t hold_since_ns;
 };
 
 static int kvf_shm_stopping(kvf_shm_server_t *s)
 {
     return __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * The region read lock, taken for the connection (when its first lease
+ * opens, or around one STAGE or SUM). Connections that overlap would keep
+ * it held without a gap and starve a deregistration (a writer) for as
+ * long as a stream lasts. So once it has been held by some connection
+ * without a break for KVF_SHM_GATE_NS, a new taker waits until every
+ * holder let go (their leases are short) and pauses, which lets a
+ * waiting writer in: deregistration under traffic waits tens of ms.
+ */
+static void kvf_shm_hold(kvf_shm_sconn_t *c)
+{
+    kvf_shm_server_t *s = c->srv;
+    const kvf_tl_target_t *t = &s->iface->target;
+    struct timespec ts;
+
+    pthread_mutex_lock(&s->gate_lock);
+    if (s->holders > 0 && kvf_time_ns() - s->hold_since_ns > KVF_SHM_GATE_NS) {
+        while (s->holders > 0 && !kvf_shm_stopping(s)) {
+            kvf_time_abs_after(&ts, KVF_SHM_IDLE_POLL_MS);
+            pthread_cond_timedwait(&s->gate_cond, &s->gate_lock, &ts);
+        }
+        pthread_mutex_unlock(&s->gate_lock);
+        usleep(KVF_SHM_GATE_PAUSE_US);
+        pthread_mutex_lock(&s->gate_lock);
+    }
+    if (s->holders++ == 0) {
+        s->hold_since_ns = kvf_time_ns();
+    }
+    pthread_mutex_unlock(&s->gate_lock);
+    t->acquire(t->arg);
+}
+
+static void kvf_shm_unhold(kvf_shm_sconn_t *c)
+{
+    kvf_shm_server_t *s = c->srv;
+    const kvf_tl_target_t *t = &s->iface->target;
+
+    t->release(t->arg);
+    pthread_mutex_lock(&s->gate_lock);
+    if (--s->holders == 0) {
+        pthread_cond_broadcast(&s->gate_cond);
+    }
+    pthread_mutex_unlock(&s->gate_lock);
 }
 
 /* The probe: a sealed, read-only page holding magic, nonce, host id. */
@@ -206,14 +258,15 @@ static kvf_status_t kvf_shm_on_begin(kvf_shm_sconn_t *c,
         return KVF_ERR_PROTOCOL;
     }
     /* worst case: every entry an exception, every allocation listed */
-    st = kvf_shm_buf_reserve(&c->out, 20 + sizeof(infos) +
-                                          (size_t)h->count * KVF_SHM_EXC_LEN);
+    st = kvf_shm_buf_reserve(
+        &c->out, 20 + KVF_SHM_LEASE_ALLOCS * KVF_SHM_GRANT_ALLOC_LEN +
+                     (size_t)h->count * KVF_SHM_EXC_LEN);
     if (st != KVF_OK) {
         return st;
     }
-    exc = c->out.p + 20 + KVF_SHM_LEASE_ALLOCS * KVF_SHM_ALLOC_LEN;
+    exc = c->out.p + 20 + KVF_SHM_LEASE_ALLOCS * KVF_SHM_GRANT_ALLOC_LEN;
     if (c->nopen == 0) {
-        t->acquire(t->arg);
+        kvf_shm_hold(c);
     }
     l = &c->open[(c->ohead + c->nopen) % KVF_SHM_OPEN_MAX];
     c->nopen++;
@@ -257,10 +310,16 @@ static kvf_status_t kvf_shm_on_begin(kvf_shm_sconn_t *c,
     kvf_shm_put32(c->out.p + 12, l->nids);
     kvf_shm_put32(c->out.p + 16, nexc);
     o = c->out.p + 20;
-    for (i = 0; i < l->nids; i++, o += KVF_SHM_ALLOC_LEN) {
+    for (i = 0; i < l->nids; i++, o += KVF_SHM_GRANT_ALLOC_LEN) {
+        /* the allocation as far as it was asked for, if registered as a
+         * whole: a range grant (the common case, a pool registered whole) */
+        st = t->access(t->arg, infos[i].base, infos[i].asked, &mem);
         kvf_shm_put64(o, infos[i].id);
         kvf_shm_put64(o + 8, infos[i].base);
         kvf_shm_put64(o + 16, infos[i].len);
+        kvf_shm_put64(o + 24, (st == KVF_OK && mem.type == KVF_MEM_HOST)
+                                  ? infos[i].asked
+                                  : 0);
     }
     memmove(o, exc, (size_t)nexc * KVF_SHM_EXC_LEN);
     o += (size_t)nexc * KVF_SHM_EXC_LEN;
@@ -342,7 +401,7 @@ static kvf_status_t kvf_shm_on_stage(kvf_shm_sconn_t *c,
         return KVF_ERR_PROTOCOL;
     }
     if (c->nopen == 0) {
-        t->acquire(t->arg);
+        kvf_shm_hold(c);
     }
     for (i = 0; i < h->count && st == KVF_OK; i++) {
         addr = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN);
@@ -361,7 +420,7 @@ static kvf_status_t kvf_shm_on_stage(kvf_shm_sconn_t *c,
         off += len;
     }
     if (c->nopen == 0) {
-        t->release(t->arg);
+        kvf_shm_unhold(c);
     }
     return kvf_shm_reply(c, KVF_SHM_STAGE_ACK, st, NULL, 0, 0, -1);
 }
@@ -408,7 +467,7 @@ static kvf_status_t kvf_shm_on_sum(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
         return st;
     }
     deadline = kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
-    t->acquire(t->arg);
+    kvf_shm_hold(c);
     for (i = 0; i < h->count && st == KVF_OK; i++) {
         addr = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN);
         len = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN + 8);
@@ -423,7 +482,7 @@ static kvf_status_t kvf_shm_on_sum(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
         }
         kvf_shm_put64(c->out.p + (size_t)i * 8, sum);
     }
-    t->release(t->arg);
+    kvf_shm_unhold(c);
     if (st != KVF_OK) {
         return kvf_shm_reply(c, KVF_SHM_SUM_ACK, st, NULL, 0, 0, -1);
     }
@@ -434,7 +493,6 @@ static kvf_status_t kvf_shm_on_sum(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
 static kvf_status_t kvf_shm_dispatch(kvf_shm_sconn_t *c,
                                      const kvf_frame_hdr_t *h, int rfd)
 {
-    const kvf_tl_target_t *t = &c->srv->iface->target;
 
     if (!c->hello) {
         return h->type == KVF_SHM_HELLO ? kvf_shm_on_hello(c, h)
@@ -455,7 +513,7 @@ static kvf_status_t kvf_shm_dispatch(kvf_shm_sconn_t *c,
         }
         c->ohead = (c->ohead + 1) % KVF_SHM_OPEN_MAX;
         if (--c->nopen == 0) {
-            t->release(t->arg);
+            kvf_shm_unhold(c);
         }
         return KVF_OK;
     case KVF_SHM_SYNC:
@@ -501,7 +559,6 @@ static kvf_status_t kvf_shm_wait_frame(kvf_shm_sconn_t *c)
 static void *kvf_shm_sconn_main(void *arg)
 {
     kvf_shm_sconn_t *c = arg;
-    const kvf_tl_target_t *t = &c->srv->iface->target;
     kvf_frame_hdr_t h;
     kvf_status_t st;
     int rfd;
@@ -533,7 +590,7 @@ static void *kvf_shm_sconn_main(void *arg)
     }
     if (c->nopen > 0) {
         c->nopen = 0;
-        t->release(t->arg);
+        kvf_shm_unhold(c);
     }
     if (c->stage != NULL) {
         munmap(c->stage, KVF_SHM_STAGE_LEN);
@@ -653,6 +710,8 @@ kvf_status_t kvf_shm_server_start(kvf_tl_iface_t *iface)
         goto err_probe;
     }
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->gate_lock, NULL);
+    kvf_cond_init(&s->gate_cond);
     if (pthread_create(&s->thread, NULL, kvf_shm_accept_main, s) != 0) {
         status = KVF_ERR_NO_RESOURCE;
         goto err_listen;
@@ -661,6 +720,8 @@ kvf_status_t kvf_shm_server_start(kvf_tl_iface_t *iface)
     return KVF_OK;
 
 err_listen:
+    pthread_cond_destroy(&s->gate_cond);
+    pthread_mutex_destroy(&s->gate_lock);
     pthread_mutex_destroy(&s->lock);
     close(s->lfd);
 err_probe:
@@ -684,6 +745,8 @@ void kvf_shm_server_stop(kvf_tl_iface_t *iface)
     kvf_shm_reap(s, 1);
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->gate_cond);
+    pthread_mutex_destroy(&s->gate_lock);
     close(s->probe_fd);
     kvf_free(s);
     iface->server = NULL;
