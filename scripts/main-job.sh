@@ -11,5 +11,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-./build/kvferry bench blocks --op both --verify --iters 3 --transport tcp "$@"
-./build/kvferry bench blocks --op both --verify --iters 3 "$@"
+./build/kvferry bench blocks --op both --verify --transport tcp "$@"
+./build/kvferry bench blocks --op both --verify "$@"

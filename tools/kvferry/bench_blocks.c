@@ -43,6 +43,7 @@ typedef struct kvf_blocks_opts {
     unsigned nsizes;
     int ops; /* bit 0 write, bit 1 read */
     unsigned iters;
+    int iters_given;
     int verify;
     int link;
     const char *json;
@@ -62,7 +63,8 @@ static void kvf_blocks_usage(void)
         "  --block SIZE        block size (default 8K)\n"
         "  --sizes LIST        transfer sizes (default 16M,64M,256M,1G)\n"
         "  --op write|read|both  (default write)\n"
-        "  --iters N           iterations per size, median kept (default 5)\n"
+        "  --iters N           iterations per size, median kept (default 5;\n"
+        "                      below 256 MB, repeated until 256 MB moved, <= 32)\n"
         "  --conns N           connections (default 4)\n"
         "  --timeout MS        per-wait bound (default 10000)\n"
         "  --transport NAME    force a transport (default auto)\n"
@@ -144,6 +146,7 @@ static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
             break;
         case 'i':
             o->iters = (unsigned)kvf_cli_long("--iters", optarg, 1, 1000);
+            o->iters_given = 1;
             break;
         case 'c':
             o->s.conns = (unsigned)kvf_cli_long("--conns", optarg, 1, 64);
@@ -207,8 +210,21 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
 {
     uint64_t n = size / o->block, lslots = s->pool_len / o->block;
     uint64_t rslots = s->remote_len / o->block, i, t0;
-    double *lat = calloc(o->iters, sizeof(double));
-    double *lsec = calloc(o->iters, sizeof(double));
+    /* small sizes run for milliseconds: repeat them until at least
+     * 256 MB moved (at most 32 times) so the median is not one hiccup */
+    unsigned iters = o->iters;
+    double *lat, *lsec;
+
+    if (size > 0 && size < (256ull << 20) && !o->iters_given) {
+        uint64_t want = (256ull << 20) / size;
+
+        iters = (unsigned)(want > 32 ? 32 : want);
+        if (iters < o->iters) {
+            iters = o->iters;
+        }
+    }
+    lat = calloc(iters, sizeof(double));
+    lsec = calloc(iters, sizeof(double));
     kvf_op_t *ops = calloc(n, sizeof(*ops));
     kvf_status_t status = KVF_OK;
     kvf_batch_h batch;
@@ -223,7 +239,7 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
         free(ops);
         return -1;
     }
-    for (it = 0; it < o->iters && status == KVF_OK; it++) {
+    for (it = 0; it < iters && status == KVF_OK; it++) {
         if (o->link) {
             /* the ceiling of the same bytes, measured just before */
             status = kvf_peer_link_test(s->peer, op, s->pool, s->remote,
@@ -291,16 +307,16 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
     row->op = op;
     row->size = size;
     row->wrs = n;
-    row->lat_p99_ms = kvf_bench_quantile(lat, o->iters, 0.99);
+    row->lat_p99_ms = kvf_bench_quantile(lat, iters, 0.99);
     row->lat_min_ms = lat[0];
-    row->lat_ms = kvf_bench_quantile(lat, o->iters, 0.5);
+    row->lat_ms = kvf_bench_quantile(lat, iters, 0.5);
     row->gib_s = (double)(n * o->block) / (row->lat_ms / 1e3) / (1u << 30);
     row->gbps = (double)(n * o->block) * 8 / (row->lat_ms / 1e3) / 1e9;
     row->link_gib_s = 0;
     row->link_ratio = 0;
     if (o->link) {
         row->link_gib_s = (double)(n * o->block) /
-                          kvf_bench_quantile(lsec, o->iters, 0.5) /
+                          kvf_bench_quantile(lsec, iters, 0.5) /
                           (1u << 30);
         row->link_ratio = row->gib_s / row->link_gib_s;
     }
