@@ -603,8 +603,9 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         printf("---------------------------------------------------------"
                "---------------\n");
         if (o.link) {
-            printf("link = contiguous streams of the same bytes over the "
-                   "same %u connections, measured before each iteration\n",
+            printf("link = raw ceiling of the same bytes on this transport "
+                   "(tcp: contiguous streams over the same %u connections; "
+                   "shm: memcpy), measured before each iteration\n",
                    o.s.conns);
         }
     }
