@@ -56,8 +56,7 @@ uint64_t kvf_hash64(const void *data, size_t len, uint64_t seed)
             d = kvf_lane(d, kvf_rd64(p + 24));
             p += 32;
         }
-        h = kvf_rotl(a, 1) + kvf_rotl(b, 7) + kvf_rotl(c, 12) +
-            kvf_rotl(d, 18);
+        h = kvf_rotl(a, 1) + kvf_rotl(b, 7) + kvf_rotl(c, 12) + kvf_rotl(d, 18);
         h = kvf_merge(h, a);
         h = kvf_merge(h, b);
         h = kvf_merge(h, c);

@@ -150,15 +150,15 @@ kvf_status_t kvf_sock_connect(const char *host, uint16_t port, int timeout_ms,
             status = KVF_ERR_CONNECT;
             goto err_close;
         }
-        status = kvf_sock_wait(fd, POLLOUT, kvf_time_ms() + (uint64_t)timeout_ms);
+        status =
+            kvf_sock_wait(fd, POLLOUT, kvf_time_ms() + (uint64_t)timeout_ms);
         if (status != KVF_OK) {
             kvf_debug("connect(%s:%u) timed out after %d ms", host, port,
                       timeout_ms);
             status = KVF_ERR_CONNECT;
             goto err_close;
         }
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0 ||
-            err != 0) {
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0 || err != 0) {
             errno = err;
             kvf_debug("connect(%s:%u) failed: %m", host, port);
             status = KVF_ERR_CONNECT;

@@ -16,8 +16,8 @@
 #define KVF_WIRE_MAGIC    0x5246564bu /* "KVFR" */
 #define KVF_WIRE_VERSION  1
 #define KVF_WIRE_HDR_LEN  40
-#define KVF_WIRE_META_MAX (4u << 20)          /* 4 MiB of metadata */
-#define KVF_WIRE_DATA_MAX (1ull << 40)        /* 1 TiB of payload */
+#define KVF_WIRE_META_MAX (4u << 20)   /* 4 MiB of metadata */
+#define KVF_WIRE_DATA_MAX (1ull << 40) /* 1 TiB of payload */
 
 typedef struct kvf_frame_hdr {
     uint32_t magic;

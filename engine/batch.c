@@ -14,7 +14,7 @@
 
 #include <string.h>
 
-#define KVF_CHUNK_SEGS 256
+#define KVF_CHUNK_SEGS  256
 #define KVF_OPEN_CHUNKS 8
 
 typedef struct kvf_chunk {
@@ -34,8 +34,8 @@ struct kvf_batch {
     uint64_t *op_bytes;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    size_t pending;   /* requests posted and not completed */
-    int building;     /* submit still posting */
+    size_t pending; /* requests posted and not completed */
+    int building;   /* submit still posting */
     int cancel;
     kvf_status_t first_error;
     kvf_chunk_t *chunks;
@@ -58,8 +58,7 @@ static void kvf_batch_finish(struct kvf_batch *b)
     for (i = 0; i < b->nops; i++) {
         if (b->op_status[i] == KVF_INPROGRESS) {
             b->op_status[i] = KVF_OK;
-        } else if (b->op_status[i] != KVF_OK &&
-                   b->first_error == KVF_OK) {
+        } else if (b->op_status[i] != KVF_OK && b->first_error == KVF_OK) {
             b->first_error = b->op_status[i];
         }
     }
@@ -171,7 +170,8 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
                 piece = chunk_max;
             }
             for (k = 0; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
-                if (open[k]->peer == op->peer && open[k]->req.type == op->type) {
+                if (open[k]->peer == op->peer &&
+                    open[k]->req.type == op->type) {
                     break;
                 }
             }
@@ -209,8 +209,8 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     return KVF_OK;
 }
 
-kvf_status_t kvf_batch_submit(kvf_engine_h e, const kvf_op_t *ops,
-                              size_t count, kvf_batch_h *batch_p)
+kvf_status_t kvf_batch_submit(kvf_engine_h e, const kvf_op_t *ops, size_t count,
+                              kvf_batch_h *batch_p)
 {
     struct kvf_batch *b;
     size_t i;
@@ -256,8 +256,7 @@ kvf_status_t kvf_batch_test(kvf_batch_h b)
     kvf_status_t status;
 
     pthread_mutex_lock(&b->lock);
-    status = (b->pending > 0 || b->building) ? KVF_INPROGRESS
-                                             : b->first_error;
+    status = (b->pending > 0 || b->building) ? KVF_INPROGRESS : b->first_error;
     pthread_mutex_unlock(&b->lock);
     return status;
 }
@@ -274,8 +273,7 @@ kvf_status_t kvf_batch_wait(kvf_batch_h b, int timeout_ms)
             break;
         }
     }
-    status = (b->pending > 0 || b->building) ? KVF_ERR_TIMEOUT
-                                             : b->first_error;
+    status = (b->pending > 0 || b->building) ? KVF_ERR_TIMEOUT : b->first_error;
     pthread_mutex_unlock(&b->lock);
     return status;
 }
@@ -294,8 +292,8 @@ kvf_status_t kvf_batch_op_status(kvf_batch_h b, size_t index, size_t *bytes_p)
     }
     status = __atomic_load_n(&b->op_status[index], __ATOMIC_RELAXED);
     if (bytes_p != NULL) {
-        *bytes_p = (size_t)__atomic_load_n(&b->op_bytes[index],
-                                           __ATOMIC_RELAXED);
+        *bytes_p =
+            (size_t)__atomic_load_n(&b->op_bytes[index], __ATOMIC_RELAXED);
     }
     return status;
 }
@@ -346,16 +344,15 @@ kvf_status_t kvf_transfer_sync(kvf_engine_h e, const kvf_op_t *ops,
 void kvf_engine_stats(kvf_engine_h engine, kvf_engine_stats_t *stats_p)
 {
     (void)engine;
-    stats_p->requests = __atomic_load_n(&kvf_tl_counters.requests,
-                                        __ATOMIC_RELAXED);
-    stats_p->segments = __atomic_load_n(&kvf_tl_counters.segments,
-                                        __ATOMIC_RELAXED);
-    stats_p->wire_entries = __atomic_load_n(&kvf_tl_counters.wire_entries,
-                                            __ATOMIC_RELAXED);
-    stats_p->wire_iovs = __atomic_load_n(&kvf_tl_counters.wire_iovs,
-                                         __ATOMIC_RELAXED);
-    stats_p->bytes = __atomic_load_n(&kvf_tl_counters.bytes,
-                                     __ATOMIC_RELAXED);
-    stats_p->errors = __atomic_load_n(&kvf_tl_counters.errors,
-                                      __ATOMIC_RELAXED);
+    stats_p->requests =
+        __atomic_load_n(&kvf_tl_counters.requests, __ATOMIC_RELAXED);
+    stats_p->segments =
+        __atomic_load_n(&kvf_tl_counters.segments, __ATOMIC_RELAXED);
+    stats_p->wire_entries =
+        __atomic_load_n(&kvf_tl_counters.wire_entries, __ATOMIC_RELAXED);
+    stats_p->wire_iovs =
+        __atomic_load_n(&kvf_tl_counters.wire_iovs, __ATOMIC_RELAXED);
+    stats_p->bytes = __atomic_load_n(&kvf_tl_counters.bytes, __ATOMIC_RELAXED);
+    stats_p->errors =
+        __atomic_load_n(&kvf_tl_counters.errors, __ATOMIC_RELAXED);
 }

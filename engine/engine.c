@@ -94,14 +94,14 @@ static kvf_status_t kvf_engine_resolve_params(kvf_engine_h e,
     if (status != KVF_OK) {
         return status;
     }
-    e->cfg.timeout_ms = (m & KVF_ENGINE_PARAM_TIMEOUT) ? p->timeout_ms
-                                                       : (unsigned)v;
+    e->cfg.timeout_ms =
+        (m & KVF_ENGINE_PARAM_TIMEOUT) ? p->timeout_ms : (unsigned)v;
     status = kvf_config_u64(&kvf_engine_config, "chunk_bytes", &v);
     if (status != KVF_OK) {
         return status;
     }
-    e->cfg.chunk_bytes = (m & KVF_ENGINE_PARAM_CHUNK) ? p->chunk_bytes
-                                                      : (size_t)v;
+    e->cfg.chunk_bytes =
+        (m & KVF_ENGINE_PARAM_CHUNK) ? p->chunk_bytes : (size_t)v;
     e->cfg.no_listen = (m & KVF_ENGINE_PARAM_NO_LISTEN) ? p->no_listen : 0;
     e->cfg.listen = e->listen;
     if (e->cfg.conns == 0 || e->cfg.conns > 64 || e->cfg.timeout_ms == 0 ||
@@ -146,8 +146,7 @@ static kvf_status_t kvf_engine_open_transports(kvf_engine_h e)
     kvf_status_t status;
     size_t i;
 
-    for (i = 0; kvf_transports[i] != NULL && e->ntl < KVF_ENGINE_TL_MAX;
-         i++) {
+    for (i = 0; kvf_transports[i] != NULL && e->ntl < KVF_ENGINE_TL_MAX; i++) {
         ops = kvf_transports[i];
         /* tcp always opens: it carries the p2p handshake */
         if (strcmp(ops->name, "tcp") != 0 &&
@@ -201,8 +200,7 @@ kvf_status_t kvf_engine_create(const kvf_engine_params_t *params,
     }
     /* the segment is named by the tcp iface (p2p metadata reaches it);
      * tcp always opens, whichever transport comes first */
-    for (i = 0; i + 1 < e->ntl && strcmp(e->tl[i].ops->name, "tcp") != 0;
-         i++) {
+    for (i = 0; i + 1 < e->ntl && strcmp(e->tl[i].ops->name, "tcp") != 0; i++) {
     }
     addr = e->tl[i].ops->iface_address(e->tl[i].iface);
     snprintf(e->name, sizeof(e->name), "%s", addr ? addr : "");
@@ -232,8 +230,7 @@ void kvf_engine_destroy(kvf_engine_h e)
         return;
     }
     while (e->peers != NULL) {
-        kvf_warn("closing peer %s left open at engine destroy",
-                 e->peers->name);
+        kvf_warn("closing peer %s left open at engine destroy", e->peers->name);
         kvf_peer_close(e->peers);
     }
     while (e->ntl > 0) {

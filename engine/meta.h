@@ -22,8 +22,8 @@ typedef struct kvf_meta_ops {
                             const void *desc, size_t len);
     kvf_status_t (*unpublish)(kvf_meta_t *meta, const char *name);
     /* Returns the descriptor (caller kvf_free()s it). */
-    kvf_status_t (*resolve)(kvf_meta_t *meta, const char *name,
-                            int timeout_ms, void **desc_p, size_t *len_p);
+    kvf_status_t (*resolve)(kvf_meta_t *meta, const char *name, int timeout_ms,
+                            void **desc_p, size_t *len_p);
 } kvf_meta_ops_t;
 
 struct kvf_meta {

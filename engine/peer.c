@@ -177,8 +177,8 @@ kvf_status_t kvf_peer_checksum(kvf_peer_h peer, const uint64_t *remote,
                                const size_t *lengths, size_t count,
                                uint64_t *sums)
 {
-    if (peer == NULL || (count > 0 && (remote == NULL || lengths == NULL ||
-                                       sums == NULL))) {
+    if (peer == NULL ||
+        (count > 0 && (remote == NULL || lengths == NULL || sums == NULL))) {
         return KVF_ERR_INVALID_PARAM;
     }
     if (peer->ops->ep_checksum == NULL) {

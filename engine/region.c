@@ -75,12 +75,10 @@ kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,
             break;
         }
     }
-    if ((pos > 0 && engine->regions[pos - 1]->addr +
-                            engine->regions[pos - 1]->len >
-                        a) ||
+    if ((pos > 0 &&
+         engine->regions[pos - 1]->addr + engine->regions[pos - 1]->len > a) ||
         (pos < engine->nregions && a + length > engine->regions[pos]->addr)) {
-        kvf_error("region %p+%zu overlaps a registered region", addr,
-                  length);
+        kvf_error("region %p+%zu overlaps a registered region", addr, length);
         status = KVF_ERR_EXISTS;
         goto err_unlock;
     }

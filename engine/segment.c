@@ -51,8 +51,8 @@ kvf_status_t kvf_seg_desc_encode(kvf_engine_h engine, kvf_wr_t *w)
     kvf_wr_u32(w, (uint32_t)getpid());
     kvf_wr_u16(w, (uint16_t)engine->ntl);
     for (i = 0; i < engine->ntl; i++) {
-        const char *addr = engine->tl[i].ops->iface_address(
-            engine->tl[i].iface);
+        const char *addr =
+            engine->tl[i].ops->iface_address(engine->tl[i].iface);
 
         kvf_wr_str(w, engine->tl[i].ops->name);
         kvf_wr_str(w, addr ? addr : "");

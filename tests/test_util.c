@@ -16,8 +16,7 @@
 #include "core/hash.h"
 
 int kvf_test_target_start(kvf_test_target_t *t, uint64_t pool_len,
-                          uint64_t seed, const char *extra1,
-                          const char *extra2)
+                          uint64_t seed, const char *extra1, const char *extra2)
 {
     const char *bin = getenv("KVF_BIN");
     char pool[32], seeds[32], line[512];

@@ -34,11 +34,11 @@ typedef struct kvf_tl_req {
     kvf_op_type_t type;
     kvf_tl_seg_t *segs;
     size_t nsegs;
-    uint64_t bytes;          /* sum of segs[].len */
-    const int *cancel;       /* non-zero: fail with KVF_ERR_CANCELED */
-    kvf_status_t status;     /* set by the transport before complete():
-                                KVF_OK if every segment moved; otherwise
-                                seg_status[i] holds each segment's result */
+    uint64_t bytes;           /* sum of segs[].len */
+    const int *cancel;        /* non-zero: fail with KVF_ERR_CANCELED */
+    kvf_status_t status;      /* set by the transport before complete():
+                                 KVF_OK if every segment moved; otherwise
+                                 seg_status[i] holds each segment's result */
     kvf_status_t *seg_status; /* nsegs entries, owned by the poster */
     void (*complete)(struct kvf_tl_req *req);
     void *arg;               /* owner's */
@@ -66,8 +66,8 @@ typedef struct kvf_tl_target {
 } kvf_tl_target_t;
 
 typedef struct kvf_tl_config {
-    const char *listen;    /* "host:port" (tcp) */
-    unsigned conns;        /* connections per ep */
+    const char *listen; /* "host:port" (tcp) */
+    unsigned conns;     /* connections per ep */
     unsigned timeout_ms;
     size_t chunk_bytes;
     int no_listen;

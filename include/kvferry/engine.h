@@ -55,18 +55,18 @@ enum kvf_engine_params_field {
  * also settable as KVF_<KEY>). */
 typedef struct kvf_engine_params {
     uint64_t field_mask;
-    const char *listen;      /* "host:port" to serve on; port 0 = any */
-    unsigned conns;          /* connections per peer (tcp) */
-    unsigned timeout_ms;     /* bound on any wait for a peer */
-    const char *transports;  /* "tcp", "shm,tcp", ... in preference order;
-                                NULL or "auto" = best available */
-    const char *metadata;    /* "p2p" (embedded default) */
-    size_t chunk_bytes;      /* largest single wire request */
-    int no_listen;           /* initiator only: expose no segment */
+    const char *listen;     /* "host:port" to serve on; port 0 = any */
+    unsigned conns;         /* connections per peer (tcp) */
+    unsigned timeout_ms;    /* bound on any wait for a peer */
+    const char *transports; /* "tcp", "shm,tcp", ... in preference order;
+                               NULL or "auto" = best available */
+    const char *metadata;   /* "p2p" (embedded default) */
+    size_t chunk_bytes;     /* largest single wire request */
+    int no_listen;          /* initiator only: expose no segment */
 } kvf_engine_params_t;
 
 KVF_API kvf_status_t kvf_engine_create(const kvf_engine_params_t *params,
-                               kvf_engine_h *engine_p);
+                                       kvf_engine_h *engine_p);
 /* Closes remaining peers (with a warning), stops serving, frees all. */
 KVF_API void kvf_engine_destroy(kvf_engine_h engine);
 
@@ -82,23 +82,24 @@ KVF_API const char *kvf_engine_segment_name(kvf_engine_h engine);
  * with kvf_mem_free() after its regions are deregistered. A peer that
  * was granted access keeps its mapping of it until it learns of the
  * release (next transfer, or within about a second while idle). */
-KVF_API kvf_status_t kvf_mem_alloc(size_t len, kvf_mem_type_t type,
-                                   int device, void **ptr_p);
+KVF_API kvf_status_t kvf_mem_alloc(size_t len, kvf_mem_type_t type, int device,
+                                   void **ptr_p);
 /* Releases memory from kvf_mem_alloc(); warns on any other pointer. */
 KVF_API void kvf_mem_free(void *ptr);
 
 /* Registers [addr, addr+length) for local and remote access. Fast: no
  * pages are touched. device is the GPU index for KVF_MEM_CUDA. */
-KVF_API kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,
-                            kvf_mem_type_t type, int device,
-                            kvf_region_h *region_p);
+KVF_API kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr,
+                                    size_t length, kvf_mem_type_t type,
+                                    int device, kvf_region_h *region_p);
 /* Waits for remote accesses in flight, then removes the region. */
 KVF_API kvf_status_t kvf_engine_dereg(kvf_engine_h engine, kvf_region_h region);
 
 /* Opens a peer by segment name through the metadata backend and picks a
  * transport. Fails with KVF_ERR_PEER_UNREACHABLE within the timeout. */
-KVF_API kvf_status_t kvf_peer_open(kvf_engine_h engine, const char *segment_name,
-                           kvf_peer_h *peer_p);
+KVF_API kvf_status_t kvf_peer_open(kvf_engine_h engine,
+                                   const char *segment_name,
+                                   kvf_peer_h *peer_p);
 KVF_API void kvf_peer_close(kvf_peer_h peer);
 /* The peer's registered regions as its descriptor listed them when the
  * peer was opened. Returns KVF_ERR_NOT_FOUND past the last one. */
@@ -115,7 +116,7 @@ typedef enum kvf_op_type {
 
 typedef struct kvf_op {
     kvf_op_type_t type;
-    void *local;     /* inside a local registered region */
+    void *local; /* inside a local registered region */
     kvf_peer_h peer;
     uint64_t remote; /* address inside one of the peer's regions */
     size_t length;
@@ -125,7 +126,7 @@ typedef struct kvf_op {
  * several threads. Local addresses are checked here; remote ones by the
  * target. */
 KVF_API kvf_status_t kvf_batch_submit(kvf_engine_h engine, const kvf_op_t *ops,
-                              size_t count, kvf_batch_h *batch_p);
+                                      size_t count, kvf_batch_h *batch_p);
 /* KVF_INPROGRESS while running, then KVF_OK or the first error. */
 KVF_API kvf_status_t kvf_batch_test(kvf_batch_h batch);
 /* Waits at most timeout_ms: KVF_ERR_TIMEOUT if still running. */
@@ -134,26 +135,26 @@ KVF_API kvf_status_t kvf_batch_wait(kvf_batch_h batch, int timeout_ms);
 KVF_API void kvf_batch_cancel(kvf_batch_h batch);
 /* Status and bytes moved of operation index. */
 KVF_API kvf_status_t kvf_batch_op_status(kvf_batch_h batch, size_t index,
-                                 size_t *bytes_p);
+                                         size_t *bytes_p);
 /* Cancels and waits (bounded by the engine timeout) if still running. */
 KVF_API void kvf_batch_destroy(kvf_batch_h batch);
 
 /* Submit + wait + destroy. */
 KVF_API kvf_status_t kvf_transfer_sync(kvf_engine_h engine, const kvf_op_t *ops,
-                               size_t count, int timeout_ms);
+                                       size_t count, int timeout_ms);
 
 /* Asks the peer for the 64-bit checksum (kvf_checksum) of each remote
  * range; used to verify transfers without moving the bytes back. */
 KVF_API kvf_status_t kvf_peer_checksum(kvf_peer_h peer, const uint64_t *remote,
-                               const size_t *lengths, size_t count,
-                               uint64_t *sums);
+                                       const size_t *lengths, size_t count,
+                                       uint64_t *sums);
 
 /* Raw ceiling of the path to the peer: moves `length` contiguous bytes
  * between local and remote with plain streams, one per connection, no
  * block handling. Returns the elapsed seconds. */
 KVF_API kvf_status_t kvf_peer_link_test(kvf_peer_h peer, kvf_op_type_t type,
-                                void *local, uint64_t remote, size_t length,
-                                double *seconds_p);
+                                        void *local, uint64_t remote,
+                                        size_t length, double *seconds_p);
 
 /* Data-path counters of this process (all engines): requests posted to
  * transports (after splitting and packing), their segments, the remote
@@ -168,8 +169,7 @@ typedef struct kvf_engine_stats {
     uint64_t errors;
 } kvf_engine_stats_t;
 
-KVF_API void kvf_engine_stats(kvf_engine_h engine,
-                              kvf_engine_stats_t *stats_p);
+KVF_API void kvf_engine_stats(kvf_engine_h engine, kvf_engine_stats_t *stats_p);
 
 /* The checksum kvferry uses everywhere (64-bit, non-cryptographic). */
 KVF_API uint64_t kvf_checksum(const void *data, size_t length);

@@ -72,19 +72,19 @@ typedef struct kvf_store_put_opts {
 /* What the master knows of one object. */
 typedef struct kvf_store_info {
     uint64_t size;
-    uint64_t checksum;  /* kvf_checksum() of the bytes */
+    uint64_t checksum; /* kvf_checksum() of the bytes */
     unsigned replicas;
-    unsigned lease_ms;  /* read lease granted by kvf_store_query */
+    unsigned lease_ms; /* read lease granted by kvf_store_query */
     char segment[KVF_STORE_REPLICA_MAX][KVF_STORE_SEG_MAX];
     uint64_t addr[KVF_STORE_REPLICA_MAX];
 } kvf_store_info_t;
 
 /* One entry of kvf_store_list. */
 typedef struct kvf_store_entry {
-    const char *key;   /* valid during the callback only */
+    const char *key; /* valid during the callback only */
     uint64_t size;
     unsigned replicas;
-    int committed;     /* 0 while its put is in progress */
+    int committed; /* 0 while its put is in progress */
 } kvf_store_entry_t;
 
 /* Time spent in the calling thread's last get or put, by stage. */
@@ -146,9 +146,8 @@ KVF_API kvf_status_t kvf_store_put_batch(kvf_store_h store, size_t count,
                                          kvf_status_t *statuses);
 KVF_API kvf_status_t kvf_store_get_batch(kvf_store_h store, size_t count,
                                          const char *const *keys,
-                                         void *const *bufs,
-                                         const size_t *caps, size_t *lens,
-                                         unsigned flags,
+                                         void *const *bufs, const size_t *caps,
+                                         size_t *lens, unsigned flags,
                                          kvf_status_t *statuses);
 KVF_API kvf_status_t kvf_store_remove_batch(kvf_store_h store, size_t count,
                                             const char *const *keys,
@@ -159,11 +158,9 @@ KVF_API kvf_status_t kvf_store_exists_batch(kvf_store_h store, size_t count,
 
 /* Calls fn for each object whose key starts with prefix (NULL = all), at
  * most max of them (0 = no limit other than one reply's size). */
-KVF_API kvf_status_t kvf_store_list(kvf_store_h store, const char *prefix,
-                                    size_t max,
-                                    void (*fn)(const kvf_store_entry_t *e,
-                                               void *arg),
-                                    void *arg);
+KVF_API kvf_status_t
+kvf_store_list(kvf_store_h store, const char *prefix, size_t max,
+               void (*fn)(const kvf_store_entry_t *e, void *arg), void *arg);
 
 /* Stage times of the calling thread's last get or put (zeros before
  * any). */

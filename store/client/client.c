@@ -26,8 +26,7 @@ static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
     if (c == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    status = kvf_sock_connect(st->host, st->port, (int)st->timeout_ms,
-                              &c->fd);
+    status = kvf_sock_connect(st->host, st->port, (int)st->timeout_ms, &c->fd);
     if (status != KVF_OK) {
         kvf_free(c);
         return status;
@@ -187,8 +186,7 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
     master = (p && (p->field_mask & KVF_STORE_PARAM_MASTER) && p->master)
                  ? p->master
                  : kvf_config_str(&kvf_store_config, "master");
-    status = kvf_sock_parse_addr(master, st->host, sizeof(st->host),
-                                 &st->port);
+    status = kvf_sock_parse_addr(master, st->host, sizeof(st->host), &st->port);
     if (status != KVF_OK) {
         goto err_free;
     }

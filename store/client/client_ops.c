@@ -1,10 +1,10 @@
 /*
  * Store client operations. put: one PUT_START round trip for the batch,
  * one engine batch writing every replica (the checksums are computed
- * while it is in flight), one PUT_END round trip committing (each key with the mask of replicas that
- * were written; a mask of 0 aborts). get: one GET round trip (it grants a
- * read lease), then rounds of one engine batch each: round r reads every
- * key not yet good from its next replica, and each read is verified
+ * while it is in flight), one PUT_END round trip committing (each key with the
+ * mask of replicas that were written; a mask of 0 aborts). get: one GET round
+ * trip (it grants a read lease), then rounds of one engine batch each: round r
+ * reads every key not yet good from its next replica, and each read is verified
  * against the checksum before it counts; a key whose replicas are all
  * bad fails with KVF_ERR_CHECKSUM (or the read's error). remove, exists,
  * list and query are one round trip each.
@@ -252,10 +252,9 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
                 kvf_speer_t *sp;
                 size_t len = lens[i];
 
-                if (kvf_store_peer_get(st, e[i].seg[oprep[j]], &sp) ==
-                    KVF_OK) {
-                    if (kvf_peer_checksum(sp->peer, &e[i].addr[oprep[j]],
-                                          &len, 1, &sums[i]) != KVF_OK) {
+                if (kvf_store_peer_get(st, e[i].seg[oprep[j]], &sp) == KVF_OK) {
+                    if (kvf_peer_checksum(sp->peer, &e[i].addr[oprep[j]], &len,
+                                          1, &sums[i]) != KVF_OK) {
                         mask[i] = 0;
                     }
                     kvf_store_peer_put(st, sp, 0);
@@ -299,8 +298,8 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
                 s[i] = status;
             }
         }
-        status = (c->f.hdr.count != nsent) ? KVF_ERR_PROTOCOL
-                                            : kvf_rd_status(&r);
+        status =
+            (c->f.hdr.count != nsent) ? KVF_ERR_PROTOCOL : kvf_rd_status(&r);
         kvf_store_release(st, c);
         if (status != KVF_OK) {
             goto fail_all;
@@ -331,8 +330,8 @@ out:
 
 /* GET round trip for count keys; e[i].status per key. */
 static kvf_status_t kvf_store_lookup(kvf_store_h st, size_t count,
-                                     const char *const *keys,
-                                     kvf_sreps_t *e, unsigned *lease_ms_p)
+                                     const char *const *keys, kvf_sreps_t *e,
+                                     unsigned *lease_ms_p)
 {
     kvf_status_t status;
     size_t i, nsent = 0;
@@ -473,8 +472,10 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
             kvf_speer_t *sp;
 
             if (op_st[i] != KVF_OK) {
-                kvf_log_rl(KVF_LOG_WARN, "store get '%s': read from %s "
-                           "failed: %s", keys[key], e[key].seg[oprep[i]],
+                kvf_log_rl(KVF_LOG_WARN,
+                           "store get '%s': read from %s "
+                           "failed: %s",
+                           keys[key], e[key].seg[oprep[i]],
                            kvf_status_str(op_st[i]));
                 s[key] = op_st[i];
                 continue;
@@ -494,10 +495,10 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
                 sum = kvf_store_sum(bufs[key], len);
             }
             if (sum != e[key].checksum) {
-                kvf_log_rl(KVF_LOG_ERROR, "store get '%s': replica on %s "
+                kvf_log_rl(KVF_LOG_ERROR,
+                           "store get '%s': replica on %s "
                            "has checksum %016lx, expected %016lx: not used",
-                           keys[key], e[key].seg[oprep[i]],
-                           (unsigned long)sum,
+                           keys[key], e[key].seg[oprep[i]], (unsigned long)sum,
                            (unsigned long)e[key].checksum);
                 mism[key]++;
                 s[key] = KVF_ERR_CHECKSUM;
@@ -568,8 +569,8 @@ static kvf_status_t kvf_store_keys_call(kvf_store_h st, uint8_t type,
                 s[i] = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
             }
         }
-        status = (c->f.hdr.count != nsent) ? KVF_ERR_PROTOCOL
-                                            : kvf_rd_status(&r);
+        status =
+            (c->f.hdr.count != nsent) ? KVF_ERR_PROTOCOL : kvf_rd_status(&r);
         kvf_store_release(st, c);
     }
     for (i = 0; i < count && status != KVF_OK; i++) {

@@ -48,8 +48,8 @@ static void kvf_hbuf_printf(kvf_hbuf_t *b, const char *fmt, ...)
             return;
         }
         va_start(ap, fmt);
-        n = vsnprintf(b->p ? b->p + b->len : NULL,
-                      b->p ? b->cap - b->len : 0, fmt, ap);
+        n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0,
+                      fmt, ap);
         va_end(ap);
         if (n < 0) {
             b->failed = 1;
@@ -80,8 +80,9 @@ static void kvf_m_json_safe(const char *in, char *out, size_t cap)
     size_t i;
 
     for (i = 0; in[i] != '\0' && i + 1 < cap; i++) {
-        out[i] = (in[i] == '"' || in[i] == '\\' ||
-                  (unsigned char)in[i] < 0x20) ? '?' : in[i];
+        out[i] = (in[i] == '"' || in[i] == '\\' || (unsigned char)in[i] < 0x20)
+                     ? '?'
+                     : in[i];
     }
     out[i] = '\0';
 }
@@ -112,12 +113,10 @@ static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
                             "\"capacity\":%lu,\"used\":%lu,"
                             "\"largest_free\":%lu,\"free_blocks\":%zu,"
                             "\"heartbeat_age_ms\":%lu}",
-                            first ? "" : ",", seg,
-                            (unsigned long)n->gen, (unsigned long)n->pa.len,
-                            (unsigned long)n->pa.used,
+                            first ? "" : ",", seg, (unsigned long)n->gen,
+                            (unsigned long)n->pa.len, (unsigned long)n->pa.used,
                             (unsigned long)kvf_pa_largest_free(&n->pa),
-                            n->pa.nfree,
-                            (unsigned long)(now - n->last_hb_ms));
+                            n->pa.nfree, (unsigned long)(now - n->last_hb_ms));
             first = 0;
         }
     }
@@ -127,7 +126,8 @@ static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
 static void kvf_m_metric(kvf_hbuf_t *b, const char *name, const char *type,
                          const char *help, uint64_t v)
 {
-    kvf_hbuf_printf(b, "# HELP kvferry_store_%s %s\n# TYPE kvferry_store_%s "
+    kvf_hbuf_printf(b,
+                    "# HELP kvferry_store_%s %s\n# TYPE kvferry_store_%s "
                     "%s\nkvferry_store_%s %lu\n",
                     name, help, name, type, name, (unsigned long)v);
 }
@@ -155,8 +155,8 @@ static void kvf_m_metrics(kvf_master_t *m, kvf_hbuf_t *b)
                  s.st.misses);
     kvf_m_metric(b, "evictions_total", "counter", "objects evicted",
                  s.st.evictions);
-    kvf_m_metric(b, "errors_total", "counter",
-                 "bad frames, failed allocations", s.st.errors);
+    kvf_m_metric(b, "errors_total", "counter", "bad frames, failed allocations",
+                 s.st.errors);
     kvf_m_metric(b, "puts_total", "counter", "puts committed", s.st.puts);
     kvf_m_metric(b, "removes_total", "counter", "objects removed",
                  s.st.removes);
@@ -176,26 +176,22 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
     kvf_m_snap_t s;
 
     kvf_m_snapshot(m, &s, &nodes);
-    kvf_hbuf_printf(b,
-                    "{\"epoch\":\"%016lx\",\"nodes\":%zu,\"capacity\":%lu,"
-                    "\"used\":%lu,\"objects\":%zu,\"pending\":%zu,\"removing\":%zu,"
-                    "\"hits\":%lu,\"misses\":%lu,\"evictions\":%lu,"
-                    "\"errors\":%lu,\"puts\":%lu,\"removes\":%lu,"
-                    "\"reclaimed\":%lu,\"aborted\":%lu,\"nodes_lost\":%lu,"
-                    "\"objects_lost\":%lu,\"node_list\":[%s]}\n",
-                    (unsigned long)s.epoch, s.nodes,
-                    (unsigned long)s.capacity, (unsigned long)s.used,
-                    s.objects, s.pending, s.removing,
-                    (unsigned long)s.st.hits,
-                    (unsigned long)s.st.misses,
-                    (unsigned long)s.st.evictions,
-                    (unsigned long)s.st.errors, (unsigned long)s.st.puts,
-                    (unsigned long)s.st.removes,
-                    (unsigned long)s.st.reclaimed,
-                    (unsigned long)s.st.aborted,
-                    (unsigned long)s.st.nodes_lost,
-                    (unsigned long)s.st.objects_lost,
-                    nodes.p ? nodes.p : "");
+    kvf_hbuf_printf(
+        b,
+        "{\"epoch\":\"%016lx\",\"nodes\":%zu,\"capacity\":%lu,"
+        "\"used\":%lu,\"objects\":%zu,\"pending\":%zu,\"removing\":%zu,"
+        "\"hits\":%lu,\"misses\":%lu,\"evictions\":%lu,"
+        "\"errors\":%lu,\"puts\":%lu,\"removes\":%lu,"
+        "\"reclaimed\":%lu,\"aborted\":%lu,\"nodes_lost\":%lu,"
+        "\"objects_lost\":%lu,\"node_list\":[%s]}\n",
+        (unsigned long)s.epoch, s.nodes, (unsigned long)s.capacity,
+        (unsigned long)s.used, s.objects, s.pending, s.removing,
+        (unsigned long)s.st.hits, (unsigned long)s.st.misses,
+        (unsigned long)s.st.evictions, (unsigned long)s.st.errors,
+        (unsigned long)s.st.puts, (unsigned long)s.st.removes,
+        (unsigned long)s.st.reclaimed, (unsigned long)s.st.aborted,
+        (unsigned long)s.st.nodes_lost, (unsigned long)s.st.objects_lost,
+        nodes.p ? nodes.p : "");
     kvf_free(nodes.p);
 }
 
@@ -214,8 +210,8 @@ static void kvf_m_http_reply(int fd, int code, const char *ctype,
                  : code == 405 ? "Method Not Allowed"
                                : "Bad Request",
                  ctype, len);
-    if (kvf_sock_send_all(fd, hdr, (size_t)n,
-                          kvf_time_ms() + KVF_HTTP_IO_MS) == KVF_OK &&
+    if (kvf_sock_send_all(fd, hdr, (size_t)n, kvf_time_ms() + KVF_HTTP_IO_MS) ==
+            KVF_OK &&
         len > 0) {
         kvf_sock_send_all(fd, body, len, kvf_time_ms() + KVF_HTTP_IO_MS);
     }
@@ -262,8 +258,7 @@ static void kvf_m_http_serve(kvf_master_t *m, int fd)
     if (strcmp(path, "/metrics") == 0) {
         kvf_m_metrics(m, &b);
         if (!b.failed) {
-            kvf_m_http_reply(fd, 200, "text/plain; version=0.0.4", b.p,
-                             b.len);
+            kvf_m_http_reply(fd, 200, "text/plain; version=0.0.4", b.p, b.len);
         }
     } else if (strcmp(path, "/status") == 0) {
         kvf_m_status(m, &b);

@@ -32,16 +32,16 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define KVF_LOOP_IN_MIN  (64u << 10)
-#define KVF_LOOP_EVENTS  64
-#define KVF_LOOP_TICK_MS 100
+#define KVF_LOOP_IN_MIN    (64u << 10)
+#define KVF_LOOP_EVENTS    64
+#define KVF_LOOP_TICK_MS   100
 #define KVF_LOOP_CONNS_MAX 4096
 
 struct kvf_mconn {
     kvf_master_t *m;
     int fd;
-    int busy;               /* with a helper thread (atomic) */
-    int dead;               /* close it (set by a helper) */
+    int busy; /* with a helper thread (atomic) */
+    int dead; /* close it (set by a helper) */
     unsigned char *in;
     size_t in_len, in_cap;
     uint64_t partial_since; /* ms; input holds part of a frame */
@@ -68,8 +68,7 @@ static void kvf_loop_close(kvf_master_t *m, kvf_mconn_t *c)
     kvf_free(c);
 }
 
-static void kvf_loop_watch(kvf_master_t *m, kvf_mconn_t *c, uint32_t ev,
-                           int op)
+static void kvf_loop_watch(kvf_master_t *m, kvf_mconn_t *c, uint32_t ev, int op)
 {
     struct epoll_event e = {.events = ev, .data.ptr = c};
 
@@ -243,16 +242,17 @@ static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
 
     while (c->in_len - used >= KVF_WIRE_HDR_LEN && c->out_len == 0) {
         st = kvf_frame_unpack(c->in + used, &f.hdr);
-        if (st == KVF_OK && (f.hdr.data_len != 0 ||
-                             f.hdr.meta_len > KVF_SP_BODY_MAX)) {
+        if (st == KVF_OK &&
+            (f.hdr.data_len != 0 || f.hdr.meta_len > KVF_SP_BODY_MAX)) {
             st = KVF_ERR_MSG_TOO_LARGE;
         }
         if (st != KVF_OK) {
             kvf_m_count_error(m);
-            kvf_log_rl(KVF_LOG_WARN, "store connection fd %d: bad frame: "
-                       "%s; closing it", c->fd, kvf_status_str(st));
-            kvf_loop_reply(c, KVF_SP_ERROR | KVF_SP_REPLY, 0, st, 0, 0,
-                           NULL);
+            kvf_log_rl(KVF_LOG_WARN,
+                       "store connection fd %d: bad frame: "
+                       "%s; closing it",
+                       c->fd, kvf_status_str(st));
+            kvf_loop_reply(c, KVF_SP_ERROR | KVF_SP_REPLY, 0, st, 0, 0, NULL);
             kvf_loop_flush(c);
             return -1;
         }
@@ -313,13 +313,14 @@ static int kvf_loop_read(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
             c->in = nb;
             c->in_cap = want;
         }
-        n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len,
-                 MSG_DONTWAIT);
+        n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
         if (n == 0) {
             if (c->in_len > 0) {
                 kvf_m_count_error(m);
-                kvf_log_rl(KVF_LOG_WARN, "store connection fd %d closed "
-                           "inside a frame (%zu bytes)", c->fd, c->in_len);
+                kvf_log_rl(KVF_LOG_WARN,
+                           "store connection fd %d closed "
+                           "inside a frame (%zu bytes)",
+                           c->fd, c->in_len);
             }
             return -1;
         }
@@ -364,8 +365,10 @@ static void kvf_loop_accept(kvf_master_t *m)
             return;
         }
         if (m->nconns >= KVF_LOOP_CONNS_MAX) {
-            kvf_log_rl(KVF_LOG_WARN, "master has %u connections: refusing "
-                       "one more", m->nconns);
+            kvf_log_rl(KVF_LOG_WARN,
+                       "master has %u connections: refusing "
+                       "one more",
+                       m->nconns);
             close(fd);
             continue;
         }
@@ -398,9 +401,11 @@ static void kvf_loop_sweep(kvf_master_t *m)
         if (c->in_len > 0 && c->partial_since != 0 &&
             now - c->partial_since > m->opts.io_timeout_ms) {
             kvf_m_count_error(m);
-            kvf_log_rl(KVF_LOG_WARN, "store connection fd %d: frame cut "
-                       "short (%zu bytes for %lu ms); closing it", c->fd,
-                       c->in_len, (unsigned long)(now - c->partial_since));
+            kvf_log_rl(KVF_LOG_WARN,
+                       "store connection fd %d: frame cut "
+                       "short (%zu bytes for %lu ms); closing it",
+                       c->fd, c->in_len,
+                       (unsigned long)(now - c->partial_since));
             kvf_loop_close(m, c);
         }
     }

@@ -22,7 +22,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-
 kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
 {
     const kvf_config_table_t *t = &kvf_store_config;
@@ -36,8 +35,7 @@ kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
         (st = kvf_config_u64(t, "put_timeout_ms", &o->put_timeout_ms)) !=
             KVF_OK ||
         (st = kvf_config_u64(t, "node_ttl_ms", &o->node_ttl_ms)) != KVF_OK ||
-        (st = kvf_config_u64(t, "heartbeat_ms", &o->heartbeat_ms)) !=
-            KVF_OK ||
+        (st = kvf_config_u64(t, "heartbeat_ms", &o->heartbeat_ms)) != KVF_OK ||
         (st = kvf_config_u64(t, "high_watermark_pct", &hi)) != KVF_OK ||
         (st = kvf_config_u64(t, "low_watermark_pct", &lo)) != KVF_OK ||
         (st = kvf_config_u64(t, "replicas", &rep)) != KVF_OK ||
@@ -286,9 +284,9 @@ static kvf_status_t kvf_m_verify_node(kvf_master_t *m, const char *segment,
         return st;
     }
     st = KVF_ERR_OUT_OF_BOUNDS;
-    for (i = 0; kvf_peer_region(peer, i, &addr, &rlen, NULL) == KVF_OK;
-         i++) {
-        if (base >= addr && base - addr <= rlen && len <= rlen - (base - addr)) {
+    for (i = 0; kvf_peer_region(peer, i, &addr, &rlen, NULL) == KVF_OK; i++) {
+        if (base >= addr && base - addr <= rlen &&
+            len <= rlen - (base - addr)) {
             st = KVF_OK;
             break;
         }
@@ -341,9 +339,9 @@ static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, const kvf_sp_frame_t *f,
     return KVF_OK;
 }
 
-static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m,
-                                      const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                      uint32_t *count_p, uint16_t *flags_p)
+static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m, const kvf_sp_frame_t *f,
+                                      kvf_wr_t *w, uint32_t *count_p,
+                                      uint16_t *flags_p)
 {
     uint64_t uid, gen, epoch;
     kvf_status_t st;
@@ -395,9 +393,8 @@ void kvf_m_count_error(kvf_master_t *m)
     pthread_mutex_unlock(&m->lock);
 }
 
-kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f,
-                         kvf_wr_t *w, uint32_t *count_p, uint16_t *flags_p,
-                         uint8_t *rtype_p)
+kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
+                         uint32_t *count_p, uint16_t *flags_p, uint8_t *rtype_p)
 {
     kvf_m_handler_t h = kvf_m_handler(f->hdr.type);
     kvf_status_t st;
@@ -520,8 +517,7 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
         goto err_reaper;
     }
     kvf_info("store master on %s (http %s), epoch %016lx", m->address,
-             m->have_http ? m->http_address : "off",
-             (unsigned long)m->epoch);
+             m->have_http ? m->http_address : "off", (unsigned long)m->epoch);
     *master_p = m;
     return KVF_OK;
 

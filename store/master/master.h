@@ -16,16 +16,16 @@
 typedef struct kvf_master kvf_master_t;
 
 typedef struct kvf_master_opts {
-    const char *listen;        /* RPC "host:port" (port 0 = any) */
-    const char *http;          /* HTTP "host:port", NULL = none */
-    uint64_t lease_ms;         /* read lease granted by a get */
-    uint64_t put_timeout_ms;   /* a put not committed by then is undone */
-    uint64_t node_ttl_ms;      /* a node silent this long is dead */
-    uint64_t heartbeat_ms;     /* interval asked of nodes */
-    double high_watermark;     /* evict when used/capacity exceeds this */
-    double low_watermark;      /* ... down to this */
-    unsigned replicas;         /* default replica count of a put */
-    unsigned io_timeout_ms;    /* bound on reading a started frame */
+    const char *listen;      /* RPC "host:port" (port 0 = any) */
+    const char *http;        /* HTTP "host:port", NULL = none */
+    uint64_t lease_ms;       /* read lease granted by a get */
+    uint64_t put_timeout_ms; /* a put not committed by then is undone */
+    uint64_t node_ttl_ms;    /* a node silent this long is dead */
+    uint64_t heartbeat_ms;   /* interval asked of nodes */
+    double high_watermark;   /* evict when used/capacity exceeds this */
+    double low_watermark;    /* ... down to this */
+    unsigned replicas;       /* default replica count of a put */
+    unsigned io_timeout_ms;  /* bound on reading a started frame */
 } kvf_master_opts_t;
 
 /* Fills opts from the `store` config table (defaults, file, KVF_* env). */

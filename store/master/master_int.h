@@ -17,10 +17,10 @@
 enum { KVF_OBJ_PENDING = 0, KVF_OBJ_COMMITTED = 1 };
 
 typedef struct kvf_mnode {
-    uint64_t uid;   /* chosen by the node process at start */
-    uint64_t gen;   /* given by the master at each registration */
+    uint64_t uid; /* chosen by the node process at start */
+    uint64_t gen; /* given by the master at each registration */
     char segment[KVF_STORE_SEG_MAX];
-    uint64_t base;  /* pool address in the node's engine */
+    uint64_t base; /* pool address in the node's engine */
     kvf_pool_alloc_t pa;
     uint64_t last_hb_ms;
     struct kvf_mnode *next;
@@ -41,11 +41,11 @@ typedef struct kvf_mobj {
     uint64_t deadline_ms;    /* PENDING: reclaimed after */
     uint64_t lease_until_ms; /* neither evicted nor removed before */
     uint8_t state;
-    uint8_t flags;           /* KVF_STORE_PIN */
+    uint8_t flags; /* KVF_STORE_PIN */
     uint8_t nrep;
     kvf_mrep_t rep[KVF_STORE_REPLICA_MAX];
-    struct kvf_mobj *hnext;          /* hash chain */
-    struct kvf_mobj *lprev, *lnext;  /* LRU, pending or doomed list */
+    struct kvf_mobj *hnext;         /* hash chain */
+    struct kvf_mobj *lprev, *lnext; /* LRU, pending or doomed list */
 } kvf_mobj_t;
 
 typedef struct kvf_master_stats {
@@ -63,9 +63,9 @@ struct kvf_master {
     kvf_mobj_t **table;
     size_t nbuckets;
     size_t nobjs;
-    kvf_mobj_t lru;      /* sentinel: lnext most recent, lprev least */
-    kvf_mobj_t pending;  /* sentinel of uncommitted puts */
-    kvf_mobj_t doomed;   /* removed, space kept until their lease ends */
+    kvf_mobj_t lru;     /* sentinel: lnext most recent, lprev least */
+    kvf_mobj_t pending; /* sentinel of uncommitted puts */
+    kvf_mobj_t doomed;  /* removed, space kept until their lease ends */
     kvf_mnode_t *nodes;
     size_t nnodes;
     uint64_t next_gen;
@@ -82,9 +82,9 @@ struct kvf_master {
     int stop;
     pthread_cond_t stop_cond;
     int epfd;
-    kvf_mconn_t *conns;  /* owned by the loop thread */
+    kvf_mconn_t *conns; /* owned by the loop thread */
     unsigned nconns;
-    int helpers;         /* node registrations in flight (atomic) */
+    int helpers; /* node registrations in flight (atomic) */
 };
 
 /* objects.c -- all called with the lock held */
@@ -113,8 +113,8 @@ size_t kvf_m_removing(const kvf_master_t *m);
 
 /* master.c: serves one whole frame: runs its handler, encodes the reply
  * body in w; returns the reply's status, *rtype_p its type. */
-kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f,
-                         kvf_wr_t *w, uint32_t *count_p, uint16_t *flags_p,
+kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
+                         uint32_t *count_p, uint16_t *flags_p,
                          uint8_t *rtype_p);
 void kvf_m_count_error(kvf_master_t *m);
 

@@ -95,8 +95,7 @@ kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key)
     kvf_mobj_t *o;
 
     for (o = m->table[h & (m->nbuckets - 1)]; o != NULL; o = o->hnext) {
-        if (o->hash == h && o->keylen == len &&
-            memcmp(o->key, key, len) == 0) {
+        if (o->hash == h && o->keylen == len && memcmp(o->key, key, len) == 0) {
             return o;
         }
     }
@@ -285,7 +284,7 @@ kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
     /* most free space first */
     for (i = 1; i < ncand; i++) {
         for (j = i; j > 0 && cand[j - 1]->pa.len - cand[j - 1]->pa.used <
-                                  cand[j]->pa.len - cand[j]->pa.used;
+                                 cand[j]->pa.len - cand[j]->pa.used;
              j--) {
             t = cand[j];
             cand[j] = cand[j - 1];

@@ -23,16 +23,16 @@
 #define KVF_PA_SL      (1 << KVF_PA_SL_BITS)
 
 typedef struct kvf_pa_block {
-    uint64_t off;  /* from the pool's base */
-    uint64_t size; /* bytes, a multiple of the granule */
+    uint64_t off;                       /* from the pool's base */
+    uint64_t size;                      /* bytes, a multiple of the granule */
     struct kvf_pa_block *aprev, *anext; /* address order */
     struct kvf_pa_block *fprev, *fnext; /* its bin, when free */
     int free;
 } kvf_pa_block_t;
 
 typedef struct kvf_pool_alloc {
-    uint64_t len;     /* usable bytes (multiple of the granule) */
-    uint64_t used;    /* bytes in allocated blocks */
+    uint64_t len;  /* usable bytes (multiple of the granule) */
+    uint64_t used; /* bytes in allocated blocks */
     size_t nblocks;
     size_t nfree;
     uint64_t fl_map;

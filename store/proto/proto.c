@@ -39,9 +39,9 @@ void kvf_sp_frame_free(kvf_sp_frame_t *f)
     f->cap = 0;
 }
 
-kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id,
-                         kvf_status_t status, uint32_t count, uint16_t flags,
-                         const kvf_wr_t *w, uint64_t deadline_ms)
+kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id, kvf_status_t status,
+                         uint32_t count, uint16_t flags, const kvf_wr_t *w,
+                         uint64_t deadline_ms)
 {
     unsigned char hdr[KVF_WIRE_HDR_LEN];
     kvf_frame_hdr_t h = {0};
@@ -230,8 +230,8 @@ kvf_status_t kvf_sp_call(int fd, uint8_t type, uint64_t id, uint32_t count,
     }
     if (f->hdr.type != (type | KVF_SP_REPLY) || f->hdr.id != id) {
         kvf_error("store reply of type 0x%x id %lu to a %s request id %lu",
-                  f->hdr.type, (unsigned long)f->hdr.id,
-                  kvf_sp_msg_name(type), (unsigned long)id);
+                  f->hdr.type, (unsigned long)f->hdr.id, kvf_sp_msg_name(type),
+                  (unsigned long)id);
         return KVF_ERR_PROTOCOL;
     }
     return KVF_OK;

@@ -65,9 +65,9 @@ typedef struct kvf_sp_frame {
 void kvf_sp_frame_free(kvf_sp_frame_t *f);
 
 /* Sends one frame: header + w's bytes (w may be NULL: empty body). */
-kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id,
-                         kvf_status_t status, uint32_t count, uint16_t flags,
-                         const kvf_wr_t *w, uint64_t deadline_ms);
+kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id, kvf_status_t status,
+                         uint32_t count, uint16_t flags, const kvf_wr_t *w,
+                         uint64_t deadline_ms);
 
 /* Receives one frame. Checks magic, version, lengths (body at most
  * KVF_SP_BODY_MAX, no payload). first_deadline_ms bounds the wait for

@@ -58,24 +58,21 @@ static void test_unavailable(void **state)
                      KVF_ERR_UNAVAILABLE);
     assert_int_equal(kvf_cuda_mem_track_release(buf, KVF_MEM_CUDA),
                      KVF_ERR_NOT_FOUND);
-    assert_int_equal(kvf_cuda_ipc_export((uint64_t)(uintptr_t)buf, handle,
-                                         &off),
-                     KVF_ERR_UNAVAILABLE);
-    assert_int_equal(kvf_cuda_region_lookup((uint64_t)(uintptr_t)buf, NULL,
-                                            NULL),
-                     KVF_MEM_HOST);
+    assert_int_equal(
+        kvf_cuda_ipc_export((uint64_t)(uintptr_t)buf, handle, &off),
+        KVF_ERR_UNAVAILABLE);
+    assert_int_equal(
+        kvf_cuda_region_lookup((uint64_t)(uintptr_t)buf, NULL, NULL),
+        KVF_MEM_HOST);
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN;
     p.no_listen = 1;
     assert_int_equal(kvf_engine_create(&p, &e), KVF_OK);
-    assert_int_equal(kvf_engine_reg(e, buf, sizeof(buf), KVF_MEM_CUDA, 0,
-                                    &r),
+    assert_int_equal(kvf_engine_reg(e, buf, sizeof(buf), KVF_MEM_CUDA, 0, &r),
                      KVF_ERR_UNAVAILABLE);
-    assert_int_equal(kvf_engine_reg(e, buf, sizeof(buf), KVF_MEM_PINNED, 0,
-                                    &r),
+    assert_int_equal(kvf_engine_reg(e, buf, sizeof(buf), KVF_MEM_PINNED, 0, &r),
                      KVF_ERR_UNAVAILABLE);
     /* host memory still registers */
-    assert_int_equal(kvf_engine_reg(e, buf, sizeof(buf), KVF_MEM_HOST, 0,
-                                    &r),
+    assert_int_equal(kvf_engine_reg(e, buf, sizeof(buf), KVF_MEM_HOST, 0, &r),
                      KVF_OK);
     assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
     kvf_engine_destroy(e);
@@ -100,14 +97,12 @@ static void test_socket_passthrough(void **state)
     iov[0].iov_len = 1000;
     iov[1].iov_base = out + 1000;
     iov[1].iov_len = 2000;
-    assert_int_equal(kvf_cuda_writev(&stage, sv[0], iov, 2,
-                                     kvf_time_ms() + 2000),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_cuda_writev(&stage, sv[0], iov, 2, kvf_time_ms() + 2000), KVF_OK);
     iov[0].iov_base = in;
     iov[0].iov_len = 3000;
-    assert_int_equal(kvf_cuda_readv(&stage, sv[1], iov, 1,
-                                    kvf_time_ms() + 2000),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_cuda_readv(&stage, sv[1], iov, 1, kvf_time_ms() + 2000), KVF_OK);
     assert_memory_equal(in, out, sizeof(out));
     assert_null(stage);
     close(sv[0]);
@@ -131,7 +126,8 @@ static void test_bench_skips(void **state)
     assert_int_equal(WEXITSTATUS(rc), 77);
     snprintf(cmd, sizeof(cmd),
              "%s bench blocks --device gpu --path h2d --pool 1M "
-             "--sizes 64K >/dev/null", bin);
+             "--sizes 64K >/dev/null",
+             bin);
     rc = system(cmd);
     assert_true(WIFEXITED(rc));
     assert_int_equal(WEXITSTATUS(rc), 77);

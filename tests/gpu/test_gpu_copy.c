@@ -50,8 +50,7 @@ static int pool_new(kvf_cuda_mem_t *m, kvf_mem_type_t type, int dev,
         m->base = malloc(POOL);
         assert_non_null(m->base);
     } else {
-        assert_int_equal(kvf_cuda_mem_alloc(type, dev, POOL, &m->base),
-                         KVF_OK);
+        assert_int_equal(kvf_cuda_mem_alloc(type, dev, POOL, &m->base), KVF_OK);
     }
     tmp = malloc(POOL);
     assert_non_null(tmp);
@@ -154,9 +153,9 @@ static void check_copy(const job_t *j, const unsigned char *src_before,
     free(mask);
 }
 
-static void run_path(kvf_mem_type_t st, int sdev, kvf_mem_type_t dt,
-                     int ddev, int run_dev, kvf_cuda_kernel_t kern,
-                     size_t n, uint64_t seed)
+static void run_path(kvf_mem_type_t st, int sdev, kvf_mem_type_t dt, int ddev,
+                     int run_dev, kvf_cuda_kernel_t kern, size_t n,
+                     uint64_t seed)
 {
     unsigned char *sb, *db, *da;
     kvf_cuda_copy_t *cp;
@@ -180,14 +179,13 @@ static void run_path(kvf_mem_type_t st, int sdev, kvf_mem_type_t dt,
                                             j.n * sizeof(*pb), (void **)&pb),
                          KVF_OK);
         memcpy(pb, j.blks, j.n * sizeof(*pb));
-        assert_int_equal(kvf_cuda_copy_blocks(cp, &j.src, &j.dst, pb, j.n,
-                                              TIMEOUT),
-                         KVF_OK);
+        assert_int_equal(
+            kvf_cuda_copy_blocks(cp, &j.src, &j.dst, pb, j.n, TIMEOUT), KVF_OK);
         kvf_cuda_mem_free(KVF_MEM_PINNED, pb);
     } else {
-        assert_int_equal(kvf_cuda_copy_blocks(cp, &j.src, &j.dst, j.blks,
-                                              j.n, TIMEOUT),
-                         KVF_OK);
+        assert_int_equal(
+            kvf_cuda_copy_blocks(cp, &j.src, &j.dst, j.blks, j.n, TIMEOUT),
+            KVF_OK);
     }
     da = snapshot(&j.dst);
     check_copy(&j, sb, db, da);
@@ -200,9 +198,9 @@ static void run_path(kvf_mem_type_t st, int sdev, kvf_mem_type_t dt,
             offs[i] = j.blks[i].dst_off;
             lens[i] = j.blks[i].len;
         }
-        assert_int_equal(kvf_cuda_checksum_blocks(cp, &j.dst, offs, lens, m,
-                                                  sums, TIMEOUT),
-                         KVF_OK);
+        assert_int_equal(
+            kvf_cuda_checksum_blocks(cp, &j.dst, offs, lens, m, sums, TIMEOUT),
+            KVF_OK);
         for (i = 0; i < m; i++) {
             assert_true(sums[i] == kvf_checksum(da + offs[i], lens[i]));
         }
@@ -228,8 +226,7 @@ static void test_h2d(void **state)
     for (k = 0; k < NK; k++) {
         run_path(KVF_MEM_PINNED, 0, KVF_MEM_CUDA, 0, 0, kernels[k], NBLK,
                  10 + k);
-        run_path(KVF_MEM_PINNED, 0, KVF_MEM_CUDA, 0, 0, kernels[k], 37,
-                 20 + k);
+        run_path(KVF_MEM_PINNED, 0, KVF_MEM_CUDA, 0, 0, kernels[k], 37, 20 + k);
     }
 }
 
@@ -250,8 +247,7 @@ static void test_d2d(void **state)
 
     (void)state;
     for (k = 0; k < NK; k++) {
-        run_path(KVF_MEM_CUDA, 0, KVF_MEM_CUDA, 0, 0, kernels[k], NBLK,
-                 40 + k);
+        run_path(KVF_MEM_CUDA, 0, KVF_MEM_CUDA, 0, 0, kernels[k], NBLK, 40 + k);
     }
 }
 
@@ -275,15 +271,13 @@ static void test_p2p(void **state)
 static void test_pageable(void **state)
 {
     (void)state;
-    run_path(KVF_MEM_HOST, 0, KVF_MEM_CUDA, 0, 0, KVF_CUDA_KERNEL_AUTO,
-             NBLK, 70);
-    run_path(KVF_MEM_CUDA, 0, KVF_MEM_HOST, 0, 0, KVF_CUDA_KERNEL_AUTO,
-             NBLK, 71);
+    run_path(KVF_MEM_HOST, 0, KVF_MEM_CUDA, 0, 0, KVF_CUDA_KERNEL_AUTO, NBLK,
+             70);
+    run_path(KVF_MEM_CUDA, 0, KVF_MEM_HOST, 0, 0, KVF_CUDA_KERNEL_AUTO, NBLK,
+             71);
     /* a few blocks larger than one staging slot (8 MiB) */
-    run_path(KVF_MEM_HOST, 0, KVF_MEM_CUDA, 0, 0, KVF_CUDA_KERNEL_AUTO, 3,
-             72);
-    run_path(KVF_MEM_CUDA, 0, KVF_MEM_HOST, 0, 0, KVF_CUDA_KERNEL_AUTO, 3,
-             73);
+    run_path(KVF_MEM_HOST, 0, KVF_MEM_CUDA, 0, 0, KVF_CUDA_KERNEL_AUTO, 3, 72);
+    run_path(KVF_MEM_CUDA, 0, KVF_MEM_HOST, 0, 0, KVF_CUDA_KERNEL_AUTO, 3, 73);
 }
 
 /* Out-of-range blocks are refused and not written; the rest are copied. */
@@ -305,14 +299,14 @@ static void test_out_of_range(void **state)
             pool_new(&dst, dt, 0, 81);
             before = snapshot(&dst);
             blks[0] = (kvf_cuda_blk_t){0, 0, 4096};
-            blks[1] = (kvf_cuda_blk_t){POOL - 100, 8192, 101};   /* src */
-            blks[2] = (kvf_cuda_blk_t){8192, POOL - 10, 11};     /* dst */
+            blks[1] = (kvf_cuda_blk_t){POOL - 100, 8192, 101};    /* src */
+            blks[2] = (kvf_cuda_blk_t){8192, POOL - 10, 11};      /* dst */
             blks[3] = (kvf_cuda_blk_t){16384, UINT64_MAX - 2, 8}; /* wrap */
             assert_int_equal(kvf_cuda_copy_create(0, &cp), KVF_OK);
             kvf_cuda_copy_set_kernel(cp, kernels[k]);
-            assert_int_equal(kvf_cuda_copy_blocks(cp, &src, &dst, blks, 4,
-                                                  TIMEOUT),
-                             KVF_ERR_OUT_OF_BOUNDS);
+            assert_int_equal(
+                kvf_cuda_copy_blocks(cp, &src, &dst, blks, 4, TIMEOUT),
+                KVF_ERR_OUT_OF_BOUNDS);
             after = snapshot(&dst);
             /* block 0 copied, the refused ones left the bytes alone */
             {
@@ -343,24 +337,20 @@ static void test_register_bounds(void **state)
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN;
     p.no_listen = 1;
     assert_int_equal(kvf_engine_create(&p, &e), KVF_OK);
-    assert_int_equal(kvf_cuda_mem_alloc(KVF_MEM_CUDA, 0, 1 << 20,
-                                        (void **)&g),
+    assert_int_equal(kvf_cuda_mem_alloc(KVF_MEM_CUDA, 0, 1 << 20, (void **)&g),
                      KVF_OK);
-    assert_int_equal(kvf_cuda_mem_alloc(KVF_MEM_PINNED, 0, 1 << 20,
-                                        (void **)&h),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_cuda_mem_alloc(KVF_MEM_PINNED, 0, 1 << 20, (void **)&h), KVF_OK);
     /* past the end of the allocation */
-    assert_int_equal(kvf_engine_reg(e, g + 4096, 1 << 20, KVF_MEM_CUDA, 0,
-                                    &r),
+    assert_int_equal(kvf_engine_reg(e, g + 4096, 1 << 20, KVF_MEM_CUDA, 0, &r),
                      KVF_ERR_OUT_OF_BOUNDS);
     /* host memory claimed to be GPU memory */
-    assert_int_equal(kvf_engine_reg(e, host, sizeof(host), KVF_MEM_CUDA, 0,
-                                    &r),
+    assert_int_equal(kvf_engine_reg(e, host, sizeof(host), KVF_MEM_CUDA, 0, &r),
                      KVF_ERR_OUT_OF_BOUNDS);
     /* pageable memory claimed to be pinned */
-    assert_int_equal(kvf_engine_reg(e, host, sizeof(host), KVF_MEM_PINNED,
-                                    0, &r),
-                     KVF_ERR_INVALID_PARAM);
+    assert_int_equal(
+        kvf_engine_reg(e, host, sizeof(host), KVF_MEM_PINNED, 0, &r),
+        KVF_ERR_INVALID_PARAM);
     /* no such GPU */
     assert_int_equal(kvf_engine_reg(e, g, 4096, KVF_MEM_CUDA, 63, &r),
                      KVF_ERR_INVALID_PARAM);
@@ -371,15 +361,14 @@ static void test_register_bounds(void **state)
     /* exactly the allocation, and a piece of it, are fine */
     assert_int_equal(kvf_engine_reg(e, g, 1 << 20, KVF_MEM_CUDA, 0, &r),
                      KVF_OK);
-    assert_int_equal(kvf_cuda_region_lookup((uint64_t)(uintptr_t)g + 5,
-                                            NULL, NULL),
-                     KVF_MEM_CUDA);
+    assert_int_equal(
+        kvf_cuda_region_lookup((uint64_t)(uintptr_t)g + 5, NULL, NULL),
+        KVF_MEM_CUDA);
     assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
-    assert_int_equal(kvf_cuda_region_lookup((uint64_t)(uintptr_t)g + 5,
-                                            NULL, NULL),
-                     KVF_MEM_HOST);
-    assert_int_equal(kvf_engine_reg(e, h + 100, 1000, KVF_MEM_PINNED, 0,
-                                    &r),
+    assert_int_equal(
+        kvf_cuda_region_lookup((uint64_t)(uintptr_t)g + 5, NULL, NULL),
+        KVF_MEM_HOST);
+    assert_int_equal(kvf_engine_reg(e, h + 100, 1000, KVF_MEM_PINNED, 0, &r),
                      KVF_OK);
     assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
     kvf_engine_destroy(e);
@@ -400,13 +389,11 @@ static void test_mem_alloc(void **state)
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN;
     p.no_listen = 1;
     assert_int_equal(kvf_engine_create(&p, &e), KVF_OK);
-    assert_int_equal(kvf_mem_alloc(8u << 20, KVF_MEM_PINNED, 0,
-                                   (void **)&pin),
+    assert_int_equal(kvf_mem_alloc(8u << 20, KVF_MEM_PINNED, 0, (void **)&pin),
                      KVF_OK);
     assert_int_equal(kvf_mem_alloc(8u << 20, KVF_MEM_CUDA, 0, (void **)&gpu),
                      KVF_OK);
-    assert_int_equal(kvf_engine_reg(e, pin, 8u << 20, KVF_MEM_PINNED, 0,
-                                    &rp),
+    assert_int_equal(kvf_engine_reg(e, pin, 8u << 20, KVF_MEM_PINNED, 0, &rp),
                      KVF_OK);
     assert_int_equal(kvf_engine_reg(e, gpu, 8u << 20, KVF_MEM_CUDA, 0, &rc),
                      KVF_OK);

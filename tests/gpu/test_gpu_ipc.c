@@ -45,8 +45,8 @@ static int child(void)
     }
     fill(h, 5);
     if (kvf_cuda_memcpy(g, h, LEN) != KVF_OK ||
-        kvf_cuda_ipc_export((uint64_t)(uintptr_t)g + OFFSET, handle,
-                            &off) != KVF_OK ||
+        kvf_cuda_ipc_export((uint64_t)(uintptr_t)g + OFFSET, handle, &off) !=
+            KVF_OK ||
         off != OFFSET) {
         return 3;
     }
@@ -138,8 +138,7 @@ int main(int argc, char **argv)
         host.type = KVF_MEM_PINNED;
         host.len = LEN;
         host.device = 0;
-        if (kvf_cuda_mem_alloc(KVF_MEM_PINNED, 0, LEN, &host.base) !=
-                KVF_OK ||
+        if (kvf_cuda_mem_alloc(KVF_MEM_PINNED, 0, LEN, &host.base) != KVF_OK ||
             kvf_cuda_copy_create(dev, &cp) != KVF_OK) {
             bad = 1;
             break;
@@ -151,8 +150,7 @@ int main(int argc, char **argv)
             blks[i].len = 4096 + i * 7;
         }
         memset(host.base, 0, LEN);
-        if (kvf_cuda_copy_blocks(cp, &peer, &host, blks, NB, 10000) !=
-            KVF_OK) {
+        if (kvf_cuda_copy_blocks(cp, &peer, &host, blks, NB, 10000) != KVF_OK) {
             bad = 1;
         }
         got = host.base;
@@ -170,8 +168,7 @@ int main(int argc, char **argv)
             blks[i].dst_off = blks[i].src_off;
             blks[i].len = LEN / 2 / NB;
         }
-        if (kvf_cuda_copy_blocks(cp, &host, &peer, blks, NB, 10000) !=
-            KVF_OK) {
+        if (kvf_cuda_copy_blocks(cp, &host, &peer, blks, NB, 10000) != KVF_OK) {
             bad = 1;
         }
         kvf_cuda_copy_destroy(cp);

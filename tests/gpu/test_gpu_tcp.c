@@ -84,14 +84,13 @@ static int setup(void **state)
         assert_int_equal(kvf_cuda_memcpy(f->base[i], f->model[i], POOL),
                          KVF_OK);
         assert_int_equal(kvf_engine_reg(e, f->base[i], POOL,
-                                        is_gpu(i) ? KVF_MEM_CUDA
-                                                  : KVF_MEM_HOST,
+                                        is_gpu(i) ? KVF_MEM_CUDA : KVF_MEM_HOST,
                                         dev, &f->reg[i]),
                          KVF_OK);
     }
-    assert_int_equal(kvf_peer_open(f->ini, kvf_engine_segment_name(f->tgt),
-                                   &f->peer),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_peer_open(f->ini, kvf_engine_segment_name(f->tgt), &f->peer),
+        KVF_OK);
     assert_string_equal(kvf_peer_transport(f->peer), "tcp");
     *state = f;
     return 0;
@@ -198,8 +197,7 @@ static void batch(fixture_t *f, kvf_op_type_t op, int lp, int rp, size_t n,
                          KVF_OK);
         for (i = 0; i < m; i++) {
             assert_true(sums[i] ==
-                        kvf_checksum(f->model[rp] + (rem[i] - rbase),
-                                     lens[i]));
+                        kvf_checksum(f->model[rp] + (rem[i] - rbase), lens[i]));
         }
     }
     free(ls);
@@ -211,11 +209,11 @@ static void test_gpu_to_gpu(void **state)
 {
     fixture_t *f = *state;
 
-    batch(f, KVF_OP_READ, L_GPU, R_GPU, 2048, 0);  /* 16 MiB: every slot */
+    batch(f, KVF_OP_READ, L_GPU, R_GPU, 2048, 0); /* 16 MiB: every slot */
     batch(f, KVF_OP_WRITE, L_GPU, R_GPU, 2048, 0);
     batch(f, KVF_OP_READ, L_GPU, R_GPU, 1500, 1);
     batch(f, KVF_OP_WRITE, L_GPU, R_GPU, 1500, 1);
-    batch(f, KVF_OP_WRITE, L_GPU, R_GPU, 3, 1);    /* blocks of MiBs */
+    batch(f, KVF_OP_WRITE, L_GPU, R_GPU, 3, 1); /* blocks of MiBs */
     batch(f, KVF_OP_READ, L_GPU, R_GPU, 3, 1);
 }
 
@@ -242,18 +240,14 @@ static void test_out_of_range(void **state)
     memset(ops, 0, sizeof(ops));
     ops[0] = (kvf_op_t){KVF_OP_WRITE, f->base[L_GPU], f->peer,
                         rbase + POOL - 100, 200};
-    ops[1] = (kvf_op_t){KVF_OP_READ, f->base[L_GPU], f->peer,
-                        rbase + POOL, 1};
+    ops[1] = (kvf_op_t){KVF_OP_READ, f->base[L_GPU], f->peer, rbase + POOL, 1};
     ops[2] = (kvf_op_t){KVF_OP_READ, f->base[L_GPU] + 8192, f->peer,
                         rbase - 4096, 4096};
     assert_int_equal(kvf_batch_submit(f->ini, ops, 3, &b), KVF_OK);
     assert_int_not_equal(kvf_batch_wait(b, TIMEOUT), KVF_OK);
-    assert_int_equal(kvf_batch_op_status(b, 0, &bytes),
-                     KVF_ERR_OUT_OF_BOUNDS);
-    assert_int_equal(kvf_batch_op_status(b, 1, &bytes),
-                     KVF_ERR_OUT_OF_BOUNDS);
-    assert_int_equal(kvf_batch_op_status(b, 2, &bytes),
-                     KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(kvf_batch_op_status(b, 0, &bytes), KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(kvf_batch_op_status(b, 1, &bytes), KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(kvf_batch_op_status(b, 2, &bytes), KVF_ERR_OUT_OF_BOUNDS);
     kvf_batch_destroy(b);
     check_pool(f, R_GPU);
     check_pool(f, L_GPU);
@@ -267,17 +261,15 @@ static void test_link_into_gpu(void **state)
     uint64_t rbase = (uint64_t)(uintptr_t)f->base[R_GPU];
     double secs = 0;
 
-    assert_int_equal(kvf_peer_link_test(f->peer, KVF_OP_WRITE,
-                                        f->base[L_HOST], rbase, 8u << 20,
-                                        &secs),
+    assert_int_equal(kvf_peer_link_test(f->peer, KVF_OP_WRITE, f->base[L_HOST],
+                                        rbase, 8u << 20, &secs),
                      KVF_OK);
     assert_true(secs > 0);
     memcpy(f->model[R_GPU], f->model[L_HOST], 8u << 20);
     check_pool(f, R_GPU);
     assert_int_equal(kvf_peer_link_test(f->peer, KVF_OP_READ,
                                         f->base[L_HOST] + (8u << 20),
-                                        rbase + (4u << 20), 8u << 20,
-                                        &secs),
+                                        rbase + (4u << 20), 8u << 20, &secs),
                      KVF_OK);
     memcpy(f->model[L_HOST] + (8u << 20), f->model[R_GPU] + (4u << 20),
            8u << 20);

@@ -55,9 +55,8 @@ static int setup(void **state)
     f->expect = malloc(POOL);
     kvf_test_pool_bytes(f->expect, POOL, SEED);
     kvf_test_pool_bytes(f->local, POOL, 99);
-    assert_int_equal(kvf_engine_reg(f->e, f->local, POOL, KVF_MEM_HOST, 0,
-                                    &f->r),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_engine_reg(f->e, f->local, POOL, KVF_MEM_HOST, 0, &f->r), KVF_OK);
     assert_int_equal(kvf_peer_open(f->e, f->t.segment, &f->peer), KVF_OK);
     assert_string_equal(kvf_peer_transport(f->peer), "tcp");
     *state = f;
@@ -126,9 +125,8 @@ static void test_read_random_blocks(void **state)
     lp = pick(&rng, slots, n);
     rp = pick(&rng, slots, n);
     for (i = 0; i < n; i++) {
-        ops[i] = (kvf_op_t){KVF_OP_READ, f->local + (size_t)lp[i] * bs,
-                            f->peer, f->t.pool_addr + (uint64_t)rp[i] * bs,
-                            bs};
+        ops[i] = (kvf_op_t){KVF_OP_READ, f->local + (size_t)lp[i] * bs, f->peer,
+                            f->t.pool_addr + (uint64_t)rp[i] * bs, bs};
     }
     run_ops(f, ops, n);
     for (i = 0; i < n; i++) {
@@ -157,8 +155,7 @@ static void test_write_then_read_back(void **state)
     rp = pick(&rng, slots, n);
     for (i = 0; i < n; i++) {
         ops[i] = (kvf_op_t){KVF_OP_WRITE, f->local + (size_t)lp[i] * bs,
-                            f->peer, f->t.pool_addr + (uint64_t)rp[i] * bs,
-                            bs};
+                            f->peer, f->t.pool_addr + (uint64_t)rp[i] * bs, bs};
         rem[i] = ops[i].remote;
         lens[i] = bs;
     }
@@ -166,10 +163,9 @@ static void test_write_then_read_back(void **state)
     /* remote checksums match the local blocks */
     assert_int_equal(kvf_peer_checksum(f->peer, rem, lens, n, sums), KVF_OK);
     for (i = 0; i < n; i++) {
-        assert_true(sums[i] ==
-                    kvf_checksum(f->local + (size_t)lp[i] * bs, bs));
-        memcpy(f->expect + (size_t)rp[i] * bs,
-               f->local + (size_t)lp[i] * bs, bs);
+        assert_true(sums[i] == kvf_checksum(f->local + (size_t)lp[i] * bs, bs));
+        memcpy(f->expect + (size_t)rp[i] * bs, f->local + (size_t)lp[i] * bs,
+               bs);
     }
     /* and read back byte for byte into the upper half */
     for (i = 0; i < n; i++) {
@@ -226,8 +222,8 @@ static void test_split_and_coalesce(void **state)
 
     /* one 20 MiB operation is split into many requests */
     kvf_engine_stats(f->e, &s0);
-    ops[0] = (kvf_op_t){KVF_OP_READ, f->local, f->peer,
-                        f->t.pool_addr + 4096, 20u << 20};
+    ops[0] = (kvf_op_t){KVF_OP_READ, f->local, f->peer, f->t.pool_addr + 4096,
+                        20u << 20};
     run_ops(f, ops, 1);
     kvf_engine_stats(f->e, &s1);
     assert_true(s1.requests - s0.requests >= 20);
@@ -235,9 +231,9 @@ static void test_split_and_coalesce(void **state)
     /* 512 adjacent 4 KiB operations travel as few wire entries */
     kvf_engine_stats(f->e, &s0);
     for (i = 0; i < 512; i++) {
-        ops[i] = (kvf_op_t){KVF_OP_READ, f->local + (size_t)i * 4096, f->peer,
-                            f->t.pool_addr + (1u << 20) + (uint64_t)i * 4096,
-                            4096};
+        ops[i] =
+            (kvf_op_t){KVF_OP_READ, f->local + (size_t)i * 4096, f->peer,
+                       f->t.pool_addr + (1u << 20) + (uint64_t)i * 4096, 4096};
     }
     run_ops(f, ops, 512);
     kvf_engine_stats(f->e, &s1);
@@ -270,14 +266,11 @@ static void test_out_of_bounds(void **state)
     assert_int_equal(kvf_batch_wait(b, TIMEOUT), KVF_ERR_OUT_OF_BOUNDS);
     assert_int_equal(kvf_batch_op_status(b, 0, &bytes), KVF_OK);
     assert_int_equal(bytes, 8192);
-    assert_int_equal(kvf_batch_op_status(b, 1, &bytes),
-                     KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(kvf_batch_op_status(b, 1, &bytes), KVF_ERR_OUT_OF_BOUNDS);
     assert_int_equal(bytes, 0);
-    assert_int_equal(kvf_batch_op_status(b, 2, &bytes),
-                     KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(kvf_batch_op_status(b, 2, &bytes), KVF_ERR_OUT_OF_BOUNDS);
     assert_int_equal(kvf_batch_op_status(b, 3, &bytes), KVF_OK);
-    assert_int_equal(kvf_batch_op_status(b, 4, &bytes),
-                     KVF_ERR_NOT_REGISTERED);
+    assert_int_equal(kvf_batch_op_status(b, 4, &bytes), KVF_ERR_NOT_REGISTERED);
     kvf_batch_destroy(b);
     assert_memory_equal(f->local, f->expect, 8192);
     assert_memory_equal(f->local + 24576, f->expect + 8192, 8192);
@@ -319,8 +312,8 @@ static void *submit_thread(void *p)
             return NULL;
         }
         for (i = 0; i < 256; i++) {
-            if (memcmp(ops[i].local, f->expect + (ops[i].remote -
-                                                  f->t.pool_addr),
+            if (memcmp(ops[i].local,
+                       f->expect + (ops[i].remote - f->t.pool_addr),
                        4096) != 0) {
                 a->ok = 0;
             }

@@ -109,10 +109,13 @@ static void test_env_json(void **state)
     assert_int_equal(run("'%s' bench env > %s/env.txt", bin, dir), 0);
     assert_int_equal(run("grep -q '^kvferry ' %s/env.txt && "
                          "grep -q '^cpu ' %s/env.txt && "
-                         "grep -q '^memory ' %s/env.txt", dir, dir, dir), 0);
+                         "grep -q '^memory ' %s/env.txt",
+                         dir, dir, dir),
+                     0);
     assert_int_equal(run("'%s' bench env --json > %s/env.json", bin, dir), 0);
     rc = run("python3 '%s/tests/integration/check_record.py' --env "
-             "'%s/docs/record.schema.json' %s/env.json", src, src, dir);
+             "'%s/docs/record.schema.json' %s/env.json",
+             src, src, dir);
     if (rc == 77) {
         skip();
     }
@@ -123,7 +126,9 @@ static void test_env_record(void **state)
 {
     (void)state;
     assert_int_equal(run("'%s' bench env --record %s/env --hypothesis "
-                         "'detected, not typed' > /dev/null", bin, dir), 0);
+                         "'detected, not typed' > /dev/null",
+                         bin, dir),
+                     0);
     assert_int_equal(count("env", "*-bench-env.json"), 1);
     assert_int_equal(count("env", "*-bench-env.md"), 1);
     validate("env");
@@ -136,7 +141,9 @@ static void test_blocks_record(void **state)
     (void)state;
     assert_int_equal(run("'%s' bench blocks --pool 256M --sizes 1M,4M "
                          "--iters 2 --op both --verify --record %s/blocks "
-                         "> /dev/null", bin, dir), 0);
+                         "> /dev/null",
+                         bin, dir),
+                     0);
     assert_int_equal(count("blocks", "*-bench-blocks.json"), 1);
     assert_int_equal(count("blocks", "*-bench-blocks.md"), 1);
     assert_int_equal(count("blocks", "*-bench-blocks.data.json"), 1);
@@ -155,7 +162,9 @@ static void test_link_record(void **state)
 {
     (void)state;
     assert_int_equal(run("'%s' bench link --pool 64M --size 32M --iters 3 "
-                         "--record %s/link > /dev/null", bin, dir), 0);
+                         "--record %s/link > /dev/null",
+                         bin, dir),
+                     0);
     assert_int_equal(count("link", "*-bench-link.json"), 1);
     validate("link");
 }
@@ -169,10 +178,14 @@ static void test_te_record(void **state)
                          "--batch 4 --threads 2 --duration 100ms "
                          "--min-batches 2 --json %s/te-out.json "
                          "--record %s/te --hypothesis 'tiny curve' "
-                         "> %s/te.txt", bin, dir, dir, dir), 0);
+                         "> %s/te.txt",
+                         bin, dir, dir, dir),
+                     0);
     assert_int_equal(run("grep -q 'lat P99 ms' %s/te.txt && "
                          "grep -c '^ *[0-9.]* [KM]B ' %s/te.txt | "
-                         "grep -q '^3$'", dir, dir), 0);
+                         "grep -q '^3$'",
+                         dir, dir),
+                     0);
     assert_int_equal(count("te", "*-bench-te-tcp-write.json"), 1);
     assert_int_equal(count("te", "*-bench-te-tcp-write.data.json"), 1);
     validate("te");
@@ -193,7 +206,8 @@ static void test_broken_records_fail(void **state)
     if (count("blocks", "*-bench-blocks.json") != 1) {
         assert_int_equal(run("'%s' bench blocks --pool 64M --sizes 1M "
                              "--iters 1 --record %s/blocks > /dev/null",
-                             bin, dir), 0);
+                             bin, dir),
+                         0);
     }
     rc = run("python3 '%s/tests/integration/check_record.py' --negative "
              "'%s/docs/record.schema.json' %s/blocks/*-bench-blocks.json",
@@ -207,10 +221,14 @@ static void test_broken_records_fail(void **state)
                          "%s/blocks/*-bench-blocks.json; do "
                          "grep -v '\"conclusion\":' \"$f\" > "
                          "%s/broken/x.json; done && cp %s/blocks/*.md "
-                         "%s/broken/x.md", dir, dir, dir, dir, dir), 0);
+                         "%s/broken/x.md",
+                         dir, dir, dir, dir, dir),
+                     0);
     assert_int_equal(run("python3 '%s/tests/integration/check_record.py' "
                          "'%s/docs/record.schema.json' %s/broken/x.json "
-                         "2>/dev/null", src, src, dir), 1);
+                         "2>/dev/null",
+                         src, src, dir),
+                     1);
 }
 
 static void test_drill_api(void **state)
@@ -259,7 +277,9 @@ static void test_drill_api(void **state)
     assert_int_equal(bytes1, bytes0);
 
     assert_int_equal(run("mkdir -p %s/drill && mv %s/*-drill-target-killed* "
-                         "%s/drill/", dir, dir, dir), 0);
+                         "%s/drill/",
+                         dir, dir, dir),
+                     0);
     assert_int_equal(count("drill", "*-drill-target-killed*.md"), 2);
     assert_int_equal(count("drill", "*.data.json"), 2);
     validate("drill");
@@ -289,7 +309,9 @@ static void test_no_conclusion(void **state)
     assert_int_equal(kvf_record_write(rec, dir), 0);
     kvf_record_free(rec);
     assert_int_equal(run("mkdir -p %s/none && mv %s/*-bench-nothing* "
-                         "%s/none/", dir, dir, dir), 0);
+                         "%s/none/",
+                         dir, dir, dir),
+                     0);
     validate("none");
     json = slurp("none", "*-bench-nothing.json");
     assert_non_null(strstr(json, "\"conclusion\": \"holds under conditions\""));

@@ -72,8 +72,7 @@ static int raw_connect(kvf_test_target_t *t)
     uint16_t port;
     int fd;
 
-    assert_int_equal(kvf_sock_parse_addr(t->segment, host, sizeof(host),
-                                         &port),
+    assert_int_equal(kvf_sock_parse_addr(t->segment, host, sizeof(host), &port),
                      KVF_OK);
     assert_int_equal(kvf_sock_connect(host, port, 2000, &fd), KVF_OK);
     return fd;
@@ -104,8 +103,8 @@ static void test_garbage(void **state)
 {
     kvf_test_target_t t;
     unsigned char junk[4096], hdr[KVF_WIRE_HDR_LEN];
-    kvf_frame_hdr_t h = {KVF_WIRE_MAGIC, KVF_WIRE_VERSION, 5, 0, 16, 1, 1,
-                         0, 0, 0};
+    kvf_frame_hdr_t h = {
+        KVF_WIRE_MAGIC, KVF_WIRE_VERSION, 5, 0, 16, 1, 1, 0, 0, 0};
     kvf_rng_t rng;
     int fd, i;
 
@@ -123,9 +122,8 @@ static void test_garbage(void **state)
     fd = raw_connect(&t);
     h.version = 77;
     kvf_frame_pack(&h, hdr);
-    assert_int_equal(kvf_sock_send_all(fd, hdr, sizeof(hdr),
-                                       kvf_time_ms() + 1000),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_sock_send_all(fd, hdr, sizeof(hdr), kvf_time_ms() + 1000), KVF_OK);
     expect_closed(fd, KVF_ERR_VERSION);
     /* unknown message type */
     fd = raw_connect(&t);
@@ -254,10 +252,9 @@ static int initiator(const kvf_test_target_t *t, int id)
     }
     for (i = 0; i < n; i++) {
         /* reversed order so nothing coalesces */
-        ops[i] = (kvf_op_t){KVF_OP_WRITE, a + i * bs, peer,
-                            t->pool_addr + (uint64_t)id * stripe +
-                                (n - 1 - i) * bs,
-                            bs};
+        ops[i] = (kvf_op_t){
+            KVF_OP_WRITE, a + i * bs, peer,
+            t->pool_addr + (uint64_t)id * stripe + (n - 1 - i) * bs, bs};
     }
     if (kvf_transfer_sync(e, ops, n, 20000) == KVF_OK) {
         for (i = 0; i < n; i++) {

@@ -46,8 +46,8 @@ static int teardown(void **state)
 
 static void test_round_trips(void **state)
 {
-    static const size_t sizes[] = {0, 1, 63, 64, 65, 4095, 8192, 65536,
-                                   1000003, 3 * MiB + 17};
+    static const size_t sizes[] = {0,    1,    63,    64,      65,
+                                   4095, 8192, 65536, 1000003, 3 * MiB + 17};
     unsigned char *want;
     kvs_client_t c;
     char key[64];
@@ -80,9 +80,8 @@ static void test_round_trips(void **state)
     assert_int_equal(kvf_store_get(c.st, "rt/65536", c.buf, 1000, &got, 0),
                      KVF_ERR_NO_RESOURCE);
     /* unregistered memory is refused */
-    assert_int_not_equal(kvf_store_get(c.st, "rt/65536", want, 4 * MiB,
-                                       &got, 0),
-                         KVF_OK);
+    assert_int_not_equal(
+        kvf_store_get(c.st, "rt/65536", want, 4 * MiB, &got, 0), KVF_OK);
     /* removed while leased (just read): the key goes at once, and may be
      * stored again right away with other bytes */
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -119,8 +118,7 @@ static void test_replicas(void **state)
     (void)state;
     assert_int_equal(kvs_client_open(&c, g_master.addr, 2 * MiB), 0);
     kvs_fill(c.buf, MiB, 7);
-    assert_int_equal(kvf_store_put(c.st, "rep/two", c.buf, MiB, &po),
-                     KVF_OK);
+    assert_int_equal(kvf_store_put(c.st, "rep/two", c.buf, MiB, &po), KVF_OK);
     assert_int_equal(kvf_store_query(c.st, "rep/two", &info), KVF_OK);
     assert_int_equal(info.replicas, 2);
     assert_int_equal(info.size, MiB);
@@ -130,13 +128,11 @@ static void test_replicas(void **state)
     assert_int_equal(info.checksum, kvf_checksum(c.buf, MiB));
     /* more replicas than nodes: one per node */
     po.replicas = 3;
-    assert_int_equal(kvf_store_put(c.st, "rep/three", c.buf, MiB, &po),
-                     KVF_OK);
+    assert_int_equal(kvf_store_put(c.st, "rep/three", c.buf, MiB, &po), KVF_OK);
     assert_int_equal(kvf_store_query(c.st, "rep/three", &info), KVF_OK);
     assert_int_equal(info.replicas, 2);
     memset(c.buf, 0, MiB);
-    assert_int_equal(kvf_store_get(c.st, "rep/three", c.buf, 2 * MiB, &got,
-                                   0),
+    assert_int_equal(kvf_store_get(c.st, "rep/three", c.buf, 2 * MiB, &got, 0),
                      KVF_OK);
     assert_int_equal(kvf_checksum(c.buf, MiB), info.checksum);
     po.replicas = KVF_STORE_REPLICA_MAX + 1;
@@ -149,8 +145,7 @@ static void kvs_count_entry(const kvf_store_entry_t *e, void *arg)
 {
     size_t *n = arg;
 
-    if (strncmp(e->key, "batch/", 6) == 0 && e->committed &&
-        e->size == 8192) {
+    if (strncmp(e->key, "batch/", 6) == 0 && e->committed && e->size == 8192) {
         (*n)++;
     }
 }
@@ -183,9 +178,9 @@ static void test_batch_and_list(void **state)
     keys[N] = "batch/absent";
     gbufs[N] = c.buf;
     caps[N] = SZ;
-    assert_int_equal(kvf_store_get_batch(c.st, N + 1, keys, gbufs, caps, got,
-                                         0, s),
-                     KVF_ERR_NO_KEY);
+    assert_int_equal(
+        kvf_store_get_batch(c.st, N + 1, keys, gbufs, caps, got, 0, s),
+        KVF_ERR_NO_KEY);
     for (i = 0; i < N; i++) {
         assert_int_equal(s[i], KVF_OK);
         assert_int_equal(got[i], SZ);
@@ -247,8 +242,7 @@ static void test_concurrent_clients(void **state)
     int i;
 
     (void)state;
-    assert_int_equal(kvs_client_open(&shared, g_master.addr,
-                                     SHARED * 131072),
+    assert_int_equal(kvs_client_open(&shared, g_master.addr, SHARED * 131072),
                      0);
     for (i = 0; i < SHARED + OWN; i++) {
         memset(&w[i], 0, sizeof(w[i]));
@@ -257,9 +251,8 @@ static void test_concurrent_clients(void **state)
             w[i].st = shared.st;
             w[i].buf = shared.buf + (size_t)i * 131072;
         } else {
-            assert_int_equal(kvs_client_open(&own[i - SHARED],
-                                             g_master.addr, 131072),
-                             0);
+            assert_int_equal(
+                kvs_client_open(&own[i - SHARED], g_master.addr, 131072), 0);
             w[i].st = own[i - SHARED].st;
             w[i].buf = own[i - SHARED].buf;
         }
@@ -297,8 +290,7 @@ static void test_metrics(void **state)
     assert_true(hits0 >= 0 && misses0 >= 0 && puts0 >= 0);
     assert_int_equal(kvs_client_open(&c, g_master.addr, 65536), 0);
     kvs_fill(c.buf, 65536, 3);
-    assert_int_equal(kvf_store_put(c.st, "met/a", c.buf, 65536, NULL),
-                     KVF_OK);
+    assert_int_equal(kvf_store_put(c.st, "met/a", c.buf, 65536, NULL), KVF_OK);
     assert_int_equal(kvf_store_get(c.st, "met/a", c.buf, 65536, &got, 0),
                      KVF_OK);
     assert_int_equal(kvf_store_get(c.st, "met/a", c.buf, 65536, &got, 0),
@@ -315,8 +307,7 @@ static void test_metrics(void **state)
     assert_non_null(strstr(body, "\"nodes\":2"));
     assert_non_null(strstr(body, "\"capacity\":134217728"));
     assert_non_null(strstr(body, g_node[0].addr));
-    assert_int_equal(kvs_http(g_master.http, "/nope", body, sizeof(body)),
-                     404);
+    assert_int_equal(kvs_http(g_master.http, "/nope", body, sizeof(body)), 404);
 }
 
 static void test_cli(void **state)
@@ -379,8 +370,7 @@ static void test_no_leak(void **state)
         assert_int_equal(kvs_client_open(&c, g_master.addr, 65536), 0);
         kvs_fill(c.buf, 4096, 5);
         kvf_store_put(c.st, "leak/a", c.buf, 4096, NULL);
-        assert_int_equal(kvf_store_get(c.st, "leak/a", c.buf, 65536, &got,
-                                       0),
+        assert_int_equal(kvf_store_get(c.st, "leak/a", c.buf, 65536, &got, 0),
                          KVF_OK);
         kvs_client_close(&c);
     }

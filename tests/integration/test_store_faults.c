@@ -8,8 +8,8 @@
  * closed after the master's bound), oversized keys
  * and values, a node lying about its pool, a master restart that must
  * not serve locations from before it, and replicas corrupted on their
- * node (a good replica is used; with none, KVF_ERR_CHECKSUM). After each fault the master must
- * still serve.
+ * node (a good replica is used; with none, KVF_ERR_CHECKSUM). After each fault
+ * the master must still serve.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,9 +56,13 @@ static kvf_status_t exists_fmt(kvs_client_t *c, const char *fmt, int i)
 
 static void test_eviction_order(void **state)
 {
-    static const char *const mopt[] = {"--high-watermark", "100",
-                                       "--low-watermark", "100", "--lease",
-                                       "50ms", NULL};
+    static const char *const mopt[] = {"--high-watermark",
+                                       "100",
+                                       "--low-watermark",
+                                       "100",
+                                       "--lease",
+                                       "50ms",
+                                       NULL};
     kvs_proc_t m, n;
     kvs_client_t c;
     size_t got;
@@ -70,8 +74,7 @@ static void test_eviction_order(void **state)
     assert_int_equal(kvs_client_open(&c, m.addr, 2 * MiB), 0);
     put_n(&c, "ev/%d", 0, 8, MiB, 0); /* the pool is full */
     kvs_sleep_ms(100);
-    assert_int_equal(kvf_store_get(c.st, "ev/0", c.buf, MiB, &got, 0),
-                     KVF_OK);
+    assert_int_equal(kvf_store_get(c.st, "ev/0", c.buf, MiB, &got, 0), KVF_OK);
     kvs_sleep_ms(100); /* lease over: only LRU order matters */
     put_n(&c, "ev/%d", 8, 10, MiB, 0);
     assert_int_equal(exists_fmt(&c, "ev/%d", 0), KVF_OK);
@@ -82,8 +85,7 @@ static void test_eviction_order(void **state)
     }
     assert_int_equal(kvs_metric(m.http, "evictions_total"), 2);
     /* what is left is intact */
-    assert_int_equal(kvf_store_get(c.st, "ev/5", c.buf, MiB, &got, 0),
-                     KVF_OK);
+    assert_int_equal(kvf_store_get(c.st, "ev/5", c.buf, MiB, &got, 0), KVF_OK);
     kvs_fill(c.buf + MiB, MiB, 5);
     assert_memory_equal(c.buf, c.buf + MiB, MiB);
     kvs_client_close(&c);
@@ -93,9 +95,13 @@ static void test_eviction_order(void **state)
 
 static void test_watermark(void **state)
 {
-    static const char *const mopt[] = {"--high-watermark", "50",
-                                       "--low-watermark", "25", "--lease",
-                                       "1ms", NULL};
+    static const char *const mopt[] = {"--high-watermark",
+                                       "50",
+                                       "--low-watermark",
+                                       "25",
+                                       "--lease",
+                                       "1ms",
+                                       NULL};
     kvs_proc_t m, n;
     kvs_client_t c;
 
@@ -119,8 +125,8 @@ static void test_watermark(void **state)
 
 static void test_lease_and_pin(void **state)
 {
-    static const char *const mopt[] = {"--high-watermark", "100",
-                                       "--lease", "1500ms", NULL};
+    static const char *const mopt[] = {"--high-watermark", "100", "--lease",
+                                       "1500ms", NULL};
     kvs_proc_t m, n;
     kvs_client_t c;
     size_t got;
@@ -131,12 +137,9 @@ static void test_lease_and_pin(void **state)
     assert_int_equal(kvs_client_open(&c, m.addr, MiB), 0);
     put_n(&c, "pin/%d", 0, 1, MiB, KVF_STORE_PIN);
     put_n(&c, "ls/%d", 0, 3, MiB, 0); /* full */
-    assert_int_equal(kvf_store_get(c.st, "ls/1", c.buf, MiB, &got, 0),
-                     KVF_OK);
-    assert_int_equal(kvf_store_get(c.st, "ls/2", c.buf, MiB, &got, 0),
-                     KVF_OK);
-    assert_int_equal(kvf_store_get(c.st, "ls/0", c.buf, MiB, &got, 0),
-                     KVF_OK);
+    assert_int_equal(kvf_store_get(c.st, "ls/1", c.buf, MiB, &got, 0), KVF_OK);
+    assert_int_equal(kvf_store_get(c.st, "ls/2", c.buf, MiB, &got, 0), KVF_OK);
+    assert_int_equal(kvf_store_get(c.st, "ls/0", c.buf, MiB, &got, 0), KVF_OK);
     /* everything is leased or pinned: nothing may be evicted */
     assert_int_equal(kvf_store_put(c.st, "ls/new", c.buf, MiB, NULL),
                      KVF_ERR_NO_SPACE);
@@ -152,11 +155,9 @@ static void test_lease_and_pin(void **state)
     /* the lease ends: the space comes back */
     assert_true(kvs_metric_wait(m.http, "removing", 0, 3000));
     assert_int_equal(kvs_metric(m.http, "used_bytes"), 3 * MiB);
-    assert_int_equal(kvf_store_put(c.st, "ls/new", c.buf, MiB, NULL),
-                     KVF_OK);
+    assert_int_equal(kvf_store_put(c.st, "ls/new", c.buf, MiB, NULL), KVF_OK);
     /* the coldest unpinned object goes, the pinned one stays */
-    assert_int_equal(kvf_store_put(c.st, "ls/new2", c.buf, MiB, NULL),
-                     KVF_OK);
+    assert_int_equal(kvf_store_put(c.st, "ls/new2", c.buf, MiB, NULL), KVF_OK);
     assert_int_equal(kvf_store_exists(c.st, "ls/1"), KVF_ERR_NO_KEY);
     assert_int_equal(kvf_store_exists(c.st, "ls/2"), KVF_OK);
     assert_int_equal(kvf_store_exists(c.st, "pin/0"), KVF_OK);
@@ -236,8 +237,8 @@ static void test_node_death(void **state)
 }
 
 /* Sends one store frame on fd and reads the reply (2 s). */
-static kvf_status_t raw_call(int fd, uint8_t type, uint32_t count,
-                             kvf_wr_t *w, kvf_sp_frame_t *f)
+static kvf_status_t raw_call(int fd, uint8_t type, uint32_t count, kvf_wr_t *w,
+                             kvf_sp_frame_t *f)
 {
     return kvf_sp_call(fd, type, 7, count, w, f, kvf_time_ms() + 2000);
 }
@@ -395,8 +396,7 @@ static void test_garbage(void **state)
                      KVF_ERR_MSG_TOO_LARGE);
     /* a GET announcing 5 keys with an empty body */
     hdr_bytes(hdr, KVF_WIRE_VERSION, KVF_SP_GET, 0, 5, 0);
-    assert_int_equal(raw_bytes(m.addr, hdr, sizeof(hdr), 0),
-                     KVF_ERR_PROTOCOL);
+    assert_int_equal(raw_bytes(m.addr, hdr, sizeof(hdr), 0), KVF_ERR_PROTOCOL);
     /* cut short: 100 bytes announced, 10 sent, then gone */
     hdr_bytes(frame, KVF_WIRE_VERSION, KVF_SP_GET, 100, 1, 0);
     assert_int_equal(raw_bytes(m.addr, frame, KVF_WIRE_HDR_LEN + 10, 1), 0);
@@ -523,8 +523,7 @@ static void test_master_restart(void **state)
     kvs_fill(c.buf, MiB, 4);
     assert_int_equal(kvf_store_put(c.st, "after", c.buf, MiB, NULL), KVF_OK);
     memset(c.buf, 0, MiB);
-    assert_int_equal(kvf_store_get(c.st, "after", c.buf, MiB, &got, 0),
-                     KVF_OK);
+    assert_int_equal(kvf_store_get(c.st, "after", c.buf, MiB, &got, 0), KVF_OK);
     kvs_fill(c.buf + MiB, MiB, 4);
     assert_memory_equal(c.buf, c.buf + MiB, MiB);
     kvs_client_close(&c);
@@ -547,8 +546,7 @@ static void corrupt(kvs_client_t *c, const char *segment, uint64_t addr,
     op.peer = peer;
     op.remote = addr;
     op.length = len;
-    assert_int_equal(kvf_transfer_sync(kvf_store_engine(c->st), &op, 1,
-                                       3000),
+    assert_int_equal(kvf_transfer_sync(kvf_store_engine(c->st), &op, 1, 3000),
                      KVF_OK);
     kvf_peer_close(peer);
 }

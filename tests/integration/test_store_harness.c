@@ -44,8 +44,7 @@ void kvs_sleep_ms(int ms)
 
 /* Spawns argv with stdout on a pipe; reads its first line (5 s). Returns
  * 0 with the line, or the child's exit status if it exits first. */
-static int kvs_spawn(char *const argv[], pid_t *pid_p, char *line,
-                     size_t cap)
+static int kvs_spawn(char *const argv[], pid_t *pid_p, char *line, size_t cap)
 {
     char logname[64];
     struct pollfd pfd;
@@ -105,8 +104,7 @@ static int kvs_spawn(char *const argv[], pid_t *pid_p, char *line,
     return 0;
 }
 
-static void kvs_field(const char *line, const char *key, char *out,
-                      size_t cap)
+static void kvs_field(const char *line, const char *key, char *out, size_t cap)
 {
     const char *p = strstr(line, key);
     size_t n;
@@ -227,8 +225,7 @@ int kvs_http(const char *addr, const char *path, char *buf, size_t cap)
         close(fd);
         return -1;
     }
-    while (len + 1 < cap &&
-           kvf_sock_wait(fd, POLLIN, deadline) == KVF_OK) {
+    while (len + 1 < cap && kvf_sock_wait(fd, POLLIN, deadline) == KVF_OK) {
         n = recv(fd, buf + len, cap - 1 - len, 0);
         if (n <= 0) {
             break;
@@ -290,9 +287,8 @@ int kvs_client_open(kvs_client_t *c, const char *master, size_t len)
     }
     c->buf = malloc(len);
     c->len = len;
-    if (c->buf == NULL ||
-        kvf_engine_reg(kvf_store_engine(c->st), c->buf, len, KVF_MEM_HOST, 0,
-                       &c->reg) != KVF_OK) {
+    if (c->buf == NULL || kvf_engine_reg(kvf_store_engine(c->st), c->buf, len,
+                                         KVF_MEM_HOST, 0, &c->reg) != KVF_OK) {
         kvs_client_close(c);
         return -1;
     }

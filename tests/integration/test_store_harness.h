@@ -17,8 +17,8 @@
 
 typedef struct kvs_proc {
     pid_t pid;
-    char addr[128];  /* master RPC address or node segment */
-    char http[128];  /* master HTTP address */
+    char addr[128]; /* master RPC address or node segment */
+    char http[128]; /* master HTTP address */
 } kvs_proc_t;
 
 /* Skips the test (exit 77) when KVF_BIN is not set. */

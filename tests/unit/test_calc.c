@@ -228,8 +228,9 @@ static void test_mla(void **state)
     assert_rel(r.recompute_flops, 2.0 * 37e9 * 32768, 1e-12);
     in.attention = 1;
     assert_int_equal(kvf_calc_run(m, &in, &r), KVF_OK);
-    assert_rel(r.recompute_flops, 2.0 * 37e9 * 32768 +
-               61.0 * 32768 * 32768 * 128 * (192 + 128), 1e-12);
+    assert_rel(r.recompute_flops,
+               2.0 * 37e9 * 32768 + 61.0 * 32768 * 32768 * 128 * (192 + 128),
+               1e-12);
 }
 
 static void test_presets(void **state)
@@ -268,17 +269,16 @@ static void test_check(void **state)
     const char *why = NULL;
 
     (void)state;
-#define BAD(stmt)                                                     \
-    do {                                                              \
-        kvf_calc_inputs_default(&in);                                 \
-        m = seed_model();                                             \
-        stmt;                                                         \
-        why = NULL;                                                   \
-        assert_int_equal(kvf_calc_check(&m, &in, &why),               \
-                         KVF_ERR_INVALID_PARAM);                      \
-        assert_non_null(why);                                         \
-        assert_int_equal(kvf_calc_run(&m, &in, &r),                   \
-                         KVF_ERR_INVALID_PARAM);                      \
+#define BAD(stmt)                                                              \
+    do {                                                                       \
+        kvf_calc_inputs_default(&in);                                          \
+        m = seed_model();                                                      \
+        stmt;                                                                  \
+        why = NULL;                                                            \
+        assert_int_equal(kvf_calc_check(&m, &in, &why),                        \
+                         KVF_ERR_INVALID_PARAM);                               \
+        assert_non_null(why);                                                  \
+        assert_int_equal(kvf_calc_run(&m, &in, &r), KVF_ERR_INVALID_PARAM);    \
     } while (0)
     BAD(in.util = 0);
     BAD(in.util = 1.5);
@@ -313,8 +313,7 @@ static void test_reference_builtin(void **state)
     size_t i;
 
     (void)state;
-    assert_int_equal(kvf_calc_refs_load(NULL, &refs, err, sizeof(err)),
-                     KVF_OK);
+    assert_int_equal(kvf_calc_refs_load(NULL, &refs, err, sizeof(err)), KVF_OK);
     assert_true(refs.n >= 20);
     for (i = 0; i < refs.n; i++) {
         r = &refs.items[i];
@@ -374,8 +373,9 @@ static void test_reference_file(void **state)
     }
     kvf_calc_refs_free(&a);
     kvf_calc_refs_free(&b);
-    assert_int_equal(kvf_calc_refs_load("/nonexistent/ref.json", &a, err,
-                                        sizeof(err)), KVF_ERR_IO);
+    assert_int_equal(
+        kvf_calc_refs_load("/nonexistent/ref.json", &a, err, sizeof(err)),
+        KVF_ERR_IO);
 }
 
 static void test_reference_rejects(void **state)
@@ -384,33 +384,39 @@ static void test_reference_rejects(void **state)
     char err[256];
 
     (void)state;
-#define FIG(k, extra)                                                  \
-    "{\"id\":\"a\",\"what\":\"w\",\"value\":1,\"unit\":\"GB/s\","      \
+#define FIG(k, extra)                                                          \
+    "{\"id\":\"a\",\"what\":\"w\",\"value\":1,\"unit\":\"GB/s\","              \
     "\"kind\":\"" k "\",\"source\":\"s\"" extra "}"
-    assert_int_equal(kvf_calc_refs_parse("{\"figures\":[" FIG("vendor spec",
-                                         "") "]}", "t", &refs, err,
-                                         sizeof(err)), KVF_OK);
+    assert_int_equal(
+        kvf_calc_refs_parse("{\"figures\":[" FIG("vendor spec", "") "]}", "t",
+                            &refs, err, sizeof(err)),
+        KVF_OK);
     kvf_calc_refs_free(&refs);
-    assert_int_equal(kvf_calc_refs_parse("{\"figures\":[" FIG("rumour", "")
-                                         "]}", "t", &refs, err, sizeof(err)),
-                     KVF_ERR_INVALID_PARAM);
+    assert_int_equal(
+        kvf_calc_refs_parse("{\"figures\":[" FIG("rumour", "") "]}", "t", &refs,
+                            err, sizeof(err)),
+        KVF_ERR_INVALID_PARAM);
     assert_non_null(strstr(err, "kind"));
-    assert_int_equal(kvf_calc_refs_parse("{\"figures\":[" FIG("vendor spec",
-                     "") "," FIG("vendor spec", "") "]}", "t", &refs, err,
-                     sizeof(err)), KVF_ERR_INVALID_PARAM);
+    assert_int_equal(
+        kvf_calc_refs_parse("{\"figures\":[" FIG("vendor spec", "") "," FIG(
+                                "vendor spec", "") "]}",
+                            "t", &refs, err, sizeof(err)),
+        KVF_ERR_INVALID_PARAM);
     assert_non_null(strstr(err, "twice"));
-    assert_int_equal(kvf_calc_refs_parse("{\"figures\":[" FIG("vendor spec",
-                     ",\"use\":\"magic\"") "]}", "t", &refs, err,
-                     sizeof(err)), KVF_ERR_INVALID_PARAM);
+    assert_int_equal(
+        kvf_calc_refs_parse(
+            "{\"figures\":[" FIG("vendor spec", ",\"use\":\"magic\"") "]}", "t",
+            &refs, err, sizeof(err)),
+        KVF_ERR_INVALID_PARAM);
     assert_int_equal(kvf_calc_refs_parse("{\"figures\":[{\"id\":\"x\"}]}", "t",
                                          &refs, err, sizeof(err)),
                      KVF_ERR_INVALID_PARAM);
-    assert_int_equal(kvf_calc_refs_parse("{\"figures\":[]}", "t", &refs, err,
-                                         sizeof(err)),
-                     KVF_ERR_INVALID_PARAM);
-    assert_int_equal(kvf_calc_refs_parse("{\"figures\":[", "t", &refs, err,
-                                         sizeof(err)),
-                     KVF_ERR_INVALID_PARAM);
+    assert_int_equal(
+        kvf_calc_refs_parse("{\"figures\":[]}", "t", &refs, err, sizeof(err)),
+        KVF_ERR_INVALID_PARAM);
+    assert_int_equal(
+        kvf_calc_refs_parse("{\"figures\":[", "t", &refs, err, sizeof(err)),
+        KVF_ERR_INVALID_PARAM);
 #undef FIG
 }
 
@@ -432,15 +438,15 @@ static void test_record_read(void **state)
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof(path), "%s/link.json", dir);
     write_file(path,
-        "{\"schema\":\"kvferry-record/1\",\"kind\":\"bench\","
-        "\"name\":\"bench link\",\"date\":\"2026-11-30T10:00:00Z\","
-        "\"results\":{\"key_figures\":["
-        "{\"name\":\"latency\",\"value\":12,\"unit\":\"us\",\"p50\":11,"
-        "\"p99\":30},"
-        "{\"name\":\"tcp 4 conns\",\"value\":2.5,\"unit\":\"GiB/s\","
-        "\"p50\":null,\"p99\":null},"
-        "{\"name\":\"tcp 1 conn\",\"value\":2.1,\"unit\":\"GB/s\","
-        "\"p50\":null,\"p99\":null}]}}");
+               "{\"schema\":\"kvferry-record/1\",\"kind\":\"bench\","
+               "\"name\":\"bench link\",\"date\":\"2026-11-30T10:00:00Z\","
+               "\"results\":{\"key_figures\":["
+               "{\"name\":\"latency\",\"value\":12,\"unit\":\"us\",\"p50\":11,"
+               "\"p99\":30},"
+               "{\"name\":\"tcp 4 conns\",\"value\":2.5,\"unit\":\"GiB/s\","
+               "\"p50\":null,\"p99\":null},"
+               "{\"name\":\"tcp 1 conn\",\"value\":2.1,\"unit\":\"GB/s\","
+               "\"p50\":null,\"p99\":null}]}}");
     assert_int_equal(kvf_calc_record_read(path, NULL, &m, err, sizeof(err)),
                      KVF_OK);
     assert_string_equal(m.role, "link");
@@ -450,12 +456,12 @@ static void test_record_read(void **state)
     unlink(path);
 
     snprintf(path, sizeof(path), "%s/h2d.json", dir);
-    write_file(path,
-        "{\"schema\":\"kvferry-record/1\",\"kind\":\"bench\","
-        "\"name\":\"bench h2d\",\"results\":{\"key_figures\":["
-        "{\"name\":\"d2h pinned\",\"value\":57,\"unit\":\"GB/s\"},"
-        "{\"name\":\"h2d pinned\",\"value\":55.3,\"unit\":\"GB/s\"},"
-        "{\"name\":\"h2d pageable\",\"value\":6.8,\"unit\":\"GB/s\"}]}}");
+    write_file(
+        path, "{\"schema\":\"kvferry-record/1\",\"kind\":\"bench\","
+              "\"name\":\"bench h2d\",\"results\":{\"key_figures\":["
+              "{\"name\":\"d2h pinned\",\"value\":57,\"unit\":\"GB/s\"},"
+              "{\"name\":\"h2d pinned\",\"value\":55.3,\"unit\":\"GB/s\"},"
+              "{\"name\":\"h2d pageable\",\"value\":6.8,\"unit\":\"GB/s\"}]}}");
     assert_int_equal(kvf_calc_record_read(path, NULL, &m, err, sizeof(err)),
                      KVF_OK);
     assert_string_equal(m.role, "h2d");
@@ -471,7 +477,8 @@ static void test_record_read(void **state)
     write_file(path, "{\"kind\":\"bench\",\"results\":{}}");
     assert_int_equal(kvf_calc_record_read(path, NULL, &m, err, sizeof(err)),
                      KVF_ERR_INVALID_PARAM);
-    write_file(path,
+    write_file(
+        path,
         "{\"schema\":\"kvferry-record/1\",\"name\":\"x\",\"results\":"
         "{\"key_figures\":[{\"name\":\"lat\",\"value\":1,\"unit\":\"ms\"}]}}");
     assert_int_equal(kvf_calc_record_read(path, NULL, &m, err, sizeof(err)),

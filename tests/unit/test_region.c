@@ -79,9 +79,8 @@ static void test_large_registration_is_fast(void **state)
     (void)state;
     e = new_engine();
     assert_int_equal(kvf_engine_reg(e, p, len, KVF_MEM_HOST, 0, &r), KVF_OK);
-    assert_ptr_equal(kvf_region_find(e, (uint64_t)(uintptr_t)p + len - 8192,
-                                     8192),
-                     r);
+    assert_ptr_equal(
+        kvf_region_find(e, (uint64_t)(uintptr_t)p + len - 8192, 8192), r);
     assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
     kvf_engine_destroy(e);
 }

@@ -20,8 +20,7 @@ static void test_known_codes(void **state)
     assert_string_equal(kvf_status_name(KVF_ERR_TIMEOUT), "KVF_ERR_TIMEOUT");
     assert_string_equal(kvf_status_str(KVF_ERR_OUT_OF_BOUNDS),
                         "address outside registered memory");
-    assert_string_equal(kvf_status_str(KVF_ERR_CHECKSUM),
-                        "checksum mismatch");
+    assert_string_equal(kvf_status_str(KVF_ERR_CHECKSUM), "checksum mismatch");
 }
 
 static void test_unknown_code(void **state)

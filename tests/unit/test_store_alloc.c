@@ -140,8 +140,8 @@ static void test_random_run(void **state)
             kvf_pa_free(&pa, live[k]);
             live[k] = NULL;
         } else {
-            uint64_t sz = sizes[kvf_rng_below(&rng, 6)] +
-                          kvf_rng_below(&rng, 4096);
+            uint64_t sz =
+                sizes[kvf_rng_below(&rng, 6)] + kvf_rng_below(&rng, 4096);
 
             live[k] = kvf_pa_alloc(&pa, sz);
             if (live[k] == NULL) {

@@ -19,8 +19,8 @@
 static void test_frame_roundtrip(void **state)
 {
     unsigned char buf[KVF_WIRE_HDR_LEN];
-    kvf_frame_hdr_t h = {KVF_WIRE_MAGIC, KVF_WIRE_VERSION, 7, 3, 48, 3,
-                         0x1122334455667788ull, 1ull << 33, -41, 0};
+    kvf_frame_hdr_t h = {KVF_WIRE_MAGIC,        KVF_WIRE_VERSION, 7,   3, 48, 3,
+                         0x1122334455667788ull, 1ull << 33,       -41, 0};
     kvf_frame_hdr_t out;
 
     (void)state;
@@ -40,8 +40,8 @@ static void test_frame_roundtrip(void **state)
 static void test_frame_malformed(void **state)
 {
     unsigned char buf[KVF_WIRE_HDR_LEN];
-    kvf_frame_hdr_t h = {KVF_WIRE_MAGIC, KVF_WIRE_VERSION, 1, 0, 0, 0, 0, 0,
-                         0, 0};
+    kvf_frame_hdr_t h = {
+        KVF_WIRE_MAGIC, KVF_WIRE_VERSION, 1, 0, 0, 0, 0, 0, 0, 0};
     kvf_frame_hdr_t out = {0};
 
     (void)state;
@@ -156,8 +156,7 @@ static void test_hash(void **state)
     /* one flipped bit anywhere changes the sum */
     for (n = 0; n < sizeof(a); n += 97) {
         b[n] ^= 0x10;
-        assert_true(kvf_hash64(a, sizeof(a), 0) !=
-                    kvf_hash64(b, sizeof(b), 0));
+        assert_true(kvf_hash64(a, sizeof(a), 0) != kvf_hash64(b, sizeof(b), 0));
         b[n] ^= 0x10;
     }
 }

@@ -34,7 +34,7 @@ static const kvf_calc_model_t kvf_calc_preset_table[] = {
      "qk_rope_head_dim 64 cached per layer; 37B of 671B active"},
 };
 
-#define KVF_CALC_NPRESETS \
+#define KVF_CALC_NPRESETS                                                      \
     (sizeof(kvf_calc_preset_table) / sizeof(kvf_calc_preset_table[0]))
 
 const kvf_calc_model_t *kvf_calc_presets(size_t *count_p)
@@ -89,8 +89,7 @@ kvf_status_t kvf_calc_check(const kvf_calc_model_t *m,
 
     if (m->layers == 0 || m->layers > 10000) {
         why = "layers must be 1..10000";
-    } else if (m->mla_rank == 0 &&
-               (m->kv_heads == 0 || m->head_dim == 0)) {
+    } else if (m->mla_rank == 0 && (m->kv_heads == 0 || m->head_dim == 0)) {
         why = "kv heads and head dim must be positive (or give an MLA rank)";
     } else if (m->kv_heads > 100000 || m->head_dim > 100000 ||
                m->mla_rank > 1000000 || m->mla_rope > 1000000) {
@@ -112,8 +111,7 @@ kvf_status_t kvf_calc_check(const kvf_calc_model_t *m,
         why = "link bandwidth must be positive and links 1..100000";
     } else if (!kvf_calc_pos(in->h2d_gbs)) {
         why = "H2D bandwidth must be positive";
-    } else if (!kvf_calc_nonneg(in->query_s) ||
-               !kvf_calc_nonneg(in->sync_s)) {
+    } else if (!kvf_calc_nonneg(in->query_s) || !kvf_calc_nonneg(in->sync_s)) {
         why = "overheads must be zero or positive";
     } else if (in->attention && m->q_heads == 0) {
         why = "the attention term needs the number of attention heads";
@@ -158,8 +156,8 @@ double kvf_calc_load_s(const kvf_calc_model_t *m, const kvf_calc_inputs_t *in,
 
 /* Recompute time = lin x tokens + quad x tokens^2. */
 static void kvf_calc_recompute_coef(const kvf_calc_model_t *m,
-                                    const kvf_calc_inputs_t *in,
-                                    double *lin, double *quad)
+                                    const kvf_calc_inputs_t *in, double *lin,
+                                    double *quad)
 {
     double rate = in->gpus * in->tflops * 1e12 * in->util;
     double qk = m->qk_dim ? m->qk_dim : m->head_dim;
@@ -209,8 +207,7 @@ static int kvf_calc_breakeven(double fixed, double a, double c, double d,
 }
 
 kvf_status_t kvf_calc_run(const kvf_calc_model_t *m,
-                          const kvf_calc_inputs_t *in,
-                          kvf_calc_result_t *res_p)
+                          const kvf_calc_inputs_t *in, kvf_calc_result_t *res_p)
 {
     kvf_calc_result_t r;
     double lin, quad;
@@ -236,9 +233,9 @@ kvf_status_t kvf_calc_run(const kvf_calc_model_t *m,
     }
     r.speedup = r.load_s > 0 ? r.recompute_s / r.load_s : INFINITY;
     r.load_wins = r.load_s < r.recompute_s;
-    r.has_breakeven = kvf_calc_breakeven(
-        r.fixed_s, kvf_calc_load_per_token(m, in), lin, quad,
-        &r.breakeven_tokens);
+    r.has_breakeven =
+        kvf_calc_breakeven(r.fixed_s, kvf_calc_load_per_token(m, in), lin, quad,
+                           &r.breakeven_tokens);
     *res_p = r;
     return KVF_OK;
 }

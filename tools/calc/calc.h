@@ -31,46 +31,46 @@
 typedef struct kvf_calc_model {
     char name[48];
     unsigned layers;
-    unsigned kv_heads;     /* GQA/MHA key-value heads (unused with MLA) */
+    unsigned kv_heads; /* GQA/MHA key-value heads (unused with MLA) */
     unsigned head_dim;
-    double bytes;          /* bytes per cached element (2 = BF16) */
-    double params_total;   /* all parameters (informational for MoE) */
-    double params_active;  /* parameters used per token (MoE: active) */
-    unsigned q_heads;      /* attention heads, for the attention term */
-    unsigned qk_dim;       /* per-head query/key width (0 = head_dim) */
-    unsigned v_dim;        /* per-head value width (0 = head_dim) */
-    unsigned mla_rank;     /* MLA kv_lora_rank; 0 = not MLA */
-    unsigned mla_rope;     /* MLA qk_rope_head_dim */
-    const char *about;     /* where the shape comes from (static) */
+    double bytes;         /* bytes per cached element (2 = BF16) */
+    double params_total;  /* all parameters (informational for MoE) */
+    double params_active; /* parameters used per token (MoE: active) */
+    unsigned q_heads;     /* attention heads, for the attention term */
+    unsigned qk_dim;      /* per-head query/key width (0 = head_dim) */
+    unsigned v_dim;       /* per-head value width (0 = head_dim) */
+    unsigned mla_rank;    /* MLA kv_lora_rank; 0 = not MLA */
+    unsigned mla_rope;    /* MLA qk_rope_head_dim */
+    const char *about;    /* where the shape comes from (static) */
 } kvf_calc_model_t;
 
 /* Deployment and workload. Bandwidths in GB/s (1e9 bytes/s), compute in
  * TFLOPS (1e12 FLOP/s), overheads in seconds. */
 typedef struct kvf_calc_inputs {
-    double tokens;        /* prefix length */
-    unsigned gpus;        /* GPUs sharing the prefill and receiving the KV */
-    double tflops;        /* dense BF16 per GPU */
-    double util;          /* achieved fraction of tflops, 0..1 */
-    double link_gbs;      /* one network link */
-    unsigned links;       /* links used at once */
-    double h2d_gbs;       /* host-to-device, per GPU */
-    double query_s;       /* fixed: metadata query */
-    double sync_s;        /* fixed: synchronisation, completion */
-    int overlap;          /* network and H2D pipelined */
-    int attention;        /* add the attention FLOPs to the recompute */
+    double tokens;   /* prefix length */
+    unsigned gpus;   /* GPUs sharing the prefill and receiving the KV */
+    double tflops;   /* dense BF16 per GPU */
+    double util;     /* achieved fraction of tflops, 0..1 */
+    double link_gbs; /* one network link */
+    unsigned links;  /* links used at once */
+    double h2d_gbs;  /* host-to-device, per GPU */
+    double query_s;  /* fixed: metadata query */
+    double sync_s;   /* fixed: synchronisation, completion */
+    int overlap;     /* network and H2D pipelined */
+    int attention;   /* add the attention FLOPs to the recompute */
 } kvf_calc_inputs_t;
 
 typedef struct kvf_calc_result {
     double kv_bytes_per_token;
     double prefix_bytes;
-    double net_s;          /* serial: whole prefix over the links */
-    double h2d_s;          /* parallel: each GPU's share over its H2D */
+    double net_s; /* serial: whole prefix over the links */
+    double h2d_s; /* parallel: each GPU's share over its H2D */
     double fixed_s;
-    double load_s;         /* the load path as configured */
+    double load_s; /* the load path as configured */
     double recompute_flops;
     double recompute_s;
-    double speedup;        /* recompute_s / load_s */
-    int load_wins;         /* load_s < recompute_s */
+    double speedup; /* recompute_s / load_s */
+    int load_wins;  /* load_s < recompute_s */
     /* Break-even: the shortest prefix (tokens) from which loading is
      * faster; has_breakeven = 0 when loading never wins. */
     int has_breakeven;

@@ -58,16 +58,16 @@ static int kvf_calc_use_valid(const char *use)
 }
 
 /* Checks one figure and fills r; returns 0 or -1 with err set. */
-static int kvf_calc_ref_one(json_t *f, size_t idx, kvf_calc_ref_t *r,
-                            char *err, size_t errlen)
+static int kvf_calc_ref_one(json_t *f, size_t idx, kvf_calc_ref_t *r, char *err,
+                            size_t errlen)
 {
     json_t *v = json_object_get(f, "value");
     const char *id = json_string_value(json_object_get(f, "id"));
 
     if (!json_is_object(f) || id == NULL || id[0] == '\0' ||
         strlen(id) >= sizeof(r->id)) {
-        kvf_calc_err(err, errlen, "figure %zu: no id (or longer than %zu)",
-                     idx, sizeof(r->id) - 1);
+        kvf_calc_err(err, errlen, "figure %zu: no id (or longer than %zu)", idx,
+                     sizeof(r->id) - 1);
         return -1;
     }
     if (!json_is_number(v) || !isfinite(json_number_value(v))) {
@@ -94,8 +94,7 @@ static int kvf_calc_ref_one(json_t *f, size_t idx, kvf_calc_ref_t *r,
         return -1;
     }
     if (!kvf_calc_use_valid(r->use)) {
-        kvf_calc_err(err, errlen, "figure '%s': unknown use '%s'", id,
-                     r->use);
+        kvf_calc_err(err, errlen, "figure '%s': unknown use '%s'", id, r->use);
         return -1;
     }
     return 0;
@@ -234,9 +233,9 @@ int kvf_calc_unit_gbs(const char *unit, double value, double *gbs_p)
         const char *unit;
         double factor;
     } units[] = {
-        {"GB/s", 1.0},       {"GiB/s", 1.073741824}, {"MB/s", 1e-3},
-        {"MiB/s", 1.048576e-3}, {"TB/s", 1e3},       {"Gb/s", 0.125},
-        {"Gbps", 0.125},     {"Gbit/s", 0.125},
+        {"GB/s", 1.0},          {"GiB/s", 1.073741824}, {"MB/s", 1e-3},
+        {"MiB/s", 1.048576e-3}, {"TB/s", 1e3},          {"Gb/s", 0.125},
+        {"Gbps", 0.125},        {"Gbit/s", 0.125},
     };
     size_t i;
 
@@ -329,7 +328,8 @@ kvf_status_t kvf_calc_record_read(const char *path, const char *role,
         name == NULL || !json_is_array(figs)) {
         kvf_calc_err(err, errlen,
                      "%s: not a kvferry record (schema kvferry-record/N, "
-                     "name, results.key_figures)", path);
+                     "name, results.key_figures)",
+                     path);
         json_decref(root);
         return KVF_ERR_INVALID_PARAM;
     }

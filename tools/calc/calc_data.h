@@ -32,7 +32,7 @@ typedef struct kvf_calc_ref {
     char what[256];
     char unit[16];
     char kind[32];
-    char use[16];     /* "tflops", "link_gbs", "h2d_gbs" or "" */
+    char use[16]; /* "tflops", "link_gbs", "h2d_gbs" or "" */
     char source[256];
     double value;
 } kvf_calc_ref_t;
@@ -40,7 +40,7 @@ typedef struct kvf_calc_ref {
 typedef struct kvf_calc_refs {
     kvf_calc_ref_t *items; /* owned */
     size_t n;
-    char origin[256];      /* "built in" or the file read */
+    char origin[256]; /* "built in" or the file read */
 } kvf_calc_refs_t;
 
 /* Parses a reference file's text; every figure must have an id, a finite
@@ -59,11 +59,11 @@ int kvf_calc_ref_kind_valid(const char *kind);
 
 /* A throughput taken from a record: the best GB/s key figure. */
 typedef struct kvf_calc_measured {
-    char role[8];      /* "link" or "h2d" */
-    double gbs;        /* GB/s (1e9 bytes/s) */
-    char figure[128];  /* key figure's name */
-    char unit[16];     /* its unit as written */
-    char record[96];   /* record's name, e.g. "bench link" */
+    char role[8];     /* "link" or "h2d" */
+    double gbs;       /* GB/s (1e9 bytes/s) */
+    char figure[128]; /* key figure's name */
+    char unit[16];    /* its unit as written */
+    char record[96];  /* record's name, e.g. "bench link" */
     char date[40];
 } kvf_calc_measured_t;
 

@@ -13,8 +13,8 @@
 #include <sys/types.h>
 
 typedef struct kvf_bench_session_opts {
-    const char *target;     /* "HOST:PORT", or NULL to spawn one */
-    uint64_t pool;          /* local pool bytes (and spawned target's) */
+    const char *target; /* "HOST:PORT", or NULL to spawn one */
+    uint64_t pool;      /* local pool bytes (and spawned target's) */
     unsigned conns;
     unsigned timeout_ms;
     const char *transports; /* NULL = auto */
@@ -27,9 +27,9 @@ typedef struct kvf_bench_session {
     char *pool;
     uint64_t pool_len;
     kvf_peer_h peer;
-    uint64_t remote;     /* remote pool address */
+    uint64_t remote; /* remote pool address */
     uint64_t remote_len;
-    pid_t child;         /* spawned target, or 0 */
+    pid_t child; /* spawned target, or 0 */
     char segment[280];
 } kvf_bench_session_t;
 
@@ -39,8 +39,8 @@ void kvf_bench_session_close(kvf_bench_session_t *s);
 
 /* Spawns `kvferry target --pool P` on 127.0.0.1 and reads its segment
  * name; the child dies with this process. */
-int kvf_bench_spawn_target(uint64_t pool, const char *transports,
-                           pid_t *pid_p, char *segment, size_t seglen);
+int kvf_bench_spawn_target(uint64_t pool, const char *transports, pid_t *pid_p,
+                           char *segment, size_t seglen);
 
 /* Sorts in place and returns the q-quantile (0..1). */
 double kvf_bench_quantile(double *v, size_t n, double q);
@@ -53,7 +53,7 @@ typedef struct kvf_json {
 } kvf_json_t;
 
 void kvf_json_begin(kvf_json_t *j, FILE *f);
-void kvf_json_obj(kvf_json_t *j, const char *key);   /* key NULL in arrays */
+void kvf_json_obj(kvf_json_t *j, const char *key); /* key NULL in arrays */
 void kvf_json_arr(kvf_json_t *j, const char *key);
 void kvf_json_end_obj(kvf_json_t *j);
 void kvf_json_end_arr(kvf_json_t *j);

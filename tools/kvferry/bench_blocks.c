@@ -26,14 +26,14 @@ typedef struct kvf_blocks_row {
     kvf_op_type_t op;
     uint64_t size;
     uint64_t wrs;
-    double lat_ms;     /* median */
+    double lat_ms; /* median */
     double lat_p99_ms;
     double lat_min_ms;
     double gib_s;
     double gbps;
     double link_gib_s; /* ceiling of the same bytes, interleaved */
     double link_ratio;
-    long mismatches;   /* -1 when not verified */
+    long mismatches; /* -1 when not verified */
 } kvf_blocks_row_t;
 
 typedef struct kvf_blocks_opts {
@@ -53,7 +53,8 @@ typedef struct kvf_blocks_opts {
 
 static void kvf_blocks_usage(void)
 {
-    fprintf(stderr,
+    fprintf(
+        stderr,
         "usage: kvferry bench blocks [options]\n"
         "  --device gpu        GPU pools, or a local GPU path with --path\n"
         "                      (kvferry bench blocks --device gpu --help)\n"
@@ -64,7 +65,8 @@ static void kvf_blocks_usage(void)
         "  --sizes LIST        transfer sizes (default 16M,64M,256M,1G)\n"
         "  --op write|read|both  (default write)\n"
         "  --iters N           iterations per size, median kept (default 5;\n"
-        "                      below 256 MB, repeated until 256 MB moved, <= 32)\n"
+        "                      below 256 MB, repeated until 256 MB moved, <= "
+        "32)\n"
         "  --conns N           connections (default 4)\n"
         "  --timeout MS        per-wait bound (default 10000)\n"
         "  --transport NAME    force a transport (default auto)\n"
@@ -135,7 +137,7 @@ static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
             free(list);
             break;
         case 'o':
-            o->ops = !strcmp(optarg, "write") ? 1
+            o->ops = !strcmp(optarg, "write")  ? 1
                      : !strcmp(optarg, "read") ? 2
                      : !strcmp(optarg, "both") ? 3
                                                : 0;
@@ -316,8 +318,7 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
     row->link_ratio = 0;
     if (o->link) {
         row->link_gib_s = (double)(n * o->block) /
-                          kvf_bench_quantile(lsec, iters, 0.5) /
-                          (1u << 30);
+                          kvf_bench_quantile(lsec, iters, 0.5) / (1u << 30);
         row->link_ratio = row->gib_s / row->link_gib_s;
     }
     free(lsec);
@@ -328,8 +329,7 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
 
 static void kvf_blocks_json_write(FILE *f, const kvf_blocks_opts_t *o,
                                   const kvf_bench_session_t *s,
-                                  const kvf_blocks_row_t *rows,
-                                  unsigned nrows)
+                                  const kvf_blocks_row_t *rows, unsigned nrows)
 {
     kvf_json_t j;
     unsigned i;
@@ -407,8 +407,10 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
     }
     kvf_record_hypothesis(rec, o->hypothesis);
     kvf_record_config(rec, "transport", kvf_peer_transport(s->peer));
-    kvf_record_config(rec, "op", o->ops == 3 ? "both"
-                                 : o->ops == 2 ? "read" : "write");
+    kvf_record_config(rec, "op",
+                      o->ops == 3   ? "both"
+                      : o->ops == 2 ? "read"
+                                    : "write");
     kvf_record_config_num(rec, "block_bytes", (double)o->block);
     kvf_record_config_num(rec, "pool_bytes", (double)o->s.pool);
     for (i = 0; i < o->nsizes && n < sizeof(text) - 24; i++) {
@@ -420,8 +422,8 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
     kvf_record_config_num(rec, "conns", o->s.conns);
     kvf_record_config(rec, "verify", o->verify ? "yes" : "no");
     kvf_record_config(rec, "link", o->link ? "interleaved" : "not measured");
-    kvf_record_config(rec, "target", o->s.target ? o->s.target
-                                                 : "spawned on 127.0.0.1");
+    kvf_record_config(rec, "target",
+                      o->s.target ? o->s.target : "spawned on 127.0.0.1");
     for (i = 0; i < nrows; i++) {
         const kvf_blocks_row_t *r = &rows[i];
         const char *op = r->op == KVF_OP_WRITE ? "write" : "read";
@@ -432,8 +434,8 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
         kvf_record_figure(rec, name, r->gib_s, "GiB/s", r->lat_ms,
                           r->lat_p99_ms);
         snprintf(name, sizeof(name), "%s GiB/s over transfer size", op);
-        kvf_record_point(rec, name, "transfer bytes", "GiB/s",
-                         (double)r->size, r->gib_s);
+        kvf_record_point(rec, name, "transfer bytes", "GiB/s", (double)r->size,
+                         r->gib_s);
         if (o->link) {
             snprintf(name, sizeof(name), "%s %s share of link", op, sz);
             kvf_record_figure(rec, name, r->link_ratio, "ratio", NAN, NAN);
@@ -447,10 +449,9 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
             link_ok &= r->link_ratio >= 0.8;
         }
         if (o->verify) {
-            snprintf(name, sizeof(name), "%s %s blocks failing verify", op,
-                     sz);
-            kvf_record_figure(rec, name, (double)r->mismatches, "blocks",
-                              NAN, NAN);
+            snprintf(name, sizeof(name), "%s %s blocks failing verify", op, sz);
+            kvf_record_figure(rec, name, (double)r->mismatches, "blocks", NAN,
+                              NAN);
         }
         if (r->size == (16ull << 20)) {
             r16[opi] = r;
@@ -474,8 +475,7 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
                  "bench link: contiguous streams of the same bytes over the "
                  "same %u connections, measured before each iteration of "
                  "this run (%s %s: the size with the lowest share of it)",
-                 o->s.conns, worst->op == KVF_OP_WRITE ? "write" : "read",
-                 sz);
+                 o->s.conns, worst->op == KVF_OP_WRITE ? "write" : "read", sz);
         kvf_record_estimate(rec, worst->link_gib_s, "GiB/s", text);
         snprintf(text, sizeof(text),
                  "worst size reaches %.1f %% of the link; blocks pay a "
@@ -485,7 +485,7 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
         kvf_record_gap(rec, worst->link_ratio, text);
     }
     snprintf(text, sizeof(text), "%s; %s%s",
-             !o->link ? "link not measured (--no-link)"
+             !o->link  ? "link not measured (--no-link)"
              : link_ok ? "every size >= 80 % of the link"
                        : "some size below 80 % of the link",
              !flat_known ? "16 MB or 1 GB not measured"

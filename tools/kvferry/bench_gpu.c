@@ -29,18 +29,19 @@
 typedef struct kvf_gpu_row {
     uint64_t size;
     uint64_t wrs;
-    double lat_ms;      /* batched copy, median */
+    double lat_ms; /* batched copy, median */
     double lat_p99_ms;
     double gib_s;
     double contig_gib_s;
     double each_gib_s;
     double batchapi_gib_s; /* one cudaMemcpyBatchAsync */
-    long mismatches;    /* -1 not verified */
+    long mismatches;       /* -1 not verified */
 } kvf_gpu_row_t;
 
 static void kvf_gpu_usage(void)
 {
-    fprintf(stderr,
+    fprintf(
+        stderr,
         "usage: kvferry bench blocks --device gpu [options]\n"
         "  --path h2d|d2h|d2d|p2p  local path within this host (default:\n"
         "                      GPU pools over transports, see --transport)\n"
@@ -192,7 +193,7 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
             }
             break;
         case 'o':
-            o->ops = !strcmp(optarg, "write") ? 1
+            o->ops = !strcmp(optarg, "write")  ? 1
                      : !strcmp(optarg, "read") ? 2
                      : !strcmp(optarg, "both") ? 3
                                                : 0;
@@ -334,8 +335,8 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     for (it = 0; it < total && st == KVF_OK; it++) {
         kvf_gpu_fill_blks(l, n);
         t0 = kvf_time_ns();
-        st = kvf_cuda_copy_blocks(l->cp, &l->src.mem, &l->dst.mem, l->blks,
-                                  n, (int)o->timeout_ms);
+        st = kvf_cuda_copy_blocks(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
+                                  (int)o->timeout_ms);
         if (it > 0) {
             lat[k++] = kvf_gpu_ms_since(t0);
         }
@@ -374,17 +375,15 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     }
     if (st == KVF_OK && k > 0) {
         row->each_gib_s = (double)(n * o->block) /
-                          (kvf_bench_quantile(lat, k, 0.5) / 1e3) /
-                          (1u << 30);
+                          (kvf_bench_quantile(lat, k, 0.5) / 1e3) / (1u << 30);
     }
     /* one cudaMemcpyBatchAsync of all blocks (pinned/device sides) */
-    for (it = 0, k = 0; it < o->each_iters && st == KVF_OK &&
-                        !o->pageable;
+    for (it = 0, k = 0; it < o->each_iters && st == KVF_OK && !o->pageable;
          it++) {
         kvf_gpu_fill_blks(l, n);
         t0 = kvf_time_ns();
-        st = kvf_cuda_copy_batchapi(l->cp, &l->src.mem, &l->dst.mem,
-                                    l->blks, n, (int)o->timeout_ms * 4);
+        st = kvf_cuda_copy_batchapi(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
+                                    (int)o->timeout_ms * 4);
         lat[k++] = kvf_gpu_ms_since(t0);
     }
     if (st == KVF_OK && k > 0) {
@@ -394,16 +393,14 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     }
     free(lat);
     if (st != KVF_OK) {
-        fprintf(stderr, "kvferry: baseline copies: %s\n",
-                kvf_status_str(st));
+        fprintf(stderr, "kvferry: baseline copies: %s\n", kvf_status_str(st));
         return -1;
     }
     return 0;
 }
 
 static void kvf_gpu_local_json_write(FILE *f, const kvf_gpu_local_t *l,
-                                     const kvf_gpu_row_t *rows,
-                                     unsigned nrows)
+                                     const kvf_gpu_row_t *rows, unsigned nrows)
 {
     const kvf_gpu_opts_t *o = l->o;
     kvf_json_t j;
@@ -479,8 +476,7 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
     }
     kvf_record_hypothesis(rec, o->hypothesis);
     kvf_record_config(rec, "path", o->path);
-    kvf_record_config(rec, "host memory", o->pageable ? "pageable"
-                                                      : "pinned");
+    kvf_record_config(rec, "host memory", o->pageable ? "pageable" : "pinned");
     kvf_record_config(rec, "kernel", kvf_cuda_kernel_name(o->kernel));
     kvf_gpu_describe(o->gpu, text, sizeof(text));
     kvf_record_config(rec, "gpu", text);
@@ -506,27 +502,25 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
                           r->lat_p99_ms);
         snprintf(name, sizeof(name), "%s %s contiguous", o->path, sz);
         kvf_record_figure(rec, name, r->contig_gib_s, "GiB/s", NAN, NAN);
-        snprintf(name, sizeof(name), "%s %s share of contiguous", o->path,
-                 sz);
+        snprintf(name, sizeof(name), "%s %s share of contiguous", o->path, sz);
         kvf_record_figure(rec, name, share, "ratio", NAN, NAN);
         if (r->each_gib_s > 0) {
-            snprintf(name, sizeof(name), "%s %s one cudaMemcpyAsync per "
-                                         "block", o->path, sz);
+            snprintf(name, sizeof(name),
+                     "%s %s one cudaMemcpyAsync per "
+                     "block",
+                     o->path, sz);
             kvf_record_figure(rec, name, r->each_gib_s, "GiB/s", NAN, NAN);
-            snprintf(name, sizeof(name), "%s %s times per-block", o->path,
-                     sz);
+            snprintf(name, sizeof(name), "%s %s times per-block", o->path, sz);
             kvf_record_figure(rec, name, times, "ratio", NAN, NAN);
             snprintf(name, sizeof(name), "%s %s one cudaMemcpyBatchAsync",
                      o->path, sz);
-            kvf_record_figure(rec, name, r->batchapi_gib_s, "GiB/s", NAN,
-                              NAN);
+            kvf_record_figure(rec, name, r->batchapi_gib_s, "GiB/s", NAN, NAN);
             each_ok &= p2p || times >= 10.0;
         } else {
             each_ok &= p2p;
         }
         kvf_record_point(rec, "batched GiB/s over transfer size",
-                         "transfer bytes", "GiB/s", (double)r->size,
-                         r->gib_s);
+                         "transfer bytes", "GiB/s", (double)r->size, r->gib_s);
         kvf_record_point(rec, "contiguous GiB/s over transfer size",
                          "transfer bytes", "GiB/s", (double)r->size,
                          r->contig_gib_s);
@@ -534,16 +528,15 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
                          "transfer bytes", "GiB/s", (double)r->size,
                          r->each_gib_s);
         if (o->verify) {
-            snprintf(name, sizeof(name), "%s %s blocks failing verify",
-                     o->path, sz);
-            kvf_record_figure(rec, name, (double)r->mismatches, "blocks",
-                              NAN, NAN);
+            snprintf(name, sizeof(name), "%s %s blocks failing verify", o->path,
+                     sz);
+            kvf_record_figure(rec, name, (double)r->mismatches, "blocks", NAN,
+                              NAN);
         }
         share_ok &= share >= 0.9;
-        if (worst == NULL ||
-            share < worst->gib_s / (worst->contig_gib_s > 0
-                                        ? worst->contig_gib_s
-                                        : 1e-9)) {
+        if (worst == NULL || share < worst->gib_s / (worst->contig_gib_s > 0
+                                                         ? worst->contig_gib_s
+                                                         : 1e-9)) {
             worst = r;
         }
     }
@@ -559,23 +552,23 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
                  "block costs a descriptor and partial-line traffic at its "
                  "ends, and launches are split so the host prepares the "
                  "next while the GPU copies",
-                 100.0 * worst->gib_s / (worst->contig_gib_s > 0
-                                             ? worst->contig_gib_s
-                                             : 1e-9));
-        kvf_record_gap(rec, worst->gib_s / (worst->contig_gib_s > 0
-                                                ? worst->contig_gib_s
-                                                : 1e-9),
+                 100.0 * worst->gib_s /
+                     (worst->contig_gib_s > 0 ? worst->contig_gib_s : 1e-9));
+        kvf_record_gap(rec,
+                       worst->gib_s / (worst->contig_gib_s > 0
+                                           ? worst->contig_gib_s
+                                           : 1e-9),
                        text);
     }
     snprintf(text, sizeof(text), "%s%s%s",
              share_ok ? "every size >= 90 % of contiguous"
                       : "some size below 90 % of contiguous",
-             p2p ? "" : each_ok ? "; every size >= 10x per-block"
-                                : "; some size below 10x per-block",
+             p2p       ? ""
+             : each_ok ? "; every size >= 10x per-block"
+                       : "; some size below 10x per-block",
              bad ? "; the run had errors or verify failures" : "");
-    kvf_record_conclude(rec, (share_ok && each_ok && !bad) ? "holds"
-                                                           : "does not hold",
-                        text);
+    kvf_record_conclude(
+        rec, (share_ok && each_ok && !bad) ? "holds" : "does not hold", text);
     if (!o->verify) {
         kvf_record_not_verified(rec, "bytes not verified (run with "
                                      "--verify)");
@@ -615,7 +608,8 @@ static int kvf_gpu_local_setup(kvf_gpu_local_t *l, kvf_gpu_opts_t *o)
         }
         if (ngpu < 2 || o->peer_gpu == o->gpu || o->peer_gpu >= ngpu) {
             printf("kvferry: --path p2p needs two GPUs (this host has %d): "
-                   "skipped\n", ngpu);
+                   "skipped\n",
+                   ngpu);
             return KVF_CLI_SKIP;
         }
         dg = o->peer_gpu;
@@ -627,8 +621,7 @@ static int kvf_gpu_local_setup(kvf_gpu_local_t *l, kvf_gpu_opts_t *o)
     }
     status = kvf_cuda_copy_create(l->run_gpu, &l->cp);
     if (status != KVF_OK) {
-        fprintf(stderr, "kvferry: copy context: %s\n",
-                kvf_status_str(status));
+        fprintf(stderr, "kvferry: copy context: %s\n", kvf_status_str(status));
         return KVF_CLI_FAIL;
     }
     kvf_cuda_copy_set_kernel(l->cp, o->kernel);
@@ -704,8 +697,7 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
                "BW=%7.2f GB/s (%7.2f Gbps) | %3.0f%% of contiguous",
                sstr, (unsigned long)r->wrs, bstr, r->lat_ms, r->gib_s,
                r->gib_s * (1u << 30) * 8 / 1e9,
-               r->contig_gib_s > 0 ? 100.0 * r->gib_s / r->contig_gib_s
-                                   : 0.0);
+               r->contig_gib_s > 0 ? 100.0 * r->gib_s / r->contig_gib_s : 0.0);
         if (r->each_gib_s > 0) {
             printf(" | %5.1fx per-block", r->gib_s / r->each_gib_s);
         }
@@ -727,8 +719,9 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
         printf("size=%8s | contiguous %s: BW=%7.2f GB/s | one "
                "cudaMemcpyAsync per block: BW=%7.2f GB/s | "
                "cudaMemcpyBatchAsync: BW=%7.2f GB/s\n",
-               sstr, strcmp(o->path, "p2p") == 0 ? "cudaMemcpyPeerAsync"
-                                                 : "cudaMemcpyAsync",
+               sstr,
+               strcmp(o->path, "p2p") == 0 ? "cudaMemcpyPeerAsync"
+                                           : "cudaMemcpyAsync",
                rows[k].contig_gib_s, rows[k].each_gib_s,
                rows[k].batchapi_gib_s);
     }

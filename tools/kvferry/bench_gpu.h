@@ -15,19 +15,19 @@
 #define KVF_GPU_SIZES_MAX 16
 
 typedef struct kvf_gpu_opts {
-    const char *path;       /* h2d, d2h, d2d, p2p; NULL: over transports */
-    int gpu;                /* GPU of the initiator (source for p2p) */
-    int peer_gpu;           /* p2p destination / target's GPU; -1 auto */
-    int on_dst;             /* p2p: kernels run on the destination GPU */
-    int pageable;           /* h2d/d2h: host side pageable, not pinned */
-    int sequential;         /* blocks in pool order (diagnostic) */
+    const char *path; /* h2d, d2h, d2d, p2p; NULL: over transports */
+    int gpu;          /* GPU of the initiator (source for p2p) */
+    int peer_gpu;     /* p2p destination / target's GPU; -1 auto */
+    int on_dst;       /* p2p: kernels run on the destination GPU */
+    int pageable;     /* h2d/d2h: host side pageable, not pinned */
+    int sequential;   /* blocks in pool order (diagnostic) */
     uint64_t pool;
     uint64_t block;
     uint64_t sizes[KVF_GPU_SIZES_MAX];
     unsigned nsizes;
     unsigned iters;
-    unsigned each_iters;    /* per-block cudaMemcpyAsync baseline */
-    int ops;                /* transports: bit 0 write, bit 1 read */
+    unsigned each_iters; /* per-block cudaMemcpyAsync baseline */
+    int ops;             /* transports: bit 0 write, bit 1 read */
     unsigned conns;
     unsigned timeout_ms;
     const char *transports; /* comma list, default "tcp" */
@@ -40,13 +40,13 @@ typedef struct kvf_gpu_opts {
     const char *hypothesis;
     /* hidden serving mode (spawned by the transports mode) */
     int serve;
-    const char *serve_mem;  /* "host" or "gpu" */
+    const char *serve_mem; /* "host" or "gpu" */
 } kvf_gpu_opts_t;
 
 /* A pool of one memory kind, filled with seeded random bytes. */
 typedef struct kvf_gpu_pool {
     kvf_cuda_mem_t mem;
-    int mapped;             /* 1: mmap; 2: mmap + cudaHostRegister */
+    int mapped; /* 1: mmap; 2: mmap + cudaHostRegister */
     void *map_base;
 } kvf_gpu_pool_t;
 
@@ -59,8 +59,7 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
 void kvf_gpu_pool_free(kvf_gpu_pool_t *p);
 
 /* Picks n distinct slots among nslots (partial Fisher-Yates over perm). */
-void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n,
-                  kvf_rng_t *rng);
+void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_rng_t *rng);
 
 /* Prints "GPU 0 (NVIDIA H200, PCI 0000:..., NUMA n, PCIe Gen5 x16)". */
 void kvf_gpu_describe(int gpu, char *buf, size_t len);

@@ -27,7 +27,7 @@
 
 typedef struct kvf_net_row {
     char transport[16];
-    int gpu;            /* pools on GPUs (else host) */
+    int gpu; /* pools on GPUs (else host) */
     kvf_op_type_t op;
     uint64_t size;
     uint64_t wrs;
@@ -85,8 +85,8 @@ int kvf_gpu_serve(const kvf_gpu_opts_t *o)
         kvf_gpu_pool_free(&pool);
         return KVF_CLI_FAIL;
     }
-    status = kvf_engine_reg(engine, pool.mem.base, pool.mem.len,
-                            pool.mem.type, dev, &region);
+    status = kvf_engine_reg(engine, pool.mem.base, pool.mem.len, pool.mem.type,
+                            dev, &region);
     if (status != KVF_OK) {
         fprintf(stderr, "kvferry: serve: register: %s\n",
                 kvf_status_str(status));
@@ -96,8 +96,8 @@ int kvf_gpu_serve(const kvf_gpu_opts_t *o)
     }
     printf("segment=%s pool=0x%lx+%lu mem=%s\n",
            kvf_engine_segment_name(engine),
-           (unsigned long)(uintptr_t)pool.mem.base,
-           (unsigned long)pool.mem.len, o->serve_mem);
+           (unsigned long)(uintptr_t)pool.mem.base, (unsigned long)pool.mem.len,
+           o->serve_mem);
     fflush(stdout);
     do {
         sig = sigtimedwait(&set, NULL, &ts);
@@ -117,8 +117,7 @@ static int kvf_net_spawn(kvf_net_run_t *r)
     pid_t pid;
 
     snprintf(pool, sizeof(pool), "%lu", (unsigned long)o->pool);
-    snprintf(gpu, sizeof(gpu), "%d", o->peer_gpu >= 0 ? o->peer_gpu
-                                                      : o->gpu);
+    snprintf(gpu, sizeof(gpu), "%d", o->peer_gpu >= 0 ? o->peer_gpu : o->gpu);
     snprintf(seed, sizeof(seed), "%lu", (unsigned long)o->seed);
     if (pipe(fds) < 0) {
         perror("kvferry: pipe");
@@ -136,10 +135,9 @@ static int kvf_net_spawn(kvf_net_run_t *r)
         dup2(fds[1], STDOUT_FILENO);
         close(fds[0]);
         close(fds[1]);
-        execl(kvf_cli_self, kvf_cli_self, "bench", "blocks", "--device",
-              "gpu", "--serve", r->gpu ? "gpu" : "host", "--pool", pool,
-              "--peer-gpu", gpu, "--transport", r->transport, "--seed",
-              seed, (char *)NULL);
+        execl(kvf_cli_self, kvf_cli_self, "bench", "blocks", "--device", "gpu",
+              "--serve", r->gpu ? "gpu" : "host", "--pool", pool, "--peer-gpu",
+              gpu, "--transport", r->transport, "--seed", seed, (char *)NULL);
         perror("kvferry: exec");
         _exit(127);
     }
@@ -218,8 +216,8 @@ static int kvf_net_open(kvf_net_run_t *r)
     if (kvf_gpu_pool_alloc(&r->pool, want, o->gpu, o->pool, o->seed) != 0) {
         return -1;
     }
-    status = kvf_engine_reg(r->engine, r->pool.mem.base, r->pool.mem.len,
-                            want, o->gpu, &r->region);
+    status = kvf_engine_reg(r->engine, r->pool.mem.base, r->pool.mem.len, want,
+                            o->gpu, &r->region);
     if (status == KVF_OK) {
         status = kvf_cuda_copy_create(o->gpu, &r->cp);
     }
@@ -228,8 +226,7 @@ static int kvf_net_open(kvf_net_run_t *r)
     }
     if (status != KVF_OK) {
         fprintf(stderr, "kvferry: %s pools over %s: %s\n",
-                r->gpu ? "GPU" : "host", r->transport,
-                kvf_status_str(status));
+                r->gpu ? "GPU" : "host", r->transport, kvf_status_str(status));
         return -1;
     }
     for (i = 0; kvf_peer_region(r->peer, i, &addr, &len, &type) == KVF_OK;
@@ -259,14 +256,14 @@ static long kvf_net_verify(kvf_net_run_t *r, const kvf_op_t *ops, size_t n)
     if (rem && loc && len && s1 && s2 && lens) {
         for (i = 0; i < n; i++) {
             rem[i] = ops[i].remote;
-            loc[i] = (uint64_t)((char *)ops[i].local -
-                                (char *)r->pool.mem.base);
+            loc[i] =
+                (uint64_t)((char *)ops[i].local - (char *)r->pool.mem.base);
             len[i] = lens[i] = ops[i].length;
         }
         st = kvf_peer_checksum(r->peer, rem, lens, n, s1);
         if (st == KVF_OK) {
-            st = kvf_cuda_checksum_blocks(r->cp, &r->pool.mem, loc, len, n,
-                                          s2, (int)r->o->timeout_ms);
+            st = kvf_cuda_checksum_blocks(r->cp, &r->pool.mem, loc, len, n, s2,
+                                          (int)r->o->timeout_ms);
         }
         if (st == KVF_OK) {
             bad = 0;
@@ -313,8 +310,8 @@ static int kvf_net_size(kvf_net_run_t *r, kvf_op_type_t op, uint64_t size,
         kvf_gpu_pick(rperm, rslots, n, rng);
         for (i = 0; i < n; i++) {
             ops[i].type = op;
-            ops[i].local = (char *)r->pool.mem.base +
-                           (uint64_t)lperm[i] * o->block;
+            ops[i].local =
+                (char *)r->pool.mem.base + (uint64_t)lperm[i] * o->block;
             ops[i].peer = r->peer;
             ops[i].remote = r->remote + (uint64_t)rperm[i] * o->block;
             ops[i].length = o->block;
@@ -330,8 +327,8 @@ static int kvf_net_size(kvf_net_run_t *r, kvf_op_type_t op, uint64_t size,
         }
     }
     if (st != KVF_OK) {
-        fprintf(stderr, "kvferry: batch of %lu blocks: %s\n",
-                (unsigned long)n, kvf_status_str(st));
+        fprintf(stderr, "kvferry: batch of %lu blocks: %s\n", (unsigned long)n,
+                kvf_status_str(st));
         free(lat);
         free(ops);
         return -1;
@@ -360,8 +357,7 @@ static double kvf_net_share(const kvf_net_row_t *rows, unsigned nrows,
 
     for (i = 0; i < nrows; i++) {
         if (!rows[i].gpu && rows[i].op == g->op && rows[i].size == g->size &&
-            strcmp(rows[i].transport, g->transport) == 0 &&
-            rows[i].gib_s > 0) {
+            strcmp(rows[i].transport, g->transport) == 0 && rows[i].gib_s > 0) {
             return g->gib_s / rows[i].gib_s;
         }
     }
@@ -455,20 +451,24 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
                           r->lat_p99_ms);
         snprintf(name, sizeof(name), "%.15s %s pools %s GiB/s over size",
                  r->transport, r->gpu ? "gpu" : "host", op);
-        kvf_record_point(rec, name, "transfer bytes", "GiB/s",
-                         (double)r->size, r->gib_s);
+        kvf_record_point(rec, name, "transfer bytes", "GiB/s", (double)r->size,
+                         r->gib_s);
         if (r->mismatches != -1) {
-            snprintf(name, sizeof(name), "%.15s %s pools %s %s blocks failing "
-                     "verify", r->transport, r->gpu ? "gpu" : "host", op, sz);
-            kvf_record_figure(rec, name, (double)r->mismatches, "blocks",
-                              NAN, NAN);
+            snprintf(name, sizeof(name),
+                     "%.15s %s pools %s %s blocks failing "
+                     "verify",
+                     r->transport, r->gpu ? "gpu" : "host", op, sz);
+            kvf_record_figure(rec, name, (double)r->mismatches, "blocks", NAN,
+                              NAN);
         }
         if (!r->gpu) {
             continue;
         }
         share = kvf_net_share(rows, nrows, r);
-        snprintf(name, sizeof(name), "%.15s %s %s gpu pools share of host "
-                 "pools", r->transport, op, sz);
+        snprintf(name, sizeof(name),
+                 "%.15s %s %s gpu pools share of host "
+                 "pools",
+                 r->transport, op, sz);
         kvf_record_figure(rec, name, share, "ratio", NAN, NAN);
         have = 1;
         ok &= share >= 0.8;
@@ -484,9 +484,8 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
                  "transport and %u connections in this run (%s %s: the "
                  "lowest share)",
                  o->conns, worst->op == KVF_OP_WRITE ? "write" : "read", sz);
-        kvf_record_estimate(rec, worst->gib_s / (worst_share > 0
-                                                     ? worst_share
-                                                     : 1),
+        kvf_record_estimate(rec,
+                            worst->gib_s / (worst_share > 0 ? worst_share : 1),
                             "GiB/s", text);
         snprintf(text, sizeof(text),
                  "GPU pools reach %.1f %% of host pools at the worst size: "
@@ -502,8 +501,7 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
              : ok  ? "GPU pools >= 80 % of host pools at every size"
                    : "some size below 80 % of host pools",
              bad ? "; the run had errors or verify failures" : "");
-    kvf_record_conclude(rec, (ok && have && !bad) ? "holds"
-                                                  : "does not hold",
+    kvf_record_conclude(rec, (ok && have && !bad) ? "holds" : "does not hold",
                         text);
     if (!o->verify) {
         kvf_record_not_verified(rec, "bytes not verified (run with "
@@ -525,8 +523,8 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
 }
 
 /* One transport, one pool kind: all ops and sizes. */
-static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport,
-                       int gpu, kvf_net_row_t *rows, unsigned *nrows)
+static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport, int gpu,
+                       kvf_net_row_t *rows, unsigned *nrows)
 {
     char bstr[32], pstr[32], sstr[32];
     uint32_t *lperm = NULL, *rperm = NULL;
@@ -578,16 +576,16 @@ static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport,
             kvf_net_row_t *row = &rows[*nrows];
 
             if (*nrows >= KVF_NET_ROWS_MAX ||
-                kvf_net_size(&r, op, o->sizes[k], lperm, rperm, &rng,
-                             row) != 0) {
+                kvf_net_size(&r, op, o->sizes[k], lperm, rperm, &rng, row) !=
+                    0) {
                 bad = 1;
                 break;
             }
             kvf_fmt_size(row->size, sstr, sizeof(sstr));
             printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
                    "BW=%7.2f GB/s (%6.2f Gbps)",
-                   sstr, (unsigned long)row->wrs, bstr, row->lat_ms,
-                   row->gib_s, row->gib_s * (1u << 30) * 8 / 1e9);
+                   sstr, (unsigned long)row->wrs, bstr, row->lat_ms, row->gib_s,
+                   row->gib_s * (1u << 30) * 8 / 1e9);
             if (gpu && kvf_net_share(rows, *nrows, row) > 0) {
                 printf(" | %3.0f%% of host pools",
                        100.0 * kvf_net_share(rows, *nrows, row));

@@ -41,8 +41,8 @@ static void kvf_gpu_fill_chunk(char *dst, const char *rnd, uint64_t len,
 int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
                        uint64_t len, uint64_t seed)
 {
-    uint64_t at, piece, chunk = len < KVF_GPU_FILL_CHUNK ? len
-                                                         : KVF_GPU_FILL_CHUNK;
+    uint64_t at, piece,
+        chunk = len < KVF_GPU_FILL_CHUNK ? len : KVF_GPU_FILL_CHUNK;
     kvf_status_t status = KVF_OK;
     char *rnd = NULL, *tmp = NULL;
     kvf_rng_t rng;
@@ -51,8 +51,7 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
     p->mem.type = type;
     p->mem.device = device;
     p->mem.len = len;
-    if (type == KVF_MEM_HOST ||
-        (type == KVF_MEM_PINNED && kvf_gpu_pool_thp)) {
+    if (type == KVF_MEM_HOST || (type == KVF_MEM_PINNED && kvf_gpu_pool_thp)) {
         /* 2 MiB aligned so every page can be a huge page */
         char *m = mmap(NULL, len + KVF_GPU_HUGE, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -70,10 +69,11 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
     } else {
         status = kvf_cuda_mem_alloc(type, device, len, &p->mem.base);
         if (status != KVF_OK) {
-            fprintf(stderr, "kvferry: cannot allocate a %s pool of %lu "
-                            "bytes: %s\n",
-                    type == KVF_MEM_CUDA ? "GPU" : "pinned",
-                    (unsigned long)len, kvf_status_str(status));
+            fprintf(stderr,
+                    "kvferry: cannot allocate a %s pool of %lu "
+                    "bytes: %s\n",
+                    type == KVF_MEM_CUDA ? "GPU" : "pinned", (unsigned long)len,
+                    kvf_status_str(status));
             return -1;
         }
     }
@@ -93,8 +93,7 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
             kvf_gpu_fill_chunk(tmp, rnd, piece, at, seed);
             status = kvf_cuda_memcpy((char *)p->mem.base + at, tmp, piece);
         } else {
-            kvf_gpu_fill_chunk((char *)p->mem.base + at, rnd, piece, at,
-                               seed);
+            kvf_gpu_fill_chunk((char *)p->mem.base + at, rnd, piece, at, seed);
         }
     }
     free(rnd);
@@ -128,8 +127,7 @@ void kvf_gpu_pool_free(kvf_gpu_pool_t *p)
     memset(p, 0, sizeof(*p));
 }
 
-void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n,
-                  kvf_rng_t *rng)
+void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_rng_t *rng)
 {
     uint64_t i, j;
     uint32_t t;
@@ -150,9 +148,8 @@ void kvf_gpu_describe(int gpu, char *buf, size_t len)
         snprintf(buf, len, "GPU %d (unknown)", gpu);
         return;
     }
-    snprintf(buf, len, "GPU %d (%s, PCI %s, NUMA node %d, PCIe Gen%d x%d)",
-             gpu, in.name, in.pci_bus_id, in.numa_node, in.pcie_gen,
-             in.pcie_width);
+    snprintf(buf, len, "GPU %d (%s, PCI %s, NUMA node %d, PCIe Gen%d x%d)", gpu,
+             in.name, in.pci_bus_id, in.numa_node, in.pcie_gen, in.pcie_width);
 }
 
 void kvf_gpu_json_info(kvf_json_t *j, const char *key, int gpu)

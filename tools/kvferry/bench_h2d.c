@@ -29,7 +29,7 @@
 typedef struct kvf_h2d_row {
     int pinned;
     int h2d;
-    double gib_s;  /* total bytes / total time */
+    double gib_s; /* total bytes / total time */
     double p50_ms;
     double p99_ms;
 } kvf_h2d_row_t;
@@ -129,9 +129,8 @@ static int kvf_h2d_node_of(void *addr)
 
 /* One case: warm-up, then timed copies; fills row. */
 static int kvf_h2d_case(const kvf_h2d_opts_t *o, kvf_cuda_copy_t *cp,
-                        const kvf_gpu_pool_t *host,
-                        const kvf_gpu_pool_t *dev, int h2d,
-                        kvf_h2d_row_t *row)
+                        const kvf_gpu_pool_t *host, const kvf_gpu_pool_t *dev,
+                        int h2d, kvf_h2d_row_t *row)
 {
     const kvf_cuda_mem_t *src = h2d ? &host->mem : &dev->mem;
     const kvf_cuda_mem_t *dst = h2d ? &dev->mem : &host->mem;
@@ -200,8 +199,7 @@ static void kvf_h2d_json_write(FILE *f, const kvf_h2d_opts_t *o,
 }
 
 static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
-                          unsigned n, const int nodes[2], int cpu,
-                          int cpu_node)
+                          unsigned n, const int nodes[2], int cpu, int cpu_node)
 {
     kvf_cuda_dev_info_t in;
     double est, worst = 1e30, pin_min = 1e30, page_max = 0;
@@ -234,8 +232,8 @@ static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
         snprintf(name, sizeof(name), "%s %s (copy latency ms)",
                  rows[i].pinned ? "pinned" : "pageable",
                  rows[i].h2d ? "H2D" : "D2H");
-        kvf_record_figure(rec, name, rows[i].gib_s * (1u << 30) / 1e9,
-                          "GB/s", rows[i].p50_ms, rows[i].p99_ms);
+        kvf_record_figure(rec, name, rows[i].gib_s * (1u << 30) / 1e9, "GB/s",
+                          rows[i].p50_ms, rows[i].p99_ms);
         if (rows[i].pinned) {
             pin_min = fmin(pin_min, rows[i].gib_s * (1u << 30) / 1e9);
         } else {
@@ -245,8 +243,10 @@ static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
     if (kvf_cuda_device_info(o->gpu, &in) != KVF_OK) {
         in.pcie_gen = 0;
     }
-    est = in.pcie_gen >= 5 ? 50.0 : in.pcie_gen == 4 ? 25.0
-          : in.pcie_gen == 3 ? 12.0 : 50.0;
+    est = in.pcie_gen >= 5   ? 50.0
+          : in.pcie_gen == 4 ? 25.0
+          : in.pcie_gen == 3 ? 12.0
+                             : 50.0;
     snprintf(text, sizeof(text),
              "commonly measured pinned copy over PCIe Gen%d x16 (seed 003 "
              "3.1: Gen4 ~25 GB/s, Gen5 ~50 GB/s)%s",
@@ -264,11 +264,9 @@ static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
              worst >= 0.9 ? ">= 90 % of the common figure both ways"
                           : "below 90 % of the common figure",
              page_max < pin_min ? "slower than pinned" : "not slower");
-    kvf_record_conclude(rec,
-                        worst >= 0.9 && page_max < pin_min
-                            ? "holds"
-                            : "does not hold",
-                        text);
+    kvf_record_conclude(
+        rec, worst >= 0.9 && page_max < pin_min ? "holds" : "does not hold",
+        text);
     kvf_record_not_verified(rec, "bytes are not compared (bandwidth only)");
     kvf_record_not_verified(rec, "one GPU at a time; several GPUs sharing "
                                  "a PCIe switch or a socket are not "
@@ -327,8 +325,8 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
     printf("bench h2d: %s contiguous, %u warm-up + %u timed copies per "
            "case; thread on CPU %u (NUMA node %u)\n",
            sz, o.warmup, o.iters, cpu, cpu_node);
-    printf("%-9s %-4s %9s %9s %9s %9s %6s\n", "memory", "dir", "GiB/s",
-           "GB/s", "p50 ms", "p99 ms", "node");
+    printf("%-9s %-4s %9s %9s %9s %9s %6s\n", "memory", "dir", "GiB/s", "GB/s",
+           "p50 ms", "p99 ms", "node");
     for (pinned = 1; pinned >= 0 && !bad; pinned--) {
         if (kvf_gpu_pool_alloc(&host, pinned ? KVF_MEM_PINNED : KVF_MEM_HOST,
                                o.gpu, o.size, 4) != 0) {
@@ -345,8 +343,8 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
             }
             printf("%-9s %-4s %9.2f %9.2f %9.3f %9.3f %6d\n",
                    pinned ? "pinned" : "pageable", h2d ? "H2D" : "D2H",
-                   r->gib_s, r->gib_s * (1u << 30) / 1e9, r->p50_ms,
-                   r->p99_ms, nodes[pinned ? 0 : 1]);
+                   r->gib_s, r->gib_s * (1u << 30) / 1e9, r->p50_ms, r->p99_ms,
+                   nodes[pinned ? 0 : 1]);
             fflush(stdout);
             n++;
         }
@@ -356,8 +354,7 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
         FILE *f = strcmp(o.json, "-") ? fopen(o.json, "w") : stdout;
 
         if (f != NULL) {
-            kvf_h2d_json_write(f, &o, rows, n, nodes, (int)cpu,
-                               (int)cpu_node);
+            kvf_h2d_json_write(f, &o, rows, n, nodes, (int)cpu, (int)cpu_node);
             if (f != stdout) {
                 fclose(f);
             }

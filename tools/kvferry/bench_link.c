@@ -41,21 +41,24 @@ static int kvf_link_record(const char *dir, const char *hypothesis,
     kvf_record_config_num(rec, "iters", iters);
     kvf_record_config_num(rec, "conns", so->conns);
     kvf_record_config_num(rec, "pool_bytes", (double)so->pool);
-    kvf_record_config(rec, "target", so->target ? so->target
-                                                : "spawned on 127.0.0.1");
+    kvf_record_config(rec, "target",
+                      so->target ? so->target : "spawned on 127.0.0.1");
     snprintf(name, sizeof(name), "link %s %s (iteration ms)", ops, sstr);
     kvf_record_figure(rec, name, gib, "GiB/s", p50 * 1e3, p99 * 1e3);
     snprintf(name, sizeof(name), "link %s %s", ops, sstr);
     kvf_record_figure(rec, name, (double)size * 8 / p50 / 1e9, "Gbps", NAN,
                       NAN);
-    snprintf(text, sizeof(text), "the fastest of the %u iterations of this "
-                                 "run", iters);
+    snprintf(text, sizeof(text),
+             "the fastest of the %u iterations of this "
+             "run",
+             iters);
     kvf_record_estimate(rec, best, "GiB/s", text);
     kvf_record_gap(rec, best > 0 ? gib / best : 0,
                    "median over best iteration: run-to-run noise of the "
                    "machine (other processes, scheduling, page cache)");
-    snprintf(text, sizeof(text), "P99 iteration %.3f ms vs P50 %.3f ms "
-                                 "(%+.1f %%)",
+    snprintf(text, sizeof(text),
+             "P99 iteration %.3f ms vs P50 %.3f ms "
+             "(%+.1f %%)",
              p99 * 1e3, p50 * 1e3, 100.0 * (p99 / p50 - 1.0));
     kvf_record_conclude(rec, stable ? "holds" : "does not hold", text);
     kvf_record_not_verified(rec, "bytes are not verified by the link test");
@@ -81,8 +84,8 @@ int kvf_cmd_bench_link(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    kvf_bench_session_opts_t so = {.pool = 2ull << 30, .conns = 4,
-                                   .timeout_ms = 10000, .seed = 1};
+    kvf_bench_session_opts_t so = {
+        .pool = 2ull << 30, .conns = 4, .timeout_ms = 10000, .seed = 1};
     uint64_t size = 1ull << 30;
     kvf_op_type_t op = KVF_OP_WRITE;
     unsigned iters = 5, i;
@@ -142,8 +145,8 @@ int kvf_cmd_bench_link(int argc, char **argv)
         size = s.remote_len;
     }
     for (i = 0; i < iters && status == KVF_OK; i++) {
-        status = kvf_peer_link_test(s.peer, op, s.pool, s.remote, size,
-                                    &secs[i]);
+        status =
+            kvf_peer_link_test(s.peer, op, s.pool, s.remote, size, &secs[i]);
     }
     if (status != KVF_OK) {
         fprintf(stderr, "kvferry: link test: %s\n", kvf_status_str(status));
@@ -159,8 +162,8 @@ int kvf_cmd_bench_link(int argc, char **argv)
            (double)size / med / (1u << 30), (double)size * 8 / med / 1e9,
            secs[0] * 1e3);
     if (record != NULL) {
-        rc = kvf_link_record(record, hypothesis, &so, &s, op, size, secs,
-                             iters);
+        rc =
+            kvf_link_record(record, hypothesis, &so, &s, op, size, secs, iters);
     }
     kvf_bench_session_close(&s);
     return rc;

@@ -26,7 +26,7 @@ typedef struct kvf_bl_row {
     uint64_t size;
     long gets, errors;
     double q50, q99, r50, r99, v50, v99, t50, t99; /* microseconds */
-    double link_us;   /* size / raw link bandwidth (same run) */
+    double link_us; /* size / raw link bandwidth (same run) */
     double read_share, query_share, verify_share;
 } kvf_bl_row_t;
 
@@ -48,8 +48,8 @@ static double kvf_bl_link_bw(kvf_store_h st, uint64_t len)
         return 0;
     }
     snprintf(key, sizeof(key), "bl/%d/link", (int)getpid());
-    if (kvf_engine_reg(kvf_store_engine(st), buf, len, KVF_MEM_HOST, 0,
-                       &reg) == KVF_OK) {
+    if (kvf_engine_reg(kvf_store_engine(st), buf, len, KVF_MEM_HOST, 0, &reg) ==
+        KVF_OK) {
         if (kvf_store_put(st, key, buf, len, NULL) == KVF_OK &&
             kvf_store_query(st, key, &info) == KVF_OK &&
             kvf_peer_open(kvf_store_engine(st), info.segment[0], &peer) ==
@@ -165,8 +165,7 @@ static void kvf_bl_json(FILE *f, const kvf_bl_row_t *rows, unsigned n)
     kvf_json_obj(&j, NULL);
     kvf_json_str(&j, "bench", "load");
     kvf_json_str(&j, "transports",
-                 getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS")
-                                          : "auto");
+                 getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS") : "auto");
     kvf_json_str(&j, "h2d", "not measured (no GPU path in this run)");
     kvf_json_arr(&j, "rows");
     for (i = 0; i < n; i++) {
@@ -212,9 +211,9 @@ static int kvf_bl_record(const char *dir, const char *hyp,
         return -1;
     }
     kvf_record_hypothesis(rec, hyp);
-    kvf_record_config(rec, "transports", getenv("KVF_TRANSPORTS")
-                                             ? getenv("KVF_TRANSPORTS")
-                                             : "auto");
+    kvf_record_config(rec, "transports",
+                      getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS")
+                                               : "auto");
     kvf_record_config(rec, "h2d", "not measured: no GPU path in this run");
     for (i = 0; i < n; i++) {
         kvf_fmt_size(rows[i].size, sz, sizeof(sz));
@@ -241,9 +240,11 @@ static int kvf_bl_record(const char *dir, const char *hyp,
     }
     if (n > 0 && rows[n - 1].link_us > 0) {
         kvf_fmt_size(rows[n - 1].size, sz, sizeof(sz));
-        snprintf(text, sizeof(text), "time of %s at the raw link bandwidth "
+        snprintf(text, sizeof(text),
+                 "time of %s at the raw link bandwidth "
                  "to a node (kvf_peer_link_test, plain streams, best of 5, "
-                 "same run)", sz);
+                 "same run)",
+                 sz);
         kvf_record_estimate(rec, rows[n - 1].link_us, "us", text);
     }
     snprintf(text, sizeof(text),
@@ -303,8 +304,8 @@ int kvf_cmd_bench_load(int argc, char **argv)
             master = optarg;
             break;
         case 'n':
-            nodes = (unsigned)kvf_cli_long("--nodes", optarg, 1,
-                                           KVF_BS_NODES_MAX);
+            nodes =
+                (unsigned)kvf_cli_long("--nodes", optarg, 1, KVF_BS_NODES_MAX);
             break;
         case 'p':
             pool = kvf_cli_size("--pool", optarg);
@@ -333,7 +334,8 @@ int kvf_cmd_bench_load(int argc, char **argv)
             hyp = optarg;
             break;
         default:
-            fprintf(stderr,
+            fprintf(
+                stderr,
                 "usage: kvferry bench load [--master HOST:PORT] [--nodes N]\n"
                 "         [--pool SIZE] [--sizes LIST] [--count N]\n"
                 "         [--iters N] [--json] [--record DIR]\n"
@@ -369,17 +371,19 @@ int kvf_cmd_bench_load(int argc, char **argv)
     }
     link_len = link_len > (64u << 20) ? (64u << 20) : link_len;
     link_len = link_len > (uint64_t)nodes * pool / 4
-                   ? (uint64_t)nodes * pool / 4 : link_len;
+                   ? (uint64_t)nodes * pool / 4
+                   : link_len;
     link_bw = kvf_bl_link_bw(st, link_len);
     kvf_bs_transport_used(st, used, sizeof(used));
     if (!json) {
         printf("# transport to the nodes: %s\n", used);
         printf("# raw link: %.2f GB/s (kvf_peer_link_test, %lu B reads, "
-               "best of 5)\n", link_bw / 1e3, (unsigned long)link_len);
+               "best of 5)\n",
+               link_bw / 1e3, (unsigned long)link_len);
         printf("%9s %6s %9s %9s %9s %9s %9s %9s %9s %9s %6s %6s %9s %6s\n",
                "size", "gets", "query50", "query99", "read50", "read99",
-               "verif50", "verif99", "total50", "total99", "q_shr",
-               "r_shr", "link_us", "r/link");
+               "verif50", "verif99", "total50", "total99", "q_shr", "r_shr",
+               "link_us", "r/link");
     }
     for (i = 0; i < nsizes; i++) {
         if (sizes[i] * count > (uint64_t)nodes * pool / 2) {
@@ -397,9 +401,9 @@ int kvf_cmd_bench_load(int argc, char **argv)
             kvf_fmt_size(r->size, sz, sizeof(sz));
             printf("%9s %6ld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
                    "%9.1f %6.2f %6.2f %9.1f %6.2f\n",
-                   sz, r->gets, r->q50, r->q99, r->r50, r->r99, r->v50,
-                   r->v99, r->t50, r->t99, r->query_share, r->read_share,
-                   r->link_us, r->link_us > 0 ? r->r50 / r->link_us : NAN);
+                   sz, r->gets, r->q50, r->q99, r->r50, r->r99, r->v50, r->v99,
+                   r->t50, r->t99, r->query_share, r->read_share, r->link_us,
+                   r->link_us > 0 ? r->r50 / r->link_us : NAN);
             fflush(stdout);
         }
         if (rows[nrows].errors > 0) {

@@ -13,8 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int kvf_bench_spawn_target(uint64_t pool, const char *transports,
-                           pid_t *pid_p, char *segment, size_t seglen)
+int kvf_bench_spawn_target(uint64_t pool, const char *transports, pid_t *pid_p,
+                           char *segment, size_t seglen)
 {
     char pool_arg[32], line[512], *seg, *end;
     int fds[2];
@@ -38,8 +38,8 @@ int kvf_bench_spawn_target(uint64_t pool, const char *transports,
         close(fds[1]);
         if (transports != NULL) {
             execl(kvf_cli_self, kvf_cli_self, "target", "--listen",
-                  "127.0.0.1:0", "--pool", pool_arg, "--transports",
-                  transports, (char *)NULL);
+                  "127.0.0.1:0", "--pool", pool_arg, "--transports", transports,
+                  (char *)NULL);
         } else {
             execl(kvf_cli_self, kvf_cli_self, "target", "--listen",
                   "127.0.0.1:0", "--pool", pool_arg, (char *)NULL);
@@ -85,8 +85,8 @@ int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
     size_t len, i;
 
     memset(s, 0, sizeof(*s));
-    kvf_cli_pool_private = (o->transports != NULL &&
-                            strcmp(o->transports, "tcp") == 0);
+    kvf_cli_pool_private =
+        (o->transports != NULL && strcmp(o->transports, "tcp") == 0);
     if (o->target != NULL) {
         snprintf(s->segment, sizeof(s->segment), "%s", o->target);
     } else if (kvf_bench_spawn_target(o->pool, o->transports, &s->child,
@@ -95,8 +95,7 @@ int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
     }
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_CONNS |
                    KVF_ENGINE_PARAM_TIMEOUT;
-    p.no_listen = (o->transports == NULL ||
-                   strcmp(o->transports, "tcp") == 0);
+    p.no_listen = (o->transports == NULL || strcmp(o->transports, "tcp") == 0);
     p.conns = o->conns;
     p.timeout_ms = o->timeout_ms;
     if (o->transports != NULL) {

@@ -36,7 +36,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
 /* ---- cluster ---- */
 
 static pid_t kvf_bs_spawn(char *const argv[], char *line, size_t cap)
@@ -98,8 +97,8 @@ int kvf_bs_cluster_start(kvf_bs_cluster_t *c, unsigned nodes, uint64_t pool)
 
     memset(c, 0, sizeof(*c));
     {
-        char *argv[] = {"kvferry", "master", "--listen", "127.0.0.1:0",
-                        "--http", "127.0.0.1:0", NULL};
+        char *argv[] = {"kvferry", "master",      "--listen", "127.0.0.1:0",
+                        "--http",  "127.0.0.1:0", NULL};
 
         pid = kvf_bs_spawn(argv, line, sizeof(line));
     }
@@ -112,8 +111,8 @@ int kvf_bs_cluster_start(kvf_bs_cluster_t *c, unsigned nodes, uint64_t pool)
     kvf_bs_field(line, "http=", c->http, sizeof(c->http));
     snprintf(pool_s, sizeof(pool_s), "%lu", (unsigned long)pool);
     for (i = 0; i < nodes && i < KVF_BS_NODES_MAX; i++) {
-        char *argv[] = {"kvferry", "node", "--pool", pool_s, "--master",
-                        c->master, NULL};
+        char *argv[] = {"kvferry",  "node",    "--pool", pool_s,
+                        "--master", c->master, NULL};
 
         pid = kvf_bs_spawn(argv, line, sizeof(line));
         if (pid < 0) {
@@ -141,14 +140,13 @@ void kvf_bs_cluster_stop(kvf_bs_cluster_t *c)
 
 /* ---- the benchmark ---- */
 
-
 typedef struct kvf_bs_ctx {
     kvf_store_h st;
     const kvf_bs_opts_t *o;
     uint64_t size;
-    unsigned keys;      /* keys each thread keeps for the get phases */
-    int phase;          /* 0 put, 1 get, 2 mix */
-    uint64_t dur_ms;    /* of the phase being run */
+    unsigned keys;   /* keys each thread keeps for the get phases */
+    int phase;       /* 0 put, 1 get, 2 mix */
+    uint64_t dur_ms; /* of the phase being run */
     uint64_t run;
     pthread_barrier_t barrier;
     uint64_t start_ns;
@@ -161,8 +159,8 @@ typedef struct kvf_bs_thread {
     unsigned id;
     unsigned char *buf;
     kvf_region_h reg;
-    uint64_t seq;       /* keys put so far */
-    double *lat[2];     /* microseconds: [0] puts/hits, [1] misses */
+    uint64_t seq;   /* keys put so far */
+    double *lat[2]; /* microseconds: [0] puts/hits, [1] misses */
     size_t nlat[2], cap[2];
     long errors;
     kvf_status_t first_error;
@@ -216,16 +214,15 @@ static void *kvf_bs_thread_main(void *arg)
         } else {
             uint64_t have = t->seq < c->keys ? t->seq : c->keys;
 
-            miss = (c->phase == 2 &&
-                    (double)(kvf_rng_next(&t->rng) >> 11) / 9007199254740992.0 >=
-                        c->o->hit_ratio) ||
+            miss = (c->phase == 2 && (double)(kvf_rng_next(&t->rng) >> 11) /
+                                             9007199254740992.0 >=
+                                         c->o->hit_ratio) ||
                    have == 0;
             if (miss) {
                 snprintf(key, sizeof(key), "bs/absent/%u/%lu", t->id,
                          (unsigned long)i);
             } else {
-                kvf_bs_key(key, sizeof(key), c, t->id,
-                           t->seq - 1 - (i % have));
+                kvf_bs_key(key, sizeof(key), c, t->id, t->seq - 1 - (i % have));
             }
             t0 = kvf_time_ns();
             s = kvf_store_get(c->st, key, t->buf, c->size, &got, 0);
@@ -305,9 +302,11 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
     pthread_barrier_destroy(&c->barrier);
     secs = (double)(end - c->start_ns) / 1e9;
     if (errors > 0) {
-        fprintf(stderr, "kvferry bench store: %s %lu B x %u: %ld error(s), "
-                "first %s\n", names[phase][0], (unsigned long)c->size, n,
-                errors, kvf_status_name(first));
+        fprintf(stderr,
+                "kvferry bench store: %s %lu B x %u: %ld error(s), "
+                "first %s\n",
+                names[phase][0], (unsigned long)c->size, n, errors,
+                kvf_status_name(first));
     }
     for (j = 0; j < 2; j++) {
         if (names[phase][j] == NULL || *nrows >= KVF_BS_ROWS_MAX) {
@@ -321,8 +320,8 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
             memcpy(all[j] + k, th[i].lat[j], th[i].nlat[j] * sizeof(double));
             k += th[i].nlat[j];
         }
-        kvf_bs_fill_row(&rows[(*nrows)++], names[phase][j], c->size, n,
-                        all[j], total[j], j == 0 ? errors : 0, secs);
+        kvf_bs_fill_row(&rows[(*nrows)++], names[phase][j], c->size, n, all[j],
+                        total[j], j == 0 ? errors : 0, secs);
         free(all[j]);
     }
 }
@@ -350,14 +349,13 @@ void kvf_bs_transport_used(kvf_store_h st, char *out, size_t cap)
 
     snprintf(out, cap, "unknown");
     snprintf(key, sizeof(key), "bs/probe/%d", (int)getpid());
-    if (kvf_engine_reg(kvf_store_engine(st), probe, sizeof(probe),
-                       KVF_MEM_HOST, 0, &reg) != KVF_OK) {
+    if (kvf_engine_reg(kvf_store_engine(st), probe, sizeof(probe), KVF_MEM_HOST,
+                       0, &reg) != KVF_OK) {
         return;
     }
     if (kvf_store_put(st, key, probe, sizeof(probe), NULL) == KVF_OK &&
         kvf_store_query(st, key, &info) == KVF_OK &&
-        kvf_peer_open(kvf_store_engine(st), info.segment[0], &peer) ==
-            KVF_OK) {
+        kvf_peer_open(kvf_store_engine(st), info.segment[0], &peer) == KVF_OK) {
         snprintf(out, cap, "%s", kvf_peer_transport(peer));
         kvf_peer_close(peer);
     }
@@ -424,8 +422,8 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_opts_t *o,
         kvf_rng_seed(&th[i].rng, 1000 + i);
         th[i].buf = kvf_cli_pool_alloc(size, 77 + i);
         if (th[i].buf == NULL ||
-            kvf_engine_reg(kvf_store_engine(st), th[i].buf, size,
-                           KVF_MEM_HOST, 0, &th[i].reg) != KVF_OK) {
+            kvf_engine_reg(kvf_store_engine(st), th[i].buf, size, KVF_MEM_HOST,
+                           0, &th[i].reg) != KVF_OK) {
             clients = i;
             break;
         }
@@ -475,8 +473,8 @@ static unsigned kvf_bs_parse_list(const char *flag, const char *text,
     return n;
 }
 
-void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o,
-                      const kvf_bs_row_t *rows, unsigned n)
+void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
+                      unsigned n)
 {
     kvf_json_t j;
     unsigned i;
@@ -485,8 +483,7 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o,
     kvf_json_obj(&j, NULL);
     kvf_json_str(&j, "bench", "store");
     kvf_json_str(&j, "transports",
-                 getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS")
-                                          : "auto");
+                 getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS") : "auto");
     kvf_json_str(&j, "transport_to_nodes", o->used);
     kvf_json_int(&j, "nodes", o->nodes);
     kvf_json_int(&j, "pool_bytes", (long long)o->pool);
@@ -519,25 +516,25 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o,
 static void kvf_bs_usage(void)
 {
     fprintf(stderr,
-        "usage: kvferry bench store [--master HOST:PORT] [--nodes N]\n"
-        "         [--pool SIZE] [--sizes LIST] [--clients LIST]\n"
-        "         [--duration DUR] [--hit-ratio R] [--replicas N]\n"
-        "         [--mem-budget SIZE] [--vs-redis] [--repeat N] [--json]\n"
-        "         [--record DIR] [--hypothesis TEXT]\n"
-        "  --master      an existing master (default: spawn one + nodes)\n"
-        "  --nodes       nodes to spawn (default 2)\n"
-        "  --pool        pool per spawned node (default 1G)\n"
-        "  --sizes       object sizes (default 8K,64K,1M,8M,64M)\n"
-        "  --clients     client threads (default 1,8,64)\n"
-        "  --duration    per phase and cell (default 1s)\n"
-        "  --hit-ratio   share of present keys in the mix phase (default "
-        "0.5; 1 = no mix)\n"
-        "  --mem-budget  skip cells whose client buffers exceed it (1G)\n"
-        "  --vs-redis    also run redis-server + redis-benchmark with the\n"
-        "                same size and clients, print the ratios\n"
-        "  --repeat      run each cell (and Redis) N times, alternating;\n"
-        "                the verdict uses the median ratio\n"
-        "  transports: KVF_TRANSPORTS=tcp forces tcp in every process\n");
+            "usage: kvferry bench store [--master HOST:PORT] [--nodes N]\n"
+            "         [--pool SIZE] [--sizes LIST] [--clients LIST]\n"
+            "         [--duration DUR] [--hit-ratio R] [--replicas N]\n"
+            "         [--mem-budget SIZE] [--vs-redis] [--repeat N] [--json]\n"
+            "         [--record DIR] [--hypothesis TEXT]\n"
+            "  --master      an existing master (default: spawn one + nodes)\n"
+            "  --nodes       nodes to spawn (default 2)\n"
+            "  --pool        pool per spawned node (default 1G)\n"
+            "  --sizes       object sizes (default 8K,64K,1M,8M,64M)\n"
+            "  --clients     client threads (default 1,8,64)\n"
+            "  --duration    per phase and cell (default 1s)\n"
+            "  --hit-ratio   share of present keys in the mix phase (default "
+            "0.5; 1 = no mix)\n"
+            "  --mem-budget  skip cells whose client buffers exceed it (1G)\n"
+            "  --vs-redis    also run redis-server + redis-benchmark with the\n"
+            "                same size and clients, print the ratios\n"
+            "  --repeat      run each cell (and Redis) N times, alternating;\n"
+            "                the verdict uses the median ratio\n"
+            "  transports: KVF_TRANSPORTS=tcp forces tcp in every process\n");
 }
 
 int kvf_cmd_bench_store(int argc, char **argv)
@@ -560,9 +557,13 @@ int kvf_cmd_bench_store(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    kvf_bs_opts_t o = {.nodes = 2, .pool = 1ull << 30, .duration_ms = 1000,
-                       .hit_ratio = 0.5, .replicas = 1,
-                       .mem_budget = 1ull << 30, .repeat = 1};
+    kvf_bs_opts_t o = {.nodes = 2,
+                       .pool = 1ull << 30,
+                       .duration_ms = 1000,
+                       .hit_ratio = 0.5,
+                       .replicas = 1,
+                       .mem_budget = 1ull << 30,
+                       .repeat = 1};
     kvf_store_params_t sp = {0};
     kvf_bs_cluster_t cl = {0};
     uint64_t tmp[16], capacity;
@@ -589,8 +590,8 @@ int kvf_cmd_bench_store(int argc, char **argv)
             o.master = optarg;
             break;
         case 'n':
-            o.nodes = (unsigned)kvf_cli_long("--nodes", optarg, 1,
-                                             KVF_BS_NODES_MAX);
+            o.nodes =
+                (unsigned)kvf_cli_long("--nodes", optarg, 1, KVF_BS_NODES_MAX);
             break;
         case 'p':
             o.pool = kvf_cli_size("--pool", optarg);
@@ -669,9 +670,9 @@ int kvf_cmd_bench_store(int argc, char **argv)
                o.master, o.nodes, (unsigned long)o.pool,
                getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS") : "auto",
                o.used, (unsigned long)o.duration_ms);
-        printf("%-8s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s\n",
-               "system", "op", "size", "clients", "ops", "ops/s", "GB/s",
-               "p50_us", "p99_us", "p999_us", "errors");
+        printf("%-8s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s\n", "system",
+               "op", "size", "clients", "ops", "ops/s", "GB/s", "p50_us",
+               "p99_us", "p999_us", "errors");
     }
     for (i = 0; i < o.nsizes; i++) {
         for (k = 0; k < o.nclients; k++) {
@@ -692,8 +693,8 @@ int kvf_cmd_bench_store(int argc, char **argv)
                     long n = (long)((2ull << 30) / o.sizes[i]);
 
                     n = n < 2000 ? 2000 : n > 100000 ? 100000 : n;
-                    if (kvf_bs_redis(o.sizes[i], o.clients[k], n,
-                                     &rows[nrows], &rows[nrows + 1]) == 0) {
+                    if (kvf_bs_redis(o.sizes[i], o.clients[k], n, &rows[nrows],
+                                     &rows[nrows + 1]) == 0) {
                         if (!o.json) {
                             kvf_bs_print_row(&rows[nrows]);
                             kvf_bs_print_row(&rows[nrows + 1]);

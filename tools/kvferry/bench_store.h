@@ -33,16 +33,16 @@ void kvf_bs_cluster_stop(kvf_bs_cluster_t *c);
 
 /* One measured row: an operation at one size and concurrency. */
 typedef struct kvf_bs_row {
-    char op[16];        /* put, get, get-hit, get-miss, SET, GET ... */
-    char system[16];    /* kvferry or redis */
+    char op[16];     /* put, get, get-hit, get-miss, SET, GET ... */
+    char system[16]; /* kvferry or redis */
     uint64_t size;
     unsigned clients;
-    unsigned rep;       /* repetition (--repeat) */
+    unsigned rep; /* repetition (--repeat) */
     long ops;
     long errors;
-    double seconds;     /* wall time */
+    double seconds; /* wall time */
     double ops_s;
-    double gb_s;        /* 10^9 bytes/s of values */
+    double gb_s; /* 10^9 bytes/s of values */
     double p50_us, p99_us, p999_us;
 } kvf_bs_row_t;
 
@@ -61,7 +61,7 @@ typedef struct kvf_bs_opts {
     uint64_t mem_budget;
     int vs_redis;
     unsigned repeat;
-    char used[32];       /* transport the engine picked to the nodes */
+    char used[32]; /* transport the engine picked to the nodes */
     int json;
     const char *record;
     const char *hypothesis;
@@ -77,8 +77,8 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
 void kvf_bs_transport_used(kvf_store_h st, char *out, size_t cap);
 
 /* Writes the rows (and the options) as one JSON object. */
-void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o,
-                      const kvf_bs_row_t *rows, unsigned n);
+void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
+                      unsigned n);
 
 /* Runs redis-server (own port, loopback, no persistence) and
  * redis-benchmark -t set,get -d size -c clients -n requests; fills two

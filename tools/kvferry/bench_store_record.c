@@ -17,9 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kvf_bs_row_t *kvf_bs_find(const kvf_bs_row_t *rows,
-                                       unsigned n, const char *op,
-                                       const kvf_bs_row_t *like)
+static const kvf_bs_row_t *kvf_bs_find(const kvf_bs_row_t *rows, unsigned n,
+                                       const char *op, const kvf_bs_row_t *like)
 {
     unsigned i;
 
@@ -87,8 +86,8 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
             if (!o->json) {
                 printf("# ratio %s vs redis %s, %s x %u clients, run %u: "
                        "throughput %.2fx, p99 %.2fx%s\n",
-                       k->op, r->op, sz, r->clients, r->rep + 1, tp[n],
-                       p99[n], k->errors ? " (kvferry errors!)" : "");
+                       k->op, r->op, sz, r->clients, r->rep + 1, tp[n], p99[n],
+                       k->errors ? " (kvferry errors!)" : "");
             }
             n++;
         }
@@ -144,8 +143,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     kvf_record_config(rec, "transport_to_nodes", o->used);
     kvf_record_config_num(rec, "nodes", o->nodes);
     kvf_record_config_num(rec, "pool_bytes_per_node", (double)o->pool);
-    kvf_record_config_num(rec, "duration_ms_per_phase",
-                          (double)o->duration_ms);
+    kvf_record_config_num(rec, "duration_ms_per_phase", (double)o->duration_ms);
     kvf_record_config_num(rec, "hit_ratio_of_mix", o->hit_ratio);
     kvf_record_config_num(rec, "replicas", o->replicas);
     kvf_record_config_num(rec, "repeat", o->repeat);
@@ -158,11 +156,11 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     for (i = 0; i < nrows; i++) {
         r = &rows[i];
         kvf_fmt_size(r->size, sz, sizeof(sz));
-        snprintf(name, sizeof(name), "%s %s %s x %u clients, run %u "
-                 "(latency us)", r->system, r->op, sz, r->clients,
-                 r->rep + 1);
-        kvf_record_figure(rec, name, r->ops_s, "ops/s", r->p50_us,
-                          r->p99_us);
+        snprintf(name, sizeof(name),
+                 "%s %s %s x %u clients, run %u "
+                 "(latency us)",
+                 r->system, r->op, sz, r->clients, r->rep + 1);
+        kvf_record_figure(rec, name, r->ops_s, "ops/s", r->p50_us, r->p99_us);
         snprintf(name, sizeof(name), "%s %s, %u clients", r->system, r->op,
                  r->clients);
         kvf_record_point(rec, name, "object bytes", "GB/s", (double)r->size,
@@ -177,8 +175,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
         snprintf(text, sizeof(text),
                  "median ratios kvferry/Redis over %u run(s): %s. Target "
                  "(%s): %s; worst ratio in it %.2f",
-                 o->repeat, summary,
-                 tcp ? "tcp forced" : "default transport",
+                 o->repeat, summary, tcp ? "tcp forced" : "default transport",
                  tcp ? "put and get throughput >= 1x SET and GET, P99 <= 1x"
                      : "get throughput >= 2x GET",
                  worst_tp);

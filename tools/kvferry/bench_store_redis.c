@@ -98,9 +98,9 @@ int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
     }
     snprintf(port_s, sizeof(port_s), "%u", port);
     {
-        char *argv[] = {"redis-server", "--port", port_s, "--bind",
-                        "127.0.0.1", "--save", "", "--appendonly", "no",
-                        "--daemonize", "no", NULL};
+        char *argv[] = {"redis-server", "--port",      port_s, "--bind",
+                        "127.0.0.1",    "--save",      "",     "--appendonly",
+                        "no",           "--daemonize", "no",   NULL};
 
         srv = kvf_bs_spawn_quiet(argv, -1);
     }
@@ -108,8 +108,7 @@ int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
         return -1;
     }
     deadline = kvf_time_ms() + 5000;
-    while (kvf_sock_connect("127.0.0.1", (uint16_t)port, 200, &fd) !=
-           KVF_OK) {
+    while (kvf_sock_connect("127.0.0.1", (uint16_t)port, 200, &fd) != KVF_OK) {
         if (kvf_time_ms() > deadline || waitpid(srv, &st, WNOHANG) == srv) {
             fprintf(stderr, "kvferry: redis-server did not start (is the "
                             "redis-server package installed?)\n");
@@ -129,9 +128,21 @@ int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
         return -1;
     }
     {
-        char *argv[] = {"redis-benchmark", "-h", "127.0.0.1", "-p", port_s,
-                        "-t", "set,get", "-d", size_s, "-c", cl_s, "-n",
-                        n_s, "--csv", NULL};
+        char *argv[] = {"redis-benchmark",
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        port_s,
+                        "-t",
+                        "set,get",
+                        "-d",
+                        size_s,
+                        "-c",
+                        cl_s,
+                        "-n",
+                        n_s,
+                        "--csv",
+                        NULL};
 
         bench = kvf_bs_spawn_quiet(argv, fds[1]);
     }

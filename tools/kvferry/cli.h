@@ -70,9 +70,9 @@ extern int kvf_cli_pool_private;
 void kvf_cli_pool_free(void *pool, size_t len);
 
 /* Exit codes of the command. */
-#define KVF_CLI_OK      0
-#define KVF_CLI_FAIL    1
-#define KVF_CLI_USAGE   2
-#define KVF_CLI_SKIP    77
+#define KVF_CLI_OK    0
+#define KVF_CLI_FAIL  1
+#define KVF_CLI_USAGE 2
+#define KVF_CLI_SKIP  77
 
 #endif

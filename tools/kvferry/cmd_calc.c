@@ -26,7 +26,8 @@
 
 static void kvf_calc_usage(void)
 {
-    fprintf(stderr,
+    fprintf(
+        stderr,
         "usage: kvferry calc [options]\n"
         "Load a prefix's KV cache, or recompute it? (seed 003 §2.4)\n"
         "model:\n"
@@ -73,17 +74,39 @@ static double kvf_calc_num(const char *flag, const char *text, int binary,
     v = strtod(text, &end);
     if (end != text && *end != '\0' && end[1] == '\0') {
         switch (*end) {
-        case 'k': case 'K': mul = binary ? 1024.0 : 1e3; end++; break;
-        case 'm': case 'M': mul = binary ? 1048576.0 : 1e6; end++; break;
-        case 'b': case 'B': case 'g': case 'G': mul = 1e9; end++; break;
-        case 't': case 'T': mul = 1e12; end++; break;
-        case '%': mul = 0.01; end++; break;
-        default: break;
+        case 'k':
+        case 'K':
+            mul = binary ? 1024.0 : 1e3;
+            end++;
+            break;
+        case 'm':
+        case 'M':
+            mul = binary ? 1048576.0 : 1e6;
+            end++;
+            break;
+        case 'b':
+        case 'B':
+        case 'g':
+        case 'G':
+            mul = 1e9;
+            end++;
+            break;
+        case 't':
+        case 'T':
+            mul = 1e12;
+            end++;
+            break;
+        case '%':
+            mul = 0.01;
+            end++;
+            break;
+        default:
+            break;
         }
     }
     v *= mul;
-    if (errno != 0 || end == text || *end != '\0' || !isfinite(v) ||
-        v < min || v > max) {
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v) || v < min ||
+        v > max) {
         fprintf(stderr, "kvferry calc: %s: '%s' is not a number in %g..%g\n",
                 flag, text, min, max);
         exit(KVF_CLI_USAGE);
@@ -91,11 +114,10 @@ static double kvf_calc_num(const char *flag, const char *text, int binary,
     return v;
 }
 
-static void kvf_calc_set_src(kvf_calc_state_t *st, int i, const char *fmt,
-                             ...) __attribute__((format(printf, 3, 4)));
+static void kvf_calc_set_src(kvf_calc_state_t *st, int i, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static void kvf_calc_set_src(kvf_calc_state_t *st, int i, const char *fmt,
-                             ...)
+static void kvf_calc_set_src(kvf_calc_state_t *st, int i, const char *fmt, ...)
 {
     va_list ap;
 
@@ -119,8 +141,10 @@ static int kvf_calc_apply_ref(kvf_calc_state_t *st, const char *id,
     int idx;
 
     if (r == NULL) {
-        fprintf(stderr, "kvferry calc: %s: no reference figure '%s' "
-                        "(kvferry calc --list)\n", flag, id);
+        fprintf(stderr,
+                "kvferry calc: %s: no reference figure '%s' "
+                "(kvferry calc --list)\n",
+                flag, id);
         return -1;
     }
     if (use == NULL) {
@@ -129,25 +153,27 @@ static int kvf_calc_apply_ref(kvf_calc_state_t *st, const char *id,
     if (strcmp(use, "tflops") == 0 && strcmp(r->unit, "TFLOPS") == 0) {
         st->in.tflops = r->value;
         idx = KVF_IN_TFLOPS;
-    } else if ((strcmp(use, "link_gbs") == 0 ||
-                strcmp(use, "h2d_gbs") == 0) &&
+    } else if ((strcmp(use, "link_gbs") == 0 || strcmp(use, "h2d_gbs") == 0) &&
                kvf_calc_unit_gbs(r->unit, r->value,
                                  strcmp(use, "link_gbs") == 0
                                      ? &st->in.link_gbs
                                      : &st->in.h2d_gbs)) {
         idx = strcmp(use, "link_gbs") == 0 ? KVF_IN_LINK : KVF_IN_H2D;
     } else {
-        fprintf(stderr, "kvferry calc: %s: figure '%s' (%g %s) cannot "
-                        "feed %s\n", flag, r->id, r->value, r->unit,
+        fprintf(stderr,
+                "kvferry calc: %s: figure '%s' (%g %s) cannot "
+                "feed %s\n",
+                flag, r->id, r->value, r->unit,
                 use[0] ? use : "any input (it has no 'use')");
         return -1;
     }
     kvf_calc_set_src(st, idx, "reference %s (%s: %s)", r->id, r->kind,
                      r->source);
     json_array_append_new(st->used,
-        json_pack("{s:s, s:s, s:s, s:f, s:s, s:s, s:s}", "type", "reference",
-                  "id", r->id, "what", r->what, "value", r->value, "unit",
-                  r->unit, "kind", r->kind, "source", r->source));
+                          json_pack("{s:s, s:s, s:s, s:f, s:s, s:s, s:s}",
+                                    "type", "reference", "id", r->id, "what",
+                                    r->what, "value", r->value, "unit", r->unit,
+                                    "kind", r->kind, "source", r->source));
     return 0;
 }
 
@@ -178,11 +204,11 @@ static int kvf_calc_apply_record(kvf_calc_state_t *st, const char *arg)
     }
     kvf_calc_set_src(st, idx, "record %s: '%s' of %s %s", path, m.figure,
                      m.record, m.date);
-    json_array_append_new(st->used,
+    json_array_append_new(
+        st->used,
         json_pack("{s:s, s:s, s:s, s:s, s:f, s:s, s:s}", "type", "record",
-                  "file", path, "record", m.record, "figure", m.figure,
-                  "gbs", m.gbs, "input", kvf_calc_in_desc[idx].key, "date",
-                  m.date));
+                  "file", path, "record", m.record, "figure", m.figure, "gbs",
+                  m.gbs, "input", kvf_calc_in_desc[idx].key, "date", m.date));
     return 0;
 }
 
@@ -232,7 +258,7 @@ static const struct {
 typedef struct kvf_calc_flags {
     const char *model;
     const char *ref_file;
-    const char *json;  /* "-" = stdout */
+    const char *json; /* "-" = stdout */
     const char *html;
     int list;
     double mf[KVF_MF_COUNT]; /* model overrides; < 0 = not given */
@@ -253,8 +279,8 @@ static int kvf_calc_numflag(kvf_calc_flags_t *fl, int c, const char *arg)
             continue;
         }
         v = kvf_calc_num(kvf_calc_numflags[i].flag, arg,
-                         kvf_calc_numflags[i].binary,
-                         kvf_calc_numflags[i].min, kvf_calc_numflags[i].max);
+                         kvf_calc_numflags[i].binary, kvf_calc_numflags[i].min,
+                         kvf_calc_numflags[i].max);
         if (c == 'u' && v > 1 && strchr(arg, '%') == NULL) {
             v /= 100; /* "--util 50" means 50 % */
         }
@@ -319,10 +345,20 @@ static int kvf_calc_parse(int argc, char **argv, kvf_calc_flags_t *fl)
             continue;
         }
         switch (c) {
-        case 'm': fl->model = optarg; break;
-        case 'o': fl->in[KVF_IN_OVERLAP] = 1; break;
-        case 'a': fl->in[KVF_IN_ATTN] = 1; break;
-        case 'r': case 'G': case 'N': case 'H': case 'R':
+        case 'm':
+            fl->model = optarg;
+            break;
+        case 'o':
+            fl->in[KVF_IN_OVERLAP] = 1;
+            break;
+        case 'a':
+            fl->in[KVF_IN_ATTN] = 1;
+            break;
+        case 'r':
+        case 'G':
+        case 'N':
+        case 'H':
+        case 'R':
             if (fl->nops == KVF_CALC_MAX_OPS) {
                 fprintf(stderr,
                         "kvferry calc: at most %d --ref/--from-record\n",
@@ -332,12 +368,24 @@ static int kvf_calc_parse(int argc, char **argv, kvf_calc_flags_t *fl)
             fl->ops[fl->nops].kind = c;
             fl->ops[fl->nops++].arg = optarg;
             break;
-        case 'F': fl->ref_file = optarg; break;
-        case 'j': fl->json = optarg != NULL ? optarg : "-"; break;
-        case 'w': fl->html = optarg; break;
-        case 'i': fl->list = 1; break;
-        case 'h': kvf_calc_usage(); exit(KVF_CLI_OK);
-        default: kvf_calc_usage(); return KVF_CLI_USAGE;
+        case 'F':
+            fl->ref_file = optarg;
+            break;
+        case 'j':
+            fl->json = optarg != NULL ? optarg : "-";
+            break;
+        case 'w':
+            fl->html = optarg;
+            break;
+        case 'i':
+            fl->list = 1;
+            break;
+        case 'h':
+            kvf_calc_usage();
+            exit(KVF_CLI_OK);
+        default:
+            kvf_calc_usage();
+            return KVF_CLI_USAGE;
         }
     }
     if (optind < argc) {
@@ -353,8 +401,8 @@ static void kvf_calc_model_flags(kvf_calc_state_t *st,
                                  const kvf_calc_flags_t *fl)
 {
     static const char *const names[KVF_MF_COUNT] = {
-        "--layers", "--kv-heads", "--head-dim", "--bytes", "--params",
-        "--q-heads", "--mla-rank", "--mla-rope"};
+        "--layers", "--kv-heads", "--head-dim", "--bytes",
+        "--params", "--q-heads",  "--mla-rank", "--mla-rope"};
     kvf_calc_model_t *m = &st->model;
     int i;
 
@@ -366,14 +414,30 @@ static void kvf_calc_model_flags(kvf_calc_state_t *st,
         }
         kvf_calc_note_model(st, names[i]);
         switch (i) {
-        case KVF_MF_LAYERS: m->layers = (unsigned)v; break;
-        case KVF_MF_KV_HEADS: m->kv_heads = (unsigned)v; break;
-        case KVF_MF_HEAD_DIM: m->head_dim = (unsigned)v; break;
-        case KVF_MF_BYTES: m->bytes = v; break;
-        case KVF_MF_PARAMS: m->params_active = m->params_total = v; break;
-        case KVF_MF_Q_HEADS: m->q_heads = (unsigned)v; break;
-        case KVF_MF_MLA_RANK: m->mla_rank = (unsigned)v; break;
-        default: m->mla_rope = (unsigned)v; break;
+        case KVF_MF_LAYERS:
+            m->layers = (unsigned)v;
+            break;
+        case KVF_MF_KV_HEADS:
+            m->kv_heads = (unsigned)v;
+            break;
+        case KVF_MF_HEAD_DIM:
+            m->head_dim = (unsigned)v;
+            break;
+        case KVF_MF_BYTES:
+            m->bytes = v;
+            break;
+        case KVF_MF_PARAMS:
+            m->params_active = m->params_total = v;
+            break;
+        case KVF_MF_Q_HEADS:
+            m->q_heads = (unsigned)v;
+            break;
+        case KVF_MF_MLA_RANK:
+            m->mla_rank = (unsigned)v;
+            break;
+        default:
+            m->mla_rope = (unsigned)v;
+            break;
         }
     }
     if (fl->mf[KVF_MF_KV_HEADS] > 0 && fl->mf[KVF_MF_MLA_RANK] < 0) {
@@ -391,8 +455,10 @@ static int kvf_calc_setup(kvf_calc_state_t *st, const kvf_calc_flags_t *fl)
 
     preset = kvf_calc_preset(fl->model != NULL ? fl->model : "llama3-70b");
     if (preset == NULL) {
-        fprintf(stderr, "kvferry calc: --model: no preset '%s' "
-                        "(kvferry calc --list)\n", fl->model);
+        fprintf(stderr,
+                "kvferry calc: --model: no preset '%s' "
+                "(kvferry calc --list)\n",
+                fl->model);
         return KVF_CLI_USAGE;
     }
     st->model = *preset;
@@ -445,17 +511,39 @@ static int kvf_calc_setup(kvf_calc_state_t *st, const kvf_calc_flags_t *fl)
             *p = *p == '_' ? '-' : *p; /* link_gbs -> --link-gbs */
         }
         switch (i) {
-        case KVF_IN_TOKENS: st->in.tokens = v; break;
-        case KVF_IN_GPUS: st->in.gpus = (unsigned)v; break;
-        case KVF_IN_TFLOPS: st->in.tflops = v; break;
-        case KVF_IN_UTIL: st->in.util = v; break;
-        case KVF_IN_LINK: st->in.link_gbs = v; break;
-        case KVF_IN_LINKS: st->in.links = (unsigned)v; break;
-        case KVF_IN_H2D: st->in.h2d_gbs = v; break;
-        case KVF_IN_QUERY: st->in.query_s = v / 1e3; break;
-        case KVF_IN_SYNC: st->in.sync_s = v / 1e3; break;
-        case KVF_IN_OVERLAP: st->in.overlap = 1; break;
-        default: st->in.attention = 1; break;
+        case KVF_IN_TOKENS:
+            st->in.tokens = v;
+            break;
+        case KVF_IN_GPUS:
+            st->in.gpus = (unsigned)v;
+            break;
+        case KVF_IN_TFLOPS:
+            st->in.tflops = v;
+            break;
+        case KVF_IN_UTIL:
+            st->in.util = v;
+            break;
+        case KVF_IN_LINK:
+            st->in.link_gbs = v;
+            break;
+        case KVF_IN_LINKS:
+            st->in.links = (unsigned)v;
+            break;
+        case KVF_IN_H2D:
+            st->in.h2d_gbs = v;
+            break;
+        case KVF_IN_QUERY:
+            st->in.query_s = v / 1e3;
+            break;
+        case KVF_IN_SYNC:
+            st->in.sync_s = v / 1e3;
+            break;
+        case KVF_IN_OVERLAP:
+            st->in.overlap = 1;
+            break;
+        default:
+            st->in.attention = 1;
+            break;
         }
     }
     if (kvf_calc_check(&st->model, &st->in, &why) != KVF_OK) {

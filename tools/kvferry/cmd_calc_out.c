@@ -40,25 +40,36 @@ void kvf_calc_list(const kvf_calc_state_t *st)
     for (i = 0; i < st->refs.n; i++) {
         const kvf_calc_ref_t *r = &st->refs.items[i];
 
-        printf("  %-26s %9g %-7s %-24s %s\n", r->id, r->value, r->unit,
-               r->kind, r->what);
+        printf("  %-26s %9g %-7s %-24s %s\n", r->id, r->value, r->unit, r->kind,
+               r->what);
     }
 }
 
 double kvf_calc_in_value(const kvf_calc_inputs_t *in, int i)
 {
     switch (i) {
-    case KVF_IN_TOKENS: return in->tokens;
-    case KVF_IN_GPUS: return in->gpus;
-    case KVF_IN_TFLOPS: return in->tflops;
-    case KVF_IN_UTIL: return in->util;
-    case KVF_IN_LINK: return in->link_gbs;
-    case KVF_IN_LINKS: return in->links;
-    case KVF_IN_H2D: return in->h2d_gbs;
-    case KVF_IN_QUERY: return in->query_s * 1e3;
-    case KVF_IN_SYNC: return in->sync_s * 1e3;
-    case KVF_IN_OVERLAP: return in->overlap;
-    default: return in->attention;
+    case KVF_IN_TOKENS:
+        return in->tokens;
+    case KVF_IN_GPUS:
+        return in->gpus;
+    case KVF_IN_TFLOPS:
+        return in->tflops;
+    case KVF_IN_UTIL:
+        return in->util;
+    case KVF_IN_LINK:
+        return in->link_gbs;
+    case KVF_IN_LINKS:
+        return in->links;
+    case KVF_IN_H2D:
+        return in->h2d_gbs;
+    case KVF_IN_QUERY:
+        return in->query_s * 1e3;
+    case KVF_IN_SYNC:
+        return in->sync_s * 1e3;
+    case KVF_IN_OVERLAP:
+        return in->overlap;
+    default:
+        return in->attention;
     }
 }
 
@@ -66,10 +77,10 @@ static json_t *kvf_calc_model_json(const kvf_calc_model_t *m,
                                    const char *source)
 {
     json_t *o = json_pack(
-        "{s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:i, s:i}",
-        "name", m->name, "layers", (json_int_t)m->layers, "kv_heads",
-        (json_int_t)m->kv_heads, "head_dim", (json_int_t)m->head_dim,
-        "bytes", m->bytes, "params_total", m->params_total, "params_active",
+        "{s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:i, s:i}", "name",
+        m->name, "layers", (json_int_t)m->layers, "kv_heads",
+        (json_int_t)m->kv_heads, "head_dim", (json_int_t)m->head_dim, "bytes",
+        m->bytes, "params_total", m->params_total, "params_active",
         m->params_active, "q_heads", (json_int_t)m->q_heads, "qk_dim",
         (json_int_t)m->qk_dim, "v_dim", (json_int_t)m->v_dim, "mla_rank",
         (json_int_t)m->mla_rank, "mla_rope", (json_int_t)m->mla_rope);
@@ -84,8 +95,7 @@ static json_t *kvf_calc_model_json(const kvf_calc_model_t *m,
 }
 
 /* The whole calculation as JSON; also the page's data. */
-json_t *kvf_calc_json(const kvf_calc_state_t *st,
-                             const kvf_calc_result_t *r)
+json_t *kvf_calc_json(const kvf_calc_state_t *st, const kvf_calc_result_t *r)
 {
     json_t *root = json_object(), *ins = json_object(), *res;
     int i;
@@ -99,20 +109,20 @@ json_t *kvf_calc_json(const kvf_calc_state_t *st,
                         : json_real(kvf_calc_in_value(&st->in, i));
 
         json_object_set_new(ins, kvf_calc_in_desc[i].key,
-            json_pack("{s:o, s:s, s:s}", "value", v, "unit",
-                      kvf_calc_in_desc[i].unit, "source", st->src[i]));
+                            json_pack("{s:o, s:s, s:s}", "value", v, "unit",
+                                      kvf_calc_in_desc[i].unit, "source",
+                                      st->src[i]));
     }
     json_object_set_new(root, "inputs", ins);
-    res = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
-                    "kv_bytes_per_token", r->kv_bytes_per_token,
-                    "prefix_bytes", r->prefix_bytes, "net_s", r->net_s,
-                    "h2d_s", r->h2d_s, "fixed_s", r->fixed_s, "load_s",
-                    r->load_s, "recompute_flops", r->recompute_flops,
-                    "recompute_s", r->recompute_s, "verdict",
-                    r->load_wins ? "load" : "recompute");
-    json_object_set_new(res, "speedup", isfinite(r->speedup)
-                                            ? json_real(r->speedup)
-                                            : json_null());
+    res = json_pack(
+        "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "kv_bytes_per_token",
+        r->kv_bytes_per_token, "prefix_bytes", r->prefix_bytes, "net_s",
+        r->net_s, "h2d_s", r->h2d_s, "fixed_s", r->fixed_s, "load_s", r->load_s,
+        "recompute_flops", r->recompute_flops, "recompute_s", r->recompute_s,
+        "verdict", r->load_wins ? "load" : "recompute");
+    json_object_set_new(res, "speedup",
+                        isfinite(r->speedup) ? json_real(r->speedup)
+                                             : json_null());
     json_object_set_new(res, "breakeven_tokens",
                         r->has_breakeven ? json_real(r->breakeven_tokens)
                                          : json_null());
@@ -154,8 +164,7 @@ static const char *kvf_calc_secs(char *buf, size_t len, double s)
     return buf;
 }
 
-void kvf_calc_print(const kvf_calc_state_t *st,
-                           const kvf_calc_result_t *r)
+void kvf_calc_print(const kvf_calc_state_t *st, const kvf_calc_result_t *r)
 {
     const kvf_calc_model_t *m = &st->model;
     char a[64], b[64];
@@ -165,12 +174,14 @@ void kvf_calc_print(const kvf_calc_state_t *st,
     printf("kvferry calc: load the KV cache of a prefix, or recompute it?\n\n");
     if (m->mla_rank > 0) {
         printf("model   %s: %u layers x MLA (%u + %u) x %g B, %.4gB params "
-               "per token\n", m->name, m->layers, m->mla_rank, m->mla_rope,
-               m->bytes, m->params_active / 1e9);
+               "per token\n",
+               m->name, m->layers, m->mla_rank, m->mla_rope, m->bytes,
+               m->params_active / 1e9);
     } else {
         printf("model   %s: %u layers x %u KV heads x %u dims x %g B, %.4gB "
-               "params per token\n", m->name, m->layers, m->kv_heads,
-               m->head_dim, m->bytes, m->params_active / 1e9);
+               "params per token\n",
+               m->name, m->layers, m->kv_heads, m->head_dim, m->bytes,
+               m->params_active / 1e9);
     }
     printf("        source: %s\n\n", st->model_src);
     printf("%-20s %12s %-8s %s\n", "input", "value", "unit", "source");
@@ -198,8 +209,7 @@ void kvf_calc_print(const kvf_calc_state_t *st,
     printf("%-28s %s\n", b, kvf_calc_secs(a, sizeof(a), r->h2d_s));
     printf("%-28s %s\n", "fixed (query + sync)",
            kvf_calc_secs(a, sizeof(a), r->fixed_s));
-    printf("%-28s %s (%s)\n", "load",
-           kvf_calc_secs(a, sizeof(a), r->load_s),
+    printf("%-28s %s (%s)\n", "load", kvf_calc_secs(a, sizeof(a), r->load_s),
            st->in.overlap ? "fixed + max(network, H2D)"
                           : "fixed + network + H2D");
     printf("%-28s %.3g FLOP\n", "recompute work", r->recompute_flops);
@@ -221,8 +231,8 @@ void kvf_calc_print(const kvf_calc_state_t *st,
         printf("%-28s none: each token loads slower than it recomputes\n",
                "break-even prefix");
     }
-    printf("\n%10s %12s %12s %8s  %s\n", "tokens", "load", "recompute",
-           "ratio", "faster");
+    printf("\n%10s %12s %12s %8s  %s\n", "tokens", "load", "recompute", "ratio",
+           "faster");
     for (n = 256; n <= 131072 * 2; n *= 2) {
         double l = kvf_calc_load_s(m, &st->in, n);
         double c = kvf_calc_recompute_s(m, &st->in, n);
@@ -238,7 +248,7 @@ void kvf_calc_print(const kvf_calc_state_t *st,
 }
 
 json_t *kvf_calc_page_data(const kvf_calc_state_t *st,
-                                  const kvf_calc_result_t *r)
+                           const kvf_calc_result_t *r)
 {
     json_t *root = kvf_calc_json(st, r), *presets = json_array();
     json_t *refs = json_array();
@@ -252,7 +262,8 @@ json_t *kvf_calc_page_data(const kvf_calc_state_t *st,
     for (i = 0; i < st->refs.n; i++) {
         const kvf_calc_ref_t *f = &st->refs.items[i];
 
-        json_array_append_new(refs,
+        json_array_append_new(
+            refs,
             json_pack("{s:s, s:s, s:f, s:s, s:s, s:s, s:s}", "id", f->id,
                       "what", f->what, "value", f->value, "unit", f->unit,
                       "kind", f->kind, "use", f->use, "source", f->source));

@@ -13,9 +13,8 @@ extern const kvf_config_table_t kvf_fault_config;
 extern const kvf_config_table_t kvf_cuda_config;
 extern const kvf_config_table_t kvf_store_config;
 
-static void kvf_config_print(const char *component,
-                             const kvf_config_entry_t *e, const char *value,
-                             void *arg)
+static void kvf_config_print(const char *component, const kvf_config_entry_t *e,
+                             const char *value, void *arg)
 {
     (void)arg;
     printf("%-8s %-16s = %-14s %s (default %s)\n", component, e->name,
@@ -33,7 +32,8 @@ void kvf_cli_config_init(void)
 int kvf_cmd_config(int argc, char **argv)
 {
     (void)argc;
-    (void)argv;    printf("# every key can be set as KVF_<KEY> in the environment or as\n"
+    (void)argv;
+    printf("# every key can be set as KVF_<KEY> in the environment or as\n"
            "# 'key = value' in the file named by KVF_CONFIG\n");
     kvf_config_foreach(kvf_config_print, NULL);
     return KVF_CLI_OK;

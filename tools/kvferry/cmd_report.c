@@ -27,7 +27,8 @@
 
 static void kvf_report_usage(void)
 {
-    fprintf(stderr,
+    fprintf(
+        stderr,
         "usage: kvferry report DIR [options]\n"
         "One HTML page with charts of the records (*.json) in DIR.\n"
         "  -o, --output FILE   page to write (default DIR/report.html;\n"
@@ -66,8 +67,8 @@ static char **kvf_report_list(const char *dir, size_t *count_p)
             continue;
         }
         if (n == KVF_REPORT_MAX_FILES) {
-            fprintf(stderr, "kvferry report: %s: more than %d records\n",
-                    dir, KVF_REPORT_MAX_FILES);
+            fprintf(stderr, "kvferry report: %s: more than %d records\n", dir,
+                    KVF_REPORT_MAX_FILES);
             break;
         }
         if (n == cap) {
@@ -175,14 +176,12 @@ int kvf_cmd_report(int argc, char **argv)
         rec = kvf_calc_json_load(path, err, sizeof(err));
         why = rec != NULL ? kvf_report_why_not(rec) : err;
         if (why != NULL) {
-            fprintf(stderr, "kvferry report: skipping %s: %s\n", names[i],
-                    why);
-            json_array_append_new(skipped, json_pack("{s:s, s:s}", "file",
-                                                     names[i], "why", why));
+            fprintf(stderr, "kvferry report: skipping %s: %s\n", names[i], why);
+            json_array_append_new(
+                skipped, json_pack("{s:s, s:s}", "file", names[i], "why", why));
         } else {
             json_array_append_new(records, json_pack("{s:s, s:O}", "file",
-                                                     names[i], "record",
-                                                     rec));
+                                                     names[i], "record", rec));
         }
         json_decref(rec);
     }

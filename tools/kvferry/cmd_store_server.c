@@ -38,24 +38,25 @@ static int kvf_store_wait_signal(sigset_t *set)
 
 static void kvf_master_usage(void)
 {
-    fprintf(stderr,
-            "usage: kvferry master [--listen HOST:PORT] [--http HOST:PORT|off]\n"
-            "                      [--lease DUR] [--put-timeout DUR]\n"
-            "                      [--node-ttl DUR] [--heartbeat DUR]\n"
-            "                      [--high-watermark PCT] [--low-watermark PCT]\n"
-            "                      [--replicas N]\n"
-            "  --listen          RPC address (default: config `master`, "
-            "127.0.0.1:17800)\n"
-            "  --http            /metrics and /status (default 127.0.0.1:17801)\n"
-            "  --lease           read lease of a get (default 2s)\n"
-            "  --put-timeout     a put not committed by then is undone "
-            "(default 10s)\n"
-            "  --node-ttl        a node silent this long is dropped "
-            "(default 3s)\n"
-            "  --heartbeat       interval asked of nodes (default 500ms)\n"
-            "  --high-watermark  evict above this %% used (default 90)\n"
-            "  --low-watermark   ... down to this %% (default 80)\n"
-            "  --replicas        default replicas per object (default 1)\n");
+    fprintf(
+        stderr,
+        "usage: kvferry master [--listen HOST:PORT] [--http HOST:PORT|off]\n"
+        "                      [--lease DUR] [--put-timeout DUR]\n"
+        "                      [--node-ttl DUR] [--heartbeat DUR]\n"
+        "                      [--high-watermark PCT] [--low-watermark PCT]\n"
+        "                      [--replicas N]\n"
+        "  --listen          RPC address (default: config `master`, "
+        "127.0.0.1:17800)\n"
+        "  --http            /metrics and /status (default 127.0.0.1:17801)\n"
+        "  --lease           read lease of a get (default 2s)\n"
+        "  --put-timeout     a put not committed by then is undone "
+        "(default 10s)\n"
+        "  --node-ttl        a node silent this long is dropped "
+        "(default 3s)\n"
+        "  --heartbeat       interval asked of nodes (default 500ms)\n"
+        "  --high-watermark  evict above this %% used (default 90)\n"
+        "  --low-watermark   ... down to this %% (default 80)\n"
+        "  --replicas        default replicas per object (default 1)\n");
 }
 
 int kvf_cmd_master(int argc, char **argv)
@@ -132,8 +133,7 @@ int kvf_cmd_master(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     printf("master=%s http=%s\n", kvf_master_address(m),
-           kvf_master_http_address(m)[0] ? kvf_master_http_address(m)
-                                         : "off");
+           kvf_master_http_address(m)[0] ? kvf_master_http_address(m) : "off");
     fflush(stdout);
     sig = kvf_store_wait_signal(&set);
     fprintf(stderr, "kvferry master: signal %d, stopping\n", sig);
@@ -230,8 +230,8 @@ int kvf_cmd_node(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     printf("node=%s pool=0x%lx+%lu master=%s\n", kvf_node_segment(n),
-           (unsigned long)(uintptr_t)kvf_node_pool(n),
-           (unsigned long)o.pool, o.master);
+           (unsigned long)(uintptr_t)kvf_node_pool(n), (unsigned long)o.pool,
+           o.master);
     fflush(stdout);
     sig = kvf_store_wait_signal(&set);
     fprintf(stderr, "kvferry node: signal %d, stopping\n", sig);

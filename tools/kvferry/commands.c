@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 static int kvf_cmd_bench(int argc, char **argv)
 {
     return kvf_cli_dispatch(kvf_cli_bench_commands, "kvferry bench", argc,
@@ -44,7 +43,8 @@ const kvf_cli_cmd_t kvf_cli_commands[] = {
     {"ls", kvf_cmd_ls, "list stored keys (by prefix)"},
     {"calc", kvf_cmd_calc,
      "break-even: load a prefix's KV cache or recompute it (seed 003)"},
-    {"report", kvf_cmd_report, "one HTML page with charts of a folder of "
+    {"report", kvf_cmd_report,
+     "one HTML page with charts of a folder of "
      "records"},
     {"drill", kvf_cmd_drill, "fault drills (kvferry drill list)"},
     {"config", kvf_cmd_config, "list every configuration key"},

@@ -83,8 +83,8 @@ long kvf_cli_long(const char *flag, const char *text, long min, long max)
     errno = 0;
     v = strtol(text, &end, 10);
     if (errno != 0 || *end != '\0' || end == text || v < min || v > max) {
-        fprintf(stderr, "kvferry: %s: '%s' is not a number in %ld..%ld\n",
-                flag, text, min, max);
+        fprintf(stderr, "kvferry: %s: '%s' is not a number in %ld..%ld\n", flag,
+                text, min, max);
         exit(KVF_CLI_USAGE);
     }
     return v;
@@ -112,8 +112,8 @@ static void *kvf_cli_anon_alloc(size_t len)
     void *p;
     int i;
 
-    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-             -1, 0);
+    p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+             0);
     if (p == MAP_FAILED) {
         return NULL;
     }

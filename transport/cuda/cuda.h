@@ -49,14 +49,14 @@ int kvf_cuda_built(void);
 
 typedef struct kvf_cuda_dev_info {
     char name[256];
-    char pci_bus_id[32];  /* "0000:3b:00.0" (sysfs spelling) */
-    int numa_node;        /* host NUMA node closest to the GPU, -1 unknown */
-    int pcie_gen;         /* current link generation, 0 unknown */
-    int pcie_width;       /* current link width, 0 unknown */
+    char pci_bus_id[32]; /* "0000:3b:00.0" (sysfs spelling) */
+    int numa_node;       /* host NUMA node closest to the GPU, -1 unknown */
+    int pcie_gen;        /* current link generation, 0 unknown */
+    int pcie_width;      /* current link width, 0 unknown */
     int cc_major, cc_minor;
     int sm_count;
     uint64_t mem_bytes;
-    int driver_version;   /* e.g. 13000 */
+    int driver_version; /* e.g. 13000 */
     int runtime_version;
 } kvf_cuda_dev_info_t;
 
@@ -138,8 +138,8 @@ typedef struct kvf_cuda_blk {
 /* Kernel variant for copies (config key cuda_kernel / KVF_CUDA_KERNEL). */
 typedef enum kvf_cuda_kernel {
     KVF_CUDA_KERNEL_AUTO = 0,
-    KVF_CUDA_KERNEL_WARP = 1, /* a warp per block, vector loads/stores */
-    KVF_CUDA_KERNEL_BULK = 2, /* Hopper bulk copies through shared memory */
+    KVF_CUDA_KERNEL_WARP = 1,  /* a warp per block, vector loads/stores */
+    KVF_CUDA_KERNEL_BULK = 2,  /* Hopper bulk copies through shared memory */
     KVF_CUDA_KERNEL_HYBRID = 3 /* warp kernel plus the copy engines taking
                                   every 4th block (cudaMemcpyBatchAsync) */
 } kvf_cuda_kernel_t;
@@ -172,13 +172,10 @@ kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
  * cudaMemcpyAsync (cudaMemcpyPeerAsync across GPUs), one
  * cudaMemcpyAsync per block, and one cudaMemcpyBatchAsync. */
 kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
-                                  const kvf_cuda_mem_t *src,
-                                  uint64_t src_off,
-                                  const kvf_cuda_mem_t *dst,
-                                  uint64_t dst_off, uint64_t len,
-                                  int timeout_ms);
-kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp,
-                                const kvf_cuda_mem_t *src,
+                                  const kvf_cuda_mem_t *src, uint64_t src_off,
+                                  const kvf_cuda_mem_t *dst, uint64_t dst_off,
+                                  uint64_t len, int timeout_ms);
+kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
                                 const kvf_cuda_mem_t *dst,
                                 const kvf_cuda_blk_t *blks, size_t n,
                                 int timeout_ms);
@@ -228,8 +225,7 @@ kvf_status_t kvf_cuda_ipc_export(uint64_t addr,
                                  uint64_t *offset_p);
 /* Maps another process's allocation on `device`; *base_p is the start of
  * the allocation in this process. Closed with kvf_cuda_ipc_close. */
-kvf_status_t kvf_cuda_ipc_open(const unsigned char
-                                   handle[KVF_CUDA_IPC_HANDLE],
+kvf_status_t kvf_cuda_ipc_open(const unsigned char handle[KVF_CUDA_IPC_HANDLE],
                                int device, void **base_p);
 void kvf_cuda_ipc_close(int device, void *base);
 

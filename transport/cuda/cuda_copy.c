@@ -83,9 +83,9 @@ kvf_status_t kvf_cuda_slot_init(kvf_cuda_slot_t *s, uint64_t cap,
             cudaHostAllocPortable | cudaHostAllocMapped));
     }
     if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(cudaHostAlloc(
-            (void **)&s->flag, 64,
-            cudaHostAllocPortable | cudaHostAllocMapped));
+        status = KVF_CUDA_CHECK(
+            cudaHostAlloc((void **)&s->flag, 64,
+                          cudaHostAllocPortable | cudaHostAllocMapped));
     }
     if (status != KVF_OK) {
         kvf_cuda_slot_fini(s);
@@ -151,8 +151,7 @@ kvf_status_t kvf_cuda_slot_wait(kvf_cuda_slot_t *s, uint64_t deadline_ms)
 }
 
 kvf_status_t kvf_cuda_slot_post(kvf_cuda_slot_t *s, int device,
-                                cudaStream_t stream, int to_gpu,
-                                unsigned *err)
+                                cudaStream_t stream, int to_gpu, unsigned *err)
 {
     kvf_cuda_launch_t l;
     kvf_status_t status;
@@ -228,17 +227,17 @@ kvf_status_t kvf_cuda_copy_create(int device, kvf_cuda_copy_t **cp_p)
             cudaEventCreateWithFlags(&cp->done, cudaEventDisableTiming));
     }
     if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(cudaHostAlloc(
-            (void **)&cp->err, 64,
-            cudaHostAllocPortable | cudaHostAllocMapped));
+        status = KVF_CUDA_CHECK(
+            cudaHostAlloc((void **)&cp->err, 64,
+                          cudaHostAllocPortable | cudaHostAllocMapped));
     }
     for (i = 0; i < 2 && status == KVF_OK; i++) {
         kvf_cuda_dbuf_t *b = &cp->dbuf[i];
         size_t bytes = KVF_COPY_DESC_CAP * sizeof(kvf_cuda_blk_t);
 
-        status = KVF_CUDA_CHECK(cudaHostAlloc(
-            (void **)&b->h, bytes,
-            cudaHostAllocPortable | cudaHostAllocMapped));
+        status = KVF_CUDA_CHECK(
+            cudaHostAlloc((void **)&b->h, bytes,
+                          cudaHostAllocPortable | cudaHostAllocMapped));
         if (status == KVF_OK) {
             status = KVF_CUDA_CHECK(
                 cudaEventCreateWithFlags(&b->ev, cudaEventDisableTiming));
@@ -262,8 +261,8 @@ void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp)
     cudaSetDevice(cp->device);
     if (cp->stream != NULL) {
         /* bounded: a copy never outlives its own deadline by much */
-        if (cp->done != NULL && cudaEventRecord(cp->done, cp->stream) ==
-                                    cudaSuccess) {
+        if (cp->done != NULL &&
+            cudaEventRecord(cp->done, cp->stream) == cudaSuccess) {
             kvf_cuda_event_wait(cp->done, kvf_time_ms() + 10000);
         }
         cudaStreamDestroy(cp->stream);
@@ -333,8 +332,7 @@ static kvf_cuda_kernel_t kvf_cuda_pick(kvf_cuda_copy_t *cp,
 }
 
 /* Is mem usable by kernels of the context's GPU? */
-static kvf_status_t kvf_cuda_reach(kvf_cuda_copy_t *cp,
-                                   const kvf_cuda_mem_t *m)
+static kvf_status_t kvf_cuda_reach(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *m)
 {
     if (m->base == NULL && m->len > 0) {
         return KVF_ERR_INVALID_PARAM;
@@ -384,8 +382,8 @@ static kvf_status_t kvf_cuda_ce_post(kvf_cuda_copy_t *cp,
         status = KVF_CUDA_CHECK(
             cudaStreamCreateWithFlags(&cp->ce_stream, cudaStreamNonBlocking));
         if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK(cudaEventCreateWithFlags(
-                &cp->ce_done, cudaEventDisableTiming));
+            status = KVF_CUDA_CHECK(
+                cudaEventCreateWithFlags(&cp->ce_done, cudaEventDisableTiming));
         }
         if (status != KVF_OK) {
             return status;
@@ -422,9 +420,9 @@ static kvf_status_t kvf_cuda_ce_post(kvf_cuda_copy_t *cp,
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
     attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
     if (m > 0) {
-        status = KVF_CUDA_CHECK(cudaMemcpyBatchAsync(
-            cp->ce_dst, cp->ce_src, cp->ce_len, m, &attr, &attr_idx, 1,
-            cp->ce_stream));
+        status = KVF_CUDA_CHECK(
+            cudaMemcpyBatchAsync(cp->ce_dst, cp->ce_src, cp->ce_len, m, &attr,
+                                 &attr_idx, 1, cp->ce_stream));
     }
     if (status == KVF_OK) {
         status = KVF_CUDA_CHECK(cudaEventRecord(cp->ce_done, cp->ce_stream));
@@ -453,8 +451,8 @@ static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
         m = n - i < KVF_CUDA_LAUNCH_MAX ? n - i : KVF_CUDA_LAUNCH_MAX;
         l->blks = d + i;
         l->n = (unsigned)m;
-        status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
-            kern, l, cp->sm_count, stream));
+        status = KVF_CUDA_CHECK(
+            (cudaError_t)kvf_cuda_kern_launch(kern, l, cp->sm_count, stream));
         if (status == KVF_OK) {
             status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
         }
@@ -482,8 +480,8 @@ static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
 static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
                                          const kvf_cuda_mem_t *src,
                                          const kvf_cuda_mem_t *dst,
-                                         const kvf_cuda_blk_t *blks,
-                                         size_t n, uint64_t deadline)
+                                         const kvf_cuda_blk_t *blks, size_t n,
+                                         uint64_t deadline)
 {
     kvf_cuda_kernel_t kern = kvf_cuda_pick(cp, src, dst);
     unsigned chunk = KVF_CUDA_LAUNCH_MIN, m, k = 0;
@@ -567,8 +565,8 @@ static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
          * upload between launches, and each warp prefetches its next */
         l.blks = b->h;
         l.n = m;
-        status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
-            kern, &l, cp->sm_count, stream));
+        status = KVF_CUDA_CHECK(
+            (cudaError_t)kvf_cuda_kern_launch(kern, &l, cp->sm_count, stream));
         if (status == KVF_OK) {
             status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
         }
@@ -576,8 +574,8 @@ static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
             b->busy = 1;
         }
         k++;
-        chunk = chunk * 4 < KVF_CUDA_LAUNCH_MAX ? chunk * 4
-                                                : KVF_CUDA_LAUNCH_MAX;
+        chunk =
+            chunk * 4 < KVF_CUDA_LAUNCH_MAX ? chunk * 4 : KVF_CUDA_LAUNCH_MAX;
     }
     /* launches alternate between two streams so that one's tail overlaps
      * the next one's start; the batch is done when both are */
@@ -649,8 +647,8 @@ static void kvf_cuda_slot_scatter(kvf_cuda_copy_t *cp, int k,
 static kvf_status_t kvf_cuda_copy_staged(kvf_cuda_copy_t *cp,
                                          const kvf_cuda_mem_t *src,
                                          const kvf_cuda_mem_t *dst,
-                                         const kvf_cuda_blk_t *blks,
-                                         size_t n, uint64_t deadline)
+                                         const kvf_cuda_blk_t *blks, size_t n,
+                                         uint64_t deadline)
 {
     int to_gpu = (src->type == KVF_MEM_HOST);
     const kvf_cuda_mem_t *host = to_gpu ? src : dst;
@@ -714,8 +712,7 @@ static kvf_status_t kvf_cuda_copy_staged(kvf_cuda_copy_t *cp,
             }
         }
         /* slot full (or batch done): post it, move on */
-        status = kvf_cuda_slot_post(s, cp->device, cp->stream, to_gpu,
-                                    cp->err);
+        status = kvf_cuda_slot_post(s, cp->device, cp->stream, to_gpu, cp->err);
         if (status != KVF_OK) {
             break;
         }
@@ -769,9 +766,8 @@ kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
                                   const kvf_cuda_blk_t *blks, size_t n,
                                   int timeout_ms)
 {
-    uint64_t deadline = kvf_time_ms() + (uint64_t)(timeout_ms > 0
-                                                       ? timeout_ms
-                                                       : 0);
+    uint64_t deadline =
+        kvf_time_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     kvf_status_t status, first = KVF_OK;
     size_t i;
 
@@ -808,11 +804,9 @@ kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
 }
 
 kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
-                                  const kvf_cuda_mem_t *src,
-                                  uint64_t src_off,
-                                  const kvf_cuda_mem_t *dst,
-                                  uint64_t dst_off, uint64_t len,
-                                  int timeout_ms)
+                                  const kvf_cuda_mem_t *src, uint64_t src_off,
+                                  const kvf_cuda_mem_t *dst, uint64_t dst_off,
+                                  uint64_t len, int timeout_ms)
 {
     const char *s;
     char *d;
@@ -844,14 +838,13 @@ kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
         status = KVF_CUDA_CHECK(cudaEventRecord(cp->done, cp->stream));
     }
     if (status == KVF_OK) {
-        status = kvf_cuda_event_wait(cp->done, kvf_time_ms() +
-                                                   (uint64_t)timeout_ms);
+        status =
+            kvf_cuda_event_wait(cp->done, kvf_time_ms() + (uint64_t)timeout_ms);
     }
     return status;
 }
 
-kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp,
-                                const kvf_cuda_mem_t *src,
+kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
                                 const kvf_cuda_mem_t *dst,
                                 const kvf_cuda_blk_t *blks, size_t n,
                                 int timeout_ms)
@@ -868,17 +861,17 @@ kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp,
             !kvf_blk_in(blks[i].dst_off, blks[i].len, dst->len)) {
             return KVF_ERR_OUT_OF_BOUNDS;
         }
-        status = KVF_CUDA_CHECK(cudaMemcpyAsync(
-            (char *)dst->base + blks[i].dst_off,
-            (const char *)src->base + blks[i].src_off, blks[i].len,
-            cudaMemcpyDefault, cp->stream));
+        status = KVF_CUDA_CHECK(
+            cudaMemcpyAsync((char *)dst->base + blks[i].dst_off,
+                            (const char *)src->base + blks[i].src_off,
+                            blks[i].len, cudaMemcpyDefault, cp->stream));
     }
     if (status == KVF_OK) {
         status = KVF_CUDA_CHECK(cudaEventRecord(cp->done, cp->stream));
     }
     if (status == KVF_OK) {
-        status = kvf_cuda_event_wait(cp->done, kvf_time_ms() +
-                                                   (uint64_t)timeout_ms);
+        status =
+            kvf_cuda_event_wait(cp->done, kvf_time_ms() + (uint64_t)timeout_ms);
     }
     return status;
 }
@@ -921,9 +914,8 @@ kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
     char *buf = NULL;
     size_t i;
 
-    if (cp == NULL || mem == NULL || (n > 0 && (offs == NULL ||
-                                                lens == NULL ||
-                                                sums == NULL))) {
+    if (cp == NULL || mem == NULL ||
+        (n > 0 && (offs == NULL || lens == NULL || sums == NULL))) {
         return KVF_ERR_INVALID_PARAM;
     }
     for (i = 0; i < n; i++) {
@@ -934,8 +926,7 @@ kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
     }
     if (mem->type != KVF_MEM_CUDA) {
         for (i = 0; i < n; i++) {
-            sums[i] = kvf_hash64((const char *)mem->base + offs[i], lens[i],
-                                 0);
+            sums[i] = kvf_hash64((const char *)mem->base + offs[i], lens[i], 0);
         }
         return KVF_OK;
     }

@@ -63,7 +63,7 @@ typedef struct kvf_cuda_reg {
 static pthread_rwlock_t kvf_cuda_reg_lock = PTHREAD_RWLOCK_INITIALIZER;
 static kvf_cuda_reg_t *kvf_cuda_regs;
 static size_t kvf_cuda_nregs, kvf_cuda_regs_cap;
-static int kvf_cuda_nregs_gpu; /* read without the lock as a fast path */
+static int kvf_cuda_nregs_gpu;        /* read without the lock as a fast path */
 static uint64_t kvf_cuda_reg_gen = 1; /* bumped by every change */
 
 /* Per-thread cache of the last lookups (a region, a gap between regions),
@@ -142,8 +142,7 @@ static void kvf_cuda_init_once(void)
     kvf_cuda_kernel_t k;
 
     kvf_config_register(&kvf_cuda_config);
-    k = kvf_cuda_kernel_parse(kvf_config_str(&kvf_cuda_config,
-                                             "cuda_kernel"));
+    k = kvf_cuda_kernel_parse(kvf_config_str(&kvf_cuda_config, "cuda_kernel"));
     if ((int)k < 0) {
         kvf_warn("cuda_kernel: unknown value '%s', using auto",
                  kvf_config_str(&kvf_cuda_config, "cuda_kernel"));
@@ -172,8 +171,7 @@ static void kvf_cuda_init_once(void)
         cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d);
         kvf_cuda_devs[d].sm_count = v;
         v = 0;
-        cudaDeviceGetAttribute(&v,
-                               cudaDevAttrCanUseHostPointerForRegisteredMem,
+        cudaDeviceGetAttribute(&v, cudaDevAttrCanUseHostPointerForRegisteredMem,
                                d);
         kvf_cuda_devs[d].host_ptr_ok = v;
         kvf_cuda_devs[d].peer[d] = 1;
@@ -332,14 +330,18 @@ kvf_status_t kvf_cuda_device_info(int device, kvf_cuda_dev_info_t *info)
         info->pci_bus_id[i] = (char)tolower((unsigned char)info->pci_bus_id[i]);
     }
     info->numa_node = (int)kvf_cuda_sysfs_num(info->pci_bus_id, "numa_node");
-    if (info->numa_node < 0 &&
-        cudaDeviceGetAttribute(&v, cudaDevAttrHostNumaId, device) ==
-            cudaSuccess) {
+    if (info->numa_node < 0 && cudaDeviceGetAttribute(&v, cudaDevAttrHostNumaId,
+                                                      device) == cudaSuccess) {
         info->numa_node = v;
     }
     gts = kvf_cuda_sysfs_num(info->pci_bus_id, "current_link_speed");
-    info->pcie_gen = gts >= 63 ? 6 : gts >= 31 ? 5 : gts >= 15 ? 4
-                   : gts >= 7.9 ? 3 : gts >= 4.9 ? 2 : gts > 0 ? 1 : 0;
+    info->pcie_gen = gts >= 63    ? 6
+                     : gts >= 31  ? 5
+                     : gts >= 15  ? 4
+                     : gts >= 7.9 ? 3
+                     : gts >= 4.9 ? 2
+                     : gts > 0    ? 1
+                                  : 0;
     v = (int)kvf_cuda_sysfs_num(info->pci_bus_id, "current_link_width");
     info->pcie_width = v > 0 ? v : 0;
     cudaDriverGetVersion(&info->driver_version);
@@ -551,8 +553,7 @@ static kvf_status_t kvf_cuda_check_range(uint64_t addr, uint64_t len,
     unsigned long long base = 0;
     size_t size = 0;
 
-    if (cudaPointerGetAttributes(&a, (void *)(uintptr_t)addr) !=
-            cudaSuccess ||
+    if (cudaPointerGetAttributes(&a, (void *)(uintptr_t)addr) != cudaSuccess ||
         cudaPointerGetAttributes(&b, (void *)(uintptr_t)(addr + len - 1)) !=
             cudaSuccess) {
         cudaGetLastError();
@@ -722,8 +723,8 @@ kvf_mem_type_t kvf_cuda_region_lookup(uint64_t addr, int *device_p,
     c = &kvf_cuda_reg_tls[type == KVF_MEM_HOST ? 1 : 0];
     c->gen = gen;
     c->lo = lo;
-    c->hi = (left == UINT64_MAX || addr + left < addr) ? UINT64_MAX
-                                                       : addr + left;
+    c->hi =
+        (left == UINT64_MAX || addr + left < addr) ? UINT64_MAX : addr + left;
     c->type = type;
     c->device = device;
 out:
@@ -756,8 +757,7 @@ kvf_status_t kvf_cuda_ipc_export(uint64_t addr,
     if (kvf_cuda_device_count() == 0) {
         return KVF_ERR_UNAVAILABLE;
     }
-    if (cudaPointerGetAttributes(&a, (void *)(uintptr_t)addr) !=
-            cudaSuccess ||
+    if (cudaPointerGetAttributes(&a, (void *)(uintptr_t)addr) != cudaSuccess ||
         a.type != cudaMemoryTypeDevice || kvf_cu_range == NULL ||
         kvf_cu_range(&base, &size, addr) != 0) {
         cudaGetLastError();
@@ -773,8 +773,7 @@ kvf_status_t kvf_cuda_ipc_export(uint64_t addr,
     return KVF_OK;
 }
 
-kvf_status_t kvf_cuda_ipc_open(const unsigned char
-                                   handle[KVF_CUDA_IPC_HANDLE],
+kvf_status_t kvf_cuda_ipc_open(const unsigned char handle[KVF_CUDA_IPC_HANDLE],
                                int device, void **base_p)
 {
     cudaIpcMemHandle_t h;

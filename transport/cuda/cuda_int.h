@@ -17,7 +17,7 @@ extern "C" {
 
 /* Blocks longer than this are split into pieces before a launch, so one
  * large block does not keep a single warp busy while the others idle. */
-#define KVF_CUDA_SPLIT      (64u << 10)
+#define KVF_CUDA_SPLIT (64u << 10)
 /* Descriptors per launch (the first launches of a batch are smaller so
  * the GPU starts early while the host prepares the rest: 512, 2048,
  * 8192, then 32768). */
@@ -56,7 +56,7 @@ int kvf_cuda_kern_regs(kvf_cuda_kernel_t kernel);
 /* Runtime state (cuda_dev.c). */
 typedef struct kvf_cuda_devstate {
     int sm_count;
-    int host_ptr_ok; /* can use host pointers of registered memory */
+    int host_ptr_ok;            /* can use host pointers of registered memory */
     int peer[KVF_CUDA_DEV_MAX]; /* 0 unknown, 1 enabled, -1 impossible */
 } kvf_cuda_devstate_t;
 
@@ -82,16 +82,16 @@ kvf_cuda_kernel_t kvf_cuda_default_kernel(void);
  * Used by the pageable paths (cuda_copy.c) and by socket I/O
  * (cuda_stage.c). */
 typedef struct kvf_cuda_slot {
-    char *buf;               /* pinned, mapped */
+    char *buf; /* pinned, mapped */
     uint64_t cap;
     uint64_t used;
-    kvf_cuda_blk_t *blks;    /* pinned, mapped */
+    kvf_cuda_blk_t *blks; /* pinned, mapped */
     unsigned nblks;
     unsigned blks_cap;
-    unsigned *flag;          /* pinned, mapped: last completed seq */
-    unsigned seq;            /* of the last launch */
+    unsigned *flag;                  /* pinned, mapped: last completed seq */
+    unsigned seq;                    /* of the last launch */
     unsigned *ctr[KVF_CUDA_DEV_MAX]; /* CTAs finished, per device */
-    int ev_dev;              /* device whose copy is pending, -1 none */
+    int ev_dev;                      /* device whose copy is pending, -1 none */
 } kvf_cuda_slot_t;
 
 kvf_status_t kvf_cuda_slot_init(kvf_cuda_slot_t *s, uint64_t cap,
@@ -102,8 +102,7 @@ kvf_status_t kvf_cuda_slot_wait(kvf_cuda_slot_t *s, uint64_t deadline_ms);
 /* Launches the slot's blocks on device's stream and records its event.
  * to_gpu: slot -> GPU blocks (src is the slot); else GPU -> slot. */
 kvf_status_t kvf_cuda_slot_post(kvf_cuda_slot_t *s, int device,
-                                cudaStream_t stream, int to_gpu,
-                                unsigned *err);
+                                cudaStream_t stream, int to_gpu, unsigned *err);
 
 #ifdef __cplusplus
 }

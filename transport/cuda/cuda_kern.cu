@@ -24,12 +24,12 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#define KVF_FULL_MASK 0xffffffffu
-#define KVF_WARP_CTA  256 /* threads per CTA of the warp kernel */
-#define KVF_WARP_UNROLL 8
-#define KVF_BULK_STAGES 5
-#define KVF_BULK_AHEAD  3
-#define KVF_BULK_STAGE  8192u
+#define KVF_FULL_MASK        0xffffffffu
+#define KVF_WARP_CTA         256 /* threads per CTA of the warp kernel */
+#define KVF_WARP_UNROLL      8
+#define KVF_BULK_STAGES      5
+#define KVF_BULK_AHEAD       3
+#define KVF_BULK_STAGE       8192u
 #define KVF_BULK_CTAS_PER_SM 4
 
 struct kvf_desc {
@@ -144,8 +144,7 @@ __device__ __forceinline__ void kvf_copy_block(const char *s, char *d,
 /* Completion signal: after every thread's writes are fenced at system
  * scope, the last CTA to finish resets the counter and publishes seq in
  * the mapped host word the host polls. */
-__device__ __forceinline__ void kvf_signal_done(unsigned *ctr,
-                                                unsigned *flag,
+__device__ __forceinline__ void kvf_signal_done(unsigned *ctr, unsigned *flag,
                                                 unsigned seq)
 {
     __threadfence_system();
@@ -214,11 +213,9 @@ struct kvf_piece_it {
     bool valid;
 };
 
-__device__ __forceinline__ void kvf_piece_next(kvf_piece_it &it,
-                                               const kvf_cuda_blk_t *blks,
-                                               unsigned n, uint64_t sb,
-                                               uint64_t sl, uint64_t db,
-                                               uint64_t dl, bool advance)
+__device__ __forceinline__ void
+kvf_piece_next(kvf_piece_it &it, const kvf_cuda_blk_t *blks, unsigned n,
+               uint64_t sb, uint64_t sl, uint64_t db, uint64_t dl, bool advance)
 {
     for (;;) {
         if (it.b >= n) {
@@ -253,8 +250,8 @@ __global__ void __launch_bounds__(32)
                          uint64_t sb, uint64_t sl, uint64_t db, uint64_t dl,
                          unsigned *err)
 {
-    __shared__ __align__(128) unsigned char stage[KVF_BULK_STAGES]
-                                                 [KVF_BULK_STAGE];
+    __shared__ __align__(
+        128) unsigned char stage[KVF_BULK_STAGES][KVF_BULK_STAGE];
     __shared__ __align__(8) uint64_t bar[KVF_BULK_STAGES];
     unsigned lane = threadIdx.x;
     unsigned b, issued = 0, stored = 0, phase = 0;
@@ -271,8 +268,7 @@ __global__ void __launch_bounds__(32)
             }
         } else if (d.len > 0 && !kvf_bulk_ok(d, sb, db)) {
             kvf_copy_block<4>((const char *)(uintptr_t)(sb + d.so),
-                              (char *)(uintptr_t)(db + d.doff), d.len,
-                              lane);
+                              (char *)(uintptr_t)(db + d.doff), d.len, lane);
         }
     }
     if (lane != 0) {
@@ -280,9 +276,9 @@ __global__ void __launch_bounds__(32)
     }
     /* pass 2: lane 0 drives the bulk copies */
     for (s = 0; s < KVF_BULK_STAGES; s++) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(
-                         kvf_smem(&bar[s]))
-                     : "memory");
+        asm volatile(
+            "mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(kvf_smem(&bar[s]))
+            : "memory");
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -389,12 +385,12 @@ extern "C" int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel,
         }
         if (kvf_warp_unroll == 4) {
             kvf_copy_warp_kernel<4><<<grid, KVF_WARP_CTA, 0, stream>>>(
-                l->blks, l->n, l->src_base, l->src_len, l->dst_base,
-                l->dst_len, l->err, l->ctr, l->flag, l->seq);
+                l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
+                l->err, l->ctr, l->flag, l->seq);
         } else {
             kvf_copy_warp_kernel<8><<<grid, KVF_WARP_CTA, 0, stream>>>(
-                l->blks, l->n, l->src_base, l->src_len, l->dst_base,
-                l->dst_len, l->err, l->ctr, l->flag, l->seq);
+                l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
+                l->err, l->ctr, l->flag, l->seq);
         }
     }
     return (int)cudaGetLastError();

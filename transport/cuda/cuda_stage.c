@@ -133,15 +133,14 @@ static kvf_status_t kvf_stage_stream(kvf_cuda_stage_t *st, int dev,
     kvf_status_t status = kvf_cuda_use(dev);
 
     if (status == KVF_OK && st->stream[dev] == NULL) {
-        status = KVF_CUDA_CHECK(cudaStreamCreateWithFlags(
-            &st->stream[dev], cudaStreamNonBlocking));
+        status = KVF_CUDA_CHECK(
+            cudaStreamCreateWithFlags(&st->stream[dev], cudaStreamNonBlocking));
     }
     *s_p = st->stream[dev];
     return status;
 }
 
-static kvf_status_t kvf_stage_post(kvf_cuda_stage_t *st, unsigned k,
-                                   int to_gpu)
+static kvf_status_t kvf_stage_post(kvf_cuda_stage_t *st, unsigned k, int to_gpu)
 {
     kvf_status_t status;
     cudaStream_t s;
@@ -248,8 +247,7 @@ kvf_status_t kvf_cuda_readv(kvf_cuda_stage_t **stage_p, int fd,
         status = kvf_stage_iov_room(st, KVF_STAGE_IOV_BATCH);
     }
     for (i = 0; i < iovcnt && status == KVF_OK; i++) {
-        for (off = 0; off < iov[i].iov_len && status == KVF_OK;
-             off += run) {
+        for (off = 0; off < iov[i].iov_len && status == KVF_OK; off += run) {
             addr = (uint64_t)(uintptr_t)iov[i].iov_base + off;
             run = iov[i].iov_len - off;
             if (kvf_cuda_region_lookup(addr, &dev, &left) != KVF_MEM_CUDA) {
@@ -315,8 +313,8 @@ kvf_status_t kvf_cuda_readv(kvf_cuda_stage_t **stage_p, int fd,
     return status;
 }
 
-static kvf_status_t kvf_stage_push(kvf_cuda_stage_t *st, size_t *qn,
-                                   char *p, uint64_t len, int slot)
+static kvf_status_t kvf_stage_push(kvf_cuda_stage_t *st, size_t *qn, char *p,
+                                   uint64_t len, int slot)
 {
     kvf_stage_piece_t *q;
 
@@ -374,8 +372,8 @@ kvf_status_t kvf_cuda_writev(kvf_cuda_stage_t **stage_p, int fd,
             run = iov[i].iov_len - off;
             if (kvf_cuda_region_lookup(addr, &dev, &left) != KVF_MEM_CUDA) {
                 run = (run < left) ? run : left;
-                status = kvf_stage_push(st, &qn, (char *)(uintptr_t)addr,
-                                        run, -1);
+                status =
+                    kvf_stage_push(st, &qn, (char *)(uintptr_t)addr, run, -1);
                 off += run;
                 continue;
             }
@@ -383,9 +381,8 @@ kvf_status_t kvf_cuda_writev(kvf_cuda_stage_t **stage_p, int fd,
             if (st->posted[k]) {
                 break; /* its bytes are not sent yet */
             }
-            if (s->nblks > 0 &&
-                (st->slot_dev[k] != dev || s->used == s->cap ||
-                 s->nblks == s->blks_cap)) {
+            if (s->nblks > 0 && (st->slot_dev[k] != dev || s->used == s->cap ||
+                                 s->nblks == s->blks_cap)) {
                 status = kvf_stage_post(st, k, 0);
                 k = (k + 1) % st->nslots;
                 continue;
@@ -456,8 +453,7 @@ kvf_status_t kvf_cuda_writev(kvf_cuda_stage_t **stage_p, int fd,
 }
 
 kvf_status_t kvf_cuda_hash(kvf_cuda_stage_t **stage_p, uint64_t addr,
-                           uint64_t len, uint64_t *hash_p,
-                           uint64_t deadline_ms)
+                           uint64_t len, uint64_t *hash_p, uint64_t deadline_ms)
 {
     kvf_cuda_stage_t *st;
     kvf_status_t status;

@@ -204,11 +204,9 @@ kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
 }
 
 kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
-                                  const kvf_cuda_mem_t *src,
-                                  uint64_t src_off,
-                                  const kvf_cuda_mem_t *dst,
-                                  uint64_t dst_off, uint64_t len,
-                                  int timeout_ms)
+                                  const kvf_cuda_mem_t *src, uint64_t src_off,
+                                  const kvf_cuda_mem_t *dst, uint64_t dst_off,
+                                  uint64_t len, int timeout_ms)
 {
     (void)cp;
     (void)src;
@@ -220,8 +218,7 @@ kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
     return KVF_ERR_UNAVAILABLE;
 }
 
-kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp,
-                                const kvf_cuda_mem_t *src,
+kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
                                 const kvf_cuda_mem_t *dst,
                                 const kvf_cuda_blk_t *blks, size_t n,
                                 int timeout_ms)
@@ -271,8 +268,7 @@ kvf_status_t kvf_cuda_writev(kvf_cuda_stage_t **stage_p, int fd,
 }
 
 kvf_status_t kvf_cuda_hash(kvf_cuda_stage_t **stage_p, uint64_t addr,
-                           uint64_t len, uint64_t *hash_p,
-                           uint64_t deadline_ms)
+                           uint64_t len, uint64_t *hash_p, uint64_t deadline_ms)
 {
     (void)stage_p;
     (void)addr;
@@ -297,8 +293,7 @@ kvf_status_t kvf_cuda_ipc_export(uint64_t addr,
     return KVF_ERR_UNAVAILABLE;
 }
 
-kvf_status_t kvf_cuda_ipc_open(const unsigned char
-                                   handle[KVF_CUDA_IPC_HANDLE],
+kvf_status_t kvf_cuda_ipc_open(const unsigned char handle[KVF_CUDA_IPC_HANDLE],
                                int device, void **base_p)
 {
     (void)handle;

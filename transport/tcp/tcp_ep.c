@@ -120,8 +120,8 @@ static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     size_t ni = iov_first, i;
     kvf_status_t status;
 
-    status = kvf_tcp_scratch_meta(&c->scratch,
-                                  req->nsegs * KVF_TCP_ENTRY_LEN + 1);
+    status =
+        kvf_tcp_scratch_meta(&c->scratch, req->nsegs * KVF_TCP_ENTRY_LEN + 1);
     if (status == KVF_OK) {
         status = kvf_tcp_scratch_iov(&c->scratch, req->nsegs + iov_first);
     }
@@ -144,9 +144,9 @@ static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
             last_len = s->len;
             ne++;
         }
-        if (ni > iov_first && (char *)iov[ni - 1].iov_base +
-                                      iov[ni - 1].iov_len ==
-                                  (char *)s->local) {
+        if (ni > iov_first &&
+            (char *)iov[ni - 1].iov_base + iov[ni - 1].iov_len ==
+                (char *)s->local) {
             iov[ni - 1].iov_len += s->len;
         } else {
             iov[ni].iov_base = s->local;
@@ -274,8 +274,8 @@ static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
 
 static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
 {
-    uint8_t want = (req->type == KVF_OP_WRITE) ? KVF_TCP_WRITE_ACK
-                                               : KVF_TCP_READ_RESP;
+    uint8_t want =
+        (req->type == KVF_OP_WRITE) ? KVF_TCP_WRITE_ACK : KVF_TCP_READ_RESP;
     kvf_frame_hdr_t h;
     kvf_status_t status;
 
@@ -381,8 +381,8 @@ static void kvf_tcp_complete_oldest(kvf_tcp_cconn_t *c)
 
     status = kvf_tcp_recv_reply(c, req);
     if (status != KVF_OK) {
-        kvf_log_rl(KVF_LOG_ERROR, "transfer with %s:%u failed: %s",
-                   c->ep->host, c->ep->port, kvf_status_str(status));
+        kvf_log_rl(KVF_LOG_ERROR, "transfer with %s:%u failed: %s", c->ep->host,
+                   c->ep->port, kvf_status_str(status));
         kvf_tcp_cconn_break(c, status);
         return;
     }
@@ -448,8 +448,8 @@ kvf_status_t kvf_tcp_ep_open(kvf_tl_iface_t *iface, const char *address,
         return KVF_ERR_NO_MEMORY;
     }
     ep->iface = iface;
-    status = kvf_sock_parse_addr(address, ep->host, sizeof(ep->host),
-                                 &ep->port);
+    status =
+        kvf_sock_parse_addr(address, ep->host, sizeof(ep->host), &ep->port);
     if (status != KVF_OK) {
         goto err_free;
     }

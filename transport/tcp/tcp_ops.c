@@ -14,7 +14,6 @@
 
 #define KVF_TCP_SUM_MAX 65536 /* entries per SUM request */
 
-
 static int kvf_tcp_available(void)
 {
     return 1;
@@ -96,8 +95,8 @@ static kvf_status_t kvf_tcp_sum_some(int fd, const uint64_t *remote,
                               (uint32_t)(count * KVF_TCP_ENTRY_LEN),
                               (uint32_t)count, 0, deadline);
     if (status == KVF_OK) {
-        status = kvf_sock_send_all(fd, meta, count * KVF_TCP_ENTRY_LEN,
-                                   deadline);
+        status =
+            kvf_sock_send_all(fd, meta, count * KVF_TCP_ENTRY_LEN, deadline);
     }
     if (status == KVF_OK) {
         status = kvf_tcp_recv_hdr(fd, &h, deadline);
@@ -136,8 +135,8 @@ kvf_status_t kvf_tcp_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
     size_t done, n;
     int fd;
 
-    status = kvf_sock_connect(v->host, v->port, (int)v->iface->cfg.timeout_ms,
-                              &fd);
+    status =
+        kvf_sock_connect(v->host, v->port, (int)v->iface->cfg.timeout_ms, &fd);
     if (status != KVF_OK) {
         return KVF_ERR_PEER_UNREACHABLE;
     }
@@ -207,10 +206,9 @@ static void *kvf_tcp_link_main(void *arg)
                j->len / (1u << 20); /* plus 1 ms per MiB */
     kvf_tcp_put64(meta, j->remote);
     kvf_tcp_put64(meta + 8, j->len);
-    status = kvf_tcp_send_hdr(j->fd, w ? KVF_TCP_LINK_WRITE
-                                       : KVF_TCP_LINK_READ,
-                              1, KVF_OK, sizeof(meta), 1, w ? j->len : 0,
-                              deadline);
+    status =
+        kvf_tcp_send_hdr(j->fd, w ? KVF_TCP_LINK_WRITE : KVF_TCP_LINK_READ, 1,
+                         KVF_OK, sizeof(meta), 1, w ? j->len : 0, deadline);
     if (status == KVF_OK) {
         status = kvf_sock_send_all(j->fd, meta, sizeof(meta), deadline);
     }
@@ -275,8 +273,8 @@ kvf_status_t kvf_tcp_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
         }
     }
     for (i = 0; i < n && status == KVF_OK; i++) {
-        if (pthread_create(&threads[i], NULL, kvf_tcp_link_main,
-                           &jobs[i]) != 0) {
+        if (pthread_create(&threads[i], NULL, kvf_tcp_link_main, &jobs[i]) !=
+            0) {
             status = KVF_ERR_NO_RESOURCE;
             break;
         }

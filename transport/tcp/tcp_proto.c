@@ -101,12 +101,10 @@ kvf_status_t kvf_tcp_fetch_descriptor(const char *address, int timeout_ms,
     }
     status = kvf_sock_connect(host, port, timeout_ms, &fd);
     if (status != KVF_OK) {
-        kvf_error("cannot reach segment %s within %d ms", address,
-                  timeout_ms);
+        kvf_error("cannot reach segment %s within %d ms", address, timeout_ms);
         return KVF_ERR_PEER_UNREACHABLE;
     }
-    status = kvf_tcp_send_hdr(fd, KVF_TCP_HELLO, 0, KVF_OK, 0, 0, 0,
-                              deadline);
+    status = kvf_tcp_send_hdr(fd, KVF_TCP_HELLO, 0, KVF_OK, 0, 0, 0, deadline);
     if (status == KVF_OK) {
         status = kvf_tcp_recv_hdr(fd, &hdr, deadline);
     }
@@ -115,8 +113,8 @@ kvf_status_t kvf_tcp_fetch_descriptor(const char *address, int timeout_ms,
         goto out_close;
     }
     if (hdr.type != KVF_TCP_DESC || hdr.data_len != 0 || hdr.meta_len == 0) {
-        kvf_error("peer %s answered hello with message type %u",
-                  address, hdr.type);
+        kvf_error("peer %s answered hello with message type %u", address,
+                  hdr.type);
         status = KVF_ERR_PROTOCOL;
         goto out_close;
     }

@@ -26,9 +26,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define KVF_TCP_DRAIN_LEN (64u << 10)
+#define KVF_TCP_DRAIN_LEN    (64u << 10)
 #define KVF_TCP_IDLE_POLL_MS 250
-#define KVF_TCP_MAX_CONNS 1024 /* one thread each; beyond this, refuse */
+#define KVF_TCP_MAX_CONNS    1024 /* one thread each; beyond this, refuse */
 
 typedef struct kvf_tcp_sconn {
     struct kvf_tcp_server *srv;
@@ -37,7 +37,7 @@ typedef struct kvf_tcp_sconn {
     int done;
     struct kvf_tcp_sconn *next;
     kvf_tcp_scratch_t scratch;
-    unsigned char *refuse;   /* reply metadata: refused entries */
+    unsigned char *refuse; /* reply metadata: refused entries */
     size_t refuse_cap;
     unsigned char *drain;    /* sink for refused payload */
     kvf_cuda_stage_t *stage; /* pinned staging for GPU regions */
@@ -121,8 +121,8 @@ static kvf_status_t kvf_tcp_recv_entries(kvf_tcp_sconn_t *c,
         return status;
     }
     if (c->refuse_cap < (size_t)hdr->count * KVF_TCP_REFUSE_LEN) {
-        unsigned char *p = kvf_realloc(
-            c->refuse, (size_t)hdr->count * KVF_TCP_REFUSE_LEN);
+        unsigned char *p =
+            kvf_realloc(c->refuse, (size_t)hdr->count * KVF_TCP_REFUSE_LEN);
 
         if (p == NULL) {
             return KVF_ERR_NO_MEMORY;
@@ -157,8 +157,7 @@ static kvf_status_t kvf_tcp_map_entries(kvf_tcp_sconn_t *c,
         len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
         st = t->access(t->arg, addr, len, &mem);
         if (st != KVF_OK) {
-            kvf_log_rl(KVF_LOG_WARN,
-                       "refused remote access 0x%lx+%lu: %s",
+            kvf_log_rl(KVF_LOG_WARN, "refused remote access 0x%lx+%lu: %s",
                        (unsigned long)addr, (unsigned long)len,
                        kvf_status_str(st));
             kvf_tcp_put32(c->refuse + nref * KVF_TCP_REFUSE_LEN, i);
@@ -317,8 +316,7 @@ static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
         st = t->access(t->arg, addr, len, &mem);
         h = 0;
         if (st == KVF_OK && mem.type == KVF_MEM_CUDA) {
-            st = kvf_cuda_hash(&c->stage, addr, len, &h,
-                               kvf_tcp_deadline(c));
+            st = kvf_cuda_hash(&c->stage, addr, len, &h, kvf_tcp_deadline(c));
         } else if (st == KVF_OK) {
             h = kvf_hash64((void *)(uintptr_t)addr, len, 0);
         }
@@ -328,8 +326,8 @@ static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
     }
     t->release(t->arg);
     if (st != KVF_OK) {
-        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, st, 0, 0,
-                                  0, kvf_tcp_deadline(c));
+        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, st, 0, 0, 0,
+                                  kvf_tcp_deadline(c));
     } else {
         status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, KVF_OK,
                                   hdr->count * 8, hdr->count, 0,
@@ -368,21 +366,21 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
     iov.iov_base = (void *)(uintptr_t)addr;
     iov.iov_len = len;
     if (is_write) {
-        status = (st == KVF_OK)
-                     ? kvf_cuda_readv(&c->stage, c->fd, &iov, 1,
-                                      kvf_tcp_deadline(c))
-                     : kvf_sock_drain(c->fd, len, kvf_tcp_deadline(c));
+        status =
+            (st == KVF_OK)
+                ? kvf_cuda_readv(&c->stage, c->fd, &iov, 1, kvf_tcp_deadline(c))
+                : kvf_sock_drain(c->fd, len, kvf_tcp_deadline(c));
         if (status == KVF_OK) {
-            status = kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st,
-                                      0, 0, 0, kvf_tcp_deadline(c));
+            status = kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0,
+                                      0, 0, kvf_tcp_deadline(c));
         }
     } else {
-        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0, 0,
-                                  (st == KVF_OK) ? len : 0,
-                                  kvf_tcp_deadline(c));
+        status =
+            kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0, 0,
+                             (st == KVF_OK) ? len : 0, kvf_tcp_deadline(c));
         if (status == KVF_OK && st == KVF_OK) {
-            status = kvf_cuda_writev(&c->stage, c->fd, &iov, 1,
-                                     kvf_tcp_deadline(c));
+            status =
+                kvf_cuda_writev(&c->stage, c->fd, &iov, 1, kvf_tcp_deadline(c));
         }
     }
     t->release(t->arg);
@@ -406,8 +404,7 @@ static kvf_status_t kvf_tcp_serve_hello(kvf_tcp_sconn_t *c,
     }
     if (status == KVF_OK) {
         status = kvf_tcp_send_hdr(c->fd, KVF_TCP_DESC, hdr->id, KVF_OK,
-                                  (uint32_t)w.len, 0, 0,
-                                  kvf_tcp_deadline(c));
+                                  (uint32_t)w.len, 0, 0, kvf_tcp_deadline(c));
     }
     if (status == KVF_OK) {
         status = kvf_sock_send_all(c->fd, w.buf, w.len, kvf_tcp_deadline(c));
@@ -468,8 +465,7 @@ static void *kvf_tcp_sconn_main(void *arg)
             status = kvf_tcp_serve_link(c, &hdr);
             break;
         default:
-            kvf_warn("closing connection: unknown message type %u",
-                     hdr.type);
+            kvf_warn("closing connection: unknown message type %u", hdr.type);
             status = KVF_ERR_PROTOCOL;
             break;
         }
@@ -540,8 +536,7 @@ static void kvf_tcp_accept_one(kvf_tcp_server_t *srv)
         }
         return;
     }
-    if (__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) >=
-        KVF_TCP_MAX_CONNS) {
+    if (__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) >= KVF_TCP_MAX_CONNS) {
         kvf_log_rl(KVF_LOG_WARN, "refusing a connection: %u already open",
                    srv->nconns);
         close(fd);
@@ -597,8 +592,7 @@ kvf_status_t kvf_tcp_server_start(kvf_tl_iface_t *iface)
     kvf_status_t status;
     uint16_t port;
 
-    status = kvf_sock_parse_addr(iface->cfg.listen, host, sizeof(host),
-                                 &port);
+    status = kvf_sock_parse_addr(iface->cfg.listen, host, sizeof(host), &port);
     if (status != KVF_OK) {
         return status;
     }
