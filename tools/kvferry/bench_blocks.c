@@ -243,9 +243,17 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
     }
     for (it = 0; it < iters && status == KVF_OK; it++) {
         if (o->link) {
-            /* the ceiling of the same bytes, measured just before */
-            status = kvf_peer_link_test(s->peer, op, s->pool, s->remote,
-                                        n * o->block, &lsec[it]);
+            /* the ceiling of the same bytes, measured just before, on a
+             * fresh random stretch of each pool: like the blocks, it must
+             * not find its bytes still in the CPU caches */
+            uint64_t bytes = n * o->block;
+            uint64_t loff =
+                kvf_rng_below(rng, (s->pool_len - bytes) / 4096 + 1) * 4096;
+            uint64_t roff =
+                kvf_rng_below(rng, (s->remote_len - bytes) / 4096 + 1) * 4096;
+
+            status = kvf_peer_link_test(s->peer, op, s->pool + loff,
+                                        s->remote + roff, bytes, &lsec[it]);
             if (status != KVF_OK) {
                 fprintf(stderr, "kvferry: link test: %s\n",
                         kvf_status_str(status));
