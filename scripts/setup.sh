@@ -19,6 +19,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
+# the record tests validate JSON with the jsonschema module: make sure the
+# python3 on PATH has it (a pyenv python does not see Debian's package)
+if ! python3 -c 'import jsonschema' >/dev/null 2>&1; then
+  python3 -m pip install -q jsonschema
+fi
+
 werror=OFF
 [ "${CI:-}" = "true" ] && werror=ON
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
