@@ -7,6 +7,8 @@
 #include "tools/kvferry/record.h"
 
 #include <getopt.h>
+
+#include "core/hash.h"
 #include <math.h>
 #include <string.h>
 
@@ -94,6 +96,7 @@ int kvf_cmd_bench_link(int argc, char **argv)
     kvf_status_t status = KVF_OK;
     const char *record = NULL, *hypothesis = NULL;
     char sstr[32];
+    kvf_rng_t rng;
     int c, rc = KVF_CLI_OK;
 
     optind = 1;
@@ -144,9 +147,17 @@ int kvf_cmd_bench_link(int argc, char **argv)
     if (size > s.remote_len) {
         size = s.remote_len;
     }
+    kvf_rng_seed(&rng, 4242);
     for (i = 0; i < iters && status == KVF_OK; i++) {
-        status =
-            kvf_peer_link_test(s.peer, op, s.pool, s.remote, size, &secs[i]);
+        /* a fresh random stretch of each pool every time, so a small
+         * size is not served from the CPU caches */
+        uint64_t loff =
+            kvf_rng_below(&rng, (s.pool_len - size) / 4096 + 1) * 4096;
+        uint64_t roff =
+            kvf_rng_below(&rng, (s.remote_len - size) / 4096 + 1) * 4096;
+
+        status = kvf_peer_link_test(s.peer, op, s.pool + loff, s.remote + roff,
+                                    size, &secs[i]);
     }
     if (status != KVF_OK) {
         fprintf(stderr, "kvferry: link test: %s\n", kvf_status_str(status));
