@@ -158,6 +158,32 @@ static void test_blocks_record(void **state)
     free(json);
 }
 
+/* --vs tcp: the same batches through a second engine forced to tcp, the
+ * ratio in the record, issue 3's hypothesis */
+static void test_blocks_vs_record(void **state)
+{
+    char *json;
+
+    (void)state;
+    assert_int_equal(run("'%s' bench blocks --pool 128M --sizes 2M "
+                         "--iters 2 --op read --verify --vs tcp "
+                         "--record %s/blocksvs > /dev/null",
+                         bin, dir),
+                     0);
+    assert_int_equal(count("blocksvs", "*-bench-blocks.json"), 1);
+    validate("blocksvs");
+    json = slurp("blocksvs", "*-bench-blocks.json");
+    assert_non_null(strstr(json, "\"read 2.0 MB ratio to tcp\""));
+    assert_non_null(strstr(json, "issue 3"));
+    assert_non_null(strstr(json, "\"read 2.0 MB blocks failing verify\""));
+    free(json);
+    /* a transport the target cannot be reached over: a clear failure */
+    assert_int_not_equal(run("'%s' bench blocks --pool 64M --sizes 1M "
+                             "--iters 1 --vs nosuch > /dev/null 2>&1",
+                             bin),
+                         0);
+}
+
 static void test_link_record(void **state)
 {
     (void)state;
@@ -330,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_env_json),
         cmocka_unit_test(test_env_record),
         cmocka_unit_test(test_blocks_record),
+        cmocka_unit_test(test_blocks_vs_record),
         cmocka_unit_test(test_link_record),
         cmocka_unit_test(test_te_record),
         cmocka_unit_test(test_broken_records_fail),

@@ -18,6 +18,7 @@ typedef struct kvf_bench_session_opts {
     unsigned conns;
     unsigned timeout_ms;
     const char *transports; /* NULL = auto */
+    const char *vs;         /* a second transport to compare, or NULL */
     uint64_t seed;
 } kvf_bench_session_opts_t;
 
@@ -31,6 +32,11 @@ typedef struct kvf_bench_session {
     uint64_t remote_len;
     pid_t child; /* spawned target, or 0 */
     char segment[280];
+    /* --vs: the same pool and peer through a second engine forced to
+     * another transport, so both are measured in the same run */
+    kvf_engine_h vs_engine;
+    kvf_region_h vs_region;
+    kvf_peer_h vs_peer;
 } kvf_bench_session_t;
 
 int kvf_bench_session_open(const kvf_bench_session_opts_t *o,

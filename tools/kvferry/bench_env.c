@@ -315,6 +315,23 @@ static void kvf_env_numa(kvf_env_t *e)
     kvf_env_dir_free(names, n);
 }
 
+
+/* The [selected] word of a transparent_hugepage setting, or "". */
+static void kvf_env_thp(const char *path, char *out, size_t outlen)
+{
+    char buf[256], *l, *r;
+
+    out[0] = '\0';
+    if (kvf_env_read(path, buf, sizeof(buf)) != 0) {
+        return;
+    }
+    l = strchr(buf, '[');
+    r = l ? strchr(l, ']') : NULL;
+    if (l != NULL && r != NULL) {
+        *r = '\0';
+        kvf_env_copy(out, outlen, l + 1);
+    }
+}
 static void kvf_env_memory(kvf_env_t *e)
 {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -342,16 +359,11 @@ static void kvf_env_memory(kvf_env_t *e)
         isdigit((unsigned char)buf[0])) {
         e->cgroup_mem = strtoull(buf, NULL, 10);
     }
-    kvf_env_read("/sys/kernel/mm/transparent_hugepage/enabled", buf,
-                 sizeof(buf));
-    {
-        char *l = strchr(buf, '['), *r = l ? strchr(l, ']') : NULL;
-
-        if (l != NULL && r != NULL) {
-            *r = '\0';
-            kvf_env_copy(e->thp, sizeof(e->thp), l + 1);
-        }
-    }
+    kvf_env_thp("/sys/kernel/mm/transparent_hugepage/enabled", e->thp,
+                sizeof(e->thp));
+    /* shm pools are shmem: their huge pages follow this one */
+    kvf_env_thp("/sys/kernel/mm/transparent_hugepage/shmem_enabled",
+                e->thp_shmem, sizeof(e->thp_shmem));
 }
 
 static void kvf_env_system(kvf_env_t *e)

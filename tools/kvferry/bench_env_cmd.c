@@ -117,8 +117,10 @@ void kvf_env_rows(const kvf_env_t *e,
                               kvf_env_gib(a, sizeof(a), e->cgroup_mem));
     }
     if (n < sizeof(v)) {
-        snprintf(v + n, sizeof(v) - n, ", THP %s, %llu huge pages of %llu KiB",
+        snprintf(v + n, sizeof(v) - n,
+                 ", THP %s, shmem THP %s, %llu huge pages of %llu KiB",
                  e->thp[0] ? e->thp : "unknown",
+                 e->thp_shmem[0] ? e->thp_shmem : "unknown",
                  (unsigned long long)e->hugepages,
                  (unsigned long long)(e->hugepage_size >> 10));
     }
@@ -251,6 +253,8 @@ void kvf_env_json(kvf_json_t *j, const char *key)
         kvf_json_str(j, "cgroup_limit_bytes", NULL);
     }
     kvf_json_str(j, "transparent_hugepages", e->thp[0] ? e->thp : NULL);
+    kvf_json_str(j, "transparent_hugepages_shmem",
+                 e->thp_shmem[0] ? e->thp_shmem : NULL);
     kvf_json_int(j, "hugepages", (long long)e->hugepages);
     kvf_json_int(j, "hugepage_bytes", (long long)e->hugepage_size);
     kvf_json_end_obj(j);

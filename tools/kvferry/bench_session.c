@@ -75,6 +75,41 @@ int kvf_bench_spawn_target(uint64_t pool, const char *transports, pid_t *pid_p,
     return 0;
 }
 
+/* --vs NAME: a second engine forced to NAME, the same pool registered
+ * in it, the same target opened through it. */
+static int kvf_bench_session_vs(const kvf_bench_session_opts_t *o,
+                                kvf_bench_session_t *s)
+{
+    kvf_engine_params_t p = {0};
+    kvf_status_t status;
+
+    p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_CONNS |
+                   KVF_ENGINE_PARAM_TIMEOUT | KVF_ENGINE_PARAM_TRANSPORTS;
+    p.no_listen = 1;
+    p.conns = o->conns;
+    p.timeout_ms = o->timeout_ms;
+    p.transports = o->vs;
+    status = kvf_engine_create(&p, &s->vs_engine);
+    if (status == KVF_OK) {
+        status = kvf_engine_reg(s->vs_engine, s->pool, s->pool_len,
+                                KVF_MEM_HOST, 0, &s->vs_region);
+    }
+    if (status == KVF_OK) {
+        status = kvf_peer_open(s->vs_engine, s->segment, &s->vs_peer);
+    }
+    if (status != KVF_OK) {
+        fprintf(stderr, "kvferry: --vs %s: %s\n", o->vs,
+                kvf_status_str(status));
+        return -1;
+    }
+    if (strcmp(kvf_peer_transport(s->vs_peer), o->vs) != 0) {
+        fprintf(stderr, "kvferry: --vs %s: the peer is reached over %s\n",
+                o->vs, kvf_peer_transport(s->vs_peer));
+        return -1;
+    }
+    return 0;
+}
+
 int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
                            kvf_bench_session_t *s)
 {
@@ -89,8 +124,10 @@ int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
         (o->transports != NULL && strcmp(o->transports, "tcp") == 0);
     if (o->target != NULL) {
         snprintf(s->segment, sizeof(s->segment), "%s", o->target);
-    } else if (kvf_bench_spawn_target(o->pool, o->transports, &s->child,
-                                      s->segment, sizeof(s->segment)) != 0) {
+    } else if (kvf_bench_spawn_target(o->pool,
+                                      o->vs != NULL ? NULL : o->transports,
+                                      &s->child, s->segment,
+                                      sizeof(s->segment)) != 0) {
         return -1;
     }
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_CONNS |
@@ -135,6 +172,9 @@ int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
         fprintf(stderr, "kvferry: peer %s has no host region\n", s->segment);
         goto err;
     }
+    if (o->vs != NULL && kvf_bench_session_vs(o, s) != 0) {
+        goto err;
+    }
     return 0;
 
 err:
@@ -144,6 +184,15 @@ err:
 
 void kvf_bench_session_close(kvf_bench_session_t *s)
 {
+    if (s->vs_peer != NULL) {
+        kvf_peer_close(s->vs_peer);
+    }
+    if (s->vs_region != NULL) {
+        kvf_engine_dereg(s->vs_engine, s->vs_region);
+    }
+    if (s->vs_engine != NULL) {
+        kvf_engine_destroy(s->vs_engine);
+    }
     if (s->peer != NULL) {
         kvf_peer_close(s->peer);
     }
