@@ -202,10 +202,14 @@ static void test_te_record(void **state)
     (void)state;
     assert_int_equal(run("'%s' bench te --pool 64M --block-sizes 16K,64K,1M "
                          "--batch 4 --threads 2 --duration 100ms "
-                         "--min-batches 2 --json %s/te-out.json "
+                         "--min-batches 2 --rounds 3 --json %s/te-out.json "
                          "--record %s/te --hypothesis 'tiny curve' "
-                         "> %s/te.txt",
-                         bin, dir, dir, dir),
+                         "> %s/te.txt 2> %s/te.err",
+                         bin, dir, dir, dir, dir),
+                     0);
+    /* three rounds of three sizes, one median row per size */
+    assert_int_equal(run("grep -c '^round [123]: ' %s/te.err | grep -q '^9$'",
+                         dir),
                      0);
     assert_int_equal(run("grep -q 'lat P99 ms' %s/te.txt && "
                          "grep -c '^ *[0-9.]* [KM]B ' %s/te.txt | "
@@ -219,6 +223,7 @@ static void test_te_record(void **state)
     assert_non_null(strstr(json, "\"hypothesis\": \"tiny curve\""));
     assert_non_null(strstr(json, "\"write GB/s over block size\""));
     assert_non_null(strstr(json, "\"x_label\": \"block bytes\""));
+    assert_non_null(strstr(json, "\"rounds\""));
     free(json);
 }
 

@@ -10,6 +10,7 @@
 
 #define KVF_TE_BLOCKS_MAX  32
 #define KVF_TE_THREADS_MAX 64
+#define KVF_TE_ROUNDS_MAX  15
 #define KVF_TE_CHECK_BLOCK (64ull << 10) /* 64 KiB blocks ... */
 #define KVF_TE_TARGET      0.9           /* ... at >= 90 % of the largest */
 
@@ -21,6 +22,7 @@ typedef struct kvf_te_opts {
     unsigned threads;
     uint64_t duration_ms;
     unsigned min_batches;
+    unsigned rounds; /* the curve this many times; median round per size */
     kvf_op_type_t op;
     const char *json;
     const char *record;
