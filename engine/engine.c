@@ -133,6 +133,35 @@ static int kvf_engine_tl_enabled(kvf_engine_h e, const char *name)
     return 0;
 }
 
+/* Every name of a transports list must be a transport of this build: a
+ * typo would otherwise leave the engine with tcp alone, silently. */
+static kvf_status_t kvf_engine_check_transports(kvf_engine_h e)
+{
+    char list[128], names[128], *tok, *save;
+    size_t i, n = 0;
+
+    if (strcmp(e->transports, "auto") == 0) {
+        return KVF_OK;
+    }
+    snprintf(list, sizeof(list), "%s", e->transports);
+    for (tok = strtok_r(list, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (kvf_transport_find(tok) != NULL) {
+            continue;
+        }
+        names[0] = '\0';
+        for (i = 0; kvf_transports[i] != NULL && n < sizeof(names); i++) {
+            n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s",
+                                  i ? ", " : "", kvf_transports[i]->name);
+        }
+        kvf_error("transports: unknown transport '%s' (this build has %s; "
+                  "or auto)",
+                  tok, names);
+        return KVF_ERR_INVALID_PARAM;
+    }
+    return KVF_OK;
+}
+
 static kvf_status_t kvf_engine_open_transports(kvf_engine_h e)
 {
     kvf_tl_target_t target = {
@@ -193,6 +222,10 @@ kvf_status_t kvf_engine_create(const kvf_engine_params_t *params,
     status = kvf_meta_open(e->metadata, &e->meta);
     if (status != KVF_OK) {
         goto err_free;
+    }
+    status = kvf_engine_check_transports(e);
+    if (status != KVF_OK) {
+        goto err_transports;
     }
     status = kvf_engine_open_transports(e);
     if (status != KVF_OK) {

@@ -420,6 +420,24 @@ static void test_shm_listed_first(void **state)
     check_choice(NULL, "shm,tcp", "shm");
 }
 
+/* A transport name this build lacks is refused at engine creation, not
+ * silently dropped (which would leave tcp alone) */
+static void test_unknown_transport_refused(void **state)
+{
+    kvf_engine_params_t p = {0};
+    kvf_engine_h e = NULL;
+
+    (void)state;
+    p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_TRANSPORTS;
+    p.no_listen = 1;
+    p.transports = "shm,tpc";
+    assert_int_equal(kvf_engine_create(&p, &e), KVF_ERR_INVALID_PARAM);
+    assert_null(e);
+    p.transports = "tcp";
+    assert_int_equal(kvf_engine_create(&p, &e), KVF_OK);
+    kvf_engine_destroy(e);
+}
+
 /* A target that sees another boot id (its own mount namespace with a
  * file bound over /proc/sys/kernel/random/boot_id): its host identity
  * differs, shm must be refused and tcp taken. Needs root. */
@@ -786,6 +804,7 @@ int main(void)
         cmocka_unit_test(test_forced_tcp_param),
         cmocka_unit_test(test_target_without_shm),
         cmocka_unit_test(test_shm_listed_first),
+        cmocka_unit_test(test_unknown_transport_refused),
         cmocka_unit_test(test_other_host_id_falls_back),
         cmocka_unit_test(test_ep_open_refusals),
         cmocka_unit_test(test_out_of_bounds),
