@@ -16,12 +16,18 @@
 #define KVF_ENGINE_TL_MAX   8
 #define KVF_SEG_NAME_MAX    272
 #define KVF_DESC_REGION_MAX 65536
+#define KVF_DESC_IPC_HANDLE 64 /* = KVF_CUDA_IPC_HANDLE */
 
 struct kvf_region {
     uint64_t addr;
     uint64_t len;
     kvf_mem_type_t type;
     int device;
+    /* KVF_MEM_CUDA exported for same-host peers (CUDA IPC): the handle of
+     * the allocation holding the region and addr's offset in it */
+    int ipc;
+    uint64_t ipc_off;
+    unsigned char ipc_handle[KVF_DESC_IPC_HANDLE];
 };
 
 typedef struct kvf_engine_tl {

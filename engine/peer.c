@@ -2,22 +2,29 @@
  * Peers: resolve a segment name through the metadata backend, decode its
  * descriptor, and open an ep on the first transport, in local preference
  * order, that both sides have and that connects; a failed connect falls
- * through to the next transport.
+ * through to the next transport. A peer on this host whose descriptor
+ * carries CUDA IPC handles gets the `cuda` wrapper on top of that ep
+ * (transport/cuda/cuda_ipc.c): its GPU regions are reached by this
+ * process's GPUs directly, everything else through the ep. "cuda" in the
+ * transports list (or "auto") enables it; with "cuda" listed, tcp stays
+ * the fallback even when the list names no other transport.
  */
 #include "engine/engine_int.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "transport/cuda/cuda.h"
 #include "transport/fault/fault.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Preference order: the engine's `transports` list when given, else the
  * order of the compiled-in registry (same-host transports first). */
 static int kvf_peer_rank(kvf_engine_h e, const char *name)
 {
     char list[128], *tok, *save;
-    int rank = 0;
+    int rank = 0, cuda = 0;
     size_t i;
 
     if (strcmp(e->transports, "auto") != 0) {
@@ -27,8 +34,10 @@ static int kvf_peer_rank(kvf_engine_h e, const char *name)
             if (strcmp(tok, name) == 0) {
                 return rank;
             }
+            cuda |= strcmp(tok, "cuda") == 0;
         }
-        return -1;
+        /* cuda wraps another transport: tcp is its last resort */
+        return (cuda && strcmp(name, "tcp") == 0) ? rank : -1;
     }
     for (i = 0; kvf_transports[i] != NULL; i++) {
         if (strcmp(kvf_transports[i]->name, name) == 0) {
@@ -99,6 +108,53 @@ static kvf_status_t kvf_peer_connect(kvf_peer_h peer,
     return (n == 0) ? KVF_ERR_NO_TRANSPORT : status;
 }
 
+/* Same-host peer with exported GPU regions: wrap its ep in the cuda
+ * path. A failure leaves the ep as it was (GPU regions then go through
+ * it). */
+static void kvf_peer_cuda_wrap(kvf_peer_h peer, const kvf_seg_desc_t *desc)
+{
+    kvf_engine_h e = peer->engine;
+    kvf_cuda_remote_t *rem;
+    kvf_status_t status;
+    uint32_t i, n = 0;
+
+    if ((strcmp(e->transports, "auto") != 0 &&
+         kvf_peer_rank(e, "cuda") < 0) ||
+        desc->host_id != kvf_seg_host_id() || kvf_cuda_device_count() == 0) {
+        return;
+    }
+    for (i = 0; i < desc->nregions; i++) {
+        n += desc->regions[i].ipc != 0;
+    }
+    if (n == 0) {
+        return;
+    }
+    rem = kvf_calloc(n, sizeof(*rem));
+    if (rem == NULL) {
+        return;
+    }
+    for (i = 0, n = 0; i < desc->nregions; i++) {
+        if (desc->regions[i].ipc) {
+            rem[n].addr = desc->regions[i].addr;
+            rem[n].len = desc->regions[i].len;
+            rem[n].device = desc->regions[i].device;
+            rem[n].ipc_off = desc->regions[i].ipc_off;
+            memcpy(rem[n].handle, desc->regions[i].ipc_handle,
+                   KVF_CUDA_IPC_HANDLE);
+            n++;
+        }
+    }
+    status = kvf_cuda_ep_wrap(rem, n, desc->pid == (uint32_t)getpid(),
+                              e->cfg.timeout_ms, &peer->ops, &peer->ep);
+    kvf_free(rem);
+    if (status == KVF_OK) {
+        kvf_info("peer %s: %u GPU region(s) through cuda ipc", peer->name, n);
+    } else {
+        kvf_warn("peer %s: cuda ipc unavailable (%s), GPU regions through %s",
+                 peer->name, kvf_status_str(status), peer->ops->name);
+    }
+}
+
 kvf_status_t kvf_peer_open(kvf_engine_h e, const char *segment_name,
                            kvf_peer_h *peer_p)
 {
@@ -136,6 +192,7 @@ kvf_status_t kvf_peer_open(kvf_engine_h e, const char *segment_name,
         kvf_free(peer);
         return status;
     }
+    kvf_peer_cuda_wrap(peer, &desc);
     peer->nregions = desc.nregions;
     peer->regions = desc.regions; /* ownership moves to the peer */
     pthread_mutex_lock(&e->peers_lock);

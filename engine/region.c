@@ -12,6 +12,9 @@
 
 #include <string.h>
 
+_Static_assert(KVF_DESC_IPC_HANDLE == KVF_CUDA_IPC_HANDLE,
+               "descriptor IPC handle size");
+
 struct kvf_region *kvf_region_find(kvf_engine_h engine, uint64_t addr,
                                    uint64_t len)
 {
@@ -69,6 +72,11 @@ kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,
     r->len = length;
     r->type = type;
     r->device = device;
+    /* same-host peers map GPU regions through CUDA IPC (cuda_ipc.c) */
+    if (type == KVF_MEM_CUDA &&
+        kvf_cuda_ipc_export(a, r->ipc_handle, &r->ipc_off) == KVF_OK) {
+        r->ipc = 1;
+    }
     pthread_rwlock_wrlock(&engine->regions_lock);
     for (pos = 0; pos < engine->nregions; pos++) {
         if (engine->regions[pos]->addr >= a) {

@@ -1,8 +1,17 @@
 /*
  * Segment descriptors: encode this engine's (name, host identity, pid,
- * transports with their addresses, regions) and decode a peer's, with
- * every length checked. The host identity (boot id + network namespace)
- * lets same-host transports know they really share a kernel.
+ * transports with their addresses, regions, CUDA IPC handles of its GPU
+ * regions) and decode a peer's, with every length checked. The host
+ * identity (boot id + network namespace) lets same-host transports know
+ * they really share a kernel; the IPC handles let a same-host peer map
+ * the GPU regions (transport/cuda/cuda_ipc.c).
+ *
+ * Layout (version 2, little-endian): u32 version, str name, str
+ * hostname, u64 host id, u32 pid, u16 ntl, ntl x (str name, str
+ * address), u32 nregions, nregions x (u64 addr, u64 len, u8 type, u8
+ * device), u32 nipc, nipc x (u32 region index, u64 offset in the
+ * allocation, 64 bytes handle) — each index names a distinct
+ * KVF_MEM_CUDA region, and nothing follows.
  */
 #include "engine/engine_int.h"
 #include "core/alloc.h"
@@ -14,7 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define KVF_DESC_VERSION 1
+#define KVF_DESC_VERSION 2
+#define KVF_DESC_REGION_BYTES 18
+#define KVF_DESC_IPC_BYTES (4 + 8 + KVF_DESC_IPC_HANDLE)
 
 uint64_t kvf_seg_host_id(void)
 {
@@ -40,6 +51,7 @@ uint64_t kvf_seg_host_id(void)
 kvf_status_t kvf_seg_desc_encode(kvf_engine_h engine, kvf_wr_t *w)
 {
     char hostname[KVF_HOST_MAX] = "";
+    uint32_t nipc = 0;
     unsigned i;
     size_t r;
 
@@ -64,6 +76,16 @@ kvf_status_t kvf_seg_desc_encode(kvf_engine_h engine, kvf_wr_t *w)
         kvf_wr_u64(w, engine->regions[r]->len);
         kvf_wr_u8(w, (uint8_t)engine->regions[r]->type);
         kvf_wr_u8(w, (uint8_t)engine->regions[r]->device);
+        nipc += (engine->regions[r]->ipc != 0);
+    }
+    kvf_wr_u32(w, nipc);
+    for (r = 0; r < engine->nregions; r++) {
+        if (engine->regions[r]->ipc) {
+            kvf_wr_u32(w, (uint32_t)r);
+            kvf_wr_u64(w, engine->regions[r]->ipc_off);
+            kvf_wr_bytes(w, engine->regions[r]->ipc_handle,
+                         KVF_DESC_IPC_HANDLE);
+        }
     }
     pthread_rwlock_unlock(&engine->regions_lock);
     return kvf_wr_status(w);
@@ -72,8 +94,9 @@ kvf_status_t kvf_seg_desc_encode(kvf_engine_h engine, kvf_wr_t *w)
 kvf_status_t kvf_seg_desc_decode(const void *buf, size_t len,
                                  kvf_seg_desc_t *desc)
 {
+    const unsigned char *h;
+    uint32_t version, i, nipc, idx;
     kvf_rd_t r;
-    uint32_t version, i;
 
     memset(desc, 0, sizeof(*desc));
     kvf_rd_init(&r, buf, len);
@@ -97,7 +120,8 @@ kvf_status_t kvf_seg_desc_decode(const void *buf, size_t len,
     }
     desc->nregions = kvf_rd_u32(&r);
     if (kvf_rd_status(&r) != KVF_OK || desc->nregions > KVF_DESC_REGION_MAX ||
-        (size_t)desc->nregions * 18 != kvf_rd_left(&r)) {
+        (size_t)desc->nregions * KVF_DESC_REGION_BYTES + 4 >
+            kvf_rd_left(&r)) {
         kvf_error("malformed segment descriptor (%zu bytes)", len);
         return KVF_ERR_PROTOCOL;
     }
@@ -112,6 +136,28 @@ kvf_status_t kvf_seg_desc_decode(const void *buf, size_t len,
         desc->regions[i].len = kvf_rd_u64(&r);
         desc->regions[i].type = (kvf_mem_type_t)kvf_rd_u8(&r);
         desc->regions[i].device = kvf_rd_u8(&r);
+    }
+    nipc = kvf_rd_u32(&r);
+    if (kvf_rd_status(&r) != KVF_OK || nipc > desc->nregions ||
+        (size_t)nipc * KVF_DESC_IPC_BYTES != kvf_rd_left(&r)) {
+        kvf_error("malformed segment descriptor (%zu bytes, %u IPC handles)",
+                  len, nipc);
+        return KVF_ERR_PROTOCOL;
+    }
+    for (i = 0; i < nipc; i++) {
+        idx = kvf_rd_u32(&r);
+        if (idx >= desc->nregions || desc->regions[idx].ipc ||
+            desc->regions[idx].type != KVF_MEM_CUDA) {
+            kvf_error("segment descriptor: bad IPC entry for region %u", idx);
+            return KVF_ERR_PROTOCOL;
+        }
+        desc->regions[idx].ipc_off = kvf_rd_u64(&r);
+        h = kvf_rd_bytes(&r, KVF_DESC_IPC_HANDLE);
+        if (h == NULL) {
+            return KVF_ERR_PROTOCOL;
+        }
+        memcpy(desc->regions[idx].ipc_handle, h, KVF_DESC_IPC_HANDLE);
+        desc->regions[idx].ipc = 1;
     }
     return kvf_rd_status(&r);
 }

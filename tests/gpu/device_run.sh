@@ -47,7 +47,8 @@ for stage in "$@"; do
     "$B" bench env > "$OUT/bench-env.txt" 2>&1
     ;;
   test)
-    for t in test_gpu_absent test_gpu_copy test_gpu_tcp test_gpu_ipc; do
+    for t in test_gpu_absent test_gpu_copy test_gpu_tcp test_gpu_ipc \
+      test_gpu_ipc_engine; do
       step 240 "$t" "$D/$t"
     done
     step 300 test_gpu_bench tests/gpu/test_gpu_bench.sh
@@ -70,6 +71,16 @@ for stage in "$@"; do
     ;;
   net)
     blk tcp --pool 4G --op both --verify --record "$R" --json "$R/tcp.json"
+    ;;
+  ipc)
+    # the same-host cuda path (CUDA IPC): target on GPU 1 (NVLink), then
+    # on GPU 0 with the initiator; the local p2p path for comparison
+    step 240 test_gpu_ipc_engine "$D/test_gpu_ipc_engine"
+    blk cuda-p2p --transport cuda --pool 4G --op both --verify --record "$R" \
+      --json "$R/cuda-p2p.json"
+    blk cuda-same --transport cuda --peer-gpu 0 --pool 4G --op both \
+      --verify --json "$R/cuda-same.json"
+    blk p2p --path p2p --verify --each-iters 0 --json "$R/p2p.json"
     ;;
   diag)
     # what limits the SM paths: access order, huge-page host memory,
@@ -96,8 +107,20 @@ for stage in "$@"; do
       "$B" bench blocks --device gpu --pool 4G --op both --no-host \
       --json "$R/tcp-1m.json"
     ;;
+  ab)
+    # A/B in one run: tcp staging with and without the ramps, cuda with
+    # 1 MiB and 2 MiB engine chunks
+    blke KVF_CUDA_STAGE_RAMP=0 tcp-noramp --transport tcp --pool 4G \
+      --op both --verify --json "$R/tcp-noramp.json"
+    blk tcp-ramp --transport tcp --pool 4G --op both --verify \
+      --json "$R/tcp-ramp.json"
+    blke KVF_CHUNK_BYTES=2M cuda-2m --transport cuda --pool 4G --op both \
+      --verify --json "$R/cuda-2m.json"
+    blk cuda-1m --transport cuda --pool 4G --op both --verify \
+      --json "$R/cuda-1m.json"
+    ;;
   quick)
-    for t in test_gpu_copy test_gpu_tcp test_gpu_ipc; do
+    for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
       step 240 "$t" "$D/$t"
     done
     ;;
@@ -112,6 +135,10 @@ for stage in "$@"; do
     blk d2h-pageable --path d2h --pageable --verify --each-iters 0 \
       --json "$R/d2h-pageable.json"
     blk tcp --pool 4G --op both --iters 9 --verify --record "$R"
+    blk cuda --transport cuda --pool 4G --op both --iters 9 --verify \
+      --record "$R"
+    blk cuda-same --transport cuda --peer-gpu 0 --pool 4G --op both \
+      --iters 9 --verify --record "$R"
     ;;
   *)
     echo "unknown stage $stage"

@@ -61,7 +61,9 @@ static void kvf_gpu_usage(void)
         "  --kernel auto|warp|bulk|hybrid  copy kernel (default: config)\n"
         "  --op write|read|both  transports mode (default write)\n"
         "  --conns N           connections (default 4)\n"
-        "  --transport LIST    transports to run over (default tcp)\n"
+        "  --transport LIST    transports to run over (default cuda,tcp; cuda:\n"
+        "                      same-host GPU pools through CUDA IPC, against\n"
+        "                      the contiguous copy of the same path)\n"
         "  --no-host           transports: skip the host-pool baseline\n"
         "  --timeout MS        per-wait bound (default 20000)\n"
         "  --verify            compare checksums of every moved block\n"
@@ -118,7 +120,7 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
     o->ops = 1;
     o->conns = 4;
     o->timeout_ms = 20000;
-    o->transports = "tcp";
+    o->transports = "cuda,tcp";
     o->host_baseline = 1;
     o->kernel = KVF_CUDA_KERNEL_AUTO;
     o->seed = 1;

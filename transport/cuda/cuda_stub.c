@@ -15,6 +15,8 @@ static const kvf_config_entry_t kvf_cuda_config_entries[] = {
     {"cuda_stage_bytes", "1M",
      "pinned staging buffer size for GPU memory reached over sockets"},
     {"cuda_stage_slots", "4", "staging buffers in flight per connection"},
+    {"cuda_stage_ramp", "128K",
+     "first gather of a send and last scatter of a receive (0: whole slots)"},
     {"cuda_ctas_per_sm", "4", "copy kernel CTAs per multiprocessor (1..4)"},
     {"cuda_unroll", "8", "16-byte vectors in flight per lane (4 or 8)"},
 };
@@ -307,3 +309,30 @@ void kvf_cuda_ipc_close(int device, void *base)
     (void)device;
     (void)base;
 }
+
+kvf_status_t kvf_cuda_ep_wrap(const kvf_cuda_remote_t *regions, size_t n,
+                              int same_process, unsigned timeout_ms,
+                              const kvf_transport_ops_t **ops_p,
+                              kvf_tl_ep_t **ep_p)
+{
+    (void)regions;
+    (void)n;
+    (void)same_process;
+    (void)timeout_ms;
+    (void)ops_p;
+    (void)ep_p;
+    return KVF_ERR_UNAVAILABLE;
+}
+
+/* The registry's entry for "cuda" (a name transports lists may use): it
+ * has no iface of its own, so it is never opened as one; engine/peer.c
+ * wraps a same-host peer's ep with kvf_cuda_ep_wrap instead. */
+static int kvf_cuda_tl_available(void)
+{
+    return 0;
+}
+
+const kvf_transport_ops_t kvf_cuda_ops = {
+    .name = "cuda",
+    .available = kvf_cuda_tl_available,
+};
