@@ -6,6 +6,15 @@
  * peers' eps, which spread them over their connections. Each request's
  * completion credits bytes or an error to the operations it carries; the
  * batch is done when the last request completes.
+ *
+ * Inline (KVF_BATCH_INLINE, for a caller that waits at once): a batch
+ * that makes a single request of host memory, at most
+ * KVF_INLINE_MAX_BYTES, is offered to the transport's ep_post_inline
+ * first, which moves it on the calling thread when it can do so at once
+ * (tcp: an idle connection; shm: an open lease covering it). Submit then
+ * returns the batch done: no hand-off to a transport thread and no
+ * wake-up of the caller, which for small objects cost more than the
+ * bytes. Otherwise the request is posted as usual.
  */
 #include "engine/engine_int.h"
 #include "core/alloc.h"
@@ -16,6 +25,7 @@
 
 #define KVF_CHUNK_SEGS  256
 #define KVF_OPEN_CHUNKS 8
+#define KVF_INLINE_MAX_BYTES (1u << 20)
 
 typedef struct kvf_chunk {
     kvf_tl_req_t req;
@@ -37,6 +47,8 @@ struct kvf_batch {
     size_t pending; /* requests posted and not completed */
     int building;   /* submit still posting */
     int cancel;
+    unsigned flags;  /* KVF_BATCH_* */
+    int device_mem; /* some local memory is not host memory */
     kvf_status_t first_error;
     kvf_chunk_t *chunks;
 };
@@ -126,8 +138,36 @@ static void kvf_chunk_post(kvf_chunk_t *c)
     }
 }
 
-static kvf_status_t kvf_batch_check_op(kvf_engine_h e, const kvf_op_t *op)
+/* Offers a lone small request to its transport's inline path; 1 when it
+ * was moved (completed), 0 to post it. */
+static int kvf_chunk_try_inline(kvf_chunk_t *c)
 {
+    struct kvf_batch *b = c->batch;
+    const kvf_transport_ops_t *ops = c->peer->ops;
+
+    if (!(b->flags & KVF_BATCH_INLINE) || b->device_mem ||
+        ops->ep_post_inline == NULL || c->req.bytes > KVF_INLINE_MAX_BYTES) {
+        return 0;
+    }
+    pthread_mutex_lock(&b->lock);
+    b->pending++;
+    pthread_mutex_unlock(&b->lock);
+    if (ops->ep_post_inline(c->peer->ep, &c->req) == KVF_OK) {
+        KVF_TL_COUNT(requests, 1);
+        KVF_TL_COUNT(segments, c->req.nsegs);
+        return 1;
+    }
+    pthread_mutex_lock(&b->lock);
+    b->pending--;
+    pthread_mutex_unlock(&b->lock);
+    return 0;
+}
+
+static kvf_status_t kvf_batch_check_op(kvf_engine_h e, const kvf_op_t *op,
+                                       int *device_mem_p)
+{
+    struct kvf_region *r;
+
     if ((op->type != KVF_OP_READ && op->type != KVF_OP_WRITE) ||
         op->peer == NULL || op->peer->engine != e) {
         return KVF_ERR_INVALID_PARAM;
@@ -135,11 +175,14 @@ static kvf_status_t kvf_batch_check_op(kvf_engine_h e, const kvf_op_t *op)
     if (op->length == 0) {
         return KVF_OK;
     }
-    if (kvf_region_find(e, (uint64_t)(uintptr_t)op->local, op->length) ==
-        NULL) {
+    r = kvf_region_find(e, (uint64_t)(uintptr_t)op->local, op->length);
+    if (r == NULL) {
         kvf_log_rl(KVF_LOG_ERROR, "local address %p+%zu is not registered",
                    op->local, op->length);
         return KVF_ERR_NOT_REGISTERED;
+    }
+    if (r->type != KVF_MEM_HOST) {
+        *device_mem_p = 1;
     }
     return KVF_OK;
 }
@@ -153,12 +196,13 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     kvf_chunk_t *c;
     kvf_status_t st;
     size_t i, k;
+    int posted = 0;
 
     for (i = 0; i < b->nops; i++) {
         const kvf_op_t *op = &ops[i];
 
         pthread_rwlock_rdlock(&e->regions_lock);
-        st = kvf_batch_check_op(e, op);
+        st = kvf_batch_check_op(e, op, &b->device_mem);
         pthread_rwlock_unlock(&e->regions_lock);
         if (st != KVF_OK) {
             b->op_status[i] = st;
@@ -176,6 +220,7 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
                 }
             }
             if (k == KVF_OPEN_CHUNKS) {
+                posted = 1;
                 kvf_chunk_post(open[0]);
                 memmove(open, open + 1, sizeof(open[0]) * (k - 1));
                 open[--k] = NULL;
@@ -183,6 +228,7 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
             c = open[k];
             if (c != NULL && (c->req.nsegs == KVF_CHUNK_SEGS ||
                               c->req.bytes + piece > chunk_max)) {
+                posted = 1;
                 kvf_chunk_post(c);
                 c = NULL;
             }
@@ -203,6 +249,10 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
             c->req.bytes += piece;
         }
     }
+    if (!posted && open[0] != NULL && open[1] == NULL &&
+        kvf_chunk_try_inline(open[0])) {
+        return KVF_OK;
+    }
     for (k = 0; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
         kvf_chunk_post(open[k]);
     }
@@ -211,6 +261,13 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
 
 kvf_status_t kvf_batch_submit(kvf_engine_h e, const kvf_op_t *ops, size_t count,
                               kvf_batch_h *batch_p)
+{
+    return kvf_batch_submit_ex(e, ops, count, 0, batch_p);
+}
+
+kvf_status_t kvf_batch_submit_ex(kvf_engine_h e, const kvf_op_t *ops,
+                                 size_t count, unsigned flags,
+                                 kvf_batch_h *batch_p)
 {
     struct kvf_batch *b;
     size_t i;
@@ -236,6 +293,7 @@ kvf_status_t kvf_batch_submit(kvf_engine_h e, const kvf_op_t *ops, size_t count,
     }
     b->engine = e;
     b->nops = count;
+    b->flags = flags;
     b->building = 1;
     b->first_error = KVF_OK;
     pthread_mutex_init(&b->lock, NULL);
@@ -332,7 +390,7 @@ kvf_status_t kvf_transfer_sync(kvf_engine_h e, const kvf_op_t *ops,
     kvf_batch_h b;
     kvf_status_t status;
 
-    status = kvf_batch_submit(e, ops, count, &b);
+    status = kvf_batch_submit_ex(e, ops, count, KVF_BATCH_INLINE, &b);
     if (status != KVF_OK) {
         return status;
     }

@@ -87,6 +87,11 @@ typedef struct kvf_transport_ops {
                             kvf_tl_ep_t **ep_p);
     void (*ep_close)(kvf_tl_ep_t *ep);
     kvf_status_t (*ep_post)(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
+    /* Optional: moves a small request in the calling thread when the ep
+     * can do it at once (an idle connection, an open lease covering it),
+     * completing it (complete() called) before returning KVF_OK. Any
+     * other return: nothing was done, the caller posts it instead. */
+    kvf_status_t (*ep_post_inline)(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
     kvf_status_t (*ep_checksum)(kvf_tl_ep_t *ep, const uint64_t *remote,
                                 const size_t *lengths, size_t count,
                                 uint64_t *sums);

@@ -127,6 +127,14 @@ typedef struct kvf_op {
  * target. */
 KVF_API kvf_status_t kvf_batch_submit(kvf_engine_h engine, const kvf_op_t *ops,
                                       size_t count, kvf_batch_h *batch_p);
+/* kvf_batch_submit with flags. KVF_BATCH_INLINE: the caller waits for
+ * the batch right away; a batch that is one small request (host memory)
+ * may then be moved by the calling thread itself, and submit returns it
+ * done (no transport-thread hand-off: lower latency and CPU per op). */
+#define KVF_BATCH_INLINE 0x1u
+KVF_API kvf_status_t kvf_batch_submit_ex(kvf_engine_h engine,
+                                         const kvf_op_t *ops, size_t count,
+                                         unsigned flags, kvf_batch_h *batch_p);
 /* KVF_INPROGRESS while running, then KVF_OK or the first error. */
 KVF_API kvf_status_t kvf_batch_test(kvf_batch_h batch);
 /* Waits at most timeout_ms: KVF_ERR_TIMEOUT if still running. */

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/time.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,6 +36,41 @@ static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
     return KVF_OK;
 }
 
+/* Whether an idle connection is still clean: nothing to read, no
+ * hang-up (a master that went away, e.g. restarted, closed it). */
+static int kvf_sconn_clean(kvf_sconn_t *c)
+{
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+
+    return poll(&pfd, 1, 0) == 0;
+}
+
+/* Hands a reservation back to the master at once (best effort: the
+ * master reclaims it at its deadline anyway). */
+static void kvf_sconn_drop_resv(kvf_sconn_t *c, unsigned timeout_ms)
+{
+    kvf_wr_t w;
+
+    if (c->resv.r.put_id == 0 || !kvf_sconn_clean(c)) {
+        c->resv.r.put_id = 0;
+        return;
+    }
+    kvf_wr_init(&w);
+    kvf_wr_str(&w, "-");
+    kvf_wr_u64(&w, c->resv.r.put_id);
+    kvf_wr_u64(&w, c->resv.r.size);
+    kvf_wr_u64(&w, 0);
+    kvf_wr_u8(&w, 0); /* mask 0: abort */
+    kvf_wr_u8(&w, 0);
+    kvf_wr_u64(&w, 0);
+    kvf_wr_u8(&w, 0);
+    /* bounded short: a master that froze must not hold up a disconnect */
+    (void)kvf_sp_call(c->fd, KVF_SP_COMMIT, ++c->next_id, 1, &w, &c->f,
+                      kvf_time_ms() + (timeout_ms < 200 ? timeout_ms : 200));
+    kvf_wr_free(&w);
+    c->resv.r.put_id = 0;
+}
+
 static void kvf_sconn_close(kvf_sconn_t *c)
 {
     close(c->fd);
@@ -48,6 +84,84 @@ void kvf_store_release(kvf_store_h st, kvf_sconn_t *c)
     c->next = st->idle;
     st->idle = c;
     pthread_mutex_unlock(&st->lock);
+}
+
+kvf_status_t kvf_store_rpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
+                              uint32_t count, const kvf_wr_t *w, int *closed_p)
+{
+    kvf_status_t status;
+
+    *closed_p = 0;
+    status = kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
+                         kvf_time_ms() + st->timeout_ms);
+    if (status != KVF_OK) {
+        *closed_p = 1;
+        kvf_log_rl(KVF_LOG_ERROR, "store %s request to %s:%u failed: %s",
+                   kvf_sp_msg_name(type), st->host, st->port,
+                   kvf_status_str(status));
+        kvf_sconn_close(c);
+        return status;
+    }
+    return (kvf_status_t)c->f.hdr.status;
+}
+
+
+kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
+                                 unsigned replicas)
+{
+    kvf_sconn_t **pp, *c = NULL;
+    uint64_t now = kvf_time_ms();
+
+    pthread_mutex_lock(&st->lock);
+    for (pp = &st->idle; *pp != NULL; pp = &(*pp)->next) {
+        kvf_sresv_t *r = &(*pp)->resv;
+
+        if (r->r.put_id != 0 && r->r.size == size && r->replicas == replicas) {
+            c = *pp;
+            *pp = c->next;
+            c->next = NULL;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (c == NULL) {
+        return NULL;
+    }
+    if (!kvf_sconn_clean(c)) {
+        kvf_sconn_close(c); /* its reservation died with the master's end */
+        return NULL;
+    }
+    if (now >= c->resv.until_ms) {
+        kvf_sconn_drop_resv(c, st->timeout_ms);
+        kvf_store_release(st, c);
+        return NULL;
+    }
+    return c;
+}
+
+kvf_sconn_t *kvf_store_take_plain(kvf_store_h st)
+{
+    kvf_sconn_t **pp, *c;
+
+    for (;;) {
+        pthread_mutex_lock(&st->lock);
+        for (pp = &st->idle; *pp != NULL && (*pp)->resv.r.put_id != 0;
+             pp = &(*pp)->next) {
+        }
+        c = *pp;
+        if (c != NULL) {
+            *pp = c->next;
+            c->next = NULL;
+        }
+        pthread_mutex_unlock(&st->lock);
+        if (c == NULL) {
+            return kvf_sconn_open(st, &c) == KVF_OK ? c : NULL;
+        }
+        if (kvf_sconn_clean(c)) {
+            return c;
+        }
+        kvf_sconn_close(c); /* the master closed it: try the next */
+    }
 }
 
 kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
@@ -199,6 +313,11 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
         }
         st->timeout_ms = (unsigned)v;
     }
+    status = kvf_config_u64(&kvf_store_config, "put_reserve", &v);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    st->reserve = (v != 0);
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->peers_lock, NULL);
     if (p && (p->field_mask & KVF_STORE_PARAM_ENGINE) && p->engine) {
@@ -250,6 +369,7 @@ void kvf_store_disconnect(kvf_store_h st)
     }
     while ((c = st->idle) != NULL) {
         st->idle = c->next;
+        kvf_sconn_drop_resv(c, st->timeout_ms);
         kvf_sconn_close(c);
     }
     while ((sp = st->peers) != NULL) {

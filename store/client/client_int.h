@@ -13,11 +13,30 @@
 
 #include <pthread.h>
 
+/* One key's replicas as the master returned them (or a reservation's). */
+typedef struct kvf_sreps {
+    kvf_status_t status;
+    uint64_t put_id;
+    uint64_t size;
+    uint64_t checksum;
+    unsigned nrep;
+    char seg[KVF_STORE_REPLICA_MAX][KVF_STORE_SEG_MAX];
+    uint64_t addr[KVF_STORE_REPLICA_MAX];
+} kvf_sreps_t;
+
+/* Space the master reserved for this connection's next put (COMMIT). */
+typedef struct kvf_sresv {
+    kvf_sreps_t r;      /* put_id 0 = none; size, replicas */
+    unsigned replicas;  /* as asked (0 = the master's default) */
+    uint64_t until_ms;  /* used only before (half the put timeout) */
+} kvf_sresv_t;
+
 /* One connection to the master; used by one call at a time. */
 typedef struct kvf_sconn {
     int fd;
     uint64_t next_id;
     kvf_sp_frame_t f; /* the last reply */
+    kvf_sresv_t resv;
     struct kvf_sconn *next;
 } kvf_sconn_t;
 
@@ -36,6 +55,7 @@ struct kvf_store {
     unsigned timeout_ms;
     kvf_engine_h engine;
     int own_engine;
+    int reserve; /* single puts keep a reservation (put_reserve) */
     pthread_mutex_t lock;
     kvf_sconn_t *idle;
     kvf_speer_t *peers;
@@ -48,6 +68,21 @@ struct kvf_store {
 kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
                            const kvf_wr_t *w, kvf_sconn_t **conn_p);
 void kvf_store_release(kvf_store_h st, kvf_sconn_t *c);
+/* The round trip on connection c (taken from the pool by the caller).
+ * On KVF_OK the reply is in c->f; a transport failure closes c (it must
+ * not be used again: *closed_p = 1); a reply's whole-frame status is
+ * returned with c still the caller's. */
+kvf_status_t kvf_store_rpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
+                              uint32_t count, const kvf_wr_t *w, int *closed_p);
+/* An idle connection holding no reservation (a new one if none), out of
+ * the pool; NULL if the master cannot be reached. */
+kvf_sconn_t *kvf_store_take_plain(kvf_store_h st);
+/* An idle connection holding a usable reservation of exactly size bytes
+ * asked with `replicas`, taken out of the pool; NULL if none. A
+ * reservation found stale, or on a connection the master closed, is
+ * dropped on the way. */
+kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
+                                 unsigned replicas);
 
 /* Takes a reference on the peer for a segment, opening it if needed. */
 kvf_status_t kvf_store_peer_get(kvf_store_h st, const char *segment,

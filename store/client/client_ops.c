@@ -8,6 +8,16 @@
  * against the checksum before it counts; a key whose replicas are all
  * bad fails with KVF_ERR_CHECKSUM (or the read's error). remove, exists,
  * list and query are one round trip each.
+ *
+ * A single-key put (host memory, at most KVF_STORE_RESV_MAX) commits with
+ * COMMIT instead of PUT_END, which also asks for a reservation of the
+ * same size for the connection's next put. A put finding such a
+ * reservation (same size and replica count, younger than half the put
+ * timeout, on a connection the master has not closed) writes straight
+ * into it and commits with one COMMIT: one master round trip instead of
+ * two. A COMMIT that finds its reservation gone (STALE) falls back to
+ * the two-round-trip put; one refused for the key (EXISTS, BUSY) keeps
+ * the reservation.
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"
@@ -18,17 +28,6 @@
 
 static const char kvf_store_empty[1];
 static __thread unsigned kvf_store_tl_rr;
-
-/* One key's replicas as the master returned them. */
-typedef struct kvf_sreps {
-    kvf_status_t status;
-    uint64_t put_id;
-    uint64_t size;
-    uint64_t checksum;
-    unsigned nrep;
-    char seg[KVF_STORE_REPLICA_MAX][KVF_STORE_SEG_MAX];
-    uint64_t addr[KVF_STORE_REPLICA_MAX];
-} kvf_sreps_t;
 
 static void kvf_store_rd_reps(kvf_rd_t *r, kvf_sreps_t *e)
 {
@@ -73,7 +72,9 @@ static void kvf_store_run(kvf_store_h st, kvf_op_t *ops, kvf_speer_t **sps,
     kvf_batch_h b;
     size_t i;
 
-    status = (n > 0) ? kvf_batch_submit(st->engine, ops, n, &b) : KVF_OK;
+    status = (n > 0) ? kvf_batch_submit_ex(st->engine, ops, n,
+                                           KVF_BATCH_INLINE, &b)
+                     : KVF_OK;
     if (during != NULL) {
         during(arg);
     }
@@ -121,6 +122,150 @@ static void kvf_store_sum_all(void *arg)
     j->ns = kvf_time_ns() - t0;
 }
 
+/* Writes every replica of one key at e's addresses; returns the mask of
+ * replicas written and sets *err to the first failure. */
+static unsigned kvf_store_write_one(kvf_store_h st, const kvf_sreps_t *e,
+                                    const void *buf, size_t len,
+                                    kvf_status_t *err)
+{
+    kvf_speer_t *sps[KVF_STORE_REPLICA_MAX];
+    kvf_status_t op_st[KVF_STORE_REPLICA_MAX], status;
+    kvf_op_t ops[KVF_STORE_REPLICA_MAX];
+    unsigned oprep[KVF_STORE_REPLICA_MAX], mask = 0;
+    size_t j, nops = 0;
+
+    *err = KVF_OK;
+    for (j = 0; j < e->nrep; j++) {
+        status = kvf_store_peer_get(st, e->seg[j], &sps[nops]);
+        if (status != KVF_OK) {
+            *err = (*err == KVF_OK) ? status : *err;
+            continue;
+        }
+        ops[nops].type = KVF_OP_WRITE;
+        ops[nops].local = (void *)buf;
+        ops[nops].peer = sps[nops]->peer;
+        ops[nops].remote = e->addr[j];
+        ops[nops].length = len;
+        oprep[nops] = (unsigned)j;
+        nops++;
+    }
+    kvf_store_run(st, ops, sps, nops, op_st, NULL, NULL);
+    for (j = 0; j < nops; j++) {
+        if (op_st[j] == KVF_OK) {
+            mask |= 1u << oprep[j];
+        } else if (*err == KVF_OK) {
+            *err = op_st[j];
+        }
+    }
+    return mask;
+}
+
+/* Encodes one COMMIT entry. */
+static void kvf_store_wr_commit(kvf_wr_t *w, const char *key, uint64_t put_id,
+                                uint64_t size, uint64_t sum, unsigned mask,
+                                unsigned flags, uint64_t next_size,
+                                unsigned next_rep)
+{
+    kvf_wr_str(w, key);
+    kvf_wr_u64(w, put_id);
+    kvf_wr_u64(w, size);
+    kvf_wr_u64(w, sum);
+    kvf_wr_u8(w, (uint8_t)mask);
+    kvf_wr_u8(w, (uint8_t)(flags & KVF_STORE_PIN));
+    kvf_wr_u64(w, next_size);
+    kvf_wr_u8(w, (uint8_t)next_rep);
+}
+
+/* Reads one COMMIT reply entry from c->f: the key's status, and the new
+ * reservation into c->resv (when one came and c holds none). */
+static kvf_status_t kvf_store_rd_commit(kvf_sconn_t *c, uint64_t size,
+                                        unsigned replicas)
+{
+    kvf_sreps_t *nr = kvf_malloc(sizeof(*nr));
+    kvf_status_t status;
+    uint32_t ttl_ms;
+    kvf_rd_t r;
+
+    if (nr == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+    status = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
+    ttl_ms = kvf_rd_u32(&r);
+    nr->put_id = kvf_rd_u64(&r);
+    kvf_store_rd_reps(&r, nr);
+    if (kvf_rd_status(&r) != KVF_OK || c->f.hdr.count != 1) {
+        kvf_free(nr);
+        return KVF_ERR_PROTOCOL;
+    }
+    if (nr->put_id != 0 && nr->nrep > 0 && c->resv.r.put_id == 0) {
+        nr->size = size;
+        c->resv.r = *nr;
+        c->resv.replicas = replicas;
+        c->resv.until_ms = kvf_time_ms() + ttl_ms / 2;
+    }
+    kvf_free(nr);
+    return status;
+}
+
+/* A single-key put through the connection's reservation. *done = 0 when
+ * there was none usable (or it turned out stale): the caller puts the
+ * usual way. */
+static kvf_status_t kvf_store_put_resv(kvf_store_h st, const char *key,
+                                       const void *buf, size_t len,
+                                       unsigned replicas, unsigned flags,
+                                       int *done)
+{
+    kvf_store_timing_t *tm = &kvf_store_tl_timing;
+    kvf_status_t status, werr;
+    uint64_t t0, sum, id;
+    unsigned mask;
+    kvf_sconn_t *c;
+    int closed;
+    kvf_wr_t w;
+
+    *done = 0;
+    c = kvf_store_take_resv(st, len, replicas);
+    if (c == NULL) {
+        return KVF_OK;
+    }
+    *done = 1;
+    t0 = kvf_time_ns();
+    mask = kvf_store_write_one(st, &c->resv.r, buf, len, &werr);
+    tm->read_ns = kvf_time_ns() - t0;
+    t0 = kvf_time_ns();
+    sum = kvf_store_sum(buf, len);
+    tm->verify_ns = kvf_time_ns() - t0;
+    kvf_wr_init(&w);
+    kvf_store_wr_commit(&w, key, c->resv.r.put_id, len, sum, mask, flags,
+                        mask ? len : 0, replicas);
+    id = c->resv.r.put_id;
+    c->resv.r.put_id = 0; /* spent, unless the master says it stays */
+    t0 = kvf_time_ns();
+    status = kvf_store_rpc_on(st, c, KVF_SP_COMMIT, 1, &w, &closed);
+    tm->commit_ns = kvf_time_ns() - t0;
+    kvf_wr_free(&w);
+    if (closed) {
+        return status;
+    }
+    if (status == KVF_OK) {
+        status = kvf_store_rd_commit(c, len, replicas);
+    }
+    if ((status == KVF_ERR_EXISTS || status == KVF_ERR_BUSY) && mask != 0) {
+        c->resv.r.put_id = id; /* refused for the key: the space stays */
+    }
+    kvf_store_release(st, c);
+    if (status == KVF_ERR_STALE || (status == KVF_OK && mask == 0)) {
+        /* reclaimed under us, or no replica could be written (aborted):
+         * put again the usual way, on space allocated now */
+        kvf_log_rl(KVF_LOG_DEBUG, "store put '%s': reservation unusable (%s)",
+                   key, kvf_status_str(mask ? status : werr));
+        *done = 0;
+        return KVF_OK;
+    }
+    return status;
+}
+
 kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
                                  const char *const *keys,
                                  const void *const *bufs, const size_t *lens,
@@ -141,6 +286,7 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
     unsigned *mask = NULL, *oprep = NULL;
     size_t i, j, nops = 0, nsent = 0;
     kvf_sconn_t *c;
+    int resv, done, closed;
     kvf_wr_t w;
     kvf_rd_t r;
 
@@ -152,8 +298,20 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
     if (s == NULL && (s = own = kvf_calloc(count, sizeof(*s))) == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    kvf_wr_init(&w);
     memset(tm, 0, sizeof(*tm));
+    resv = st->reserve && count == 1 && !(flags & KVF_STORE_DEVICE_MEM) &&
+           lens[0] > 0 && lens[0] <= KVF_STORE_RESV_MAX && bufs[0] != NULL &&
+           kvf_sp_key_check(keys[0]) == KVF_OK;
+    if (resv) {
+        status = kvf_store_put_resv(st, keys[0], bufs[0], lens[0], replicas,
+                                    flags, &done);
+        if (done) {
+            s[0] = status;
+            kvf_free(own);
+            return status;
+        }
+    }
+    kvf_wr_init(&w);
     t0 = kvf_time_ns();
     e = kvf_calloc(count, sizeof(*e));
     sums = kvf_calloc(count, sizeof(*sums));
@@ -280,6 +438,29 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         kvf_wr_u64(&w, sums[i]);
         kvf_wr_u8(&w, (uint8_t)mask[i]);
         nsent++;
+    }
+    if (nsent == 1 && resv) {
+        /* COMMIT, asking for a reservation for the next put */
+        w.len = 0;
+        kvf_store_wr_commit(&w, keys[0], e[0].put_id, lens[0], sums[0],
+                            mask[0], flags, mask[0] ? lens[0] : 0, replicas);
+        t0 = kvf_time_ns();
+        c = kvf_store_take_plain(st);
+        status = (c == NULL) ? KVF_ERR_CONNECT
+                             : kvf_store_rpc_on(st, c, KVF_SP_COMMIT, 1, &w,
+                                                &closed);
+        tm->commit_ns = kvf_time_ns() - t0;
+        if (c != NULL && !closed) {
+            if (status == KVF_OK) {
+                status = kvf_store_rd_commit(c, lens[0], replicas);
+            }
+            kvf_store_release(st, c);
+        }
+        if (s[0] == KVF_OK && status != KVF_OK) {
+            s[0] = status;
+        }
+        status = s[0];
+        goto out;
     }
     if (nsent > 0) {
         t0 = kvf_time_ns();

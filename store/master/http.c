@@ -22,8 +22,8 @@
 
 typedef struct kvf_m_snap {
     kvf_master_stats_t st;
-    uint64_t capacity, used, epoch;
-    size_t nodes, objects, pending, removing;
+    uint64_t capacity, used, reserved, epoch;
+    size_t nodes, objects, pending, removing, reservations;
 } kvf_m_snap_t;
 
 /* Growable text buffer for the response body. */
@@ -104,6 +104,8 @@ static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
     s->objects = m->nobjs;
     s->pending = kvf_m_pending(m);
     s->removing = kvf_m_removing(m);
+    s->reserved = m->reserved;
+    s->reservations = kvf_m_reservations(m);
     s->epoch = m->epoch;
     if (nodes_json != NULL) {
         for (n = m->nodes; n != NULL; n = n->next) {
@@ -149,6 +151,12 @@ static void kvf_m_metrics(kvf_master_t *m, kvf_hbuf_t *b)
     kvf_m_metric(b, "removing", "gauge",
                  "objects removed, space kept until their read lease ends",
                  s.removing);
+    kvf_m_metric(b, "reserved_bytes", "gauge",
+                 "bytes reserved for clients' next puts (not in used_bytes)",
+                 s.reserved);
+    kvf_m_metric(b, "reservations", "gauge",
+                 "reservations held by clients for their next put",
+                 s.reservations);
     kvf_m_metric(b, "hits_total", "counter", "gets that found the key",
                  s.st.hits);
     kvf_m_metric(b, "misses_total", "counter", "gets that did not",
@@ -180,12 +188,14 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
         b,
         "{\"epoch\":\"%016lx\",\"nodes\":%zu,\"capacity\":%lu,"
         "\"used\":%lu,\"objects\":%zu,\"pending\":%zu,\"removing\":%zu,"
+        "\"reserved\":%lu,\"reservations\":%zu,"
         "\"hits\":%lu,\"misses\":%lu,\"evictions\":%lu,"
         "\"errors\":%lu,\"puts\":%lu,\"removes\":%lu,"
         "\"reclaimed\":%lu,\"aborted\":%lu,\"nodes_lost\":%lu,"
         "\"objects_lost\":%lu,\"node_list\":[%s]}\n",
         (unsigned long)s.epoch, s.nodes, (unsigned long)s.capacity,
         (unsigned long)s.used, s.objects, s.pending, s.removing,
+        (unsigned long)s.reserved, s.reservations,
         (unsigned long)s.st.hits, (unsigned long)s.st.misses,
         (unsigned long)s.st.evictions, (unsigned long)s.st.errors,
         (unsigned long)s.st.puts, (unsigned long)s.st.removes,

@@ -160,6 +160,57 @@ static kvf_status_t kvf_m_h_put_end(kvf_master_t *m, const kvf_sp_frame_t *f,
     return KVF_OK;
 }
 
+/* COMMIT: commits a pending put or a reservation under its key and, on
+ * success, reserves space for the client's next put when asked. */
+static kvf_status_t kvf_m_h_commit(kvf_master_t *m, const kvf_sp_frame_t *f,
+                                   kvf_wr_t *w, uint32_t *count_p,
+                                   uint16_t *flags_p)
+{
+    char key[KVF_STORE_KEY_MAX + 1];
+    uint64_t put_id, size, sum, next_size;
+    unsigned mask, flags, next_rep;
+    kvf_status_t st, rst;
+    kvf_mobj_t *o;
+    kvf_rd_t r;
+    uint32_t i;
+
+    (void)flags_p;
+    if ((st = kvf_m_check_keys(f, 35)) != KVF_OK) {
+        return st;
+    }
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    pthread_mutex_lock(&m->lock);
+    for (i = 0; i < f->hdr.count; i++) {
+        st = kvf_sp_rd_key(&r, key);
+        put_id = kvf_rd_u64(&r);
+        size = kvf_rd_u64(&r);
+        sum = kvf_rd_u64(&r);
+        mask = kvf_rd_u8(&r);
+        flags = kvf_rd_u8(&r);
+        next_size = kvf_rd_u64(&r);
+        next_rep = kvf_rd_u8(&r);
+        if (st == KVF_OK) {
+            st = kvf_m_commit(m, key, put_id, size, sum, mask, flags);
+        }
+        kvf_wr_u32(w, (uint32_t)st);
+        kvf_wr_u32(w, (uint32_t)m->opts.put_timeout_ms);
+        rst = KVF_ERR_NOT_FOUND;
+        if (st == KVF_OK && mask != 0 && next_size > 0) {
+            rst = kvf_m_reserve(m, next_size, next_rep, &o);
+        }
+        if (rst == KVF_OK) {
+            kvf_wr_u64(w, o->put_id);
+            kvf_m_wr_reps(w, o);
+        } else {
+            kvf_wr_u64(w, 0);
+            kvf_wr_u8(w, 0);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    *count_p = f->hdr.count;
+    return KVF_OK;
+}
+
 static kvf_status_t kvf_m_h_get(kvf_master_t *m, const kvf_sp_frame_t *f,
                                 kvf_wr_t *w, uint32_t *count_p,
                                 uint16_t *flags_p)
@@ -374,6 +425,8 @@ static kvf_m_handler_t kvf_m_handler(uint8_t type)
         return kvf_m_h_put_start;
     case KVF_SP_PUT_END:
         return kvf_m_h_put_end;
+    case KVF_SP_COMMIT:
+        return kvf_m_h_commit;
     case KVF_SP_GET:
         return kvf_m_h_get;
     case KVF_SP_REMOVE:

@@ -70,6 +70,7 @@ struct kvf_master {
     size_t nnodes;
     uint64_t next_gen;
     uint64_t next_put_id;
+    uint64_t reserved; /* bytes in reservations' blocks */
     kvf_master_stats_t st;
     /* server */
     kvf_engine_h engine; /* initiator: checks what nodes claim */
@@ -95,6 +96,16 @@ kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
                              kvf_mobj_t **obj_p);
 kvf_status_t kvf_m_put_end(kvf_master_t *m, const char *key, uint64_t put_id,
                            uint64_t checksum, unsigned mask);
+/* Space for a client's next put, key unknown yet (a keyless pending
+ * object, reclaimed at the put deadline unless committed). */
+kvf_status_t kvf_m_reserve(kvf_master_t *m, uint64_t size, unsigned replicas,
+                           kvf_mobj_t **obj_p);
+/* Commits pending put put_id (keyed: as PUT_END; a reservation: under
+ * key, whose size must be the reserved size; a refused key leaves the
+ * reservation as it was). mask 0 aborts. */
+kvf_status_t kvf_m_commit(kvf_master_t *m, const char *key, uint64_t put_id,
+                          uint64_t size, uint64_t checksum, unsigned mask,
+                          unsigned flags);
 kvf_status_t kvf_m_get(kvf_master_t *m, const char *key, kvf_mobj_t **obj_p);
 kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key);
 kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key);
@@ -108,7 +119,10 @@ kvf_status_t kvf_m_heartbeat(kvf_master_t *m, uint64_t uid, uint64_t gen,
 void kvf_m_tick(kvf_master_t *m);
 uint64_t kvf_m_capacity(const kvf_master_t *m);
 uint64_t kvf_m_used(const kvf_master_t *m);
-size_t kvf_m_pending(const kvf_master_t *m);
+size_t kvf_m_pending(const kvf_master_t *m); /* reservations not included */
+size_t kvf_m_reservations(const kvf_master_t *m);
+/* kvf_m_used: space of objects and pending puts, reservations not
+ * included (they are `reserved`). */
 size_t kvf_m_removing(const kvf_master_t *m);
 
 /* master.c: serves one whole frame: runs its handler, encodes the reply

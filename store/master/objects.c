@@ -11,6 +11,14 @@
  * never committed by their deadline, drops nodes silent past their TTL
  * (their replicas go; an object left without replicas is lost), and
  * evicts down to the low watermark once used space passes the high one.
+ *
+ * Reservations: space allocated for a client's *next* put before it
+ * knows the key (key NULL, not in the table, on the pending list with a
+ * put deadline like any pending put). A COMMIT names the key, and the
+ * reserved space becomes that object; one never committed is reclaimed
+ * at its deadline like a zombie put, and a dead node's reservations go
+ * with it. So a client that keeps a reservation puts with one round
+ * trip (write, then COMMIT) instead of two.
  * Every function here runs with the master's lock held.
  */
 #include "store/master/master_int.h"
@@ -123,24 +131,40 @@ static void kvf_m_grow(kvf_master_t *m)
     m->nbuckets = nb;
 }
 
+static uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o)
+{
+    uint64_t b = 0;
+    unsigned i;
+
+    for (i = 0; i < o->nrep; i++) {
+        b += o->rep[i].blk->size;
+    }
+    return b;
+}
+
 /* Unlinks o from the table and lists, frees its space and itself. */
 static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o)
 {
     kvf_mobj_t **pp;
     unsigned i;
 
-    for (pp = &m->table[o->hash & (m->nbuckets - 1)]; *pp != NULL;
-         pp = &(*pp)->hnext) {
+    for (pp = &m->table[o->hash & (m->nbuckets - 1)];
+         o->key != NULL && *pp != NULL; pp = &(*pp)->hnext) {
         if (*pp == o) {
             *pp = o->hnext;
             break;
         }
     }
     kvf_m_list_unlink(o);
+    if (o->key == NULL) {
+        m->reserved -= kvf_m_obj_bytes(o);
+    }
     for (i = 0; i < o->nrep; i++) {
         kvf_pa_free(&o->rep[i].node->pa, o->rep[i].blk);
     }
-    m->nobjs--;
+    if (o->key != NULL) {
+        m->nobjs--;
+    }
     kvf_free(o->key);
     kvf_free(o);
 }
@@ -156,7 +180,8 @@ uint64_t kvf_m_capacity(const kvf_master_t *m)
     return c;
 }
 
-uint64_t kvf_m_used(const kvf_master_t *m)
+/* Bytes in allocated blocks, reservations included. */
+static uint64_t kvf_m_held(const kvf_master_t *m)
 {
     const kvf_mnode_t *n;
     uint64_t u = 0;
@@ -167,13 +192,31 @@ uint64_t kvf_m_used(const kvf_master_t *m)
     return u;
 }
 
+uint64_t kvf_m_used(const kvf_master_t *m)
+{
+    uint64_t u = kvf_m_held(m);
+
+    return u > m->reserved ? u - m->reserved : 0;
+}
+
 size_t kvf_m_pending(const kvf_master_t *m)
 {
     const kvf_mobj_t *o;
     size_t n = 0;
 
     for (o = m->pending.lnext; o != &m->pending; o = o->lnext) {
-        n++;
+        n += (o->key != NULL);
+    }
+    return n;
+}
+
+size_t kvf_m_reservations(const kvf_master_t *m)
+{
+    const kvf_mobj_t *o;
+    size_t n = 0;
+
+    for (o = m->pending.lnext; o != &m->pending; o = o->lnext) {
+        n += (o->key == NULL);
     }
     return n;
 }
@@ -236,24 +279,13 @@ static kvf_pa_block_t *kvf_m_alloc_on(kvf_master_t *m, kvf_mnode_t *n,
     return b;
 }
 
-kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
-                             unsigned replicas, unsigned flags,
-                             kvf_mobj_t **obj_p)
+/* May a new object take this key? A pending put past its deadline is
+ * reclaimed on the way. */
+static kvf_status_t kvf_m_key_free(kvf_master_t *m, const char *key,
+                                   uint64_t now)
 {
-    kvf_mnode_t *cand[64], *n, *t;
-    uint64_t now = kvf_time_ms(), maxlen = 0;
-    size_t ncand = 0, i, j;
-    kvf_pa_block_t *b;
-    kvf_mobj_t *o;
-    int pass;
+    kvf_mobj_t *o = kvf_m_find(m, key);
 
-    if (replicas == 0) {
-        replicas = m->opts.replicas;
-    }
-    if (replicas > KVF_STORE_REPLICA_MAX) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    o = kvf_m_find(m, key);
     if (o != NULL) {
         if (o->state == KVF_OBJ_COMMITTED) {
             return KVF_ERR_EXISTS;
@@ -264,6 +296,41 @@ kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
         m->st.reclaimed++;
         kvf_m_obj_free(m, o);
     }
+    return KVF_OK;
+}
+
+/* Puts a key on an object of the pending list (in the table). */
+static kvf_status_t kvf_m_obj_name(kvf_master_t *m, kvf_mobj_t *o,
+                                   const char *key)
+{
+    o->key = kvf_strdup(key);
+    if (o->key == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    o->keylen = strlen(key);
+    o->hash = kvf_m_hash(key, o->keylen);
+    o->hnext = m->table[o->hash & (m->nbuckets - 1)];
+    m->table[o->hash & (m->nbuckets - 1)] = o;
+    m->nobjs++;
+    if (m->nobjs > m->nbuckets) {
+        kvf_m_grow(m);
+    }
+    return KVF_OK;
+}
+
+/* Allocates replicas for a pending object (key NULL: a reservation). */
+static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, const char *key,
+                                    uint64_t size, unsigned replicas,
+                                    unsigned flags, uint64_t now,
+                                    kvf_mobj_t **obj_p)
+{
+    kvf_mnode_t *cand[64], *n, *t;
+    uint64_t maxlen = 0;
+    size_t ncand = 0, i, j;
+    kvf_pa_block_t *b;
+    kvf_mobj_t *o;
+    int pass;
+
     for (n = m->nodes; n != NULL && ncand < 64; n = n->next) {
         if (n->pa.len > maxlen) {
             maxlen = n->pa.len;
@@ -277,8 +344,9 @@ kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
     }
     if (ncand == 0) {
         kvf_log_rl(KVF_LOG_WARN,
-                   "put '%s': %lu bytes exceed the largest pool (%lu)", key,
-                   (unsigned long)size, (unsigned long)maxlen);
+                   "put '%s': %lu bytes exceed the largest pool (%lu)",
+                   key ? key : "(reservation)", (unsigned long)size,
+                   (unsigned long)maxlen);
         return KVF_ERR_MSG_TOO_LARGE;
     }
     /* most free space first */
@@ -292,12 +360,12 @@ kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
         }
     }
     o = kvf_calloc(1, sizeof(*o));
-    if (o == NULL || (o->key = kvf_strdup(key)) == NULL) {
-        kvf_free(o);
+    if (o == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    /* first without evicting anything, then evicting where needed */
-    for (pass = 0; pass < 2 && o->nrep < replicas; pass++) {
+    /* first without evicting anything, then evicting where needed (a
+     * reservation never evicts) */
+    for (pass = 0; pass < (key ? 2 : 1) && o->nrep < replicas; pass++) {
         for (i = 0; i < ncand && o->nrep < replicas; i++) {
             if (cand[i] == NULL) {
                 continue;
@@ -312,27 +380,63 @@ kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
         }
     }
     if (o->nrep == 0) {
-        kvf_free(o->key);
         kvf_free(o);
         m->st.errors++;
         return KVF_ERR_NO_SPACE;
     }
-    o->keylen = strlen(key);
-    o->hash = kvf_m_hash(key, o->keylen);
     o->size = size;
     o->flags = (uint8_t)(flags & KVF_STORE_PIN);
     o->state = KVF_OBJ_PENDING;
     o->put_id = m->next_put_id++;
     o->deadline_ms = now + m->opts.put_timeout_ms;
-    o->hnext = m->table[o->hash & (m->nbuckets - 1)];
-    m->table[o->hash & (m->nbuckets - 1)] = o;
-    m->nobjs++;
     kvf_m_list_push(&m->pending, o);
-    if (m->nobjs > m->nbuckets) {
-        kvf_m_grow(m);
+    if (key == NULL) {
+        m->reserved += kvf_m_obj_bytes(o);
+    }
+    if (key != NULL && kvf_m_obj_name(m, o, key) != KVF_OK) {
+        kvf_m_obj_free(m, o);
+        return KVF_ERR_NO_MEMORY;
     }
     *obj_p = o;
     return KVF_OK;
+}
+
+kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
+                             unsigned replicas, unsigned flags,
+                             kvf_mobj_t **obj_p)
+{
+    uint64_t now = kvf_time_ms();
+    kvf_status_t st;
+
+    if (replicas == 0) {
+        replicas = m->opts.replicas;
+    }
+    if (replicas > KVF_STORE_REPLICA_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    st = kvf_m_key_free(m, key, now);
+    if (st != KVF_OK) {
+        return st;
+    }
+    return kvf_m_alloc_obj(m, key, size, replicas, flags, now, obj_p);
+}
+
+kvf_status_t kvf_m_reserve(kvf_master_t *m, uint64_t size, unsigned replicas,
+                           kvf_mobj_t **obj_p)
+{
+    if (replicas == 0) {
+        replicas = m->opts.replicas;
+    }
+    if (replicas > KVF_STORE_REPLICA_MAX || size == 0 ||
+        size > KVF_STORE_RESV_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    /* under pressure, no reservations: they would crowd out objects */
+    if ((double)(kvf_m_held(m) + size * replicas) >
+        m->opts.high_watermark * (double)kvf_m_capacity(m)) {
+        return KVF_ERR_NO_SPACE;
+    }
+    return kvf_m_alloc_obj(m, NULL, size, replicas, 0, kvf_time_ms(), obj_p);
 }
 
 /* Evicts cold objects until used space is at most the low watermark. */
@@ -357,16 +461,12 @@ static void kvf_m_evict_watermark(kvf_master_t *m, uint64_t now)
     }
 }
 
-kvf_status_t kvf_m_put_end(kvf_master_t *m, const char *key, uint64_t put_id,
-                           uint64_t checksum, unsigned mask)
+/* Commits (mask != 0) or aborts the pending object o. */
+static kvf_status_t kvf_m_obj_commit(kvf_master_t *m, kvf_mobj_t *o,
+                                     uint64_t checksum, unsigned mask)
 {
-    kvf_mobj_t *o = kvf_m_find(m, key);
     unsigned i, k = 0;
 
-    if (o == NULL || o->state != KVF_OBJ_PENDING || o->put_id != put_id) {
-        /* reclaimed after its deadline, or its node died */
-        return KVF_ERR_STALE;
-    }
     mask &= (1u << o->nrep) - 1;
     if (mask == 0) {
         m->st.aborted++;
@@ -388,6 +488,52 @@ kvf_status_t kvf_m_put_end(kvf_master_t *m, const char *key, uint64_t put_id,
     m->st.puts++;
     kvf_m_evict_watermark(m, kvf_time_ms());
     return KVF_OK;
+}
+
+kvf_status_t kvf_m_put_end(kvf_master_t *m, const char *key, uint64_t put_id,
+                           uint64_t checksum, unsigned mask)
+{
+    kvf_mobj_t *o = kvf_m_find(m, key);
+
+    if (o == NULL || o->state != KVF_OBJ_PENDING || o->put_id != put_id) {
+        /* reclaimed after its deadline, or its node died */
+        return KVF_ERR_STALE;
+    }
+    return kvf_m_obj_commit(m, o, checksum, mask);
+}
+
+kvf_status_t kvf_m_commit(kvf_master_t *m, const char *key, uint64_t put_id,
+                          uint64_t size, uint64_t checksum, unsigned mask,
+                          unsigned flags)
+{
+    kvf_mobj_t *o;
+    kvf_status_t st;
+
+    for (o = m->pending.lnext; o != &m->pending; o = o->lnext) {
+        if (o->put_id == put_id) {
+            break;
+        }
+    }
+    if (o == &m->pending || (o->key != NULL && strcmp(o->key, key) != 0)) {
+        return KVF_ERR_STALE; /* reclaimed, its node died, or not ours */
+    }
+    if (o->key != NULL || (mask & ((1u << o->nrep) - 1)) == 0) {
+        return kvf_m_obj_commit(m, o, checksum, mask); /* or abort */
+    }
+    /* a reservation becomes the object `key`: on a refusal it stays */
+    if (o->size != size) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    st = kvf_m_key_free(m, key, kvf_time_ms());
+    if (st == KVF_OK) {
+        st = kvf_m_obj_name(m, o, key);
+    }
+    if (st != KVF_OK) {
+        return st;
+    }
+    m->reserved -= kvf_m_obj_bytes(o);
+    o->flags = (uint8_t)(flags & KVF_STORE_PIN);
+    return kvf_m_obj_commit(m, o, checksum, mask);
 }
 
 kvf_status_t kvf_m_get(kvf_master_t *m, const char *key, kvf_mobj_t **obj_p)
@@ -477,6 +623,25 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
             }
         }
     }
+    /* reservations (not in the table) */
+    for (o = m->pending.lnext; o != &m->pending; o = next) {
+        next = o->lnext;
+        if (o->key != NULL) {
+            continue;
+        }
+        for (r = 0, k = 0; r < o->nrep; r++) {
+            if (o->rep[r].node != n) {
+                o->rep[k++] = o->rep[r];
+            } else {
+                m->reserved -= o->rep[r].blk->size;
+                dropped++;
+            }
+        }
+        o->nrep = (uint8_t)k;
+        if (k == 0) {
+            kvf_m_obj_free(m, o);
+        }
+    }
     for (pp = &m->nodes; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == n) {
             *pp = n->next;
@@ -556,7 +721,13 @@ void kvf_m_tick(kvf_master_t *m)
 
     for (o = m->pending.lprev; o != &m->pending; o = prev) {
         prev = o->lprev;
-        if (o->deadline_ms <= now) {
+        if (o->deadline_ms <= now && o->key == NULL) {
+            /* a client's unused reservation: expected, not counted */
+            kvf_debug("reservation of %lu bytes unused for %lu ms: freed",
+                      (unsigned long)o->size,
+                      (unsigned long)m->opts.put_timeout_ms);
+            kvf_m_obj_free(m, o);
+        } else if (o->deadline_ms <= now) {
             kvf_warn("put of '%s' not committed within %lu ms: reclaimed",
                      o->key, (unsigned long)m->opts.put_timeout_ms);
             m->st.reclaimed++;

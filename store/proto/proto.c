@@ -26,6 +26,9 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
     {"low_watermark_pct", "80", "... down to this %"},
     {"replicas", "1", "default replica count of a put"},
     {"store_timeout_ms", "5000", "bound on any store wait"},
+    {"put_reserve", "1",
+     "1: a client's single puts keep space reserved for the next one "
+     "(one master round trip per put instead of two)"},
 };
 
 const kvf_config_table_t kvf_store_config = {
@@ -293,6 +296,8 @@ const char *kvf_sp_msg_name(uint8_t type)
         return "exists";
     case KVF_SP_LIST:
         return "list";
+    case KVF_SP_COMMIT:
+        return "commit";
     case KVF_SP_ERROR:
         return "error";
     default:

@@ -22,6 +22,17 @@
  *              rep: count x {i32 status, u64 size, u64 checksum,
  *                            u32 lease_ms, u8 n, n x {str seg, u64 addr}}
  *   REMOVE, EXISTS  req: count x {str key}; rep: count x {i32 status}
+ *   COMMIT     req: count x {str key, u64 put_id, u64 size, u64 checksum,
+ *                            u8 written_mask, u8 flags, u64 next_size,
+ *                            u8 next_replicas}
+ *              rep: count x {i32 status, u32 put_timeout_ms, u64 next_id,
+ *                            u8 n, n x {str segment, u64 addr}}
+ *              put_id: a pending put (as PUT_END) or a reservation, which
+ *              then becomes the object `key` (size must be the reserved
+ *              size). On success with next_size > 0, a reservation of
+ *              next_size bytes for the client's next put (next_id, 0 =
+ *              none; at most KVF_STORE_RESV_MAX), reclaimed at the put
+ *              timeout unless committed. mask 0 aborts.
  *   LIST       req: str prefix, u32 max
  *              rep: count x {str key, u64 size, u8 committed, u8 n},
  *                   flags KVF_SP_TRUNCATED when cut short
@@ -43,13 +54,15 @@ enum kvf_sp_msg {
     KVF_SP_REMOVE = 0x46,
     KVF_SP_EXISTS = 0x47,
     KVF_SP_LIST = 0x48,
-    KVF_SP_MSG_LAST = 0x48,
+    KVF_SP_COMMIT = 0x49,
+    KVF_SP_MSG_LAST = 0x49,
     KVF_SP_ERROR = 0x7f /* reply to a frame that could not be served */
 };
 
 #define KVF_SP_REPLY     0x80
 #define KVF_SP_TRUNCATED 0x1
 #define KVF_SP_BODY_MAX  (4u << 20) /* = KVF_WIRE_META_MAX */
+#define KVF_STORE_RESV_MAX (4u << 20) /* largest reservation (COMMIT) */
 
 /* The `store` config table (master, nodes and clients share it). */
 extern const kvf_config_table_t kvf_store_config;

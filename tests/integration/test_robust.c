@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -159,6 +160,29 @@ static void test_garbage(void **state)
     assert_int_equal(kvf_test_target_stop(&t), 0);
 }
 
+/* Waits (at most 2 s) until process pid shows as stopped. */
+static void wait_stopped(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    int i;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    for (i = 0; i < 200; i++) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+        if (f != NULL) {
+            fclose(f);
+        }
+        buf[n] = '\0';
+        p = strrchr(buf, ')');
+        if (p != NULL && (p[2] == 'T' || p[2] == 't')) {
+            return;
+        }
+        usleep(10000);
+    }
+}
+
 static void kill_mid_batch(int sig)
 {
     const size_t n = 32768, bs = 1024;
@@ -187,6 +211,11 @@ static void kill_mid_batch(int sig)
     }
     assert_int_equal(kvf_batch_submit(e, ops, n, &b), KVF_OK);
     kill(t.pid, sig);
+    if (sig == SIGSTOP) {
+        /* a stop lands asynchronously: a small transfer moved on the
+         * caller's thread may otherwise still be served before it */
+        wait_stopped(t.pid);
+    }
     t0 = kvf_time_ms();
     st = kvf_batch_wait(b, 10000);
     waited = kvf_time_ms() - t0;

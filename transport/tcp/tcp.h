@@ -88,6 +88,7 @@ kvf_status_t kvf_tcp_ep_open(kvf_tl_iface_t *iface, const char *address,
                              kvf_tl_ep_t **ep_p);
 void kvf_tcp_ep_close(kvf_tl_ep_t *ep);
 kvf_status_t kvf_tcp_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
+kvf_status_t kvf_tcp_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
 kvf_status_t kvf_tcp_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
                                  const size_t *lengths, size_t count,
                                  uint64_t *sums);

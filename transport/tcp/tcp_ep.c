@@ -9,6 +9,17 @@
  * within the timeout and is re-established on the next request. Local
  * GPU memory is gathered/scattered through pinned staging buffers
  * (transport/cuda), overlapped with the socket.
+ *
+ * Inline path (ep_post_inline): a caller about to wait for one small
+ * request takes an idle connection (its worker asleep, nothing queued)
+ * for itself, sends and receives on its own thread, and gives the
+ * connection back; no hand-off to the worker and no wake-up of the
+ * caller, which cost more than the transfer itself for small objects.
+ * A connection held by a caller (`inl`) is skipped by its worker, and
+ * its worker is `wbusy` from taking a request until it sleeps again
+ * with nothing in flight; a caller may take the connection only when
+ * neither is set, so the socket and the worker-private fields have one
+ * user at a time.
  */
 #include "transport/tcp/tcp.h"
 #include "transport/cuda/cuda.h"
@@ -29,7 +40,10 @@ struct kvf_tcp_cconn {
     pthread_cond_t cond;
     kvf_tl_req_t *head, *tail;
     uint64_t queued;
+    uint64_t inl_bytes; /* the request a caller moves inline */
     int stop;
+    int inl;   /* held by a caller for an inline request */
+    int wbusy; /* the worker is not asleep */
     /* worker-private */
     kvf_tl_req_t *flight_head, *flight_tail;
     unsigned nflight;
@@ -321,7 +335,7 @@ static kvf_tl_req_t *kvf_tcp_next(kvf_tcp_cconn_t *c)
 {
     kvf_tl_req_t *req = c->head;
 
-    if (req == NULL || c->nflight >= KVF_TCP_WINDOW ||
+    if (req == NULL || c->inl || c->nflight >= KVF_TCP_WINDOW ||
         (req->type == KVF_OP_WRITE && c->nreads > 0)) {
         return NULL;
     }
@@ -409,14 +423,19 @@ static void *kvf_tcp_cconn_main(void *arg)
 
     for (;;) {
         pthread_mutex_lock(&c->lock);
-        while (!c->stop && c->head == NULL && c->nflight == 0) {
+        /* while a caller holds the connection, nflight and the socket
+         * are the caller's: sleep whatever they say */
+        while (!c->stop &&
+               (c->inl || (c->nflight == 0 && c->head == NULL))) {
+            c->wbusy = 0;
             kvf_time_abs_after(&ts, 1000);
             pthread_cond_timedwait(&c->cond, &c->lock, &ts);
         }
-        if (c->stop && c->nflight == 0) {
+        if (c->stop && (c->inl || c->nflight == 0)) {
             pthread_mutex_unlock(&c->lock);
             break;
         }
+        c->wbusy = 1;
         req = kvf_tcp_next(c);
         pthread_mutex_unlock(&c->lock);
         if (req != NULL) {
@@ -519,8 +538,16 @@ void kvf_tcp_ep_close(kvf_tl_ep_t *ep)
     }
     for (i = 0; i < ep->nconns; i++) {
         kvf_tcp_cconn_t *c = &ep->conns[i];
+        struct timespec ts;
 
         pthread_join(c->thread, NULL);
+        /* a caller moving a request inline ends within its timeout */
+        pthread_mutex_lock(&c->lock);
+        while (c->inl) {
+            kvf_time_abs_after(&ts, 100);
+            pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+        }
+        pthread_mutex_unlock(&c->lock);
         if (c->fd >= 0) {
             close(c->fd);
         }
@@ -541,8 +568,10 @@ kvf_status_t kvf_tcp_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
 
     for (i = 1; i < ep->nconns; i++) {
         c = &ep->conns[(first + i) % ep->nconns];
-        if (__atomic_load_n(&c->queued, __ATOMIC_RELAXED) <
-            __atomic_load_n(&best->queued, __ATOMIC_RELAXED)) {
+        if (__atomic_load_n(&c->queued, __ATOMIC_RELAXED) +
+                __atomic_load_n(&c->inl_bytes, __ATOMIC_RELAXED) <
+            __atomic_load_n(&best->queued, __ATOMIC_RELAXED) +
+                __atomic_load_n(&best->inl_bytes, __ATOMIC_RELAXED)) {
             best = c;
         }
     }
@@ -561,5 +590,43 @@ kvf_status_t kvf_tcp_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     best->queued += req->bytes;
     pthread_cond_signal(&best->cond);
     pthread_mutex_unlock(&best->lock);
+    return KVF_OK;
+}
+
+kvf_status_t kvf_tcp_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
+{
+    unsigned i, first = __atomic_fetch_add(&ep->rr, 1, __ATOMIC_RELAXED);
+    kvf_tcp_cconn_t *c = NULL, *t;
+
+    for (i = 0; i < ep->nconns && c == NULL; i++) {
+        t = &ep->conns[(first + i) % ep->nconns];
+        if (__atomic_load_n(&t->queued, __ATOMIC_RELAXED) != 0 ||
+            __atomic_load_n(&t->inl, __ATOMIC_RELAXED) ||
+            pthread_mutex_trylock(&t->lock) != 0) {
+            continue;
+        }
+        if (!t->stop && !t->inl && !t->wbusy && t->head == NULL) {
+            t->inl = 1;
+            __atomic_store_n(&t->inl_bytes, req->bytes, __ATOMIC_RELAXED);
+            c = t;
+        }
+        pthread_mutex_unlock(&t->lock);
+    }
+    if (c == NULL) {
+        return KVF_ERR_BUSY;
+    }
+    /* the connection is ours: the worker sleeps and takes nothing */
+    req->next = NULL;
+    kvf_tcp_issue(c, req);
+    if (c->nflight > 0) {
+        kvf_tcp_complete_oldest(c); /* completes it, or breaks c */
+    }
+    pthread_mutex_lock(&c->lock);
+    c->inl = 0;
+    __atomic_store_n(&c->inl_bytes, 0, __ATOMIC_RELAXED);
+    if (c->head != NULL || c->stop) {
+        pthread_cond_broadcast(&c->cond);
+    }
+    pthread_mutex_unlock(&c->lock);
     return KVF_OK;
 }

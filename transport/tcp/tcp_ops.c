@@ -312,6 +312,7 @@ const kvf_transport_ops_t kvf_tcp_ops = {
     .ep_open = kvf_tcp_ep_open,
     .ep_close = kvf_tcp_ep_close,
     .ep_post = kvf_tcp_ep_post,
+    .ep_post_inline = kvf_tcp_ep_post_inline,
     .ep_checksum = kvf_tcp_ep_checksum,
     .ep_link_test = kvf_tcp_ep_link_test,
 };
