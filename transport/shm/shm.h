@@ -89,6 +89,7 @@ enum kvf_shm_msg {
 #define KVF_SHM_PROBE_LEN   4096
 #define KVF_SHM_STAGE_LEN   (4u << 20) /* staging buffer per connection */
 #define KVF_SHM_LEASE_BYTES (8u << 20) /* a lease covers at most this */
+#define KVF_SHM_LEASE_MIN   (1u << 20) /* ... and takes its share above this */
 #define KVF_SHM_LEASE_SEGS  4096       /* ... and this many entries */
 #define KVF_SHM_STREAM_MIN  (1u << 20) /* leases from this size stream */
 #define KVF_SHM_ENTRIES_MAX 65536      /* per message */
@@ -240,6 +241,7 @@ struct kvf_tl_ep {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     kvf_tl_req_t *head, *tail;
+    uint64_t qbytes; /* bytes of the queued requests */
     int stop;
     unsigned nworkers;
     kvf_shm_worker_t *workers;

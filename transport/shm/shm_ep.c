@@ -170,20 +170,33 @@ static int kvf_shm_in_flight(kvf_shm_worker_t *w)
     return 0;
 }
 
-/* Moves queued requests of one type into lease l; 0 when none. Requests
- * canceled meanwhile complete at once. */
+/*
+ * Moves queued requests of one type into lease l; 0 when none. Requests
+ * canceled meanwhile complete at once.
+ *
+ * A lease takes at most its share of what is queued (queued bytes over
+ * the workers, between KVF_SHM_LEASE_MIN and KVF_SHM_LEASE_BYTES): a
+ * worker also takes a second lease for its pipeline, and without the
+ * share the first worker awake took a 16 MB batch whole and copied it
+ * alone while the other slept; and a worker the scheduler sets aside
+ * holds back only its share, not the rest of the batch.
+ */
 static size_t kvf_shm_take(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
 {
     kvf_tl_ep_t *ep = w->ep;
     kvf_tl_req_t *q, *canceled = NULL;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, share;
     size_t segs = 0, r, s, n;
 
     l->nreqs = 0;
     pthread_mutex_lock(&ep->lock);
+    share = ep->qbytes / (ep->nworkers * KVF_SHM_PIPE);
+    share = share < KVF_SHM_LEASE_MIN     ? KVF_SHM_LEASE_MIN
+            : share > KVF_SHM_LEASE_BYTES ? KVF_SHM_LEASE_BYTES
+                                          : share;
     while (!ep->stop && (q = ep->head) != NULL) {
         if (l->nreqs > 0 &&
-            (q->type != l->type || bytes + q->bytes > KVF_SHM_LEASE_BYTES ||
+            (q->type != l->type || bytes + q->bytes > share ||
              segs + q->nsegs > KVF_SHM_LEASE_SEGS)) {
             break;
         }
@@ -201,6 +214,7 @@ static size_t kvf_shm_take(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
         if (ep->head == NULL) {
             ep->tail = NULL;
         }
+        ep->qbytes -= q->bytes;
         q->next = NULL;
         if (q->cancel != NULL && __atomic_load_n(q->cancel, __ATOMIC_ACQUIRE)) {
             q->next = canceled;
@@ -627,6 +641,7 @@ kvf_status_t kvf_shm_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
         ep->head = req;
     }
     ep->tail = req;
+    ep->qbytes += req->bytes;
     pthread_cond_signal(&ep->cond);
     pthread_mutex_unlock(&ep->lock);
     return KVF_OK;
