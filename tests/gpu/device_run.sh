@@ -108,16 +108,22 @@ for stage in "$@"; do
       --json "$R/tcp-1m.json"
     ;;
   ab)
-    # A/B in one run: tcp staging with and without the ramps, cuda with
+    # A/B in one run: tcp staging without and with the ramps, cuda with
     # 1 MiB and 2 MiB engine chunks
-    blke KVF_CUDA_STAGE_RAMP=0 tcp-noramp --transport tcp --pool 4G \
-      --op both --verify --json "$R/tcp-noramp.json"
-    blk tcp-ramp --transport tcp --pool 4G --op both --verify \
-      --json "$R/tcp-ramp.json"
+    blk tcp-noramp --transport tcp --pool 4G --op both --verify \
+      --json "$R/tcp-noramp.json"
+    blke KVF_CUDA_STAGE_RAMP=128K tcp-ramp --transport tcp --pool 4G \
+      --op both --verify --json "$R/tcp-ramp.json"
     blke KVF_CHUNK_BYTES=2M cuda-2m --transport cuda --pool 4G --op both \
       --verify --json "$R/cuda-2m.json"
     blk cuda-1m --transport cuda --pool 4G --op both --verify \
       --json "$R/cuda-1m.json"
+    ;;
+  tcpfinal)
+    blk tcp --transport tcp --pool 4G --op both --iters 9 --verify \
+      --record "$R"
+    blke KVF_CUDA_STAGE_RAMP=128K tcp-ramp --transport tcp --pool 4G \
+      --op both --iters 9 --verify --json "$R/tcp-ramp.json"
     ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
@@ -134,7 +140,10 @@ for stage in "$@"; do
       --json "$R/h2d-pageable.json"
     blk d2h-pageable --path d2h --pageable --verify --each-iters 0 \
       --json "$R/d2h-pageable.json"
-    blk tcp --pool 4G --op both --iters 9 --verify --record "$R"
+    blk tcp --transport tcp --pool 4G --op both --iters 9 --verify \
+      --record "$R"
+    blke KVF_CUDA_STAGE_RAMP=128K tcp-ramp --transport tcp --pool 4G \
+      --op both --iters 9 --verify --json "$R/tcp-ramp.json"
     blk cuda --transport cuda --pool 4G --op both --iters 9 --verify \
       --record "$R"
     blk cuda-same --transport cuda --peer-gpu 0 --pool 4G --op both \

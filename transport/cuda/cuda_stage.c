@@ -19,12 +19,14 @@
  * it for the producer. Up to all slots but one are being gathered while
  * one is being sent.
  *
- * Ramps: what cannot overlap is the first gather of a send (the socket
- * waits for it) and the last scatter of a receive (the reply waits for
- * it). So a send's first slot takes KVF_STAGE_RAMP bytes, the next twice
- * that, up to the slot size; and a receive leaves KVF_STAGE_RAMP bytes
- * for its last slot. A 1 MiB request then waits ~3 us of GPU copy at
- * each end instead of ~20.
+ * Ramps (cuda_stage_ramp, off by default): what cannot overlap is the
+ * first gather of a send (the socket waits for it) and the last scatter
+ * of a receive (the reply waits for it). With a ramp R, a send's first
+ * slot takes R bytes, the next twice that, up to the slot size, and a
+ * receive leaves R bytes for its last slot, so a 1 MiB request waits ~3
+ * us of GPU copy at each end instead of ~20 — but the extra launches
+ * cost as much: R = 128K measured no better than whole slots on an H200
+ * (docs/gpu.md), hence off.
  */
 #include "transport/cuda/cuda_int.h"
 #include "core/alloc.h"
@@ -38,7 +40,6 @@
 
 #define KVF_STAGE_IOV_BATCH 512
 #define KVF_STAGE_SLOTS_MAX 16
-#define KVF_STAGE_RAMP      (128u << 10)
 
 extern const kvf_config_table_t kvf_cuda_config;
 
@@ -121,7 +122,7 @@ static kvf_status_t kvf_stage_get(kvf_cuda_stage_t **stage_p,
     if (kvf_config_u64(&kvf_cuda_config, "cuda_stage_ramp", &st->ramp) !=
             KVF_OK ||
         st->ramp >= bytes) {
-        st->ramp = KVF_STAGE_RAMP < bytes ? KVF_STAGE_RAMP : 0;
+        st->ramp = 0;
     }
     status = KVF_CUDA_CHECK(cudaHostAlloc(
         (void **)&st->err, 64, cudaHostAllocPortable | cudaHostAllocMapped));

@@ -15,8 +15,9 @@ static const kvf_config_entry_t kvf_cuda_config_entries[] = {
     {"cuda_stage_bytes", "1M",
      "pinned staging buffer size for GPU memory reached over sockets"},
     {"cuda_stage_slots", "4", "staging buffers in flight per connection"},
-    {"cuda_stage_ramp", "128K",
-     "first gather of a send and last scatter of a receive (0: whole slots)"},
+    {"cuda_stage_ramp", "0",
+     "bytes of a send's first gather and a receive's last scatter "
+     "(0: whole slots; 128K measured no better)"},
     {"cuda_ctas_per_sm", "4", "copy kernel CTAs per multiprocessor (1..4)"},
     {"cuda_unroll", "8", "16-byte vectors in flight per lane (4 or 8)"},
 };
