@@ -131,7 +131,9 @@ kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
         kvf_sconn_close(c); /* its reservation died with the master's end */
         return NULL;
     }
-    if (now >= c->resv.until_ms) {
+    if (now >= c->resv.until_ms ||
+        c->resv.peer_epoch !=
+            __atomic_load_n(&st->peer_epoch, __ATOMIC_ACQUIRE)) {
         kvf_sconn_drop_resv(c, st->timeout_ms);
         kvf_store_release(st, c);
         return NULL;
@@ -264,6 +266,7 @@ void kvf_store_peer_put(kvf_store_h st, kvf_speer_t *sp, int bad)
 
     pthread_mutex_lock(&st->peers_lock);
     if (bad && !sp->dead) {
+        __atomic_add_fetch(&st->peer_epoch, 1, __ATOMIC_RELEASE);
         for (pp = &st->peers; *pp != NULL; pp = &(*pp)->next) {
             if (*pp == sp) {
                 *pp = sp->next;

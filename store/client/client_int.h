@@ -28,7 +28,8 @@ typedef struct kvf_sreps {
 typedef struct kvf_sresv {
     kvf_sreps_t r;      /* put_id 0 = none; size, replicas */
     unsigned replicas;  /* as asked (0 = the master's default) */
-    uint64_t until_ms;  /* used only before (half the put timeout) */
+    uint64_t until_ms;  /* used only before (250 ms, half the put timeout) */
+    uint64_t peer_epoch; /* the handle's peer_epoch when granted */
 } kvf_sresv_t;
 
 /* One connection to the master; used by one call at a time. */
@@ -60,6 +61,8 @@ struct kvf_store {
     kvf_sconn_t *idle;
     kvf_speer_t *peers;
     pthread_mutex_t peers_lock;
+    uint64_t peer_epoch; /* bumped when a peer fails: reservations from
+                            before are not used (its node may be new) */
 };
 
 /* One request/reply round trip with the master on a pooled connection.

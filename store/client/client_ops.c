@@ -12,8 +12,8 @@
  * A single-key put (host memory, at most KVF_STORE_RESV_MAX) commits with
  * COMMIT instead of PUT_END, which also asks for a reservation of the
  * same size for the connection's next put. A put finding such a
- * reservation (same size and replica count, younger than half the put
- * timeout, on a connection the master has not closed) writes straight
+ * reservation (same size and replica count, younger than 250 ms and half
+ * the put timeout, on a connection the master has not closed) writes straight
  * into it and commits with one COMMIT: one master round trip instead of
  * two. A COMMIT that finds its reservation gone (STALE) falls back to
  * the two-round-trip put; one refused for the key (EXISTS, BUSY) keeps
@@ -25,6 +25,9 @@
 #include "core/time.h"
 
 #include <string.h>
+
+/* A reservation is used at most this long after it was granted. */
+#define KVF_STORE_RESV_USE_MS 250
 
 static const char kvf_store_empty[1];
 static __thread unsigned kvf_store_tl_rr;
@@ -178,8 +181,8 @@ static void kvf_store_wr_commit(kvf_wr_t *w, const char *key, uint64_t put_id,
 
 /* Reads one COMMIT reply entry from c->f: the key's status, and the new
  * reservation into c->resv (when one came and c holds none). */
-static kvf_status_t kvf_store_rd_commit(kvf_sconn_t *c, uint64_t size,
-                                        unsigned replicas)
+static kvf_status_t kvf_store_rd_commit(kvf_store_h st, kvf_sconn_t *c,
+                                        uint64_t size, unsigned replicas)
 {
     kvf_sreps_t *nr = kvf_malloc(sizeof(*nr));
     kvf_status_t status;
@@ -202,7 +205,14 @@ static kvf_status_t kvf_store_rd_commit(kvf_sconn_t *c, uint64_t size,
         nr->size = size;
         c->resv.r = *nr;
         c->resv.replicas = replicas;
-        c->resv.until_ms = kvf_time_ms() + ttl_ms / 2;
+        c->resv.peer_epoch = __atomic_load_n(&st->peer_epoch, __ATOMIC_ACQUIRE);
+        /* used only while young: well within the master's deadline, and
+         * too short for its node to restart and register again (a
+         * reservation's address would then be another object's) */
+        c->resv.until_ms =
+            kvf_time_ms() +
+            (ttl_ms / 2 < KVF_STORE_RESV_USE_MS ? ttl_ms / 2
+                                                : KVF_STORE_RESV_USE_MS);
     }
     kvf_free(nr);
     return status;
@@ -249,7 +259,7 @@ static kvf_status_t kvf_store_put_resv(kvf_store_h st, const char *key,
         return status;
     }
     if (status == KVF_OK) {
-        status = kvf_store_rd_commit(c, len, replicas);
+        status = kvf_store_rd_commit(st, c, len, replicas);
     }
     if ((status == KVF_ERR_EXISTS || status == KVF_ERR_BUSY) && mask != 0) {
         c->resv.r.put_id = id; /* refused for the key: the space stays */
@@ -452,7 +462,7 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         tm->commit_ns = kvf_time_ns() - t0;
         if (c != NULL && !closed) {
             if (status == KVF_OK) {
-                status = kvf_store_rd_commit(c, lens[0], replicas);
+                status = kvf_store_rd_commit(st, c, lens[0], replicas);
             }
             kvf_store_release(st, c);
         }
