@@ -196,14 +196,23 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     kvf_chunk_t *c;
     kvf_status_t st;
     size_t i, k;
+    unsigned held = 0; /* checks under the current read lock, 0: unlocked */
     int posted = 0;
 
     for (i = 0; i < b->nops; i++) {
         const kvf_op_t *op = &ops[i];
 
-        pthread_rwlock_rdlock(&e->regions_lock);
+        /* the regions read lock is kept over a run of checks (taking it
+         * per operation cost ~20 ns of ~80 per block), released before
+         * any post and every 256 checks */
+        if (held == 256) {
+            pthread_rwlock_unlock(&e->regions_lock);
+            held = 0;
+        }
+        if (held++ == 0) {
+            pthread_rwlock_rdlock(&e->regions_lock);
+        }
         st = kvf_batch_check_op(e, op, &b->device_mem);
-        pthread_rwlock_unlock(&e->regions_lock);
         if (st != KVF_OK) {
             b->op_status[i] = st;
             continue;
@@ -221,6 +230,10 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
             }
             if (k == KVF_OPEN_CHUNKS) {
                 posted = 1;
+                if (held > 0) {
+                    pthread_rwlock_unlock(&e->regions_lock);
+                    held = 0;
+                }
                 kvf_chunk_post(open[0]);
                 memmove(open, open + 1, sizeof(open[0]) * (k - 1));
                 open[--k] = NULL;
@@ -229,6 +242,10 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
             if (c != NULL && (c->req.nsegs == KVF_CHUNK_SEGS ||
                               c->req.bytes + piece > chunk_max)) {
                 posted = 1;
+                if (held > 0) {
+                    pthread_rwlock_unlock(&e->regions_lock);
+                    held = 0;
+                }
                 kvf_chunk_post(c);
                 c = NULL;
             }
@@ -248,6 +265,9 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
             c->req.nsegs++;
             c->req.bytes += piece;
         }
+    }
+    if (held > 0) {
+        pthread_rwlock_unlock(&e->regions_lock);
     }
     if (!posted && open[0] != NULL && open[1] == NULL &&
         kvf_chunk_try_inline(open[0])) {

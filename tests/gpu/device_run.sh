@@ -125,6 +125,14 @@ for stage in "$@"; do
     blke KVF_CUDA_STAGE_RAMP=128K tcp-ramp --transport tcp --pool 4G \
       --op both --iters 9 --verify --json "$R/tcp-ramp.json"
     ;;
+  cudafinal)
+    step 60 bench-env "$B" bench env --record "$R"
+    step 240 test_gpu_ipc_engine "$D/test_gpu_ipc_engine"
+    blk cuda --transport cuda --pool 4G --op both --iters 9 --verify \
+      --record "$R"
+    blk cuda-same --transport cuda --peer-gpu 0 --pool 4G --op both \
+      --iters 9 --verify --record "$R"
+    ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
       step 240 "$t" "$D/$t"
