@@ -560,11 +560,21 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
     }
     if (worst != NULL) {
         kvf_fmt_size(worst->size, sz, sizeof(sz));
+        char how[96];
+
+        if (strcmp(kvf_peer_transport(s->peer), "shm") == 0) {
+            snprintf(how, sizeof(how),
+                     "a single-thread memcpy of the same bytes");
+        } else {
+            snprintf(how, sizeof(how),
+                     "contiguous streams of the same bytes over the same %u "
+                     "connections",
+                     o->s.conns);
+        }
         snprintf(text, sizeof(text),
-                 "bench link: contiguous streams of the same bytes over the "
-                 "same %u connections, measured before each iteration of "
-                 "this run (%s %s: the size with the lowest share of it)",
-                 o->s.conns, worst->op == KVF_OP_WRITE ? "write" : "read", sz);
+                 "bench link: %s, measured before each iteration of this run "
+                 "(%s %s: the size with the lowest share of it)",
+                 how, worst->op == KVF_OP_WRITE ? "write" : "read", sz);
         kvf_record_estimate(rec, worst->link_gib_s, "GiB/s", text);
         snprintf(text, sizeof(text),
                  "worst size reaches %.1f %% of the link; blocks pay a "
