@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,25 +161,49 @@ static void test_garbage(void **state)
     assert_int_equal(kvf_test_target_stop(&t), 0);
 }
 
-/* Waits (at most 2 s) until process pid shows as stopped. */
-static void wait_stopped(pid_t pid)
+/* 1 if every thread of pid is stopped or dead (or pid is gone). */
+static int all_stopped(pid_t pid)
 {
     char path[64], buf[512], *p;
-    int i;
+    struct dirent *d;
+    DIR *dir;
+    int ok = 1;
 
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    for (i = 0; i < 200; i++) {
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    dir = opendir(path);
+    if (dir == NULL) {
+        return 1;
+    }
+    while (ok && (d = readdir(dir)) != NULL) {
+        FILE *f;
+        size_t n;
 
-        if (f != NULL) {
-            fclose(f);
+        if (d->d_name[0] == '.') {
+            continue;
         }
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/stat", (int)pid,
+                 d->d_name);
+        f = fopen(path, "r");
+        if (f == NULL) {
+            continue; /* the thread is gone */
+        }
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
         buf[n] = '\0';
         p = strrchr(buf, ')');
-        if (p != NULL && (p[2] == 'T' || p[2] == 't')) {
-            return;
-        }
+        ok = (p == NULL || strchr("TtZX", p[2]) != NULL);
+    }
+    closedir(dir);
+    return ok;
+}
+
+/* Waits (at most 2 s) until every thread of pid is stopped or dead: a
+ * signal lands asynchronously, thread by thread. */
+static void wait_stopped(pid_t pid)
+{
+    int i;
+
+    for (i = 0; i < 200 && !all_stopped(pid); i++) {
         usleep(10000);
     }
 }
@@ -211,11 +236,9 @@ static void kill_mid_batch(int sig)
     }
     assert_int_equal(kvf_batch_submit(e, ops, n, &b), KVF_OK);
     kill(t.pid, sig);
-    if (sig == SIGSTOP) {
-        /* a stop lands asynchronously: a small transfer moved on the
-         * caller's thread may otherwise still be served before it */
-        wait_stopped(t.pid);
-    }
+    /* a signal lands asynchronously: a small transfer moved on the
+     * caller's thread may otherwise still be served before it */
+    wait_stopped(t.pid);
     t0 = kvf_time_ms();
     st = kvf_batch_wait(b, 10000);
     waited = kvf_time_ms() - t0;

@@ -14,7 +14,9 @@
  *   serving;
  * - the engine's inline path: threads moving small batches on their own
  *   thread (kvf_transfer_sync) while others post large batches to the
- *   same peer's workers, every byte checked, resources back to baseline.
+ *   same peer's workers, every byte checked; an inline request the target
+ *   partly refuses keeps per-operation results and the good bytes;
+ *   resources back to baseline.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -433,6 +435,38 @@ static void test_engine_inline_mixed(void **state)
     }
     kvf_engine_stats(e, &s1);
     assert_int_equal(s1.errors, s0.errors);
+    /* an inline request the target partly refuses: per-op results, the
+     * good bytes right, and the connection goes on serving */
+    {
+        kvf_op_t ops[3];
+        kvf_batch_h b;
+
+        memset(local, 0, 3 * 65536);
+        ops[0] = (kvf_op_t){KVF_OP_READ, local, peer, t.pool_addr, 65536};
+        ops[1] = (kvf_op_t){KVF_OP_READ, local + 65536, peer,
+                            t.pool_addr + EPOOL + 4096, 65536};
+        ops[2] = (kvf_op_t){KVF_OP_READ, local + 2 * 65536, peer,
+                            t.pool_addr + 3 * 65536, 65536};
+        assert_int_equal(
+            kvf_batch_submit_ex(e, ops, 3, KVF_BATCH_INLINE, &b), KVF_OK);
+        assert_int_equal(kvf_batch_wait(b, 5000), KVF_ERR_OUT_OF_BOUNDS);
+        assert_int_equal(kvf_batch_op_status(b, 0, NULL), KVF_OK);
+        assert_int_equal(kvf_batch_op_status(b, 1, NULL),
+                         KVF_ERR_OUT_OF_BOUNDS);
+        assert_int_equal(kvf_batch_op_status(b, 2, NULL), KVF_OK);
+        kvf_batch_destroy(b);
+        assert_memory_equal(local, expect, 65536);
+        assert_memory_equal(local + 2 * 65536, expect + 3 * 65536, 65536);
+        assert_int_equal(kvf_transfer_sync(e, &ops[2], 1, 5000), KVF_OK);
+        /* and a refused write */
+        ops[1].type = KVF_OP_WRITE;
+        assert_int_equal(
+            kvf_batch_submit_ex(e, &ops[1], 1, KVF_BATCH_INLINE, &b), KVF_OK);
+        assert_int_equal(kvf_batch_wait(b, 5000), KVF_ERR_OUT_OF_BOUNDS);
+        kvf_batch_destroy(b);
+        assert_int_equal(kvf_transfer_sync(e, ops, 1, 5000), KVF_OK);
+        assert_memory_equal(local, expect, 65536);
+    }
     kvf_peer_close(peer);
     assert_int_equal(kvf_engine_dereg(e, reg), KVF_OK);
     kvf_engine_destroy(e);

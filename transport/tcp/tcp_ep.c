@@ -19,7 +19,12 @@
  * its worker is `wbusy` from taking a request until it sleeps again
  * with nothing in flight; a caller may take the connection only when
  * neither is set, so the socket and the worker-private fields have one
- * user at a time.
+ * user at a time. The caller then reads the reply with one recvmsg into
+ * [header | the request's local buffers] once the socket is readable
+ * (the common reply: no refusals, all the bytes); any other reply's
+ * bytes that landed in the buffers are taken back out and the reply is
+ * read the usual way from them (the `pre` prefix), so refusals keep
+ * their per-segment results.
  */
 #include "transport/tcp/tcp.h"
 #include "transport/cuda/cuda.h"
@@ -27,6 +32,8 @@
 #include "core/log.h"
 #include "core/time.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -50,6 +57,8 @@ struct kvf_tcp_cconn {
     unsigned nreads;
     uint64_t next_id;
     kvf_tcp_scratch_t scratch;
+    unsigned char *pre; /* reply bytes already read (inline), then socket */
+    size_t pre_len, pre_off;
     unsigned char *drain;
     kvf_cuda_stage_t *stage; /* pinned staging for local GPU memory */
 };
@@ -247,6 +256,29 @@ static void kvf_tcp_mark_refused(kvf_tl_req_t *req, const unsigned char *ref,
     }
 }
 
+/* Reads into iov: first what is left of the prefix, then the socket. */
+static kvf_status_t kvf_tcp_take(kvf_tcp_cconn_t *c, struct iovec *iov,
+                                 size_t n, uint64_t deadline_ms)
+{
+    size_t i = 0, k;
+
+    while (c->pre_off < c->pre_len && i < n) {
+        k = c->pre_len - c->pre_off;
+        k = k < iov[i].iov_len ? k : iov[i].iov_len;
+        memcpy(iov[i].iov_base, c->pre + c->pre_off, k);
+        c->pre_off += k;
+        iov[i].iov_base = (char *)iov[i].iov_base + k;
+        iov[i].iov_len -= k;
+        if (iov[i].iov_len == 0) {
+            i++;
+        }
+    }
+    if (i == n) {
+        return KVF_OK;
+    }
+    return kvf_cuda_readv(&c->stage, c->fd, iov + i, n - i, deadline_ms);
+}
+
 /* Receives the READ payload, skipping the segments the target refused. */
 static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
                                       uint64_t data_len, int refused)
@@ -264,8 +296,7 @@ static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         if (status != KVF_OK) {
             return status;
         }
-        return kvf_cuda_readv(&c->stage, c->fd, c->scratch.iov, n,
-                              req->deadline_ms);
+        return kvf_tcp_take(c, c->scratch.iov, n, req->deadline_ms);
     }
     status = kvf_tcp_scratch_iov(&c->scratch, req->nsegs);
     if (status != KVF_OK) {
@@ -283,20 +314,18 @@ static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     if (sum != data_len) {
         return KVF_ERR_PROTOCOL;
     }
-    return kvf_cuda_readv(&c->stage, c->fd, iov, n, req->deadline_ms);
+    return kvf_tcp_take(c, iov, n, req->deadline_ms);
 }
 
-static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
+/* Checks a reply header against the oldest request in flight. */
+static kvf_status_t kvf_tcp_check_hdr(kvf_tcp_cconn_t *c,
+                                      const kvf_tl_req_t *req,
+                                      const kvf_frame_hdr_t *hp)
 {
     uint8_t want =
         (req->type == KVF_OP_WRITE) ? KVF_TCP_WRITE_ACK : KVF_TCP_READ_RESP;
-    kvf_frame_hdr_t h;
-    kvf_status_t status;
+    kvf_frame_hdr_t h = *hp;
 
-    status = kvf_tcp_recv_hdr(c->fd, &h, req->deadline_ms);
-    if (status != KVF_OK) {
-        return status;
-    }
     if (h.type == KVF_TCP_ERROR) {
         kvf_error("peer %s:%u closed the connection: %s", c->ep->host,
                   c->ep->port, kvf_status_str((kvf_status_t)h.status));
@@ -308,12 +337,23 @@ static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
                   (unsigned long)h.id, c->ep->host, c->ep->port);
         return KVF_ERR_PROTOCOL;
     }
+    return KVF_OK;
+}
+
+/* The rest of a reply whose header is h (checked). */
+static kvf_status_t kvf_tcp_recv_body(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
+                                      const kvf_frame_hdr_t *hp)
+{
+    kvf_frame_hdr_t h = *hp;
+    kvf_status_t status;
+
     req->status = KVF_OK;
     if (h.count > 0) {
         status = kvf_tcp_scratch_meta(&c->scratch, h.meta_len);
         if (status == KVF_OK) {
-            status = kvf_sock_recv_all(c->fd, c->scratch.meta, h.meta_len,
-                                       req->deadline_ms);
+            struct iovec m = {c->scratch.meta, h.meta_len};
+
+            status = kvf_tcp_take(c, &m, 1, req->deadline_ms);
         }
         if (status != KVF_OK) {
             return status;
@@ -328,6 +368,121 @@ static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
         return kvf_tcp_recv_read(c, req, h.data_len, h.count > 0);
     }
     return (h.data_len == 0) ? KVF_OK : KVF_ERR_PROTOCOL;
+}
+
+static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
+{
+    kvf_frame_hdr_t h;
+    kvf_status_t status;
+
+    status = kvf_tcp_recv_hdr(c->fd, &h, req->deadline_ms);
+    if (status == KVF_OK) {
+        status = kvf_tcp_check_hdr(c, req, &h);
+    }
+    if (status != KVF_OK) {
+        return status;
+    }
+    return kvf_tcp_recv_body(c, req, &h);
+}
+
+/*
+ * The reply of an inline request (host memory): waits until the socket
+ * is readable, then one recvmsg into [header | local buffers] (READ) or
+ * the header (WRITE). The common reply (no refusals, all its bytes) is
+ * then finished in place; any other has the bytes that landed in the
+ * buffers taken back into the prefix and is read the usual way.
+ */
+static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
+                                              kvf_tl_req_t *req)
+{
+    unsigned char hb[KVF_WIRE_HDR_LEN];
+    struct msghdr msg;
+    struct iovec *iov;
+    kvf_frame_hdr_t h;
+    kvf_status_t status;
+    size_t n = 1, idx = 0, got = 0, extra, i, k;
+    ssize_t r;
+
+    if (req->type == KVF_OP_READ) {
+        status = kvf_tcp_build(c, req, 1, &(uint32_t){0}, &n);
+    } else {
+        status = kvf_tcp_scratch_iov(&c->scratch, 1);
+    }
+    if (status != KVF_OK) {
+        return status;
+    }
+    iov = c->scratch.iov;
+    iov[0].iov_base = hb;
+    iov[0].iov_len = sizeof(hb);
+    while (got < sizeof(hb)) {
+        status = kvf_sock_wait(c->fd, POLLIN, req->deadline_ms);
+        if (status != KVF_OK) {
+            return status;
+        }
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = iov + idx;
+        msg.msg_iovlen = n - idx;
+        r = recvmsg(c->fd, &msg, MSG_DONTWAIT);
+        if (r == 0) {
+            return KVF_ERR_CONN_RESET;
+        }
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+                continue;
+            }
+            return errno == ECONNRESET ? KVF_ERR_CONN_RESET : KVF_ERR_IO;
+        }
+        got += (size_t)r;
+        for (k = (size_t)r; k > 0 && idx < n;) {
+            size_t t = k < iov[idx].iov_len ? k : iov[idx].iov_len;
+
+            iov[idx].iov_base = (char *)iov[idx].iov_base + t;
+            iov[idx].iov_len -= t;
+            k -= t;
+            if (iov[idx].iov_len == 0) {
+                idx++;
+            }
+        }
+    }
+    status = kvf_frame_unpack(hb, &h);
+    if (status == KVF_OK) {
+        status = kvf_tcp_check_hdr(c, req, &h);
+    }
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (h.count == 0 && ((req->type == KVF_OP_READ && h.data_len == req->bytes) ||
+                         (req->type == KVF_OP_WRITE && h.data_len == 0))) {
+        req->status = KVF_OK;
+        return idx < n ? kvf_sock_readv_all(c->fd, iov + idx, n - idx,
+                                            req->deadline_ms)
+                       : KVF_OK;
+    }
+    /* refusals: what landed in the buffers goes back to the prefix */
+    extra = got - sizeof(hb);
+    if (extra > 0) {
+        c->pre = kvf_malloc(extra);
+        if (c->pre == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        for (i = 0, k = 0; i < req->nsegs && k < extra; i++) {
+            size_t t = extra - k < req->segs[i].len ? extra - k
+                                                     : req->segs[i].len;
+
+            memcpy(c->pre + k, req->segs[i].local, t);
+            k += t;
+        }
+        c->pre_len = extra;
+        c->pre_off = 0;
+    }
+    status = kvf_tcp_recv_body(c, req, &h);
+    if (status == KVF_OK && c->pre_off != c->pre_len) {
+        status = KVF_ERR_PROTOCOL; /* bytes past the reply */
+    }
+    kvf_free(c->pre);
+    c->pre = NULL;
+    c->pre_len = c->pre_off = 0;
+    return status;
 }
 
 /* Takes the next request the window allows, or NULL. Caller holds lock. */
@@ -388,12 +543,13 @@ static void kvf_tcp_issue(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
     kvf_tcp_flight_push(c, req);
 }
 
-static void kvf_tcp_complete_oldest(kvf_tcp_cconn_t *c)
+static void kvf_tcp_complete_oldest(kvf_tcp_cconn_t *c, int inl)
 {
     kvf_tl_req_t *req = c->flight_head;
     kvf_status_t status;
 
-    status = kvf_tcp_recv_reply(c, req);
+    status = inl ? kvf_tcp_recv_reply_inline(c, req)
+                 : kvf_tcp_recv_reply(c, req);
     if (status != KVF_OK) {
         kvf_log_rl(KVF_LOG_ERROR, "transfer with %s:%u failed: %s", c->ep->host,
                    c->ep->port, kvf_status_str(status));
@@ -441,7 +597,7 @@ static void *kvf_tcp_cconn_main(void *arg)
         if (req != NULL) {
             kvf_tcp_issue(c, req);
         } else if (c->nflight > 0) {
-            kvf_tcp_complete_oldest(c);
+            kvf_tcp_complete_oldest(c, 0);
         }
     }
     /* fail whatever is still queued */
@@ -619,7 +775,7 @@ kvf_status_t kvf_tcp_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     req->next = NULL;
     kvf_tcp_issue(c, req);
     if (c->nflight > 0) {
-        kvf_tcp_complete_oldest(c); /* completes it, or breaks c */
+        kvf_tcp_complete_oldest(c, 1); /* completes it, or breaks c */
     }
     pthread_mutex_lock(&c->lock);
     c->inl = 0;
