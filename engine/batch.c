@@ -7,14 +7,16 @@
  * completion credits bytes or an error to the operations it carries; the
  * batch is done when the last request completes.
  *
- * Inline (KVF_BATCH_INLINE, for a caller that waits at once): a batch
- * that makes a single request of host memory, at most
- * KVF_INLINE_MAX_BYTES, is offered to the transport's ep_post_inline
- * first, which moves it on the calling thread when it can do so at once
- * (tcp: an idle connection; shm: an open lease covering it). Submit then
- * returns the batch done: no hand-off to a transport thread and no
- * wake-up of the caller, which for small objects cost more than the
- * bytes. Otherwise the request is posted as usual.
+ * Inline (KVF_BATCH_INLINE, for a caller that waits at once): one
+ * request of a batch of host memory still open at the end of the build
+ * (at most KVF_INLINE_MAX_BYTES) is offered to the transport's
+ * ep_post_inline, after the other requests were posted; it moves it on
+ * the calling thread when it can do so at once (tcp: an idle connection;
+ * shm: an open lease covering it), while the transport's threads move the
+ * rest. A batch of one request then returns done from submit: no
+ * hand-off to a transport thread and no wake-up of the caller, which for
+ * small objects cost more than the bytes. Otherwise it is posted as
+ * usual.
  */
 #include "engine/engine_int.h"
 #include "core/alloc.h"
@@ -197,7 +199,6 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     kvf_status_t st;
     size_t i, k;
     unsigned held = 0; /* checks under the current read lock, 0: unlocked */
-    int posted = 0;
 
     for (i = 0; i < b->nops; i++) {
         const kvf_op_t *op = &ops[i];
@@ -229,7 +230,6 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
                 }
             }
             if (k == KVF_OPEN_CHUNKS) {
-                posted = 1;
                 if (held > 0) {
                     pthread_rwlock_unlock(&e->regions_lock);
                     held = 0;
@@ -241,7 +241,6 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
             c = open[k];
             if (c != NULL && (c->req.nsegs == KVF_CHUNK_SEGS ||
                               c->req.bytes + piece > chunk_max)) {
-                posted = 1;
                 if (held > 0) {
                     pthread_rwlock_unlock(&e->regions_lock);
                     held = 0;
@@ -269,12 +268,13 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     if (held > 0) {
         pthread_rwlock_unlock(&e->regions_lock);
     }
-    if (!posted && open[0] != NULL && open[1] == NULL &&
-        kvf_chunk_try_inline(open[0])) {
-        return KVF_OK;
-    }
-    for (k = 0; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
+    /* inline: the other chunks are posted first, so the transport's
+     * threads move them while this one moves the first */
+    for (k = 1; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
         kvf_chunk_post(open[k]);
+    }
+    if (open[0] != NULL && !kvf_chunk_try_inline(open[0])) {
+        kvf_chunk_post(open[0]);
     }
     return KVF_OK;
 }

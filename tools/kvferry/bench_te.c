@@ -45,6 +45,9 @@ static void kvf_te_usage(void)
         "  --threads N         threads submitting concurrently (default 2)\n"
         "  --duration TIME     per block size (default 1s)\n"
         "  --min-batches N     per thread and block size (default 3)\n"
+        "  --no-inline         never move a request on the submitting\n"
+        "                      thread (default: KVF_BATCH_INLINE, as each\n"
+        "                      thread waits for its batch at once)\n"
         "  --rounds N          run the curve N times, sizes interleaved;\n"
         "                      each size keeps its median round (default 1)\n"
         "  --op read|write     (default write)\n"
@@ -80,6 +83,7 @@ static int kvf_te_parse(int argc, char **argv, kvf_te_opts_t *o)
         {"duration", required_argument, NULL, 'd'},
         {"min-batches", required_argument, NULL, 'M'},
         {"rounds", required_argument, NULL, 'R'},
+        {"no-inline", no_argument, NULL, 'I'},
         {"op", required_argument, NULL, 'o'},
         {"conns", required_argument, NULL, 'c'},
         {"timeout", required_argument, NULL, 'm'},
@@ -146,6 +150,9 @@ static int kvf_te_parse(int argc, char **argv, kvf_te_opts_t *o)
             break;
         case 'd':
             o->duration_ms = kvf_cli_ms("--duration", optarg);
+            break;
+        case 'I':
+            o->no_inline = 1;
             break;
         case 'R':
             o->rounds = (unsigned)kvf_cli_long("--rounds", optarg, 1,
@@ -244,7 +251,8 @@ static kvf_status_t kvf_te_batch(kvf_te_thread_t *t, uint64_t k, double *ms_p)
         t->ops[i].length = t->block;
     }
     t0 = kvf_time_ns();
-    status = kvf_batch_submit(t->s->engine, t->ops, o->batch, &batch);
+    status = kvf_batch_submit_ex(t->s->engine, t->ops, o->batch,
+                                 o->no_inline ? 0 : KVF_BATCH_INLINE, &batch);
     if (status != KVF_OK) {
         return status;
     }
@@ -403,6 +411,7 @@ void kvf_te_json(FILE *f, const kvf_te_opts_t *o, const char *transport,
     kvf_json_int(&j, "duration_ms", (long long)o->duration_ms);
     kvf_json_int(&j, "min_batches", o->min_batches);
     kvf_json_int(&j, "rounds", o->rounds);
+    kvf_json_bool(&j, "inline", !o->no_inline);
     kvf_json_int(&j, "conns", o->s.conns);
     kvf_json_int(&j, "pool_bytes", (long long)o->s.pool);
     kvf_json_arr(&j, "rows");

@@ -23,6 +23,7 @@ typedef struct kvf_te_opts {
     uint64_t duration_ms;
     unsigned min_batches;
     unsigned rounds; /* the curve this many times; median round per size */
+    int no_inline;   /* submit without KVF_BATCH_INLINE */
     kvf_op_type_t op;
     const char *json;
     const char *record;

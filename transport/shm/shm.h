@@ -252,6 +252,14 @@ struct kvf_tl_ep {
     uint64_t down_until; /* after a connection failure: fail fast */
     uint64_t epoch_seen; /* target's release epoch at the last SYNC */
     int need_sync;       /* a GRANT showed another epoch */
+    /* the open lease callers may copy inside on their own thread
+     * (shm_inline.c): read-held by such a caller while it copies and
+     * judges, write-held by the worker to publish or withdraw it */
+    pthread_rwlock_t ride_lock;
+    const kvf_shm_lease_t *ride; /* NULL: none */
+    int ride_fd;                 /* its connection */
+    unsigned ride_owner;         /* its worker */
+    uint64_t ride_used_ns;       /* last inline copy in it */
 };
 
 kvf_status_t kvf_shm_ep_open(kvf_tl_iface_t *iface, const char *address,
@@ -259,7 +267,22 @@ kvf_status_t kvf_shm_ep_open(kvf_tl_iface_t *iface, const char *address,
 void kvf_shm_ep_close(kvf_tl_ep_t *ep);
 kvf_status_t kvf_shm_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
 
+/* ---- requests moved on the caller's thread (shm_inline.c) -------------- */
+
+kvf_status_t kvf_shm_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
+/* The worker's open lease, offered to inline callers / taken back (waits
+ * for inline copies in it to end). */
+void kvf_shm_ride_publish(kvf_tl_ep_t *ep, unsigned owner,
+                          const kvf_shm_lease_t *l, int fd);
+void kvf_shm_ride_withdraw(kvf_tl_ep_t *ep, unsigned owner);
+/* 1 if an inline copy used the open lease within KVF_SHM_LINGER_US. */
+int kvf_shm_ride_busy(kvf_tl_ep_t *ep);
+
 /* ---- connections and leases (shm_lease.c) ------------------------------ */
+
+/* Pointer of the ep's mapping of target allocation id, or NULL. Caller
+ * holds map_lock. */
+unsigned char *kvf_shm_map_ptr(kvf_tl_ep_t *ep, uint64_t id);
 
 kvf_status_t kvf_shm_conn_open(kvf_tl_ep_t *ep, kvf_shm_conn_t *c);
 void kvf_shm_conn_close(kvf_shm_conn_t *c);

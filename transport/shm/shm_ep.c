@@ -12,6 +12,8 @@
  * so the target's checks of the next lease overlap the current copy; a
  * lease's requests complete as soon as its copy is over and it is known
  * to have held (shm_lease.c). Large leases copy with streaming stores.
+ * A lease kept open (below) is also published to callers that copy on
+ * their own thread (shm_inline.c), and withdrawn before it ends.
  *
  * When the target granted a whole range (a pool registered whole, the
  * common case), the lease stays open after its copy, for at most
@@ -127,6 +129,7 @@ static void kvf_shm_fail_all(kvf_shm_worker_t *w, kvf_status_t status)
 
     kvf_log_rl(KVF_LOG_ERROR, "shm: connection to the target lost: %s",
                kvf_status_str(status));
+    kvf_shm_ride_withdraw(w->ep, w->index);
     kvf_shm_conn_close(&w->conn);
     kvf_shm_mark_down(w->ep);
     for (i = 0; i < KVF_SHM_PIPE; i++) {
@@ -340,6 +343,9 @@ static void kvf_shm_run(kvf_shm_worker_t *w, kvf_shm_lease_t *cur,
         cur->end_status = kvf_shm_lease_held(&w->conn, cur);
         cur->state = KVF_SHM_L_OPEN;
         st = cur->end_status;
+        if (st == KVF_OK) {
+            kvf_shm_ride_publish(ep, w->index, cur, w->conn.fd);
+        }
     } else if (st == KVF_OK) {
         st = kvf_shm_post_end(ep, &w->conn, cur);
     }
@@ -353,6 +359,7 @@ static void kvf_shm_end_open(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
 {
     kvf_status_t st;
 
+    kvf_shm_ride_withdraw(w->ep, w->index); /* no inline copy in it now */
     st = kvf_shm_post_end(w->ep, &w->conn, open);
     if (st != KVF_OK) {
         kvf_shm_fail_all(w, st);
@@ -460,8 +467,11 @@ static void *kvf_shm_worker_main(void *arg)
                 continue;
             }
             if (open != NULL) {
-                /* keep it a little for the next batch, then end it */
-                if (!kvf_shm_wait_work(ep, KVF_SHM_LINGER_US)) {
+                /* keep it a little for the next batch, then end it;
+                 * callers copying in it inline count as activity */
+                if (!kvf_shm_wait_work(ep, KVF_SHM_LINGER_US) &&
+                    (!kvf_shm_ride_busy(ep) ||
+                     kvf_time_ms() >= open->begin_ms + KVF_SHM_RIDE_MS)) {
                     kvf_shm_end_open(w, open);
                 }
                 continue;
@@ -550,6 +560,8 @@ kvf_status_t kvf_shm_ep_open(kvf_tl_iface_t *iface, const char *address,
     pthread_mutex_init(&ep->lock, NULL);
     kvf_cond_init(&ep->cond);
     pthread_rwlock_init(&ep->map_lock, NULL);
+    pthread_rwlock_init(&ep->ride_lock, NULL);
+    ep->ride_fd = -1;
     ep->workers = kvf_calloc(ep->nworkers, sizeof(*ep->workers));
     if (ep->workers == NULL) {
         st = KVF_ERR_NO_MEMORY;
@@ -594,6 +606,7 @@ err:
     }
     kvf_free(ep->workers);
     pthread_rwlock_destroy(&ep->map_lock);
+    pthread_rwlock_destroy(&ep->ride_lock);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->lock);
     kvf_free(ep);
@@ -622,6 +635,7 @@ void kvf_shm_ep_close(kvf_tl_ep_t *ep)
     kvf_shm_drop_maps(ep);
     kvf_free(ep->workers);
     pthread_rwlock_destroy(&ep->map_lock);
+    pthread_rwlock_destroy(&ep->ride_lock);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->lock);
     kvf_free(ep);

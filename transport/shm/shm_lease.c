@@ -56,8 +56,7 @@ static void kvf_shm_map_populate(void *p, size_t len)
     }
 }
 
-/* Pointer of mapped allocation id, or NULL. Caller holds map_lock. */
-static unsigned char *kvf_shm_map_ptr(kvf_tl_ep_t *ep, uint64_t id)
+unsigned char *kvf_shm_map_ptr(kvf_tl_ep_t *ep, uint64_t id)
 {
     size_t i;
 

@@ -256,6 +256,7 @@ const kvf_transport_ops_t kvf_shm_ops = {
     .ep_open = kvf_shm_ep_open,
     .ep_close = kvf_shm_ep_close,
     .ep_post = kvf_shm_ep_post,
+    .ep_post_inline = kvf_shm_ep_post_inline,
     .ep_checksum = kvf_shm_ep_checksum,
     .ep_link_test = kvf_shm_ep_link_test,
 };
