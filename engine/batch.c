@@ -7,16 +7,17 @@
  * completion credits bytes or an error to the operations it carries; the
  * batch is done when the last request completes.
  *
- * Inline (KVF_BATCH_INLINE, for a caller that waits at once): one
- * request of a batch of host memory still open at the end of the build
- * (at most KVF_INLINE_MAX_BYTES) is offered to the transport's
- * ep_post_inline, after the other requests were posted; it moves it on
- * the calling thread when it can do so at once (tcp: an idle connection;
- * shm: an open lease covering it), while the transport's threads move the
- * rest. A batch of one request then returns done from submit: no
- * hand-off to a transport thread and no wake-up of the caller, which for
- * small objects cost more than the bytes. Otherwise it is posted as
- * usual.
+ * Inline (KVF_BATCH_INLINE, for a caller that waits at once): requests
+ * of host memory (each at most KVF_INLINE_MAX_BYTES) are offered to the
+ * transport's ep_post_inline, which moves one on the calling thread when
+ * it can do so at once (tcp: an idle connection; shm: an open lease
+ * covering it). A small batch (nothing posted while it was cut: at most
+ * KVF_OPEN_CHUNKS requests) offers every request, and returns done from
+ * submit when all went inline: no hand-off to a transport thread and no
+ * wake-up of the caller, which for small objects cost more than the
+ * bytes. A large one posts its other requests first and offers one, so
+ * the transport's threads move the rest meanwhile. A request the
+ * transport does not take is posted as usual.
  */
 #include "engine/engine_int.h"
 #include "core/alloc.h"
@@ -199,6 +200,7 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     kvf_status_t st;
     size_t i, k;
     unsigned held = 0; /* checks under the current read lock, 0: unlocked */
+    int posted = 0;    /* some request went out during the build */
 
     for (i = 0; i < b->nops; i++) {
         const kvf_op_t *op = &ops[i];
@@ -230,6 +232,7 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
                 }
             }
             if (k == KVF_OPEN_CHUNKS) {
+                posted = 1;
                 if (held > 0) {
                     pthread_rwlock_unlock(&e->regions_lock);
                     held = 0;
@@ -241,6 +244,7 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
             c = open[k];
             if (c != NULL && (c->req.nsegs == KVF_CHUNK_SEGS ||
                               c->req.bytes + piece > chunk_max)) {
+                posted = 1;
                 if (held > 0) {
                     pthread_rwlock_unlock(&e->regions_lock);
                     held = 0;
@@ -268,8 +272,18 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     if (held > 0) {
         pthread_rwlock_unlock(&e->regions_lock);
     }
-    /* inline: the other chunks are posted first, so the transport's
-     * threads move them while this one moves the first */
+    if (!posted) {
+        /* a small batch (every request still open): all inline when the
+         * transport can, no hand-off at all */
+        for (k = 0; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
+            if (!kvf_chunk_try_inline(open[k])) {
+                kvf_chunk_post(open[k]);
+            }
+        }
+        return KVF_OK;
+    }
+    /* a large one: the other requests are posted first, so the
+     * transport's threads move them while this thread moves one */
     for (k = 1; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
         kvf_chunk_post(open[k]);
     }

@@ -128,10 +128,10 @@ typedef struct kvf_op {
 KVF_API kvf_status_t kvf_batch_submit(kvf_engine_h engine, const kvf_op_t *ops,
                                       size_t count, kvf_batch_h *batch_p);
 /* kvf_batch_submit with flags. KVF_BATCH_INLINE: the caller waits for
- * the batch right away; one small request of it (host memory, <= 1 MiB)
- * may then be moved by the calling thread itself while the transport's
- * threads move the others, and a batch of one such request returns done
- * (no transport-thread hand-off: lower latency and CPU per op). */
+ * the batch right away; the calling thread may then move requests itself
+ * (host memory): a small batch whole, so it returns done with no
+ * transport-thread hand-off (lower latency and CPU per op), a large one
+ * a request while the transport's threads move the others. */
 #define KVF_BATCH_INLINE 0x1u
 KVF_API kvf_status_t kvf_batch_submit_ex(kvf_engine_h engine,
                                          const kvf_op_t *ops, size_t count,

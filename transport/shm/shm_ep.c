@@ -129,9 +129,9 @@ static void kvf_shm_fail_all(kvf_shm_worker_t *w, kvf_status_t status)
 
     kvf_log_rl(KVF_LOG_ERROR, "shm: connection to the target lost: %s",
                kvf_status_str(status));
+    kvf_shm_mark_down(w->ep); /* inline callers stop here too */
     kvf_shm_ride_withdraw(w->ep, w->index);
     kvf_shm_conn_close(&w->conn);
-    kvf_shm_mark_down(w->ep);
     for (i = 0; i < KVF_SHM_PIPE; i++) {
         kvf_shm_lease_t *l = &w->lease[i];
 

@@ -18,7 +18,8 @@
  * inline copy inside the lease is under way.
  *
  * Anything else (no open lease, a range outside it, the lease past
- * KVF_SHM_RIDE_MS, ride_lock being changed) answers KVF_ERR_NOT_FOUND
+ * KVF_SHM_RIDE_MS, the ep down after a lost connection, ride_lock being
+ * changed) answers KVF_ERR_NOT_FOUND
  * and touches nothing: the caller posts the request as usual.
  */
 #include "transport/shm/shm.h"
@@ -126,8 +127,11 @@ kvf_status_t kvf_shm_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
         return KVF_ERR_NOT_FOUND; /* the worker is changing it */
     }
     l = ep->ride;
+    /* after a connection failure the ep is down for one timeout: what
+     * is posted then fails at once, and nothing moves inline either */
     if (l == NULL || kvf_time_ms() >= l->begin_ms + KVF_SHM_RIDE_MS ||
-        kvf_time_ms() + 1 >= l->valid_until_ms) {
+        kvf_time_ms() + 1 >= l->valid_until_ms ||
+        kvf_time_ms() < __atomic_load_n(&ep->down_until, __ATOMIC_RELAXED)) {
         pthread_rwlock_unlock(&ep->ride_lock);
         return KVF_ERR_NOT_FOUND;
     }
