@@ -141,28 +141,49 @@ kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
     return c;
 }
 
-kvf_sconn_t *kvf_store_take_plain(kvf_store_h st)
+kvf_sconn_t *kvf_store_take_plain(kvf_store_h st, int *may_reserve_p)
 {
-    kvf_sconn_t **pp, *c;
+    kvf_sconn_t **pp, **pick, *c;
+    uint64_t now;
 
     for (;;) {
+        now = kvf_time_ms();
         pthread_mutex_lock(&st->lock);
-        for (pp = &st->idle; *pp != NULL && (*pp)->resv.r.put_id != 0;
-             pp = &(*pp)->next) {
+        /* one without a reservation, else one whose reservation is too
+         * old to use, else any: connections stay as many as concurrent
+         * calls, never one per reservation */
+        pick = NULL;
+        for (pp = &st->idle; *pp != NULL; pp = &(*pp)->next) {
+            if ((*pp)->resv.r.put_id == 0) {
+                pick = pp;
+                break;
+            }
+            if (now >= (*pp)->resv.until_ms && pick == NULL) {
+                pick = pp;
+            }
         }
-        c = *pp;
+        if (pick == NULL && st->idle != NULL) {
+            pick = &st->idle;
+        }
+        c = (pick != NULL) ? *pick : NULL;
         if (c != NULL) {
-            *pp = c->next;
+            *pick = c->next;
             c->next = NULL;
         }
         pthread_mutex_unlock(&st->lock);
         if (c == NULL) {
+            *may_reserve_p = 1;
             return kvf_sconn_open(st, &c) == KVF_OK ? c : NULL;
         }
-        if (kvf_sconn_clean(c)) {
-            return c;
+        if (!kvf_sconn_clean(c)) {
+            kvf_sconn_close(c); /* the master closed it: try the next */
+            continue;
         }
-        kvf_sconn_close(c); /* the master closed it: try the next */
+        if (c->resv.r.put_id != 0 && now >= c->resv.until_ms) {
+            kvf_sconn_drop_resv(c, st->timeout_ms);
+        }
+        *may_reserve_p = (c->resv.r.put_id == 0);
+        return c;
     }
 }
 

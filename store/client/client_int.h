@@ -77,9 +77,12 @@ void kvf_store_release(kvf_store_h st, kvf_sconn_t *c);
  * returned with c still the caller's. */
 kvf_status_t kvf_store_rpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
                               uint32_t count, const kvf_wr_t *w, int *closed_p);
-/* An idle connection holding no reservation (a new one if none), out of
- * the pool; NULL if the master cannot be reached. */
-kvf_sconn_t *kvf_store_take_plain(kvf_store_h st);
+/* An idle connection for a COMMIT, out of the pool: one holding no
+ * reservation (or only one too old to use, handed back on the way),
+ * else any idle one (*may_reserve_p = 0: it keeps its reservation and
+ * asks for none), else a new one; NULL if the master cannot be
+ * reached. */
+kvf_sconn_t *kvf_store_take_plain(kvf_store_h st, int *may_reserve_p);
 /* An idle connection holding a usable reservation of exactly size bytes
  * asked with `replicas`, taken out of the pool; NULL if none. A
  * reservation found stale, or on a connection the master closed, is

@@ -296,7 +296,7 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
     unsigned *mask = NULL, *oprep = NULL;
     size_t i, j, nops = 0, nsent = 0;
     kvf_sconn_t *c;
-    int resv, done, closed;
+    int resv, done, closed, may_reserve = 0;
     kvf_wr_t w;
     kvf_rd_t r;
 
@@ -451,11 +451,12 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
     }
     if (nsent == 1 && resv) {
         /* COMMIT, asking for a reservation for the next put */
+        t0 = kvf_time_ns();
+        c = kvf_store_take_plain(st, &may_reserve);
         w.len = 0;
         kvf_store_wr_commit(&w, keys[0], e[0].put_id, lens[0], sums[0],
-                            mask[0], flags, mask[0] ? lens[0] : 0, replicas);
-        t0 = kvf_time_ns();
-        c = kvf_store_take_plain(st);
+                            mask[0], flags,
+                            (mask[0] && may_reserve) ? lens[0] : 0, replicas);
         status = (c == NULL) ? KVF_ERR_CONNECT
                              : kvf_store_rpc_on(st, c, KVF_SP_COMMIT, 1, &w,
                                                 &closed);

@@ -159,17 +159,34 @@ static void test_reservation_puts(void **state)
         kvs_fill(c.buf + MiB, MiB, 3);
         assert_memory_equal(c.buf, c.buf + MiB, MiB);
     }
-    /* another size: its own reservation */
+    /* another size on the one connection: put the usual way, the
+     * connection keeps its reservation and gets no second one (a
+     * handle's connections stay as many as its concurrent calls) */
     put_get_check(&c, "small", 4096, 5);
     puts = kvs_metric(m.http, "puts_total");
     assert_int_equal(puts, 8);
-    assert_int_equal(kvs_metric(m.http, "reservations"), 2);
-    assert_int_equal(kvs_metric(m.http, "reserved_bytes"), MiB + 4096);
+    assert_int_equal(kvs_metric(m.http, "reservations"), 1);
+    assert_int_equal(kvs_metric(m.http, "reserved_bytes"), MiB);
+    put_get_check(&c, "r/6", MiB, 6);
+    assert_int_equal(kvs_metric(m.http, "reservations"), 1);
+    /* puts of many sizes open no connection per reservation */
+    {
+        int fds = kvf_test_fd_count(), k;
+
+        for (k = 0; k < 20; k++) {
+            snprintf(key, sizeof(key), "sz/%d", k);
+            put_get_check(&c, key, 4096 * (size_t)(k + 2), (uint64_t)k);
+        }
+        assert_int_equal(kvf_test_fd_count(), fds);
+        assert_true(kvs_metric(m.http, "reservations") <= 1);
+    }
     /* a disconnect hands them back at once */
     kvs_client_close(&c);
     assert_int_equal(kvs_metric(m.http, "reservations"), 0);
     assert_int_equal(kvs_metric(m.http, "reserved_bytes"), 0);
-    assert_int_equal(kvs_metric(m.http, "used_bytes"), 7 * MiB + 4096);
+    /* 8 objects of 1 MiB, 4 KiB, and 20 of 8..84 KiB (4 KiB x 230) */
+    assert_int_equal(kvs_metric(m.http, "used_bytes"),
+                     8 * MiB + 4096 + 230 * 4096);
     assert_int_equal(kvs_metric(m.http, "reclaimed_total"), 0);
     kvs_stop(&n, 0);
     kvs_stop(&m, 0);
