@@ -133,6 +133,74 @@ for stage in "$@"; do
     blk cuda-same --transport cuda --peer-gpu 0 --pool 4G --op both \
       --iters 9 --verify --record "$R"
     ;;
+  p2pab)
+    # GPU->GPU A/B in one lease: block list read over PCIe (mapped) or
+    # uploaded, or kept in GPU memory; part of the batch pulled by the
+    # destination GPU; two rounds; copy tests under the variants first
+    step 240 test_gpu_copy "$D/test_gpu_copy"
+    step 240 test_gpu_copy-split-upload env KVF_CUDA_P2P_SPLIT=50 \
+      KVF_CUDA_DESC=upload "$D/test_gpu_copy"
+    for round in 1 2; do
+      a="--path p2p --pool 2G --iters 9 --each-iters 0"
+      blk "p2p-base-$round" $a --json "$R/p2p-base-$round.json"
+      blke KVF_CUDA_DESC=upload "p2p-upload-$round" $a \
+        --json "$R/p2p-upload-$round.json"
+      blk "p2p-gpulist-$round" $a --blocks-on gpu \
+        --json "$R/p2p-gpulist-$round.json"
+      for sp in 15 30 50; do
+        blke KVF_CUDA_P2P_SPLIT=$sp "p2p-split$sp-$round" $a \
+          --json "$R/p2p-split$sp-$round.json"
+      done
+      blke KVF_CUDA_P2P_SPLIT=30 "p2p-split30-gpulist-$round" $a \
+        --blocks-on gpu --json "$R/p2p-split30-gpulist-$round.json"
+    done
+    blk p2p-verify-split --path p2p --pool 2G --verify --each-iters 0 \
+      --json "$R/p2p-verify.json"
+    ;;
+  wpbab)
+    # warps per block (cuda_warps_per_block: 1 = one warp per block, the
+    # old kernel; 0 = auto; 2; 4), with the block list on the host or the
+    # GPU; copy tests with forced sharing first; two rounds
+    step 240 test_gpu_copy-wpb4 env KVF_CUDA_WARPS_PER_BLOCK=4 \
+      "$D/test_gpu_copy"
+    step 240 test_gpu_copy-wpb1 env KVF_CUDA_WARPS_PER_BLOCK=1 \
+      "$D/test_gpu_copy"
+    a="--pool 2G --iters 9 --each-iters 0"
+    for round in 1 2; do
+      for w in 1 0 2 4; do
+        blke KVF_CUDA_WARPS_PER_BLOCK=$w "p2p-wpb$w-$round" --path p2p $a \
+          --json "$R/p2p-wpb$w-$round.json"
+      done
+      for w in 1 0; do
+        blke KVF_CUDA_WARPS_PER_BLOCK=$w "p2p-wpb$w-gpulist-$round" \
+          --path p2p $a --blocks-on gpu \
+          --json "$R/p2p-wpb$w-gpulist-$round.json"
+      done
+    done
+    for p in h2d d2d; do
+      for w in 1 0; do
+        blke KVF_CUDA_WARPS_PER_BLOCK=$w "$p-wpb$w" --path $p $a \
+          --json "$R/$p-wpb$w.json"
+      done
+    done
+    ;;
+  localfinal)
+    # records of the local paths with the defaults (no tcp/cuda transports)
+    step 120 h2d "$B" bench h2d --record "$R"
+    for p in h2d d2h d2d; do
+      blk "$p" --path "$p" --verify --record "$R"
+    done
+    ;;
+  p2pfinal)
+    # GPU->GPU records with the defaults: three runs, host-resident block
+    # list (the default) and a GPU-resident one
+    step 60 bench-env "$B" bench env --record "$R"
+    for round in 1 2 3; do
+      blk "p2p-$round" --path p2p --verify --record "$R"
+    done
+    blk p2p-gpulist --path p2p --blocks-on gpu --verify --each-iters 0 \
+      --record "$R"
+    ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
       step 240 "$t" "$D/$t"

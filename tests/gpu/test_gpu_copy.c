@@ -171,7 +171,20 @@ static void run_path(kvf_mem_type_t st, int sdev, kvf_mem_type_t dt, int ddev,
     db = snapshot(&j.dst);
     assert_int_equal(kvf_cuda_copy_create(run_dev, &cp), KVF_OK);
     kvf_cuda_copy_set_kernel(cp, kern);
-    if (seed & 1) {
+    if (seed % 4 == 2 && st != KVF_MEM_HOST && dt != KVF_MEM_HOST) {
+        /* the block list in GPU memory (a block table kept on the GPU) */
+        kvf_cuda_blk_t *gb;
+
+        assert_int_equal(kvf_cuda_mem_alloc(KVF_MEM_CUDA, run_dev,
+                                            j.n * sizeof(*gb), (void **)&gb),
+                         KVF_OK);
+        assert_int_equal(kvf_cuda_memcpy(gb, j.blks, j.n * sizeof(*gb)),
+                         KVF_OK);
+        assert_int_equal(
+            kvf_cuda_copy_blocks_dev(cp, &j.src, &j.dst, gb, j.n, TIMEOUT),
+            KVF_OK);
+        kvf_cuda_mem_free(KVF_MEM_CUDA, gb);
+    } else if (seed & 1) {
         /* the block list in pinned memory is read in place */
         kvf_cuda_blk_t *pb;
 
@@ -325,6 +338,45 @@ static void test_out_of_range(void **state)
     }
 }
 
+/* A block list in GPU memory: bounds still checked by the kernels; a
+ * list in host memory or a pageable side is refused. */
+static void test_dev_list(void **state)
+{
+    kvf_cuda_blk_t blks[3], *gb;
+    kvf_cuda_copy_t *cp;
+    kvf_cuda_mem_t src, dst, host;
+    unsigned char *sb, *after;
+
+    (void)state;
+    pool_new(&src, KVF_MEM_CUDA, 0, 90);
+    pool_new(&dst, KVF_MEM_CUDA, 0, 91);
+    pool_new(&host, KVF_MEM_HOST, 0, 92);
+    blks[0] = (kvf_cuda_blk_t){0, 0, 4096};
+    blks[1] = (kvf_cuda_blk_t){POOL - 100, 8192, 101};
+    blks[2] = (kvf_cuda_blk_t){8192, POOL - 10, 11};
+    assert_int_equal(kvf_cuda_copy_create(0, &cp), KVF_OK);
+    assert_int_equal(
+        kvf_cuda_mem_alloc(KVF_MEM_CUDA, 0, sizeof(blks), (void **)&gb),
+        KVF_OK);
+    assert_int_equal(kvf_cuda_memcpy(gb, blks, sizeof(blks)), KVF_OK);
+    assert_int_equal(kvf_cuda_copy_blocks_dev(cp, &src, &dst, gb, 3, TIMEOUT),
+                     KVF_ERR_OUT_OF_BOUNDS);
+    sb = snapshot(&src);
+    after = snapshot(&dst);
+    assert_memory_equal(after, sb, 4096);
+    assert_int_equal(kvf_cuda_copy_blocks_dev(cp, &src, &dst, blks, 1, TIMEOUT),
+                     KVF_ERR_INVALID_PARAM);
+    assert_int_equal(kvf_cuda_copy_blocks_dev(cp, &host, &dst, gb, 1, TIMEOUT),
+                     KVF_ERR_INVALID_PARAM);
+    kvf_cuda_mem_free(KVF_MEM_CUDA, gb);
+    kvf_cuda_copy_destroy(cp);
+    free(sb);
+    free(after);
+    pool_free(&src);
+    pool_free(&dst);
+    pool_free(&host);
+}
+
 /* Registration checks GPU ranges against their allocation. */
 static void test_register_bounds(void **state)
 {
@@ -419,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_p2p),
         cmocka_unit_test(test_pageable),
         cmocka_unit_test(test_out_of_range),
+        cmocka_unit_test(test_dev_list),
         cmocka_unit_test(test_register_bounds),
         cmocka_unit_test(test_mem_alloc),
     };

@@ -53,6 +53,10 @@ static void kvf_gpu_usage(void)
         "  --host-alloc cuda|thp  pinned pools from cudaHostAlloc (default)\n"
         "                      or huge pages + cudaHostRegister\n"
         "  --sequential        blocks in pool order, not random (diagnostic)\n"
+        "  --blocks-on host|gpu  local paths: the block list in pinned host\n"
+        "                      memory (default) or GPU memory (uploaded\n"
+        "                      before the timed copy, as a block table kept\n"
+        "                      on the GPU)\n"
         "  --pool SIZE         pool on each side (default 8G)\n"
         "  --block SIZE        block size (default 8K)\n"
         "  --sizes LIST        transfer sizes (default 16M,64M,256M,1G)\n"
@@ -61,7 +65,8 @@ static void kvf_gpu_usage(void)
         "  --kernel auto|warp|bulk|hybrid  copy kernel (default: config)\n"
         "  --op write|read|both  transports mode (default write)\n"
         "  --conns N           connections (default 4)\n"
-        "  --transport LIST    transports to run over (default cuda,tcp; cuda:\n"
+        "  --transport LIST    transports to run over (default cuda,tcp; "
+        "cuda:\n"
         "                      same-host GPU pools through CUDA IPC, against\n"
         "                      the contiguous copy of the same path)\n"
         "  --no-host           transports: skip the host-pool baseline\n"
@@ -83,6 +88,7 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
         {"pageable", no_argument, NULL, 'a'},
         {"host-alloc", required_argument, NULL, 'A'},
         {"sequential", no_argument, NULL, 'Q'},
+        {"blocks-on", required_argument, NULL, 'B'},
         {"pool", required_argument, NULL, 'p'},
         {"block", required_argument, NULL, 'b'},
         {"sizes", required_argument, NULL, 'S'},
@@ -162,6 +168,13 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
             break;
         case 'Q':
             o->sequential = 1;
+            break;
+        case 'B':
+            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
+                fprintf(stderr, "kvferry: --blocks-on: host or gpu\n");
+                return KVF_CLI_USAGE;
+            }
+            o->blocks_on_gpu = strcmp(optarg, "gpu") == 0;
             break;
         case 'p':
             o->pool = kvf_cli_size("--pool", optarg);
@@ -259,6 +272,7 @@ typedef struct kvf_gpu_local {
     kvf_cuda_copy_t *cp;
     uint32_t *sperm, *dperm;
     kvf_cuda_blk_t *blks;
+    kvf_cuda_blk_t *dblks; /* --blocks-on gpu: the list in GPU memory */
     kvf_rng_t rng;
 } kvf_gpu_local_t;
 
@@ -336,9 +350,19 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     /* batched copies: the first iteration warms up and is not kept */
     for (it = 0; it < total && st == KVF_OK; it++) {
         kvf_gpu_fill_blks(l, n);
+        if (l->dblks != NULL) {
+            /* a block table kept on the GPU: not part of the copy */
+            st = kvf_cuda_memcpy(l->dblks, l->blks, n * sizeof(*l->blks));
+            if (st != KVF_OK) {
+                break;
+            }
+        }
         t0 = kvf_time_ns();
-        st = kvf_cuda_copy_blocks(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
-                                  (int)o->timeout_ms);
+        st = l->dblks != NULL
+                 ? kvf_cuda_copy_blocks_dev(l->cp, &l->src.mem, &l->dst.mem,
+                                            l->dblks, n, (int)o->timeout_ms)
+                 : kvf_cuda_copy_blocks(l->cp, &l->src.mem, &l->dst.mem,
+                                        l->blks, n, (int)o->timeout_ms);
         if (it > 0) {
             lat[k++] = kvf_gpu_ms_since(t0);
         }
@@ -417,6 +441,7 @@ static void kvf_gpu_local_json_write(FILE *f, const kvf_gpu_local_t *l,
     kvf_json_str(&j, "host_memory", o->pageable ? "pageable" : "pinned");
     kvf_json_str(&j, "kernel", kvf_cuda_kernel_name(o->kernel));
     kvf_json_int(&j, "kernel_gpu", l->run_gpu);
+    kvf_json_str(&j, "block_list", o->blocks_on_gpu ? "gpu" : "pinned host");
     kvf_gpu_json_info(&j, "gpu", o->gpu);
     if (strcmp(o->path, "p2p") == 0) {
         kvf_gpu_json_info(&j, "peer_gpu", o->peer_gpu);
@@ -470,8 +495,9 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
              "of the same path in the same run%s, 16 MB to 1 GB (issue 4)",
              "8 KiB", o->path,
              p2p ? "" : ", and >= 10x one cudaMemcpyAsync per block");
-    snprintf(name, sizeof(name), "bench blocks gpu %s%s", o->path,
-             o->pageable ? " pageable" : "");
+    snprintf(name, sizeof(name), "bench blocks gpu %s%s%s", o->path,
+             o->pageable ? " pageable" : "",
+             o->blocks_on_gpu ? " gpu-list" : "");
     rec = kvf_record_new("bench", name, hyp);
     if (rec == NULL) {
         return -1;
@@ -479,6 +505,8 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
     kvf_record_hypothesis(rec, o->hypothesis);
     kvf_record_config(rec, "path", o->path);
     kvf_record_config(rec, "host memory", o->pageable ? "pageable" : "pinned");
+    kvf_record_config(rec, "block list",
+                      o->blocks_on_gpu ? "GPU memory" : "pinned host memory");
     kvf_record_config(rec, "kernel", kvf_cuda_kernel_name(o->kernel));
     kvf_gpu_describe(o->gpu, text, sizeof(text));
     kvf_record_config(rec, "gpu", text);
@@ -600,6 +628,10 @@ static int kvf_gpu_local_setup(kvf_gpu_local_t *l, kvf_gpu_opts_t *o)
         fprintf(stderr, "kvferry: GPU %d of %d\n", o->gpu, ngpu);
         return KVF_CLI_USAGE;
     }
+    if (o->blocks_on_gpu && o->pageable) {
+        fprintf(stderr, "kvferry: --blocks-on gpu needs pinned host pools\n");
+        return KVF_CLI_USAGE;
+    }
     if (strcmp(o->path, "h2d") == 0) {
         st = host;
     } else if (strcmp(o->path, "d2h") == 0) {
@@ -635,6 +667,12 @@ static int kvf_gpu_local_setup(kvf_gpu_local_t *l, kvf_gpu_opts_t *o)
                            (void **)&l->blks) != KVF_OK) {
         l->blks = NULL;
     }
+    if (o->blocks_on_gpu && kvf_cuda_mem_alloc(KVF_MEM_CUDA, l->run_gpu,
+                                               nslots * sizeof(kvf_cuda_blk_t),
+                                               (void **)&l->dblks) != KVF_OK) {
+        fprintf(stderr, "kvferry: no GPU memory for the block list\n");
+        return KVF_CLI_FAIL;
+    }
     if (l->sperm == NULL || l->dperm == NULL || l->blks == NULL ||
         nslots > UINT32_MAX) {
         fprintf(stderr, "kvferry: too many blocks in the pool\n");
@@ -655,6 +693,9 @@ static void kvf_gpu_local_free(kvf_gpu_local_t *l)
     free(l->sperm);
     free(l->dperm);
     kvf_cuda_mem_free(KVF_MEM_PINNED, l->blks);
+    if (l->dblks != NULL) {
+        kvf_cuda_mem_free(KVF_MEM_CUDA, l->dblks);
+    }
 }
 
 static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
@@ -681,10 +722,11 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
         printf("# peer %s, kernels on GPU %d\n", desc, l.run_gpu);
     }
     printf("connector=kvferry role=client device=gpu path=%s block=%s "
-           "pool=%s host=%s kernel=%s%s\n",
+           "pool=%s host=%s kernel=%s%s%s\n",
            o->path, bstr, pstr, o->pageable ? "pageable" : "pinned",
            kvf_cuda_kernel_name(o->kernel),
-           o->sequential ? " order=sequential" : "");
+           o->sequential ? " order=sequential" : "",
+           o->blocks_on_gpu ? " block_list=gpu" : "");
     printf("------------------------------------------------------------"
            "------------\n");
     for (k = 0; k < o->nsizes; k++) {

@@ -21,6 +21,7 @@ typedef struct kvf_gpu_opts {
     int on_dst;       /* p2p: kernels run on the destination GPU */
     int pageable;     /* h2d/d2h: host side pageable, not pinned */
     int sequential;   /* blocks in pool order (diagnostic) */
+    int blocks_on_gpu; /* local paths: block list in GPU memory */
     uint64_t pool;
     uint64_t block;
     uint64_t sizes[KVF_GPU_SIZES_MAX];

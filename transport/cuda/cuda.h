@@ -169,6 +169,16 @@ kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
                                   const kvf_cuda_mem_t *dst,
                                   const kvf_cuda_blk_t *blks, size_t n,
                                   int timeout_ms);
+/* The same with the block list in GPU memory (device-resident, as
+ * serving engines keep their block tables): dev_blks is device memory
+ * that the context's GPU reads (its own or a peer's), n descriptors,
+ * read by the kernels in place. Neither side may be pageable host memory
+ * (KVF_ERR_INVALID_PARAM, as for a dev_blks that is not GPU memory). */
+kvf_status_t kvf_cuda_copy_blocks_dev(kvf_cuda_copy_t *cp,
+                                      const kvf_cuda_mem_t *src,
+                                      const kvf_cuda_mem_t *dst,
+                                      const kvf_cuda_blk_t *dev_blks, size_t n,
+                                      int timeout_ms);
 
 /* Baselines for benches, on the same stream: one contiguous
  * cudaMemcpyAsync (cudaMemcpyPeerAsync across GPUs), one

@@ -10,9 +10,10 @@
  * between the two streams (one's tail overlaps the next one's start)
  * and the host fills one descriptor buffer while the other is in use.
  *
- * Pageable host memory is staged: host->GPU, the CPU gathers blocks into
- * a pinned slot while the GPU scatters the previous slot; GPU->host, the
- * GPU gathers into a slot while the CPU scatters the previous one.
+ * A block list in GPU memory (kvf_cuda_copy_blocks_dev) is read in place
+ * too; GPU->GPU batches may be split with the other GPU pulling a share
+ * (cuda_p2p_split). Pageable host memory is staged (cuda_slot.c); the
+ * copy-engine baselines are in cuda_base.c.
  *
  * Bounds: the kernels refuse blocks outside either side (counted in a
  * mapped word read after the batch); the staging code checks the host
@@ -25,174 +26,6 @@
 #include "core/time.h"
 
 #include <string.h>
-
-#define KVF_COPY_STAGE_SLOTS 3
-#define KVF_COPY_STAGE_BYTES (8u << 20)
-#define KVF_COPY_STAGE_BLKS  16384u
-/* room for the pieces of one split block beyond the launch size */
-#define KVF_COPY_DESC_CAP (KVF_CUDA_LAUNCH_MAX + 64)
-
-typedef struct kvf_cuda_dbuf {
-    kvf_cuda_blk_t *h; /* pinned, mapped: read by the kernels */
-    cudaEvent_t ev;
-    int busy;
-} kvf_cuda_dbuf_t;
-
-struct kvf_cuda_copy {
-    int device;
-    int sm_count;
-    kvf_cuda_kernel_t kernel;
-    cudaStream_t stream;
-    cudaStream_t stream_b; /* every other launch of a batch */
-    cudaEvent_t done;
-    kvf_cuda_dbuf_t dbuf[2];
-    unsigned *err; /* pinned, mapped */
-    kvf_cuda_slot_t slot[KVF_COPY_STAGE_SLOTS];
-    uint64_t *slot_host[KVF_COPY_STAGE_SLOTS]; /* D2H: host offsets */
-    int staged;
-    /* copy-engine batches (hybrid variant, batch API baseline) */
-    cudaStream_t ce_stream;
-    cudaEvent_t ce_done;
-    void **ce_dst;
-    const void **ce_src;
-    size_t *ce_len;
-    size_t ce_cap;
-};
-
-/* ---- slots ------------------------------------------------------------ */
-
-/*
- * A slot's copies signal completion themselves: the last CTA of the
- * launch writes the slot's sequence number into a mapped host word after
- * a system-scope fence, so waiting is a read of host memory, with no
- * CUDA call (connection threads polling events would contend for the
- * driver's locks with the threads launching).
- */
-kvf_status_t kvf_cuda_slot_init(kvf_cuda_slot_t *s, uint64_t cap,
-                                unsigned blks_cap)
-{
-    kvf_status_t status;
-
-    memset(s, 0, sizeof(*s));
-    s->ev_dev = -1;
-    status = KVF_CUDA_CHECK(cudaHostAlloc(
-        (void **)&s->buf, cap, cudaHostAllocPortable | cudaHostAllocMapped));
-    if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(cudaHostAlloc(
-            (void **)&s->blks, (size_t)blks_cap * sizeof(kvf_cuda_blk_t),
-            cudaHostAllocPortable | cudaHostAllocMapped));
-    }
-    if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(
-            cudaHostAlloc((void **)&s->flag, 64,
-                          cudaHostAllocPortable | cudaHostAllocMapped));
-    }
-    if (status != KVF_OK) {
-        kvf_cuda_slot_fini(s);
-        return status;
-    }
-    *(volatile unsigned *)s->flag = 0;
-    s->cap = cap;
-    s->blks_cap = blks_cap;
-    return KVF_OK;
-}
-
-void kvf_cuda_slot_fini(kvf_cuda_slot_t *s)
-{
-    int d;
-
-    for (d = 0; d < KVF_CUDA_DEV_MAX; d++) {
-        if (s->ctr[d] != NULL) {
-            cudaSetDevice(d);
-            cudaFree(s->ctr[d]);
-        }
-    }
-    if (s->buf != NULL) {
-        cudaFreeHost(s->buf);
-    }
-    if (s->blks != NULL) {
-        cudaFreeHost(s->blks);
-    }
-    if (s->flag != NULL) {
-        cudaFreeHost(s->flag);
-    }
-    memset(s, 0, sizeof(*s));
-    s->ev_dev = -1;
-}
-
-kvf_status_t kvf_cuda_slot_wait(kvf_cuda_slot_t *s, uint64_t deadline_ms)
-{
-    struct timespec nap = {0, 20000};
-    unsigned spins = 0;
-    int p;
-
-    if (s->ev_dev < 0) {
-        return KVF_OK;
-    }
-    while (__atomic_load_n(s->flag, __ATOMIC_ACQUIRE) != s->seq) {
-        spins++;
-        if ((spins & 255) == 0 && kvf_time_ms() >= deadline_ms) {
-            kvf_log_rl(KVF_LOG_ERROR, "GPU staging copy still running at "
-                                      "deadline");
-            return KVF_ERR_TIMEOUT;
-        }
-        if (spins < 200000) {
-            for (p = 0; p < 8; p++) {
-#if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
-#endif
-            }
-        } else {
-            nanosleep(&nap, NULL);
-        }
-    }
-    s->ev_dev = -1;
-    return KVF_OK;
-}
-
-kvf_status_t kvf_cuda_slot_post(kvf_cuda_slot_t *s, int device,
-                                cudaStream_t stream, int to_gpu, unsigned *err)
-{
-    kvf_cuda_launch_t l;
-    kvf_status_t status;
-
-    if (s->nblks == 0) {
-        return KVF_OK;
-    }
-    if (s->ctr[device] == NULL) {
-        status = KVF_CUDA_CHECK(cudaMalloc((void **)&s->ctr[device], 64));
-        if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK(cudaMemset(s->ctr[device], 0, 64));
-        }
-        if (status != KVF_OK) {
-            return status;
-        }
-    }
-    memset(&l, 0, sizeof(l));
-    l.blks = s->blks;
-    l.n = s->nblks;
-    l.err = err;
-    l.ctr = s->ctr[device];
-    l.flag = s->flag;
-    l.seq = ++s->seq;
-    if (to_gpu) {
-        l.src_base = (uint64_t)(uintptr_t)s->buf;
-        l.src_len = s->cap;
-        l.dst_base = 0;
-        l.dst_len = UINT64_MAX;
-    } else {
-        l.src_base = 0;
-        l.src_len = UINT64_MAX;
-        l.dst_base = (uint64_t)(uintptr_t)s->buf;
-        l.dst_len = s->cap;
-    }
-    status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
-        KVF_CUDA_KERNEL_WARP, &l, kvf_cuda_devs[device].sm_count, stream));
-    if (status == KVF_OK) {
-        s->ev_dev = device;
-    }
-    return status;
-}
 
 /* ---- contexts --------------------------------------------------------- */
 
@@ -278,7 +111,22 @@ void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp)
     if (cp->done != NULL) {
         cudaEventDestroy(cp->done);
     }
+    if (cp->peer_stream != NULL) {
+        cudaSetDevice(cp->peer_dev);
+        if (cp->peer_ev != NULL &&
+            cudaEventRecord(cp->peer_ev, cp->peer_stream) == cudaSuccess) {
+            kvf_cuda_event_wait(cp->peer_ev, kvf_time_ms() + 10000);
+        }
+        cudaStreamDestroy(cp->peer_stream);
+        if (cp->peer_ev != NULL) {
+            cudaEventDestroy(cp->peer_ev);
+        }
+        cudaSetDevice(cp->device);
+    }
     for (i = 0; i < 2; i++) {
+        if (cp->dbuf[i].d != NULL) {
+            cudaFree(cp->dbuf[i].d);
+        }
         if (cp->dbuf[i].h != NULL) {
             cudaFreeHost(cp->dbuf[i].h);
         }
@@ -357,102 +205,115 @@ static kvf_status_t kvf_cuda_reach(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *m)
     }
 }
 
-static int kvf_blk_in(uint64_t off, uint64_t len, uint64_t side)
+/* Places m descriptors (at dev, device-accessible) where launch l reads
+ * them: in place, or (cuda_desc = upload) copied to the buffer's GPU
+ * memory on stream first (stream order keeps the buffer until the
+ * launch that reads it is over). */
+static kvf_status_t kvf_cuda_desc_place(kvf_cuda_dbuf_t *b,
+                                        kvf_cuda_launch_t *l,
+                                        const kvf_cuda_blk_t *dev, size_t m,
+                                        int upload, cudaStream_t stream)
 {
-    return off <= side && len <= side - off;
-}
+    kvf_status_t status;
 
-/*
- * Posts blocks first, first+stride, ... as one cudaMemcpyBatchAsync on
- * the copy-engine stream (created on first use) and records ce_done.
- * Out-of-bounds blocks are left out and make it return
- * KVF_ERR_OUT_OF_BOUNDS after posting the others.
- */
-static kvf_status_t kvf_cuda_ce_post(kvf_cuda_copy_t *cp,
-                                     const kvf_cuda_mem_t *src,
-                                     const kvf_cuda_mem_t *dst,
-                                     const kvf_cuda_blk_t *blks, size_t n,
-                                     size_t first, size_t stride)
-{
-    struct cudaMemcpyAttributes attr;
-    kvf_status_t status = KVF_OK, oob = KVF_OK;
-    size_t i, m = 0, attr_idx = 0, need = n / stride + 2;
-
-    if (cp->ce_stream == NULL) {
-        status = KVF_CUDA_CHECK(
-            cudaStreamCreateWithFlags(&cp->ce_stream, cudaStreamNonBlocking));
-        if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK(
-                cudaEventCreateWithFlags(&cp->ce_done, cudaEventDisableTiming));
-        }
+    l->blks = dev;
+    if (!upload) {
+        return KVF_OK;
+    }
+    if (b->d == NULL) {
+        status = KVF_CUDA_CHECK(cudaMalloc(
+            (void **)&b->d, KVF_COPY_DESC_CAP * sizeof(kvf_cuda_blk_t)));
         if (status != KVF_OK) {
+            b->d = NULL;
             return status;
         }
     }
-    if (need > cp->ce_cap) {
-        kvf_free(cp->ce_dst);
-        kvf_free(cp->ce_src);
-        kvf_free(cp->ce_len);
-        cp->ce_dst = kvf_malloc(need * sizeof(*cp->ce_dst));
-        cp->ce_src = kvf_malloc(need * sizeof(*cp->ce_src));
-        cp->ce_len = kvf_malloc(need * sizeof(*cp->ce_len));
-        cp->ce_cap = need;
-        if (cp->ce_dst == NULL || cp->ce_src == NULL || cp->ce_len == NULL) {
-            cp->ce_cap = 0;
-            return KVF_ERR_NO_MEMORY;
-        }
+    l->blks = b->d;
+    return KVF_CUDA_CHECK(cudaMemcpyAsync(b->d, dev, m * sizeof(*dev),
+                                          cudaMemcpyDefault, stream));
+}
+
+/*
+ * GPU->GPU with cuda_p2p_split: the last pull_n descriptors of d are
+ * moved by a kernel on the other GPU (reading the source over NVLink)
+ * while the context's GPU moves the rest. Launched here, waited by
+ * kvf_cuda_copy_inplace. d must be usable on both GPUs (device memory of
+ * either, or pinned memory under unified addressing).
+ */
+static kvf_status_t kvf_cuda_split_post(kvf_cuda_copy_t *cp, int other,
+                                        kvf_cuda_launch_t *l,
+                                        const kvf_cuda_blk_t *d, size_t pull_n)
+{
+    kvf_status_t status = KVF_OK;
+    kvf_cuda_launch_t pl = *l;
+    size_t i, m;
+
+    if (!kvf_cuda_peer_enable(other, cp->device)) {
+        return KVF_ERR_UNSUPPORTED;
     }
-    for (i = first; i < n; i += stride) {
-        if (!kvf_blk_in(blks[i].src_off, blks[i].len, src->len) ||
-            !kvf_blk_in(blks[i].dst_off, blks[i].len, dst->len)) {
-            oob = KVF_ERR_OUT_OF_BOUNDS;
-            continue;
-        }
-        if (blks[i].len == 0) {
-            continue;
-        }
-        cp->ce_dst[m] = (char *)dst->base + blks[i].dst_off;
-        cp->ce_src[m] = (const char *)src->base + blks[i].src_off;
-        cp->ce_len[m] = blks[i].len;
-        m++;
+    status = KVF_CUDA_CHECK(cudaSetDevice(other));
+    if (status == KVF_OK && cp->peer_stream != NULL && cp->peer_dev != other) {
+        cudaStreamDestroy(cp->peer_stream);
+        cudaEventDestroy(cp->peer_ev);
+        cp->peer_stream = NULL;
+        cp->peer_ev = NULL;
     }
-    memset(&attr, 0, sizeof(attr));
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-    if (m > 0) {
+    if (status == KVF_OK && cp->peer_stream == NULL) {
         status = KVF_CUDA_CHECK(
-            cudaMemcpyBatchAsync(cp->ce_dst, cp->ce_src, cp->ce_len, m, &attr,
-                                 &attr_idx, 1, cp->ce_stream));
+            cudaStreamCreateWithFlags(&cp->peer_stream, cudaStreamNonBlocking));
+        if (status == KVF_OK) {
+            status = KVF_CUDA_CHECK(
+                cudaEventCreateWithFlags(&cp->peer_ev, cudaEventDisableTiming));
+        }
+        cp->peer_dev = other;
+    }
+    for (i = 0; i < pull_n && status == KVF_OK; i += m) {
+        m = pull_n - i < KVF_CUDA_LAUNCH_MAX ? pull_n - i : KVF_CUDA_LAUNCH_MAX;
+        pl.blks = d + i;
+        pl.n = (unsigned)m;
+        status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
+            KVF_CUDA_KERNEL_WARP, &pl, kvf_cuda_devs[other].sm_count,
+            cp->peer_stream));
     }
     if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(cudaEventRecord(cp->ce_done, cp->ce_stream));
+        status = KVF_CUDA_CHECK(cudaEventRecord(cp->peer_ev, cp->peer_stream));
     }
-    return status != KVF_OK ? status : oob;
+    cudaSetDevice(cp->device);
+    return status;
 }
 
 /* The batch's own descriptor array is device-accessible: launches of up
- * to KVF_CUDA_LAUNCH_MAX descriptors straight from it, alternating
- * streams. Blocks are not split (a large one just keeps its warp longer). */
-static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
-                                          kvf_cuda_kernel_t kern,
-                                          kvf_cuda_launch_t *l,
-                                          const void *dev_blks, size_t n,
-                                          uint64_t deadline)
+ * to KVF_CUDA_LAUNCH_MAX descriptors straight from it (or uploaded, see
+ * kvf_cuda_desc_place), alternating streams. Blocks are not split (a
+ * large one just keeps its warp longer). other >= 0: the last pull_n
+ * descriptors go to that GPU (kvf_cuda_split_post). */
+static kvf_status_t
+kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp, kvf_cuda_kernel_t kern,
+                      kvf_cuda_launch_t *l, const void *dev_blks, size_t n,
+                      int upload, int other, size_t pull_n, uint64_t deadline)
 {
     const kvf_cuda_blk_t *d = dev_blks;
     kvf_status_t status = KVF_OK;
     size_t i, m;
     unsigned k;
+    int pulled = 0;
 
+    if (other >= 0 && pull_n > 0 && pull_n <= n) {
+        n -= pull_n;
+        status = kvf_cuda_split_post(cp, other, l, d + n, pull_n);
+        pulled = (status == KVF_OK);
+    }
     for (i = 0, k = 0; i < n && status == KVF_OK; i += m, k++) {
         kvf_cuda_dbuf_t *b = &cp->dbuf[k & 1];
         cudaStream_t stream = (k & 1) ? cp->stream_b : cp->stream;
 
         m = n - i < KVF_CUDA_LAUNCH_MAX ? n - i : KVF_CUDA_LAUNCH_MAX;
-        l->blks = d + i;
+        status = kvf_cuda_desc_place(b, l, d + i, m, upload, stream);
         l->n = (unsigned)m;
-        status = KVF_CUDA_CHECK(
-            (cudaError_t)kvf_cuda_kern_launch(kern, l, cp->sm_count, stream));
+        if (status == KVF_OK) {
+            status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
+                kern, l, cp->sm_count, stream));
+        }
         if (status == KVF_OK) {
             status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
         }
@@ -460,20 +321,43 @@ static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
             b->busy = 1;
         }
     }
-    for (k = 0; k < 2 && status == KVF_OK; k++) {
+    for (k = 0; k < 2; k++) {
         if (cp->dbuf[k].busy) {
-            status = kvf_cuda_event_wait(cp->dbuf[k].ev, deadline);
+            kvf_status_t w = kvf_cuda_event_wait(cp->dbuf[k].ev, deadline);
+
+            status = (status == KVF_OK) ? w : status;
+            if (w == KVF_OK) {
+                cp->dbuf[k].busy = 0;
+            }
         }
     }
-    if (status == KVF_OK) {
-        cp->dbuf[0].busy = cp->dbuf[1].busy = 0;
-        if (*(volatile unsigned *)cp->err != 0) {
-            kvf_log_rl(KVF_LOG_ERROR, "block(s) outside their memory "
-                                      "refused");
-            status = KVF_ERR_OUT_OF_BOUNDS;
-        }
+    if (pulled) {
+        kvf_status_t w = kvf_cuda_event_wait(cp->peer_ev, deadline);
+
+        status = (status == KVF_OK) ? w : status;
+    }
+    if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
+        kvf_log_rl(KVF_LOG_ERROR, "block(s) outside their memory refused");
+        status = KVF_ERR_OUT_OF_BOUNDS;
     }
     return status;
+}
+
+/* The GPU that pulls part of a GPU->GPU batch (cuda_p2p_split), or -1. */
+static int kvf_cuda_split_other(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
+                                const kvf_cuda_mem_t *dst, size_t n,
+                                size_t *pull_n)
+{
+    unsigned pct = kvf_cuda_p2p_split();
+
+    *pull_n = 0;
+    if (pct == 0 || src->type != KVF_MEM_CUDA || dst->type != KVF_MEM_CUDA ||
+        src->device == dst->device ||
+        (cp->device != src->device && cp->device != dst->device)) {
+        return -1;
+    }
+    *pull_n = n * pct / 100;
+    return cp->device == src->device ? dst->device : src->device;
 }
 
 /* Both sides device-accessible: descriptor buffers, a few launches. */
@@ -505,7 +389,16 @@ static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
          * work per block, the whole batch launched at once */
         if (cudaPointerGetAttributes(&a, blks) == cudaSuccess &&
             a.type == cudaMemoryTypeHost && a.devicePointer != NULL) {
+            size_t pull_n = 0;
+            int other = kvf_cuda_split_other(cp, src, dst, n, &pull_n);
+
+            /* the other GPU reads the list through the same address only
+             * under unified addressing */
+            if (a.devicePointer != (void *)blks) {
+                other = -1;
+            }
             return kvf_cuda_copy_inplace(cp, kern, &l, a.devicePointer, n,
+                                         kvf_cuda_desc_upload(), other, pull_n,
                                          deadline);
         }
         cudaGetLastError();
@@ -539,8 +432,8 @@ static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
                 continue;
             }
             if (s->len <= KVF_CUDA_SPLIT ||
-                !kvf_blk_in(s->src_off, s->len, src->len) ||
-                !kvf_blk_in(s->dst_off, s->len, dst->len)) {
+                !kvf_cuda_blk_in(s->src_off, s->len, src->len) ||
+                !kvf_cuda_blk_in(s->dst_off, s->len, dst->len)) {
                 b->h[m++] = *s; /* the kernel refuses it if out of bounds */
                 i++;
                 continue;
@@ -561,12 +454,15 @@ static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
             piece_off = 0;
             i++;
         }
-        /* the kernel reads the descriptors through the host mapping: no
-         * upload between launches, and each warp prefetches its next */
-        l.blks = b->h;
+        /* the kernel reads the descriptors through the host mapping (or
+         * an upload of them: cuda_desc), each warp prefetching its next */
+        status =
+            kvf_cuda_desc_place(b, &l, b->h, m, kvf_cuda_desc_upload(), stream);
         l.n = m;
-        status = KVF_CUDA_CHECK(
-            (cudaError_t)kvf_cuda_kern_launch(kern, &l, cp->sm_count, stream));
+        if (status == KVF_OK) {
+            status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
+                kern, &l, cp->sm_count, stream));
+        }
         if (status == KVF_OK) {
             status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
         }
@@ -602,164 +498,6 @@ static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
     return status;
 }
 
-static kvf_status_t kvf_cuda_stage_ready(kvf_cuda_copy_t *cp)
-{
-    kvf_status_t status;
-    int i;
-
-    if (cp->staged) {
-        return KVF_OK;
-    }
-    for (i = 0; i < KVF_COPY_STAGE_SLOTS; i++) {
-        status = kvf_cuda_slot_init(&cp->slot[i], KVF_COPY_STAGE_BYTES,
-                                    KVF_COPY_STAGE_BLKS);
-        if (status != KVF_OK) {
-            return status;
-        }
-        cp->slot_host[i] =
-            kvf_malloc(KVF_COPY_STAGE_BLKS * sizeof(*cp->slot_host[i]));
-        if (cp->slot_host[i] == NULL) {
-            return KVF_ERR_NO_MEMORY;
-        }
-    }
-    cp->staged = 1;
-    return KVF_OK;
-}
-
-/* Scatters a finished GPU->host slot into the pageable destination. */
-static void kvf_cuda_slot_scatter(kvf_cuda_copy_t *cp, int k,
-                                  const kvf_cuda_mem_t *dst)
-{
-    kvf_cuda_slot_t *s = &cp->slot[k];
-    unsigned j;
-
-    for (j = 0; j < s->nblks; j++) {
-        memcpy((char *)dst->base + cp->slot_host[k][j],
-               s->buf + s->blks[j].dst_off, s->blks[j].len);
-    }
-}
-
-/*
- * One side pageable host memory: staged through pinned slots. to_gpu:
- * the CPU gathers into a slot, the GPU scatters it; else the GPU gathers
- * into a slot and the CPU scatters it after the next slot is posted.
- */
-static kvf_status_t kvf_cuda_copy_staged(kvf_cuda_copy_t *cp,
-                                         const kvf_cuda_mem_t *src,
-                                         const kvf_cuda_mem_t *dst,
-                                         const kvf_cuda_blk_t *blks, size_t n,
-                                         uint64_t deadline)
-{
-    int to_gpu = (src->type == KVF_MEM_HOST);
-    const kvf_cuda_mem_t *host = to_gpu ? src : dst;
-    const kvf_cuda_mem_t *gpu = to_gpu ? dst : src;
-    uint64_t gbase = (uint64_t)(uintptr_t)gpu->base;
-    kvf_status_t status, first = KVF_OK;
-    int k = 0, prev = -1, j;
-    uint64_t off = 0;
-    size_t i = 0;
-
-    status = kvf_cuda_stage_ready(cp);
-    if (status != KVF_OK) {
-        return status;
-    }
-    *(volatile unsigned *)cp->err = 0;
-    for (j = 0; j < KVF_COPY_STAGE_SLOTS && status == KVF_OK; j++) {
-        status = kvf_cuda_slot_wait(&cp->slot[j], deadline);
-        cp->slot[j].used = 0;
-        cp->slot[j].nblks = 0;
-    }
-    while (status == KVF_OK && i < n) {
-        kvf_cuda_slot_t *s = &cp->slot[k];
-        const kvf_cuda_blk_t *b = &blks[i];
-        uint64_t hoff = to_gpu ? b->src_off : b->dst_off;
-        uint64_t goff = to_gpu ? b->dst_off : b->src_off;
-        uint64_t piece;
-
-        if (!kvf_blk_in(hoff, b->len, host->len) ||
-            !kvf_blk_in(goff, b->len, gpu->len)) {
-            first = KVF_ERR_OUT_OF_BOUNDS;
-            i++;
-            continue;
-        }
-        piece = b->len - off;
-        if (piece > s->cap - s->used) {
-            piece = s->cap - s->used;
-        }
-        if (piece > 0 && s->nblks < s->blks_cap) {
-            kvf_cuda_blk_t *d = &s->blks[s->nblks];
-
-            if (to_gpu) {
-                memcpy(s->buf + s->used, (char *)host->base + hoff + off,
-                       piece);
-                d->src_off = s->used;
-                d->dst_off = gbase + goff + off;
-            } else {
-                cp->slot_host[k][s->nblks] = hoff + off;
-                d->src_off = gbase + goff + off;
-                d->dst_off = s->used;
-            }
-            d->len = piece;
-            s->nblks++;
-            s->used += piece;
-            off += piece;
-            if (off == b->len) {
-                off = 0;
-                i++;
-            }
-            if (i < n && s->used < s->cap && s->nblks < s->blks_cap) {
-                continue;
-            }
-        }
-        /* slot full (or batch done): post it, move on */
-        status = kvf_cuda_slot_post(s, cp->device, cp->stream, to_gpu, cp->err);
-        if (status != KVF_OK) {
-            break;
-        }
-        if (!to_gpu && prev >= 0) {
-            status = kvf_cuda_slot_wait(&cp->slot[prev], deadline);
-            if (status != KVF_OK) {
-                break;
-            }
-            kvf_cuda_slot_scatter(cp, prev, dst);
-        }
-        prev = k;
-        k = (k + 1) % KVF_COPY_STAGE_SLOTS;
-        /* the next slot's earlier copy must be over before reuse; for
-         * GPU->host it was scattered already */
-        status = kvf_cuda_slot_wait(&cp->slot[k], deadline);
-        cp->slot[k].used = 0;
-        cp->slot[k].nblks = 0;
-    }
-    if (status == KVF_OK && cp->slot[k].nblks > 0) {
-        status = kvf_cuda_slot_post(&cp->slot[k], cp->device, cp->stream,
-                                    to_gpu, cp->err);
-        if (status == KVF_OK && !to_gpu && prev >= 0) {
-            status = kvf_cuda_slot_wait(&cp->slot[prev], deadline);
-            if (status == KVF_OK) {
-                kvf_cuda_slot_scatter(cp, prev, dst);
-            }
-        }
-        prev = k;
-    }
-    if (status == KVF_OK && prev >= 0) {
-        /* wait the last one (and, GPU->host, scatter it) */
-        if (!to_gpu) {
-            status = kvf_cuda_slot_wait(&cp->slot[prev], deadline);
-            if (status == KVF_OK) {
-                kvf_cuda_slot_scatter(cp, prev, dst);
-            }
-        }
-    }
-    for (j = 0; j < KVF_COPY_STAGE_SLOTS && status == KVF_OK; j++) {
-        status = kvf_cuda_slot_wait(&cp->slot[j], deadline);
-    }
-    if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
-        status = KVF_ERR_OUT_OF_BOUNDS;
-    }
-    return status != KVF_OK ? status : first;
-}
-
 kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
                                   const kvf_cuda_mem_t *src,
                                   const kvf_cuda_mem_t *dst,
@@ -783,8 +521,8 @@ kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
     }
     if (src->type == KVF_MEM_HOST && dst->type == KVF_MEM_HOST) {
         for (i = 0; i < n; i++) {
-            if (!kvf_blk_in(blks[i].src_off, blks[i].len, src->len) ||
-                !kvf_blk_in(blks[i].dst_off, blks[i].len, dst->len)) {
+            if (!kvf_cuda_blk_in(blks[i].src_off, blks[i].len, src->len) ||
+                !kvf_cuda_blk_in(blks[i].dst_off, blks[i].len, dst->len)) {
                 first = KVF_ERR_OUT_OF_BOUNDS;
                 continue;
             }
@@ -803,155 +541,61 @@ kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
     return kvf_cuda_copy_direct(cp, src, dst, blks, n, deadline);
 }
 
-kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
-                                  const kvf_cuda_mem_t *src, uint64_t src_off,
-                                  const kvf_cuda_mem_t *dst, uint64_t dst_off,
-                                  uint64_t len, int timeout_ms)
+kvf_status_t kvf_cuda_copy_blocks_dev(kvf_cuda_copy_t *cp,
+                                      const kvf_cuda_mem_t *src,
+                                      const kvf_cuda_mem_t *dst,
+                                      const kvf_cuda_blk_t *dev_blks, size_t n,
+                                      int timeout_ms)
 {
-    const char *s;
-    char *d;
+    uint64_t deadline =
+        kvf_time_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    struct cudaPointerAttributes a;
+    kvf_cuda_launch_t l;
+    kvf_cuda_kernel_t kern;
     kvf_status_t status;
+    size_t pull_n = 0;
+    int other;
 
     if (cp == NULL || src == NULL || dst == NULL ||
-        !kvf_blk_in(src_off, len, src->len) ||
-        !kvf_blk_in(dst_off, len, dst->len)) {
+        (n > 0 && dev_blks == NULL) || src->type == KVF_MEM_HOST ||
+        dst->type == KVF_MEM_HOST) {
         return KVF_ERR_INVALID_PARAM;
     }
-    s = (const char *)src->base + src_off;
-    d = (char *)dst->base + dst_off;
+    status = kvf_cuda_reach(cp, src);
+    if (status == KVF_OK) {
+        status = kvf_cuda_reach(cp, dst);
+    }
+    if (status != KVF_OK || n == 0) {
+        return status;
+    }
+    /* the list must be GPU memory this GPU reads */
+    if (cudaPointerGetAttributes(&a, dev_blks) != cudaSuccess ||
+        a.type != cudaMemoryTypeDevice ||
+        (a.device != cp->device &&
+         !kvf_cuda_peer_enable(cp->device, a.device))) {
+        cudaGetLastError();
+        return KVF_ERR_INVALID_PARAM;
+    }
+    kern = kvf_cuda_pick(cp, src, dst);
+    if (kern == KVF_CUDA_KERNEL_HYBRID) {
+        kern = KVF_CUDA_KERNEL_WARP;
+    }
+    *(volatile unsigned *)cp->err = 0;
+    memset(&l, 0, sizeof(l));
+    l.src_base = (uint64_t)(uintptr_t)src->base;
+    l.src_len = src->len;
+    l.dst_base = (uint64_t)(uintptr_t)dst->base;
+    l.dst_len = dst->len;
+    l.err = cp->err;
+    other = kvf_cuda_split_other(cp, src, dst, n, &pull_n);
+    if (other >= 0 && other != a.device &&
+        !kvf_cuda_peer_enable(other, a.device)) {
+        other = -1;
+    }
     status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
     if (status != KVF_OK) {
         return status;
     }
-    if (src->type == KVF_MEM_CUDA && dst->type == KVF_MEM_CUDA &&
-        src->device != dst->device) {
-        kvf_cuda_peer_enable(src->device, dst->device);
-        kvf_cuda_peer_enable(dst->device, src->device);
-        cudaSetDevice(cp->device);
-        status = KVF_CUDA_CHECK(cudaMemcpyPeerAsync(
-            d, dst->device, s, src->device, len, cp->stream));
-    } else {
-        status = KVF_CUDA_CHECK(
-            cudaMemcpyAsync(d, s, len, cudaMemcpyDefault, cp->stream));
-    }
-    if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(cudaEventRecord(cp->done, cp->stream));
-    }
-    if (status == KVF_OK) {
-        status =
-            kvf_cuda_event_wait(cp->done, kvf_time_ms() + (uint64_t)timeout_ms);
-    }
-    return status;
-}
-
-kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
-                                const kvf_cuda_mem_t *dst,
-                                const kvf_cuda_blk_t *blks, size_t n,
-                                int timeout_ms)
-{
-    kvf_status_t status;
-    size_t i;
-
-    if (cp == NULL || src == NULL || dst == NULL || (n > 0 && blks == NULL)) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
-    for (i = 0; i < n && status == KVF_OK; i++) {
-        if (!kvf_blk_in(blks[i].src_off, blks[i].len, src->len) ||
-            !kvf_blk_in(blks[i].dst_off, blks[i].len, dst->len)) {
-            return KVF_ERR_OUT_OF_BOUNDS;
-        }
-        status = KVF_CUDA_CHECK(
-            cudaMemcpyAsync((char *)dst->base + blks[i].dst_off,
-                            (const char *)src->base + blks[i].src_off,
-                            blks[i].len, cudaMemcpyDefault, cp->stream));
-    }
-    if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(cudaEventRecord(cp->done, cp->stream));
-    }
-    if (status == KVF_OK) {
-        status =
-            kvf_cuda_event_wait(cp->done, kvf_time_ms() + (uint64_t)timeout_ms);
-    }
-    return status;
-}
-
-kvf_status_t kvf_cuda_copy_batchapi(kvf_cuda_copy_t *cp,
-                                    const kvf_cuda_mem_t *src,
-                                    const kvf_cuda_mem_t *dst,
-                                    const kvf_cuda_blk_t *blks, size_t n,
-                                    int timeout_ms)
-{
-    kvf_status_t status, w;
-
-    if (cp == NULL || src == NULL || dst == NULL || (n > 0 && blks == NULL)) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
-    if (status == KVF_OK) {
-        status = kvf_cuda_ce_post(cp, src, dst, blks, n, 0, 1);
-    }
-    if (cp->ce_done != NULL && status != KVF_ERR_NO_MEMORY) {
-        w = kvf_cuda_event_wait(cp->ce_done,
-                                kvf_time_ms() + (uint64_t)timeout_ms);
-        if (status == KVF_OK) {
-            status = w;
-        }
-    }
-    return status;
-}
-
-kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
-                                      const kvf_cuda_mem_t *mem,
-                                      const uint64_t *offs,
-                                      const uint64_t *lens, size_t n,
-                                      uint64_t *sums, int timeout_ms)
-{
-    kvf_cuda_blk_t *blks = NULL;
-    kvf_cuda_mem_t host;
-    kvf_status_t status;
-    uint64_t total = 0, at;
-    char *buf = NULL;
-    size_t i;
-
-    if (cp == NULL || mem == NULL ||
-        (n > 0 && (offs == NULL || lens == NULL || sums == NULL))) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    for (i = 0; i < n; i++) {
-        if (!kvf_blk_in(offs[i], lens[i], mem->len)) {
-            return KVF_ERR_OUT_OF_BOUNDS;
-        }
-        total += lens[i];
-    }
-    if (mem->type != KVF_MEM_CUDA) {
-        for (i = 0; i < n; i++) {
-            sums[i] = kvf_hash64((const char *)mem->base + offs[i], lens[i], 0);
-        }
-        return KVF_OK;
-    }
-    blks = kvf_malloc((n + 1) * sizeof(*blks));
-    buf = kvf_malloc(total + 1);
-    if (blks == NULL || buf == NULL) {
-        kvf_free(blks);
-        kvf_free(buf);
-        return KVF_ERR_NO_MEMORY;
-    }
-    for (i = 0, at = 0; i < n; i++) {
-        blks[i].src_off = offs[i];
-        blks[i].dst_off = at;
-        blks[i].len = lens[i];
-        at += lens[i];
-    }
-    host.base = buf;
-    host.len = total;
-    host.type = KVF_MEM_HOST;
-    host.device = -1;
-    status = kvf_cuda_copy_blocks(cp, mem, &host, blks, n, timeout_ms);
-    for (i = 0; i < n && status == KVF_OK; i++) {
-        sums[i] = kvf_hash64(buf + blks[i].dst_off, lens[i], 0);
-    }
-    kvf_free(blks);
-    kvf_free(buf);
-    return status;
+    return kvf_cuda_copy_inplace(cp, kern, &l, dev_blks, n, 0, other, pull_n,
+                                 deadline);
 }

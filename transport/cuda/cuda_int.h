@@ -49,6 +49,10 @@ int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel, const kvf_cuda_launch_t *l,
 /* Grid size (CTAs per SM) and unrolling (4 or 8 vectors in flight per
  * lane) of the copy kernels; out-of-range values keep the defaults. */
 void kvf_cuda_kern_tune(int ctas_per_sm, int unroll);
+/* Warps sharing one block (cuda_warps_per_block): 1, 2, 4, or 0 for auto
+ * (more warps per block while the batch has fewer blocks than the GPU
+ * holds warps). */
+void kvf_cuda_kern_parts(int warps_per_block);
 /* Resource figures of the compiled kernels, for `kvferry version`-style
  * reports and tests: registers per thread, or -1. */
 int kvf_cuda_kern_regs(kvf_cuda_kernel_t kernel);
@@ -77,6 +81,12 @@ kvf_status_t kvf_cuda_event_wait(cudaEvent_t ev, uint64_t deadline_ms);
 
 /* Kernel variant chosen by configuration (cuda_kernel key). */
 kvf_cuda_kernel_t kvf_cuda_default_kernel(void);
+/* cuda_desc = upload: host block lists are copied to GPU memory (one
+ * async copy per launch) instead of read by the kernels over PCIe. */
+int kvf_cuda_desc_upload(void);
+/* cuda_p2p_split: percent of a GPU->GPU batch pulled by the destination
+ * GPU (0: the source GPU's kernel moves everything). */
+unsigned kvf_cuda_p2p_split(void);
 
 /* Pinned, mapped buffers with a descriptor array: the unit of staging.
  * Used by the pageable paths (cuda_copy.c) and by socket I/O
@@ -103,6 +113,67 @@ kvf_status_t kvf_cuda_slot_wait(kvf_cuda_slot_t *s, uint64_t deadline_ms);
  * to_gpu: slot -> GPU blocks (src is the slot); else GPU -> slot. */
 kvf_status_t kvf_cuda_slot_post(kvf_cuda_slot_t *s, int device,
                                 cudaStream_t stream, int to_gpu, unsigned *err);
+
+/* ---- copy contexts (cuda_copy.c; cuda_slot.c and cuda_base.c share
+ * them) ------------------------------------------------------------------ */
+
+#define KVF_COPY_STAGE_SLOTS 3
+#define KVF_COPY_STAGE_BYTES (8u << 20)
+#define KVF_COPY_STAGE_BLKS  16384u
+/* room for the pieces of one split block beyond the launch size */
+#define KVF_COPY_DESC_CAP (KVF_CUDA_LAUNCH_MAX + 64)
+
+typedef struct kvf_cuda_dbuf {
+    kvf_cuda_blk_t *h; /* pinned, mapped: read by the kernels */
+    kvf_cuda_blk_t *d; /* GPU memory (cuda_desc = upload), on first use */
+    cudaEvent_t ev;
+    int busy;
+} kvf_cuda_dbuf_t;
+
+struct kvf_cuda_copy {
+    int device;
+    int sm_count;
+    kvf_cuda_kernel_t kernel;
+    cudaStream_t stream;
+    cudaStream_t stream_b; /* every other launch of a batch */
+    cudaEvent_t done;
+    kvf_cuda_dbuf_t dbuf[2];
+    unsigned *err; /* pinned, mapped */
+    kvf_cuda_slot_t slot[KVF_COPY_STAGE_SLOTS];
+    uint64_t *slot_host[KVF_COPY_STAGE_SLOTS]; /* D2H: host offsets */
+    int staged;
+    /* copy-engine batches (hybrid variant, batch API baseline) */
+    cudaStream_t ce_stream;
+    cudaEvent_t ce_done;
+    void **ce_dst;
+    const void **ce_src;
+    size_t *ce_len;
+    size_t ce_cap;
+    /* GPU->GPU batches split between the two GPUs (cuda_p2p_split): the
+     * other GPU's stream and event, created on first use */
+    int peer_dev;
+    cudaStream_t peer_stream;
+    cudaEvent_t peer_ev;
+};
+
+static inline int kvf_cuda_blk_in(uint64_t off, uint64_t len, uint64_t side)
+{
+    return off <= side && len <= side - off;
+}
+
+/* One side pageable host memory: staged through the context's pinned
+ * slots (cuda_slot.c). */
+kvf_status_t kvf_cuda_copy_staged(kvf_cuda_copy_t *cp,
+                                  const kvf_cuda_mem_t *src,
+                                  const kvf_cuda_mem_t *dst,
+                                  const kvf_cuda_blk_t *blks, size_t n,
+                                  uint64_t deadline);
+/* Posts blocks first, first+stride, ... as one cudaMemcpyBatchAsync on
+ * the context's copy-engine stream (cuda_base.c). */
+kvf_status_t kvf_cuda_ce_post(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
+                              const kvf_cuda_mem_t *dst,
+                              const kvf_cuda_blk_t *blks, size_t n,
+                              size_t first, size_t stride);
 
 #ifdef __cplusplus
 }

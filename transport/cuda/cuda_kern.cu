@@ -158,30 +158,46 @@ __device__ __forceinline__ void kvf_signal_done(unsigned *ctr, unsigned *flag,
     }
 }
 
+/* Work item i is part (i & (2^pshift - 1)) of block i >> pshift: with
+ * few blocks (small batches) several warps share a block, so that every
+ * warp the GPU holds has bytes in flight from the start. A part is a
+ * 16-byte multiple at the same offset on both sides (alignment kept). */
 template <int U>
 __global__ void __launch_bounds__(KVF_WARP_CTA)
     kvf_copy_warp_kernel(const kvf_cuda_blk_t *__restrict__ blks, unsigned n,
                          uint64_t sb, uint64_t sl, uint64_t db, uint64_t dl,
                          unsigned *err, unsigned *ctr, unsigned *flag,
-                         unsigned seq)
+                         unsigned seq, unsigned pshift)
 {
     unsigned lane = threadIdx.x & 31;
     unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     unsigned nwarps = (gridDim.x * blockDim.x) >> 5;
+    unsigned items = n << pshift, pmask = (1u << pshift) - 1u;
     unsigned b;
     kvf_desc cur, next;
 
-    cur = kvf_load_desc(blks, warp, n, lane);
-    for (b = warp; b < n; b += nwarps) {
-        next = kvf_load_desc(blks, b + nwarps, n, lane);
+    cur = kvf_load_desc(blks, warp >> pshift, n, lane);
+    for (b = warp; b < items; b += nwarps) {
+        next = kvf_load_desc(blks, (b + nwarps) >> pshift, n, lane);
         if (!kvf_desc_ok(cur, sl, dl)) {
             if (lane == 0) {
                 *(volatile unsigned *)err = 1u; /* mapped host word */
             }
         } else if (cur.len > 0) {
-            kvf_copy_block<U>((const char *)(uintptr_t)(sb + cur.so),
-                              (char *)(uintptr_t)(db + cur.doff), cur.len,
-                              lane);
+            uint64_t start = 0, len = cur.len;
+
+            if (pshift != 0) {
+                uint64_t chunk = (((cur.len + pmask) >> pshift) + 15) & ~15ull;
+
+                start = (uint64_t)(b & pmask) * chunk;
+                start = start < cur.len ? start : cur.len;
+                len = cur.len - start < chunk ? cur.len - start : chunk;
+            }
+            if (len > 0) {
+                kvf_copy_block<U>(
+                    (const char *)(uintptr_t)(sb + cur.so + start),
+                    (char *)(uintptr_t)(db + cur.doff + start), len, lane);
+            }
         }
         cur = next;
     }
@@ -344,6 +360,15 @@ __global__ void __launch_bounds__(32)
 static int kvf_warp_ctas_per_sm = 4;
 static int kvf_bulk_ctas_per_sm = KVF_BULK_CTAS_PER_SM;
 static int kvf_warp_unroll = KVF_WARP_UNROLL;
+static int kvf_warp_parts = 0; /* warps per block: 0 auto, 1, 2 or 4 */
+
+extern "C" void kvf_cuda_kern_parts(int warps_per_block)
+{
+    if (warps_per_block == 0 || warps_per_block == 1 || warps_per_block == 2 ||
+        warps_per_block == 4) {
+        kvf_warp_parts = warps_per_block;
+    }
+}
 
 extern "C" void kvf_cuda_kern_tune(int ctas_per_sm, int unroll)
 {
@@ -377,20 +402,31 @@ extern "C" int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel,
             l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
             l->err);
     } else {
-        unsigned per_cta = KVF_WARP_CTA / 32;
+        unsigned per_cta = KVF_WARP_CTA / 32, pshift = 0, items;
+        unsigned resident =
+            (unsigned)(sm_count * kvf_warp_ctas_per_sm) * per_cta;
 
-        grid = (l->n + per_cta - 1) / per_cta;
+        /* auto: up to 4 warps per block while the GPU holds them all */
+        if (kvf_warp_parts == 0) {
+            while (pshift < 2 && ((uint64_t)l->n << (pshift + 1)) <= resident) {
+                pshift++;
+            }
+        } else {
+            pshift = kvf_warp_parts == 4 ? 2 : kvf_warp_parts == 2 ? 1 : 0;
+        }
+        items = l->n << pshift;
+        grid = (items + per_cta - 1) / per_cta;
         if (grid > (unsigned)(sm_count * kvf_warp_ctas_per_sm)) {
             grid = (unsigned)(sm_count * kvf_warp_ctas_per_sm);
         }
         if (kvf_warp_unroll == 4) {
             kvf_copy_warp_kernel<4><<<grid, KVF_WARP_CTA, 0, stream>>>(
                 l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
-                l->err, l->ctr, l->flag, l->seq);
+                l->err, l->ctr, l->flag, l->seq, pshift);
         } else {
             kvf_copy_warp_kernel<8><<<grid, KVF_WARP_CTA, 0, stream>>>(
                 l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
-                l->err, l->ctr, l->flag, l->seq);
+                l->err, l->ctr, l->flag, l->seq, pshift);
         }
     }
     return (int)cudaGetLastError();

@@ -191,6 +191,21 @@ const char *kvf_cuda_kernel_name(kvf_cuda_kernel_t k)
                                          : "auto";
 }
 
+kvf_status_t kvf_cuda_copy_blocks_dev(kvf_cuda_copy_t *cp,
+                                      const kvf_cuda_mem_t *src,
+                                      const kvf_cuda_mem_t *dst,
+                                      const kvf_cuda_blk_t *dev_blks, size_t n,
+                                      int timeout_ms)
+{
+    (void)cp;
+    (void)src;
+    (void)dst;
+    (void)dev_blks;
+    (void)n;
+    (void)timeout_ms;
+    return KVF_ERR_UNAVAILABLE;
+}
+
 kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
                                   const kvf_cuda_mem_t *src,
                                   const kvf_cuda_mem_t *dst,
