@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/hash.h"
 #include "core/time.h"
@@ -314,6 +315,9 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
                 fprintf(stderr, "kvferry: --vs %s: ", o->s.vs);
                 break;
             }
+            /* let the other transport's threads (and its target's) wind
+             * down, so each batch has the machine to itself */
+            usleep(20 * 1000);
         }
         lat[it] = kvf_blocks_batch(s->engine, s->peer, s, o, op, ops, n, lperm,
                                    rperm, rng, &status);
