@@ -11,13 +11,15 @@
  * of host memory (each at most KVF_INLINE_MAX_BYTES) are offered to the
  * transport's ep_post_inline, which moves one on the calling thread when
  * it can do so at once (tcp: an idle connection; shm: an open lease
- * covering it). A small batch (nothing posted while it was cut: at most
- * KVF_OPEN_CHUNKS requests) offers every request, and returns done from
- * submit when all went inline: no hand-off to a transport thread and no
- * wake-up of the caller, which for small objects cost more than the
- * bytes. A large one posts its other requests first and offers one, so
- * the transport's threads move the rest meanwhile. A request the
- * transport does not take is posted as usual.
+ * covering it). A batch of one request is offered whatever the
+ * transport; when the transport's inline path is a copy (inline_batch:
+ * shm), a small batch (nothing posted while it was cut: at most
+ * KVF_OPEN_CHUNKS requests) offers every request and a large one posts
+ * its other requests first and offers one, so the transport's threads
+ * move the rest meanwhile. A batch that went inline whole returns done
+ * from submit: no hand-off to a transport thread and no wake-up of the
+ * caller, which for small objects cost more than the bytes. A request
+ * the transport does not take is posted as usual.
  */
 #include "engine/engine_int.h"
 #include "core/alloc.h"
@@ -274,9 +276,11 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     }
     if (!posted) {
         /* a small batch (every request still open): all inline when the
-         * transport can, no hand-off at all */
+         * transport's inline path is a copy, a lone request whatever it
+         * is; no hand-off at all */
         for (k = 0; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
-            if (!kvf_chunk_try_inline(open[k])) {
+            if ((open[1] != NULL && !open[k]->peer->ops->inline_batch) ||
+                !kvf_chunk_try_inline(open[k])) {
                 kvf_chunk_post(open[k]);
             }
         }
@@ -287,7 +291,8 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     for (k = 1; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
         kvf_chunk_post(open[k]);
     }
-    if (open[0] != NULL && !kvf_chunk_try_inline(open[0])) {
+    if (open[0] != NULL && (!open[0]->peer->ops->inline_batch ||
+                            !kvf_chunk_try_inline(open[0]))) {
         kvf_chunk_post(open[0]);
     }
     return KVF_OK;

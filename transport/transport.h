@@ -92,6 +92,11 @@ typedef struct kvf_transport_ops {
      * completing it (complete() called) before returning KVF_OK. Any
      * other return: nothing was done, the caller posts it instead. */
     kvf_status_t (*ep_post_inline)(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
+    /* 1: ep_post_inline is a copy (shm), worth taking every request of a
+     * small batch and one of a large one; 0: only a batch of a single
+     * request (tcp: inline requests of one batch would go one after the
+     * other on one connection instead of in parallel on all) */
+    int inline_batch;
     kvf_status_t (*ep_checksum)(kvf_tl_ep_t *ep, const uint64_t *remote,
                                 const size_t *lengths, size_t count,
                                 uint64_t *sums);

@@ -257,6 +257,7 @@ const kvf_transport_ops_t kvf_shm_ops = {
     .ep_close = kvf_shm_ep_close,
     .ep_post = kvf_shm_ep_post,
     .ep_post_inline = kvf_shm_ep_post_inline,
+    .inline_batch = 1,
     .ep_checksum = kvf_shm_ep_checksum,
     .ep_link_test = kvf_shm_ep_link_test,
 };
