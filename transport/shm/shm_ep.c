@@ -178,7 +178,8 @@ static int kvf_shm_in_flight(kvf_shm_worker_t *w)
  * canceled meanwhile complete at once.
  *
  * A lease takes at most its share of what is queued (queued bytes over
- * the workers, between KVF_SHM_LEASE_MIN and KVF_SHM_LEASE_BYTES): a
+ * the workers times the leases each pipelines, between KVF_SHM_LEASE_MIN
+ * and KVF_SHM_LEASE_BYTES): a
  * worker also takes a second lease for its pipeline, and without the
  * share the first worker awake took a 16 MB batch whole and copied it
  * alone while the other slept; and a worker the scheduler sets aside
