@@ -292,3 +292,8 @@ const char *kvf_engine_segment_name(kvf_engine_h engine)
 {
     return engine->name;
 }
+
+const char *kvf_engine_transports(kvf_engine_h engine)
+{
+    return engine->transports;
+}

@@ -73,6 +73,10 @@ KVF_API void kvf_engine_destroy(kvf_engine_h engine);
 /* The local segment's name ("host:port"), valid until destroy. */
 KVF_API const char *kvf_engine_segment_name(kvf_engine_h engine);
 
+/* The engine's transports preference list as set at create ("auto" or
+ * names such as "shm,tcp"), valid until destroy. */
+KVF_API const char *kvf_engine_transports(kvf_engine_h engine);
+
 /* Allocates len bytes of memory of `type` that peers of the same host can
  * reach without copies through the target (shm transport):
  * KVF_MEM_HOST = zeroed, memfd-backed shared memory (huge pages when the

@@ -105,6 +105,12 @@ KVF_API void kvf_store_disconnect(kvf_store_h store);
 /* The engine the client moves data with: register buffers there. */
 KVF_API kvf_engine_h kvf_store_engine(kvf_store_h store);
 
+/* How the handle's last opened master connection goes: "unix" (the
+ * master's abstract unix socket: master on a loopback address, same
+ * network namespace, master_unix on, engine not forced onto tcp) or
+ * "tcp". */
+KVF_API const char *kvf_store_master_link(kvf_store_h store);
+
 /* Stores len bytes at buf (inside registered memory) under key. A key
  * already stored gives KVF_ERR_EXISTS; one being written KVF_ERR_BUSY.
  * opts may be NULL. */

@@ -5,6 +5,12 @@
  * retry on a fresh connection when a pooled one turns out dead (e.g. the
  * master restarted), and the cache of opened peers with reference counts
  * so a peer that fails is closed only when its last user lets go.
+ *
+ * A master on a loopback address is reached over its abstract unix
+ * socket (same framed protocol, no TCP stack on either side of every
+ * round trip) when master_unix is on and the engine may use a same-host
+ * transport; any failure there falls back to tcp. An engine forced onto
+ * tcp keeps the master on tcp too, so "tcp forced" stays tcp end to end.
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"
@@ -27,12 +33,58 @@ static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
     if (c == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
+    if (st->unix_name[0] != '\0' &&
+        kvf_sp_unix_connect(st->unix_name, &c->fd) == KVF_OK) {
+        c->is_unix = 1;
+        __atomic_store_n(&st->last_unix, 1, __ATOMIC_RELAXED);
+        *c_p = c;
+        return KVF_OK;
+    }
     status = kvf_sock_connect(st->host, st->port, (int)st->timeout_ms, &c->fd);
     if (status != KVF_OK) {
         kvf_free(c);
         return status;
     }
+    __atomic_store_n(&st->last_unix, 0, __ATOMIC_RELAXED);
     *c_p = c;
+    return KVF_OK;
+}
+
+/* May the engine use a same-host transport? ("auto", or any name but
+ * tcp in its list.) If not, the master RPC stays on tcp as well. */
+static int kvf_store_same_host_ok(const char *transports)
+{
+    char list[128], *tok, *save;
+
+    if (transports == NULL || strcmp(transports, "auto") == 0) {
+        return 1;
+    }
+    snprintf(list, sizeof(list), "%s", transports);
+    for (tok = strtok_r(list, ", ", &save); tok != NULL;
+         tok = strtok_r(NULL, ", ", &save)) {
+        if (strcmp(tok, "tcp") != 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Picks the unix socket to try first (see the top of this file). */
+static kvf_status_t kvf_store_pick_link(kvf_store_h st)
+{
+    kvf_status_t status;
+    uint64_t v;
+
+    st->unix_name[0] = '\0';
+    status = kvf_config_u64(&kvf_store_config, "master_unix", &v);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (v != 0 && kvf_store_same_host_ok(kvf_engine_transports(st->engine)) &&
+        !kvf_sp_unix_name(st->host, st->port, 0, st->unix_name,
+                          sizeof(st->unix_name))) {
+        st->unix_name[0] = '\0';
+    }
     return KVF_OK;
 }
 
@@ -361,6 +413,10 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
         }
         st->own_engine = 1;
     }
+    status = kvf_store_pick_link(st);
+    if (status != KVF_OK) {
+        goto err_engine;
+    }
     status = kvf_sconn_open(st, &c);
     if (status != KVF_OK) {
         kvf_error("store master %s unreachable: %s", master,
@@ -415,6 +471,11 @@ void kvf_store_disconnect(kvf_store_h st)
 kvf_engine_h kvf_store_engine(kvf_store_h st)
 {
     return st->engine;
+}
+
+const char *kvf_store_master_link(kvf_store_h st)
+{
+    return __atomic_load_n(&st->last_unix, __ATOMIC_RELAXED) ? "unix" : "tcp";
 }
 
 void kvf_store_last_timing(kvf_store_timing_t *t)

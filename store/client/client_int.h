@@ -35,6 +35,7 @@ typedef struct kvf_sresv {
 /* One connection to the master; used by one call at a time. */
 typedef struct kvf_sconn {
     int fd;
+    int is_unix; /* over the master's abstract unix socket */
     uint64_t next_id;
     kvf_sp_frame_t f; /* the last reply */
     kvf_sresv_t resv;
@@ -53,6 +54,8 @@ typedef struct kvf_speer {
 struct kvf_store {
     char host[KVF_HOST_MAX];
     uint16_t port;
+    char unix_name[96]; /* the master's unix socket to try first, or "" */
+    int last_unix;      /* the last connection opened went over unix */
     unsigned timeout_ms;
     kvf_engine_h engine;
     int own_engine;

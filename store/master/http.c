@@ -24,6 +24,7 @@ typedef struct kvf_m_snap {
     kvf_master_stats_t st;
     uint64_t capacity, used, reserved, epoch;
     size_t nodes, objects, pending, removing, reservations;
+    unsigned conns_tcp, conns_unix;
 } kvf_m_snap_t;
 
 /* Growable text buffer for the response body. */
@@ -107,6 +108,11 @@ static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
     s->reserved = m->reserved;
     s->reservations = kvf_m_reservations(m);
     s->epoch = m->epoch;
+    /* owned by the loop thread: read as they stand */
+    s->conns_unix = __atomic_load_n(&m->nconns_unix, __ATOMIC_RELAXED);
+    s->conns_tcp = __atomic_load_n(&m->nconns, __ATOMIC_RELAXED);
+    s->conns_tcp = s->conns_tcp >= s->conns_unix ? s->conns_tcp - s->conns_unix
+                                                 : 0;
     if (nodes_json != NULL) {
         for (n = m->nodes; n != NULL; n = n->next) {
             kvf_m_json_safe(n->segment, seg, sizeof(seg));
@@ -157,6 +163,11 @@ static void kvf_m_metrics(kvf_master_t *m, kvf_hbuf_t *b)
     kvf_m_metric(b, "reservations", "gauge",
                  "reservations held by clients for their next put",
                  s.reservations);
+    kvf_m_metric(b, "connections_tcp", "gauge",
+                 "RPC connections open over tcp", s.conns_tcp);
+    kvf_m_metric(b, "connections_unix", "gauge",
+                 "RPC connections open over the abstract unix socket",
+                 s.conns_unix);
     kvf_m_metric(b, "hits_total", "counter", "gets that found the key",
                  s.st.hits);
     kvf_m_metric(b, "misses_total", "counter", "gets that did not",
@@ -189,13 +200,15 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
         "{\"epoch\":\"%016lx\",\"nodes\":%zu,\"capacity\":%lu,"
         "\"used\":%lu,\"objects\":%zu,\"pending\":%zu,\"removing\":%zu,"
         "\"reserved\":%lu,\"reservations\":%zu,"
+        "\"connections\":{\"tcp\":%u,\"unix\":%u},\"unix_socket\":\"%s\","
         "\"hits\":%lu,\"misses\":%lu,\"evictions\":%lu,"
         "\"errors\":%lu,\"puts\":%lu,\"removes\":%lu,"
         "\"reclaimed\":%lu,\"aborted\":%lu,\"nodes_lost\":%lu,"
         "\"objects_lost\":%lu,\"node_list\":[%s]}\n",
         (unsigned long)s.epoch, s.nodes, (unsigned long)s.capacity,
         (unsigned long)s.used, s.objects, s.pending, s.removing,
-        (unsigned long)s.reserved, s.reservations,
+        (unsigned long)s.reserved, s.reservations, s.conns_tcp, s.conns_unix,
+        m->ufd >= 0 ? m->unix_name : "",
         (unsigned long)s.st.hits, (unsigned long)s.st.misses,
         (unsigned long)s.st.evictions, (unsigned long)s.st.errors,
         (unsigned long)s.st.puts, (unsigned long)s.st.removes,

@@ -1,6 +1,9 @@
 /*
  * The master's connection event loop: one thread, epoll, non-blocking
- * sockets. Each connection has an input buffer: whatever recv() returns
+ * sockets. It accepts on the tcp listening socket and, when the master
+ * listens on a loopback or wildcard address, on its abstract unix socket
+ * (store/proto kvf_sp_unix_name): both kinds are served by the same code,
+ * frames, bounds and limits; they are counted apart for /metrics. Each connection has an input buffer: whatever recv() returns
  * is appended, and every whole frame in it is served in order (a frame is
  * parsed only once all its bytes are in); replies go out with one writev,
  * and what the socket does not take waits in an output buffer (the
@@ -37,9 +40,13 @@
 #define KVF_LOOP_TICK_MS   100
 #define KVF_LOOP_CONNS_MAX 4096
 
+/* epoll tags of the listening sockets (connections carry their own) */
+static char kvf_loop_tcp_tag, kvf_loop_unix_tag;
+
 struct kvf_mconn {
     kvf_master_t *m;
     int fd;
+    int is_unix; /* accepted on the abstract unix socket */
     int busy; /* with a helper thread (atomic) */
     int dead; /* close it (set by a helper) */
     unsigned char *in;
@@ -58,6 +65,9 @@ static void kvf_loop_close(kvf_master_t *m, kvf_mconn_t *c)
         if (*pp == c) {
             *pp = c->next;
             m->nconns--;
+            if (c->is_unix) {
+                __atomic_sub_fetch(&m->nconns_unix, 1, __ATOMIC_RELAXED);
+            }
             break;
         }
     }
@@ -348,13 +358,16 @@ static int kvf_loop_read(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
     }
 }
 
-static void kvf_loop_accept(kvf_master_t *m)
+/* Accepts on the tcp or the unix listening socket: the connections are
+ * then served alike (same frames, same bounds, same limits). */
+static void kvf_loop_accept(kvf_master_t *m, int is_unix)
 {
     kvf_mconn_t *c;
     int fd, one = 1;
 
     for (;;) {
-        fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        fd = accept4(is_unix ? m->ufd : m->lfd, NULL, NULL,
+                     SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
                 errno == ENOBUFS) {
@@ -372,7 +385,9 @@ static void kvf_loop_accept(kvf_master_t *m)
             close(fd);
             continue;
         }
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (!is_unix) {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
         c = kvf_calloc(1, sizeof(*c));
         if (c == NULL) {
             close(fd);
@@ -380,6 +395,10 @@ static void kvf_loop_accept(kvf_master_t *m)
         }
         c->m = m;
         c->fd = fd;
+        c->is_unix = is_unix;
+        if (is_unix) {
+            __atomic_add_fetch(&m->nconns_unix, 1, __ATOMIC_RELAXED);
+        }
         c->next = m->conns;
         m->conns = c;
         m->nconns++;
@@ -424,8 +443,9 @@ static void *kvf_loop_main(void *arg)
     while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
         n = epoll_wait(m->epfd, ev, KVF_LOOP_EVENTS, KVF_LOOP_TICK_MS);
         for (i = 0; i < n; i++) {
-            if (ev[i].data.ptr == NULL) {
-                kvf_loop_accept(m);
+            if (ev[i].data.ptr == &kvf_loop_tcp_tag ||
+                ev[i].data.ptr == &kvf_loop_unix_tag) {
+                kvf_loop_accept(m, ev[i].data.ptr == &kvf_loop_unix_tag);
                 continue;
             }
             c = ev[i].data.ptr;
@@ -461,19 +481,28 @@ static void *kvf_loop_main(void *arg)
     return NULL;
 }
 
+static int kvf_loop_watch_listener(kvf_master_t *m, int fd, void *tag)
+{
+    struct epoll_event e = {.events = EPOLLIN, .data.ptr = tag};
+    int flags = fcntl(fd, F_GETFL);
+
+    return (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+            epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &e) != 0)
+               ? -1
+               : 0;
+}
+
 kvf_status_t kvf_m_loop_start(kvf_master_t *m)
 {
-    struct epoll_event e = {.events = EPOLLIN, .data.ptr = NULL};
-    int flags = fcntl(m->lfd, F_GETFL);
-
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (m->epfd < 0) {
         kvf_error("epoll_create1 failed: %m");
         return KVF_ERR_NO_RESOURCE;
     }
-    if (flags < 0 || fcntl(m->lfd, F_SETFL, flags | O_NONBLOCK) < 0 ||
-        epoll_ctl(m->epfd, EPOLL_CTL_ADD, m->lfd, &e) != 0) {
-        kvf_error("master cannot watch its listening socket: %m");
+    if (kvf_loop_watch_listener(m, m->lfd, &kvf_loop_tcp_tag) != 0 ||
+        (m->ufd >= 0 &&
+         kvf_loop_watch_listener(m, m->ufd, &kvf_loop_unix_tag) != 0)) {
+        kvf_error("master cannot watch its listening sockets: %m");
         close(m->epfd);
         return KVF_ERR_NO_RESOURCE;
     }

@@ -526,7 +526,7 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     m->opts = *opts;
     m->opts.http = NULL;
     m->opts.listen = NULL;
-    m->lfd = m->hfd = -1;
+    m->lfd = m->hfd = m->ufd = -1;
     m->epoch = kvf_hash64(&m, sizeof(m), kvf_time_ns() ^ (uint64_t)getpid());
     m->epoch |= 1;
     m->next_put_id = (m->epoch & 0xffffffffull) << 32;
@@ -555,6 +555,12 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
         goto err_engine;
     }
     snprintf(m->address, sizeof(m->address), "%s:%u", host, port);
+    /* same framed protocol over an abstract unix socket for clients on
+     * this host (no TCP stack on either side); tcp alone if it fails */
+    if (kvf_sp_unix_name(host, port, 1, m->unix_name, sizeof(m->unix_name)) &&
+        kvf_sp_unix_listen(m->unix_name, 256, &m->ufd) != KVF_OK) {
+        m->unix_name[0] = '\0';
+    }
     if (opts->http != NULL && opts->http[0] != '\0') {
         st = kvf_m_http_start(m, opts->http);
         if (st != KVF_OK) {
@@ -569,7 +575,9 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     if (st != KVF_OK) {
         goto err_reaper;
     }
-    kvf_info("store master on %s (http %s), epoch %016lx", m->address,
+    kvf_info("store master on %s (unix %s%s, http %s), epoch %016lx",
+             m->address, m->ufd >= 0 ? "@" : "",
+             m->ufd >= 0 ? m->unix_name : "off",
              m->have_http ? m->http_address : "off", (unsigned long)m->epoch);
     *master_p = m;
     return KVF_OK;
@@ -584,6 +592,9 @@ err_http:
     kvf_m_http_stop(m);
 err_listen:
     close(m->lfd);
+    if (m->ufd >= 0) {
+        close(m->ufd);
+    }
 err_engine:
     kvf_engine_destroy(m->engine);
 err_meta:
@@ -608,6 +619,9 @@ void kvf_master_stop(kvf_master_t *m)
     kvf_m_loop_stop(m);
     kvf_m_http_stop(m);
     close(m->lfd);
+    if (m->ufd >= 0) {
+        close(m->ufd);
+    }
     kvf_engine_destroy(m->engine);
     pthread_mutex_lock(&m->lock);
     kvf_m_fini(m);

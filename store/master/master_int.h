@@ -75,6 +75,8 @@ struct kvf_master {
     /* server */
     kvf_engine_h engine; /* initiator: checks what nodes claim */
     int lfd;
+    int ufd;            /* abstract unix socket (same host), or -1 */
+    char unix_name[96]; /* its name ("" = none) */
     int hfd;
     char address[KVF_HOST_MAX + 8];
     char http_address[KVF_HOST_MAX + 8];
@@ -85,6 +87,7 @@ struct kvf_master {
     int epfd;
     kvf_mconn_t *conns; /* owned by the loop thread */
     unsigned nconns;
+    unsigned nconns_unix; /* of nconns, over the unix socket (atomic) */
     int helpers; /* node registrations in flight (atomic) */
 };
 

@@ -11,8 +11,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 static const kvf_config_entry_t kvf_store_config_entries[] = {
     {"master", "127.0.0.1:17800",
@@ -29,6 +34,10 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
     {"put_reserve", "1",
      "1: a client's single puts keep space reserved for the next one "
      "(one master round trip per put instead of two)"},
+    {"master_unix", "1",
+     "1: a master on a loopback address is reached over its abstract unix "
+     "socket when the client's engine may use a same-host transport "
+     "(tcp on any failure); 0: always tcp"},
 };
 
 const kvf_config_table_t kvf_store_config = {
@@ -303,4 +312,93 @@ const char *kvf_sp_msg_name(uint8_t type)
     default:
         return "unknown";
     }
+}
+
+/* ---- the master's abstract unix socket (same host, same namespace) ---- */
+
+static int kvf_sp_is_wildcard(const char *host)
+{
+    return host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 ||
+           strcmp(host, "::") == 0 || strcmp(host, "*") == 0;
+}
+
+int kvf_sp_is_loopback(const char *host)
+{
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 ||
+           strcmp(host, "::1") == 0 || strcmp(host, "[::1]") == 0;
+}
+
+int kvf_sp_unix_name(const char *host, uint16_t port, int listening, char *buf,
+                     size_t len)
+{
+    int n;
+
+    if (port == 0) {
+        return 0;
+    }
+    if (strcmp(host, "127.0.0.1") == 0 || strcmp(host, "localhost") == 0 ||
+        (listening && kvf_sp_is_wildcard(host))) {
+        n = snprintf(buf, len, "kvferry-master-%u", port);
+    } else if (kvf_sp_is_loopback(host)) {
+        /* another loopback address may have another master on that port */
+        n = snprintf(buf, len, "kvferry-master-%s-%u", host, port);
+    } else {
+        return 0;
+    }
+    return n > 0 && (size_t)n < len;
+}
+
+static socklen_t kvf_sp_unix_addr(const char *name, struct sockaddr_un *sa)
+{
+    size_t n = strlen(name);
+
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    if (n > sizeof(sa->sun_path) - 1) {
+        n = sizeof(sa->sun_path) - 1;
+    }
+    memcpy(sa->sun_path + 1, name, n); /* sun_path[0] = 0: abstract */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+kvf_status_t kvf_sp_unix_listen(const char *name, int backlog, int *fd_p)
+{
+    struct sockaddr_un sa;
+    socklen_t sl = kvf_sp_unix_addr(name, &sa);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0) {
+        return KVF_ERR_NO_RESOURCE;
+    }
+    if (bind(fd, (struct sockaddr *)&sa, sl) != 0 || listen(fd, backlog) != 0) {
+        kvf_warn("store master cannot listen on unix @%s: %m", name);
+        close(fd);
+        return KVF_ERR_IO;
+    }
+    *fd_p = fd;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_sp_unix_connect(const char *name, int *fd_p)
+{
+    struct sockaddr_un sa;
+    socklen_t sl = kvf_sp_unix_addr(name, &sa);
+    int fd, rc, flags;
+
+    /* non-blocking: a full backlog (a frozen master) fails at once
+     * (EAGAIN) and the caller goes to tcp, whose connect has a deadline */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        return KVF_ERR_NO_RESOURCE;
+    }
+    do {
+        rc = connect(fd, (struct sockaddr *)&sa, sl);
+    } while (rc != 0 && errno == EINTR);
+    flags = rc == 0 ? fcntl(fd, F_GETFL) : -1;
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        close(fd);
+        return KVF_ERR_CONNECT;
+    }
+    *fd_p = fd;
+    return KVF_OK;
 }

@@ -108,4 +108,20 @@ kvf_status_t kvf_sp_key_check(const char *key);
 
 const char *kvf_sp_msg_name(uint8_t type);
 
+/* The master's abstract unix socket. Its name comes from the tcp address
+ * (abstract names live per network namespace: only a process in the
+ * master's namespace reaches it, where 127.0.0.1:port is that master):
+ * "kvferry-master-PORT" for 127.0.0.1/localhost (and, listening, for a
+ * wildcard address), "kvferry-master-HOST-PORT" for another loopback
+ * address. Returns 1 and the name in buf, or 0 when host is no loopback
+ * (nor a wildcard the master listens on) or port is 0. */
+int kvf_sp_unix_name(const char *host, uint16_t port, int listening, char *buf,
+                     size_t len);
+/* 127.0.0.0/8, localhost, ::1 */
+int kvf_sp_is_loopback(const char *host);
+kvf_status_t kvf_sp_unix_listen(const char *name, int backlog, int *fd_p);
+/* Connects at once or fails (no wait: tcp is the fallback); the fd is
+ * blocking. */
+kvf_status_t kvf_sp_unix_connect(const char *name, int *fd_p);
+
 #endif

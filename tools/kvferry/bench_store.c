@@ -356,7 +356,8 @@ void kvf_bs_transport_used(kvf_store_h st, char *out, size_t cap)
     if (kvf_store_put(st, key, probe, sizeof(probe), NULL) == KVF_OK &&
         kvf_store_query(st, key, &info) == KVF_OK &&
         kvf_peer_open(kvf_store_engine(st), info.segment[0], &peer) == KVF_OK) {
-        snprintf(out, cap, "%s", kvf_peer_transport(peer));
+        snprintf(out, cap, "%s (master rpc: %s)", kvf_peer_transport(peer),
+                 kvf_store_master_link(st));
         kvf_peer_close(peer);
     }
     kvf_engine_dereg(kvf_store_engine(st), reg);

@@ -4,7 +4,12 @@
  * /30 that exist only inside those two namespaces. Nothing is sent
  * anywhere else, and the namespaces (with the veth) are removed at the
  * end, also when the drill fails or is interrupted. Everything is forced
- * onto tcp: a same-host transport would bypass the link under test.
+ * onto tcp: a same-host transport would bypass the link under test. The
+ * store clients' master RPC crosses the veth as well: the master's
+ * address is the service side's 10.213.77.x (no loopback, so no unix
+ * socket), the clients' transports are tcp (which keeps the master on
+ * tcp too), and an abstract unix name would not reach across namespaces
+ * anyway.
  *
  * The service is the store (`partition`, `slow-link`: a master and a node
  * in the service namespace, store clients reading through the cache in
