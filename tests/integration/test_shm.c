@@ -325,6 +325,33 @@ static void child_stop(child_t *ch)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* An initiator engine with `local` registered and a peer open over shm
+ * to a forked child engine. */
+typedef struct {
+    child_t ch;
+    kvf_engine_h e;
+    kvf_region_h r;
+    kvf_peer_h peer;
+} session_t;
+
+static void session_open(session_t *ss, unsigned char *local)
+{
+    child_start(&ss->ch);
+    ss->e = initiator(NULL);
+    assert_int_equal(
+        kvf_engine_reg(ss->e, local, POOL, KVF_MEM_HOST, 0, &ss->r), KVF_OK);
+    assert_int_equal(kvf_peer_open(ss->e, ss->ch.segment, &ss->peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(ss->peer), "shm");
+}
+
+static void session_close(session_t *ss)
+{
+    kvf_peer_close(ss->peer);
+    assert_int_equal(kvf_engine_dereg(ss->e, ss->r), KVF_OK);
+    kvf_engine_destroy(ss->e);
+    child_stop(&ss->ch);
+}
+
 /* ---- tests --------------------------------------------------------------- */
 
 static void test_mem_alloc(void **state)
@@ -624,40 +651,32 @@ static void test_staged_dereg_free(void **state)
 {
     unsigned char *local = malloc(POOL), *expect = malloc(POOL);
     kvf_status_t st[2];
-    kvf_engine_h e;
-    kvf_peer_h peer;
-    kvf_region_h r;
     baseline_t b;
-    child_t ch;
+    session_t ss;
     kvf_op_t ops[2];
     int i, maps;
 
     (void)state;
     baseline_take(&b);
-    child_start(&ch);
-    e = initiator(NULL);
-    assert_int_equal(kvf_engine_reg(e, local, POOL, KVF_MEM_HOST, 0, &r),
-                     KVF_OK);
-    assert_int_equal(kvf_peer_open(e, ch.segment, &peer), KVF_OK);
-    assert_string_equal(kvf_peer_transport(peer), "shm");
+    session_open(&ss, local);
     kvf_test_pool_bytes(expect, POOL, SEED + 1);
-    round_trip(e, peer, local, ch.b, expect, 3); /* staged */
-    assert_int_equal(memfd_maps(), b.maps0);     /* B is never mapped */
+    round_trip(ss.e, ss.peer, local, ss.ch.b, expect, 3); /* staged */
+    assert_int_equal(memfd_maps(), b.maps0); /* B is never mapped */
     kvf_test_pool_bytes(expect, POOL, SEED);
-    round_trip(e, peer, local, ch.a, expect, 4); /* mapped */
+    round_trip(ss.e, ss.peer, local, ss.ch.a, expect, 4); /* mapped */
     assert_true(memfd_maps() > b.maps0);
     /* a batch spanning both regions */
-    ops[0] = (kvf_op_t){KVF_OP_READ, local, peer, ch.a + BS, 3 * BS};
-    ops[1] = (kvf_op_t){KVF_OP_READ, local + 3 * BS, peer, ch.b, 3 * BS};
-    assert_int_equal(run(e, ops, 2, st), KVF_OK);
+    ops[0] = (kvf_op_t){KVF_OP_READ, local, ss.peer, ss.ch.a + BS, 3 * BS};
+    ops[1] = (kvf_op_t){KVF_OP_READ, local + 3 * BS, ss.peer, ss.ch.b, 3 * BS};
+    assert_int_equal(run(ss.e, ops, 2, st), KVF_OK);
 
-    child_cmd(&ch, 'd'); /* deregister A */
+    child_cmd(&ss.ch, 'd'); /* deregister A */
     ops[0].type = KVF_OP_WRITE;
-    assert_int_equal(run(e, ops, 2, st), KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(run(ss.e, ops, 2, st), KVF_ERR_OUT_OF_BOUNDS);
     assert_int_equal(st[0], KVF_ERR_OUT_OF_BOUNDS);
     assert_int_equal(st[1], KVF_OK);
-    child_cmd(&ch, 'f'); /* free A: the next transfer learns it */
-    assert_int_equal(run(e, ops + 1, 1, st), KVF_OK);
+    child_cmd(&ss.ch, 'f'); /* free A: the next transfer learns it */
+    assert_int_equal(run(ss.e, ops + 1, 1, st), KVF_OK);
     for (i = 0, maps = -1; i < 50; i++) {
         maps = memfd_maps();
         if (maps == b.maps0) {
@@ -667,10 +686,7 @@ static void test_staged_dereg_free(void **state)
     }
     assert_int_equal(maps, b.maps0);
 
-    kvf_peer_close(peer);
-    assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
-    kvf_engine_destroy(e);
-    child_stop(&ch);
+    session_close(&ss);
     free(local);
     free(expect);
     baseline_check(&b);
@@ -719,27 +735,19 @@ static void dereg_under_traffic(unsigned flags)
     unsigned char *local = malloc(POOL);
     streamer_t s[2];
     pthread_t th[2];
-    kvf_engine_h e;
-    kvf_peer_h peer;
-    kvf_region_h r;
     baseline_t b;
-    child_t ch;
+    session_t ss;
     double t0, t1;
     int i;
 
     baseline_take(&b);
-    child_start(&ch);
-    e = initiator(NULL);
     memset(local, 7, POOL);
-    assert_int_equal(kvf_engine_reg(e, local, POOL, KVF_MEM_HOST, 0, &r),
-                     KVF_OK);
-    assert_int_equal(kvf_peer_open(e, ch.segment, &peer), KVF_OK);
-    assert_string_equal(kvf_peer_transport(peer), "shm");
+    session_open(&ss, local);
     for (i = 0; i < 2; i++) {
-        s[i] = (streamer_t){e,
-                            peer,
+        s[i] = (streamer_t){ss.e,
+                            ss.peer,
                             local + (size_t)i * (POOL / 2),
-                            ch.a + (uint64_t)i * (POOL / 2),
+                            ss.ch.a + (uint64_t)i * (POOL / 2),
                             0,
                             0,
                             0,
@@ -748,7 +756,7 @@ static void dereg_under_traffic(unsigned flags)
     }
     usleep(300000);
     t0 = now_s();
-    child_cmd(&ch, 'd'); /* deregister A while both stream into it */
+    child_cmd(&ss.ch, 'd'); /* deregister A while both stream into it */
     t1 = now_s();
     usleep(200000);
     for (i = 0; i < 2; i++) {
@@ -759,10 +767,7 @@ static void dereg_under_traffic(unsigned flags)
     }
     print_message("dereg under traffic took %.1f ms\n", (t1 - t0) * 1e3);
     assert_true(t1 - t0 < 0.5); /* without the gate: 0.3-1.8 s */
-    kvf_peer_close(peer);
-    assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
-    kvf_engine_destroy(e);
-    child_stop(&ch);
+    session_close(&ss);
     free(local);
     baseline_check(&b);
 }
@@ -797,22 +802,14 @@ static void test_inline(void **state)
     size_t lens[64];
     kvf_status_t st[2];
     kvf_op_t ops[64];
-    kvf_engine_h e;
-    kvf_peer_h peer;
-    kvf_region_h r;
     kvf_rng_t rng;
     baseline_t b;
-    child_t ch;
+    session_t ss;
     int i, k, done, ndone = 0;
 
     (void)state;
     baseline_take(&b);
-    child_start(&ch);
-    e = initiator(NULL);
-    assert_int_equal(kvf_engine_reg(e, local, POOL, KVF_MEM_HOST, 0, &r),
-                     KVF_OK);
-    assert_int_equal(kvf_peer_open(e, ch.segment, &peer), KVF_OK);
-    assert_string_equal(kvf_peer_transport(peer), "shm");
+    session_open(&ss, local);
     kvf_test_pool_bytes(expect, POOL, SEED);
     kvf_rng_seed(&rng, 77);
     /* READs of one random block each, verified byte for byte */
@@ -820,9 +817,9 @@ static void test_inline(void **state)
         uint32_t ls = (uint32_t)kvf_rng_below(&rng, slots);
         uint32_t rs = (uint32_t)kvf_rng_below(&rng, slots);
 
-        ops[0] = (kvf_op_t){KVF_OP_READ, local + (size_t)ls * BS, peer,
-                            ch.a + (uint64_t)rs * BS, BS};
-        assert_int_equal(run_flags(e, ops, 1, st, KVF_BATCH_INLINE, &done),
+        ops[0] = (kvf_op_t){KVF_OP_READ, local + (size_t)ls * BS, ss.peer,
+                            ss.ch.a + (uint64_t)rs * BS, BS};
+        assert_int_equal(run_flags(ss.e, ops, 1, st, KVF_BATCH_INLINE, &done),
                          KVF_OK);
         assert_memory_equal(local + (size_t)ls * BS, expect + (size_t)rs * BS,
                             BS);
@@ -834,44 +831,43 @@ static void test_inline(void **state)
     /* WRITEs of one block each, checked by the target's checksums */
     kvf_rng_fill(&rng, local, POOL);
     for (i = 0, ndone = 0; i < 64; i++) {
-        ops[i] = (kvf_op_t){KVF_OP_WRITE, local + (size_t)i * BS, peer,
-                            ch.a + (uint64_t)(2 * i + 1) * BS, BS};
+        ops[i] = (kvf_op_t){KVF_OP_WRITE, local + (size_t)i * BS, ss.peer,
+                            ss.ch.a + (uint64_t)(2 * i + 1) * BS, BS};
         rem[i] = ops[i].remote;
         lens[i] = BS;
-        assert_int_equal(run_flags(e, ops + i, 1, st, KVF_BATCH_INLINE, &done),
-                         KVF_OK);
+        assert_int_equal(
+            run_flags(ss.e, ops + i, 1, st, KVF_BATCH_INLINE, &done), KVF_OK);
         ndone += done;
     }
     assert_true(ndone >= 32);
-    assert_int_equal(kvf_peer_checksum(peer, rem, lens, 64, sums), KVF_OK);
+    assert_int_equal(kvf_peer_checksum(ss.peer, rem, lens, 64, sums), KVF_OK);
     for (i = 0; i < 64; i++) {
         assert_true(sums[i] == kvf_checksum(local + (size_t)i * BS, BS));
     }
     /* several requests (3 x 1 MiB): one inline, two on the workers */
     memset(local, 0, 3u << 20);
-    ops[0] = (kvf_op_t){KVF_OP_READ, local, peer, ch.a + (4u << 20), 3u << 20};
-    assert_int_equal(run_flags(e, ops, 1, st, KVF_BATCH_INLINE, NULL), KVF_OK);
+    ops[0] =
+        (kvf_op_t){KVF_OP_READ, local, ss.peer, ss.ch.a + (4u << 20), 3u << 20};
+    assert_int_equal(run_flags(ss.e, ops, 1, st, KVF_BATCH_INLINE, NULL),
+                     KVF_OK);
     assert_memory_equal(local, expect + (4u << 20), 3u << 20);
     /* malloc memory of the target (no grant to ride on): staged, correct */
     kvf_test_pool_bytes(expect, POOL, SEED + 1);
     for (k = 0; k < 3; k++) {
-        ops[0] = (kvf_op_t){KVF_OP_READ, local, peer, ch.b + (uint64_t)k * BS,
-                            BS};
-        assert_int_equal(run_flags(e, ops, 1, st, KVF_BATCH_INLINE, NULL),
+        ops[0] = (kvf_op_t){KVF_OP_READ, local, ss.peer,
+                            ss.ch.b + (uint64_t)k * BS, BS};
+        assert_int_equal(run_flags(ss.e, ops, 1, st, KVF_BATCH_INLINE, NULL),
                          KVF_OK);
         assert_memory_equal(local, expect + (size_t)k * BS, BS);
     }
     /* out of bounds: refused as always, the rest of the batch moves */
-    ops[0] = (kvf_op_t){KVF_OP_READ, local, peer, ch.a + POOL - 4096, BS};
-    ops[1] = (kvf_op_t){KVF_OP_READ, local + BS, peer, ch.a, BS};
-    assert_int_equal(run_flags(e, ops, 2, st, KVF_BATCH_INLINE, NULL),
+    ops[0] = (kvf_op_t){KVF_OP_READ, local, ss.peer, ss.ch.a + POOL - 4096, BS};
+    ops[1] = (kvf_op_t){KVF_OP_READ, local + BS, ss.peer, ss.ch.a, BS};
+    assert_int_equal(run_flags(ss.e, ops, 2, st, KVF_BATCH_INLINE, NULL),
                      KVF_ERR_OUT_OF_BOUNDS);
     assert_int_equal(st[0], KVF_ERR_OUT_OF_BOUNDS);
     assert_int_equal(st[1], KVF_OK);
-    kvf_peer_close(peer);
-    assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
-    kvf_engine_destroy(e);
-    child_stop(&ch);
+    session_close(&ss);
     free(local);
     free(expect);
     baseline_check(&b);
