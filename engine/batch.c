@@ -28,8 +28,8 @@
 
 #include <string.h>
 
-#define KVF_CHUNK_SEGS  256
-#define KVF_OPEN_CHUNKS 8
+#define KVF_CHUNK_SEGS       256
+#define KVF_OPEN_CHUNKS      8
 #define KVF_INLINE_MAX_BYTES (1u << 20)
 
 typedef struct kvf_chunk {
@@ -52,7 +52,7 @@ struct kvf_batch {
     size_t pending; /* requests posted and not completed */
     int building;   /* submit still posting */
     int cancel;
-    unsigned flags;  /* KVF_BATCH_* */
+    unsigned flags; /* KVF_BATCH_* */
     int device_mem; /* some local memory is not host memory */
     kvf_status_t first_error;
     kvf_chunk_t *chunks;
@@ -291,8 +291,8 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     for (k = 1; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
         kvf_chunk_post(open[k]);
     }
-    if (open[0] != NULL && (!open[0]->peer->ops->inline_batch ||
-                            !kvf_chunk_try_inline(open[0]))) {
+    if (open[0] != NULL &&
+        (!open[0]->peer->ops->inline_batch || !kvf_chunk_try_inline(open[0]))) {
         kvf_chunk_post(open[0]);
     }
     return KVF_OK;

@@ -118,8 +118,7 @@ static void kvf_peer_cuda_wrap(kvf_peer_h peer, const kvf_seg_desc_t *desc)
     kvf_status_t status;
     uint32_t i, n = 0;
 
-    if ((strcmp(e->transports, "auto") != 0 &&
-         kvf_peer_rank(e, "cuda") < 0) ||
+    if ((strcmp(e->transports, "auto") != 0 && kvf_peer_rank(e, "cuda") < 0) ||
         desc->host_id != kvf_seg_host_id() || kvf_cuda_device_count() == 0) {
         return;
     }

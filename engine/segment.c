@@ -23,9 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define KVF_DESC_VERSION 2
+#define KVF_DESC_VERSION      2
 #define KVF_DESC_REGION_BYTES 18
-#define KVF_DESC_IPC_BYTES (4 + 8 + KVF_DESC_IPC_HANDLE)
+#define KVF_DESC_IPC_BYTES    (4 + 8 + KVF_DESC_IPC_HANDLE)
 
 uint64_t kvf_seg_host_id(void)
 {
@@ -120,8 +120,7 @@ kvf_status_t kvf_seg_desc_decode(const void *buf, size_t len,
     }
     desc->nregions = kvf_rd_u32(&r);
     if (kvf_rd_status(&r) != KVF_OK || desc->nregions > KVF_DESC_REGION_MAX ||
-        (size_t)desc->nregions * KVF_DESC_REGION_BYTES + 4 >
-            kvf_rd_left(&r)) {
+        (size_t)desc->nregions * KVF_DESC_REGION_BYTES + 4 > kvf_rd_left(&r)) {
         kvf_error("malformed segment descriptor (%zu bytes)", len);
         return KVF_ERR_PROTOCOL;
     }

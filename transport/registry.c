@@ -12,7 +12,7 @@ extern const kvf_transport_ops_t kvf_tcp_ops;
 
 const kvf_transport_ops_t *const kvf_transports[] = {
     &kvf_cuda_ops, /* no iface: wraps a same-host peer's ep (cuda_ipc.c) */
-    &kvf_shm_ops, /* same host only: its ep_open fails elsewhere */
+    &kvf_shm_ops,  /* same host only: its ep_open fails elsewhere */
     &kvf_tcp_ops,
     NULL,
 };

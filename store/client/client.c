@@ -157,7 +157,6 @@ kvf_status_t kvf_store_rpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
     return (kvf_status_t)c->f.hdr.status;
 }
 
-
 kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
                                  unsigned replicas)
 {

@@ -26,9 +26,9 @@ typedef struct kvf_sreps {
 
 /* Space the master reserved for this connection's next put (COMMIT). */
 typedef struct kvf_sresv {
-    kvf_sreps_t r;      /* put_id 0 = none; size, replicas */
-    unsigned replicas;  /* as asked (0 = the master's default) */
-    uint64_t until_ms;  /* used only before (250 ms, half the put timeout) */
+    kvf_sreps_t r;       /* put_id 0 = none; size, replicas */
+    unsigned replicas;   /* as asked (0 = the master's default) */
+    uint64_t until_ms;   /* used only before (250 ms, half the put timeout) */
     uint64_t peer_epoch; /* the handle's peer_epoch when granted */
 } kvf_sresv_t;
 

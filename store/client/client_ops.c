@@ -75,9 +75,9 @@ static void kvf_store_run(kvf_store_h st, kvf_op_t *ops, kvf_speer_t **sps,
     kvf_batch_h b;
     size_t i;
 
-    status = (n > 0) ? kvf_batch_submit_ex(st->engine, ops, n,
-                                           KVF_BATCH_INLINE, &b)
-                     : KVF_OK;
+    status = (n > 0)
+                 ? kvf_batch_submit_ex(st->engine, ops, n, KVF_BATCH_INLINE, &b)
+                 : KVF_OK;
     if (during != NULL) {
         during(arg);
     }
@@ -209,9 +209,8 @@ static kvf_status_t kvf_store_rd_commit(kvf_store_h st, kvf_sconn_t *c,
         /* used only while young: well within the master's deadline, and
          * too short for its node to restart and register again (a
          * reservation's address would then be another object's) */
-        c->resv.until_ms =
-            kvf_time_ms() +
-            (ttl_ms / 2 < KVF_STORE_RESV_USE_MS ? ttl_ms / 2
+        c->resv.until_ms = kvf_time_ms() + (ttl_ms / 2 < KVF_STORE_RESV_USE_MS
+                                                ? ttl_ms / 2
                                                 : KVF_STORE_RESV_USE_MS);
     }
     kvf_free(nr);
@@ -454,12 +453,12 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         t0 = kvf_time_ns();
         c = kvf_store_take_plain(st, &may_reserve);
         w.len = 0;
-        kvf_store_wr_commit(&w, keys[0], e[0].put_id, lens[0], sums[0],
-                            mask[0], flags,
-                            (mask[0] && may_reserve) ? lens[0] : 0, replicas);
-        status = (c == NULL) ? KVF_ERR_CONNECT
-                             : kvf_store_rpc_on(st, c, KVF_SP_COMMIT, 1, &w,
-                                                &closed);
+        kvf_store_wr_commit(&w, keys[0], e[0].put_id, lens[0], sums[0], mask[0],
+                            flags, (mask[0] && may_reserve) ? lens[0] : 0,
+                            replicas);
+        status = (c == NULL)
+                     ? KVF_ERR_CONNECT
+                     : kvf_store_rpc_on(st, c, KVF_SP_COMMIT, 1, &w, &closed);
         tm->commit_ns = kvf_time_ns() - t0;
         if (c != NULL && !closed) {
             if (status == KVF_OK) {

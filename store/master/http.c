@@ -111,8 +111,8 @@ static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
     /* owned by the loop thread: read as they stand */
     s->conns_unix = __atomic_load_n(&m->nconns_unix, __ATOMIC_RELAXED);
     s->conns_tcp = __atomic_load_n(&m->nconns, __ATOMIC_RELAXED);
-    s->conns_tcp = s->conns_tcp >= s->conns_unix ? s->conns_tcp - s->conns_unix
-                                                 : 0;
+    s->conns_tcp =
+        s->conns_tcp >= s->conns_unix ? s->conns_tcp - s->conns_unix : 0;
     if (nodes_json != NULL) {
         for (n = m->nodes; n != NULL; n = n->next) {
             kvf_m_json_safe(n->segment, seg, sizeof(seg));
@@ -163,8 +163,8 @@ static void kvf_m_metrics(kvf_master_t *m, kvf_hbuf_t *b)
     kvf_m_metric(b, "reservations", "gauge",
                  "reservations held by clients for their next put",
                  s.reservations);
-    kvf_m_metric(b, "connections_tcp", "gauge",
-                 "RPC connections open over tcp", s.conns_tcp);
+    kvf_m_metric(b, "connections_tcp", "gauge", "RPC connections open over tcp",
+                 s.conns_tcp);
     kvf_m_metric(b, "connections_unix", "gauge",
                  "RPC connections open over the abstract unix socket",
                  s.conns_unix);
@@ -208,13 +208,12 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
         (unsigned long)s.epoch, s.nodes, (unsigned long)s.capacity,
         (unsigned long)s.used, s.objects, s.pending, s.removing,
         (unsigned long)s.reserved, s.reservations, s.conns_tcp, s.conns_unix,
-        m->ufd >= 0 ? m->unix_name : "",
-        (unsigned long)s.st.hits, (unsigned long)s.st.misses,
-        (unsigned long)s.st.evictions, (unsigned long)s.st.errors,
-        (unsigned long)s.st.puts, (unsigned long)s.st.removes,
-        (unsigned long)s.st.reclaimed, (unsigned long)s.st.aborted,
-        (unsigned long)s.st.nodes_lost, (unsigned long)s.st.objects_lost,
-        nodes.p ? nodes.p : "");
+        m->ufd >= 0 ? m->unix_name : "", (unsigned long)s.st.hits,
+        (unsigned long)s.st.misses, (unsigned long)s.st.evictions,
+        (unsigned long)s.st.errors, (unsigned long)s.st.puts,
+        (unsigned long)s.st.removes, (unsigned long)s.st.reclaimed,
+        (unsigned long)s.st.aborted, (unsigned long)s.st.nodes_lost,
+        (unsigned long)s.st.objects_lost, nodes.p ? nodes.p : "");
     kvf_free(nodes.p);
 }
 

@@ -3,12 +3,13 @@
  * sockets. It accepts on the tcp listening socket and, when the master
  * listens on a loopback or wildcard address, on its abstract unix socket
  * (store/proto kvf_sp_unix_name): both kinds are served by the same code,
- * frames, bounds and limits; they are counted apart for /metrics. Each connection has an input buffer: whatever recv() returns
- * is appended, and every whole frame in it is served in order (a frame is
- * parsed only once all its bytes are in); replies go out with one writev,
- * and what the socket does not take waits in an output buffer (the
- * connection is then not read until it drains). Under load one wake-up
- * serves the requests of many clients, with one recv and one send each.
+ * frames, bounds and limits; they are counted apart for /metrics. Each
+ * connection has an input buffer: whatever recv() returns is appended, and
+ * every whole frame in it is served in order (a frame is parsed only once all
+ * its bytes are in); replies go out with one writev, and what the socket does
+ * not take waits in an output buffer (the connection is then not read until it
+ * drains). Under load one wake-up serves the requests of many clients, with one
+ * recv and one send each.
  *
  * Node registrations check the node's claim over the network (opening its
  * segment), which may take up to the timeout: such a frame is handed to a
@@ -47,8 +48,8 @@ struct kvf_mconn {
     kvf_master_t *m;
     int fd;
     int is_unix; /* accepted on the abstract unix socket */
-    int busy; /* with a helper thread (atomic) */
-    int dead; /* close it (set by a helper) */
+    int busy;    /* with a helper thread (atomic) */
+    int dead;    /* close it (set by a helper) */
     unsigned char *in;
     size_t in_len, in_cap;
     uint64_t partial_since; /* ms; input holds part of a frame */

@@ -88,7 +88,7 @@ struct kvf_master {
     kvf_mconn_t *conns; /* owned by the loop thread */
     unsigned nconns;
     unsigned nconns_unix; /* of nconns, over the unix socket (atomic) */
-    int helpers; /* node registrations in flight (atomic) */
+    int helpers;          /* node registrations in flight (atomic) */
 };
 
 /* objects.c -- all called with the lock held */

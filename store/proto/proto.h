@@ -59,9 +59,9 @@ enum kvf_sp_msg {
     KVF_SP_ERROR = 0x7f /* reply to a frame that could not be served */
 };
 
-#define KVF_SP_REPLY     0x80
-#define KVF_SP_TRUNCATED 0x1
-#define KVF_SP_BODY_MAX  (4u << 20) /* = KVF_WIRE_META_MAX */
+#define KVF_SP_REPLY       0x80
+#define KVF_SP_TRUNCATED   0x1
+#define KVF_SP_BODY_MAX    (4u << 20) /* = KVF_WIRE_META_MAX */
 #define KVF_STORE_RESV_MAX (4u << 20) /* largest reservation (COMMIT) */
 
 /* The `store` config table (master, nodes and clients share it). */

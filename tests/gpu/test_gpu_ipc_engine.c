@@ -38,7 +38,7 @@
 #define CHECK(c)                                                               \
     do {                                                                       \
         if (!(c)) {                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,  \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,   \
                     #c);                                                       \
             exit(1);                                                           \
         }                                                                      \
@@ -226,8 +226,7 @@ static int run(int ldev, int cdev, const char *transports, const char *self)
     CHECK(kvf_peer_open(s.e, seg, &s.peer) == KVF_OK);
     printf("peer transport: %s\n", kvf_peer_transport(s.peer));
     CHECK(strcmp(kvf_peer_transport(s.peer), "cuda") == 0);
-    for (k = 0; kvf_peer_region(s.peer, k, &addr, &len, &type) == KVF_OK;
-         k++) {
+    for (k = 0; kvf_peer_region(s.peer, k, &addr, &len, &type) == KVF_OK; k++) {
         if (type == KVF_MEM_CUDA && len == GPOOL) {
             s.base[R_GPU] = (char *)(uintptr_t)addr;
         } else if (type == KVF_MEM_HOST && len == HPOOL) {

@@ -208,9 +208,8 @@ static void test_te_record(void **state)
                          bin, dir, dir, dir, dir),
                      0);
     /* three rounds of three sizes, one median row per size */
-    assert_int_equal(run("grep -c '^round [123]: ' %s/te.err | grep -q '^9$'",
-                         dir),
-                     0);
+    assert_int_equal(
+        run("grep -c '^round [123]: ' %s/te.err | grep -q '^9$'", dir), 0);
     assert_int_equal(run("grep -q 'lat P99 ms' %s/te.txt && "
                          "grep -c '^ *[0-9.]* [KM]B ' %s/te.txt | "
                          "grep -q '^3$'",

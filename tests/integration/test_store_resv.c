@@ -61,8 +61,8 @@ static void wr_commit(kvf_wr_t *w, const char *key, uint64_t id, uint64_t size,
 /* One COMMIT entry on fd; returns the key's status, *next_p the new
  * reservation id (0 = none). */
 static kvf_status_t raw_commit(int fd, const char *key, uint64_t id,
-                               uint64_t size, unsigned mask,
-                               uint64_t next_size, uint64_t *next_p)
+                               uint64_t size, unsigned mask, uint64_t next_size,
+                               uint64_t *next_p)
 {
     kvf_sp_frame_t f = {0};
     kvf_status_t st;
@@ -405,8 +405,7 @@ static void *eth_main(void *arg)
                     kvf_batch_wait(b, 5000) == KVF_OK;
             kvf_batch_destroy(b);
         }
-        if (a->ok &&
-            memcmp(a->local + off, a->expect + r * bs, n * bs) != 0) {
+        if (a->ok && memcmp(a->local + off, a->expect + r * bs, n * bs) != 0) {
             a->ok = 0;
         }
     }
@@ -464,8 +463,8 @@ static void test_engine_inline_mixed(void **state)
                             t.pool_addr + EPOOL + 4096, 65536};
         ops[2] = (kvf_op_t){KVF_OP_READ, local + 2 * 65536, peer,
                             t.pool_addr + 3 * 65536, 65536};
-        assert_int_equal(
-            kvf_batch_submit_ex(e, ops, 3, KVF_BATCH_INLINE, &b), KVF_OK);
+        assert_int_equal(kvf_batch_submit_ex(e, ops, 3, KVF_BATCH_INLINE, &b),
+                         KVF_OK);
         assert_int_equal(kvf_batch_wait(b, 5000), KVF_ERR_OUT_OF_BOUNDS);
         assert_int_equal(kvf_batch_op_status(b, 0, NULL), KVF_OK);
         assert_int_equal(kvf_batch_op_status(b, 1, NULL),

@@ -72,8 +72,7 @@ static int teardown(void **state)
 
 /* A client of the master; env_unix/env_tp set KVF_MASTER_UNIX and
  * KVF_TRANSPORTS while it connects (NULL = unset). */
-static void open_with(kvs_client_t *c, const char *env_unix,
-                      const char *env_tp)
+static void open_with(kvs_client_t *c, const char *env_unix, const char *env_tp)
 {
     if (env_unix != NULL) {
         setenv("KVF_MASTER_UNIX", env_unix, 1);
@@ -104,7 +103,8 @@ static void test_link_choice(void **state)
 
     open_with(&c, NULL, NULL);
     assert_string_equal(kvf_store_master_link(c.st), "unix");
-    assert_true(kvs_metric_wait(g_master.http, "connections_unix", u0 + 1, 2000));
+    assert_true(
+        kvs_metric_wait(g_master.http, "connections_unix", u0 + 1, 2000));
     assert_int_equal(kvs_metric(g_master.http, "connections_tcp"), t0);
     assert_int_equal(kvs_http(g_master.http, "/status", body, sizeof(body)),
                      200);
@@ -115,7 +115,8 @@ static void test_link_choice(void **state)
     /* switched off */
     open_with(&c, "0", NULL);
     assert_string_equal(kvf_store_master_link(c.st), "tcp");
-    assert_true(kvs_metric_wait(g_master.http, "connections_tcp", t0 + 1, 2000));
+    assert_true(
+        kvs_metric_wait(g_master.http, "connections_tcp", t0 + 1, 2000));
     assert_int_equal(kvs_metric(g_master.http, "connections_unix"), u0);
     kvs_client_close(&c);
 
@@ -158,11 +159,10 @@ static void cross(kvs_client_t *from, kvs_client_t *to, const char *tag,
         snprintf(key[i], sizeof(key[i]), "unix/%s/%zu", tag, i);
         kvs_fill(from->buf, sizes[i], seed + i);
         assert_int_equal(
-            kvf_store_put(from->st, key[i], from->buf, sizes[i], NULL),
-            KVF_OK);
+            kvf_store_put(from->st, key[i], from->buf, sizes[i], NULL), KVF_OK);
         memset(dst, 0, sizes[i]);
-        assert_int_equal(
-            kvf_store_get(to->st, key[i], dst, 2 * MiB, &got, 0), KVF_OK);
+        assert_int_equal(kvf_store_get(to->st, key[i], dst, 2 * MiB, &got, 0),
+                         KVF_OK);
         assert_int_equal(got, sizes[i]);
         kvs_fill(ref, sizes[i], seed + i);
         assert_memory_equal(ref, dst, sizes[i]);
@@ -174,9 +174,9 @@ static void cross(kvs_client_t *from, kvs_client_t *to, const char *tag,
         off += sizes[i];
     }
     memset(dst, 0, off);
-    assert_int_equal(kvf_store_get_batch(to->st, 4, keys, bufs, sizes, lens,
-                                         0, sts),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_store_get_batch(to->st, 4, keys, bufs, sizes, lens, 0, sts),
+        KVF_OK);
     for (i = 0, off = 0; i < 4; i++) {
         assert_int_equal(sts[i], KVF_OK);
         assert_int_equal(lens[i], sizes[i]);

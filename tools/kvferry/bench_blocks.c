@@ -309,8 +309,8 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
         if (s->vs_peer != NULL) {
             /* the compared transport first, so the blocks verified below
              * are the last batch of the measured one */
-            vlat[it] = kvf_blocks_batch(s->vs_engine, s->vs_peer, s, o, op,
-                                        ops, n, lperm, rperm, rng, &status);
+            vlat[it] = kvf_blocks_batch(s->vs_engine, s->vs_peer, s, o, op, ops,
+                                        n, lperm, rperm, rng, &status);
             if (status != KVF_OK) {
                 fprintf(stderr, "kvferry: --vs %s: ", o->s.vs);
                 break;
@@ -504,8 +504,7 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
     kvf_record_config_num(rec, "conns", o->s.conns);
     kvf_record_config(rec, "verify", o->verify ? "yes" : "no");
     kvf_record_config(rec, "link", o->link ? "interleaved" : "not measured");
-    kvf_record_config(rec, "vs",
-                      s->vs_peer != NULL ? o->s.vs : "not measured");
+    kvf_record_config(rec, "vs", s->vs_peer != NULL ? o->s.vs : "not measured");
     kvf_record_config(rec, "target",
                       o->s.target ? o->s.target : "spawned on 127.0.0.1");
     for (i = 0; i < nrows; i++) {

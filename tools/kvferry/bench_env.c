@@ -315,7 +315,6 @@ static void kvf_env_numa(kvf_env_t *e)
     kvf_env_dir_free(names, n);
 }
 
-
 /* The [selected] word of a transparent_hugepage setting, or "". */
 static void kvf_env_thp(const char *path, char *out, size_t outlen)
 {

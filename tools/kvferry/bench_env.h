@@ -74,9 +74,9 @@ typedef struct kvf_env {
     uint64_t mem_total, mem_avail, cgroup_mem, hugepage_size, hugepages;
     char thp[16];
     char thp_shmem[16]; /* shmem_enabled: huge pages of shm pools */
-    double load[3]; /* /proc/loadavg: 1, 5, 15 minutes */
-    int nvidia_smi; /* nvidia-smi ran */
-    char cuda[16];  /* CUDA version the driver supports */
+    double load[3];     /* /proc/loadavg: 1, 5, 15 minutes */
+    int nvidia_smi;     /* nvidia-smi ran */
+    char cuda[16];      /* CUDA version the driver supports */
     int ngpu;
     kvf_env_gpu_t gpu[KVF_ENV_MAX_GPU];
     int nnic;

@@ -15,12 +15,12 @@
 #define KVF_GPU_SIZES_MAX 16
 
 typedef struct kvf_gpu_opts {
-    const char *path; /* h2d, d2h, d2d, p2p; NULL: over transports */
-    int gpu;          /* GPU of the initiator (source for p2p) */
-    int peer_gpu;     /* p2p destination / target's GPU; -1 auto */
-    int on_dst;       /* p2p: kernels run on the destination GPU */
-    int pageable;     /* h2d/d2h: host side pageable, not pinned */
-    int sequential;   /* blocks in pool order (diagnostic) */
+    const char *path;  /* h2d, d2h, d2d, p2p; NULL: over transports */
+    int gpu;           /* GPU of the initiator (source for p2p) */
+    int peer_gpu;      /* p2p destination / target's GPU; -1 auto */
+    int on_dst;        /* p2p: kernels run on the destination GPU */
+    int pageable;      /* h2d/d2h: host side pageable, not pinned */
+    int sequential;    /* blocks in pool order (diagnostic) */
     int blocks_on_gpu; /* local paths: block list in GPU memory */
     uint64_t pool;
     uint64_t block;

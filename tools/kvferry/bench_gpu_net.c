@@ -363,8 +363,8 @@ static int kvf_net_size(kvf_net_run_t *r, kvf_op_type_t op, uint64_t size,
             }
         }
         if (m > 0) {
-            row->contig_gib_s = (double)size /
-                                kvf_bench_quantile(sec, m, 0.5) / (1u << 30);
+            row->contig_gib_s =
+                (double)size / kvf_bench_quantile(sec, m, 0.5) / (1u << 30);
         }
     }
     free(lat);
@@ -565,18 +565,16 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
                  100.0 * cworst,
                  bad ? "; the run had errors or verify failures" : "");
         kvf_record_gap(rec, cworst, text);
-        kvf_record_conclude(rec,
-                            (cworst >= 0.9 && !bad) ? "holds" : "does not hold",
-                            text);
+        kvf_record_conclude(
+            rec, (cworst >= 0.9 && !bad) ? "holds" : "does not hold", text);
     } else {
         snprintf(text, sizeof(text), "%s%s",
                  !have ? "no GPU rows measured"
                  : ok  ? "GPU pools >= 80 % of host pools at every size"
                        : "some size below 80 % of host pools",
                  bad ? "; the run had errors or verify failures" : "");
-        kvf_record_conclude(rec,
-                            (ok && have && !bad) ? "holds" : "does not hold",
-                            text);
+        kvf_record_conclude(
+            rec, (ok && have && !bad) ? "holds" : "does not hold", text);
     }
     if (!o->verify) {
         kvf_record_not_verified(rec, "bytes not verified (run with "

@@ -124,10 +124,9 @@ int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
         (o->transports != NULL && strcmp(o->transports, "tcp") == 0);
     if (o->target != NULL) {
         snprintf(s->segment, sizeof(s->segment), "%s", o->target);
-    } else if (kvf_bench_spawn_target(o->pool,
-                                      o->vs != NULL ? NULL : o->transports,
-                                      &s->child, s->segment,
-                                      sizeof(s->segment)) != 0) {
+    } else if (kvf_bench_spawn_target(
+                   o->pool, o->vs != NULL ? NULL : o->transports, &s->child,
+                   s->segment, sizeof(s->segment)) != 0) {
         return -1;
     }
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_CONNS |

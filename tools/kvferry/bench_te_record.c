@@ -43,9 +43,10 @@ int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
     kvf_record_config_num(rec, "min_batches", o->min_batches);
     kvf_record_config_num(rec, "rounds", o->rounds);
     kvf_record_config(rec, "inline",
-                      o->no_inline ? "no" : "KVF_BATCH_INLINE (one request "
-                                            "of each batch may move on the "
-                                            "submitting thread)");
+                      o->no_inline ? "no"
+                                   : "KVF_BATCH_INLINE (one request "
+                                     "of each batch may move on the "
+                                     "submitting thread)");
     kvf_record_config_num(rec, "conns", o->s.conns);
     kvf_record_config_num(rec, "pool_bytes", (double)o->s.pool);
     kvf_record_config(rec, "target",

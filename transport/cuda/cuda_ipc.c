@@ -117,8 +117,8 @@ typedef struct kvf_ipc_region {
 typedef struct kvf_ipc_job {
     kvf_tl_req_t *parent;
     struct kvf_ipc_ep *ep;
-    int parts;           /* outstanding parts (atomic) */
-    size_t *gpu;         /* parent indices of segments moved here */
+    int parts;   /* outstanding parts (atomic) */
+    size_t *gpu; /* parent indices of segments moved here */
     size_t ngpu;
     int *region;         /* their regions */
     int *ldev;           /* GPU of their local memory, -1 pinned host */
@@ -131,7 +131,7 @@ typedef struct kvf_ipc_job {
 } kvf_ipc_job_t;
 
 typedef struct kvf_ipc_slot {
-    kvf_cuda_slot_t s; /* blks, flag, counters; buf holds the err word */
+    kvf_cuda_slot_t s;    /* blks, flag, counters; buf holds the err word */
     kvf_ipc_job_t **jobs; /* jobs with descriptors in this launch */
     unsigned njobs;
     int dev; /* GPU of the open (or launched) launch, -1 none */
@@ -154,7 +154,7 @@ typedef struct kvf_ipc_ep {
     int worker_started;
     kvf_ipc_slot_t slot[KVF_IPC_SLOTS];
     unsigned slot_next, slot_old; /* ring: next to fill, oldest busy */
-    pthread_mutex_t open_lock; /* region mappings */
+    pthread_mutex_t open_lock;    /* region mappings */
 } kvf_ipc_ep_t;
 
 /* Region holding [addr, addr+len): its index, or -1 when addr lies in
@@ -568,9 +568,9 @@ static kvf_status_t kvf_ipc_post(kvf_tl_ep_t *tl_ep, kvf_tl_req_t *req)
         return ep->inner_ops->ep_post(ep->inner, req);
     }
     /* one allocation: the job and its arrays, each for n segments */
-    mem = kvf_malloc(sizeof(*j) + n * (2 * sizeof(size_t) + 2 * sizeof(int) +
-                                       sizeof(kvf_tl_seg_t) +
-                                       sizeof(kvf_status_t)));
+    mem = kvf_malloc(sizeof(*j) +
+                     n * (2 * sizeof(size_t) + 2 * sizeof(int) +
+                          sizeof(kvf_tl_seg_t) + sizeof(kvf_status_t)));
     if (mem == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
@@ -670,8 +670,7 @@ static void kvf_ipc_close(kvf_tl_ep_t *tl_ep)
     kvf_free(ep);
 }
 
-static kvf_status_t kvf_ipc_checksum(kvf_tl_ep_t *tl_ep,
-                                     const uint64_t *remote,
+static kvf_status_t kvf_ipc_checksum(kvf_tl_ep_t *tl_ep, const uint64_t *remote,
                                      const size_t *lengths, size_t count,
                                      uint64_t *sums)
 {
@@ -734,10 +733,10 @@ static kvf_status_t kvf_ipc_link_test(kvf_tl_ep_t *tl_ep, kvf_op_type_t type,
         status = KVF_CUDA_CHECK(cudaEventRecord(e0, stream));
     }
     if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(
-            cudaMemcpyAsync(type == KVF_OP_WRITE ? rem : local,
-                            type == KVF_OP_WRITE ? local : rem, length,
-                            cudaMemcpyDefault, stream));
+        status =
+            KVF_CUDA_CHECK(cudaMemcpyAsync(type == KVF_OP_WRITE ? rem : local,
+                                           type == KVF_OP_WRITE ? local : rem,
+                                           length, cudaMemcpyDefault, stream));
     }
     if (status == KVF_OK) {
         status = KVF_CUDA_CHECK(cudaEventRecord(e1, stream));

@@ -298,14 +298,12 @@ kvf_status_t kvf_cuda_readv(kvf_cuda_stage_t **stage_p, int fd,
                 if (s->nblks == 0) {
                     /* a new slot: leave the last one small */
                     T = st->ramp;
-                    lim = (T == 0 || gpu_left > s->cap + T) ? s->cap
-                          : gpu_left > s->cap || gpu_left > 2 * T
-                              ? gpu_left - T
-                              : s->cap;
+                    lim = (T == 0 || gpu_left > s->cap + T)       ? s->cap
+                          : gpu_left > s->cap || gpu_left > 2 * T ? gpu_left - T
+                                                                  : s->cap;
                 }
-                if (s->nblks > 0 &&
-                    (st->slot_dev[k] != dev || s->used >= lim ||
-                     s->nblks == s->blks_cap)) {
+                if (s->nblks > 0 && (st->slot_dev[k] != dev || s->used >= lim ||
+                                     s->nblks == s->blks_cap)) {
                     /* the slot's bytes must all be in before its launch */
                     status = kvf_sock_readv_all(fd, st->iov, m, deadline_ms);
                     m = 0;

@@ -199,9 +199,8 @@ static size_t kvf_shm_take(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
             : share > KVF_SHM_LEASE_BYTES ? KVF_SHM_LEASE_BYTES
                                           : share;
     while (!ep->stop && (q = ep->head) != NULL) {
-        if (l->nreqs > 0 &&
-            (q->type != l->type || bytes + q->bytes > share ||
-             segs + q->nsegs > KVF_SHM_LEASE_SEGS)) {
+        if (l->nreqs > 0 && (q->type != l->type || bytes + q->bytes > share ||
+                             segs + q->nsegs > KVF_SHM_LEASE_SEGS)) {
             break;
         }
         if (l->nreqs == l->reqs_cap) {

@@ -85,9 +85,8 @@ static kvf_status_t kvf_shm_ride_held(const kvf_tl_ep_t *ep)
     if (kvf_time_ms() + 1 >= ep->ride->valid_until_ms) {
         return KVF_ERR_TIMEOUT;
     }
-    if (ep->ride_fd < 0 ||
-        (poll(&pfd, 1, 0) > 0 &&
-         (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR)))) {
+    if (ep->ride_fd < 0 || (poll(&pfd, 1, 0) > 0 &&
+                            (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR)))) {
         return KVF_ERR_CONN_RESET;
     }
     return KVF_OK;
@@ -120,7 +119,8 @@ kvf_status_t kvf_shm_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     size_t s;
 
     if ((req->type != KVF_OP_READ && req->type != KVF_OP_WRITE) ||
-        (req->cancel != NULL && __atomic_load_n(req->cancel, __ATOMIC_ACQUIRE))) {
+        (req->cancel != NULL &&
+         __atomic_load_n(req->cancel, __ATOMIC_ACQUIRE))) {
         return KVF_ERR_NOT_FOUND;
     }
     if (pthread_rwlock_tryrdlock(&ep->ride_lock) != 0) {
@@ -146,8 +146,8 @@ kvf_status_t kvf_shm_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
             return KVF_ERR_NOT_FOUND;
         }
     }
-    copy = req->bytes >= KVF_SHM_STREAM_MIN ? kvf_shm_copy_stream
-                                            : kvf_shm_copy;
+    copy =
+        req->bytes >= KVF_SHM_STREAM_MIN ? kvf_shm_copy_stream : kvf_shm_copy;
     for (s = 0; s < req->nsegs && st == KVF_OK; s++) {
         if (req->segs[s].len == 0) {
             continue;
@@ -164,8 +164,9 @@ kvf_status_t kvf_shm_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     if (st == KVF_OK) {
         st = kvf_shm_ride_held(ep);
         if (st != KVF_OK) {
-            kvf_log_rl(KVF_LOG_ERROR, "shm: an inline copy outlived its "
-                                      "lease or the target hung up: %s",
+            kvf_log_rl(KVF_LOG_ERROR,
+                       "shm: an inline copy outlived its "
+                       "lease or the target hung up: %s",
                        kvf_status_str(st));
         }
     }

@@ -451,8 +451,9 @@ static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
     if (status != KVF_OK) {
         return status;
     }
-    if (h.count == 0 && ((req->type == KVF_OP_READ && h.data_len == req->bytes) ||
-                         (req->type == KVF_OP_WRITE && h.data_len == 0))) {
+    if (h.count == 0 &&
+        ((req->type == KVF_OP_READ && h.data_len == req->bytes) ||
+         (req->type == KVF_OP_WRITE && h.data_len == 0))) {
         req->status = KVF_OK;
         return idx < n ? kvf_sock_readv_all(c->fd, iov + idx, n - idx,
                                             req->deadline_ms)
@@ -466,8 +467,8 @@ static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
             return KVF_ERR_NO_MEMORY;
         }
         for (i = 0, k = 0; i < req->nsegs && k < extra; i++) {
-            size_t t = extra - k < req->segs[i].len ? extra - k
-                                                     : req->segs[i].len;
+            size_t t =
+                extra - k < req->segs[i].len ? extra - k : req->segs[i].len;
 
             memcpy(c->pre + k, req->segs[i].local, t);
             k += t;
@@ -548,8 +549,8 @@ static void kvf_tcp_complete_oldest(kvf_tcp_cconn_t *c, int inl)
     kvf_tl_req_t *req = c->flight_head;
     kvf_status_t status;
 
-    status = inl ? kvf_tcp_recv_reply_inline(c, req)
-                 : kvf_tcp_recv_reply(c, req);
+    status =
+        inl ? kvf_tcp_recv_reply_inline(c, req) : kvf_tcp_recv_reply(c, req);
     if (status != KVF_OK) {
         kvf_log_rl(KVF_LOG_ERROR, "transfer with %s:%u failed: %s", c->ep->host,
                    c->ep->port, kvf_status_str(status));
@@ -581,8 +582,7 @@ static void *kvf_tcp_cconn_main(void *arg)
         pthread_mutex_lock(&c->lock);
         /* while a caller holds the connection, nflight and the socket
          * are the caller's: sleep whatever they say */
-        while (!c->stop &&
-               (c->inl || (c->nflight == 0 && c->head == NULL))) {
+        while (!c->stop && (c->inl || (c->nflight == 0 && c->head == NULL))) {
             c->wbusy = 0;
             kvf_time_abs_after(&ts, 1000);
             pthread_cond_timedwait(&c->cond, &c->lock, &ts);
