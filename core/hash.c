@@ -3,9 +3,9 @@
  * lanes over 32-byte stripes; from it on, eight accumulators over 64-byte
  * stripes, each adding the 32x32-bit product of its word's halves (the
  * word mixed with a constant) and its neighbour's word, which AVX2 does
- * four lanes at a time (a 64-bit multiply per 8 bytes capped the old path
- * at ~12 GB/s on the development machine, a few microseconds of every
- * 64 KiB get). Both end in the same merge and avalanche; the portable and
+ * four lanes at a time (two 64-bit multiplies per 8 bytes capped the
+ * narrow path; `kvferry bench load` shows the verify stage of a 64 KiB get
+ * in docs/store.md). Both end in the same merge and avalanche; the portable and
  * the AVX2 accumulation give the same value (tests/unit/test_wire.c).
  * Any change of one word changes the accumulator of its product and the
  * one it is added to. kvf_rng_fill writes 8 bytes per step.
