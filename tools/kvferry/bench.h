@@ -58,6 +58,11 @@ typedef struct kvf_json {
     int first[16];
 } kvf_json_t;
 
+/* The --json destination: path, or stdout for "-"; NULL (and a message)
+ * when it cannot be opened. kvf_json_file_close closes it unless stdout. */
+FILE *kvf_json_file_open(const char *path);
+void kvf_json_file_close(FILE *f);
+
 void kvf_json_begin(kvf_json_t *j, FILE *f);
 void kvf_json_obj(kvf_json_t *j, const char *key); /* key NULL in arrays */
 void kvf_json_arr(kvf_json_t *j, const char *key);

@@ -439,15 +439,11 @@ static void kvf_blocks_json(const kvf_blocks_opts_t *o,
                             const kvf_bench_session_t *s,
                             const kvf_blocks_row_t *rows, unsigned nrows)
 {
-    FILE *f = strcmp(o->json, "-") ? fopen(o->json, "w") : stdout;
+    FILE *f = kvf_json_file_open(o->json);
 
-    if (f == NULL) {
-        perror("kvferry: --json");
-        return;
-    }
-    kvf_blocks_json_write(f, o, s, rows, nrows);
-    if (f != stdout) {
-        fclose(f);
+    if (f != NULL) {
+        kvf_blocks_json_write(f, o, s, rows, nrows);
+        kvf_json_file_close(f);
     }
 }
 

@@ -771,15 +771,11 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
     }
     printf("Done.\n");
     if (o->json != NULL) {
-        FILE *f = strcmp(o->json, "-") ? fopen(o->json, "w") : stdout;
+        FILE *f = kvf_json_file_open(o->json);
 
         if (f != NULL) {
             kvf_gpu_local_json_write(f, &l, rows, nrows);
-            if (f != stdout) {
-                fclose(f);
-            }
-        } else {
-            perror("kvferry: --json");
+            kvf_json_file_close(f);
         }
     }
     if (o->record != NULL && nrows > 0 &&

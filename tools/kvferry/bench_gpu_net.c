@@ -720,15 +720,11 @@ int kvf_gpu_bench_net(const kvf_gpu_opts_t *opts)
     }
     printf("Done.\n");
     if (o->json != NULL) {
-        FILE *f = strcmp(o->json, "-") ? fopen(o->json, "w") : stdout;
+        FILE *f = kvf_json_file_open(o->json);
 
         if (f != NULL) {
             kvf_net_json_write(f, o, rows, nrows);
-            if (f != stdout) {
-                fclose(f);
-            }
-        } else {
-            perror("kvferry: --json");
+            kvf_json_file_close(f);
         }
     }
     if (o->record != NULL && nrows > 0 &&

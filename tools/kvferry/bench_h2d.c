@@ -351,15 +351,11 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
         kvf_gpu_pool_free(&host);
     }
     if (o.json != NULL && n > 0) {
-        FILE *f = strcmp(o.json, "-") ? fopen(o.json, "w") : stdout;
+        FILE *f = kvf_json_file_open(o.json);
 
         if (f != NULL) {
             kvf_h2d_json_write(f, &o, rows, n, nodes, (int)cpu, (int)cpu_node);
-            if (f != stdout) {
-                fclose(f);
-            }
-        } else {
-            perror("kvferry: --json");
+            kvf_json_file_close(f);
         }
     }
     if (o.record != NULL && n == 4 &&

@@ -556,16 +556,13 @@ int kvf_cmd_bench_te(int argc, char **argv)
                v.conclusion);
     }
     if (o.json != NULL) {
-        FILE *f = strcmp(o.json, "-") ? fopen(o.json, "w") : stdout;
+        FILE *f = kvf_json_file_open(o.json);
 
         if (f == NULL) {
-            perror("kvferry: --json");
             bad = 1;
         } else {
             kvf_te_json(f, &o, transport, rows, nrows, &v);
-            if (f != stdout) {
-                fclose(f);
-            }
+            kvf_json_file_close(f);
         }
     }
     if (o.record != NULL && nrows > 0 &&

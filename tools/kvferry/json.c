@@ -5,7 +5,26 @@
  */
 #include "tools/kvferry/bench.h"
 
+#include <errno.h>
 #include <math.h>
+#include <string.h>
+
+FILE *kvf_json_file_open(const char *path)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+
+    if (f == NULL) {
+        fprintf(stderr, "kvferry: --json %s: %s\n", path, strerror(errno));
+    }
+    return f;
+}
+
+void kvf_json_file_close(FILE *f)
+{
+    if (f != NULL && f != stdout) {
+        fclose(f);
+    }
+}
 
 static void kvf_json_sep(kvf_json_t *j, const char *key)
 {
