@@ -172,6 +172,18 @@ kvf_store_list(kvf_store_h store, const char *prefix, size_t max,
  * any). */
 KVF_API void kvf_store_last_timing(kvf_store_timing_t *timing_p);
 
+/* The handle's location cache (store config `loc_cache`): a single-key
+ * get of a key whose location the handle knows (its own put, an earlier
+ * get) reads there while the master answers, and keeps those bytes only
+ * if the master names that location and their checksum matches. */
+typedef struct kvf_store_loc_stats {
+    uint64_t gets; /* gets that read a cached location */
+    uint64_t used; /* ... whose bytes were the object's: one round trip */
+} kvf_store_loc_stats_t;
+
+KVF_API void kvf_store_loc_stats(kvf_store_h store,
+                                 kvf_store_loc_stats_t *stats_p);
+
 #ifdef __cplusplus
 }
 #endif

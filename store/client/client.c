@@ -284,6 +284,54 @@ kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
     return status;
 }
 
+kvf_status_t kvf_store_rpc_send(kvf_store_h st, uint8_t type, uint32_t count,
+                                const kvf_wr_t *w, kvf_sconn_t **conn_p)
+{
+    kvf_status_t status;
+    kvf_sconn_t *c;
+    int attempt;
+
+    for (attempt = 0; attempt < 2; attempt++) {
+        pthread_mutex_lock(&st->lock);
+        c = st->idle;
+        if (c != NULL) {
+            st->idle = c->next;
+        }
+        pthread_mutex_unlock(&st->lock);
+        if (c == NULL) {
+            status = kvf_sconn_open(st, &c);
+            if (status != KVF_OK) {
+                return status;
+            }
+            attempt = 1; /* a fresh one: no second try */
+        }
+        status = kvf_sp_send(c->fd, type, ++c->next_id, KVF_OK, count, 0, w,
+                             kvf_time_ms() + st->timeout_ms);
+        if (status == KVF_OK) {
+            *conn_p = c;
+            return KVF_OK;
+        }
+        kvf_sconn_close(c);
+    }
+    return status;
+}
+
+kvf_status_t kvf_store_rpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
+                                int *closed_p)
+{
+    kvf_status_t status;
+
+    *closed_p = 0;
+    status = kvf_sp_call_end(c->fd, type, c->next_id, &c->f,
+                             kvf_time_ms() + st->timeout_ms);
+    if (status != KVF_OK) {
+        *closed_p = 1;
+        kvf_sconn_close(c);
+        return status;
+    }
+    return (kvf_status_t)c->f.hdr.status;
+}
+
 int kvf_store_peer_error(kvf_status_t s)
 {
     return s == KVF_ERR_CONNECT || s == KVF_ERR_CONN_RESET ||
@@ -393,6 +441,13 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
         goto err_free;
     }
     st->reserve = (v != 0);
+    status = kvf_config_u64(&kvf_store_config, "loc_cache", &v);
+    if (status == KVF_OK) {
+        status = kvf_sloc_init(&st->loc, (size_t)v);
+    }
+    if (status != KVF_OK) {
+        goto err_free;
+    }
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->peers_lock, NULL);
     if (p && (p->field_mask & KVF_STORE_PARAM_ENGINE) && p->engine) {
@@ -433,6 +488,7 @@ err_engine:
 err_locks:
     pthread_mutex_destroy(&st->peers_lock);
     pthread_mutex_destroy(&st->lock);
+    kvf_sloc_fini(&st->loc);
 err_free:
     kvf_free(st);
     return status;
@@ -464,6 +520,7 @@ void kvf_store_disconnect(kvf_store_h st)
     }
     pthread_mutex_destroy(&st->peers_lock);
     pthread_mutex_destroy(&st->lock);
+    kvf_sloc_fini(&st->loc);
     kvf_free(st);
 }
 

@@ -51,6 +51,31 @@ typedef struct kvf_speer {
     struct kvf_speer *next;
 } kvf_speer_t;
 
+/* Where a key was last seen: one slot of the location cache. */
+typedef struct kvf_sloc_ent {
+    uint64_t tag; /* hash of the key; 0 = empty */
+    uint64_t addr;
+    uint64_t size;
+    unsigned seg; /* index into kvf_sloc_t.segs */
+} kvf_sloc_ent_t;
+
+#define KVF_SLOC_LOCKS 64
+#define KVF_SLOC_SEGS  64
+
+/* The location cache: a direct-mapped table filled by this handle's
+ * puts and gets, read by a single-key get to start its read while the
+ * GET round trip is in flight (client_spec.c). Never trusted alone: the
+ * master's answer and the checksum decide. */
+typedef struct kvf_sloc {
+    kvf_sloc_ent_t *ents; /* NULL: off */
+    size_t mask;
+    pthread_mutex_t locks[KVF_SLOC_LOCKS];
+    pthread_mutex_t seg_lock;
+    uint64_t gets, used; /* kvf_store_loc_stats (atomic) */
+    unsigned nseg;
+    char segs[KVF_SLOC_SEGS][KVF_STORE_SEG_MAX];
+} kvf_sloc_t;
+
 struct kvf_store {
     char host[KVF_HOST_MAX];
     uint16_t port;
@@ -66,6 +91,7 @@ struct kvf_store {
     pthread_mutex_t peers_lock;
     uint64_t peer_epoch; /* bumped when a peer fails: reservations from
                             before are not used (its node may be new) */
+    kvf_sloc_t loc;
 };
 
 /* One request/reply round trip with the master on a pooled connection.
@@ -74,6 +100,13 @@ struct kvf_store {
 kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
                            const kvf_wr_t *w, kvf_sconn_t **conn_p);
 void kvf_store_release(kvf_store_h st, kvf_sconn_t *c);
+/* kvf_store_rpc in two halves, so that other work overlaps the round
+ * trip: a pooled (or new) connection with the request sent, then its
+ * reply (a transport failure closes c: *closed_p = 1). */
+kvf_status_t kvf_store_rpc_send(kvf_store_h st, uint8_t type, uint32_t count,
+                                const kvf_wr_t *w, kvf_sconn_t **conn_p);
+kvf_status_t kvf_store_rpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
+                                int *closed_p);
 /* The round trip on connection c (taken from the pool by the caller).
  * On KVF_OK the reply is in c->f; a transport failure closes c (it must
  * not be used again: *closed_p = 1); a reply's whole-frame status is
@@ -102,6 +135,31 @@ void kvf_store_peer_put(kvf_store_h st, kvf_speer_t *sp, int bad);
 
 /* Is this data-path error one that condemns the peer? */
 int kvf_store_peer_error(kvf_status_t status);
+
+/* Runs ops as one engine batch (inline where the transport can);
+ * op_st gets each op's status; during(arg), when given, runs while the
+ * batch is in flight. Drops the sps references. */
+void kvf_store_run(kvf_store_h st, kvf_op_t *ops, kvf_speer_t **sps, size_t n,
+                   kvf_status_t *op_st, void (*during)(void *arg), void *arg);
+/* Reads a replica list (u8 n, n x {str segment, u64 addr}) into e. */
+void kvf_store_rd_reps(kvf_rd_t *r, kvf_sreps_t *e);
+
+/* The location cache (client_spec.c). entries: a power of two, 0 = off. */
+kvf_status_t kvf_sloc_init(kvf_sloc_t *loc, size_t entries);
+void kvf_sloc_fini(kvf_sloc_t *loc);
+/* Remembers where key's bytes are (replica k of e). */
+void kvf_sloc_note(kvf_sloc_t *loc, const char *key, const kvf_sreps_t *e,
+                   unsigned k);
+/* Forgets key (removed, or the master no longer has it there). */
+void kvf_sloc_forget(kvf_sloc_t *loc, const char *key);
+/* A single-key get that reads from the cached location while its GET
+ * round trip is in flight. *used = 0: no cached location (or the round
+ * trip failed): nothing done, the caller gets as usual. *used = 1: e
+ * holds the master's answer; *done = 1 if the bytes read there are the
+ * object's (the master names that replica and the checksum matches),
+ * else the caller reads e's replicas as usual. */
+void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
+                        kvf_sreps_t *e, int *used, int *done);
 
 extern __thread kvf_store_timing_t kvf_store_tl_timing;
 

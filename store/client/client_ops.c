@@ -32,7 +32,7 @@
 static const char kvf_store_empty[1];
 static __thread unsigned kvf_store_tl_rr;
 
-static void kvf_store_rd_reps(kvf_rd_t *r, kvf_sreps_t *e)
+void kvf_store_rd_reps(kvf_rd_t *r, kvf_sreps_t *e)
 {
     unsigned i;
 
@@ -64,12 +64,9 @@ static uint64_t kvf_store_sum(const void *buf, size_t len)
     return kvf_checksum(len ? buf : kvf_store_empty, len);
 }
 
-/* Runs ops (with their speer refs) as one engine batch; op_st gets each
- * op's status. during(arg), when given, runs while the batch is in flight.
- * Peers that failed leave the cache. */
-static void kvf_store_run(kvf_store_h st, kvf_op_t *ops, kvf_speer_t **sps,
-                          size_t n, kvf_status_t *op_st,
-                          void (*during)(void *arg), void *arg)
+/* Peers that failed leave the cache. */
+void kvf_store_run(kvf_store_h st, kvf_op_t *ops, kvf_speer_t **sps, size_t n,
+                   kvf_status_t *op_st, void (*during)(void *arg), void *arg)
 {
     kvf_status_t status;
     kvf_batch_h b;
@@ -123,6 +120,21 @@ static void kvf_store_sum_all(void *arg)
         }
     }
     j->ns = kvf_time_ns() - t0;
+}
+
+/* The location cache learns where a put wrote (its first replica). */
+static void kvf_store_note_put(kvf_store_h st, const char *key, kvf_sreps_t *e,
+                               size_t len, unsigned mask)
+{
+    unsigned k;
+
+    for (k = 0; k < e->nrep; k++) {
+        if (mask & (1u << k)) {
+            e->size = len;
+            kvf_sloc_note(&st->loc, key, e, k);
+            return;
+        }
+    }
 }
 
 /* Writes every replica of one key at e's addresses; returns the mask of
@@ -245,6 +257,7 @@ static kvf_status_t kvf_store_put_resv(kvf_store_h st, const char *key,
     t0 = kvf_time_ns();
     sum = kvf_store_sum(buf, len);
     tm->verify_ns = kvf_time_ns() - t0;
+    kvf_store_note_put(st, key, &c->resv.r, len, mask);
     kvf_wr_init(&w);
     kvf_store_wr_commit(&w, key, c->resv.r.put_id, len, sum, mask, flags,
                         mask ? len : 0, replicas);
@@ -264,6 +277,9 @@ static kvf_status_t kvf_store_put_resv(kvf_store_h st, const char *key,
         c->resv.r.put_id = id; /* refused for the key: the space stays */
     }
     kvf_store_release(st, c);
+    if (status != KVF_OK) {
+        kvf_sloc_forget(&st->loc, key);
+    }
     if (status == KVF_ERR_STALE || (status == KVF_OK && mask == 0)) {
         /* reclaimed under us, or no replica could be written (aborted):
          * put again the usual way, on space allocated now */
@@ -469,6 +485,9 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         if (s[0] == KVF_OK && status != KVF_OK) {
             s[0] = status;
         }
+        if (s[0] == KVF_OK) {
+            kvf_store_note_put(st, keys[0], &e[0], lens[0], mask[0]);
+        }
         status = s[0];
         goto out;
     }
@@ -494,6 +513,11 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
         kvf_store_release(st, c);
         if (status != KVF_OK) {
             goto fail_all;
+        }
+    }
+    for (i = 0; i < count; i++) {
+        if (s[i] == KVF_OK) {
+            kvf_store_note_put(st, keys[i], &e[i], lens[i], mask[i]);
         }
     }
     status = kvf_store_first_error(s, count);
@@ -580,6 +604,7 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
     unsigned round, maxrep = 0, lease_ms = 0, *mism = NULL, *oprep = NULL;
     unsigned char *want = NULL;
     unsigned start;
+    int spec_used = 0, spec_done = 0;
     size_t i, nops;
     uint64_t t0, sum;
 
@@ -603,9 +628,25 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
         status = KVF_ERR_NO_MEMORY;
         goto out;
     }
+    if (count == 1 && !(flags & KVF_STORE_DEVICE_MEM) &&
+        kvf_sp_key_check(keys[0]) == KVF_OK) {
+        kvf_store_get_spec(st, keys[0], bufs[0], caps[0], &e[0], &spec_used,
+                           &spec_done);
+    }
+    if (spec_done) {
+        s[0] = KVF_OK;
+        if (lens != NULL) {
+            lens[0] = e[0].size;
+        }
+        status = KVF_OK;
+        goto out;
+    }
     t0 = kvf_time_ns();
-    status = kvf_store_lookup(st, count, keys, e, &lease_ms);
-    tm->query_ns = kvf_time_ns() - t0;
+    status =
+        spec_used ? KVF_OK : kvf_store_lookup(st, count, keys, e, &lease_ms);
+    if (!spec_used) {
+        tm->query_ns = kvf_time_ns() - t0;
+    }
     if (status != KVF_OK) {
         for (i = 0; i < count; i++) {
             s[i] = status;
@@ -697,6 +738,7 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
             }
             s[key] = KVF_OK;
             want[key] = 0;
+            kvf_sloc_note(&st->loc, keys[key], &e[key], oprep[i]);
             if (lens != NULL) {
                 lens[key] = e[key].size;
             }
@@ -777,6 +819,15 @@ kvf_status_t kvf_store_remove_batch(kvf_store_h st, size_t count,
                                     const char *const *keys,
                                     kvf_status_t *statuses)
 {
+    size_t i;
+
+    for (i = 0;
+         st != NULL && keys != NULL && i < count && i <= KVF_STORE_BATCH_MAX;
+         i++) {
+        if (keys[i] != NULL) {
+            kvf_sloc_forget(&st->loc, keys[i]);
+        }
+    }
     return kvf_store_keys_call(st, KVF_SP_REMOVE, count, keys, statuses);
 }
 
@@ -805,7 +856,7 @@ kvf_status_t kvf_store_get(kvf_store_h st, const char *key, void *buf,
 
 kvf_status_t kvf_store_remove(kvf_store_h st, const char *key)
 {
-    return kvf_store_keys_call(st, KVF_SP_REMOVE, 1, &key, NULL);
+    return kvf_store_remove_batch(st, 1, &key, NULL);
 }
 
 kvf_status_t kvf_store_exists(kvf_store_h st, const char *key)

@@ -34,6 +34,11 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
     {"put_reserve", "1",
      "1: a client's single puts keep space reserved for the next one "
      "(one master round trip per put instead of two)"},
+    {"loc_cache", "16384",
+     "entries of a client's location cache (a power of two; 0 = off): a "
+     "single-key get reads a key's last known location while the master "
+     "answers, and keeps the bytes only if the master names that location "
+     "and the checksum matches"},
     {"master_unix", "1",
      "1: a master on a loopback address is reached over its abstract unix "
      "socket when the client's engine may use a same-host transport "
@@ -232,6 +237,14 @@ kvf_status_t kvf_sp_call(int fd, uint8_t type, uint64_t id, uint32_t count,
     if (status != KVF_OK) {
         return status;
     }
+    return kvf_sp_call_end(fd, type, id, f, deadline_ms);
+}
+
+kvf_status_t kvf_sp_call_end(int fd, uint8_t type, uint64_t id,
+                             kvf_sp_frame_t *f, uint64_t deadline_ms)
+{
+    kvf_status_t status;
+
     status = kvf_sp_recv_reply(fd, f, deadline_ms);
     if (status != KVF_OK) {
         return status;

@@ -96,6 +96,10 @@ kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
 kvf_status_t kvf_sp_call(int fd, uint8_t type, uint64_t id, uint32_t count,
                          const kvf_wr_t *w, kvf_sp_frame_t *f,
                          uint64_t deadline_ms);
+/* The second half of kvf_sp_call, for a caller that sent the request
+ * with kvf_sp_send and did other work meanwhile. */
+kvf_status_t kvf_sp_call_end(int fd, uint8_t type, uint64_t id,
+                             kvf_sp_frame_t *f, uint64_t deadline_ms);
 
 /* Keys: writes a str; reads one into out[KVF_STORE_KEY_MAX + 1] with a
  * per-key verdict (KVF_ERR_KEY_TOO_LARGE, KVF_ERR_INVALID_PARAM for an

@@ -711,6 +711,14 @@ int kvf_cmd_bench_store(int argc, char **argv)
             }
         }
     }
+    if (!o.json) {
+        kvf_store_loc_stats_t ls;
+
+        kvf_store_loc_stats(st, &ls);
+        printf("# location cache: %lu gets read a cached location, %lu of "
+               "them in one round trip\n",
+               (unsigned long)ls.gets, (unsigned long)ls.used);
+    }
     kvf_store_disconnect(st);
     kvf_bs_cluster_stop(&cl);
     if (o.json) {

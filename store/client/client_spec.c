@@ -1,0 +1,294 @@
+/*
+ * Store client: the location cache and the speculative single-key get.
+ *
+ * A get is a GET round trip to the master (lease, location, checksum)
+ * followed by an engine read from a node: two round trips, one after the
+ * other. Most gets are of keys this client has seen before (it put them,
+ * or got them earlier), and objects do not move. So the handle keeps
+ * where each key's bytes were last seen, in a direct-mapped table
+ * (key hash -> segment, address, size), filled by its own puts and gets.
+ * A single-key get with a cached location sends the GET, reads the cached
+ * location into the caller's buffer while the master answers, then takes
+ * the master's answer:
+ *
+ *   - the master names that replica (same segment, address and size) and
+ *     the bytes read have the master's checksum: the get is done, in one
+ *     round trip's time instead of two;
+ *   - anything else (moved, removed, evicted, reused, a failed read, a
+ *     checksum that does not match): the bytes are not used; the get reads
+ *     the replicas the master named, as a plain get does.
+ *
+ * Why this is safe: the read may start before the master grants the
+ * lease, so the slot may be reused under it; but the bytes are accepted
+ * only if they hash to the checksum the master holds for the object it
+ * names at that address: the same guarantee that protects a reader slower
+ * than its lease. The master still sees every get (hits, misses, LRU,
+ * leases); the cache only saves waiting. On a failed get the caller's
+ * buffer holds unspecified bytes (as on a failed plain get).
+ *
+ * Config: `loc_cache` (store table) = entries, a power of two; 0 = off
+ * (KVF_LOC_CACHE=0).
+ */
+#include "store/client/client_int.h"
+#include "core/alloc.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define KVF_SLOC_SEED 0x6b76666c6f63ull /* "kvfloc" */
+
+kvf_status_t kvf_sloc_init(kvf_sloc_t *loc, size_t entries)
+{
+    unsigned i;
+
+    memset(loc, 0, sizeof(*loc));
+    if (entries == 0) {
+        return KVF_OK;
+    }
+    if ((entries & (entries - 1)) != 0 || entries > (1u << 24)) {
+        kvf_error("store loc_cache=%zu: a power of two up to 16M, or 0",
+                  entries);
+        return KVF_ERR_INVALID_PARAM;
+    }
+    loc->ents = kvf_calloc(entries, sizeof(*loc->ents));
+    if (loc->ents == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    loc->mask = entries - 1;
+    for (i = 0; i < KVF_SLOC_LOCKS; i++) {
+        pthread_mutex_init(&loc->locks[i], NULL);
+    }
+    pthread_mutex_init(&loc->seg_lock, NULL);
+    return KVF_OK;
+}
+
+void kvf_sloc_fini(kvf_sloc_t *loc)
+{
+    unsigned i;
+
+    if (loc->ents == NULL) {
+        return;
+    }
+    for (i = 0; i < KVF_SLOC_LOCKS; i++) {
+        pthread_mutex_destroy(&loc->locks[i]);
+    }
+    pthread_mutex_destroy(&loc->seg_lock);
+    kvf_free(loc->ents);
+    loc->ents = NULL;
+}
+
+static uint64_t kvf_sloc_tag(const char *key)
+{
+    uint64_t h = kvf_hash64(key, strlen(key), KVF_SLOC_SEED);
+
+    return h ? h : 1;
+}
+
+/* The index of a segment name (added if new); KVF_SLOC_SEGS if full. */
+static unsigned kvf_sloc_seg(kvf_sloc_t *loc, const char *seg)
+{
+    unsigned i, n;
+
+    n = __atomic_load_n(&loc->nseg, __ATOMIC_ACQUIRE);
+    for (i = 0; i < n; i++) {
+        if (strcmp(loc->segs[i], seg) == 0) {
+            return i;
+        }
+    }
+    pthread_mutex_lock(&loc->seg_lock);
+    for (i = 0; i < loc->nseg; i++) {
+        if (strcmp(loc->segs[i], seg) == 0) {
+            break;
+        }
+    }
+    if (i == loc->nseg && i < KVF_SLOC_SEGS) {
+        snprintf(loc->segs[i], sizeof(loc->segs[i]), "%s", seg);
+        __atomic_store_n(&loc->nseg, i + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&loc->seg_lock);
+    return i;
+}
+
+void kvf_sloc_note(kvf_sloc_t *loc, const char *key, const kvf_sreps_t *e,
+                   unsigned k)
+{
+    uint64_t tag;
+    size_t idx;
+    unsigned seg;
+
+    if (loc->ents == NULL || k >= e->nrep || e->size == 0) {
+        return;
+    }
+    seg = kvf_sloc_seg(loc, e->seg[k]);
+    if (seg >= KVF_SLOC_SEGS) {
+        return;
+    }
+    tag = kvf_sloc_tag(key);
+    idx = tag & loc->mask;
+    pthread_mutex_lock(&loc->locks[idx % KVF_SLOC_LOCKS]);
+    loc->ents[idx].tag = tag;
+    loc->ents[idx].addr = e->addr[k];
+    loc->ents[idx].size = e->size;
+    loc->ents[idx].seg = seg;
+    pthread_mutex_unlock(&loc->locks[idx % KVF_SLOC_LOCKS]);
+}
+
+void kvf_sloc_forget(kvf_sloc_t *loc, const char *key)
+{
+    uint64_t tag;
+    size_t idx;
+
+    if (loc->ents == NULL) {
+        return;
+    }
+    tag = kvf_sloc_tag(key);
+    idx = tag & loc->mask;
+    pthread_mutex_lock(&loc->locks[idx % KVF_SLOC_LOCKS]);
+    if (loc->ents[idx].tag == tag) {
+        loc->ents[idx].tag = 0;
+    }
+    pthread_mutex_unlock(&loc->locks[idx % KVF_SLOC_LOCKS]);
+}
+
+/* The cached location of key, if any. */
+static int kvf_sloc_find(kvf_sloc_t *loc, const char *key, kvf_sloc_ent_t *out)
+{
+    uint64_t tag;
+    size_t idx;
+    int hit;
+
+    if (loc->ents == NULL) {
+        return 0;
+    }
+    tag = kvf_sloc_tag(key);
+    idx = tag & loc->mask;
+    pthread_mutex_lock(&loc->locks[idx % KVF_SLOC_LOCKS]);
+    *out = loc->ents[idx];
+    pthread_mutex_unlock(&loc->locks[idx % KVF_SLOC_LOCKS]);
+    hit = (out->tag == tag && out->seg < KVF_SLOC_SEGS);
+    return hit;
+}
+
+/* Parses a one-key GET reply into e (as kvf_store_lookup does). */
+static kvf_status_t kvf_store_spec_parse(kvf_sconn_t *c, kvf_sreps_t *e)
+{
+    kvf_rd_t r;
+
+    if (c->f.hdr.count != 1) {
+        return KVF_ERR_PROTOCOL;
+    }
+    kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+    e->status = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
+    e->size = kvf_rd_u64(&r);
+    e->checksum = kvf_rd_u64(&r);
+    (void)kvf_rd_u32(&r); /* lease_ms */
+    kvf_store_rd_reps(&r, e);
+    if (e->status == KVF_OK && e->nrep == 0) {
+        e->status = KVF_ERR_NOT_FOUND;
+    }
+    return kvf_rd_status(&r);
+}
+
+/* Does the master's answer name the replica that was read? */
+static int kvf_store_spec_same(kvf_sloc_t *loc, const kvf_sloc_ent_t *l,
+                               const kvf_sreps_t *e)
+{
+    unsigned k;
+
+    if (e->status != KVF_OK || e->size != l->size) {
+        return 0;
+    }
+    for (k = 0; k < e->nrep; k++) {
+        if (e->addr[k] == l->addr &&
+            strcmp(e->seg[k], loc->segs[l->seg]) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
+                        kvf_sreps_t *e, int *used, int *done)
+{
+    kvf_store_timing_t *tm = &kvf_store_tl_timing;
+    kvf_status_t status, op_st = KVF_ERR_INTERNAL;
+    kvf_speer_t *sp = NULL;
+    kvf_sconn_t *c;
+    kvf_sloc_ent_t l;
+    kvf_op_t op;
+    uint64_t t0, t1;
+    int closed;
+    kvf_wr_t w;
+
+    *used = 0;
+    *done = 0;
+    if (buf == NULL || !kvf_sloc_find(&st->loc, key, &l) || l.size > cap) {
+        return;
+    }
+    kvf_wr_init(&w);
+    kvf_wr_str(&w, key);
+    t0 = kvf_time_ns();
+    status = kvf_store_rpc_send(st, KVF_SP_GET, 1, &w, &c);
+    kvf_wr_free(&w);
+    if (status != KVF_OK) {
+        return; /* the plain get retries and reports */
+    }
+    t1 = kvf_time_ns();
+    tm->query_ns = t1 - t0;
+    /* the read, while the master answers */
+    if (kvf_store_peer_get(st, st->loc.segs[l.seg], &sp) == KVF_OK) {
+        memset(&op, 0, sizeof(op));
+        op.type = KVF_OP_READ;
+        op.local = buf;
+        op.peer = sp->peer;
+        op.remote = l.addr;
+        op.length = l.size;
+        kvf_store_run(st, &op, &sp, 1, &op_st, NULL, NULL);
+    }
+    t0 = kvf_time_ns();
+    tm->read_ns = t0 - t1;
+    status = kvf_store_rpc_recv(st, c, KVF_SP_GET, &closed);
+    if (closed) {
+        return;
+    }
+    if (status == KVF_OK) {
+        status = kvf_store_spec_parse(c, e);
+    }
+    kvf_store_release(st, c);
+    t1 = kvf_time_ns();
+    tm->query_ns += t1 - t0;
+    if (status != KVF_OK) {
+        return;
+    }
+    *used = 1;
+    __atomic_add_fetch(&st->loc.gets, 1, __ATOMIC_RELAXED);
+    if (op_st != KVF_OK || !kvf_store_spec_same(&st->loc, &l, e)) {
+        if (e->status != KVF_OK) {
+            kvf_sloc_forget(&st->loc, key);
+        }
+        kvf_log_rl(KVF_LOG_DEBUG,
+                   "store get '%s': cached location unusable "
+                   "(read %s, master %s)",
+                   key, kvf_status_str(op_st), kvf_status_str(e->status));
+        return;
+    }
+    *done = (kvf_checksum(buf, e->size) == e->checksum);
+    tm->verify_ns = kvf_time_ns() - t1;
+    if (*done) {
+        __atomic_add_fetch(&st->loc.used, 1, __ATOMIC_RELAXED);
+    }
+}
+
+void kvf_store_loc_stats(kvf_store_h st, kvf_store_loc_stats_t *stats_p)
+{
+    if (stats_p == NULL) {
+        return;
+    }
+    stats_p->gets =
+        (st != NULL) ? __atomic_load_n(&st->loc.gets, __ATOMIC_RELAXED) : 0;
+    stats_p->used =
+        (st != NULL) ? __atomic_load_n(&st->loc.used, __ATOMIC_RELAXED) : 0;
+}
