@@ -184,6 +184,75 @@ for stage in "$@"; do
       done
     done
     ;;
+  resab)
+    # resident copy kernel (cuda_resident) against one launch per batch,
+    # GPU->GPU with the records' 8 GiB pools, two rounds: CTAs per SM of
+    # the resident grid, list on the GPU, kernels on the destination
+    # (pull); h2d and d2d with it on and off; copy tests under it first
+    step 240 test_gpu_copy-res-on env KVF_CUDA_RESIDENT=on "$D/test_gpu_copy"
+    step 240 test_gpu_copy-res-off env KVF_CUDA_RESIDENT=off \
+      "$D/test_gpu_copy"
+    a="--path p2p --iters 9 --each-iters 0"
+    for round in 1 2; do
+      v=""
+      [ "$round" = 1 ] && v="--verify"
+      blke KVF_CUDA_RESIDENT=off "p2p-launch-$round" $a \
+        --json "$R/p2p-launch-$round.json"
+      blke KVF_CUDA_RESIDENT=p2p "p2p-res2-$round" $a $v \
+        --json "$R/p2p-res2-$round.json"
+      for c in 1 3; do
+        step 120 "p2p-res$c-$round" env KVF_CUDA_RESIDENT=p2p \
+          KVF_CUDA_RESIDENT_CTAS=$c "$B" bench blocks --device gpu $a \
+          --json "$R/p2p-res$c-$round.json"
+      done
+      blke KVF_CUDA_RESIDENT=p2p "p2p-res2-gpulist-$round" $a --blocks-on gpu \
+        $v --json "$R/p2p-res2-gpulist-$round.json"
+      blke KVF_CUDA_RESIDENT=off "p2p-launch-gpulist-$round" $a \
+        --blocks-on gpu --json "$R/p2p-launch-gpulist-$round.json"
+      blke KVF_CUDA_RESIDENT=p2p "p2p-res2-pull-$round" $a --on-dst $v \
+        --json "$R/p2p-res2-pull-$round.json"
+      blke KVF_CUDA_RESIDENT=off "p2p-launch-pull-$round" $a --on-dst \
+        --json "$R/p2p-launch-pull-$round.json"
+    done
+    for p in h2d d2d; do
+      for m in off on; do
+        blke KVF_CUDA_RESIDENT=$m "$p-res$m" --path $p --iters 9 \
+          --each-iters 0 --verify --json "$R/$p-res$m.json"
+      done
+    done
+    ;;
+  resfinal)
+    # the resident kernel's A/B again on the final code: launch per batch
+    # vs resident (the default), GPU->GPU, two rounds; h2d and d2d with
+    # it off (the default) and on
+    a="--path p2p --iters 9 --each-iters 0"
+    for round in 3 4; do
+      blke KVF_CUDA_RESIDENT=off "p2p-launch-$round" $a \
+        --json "$R/p2p-launch-$round.json"
+      blk "p2p-res2-$round" $a --json "$R/p2p-res2-$round.json"
+    done
+    for p in h2d d2d; do
+      for m in off on; do
+        blke KVF_CUDA_RESIDENT=$m "$p-res$m-2" --path $p --iters 9 \
+          --each-iters 0 --json "$R/$p-res$m-2.json"
+      done
+    done
+    ;;
+  abtable)
+    # shares of contiguous of every JSON under $R, one line each
+    python3 - "$R" <<'PY'
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    try:
+        d = json.load(open(f))
+        rows = d["rows"]
+        sh = " / ".join("%.1f" % (100 * r["share_of_contiguous"]) for r in rows)
+        gb = " / ".join("%.0f" % r["gib_s"] for r in rows)
+        print("%-34s %-28s %s GiB/s" % (os.path.basename(f)[:34], sh, gb))
+    except Exception:
+        pass
+PY
+    ;;
   localfinal)
     # records of the local paths with the defaults (no tcp/cuda transports)
     step 120 h2d "$B" bench h2d --record "$R"

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <kvferry/kvferry.h>
 
@@ -377,6 +378,124 @@ static void test_dev_list(void **state)
     pool_free(&host);
 }
 
+static void res_stats(kvf_cuda_copy_t *cp, uint64_t *jobs, uint64_t *launches)
+{
+    uint64_t fallbacks;
+
+    kvf_cuda_copy_res_stats(cp, jobs, launches, &fallbacks);
+    assert_int_equal(fallbacks, 0);
+}
+
+/* The resident copy kernel (cuda_resident = on: every in-place batch of
+ * the warp kernel): every path with odd sizes at unaligned offsets, the
+ * list in pinned or GPU memory; out-of-range blocks refused (the rest
+ * copied) and the next batch unaffected; an instance that idled out is
+ * started again; park; batches really went through it (counters). */
+static void test_resident(void **state)
+{
+    int p2p = kvf_cuda_device_count() > 1 && kvf_cuda_peer_enable(0, 1) &&
+              kvf_cuda_peer_enable(1, 0);
+    unsigned char *before, *after, *sb;
+    uint64_t jobs, launches, j0, l0;
+    kvf_cuda_mem_t src, dst;
+    kvf_cuda_copy_t *cp;
+    kvf_cuda_blk_t *pb;
+    int i;
+
+    (void)state;
+    setenv("KVF_CUDA_RESIDENT", "on", 1);
+    setenv("KVF_CUDA_RESIDENT_IDLE_US", "1000", 1);
+    /* odd seeds: list in pinned memory, read in place; 2 mod 4: on GPU */
+    run_path(KVF_MEM_PINNED, 0, KVF_MEM_CUDA, 0, 0, KVF_CUDA_KERNEL_WARP, NBLK,
+             101);
+    run_path(KVF_MEM_PINNED, 0, KVF_MEM_CUDA, 0, 0, KVF_CUDA_KERNEL_WARP, 37,
+             103);
+    run_path(KVF_MEM_CUDA, 0, KVF_MEM_CUDA, 0, 0, KVF_CUDA_KERNEL_WARP, NBLK,
+             105);
+    run_path(KVF_MEM_CUDA, 0, KVF_MEM_CUDA, 0, 0, KVF_CUDA_KERNEL_WARP, NBLK,
+             106);
+    run_path(KVF_MEM_CUDA, 0, KVF_MEM_PINNED, 0, 0, KVF_CUDA_KERNEL_WARP, NBLK,
+             107);
+    if (p2p) {
+        run_path(KVF_MEM_CUDA, 0, KVF_MEM_CUDA, 1, 0, KVF_CUDA_KERNEL_AUTO,
+                 NBLK, 109); /* push */
+        run_path(KVF_MEM_CUDA, 0, KVF_MEM_CUDA, 1, 0, KVF_CUDA_KERNEL_AUTO,
+                 NBLK, 110); /* push, list on the GPU */
+        run_path(KVF_MEM_CUDA, 0, KVF_MEM_CUDA, 1, 1, KVF_CUDA_KERNEL_AUTO,
+                 NBLK, 111); /* pull */
+        run_path(KVF_MEM_CUDA, 0, KVF_MEM_CUDA, 1, 0, KVF_CUDA_KERNEL_AUTO, 3,
+                 113); /* a few long unaligned blocks */
+    }
+    pool_new(&src, KVF_MEM_CUDA, 0, 120);
+    pool_new(&dst, KVF_MEM_CUDA, p2p ? 1 : 0, 121);
+    assert_int_equal(
+        kvf_cuda_mem_alloc(KVF_MEM_PINNED, 0, 4 * sizeof(*pb), (void **)&pb),
+        KVF_OK);
+    assert_int_equal(kvf_cuda_copy_create(0, &cp), KVF_OK);
+    before = snapshot(&dst);
+    pb[0] = (kvf_cuda_blk_t){0, 0, 4096};
+    pb[1] = (kvf_cuda_blk_t){POOL - 100, 8192, 101};    /* src */
+    pb[2] = (kvf_cuda_blk_t){8192, POOL - 10, 11};      /* dst */
+    pb[3] = (kvf_cuda_blk_t){16384, UINT64_MAX - 2, 8}; /* wrap */
+    assert_int_equal(kvf_cuda_copy_blocks(cp, &src, &dst, pb, 4, TIMEOUT),
+                     KVF_ERR_OUT_OF_BOUNDS);
+    res_stats(cp, &jobs, &launches);
+    assert_int_equal(jobs, 1);
+    assert_int_equal(launches, 1);
+    after = snapshot(&dst);
+    sb = snapshot(&src);
+    assert_memory_equal(after, sb, 4096);
+    assert_memory_equal(after + 4096, before + 4096, POOL - 4096);
+    /* the next batch is fine; odd length, unaligned, both sides */
+    pb[0] = (kvf_cuda_blk_t){12345, 54321, 7777};
+    assert_int_equal(kvf_cuda_copy_blocks(cp, &src, &dst, pb, 1, TIMEOUT),
+                     KVF_OK);
+    free(after);
+    after = snapshot(&dst);
+    assert_memory_equal(after + 54321, sb + 12345, 7777);
+    /* idle past cuda_resident_idle_us: it left, the next batch starts it */
+    res_stats(cp, &j0, &l0);
+    usleep(30000);
+    assert_int_equal(kvf_cuda_copy_blocks(cp, &src, &dst, pb, 1, TIMEOUT),
+                     KVF_OK);
+    res_stats(cp, &jobs, &launches);
+    assert_int_equal(jobs, j0 + 1);
+    assert_int_equal(launches, l0 + 1);
+    /* back to back: one instance takes them all */
+    kvf_cuda_copy_park(cp);
+    setenv("KVF_CUDA_RESIDENT_IDLE_US", "500000", 1);
+    res_stats(cp, &j0, &l0);
+    for (i = 0; i < 50; i++) {
+        pb[0] = (kvf_cuda_blk_t){(uint64_t)i * 8192 + 3, (uint64_t)i * 8192 + 7,
+                                 8000 + (uint64_t)i};
+        assert_int_equal(kvf_cuda_copy_blocks(cp, &src, &dst, pb, 1, TIMEOUT),
+                         KVF_OK);
+    }
+    res_stats(cp, &jobs, &launches);
+    assert_int_equal(jobs, j0 + 50);
+    assert_int_equal(launches, l0 + 1);
+    free(after);
+    after = snapshot(&dst);
+    for (i = 0; i < 50; i++) {
+        assert_memory_equal(after + i * 8192 + 7, sb + i * 8192 + 3, 8000 + i);
+    }
+    /* parked: the next batch starts a new instance */
+    kvf_cuda_copy_park(cp);
+    assert_int_equal(kvf_cuda_copy_blocks(cp, &src, &dst, pb, 1, TIMEOUT),
+                     KVF_OK);
+    res_stats(cp, &jobs, &launches);
+    assert_int_equal(launches, l0 + 2);
+    kvf_cuda_copy_destroy(cp);
+    unsetenv("KVF_CUDA_RESIDENT");
+    unsetenv("KVF_CUDA_RESIDENT_IDLE_US");
+    kvf_cuda_mem_free(KVF_MEM_PINNED, pb);
+    free(before);
+    free(after);
+    free(sb);
+    pool_free(&src);
+    pool_free(&dst);
+}
+
 /* Registration checks GPU ranges against their allocation. */
 static void test_register_bounds(void **state)
 {
@@ -472,6 +591,7 @@ int main(void)
         cmocka_unit_test(test_pageable),
         cmocka_unit_test(test_out_of_range),
         cmocka_unit_test(test_dev_list),
+        cmocka_unit_test(test_resident),
         cmocka_unit_test(test_register_bounds),
         cmocka_unit_test(test_mem_alloc),
     };

@@ -66,6 +66,8 @@ void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_rng_t *rng);
 void kvf_gpu_describe(int gpu, char *buf, size_t len);
 /* Adds the GPU's description to a JSON object. */
 void kvf_gpu_json_info(kvf_json_t *j, const char *key, int gpu);
+/* "resident copy kernel: ..." counters of cp, when it used one. */
+void kvf_gpu_print_resident(const kvf_cuda_copy_t *cp);
 
 /* Transports mode and serving mode (bench_gpu_net.c). */
 int kvf_gpu_bench_net(const kvf_gpu_opts_t *o);

@@ -2,7 +2,8 @@
  * GPU benches, shared pieces: pools of any memory kind (pageable, pinned,
  * GPU) filled with seeded random bytes and a unique tag per 4 KiB page so
  * a misplaced block cannot pass a checksum comparison; random block
- * picking; GPU descriptions for tables, JSON and records.
+ * picking; GPU descriptions for tables, JSON and records; the resident
+ * copy kernel's counters.
  */
 #include "tools/kvferry/bench_gpu.h"
 
@@ -170,4 +171,17 @@ void kvf_gpu_json_info(kvf_json_t *j, const char *key, int gpu)
         kvf_json_int(j, "runtime_version", in.runtime_version);
     }
     kvf_json_end_obj(j);
+}
+
+void kvf_gpu_print_resident(const kvf_cuda_copy_t *cp)
+{
+    uint64_t jobs, launches, fallbacks;
+
+    kvf_cuda_copy_res_stats(cp, &jobs, &launches, &fallbacks);
+    if (jobs + launches + fallbacks > 0) {
+        printf("resident copy kernel: %lu batches, %lu launches, %lu "
+               "batches launched instead\n",
+               (unsigned long)jobs, (unsigned long)launches,
+               (unsigned long)fallbacks);
+    }
 }

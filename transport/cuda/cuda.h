@@ -153,6 +153,16 @@ typedef struct kvf_cuda_copy kvf_cuda_copy_t;
 kvf_status_t kvf_cuda_copy_create(int device, kvf_cuda_copy_t **cp_p);
 void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp);
 void kvf_cuda_copy_set_kernel(kvf_cuda_copy_t *cp, kvf_cuda_kernel_t k);
+/* Stops the context's resident copy kernel (cuda_resident) if it runs,
+ * so that its GPU is idle (benches park it before timing baselines);
+ * the next batch starts it again. Bounded wait. */
+void kvf_cuda_copy_park(kvf_cuda_copy_t *cp);
+/* Batches the resident kernel moved, its launches, and batches that took
+ * the launch path because it could not start (or had failed). */
+void kvf_cuda_copy_res_stats(const kvf_cuda_copy_t *cp, uint64_t *jobs,
+                             uint64_t *launches, uint64_t *fallbacks);
+/* cuda_resident as configured: "off", "on" or "p2p". */
+const char *kvf_cuda_resident_name(void);
 kvf_cuda_kernel_t kvf_cuda_kernel_parse(const char *name);
 const char *kvf_cuda_kernel_name(kvf_cuda_kernel_t k);
 

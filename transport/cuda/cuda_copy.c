@@ -49,6 +49,7 @@ kvf_status_t kvf_cuda_copy_create(int device, kvf_cuda_copy_t **cp_p)
     cp->device = device;
     cp->sm_count = kvf_cuda_devs[device].sm_count;
     cp->kernel = kvf_cuda_default_kernel();
+    cp->res_mode = kvf_cuda_res_mode();
     status = KVF_CUDA_CHECK(
         cudaStreamCreateWithFlags(&cp->stream, cudaStreamNonBlocking));
     if (status == KVF_OK) {
@@ -92,6 +93,7 @@ void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp)
         return;
     }
     cudaSetDevice(cp->device);
+    kvf_cuda_res_free(cp);
     if (cp->stream != NULL) {
         /* bounded: a copy never outlives its own deadline by much */
         if (cp->done != NULL &&
@@ -286,11 +288,15 @@ static kvf_status_t kvf_cuda_split_post(kvf_cuda_copy_t *cp, int other,
  * to KVF_CUDA_LAUNCH_MAX descriptors straight from it (or uploaded, see
  * kvf_cuda_desc_place), alternating streams. Blocks are not split (a
  * large one just keeps its warp longer). other >= 0: the last pull_n
- * descriptors go to that GPU (kvf_cuda_split_post). */
-static kvf_status_t
-kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp, kvf_cuda_kernel_t kern,
-                      kvf_cuda_launch_t *l, const void *dev_blks, size_t n,
-                      int upload, int other, size_t pull_n, uint64_t deadline)
+ * descriptors go to that GPU (kvf_cuda_split_post). resident: the whole
+ * batch goes to the context's resident kernel (cuda_res.c) instead,
+ * when it can take it. */
+static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
+                                          kvf_cuda_kernel_t kern,
+                                          kvf_cuda_launch_t *l,
+                                          const void *dev_blks, size_t n,
+                                          int upload, int other, size_t pull_n,
+                                          int resident, uint64_t deadline)
 {
     const kvf_cuda_blk_t *d = dev_blks;
     kvf_status_t status = KVF_OK;
@@ -298,6 +304,18 @@ kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp, kvf_cuda_kernel_t kern,
     unsigned k;
     int pulled = 0;
 
+    if (resident && kern == KVF_CUDA_KERNEL_WARP && !upload && other < 0) {
+        status = kvf_cuda_res_copy(cp, l, d, n, deadline);
+        if (status != KVF_ERR_UNSUPPORTED) {
+            if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
+                kvf_log_rl(KVF_LOG_ERROR,
+                           "block(s) outside their memory refused");
+                status = KVF_ERR_OUT_OF_BOUNDS;
+            }
+            return status;
+        }
+        status = KVF_OK; /* not now: launches below */
+    }
     if (other >= 0 && pull_n > 0 && pull_n <= n) {
         n -= pull_n;
         status = kvf_cuda_split_post(cp, other, l, d + n, pull_n);
@@ -341,6 +359,27 @@ kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp, kvf_cuda_kernel_t kern,
         status = KVF_ERR_OUT_OF_BOUNDS;
     }
     return status;
+}
+
+/* Does the context's resident kernel take this batch (cuda_resident)? */
+static int kvf_cuda_res_wants(const kvf_cuda_copy_t *cp,
+                              const kvf_cuda_mem_t *src,
+                              const kvf_cuda_mem_t *dst)
+{
+    if (cp->res_mode == KVF_RES_ON) {
+        return 1;
+    }
+    /* p2p (the default): on 2 x H200 (docs/gpu.md, s3 A/B, 8 GiB pools)
+     * 8 KiB blocks GPU -> GPU went from 85-88 / 86-89 % of
+     * cudaMemcpyPeerAsync at 16 / 64 MB with a launch per batch to
+     * 91-96 / 91-95 % with the resident kernel (256 MB and 1 GB: 91-93
+     * % either way): the launch was most of what a batch paid beyond
+     * the copy engine's fixed cost. Other paths gain less (H2D +1
+     * point, already over 90 %; within one GPU +3-8) and the resident
+     * grid holds 2 CTAs per SM for cuda_resident_idle_us after each
+     * batch, so they keep launches unless cuda_resident = on. */
+    return cp->res_mode == KVF_RES_P2P && src->type == KVF_MEM_CUDA &&
+           dst->type == KVF_MEM_CUDA && src->device != dst->device;
 }
 
 /* The GPU that pulls part of a GPU->GPU batch (cuda_p2p_split), or -1. */
@@ -397,9 +436,9 @@ static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
             if (a.devicePointer != (void *)blks) {
                 other = -1;
             }
-            return kvf_cuda_copy_inplace(cp, kern, &l, a.devicePointer, n,
-                                         kvf_cuda_desc_upload(), other, pull_n,
-                                         deadline);
+            return kvf_cuda_copy_inplace(
+                cp, kern, &l, a.devicePointer, n, kvf_cuda_desc_upload(), other,
+                pull_n, kvf_cuda_res_wants(cp, src, dst), deadline);
         }
         cudaGetLastError();
     }
@@ -597,5 +636,5 @@ kvf_status_t kvf_cuda_copy_blocks_dev(kvf_cuda_copy_t *cp,
         return status;
     }
     return kvf_cuda_copy_inplace(cp, kern, &l, dev_blks, n, 0, other, pull_n,
-                                 deadline);
+                                 kvf_cuda_res_wants(cp, src, dst), deadline);
 }

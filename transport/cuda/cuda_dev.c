@@ -43,6 +43,15 @@ static const kvf_config_entry_t kvf_cuda_config_entries[] = {
     {"cuda_desc", "mapped",
      "where copy kernels read a host block list: mapped (in place, over "
      "PCIe) or upload (one async copy to GPU memory before each launch)"},
+    {"cuda_resident", "p2p",
+     "resident copy kernel (no launch per batch): off, on (every batch of "
+     "the warp kernel read in place) or p2p (GPU -> other GPU only: "
+     "measured +6 / +3 points of cudaMemcpyPeer at 16 / 64 MB)"},
+    {"cuda_resident_ctas", "2",
+     "CTAs per multiprocessor of the resident "
+     "copy kernel (held while it runs)"},
+    {"cuda_resident_idle_us", "2000",
+     "the resident copy kernel leaves after this long without a batch"},
     {"cuda_p2p_split", "0",
      "GPU->GPU batches: percent of the blocks pulled by the destination "
      "GPU's kernel while the source GPU pushes the rest (0..90)"},

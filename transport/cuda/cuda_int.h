@@ -42,6 +42,38 @@ typedef struct kvf_cuda_launch {
     unsigned seq;
 } kvf_cuda_launch_t;
 
+/* Resident copy kernel (cuda_res.c drives it, cuda_kern.cu runs it).
+ * Control block in pinned, mapped host memory, one per copy context:
+ * the host writes the addresses (when they change) and then the job
+ * word; CTA 0 polls the job word (one PCIe read per poll). The GPU
+ * writes done/alive/exited on their own cache line. */
+#define KVF_RES_N_SHIFT   32 /* job word: bits 0-31 sequence number, */
+#define KVF_RES_N_MAX     ((1u << 27) - 1) /* 32-58 n, */
+#define KVF_RES_P_SHIFT   59               /* 59-60 pshift, */
+#define KVF_RES_FRESH_BIT 61               /* 61: addresses below are new, */
+#define KVF_RES_STOP_BIT  62               /* 62: leave now */
+
+typedef struct kvf_cuda_res_host {
+    uint64_t job;
+    uint64_t blks; /* device address of the block list */
+    uint64_t src_base, src_len, dst_base, dst_len;
+    uint64_t pad0[2];
+    unsigned done;   /* last job finished (GPU) */
+    unsigned alive;  /* epoch of the instance that started (GPU) */
+    unsigned exited; /* epoch of the instance that left (GPU) */
+    unsigned pad1[13];
+} kvf_cuda_res_host_t;
+
+/* Device memory: CTA 0's copy of the job for the other CTAs. */
+typedef struct kvf_cuda_res_dev {
+    uint64_t blks, src_base, src_len, dst_base, dst_len;
+    unsigned n, pshift;
+    unsigned gen;  /* sequence number of the job handed out */
+    unsigned quit; /* epoch of the instance that is leaving */
+    unsigned ctr;  /* CTAs done with the current job */
+    unsigned pad;
+} kvf_cuda_res_dev_t;
+
 /* Launches the variant's kernel on stream (cuda_kern.cu). The current
  * device must be the one that owns the stream. Returns a cudaError_t. */
 int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel, const kvf_cuda_launch_t *l,
@@ -53,6 +85,17 @@ void kvf_cuda_kern_tune(int ctas_per_sm, int unroll);
  * (more warps per block while the batch has fewer blocks than the GPU
  * holds warps). */
 void kvf_cuda_kern_parts(int warps_per_block);
+/* Warps per block (as a shift) for n blocks over `warps` resident warps,
+ * per cuda_warps_per_block. */
+unsigned kvf_cuda_kern_pshift(size_t n, unsigned warps);
+/* CTAs of the resident kernel one multiprocessor holds (0: unknown). */
+int kvf_cuda_kern_res_fit(void);
+/* Cooperative launch of the resident kernel (h: device address of the
+ * control block); returns a cudaError_t. */
+int kvf_cuda_kern_res_launch(kvf_cuda_res_host_t *h, kvf_cuda_res_dev_t *dv,
+                             unsigned *err, unsigned seen, unsigned epoch,
+                             uint64_t idle_ns, unsigned grid,
+                             cudaStream_t stream);
 /* Resource figures of the compiled kernels, for `kvferry version`-style
  * reports and tests: registers per thread, or -1. */
 int kvf_cuda_kern_regs(kvf_cuda_kernel_t kernel);
@@ -154,6 +197,10 @@ struct kvf_cuda_copy {
     int peer_dev;
     cudaStream_t peer_stream;
     cudaEvent_t peer_ev;
+    /* resident kernel (cuda_res.c): mode from cuda_resident, state on
+     * first use */
+    int res_mode;
+    struct kvf_cuda_res *res;
 };
 
 static inline int kvf_cuda_blk_in(uint64_t off, uint64_t len, uint64_t side)
@@ -168,6 +215,23 @@ kvf_status_t kvf_cuda_copy_staged(kvf_cuda_copy_t *cp,
                                   const kvf_cuda_mem_t *dst,
                                   const kvf_cuda_blk_t *blks, size_t n,
                                   uint64_t deadline);
+/* cuda_resident values. */
+#define KVF_RES_OFF 0
+#define KVF_RES_ON  1 /* every in-place batch of the warp kernel */
+#define KVF_RES_P2P 2 /* GPU -> other GPU batches only */
+
+/* The mode configured for new copy contexts (cuda_res.c). */
+int kvf_cuda_res_mode(void);
+/* Moves n descriptors at dev (device-accessible) with l's sides through
+ * the context's resident kernel, starting it when needed, and waits (up
+ * to deadline). KVF_ERR_UNSUPPORTED: not possible now (not started in
+ * time, too many blocks, a failed launch): use the launch path. */
+kvf_status_t kvf_cuda_res_copy(kvf_cuda_copy_t *cp, const kvf_cuda_launch_t *l,
+                               const kvf_cuda_blk_t *dev, size_t n,
+                               uint64_t deadline);
+/* Stops the resident kernel (bounded wait) and frees its state. */
+void kvf_cuda_res_free(kvf_cuda_copy_t *cp);
+
 /* Posts blocks first, first+stride, ... as one cudaMemcpyBatchAsync on
  * the context's copy-engine stream (cuda_base.c). */
 kvf_status_t kvf_cuda_ce_post(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,

@@ -161,17 +161,14 @@ __device__ __forceinline__ void kvf_signal_done(unsigned *ctr, unsigned *flag,
 /* Work item i is part (i & (2^pshift - 1)) of block i >> pshift: with
  * few blocks (small batches) several warps share a block, so that every
  * warp the GPU holds has bytes in flight from the start. A part is a
- * 16-byte multiple at the same offset on both sides (alignment kept). */
+ * 16-byte multiple at the same offset on both sides (alignment kept).
+ * This warp handles items warp, warp + nwarps, ... */
 template <int U>
-__global__ void __launch_bounds__(KVF_WARP_CTA)
-    kvf_copy_warp_kernel(const kvf_cuda_blk_t *__restrict__ blks, unsigned n,
-                         uint64_t sb, uint64_t sl, uint64_t db, uint64_t dl,
-                         unsigned *err, unsigned *ctr, unsigned *flag,
-                         unsigned seq, unsigned pshift)
+__device__ __forceinline__ void
+kvf_copy_items(const kvf_cuda_blk_t *__restrict__ blks, unsigned n, uint64_t sb,
+               uint64_t sl, uint64_t db, uint64_t dl, unsigned *err,
+               unsigned pshift, unsigned warp, unsigned nwarps, unsigned lane)
 {
-    unsigned lane = threadIdx.x & 31;
-    unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    unsigned nwarps = (gridDim.x * blockDim.x) >> 5;
     unsigned items = n << pshift, pmask = (1u << pshift) - 1u;
     unsigned b;
     kvf_desc cur, next;
@@ -201,8 +198,203 @@ __global__ void __launch_bounds__(KVF_WARP_CTA)
         }
         cur = next;
     }
+}
+
+template <int U>
+__global__ void __launch_bounds__(KVF_WARP_CTA)
+    kvf_copy_warp_kernel(const kvf_cuda_blk_t *__restrict__ blks, unsigned n,
+                         uint64_t sb, uint64_t sl, uint64_t db, uint64_t dl,
+                         unsigned *err, unsigned *ctr, unsigned *flag,
+                         unsigned seq, unsigned pshift)
+{
+    unsigned lane = threadIdx.x & 31;
+    unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    unsigned nwarps = (gridDim.x * blockDim.x) >> 5;
+
+    kvf_copy_items<U>(blks, n, sb, sl, db, dl, err, pshift, warp, nwarps, lane);
     if (flag != NULL) {
         kvf_signal_done(ctr, flag, seq);
+    }
+}
+
+/* ---- resident copy kernel --------------------------------------------- */
+
+__device__ __forceinline__ uint64_t kvf_gtime(void)
+{
+    uint64_t t;
+
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ uint64_t kvf_ld_acq_sys(const uint64_t *p)
+{
+    uint64_t v;
+
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];"
+                 : "=l"(v)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ uint64_t kvf_ld_rlx_sys(const uint64_t *p)
+{
+    uint64_t v;
+
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];"
+                 : "=l"(v)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ unsigned kvf_ld_acq_gpu(const unsigned *p)
+{
+    unsigned v;
+
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];"
+                 : "=r"(v)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void kvf_st_rel_gpu(unsigned *p, unsigned v)
+{
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v)
+                 : "memory");
+}
+
+struct kvf_res_job {
+    uint64_t blks, sb, sl, db, dl;
+    unsigned n, pshift, seq;
+};
+
+/* CTA 0, thread 0: waits for the host's next job (one PCIe read per
+ * poll: the job word carries the sequence number, n and pshift; the
+ * addresses are read too only when the host marks them fresh, else the
+ * copy kept in device memory is used), publishes it to the other CTAs
+ * through device memory. 0: leave (stop bit, or idle past idle_ns). */
+__device__ int kvf_res_take_host(kvf_cuda_res_host_t *h, kvf_cuda_res_dev_t *dv,
+                                 kvf_res_job &j, unsigned seen, unsigned epoch,
+                                 uint64_t idle_ns)
+{
+    uint64_t t0 = kvf_gtime();
+
+    for (;;) {
+        uint64_t w = kvf_ld_acq_sys(&h->job);
+        unsigned seq = (unsigned)w;
+
+        if (seq != seen) {
+            j.seq = seq;
+            j.n = (unsigned)(w >> KVF_RES_N_SHIFT) & KVF_RES_N_MAX;
+            j.pshift = (unsigned)(w >> KVF_RES_P_SHIFT) & 3u;
+            if ((w >> KVF_RES_FRESH_BIT) & 1u) {
+                j.blks = kvf_ld_rlx_sys(&h->blks);
+                j.sb = kvf_ld_rlx_sys(&h->src_base);
+                j.sl = kvf_ld_rlx_sys(&h->src_len);
+                j.db = kvf_ld_rlx_sys(&h->dst_base);
+                j.dl = kvf_ld_rlx_sys(&h->dst_len);
+                dv->blks = j.blks;
+                dv->src_base = j.sb;
+                dv->src_len = j.sl;
+                dv->dst_base = j.db;
+                dv->dst_len = j.dl;
+            } else {
+                volatile kvf_cuda_res_dev_t *v = dv;
+
+                j.blks = v->blks;
+                j.sb = v->src_base;
+                j.sl = v->src_len;
+                j.db = v->dst_base;
+                j.dl = v->dst_len;
+            }
+            dv->n = j.n;
+            dv->pshift = j.pshift;
+            kvf_st_rel_gpu(&dv->gen, seq);
+            return 1;
+        }
+        if (((w >> KVF_RES_STOP_BIT) & 1u) || kvf_gtime() - t0 > idle_ns) {
+            kvf_st_rel_gpu(&dv->quit, epoch);
+            return 0;
+        }
+    }
+}
+
+/* Other CTAs, thread 0: wait for CTA 0's next job in device memory. The
+ * bound (twice CTA 0's idle time plus 10 ms) is a safety net only: CTA 0
+ * leaves first and says so through dv->quit. */
+__device__ int kvf_res_take_dev(kvf_cuda_res_dev_t *dv, kvf_res_job &j,
+                                unsigned seen, unsigned epoch, uint64_t idle_ns)
+{
+    uint64_t t0 = kvf_gtime();
+
+    for (;;) {
+        unsigned g = kvf_ld_acq_gpu(&dv->gen);
+
+        if (g != seen) {
+            volatile kvf_cuda_res_dev_t *v = dv;
+
+            j.seq = g;
+            j.n = v->n;
+            j.pshift = v->pshift;
+            j.blks = v->blks;
+            j.sb = v->src_base;
+            j.sl = v->src_len;
+            j.db = v->dst_base;
+            j.dl = v->dst_len;
+            return 1;
+        }
+        if (*(volatile unsigned *)&dv->quit == epoch ||
+            kvf_gtime() - t0 > 2 * idle_ns + 10000000ull) {
+            return 0;
+        }
+        __nanosleep(32);
+    }
+}
+
+/* A copy kernel that stays on the GPU between batches (launched
+ * cooperatively, so every CTA is resident): no launch per batch. The
+ * host writes a job into pinned memory; CTA 0 picks it up and hands it
+ * to the others; every CTA moves its items exactly as the warp kernel
+ * does (same bounds checks) and the last one to finish publishes the
+ * job's sequence number in h->done. Leaves when the host sets the stop
+ * bit or after idle_ns without a job. */
+template <int U>
+__global__ void __launch_bounds__(KVF_WARP_CTA)
+    kvf_res_kernel(kvf_cuda_res_host_t *h, kvf_cuda_res_dev_t *dv,
+                   unsigned *err, unsigned seen, unsigned epoch,
+                   uint64_t idle_ns)
+{
+    __shared__ kvf_res_job job;
+    __shared__ int go;
+    unsigned lane = threadIdx.x & 31;
+    unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    unsigned nwarps = (gridDim.x * blockDim.x) >> 5;
+
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        *(volatile unsigned *)&h->alive = epoch;
+    }
+    for (;;) {
+        if (threadIdx.x == 0) {
+            go = blockIdx.x == 0
+                     ? kvf_res_take_host(h, dv, job, seen, epoch, idle_ns)
+                     : kvf_res_take_dev(dv, job, seen, epoch, idle_ns);
+        }
+        __syncthreads();
+        if (!go) {
+            break;
+        }
+        seen = job.seq;
+        kvf_copy_items<U>((const kvf_cuda_blk_t *)(uintptr_t)job.blks, job.n,
+                          job.sb, job.sl, job.db, job.dl, err, job.pshift, warp,
+                          nwarps, lane);
+        kvf_signal_done(&dv->ctr, (unsigned *)&h->done, seen);
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        __threadfence_system();
+        *(volatile unsigned *)&h->exited = epoch;
     }
 }
 
@@ -381,6 +573,49 @@ extern "C" void kvf_cuda_kern_tune(int ctas_per_sm, int unroll)
     }
 }
 
+extern "C" unsigned kvf_cuda_kern_pshift(size_t n, unsigned warps)
+{
+    unsigned pshift = 0;
+
+    /* auto: up to 4 warps per block while the GPU holds them all */
+    if (kvf_warp_parts == 0) {
+        while (pshift < 2 && ((uint64_t)n << (pshift + 1)) <= warps) {
+            pshift++;
+        }
+    } else {
+        pshift = kvf_warp_parts == 4 ? 2 : kvf_warp_parts == 2 ? 1 : 0;
+    }
+    return pshift;
+}
+
+extern "C" int kvf_cuda_kern_res_fit(void)
+{
+    int nb = 0;
+
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &nb, kvf_res_kernel<KVF_WARP_UNROLL>, KVF_WARP_CTA, 0) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return nb;
+}
+
+extern "C" int kvf_cuda_kern_res_launch(kvf_cuda_res_host_t *h,
+                                        kvf_cuda_res_dev_t *dv, unsigned *err,
+                                        unsigned seen, unsigned epoch,
+                                        uint64_t idle_ns, unsigned grid,
+                                        cudaStream_t stream)
+{
+    void *args[] = {&h, &dv, &err, &seen, &epoch, &idle_ns};
+    const void *fn = kvf_warp_unroll == 4
+                         ? (const void *)kvf_res_kernel<4>
+                         : (const void *)kvf_res_kernel<KVF_WARP_UNROLL>;
+
+    return (int)cudaLaunchCooperativeKernel(fn, dim3(grid), dim3(KVF_WARP_CTA),
+                                            args, 0, stream);
+}
+
 extern "C" int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel,
                                     const kvf_cuda_launch_t *l, int sm_count,
                                     cudaStream_t stream)
@@ -402,18 +637,11 @@ extern "C" int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel,
             l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
             l->err);
     } else {
-        unsigned per_cta = KVF_WARP_CTA / 32, pshift = 0, items;
+        unsigned per_cta = KVF_WARP_CTA / 32, pshift, items;
         unsigned resident =
             (unsigned)(sm_count * kvf_warp_ctas_per_sm) * per_cta;
 
-        /* auto: up to 4 warps per block while the GPU holds them all */
-        if (kvf_warp_parts == 0) {
-            while (pshift < 2 && ((uint64_t)l->n << (pshift + 1)) <= resident) {
-                pshift++;
-            }
-        } else {
-            pshift = kvf_warp_parts == 4 ? 2 : kvf_warp_parts == 2 ? 1 : 0;
-        }
+        pshift = kvf_cuda_kern_pshift(l->n, resident);
         items = l->n << pshift;
         grid = (items + per_cta - 1) / per_cta;
         if (grid > (unsigned)(sm_count * kvf_warp_ctas_per_sm)) {

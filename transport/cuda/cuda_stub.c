@@ -166,6 +166,23 @@ void kvf_cuda_copy_set_kernel(kvf_cuda_copy_t *cp, kvf_cuda_kernel_t k)
     (void)k;
 }
 
+void kvf_cuda_copy_park(kvf_cuda_copy_t *cp)
+{
+    (void)cp;
+}
+
+void kvf_cuda_copy_res_stats(const kvf_cuda_copy_t *cp, uint64_t *jobs,
+                             uint64_t *launches, uint64_t *fallbacks)
+{
+    (void)cp;
+    *jobs = *launches = *fallbacks = 0;
+}
+
+const char *kvf_cuda_resident_name(void)
+{
+    return "off";
+}
+
 kvf_cuda_kernel_t kvf_cuda_kernel_parse(const char *name)
 {
     if (name == NULL || strcmp(name, "auto") == 0) {
