@@ -8,8 +8,8 @@
  * where each key's bytes were last seen, in a direct-mapped table
  * (key hash -> segment, address, size), filled by its own puts and gets.
  * A single-key get with a cached location sends the GET, reads the cached
- * location into the caller's buffer while the master answers, then takes
- * the master's answer:
+ * location into the caller's buffer and checksums it while the master
+ * answers, then takes the master's answer:
  *
  *   - the master names that replica (same segment, address and size) and
  *     the bytes read have the master's checksum: the get is done, in one
@@ -219,7 +219,7 @@ void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
     kvf_sconn_t *c;
     kvf_sloc_ent_t l;
     kvf_op_t op;
-    uint64_t t0, t1;
+    uint64_t t0, t1, sum = 0;
     int closed;
     kvf_wr_t w;
 
@@ -250,6 +250,11 @@ void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
     }
     t0 = kvf_time_ns();
     tm->read_ns = t0 - t1;
+    if (op_st == KVF_OK) { /* the checksum too, before the answer */
+        sum = kvf_checksum(buf, l.size);
+        tm->verify_ns = kvf_time_ns() - t0;
+        t0 += tm->verify_ns;
+    }
     status = kvf_store_rpc_recv(st, c, KVF_SP_GET, &closed);
     if (closed) {
         return;
@@ -275,8 +280,7 @@ void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
                    key, kvf_status_str(op_st), kvf_status_str(e->status));
         return;
     }
-    *done = (kvf_checksum(buf, e->size) == e->checksum);
-    tm->verify_ns = kvf_time_ns() - t1;
+    *done = (sum == e->checksum);
     if (*done) {
         __atomic_add_fetch(&st->loc.used, 1, __ATOMIC_RELAXED);
     }
