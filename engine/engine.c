@@ -62,6 +62,12 @@ static void kvf_engine_release(void *arg)
     pthread_rwlock_unlock(&((kvf_engine_h)arg)->regions_lock);
 }
 
+static int kvf_engine_writer_waiting(void *arg)
+{
+    return __atomic_load_n(&((kvf_engine_h)arg)->regions_writers,
+                           __ATOMIC_RELAXED) > 0;
+}
+
 static kvf_status_t kvf_engine_describe(void *arg, kvf_wr_t *out)
 {
     return kvf_seg_desc_encode(arg, out);
@@ -169,6 +175,7 @@ static kvf_status_t kvf_engine_open_transports(kvf_engine_h e)
         .access = kvf_engine_access,
         .acquire = kvf_engine_acquire,
         .release = kvf_engine_release,
+        .writer_waiting = kvf_engine_writer_waiting,
         .describe = kvf_engine_describe,
     };
     const kvf_transport_ops_t *ops;

@@ -77,7 +77,9 @@ kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,
         kvf_cuda_ipc_export(a, r->ipc_handle, &r->ipc_off) == KVF_OK) {
         r->ipc = 1;
     }
+    __atomic_add_fetch(&engine->regions_writers, 1, __ATOMIC_RELAXED);
     pthread_rwlock_wrlock(&engine->regions_lock);
+    __atomic_sub_fetch(&engine->regions_writers, 1, __ATOMIC_RELAXED);
     for (pos = 0; pos < engine->nregions; pos++) {
         if (engine->regions[pos]->addr >= a) {
             break;
@@ -126,7 +128,9 @@ kvf_status_t kvf_engine_dereg(kvf_engine_h engine, kvf_region_h region)
     if (engine == NULL || region == NULL) {
         return KVF_ERR_INVALID_PARAM;
     }
+    __atomic_add_fetch(&engine->regions_writers, 1, __ATOMIC_RELAXED);
     pthread_rwlock_wrlock(&engine->regions_lock);
+    __atomic_sub_fetch(&engine->regions_writers, 1, __ATOMIC_RELAXED);
     for (i = 0; i < engine->nregions; i++) {
         if (engine->regions[i] == region) {
             memmove(engine->regions + i, engine->regions + i + 1,

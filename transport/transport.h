@@ -61,6 +61,9 @@ typedef struct kvf_tl_target {
                            kvf_tl_mem_t *mem_p);
     void (*acquire)(void *arg);
     void (*release)(void *arg);
+    /* Optional: 1 while a (de)registration waits for the region set, so
+     * a transport whose holds overlap without a gap lets it in. */
+    int (*writer_waiting)(void *arg);
     /* Encodes this segment's descriptor (answer to a peer's HELLO). */
     kvf_status_t (*describe)(void *arg, kvf_wr_t *out);
 } kvf_tl_target_t;
