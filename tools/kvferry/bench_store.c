@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,6 +143,7 @@ void kvf_bs_cluster_stop(kvf_bs_cluster_t *c)
 
 typedef struct kvf_bs_ctx {
     kvf_store_h st;
+    const kvf_bs_cluster_t *cl; /* spawned here; NULL: --master */
     const kvf_bs_opts_t *o;
     uint64_t size;
     unsigned keys;   /* keys each thread keeps for the get phases */
@@ -262,6 +264,29 @@ static void kvf_bs_fill_row(kvf_bs_row_t *r, const char *op, uint64_t size,
     r->p999_us = kvf_bench_quantile(lat, n, 0.999);
 }
 
+/* CPU seconds used so far by this process (every thread) and the
+ * spawned master and nodes; -1 when the cluster is not ours. */
+static double kvf_bs_cpu_s(const kvf_bs_cluster_t *cl)
+{
+    struct rusage ru;
+    double s, p;
+    unsigned i;
+
+    if (cl == NULL || cl->nprocs == 0 || getrusage(RUSAGE_SELF, &ru) != 0) {
+        return -1;
+    }
+    s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+        (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    for (i = 0; i < cl->nprocs; i++) {
+        p = kvf_bs_proc_cpu_s(cl->pids[i]);
+        if (p < 0) {
+            return -1;
+        }
+        s += p;
+    }
+    return s;
+}
+
 /* Runs one phase on all threads; appends its rows. */
 static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
                          int phase, kvf_bs_row_t *rows, unsigned *nrows)
@@ -269,7 +294,7 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
     static const char *const names[3][2] = {
         {"put", NULL}, {"get", NULL}, {"get-hit", "get-miss"}};
     size_t total[2] = {0, 0}, k;
-    double *all[2] = {NULL, NULL}, secs;
+    double *all[2] = {NULL, NULL}, secs, cpu0, cpu1;
     uint64_t end = 0;
     long errors = 0;
     kvf_status_t first = KVF_OK;
@@ -287,6 +312,7 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
     }
     c->start_ns = kvf_time_ns();
     c->deadline_ns = c->start_ns + c->dur_ms * 1000000ull;
+    cpu0 = kvf_bs_cpu_s(c->cl);
     pthread_barrier_wait(&c->barrier);
     c->start_ns = kvf_time_ns();
     for (i = 0; i < n; i++) {
@@ -300,6 +326,7 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
         total[1] += th[i].nlat[1];
     }
     pthread_barrier_destroy(&c->barrier);
+    cpu1 = kvf_bs_cpu_s(c->cl);
     secs = (double)(end - c->start_ns) / 1e9;
     if (errors > 0) {
         fprintf(stderr,
@@ -320,8 +347,13 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
             memcpy(all[j] + k, th[i].lat[j], th[i].nlat[j] * sizeof(double));
             k += th[i].nlat[j];
         }
-        kvf_bs_fill_row(&rows[(*nrows)++], names[phase][j], c->size, n, all[j],
+        kvf_bs_fill_row(&rows[*nrows], names[phase][j], c->size, n, all[j],
                         total[j], j == 0 ? errors : 0, secs);
+        /* a mix phase's hits and misses share its CPU per operation */
+        rows[(*nrows)++].cpu_us_op =
+            (cpu0 >= 0 && cpu1 >= cpu0 && total[0] + total[1] > 0)
+                ? (cpu1 - cpu0) * 1e6 / (double)(total[0] + total[1])
+                : -1;
         free(all[j]);
     }
 }
@@ -331,9 +363,10 @@ static void kvf_bs_print_row(const kvf_bs_row_t *r)
     char sz[32];
 
     kvf_fmt_size(r->size, sz, sizeof(sz));
-    printf("%-8s %-9s %9s %7u %9ld %11.0f %8.3f %10.1f %10.1f %10.1f %6ld\n",
+    printf("%-8s %-9s %9s %7u %9ld %11.0f %8.3f %10.1f %10.1f %10.1f %6ld "
+           "%9.1f\n",
            r->system, r->op, sz, r->clients, r->ops, r->ops_s, r->gb_s,
-           r->p50_us, r->p99_us, r->p999_us, r->errors);
+           r->p50_us, r->p99_us, r->p999_us, r->errors, r->cpu_us_op);
     fflush(stdout);
 }
 
@@ -396,9 +429,9 @@ static void kvf_bs_cleanup(kvf_bs_ctx_t *c, kvf_bs_thread_t *th,
 }
 
 /* One cell: all phases at one size and concurrency. */
-static int kvf_bs_cell(kvf_store_h st, const kvf_bs_opts_t *o,
-                       uint64_t capacity, uint64_t size, unsigned clients,
-                       kvf_bs_row_t *rows, unsigned *nrows)
+static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
+                       const kvf_bs_opts_t *o, uint64_t capacity, uint64_t size,
+                       unsigned clients, kvf_bs_row_t *rows, unsigned *nrows)
 {
     kvf_bs_thread_t *th;
     kvf_bs_ctx_t c;
@@ -407,6 +440,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_opts_t *o,
 
     memset(&c, 0, sizeof(c));
     c.st = st;
+    c.cl = cl;
     c.o = o;
     c.size = size;
     c.run = kvf_time_ns() ^ ((uint64_t)getpid() << 32);
@@ -507,6 +541,7 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
         kvf_json_num(&j, "p50_us", rows[i].p50_us);
         kvf_json_num(&j, "p99_us", rows[i].p99_us);
         kvf_json_num(&j, "p999_us", rows[i].p999_us);
+        kvf_json_num(&j, "cpu_us_per_op", rows[i].cpu_us_op);
         kvf_json_end_obj(&j);
     }
     kvf_json_end_arr(&j);
@@ -671,9 +706,9 @@ int kvf_cmd_bench_store(int argc, char **argv)
                o.master, o.nodes, (unsigned long)o.pool,
                getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS") : "auto",
                o.used, (unsigned long)o.duration_ms);
-        printf("%-8s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s\n", "system",
-               "op", "size", "clients", "ops", "ops/s", "GB/s", "p50_us",
-               "p99_us", "p999_us", "errors");
+        printf("%-8s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s %9s\n",
+               "system", "op", "size", "clients", "ops", "ops/s", "GB/s",
+               "p50_us", "p99_us", "p999_us", "errors", "cpu_us/op");
     }
     for (i = 0; i < o.nsizes; i++) {
         for (k = 0; k < o.nclients; k++) {
@@ -688,8 +723,8 @@ int kvf_cmd_bench_store(int argc, char **argv)
             }
             for (r = 0; r < o.repeat; r++) {
                 first = nrows;
-                kvf_bs_cell(st, &o, capacity, o.sizes[i], o.clients[k], rows,
-                            &nrows);
+                kvf_bs_cell(st, &cl, &o, capacity, o.sizes[i], o.clients[k],
+                            rows, &nrows);
                 if (o.vs_redis && nrows + 2 <= KVF_BS_ROWS_MAX) {
                     long n = (long)((2ull << 30) / o.sizes[i]);
 

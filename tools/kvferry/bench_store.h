@@ -44,6 +44,11 @@ typedef struct kvf_bs_row {
     double ops_s;
     double gb_s; /* 10^9 bytes/s of values */
     double p50_us, p99_us, p999_us;
+    /* CPU time (user + system) per operation of every process of the
+     * system under test: kvferry = this process (client threads) plus
+     * the spawned master and nodes; redis = redis-server plus
+     * redis-benchmark. -1: not measured (an external --master). */
+    double cpu_us_op;
 } kvf_bs_row_t;
 
 /* Options of `bench store`. */
@@ -80,9 +85,14 @@ void kvf_bs_transport_used(kvf_store_h st, char *out, size_t cap);
 void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
                       unsigned n);
 
+/* CPU seconds (user + system) process pid has used so far
+ * (/proc/PID/stat); -1 if unreadable. */
+double kvf_bs_proc_cpu_s(pid_t pid);
+
 /* Runs redis-server (own port, loopback, no persistence) and
- * redis-benchmark -t set,get -d size -c clients -n requests; fills two
- * rows (SET, GET). Returns 0, or -1 (message printed) when Redis is not
+ * redis-benchmark -t set, then -t get, -d size -c clients -n requests;
+ * fills two rows (SET, GET), with the CPU both processes used per
+ * request. Returns 0, or -1 (message printed) when Redis is not
  * installed or fails. */
 int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
                  kvf_bs_row_t *set_row, kvf_bs_row_t *get_row);

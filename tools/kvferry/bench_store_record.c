@@ -51,7 +51,8 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     const char *tl = getenv("KVF_TRANSPORTS");
     int tcp = tl != NULL && strcmp(tl, "tcp") == 0;
     char name[160], text[1024], sz[32], summary[640] = "", *raw = NULL;
-    double worst_tp = INFINITY, worst_p99 = 0, est = NAN, tp[20], p99[20];
+    double worst_tp = INFINITY, worst_p99 = 0, est = NAN, tp[20], p99[20],
+           cpu[20];
     const kvf_bs_row_t *k, *r;
     unsigned i, j, n, pairs = 0, done[KVF_BS_ROWS_MAX] = {0};
     kvf_record_t *rec;
@@ -81,12 +82,17 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
             }
             tp[n] = k->ops_s / r->ops_s;
             p99[n] = k->p99_us / r->p99_us;
+            cpu[n] = (k->cpu_us_op > 0 && r->cpu_us_op > 0)
+                         ? k->cpu_us_op / r->cpu_us_op
+                         : NAN;
             errs += k->errors != 0;
             kvf_fmt_size(r->size, sz, sizeof(sz));
             if (!o->json) {
                 printf("# ratio %s vs redis %s, %s x %u clients, run %u: "
-                       "throughput %.2fx, p99 %.2fx%s\n",
+                       "throughput %.2fx, p99 %.2fx, cpu/op %.2fx (%.1f vs "
+                       "%.1f us)%s\n",
                        k->op, r->op, sz, r->clients, r->rep + 1, tp[n], p99[n],
+                       cpu[n], k->cpu_us_op, r->cpu_us_op,
                        k->errors ? " (kvferry errors!)" : "");
             }
             n++;
@@ -97,18 +103,19 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
         r = &rows[i];
         tp[0] = kvf_bs_median(tp, n);
         p99[0] = kvf_bs_median(p99, n);
+        cpu[0] = kvf_bs_median(cpu, n);
         kvf_fmt_size(r->size, sz, sizeof(sz));
         if (!o->json) {
             printf("# median of %u: %s vs redis %s, %s x %u clients: "
-                   "throughput %.2fx, p99 %.2fx\n",
+                   "throughput %.2fx, p99 %.2fx, cpu/op %.2fx\n",
                    n, strcmp(r->op, "SET") ? "get" : "put", r->op, sz,
-                   r->clients, tp[0], p99[0]);
+                   r->clients, tp[0], p99[0], cpu[0]);
         }
         pairs++;
         snprintf(summary + strlen(summary), sizeof(summary) - strlen(summary),
-                 "%s%s %s x %u: %.2fx, P99 %.2fx", pairs > 1 ? "; " : "",
-                 strcmp(r->op, "SET") ? "get" : "put", sz, r->clients, tp[0],
-                 p99[0]);
+                 "%s%s %s x %u: %.2fx, P99 %.2fx, CPU/op %.2fx",
+                 pairs > 1 ? "; " : "", strcmp(r->op, "SET") ? "get" : "put",
+                 sz, r->clients, tp[0], p99[0], cpu[0]);
         if (tcp) {
             /* tcp forced: put and get at least SET and GET, P99 no worse */
             worst_tp = tp[0] < worst_tp ? tp[0] : worst_tp;
@@ -161,6 +168,13 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                  "(latency us)",
                  r->system, r->op, sz, r->clients, r->rep + 1);
         kvf_record_figure(rec, name, r->ops_s, "ops/s", r->p50_us, r->p99_us);
+        if (r->cpu_us_op > 0) {
+            snprintf(name, sizeof(name),
+                     "%s %s %s x %u clients, run %u: CPU per operation, "
+                     "every process of the system",
+                     r->system, r->op, sz, r->clients, r->rep + 1);
+            kvf_record_figure(rec, name, r->cpu_us_op, "us", NAN, NAN);
+        }
         snprintf(name, sizeof(name), "%s %s, %u clients", r->system, r->op,
                  r->clients);
         kvf_record_point(rec, name, "object bytes", "GB/s", (double)r->size,

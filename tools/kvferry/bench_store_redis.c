@@ -2,11 +2,12 @@
  * The Redis comparison of `kvferry bench store --vs-redis`: starts
  * redis-server (Debian package) on 127.0.0.1 on a free port of its own,
  * without persistence (--save "" --appendonly no), runs redis-benchmark
- * with the same value size and number of clients (-t set,get -d SIZE -c
- * CLIENTS -n REQUESTS --csv), parses its CSV (rps and latency
- * percentiles), and stops the server. Redis is what many users would put
- * in the store's place (LMCache ships a redis:// backend), so it is the
- * bar the store is measured against, in the same run.
+ * with the same value size and number of clients (-t set, then -t get;
+ * -d SIZE -c CLIENTS -n REQUESTS --csv), parses its CSV (rps and latency
+ * percentiles), takes the CPU the server and the benchmark used in each
+ * (/proc/PID/stat, wait4), and stops the server. Redis is what many users would
+ * put in the store's place (LMCache ships a redis:// backend), so it is the bar
+ * the store is measured against, in the same run.
  */
 #include "tools/kvferry/bench_store.h"
 
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,17 +83,97 @@ static int kvf_bs_redis_row(const char *line, const char *name,
     return 0;
 }
 
+double kvf_bs_proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long ut, st;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        return -1;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return -1;
+    }
+    buf[n] = '\0';
+    /* after "(comm)": state is field 3, utime and stime fields 14, 15 */
+    p = strrchr(buf, ')');
+    if (p == NULL || sscanf(p + 2,
+                            "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                            "%lu %lu",
+                            &ut, &st) != 2) {
+        return -1;
+    }
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* One redis-benchmark run of one test (set or get) against the server on
+ * port; its CSV output goes to buf, *cpu_p gets the CPU seconds it used.
+ * Bounded: it ends by itself, 10 minutes at most. */
+static int kvf_bs_redis_bench(const char *port_s, const char *test,
+                              const char *size_s, const char *cl_s,
+                              const char *n_s, char *buf, size_t cap,
+                              double *cpu_p)
+{
+    char *argv[] = {"redis-benchmark", "-h",    "127.0.0.1",  "-p",
+                    (char *)port_s,    "-t",    (char *)test, "-d",
+                    (char *)size_s,    "-c",    (char *)cl_s, "-n",
+                    (char *)n_s,       "--csv", NULL};
+    uint64_t deadline = kvf_time_ms() + 600000;
+    struct rusage ru;
+    size_t len = 0;
+    int fds[2], st;
+    pid_t bench;
+    ssize_t n;
+
+    *cpu_p = -1;
+    if (pipe(fds) < 0) {
+        return -1;
+    }
+    bench = kvf_bs_spawn_quiet(argv, fds[1]);
+    close(fds[1]);
+    while (len + 1 < cap && kvf_sock_wait(fds[0], POLLIN, deadline) == KVF_OK) {
+        n = read(fds[0], buf + len, cap - 1 - len);
+        if (n <= 0) {
+            break;
+        }
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    close(fds[0]);
+    if (bench <= 0) {
+        return -1;
+    }
+    if (kvf_time_ms() >= deadline) {
+        kill(bench, SIGTERM);
+    }
+    if (wait4(bench, &st, 0, &ru) == bench && WIFEXITED(st) &&
+        WEXITSTATUS(st) == 0) {
+        *cpu_p = (double)ru.ru_utime.tv_sec +
+                 (double)ru.ru_utime.tv_usec / 1e6 +
+                 (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    }
+    return 0;
+}
+
 int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
                  kvf_bs_row_t *set_row, kvf_bs_row_t *get_row)
 {
     char port_s[16], size_s[32], cl_s[16], n_s[32], buf[4096];
+    static const char *const tests[2] = {"set", "get"};
+    static const char *const names[2] = {"SET", "GET"};
+    kvf_bs_row_t *rows[2] = {set_row, get_row};
     unsigned port = kvf_bs_free_port();
+    double cpu_b, srv0, srv1;
     uint64_t deadline;
-    int fds[2], fd, st, ok = 0;
-    size_t len = 0;
-    pid_t srv, bench;
+    int fd, st, i, ok = 0;
     char *line, *save;
-    ssize_t n;
+    pid_t srv;
 
     if (port == 0) {
         return -1;
@@ -122,71 +204,44 @@ int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
     snprintf(size_s, sizeof(size_s), "%lu", (unsigned long)size);
     snprintf(cl_s, sizeof(cl_s), "%u", clients);
     snprintf(n_s, sizeof(n_s), "%ld", requests);
-    if (pipe(fds) < 0) {
-        kill(srv, SIGTERM);
-        waitpid(srv, NULL, 0);
-        return -1;
-    }
-    {
-        char *argv[] = {"redis-benchmark",
-                        "-h",
-                        "127.0.0.1",
-                        "-p",
-                        port_s,
-                        "-t",
-                        "set,get",
-                        "-d",
-                        size_s,
-                        "-c",
-                        cl_s,
-                        "-n",
-                        n_s,
-                        "--csv",
-                        NULL};
-
-        bench = kvf_bs_spawn_quiet(argv, fds[1]);
-    }
-    close(fds[1]);
-    /* bounded: redis-benchmark ends by itself; 10 minutes at most */
-    deadline = kvf_time_ms() + 600000;
-    while (len + 1 < sizeof(buf) &&
-           kvf_sock_wait(fds[0], POLLIN, deadline) == KVF_OK) {
-        n = read(fds[0], buf + len, sizeof(buf) - 1 - len);
-        if (n <= 0) {
-            break;
+    memset(set_row, 0, sizeof(*set_row));
+    memset(get_row, 0, sizeof(*get_row));
+    /* SET, then GET of the key SET wrote: one test per run, so that
+     * each one's CPU (server and benchmark) is its own */
+    for (i = 0; i < 2; i++) {
+        srv0 = kvf_bs_proc_cpu_s(srv);
+        if (kvf_bs_redis_bench(port_s, tests[i], size_s, cl_s, n_s, buf,
+                               sizeof(buf), &cpu_b) != 0) {
+            continue;
         }
-        len += (size_t)n;
-    }
-    buf[len] = '\0';
-    close(fds[0]);
-    if (bench > 0) {
-        kill(bench, SIGTERM);
-        waitpid(bench, NULL, 0);
+        srv1 = kvf_bs_proc_cpu_s(srv);
+        for (line = strtok_r(buf, "\r\n", &save); line != NULL;
+             line = strtok_r(NULL, "\r\n", &save)) {
+            if (kvf_bs_redis_row(line, names[i], rows[i]) == 0) {
+                ok++;
+                rows[i]->cpu_us_op =
+                    (srv0 >= 0 && srv1 >= srv0 && cpu_b >= 0)
+                        ? (srv1 - srv0 + cpu_b) * 1e6 / (double)requests
+                        : -1;
+                break;
+            }
+        }
     }
     kill(srv, SIGTERM);
     waitpid(srv, NULL, 0);
-    memset(set_row, 0, sizeof(*set_row));
-    memset(get_row, 0, sizeof(*get_row));
-    for (line = strtok_r(buf, "\r\n", &save); line != NULL;
-         line = strtok_r(NULL, "\r\n", &save)) {
-        ok += kvf_bs_redis_row(line, "SET", set_row) == 0;
-        ok += kvf_bs_redis_row(line, "GET", get_row) == 0;
-    }
     if (ok != 2) {
         fprintf(stderr, "kvferry: redis-benchmark gave no SET/GET results "
                         "(is redis-tools installed?)\n");
         return -1;
     }
-    snprintf(set_row->op, sizeof(set_row->op), "SET");
-    snprintf(get_row->op, sizeof(get_row->op), "GET");
-    snprintf(set_row->system, sizeof(set_row->system), "redis");
-    snprintf(get_row->system, sizeof(get_row->system), "redis");
-    set_row->size = get_row->size = size;
-    set_row->clients = get_row->clients = clients;
-    set_row->ops = get_row->ops = requests;
-    set_row->seconds = (double)requests / (set_row->ops_s + 1e-9);
-    get_row->seconds = (double)requests / (get_row->ops_s + 1e-9);
-    set_row->gb_s = set_row->ops_s * (double)size / 1e9;
-    get_row->gb_s = get_row->ops_s * (double)size / 1e9;
+    for (i = 0; i < 2; i++) {
+        snprintf(rows[i]->op, sizeof(rows[i]->op), "%s", names[i]);
+        snprintf(rows[i]->system, sizeof(rows[i]->system), "redis");
+        rows[i]->size = size;
+        rows[i]->clients = clients;
+        rows[i]->ops = requests;
+        rows[i]->seconds = (double)requests / (rows[i]->ops_s + 1e-9);
+        rows[i]->gb_s = rows[i]->ops_s * (double)size / 1e9;
+    }
     return 0;
 }
