@@ -158,9 +158,10 @@ kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
     return kvf_sock_recv_all(fd, f->body, f->hdr.meta_len, deadline_ms);
 }
 
-/* Receives a reply: waits, then reads header and body together with one
- * vectored recv (a reply is the only thing the peer sends, so nothing
- * past it can arrive), and the rest of a large body after. */
+/* Receives a reply: reads header and body together with one vectored
+ * recv, waiting only if nothing is there yet (a reply is the only thing
+ * the peer sends, so nothing past it can arrive), and the rest of a
+ * large body after. */
 static kvf_status_t kvf_sp_recv_reply(int fd, kvf_sp_frame_t *f,
                                       uint64_t deadline_ms)
 {
@@ -180,10 +181,6 @@ static kvf_status_t kvf_sp_recv_reply(int fd, kvf_sp_frame_t *f,
         f->cap = 4096;
     }
     while (got < KVF_WIRE_HDR_LEN) {
-        status = kvf_sock_wait(fd, POLLIN, deadline_ms);
-        if (status != KVF_OK) {
-            return status;
-        }
         iov[0].iov_base = hdr + got;
         iov[0].iov_len = KVF_WIRE_HDR_LEN - got;
         iov[1].iov_base = f->body;
@@ -196,10 +193,19 @@ static kvf_status_t kvf_sp_recv_reply(int fd, kvf_sp_frame_t *f,
             return KVF_ERR_CONN_RESET;
         }
         if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+            if (errno == EINTR) {
                 continue;
             }
-            return errno == ECONNRESET ? KVF_ERR_CONN_RESET : KVF_ERR_IO;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                return errno == ECONNRESET ? KVF_ERR_CONN_RESET : KVF_ERR_IO;
+            }
+            /* not there yet: wait (a reply often is, when the caller did
+             * other work while it was on its way) */
+            status = kvf_sock_wait(fd, POLLIN, deadline_ms);
+            if (status != KVF_OK) {
+                return status;
+            }
+            continue;
         }
         got += (size_t)n;
     }
