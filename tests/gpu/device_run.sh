@@ -238,6 +238,32 @@ for stage in "$@"; do
       done
     done
     ;;
+  descab)
+    # two builds of kvferry A/B'd in one lease: $D/kvferry-s3a ("old")
+    # against $B ("new"), three rounds interleaved: GPU->GPU resident
+    # (default) and launched, H2D, d2d. s3 run 3: old = the committed
+    # code, new = the next descriptor shared after the block's copy
+    # (no gain, reverted; docs/gpu.md)
+    O="$D/kvferry-s3a"
+    a="--iters 9 --each-iters 0"
+    for round in 1 2 3; do
+      for v in old new; do
+        bin="$B"
+        [ "$v" = old ] && bin="$O"
+        step 120 "p2p-$v-$round" "$bin" bench blocks --device gpu \
+          --path p2p $a --json "$R/p2p-$v-$round.json"
+        step 120 "p2p-launch-$v-$round" env KVF_CUDA_RESIDENT=off "$bin" \
+          bench blocks --device gpu --path p2p $a \
+          --json "$R/p2p-launch-$v-$round.json"
+        if [ "$round" != 3 ]; then
+          for p in h2d d2d; do
+            step 120 "$p-$v-$round" "$bin" bench blocks --device gpu \
+              --path $p $a --json "$R/$p-$v-$round.json"
+          done
+        fi
+      done
+    done
+    ;;
   abtable)
     # shares of contiguous of every JSON under $R, one line each
     python3 - "$R" <<'PY'
