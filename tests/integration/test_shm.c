@@ -787,6 +787,71 @@ static void test_dereg_under_inline_traffic(void **state)
 }
 
 /*
+ * Warm leases (shm_ep.c): a worker that moved requests keeps a lease open
+ * while idle for KVF_SHM_WARM_MS (200 ms), renewed every KVF_SHM_RIDE_MS
+ * (20 ms), so a one-block inline READ 50 ms after a batch is done on the
+ * caller's thread, while one after 500 ms of quiet finds no lease (it is
+ * posted). A deregistration while a warm lease is open waits for it
+ * (<= one ride) and refuses what follows.
+ */
+static void test_warm_lease(void **state)
+{
+    unsigned char *local = malloc(POOL), *expect = malloc(POOL);
+    kvf_status_t st[1];
+    kvf_op_t ops[1];
+    baseline_t b;
+    session_t ss;
+    int i, done, warm = 0, cold = 0;
+    double t0, t1;
+
+    (void)state;
+    baseline_take(&b);
+    session_open(&ss, local);
+    kvf_test_pool_bytes(expect, POOL, SEED);
+    for (i = 0; i < 8; i++) {
+        ops[0] = (kvf_op_t){KVF_OP_READ, local + (size_t)i * BS, ss.peer,
+                            ss.ch.a + (uint64_t)(3 * i) * BS, BS};
+        assert_int_equal(run(ss.e, ops, 1, st), KVF_OK); /* a worker's */
+        if (i >= 5) {
+            usleep(500000); /* past the warm time: the lease ended */
+        } else {
+            usleep(50000); /* between two renewals */
+        }
+        ops[0] = (kvf_op_t){KVF_OP_READ, local + (size_t)(i + 16) * BS,
+                            ss.peer, ss.ch.a + (uint64_t)(3 * i + 1) * BS, BS};
+        assert_int_equal(run_flags(ss.e, ops, 1, st, KVF_BATCH_INLINE, &done),
+                         KVF_OK);
+        assert_memory_equal(local + (size_t)(i + 16) * BS,
+                            expect + (size_t)(3 * i + 1) * BS, BS);
+        if (i >= 5) {
+            cold += done;
+        } else {
+            warm += done;
+        }
+    }
+    print_message("warm lease: %d of 5 READs inline 50 ms after a batch, "
+                  "%d of 3 after 500 ms\n",
+                  warm, cold);
+    assert_true(warm >= 3);
+    assert_true(cold <= 1);
+    /* deregistration while a warm lease is open and idle */
+    ops[0] = (kvf_op_t){KVF_OP_WRITE, local, ss.peer, ss.ch.a, BS};
+    assert_int_equal(run(ss.e, ops, 1, st), KVF_OK);
+    usleep(30000);
+    t0 = now_s();
+    child_cmd(&ss.ch, 'd');
+    t1 = now_s();
+    print_message("dereg with a warm lease open took %.1f ms\n",
+                  (t1 - t0) * 1e3);
+    assert_true(t1 - t0 < 0.2);
+    assert_int_equal(run(ss.e, ops, 1, st), KVF_ERR_OUT_OF_BOUNDS);
+    session_close(&ss);
+    free(local);
+    free(expect);
+    baseline_check(&b);
+}
+
+/*
  * KVF_BATCH_INLINE over shm: once a lease with a range grant is open, a
  * one-request batch is copied by the submitting thread (done when submit
  * returns); bytes verified both ways; a batch of several requests moves
@@ -930,6 +995,7 @@ int main(void)
         cmocka_unit_test(test_dereg_under_traffic),
         cmocka_unit_test(test_dereg_under_inline_traffic),
         cmocka_unit_test(test_inline),
+        cmocka_unit_test(test_warm_lease),
         cmocka_unit_test(test_dead_target),
     };
 

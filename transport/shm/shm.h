@@ -85,6 +85,9 @@ enum kvf_shm_msg {
 #define KVF_SHM_LINGER_US                                                      \
     300 /* ... and stays open this long                                        \
            for more work when idle */
+#define KVF_SHM_WARM_MS                                                        \
+    200 /* a worker that moved requests this recently keeps a lease open \
+           while idle, renewed every KVF_SHM_RIDE_MS (KVF_SHM_WARM_MS env) */
 #define KVF_SHM_PROBE_MAGIC "KVFSHM1"
 #define KVF_SHM_PROBE_LEN   4096
 #define KVF_SHM_STAGE_LEN   (4u << 20) /* staging buffer per connection */
@@ -207,6 +210,7 @@ enum kvf_shm_lease_state {
  * come from, and the target's verdicts. */
 struct kvf_shm_lease {
     int state;
+    int warm; /* no requests: renewed only to stay open (shm_ep.c) */
     kvf_op_type_t type;
     kvf_status_t end_status; /* KVF_OK: the lease was valid to its end */
     uint64_t begin_ms;       /* own clock, just before BEGIN was sent */

@@ -32,6 +32,7 @@
 #include "core/log.h"
 #include "core/time.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -44,6 +45,7 @@ struct kvf_shm_worker {
     kvf_shm_conn_t conn;
     kvf_shm_lease_t lease[KVF_SHM_PIPE];
     uint64_t last_active_ms;
+    uint64_t last_take_ms; /* last time it took requests */
     /* where the time goes (logged at debug level when the ep closes) */
     uint64_t leases, bytes, ns_wait, ns_copy;
 };
@@ -69,6 +71,14 @@ static void kvf_shm_lease_finish(kvf_shm_lease_t *l)
     kvf_tl_req_t *q;
     size_t r, s;
 
+    if (l->warm) { /* nothing to complete */
+        l->n = 0;
+        l->warm = l->state == KVF_SHM_L_OPEN;
+        if (l->state != KVF_SHM_L_OPEN) {
+            l->state = KVF_SHM_L_FREE;
+        }
+        return;
+    }
     for (r = 0; r < l->nreqs; r++) {
         q = l->reqs[r];
         q->status = KVF_OK;
@@ -266,6 +276,7 @@ static size_t kvf_shm_take(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
     }
     l->n = n;
     l->bytes = bytes;
+    w->last_take_ms = kvf_time_ms();
     return l->nreqs;
 }
 
@@ -327,7 +338,9 @@ static void kvf_shm_run(kvf_shm_worker_t *w, kvf_shm_lease_t *cur,
     if (ride == NULL) {
         st = kvf_shm_lease_prepare(ep, &w->conn, cur);
     }
-    if (st == KVF_OK) {
+    if (st == KVF_OK && cur->warm) {
+        pthread_rwlock_unlock(&ep->map_lock); /* nothing to copy */
+    } else if (st == KVF_OK) {
         st = kvf_shm_lease_copy(ep, &w->conn, cur,
                                 cur->bytes >= KVF_SHM_STREAM_MIN);
     }
@@ -365,6 +378,103 @@ static void kvf_shm_end_open(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
         kvf_shm_fail_all(w, st);
     }
     kvf_shm_finish_done(w);
+}
+
+static int kvf_shm_wait_work(kvf_tl_ep_t *ep, int wait_us);
+
+/* KVF_SHM_WARM_MS, or the env KVF_SHM_WARM_MS (0: off), read once. */
+static uint64_t kvf_shm_warm_ms(void)
+{
+    static int64_t cached = -1;
+    int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    const char *env;
+
+    if (v < 0) {
+        env = getenv("KVF_SHM_WARM_MS");
+        v = (env != NULL && *env != '\0') ? strtoll(env, NULL, 10)
+                                          : KVF_SHM_WARM_MS;
+        v = v < 0 ? 0 : v > 10000 ? 10000 : v;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return (uint64_t)v;
+}
+
+/* Ends the open lease and begins a warm one in its place: one entry (a
+ * byte at the start of a range the open lease was granted), no
+ * requests; once granted it stays open like any other (shm_ep.c). */
+static void kvf_shm_renew(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
+{
+    kvf_shm_lease_t *l;
+    uint64_t base = 0;
+    unsigned k;
+
+    for (k = 0; k < open->nallocs && base == 0; k++) {
+        if (open->ranges[k] > 0) {
+            base = open->bases[k];
+        }
+    }
+    kvf_shm_end_open(w, open);
+    l = kvf_shm_slot(w, KVF_SHM_L_FREE);
+    if (base == 0 || l == NULL || w->conn.fd < 0 ||
+        kvf_shm_lease_reserve(l, 1) != KVF_OK) {
+        return;
+    }
+    l->warm = 1;
+    l->type = KVF_OP_READ;
+    l->nreqs = 0;
+    l->n = 1;
+    l->local[0] = NULL;
+    l->remote[0] = base;
+    l->lens[0] = 1;
+    l->st[0] = KVF_OK;
+    l->owner[0] = 0;
+    l->segi[0] = 0;
+    l->bytes = 0;
+    kvf_shm_start(w, l);
+}
+
+/*
+ * Nothing queued and a lease open: keep it for the next batch. Without
+ * warmth it lingers KVF_SHM_LINGER_US (inline copies in it count as
+ * activity). A worker that took requests within KVF_SHM_WARM_MS keeps
+ * it until its KVF_SHM_RIDE_MS are over and then renews it (END, BEGIN
+ * of a warm lease), so the next batch starts copying at once instead of
+ * after a BEGIN/GRANT round trip, which on the 2-core VM costs 0.1-0.3
+ * ms (both workers and the target's threads woken from sleep) of the
+ * 2-2.5 ms a 16 MB batch takes. The read lock still has a gap at least
+ * every KVF_SHM_RIDE_MS, and a (de)registration waits for an open lease
+ * as before (<= KVF_SHM_RIDE_MS). A/B: see docs/shm.md.
+ */
+static void kvf_shm_linger(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
+{
+    kvf_tl_ep_t *ep = w->ep;
+    uint64_t now = kvf_time_ms(), ride_end = open->begin_ms + KVF_SHM_RIDE_MS;
+    uint64_t warm_end = w->last_take_ms + kvf_shm_warm_ms();
+    uint64_t used = __atomic_load_n(&ep->ride_used_ns, __ATOMIC_RELAXED);
+    int wait_us = KVF_SHM_LINGER_US;
+
+    if (kvf_shm_warm_ms() == 0) {
+        warm_end = 0;
+    } else if (used / 1000000 + kvf_shm_warm_ms() > warm_end) {
+        warm_end = used / 1000000 + kvf_shm_warm_ms(); /* inline callers */
+    }
+    if (now < warm_end && now < ride_end) {
+        wait_us = (int)(((warm_end < ride_end ? warm_end : ride_end) - now) *
+                        1000);
+    }
+    if (kvf_shm_wait_work(ep, wait_us)) {
+        return; /* the loop takes it (riding on this lease) */
+    }
+    now = kvf_time_ms();
+    if (!__atomic_load_n(&ep->stop, __ATOMIC_RELAXED) && now < ride_end &&
+        (now < warm_end || kvf_shm_ride_busy(ep))) {
+        return; /* keep it */
+    }
+    if (!__atomic_load_n(&ep->stop, __ATOMIC_RELAXED) && now < warm_end) {
+        kvf_shm_renew(w, open);
+    } else {
+        kvf_shm_end_open(w, open);
+    }
 }
 
 /* Reads one reply; a lost connection fails what is in flight. */
@@ -467,13 +577,7 @@ static void *kvf_shm_worker_main(void *arg)
                 continue;
             }
             if (open != NULL) {
-                /* keep it a little for the next batch, then end it;
-                 * callers copying in it inline count as activity */
-                if (!kvf_shm_wait_work(ep, KVF_SHM_LINGER_US) &&
-                    (!kvf_shm_ride_busy(ep) ||
-                     kvf_time_ms() >= open->begin_ms + KVF_SHM_RIDE_MS)) {
-                    kvf_shm_end_open(w, open);
-                }
+                kvf_shm_linger(w, open);
                 continue;
             }
             if (kvf_shm_in_flight(w)) {
