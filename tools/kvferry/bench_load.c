@@ -2,8 +2,10 @@
  * `kvferry bench load` (seed 003 §3.4): the load path of one object,
  * broken down per object size into its stages: query (the master lookup
  * that grants the read lease), remote read (the engine moving the bytes
- * from the node), checksum verification, and H2D (the copy into GPU
- * memory; reported as not measured on a machine without a GPU). Each
+ * from the node), checksum verification, and H2D (the copy of the object
+ * from its pinned host buffer into GPU memory, cudaMemcpy, the first copy
+ * of each size read back and compared; not measured on a machine without
+ * a GPU, or with --gpu -1). Each
  * stage's P50/P99 and share of the total are printed, and the remote read
  * is compared with an estimate taken in the same run: the time of the
  * same bytes at the raw link bandwidth to a node (kvf_peer_link_test,
@@ -14,6 +16,7 @@
 
 #include <kvferry/store.h>
 
+#include "transport/cuda/cuda.h"
 #include "core/time.h"
 
 #include <getopt.h>
@@ -25,10 +28,13 @@
 typedef struct kvf_bl_row {
     uint64_t size;
     long gets, errors;
-    double q50, q99, r50, r99, v50, v99, t50, t99; /* microseconds */
+    double q50, q99, r50, r99, v50, v99, h50, h99, t50, t99; /* us */
     double link_us; /* size / raw link bandwidth (same run) */
-    double read_share, query_share, verify_share;
+    double read_share, query_share, verify_share, h2d_share;
 } kvf_bl_row_t;
+
+/* The GPU the H2D stage copies to; -1: no H2D stage. */
+static int kvf_bl_gpu = -1;
 
 /* The raw link bandwidth (bytes per microsecond) to a node: one object
  * of len bytes is put, then kvf_peer_link_test reads its range with plain
@@ -69,12 +75,60 @@ static double kvf_bl_link_bw(kvf_store_h st, uint64_t len)
     return best;
 }
 
+/* The host buffer a get lands in: pinned when the H2D stage runs (as a
+ * serving engine's staging buffer is), else plain pool memory. */
+static unsigned char *kvf_bl_buf_alloc(uint64_t size)
+{
+    void *p = NULL;
+
+    if (kvf_bl_gpu < 0) {
+        return kvf_cli_pool_alloc(size, size);
+    }
+    return kvf_mem_alloc(size, KVF_MEM_PINNED, 0, &p) == KVF_OK ? p : NULL;
+}
+
+static void kvf_bl_buf_free(unsigned char *buf, uint64_t size)
+{
+    if (kvf_bl_gpu < 0) {
+        kvf_cli_pool_free(buf, size);
+    } else {
+        kvf_mem_free(buf);
+    }
+}
+
+/* The H2D stage of one get: the object into GPU memory; the first copy
+ * of a size is read back and compared. Returns microseconds, or -1. */
+static double kvf_bl_h2d(void *dev, unsigned char *buf, uint64_t size,
+                         int check)
+{
+    unsigned char *back;
+    uint64_t t0 = kvf_time_ns();
+    double us;
+
+    if (kvf_cuda_memcpy(dev, buf, size) != KVF_OK) {
+        return -1;
+    }
+    us = (double)(kvf_time_ns() - t0) / 1e3;
+    if (check) {
+        back = malloc(size);
+        if (back == NULL || kvf_cuda_memcpy(back, dev, size) != KVF_OK ||
+            memcmp(back, buf, size) != 0) {
+            fprintf(stderr, "kvferry bench load: H2D copy of %lu B differs\n",
+                    (unsigned long)size);
+            us = -1;
+        }
+        free(back);
+    }
+    return us;
+}
+
 static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
                        unsigned iters, kvf_bl_row_t *row)
 {
-    double *q, *r, *v, *t;
+    double *q, *r, *v, *h, *t, hus;
     kvf_store_timing_t tm;
     kvf_region_h reg;
+    void *dev = NULL;
     unsigned char *buf;
     char key[96];
     unsigned i, n = 0;
@@ -84,15 +138,22 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
 
     memset(row, 0, sizeof(*row));
     row->size = size;
-    buf = kvf_cli_pool_alloc(size, size);
+    buf = kvf_bl_buf_alloc(size);
     if (buf == NULL) {
         return -1;
     }
-    if (kvf_engine_reg(kvf_store_engine(st), buf, size, KVF_MEM_HOST, 0,
+    if ((kvf_bl_gpu >= 0 &&
+         kvf_mem_alloc(size, KVF_MEM_CUDA, kvf_bl_gpu, &dev) != KVF_OK) ||
+        kvf_engine_reg(kvf_store_engine(st), buf, size,
+                       kvf_bl_gpu >= 0 ? KVF_MEM_PINNED : KVF_MEM_HOST, 0,
                        &reg) != KVF_OK) {
-        kvf_cli_pool_free(buf, size);
+        if (dev != NULL) {
+            kvf_mem_free(dev);
+        }
+        kvf_bl_buf_free(buf, size);
         return -1;
     }
+    h = calloc(iters, sizeof(double));
     q = calloc(iters, sizeof(double));
     r = calloc(iters, sizeof(double));
     v = calloc(iters, sizeof(double));
@@ -109,7 +170,7 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
             break;
         }
     }
-    for (i = 0; i < iters && count > 0 && q && r && v && t; i++) {
+    for (i = 0; i < iters && count > 0 && q && r && v && h && t; i++) {
         snprintf(key, sizeof(key), "bl/%d/%lu/%u", (int)getpid(),
                  (unsigned long)size, i % count);
         t0 = kvf_time_ns();
@@ -118,8 +179,14 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
             row->errors++;
             continue;
         }
-        t[n] = (double)(kvf_time_ns() - t0) / 1e3;
         kvf_store_last_timing(&tm);
+        hus = (dev != NULL) ? kvf_bl_h2d(dev, buf, size, n == 0) : 0;
+        if (hus < 0) {
+            row->errors++;
+            continue;
+        }
+        t[n] = (double)(kvf_time_ns() - t0) / 1e3;
+        h[n] = hus;
         q[n] = (double)tm.query_ns / 1e3;
         r[n] = (double)tm.read_ns / 1e3;
         v[n] = (double)tm.verify_ns / 1e3;
@@ -127,14 +194,18 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
     }
     row->gets = n;
     if (n > 0) {
-        double qm = 0, rm = 0, vm = 0, tmn = 0;
+        double qm = 0, rm = 0, vm = 0, hm = 0, tmn = 0;
 
         for (i = 0; i < n; i++) {
             qm += q[i];
             rm += r[i];
             vm += v[i];
+            hm += h[i];
             tmn += t[i];
         }
+        row->h2d_share = hm / tmn;
+        row->h50 = dev != NULL ? kvf_bench_quantile(h, n, 0.5) : NAN;
+        row->h99 = dev != NULL ? kvf_bench_quantile(h, n, 0.99) : NAN;
         row->query_share = qm / tmn;
         row->read_share = rm / tmn;
         row->verify_share = vm / tmn;
@@ -151,8 +222,12 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
     free(r);
     free(v);
     free(t);
+    free(h);
     kvf_engine_dereg(kvf_store_engine(st), reg);
-    kvf_cli_pool_free(buf, size);
+    if (dev != NULL) {
+        kvf_mem_free(dev);
+    }
+    kvf_bl_buf_free(buf, size);
     return 0;
 }
 
@@ -166,7 +241,11 @@ static void kvf_bl_json(FILE *f, const kvf_bl_row_t *rows, unsigned n)
     kvf_json_str(&j, "bench", "load");
     kvf_json_str(&j, "transports",
                  getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS") : "auto");
-    kvf_json_str(&j, "h2d", "not measured (no GPU path in this run)");
+    if (kvf_bl_gpu >= 0) {
+        kvf_json_int(&j, "h2d_gpu", kvf_bl_gpu);
+    } else {
+        kvf_json_str(&j, "h2d", "not measured (no GPU in this run)");
+    }
     kvf_json_arr(&j, "rows");
     for (i = 0; i < n; i++) {
         kvf_json_obj(&j, NULL);
@@ -179,6 +258,9 @@ static void kvf_bl_json(FILE *f, const kvf_bl_row_t *rows, unsigned n)
         kvf_json_num(&j, "read_p99_us", rows[i].r99);
         kvf_json_num(&j, "verify_p50_us", rows[i].v50);
         kvf_json_num(&j, "verify_p99_us", rows[i].v99);
+        kvf_json_num(&j, "h2d_p50_us", rows[i].h50);
+        kvf_json_num(&j, "h2d_p99_us", rows[i].h99);
+        kvf_json_num(&j, "h2d_share", rows[i].h2d_share);
         kvf_json_num(&j, "total_p50_us", rows[i].t50);
         kvf_json_num(&j, "total_p99_us", rows[i].t99);
         kvf_json_num(&j, "query_share", rows[i].query_share);
@@ -214,7 +296,16 @@ static int kvf_bl_record(const char *dir, const char *hyp,
     kvf_record_config(rec, "transports",
                       getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS")
                                                : "auto");
-    kvf_record_config(rec, "h2d", "not measured: no GPU path in this run");
+    if (kvf_bl_gpu >= 0) {
+        snprintf(text, sizeof(text),
+                 "measured: cudaMemcpy of each object from its pinned host "
+                 "buffer to GPU %d (the first copy per size read back and "
+                 "compared)",
+                 kvf_bl_gpu);
+        kvf_record_config(rec, "h2d", text);
+    } else {
+        kvf_record_config(rec, "h2d", "not measured: no GPU in this run");
+    }
     for (i = 0; i < n; i++) {
         kvf_fmt_size(rows[i].size, sz, sizeof(sz));
         snprintf(name, sizeof(name), "%s query (us)", sz);
@@ -226,6 +317,13 @@ static int kvf_bl_record(const char *dir, const char *hyp,
         snprintf(name, sizeof(name), "%s verify (us)", sz);
         kvf_record_figure(rec, name, rows[i].v50, "us", rows[i].v50,
                           rows[i].v99);
+        if (kvf_bl_gpu >= 0) {
+            snprintf(name, sizeof(name), "%s H2D (us)", sz);
+            kvf_record_figure(rec, name, rows[i].h50, "us", rows[i].h50,
+                              rows[i].h99);
+            kvf_record_point(rec, "H2D share of the load", "object bytes",
+                             "share", (double)rows[i].size, rows[i].h2d_share);
+        }
         snprintf(name, sizeof(name), "%s load total (us)", sz);
         kvf_record_figure(rec, name, rows[i].t50, "us", rows[i].t50,
                           rows[i].t99);
@@ -255,7 +353,9 @@ static int kvf_bl_record(const char *dir, const char *hyp,
                         : worst > 0               ? "does not hold"
                                                   : "holds under conditions",
                         text);
-    kvf_record_not_verified(rec, "H2D: no GPU on this machine");
+    if (kvf_bl_gpu < 0) {
+        kvf_record_not_verified(rec, "H2D: no GPU in this run");
+    }
     mf = open_memstream(&raw, &rawlen);
     if (mf != NULL) {
         kvf_bl_json(mf, rows, n);
@@ -280,6 +380,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"record", required_argument, NULL, 'r'},
         {"hypothesis", required_argument, NULL, 'H'},
+        {"gpu", required_argument, NULL, 'g'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -295,7 +396,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
     char buf[256], *tok, *save, sz[32];
     kvf_store_h st;
     kvf_status_t s;
-    int c, json = 0, rc = KVF_CLI_OK;
+    int c, json = 0, rc = KVF_CLI_OK, gpu = 0;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -333,15 +434,19 @@ int kvf_cmd_bench_load(int argc, char **argv)
         case 'H':
             hyp = optarg;
             break;
+        case 'g':
+            gpu = (int)kvf_cli_long("--gpu", optarg, -1, 64);
+            break;
         default:
             fprintf(
                 stderr,
                 "usage: kvferry bench load [--master HOST:PORT] [--nodes N]\n"
                 "         [--pool SIZE] [--sizes LIST] [--count N]\n"
                 "         [--iters N] [--json] [--record DIR]\n"
-                "         [--hypothesis TEXT]\n"
+                "         [--hypothesis TEXT] [--gpu N]\n"
                 "  per size: count objects put, iters gets timed by stage\n"
-                "  (query, remote read, verify; H2D needs a GPU)\n");
+                "  (query, remote read, verify, H2D into GPU N: default 0\n"
+                "  when a GPU is present, -1 = none)\n");
             return c == 'h' ? KVF_CLI_OK : KVF_CLI_USAGE;
         }
     }
@@ -353,6 +458,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
     }
     sp.field_mask = KVF_STORE_PARAM_MASTER;
     sp.master = master;
+    kvf_bl_gpu = (gpu >= 0 && gpu < kvf_cuda_device_count()) ? gpu : -1;
     s = kvf_store_connect(&sp, &st);
     if (s != KVF_OK) {
         fprintf(stderr, "kvferry bench load: %s\n", kvf_status_str(s));
@@ -361,10 +467,12 @@ int kvf_cmd_bench_load(int argc, char **argv)
     }
     if (!json) {
         printf("# bench load: master %s, transports %s, %u gets per size; "
-               "H2D: not measured (no GPU)\n",
+               "H2D: %s\n",
                master,
                getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS") : "auto",
-               iters);
+               iters,
+               kvf_bl_gpu >= 0 ? "into GPU memory (pinned host buffers)"
+                               : "not measured (no GPU)");
     }
     for (i = 0, link_len = 0; i < nsizes; i++) {
         link_len = sizes[i] > link_len ? sizes[i] : link_len;
@@ -380,10 +488,11 @@ int kvf_cmd_bench_load(int argc, char **argv)
         printf("# raw link: %.2f GB/s (kvf_peer_link_test, %lu B reads, "
                "best of 5)\n",
                link_bw / 1e3, (unsigned long)link_len);
-        printf("%9s %6s %9s %9s %9s %9s %9s %9s %9s %9s %6s %6s %9s %6s\n",
+        printf("%9s %6s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %6s %6s "
+               "%6s %9s %6s\n",
                "size", "gets", "query50", "query99", "read50", "read99",
-               "verif50", "verif99", "total50", "total99", "q_shr", "r_shr",
-               "link_us", "r/link");
+               "verif50", "verif99", "h2d50", "h2d99", "total50", "total99",
+               "q_shr", "r_shr", "h_shr", "link_us", "r/link");
     }
     for (i = 0; i < nsizes; i++) {
         if (sizes[i] * count > (uint64_t)nodes * pool / 2) {
@@ -399,10 +508,11 @@ int kvf_cmd_bench_load(int argc, char **argv)
             kvf_bl_row_t *r = &rows[nrows];
 
             kvf_fmt_size(r->size, sz, sizeof(sz));
-            printf("%9s %6ld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
-                   "%9.1f %6.2f %6.2f %9.1f %6.2f\n",
+            printf("%9s %6ld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
+                   "%9.1f %9.1f %6.2f %6.2f %6.2f %9.1f %6.2f\n",
                    sz, r->gets, r->q50, r->q99, r->r50, r->r99, r->v50, r->v99,
-                   r->t50, r->t99, r->query_share, r->read_share, r->link_us,
+                   r->h50, r->h99, r->t50, r->t99, r->query_share,
+                   r->read_share, r->h2d_share, r->link_us,
                    r->link_us > 0 ? r->r50 / r->link_us : NAN);
             fflush(stdout);
         }
