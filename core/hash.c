@@ -8,7 +8,12 @@
  * in docs/store.md). Both end in the same merge and avalanche; the portable and
  * the AVX2 accumulation give the same value (tests/unit/test_wire.c).
  * Any change of one word changes the accumulator of its product and the
- * one it is added to. kvf_rng_fill writes 8 bytes per step.
+ * one it is added to. Each stripe's words are also mixed with its
+ * position ((stripe + 1) x KVF_STEP) before the product, so that the sum
+ * depends on where each stripe is: without it the sum of products was
+ * the same for any order of the stripes, and a value with two of its
+ * 8 KiB blocks swapped kept its checksum. kvf_rng_fill writes 8 bytes per
+ * step.
  */
 #include "core/hash.h"
 
@@ -21,11 +26,12 @@
 #define KVF_HASH_WIDE   256 /* bytes: the wide path from here on */
 #define KVF_HASH_STRIPE 64
 
-#define KVF_P1 0x9e3779b185ebca87ull
-#define KVF_P2 0xc2b2ae3d27d4eb4full
-#define KVF_P3 0x165667b19e3779f9ull
-#define KVF_P4 0x85ebca77c2b2ae63ull
-#define KVF_P5 0x27d4eb2f165667c5ull
+#define KVF_P1   0x9e3779b185ebca87ull
+#define KVF_P2   0xc2b2ae3d27d4eb4full
+#define KVF_P3   0x165667b19e3779f9ull
+#define KVF_P4   0x85ebca77c2b2ae63ull
+#define KVF_P5   0x27d4eb2f165667c5ull
+#define KVF_STEP 0x9fb21c651e98df25ull /* odd: stripe positions differ */
 
 static inline uint64_t kvf_rotl(uint64_t x, int r)
 {
@@ -64,12 +70,14 @@ static const uint64_t kvf_hash_key[8] = {
 static void kvf_hash_wide_generic(uint64_t acc[8], const unsigned char *p,
                                   size_t n)
 {
-    uint64_t d0, d1, d2, d3, d4, d5, d6, d7;
+    uint64_t d0, d1, d2, d3, d4, d5, d6, d7, pos = 0;
     size_t off;
 
 #define KVF_HASH_PROD(d, i)                                                    \
-    (((d ^ kvf_hash_key[i]) & 0xffffffffull) * ((d ^ kvf_hash_key[i]) >> 32))
+    (((d ^ kvf_hash_key[i] ^ pos) & 0xffffffffull) *                           \
+     ((d ^ kvf_hash_key[i] ^ pos) >> 32))
     for (off = 0; off + KVF_HASH_STRIPE <= n; off += KVF_HASH_STRIPE) {
+        pos += KVF_STEP;
         d0 = kvf_rd64(p + off);
         d1 = kvf_rd64(p + off + 8);
         d2 = kvf_rd64(p + off + 16);
@@ -98,13 +106,18 @@ kvf_hash_wide_avx2(uint64_t acc[8], const unsigned char *p, size_t n)
     __m256i a1 = _mm256_loadu_si256((const __m256i *)(acc + 4));
     const __m256i k0 = _mm256_loadu_si256((const __m256i *)kvf_hash_key);
     const __m256i k1 = _mm256_loadu_si256((const __m256i *)(kvf_hash_key + 4));
+    const __m256i step = _mm256_set1_epi64x((long long)KVF_STEP);
+    __m256i pos = _mm256_setzero_si256();
     size_t off;
 
     for (off = 0; off + KVF_HASH_STRIPE <= n; off += KVF_HASH_STRIPE) {
         __m256i d0 = _mm256_loadu_si256((const __m256i *)(p + off));
         __m256i d1 = _mm256_loadu_si256((const __m256i *)(p + off + 32));
-        __m256i x0 = _mm256_xor_si256(d0, k0);
-        __m256i x1 = _mm256_xor_si256(d1, k1);
+        __m256i x0, x1;
+
+        pos = _mm256_add_epi64(pos, step);
+        x0 = _mm256_xor_si256(_mm256_xor_si256(d0, k0), pos);
+        x1 = _mm256_xor_si256(_mm256_xor_si256(d1, k1), pos);
 
         /* low half times high half of each 64-bit lane */
         a0 = _mm256_add_epi64(a0,

@@ -164,7 +164,8 @@ static void test_hash(void **state)
 /* The wide path (>= 256 bytes): SIMD and portable code agree at every
  * length and alignment and for other seeds; every single-bit flip of a
  * 64 KiB value, in any stripe, word and bit, changes the sum; the length
- * counts (a value and its prefix differ). */
+ * counts (a value and its prefix differ); the same stripes or 8 KiB
+ * blocks in another order change it. */
 static void test_hash_wide(void **state)
 {
     static unsigned char a[65536 + 64], b[65536 + 64];
@@ -199,6 +200,30 @@ static void test_hash_wide(void **state)
     memcpy(b, a + 8, 8);
     memcpy(b + 8, a, 8);
     assert_true(kvf_hash64(b, 65536, 0) != h0);
+    /* whole stripes and whole 8 KiB blocks in another order: the same
+     * bytes at other places change the sum (an earlier sum added the
+     * stripes' products in any order and missed these) */
+    for (i = 0; i < 200; i++) {
+        size_t s1 = (size_t)kvf_rng_below(&rng, 1024) * 64,
+               s2 = (size_t)kvf_rng_below(&rng, 1024) * 64;
+
+        if (s1 == s2 || memcmp(a + s1, a + s2, 64) == 0) {
+            continue;
+        }
+        memcpy(b, a, 65536);
+        memcpy(b + s1, a + s2, 64);
+        memcpy(b + s2, a + s1, 64);
+        assert_true(kvf_hash64(b, 65536, 0) != h0);
+        assert_true(kvf_hash64_generic(b, 65536, 0) != h0);
+    }
+    for (n = 0; n < 8; n++) {
+        memcpy(b, a, 65536);
+        memcpy(b + n * 8192, a + ((n + 3) % 8) * 8192, 8192);
+        memcpy(b + ((n + 3) % 8) * 8192, a + n * 8192, 8192);
+        assert_true(kvf_hash64(b, 65536, 0) != h0);
+    }
+    memcpy(b, a, 65536);
+    assert_true(kvf_hash64(b, 65536, 0) == h0);
 }
 
 int main(void)
