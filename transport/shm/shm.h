@@ -95,6 +95,7 @@ enum kvf_shm_msg {
 #define KVF_SHM_LEASE_MIN   (1u << 20) /* ... and takes its share above this */
 #define KVF_SHM_LEASE_SEGS  4096       /* ... and this many entries */
 #define KVF_SHM_STREAM_MIN  (1u << 20) /* leases from this size stream */
+#define KVF_SHM_PREFETCH_LEN 1024      /* WRITEs, see kvf_shm_lease_copy */
 #define KVF_SHM_ENTRIES_MAX 65536      /* per message */
 #define KVF_SHM_LEASE_ALLOCS                                                   \
     64 /* distinct allocations a lease                                         \
@@ -149,6 +150,11 @@ kvf_status_t kvf_shm_copy(void *dst, const void *src, size_t len);
  * orders them before anything that follows. */
 kvf_status_t kvf_shm_copy_stream(void *dst, const void *src, size_t len);
 void kvf_shm_fence(void);
+/* Asks for the first bytes of a block about to be copied (the next
+ * entry of a WRITE lease); see kvf_shm_lease_copy. */
+void kvf_shm_prefetch(const void *p, size_t len);
+/* Bytes of the next entry kvf_shm_lease_copy prefetches (0: none). */
+size_t kvf_shm_prefetch_len(void);
 
 /* ---- iface (target side) ---------------------------------------------- */
 

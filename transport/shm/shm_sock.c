@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -484,6 +485,32 @@ static void kvf_shm_stream(unsigned char *d, const unsigned char *s, size_t len)
 #else
     memcpy(d, s, len);
 #endif
+}
+
+void kvf_shm_prefetch(const void *p, size_t len)
+{
+    const char *c = p;
+    size_t i;
+
+    for (i = 0; i < len; i += 64) {
+        __builtin_prefetch(c + i, 0, 3);
+    }
+}
+
+size_t kvf_shm_prefetch_len(void)
+{
+    static long cached = -1;
+    long v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    const char *env;
+
+    if (v < 0) {
+        env = getenv("KVF_SHM_PREFETCH");
+        v = (env != NULL && *env != '\0') ? strtol(env, NULL, 10)
+                                          : KVF_SHM_PREFETCH_LEN;
+        v = v < 0 ? 0 : v > 8192 ? 8192 : v;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return (size_t)v;
 }
 
 void kvf_shm_fence(void)
