@@ -414,6 +414,13 @@ static void kvf_shm_renew(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
         }
     }
     kvf_shm_end_open(w, open);
+    /* nothing in flight now: unmap what the target released (a GRANT
+     * showed a new epoch), as an idle worker would; a worker kept warm by
+     * steady traffic would otherwise never do it */
+    if (__atomic_exchange_n(&w->ep->need_sync, 0, __ATOMIC_RELAXED) &&
+        w->conn.fd >= 0 && kvf_shm_sync(w->ep, &w->conn) != KVF_OK) {
+        kvf_shm_conn_close(&w->conn);
+    }
     l = kvf_shm_slot(w, KVF_SHM_L_FREE);
     if (base == 0 || l == NULL || w->conn.fd < 0 ||
         kvf_shm_lease_reserve(l, 1) != KVF_OK) {
