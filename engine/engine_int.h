@@ -42,7 +42,7 @@ struct kvf_engine {
     char metadata[256];
     char name[KVF_SEG_NAME_MAX];
     pthread_rwlock_t regions_lock;
-    unsigned regions_writers; /* reg/dereg calls waiting for the lock */
+    unsigned regions_writers;    /* reg/dereg calls waiting for the lock */
     struct kvf_region **regions; /* sorted by addr, non-overlapping */
     size_t nregions;
     size_t regions_cap;

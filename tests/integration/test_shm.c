@@ -817,8 +817,8 @@ static void test_warm_lease(void **state)
         } else {
             usleep(50000); /* between two renewals */
         }
-        ops[0] = (kvf_op_t){KVF_OP_READ, local + (size_t)(i + 16) * BS,
-                            ss.peer, ss.ch.a + (uint64_t)(3 * i + 1) * BS, BS};
+        ops[0] = (kvf_op_t){KVF_OP_READ, local + (size_t)(i + 16) * BS, ss.peer,
+                            ss.ch.a + (uint64_t)(3 * i + 1) * BS, BS};
         assert_int_equal(run_flags(ss.e, ops, 1, st, KVF_BATCH_INLINE, &done),
                          KVF_OK);
         assert_memory_equal(local + (size_t)(i + 16) * BS,

@@ -86,17 +86,17 @@ enum kvf_shm_msg {
     300 /* ... and stays open this long                                        \
            for more work when idle */
 #define KVF_SHM_WARM_MS                                                        \
-    200 /* a worker that moved requests this recently keeps a lease open \
+    200 /* a worker that moved requests this recently keeps a lease open       \
            while idle, renewed every KVF_SHM_RIDE_MS (KVF_SHM_WARM_MS env) */
-#define KVF_SHM_PROBE_MAGIC "KVFSHM1"
-#define KVF_SHM_PROBE_LEN   4096
-#define KVF_SHM_STAGE_LEN   (4u << 20) /* staging buffer per connection */
-#define KVF_SHM_LEASE_BYTES (8u << 20) /* a lease covers at most this */
-#define KVF_SHM_LEASE_MIN   (1u << 20) /* ... and takes its share above this */
-#define KVF_SHM_LEASE_SEGS  4096       /* ... and this many entries */
-#define KVF_SHM_STREAM_MIN  (1u << 20) /* leases from this size stream */
-#define KVF_SHM_PREFETCH_LEN 1024      /* WRITEs, see kvf_shm_lease_copy */
-#define KVF_SHM_ENTRIES_MAX 65536      /* per message */
+#define KVF_SHM_PROBE_MAGIC  "KVFSHM1"
+#define KVF_SHM_PROBE_LEN    4096
+#define KVF_SHM_STAGE_LEN    (4u << 20) /* staging buffer per connection */
+#define KVF_SHM_LEASE_BYTES  (8u << 20) /* a lease covers at most this */
+#define KVF_SHM_LEASE_MIN    (1u << 20) /* ... and takes its share above this */
+#define KVF_SHM_LEASE_SEGS   4096       /* ... and this many entries */
+#define KVF_SHM_STREAM_MIN   (1u << 20) /* leases from this size stream */
+#define KVF_SHM_PREFETCH_LEN 1024       /* WRITEs, see kvf_shm_lease_copy */
+#define KVF_SHM_ENTRIES_MAX  65536      /* per message */
 #define KVF_SHM_LEASE_ALLOCS                                                   \
     64 /* distinct allocations a lease                                         \
           may grant; more go by STAGE */

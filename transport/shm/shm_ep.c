@@ -466,8 +466,8 @@ static void kvf_shm_linger(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
         warm_end = used / 1000000 + kvf_shm_warm_ms(); /* inline callers */
     }
     if (now < warm_end && now < ride_end) {
-        wait_us = (int)(((warm_end < ride_end ? warm_end : ride_end) - now) *
-                        1000);
+        wait_us =
+            (int)(((warm_end < ride_end ? warm_end : ride_end) - now) * 1000);
     }
     if (kvf_shm_wait_work(ep, wait_us)) {
         return; /* the loop takes it (riding on this lease) */
