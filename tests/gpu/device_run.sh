@@ -48,7 +48,7 @@ for stage in "$@"; do
     ;;
   test)
     for t in test_gpu_absent test_gpu_copy test_gpu_tcp test_gpu_ipc \
-      test_gpu_ipc_engine; do
+      test_gpu_ipc_engine test_gpu_store; do
       step 240 "$t" "$D/$t"
     done
     step 300 test_gpu_bench tests/gpu/test_gpu_bench.sh
@@ -295,6 +295,9 @@ PY
     done
     blk p2p-gpulist --path p2p --blocks-on gpu --verify --each-iters 0 \
       --record "$R"
+    ;;
+  store)
+    step 240 test_gpu_store "$D/test_gpu_store"
     ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
