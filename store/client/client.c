@@ -238,6 +238,26 @@ kvf_sconn_t *kvf_store_take_plain(kvf_store_h st, int *may_reserve_p)
     }
 }
 
+/* An idle connection of the pool, else a new one (*fresh_p = 1). */
+static kvf_status_t kvf_sconn_take(kvf_store_h st, kvf_sconn_t **c_p,
+                                   int *fresh_p)
+{
+    kvf_sconn_t *c;
+
+    pthread_mutex_lock(&st->lock);
+    c = st->idle;
+    if (c != NULL) {
+        st->idle = c->next;
+    }
+    pthread_mutex_unlock(&st->lock);
+    *fresh_p = (c == NULL);
+    if (c == NULL) {
+        return kvf_sconn_open(st, c_p);
+    }
+    *c_p = c;
+    return KVF_OK;
+}
+
 kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
                            const kvf_wr_t *w, kvf_sconn_t **conn_p)
 {
@@ -246,20 +266,11 @@ kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
     int fresh, attempt;
 
     for (attempt = 0; attempt < 2; attempt++) {
-        pthread_mutex_lock(&st->lock);
-        c = st->idle;
-        if (c != NULL) {
-            st->idle = c->next;
-        }
-        pthread_mutex_unlock(&st->lock);
-        fresh = (c == NULL);
-        if (c == NULL) {
-            status = kvf_sconn_open(st, &c);
-            if (status != KVF_OK) {
-                kvf_log_rl(KVF_LOG_ERROR, "store master %s:%u unreachable: %s",
-                           st->host, st->port, kvf_status_str(status));
-                return status;
-            }
+        status = kvf_sconn_take(st, &c, &fresh);
+        if (status != KVF_OK) {
+            kvf_log_rl(KVF_LOG_ERROR, "store master %s:%u unreachable: %s",
+                       st->host, st->port, kvf_status_str(status));
+            return status;
         }
         status = kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
                              kvf_time_ms() + st->timeout_ms);
@@ -289,21 +300,12 @@ kvf_status_t kvf_store_rpc_send(kvf_store_h st, uint8_t type, uint32_t count,
 {
     kvf_status_t status;
     kvf_sconn_t *c;
-    int attempt;
+    int fresh, attempt;
 
     for (attempt = 0; attempt < 2; attempt++) {
-        pthread_mutex_lock(&st->lock);
-        c = st->idle;
-        if (c != NULL) {
-            st->idle = c->next;
-        }
-        pthread_mutex_unlock(&st->lock);
-        if (c == NULL) {
-            status = kvf_sconn_open(st, &c);
-            if (status != KVF_OK) {
-                return status;
-            }
-            attempt = 1; /* a fresh one: no second try */
+        status = kvf_sconn_take(st, &c, &fresh);
+        if (status != KVF_OK) {
+            return status;
         }
         status = kvf_sp_send(c->fd, type, ++c->next_id, KVF_OK, count, 0, w,
                              kvf_time_ms() + st->timeout_ms);
@@ -312,6 +314,9 @@ kvf_status_t kvf_store_rpc_send(kvf_store_h st, uint8_t type, uint32_t count,
             return KVF_OK;
         }
         kvf_sconn_close(c);
+        if (fresh) {
+            break; /* a pooled one may have died with an earlier master */
+        }
     }
     return status;
 }
