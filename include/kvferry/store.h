@@ -122,7 +122,7 @@ KVF_API kvf_status_t kvf_store_put(kvf_store_h store, const char *key,
  * sets *len_p to its size. KVF_ERR_NO_KEY if absent, KVF_ERR_NOT_READY if
  * its put is not committed, KVF_ERR_NO_RESOURCE if cap is too small,
  * KVF_ERR_CHECKSUM if no replica holds the right bytes. flags:
- * KVF_STORE_DEVICE_MEM. */
+ * KVF_STORE_DEVICE_MEM. A get that fails may leave any bytes in buf. */
 KVF_API kvf_status_t kvf_store_get(kvf_store_h store, const char *key,
                                    void *buf, size_t cap, size_t *len_p,
                                    unsigned flags);

@@ -3,8 +3,9 @@
  *
  * A get is a GET round trip to the master (lease, location, checksum)
  * followed by an engine read from a node: two round trips, one after the
- * other. Most gets are of keys this client has seen before (it put them,
- * or got them earlier), and objects do not move. So the handle keeps
+ * other. Many gets are of keys this client has seen before (a serving
+ * engine reading back the KV blocks it offloaded, a prefix read again),
+ * and objects do not move. So the handle keeps
  * where each key's bytes were last seen, in a direct-mapped table
  * (key hash -> segment, address, size), filled by its own puts and gets.
  * A single-key get with a cached location sends the GET, reads the cached
