@@ -150,6 +150,11 @@ kvf_status_t kvf_shm_copy(void *dst, const void *src, size_t len);
  * orders them before anything that follows. */
 kvf_status_t kvf_shm_copy_stream(void *dst, const void *src, size_t len);
 void kvf_shm_fence(void);
+/* Two streaming copies of len bytes at once (host memory, destinations
+ * 32-byte aligned, len a multiple of 128 and >= 512, AVX2); 0 when they
+ * do not qualify and nothing was copied. */
+int kvf_shm_copy_stream2(void *d0, const void *s0, void *d1, const void *s1,
+                         size_t len);
 /* Asks for the first bytes of a block about to be copied (the next
  * entry of a WRITE lease); see kvf_shm_lease_copy. */
 void kvf_shm_prefetch(const void *p, size_t len);

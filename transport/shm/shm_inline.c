@@ -110,6 +110,20 @@ static void kvf_shm_inline_complete(kvf_tl_req_t *req, kvf_status_t st)
     req->complete(req);
 }
 
+/* Segments s and s + 1 copied together (kvf_shm_copy_stream2), p the
+ * view of the first; 0 when they do not qualify and neither moved. */
+static int kvf_shm_inline_pair(kvf_tl_ep_t *ep, const kvf_shm_lease_t *l,
+                               const kvf_tl_req_t *req, size_t s,
+                               unsigned char *p)
+{
+    const kvf_tl_seg_t *a = &req->segs[s], *b = &req->segs[s + 1];
+    unsigned char *q = kvf_shm_ride_ptr(ep, l, b->remote, b->len);
+
+    return req->type == KVF_OP_WRITE
+               ? kvf_shm_copy_stream2(p, a->local, q, b->local, a->len)
+               : kvf_shm_copy_stream2(a->local, p, b->local, q, a->len);
+}
+
 kvf_status_t kvf_shm_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
 {
     kvf_status_t (*copy)(void *, const void *, size_t);
@@ -153,6 +167,12 @@ kvf_status_t kvf_shm_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
             continue;
         }
         p = kvf_shm_ride_ptr(ep, l, req->segs[s].remote, req->segs[s].len);
+        if (copy == kvf_shm_copy_stream && s + 1 < req->nsegs &&
+            req->segs[s + 1].len == req->segs[s].len &&
+            kvf_shm_inline_pair(ep, l, req, s, p)) {
+            s++; /* both moved */
+            continue;
+        }
         st = req->type == KVF_OP_WRITE
                  ? copy(p, req->segs[s].local, req->segs[s].len)
                  : copy(req->segs[s].local, p, req->segs[s].len);

@@ -735,6 +735,24 @@ static kvf_status_t kvf_shm_stage_move(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
     return KVF_OK;
 }
 
+/* Entries i and i + 1 copied together (kvf_shm_copy_stream2); 0 when
+ * they do not qualify and neither was copied. */
+static int kvf_shm_lease_pair(kvf_shm_lease_t *l, size_t i)
+{
+    int w = (l->type == KVF_OP_WRITE);
+    void *d0 = w ? l->ptrs[i] : l->local[i];
+    void *d1 = w ? l->ptrs[i + 1] : l->local[i + 1];
+    const void *s0 = w ? l->local[i] : l->ptrs[i];
+    const void *s1 = w ? l->local[i + 1] : l->ptrs[i + 1];
+
+    if (!kvf_shm_copy_stream2(d0, s0, d1, s1, l->lens[i])) {
+        return 0;
+    }
+    l->st[i] = KVF_OK;
+    l->st[i + 1] = KVF_OK;
+    return 1;
+}
+
 kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                 kvf_shm_lease_t *l, int stream)
 {
@@ -759,6 +777,12 @@ kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
     pf = l->type == KVF_OP_WRITE ? kvf_shm_prefetch_len() : 0;
     copy = stream ? kvf_shm_copy_stream : kvf_shm_copy;
     for (i = 0; i < l->n; i++) {
+        if (stream && i + 1 < l->n && l->excs[i] == KVF_OK &&
+            l->excs[i + 1] == KVF_OK && l->lens[i] == l->lens[i + 1] &&
+            kvf_shm_lease_pair(l, i)) {
+            i++; /* both moved */
+            continue;
+        }
         if (pf > 0 && i + 1 < l->n && l->excs[i + 1] == KVF_OK) {
             kvf_shm_prefetch(l->local[i + 1],
                              l->lens[i + 1] < pf ? l->lens[i + 1] : pf);

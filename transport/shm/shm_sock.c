@@ -441,6 +441,42 @@ kvf_shm_stream_avx2(unsigned char *d, const unsigned char *s, size_t len)
     memcpy(d + i, s + i, len - i);
 }
 
+/*
+ * Two blocks at once, 128 bytes of each in turn: twice the cache misses in
+ * flight, so the start of a random block (TLB walk, DRAM latency, the
+ * hardware prefetcher not yet on it) overlaps the other's stream. Both
+ * destinations 32-byte aligned, len a multiple of 128. 2-core VM, 8 KiB
+ * random blocks between 4 GiB memfd pools, NT stores, median of 4: one
+ * thread 6.5 -> 9.2 GiB/s, two threads 9.8 -> 10.4 (four blocks at once:
+ * 7.2, slower: the write-combining buffers run out).
+ */
+__attribute__((target("avx2"))) static void
+kvf_shm_stream2_avx2(unsigned char *d0, const unsigned char *s0,
+                     unsigned char *d1, const unsigned char *s1, size_t len)
+{
+    size_t i;
+
+    for (i = 0; i < len; i += 128) {
+        __m256i a0 = _mm256_loadu_si256((const __m256i *)(s0 + i));
+        __m256i a1 = _mm256_loadu_si256((const __m256i *)(s0 + i + 32));
+        __m256i a2 = _mm256_loadu_si256((const __m256i *)(s0 + i + 64));
+        __m256i a3 = _mm256_loadu_si256((const __m256i *)(s0 + i + 96));
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(s1 + i));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(s1 + i + 32));
+        __m256i b2 = _mm256_loadu_si256((const __m256i *)(s1 + i + 64));
+        __m256i b3 = _mm256_loadu_si256((const __m256i *)(s1 + i + 96));
+
+        _mm256_stream_si256((__m256i *)(d0 + i), a0);
+        _mm256_stream_si256((__m256i *)(d0 + i + 32), a1);
+        _mm256_stream_si256((__m256i *)(d0 + i + 64), a2);
+        _mm256_stream_si256((__m256i *)(d0 + i + 96), a3);
+        _mm256_stream_si256((__m256i *)(d1 + i), b0);
+        _mm256_stream_si256((__m256i *)(d1 + i + 32), b1);
+        _mm256_stream_si256((__m256i *)(d1 + i + 64), b2);
+        _mm256_stream_si256((__m256i *)(d1 + i + 96), b3);
+    }
+}
+
 static void kvf_shm_stream_sse2(unsigned char *d, const unsigned char *s,
                                 size_t len)
 {
@@ -461,21 +497,32 @@ static void kvf_shm_stream_sse2(unsigned char *d, const unsigned char *s,
 }
 #endif
 
+#if defined(__x86_64__)
+static int kvf_shm_has_avx2(void)
+{
+    static int avx2 = -1;
+    int v = __atomic_load_n(&avx2, __ATOMIC_RELAXED);
+
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") ? 1 : 0;
+        __atomic_store_n(&avx2, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#endif
+
 static void kvf_shm_stream(unsigned char *d, const unsigned char *s, size_t len)
 {
 #if defined(__x86_64__)
-    static int avx2 = -1;
     size_t head = (32 - ((uintptr_t)d & 31)) & 31;
+    int avx2;
 
     if (len < 512) {
         memcpy(d, s, len);
         return;
     }
-    if (__atomic_load_n(&avx2, __ATOMIC_RELAXED) < 0) {
-        __builtin_cpu_init();
-        __atomic_store_n(&avx2, __builtin_cpu_supports("avx2") ? 1 : 0,
-                         __ATOMIC_RELAXED);
-    }
+    avx2 = kvf_shm_has_avx2();
     memcpy(d, s, head); /* aligned stores from here */
     if (avx2) {
         kvf_shm_stream_avx2(d + head, s + head, len - head);
@@ -534,6 +581,36 @@ kvf_status_t kvf_shm_copy_stream(void *dst, const void *src, size_t len)
     }
     kvf_shm_stream(dst, src, len);
     return KVF_OK;
+}
+
+static int kvf_shm_is_host(const void *p)
+{
+    uint64_t left;
+
+    return kvf_cuda_region_lookup((uint64_t)(uintptr_t)p, NULL, &left) !=
+           KVF_MEM_CUDA;
+}
+
+int kvf_shm_copy_stream2(void *d0, const void *s0, void *d1, const void *s1,
+                         size_t len)
+{
+#if defined(__x86_64__)
+    if (len < 512 || len % 128 != 0 || ((uintptr_t)d0 & 31) != 0 ||
+        ((uintptr_t)d1 & 31) != 0 || !kvf_shm_has_avx2() ||
+        !kvf_shm_is_host(d0) || !kvf_shm_is_host(s0) || !kvf_shm_is_host(d1) ||
+        !kvf_shm_is_host(s1)) {
+        return 0;
+    }
+    kvf_shm_stream2_avx2(d0, s0, d1, s1, len);
+    return 1;
+#else
+    (void)d0;
+    (void)s0;
+    (void)d1;
+    (void)s1;
+    (void)len;
+    return 0;
+#endif
 }
 
 kvf_status_t kvf_shm_copy(void *dst, const void *src, size_t len)
