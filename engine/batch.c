@@ -20,6 +20,15 @@
  * from submit: no hand-off to a transport thread and no wake-up of the
  * caller, which for small objects cost more than the bytes. A request
  * the transport does not take is posted as usual.
+ *
+ * While other batches of the engine are live (callers on other threads),
+ * an inline batch of at most KVF_INLINE_ALL_BYTES offers every request
+ * of an inline_batch transport to the inline path, posting nothing
+ * during the cut: the transport's threads are already busy with the
+ * other callers' requests, and handing this caller's to them only adds
+ * two wake-ups per batch. A lone caller keeps the split above, which
+ * puts the transport's threads to work beside it. bench te over shm
+ * (2 threads, 64 KiB x 32): see docs/shm.md.
  */
 #include "engine/engine_int.h"
 #include "core/alloc.h"
@@ -31,6 +40,7 @@
 #define KVF_CHUNK_SEGS       256
 #define KVF_OPEN_CHUNKS      8
 #define KVF_INLINE_MAX_BYTES (1u << 20)
+#define KVF_INLINE_ALL_BYTES (8u << 20)
 
 typedef struct kvf_chunk {
     kvf_tl_req_t req;
@@ -53,6 +63,7 @@ struct kvf_batch {
     int building;   /* submit still posting */
     int cancel;
     unsigned flags; /* KVF_BATCH_* */
+    int inline_all; /* offer every request inline, post none in the cut */
     int device_mem; /* some local memory is not host memory */
     kvf_status_t first_error;
     kvf_chunk_t *chunks;
@@ -192,6 +203,55 @@ static kvf_status_t kvf_batch_check_op(kvf_engine_h e, const kvf_op_t *op,
     return KVF_OK;
 }
 
+/* A chunk the cut is done with: posted now, or (inline_all) kept on
+ * b->chunks for kvf_batch_offer_all. */
+static void kvf_batch_close(struct kvf_batch *b, kvf_chunk_t *c, unsigned *held,
+                            int *posted)
+{
+    if (b->inline_all) {
+        return;
+    }
+    *posted = 1;
+    if (*held > 0) {
+        pthread_rwlock_unlock(&b->engine->regions_lock);
+        *held = 0;
+    }
+    kvf_chunk_post(c);
+}
+
+/* inline_all: requests of other transports posted first, so they move
+ * meanwhile; then each of the others offered inline, posted if refused. */
+static void kvf_batch_offer_all(struct kvf_batch *b)
+{
+    kvf_chunk_t *c;
+
+    for (c = b->chunks; c != NULL; c = c->next_alloc) {
+        if (!c->peer->ops->inline_batch) {
+            kvf_chunk_post(c);
+        }
+    }
+    for (c = b->chunks; c != NULL; c = c->next_alloc) {
+        if (c->peer->ops->inline_batch && !kvf_chunk_try_inline(c)) {
+            kvf_chunk_post(c);
+        }
+    }
+}
+
+/* Whether ops move at most KVF_INLINE_ALL_BYTES in all. */
+static int kvf_batch_small(const kvf_op_t *ops, size_t count)
+{
+    uint64_t bytes = 0;
+    size_t i;
+
+    for (i = 0; i < count; i++) {
+        bytes += ops[i].length;
+        if (bytes > KVF_INLINE_ALL_BYTES) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Cuts the operations into chunks and posts them. */
 static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
 {
@@ -234,24 +294,14 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
                 }
             }
             if (k == KVF_OPEN_CHUNKS) {
-                posted = 1;
-                if (held > 0) {
-                    pthread_rwlock_unlock(&e->regions_lock);
-                    held = 0;
-                }
-                kvf_chunk_post(open[0]);
+                kvf_batch_close(b, open[0], &held, &posted);
                 memmove(open, open + 1, sizeof(open[0]) * (k - 1));
                 open[--k] = NULL;
             }
             c = open[k];
             if (c != NULL && (c->req.nsegs == KVF_CHUNK_SEGS ||
                               c->req.bytes + piece > chunk_max)) {
-                posted = 1;
-                if (held > 0) {
-                    pthread_rwlock_unlock(&e->regions_lock);
-                    held = 0;
-                }
-                kvf_chunk_post(c);
+                kvf_batch_close(b, c, &held, &posted);
                 c = NULL;
             }
             if (c == NULL) {
@@ -273,6 +323,10 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
     }
     if (held > 0) {
         pthread_rwlock_unlock(&e->regions_lock);
+    }
+    if (b->inline_all) {
+        kvf_batch_offer_all(b);
+        return KVF_OK;
     }
     if (!posted) {
         /* a small batch (every request still open): all inline when the
@@ -333,6 +387,10 @@ kvf_status_t kvf_batch_submit_ex(kvf_engine_h e, const kvf_op_t *ops,
     b->engine = e;
     b->nops = count;
     b->flags = flags;
+    /* other callers' batches live: this one moves on its own thread */
+    b->inline_all =
+        __atomic_fetch_add(&e->batches_live, 1, __ATOMIC_RELAXED) > 0 &&
+        (flags & KVF_BATCH_INLINE) && kvf_batch_small(ops, count);
     b->building = 1;
     b->first_error = KVF_OK;
     pthread_mutex_init(&b->lock, NULL);
@@ -416,6 +474,7 @@ void kvf_batch_destroy(kvf_batch_h b)
         b->chunks = c->next_alloc;
         kvf_free(c);
     }
+    __atomic_fetch_sub(&b->engine->batches_live, 1, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->cond);
     kvf_free(b->op_status);

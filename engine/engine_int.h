@@ -51,6 +51,7 @@ struct kvf_engine {
     kvf_meta_t *meta;
     pthread_mutex_t peers_lock;
     struct kvf_peer *peers;
+    unsigned batches_live; /* submitted, not yet destroyed (batch.c) */
 };
 
 struct kvf_peer {
