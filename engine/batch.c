@@ -237,13 +237,18 @@ static void kvf_batch_offer_all(struct kvf_batch *b)
     }
 }
 
-/* Whether ops move at most KVF_INLINE_ALL_BYTES in all. */
+/* Whether ops move at most KVF_INLINE_ALL_BYTES in all, every one to a
+ * peer whose transport's inline path is a copy (shm; tcp's takes a lone
+ * request only, which the usual path offers already). */
 static int kvf_batch_small(const kvf_op_t *ops, size_t count)
 {
     uint64_t bytes = 0;
     size_t i;
 
     for (i = 0; i < count; i++) {
+        if (ops[i].peer == NULL || !ops[i].peer->ops->inline_batch) {
+            return 0;
+        }
         bytes += ops[i].length;
         if (bytes > KVF_INLINE_ALL_BYTES) {
             return 0;
