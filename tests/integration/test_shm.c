@@ -115,6 +115,18 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Frees n pointers. */
+static void free_all(int n, ...)
+{
+    va_list ap;
+
+    va_start(ap, n);
+    while (n-- > 0) {
+        free(va_arg(ap, void *));
+    }
+    va_end(ap);
+}
+
 /* n distinct random block indices among nslots. */
 static uint32_t *pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n)
 {
@@ -216,12 +228,7 @@ static void round_trip(kvf_engine_h e, kvf_peer_h peer, unsigned char *local,
         assert_memory_equal(local + (size_t)i * BS, expect + (size_t)rp[i] * BS,
                             BS);
     }
-    free(lp);
-    free(rp);
-    free(ops);
-    free(rem);
-    free(sums);
-    free(lens);
+    free_all(6, lp, rp, ops, rem, sums, lens);
 }
 
 /* ---- a forked child engine: region A from kvf_mem_alloc, region B from
@@ -995,12 +1002,7 @@ static void stream_pairs(session_t *ss, unsigned char *local,
     for (i = 0; i < n; i++) {
         assert_true(kvf_checksum(ops[i].local, lens[i]) == sums[i]);
     }
-    free(lp);
-    free(rp);
-    free(ops);
-    free(rem);
-    free(sums);
-    free(lens);
+    free_all(6, lp, rp, ops, rem, sums, lens);
 }
 
 static void test_stream_pairs(void **state)
