@@ -258,8 +258,13 @@ static kvf_status_t kvf_sconn_take(kvf_store_h st, kvf_sconn_t **c_p,
     return KVF_OK;
 }
 
-kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
-                           const kvf_wr_t *w, kvf_sconn_t **conn_p)
+/* Sends a request on a pooled (or new) connection and, when wait, reads
+ * its reply. A pooled connection that fails (it may have died with an
+ * earlier master) is closed and the request tried once more on another;
+ * a fresh one that fails, or a timeout, ends it. */
+static kvf_status_t kvf_store_rpc_go(kvf_store_h st, uint8_t type,
+                                     uint32_t count, const kvf_wr_t *w,
+                                     int wait, kvf_sconn_t **conn_p)
 {
     kvf_status_t status;
     kvf_sconn_t *c;
@@ -268,14 +273,18 @@ kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
     for (attempt = 0; attempt < 2; attempt++) {
         status = kvf_sconn_take(st, &c, &fresh);
         if (status != KVF_OK) {
-            kvf_log_rl(KVF_LOG_ERROR, "store master %s:%u unreachable: %s",
-                       st->host, st->port, kvf_status_str(status));
+            if (wait) {
+                kvf_log_rl(KVF_LOG_ERROR, "store master %s:%u unreachable: %s",
+                           st->host, st->port, kvf_status_str(status));
+            }
             return status;
         }
-        status = kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
-                             kvf_time_ms() + st->timeout_ms);
+        status = wait ? kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
+                                    kvf_time_ms() + st->timeout_ms)
+                      : kvf_sp_send(c->fd, type, ++c->next_id, KVF_OK, count, 0,
+                                    w, kvf_time_ms() + st->timeout_ms);
         if (status == KVF_OK) {
-            if (c->f.hdr.status != KVF_OK) {
+            if (wait && c->f.hdr.status != KVF_OK) {
                 status = (kvf_status_t)c->f.hdr.status;
                 kvf_store_release(st, c);
                 return status;
@@ -287,38 +296,25 @@ kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
         if (fresh || status == KVF_ERR_TIMEOUT) {
             break;
         }
-        /* a pooled connection may have died with an earlier master */
     }
-    kvf_log_rl(KVF_LOG_ERROR, "store %s request to %s:%u failed: %s",
-               kvf_sp_msg_name(type), st->host, st->port,
-               kvf_status_str(status));
+    if (wait) {
+        kvf_log_rl(KVF_LOG_ERROR, "store %s request to %s:%u failed: %s",
+                   kvf_sp_msg_name(type), st->host, st->port,
+                   kvf_status_str(status));
+    }
     return status;
+}
+
+kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
+                           const kvf_wr_t *w, kvf_sconn_t **conn_p)
+{
+    return kvf_store_rpc_go(st, type, count, w, 1, conn_p);
 }
 
 kvf_status_t kvf_store_rpc_send(kvf_store_h st, uint8_t type, uint32_t count,
                                 const kvf_wr_t *w, kvf_sconn_t **conn_p)
 {
-    kvf_status_t status;
-    kvf_sconn_t *c;
-    int fresh, attempt;
-
-    for (attempt = 0; attempt < 2; attempt++) {
-        status = kvf_sconn_take(st, &c, &fresh);
-        if (status != KVF_OK) {
-            return status;
-        }
-        status = kvf_sp_send(c->fd, type, ++c->next_id, KVF_OK, count, 0, w,
-                             kvf_time_ms() + st->timeout_ms);
-        if (status == KVF_OK) {
-            *conn_p = c;
-            return KVF_OK;
-        }
-        kvf_sconn_close(c);
-        if (fresh) {
-            break; /* a pooled one may have died with an earlier master */
-        }
-    }
-    return status;
+    return kvf_store_rpc_go(st, type, count, w, 0, conn_p);
 }
 
 kvf_status_t kvf_store_rpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,

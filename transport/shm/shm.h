@@ -160,6 +160,10 @@ int kvf_shm_copy_stream2(void *d0, const void *s0, void *d1, const void *s1,
 void kvf_shm_prefetch(const void *p, size_t len);
 /* Bytes of the next entry kvf_shm_lease_copy prefetches (0: none). */
 size_t kvf_shm_prefetch_len(void);
+/* A tuning knob from the environment variable name (default def, clamped
+ * to [0, max]), read once into *cache (which starts at -1). */
+int64_t kvf_shm_env_knob(int64_t *cache, const char *name, int64_t def,
+                         int64_t max);
 
 /* ---- iface (target side) ---------------------------------------------- */
 

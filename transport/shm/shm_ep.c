@@ -32,7 +32,6 @@
 #include "core/log.h"
 #include "core/time.h"
 
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -386,17 +385,9 @@ static int kvf_shm_wait_work(kvf_tl_ep_t *ep, int wait_us);
 static uint64_t kvf_shm_warm_ms(void)
 {
     static int64_t cached = -1;
-    int64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    const char *env;
 
-    if (v < 0) {
-        env = getenv("KVF_SHM_WARM_MS");
-        v = (env != NULL && *env != '\0') ? strtoll(env, NULL, 10)
-                                          : KVF_SHM_WARM_MS;
-        v = v < 0 ? 0 : v > 10000 ? 10000 : v;
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return (uint64_t)v;
+    return (uint64_t)kvf_shm_env_knob(&cached, "KVF_SHM_WARM_MS",
+                                      KVF_SHM_WARM_MS, 10000);
 }
 
 /* Ends the open lease and begins a warm one in its place: one entry (a

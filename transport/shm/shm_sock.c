@@ -445,10 +445,9 @@ kvf_shm_stream_avx2(unsigned char *d, const unsigned char *s, size_t len)
  * Two blocks at once, 128 bytes of each in turn: twice the cache misses in
  * flight, so the start of a random block (TLB walk, DRAM latency, the
  * hardware prefetcher not yet on it) overlaps the other's stream. Both
- * destinations 32-byte aligned, len a multiple of 128. 2-core VM, 8 KiB
- * random blocks between 4 GiB memfd pools, NT stores, median of 4: one
- * thread 6.5 -> 9.2 GiB/s, two threads 9.8 -> 10.4 (four blocks at once:
- * 7.2, slower: the write-combining buffers run out).
+ * destinations 32-byte aligned, len a multiple of 128. docs/shm.md has
+ * the A/B (bench blocks, 1 GB of 8 KiB blocks: +15-35 %). Four blocks at
+ * once was slower: the write-combining buffers run out.
  */
 __attribute__((target("avx2"))) static void
 kvf_shm_stream2_avx2(unsigned char *d0, const unsigned char *s0,
@@ -544,20 +543,27 @@ void kvf_shm_prefetch(const void *p, size_t len)
     }
 }
 
-size_t kvf_shm_prefetch_len(void)
+int64_t kvf_shm_env_knob(int64_t *cache, const char *name, int64_t def,
+                         int64_t max)
 {
-    static long cached = -1;
-    long v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    int64_t v = __atomic_load_n(cache, __ATOMIC_RELAXED);
     const char *env;
 
     if (v < 0) {
-        env = getenv("KVF_SHM_PREFETCH");
-        v = (env != NULL && *env != '\0') ? strtol(env, NULL, 10)
-                                          : KVF_SHM_PREFETCH_LEN;
-        v = v < 0 ? 0 : v > 8192 ? 8192 : v;
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+        env = getenv(name);
+        v = (env != NULL && *env != '\0') ? strtoll(env, NULL, 10) : def;
+        v = v < 0 ? 0 : v > max ? max : v;
+        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
     }
-    return (size_t)v;
+    return v;
+}
+
+size_t kvf_shm_prefetch_len(void)
+{
+    static int64_t cached = -1;
+
+    return (size_t)kvf_shm_env_knob(&cached, "KVF_SHM_PREFETCH",
+                                    KVF_SHM_PREFETCH_LEN, 8192);
 }
 
 void kvf_shm_fence(void)
