@@ -1,6 +1,12 @@
 /*
- * The master's connection event loop: one thread, epoll, non-blocking
- * sockets. It accepts on the tcp listening socket and, when the master
+ * The master's connection event loops: one or more threads (master option
+ * `loops`, store config `master_loops`; 0 = one per 8 CPUs, 1 to 4), each
+ * with its own epoll set and connections, non-blocking sockets. The first
+ * loop accepts and hands connections round robin to all loops (an eventfd
+ * wakes the receiver); the metadata they serve is one, under the master's
+ * lock, which a request holds only while it is applied: the system calls
+ * of many clients then run on several cores while the table stays one.
+ * The first loop accepts on the tcp listening socket and, when the master
  * listens on a loopback or wildcard address, on its abstract unix socket
  * (store/proto kvf_sp_unix_name): both kinds are served by the same code,
  * frames, bounds and limits; they are counted apart for /metrics. Each
@@ -32,6 +38,7 @@
 #include <netinet/tcp.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -40,12 +47,25 @@
 #define KVF_LOOP_EVENTS    64
 #define KVF_LOOP_TICK_MS   100
 #define KVF_LOOP_CONNS_MAX 4096
+#define KVF_LOOPS_AUTO_MAX 4
+
+struct kvf_mloop {
+    kvf_master_t *m;
+    int epfd;
+    int efd; /* eventfd: connections handed over by the first loop */
+    pthread_t thread;
+    int started;
+    kvf_mconn_t *conns; /* owned by this loop's thread */
+    pthread_mutex_t in_lock;
+    kvf_mconn_t *incoming; /* handed over, not yet watched */
+};
 
 /* epoll tags of the listening sockets (connections carry their own) */
 static char kvf_loop_tcp_tag, kvf_loop_unix_tag;
 
 struct kvf_mconn {
     kvf_master_t *m;
+    kvf_mloop_t *loop; /* the loop that serves it */
     int fd;
     int is_unix; /* accepted on the abstract unix socket */
     int busy;    /* with a helper thread (atomic) */
@@ -58,32 +78,38 @@ struct kvf_mconn {
     kvf_mconn_t *next;
 };
 
-static void kvf_loop_close(kvf_master_t *m, kvf_mconn_t *c)
+/* Frees a connection that is on no list and in no epoll set. */
+static void kvf_loop_free(kvf_mconn_t *c)
 {
-    kvf_mconn_t **pp;
-
-    for (pp = &m->conns; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == c) {
-            *pp = c->next;
-            m->nconns--;
-            if (c->is_unix) {
-                __atomic_sub_fetch(&m->nconns_unix, 1, __ATOMIC_RELAXED);
-            }
-            break;
-        }
+    __atomic_sub_fetch(&c->m->nconns, 1, __ATOMIC_RELAXED);
+    if (c->is_unix) {
+        __atomic_sub_fetch(&c->m->nconns_unix, 1, __ATOMIC_RELAXED);
     }
-    epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     kvf_free(c->in);
     kvf_free(c->out);
     kvf_free(c);
 }
 
-static void kvf_loop_watch(kvf_master_t *m, kvf_mconn_t *c, uint32_t ev, int op)
+static void kvf_loop_close(kvf_mloop_t *l, kvf_mconn_t *c)
+{
+    kvf_mconn_t **pp;
+
+    for (pp = &l->conns; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    kvf_loop_free(c);
+}
+
+static void kvf_loop_watch(kvf_mconn_t *c, uint32_t ev, int op)
 {
     struct epoll_event e = {.events = ev, .data.ptr = c};
 
-    epoll_ctl(m->epfd, op, c->fd, &e);
+    epoll_ctl(c->loop->epfd, op, c->fd, &e);
 }
 
 /* Queues header + body; sends what the socket takes now. 0, or -1 when
@@ -201,7 +227,7 @@ static void *kvf_loop_helper(void *arg)
     kvf_free(j);
     __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
     /* EPOLLOUT fires at once: the loop serves any frame already buffered */
-    kvf_loop_watch(m, c, EPOLLIN | EPOLLOUT, EPOLL_CTL_ADD);
+    kvf_loop_watch(c, EPOLLIN | EPOLLOUT, EPOLL_CTL_ADD);
     __atomic_sub_fetch(&m->helpers, 1, __ATOMIC_ACQ_REL);
     return NULL;
 }
@@ -223,7 +249,7 @@ static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
     j->f.hdr = *h;
     j->f.body = (unsigned char *)(j + 1);
     memcpy(j->f.body, c->in + KVF_WIRE_HDR_LEN, h->meta_len);
-    epoll_ctl(m->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    epoll_ctl(c->loop->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     __atomic_store_n(&c->busy, 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&m->helpers, 1, __ATOMIC_ACQ_REL);
     pthread_attr_init(&attr);
@@ -233,7 +259,7 @@ static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
     if (rc != 0) {
         __atomic_sub_fetch(&m->helpers, 1, __ATOMIC_ACQ_REL);
         __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
-        kvf_loop_watch(m, c, EPOLLIN, EPOLL_CTL_ADD);
+        kvf_loop_watch(c, EPOLLIN, EPOLL_CTL_ADD);
         kvf_free(j);
         return -1;
     }
@@ -350,12 +376,59 @@ static int kvf_loop_read(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
             return rc > 0 ? 0 : -1;
         }
         if (c->out_len > 0) {
-            kvf_loop_watch(m, c, EPOLLOUT, EPOLL_CTL_MOD);
+            kvf_loop_watch(c, EPOLLOUT, EPOLL_CTL_MOD);
             return 0; /* read again once the replies are out */
         }
         if (c->in_len < c->in_cap) {
             return 0; /* the socket had no more */
         }
+    }
+}
+
+/* Puts a connection in its loop's list and epoll set (its own thread). */
+static void kvf_loop_adopt(kvf_mloop_t *l, kvf_mconn_t *c)
+{
+    c->next = l->conns;
+    l->conns = c;
+    kvf_loop_watch(c, EPOLLIN, EPOLL_CTL_ADD);
+}
+
+/* Takes the connections the first loop handed over. */
+static void kvf_loop_take_incoming(kvf_mloop_t *l)
+{
+    kvf_mconn_t *c, *next;
+    uint64_t v;
+
+    if (read(l->efd, &v, sizeof(v)) < 0 && errno != EAGAIN) {
+        kvf_log_rl(KVF_LOG_WARN, "master loop eventfd read: %m");
+    }
+    pthread_mutex_lock(&l->in_lock);
+    c = l->incoming;
+    l->incoming = NULL;
+    pthread_mutex_unlock(&l->in_lock);
+    for (; c != NULL; c = next) {
+        next = c->next;
+        kvf_loop_adopt(l, c);
+    }
+}
+
+/* The first loop's: gives a new connection to the next loop in turn. */
+static void kvf_loop_hand_over(kvf_master_t *m, kvf_mconn_t *c)
+{
+    kvf_mloop_t *l = &m->loops[m->next_loop++ % m->nloops];
+    uint64_t one = 1;
+
+    c->loop = l;
+    if (l == &m->loops[0]) {
+        kvf_loop_adopt(l, c);
+        return;
+    }
+    pthread_mutex_lock(&l->in_lock);
+    c->next = l->incoming;
+    l->incoming = c;
+    pthread_mutex_unlock(&l->in_lock);
+    if (write(l->efd, &one, sizeof(one)) < 0) {
+        kvf_log_rl(KVF_LOG_WARN, "master loop eventfd write: %m");
     }
 }
 
@@ -378,11 +451,12 @@ static void kvf_loop_accept(kvf_master_t *m, int is_unix)
             }
             return;
         }
-        if (m->nconns >= KVF_LOOP_CONNS_MAX) {
+        if (__atomic_load_n(&m->nconns, __ATOMIC_RELAXED) >=
+            KVF_LOOP_CONNS_MAX) {
             kvf_log_rl(KVF_LOG_WARN,
                        "master has %u connections: refusing "
                        "one more",
-                       m->nconns);
+                       __atomic_load_n(&m->nconns, __ATOMIC_RELAXED));
             close(fd);
             continue;
         }
@@ -397,23 +471,22 @@ static void kvf_loop_accept(kvf_master_t *m, int is_unix)
         c->m = m;
         c->fd = fd;
         c->is_unix = is_unix;
+        __atomic_add_fetch(&m->nconns, 1, __ATOMIC_RELAXED);
         if (is_unix) {
             __atomic_add_fetch(&m->nconns_unix, 1, __ATOMIC_RELAXED);
         }
-        c->next = m->conns;
-        m->conns = c;
-        m->nconns++;
-        kvf_loop_watch(m, c, EPOLLIN, EPOLL_CTL_ADD);
+        kvf_loop_hand_over(m, c);
     }
 }
 
 /* Closes connections whose frame stalled past the timeout. */
-static void kvf_loop_sweep(kvf_master_t *m)
+static void kvf_loop_sweep(kvf_mloop_t *l)
 {
+    kvf_master_t *m = l->m;
     uint64_t now = kvf_time_ms();
     kvf_mconn_t *c, *next;
 
-    for (c = m->conns; c != NULL; c = next) {
+    for (c = l->conns; c != NULL; c = next) {
         next = c->next;
         if (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE)) {
             continue;
@@ -426,7 +499,7 @@ static void kvf_loop_sweep(kvf_master_t *m)
                        "short (%zu bytes for %lu ms); closing it",
                        c->fd, c->in_len,
                        (unsigned long)(now - c->partial_since));
-            kvf_loop_close(m, c);
+            kvf_loop_close(l, c);
         }
     }
 }
@@ -434,7 +507,8 @@ static void kvf_loop_sweep(kvf_master_t *m)
 static void *kvf_loop_main(void *arg)
 {
     struct epoll_event ev[KVF_LOOP_EVENTS];
-    kvf_master_t *m = arg;
+    kvf_mloop_t *l = arg;
+    kvf_master_t *m = l->m;
     uint64_t last_sweep = kvf_time_ms();
     kvf_mconn_t *c;
     kvf_wr_t w;
@@ -442,11 +516,15 @@ static void *kvf_loop_main(void *arg)
 
     kvf_wr_init(&w);
     while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
-        n = epoll_wait(m->epfd, ev, KVF_LOOP_EVENTS, KVF_LOOP_TICK_MS);
+        n = epoll_wait(l->epfd, ev, KVF_LOOP_EVENTS, KVF_LOOP_TICK_MS);
         for (i = 0; i < n; i++) {
             if (ev[i].data.ptr == &kvf_loop_tcp_tag ||
                 ev[i].data.ptr == &kvf_loop_unix_tag) {
                 kvf_loop_accept(m, ev[i].data.ptr == &kvf_loop_unix_tag);
+                continue;
+            }
+            if (ev[i].data.ptr == l) {
+                kvf_loop_take_incoming(l);
                 continue;
             }
             c = ev[i].data.ptr;
@@ -457,10 +535,10 @@ static void *kvf_loop_main(void *arg)
             if (rc == 0 && (ev[i].events & EPOLLOUT)) {
                 rc = kvf_loop_flush(c);
                 if (rc == 1) {
-                    kvf_loop_watch(m, c, EPOLLIN, EPOLL_CTL_MOD);
+                    kvf_loop_watch(c, EPOLLIN, EPOLL_CTL_MOD);
                     rc = kvf_loop_frames(m, c, &w);
                     if (rc == 0 && c->out_len > 0) {
-                        kvf_loop_watch(m, c, EPOLLOUT, EPOLL_CTL_MOD);
+                        kvf_loop_watch(c, EPOLLOUT, EPOLL_CTL_MOD);
                     }
                     rc = rc > 0 ? 0 : rc;
                 }
@@ -470,11 +548,11 @@ static void *kvf_loop_main(void *arg)
                 rc = kvf_loop_read(m, c, &w);
             }
             if (rc < 0) {
-                kvf_loop_close(m, c);
+                kvf_loop_close(l, c);
             }
         }
         if (kvf_time_ms() - last_sweep >= KVF_LOOP_TICK_MS) {
-            kvf_loop_sweep(m);
+            kvf_loop_sweep(l);
             last_sweep = kvf_time_ms();
         }
     }
@@ -482,52 +560,125 @@ static void *kvf_loop_main(void *arg)
     return NULL;
 }
 
-static int kvf_loop_watch_listener(kvf_master_t *m, int fd, void *tag)
+static int kvf_loop_watch_fd(int epfd, int fd, void *tag)
 {
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = tag};
     int flags = fcntl(fd, F_GETFL);
 
     return (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
-            epoll_ctl(m->epfd, EPOLL_CTL_ADD, fd, &e) != 0)
+            epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &e) != 0)
                ? -1
                : 0;
 }
 
+/* The number of loops: the option, or one per 8 CPUs (1 to 4). */
+static unsigned kvf_loop_count(const kvf_master_t *m)
+{
+    long cpus;
+
+    if (m->opts.loops > 0) {
+        return m->opts.loops;
+    }
+    cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpus = cpus < 8 ? 1 : cpus / 8;
+    return cpus > KVF_LOOPS_AUTO_MAX ? KVF_LOOPS_AUTO_MAX : (unsigned)cpus;
+}
+
+/* Closes every connection of the loops and their descriptors; the loop
+ * threads have stopped (or never started). */
+static void kvf_loop_teardown(kvf_master_t *m)
+{
+    kvf_mloop_t *l;
+    kvf_mconn_t *c;
+    unsigned i;
+
+    for (i = 0; i < m->nloops; i++) {
+        l = &m->loops[i];
+        while (l->conns != NULL) {
+            kvf_loop_close(l, l->conns);
+        }
+        while ((c = l->incoming) != NULL) {
+            l->incoming = c->next;
+            kvf_loop_free(c);
+        }
+        if (l->efd >= 0) {
+            close(l->efd);
+        }
+        if (l->epfd >= 0) {
+            close(l->epfd);
+        }
+        pthread_mutex_destroy(&l->in_lock);
+    }
+    kvf_free(m->loops);
+    m->loops = NULL;
+    m->nloops = 0;
+}
+
+static void kvf_loop_join(kvf_master_t *m)
+{
+    unsigned i;
+
+    __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
+    for (i = 0; i < m->nloops; i++) {
+        if (m->loops[i].started) {
+            pthread_join(m->loops[i].thread, NULL);
+        }
+    }
+}
+
 kvf_status_t kvf_m_loop_start(kvf_master_t *m)
 {
-    m->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (m->epfd < 0) {
-        kvf_error("epoll_create1 failed: %m");
-        return KVF_ERR_NO_RESOURCE;
+    unsigned n = kvf_loop_count(m), i;
+    kvf_mloop_t *l;
+
+    m->loops = kvf_calloc(n, sizeof(*m->loops));
+    if (m->loops == NULL) {
+        return KVF_ERR_NO_MEMORY;
     }
-    if (kvf_loop_watch_listener(m, m->lfd, &kvf_loop_tcp_tag) != 0 ||
-        (m->ufd >= 0 &&
-         kvf_loop_watch_listener(m, m->ufd, &kvf_loop_unix_tag) != 0)) {
+    m->nloops = n;
+    for (i = 0; i < n; i++) {
+        l = &m->loops[i];
+        l->m = m;
+        pthread_mutex_init(&l->in_lock, NULL);
+        l->epfd = epoll_create1(EPOLL_CLOEXEC);
+        l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (l->epfd < 0 || l->efd < 0 ||
+            kvf_loop_watch_fd(l->epfd, l->efd, l) != 0) {
+            kvf_error("master cannot create its event loops: %m");
+            goto err;
+        }
+    }
+    if (kvf_loop_watch_fd(m->loops[0].epfd, m->lfd, &kvf_loop_tcp_tag) != 0 ||
+        (m->ufd >= 0 && kvf_loop_watch_fd(m->loops[0].epfd, m->ufd,
+                                          &kvf_loop_unix_tag) != 0)) {
         kvf_error("master cannot watch its listening sockets: %m");
-        close(m->epfd);
-        return KVF_ERR_NO_RESOURCE;
+        goto err;
     }
-    if (pthread_create(&m->loop_thread, NULL, kvf_loop_main, m) != 0) {
-        close(m->epfd);
-        return KVF_ERR_NO_RESOURCE;
+    for (i = 0; i < n; i++) {
+        if (pthread_create(&m->loops[i].thread, NULL, kvf_loop_main,
+                           &m->loops[i]) != 0) {
+            goto err;
+        }
+        m->loops[i].started = 1;
     }
     return KVF_OK;
+
+err:
+    kvf_loop_join(m);
+    kvf_loop_teardown(m);
+    return KVF_ERR_NO_RESOURCE;
 }
 
 void kvf_m_loop_stop(kvf_master_t *m)
 {
     uint64_t deadline;
 
-    __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
-    pthread_join(m->loop_thread, NULL);
+    kvf_loop_join(m);
     /* registrations in flight end within their timeouts */
     deadline = kvf_time_ms() + 3ull * m->opts.io_timeout_ms;
     while (__atomic_load_n(&m->helpers, __ATOMIC_ACQUIRE) > 0 &&
            kvf_time_ms() < deadline) {
         usleep(10000);
     }
-    while (m->conns != NULL) {
-        kvf_loop_close(m, m->conns);
-    }
-    close(m->epfd);
+    kvf_loop_teardown(m);
 }

@@ -25,7 +25,7 @@
 kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
 {
     const kvf_config_table_t *t = &kvf_store_config;
-    uint64_t hi, lo, rep, io;
+    uint64_t hi, lo, rep, io, loops;
     kvf_status_t st;
 
     memset(o, 0, sizeof(*o));
@@ -39,9 +39,16 @@ kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
         (st = kvf_config_u64(t, "high_watermark_pct", &hi)) != KVF_OK ||
         (st = kvf_config_u64(t, "low_watermark_pct", &lo)) != KVF_OK ||
         (st = kvf_config_u64(t, "replicas", &rep)) != KVF_OK ||
-        (st = kvf_config_u64(t, "store_timeout_ms", &io)) != KVF_OK) {
+        (st = kvf_config_u64(t, "store_timeout_ms", &io)) != KVF_OK ||
+        (st = kvf_config_u64(t, "master_loops", &loops)) != KVF_OK) {
         return st;
     }
+    if (loops > KVF_MASTER_LOOPS_MAX) {
+        kvf_error("store master_loops=%lu: at most %u", (unsigned long)loops,
+                  KVF_MASTER_LOOPS_MAX);
+        return KVF_ERR_INVALID_PARAM;
+    }
+    o->loops = (unsigned)loops;
     o->high_watermark = (double)hi / 100.0;
     o->low_watermark = (double)lo / 100.0;
     o->replicas = (unsigned)rep;
@@ -511,12 +518,13 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     if (opts->high_watermark <= 0 || opts->high_watermark > 1 ||
         opts->low_watermark > opts->high_watermark ||
         opts->replicas > KVF_STORE_REPLICA_MAX || opts->node_ttl_ms == 0 ||
-        opts->heartbeat_ms == 0 || opts->io_timeout_ms == 0) {
+        opts->heartbeat_ms == 0 || opts->io_timeout_ms == 0 ||
+        opts->loops > KVF_MASTER_LOOPS_MAX) {
         kvf_error("bad master options: watermarks %.2f/%.2f, replicas %u, "
-                  "ttl %lu ms, heartbeat %lu ms",
+                  "ttl %lu ms, heartbeat %lu ms, loops %u",
                   opts->low_watermark, opts->high_watermark, opts->replicas,
                   (unsigned long)opts->node_ttl_ms,
-                  (unsigned long)opts->heartbeat_ms);
+                  (unsigned long)opts->heartbeat_ms, opts->loops);
         return KVF_ERR_INVALID_PARAM;
     }
     m = kvf_calloc(1, sizeof(*m));
@@ -575,10 +583,12 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     if (st != KVF_OK) {
         goto err_reaper;
     }
-    kvf_info("store master on %s (unix %s%s, http %s), epoch %016lx",
+    kvf_info("store master on %s (unix %s%s, http %s), %u loop(s), epoch "
+             "%016lx",
              m->address, m->ufd >= 0 ? "@" : "",
              m->ufd >= 0 ? m->unix_name : "off",
-             m->have_http ? m->http_address : "off", (unsigned long)m->epoch);
+             m->have_http ? m->http_address : "off", m->nloops,
+             (unsigned long)m->epoch);
     *master_p = m;
     return KVF_OK;
 

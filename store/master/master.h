@@ -15,6 +15,8 @@
 
 typedef struct kvf_master kvf_master_t;
 
+#define KVF_MASTER_LOOPS_MAX 64
+
 typedef struct kvf_master_opts {
     const char *listen;      /* RPC "host:port" (port 0 = any) */
     const char *http;        /* HTTP "host:port", NULL = none */
@@ -26,6 +28,7 @@ typedef struct kvf_master_opts {
     double low_watermark;    /* ... down to this */
     unsigned replicas;       /* default replica count of a put */
     unsigned io_timeout_ms;  /* bound on reading a started frame */
+    unsigned loops;          /* connection event loops; 0 = by CPUs */
 } kvf_master_opts_t;
 
 /* Fills opts from the `store` config table (defaults, file, KVF_* env). */

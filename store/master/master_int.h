@@ -54,6 +54,7 @@ typedef struct kvf_master_stats {
 } kvf_master_stats_t;
 
 typedef struct kvf_mconn kvf_mconn_t;
+typedef struct kvf_mloop kvf_mloop_t;
 
 struct kvf_master {
     kvf_master_opts_t opts;
@@ -80,13 +81,14 @@ struct kvf_master {
     int hfd;
     char address[KVF_HOST_MAX + 8];
     char http_address[KVF_HOST_MAX + 8];
-    pthread_t loop_thread, http_thread, reaper_thread;
+    pthread_t http_thread, reaper_thread;
     int have_http;
     int stop;
     pthread_cond_t stop_cond;
-    int epfd;
-    kvf_mconn_t *conns; /* owned by the loop thread */
-    unsigned nconns;
+    kvf_mloop_t *loops; /* connection event loops (loop.c) */
+    unsigned nloops;
+    unsigned next_loop;   /* the first loop's: where the next goes */
+    unsigned nconns;      /* of all loops (atomic) */
     unsigned nconns_unix; /* of nconns, over the unix socket (atomic) */
     int helpers;          /* node registrations in flight (atomic) */
 };

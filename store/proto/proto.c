@@ -31,6 +31,8 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
     {"low_watermark_pct", "80", "... down to this %"},
     {"replicas", "1", "default replica count of a put"},
     {"store_timeout_ms", "5000", "bound on any store wait"},
+    {"master_loops", "0",
+     "master connection event loops (threads); 0 = one per 8 CPUs, 1 to 4"},
     {"put_reserve", "1",
      "1: a client's single puts keep space reserved for the next one "
      "(one master round trip per put instead of two)"},

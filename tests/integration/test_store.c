@@ -239,9 +239,13 @@ static void test_concurrent_clients(void **state)
     kvs_worker_t w[SHARED + OWN];
     kvs_client_t shared, own[OWN];
     pthread_t th[SHARED + OWN];
+    long tcp0, unix0;
     int i;
 
     (void)state;
+    tcp0 = kvs_metric(g_master.http, "connections_tcp");
+    unix0 = kvs_metric(g_master.http, "connections_unix");
+    assert_true(tcp0 >= 0 && unix0 >= 0);
     assert_int_equal(kvs_client_open(&shared, g_master.addr, SHARED * 131072),
                      0);
     for (i = 0; i < SHARED + OWN; i++) {
@@ -269,6 +273,10 @@ static void test_concurrent_clients(void **state)
         kvs_client_close(&own[i]);
     }
     kvs_client_close(&shared);
+    /* every loop of the master closed its share of them */
+    assert_true(kvs_metric_wait(g_master.http, "connections_tcp", tcp0, 3000));
+    assert_true(
+        kvs_metric_wait(g_master.http, "connections_unix", unix0, 3000));
 }
 
 static void test_metrics(void **state)

@@ -185,6 +185,14 @@ static void kvf_bs_lat_add(kvf_bs_thread_t *t, int k, double us)
     t->lat[k][t->nlat[k]++] = us;
 }
 
+unsigned kvf_bs_keys_per_thread(uint64_t capacity, uint64_t size,
+                                unsigned clients)
+{
+    uint64_t keys = capacity / 3 / size / clients;
+
+    return (unsigned)(keys > 64 ? 64 : keys ? keys : 1);
+}
+
 static void kvf_bs_key(char *key, size_t cap, const kvf_bs_ctx_t *c,
                        unsigned id, uint64_t seq)
 {
@@ -436,7 +444,6 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
     kvf_bs_thread_t *th;
     kvf_bs_ctx_t c;
     unsigned i, first = *nrows;
-    uint64_t keys;
 
     memset(&c, 0, sizeof(c));
     c.st = st;
@@ -444,9 +451,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
     c.o = o;
     c.size = size;
     c.run = kvf_time_ns() ^ ((uint64_t)getpid() << 32);
-    /* keys read back: a third of the store, at most 64 per thread */
-    keys = capacity / 3 / size / clients;
-    c.keys = (unsigned)(keys > 64 ? 64 : keys ? keys : 1);
+    c.keys = kvf_bs_keys_per_thread(capacity, size, clients);
     th = calloc(clients, sizeof(*th));
     if (th == NULL) {
         return -1;
@@ -729,7 +734,13 @@ int kvf_cmd_bench_store(int argc, char **argv)
                     long n = (long)((2ull << 30) / o.sizes[i]);
 
                     n = n < 2000 ? 2000 : n > 100000 ? 100000 : n;
-                    if (kvf_bs_redis(o.sizes[i], o.clients[k], n, &rows[nrows],
+                    /* as many keys as the get phase reads, for as long */
+                    unsigned keys = o.clients[k] *
+                                    kvf_bs_keys_per_thread(capacity, o.sizes[i],
+                                                           o.clients[k]);
+
+                    if (kvf_bs_redis(o.sizes[i], o.clients[k], keys, n,
+                                     (double)o.duration_ms / 1e3, &rows[nrows],
                                      &rows[nrows + 1]) == 0) {
                         if (!o.json) {
                             kvf_bs_print_row(&rows[nrows]);

@@ -90,11 +90,17 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
 double kvf_bs_proc_cpu_s(pid_t pid);
 
 /* Runs redis-server (own port, loopback, no persistence) and
- * redis-benchmark -t set, then -t get, -d size -c clients -n requests;
- * fills two rows (SET, GET), with the CPU both processes used per
- * request. Returns 0, or -1 (message printed) when Redis is not
- * installed or fails. */
-int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
-                 kvf_bs_row_t *set_row, kvf_bs_row_t *get_row);
+ * redis-benchmark -t set, then -t get, -d size -c clients over keys
+ * distinct keys (-r; 0 = one key); each test runs for about seconds (a
+ * probe gives its rate; 0 = requests requests); fills two rows (SET,
+ * GET), with the CPU both processes used per request. Returns 0, or -1
+ * (message printed) when Redis is not installed or fails. */
+int kvf_bs_redis(uint64_t size, unsigned clients, unsigned keys, long requests,
+                 double seconds, kvf_bs_row_t *set_row, kvf_bs_row_t *get_row);
+
+/* Keys each client thread reads back in the get phases: a third of the
+ * store's capacity, at most 64. */
+unsigned kvf_bs_keys_per_thread(uint64_t capacity, uint64_t size,
+                                unsigned clients);
 
 #endif

@@ -158,8 +158,11 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                       "client threads share one store handle; put: new "
                       "keys back to back; get: the thread's last keys "
                       "round robin, checksum verified; Redis: "
-                      "redis-benchmark -t set,get -d SIZE -c CLIENTS, "
-                      "no persistence, same machine, same run");
+                      "redis-benchmark -t set,get -d SIZE -c CLIENTS -r "
+                      "KEYS (the keys the get phase reads: CLIENTS x "
+                      "keys per thread), each test as long as a phase "
+                      "(a probe gives its rate), no persistence, same "
+                      "machine, same run");
     for (i = 0; i < nrows; i++) {
         r = &rows[i];
         kvf_fmt_size(r->size, sz, sizeof(sz));

@@ -2,10 +2,17 @@
  * The Redis comparison of `kvferry bench store --vs-redis`: starts
  * redis-server (Debian package) on 127.0.0.1 on a free port of its own,
  * without persistence (--save "" --appendonly no), runs redis-benchmark
- * with the same value size and number of clients (-t set, then -t get;
- * -d SIZE -c CLIENTS -n REQUESTS --csv), parses its CSV (rps and latency
- * percentiles), takes the CPU the server and the benchmark used in each
- * (/proc/PID/stat, wait4), and stops the server. Redis is what many users would
+ * with the same value size, number of clients and number of distinct keys
+ * as the store's phases (-t set, then -t get; -d SIZE -c CLIENTS -r KEYS
+ * -n REQUESTS --csv), parses its CSV (rps and latency percentiles), takes
+ * the CPU the server and the benchmark used in each (/proc/PID/stat,
+ * wait4), and stops the server. redis-benchmark stops after a count, not a
+ * time: a short probe of each test gives its rate, and the measured run
+ * asks for the requests of the store's phase duration at that rate, so
+ * both systems' percentiles come from about as long a run (and as many
+ * samples per second). SET runs at least 4 requests per key, so that GET
+ * finds nearly every key (a missing key's reply is a few bytes: it could
+ * only flatter Redis). Redis is what many users would
  * put in the store's place (LMCache ships a redis:// backend), so it is the bar
  * the store is measured against, in the same run.
  */
@@ -117,13 +124,27 @@ double kvf_bs_proc_cpu_s(pid_t pid)
  * Bounded: it ends by itself, 10 minutes at most. */
 static int kvf_bs_redis_bench(const char *port_s, const char *test,
                               const char *size_s, const char *cl_s,
-                              const char *n_s, char *buf, size_t cap,
-                              double *cpu_p)
+                              const char *keys_s, long requests, char *buf,
+                              size_t cap, double *cpu_p)
 {
-    char *argv[] = {"redis-benchmark", "-h",    "127.0.0.1",  "-p",
-                    (char *)port_s,    "-t",    (char *)test, "-d",
-                    (char *)size_s,    "-c",    (char *)cl_s, "-n",
-                    (char *)n_s,       "--csv", NULL};
+    char n_s[32];
+    char *argv[] = {"redis-benchmark",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    (char *)port_s,
+                    "-t",
+                    (char *)test,
+                    "-d",
+                    (char *)size_s,
+                    "-c",
+                    (char *)cl_s,
+                    "-n",
+                    n_s,
+                    "--csv",
+                    "-r",
+                    (char *)keys_s,
+                    NULL};
     uint64_t deadline = kvf_time_ms() + 600000;
     struct rusage ru;
     size_t len = 0;
@@ -132,6 +153,10 @@ static int kvf_bs_redis_bench(const char *port_s, const char *test,
     ssize_t n;
 
     *cpu_p = -1;
+    snprintf(n_s, sizeof(n_s), "%ld", requests);
+    if (keys_s == NULL) {
+        argv[14] = NULL; /* one key, redis-benchmark's default */
+    }
     if (pipe(fds) < 0) {
         return -1;
     }
@@ -161,18 +186,50 @@ static int kvf_bs_redis_bench(const char *port_s, const char *test,
     return 0;
 }
 
-int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
-                 kvf_bs_row_t *set_row, kvf_bs_row_t *get_row)
+/* One test's row from a run's CSV; the CPU per request with srv_s, the
+ * server's CPU seconds in the run. 0, or -1 if the CSV has no row. */
+static int kvf_bs_redis_parse(char *buf, const char *name, long requests,
+                              double srv_s, double bench_s, kvf_bs_row_t *row)
 {
-    char port_s[16], size_s[32], cl_s[16], n_s[32], buf[4096];
+    char *line, *save;
+
+    for (line = strtok_r(buf, "\r\n", &save); line != NULL;
+         line = strtok_r(NULL, "\r\n", &save)) {
+        if (kvf_bs_redis_row(line, name, row) == 0) {
+            row->cpu_us_op = (srv_s >= 0 && bench_s >= 0)
+                                 ? (srv_s + bench_s) * 1e6 / (double)requests
+                                 : -1;
+            row->ops = requests;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The requests of a measured run: the probe's rate x seconds. */
+static long kvf_bs_redis_requests(const kvf_bs_row_t *probe, long requests,
+                                  double seconds)
+{
+    double n = probe->ops_s * seconds;
+
+    if (seconds <= 0 || probe->ops_s <= 0) {
+        return requests;
+    }
+    return n < 2000 ? 2000 : n > 5e6 ? 5000000 : (long)n;
+}
+
+int kvf_bs_redis(uint64_t size, unsigned clients, unsigned keys, long requests,
+                 double seconds, kvf_bs_row_t *set_row, kvf_bs_row_t *get_row)
+{
+    char port_s[16], size_s[32], cl_s[16], keys_s[16], buf[4096];
     static const char *const tests[2] = {"set", "get"};
     static const char *const names[2] = {"SET", "GET"};
-    kvf_bs_row_t *rows[2] = {set_row, get_row};
+    kvf_bs_row_t *rows[2] = {set_row, get_row}, probe;
     unsigned port = kvf_bs_free_port();
     double cpu_b, srv0, srv1;
+    long n, probe_n;
     uint64_t deadline;
     int fd, st, i, ok = 0;
-    char *line, *save;
     pid_t srv;
 
     if (port == 0) {
@@ -203,28 +260,38 @@ int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
     close(fd);
     snprintf(size_s, sizeof(size_s), "%lu", (unsigned long)size);
     snprintf(cl_s, sizeof(cl_s), "%u", clients);
-    snprintf(n_s, sizeof(n_s), "%ld", requests);
+    snprintf(keys_s, sizeof(keys_s), "%u", keys);
     memset(set_row, 0, sizeof(*set_row));
     memset(get_row, 0, sizeof(*get_row));
-    /* SET, then GET of the key SET wrote: one test per run, so that
+    probe_n = requests < 2000 ? requests : 2000;
+    /* SET, then GET of the keys SET wrote: one test per run, so that
      * each one's CPU (server and benchmark) is its own */
     for (i = 0; i < 2; i++) {
+        n = requests;
+        if (seconds > 0) {
+            memset(&probe, 0, sizeof(probe));
+            if (kvf_bs_redis_bench(port_s, tests[i], size_s, cl_s,
+                                   keys ? keys_s : NULL, probe_n, buf,
+                                   sizeof(buf), &cpu_b) != 0 ||
+                kvf_bs_redis_parse(buf, names[i], probe_n, 0, 0, &probe) != 0) {
+                continue;
+            }
+            n = kvf_bs_redis_requests(&probe, requests, seconds);
+        }
+        if (i == 0 && n < 4l * (long)keys) {
+            n = 4l * (long)keys;
+        }
         srv0 = kvf_bs_proc_cpu_s(srv);
-        if (kvf_bs_redis_bench(port_s, tests[i], size_s, cl_s, n_s, buf,
-                               sizeof(buf), &cpu_b) != 0) {
+        if (kvf_bs_redis_bench(port_s, tests[i], size_s, cl_s,
+                               keys ? keys_s : NULL, n, buf, sizeof(buf),
+                               &cpu_b) != 0) {
             continue;
         }
         srv1 = kvf_bs_proc_cpu_s(srv);
-        for (line = strtok_r(buf, "\r\n", &save); line != NULL;
-             line = strtok_r(NULL, "\r\n", &save)) {
-            if (kvf_bs_redis_row(line, names[i], rows[i]) == 0) {
-                ok++;
-                rows[i]->cpu_us_op =
-                    (srv0 >= 0 && srv1 >= srv0 && cpu_b >= 0)
-                        ? (srv1 - srv0 + cpu_b) * 1e6 / (double)requests
-                        : -1;
-                break;
-            }
+        if (kvf_bs_redis_parse(buf, names[i], n,
+                               (srv0 >= 0 && srv1 >= srv0) ? srv1 - srv0 : -1,
+                               cpu_b, rows[i]) == 0) {
+            ok++;
         }
     }
     kill(srv, SIGTERM);
@@ -239,8 +306,7 @@ int kvf_bs_redis(uint64_t size, unsigned clients, long requests,
         snprintf(rows[i]->system, sizeof(rows[i]->system), "redis");
         rows[i]->size = size;
         rows[i]->clients = clients;
-        rows[i]->ops = requests;
-        rows[i]->seconds = (double)requests / (rows[i]->ops_s + 1e-9);
+        rows[i]->seconds = (double)rows[i]->ops / (rows[i]->ops_s + 1e-9);
         rows[i]->gb_s = rows[i]->ops_s * (double)size / 1e9;
     }
     return 0;

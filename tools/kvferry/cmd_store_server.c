@@ -44,7 +44,7 @@ static void kvf_master_usage(void)
         "                      [--lease DUR] [--put-timeout DUR]\n"
         "                      [--node-ttl DUR] [--heartbeat DUR]\n"
         "                      [--high-watermark PCT] [--low-watermark PCT]\n"
-        "                      [--replicas N]\n"
+        "                      [--replicas N] [--loops N]\n"
         "  --listen          RPC address (default: config `master`, "
         "127.0.0.1:17800)\n"
         "  --http            /metrics and /status (default 127.0.0.1:17801)\n"
@@ -56,7 +56,9 @@ static void kvf_master_usage(void)
         "  --heartbeat       interval asked of nodes (default 500ms)\n"
         "  --high-watermark  evict above this %% used (default 90)\n"
         "  --low-watermark   ... down to this %% (default 80)\n"
-        "  --replicas        default replicas per object (default 1)\n");
+        "  --replicas        default replicas per object (default 1)\n"
+        "  --loops           connection event loops (threads); 0 = one per "
+        "8 CPUs, 1 to 4 (default: config `master_loops`, 0)\n");
 }
 
 int kvf_cmd_master(int argc, char **argv)
@@ -71,6 +73,7 @@ int kvf_cmd_master(int argc, char **argv)
         {"high-watermark", required_argument, NULL, 'W'},
         {"low-watermark", required_argument, NULL, 'w'},
         {"replicas", required_argument, NULL, 'r'},
+        {"loops", required_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -117,6 +120,10 @@ int kvf_cmd_master(int argc, char **argv)
         case 'r':
             o.replicas = (unsigned)kvf_cli_long("--replicas", optarg, 1,
                                                 KVF_STORE_REPLICA_MAX);
+            break;
+        case 'O':
+            o.loops = (unsigned)kvf_cli_long("--loops", optarg, 0,
+                                             KVF_MASTER_LOOPS_MAX);
             break;
         case 'h':
             kvf_master_usage();
