@@ -636,10 +636,14 @@ kvf_status_t kvf_m_loop_start(kvf_master_t *m)
         return KVF_ERR_NO_MEMORY;
     }
     m->nloops = n;
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < n; i++) { /* all fit for teardown before any can fail */
         l = &m->loops[i];
         l->m = m;
+        l->epfd = l->efd = -1;
         pthread_mutex_init(&l->in_lock, NULL);
+    }
+    for (i = 0; i < n; i++) {
+        l = &m->loops[i];
         l->epfd = epoll_create1(EPOLL_CLOEXEC);
         l->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (l->epfd < 0 || l->efd < 0 ||
