@@ -446,6 +446,11 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
     if (status == KVF_OK) {
         status = kvf_sloc_init(&st->loc, (size_t)v);
     }
+    if (status == KVF_OK &&
+        (status = kvf_config_u64(&kvf_store_config, "lease_reads", &v)) ==
+            KVF_OK) {
+        st->loc.lease_reads = (v != 0);
+    }
     if (status != KVF_OK) {
         goto err_free;
     }

@@ -56,7 +56,9 @@ typedef struct kvf_sloc_ent {
     uint64_t tag; /* hash of the key; 0 = empty */
     uint64_t addr;
     uint64_t size;
-    unsigned seg; /* index into kvf_sloc_t.segs */
+    uint64_t checksum;     /* the master's, when learnt from a get */
+    uint64_t lease_end_ns; /* lease reads: trusted alone until then; 0 = no */
+    unsigned seg;          /* index into kvf_sloc_t.segs */
 } kvf_sloc_ent_t;
 
 #define KVF_SLOC_LOCKS 64
@@ -64,14 +66,17 @@ typedef struct kvf_sloc_ent {
 
 /* The location cache: a direct-mapped table filled by this handle's
  * puts and gets, read by a single-key get to start its read while the
- * GET round trip is in flight (client_spec.c). Never trusted alone: the
- * master's answer and the checksum decide. */
+ * GET round trip is in flight (client_spec.c). Not trusted alone: the
+ * master's answer and the checksum decide; with lease_reads, an entry
+ * learnt from a get is trusted with the master's checksum until the read
+ * lease that get was granted ends. */
 typedef struct kvf_sloc {
     kvf_sloc_ent_t *ents; /* NULL: off */
     size_t mask;
     pthread_mutex_t locks[KVF_SLOC_LOCKS];
     pthread_mutex_t seg_lock;
-    uint64_t gets, used; /* kvf_store_loc_stats (atomic) */
+    int lease_reads;           /* store config `lease_reads` */
+    uint64_t gets, used, lease; /* kvf_store_loc_stats (atomic) */
     unsigned nseg;
     char segs[KVF_SLOC_SEGS][KVF_STORE_SEG_MAX];
 } kvf_sloc_t;
@@ -147,9 +152,14 @@ void kvf_store_rd_reps(kvf_rd_t *r, kvf_sreps_t *e);
 /* The location cache (client_spec.c). entries: a power of two, 0 = off. */
 kvf_status_t kvf_sloc_init(kvf_sloc_t *loc, size_t entries);
 void kvf_sloc_fini(kvf_sloc_t *loc);
-/* Remembers where key's bytes are (replica k of e). */
+/* Remembers where key's bytes are (replica k of e); lease_end_ns from
+ * kvf_sloc_lease_end() for a get's answer, 0 for a put's. */
 void kvf_sloc_note(kvf_sloc_t *loc, const char *key, const kvf_sreps_t *e,
-                   unsigned k);
+                   unsigned k, uint64_t lease_end_ns);
+/* Until when a location a GET sent at sent_ns answered may be read
+ * without the master (lease reads on, a lease granted), else 0. */
+uint64_t kvf_sloc_lease_end(const kvf_sloc_t *loc, uint64_t sent_ns,
+                            unsigned lease_ms);
 /* Forgets key (removed, or the master no longer has it there). */
 void kvf_sloc_forget(kvf_sloc_t *loc, const char *key);
 /* A single-key get that reads from the cached location while its GET
@@ -159,7 +169,8 @@ void kvf_sloc_forget(kvf_sloc_t *loc, const char *key);
  * object's (the master names that replica and the checksum matches),
  * else the caller reads e's replicas as usual. */
 void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
-                        kvf_sreps_t *e, int *used, int *done);
+                        kvf_sreps_t *e, int *used, int *done,
+                        uint64_t *sent_ns_p, unsigned *lease_ms_p);
 
 extern __thread kvf_store_timing_t kvf_store_tl_timing;
 

@@ -131,7 +131,7 @@ static void kvf_store_note_put(kvf_store_h st, const char *key, kvf_sreps_t *e,
     for (k = 0; k < e->nrep; k++) {
         if (mask & (1u << k)) {
             e->size = len;
-            kvf_sloc_note(&st->loc, key, e, k);
+            kvf_sloc_note(&st->loc, key, e, k, 0);
             return;
         }
     }
@@ -606,7 +606,8 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
     unsigned start;
     int spec_used = 0, spec_done = 0;
     size_t i, nops;
-    uint64_t t0, sum;
+    uint64_t t0, sum, sent_ns, spec_sent_ns = 0;
+    unsigned spec_lease_ms = 0;
 
     if (st == NULL || keys == NULL || bufs == NULL || caps == NULL ||
         count == 0 || count > KVF_STORE_BATCH_MAX) {
@@ -631,7 +632,7 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
     if (count == 1 && !(flags & KVF_STORE_DEVICE_MEM) &&
         kvf_sp_key_check(keys[0]) == KVF_OK) {
         kvf_store_get_spec(st, keys[0], bufs[0], caps[0], &e[0], &spec_used,
-                           &spec_done);
+                           &spec_done, &spec_sent_ns, &spec_lease_ms);
     }
     if (spec_done) {
         s[0] = KVF_OK;
@@ -642,6 +643,8 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
         goto out;
     }
     t0 = kvf_time_ns();
+    sent_ns = spec_used ? spec_sent_ns : t0;
+    lease_ms = spec_used ? spec_lease_ms : 0;
     status =
         spec_used ? KVF_OK : kvf_store_lookup(st, count, keys, e, &lease_ms);
     if (!spec_used) {
@@ -738,7 +741,8 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
             }
             s[key] = KVF_OK;
             want[key] = 0;
-            kvf_sloc_note(&st->loc, keys[key], &e[key], oprep[i]);
+            kvf_sloc_note(&st->loc, keys[key], &e[key], oprep[i],
+                          kvf_sloc_lease_end(&st->loc, sent_ns, lease_ms));
             if (lens != NULL) {
                 lens[key] = e[key].size;
             }

@@ -114,8 +114,9 @@ static unsigned kvf_sloc_seg(kvf_sloc_t *loc, const char *seg)
 }
 
 void kvf_sloc_note(kvf_sloc_t *loc, const char *key, const kvf_sreps_t *e,
-                   unsigned k)
+                   unsigned k, uint64_t lease_end_ns)
 {
+    kvf_sloc_ent_t *ent;
     uint64_t tag;
     size_t idx;
     unsigned seg;
@@ -130,11 +131,25 @@ void kvf_sloc_note(kvf_sloc_t *loc, const char *key, const kvf_sreps_t *e,
     tag = kvf_sloc_tag(key);
     idx = tag & loc->mask;
     pthread_mutex_lock(&loc->locks[idx % KVF_SLOC_LOCKS]);
-    loc->ents[idx].tag = tag;
-    loc->ents[idx].addr = e->addr[k];
-    loc->ents[idx].size = e->size;
-    loc->ents[idx].seg = seg;
+    ent = &loc->ents[idx];
+    ent->tag = tag;
+    ent->addr = e->addr[k];
+    ent->size = e->size;
+    ent->checksum = e->checksum;
+    ent->lease_end_ns = lease_end_ns;
+    ent->seg = seg;
     pthread_mutex_unlock(&loc->locks[idx % KVF_SLOC_LOCKS]);
+}
+
+uint64_t kvf_sloc_lease_end(const kvf_sloc_t *loc, uint64_t sent_ns,
+                            unsigned lease_ms)
+{
+    if (!loc->lease_reads || lease_ms == 0) {
+        return 0;
+    }
+    /* the master started the lease after sent_ns; an eighth is kept back
+     * for the two clocks' rates */
+    return sent_ns + (uint64_t)lease_ms * 1000000ull / 8 * 7;
 }
 
 void kvf_sloc_forget(kvf_sloc_t *loc, const char *key)
@@ -174,7 +189,8 @@ static int kvf_sloc_find(kvf_sloc_t *loc, const char *key, kvf_sloc_ent_t *out)
 }
 
 /* Parses a one-key GET reply into e (as kvf_store_lookup does). */
-static kvf_status_t kvf_store_spec_parse(kvf_sconn_t *c, kvf_sreps_t *e)
+static kvf_status_t kvf_store_spec_parse(kvf_sconn_t *c, kvf_sreps_t *e,
+                                         unsigned *lease_ms_p)
 {
     kvf_rd_t r;
 
@@ -185,7 +201,7 @@ static kvf_status_t kvf_store_spec_parse(kvf_sconn_t *c, kvf_sreps_t *e)
     e->status = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
     e->size = kvf_rd_u64(&r);
     e->checksum = kvf_rd_u64(&r);
-    (void)kvf_rd_u32(&r); /* lease_ms */
+    *lease_ms_p = kvf_rd_u32(&r);
     kvf_store_rd_reps(&r, e);
     if (e->status == KVF_OK && e->nrep == 0) {
         e->status = KVF_ERR_NOT_FOUND;
@@ -193,35 +209,89 @@ static kvf_status_t kvf_store_spec_parse(kvf_sconn_t *c, kvf_sreps_t *e)
     return kvf_rd_status(&r);
 }
 
-/* Does the master's answer name the replica that was read? */
+/* Which replica of the master's answer is the one read (-1: none)? */
 static int kvf_store_spec_same(kvf_sloc_t *loc, const kvf_sloc_ent_t *l,
                                const kvf_sreps_t *e)
 {
     unsigned k;
 
     if (e->status != KVF_OK || e->size != l->size) {
-        return 0;
+        return -1;
     }
     for (k = 0; k < e->nrep; k++) {
         if (e->addr[k] == l->addr &&
             strcmp(e->seg[k], loc->segs[l->seg]) == 0) {
-            return 1;
+            return (int)k;
         }
     }
+    return -1;
+}
+
+/* Reads the cached location l into buf; its checksum into *sum_p. */
+static kvf_status_t kvf_store_spec_read(kvf_store_h st,
+                                        const kvf_sloc_ent_t *l, void *buf,
+                                        uint64_t *sum_p)
+{
+    kvf_store_timing_t *tm = &kvf_store_tl_timing;
+    kvf_status_t op_st = KVF_ERR_INTERNAL;
+    kvf_speer_t *sp = NULL;
+    uint64_t t0 = kvf_time_ns();
+    kvf_op_t op;
+
+    if (kvf_store_peer_get(st, st->loc.segs[l->seg], &sp) == KVF_OK) {
+        memset(&op, 0, sizeof(op));
+        op.type = KVF_OP_READ;
+        op.local = buf;
+        op.peer = sp->peer;
+        op.remote = l->addr;
+        op.length = l->size;
+        kvf_store_run(st, &op, &sp, 1, &op_st, NULL, NULL);
+    }
+    tm->read_ns = kvf_time_ns() - t0;
+    if (op_st == KVF_OK) {
+        t0 = kvf_time_ns();
+        *sum_p = kvf_checksum(buf, l->size);
+        tm->verify_ns = kvf_time_ns() - t0;
+    }
+    return op_st;
+}
+
+/* A lease read: the location and checksum a get of this handle learnt,
+ * under the read lease that get was granted (the space is neither freed
+ * nor reused before it ends, whatever happens to the key): no master
+ * round trip. Returns 1 if buf holds the object. */
+static int kvf_store_get_leased(kvf_store_h st, const char *key, void *buf,
+                                const kvf_sloc_ent_t *l, kvf_sreps_t *e)
+{
+    kvf_status_t op_st;
+    uint64_t sum = 0;
+
+    op_st = kvf_store_spec_read(st, l, buf, &sum);
+    if (op_st == KVF_OK && sum == l->checksum) {
+        e->status = KVF_OK;
+        e->size = l->size;
+        e->checksum = l->checksum;
+        __atomic_add_fetch(&st->loc.lease, 1, __ATOMIC_RELAXED);
+        return 1;
+    }
+    /* the read failed (a dead node) or the bytes are not the object's
+     * (a read that outlived the lease): ask the master */
+    kvf_sloc_forget(&st->loc, key);
+    kvf_log_rl(KVF_LOG_DEBUG, "store get '%s': lease read unusable (%s)", key,
+               (op_st == KVF_OK) ? "checksum" : kvf_status_str(op_st));
     return 0;
 }
 
 void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
-                        kvf_sreps_t *e, int *used, int *done)
+                        kvf_sreps_t *e, int *used, int *done,
+                        uint64_t *sent_ns_p, unsigned *lease_ms_p)
 {
     kvf_store_timing_t *tm = &kvf_store_tl_timing;
-    kvf_status_t status, op_st = KVF_ERR_INTERNAL;
-    kvf_speer_t *sp = NULL;
+    kvf_status_t status, op_st;
     kvf_sconn_t *c;
     kvf_sloc_ent_t l;
-    kvf_op_t op;
     uint64_t t0, t1, sum = 0;
-    int closed;
+    int closed, k;
     kvf_wr_t w;
 
     *used = 0;
@@ -229,9 +299,14 @@ void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
     if (buf == NULL || !kvf_sloc_find(&st->loc, key, &l) || l.size > cap) {
         return;
     }
+    if (l.lease_end_ns != 0 && kvf_time_ns() < l.lease_end_ns) {
+        *done = *used = kvf_store_get_leased(st, key, buf, &l, e);
+        return;
+    }
     kvf_wr_init(&w);
     kvf_wr_str(&w, key);
     t0 = kvf_time_ns();
+    *sent_ns_p = t0;
     status = kvf_store_rpc_send(st, KVF_SP_GET, 1, &w, &c);
     kvf_wr_free(&w);
     if (status != KVF_OK) {
@@ -239,29 +314,15 @@ void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
     }
     t1 = kvf_time_ns();
     tm->query_ns = t1 - t0;
-    /* the read, while the master answers */
-    if (kvf_store_peer_get(st, st->loc.segs[l.seg], &sp) == KVF_OK) {
-        memset(&op, 0, sizeof(op));
-        op.type = KVF_OP_READ;
-        op.local = buf;
-        op.peer = sp->peer;
-        op.remote = l.addr;
-        op.length = l.size;
-        kvf_store_run(st, &op, &sp, 1, &op_st, NULL, NULL);
-    }
+    /* the read and its checksum, while the master answers */
+    op_st = kvf_store_spec_read(st, &l, buf, &sum);
     t0 = kvf_time_ns();
-    tm->read_ns = t0 - t1;
-    if (op_st == KVF_OK) { /* the checksum too, before the answer */
-        sum = kvf_checksum(buf, l.size);
-        tm->verify_ns = kvf_time_ns() - t0;
-        t0 += tm->verify_ns;
-    }
     status = kvf_store_rpc_recv(st, c, KVF_SP_GET, &closed);
     if (closed) {
         return;
     }
     if (status == KVF_OK) {
-        status = kvf_store_spec_parse(c, e);
+        status = kvf_store_spec_parse(c, e, lease_ms_p);
     }
     kvf_store_release(st, c);
     t1 = kvf_time_ns();
@@ -271,7 +332,8 @@ void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
     }
     *used = 1;
     __atomic_add_fetch(&st->loc.gets, 1, __ATOMIC_RELAXED);
-    if (op_st != KVF_OK || !kvf_store_spec_same(&st->loc, &l, e)) {
+    k = (op_st == KVF_OK) ? kvf_store_spec_same(&st->loc, &l, e) : -1;
+    if (k < 0) {
         if (e->status != KVF_OK) {
             kvf_sloc_forget(&st->loc, key);
         }
@@ -284,6 +346,8 @@ void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
     *done = (sum == e->checksum);
     if (*done) {
         __atomic_add_fetch(&st->loc.used, 1, __ATOMIC_RELAXED);
+        kvf_sloc_note(&st->loc, key, e, (unsigned)k,
+                      kvf_sloc_lease_end(&st->loc, *sent_ns_p, *lease_ms_p));
     }
 }
 
@@ -296,4 +360,6 @@ void kvf_store_loc_stats(kvf_store_h st, kvf_store_loc_stats_t *stats_p)
         (st != NULL) ? __atomic_load_n(&st->loc.gets, __ATOMIC_RELAXED) : 0;
     stats_p->used =
         (st != NULL) ? __atomic_load_n(&st->loc.used, __ATOMIC_RELAXED) : 0;
+    stats_p->lease =
+        (st != NULL) ? __atomic_load_n(&st->loc.lease, __ATOMIC_RELAXED) : 0;
 }

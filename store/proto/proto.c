@@ -41,6 +41,12 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      "single-key get reads a key's last known location while the master "
      "answers, and keeps the bytes only if the master names that location "
      "and the checksum matches"},
+    {"lease_reads", "0",
+     "1: a client's get of a key it got within the read lease it was "
+     "granted reads the cached location without asking the master (the "
+     "bytes are checked against the master's checksum); another client's "
+     "remove is then seen when that lease ends (lease_ms). For keys whose "
+     "value never changes, such as KV blocks named by their tokens' hash"},
     {"master_unix", "1",
      "1: a master on a loopback address is reached over its abstract unix "
      "socket when the client's engine may use a same-host transport "

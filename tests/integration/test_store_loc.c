@@ -13,7 +13,11 @@
  * - loc_cache=0 turns it off; a bad size is refused at connect;
  * - under churn (a writer removing and storing keys again while readers
  *   get them through their caches) every get that succeeds returns one
- *   whole version of its key, never a mix.
+ *   whole version of its key, never a mix; the same with lease reads;
+ * - lease_reads=1: a key got within its read lease is read without the
+ *   master (its hit counter does not move), byte for byte; another
+ *   client's remove or new version is seen once the lease ends, the
+ *   handle's own remove at once; a dead node's key still answers.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -203,6 +207,105 @@ static void test_loc_config(void **state)
     kvs_stop(&m, 0);
 }
 
+#define LEASE_MS 600
+
+static const char *const lease_args[] = {"--lease", "600ms", NULL};
+
+static void test_loc_lease_reads(void **state)
+{
+    kvf_store_loc_stats_t s0, s1;
+    kvs_proc_t m, n1, n2;
+    kvs_client_t a, b;
+    long hits;
+    char key[32];
+    size_t got;
+    int i;
+
+    (void)state;
+    assert_int_equal(kvs_master(&m, 0, lease_args), 0);
+    assert_int_equal(kvs_node(&n1, m.addr, "16M", NULL), 0);
+    assert_int_equal(kvs_node(&n2, m.addr, "16M", NULL), 0);
+    setenv("KVF_LEASE_READS", "1", 1);
+    assert_int_equal(kvs_client_open(&a, m.addr, 512 * KiB), 0);
+    unsetenv("KVF_LEASE_READS");
+    assert_int_equal(kvs_client_open(&b, m.addr, 512 * KiB), 0);
+
+    /* a put teaches no lease: the first get asks the master (and is
+     * granted one); the next ones within it do not */
+    put_ok(&a, "lr/0", 64 * KiB + 5, 1);
+    s0 = stats(&a);
+    get_check(&a, "lr/0", 64 * KiB + 5, 1);
+    assert_int_equal(stats(&a).lease, s0.lease);
+    hits = kvs_metric(m.http, "hits_total");
+    for (i = 0; i < 5; i++) {
+        get_check(&a, "lr/0", 64 * KiB + 5, 1);
+    }
+    s1 = stats(&a);
+    assert_int_equal(s1.lease - s0.lease, 5);
+    assert_int_equal(kvs_metric(m.http, "hits_total"), hits);
+
+    /* b (lease reads off) always asks the master */
+    get_check(&b, "lr/0", 64 * KiB + 5, 1);
+    get_check(&b, "lr/0", 64 * KiB + 5, 1);
+    assert_int_equal(stats(&b).lease, 0);
+    assert_int_equal(kvs_metric(m.http, "hits_total"), hits + 2);
+
+    /* b removes it and stores a new version: within a's lease a still
+     * reads the old bytes (the space is kept until the lease ends);
+     * after it, the master's answer: the new version */
+    assert_int_equal(kvf_store_remove(b.st, "lr/0"), KVF_OK);
+    put_ok(&b, "lr/0", 64 * KiB + 5, 2);
+    get_check(&a, "lr/0", 64 * KiB + 5, 1);
+    kvs_sleep_ms(LEASE_MS + 50);
+    s0 = stats(&a);
+    get_check(&a, "lr/0", 64 * KiB + 5, 2);
+    assert_int_equal(stats(&a).lease, s0.lease);
+    get_check(&a, "lr/0", 64 * KiB + 5, 2);
+    assert_int_equal(stats(&a).lease, s0.lease + 1);
+
+    /* removed by b: a misses once its lease has ended */
+    put_ok(&b, "lr/1", 8 * KiB, 3);
+    get_check(&a, "lr/1", 8 * KiB, 3);
+    assert_int_equal(kvf_store_remove(b.st, "lr/1"), KVF_OK);
+    kvs_sleep_ms(LEASE_MS + 50);
+    assert_int_equal(kvf_store_get(a.st, "lr/1", a.buf, a.len, &got, 0),
+                     KVF_ERR_NO_KEY);
+
+    /* removed by a itself: at once */
+    get_check(&a, "lr/0", 64 * KiB + 5, 2);
+    assert_int_equal(kvf_store_remove(a.st, "lr/0"), KVF_OK);
+    assert_int_equal(kvf_store_get(a.st, "lr/0", a.buf, a.len, &got, 0),
+                     KVF_ERR_NO_KEY);
+
+    /* keys on both nodes, leased; one node dies: a's gets answer the
+     * right bytes or a clear status, never another's bytes */
+    for (i = 0; i < 8; i++) {
+        snprintf(key, sizeof(key), "lr/n%d", i);
+        put_ok(&b, key, 32 * KiB, 10 + (uint64_t)i);
+        get_check(&a, key, 32 * KiB, 10 + (uint64_t)i);
+    }
+    kvs_stop(&n1, 9);
+    for (i = 0; i < 8; i++) {
+        kvf_status_t st;
+
+        snprintf(key, sizeof(key), "lr/n%d", i);
+        st = kvf_store_get(a.st, key, a.buf, a.len / 2, &got, 0);
+        if (st == KVF_OK) {
+            fill_version(a.buf + a.len / 2, got, 10 + (uint64_t)i);
+            assert_memory_equal(a.buf, a.buf + a.len / 2, got);
+        } else {
+            assert_true(st == KVF_ERR_NO_KEY || st == KVF_ERR_CONNECT ||
+                        st == KVF_ERR_CONN_RESET ||
+                        st == KVF_ERR_PEER_UNREACHABLE ||
+                        st == KVF_ERR_PEER_CLOSED);
+        }
+    }
+    kvs_client_close(&a);
+    kvs_client_close(&b);
+    kvs_stop(&n2, 0);
+    kvs_stop(&m, 0);
+}
+
 #define CHURN_KEYS    6
 #define CHURN_LEN     (48 * KiB)
 #define CHURN_READERS 3
@@ -251,7 +354,7 @@ static void *churn_reader(void *arg)
     return NULL;
 }
 
-static void test_loc_churn(void **state)
+static void loc_churn(int lease_reads)
 {
     pthread_t th[CHURN_READERS];
     kvf_store_loc_stats_t s;
@@ -262,11 +365,13 @@ static void test_loc_churn(void **state)
     uint64_t v;
     int i;
 
-    (void)state;
-    assert_int_equal(kvs_master(&m, 0, NULL), 0);
+    assert_int_equal(kvs_master(&m, 0, lease_reads ? lease_args : NULL), 0);
     assert_int_equal(kvs_node(&n1, m.addr, "8M", NULL), 0);
     assert_int_equal(kvs_node(&n2, m.addr, "8M", NULL), 0);
     assert_int_equal(kvs_client_open(&w, m.addr, CHURN_LEN), 0);
+    if (lease_reads) { /* the readers' handles */
+        setenv("KVF_LEASE_READS", "1", 1);
+    }
     for (i = 0; i < CHURN_KEYS; i++) {
         snprintf(key, sizeof(key), "churn/%d", i);
         put_ok(&w, key, CHURN_LEN, (uint64_t)i);
@@ -291,7 +396,9 @@ static void test_loc_churn(void **state)
     for (i = 0; i < CHURN_READERS; i++) {
         pthread_join(th[i], NULL);
     }
-    print_message("churn: %ld whole gets, %ld bad\n", ch.ok, ch.bad);
+    unsetenv("KVF_LEASE_READS");
+    print_message("churn (lease reads %s): %ld whole gets, %ld bad\n",
+                  lease_reads ? "on" : "off", ch.ok, ch.bad);
     assert_int_equal(ch.bad, 0);
     assert_true(ch.ok > 0);
     kvf_store_loc_stats(w.st, &s);
@@ -302,12 +409,26 @@ static void test_loc_churn(void **state)
     kvs_stop(&m, 0);
 }
 
+static void test_loc_churn(void **state)
+{
+    (void)state;
+    loc_churn(0);
+}
+
+static void test_loc_churn_lease_reads(void **state)
+{
+    (void)state;
+    loc_churn(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loc_hits_and_stale),
         cmocka_unit_test(test_loc_config),
         cmocka_unit_test(test_loc_churn),
+        cmocka_unit_test(test_loc_lease_reads),
+        cmocka_unit_test(test_loc_churn_lease_reads),
     };
 
     kvs_bin();

@@ -762,8 +762,10 @@ int kvf_cmd_bench_store(int argc, char **argv)
 
         kvf_store_loc_stats(st, &ls);
         printf("# location cache: %lu gets read a cached location, %lu of "
-               "them in one round trip\n",
-               (unsigned long)ls.gets, (unsigned long)ls.used);
+               "them in one round trip; %lu lease reads (no master round "
+               "trip)\n",
+               (unsigned long)ls.gets, (unsigned long)ls.used,
+               (unsigned long)ls.lease);
     }
     kvf_store_disconnect(st);
     kvf_bs_cluster_stop(&cl);
