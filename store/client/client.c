@@ -11,6 +11,13 @@
  * round trip) when master_unix is on and the engine may use a same-host
  * transport; any failure there falls back to tcp. An engine forced onto
  * tcp keeps the master on tcp too, so "tcp forced" stays tcp end to end.
+ *
+ * The engine a handle creates is shaped for many threads sharing it
+ * (node_conns connections per node, so callers of small gets each find an
+ * idle one) and, on a host with cores to spare, for large objects
+ * (node_chunk: a 1 MiB read or write is cut into requests moved on
+ * several connections at once; on a host of few cores that only adds
+ * work, so auto keeps whole objects there).
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"
@@ -18,6 +25,7 @@
 #include "core/time.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -404,6 +412,52 @@ void kvf_store_peer_put(kvf_store_h st, kvf_speer_t *sp, int bad)
     }
 }
 
+/* Usable CPUs of this process (its affinity mask). */
+static unsigned kvf_store_cpus(void)
+{
+    cpu_set_t set;
+    long n;
+
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        return (unsigned)CPU_COUNT(&set);
+    }
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    return (n > 0) ? (unsigned)n : 1;
+}
+
+/* node_conns and node_chunk (store config) into the engine's params. */
+static kvf_status_t kvf_store_engine_shape(kvf_engine_params_t *ep)
+{
+    kvf_status_t status;
+    uint64_t conns, chunk;
+
+    if ((status = kvf_config_u64(&kvf_store_config, "node_conns", &conns)) !=
+            KVF_OK ||
+        (status = kvf_config_u64(&kvf_store_config, "node_chunk", &chunk)) !=
+            KVF_OK) {
+        return status;
+    }
+    if (conns > KVF_STORE_NODE_CONNS_MAX) {
+        kvf_error("store node_conns=%lu: at most %u", (unsigned long)conns,
+                  KVF_STORE_NODE_CONNS_MAX);
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (conns != 0) {
+        ep->field_mask |= KVF_ENGINE_PARAM_CONNS;
+        ep->conns = (unsigned)conns;
+    }
+    if (chunk == 0) { /* auto */
+        chunk = (kvf_store_cpus() >= KVF_STORE_STRIPE_CPUS)
+                    ? KVF_STORE_STRIPE_CHUNK
+                    : 0;
+    }
+    if (chunk != 0) {
+        ep->field_mask |= KVF_ENGINE_PARAM_CHUNK;
+        ep->chunk_bytes = (size_t)chunk;
+    }
+    return KVF_OK;
+}
+
 kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
                                kvf_store_h *store_p)
 {
@@ -462,6 +516,10 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
         ep.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_TIMEOUT;
         ep.no_listen = 1;
         ep.timeout_ms = st->timeout_ms;
+        status = kvf_store_engine_shape(&ep);
+        if (status != KVF_OK) {
+            goto err_locks;
+        }
         if (p && (p->field_mask & KVF_STORE_PARAM_TRANSPORTS) &&
             p->transports) {
             ep.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;

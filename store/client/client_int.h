@@ -51,6 +51,13 @@ typedef struct kvf_speer {
     struct kvf_speer *next;
 } kvf_speer_t;
 
+/* The engine a handle creates (client.c): node_conns at most this; a
+ * node_chunk of 0 (auto) cuts large transfers into requests of
+ * KVF_STORE_STRIPE_CHUNK on hosts of at least KVF_STORE_STRIPE_CPUS. */
+#define KVF_STORE_NODE_CONNS_MAX 64
+#define KVF_STORE_STRIPE_CPUS    8
+#define KVF_STORE_STRIPE_CHUNK   (256u << 10)
+
 /* Where a key was last seen: one slot of the location cache. */
 typedef struct kvf_sloc_ent {
     uint64_t tag; /* hash of the key; 0 = empty */

@@ -47,6 +47,13 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      "bytes are checked against the master's checksum); another client's "
      "remove is then seen when that lease ends (lease_ms). For keys whose "
      "value never changes, such as KV blocks named by their tokens' hash"},
+    {"node_conns", "8",
+     "connections per node of a client's own engine (0 = the engine's "
+     "`conns`), at most 64: threads sharing a handle each find an idle one"},
+    {"node_chunk", "0",
+     "largest wire request of a client's own engine to a node; 0 = auto: "
+     "256K on a host of 8 or more CPUs (large objects move on several "
+     "connections at once), else the engine's `chunk_bytes`"},
     {"master_unix", "1",
      "1: a master on a loopback address is reached over its abstract unix "
      "socket when the client's engine may use a same-host transport "

@@ -3,8 +3,10 @@
  * master and two nodes (64 MiB pools) and in-process clients. Round trips
  * of many sizes verified byte for byte, remove/exists/list, replicas on
  * distinct nodes, batch forms, many concurrent clients, the metrics and
- * status endpoints scraped and checked, the command-line client, and no
- * client-side leak.
+ * status endpoints scraped and checked, the command-line client, no
+ * client-side leak, and the client engine's shape (node_conns,
+ * node_chunk: objects cut into many requests still verified byte for
+ * byte; a bad node_conns refused at connect).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -106,6 +108,46 @@ static void test_round_trips(void **state)
     assert_int_equal(kvf_store_remove(c.st, "rt/none"), KVF_ERR_NO_KEY);
     free(want);
     kvs_client_close(&c);
+}
+
+static void test_engine_shape(void **state)
+{
+    static const size_t sizes[] = {65536, 262144, 262145, 1000003,
+                                   3 * MiB + 17};
+    kvf_store_params_t p = {0};
+    unsigned char *want;
+    kvf_store_h st;
+    kvs_client_t c;
+    char key[64];
+    size_t i, got;
+
+    (void)state;
+    setenv("KVF_NODE_CHUNK", "64K", 1); /* 1 MiB = 16 requests */
+    setenv("KVF_NODE_CONNS", "3", 1);
+    assert_int_equal(kvs_client_open(&c, g_master.addr, 8 * MiB), 0);
+    want = malloc(4 * MiB);
+    assert_non_null(want);
+    for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        snprintf(key, sizeof(key), "shape/%zu", sizes[i]);
+        kvs_fill(c.buf, sizes[i], 300 + i);
+        memcpy(want, c.buf, sizes[i]);
+        assert_int_equal(kvf_store_put(c.st, key, c.buf, sizes[i], NULL),
+                         KVF_OK);
+        memset(c.buf, 0xee, 4 * MiB);
+        assert_int_equal(kvf_store_get(c.st, key, c.buf, 4 * MiB, &got, 0),
+                         KVF_OK);
+        assert_int_equal(got, sizes[i]);
+        assert_memory_equal(c.buf, want, sizes[i]);
+        assert_int_equal(kvf_store_remove(c.st, key), KVF_OK);
+    }
+    kvs_client_close(&c);
+    free(want);
+    setenv("KVF_NODE_CONNS", "65", 1);
+    p.field_mask = KVF_STORE_PARAM_MASTER;
+    p.master = g_master.addr;
+    assert_int_equal(kvf_store_connect(&p, &st), KVF_ERR_INVALID_PARAM);
+    unsetenv("KVF_NODE_CONNS");
+    unsetenv("KVF_NODE_CHUNK");
 }
 
 static void test_replicas(void **state)
@@ -391,6 +433,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_engine_shape),
         cmocka_unit_test(test_replicas),
         cmocka_unit_test(test_batch_and_list),
         cmocka_unit_test(test_concurrent_clients),

@@ -12,6 +12,8 @@
  */
 #include "tools/kvferry/bench_store.h"
 #include "tools/kvferry/record.h"
+#include "core/config.h"
+#include "store/proto/proto.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -43,6 +45,24 @@ static double kvf_bs_median(double *v, unsigned n)
 {
     qsort(v, n, sizeof(*v), kvf_bs_cmp_d);
     return (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The store's client-side knobs in effect (config file or KVF_ env). */
+static void kvf_bs_record_knobs(kvf_record_t *rec)
+{
+    static const char *const knobs[] = {
+        "lease_reads",  "loc_cache",   "put_reserve", "master_loops",
+        "master_unix", "node_conns", "node_chunk"};
+    char name[48];
+    unsigned i;
+    uint64_t v;
+
+    for (i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
+        if (kvf_config_u64(&kvf_store_config, knobs[i], &v) == KVF_OK) {
+            snprintf(name, sizeof(name), "store_%s", knobs[i]);
+            kvf_record_config_num(rec, name, (double)v);
+        }
+    }
 }
 
 int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
@@ -154,6 +174,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     kvf_record_config_num(rec, "hit_ratio_of_mix", o->hit_ratio);
     kvf_record_config_num(rec, "replicas", o->replicas);
     kvf_record_config_num(rec, "repeat", o->repeat);
+    kvf_bs_record_knobs(rec);
     kvf_record_config(rec, "workload",
                       "client threads share one store handle; put: new "
                       "keys back to back; get: the thread's last keys "
