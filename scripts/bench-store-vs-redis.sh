@@ -11,7 +11,9 @@
 #   env: KVF_BIN (default build/kvferry), DURATION (per phase, default 3s),
 #        SIZES (default 64K,1M), CLIENTS (default 8), REPEAT (runs of
 #        each comparison, alternating kvferry and Redis; the verdict takes
-#        the median ratio; default 3)
+#        the median ratio; default 3); store knobs pass through the
+#        environment (e.g. KVF_LEASE_READS=1, KVF_NODE_CONNS,
+#        KVF_NODE_CHUNK) and each record lists the ones in effect
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${KVF_BIN:-build/kvferry}

@@ -1,6 +1,7 @@
 /*
  * Records (seed 003 §5) and `kvferry bench env`: runs the real commands
- * ($KVF_BIN bench env / blocks / link / te with --record into a fresh
+ * ($KVF_BIN bench env / blocks / link / te / store --vs-redis with
+ * --record into a fresh
  * directory) and validates every JSON record against docs/record.schema.json
  * with tests/integration/check_record.py (python3-jsonschema), which also
  * checks the Markdown twin's template headings and the raw data file. A
@@ -226,6 +227,47 @@ static void test_te_record(void **state)
     free(json);
 }
 
+/* bench store against Redis (when installed): redis-benchmark's rows and
+ * the per-call client's (bench_store_resp.c), each with operations and
+ * no errors (its GETs check the bytes), the ratio lines, and a valid
+ * record listing the store knobs and the per-call ratios. */
+static void test_store_vs_redis_record(void **state)
+{
+    char *json;
+
+    (void)state;
+    if (run("command -v redis-server >/dev/null && "
+            "command -v redis-benchmark >/dev/null") != 0) {
+        skip();
+    }
+    assert_int_equal(run("KVF_TRANSPORTS=tcp '%s' bench store --sizes 64K "
+                         "--clients 2 --hit-ratio 1 --pool 64M "
+                         "--duration 300ms --vs-redis --record %s/store "
+                         "> %s/store.txt 2> %s/store.err",
+                         bin, dir, dir, dir),
+                     0);
+    /* system op size unit clients ops ops/s GB/s p50 p99 p999 errors cpu */
+    assert_int_equal(run("awk '$1 == \"redis-thr\" && $7 > 0 && $12 == 0' "
+                         "%s/store.txt | wc -l | grep -q '^2$'",
+                         dir),
+                     0);
+    assert_int_equal(run("awk '$1 == \"redis\" && $7 > 0' %s/store.txt | "
+                         "wc -l | grep -q '^2$'",
+                         dir),
+                     0);
+    assert_int_equal(run("grep -q 'get / per-call Redis GET, 64.0 KB x 2 "
+                         "clients' %s/store.txt && grep -q 'median of 1: "
+                         "get vs redis GET' %s/store.txt",
+                         dir, dir),
+                     0);
+    validate("store");
+    json = slurp("store", "*-bench-store-*-tcp.json");
+    assert_non_null(strstr(json, "\"store_lease_reads\""));
+    assert_non_null(strstr(json, "\"store_node_conns\""));
+    assert_non_null(strstr(json, "per-call Redis GET"));
+    free(json);
+}
+
 /* The schema must reject broken records, or the checks above prove
  * nothing. */
 static void test_broken_records_fail(void **state)
@@ -363,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_blocks_vs_record),
         cmocka_unit_test(test_link_record),
         cmocka_unit_test(test_te_record),
+        cmocka_unit_test(test_store_vs_redis_record),
         cmocka_unit_test(test_broken_records_fail),
         cmocka_unit_test(test_drill_api),
         cmocka_unit_test(test_no_conclusion),

@@ -371,7 +371,7 @@ static void kvf_bs_print_row(const kvf_bs_row_t *r)
     char sz[32];
 
     kvf_fmt_size(r->size, sz, sizeof(sz));
-    printf("%-8s %-9s %9s %7u %9ld %11.0f %8.3f %10.1f %10.1f %10.1f %6ld "
+    printf("%-9s %-9s %9s %7u %9ld %11.0f %8.3f %10.1f %10.1f %10.1f %6ld "
            "%9.1f\n",
            r->system, r->op, sz, r->clients, r->ops, r->ops_s, r->gb_s,
            r->p50_us, r->p99_us, r->p999_us, r->errors, r->cpu_us_op);
@@ -711,7 +711,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
                o.master, o.nodes, (unsigned long)o.pool,
                getenv("KVF_TRANSPORTS") ? getenv("KVF_TRANSPORTS") : "auto",
                o.used, (unsigned long)o.duration_ms);
-        printf("%-8s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s %9s\n",
+        printf("%-9s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s %9s\n",
                "system", "op", "size", "clients", "ops", "ops/s", "GB/s",
                "p50_us", "p99_us", "p999_us", "errors", "cpu_us/op");
     }
@@ -730,7 +730,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
                 first = nrows;
                 kvf_bs_cell(st, &cl, &o, capacity, o.sizes[i], o.clients[k],
                             rows, &nrows);
-                if (o.vs_redis && nrows + 2 <= KVF_BS_ROWS_MAX) {
+                if (o.vs_redis && nrows + 4 <= KVF_BS_ROWS_MAX) {
                     long n = (long)((2ull << 30) / o.sizes[i]);
 
                     n = n < 2000 ? 2000 : n > 100000 ? 100000 : n;
@@ -739,14 +739,16 @@ int kvf_cmd_bench_store(int argc, char **argv)
                                     kvf_bs_keys_per_thread(capacity, o.sizes[i],
                                                            o.clients[k]);
 
-                    if (kvf_bs_redis(o.sizes[i], o.clients[k], keys, n,
-                                     (double)o.duration_ms / 1e3, &rows[nrows],
-                                     &rows[nrows + 1]) == 0) {
-                        if (!o.json) {
-                            kvf_bs_print_row(&rows[nrows]);
-                            kvf_bs_print_row(&rows[nrows + 1]);
+                    unsigned nthr = 0, t;
+
+                    if (kvf_bs_redis_both(o.sizes[i], o.clients[k], keys, n,
+                                          (double)o.duration_ms / 1e3,
+                                          &rows[nrows], &rows[nrows + 1],
+                                          &rows[nrows + 2], &nthr) == 0) {
+                        for (t = 0; !o.json && t < 2 + nthr; t++) {
+                            kvf_bs_print_row(&rows[nrows + t]);
                         }
-                        nrows += 2;
+                        nrows += 2 + nthr;
                     } else {
                         rc = KVF_CLI_FAIL;
                     }

@@ -97,6 +97,22 @@ double kvf_bs_proc_cpu_s(pid_t pid);
  * (message printed) when Redis is not installed or fails. */
 int kvf_bs_redis(uint64_t size, unsigned clients, unsigned keys, long requests,
                  double seconds, kvf_bs_row_t *set_row, kvf_bs_row_t *get_row);
+/* The same plus, when thr_rows is given, kvf_bs_resp's two rows into
+ * thr_rows[0..1] (same server, after redis-benchmark); *nthr_p = rows
+ * filled there (0 or 2). */
+int kvf_bs_redis_both(uint64_t size, unsigned clients, unsigned keys,
+                      long requests, double seconds, kvf_bs_row_t *set_row,
+                      kvf_bs_row_t *get_row, kvf_bs_row_t *thr_rows,
+                      unsigned *nthr_p);
+
+/* The per-call Redis client (bench_store_resp.c) against the
+ * redis-server on port (process srv): clients threads, SET then GET of
+ * keys_per_thread keys each, seconds per phase, each call timed to the
+ * last byte of its reply; fills two rows (system "redis-thr"). Returns 0,
+ * or -1 (message printed). */
+int kvf_bs_resp(unsigned port, pid_t srv, uint64_t size, unsigned clients,
+                unsigned keys_per_thread, double seconds, kvf_bs_row_t *set_row,
+                kvf_bs_row_t *get_row);
 
 /* Keys each client thread reads back in the get phases: a third of the
  * store's capacity, at most 64. */

@@ -47,6 +47,64 @@ static double kvf_bs_median(double *v, unsigned n)
     return (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* Ratios to the per-call Redis client ("redis-thr", bench_store_resp.c):
+ * medians over the repetitions, printed; kept in thr[] for the record.
+ * Not part of the verdict, which stays with redis-benchmark's. */
+typedef struct kvf_bs_thr {
+    char name[160];
+    double tp, p99;
+} kvf_bs_thr_t;
+
+static unsigned kvf_bs_thr_ratios(const kvf_bs_opts_t *o,
+                                  const kvf_bs_row_t *rows, unsigned nrows,
+                                  kvf_bs_thr_t *thr, unsigned max)
+{
+    unsigned i, j, n, nthr = 0, done[KVF_BS_ROWS_MAX] = {0};
+    double tp[20], p99[20];
+    const kvf_bs_row_t *k, *r;
+    char sz[32];
+
+    for (i = 0; i < nrows && nthr < max; i++) {
+        if (strcmp(rows[i].system, "redis-thr") != 0 || done[i]) {
+            continue;
+        }
+        for (n = 0, j = i; j < nrows && n < 20; j++) {
+            r = &rows[j];
+            if (strcmp(r->system, "redis-thr") != 0 ||
+                strcmp(r->op, rows[i].op) != 0 || r->size != rows[i].size ||
+                r->clients != rows[i].clients) {
+                continue;
+            }
+            done[j] = 1;
+            k = kvf_bs_find(rows, nrows, strcmp(r->op, "SET") ? "get" : "put",
+                            r);
+            if (k != NULL && r->ops_s > 0 && r->p99_us > 0) {
+                tp[n] = k->ops_s / r->ops_s;
+                p99[n] = k->p99_us / r->p99_us;
+                n++;
+            }
+        }
+        if (n == 0) {
+            continue;
+        }
+        r = &rows[i];
+        kvf_fmt_size(r->size, sz, sizeof(sz));
+        snprintf(thr[nthr].name, sizeof(thr[nthr].name),
+                 "%s / per-call Redis %s, %s x %u clients (median of %u)",
+                 strcmp(r->op, "SET") ? "get" : "put", r->op, sz, r->clients,
+                 n);
+        thr[nthr].tp = kvf_bs_median(tp, n);
+        thr[nthr].p99 = kvf_bs_median(p99, n);
+        if (!o->json) {
+            printf("# %s: throughput %.2fx, p99 %.2fx (Redis timed per call "
+                   "on its own thread, as the store is; not the verdict)\n",
+                   thr[nthr].name, thr[nthr].tp, thr[nthr].p99);
+        }
+        nthr++;
+    }
+    return nthr;
+}
+
 /* The store's client-side knobs in effect (config file or KVF_ env). */
 static void kvf_bs_record_knobs(kvf_record_t *rec)
 {
@@ -74,7 +132,8 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     double worst_tp = INFINITY, worst_p99 = 0, est = NAN, tp[20], p99[20],
            cpu[20];
     const kvf_bs_row_t *k, *r;
-    unsigned i, j, n, pairs = 0, done[KVF_BS_ROWS_MAX] = {0};
+    unsigned i, j, n, pairs = 0, nthr, done[KVF_BS_ROWS_MAX] = {0};
+    kvf_bs_thr_t thr[8];
     kvf_record_t *rec;
     size_t rawlen = 0;
     int pass = 1, rc, errs;
@@ -150,6 +209,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
             est = r->ops_s;
         }
     }
+    nthr = kvf_bs_thr_ratios(o, rows, nrows, thr, 8);
     if (o->record == NULL) {
         return 0;
     }
@@ -183,7 +243,11 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                       "KEYS (the keys the get phase reads: CLIENTS x "
                       "keys per thread), each test as long as a phase "
                       "(a probe gives its rate), no persistence, same "
-                      "machine, same run");
+                      "machine, same run; then redis-thr: CLIENTS threads "
+                      "of kvferry's own RESP client on the same server, "
+                      "SET then GET of the same keys for a phase each, "
+                      "every call timed to the last byte of its reply "
+                      "(redis-benchmark times to the first read event)");
     for (i = 0; i < nrows; i++) {
         r = &rows[i];
         kvf_fmt_size(r->size, sz, sizeof(sz));
@@ -203,6 +267,14 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                  r->clients);
         kvf_record_point(rec, name, "object bytes", "GB/s", (double)r->size,
                          r->gb_s);
+    }
+    for (i = 0; i < nthr; i++) {
+        char fig[192];
+
+        snprintf(fig, sizeof(fig), "throughput %.160s", thr[i].name);
+        kvf_record_figure(rec, fig, thr[i].tp, "x", NAN, NAN);
+        snprintf(fig, sizeof(fig), "P99 %.160s", thr[i].name);
+        kvf_record_figure(rec, fig, thr[i].p99, "x", NAN, NAN);
     }
     if (!isnan(est)) {
         kvf_record_estimate(rec, est, "ops/s",

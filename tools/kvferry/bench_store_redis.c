@@ -12,7 +12,9 @@
  * both systems' percentiles come from about as long a run (and as many
  * samples per second). SET runs at least 4 requests per key, so that GET
  * finds nearly every key (a missing key's reply is a few bytes: it could
- * only flatter Redis). Redis is what many users would
+ * only flatter Redis). After them, on the same server, the per-call
+ * client of bench_store_resp.c (timed like the store's clients). Redis is
+ * what many users would
  * put in the store's place (LMCache ships a redis:// backend), so it is the bar
  * the store is measured against, in the same run.
  */
@@ -221,6 +223,15 @@ static long kvf_bs_redis_requests(const kvf_bs_row_t *probe, long requests,
 int kvf_bs_redis(uint64_t size, unsigned clients, unsigned keys, long requests,
                  double seconds, kvf_bs_row_t *set_row, kvf_bs_row_t *get_row)
 {
+    return kvf_bs_redis_both(size, clients, keys, requests, seconds, set_row,
+                             get_row, NULL, NULL);
+}
+
+int kvf_bs_redis_both(uint64_t size, unsigned clients, unsigned keys,
+                      long requests, double seconds, kvf_bs_row_t *set_row,
+                      kvf_bs_row_t *get_row, kvf_bs_row_t *thr_rows,
+                      unsigned *nthr_p)
+{
     char port_s[16], size_s[32], cl_s[16], keys_s[16], buf[4096];
     static const char *const tests[2] = {"set", "get"};
     static const char *const names[2] = {"SET", "GET"};
@@ -293,6 +304,15 @@ int kvf_bs_redis(uint64_t size, unsigned clients, unsigned keys, long requests,
                                cpu_b, rows[i]) == 0) {
             ok++;
         }
+    }
+    if (nthr_p != NULL) {
+        *nthr_p = 0;
+    }
+    if (thr_rows != NULL && ok == 2 && seconds > 0 &&
+        kvf_bs_resp(port, srv, size, clients,
+                    clients ? (keys + clients - 1) / clients : keys, seconds,
+                    &thr_rows[0], &thr_rows[1]) == 0) {
+        *nthr_p = 2;
     }
     kill(srv, SIGTERM);
     waitpid(srv, NULL, 0);
