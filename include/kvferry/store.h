@@ -177,8 +177,8 @@ KVF_API void kvf_store_last_timing(kvf_store_timing_t *timing_p);
  * get) reads there while the master answers, and keeps those bytes only
  * if the master names that location and their checksum matches. */
 typedef struct kvf_store_loc_stats {
-    uint64_t gets; /* gets that read a cached location */
-    uint64_t used; /* ... whose bytes were the object's: one round trip */
+    uint64_t gets;  /* gets that read a cached location */
+    uint64_t used;  /* ... whose bytes were the object's: one round trip */
     uint64_t lease; /* gets served by a lease read (`lease_reads`): the
                        master not asked */
 } kvf_store_loc_stats_t;

@@ -82,7 +82,7 @@ typedef struct kvf_sloc {
     size_t mask;
     pthread_mutex_t locks[KVF_SLOC_LOCKS];
     pthread_mutex_t seg_lock;
-    int lease_reads;           /* store config `lease_reads` */
+    int lease_reads;            /* store config `lease_reads` */
     uint64_t gets, used, lease; /* kvf_store_loc_stats (atomic) */
     unsigned nseg;
     char segs[KVF_SLOC_SEGS][KVF_STORE_SEG_MAX];

@@ -228,9 +228,8 @@ static int kvf_store_spec_same(kvf_sloc_t *loc, const kvf_sloc_ent_t *l,
 }
 
 /* Reads the cached location l into buf; its checksum into *sum_p. */
-static kvf_status_t kvf_store_spec_read(kvf_store_h st,
-                                        const kvf_sloc_ent_t *l, void *buf,
-                                        uint64_t *sum_p)
+static kvf_status_t kvf_store_spec_read(kvf_store_h st, const kvf_sloc_ent_t *l,
+                                        void *buf, uint64_t *sum_p)
 {
     kvf_store_timing_t *tm = &kvf_store_tl_timing;
     kvf_status_t op_st = KVF_ERR_INTERNAL;

@@ -81,6 +81,31 @@ static void put_ok(kvs_client_t *c, const char *key, size_t len, uint64_t seed)
     assert_int_equal(kvf_store_put(c->st, key, c->buf, len, NULL), KVF_OK);
 }
 
+/* After a node died: keys prefix<first..last-1> (seed base + i) read
+ * back whole with the right bytes, or fail with a clear status. */
+static void get_after_node_death(kvs_client_t *c, const char *prefix,
+                                 int first, int last, uint64_t base)
+{
+    kvf_status_t st;
+    char key[32];
+    size_t got;
+    int i;
+
+    for (i = first; i < last; i++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        st = kvf_store_get(c->st, key, c->buf, c->len / 2, &got, 0);
+        if (st == KVF_OK) {
+            fill_version(c->buf + c->len / 2, got, base + (uint64_t)i);
+            assert_memory_equal(c->buf, c->buf + c->len / 2, got);
+        } else {
+            assert_true(st == KVF_ERR_NO_KEY || st == KVF_ERR_CONNECT ||
+                        st == KVF_ERR_CONN_RESET ||
+                        st == KVF_ERR_PEER_UNREACHABLE ||
+                        st == KVF_ERR_PEER_CLOSED);
+        }
+    }
+}
+
 static void test_loc_hits_and_stale(void **state)
 {
     static const size_t sizes[] = {64 * KiB, 100 * KiB + 3, 4 * KiB + 1};
@@ -160,21 +185,7 @@ static void test_loc_hits_and_stale(void **state)
 
     /* the node holding a cached place dies: the get still answers */
     kvs_stop(&n1, 9);
-    for (i = 3; i < 12; i++) {
-        kvf_status_t st;
-
-        snprintf(key, sizeof(key), "loc/%d", i);
-        st = kvf_store_get(a.st, key, a.buf, a.len / 2, &got, 0);
-        if (st == KVF_OK) {
-            fill_version(a.buf + a.len / 2, got, (uint64_t)i + 1);
-            assert_memory_equal(a.buf, a.buf + a.len / 2, got);
-        } else {
-            assert_true(st == KVF_ERR_NO_KEY || st == KVF_ERR_CONNECT ||
-                        st == KVF_ERR_CONN_RESET ||
-                        st == KVF_ERR_PEER_UNREACHABLE ||
-                        st == KVF_ERR_PEER_CLOSED);
-        }
-    }
+    get_after_node_death(&a, "loc/", 3, 12, 1);
     kvs_client_close(&a);
     kvs_client_close(&b);
     kvs_stop(&n2, 0);
@@ -285,21 +296,7 @@ static void test_loc_lease_reads(void **state)
         get_check(&a, key, 32 * KiB, 10 + (uint64_t)i);
     }
     kvs_stop(&n1, 9);
-    for (i = 0; i < 8; i++) {
-        kvf_status_t st;
-
-        snprintf(key, sizeof(key), "lr/n%d", i);
-        st = kvf_store_get(a.st, key, a.buf, a.len / 2, &got, 0);
-        if (st == KVF_OK) {
-            fill_version(a.buf + a.len / 2, got, 10 + (uint64_t)i);
-            assert_memory_equal(a.buf, a.buf + a.len / 2, got);
-        } else {
-            assert_true(st == KVF_ERR_NO_KEY || st == KVF_ERR_CONNECT ||
-                        st == KVF_ERR_CONN_RESET ||
-                        st == KVF_ERR_PEER_UNREACHABLE ||
-                        st == KVF_ERR_PEER_CLOSED);
-        }
-    }
+    get_after_node_death(&a, "lr/n", 0, 8, 10);
     kvs_client_close(&a);
     kvs_client_close(&b);
     kvs_stop(&n2, 0);

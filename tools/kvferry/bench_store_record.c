@@ -47,6 +47,36 @@ static double kvf_bs_median(double *v, unsigned n)
     return (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* Every repetition of rows[i]'s (system, op, size, clients) with its
+ * kvferry row (put for SET, get for GET), each marked done: ks[n], rs[n];
+ * returns n (at most max). */
+static unsigned kvf_bs_pairs(const kvf_bs_row_t *rows, unsigned nrows,
+                             unsigned i, unsigned *done,
+                             const kvf_bs_row_t **ks, const kvf_bs_row_t **rs,
+                             unsigned max)
+{
+    const kvf_bs_row_t *k, *r;
+    unsigned j, n = 0;
+
+    for (j = i; j < nrows && n < max; j++) {
+        r = &rows[j];
+        if (strcmp(r->system, rows[i].system) != 0 ||
+            strcmp(r->op, rows[i].op) != 0 || r->size != rows[i].size ||
+            r->clients != rows[i].clients) {
+            continue;
+        }
+        done[j] = 1;
+        k = kvf_bs_find(rows, nrows, strcmp(r->op, "SET") ? "get" : "put",
+                        r);
+        if (k != NULL && r->ops_s > 0 && r->p99_us > 0) {
+            ks[n] = k;
+            rs[n] = r;
+            n++;
+        }
+    }
+    return n;
+}
+
 /* Ratios to the per-call Redis client ("redis-thr", bench_store_resp.c):
  * medians over the repetitions, printed; kept in thr[] for the record.
  * Not part of the verdict, which stays with redis-benchmark's. */
@@ -60,29 +90,18 @@ static unsigned kvf_bs_thr_ratios(const kvf_bs_opts_t *o,
                                   kvf_bs_thr_t *thr, unsigned max)
 {
     unsigned i, j, n, nthr = 0, done[KVF_BS_ROWS_MAX] = {0};
+    const kvf_bs_row_t *ks[20], *rs[20], *r;
     double tp[20], p99[20];
-    const kvf_bs_row_t *k, *r;
     char sz[32];
 
     for (i = 0; i < nrows && nthr < max; i++) {
         if (strcmp(rows[i].system, "redis-thr") != 0 || done[i]) {
             continue;
         }
-        for (n = 0, j = i; j < nrows && n < 20; j++) {
-            r = &rows[j];
-            if (strcmp(r->system, "redis-thr") != 0 ||
-                strcmp(r->op, rows[i].op) != 0 || r->size != rows[i].size ||
-                r->clients != rows[i].clients) {
-                continue;
-            }
-            done[j] = 1;
-            k = kvf_bs_find(rows, nrows, strcmp(r->op, "SET") ? "get" : "put",
-                            r);
-            if (k != NULL && r->ops_s > 0 && r->p99_us > 0) {
-                tp[n] = k->ops_s / r->ops_s;
-                p99[n] = k->p99_us / r->p99_us;
-                n++;
-            }
+        n = kvf_bs_pairs(rows, nrows, i, done, ks, rs, 20);
+        for (j = 0; j < n; j++) {
+            tp[j] = ks[j]->ops_s / rs[j]->ops_s;
+            p99[j] = ks[j]->p99_us / rs[j]->p99_us;
         }
         if (n == 0) {
             continue;
@@ -109,7 +128,7 @@ static unsigned kvf_bs_thr_ratios(const kvf_bs_opts_t *o,
 static void kvf_bs_record_knobs(kvf_record_t *rec)
 {
     static const char *const knobs[] = {
-        "lease_reads",  "loc_cache",   "put_reserve", "master_loops",
+        "lease_reads", "loc_cache",  "put_reserve", "master_loops",
         "master_unix", "node_conns", "node_chunk"};
     char name[48];
     unsigned i;
@@ -131,7 +150,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     char name[160], text[1024], sz[32], summary[640] = "", *raw = NULL;
     double worst_tp = INFINITY, worst_p99 = 0, est = NAN, tp[20], p99[20],
            cpu[20];
-    const kvf_bs_row_t *k, *r;
+    const kvf_bs_row_t *k, *r, *ks[20], *rs[20];
     unsigned i, j, n, pairs = 0, nthr, done[KVF_BS_ROWS_MAX] = {0};
     kvf_bs_thr_t thr[8];
     kvf_record_t *rec;
@@ -144,24 +163,14 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
             continue;
         }
         /* every repetition of this (op, size, clients) */
-        n = 0;
+        n = kvf_bs_pairs(rows, nrows, i, done, ks, rs, 20);
         errs = 0;
-        for (j = i; j < nrows && n < 20; j++) {
-            r = &rows[j];
-            if (strcmp(r->system, "redis") != 0 ||
-                strcmp(r->op, rows[i].op) != 0 || r->size != rows[i].size ||
-                r->clients != rows[i].clients) {
-                continue;
-            }
-            done[j] = 1;
-            k = kvf_bs_find(rows, nrows, strcmp(r->op, "SET") ? "get" : "put",
-                            r);
-            if (k == NULL || r->ops_s <= 0 || r->p99_us <= 0) {
-                continue;
-            }
-            tp[n] = k->ops_s / r->ops_s;
-            p99[n] = k->p99_us / r->p99_us;
-            cpu[n] = (k->cpu_us_op > 0 && r->cpu_us_op > 0)
+        for (j = 0; j < n; j++) {
+            k = ks[j];
+            r = rs[j];
+            tp[j] = k->ops_s / r->ops_s;
+            p99[j] = k->p99_us / r->p99_us;
+            cpu[j] = (k->cpu_us_op > 0 && r->cpu_us_op > 0)
                          ? k->cpu_us_op / r->cpu_us_op
                          : NAN;
             errs += k->errors != 0;
@@ -170,11 +179,10 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                 printf("# ratio %s vs redis %s, %s x %u clients, run %u: "
                        "throughput %.2fx, p99 %.2fx, cpu/op %.2fx (%.1f vs "
                        "%.1f us)%s\n",
-                       k->op, r->op, sz, r->clients, r->rep + 1, tp[n], p99[n],
-                       cpu[n], k->cpu_us_op, r->cpu_us_op,
+                       k->op, r->op, sz, r->clients, r->rep + 1, tp[j], p99[j],
+                       cpu[j], k->cpu_us_op, r->cpu_us_op,
                        k->errors ? " (kvferry errors!)" : "");
             }
-            n++;
         }
         if (n == 0) {
             continue;

@@ -37,7 +37,7 @@
 typedef struct kvf_resp_th {
     unsigned port, id, keys;
     uint64_t size;
-    int get;           /* 0: SET phase, 1: GET phase */
+    int get; /* 0: SET phase, 1: GET phase */
     uint64_t stop_ns;
     int fd;
     unsigned char *val, *rbuf;
@@ -170,9 +170,8 @@ static int kvf_resp_op(kvf_resp_th_t *t, const char *key)
         }
         return memcmp(t->rbuf, t->val, (size_t)t->size) != 0 ? 1 : 0;
     }
-    n = snprintf(hdr, sizeof(hdr),
-                 "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%lu\r\n", klen, key,
-                 (unsigned long)t->size);
+    n = snprintf(hdr, sizeof(hdr), "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%lu\r\n",
+                 klen, key, (unsigned long)t->size);
     iov[0].iov_base = hdr;
     iov[0].iov_len = (size_t)n;
     iov[1].iov_base = t->val;
