@@ -46,6 +46,30 @@ static int teardown(void **state)
     return 0;
 }
 
+/* Fills len bytes from seed, keeps a copy in want, puts them at key. */
+static void put_filled(kvs_client_t *c, const char *key, size_t len,
+                       uint64_t seed, unsigned char *want)
+{
+    kvs_fill(c->buf, len, seed);
+    memcpy(want, c->buf, len);
+    assert_int_equal(kvf_store_put(c->st, key, c->buf, len, NULL), KVF_OK);
+}
+
+/* Gets key over a poisoned buffer and compares it with want. */
+static void get_equal(kvs_client_t *c, const char *key, size_t len,
+                      const unsigned char *want)
+{
+    size_t got = 12345;
+
+    memset(c->buf, 0xee, 4 * MiB);
+    assert_int_equal(kvf_store_get(c->st, key, c->buf, 4 * MiB, &got, 0),
+                     KVF_OK);
+    assert_int_equal(got, len);
+    if (len > 0) {
+        assert_memory_equal(c->buf, want, len);
+    }
+}
+
 static void test_round_trips(void **state)
 {
     static const size_t sizes[] = {0,    1,    63,    64,      65,
@@ -61,22 +85,12 @@ static void test_round_trips(void **state)
     assert_non_null(want);
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         snprintf(key, sizeof(key), "rt/%zu", sizes[i]);
-        kvs_fill(c.buf, sizes[i], 100 + i);
-        memcpy(want, c.buf, sizes[i]);
-        assert_int_equal(kvf_store_put(c.st, key, c.buf, sizes[i], NULL),
-                         KVF_OK);
+        put_filled(&c, key, sizes[i], 100 + i, want);
         assert_int_equal(kvf_store_exists(c.st, key), KVF_OK);
         /* same key again: refused, first object kept */
         assert_int_equal(kvf_store_put(c.st, key, c.buf, sizes[i], NULL),
                          KVF_ERR_EXISTS);
-        memset(c.buf, 0xee, 4 * MiB);
-        got = 12345;
-        assert_int_equal(kvf_store_get(c.st, key, c.buf, 4 * MiB, &got, 0),
-                         KVF_OK);
-        assert_int_equal(got, sizes[i]);
-        if (sizes[i] > 0) {
-            assert_memory_equal(c.buf, want, sizes[i]);
-        }
+        get_equal(&c, key, sizes[i], want);
     }
     /* a buffer too small is refused, not overrun */
     assert_int_equal(kvf_store_get(c.st, "rt/65536", c.buf, 1000, &got, 0),
@@ -119,7 +133,7 @@ static void test_engine_shape(void **state)
     kvf_store_h st;
     kvs_client_t c;
     char key[64];
-    size_t i, got;
+    size_t i;
 
     (void)state;
     setenv("KVF_NODE_CHUNK", "64K", 1); /* 1 MiB = 16 requests */
@@ -129,15 +143,8 @@ static void test_engine_shape(void **state)
     assert_non_null(want);
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         snprintf(key, sizeof(key), "shape/%zu", sizes[i]);
-        kvs_fill(c.buf, sizes[i], 300 + i);
-        memcpy(want, c.buf, sizes[i]);
-        assert_int_equal(kvf_store_put(c.st, key, c.buf, sizes[i], NULL),
-                         KVF_OK);
-        memset(c.buf, 0xee, 4 * MiB);
-        assert_int_equal(kvf_store_get(c.st, key, c.buf, 4 * MiB, &got, 0),
-                         KVF_OK);
-        assert_int_equal(got, sizes[i]);
-        assert_memory_equal(c.buf, want, sizes[i]);
+        put_filled(&c, key, sizes[i], 300 + i, want);
+        get_equal(&c, key, sizes[i], want);
         assert_int_equal(kvf_store_remove(c.st, key), KVF_OK);
     }
     kvs_client_close(&c);

@@ -83,8 +83,8 @@ static void put_ok(kvs_client_t *c, const char *key, size_t len, uint64_t seed)
 
 /* After a node died: keys prefix<first..last-1> (seed base + i) read
  * back whole with the right bytes, or fail with a clear status. */
-static void get_after_node_death(kvs_client_t *c, const char *prefix,
-                                 int first, int last, uint64_t base)
+static void get_after_node_death(kvs_client_t *c, const char *prefix, int first,
+                                 int last, uint64_t base)
 {
     kvf_status_t st;
     char key[32];

@@ -66,8 +66,7 @@ static unsigned kvf_bs_pairs(const kvf_bs_row_t *rows, unsigned nrows,
             continue;
         }
         done[j] = 1;
-        k = kvf_bs_find(rows, nrows, strcmp(r->op, "SET") ? "get" : "put",
-                        r);
+        k = kvf_bs_find(rows, nrows, strcmp(r->op, "SET") ? "get" : "put", r);
         if (k != NULL && r->ops_s > 0 && r->p99_us > 0) {
             ks[n] = k;
             rs[n] = r;
