@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #define KVF_RESP_TIMEOUT_MS 5000
-#define KVF_RESP_LAT_MAX    (1u << 21) /* samples kept per thread */
+#define KVF_RESP_LAT_FIRST  4096 /* samples room at start; doubles */
 
 typedef struct kvf_resp_th {
     unsigned port, id, keys;
@@ -42,7 +42,7 @@ typedef struct kvf_resp_th {
     int fd;
     unsigned char *val, *rbuf;
     double *lat;
-    size_t nlat;
+    size_t nlat, cap;
     long ops, errors;
     double cpu_s;
 } kvf_resp_th_t;
@@ -185,12 +185,29 @@ static int kvf_resp_op(kvf_resp_th_t *t, const char *key)
     return (strcmp(line, "+OK") == 0 && nextra == 0) ? 0 : 1;
 }
 
+/* Room for one more latency sample; 0 when there is. */
+static int kvf_resp_room(kvf_resp_th_t *t)
+{
+    double *nv;
+
+    if (t->nlat < t->cap) {
+        return 0;
+    }
+    nv = realloc(t->lat, 2 * t->cap * sizeof(*nv));
+    if (nv == NULL) {
+        return -1;
+    }
+    t->lat = nv;
+    t->cap *= 2;
+    return 0;
+}
+
 static void *kvf_resp_thread(void *arg)
 {
     kvf_resp_th_t *t = arg;
     double cpu0 = kvf_resp_thread_cpu();
     char key[64];
-    uint64_t t0;
+    uint64_t t0, t1;
     unsigned i = 0;
     int st;
 
@@ -198,6 +215,7 @@ static void *kvf_resp_thread(void *arg)
         snprintf(key, sizeof(key), "kvfr:%u:%u", t->id, i++ % t->keys);
         t0 = kvf_time_ns();
         st = kvf_resp_op(t, key);
+        t1 = kvf_time_ns();
         if (st < 0) {
             t->errors++;
             break; /* the connection is gone or timed out */
@@ -206,9 +224,11 @@ static void *kvf_resp_thread(void *arg)
             t->errors++;
             continue;
         }
-        if (t->nlat < KVF_RESP_LAT_MAX) {
-            t->lat[t->nlat++] = (double)(kvf_time_ns() - t0) / 1e3;
+        if (kvf_resp_room(t) != 0) {
+            t->errors++; /* out of memory: a sample lost is an error */
+            break;
         }
+        t->lat[t->nlat++] = (double)(t1 - t0) / 1e3;
         t->ops++;
     }
     t->cpu_s = kvf_resp_thread_cpu() - cpu0;
@@ -278,7 +298,8 @@ int kvf_bs_resp(unsigned port, pid_t srv, uint64_t size, unsigned clients,
         th[i].size = size;
         th[i].val = malloc((size_t)size + 1);
         th[i].rbuf = malloc((size_t)size + 2);
-        th[i].lat = malloc(KVF_RESP_LAT_MAX * sizeof(*th[i].lat));
+        th[i].cap = KVF_RESP_LAT_FIRST;
+        th[i].lat = malloc(th[i].cap * sizeof(*th[i].lat));
         if (th[i].val == NULL || th[i].rbuf == NULL || th[i].lat == NULL ||
             kvf_sock_connect("127.0.0.1", (uint16_t)port, KVF_RESP_TIMEOUT_MS,
                              &th[i].fd) != KVF_OK) {
