@@ -4,8 +4,6 @@
  */
 #include "core/alloc.h"
 
-#include <kvferry/kvferry.h>
-
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,6 +7,8 @@
 #ifndef KVF_CORE_ALLOC_H
 #define KVF_CORE_ALLOC_H
 
+#include <kvferry/status.h>
+
 #include <stddef.h>
 
 void *kvf_malloc(size_t size);
@@ -14,5 +16,8 @@ void *kvf_calloc(size_t n, size_t size);
 void *kvf_realloc(void *ptr, size_t size);
 char *kvf_strdup(const char *s);
 void kvf_free(void *ptr);
+
+/* Live tracked blocks and bytes (public in kvferry.h). */
+KVF_API void kvf_alloc_stats(long *blocks_p, long *bytes_p);
 
 #endif

@@ -180,7 +180,8 @@ static int kvf_chunk_try_inline(kvf_chunk_t *c)
 }
 
 static kvf_status_t kvf_batch_check_op(kvf_engine_h e, const kvf_op_t *op,
-                                       int *device_mem_p)
+                                       int *device_mem_p,
+                                       kvf_mem_type_t *type_p)
 {
     struct kvf_region *r;
 
@@ -188,6 +189,7 @@ static kvf_status_t kvf_batch_check_op(kvf_engine_h e, const kvf_op_t *op,
         op->peer == NULL || op->peer->engine != e) {
         return KVF_ERR_INVALID_PARAM;
     }
+    *type_p = KVF_MEM_HOST;
     if (op->length == 0) {
         return KVF_OK;
     }
@@ -197,6 +199,7 @@ static kvf_status_t kvf_batch_check_op(kvf_engine_h e, const kvf_op_t *op,
                    op->local, op->length);
         return KVF_ERR_NOT_REGISTERED;
     }
+    *type_p = r->type;
     if (r->type != KVF_MEM_HOST) {
         *device_mem_p = 1;
     }
@@ -257,83 +260,87 @@ static int kvf_batch_small(const kvf_op_t *ops, size_t count)
     return 1;
 }
 
-/* Cuts the operations into chunks and posts them. */
-static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
+/* The cut's state: up to KVF_OPEN_CHUNKS chunks being filled (one per
+ * peer and type), the regions read lock count, whether any request went
+ * out. */
+typedef struct kvf_batch_cut {
+    kvf_chunk_t *open[KVF_OPEN_CHUNKS];
+    unsigned held; /* checks under the current read lock, 0: unlocked */
+    int posted;    /* some request went out during the build */
+} kvf_batch_cut_t;
+
+/* The open chunk that takes `piece` more bytes for op's peer and type:
+ * one is closed (posted) when all are taken or it is full, a new one
+ * started. NULL when no memory is left. */
+static kvf_chunk_t *kvf_batch_chunk_for(struct kvf_batch *b,
+                                        kvf_batch_cut_t *cut,
+                                        const kvf_op_t *op, uint64_t piece)
 {
-    kvf_engine_h e = b->engine;
-    kvf_chunk_t *open[KVF_OPEN_CHUNKS] = {NULL};
-    uint64_t chunk_max = e->cfg.chunk_bytes, off, piece;
+    kvf_chunk_t **open = cut->open;
     kvf_chunk_t *c;
-    kvf_status_t st;
-    size_t i, k;
-    unsigned held = 0; /* checks under the current read lock, 0: unlocked */
-    int posted = 0;    /* some request went out during the build */
+    size_t k;
 
-    for (i = 0; i < b->nops; i++) {
-        const kvf_op_t *op = &ops[i];
-
-        /* the regions read lock is kept over a run of checks (taking it
-         * per operation cost ~20 ns of ~80 per block), released before
-         * any post and every 256 checks */
-        if (held == 256) {
-            pthread_rwlock_unlock(&e->regions_lock);
-            held = 0;
-        }
-        if (held++ == 0) {
-            pthread_rwlock_rdlock(&e->regions_lock);
-        }
-        st = kvf_batch_check_op(e, op, &b->device_mem);
-        if (st != KVF_OK) {
-            b->op_status[i] = st;
-            continue;
-        }
-        for (off = 0; off < op->length; off += piece) {
-            piece = op->length - off;
-            if (piece > chunk_max) {
-                piece = chunk_max;
-            }
-            for (k = 0; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
-                if (open[k]->peer == op->peer &&
-                    open[k]->req.type == op->type) {
-                    break;
-                }
-            }
-            if (k == KVF_OPEN_CHUNKS) {
-                kvf_batch_close(b, open[0], &held, &posted);
-                memmove(open, open + 1, sizeof(open[0]) * (k - 1));
-                open[--k] = NULL;
-            }
-            c = open[k];
-            if (c != NULL && (c->req.nsegs == KVF_CHUNK_SEGS ||
-                              c->req.bytes + piece > chunk_max)) {
-                kvf_batch_close(b, c, &held, &posted);
-                c = NULL;
-            }
-            if (c == NULL) {
-                c = kvf_chunk_new(b, op->peer, op->type);
-                if (c == NULL) {
-                    open[k] = NULL;
-                    kvf_batch_op_fail(b, i, KVF_ERR_NO_MEMORY);
-                    break;
-                }
-                open[k] = c;
-            }
-            c->segs[c->req.nsegs].local = (char *)op->local + off;
-            c->segs[c->req.nsegs].remote = op->remote + off;
-            c->segs[c->req.nsegs].len = piece;
-            c->seg_op[c->req.nsegs] = (uint32_t)i;
-            c->req.nsegs++;
-            c->req.bytes += piece;
+    for (k = 0; k < KVF_OPEN_CHUNKS && open[k] != NULL; k++) {
+        if (open[k]->peer == op->peer && open[k]->req.type == op->type) {
+            break;
         }
     }
-    if (held > 0) {
-        pthread_rwlock_unlock(&e->regions_lock);
+    if (k == KVF_OPEN_CHUNKS) {
+        kvf_batch_close(b, open[0], &cut->held, &cut->posted);
+        memmove(open, open + 1, sizeof(open[0]) * (k - 1));
+        open[--k] = NULL;
     }
+    c = open[k];
+    if (c != NULL && (c->req.nsegs == KVF_CHUNK_SEGS ||
+                      c->req.bytes + piece > b->engine->cfg.chunk_bytes)) {
+        kvf_batch_close(b, c, &cut->held, &cut->posted);
+        c = NULL;
+    }
+    if (c == NULL) {
+        c = kvf_chunk_new(b, op->peer, op->type);
+        open[k] = c;
+    }
+    return c;
+}
+
+/* Cuts operation i into segments of at most chunk_bytes. */
+static void kvf_batch_cut_op(struct kvf_batch *b, kvf_batch_cut_t *cut,
+                             const kvf_op_t *op, size_t i, kvf_mem_type_t type)
+{
+    uint64_t chunk_max = b->engine->cfg.chunk_bytes, off, piece;
+    kvf_chunk_t *c;
+
+    for (off = 0; off < op->length; off += piece) {
+        piece = op->length - off;
+        if (piece > chunk_max) {
+            piece = chunk_max;
+        }
+        c = kvf_batch_chunk_for(b, cut, op, piece);
+        if (c == NULL) {
+            kvf_batch_op_fail(b, i, KVF_ERR_NO_MEMORY);
+            break;
+        }
+        c->segs[c->req.nsegs].local = (char *)op->local + off;
+        c->segs[c->req.nsegs].remote = op->remote + off;
+        c->segs[c->req.nsegs].len = piece;
+        c->seg_op[c->req.nsegs] = (uint32_t)i;
+        c->req.nsegs++;
+        c->req.bytes += piece;
+        c->req.local_mem |= KVF_MEM_BIT(type);
+    }
+}
+
+/* After the cut: the chunks still open go out, inline where it pays. */
+static void kvf_batch_dispatch(struct kvf_batch *b, kvf_batch_cut_t *cut)
+{
+    kvf_chunk_t **open = cut->open;
+    size_t k;
+
     if (b->inline_all) {
         kvf_batch_offer_all(b);
-        return KVF_OK;
+        return;
     }
-    if (!posted) {
+    if (!cut->posted) {
         /* a small batch (every request still open): all inline when the
          * transport's inline path is a copy, a lone request whatever it
          * is; no hand-off at all */
@@ -343,7 +350,7 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
                 kvf_chunk_post(open[k]);
             }
         }
-        return KVF_OK;
+        return;
     }
     /* a large one: the other requests are posted first, so the
      * transport's threads move them while this thread moves one */
@@ -354,6 +361,40 @@ static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
         (!open[0]->peer->ops->inline_batch || !kvf_chunk_try_inline(open[0]))) {
         kvf_chunk_post(open[0]);
     }
+}
+
+/* Cuts the operations into chunks and posts them. */
+static kvf_status_t kvf_batch_build(struct kvf_batch *b, const kvf_op_t *ops)
+{
+    kvf_engine_h e = b->engine;
+    kvf_batch_cut_t cut;
+    kvf_mem_type_t type;
+    kvf_status_t st;
+    size_t i;
+
+    memset(&cut, 0, sizeof(cut));
+    for (i = 0; i < b->nops; i++) {
+        /* the regions read lock is kept over a run of checks (taking it
+         * per operation is a fifth of the per-block cost), released
+         * before any post and every 256 checks */
+        if (cut.held == 256) {
+            pthread_rwlock_unlock(&e->regions_lock);
+            cut.held = 0;
+        }
+        if (cut.held++ == 0) {
+            pthread_rwlock_rdlock(&e->regions_lock);
+        }
+        st = kvf_batch_check_op(e, &ops[i], &b->device_mem, &type);
+        if (st != KVF_OK) {
+            b->op_status[i] = st;
+            continue;
+        }
+        kvf_batch_cut_op(b, &cut, &ops[i], i, type);
+    }
+    if (cut.held > 0) {
+        pthread_rwlock_unlock(&e->regions_lock);
+    }
+    kvf_batch_dispatch(b, &cut);
     return KVF_OK;
 }
 

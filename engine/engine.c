@@ -9,7 +9,6 @@
 #include "core/config.h"
 #include "core/hash.h"
 #include "core/log.h"
-#include "transport/cuda/cuda.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -283,10 +282,8 @@ void kvf_engine_destroy(kvf_engine_h e)
                  e->nregions);
     }
     for (i = 0; i < e->nregions; i++) {
-        if (e->regions[i]->type != KVF_MEM_HOST) {
-            kvf_cuda_region_del(e->regions[i]->addr, e->regions[i]->len,
-                                e->regions[i]->type);
-        }
+        kvf_mem_region_del(e->regions[i]->addr, e->regions[i]->len,
+                           e->regions[i]->type);
         kvf_free(e->regions[i]);
     }
     kvf_free(e->regions);

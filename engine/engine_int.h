@@ -8,6 +8,7 @@
 #include <kvferry/kvferry.h>
 
 #include "transport/transport.h"
+#include "mem/mem.h"
 #include "engine/meta.h"
 #include "core/sock.h"
 
@@ -16,19 +17,10 @@
 #define KVF_ENGINE_TL_MAX   8
 #define KVF_SEG_NAME_MAX    272
 #define KVF_DESC_REGION_MAX 65536
-#define KVF_DESC_IPC_HANDLE 64 /* = KVF_CUDA_IPC_HANDLE */
+#define KVF_DESC_IPC_HANDLE KVF_MEM_IPC_HANDLE
 
-struct kvf_region {
-    uint64_t addr;
-    uint64_t len;
-    kvf_mem_type_t type;
-    int device;
-    /* KVF_MEM_CUDA exported for same-host peers (CUDA IPC): the handle of
-     * the allocation holding the region and addr's offset in it */
-    int ipc;
-    uint64_t ipc_off;
-    unsigned char ipc_handle[KVF_DESC_IPC_HANDLE];
-};
+/* struct kvf_region (a registered range) is the memory layer's
+ * kvf_mem_region_t (mem/mem.h). */
 
 typedef struct kvf_engine_tl {
     const kvf_transport_ops_t *ops;

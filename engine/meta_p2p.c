@@ -1,7 +1,9 @@
 /*
  * The embedded `p2p` metadata backend: nothing is published anywhere; a
- * peer's descriptor is fetched from the peer itself, whose tcp iface
- * answers HELLO with it. No extra process is needed.
+ * peer's descriptor is fetched from the peer itself: the segment name is
+ * the address of its first transport that serves descriptors
+ * (fetch_descriptor: tcp, whose iface answers HELLO with it). No extra
+ * process is needed.
  */
 #include "engine/meta.h"
 #include "core/alloc.h"
@@ -38,8 +40,17 @@ static kvf_status_t kvf_p2p_resolve(kvf_meta_t *meta, const char *name,
                                     int timeout_ms, void **desc_p,
                                     size_t *len_p)
 {
+    size_t i;
+
     (void)meta;
-    return kvf_tcp_fetch_descriptor(name, timeout_ms, desc_p, len_p);
+    for (i = 0; kvf_transports[i] != NULL; i++) {
+        if (kvf_transports[i]->fetch_descriptor != NULL) {
+            return kvf_transports[i]->fetch_descriptor(name, timeout_ms, desc_p,
+                                                       len_p);
+        }
+    }
+    kvf_error("no transport of this build serves segment descriptors");
+    return KVF_ERR_UNSUPPORTED;
 }
 
 static const kvf_meta_ops_t kvf_p2p_ops = {

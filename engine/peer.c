@@ -2,18 +2,16 @@
  * Peers: resolve a segment name through the metadata backend, decode its
  * descriptor, and open an ep on the first transport, in local preference
  * order, that both sides have and that connects; a failed connect falls
- * through to the next transport. A peer on this host whose descriptor
- * carries CUDA IPC handles gets the `cuda` wrapper on top of that ep
- * (transport/cuda/cuda_ipc.c): its GPU regions are reached by this
- * process's GPUs directly, everything else through the ep. "cuda" in the
- * transports list (or "auto") enables it; with "cuda" listed, tcp stays
- * the fallback even when the list names no other transport.
+ * through to the next transport. Every registered hook (transport/hook.h:
+ * fault injection, the same-host GPU path) is then offered the open ep
+ * and may wrap it. A hook named in the transports list (or "auto") is
+ * told so; with a hook listed, tcp stays the fallback even when the list
+ * names no other transport.
  */
 #include "engine/engine_int.h"
+#include "transport/hook.h"
 #include "core/alloc.h"
 #include "core/log.h"
-#include "transport/cuda/cuda.h"
-#include "transport/fault/fault.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -24,7 +22,7 @@
 static int kvf_peer_rank(kvf_engine_h e, const char *name)
 {
     char list[128], *tok, *save;
-    int rank = 0, cuda = 0;
+    int rank = 0, hook = 0;
     size_t i;
 
     if (strcmp(e->transports, "auto") != 0) {
@@ -34,10 +32,10 @@ static int kvf_peer_rank(kvf_engine_h e, const char *name)
             if (strcmp(tok, name) == 0) {
                 return rank;
             }
-            cuda |= strcmp(tok, "cuda") == 0;
+            hook |= kvf_tl_hook_find(tok) != NULL;
         }
-        /* cuda wraps another transport: tcp is its last resort */
-        return (cuda && strcmp(name, "tcp") == 0) ? rank : -1;
+        /* a hook wraps another transport: tcp is its last resort */
+        return (hook && strcmp(name, "tcp") == 0) ? rank : -1;
     }
     for (i = 0; kvf_transports[i] != NULL; i++) {
         if (strcmp(kvf_transports[i]->name, name) == 0) {
@@ -45,6 +43,36 @@ static int kvf_peer_rank(kvf_engine_h e, const char *name)
         }
     }
     return -1;
+}
+
+/* Offers the open ep to every registered hook, innermost first. */
+static kvf_status_t kvf_peer_hooks(kvf_peer_h peer, const kvf_seg_desc_t *desc,
+                                   kvf_tl_iface_t *iface, const char *address)
+{
+    kvf_engine_h e = peer->engine;
+    kvf_tl_peer_info_t info;
+    kvf_status_t status;
+    size_t i;
+    int listed;
+
+    memset(&info, 0, sizeof(info));
+    info.name = peer->name;
+    info.cfg = &e->cfg;
+    info.iface = iface;
+    info.address = address;
+    info.same_host = desc->host_id == kvf_seg_host_id();
+    info.same_process = info.same_host && desc->pid == (uint32_t)getpid();
+    info.regions = desc->regions;
+    info.nregions = desc->nregions;
+    for (i = 0; kvf_tl_hooks[i] != NULL; i++) {
+        listed = strcmp(e->transports, "auto") == 0 ||
+                 kvf_peer_rank(e, kvf_tl_hooks[i]->name) >= 0;
+        status = kvf_tl_hooks[i]->wrap(&info, listed, &peer->ops, &peer->ep);
+        if (status != KVF_OK) {
+            return status;
+        }
+    }
+    return KVF_OK;
 }
 
 static kvf_status_t kvf_peer_connect(kvf_peer_h peer,
@@ -92,9 +120,7 @@ static kvf_status_t kvf_peer_connect(kvf_peer_h peer,
         status = tl->ops->ep_open(tl->iface, desc->tl[j].address, &peer->ep);
         if (status == KVF_OK) {
             peer->ops = tl->ops;
-            /* drills and tests: KVF_FAULT wraps the ep (fault.h) */
-            status = kvf_fault_hook(&e->cfg, tl->iface, desc->tl[j].address,
-                                    &peer->ops, &peer->ep);
+            status = kvf_peer_hooks(peer, desc, tl->iface, desc->tl[j].address);
         }
         if (status == KVF_OK) {
             kvf_info("peer %s via %s (%s)", peer->name, tl->ops->name,
@@ -106,52 +132,6 @@ static kvf_status_t kvf_peer_connect(kvf_peer_h peer,
     }
     kvf_error("no transport reaches peer %s (tried %u)", peer->name, n);
     return (n == 0) ? KVF_ERR_NO_TRANSPORT : status;
-}
-
-/* Same-host peer with exported GPU regions: wrap its ep in the cuda
- * path. A failure leaves the ep as it was (GPU regions then go through
- * it). */
-static void kvf_peer_cuda_wrap(kvf_peer_h peer, const kvf_seg_desc_t *desc)
-{
-    kvf_engine_h e = peer->engine;
-    kvf_cuda_remote_t *rem;
-    kvf_status_t status;
-    uint32_t i, n = 0;
-
-    if ((strcmp(e->transports, "auto") != 0 && kvf_peer_rank(e, "cuda") < 0) ||
-        desc->host_id != kvf_seg_host_id() || kvf_cuda_device_count() == 0) {
-        return;
-    }
-    for (i = 0; i < desc->nregions; i++) {
-        n += desc->regions[i].ipc != 0;
-    }
-    if (n == 0) {
-        return;
-    }
-    rem = kvf_calloc(n, sizeof(*rem));
-    if (rem == NULL) {
-        return;
-    }
-    for (i = 0, n = 0; i < desc->nregions; i++) {
-        if (desc->regions[i].ipc) {
-            rem[n].addr = desc->regions[i].addr;
-            rem[n].len = desc->regions[i].len;
-            rem[n].device = desc->regions[i].device;
-            rem[n].ipc_off = desc->regions[i].ipc_off;
-            memcpy(rem[n].handle, desc->regions[i].ipc_handle,
-                   KVF_CUDA_IPC_HANDLE);
-            n++;
-        }
-    }
-    status = kvf_cuda_ep_wrap(rem, n, desc->pid == (uint32_t)getpid(),
-                              e->cfg.timeout_ms, &peer->ops, &peer->ep);
-    kvf_free(rem);
-    if (status == KVF_OK) {
-        kvf_info("peer %s: %u GPU region(s) through cuda ipc", peer->name, n);
-    } else {
-        kvf_warn("peer %s: cuda ipc unavailable (%s), GPU regions through %s",
-                 peer->name, kvf_status_str(status), peer->ops->name);
-    }
 }
 
 kvf_status_t kvf_peer_open(kvf_engine_h e, const char *segment_name,
@@ -191,7 +171,6 @@ kvf_status_t kvf_peer_open(kvf_engine_h e, const char *segment_name,
         kvf_free(peer);
         return status;
     }
-    kvf_peer_cuda_wrap(peer, &desc);
     peer->nregions = desc.nregions;
     peer->regions = desc.regions; /* ownership moves to the peer */
     pthread_mutex_lock(&e->peers_lock);

@@ -8,12 +8,8 @@
 #include "engine/engine_int.h"
 #include "core/alloc.h"
 #include "core/log.h"
-#include "transport/cuda/cuda.h"
 
 #include <string.h>
-
-_Static_assert(KVF_DESC_IPC_HANDLE == KVF_CUDA_IPC_HANDLE,
-               "descriptor IPC handle size");
 
 struct kvf_region *kvf_region_find(kvf_engine_h engine, uint64_t addr,
                                    uint64_t len)
@@ -54,29 +50,22 @@ kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,
         kvf_error("bad region %p+%zu type %d", addr, length, (int)type);
         return KVF_ERR_INVALID_PARAM;
     }
-    if (type != KVF_MEM_HOST) {
-        /* GPU ranges are checked against their allocation there */
-        status = kvf_cuda_region_add(a, length, type, device);
-        if (status != KVF_OK) {
-            return status;
-        }
+    /* GPU ranges are checked against their allocation there */
+    status = kvf_mem_region_add(a, length, type, device);
+    if (status != KVF_OK) {
+        return status;
     }
     r = kvf_calloc(1, sizeof(*r));
     if (r == NULL) {
-        if (type != KVF_MEM_HOST) {
-            kvf_cuda_region_del(a, length, type);
-        }
+        kvf_mem_region_del(a, length, type);
         return KVF_ERR_NO_MEMORY;
     }
     r->addr = a;
     r->len = length;
     r->type = type;
     r->device = device;
-    /* same-host peers map GPU regions through CUDA IPC (cuda_ipc.c) */
-    if (type == KVF_MEM_CUDA &&
-        kvf_cuda_ipc_export(a, r->ipc_handle, &r->ipc_off) == KVF_OK) {
-        r->ipc = 1;
-    }
+    /* same-host peers map GPU regions through CUDA IPC (cuda_ipc) */
+    kvf_mem_region_export(r);
     __atomic_add_fetch(&engine->regions_writers, 1, __ATOMIC_RELAXED);
     pthread_rwlock_wrlock(&engine->regions_lock);
     __atomic_sub_fetch(&engine->regions_writers, 1, __ATOMIC_RELAXED);
@@ -114,9 +103,7 @@ kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,
 
 err_unlock:
     pthread_rwlock_unlock(&engine->regions_lock);
-    if (type != KVF_MEM_HOST) {
-        kvf_cuda_region_del(a, length, type);
-    }
+    kvf_mem_region_del(a, length, type);
     kvf_free(r);
     return status;
 }
@@ -137,9 +124,7 @@ kvf_status_t kvf_engine_dereg(kvf_engine_h engine, kvf_region_h region)
                     (engine->nregions - i - 1) * sizeof(*engine->regions));
             engine->nregions--;
             pthread_rwlock_unlock(&engine->regions_lock);
-            if (region->type != KVF_MEM_HOST) {
-                kvf_cuda_region_del(region->addr, region->len, region->type);
-            }
+            kvf_mem_region_del(region->addr, region->len, region->type);
             kvf_free(region);
             return KVF_OK;
         }

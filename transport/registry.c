@@ -1,19 +1,30 @@
 /*
- * The list of transports compiled into this build, in default preference
- * order (the engine takes the first one both sides have).
+ * The transports compiled into this build, in default preference order
+ * (the engine takes the first one both sides have), and the hooks laid
+ * over every ep the engine opens.
  */
-#include "transport/transport.h"
+#include "transport/hook.h"
 
 #include <string.h>
 
 extern const kvf_transport_ops_t kvf_cuda_ops;
 extern const kvf_transport_ops_t kvf_shm_ops;
 extern const kvf_transport_ops_t kvf_tcp_ops;
+extern const kvf_tl_hook_t kvf_fault_hook;
+extern const kvf_tl_hook_t kvf_cuda_ipc_hook;
 
 const kvf_transport_ops_t *const kvf_transports[] = {
-    &kvf_cuda_ops, /* no iface: wraps a same-host peer's ep (cuda_ipc.c) */
+    &kvf_cuda_ops, /* no iface: its hook wraps a same-host peer's ep */
     &kvf_shm_ops,  /* same host only: its ep_open fails elsewhere */
     &kvf_tcp_ops,
+    NULL,
+};
+
+/* Innermost first: fault injection sees every request the inner ep
+ * would, the GPU path sits outside it. */
+const kvf_tl_hook_t *const kvf_tl_hooks[] = {
+    &kvf_fault_hook,
+    &kvf_cuda_ipc_hook,
     NULL,
 };
 
@@ -26,6 +37,18 @@ const kvf_transport_ops_t *kvf_transport_find(const char *name)
     for (i = 0; kvf_transports[i] != NULL; i++) {
         if (strcmp(kvf_transports[i]->name, name) == 0) {
             return kvf_transports[i];
+        }
+    }
+    return NULL;
+}
+
+const kvf_tl_hook_t *kvf_tl_hook_find(const char *name)
+{
+    size_t i;
+
+    for (i = 0; kvf_tl_hooks[i] != NULL; i++) {
+        if (strcmp(kvf_tl_hooks[i]->name, name) == 0) {
+            return kvf_tl_hooks[i];
         }
     }
     return NULL;

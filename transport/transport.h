@@ -1,7 +1,8 @@
 /*
- * Transport interface: what the engine asks of tcp, shm, cuda, fault...
- * One ops table per transport (libfabric's provider model); the engine
- * calls only through it.
+ * Transport interface: what the engine asks of tcp, shm... One ops table
+ * per transport (libfabric's provider model); the engine calls only
+ * through it. Wrappers over any transport's ep (fault, cuda_ipc) are
+ * hooks (transport/hook.h). Memory is reached through mem/mem.h.
  *
  * A transport has two sides. The *iface* serves this process's memory to
  * peers: it is opened with a kvf_tl_target_t, the engine's hooks that
@@ -12,8 +13,7 @@
 #ifndef KVF_TRANSPORT_H
 #define KVF_TRANSPORT_H
 
-#include <kvferry/engine.h>
-
+#include "mem/mem.h"
 #include "core/wire.h"
 
 #include <stddef.h>
@@ -40,6 +40,8 @@ typedef struct kvf_tl_req {
                                  KVF_OK if every segment moved; otherwise
                                  seg_status[i] holds each segment's result */
     kvf_status_t *seg_status; /* nsegs entries, owned by the poster */
+    kvf_mem_mask_t local_mem; /* types of the segments' local memory
+                                 (0: unknown, looked up per address) */
     void (*complete)(struct kvf_tl_req *req);
     void *arg;               /* owner's */
     struct kvf_tl_req *next; /* transport's queue link */
@@ -106,6 +108,11 @@ typedef struct kvf_transport_ops {
     kvf_status_t (*ep_link_test)(kvf_tl_ep_t *ep, kvf_op_type_t type,
                                  void *local, uint64_t remote, size_t length,
                                  double *seconds_p);
+    /* Optional: connects to this transport's iface at address and returns
+     * the segment descriptor it serves (caller kvf_free()s *desc_p); the
+     * p2p metadata backend's resolve. */
+    kvf_status_t (*fetch_descriptor)(const char *address, int timeout_ms,
+                                     void **desc_p, size_t *len_p);
 } kvf_transport_ops_t;
 
 /* Process-wide data-path counters, updated by transports with relaxed
@@ -131,10 +138,5 @@ const kvf_transport_ops_t *kvf_transport_find(const char *name);
 
 /* Completes a request whose segments all failed with status. */
 void kvf_tl_req_fail(kvf_tl_req_t *req, kvf_status_t status);
-
-/* p2p metadata: connects to a tcp iface at address and returns the
- * segment descriptor it serves (caller frees *desc_p with kvf_free). */
-kvf_status_t kvf_tcp_fetch_descriptor(const char *address, int timeout_ms,
-                                      void **desc_p, size_t *len_p);
 
 #endif

@@ -21,6 +21,7 @@
 #define KVFERRY_ENGINE_H
 
 #include <kvferry/status.h>
+#include <kvferry/types.h> /* kvf_mem_type_t, kvf_op_type_t */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -33,12 +34,6 @@ typedef struct kvf_engine *kvf_engine_h;
 typedef struct kvf_region *kvf_region_h;
 typedef struct kvf_peer *kvf_peer_h;
 typedef struct kvf_batch *kvf_batch_h;
-
-typedef enum kvf_mem_type {
-    KVF_MEM_HOST = 0,   /* any host memory (pageable) */
-    KVF_MEM_PINNED = 1, /* page-locked host memory (cudaHostAlloc etc.) */
-    KVF_MEM_CUDA = 2    /* GPU memory of device `device` */
-} kvf_mem_type_t;
 
 enum kvf_engine_params_field {
     KVF_ENGINE_PARAM_LISTEN = 1u << 0,
@@ -112,11 +107,6 @@ KVF_API kvf_status_t kvf_peer_region(kvf_peer_h peer, size_t index,
                                      kvf_mem_type_t *type_p);
 /* Name of the transport serving the peer ("tcp", "shm", ...). */
 KVF_API const char *kvf_peer_transport(kvf_peer_h peer);
-
-typedef enum kvf_op_type {
-    KVF_OP_READ = 0, /* remote -> local */
-    KVF_OP_WRITE = 1 /* local -> remote */
-} kvf_op_type_t;
 
 typedef struct kvf_op {
     kvf_op_type_t type;

@@ -22,7 +22,7 @@
 #include <kvferry/kvferry.h>
 
 #include "core/time.h"
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 
 static void test_unavailable(void **state)
 {

@@ -25,7 +25,7 @@
 #include <kvferry/kvferry.h>
 
 #include "core/hash.h"
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 
 #define POOL    (32u << 20)
 #define NBLK    3000

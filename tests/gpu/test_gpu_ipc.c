@@ -17,7 +17,7 @@
 #include <kvferry/kvferry.h>
 
 #include "core/hash.h"
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 
 #define LEN    (8u << 20)
 #define OFFSET 4096u

@@ -26,7 +26,7 @@
 #include <kvferry/kvferry.h>
 
 #include "core/hash.h"
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 
 #define GPOOL   (32u << 20)
 #define HPOOL   (4u << 20)

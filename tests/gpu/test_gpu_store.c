@@ -17,7 +17,7 @@
 
 #include "../integration/test_store_harness.h"
 #include "core/hash.h"
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>

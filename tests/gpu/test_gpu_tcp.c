@@ -24,7 +24,7 @@
 #include <kvferry/kvferry.h>
 
 #include "core/hash.h"
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 
 #define POOL    (24u << 20)
 #define TIMEOUT 20000

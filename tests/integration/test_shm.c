@@ -36,7 +36,7 @@
 
 #include "core/hash.h"
 #include "transport/transport.h"
-#include "transport/shm/shm_mem.h"
+#include "mem/shm_mem.h"
 #include "test_util.h"
 
 #define POOL    (32u << 20)

@@ -9,10 +9,28 @@
 #define KVF_TOOLS_BENCH_GPU_H
 
 #include "tools/kvferry/bench.h"
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 #include "core/hash.h"
 
 #define KVF_GPU_SIZES_MAX 16
+
+/* Baselines the copy kernels are measured against, on a copy context's
+ * stream (bench_gpu_baselines.c): one contiguous cudaMemcpyAsync
+ * (cudaMemcpyPeerAsync across GPUs), one cudaMemcpyAsync per block, and
+ * one cudaMemcpyBatchAsync. */
+kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
+                                  const kvf_cuda_mem_t *src, uint64_t src_off,
+                                  const kvf_cuda_mem_t *dst, uint64_t dst_off,
+                                  uint64_t len, int timeout_ms);
+kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
+                                const kvf_cuda_mem_t *dst,
+                                const kvf_cuda_blk_t *blks, size_t n,
+                                int timeout_ms);
+kvf_status_t kvf_cuda_copy_batchapi(kvf_cuda_copy_t *cp,
+                                    const kvf_cuda_mem_t *src,
+                                    const kvf_cuda_mem_t *dst,
+                                    const kvf_cuda_blk_t *blks, size_t n,
+                                    int timeout_ms);
 
 typedef struct kvf_gpu_opts {
     const char *path;  /* h2d, d2h, d2d, p2p; NULL: over transports */

@@ -16,7 +16,7 @@
 
 #include <kvferry/store.h>
 
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 #include "core/time.h"
 
 #include <getopt.h>

@@ -209,6 +209,7 @@ static void kvf_fault_pass(kvf_fault_req_t *f)
     f->req.nsegs = orig->nsegs;
     f->req.bytes = orig->bytes;
     f->req.cancel = orig->cancel;
+    f->req.local_mem = orig->local_mem;
     f->req.seg_status = orig->seg_status;
     f->req.complete = kvf_fault_inner_complete;
     f->req.arg = f;
@@ -527,25 +528,33 @@ kvf_status_t kvf_fault_wrap(const kvf_fault_spec_t *spec, unsigned timeout_ms,
     return KVF_OK;
 }
 
-kvf_status_t kvf_fault_hook(const kvf_tl_config_t *cfg, kvf_tl_iface_t *iface,
-                            const char *address,
-                            const kvf_transport_ops_t **ops_p,
-                            kvf_tl_ep_t **ep_p)
+/* The hook: wraps every ep when the `fault` key (KVF_FAULT) is set,
+ * none otherwise. A bad spec closes the inner ep and fails the open. */
+static kvf_status_t kvf_fault_hook_wrap(const kvf_tl_peer_info_t *peer,
+                                        int listed,
+                                        const kvf_transport_ops_t **ops_p,
+                                        kvf_tl_ep_t **ep_p)
 {
     kvf_fault_spec_t spec;
     kvf_status_t status;
     int active;
 
+    (void)listed;
     status = kvf_fault_parse(kvf_config_str(&kvf_fault_config, "fault"), &spec,
                              &active);
     if (status == KVF_OK && active) {
-        status =
-            kvf_fault_wrap(&spec, cfg->timeout_ms, iface, address, ops_p, ep_p);
+        status = kvf_fault_wrap(&spec, peer->cfg->timeout_ms, peer->iface,
+                                peer->address, ops_p, ep_p);
     }
     if (status != KVF_OK) {
-        kvf_error("fault: cannot wrap the ep to %s: %s", address,
+        kvf_error("fault: cannot wrap the ep to %s: %s", peer->address,
                   kvf_status_str(status));
         (*ops_p)->ep_close(*ep_p);
     }
     return status;
 }
+
+const kvf_tl_hook_t kvf_fault_hook = {
+    .name = "fault",
+    .wrap = kvf_fault_hook_wrap,
+};

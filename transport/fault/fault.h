@@ -17,13 +17,14 @@
  *
  * Turned on by the `fault` configuration key, i.e. the environment
  * variable KVF_FAULT="seed=1,delay_ms=5,drop=0.01,fail_after=100"
- * (empty or "off" = no wrapper). The engine calls kvf_fault_hook() on
- * every ep it opens; tests may call kvf_fault_wrap() directly.
+ * (empty or "off" = no wrapper). Registered as a hook (transport/hook.h)
+ * the engine offers every ep it opens; tests may call kvf_fault_wrap()
+ * directly.
  */
 #ifndef KVF_TRANSPORT_FAULT_H
 #define KVF_TRANSPORT_FAULT_H
 
-#include "transport/transport.h"
+#include "transport/hook.h"
 #include "core/config.h"
 
 typedef struct kvf_fault_spec {
@@ -61,16 +62,9 @@ kvf_status_t kvf_fault_wrap(const kvf_fault_spec_t *spec, unsigned timeout_ms,
                             const kvf_transport_ops_t **ops_p,
                             kvf_tl_ep_t **ep_p);
 
-/* The engine's hook: wraps the ep when the `fault` key (KVF_FAULT) is
- * set, does nothing otherwise. A bad spec closes the inner ep and
- * returns KVF_ERR_INVALID_PARAM. */
-kvf_status_t kvf_fault_hook(const kvf_tl_config_t *cfg, kvf_tl_iface_t *iface,
-                            const char *address,
-                            const kvf_transport_ops_t **ops_p,
-                            kvf_tl_ep_t **ep_p);
-
 void kvf_fault_stats(kvf_fault_stats_t *stats);
 
 extern const kvf_config_table_t kvf_fault_config;
+extern const kvf_tl_hook_t kvf_fault_hook;
 
 #endif

@@ -50,7 +50,6 @@
 #define KVF_SHM_H
 
 #include "transport/transport.h"
-#include "transport/shm/shm_mem.h"
 
 #include <pthread.h>
 
@@ -143,7 +142,7 @@ void kvf_shm_put64(unsigned char *p, uint64_t v);
 uint32_t kvf_shm_get32(const unsigned char *p);
 uint64_t kvf_shm_get64(const unsigned char *p);
 
-/* memcpy when both sides are host memory; through transport/cuda when
+/* memcpy when both sides are host memory; through the memory layer when
  * one side lies in a registered GPU region. */
 kvf_status_t kvf_shm_copy(void *dst, const void *src, size_t len);
 /* The same with non-temporal stores (large leases); kvf_shm_fence()

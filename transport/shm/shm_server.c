@@ -18,7 +18,6 @@
  * initiator's staging buffer (STAGE), still under the lease.
  */
 #include "transport/shm/shm.h"
-#include "transport/cuda/cuda.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -61,7 +60,7 @@ typedef struct kvf_shm_sconn {
     kvf_shm_slease_t open[KVF_SHM_OPEN_MAX];
     unsigned ohead, nopen;
     unsigned char *stage;     /* the initiator's staging buffer */
-    kvf_cuda_stage_t *cstage; /* checksums of GPU ranges */
+    kvf_mem_stage_t *cstage;  /* checksums of GPU ranges */
 } kvf_shm_sconn_t;
 
 struct kvf_shm_server {
@@ -430,8 +429,8 @@ static kvf_status_t kvf_shm_on_stage(kvf_shm_sconn_t *c,
             break;
         }
         p = (void *)(uintptr_t)addr;
-        st = w ? kvf_shm_copy(p, c->stage + off, len)
-               : kvf_shm_copy(c->stage + off, p, len);
+        st = w ? kvf_mem_copy(p, c->stage + off, len, KVF_MEM_BIT(mem.type))
+               : kvf_mem_copy(c->stage + off, p, len, KVF_MEM_BIT(mem.type));
         off += len;
     }
     if (c->nopen == 0) {
@@ -490,11 +489,7 @@ static kvf_status_t kvf_shm_on_sum(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
         if (st != KVF_OK) {
             break;
         }
-        if (mem.type == KVF_MEM_CUDA) {
-            st = kvf_cuda_hash(&c->cstage, addr, len, &sum, deadline);
-        } else {
-            sum = kvf_hash64((const void *)(uintptr_t)addr, len, 0);
-        }
+        st = kvf_mem_hash(&c->cstage, mem.type, addr, len, &sum, deadline);
         kvf_shm_put64(c->out.p + (size_t)i * 8, sum);
     }
     kvf_shm_unhold(c);
@@ -611,7 +606,7 @@ static void *kvf_shm_sconn_main(void *arg)
         munmap(c->stage, KVF_SHM_STAGE_LEN);
         c->stage = NULL;
     }
-    kvf_cuda_stage_free(c->cstage);
+    kvf_mem_stage_free(c->cstage);
     c->cstage = NULL;
     close(c->fd);
     c->fd = -1;

@@ -2,13 +2,12 @@
  * shm transport helpers: the host identity and nonce that name an iface,
  * the abstract unix socket it listens on, framed messages with file
  * descriptors attached (SCM_RIGHTS), and the copy primitive (memcpy, or
- * transport/cuda when a registered GPU region is involved).
+ * the memory layer (mem/mem.h) when a registered GPU region is involved).
  *
  * Every wait is bounded by the caller's deadline: sockets are used with
  * MSG_DONTWAIT and poll(2) through core/sock.h.
  */
 #include "transport/shm/shm.h"
-#include "transport/cuda/cuda.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -577,24 +576,11 @@ void kvf_shm_fence(void)
 
 kvf_status_t kvf_shm_copy_stream(void *dst, const void *src, size_t len)
 {
-    uint64_t left;
-
-    if (kvf_cuda_region_lookup((uint64_t)(uintptr_t)dst, NULL, &left) ==
-            KVF_MEM_CUDA ||
-        kvf_cuda_region_lookup((uint64_t)(uintptr_t)src, NULL, &left) ==
-            KVF_MEM_CUDA) {
-        return kvf_cuda_memcpy(dst, src, len);
+    if (!kvf_mem_is_host(dst) || !kvf_mem_is_host(src)) {
+        return kvf_mem_copy(dst, src, len, KVF_MEM_BIT(KVF_MEM_CUDA));
     }
     kvf_shm_stream(dst, src, len);
     return KVF_OK;
-}
-
-static int kvf_shm_is_host(const void *p)
-{
-    uint64_t left;
-
-    return kvf_cuda_region_lookup((uint64_t)(uintptr_t)p, NULL, &left) !=
-           KVF_MEM_CUDA;
 }
 
 int kvf_shm_copy_stream2(void *d0, const void *s0, void *d1, const void *s1,
@@ -603,8 +589,8 @@ int kvf_shm_copy_stream2(void *d0, const void *s0, void *d1, const void *s1,
 #if defined(__x86_64__)
     if (len < 512 || len % 128 != 0 || ((uintptr_t)d0 & 31) != 0 ||
         ((uintptr_t)d1 & 31) != 0 || !kvf_shm_has_avx2() ||
-        !kvf_shm_is_host(d0) || !kvf_shm_is_host(s0) || !kvf_shm_is_host(d1) ||
-        !kvf_shm_is_host(s1)) {
+        !kvf_mem_is_host(d0) || !kvf_mem_is_host(s0) || !kvf_mem_is_host(d1) ||
+        !kvf_mem_is_host(s1)) {
         return 0;
     }
     kvf_shm_stream2_avx2(d0, s0, d1, s1, len);
@@ -621,14 +607,5 @@ int kvf_shm_copy_stream2(void *d0, const void *s0, void *d1, const void *s1,
 
 kvf_status_t kvf_shm_copy(void *dst, const void *src, size_t len)
 {
-    uint64_t left;
-
-    if (kvf_cuda_region_lookup((uint64_t)(uintptr_t)dst, NULL, &left) ==
-            KVF_MEM_CUDA ||
-        kvf_cuda_region_lookup((uint64_t)(uintptr_t)src, NULL, &left) ==
-            KVF_MEM_CUDA) {
-        return kvf_cuda_memcpy(dst, src, len);
-    }
-    memcpy(dst, src, len);
-    return KVF_OK;
+    return kvf_mem_copy(dst, src, len, 0);
 }

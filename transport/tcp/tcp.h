@@ -61,6 +61,10 @@ kvf_status_t kvf_tcp_send_hdr(int fd, uint8_t type, uint64_t id,
                               uint64_t deadline_ms);
 kvf_status_t kvf_tcp_recv_hdr(int fd, kvf_frame_hdr_t *hdr,
                               uint64_t deadline_ms);
+/* p2p metadata (ops fetch_descriptor): HELLO to the tcp iface at address,
+ * returns the segment descriptor it serves (caller kvf_free()s it). */
+kvf_status_t kvf_tcp_fetch_descriptor(const char *address, int timeout_ms,
+                                      void **desc_p, size_t *len_p);
 
 typedef struct kvf_tcp_server kvf_tcp_server_t;
 typedef struct kvf_tcp_cconn kvf_tcp_cconn_t;

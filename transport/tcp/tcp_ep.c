@@ -8,7 +8,7 @@
  * variable when idle. A broken or silent connection fails its requests
  * within the timeout and is re-established on the next request. Local
  * GPU memory is gathered/scattered through pinned staging buffers
- * (transport/cuda), overlapped with the socket.
+ * (mem/mem.h), overlapped with the socket.
  *
  * Inline path (ep_post_inline): a caller about to wait for one small
  * request takes an idle connection (its worker asleep, nothing queued)
@@ -27,7 +27,6 @@
  * their per-segment results.
  */
 #include "transport/tcp/tcp.h"
-#include "transport/cuda/cuda.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -60,7 +59,7 @@ struct kvf_tcp_cconn {
     unsigned char *pre; /* reply bytes already read (inline), then socket */
     size_t pre_len, pre_off;
     unsigned char *drain;
-    kvf_cuda_stage_t *stage; /* pinned staging for local GPU memory */
+    kvf_mem_stage_t *stage; /* pinned staging for local GPU memory */
 };
 
 #define KVF_TCP_DRAIN_LEN (64u << 10)
@@ -212,8 +211,8 @@ static kvf_status_t kvf_tcp_send_req(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
         niov = 2;
     }
     req->deadline_ms = kvf_time_ms() + c->ep->iface->cfg.timeout_ms;
-    return kvf_cuda_writev(&c->stage, c->fd, c->scratch.iov, niov,
-                           req->deadline_ms);
+    return kvf_mem_stage_writev(&c->stage, req->local_mem, c->fd,
+                                c->scratch.iov, niov, req->deadline_ms);
 }
 
 /*
@@ -256,9 +255,11 @@ static void kvf_tcp_mark_refused(kvf_tl_req_t *req, const unsigned char *ref,
     }
 }
 
-/* Reads into iov: first what is left of the prefix, then the socket. */
-static kvf_status_t kvf_tcp_take(kvf_tcp_cconn_t *c, struct iovec *iov,
-                                 size_t n, uint64_t deadline_ms)
+/* Reads into iov (memory of the types in mem): first what is left of the
+ * prefix, then the socket. */
+static kvf_status_t kvf_tcp_take(kvf_tcp_cconn_t *c, kvf_mem_mask_t mem,
+                                 struct iovec *iov, size_t n,
+                                 uint64_t deadline_ms)
 {
     size_t i = 0, k;
 
@@ -276,7 +277,8 @@ static kvf_status_t kvf_tcp_take(kvf_tcp_cconn_t *c, struct iovec *iov,
     if (i == n) {
         return KVF_OK;
     }
-    return kvf_cuda_readv(&c->stage, c->fd, iov + i, n - i, deadline_ms);
+    return kvf_mem_stage_readv(&c->stage, mem, c->fd, iov + i, n - i,
+                               deadline_ms);
 }
 
 /* Receives the READ payload, skipping the segments the target refused. */
@@ -296,7 +298,8 @@ static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         if (status != KVF_OK) {
             return status;
         }
-        return kvf_tcp_take(c, c->scratch.iov, n, req->deadline_ms);
+        return kvf_tcp_take(c, req->local_mem, c->scratch.iov, n,
+                            req->deadline_ms);
     }
     status = kvf_tcp_scratch_iov(&c->scratch, req->nsegs);
     if (status != KVF_OK) {
@@ -314,7 +317,7 @@ static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     if (sum != data_len) {
         return KVF_ERR_PROTOCOL;
     }
-    return kvf_tcp_take(c, iov, n, req->deadline_ms);
+    return kvf_tcp_take(c, req->local_mem, iov, n, req->deadline_ms);
 }
 
 /* Checks a reply header against the oldest request in flight. */
@@ -353,7 +356,8 @@ static kvf_status_t kvf_tcp_recv_body(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         if (status == KVF_OK) {
             struct iovec m = {c->scratch.meta, h.meta_len};
 
-            status = kvf_tcp_take(c, &m, 1, req->deadline_ms);
+            status = kvf_tcp_take(c, KVF_MEM_BIT(KVF_MEM_HOST), &m, 1,
+                                  req->deadline_ms);
         }
         if (status != KVF_OK) {
             return status;
@@ -708,7 +712,7 @@ void kvf_tcp_ep_close(kvf_tl_ep_t *ep)
             close(c->fd);
         }
         kvf_tcp_scratch_free(&c->scratch);
-        kvf_cuda_stage_free(c->stage);
+        kvf_mem_stage_free(c->stage);
         kvf_free(c->drain);
         pthread_mutex_destroy(&c->lock);
         pthread_cond_destroy(&c->cond);

@@ -315,4 +315,5 @@ const kvf_transport_ops_t kvf_tcp_ops = {
     .ep_post_inline = kvf_tcp_ep_post_inline,
     .ep_checksum = kvf_tcp_ep_checksum,
     .ep_link_test = kvf_tcp_ep_link_test,
+    .fetch_descriptor = kvf_tcp_fetch_descriptor,
 };

@@ -7,10 +7,9 @@
  * memory with vectored I/O. A malformed frame (bad magic, unknown version
  * or type, inconsistent lengths) gets an ERROR frame and closes that
  * connection only. Threads sleep in poll(2) when idle. Bytes of GPU
- * regions go through pinned staging buffers (transport/cuda), pipelined.
+ * regions go through pinned staging buffers (mem/mem.h), pipelined.
  */
 #include "transport/tcp/tcp.h"
-#include "transport/cuda/cuda.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -40,7 +39,8 @@ typedef struct kvf_tcp_sconn {
     unsigned char *refuse; /* reply metadata: refused entries */
     size_t refuse_cap;
     unsigned char *drain;    /* sink for refused payload */
-    kvf_cuda_stage_t *stage; /* pinned staging for GPU regions */
+    kvf_mem_stage_t *stage;  /* pinned staging for GPU regions */
+    kvf_mem_mask_t mem;      /* memory types the last mapped entries hit */
 } kvf_tcp_sconn_t;
 
 struct kvf_tcp_server {
@@ -152,6 +152,7 @@ static kvf_status_t kvf_tcp_map_entries(kvf_tcp_sconn_t *c,
     uint32_t i, nref = 0;
     kvf_status_t st;
 
+    c->mem = KVF_MEM_BIT(KVF_MEM_HOST); /* headers, drains */
     for (i = 0; i < hdr->count; i++) {
         addr = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN);
         len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
@@ -183,6 +184,7 @@ static kvf_status_t kvf_tcp_map_entries(kvf_tcp_sconn_t *c,
         if (len == 0) {
             continue;
         }
+        c->mem |= KVF_MEM_BIT(mem.type);
         iov = c->scratch.iov;
         if (n > 0 && iov[n - 1].iov_base != c->drain &&
             (char *)iov[n - 1].iov_base + iov[n - 1].iov_len ==
@@ -223,8 +225,8 @@ static kvf_status_t kvf_tcp_serve_write(kvf_tcp_sconn_t *c,
     t->acquire(t->arg);
     status = kvf_tcp_map_entries(c, hdr, 1, &n, &nref, &accepted);
     if (status == KVF_OK) {
-        status = kvf_cuda_readv(&c->stage, c->fd, c->scratch.iov, n,
-                                kvf_tcp_deadline(c));
+        status = kvf_mem_stage_readv(&c->stage, c->mem, c->fd, c->scratch.iov,
+                                     n, kvf_tcp_deadline(c));
     }
     t->release(t->arg);
     if (status != KVF_OK) {
@@ -284,8 +286,8 @@ static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
     c->scratch.iov[0].iov_len = sizeof(rh);
     c->scratch.iov[1].iov_base = c->refuse;
     c->scratch.iov[1].iov_len = reply.meta_len;
-    status = kvf_cuda_writev(&c->stage, c->fd, c->scratch.iov, n + 2,
-                             kvf_tcp_deadline(c));
+    status = kvf_mem_stage_writev(&c->stage, c->mem, c->fd, c->scratch.iov,
+                                  n + 2, kvf_tcp_deadline(c));
     t->release(t->arg);
     return status;
 }
@@ -315,10 +317,9 @@ static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
         len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
         st = t->access(t->arg, addr, len, &mem);
         h = 0;
-        if (st == KVF_OK && mem.type == KVF_MEM_CUDA) {
-            st = kvf_cuda_hash(&c->stage, addr, len, &h, kvf_tcp_deadline(c));
-        } else if (st == KVF_OK) {
-            h = kvf_hash64((void *)(uintptr_t)addr, len, 0);
+        if (st == KVF_OK) {
+            st = kvf_mem_hash(&c->stage, mem.type, addr, len, &h,
+                              kvf_tcp_deadline(c));
         }
         for (b = 0; b < 8; b++) {
             sums[i * 8 + (uint32_t)b] = (unsigned char)(h >> (8 * b));
@@ -366,10 +367,10 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
     iov.iov_base = (void *)(uintptr_t)addr;
     iov.iov_len = len;
     if (is_write) {
-        status =
-            (st == KVF_OK)
-                ? kvf_cuda_readv(&c->stage, c->fd, &iov, 1, kvf_tcp_deadline(c))
-                : kvf_sock_drain(c->fd, len, kvf_tcp_deadline(c));
+        status = (st == KVF_OK)
+                     ? kvf_mem_stage_readv(&c->stage, KVF_MEM_BIT(mem.type),
+                                           c->fd, &iov, 1, kvf_tcp_deadline(c))
+                     : kvf_sock_drain(c->fd, len, kvf_tcp_deadline(c));
         if (status == KVF_OK) {
             status = kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0,
                                       0, 0, kvf_tcp_deadline(c));
@@ -379,8 +380,8 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
             kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0, 0,
                              (st == KVF_OK) ? len : 0, kvf_tcp_deadline(c));
         if (status == KVF_OK && st == KVF_OK) {
-            status =
-                kvf_cuda_writev(&c->stage, c->fd, &iov, 1, kvf_tcp_deadline(c));
+            status = kvf_mem_stage_writev(&c->stage, KVF_MEM_BIT(mem.type),
+                                          c->fd, &iov, 1, kvf_tcp_deadline(c));
         }
     }
     t->release(t->arg);
@@ -496,7 +497,7 @@ static void kvf_tcp_sconn_free(kvf_tcp_sconn_t *c)
     pthread_join(c->thread, NULL);
     close(c->fd);
     kvf_tcp_scratch_free(&c->scratch);
-    kvf_cuda_stage_free(c->stage);
+    kvf_mem_stage_free(c->stage);
     kvf_free(c->refuse);
     kvf_free(c->drain);
     kvf_free(c);

@@ -17,7 +17,7 @@
  * an epoch counter is bumped at every release so peers learn that some
  * mapping of theirs may have died.
  */
-#include "transport/shm/shm_mem.h"
+#include "mem/shm_mem.h"
 #include "core/alloc.h"
 #include "core/log.h"
 

@@ -2,12 +2,12 @@
  * cuda module: pinned staging slots and the copies that go through them.
  * A slot is a pinned, mapped buffer with its descriptor array; its copy
  * launch signals completion through a mapped host word. Socket I/O of GPU
- * memory (cuda_stage.c) and the pageable-host paths of
+ * memory (stage.c) and the pageable-host paths of
  * kvf_cuda_copy_blocks (here) use them: host->GPU, the CPU gathers blocks
  * into a slot while the GPU scatters the previous one; GPU->host, the GPU
  * gathers into a slot while the CPU scatters the previous one.
  */
-#include "transport/cuda/cuda_int.h"
+#include "mem/cuda/cuda_int.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"

@@ -1,13 +1,14 @@
 /*
- * cuda module, private: what the files of transport/cuda/ share. The
- * kernel launchers (cuda_kern.cu, compiled by nvcc) are plain C entry
+ * mem/cuda, private: what the files of mem/cuda/ share. The
+ * kernel launchers (kern.cu, compiled by nvcc) are plain C entry
  * points so the host code stays C; the rest uses the CUDA runtime's C
- * API. Nothing outside this folder includes this header.
+ * API. Outside this folder only the cuda_ipc transport, which runs the
+ * same kernels on slots of its own, includes this header.
  */
-#ifndef KVF_TRANSPORT_CUDA_INT_H
-#define KVF_TRANSPORT_CUDA_INT_H
+#ifndef KVF_MEM_CUDA_INT_H
+#define KVF_MEM_CUDA_INT_H
 
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 
 #include <cuda_runtime_api.h>
 
@@ -42,7 +43,7 @@ typedef struct kvf_cuda_launch {
     unsigned seq;
 } kvf_cuda_launch_t;
 
-/* Resident copy kernel (cuda_res.c drives it, cuda_kern.cu runs it).
+/* Resident copy kernel (res.c drives it, kern.cu runs it).
  * Control block in pinned, mapped host memory, one per copy context:
  * the host writes the addresses (when they change) and then the job
  * word; CTA 0 polls the job word (one PCIe read per poll). The GPU
@@ -74,7 +75,7 @@ typedef struct kvf_cuda_res_dev {
     unsigned pad;
 } kvf_cuda_res_dev_t;
 
-/* Launches the variant's kernel on stream (cuda_kern.cu). The current
+/* Launches the variant's kernel on stream (kern.cu). The current
  * device must be the one that owns the stream. Returns a cudaError_t. */
 int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel, const kvf_cuda_launch_t *l,
                          int sm_count, cudaStream_t stream);
@@ -100,7 +101,7 @@ int kvf_cuda_kern_res_launch(kvf_cuda_res_host_t *h, kvf_cuda_res_dev_t *dv,
  * reports and tests: registers per thread, or -1. */
 int kvf_cuda_kern_regs(kvf_cuda_kernel_t kernel);
 
-/* Runtime state (cuda_dev.c). */
+/* Runtime state (dev.c). */
 typedef struct kvf_cuda_devstate {
     int sm_count;
     int host_ptr_ok;            /* can use host pointers of registered memory */
@@ -132,8 +133,8 @@ int kvf_cuda_desc_upload(void);
 unsigned kvf_cuda_p2p_split(void);
 
 /* Pinned, mapped buffers with a descriptor array: the unit of staging.
- * Used by the pageable paths (cuda_copy.c) and by socket I/O
- * (cuda_stage.c). */
+ * Used by the pageable paths (copy.c) and by socket I/O
+ * (stage.c). */
 typedef struct kvf_cuda_slot {
     char *buf; /* pinned, mapped */
     uint64_t cap;
@@ -157,7 +158,7 @@ kvf_status_t kvf_cuda_slot_wait(kvf_cuda_slot_t *s, uint64_t deadline_ms);
 kvf_status_t kvf_cuda_slot_post(kvf_cuda_slot_t *s, int device,
                                 cudaStream_t stream, int to_gpu, unsigned *err);
 
-/* ---- copy contexts (cuda_copy.c; cuda_slot.c and cuda_base.c share
+/* ---- copy contexts (copy.c; slot.c and base.c share
  * them) ------------------------------------------------------------------ */
 
 #define KVF_COPY_STAGE_SLOTS 3
@@ -197,7 +198,7 @@ struct kvf_cuda_copy {
     int peer_dev;
     cudaStream_t peer_stream;
     cudaEvent_t peer_ev;
-    /* resident kernel (cuda_res.c): mode from cuda_resident, state on
+    /* resident kernel (res.c): mode from cuda_resident, state on
      * first use */
     int res_mode;
     struct kvf_cuda_res *res;
@@ -209,7 +210,7 @@ static inline int kvf_cuda_blk_in(uint64_t off, uint64_t len, uint64_t side)
 }
 
 /* One side pageable host memory: staged through the context's pinned
- * slots (cuda_slot.c). */
+ * slots (slot.c). */
 kvf_status_t kvf_cuda_copy_staged(kvf_cuda_copy_t *cp,
                                   const kvf_cuda_mem_t *src,
                                   const kvf_cuda_mem_t *dst,
@@ -220,7 +221,7 @@ kvf_status_t kvf_cuda_copy_staged(kvf_cuda_copy_t *cp,
 #define KVF_RES_ON  1 /* every in-place batch of the warp kernel */
 #define KVF_RES_P2P 2 /* GPU -> other GPU batches only */
 
-/* The mode configured for new copy contexts (cuda_res.c). */
+/* The mode configured for new copy contexts (res.c). */
 int kvf_cuda_res_mode(void);
 /* Moves n descriptors at dev (device-accessible) with l's sides through
  * the context's resident kernel, starting it when needed, and waits (up
@@ -233,7 +234,7 @@ kvf_status_t kvf_cuda_res_copy(kvf_cuda_copy_t *cp, const kvf_cuda_launch_t *l,
 void kvf_cuda_res_free(kvf_cuda_copy_t *cp);
 
 /* Posts blocks first, first+stride, ... as one cudaMemcpyBatchAsync on
- * the context's copy-engine stream (cuda_base.c). */
+ * the context's copy-engine stream (base.c). */
 kvf_status_t kvf_cuda_ce_post(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
                               const kvf_cuda_mem_t *dst,
                               const kvf_cuda_blk_t *blks, size_t n,

@@ -1,5 +1,6 @@
 /*
- * shm module, the part other folders use: shareable host memory.
+ * Memory layer: shareable host memory (memfd), the KVF_MEM_HOST entry of
+ * mem/mem.c. Included through mem/mem.h.
  *
  * kvf_shm_mem_alloc() backs an allocation with a memfd (hugetlb pages
  * when the system has them reserved, else normal pages with
@@ -9,10 +10,11 @@
  * Memory that is not in this table is never exposed by fd; the shm
  * transport moves it through the target's own copies (see shm.h).
  *
- * engine/memory.c (kvf_mem_alloc / kvf_mem_free) is the public front.
+ * mem/mem.c is its switch point; engine/memory.c (kvf_mem_alloc /
+ * kvf_mem_free) the public front.
  */
-#ifndef KVF_TRANSPORT_SHM_MEM_H
-#define KVF_TRANSPORT_SHM_MEM_H
+#ifndef KVF_MEM_SHM_MEM_H
+#define KVF_MEM_SHM_MEM_H
 
 #include <kvferry/status.h>
 

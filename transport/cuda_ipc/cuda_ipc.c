@@ -1,5 +1,5 @@
 /*
- * cuda module: the same-host GPU path. A peer on this host whose segment
+ * cuda_ipc transport: the same-host GPU path. A peer on this host whose segment
  * descriptor carries CUDA IPC handles for its GPU regions is reached
  * through an ep that wraps the peer's ordinary ep (shm or tcp): segments
  * whose remote range lies in such a region, and whose local memory a GPU
@@ -22,7 +22,8 @@
  * mapped once per process and handle (a table shared by every ep), on
  * the GPU that first needs it; kernels touching it run on that GPU.
  */
-#include "transport/cuda/cuda_int.h"
+#include "transport/cuda_ipc/cuda_ipc.h"
+#include "mem/cuda/cuda_int.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -589,6 +590,7 @@ static kvf_status_t kvf_ipc_post(kvf_tl_ep_t *tl_ep, kvf_tl_req_t *req)
     j->inner.segs = j->isegs;
     j->inner.seg_status = j->ist;
     j->inner.cancel = req->cancel;
+    j->inner.local_mem = req->local_mem;
     j->inner.complete = kvf_ipc_inner_done;
     j->inner.arg = j;
     for (i = 0; i < n; i++) {
@@ -847,16 +849,3 @@ kvf_status_t kvf_cuda_ep_wrap(const kvf_cuda_remote_t *regions, size_t n,
     *ep_p = (kvf_tl_ep_t *)ep;
     return KVF_OK;
 }
-
-/* The registry's entry for "cuda" (a name transports lists may use): it
- * has no iface of its own, so it is never opened as one; engine/peer.c
- * wraps a same-host peer's ep with kvf_cuda_ep_wrap instead. */
-static int kvf_cuda_tl_available(void)
-{
-    return 0;
-}
-
-const kvf_transport_ops_t kvf_cuda_ops = {
-    .name = "cuda",
-    .available = kvf_cuda_tl_available,
-};

@@ -1,9 +1,9 @@
 /*
- * cuda module, build without CUDA (no nvcc, or -DKVF_CUDA=OFF): the same
+ * mem/cuda, build without CUDA (no nvcc, or -DKVF_CUDA=OFF): the same
  * interface, every GPU feature answering KVF_ERR_UNAVAILABLE, socket I/O
  * falling through to the plain socket calls (no GPU region can exist).
  */
-#include "transport/cuda/cuda.h"
+#include "mem/cuda/cuda.h"
 #include "core/config.h"
 #include "core/sock.h"
 
@@ -238,36 +238,32 @@ kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,
     return KVF_ERR_UNAVAILABLE;
 }
 
-kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
-                                  const kvf_cuda_mem_t *src, uint64_t src_off,
-                                  const kvf_cuda_mem_t *dst, uint64_t dst_off,
-                                  uint64_t len, int timeout_ms)
+kvf_status_t kvf_cuda_copy_engines(kvf_cuda_copy_t *cp,
+                                   const kvf_cuda_mem_t *src,
+                                   const kvf_cuda_mem_t *dst,
+                                   const kvf_cuda_blk_t *blks, size_t n,
+                                   int timeout_ms)
+{
+    return kvf_cuda_copy_blocks(cp, src, dst, blks, n, timeout_ms);
+}
+
+int kvf_cuda_copy_device(const kvf_cuda_copy_t *cp)
 {
     (void)cp;
-    (void)src;
-    (void)src_off;
-    (void)dst;
-    (void)dst_off;
-    (void)len;
+    return -1;
+}
+
+void *kvf_cuda_copy_stream(kvf_cuda_copy_t *cp)
+{
+    (void)cp;
+    return NULL;
+}
+
+kvf_status_t kvf_cuda_copy_sync(kvf_cuda_copy_t *cp, int timeout_ms)
+{
+    (void)cp;
     (void)timeout_ms;
     return KVF_ERR_UNAVAILABLE;
-}
-
-kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
-                                const kvf_cuda_mem_t *dst,
-                                const kvf_cuda_blk_t *blks, size_t n,
-                                int timeout_ms)
-{
-    return kvf_cuda_copy_blocks(cp, src, dst, blks, n, timeout_ms);
-}
-
-kvf_status_t kvf_cuda_copy_batchapi(kvf_cuda_copy_t *cp,
-                                    const kvf_cuda_mem_t *src,
-                                    const kvf_cuda_mem_t *dst,
-                                    const kvf_cuda_blk_t *blks, size_t n,
-                                    int timeout_ms)
-{
-    return kvf_cuda_copy_blocks(cp, src, dst, blks, n, timeout_ms);
 }
 
 kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
@@ -342,30 +338,3 @@ void kvf_cuda_ipc_close(int device, void *base)
     (void)device;
     (void)base;
 }
-
-kvf_status_t kvf_cuda_ep_wrap(const kvf_cuda_remote_t *regions, size_t n,
-                              int same_process, unsigned timeout_ms,
-                              const kvf_transport_ops_t **ops_p,
-                              kvf_tl_ep_t **ep_p)
-{
-    (void)regions;
-    (void)n;
-    (void)same_process;
-    (void)timeout_ms;
-    (void)ops_p;
-    (void)ep_p;
-    return KVF_ERR_UNAVAILABLE;
-}
-
-/* The registry's entry for "cuda" (a name transports lists may use): it
- * has no iface of its own, so it is never opened as one; engine/peer.c
- * wraps a same-host peer's ep with kvf_cuda_ep_wrap instead. */
-static int kvf_cuda_tl_available(void)
-{
-    return 0;
-}
-
-const kvf_transport_ops_t kvf_cuda_ops = {
-    .name = "cuda",
-    .available = kvf_cuda_tl_available,
-};

@@ -1,6 +1,8 @@
 /*
- * cuda module: GPU memory for kvferry. The only header other folders
- * include from transport/cuda/.
+ * mem/cuda: GPU memory for kvferry, the CUDA half of the memory layer.
+ * mem/mem.c reaches it for the engine and the transports (mem/mem.h);
+ * code that drives GPUs itself (the cuda_ipc transport, GPU tests and
+ * benches) includes this header.
  *
  * - Devices: count, properties, PCIe and NUMA placement. Without a GPU, or
  *   in a build without CUDA, every call reports KVF_ERR_UNAVAILABLE (and
@@ -21,24 +23,22 @@
  *   socket helpers but move the bytes that live on a GPU through pinned
  *   buffers, pipelined so the GPU copy overlaps the network.
  * - CUDA IPC: export a device allocation as a handle another process of
- *   the same host opens.
+ *   the same host opens (the cuda_ipc transport maps them).
  *
  * Every wait is bounded by a deadline (events are polled, never
  * synchronized on without a bound).
  */
-#ifndef KVF_TRANSPORT_CUDA_H
-#define KVF_TRANSPORT_CUDA_H
+#ifndef KVF_MEM_CUDA_H
+#define KVF_MEM_CUDA_H
 
-#include <kvferry/engine.h>
-
-#include "transport/transport.h"
+#include "mem/mem.h"
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
 #define KVF_CUDA_DEV_MAX    16
-#define KVF_CUDA_IPC_HANDLE 64
+#define KVF_CUDA_IPC_HANDLE KVF_MEM_IPC_HANDLE
 
 /* ---- devices ---------------------------------------------------------- */
 
@@ -190,22 +190,21 @@ kvf_status_t kvf_cuda_copy_blocks_dev(kvf_cuda_copy_t *cp,
                                       const kvf_cuda_blk_t *dev_blks, size_t n,
                                       int timeout_ms);
 
-/* Baselines for benches, on the same stream: one contiguous
- * cudaMemcpyAsync (cudaMemcpyPeerAsync across GPUs), one
- * cudaMemcpyAsync per block, and one cudaMemcpyBatchAsync. */
-kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
-                                  const kvf_cuda_mem_t *src, uint64_t src_off,
-                                  const kvf_cuda_mem_t *dst, uint64_t dst_off,
-                                  uint64_t len, int timeout_ms);
-kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
-                                const kvf_cuda_mem_t *dst,
-                                const kvf_cuda_blk_t *blks, size_t n,
-                                int timeout_ms);
-kvf_status_t kvf_cuda_copy_batchapi(kvf_cuda_copy_t *cp,
-                                    const kvf_cuda_mem_t *src,
-                                    const kvf_cuda_mem_t *dst,
-                                    const kvf_cuda_blk_t *blks, size_t n,
-                                    int timeout_ms);
+/* Every block through the copy engines (one cudaMemcpyBatchAsync on the
+ * context's copy-engine stream, the copy-engine share of the hybrid
+ * variant), waited for (at most timeout_ms). */
+kvf_status_t kvf_cuda_copy_engines(kvf_cuda_copy_t *cp,
+                                   const kvf_cuda_mem_t *src,
+                                   const kvf_cuda_mem_t *dst,
+                                   const kvf_cuda_blk_t *blks, size_t n,
+                                   int timeout_ms);
+
+/* For copies measured against the kernels (benches): the context's GPU,
+ * its stream (a cudaStream_t), and a bounded wait for all work posted on
+ * that stream so far. */
+int kvf_cuda_copy_device(const kvf_cuda_copy_t *cp);
+void *kvf_cuda_copy_stream(kvf_cuda_copy_t *cp);
+kvf_status_t kvf_cuda_copy_sync(kvf_cuda_copy_t *cp, int timeout_ms);
 
 /* 64-bit checksums (kvf_checksum) of n ranges of one side, computed on
  * the host after a batched copy into pinned memory. */
@@ -217,7 +216,7 @@ kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
 
 /* ---- staged socket I/O (transports) ---------------------------------- */
 
-typedef struct kvf_cuda_stage kvf_cuda_stage_t;
+typedef struct kvf_mem_stage kvf_cuda_stage_t;
 
 /* Like kvf_sock_readv_all / kvf_sock_writev_all (iov is consumed), but
  * the bytes of iovecs that lie in registered KVF_MEM_CUDA regions go
@@ -250,31 +249,5 @@ kvf_status_t kvf_cuda_ipc_export(uint64_t addr,
 kvf_status_t kvf_cuda_ipc_open(const unsigned char handle[KVF_CUDA_IPC_HANDLE],
                                int device, void **base_p);
 void kvf_cuda_ipc_close(int device, void *base);
-
-/* ---- same-host GPU path (cuda_ipc.c) ---------------------------------- */
-
-/* A GPU region of a same-host peer, from its segment descriptor. */
-typedef struct kvf_cuda_remote {
-    uint64_t addr; /* the peer's address of the region */
-    uint64_t len;
-    int device;       /* the peer's GPU ordinal (a hint for this process) */
-    uint64_t ipc_off; /* addr's offset in the exported allocation */
-    unsigned char handle[KVF_CUDA_IPC_HANDLE];
-} kvf_cuda_remote_t;
-
-/* Wraps a peer's ep (*ops_p, *ep_p; on success replaced by the wrapper,
- * transport name "cuda", which owns and closes the inner ep): segments
- * whose remote range lies in one of these regions and whose local memory
- * is registered GPU or pinned memory are moved by this process's GPUs
- * through the peer's mapped allocation (batched copy kernels, NVLink
- * between GPUs); a remote range that starts in such a region and runs
- * past its end fails with KVF_ERR_OUT_OF_BOUNDS; everything else, and
- * checksums, go to the inner ep. same_process: the peer is this process
- * (its addresses are used directly, no IPC mapping). Without a GPU:
- * KVF_ERR_UNAVAILABLE and nothing changes. */
-kvf_status_t kvf_cuda_ep_wrap(const kvf_cuda_remote_t *regions, size_t n,
-                              int same_process, unsigned timeout_ms,
-                              const kvf_transport_ops_t **ops_p,
-                              kvf_tl_ep_t **ep_p);
 
 #endif

@@ -12,14 +12,14 @@
  *
  * A block list in GPU memory (kvf_cuda_copy_blocks_dev) is read in place
  * too; GPU->GPU batches may be split with the other GPU pulling a share
- * (cuda_p2p_split). Pageable host memory is staged (cuda_slot.c); the
- * copy-engine baselines are in cuda_base.c.
+ * (cuda_p2p_split). Pageable host memory is staged (slot.c); the
+ * copy-engine baselines are in base.c.
  *
  * Bounds: the kernels refuse blocks outside either side (counted in a
  * mapped word read after the batch); the staging code checks the host
  * side itself.
  */
-#include "transport/cuda/cuda_int.h"
+#include "mem/cuda/cuda_int.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -289,7 +289,7 @@ static kvf_status_t kvf_cuda_split_post(kvf_cuda_copy_t *cp, int other,
  * kvf_cuda_desc_place), alternating streams. Blocks are not split (a
  * large one just keeps its warp longer). other >= 0: the last pull_n
  * descriptors go to that GPU (kvf_cuda_split_post). resident: the whole
- * batch goes to the context's resident kernel (cuda_res.c) instead,
+ * batch goes to the context's resident kernel (res.c) instead,
  * when it can take it. */
 static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
                                           kvf_cuda_kernel_t kern,

@@ -28,7 +28,7 @@
  * cost as much: R = 128K measured no better than whole slots on an H200
  * (docs/gpu.md), hence off.
  */
-#include "transport/cuda/cuda_int.h"
+#include "mem/cuda/cuda_int.h"
 #include "core/alloc.h"
 #include "core/config.h"
 #include "core/hash.h"
@@ -49,7 +49,7 @@ typedef struct kvf_stage_piece {
     int slot; /* -1: host memory */
 } kvf_stage_piece_t;
 
-struct kvf_cuda_stage {
+struct kvf_mem_stage {
     unsigned nslots;
     kvf_cuda_slot_t slot[KVF_STAGE_SLOTS_MAX];
     int slot_dev[KVF_STAGE_SLOTS_MAX];

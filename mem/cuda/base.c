@@ -1,11 +1,10 @@
 /*
- * cuda module: the copies kvferry's kernels are measured against and
- * checksums of GPU ranges. One contiguous cudaMemcpyAsync (or
- * cudaMemcpyPeerAsync) of the same bytes, one cudaMemcpyAsync per block,
- * and cudaMemcpyBatchAsync (also the copy-engine share of the hybrid
- * kernel variant), all on a copy context's streams.
+ * mem/cuda: copies through the copy engines (cudaMemcpyBatchAsync, also
+ * the copy-engine share of the hybrid kernel variant), a copy context's
+ * stream for benches that measure other copies against the kernels, and
+ * checksums of GPU ranges.
  */
-#include "transport/cuda/cuda_int.h"
+#include "mem/cuda/cuda_int.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -80,84 +79,11 @@ kvf_status_t kvf_cuda_ce_post(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
     return status != KVF_OK ? status : oob;
 }
 
-kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
-                                  const kvf_cuda_mem_t *src, uint64_t src_off,
-                                  const kvf_cuda_mem_t *dst, uint64_t dst_off,
-                                  uint64_t len, int timeout_ms)
-{
-    const char *s;
-    char *d;
-    kvf_status_t status;
-
-    if (cp == NULL || src == NULL || dst == NULL ||
-        !kvf_cuda_blk_in(src_off, len, src->len) ||
-        !kvf_cuda_blk_in(dst_off, len, dst->len)) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    s = (const char *)src->base + src_off;
-    d = (char *)dst->base + dst_off;
-    status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
-    if (status != KVF_OK) {
-        return status;
-    }
-    if (src->type == KVF_MEM_CUDA && dst->type == KVF_MEM_CUDA &&
-        src->device != dst->device) {
-        kvf_cuda_peer_enable(src->device, dst->device);
-        kvf_cuda_peer_enable(dst->device, src->device);
-        cudaSetDevice(cp->device);
-        status = KVF_CUDA_CHECK(cudaMemcpyPeerAsync(
-            d, dst->device, s, src->device, len, cp->stream));
-    } else {
-        status = KVF_CUDA_CHECK(
-            cudaMemcpyAsync(d, s, len, cudaMemcpyDefault, cp->stream));
-    }
-    if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(cudaEventRecord(cp->done, cp->stream));
-    }
-    if (status == KVF_OK) {
-        status =
-            kvf_cuda_event_wait(cp->done, kvf_time_ms() + (uint64_t)timeout_ms);
-    }
-    return status;
-}
-
-kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
-                                const kvf_cuda_mem_t *dst,
-                                const kvf_cuda_blk_t *blks, size_t n,
-                                int timeout_ms)
-{
-    kvf_status_t status;
-    size_t i;
-
-    if (cp == NULL || src == NULL || dst == NULL || (n > 0 && blks == NULL)) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
-    for (i = 0; i < n && status == KVF_OK; i++) {
-        if (!kvf_cuda_blk_in(blks[i].src_off, blks[i].len, src->len) ||
-            !kvf_cuda_blk_in(blks[i].dst_off, blks[i].len, dst->len)) {
-            return KVF_ERR_OUT_OF_BOUNDS;
-        }
-        status = KVF_CUDA_CHECK(
-            cudaMemcpyAsync((char *)dst->base + blks[i].dst_off,
-                            (const char *)src->base + blks[i].src_off,
-                            blks[i].len, cudaMemcpyDefault, cp->stream));
-    }
-    if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(cudaEventRecord(cp->done, cp->stream));
-    }
-    if (status == KVF_OK) {
-        status =
-            kvf_cuda_event_wait(cp->done, kvf_time_ms() + (uint64_t)timeout_ms);
-    }
-    return status;
-}
-
-kvf_status_t kvf_cuda_copy_batchapi(kvf_cuda_copy_t *cp,
-                                    const kvf_cuda_mem_t *src,
-                                    const kvf_cuda_mem_t *dst,
-                                    const kvf_cuda_blk_t *blks, size_t n,
-                                    int timeout_ms)
+kvf_status_t kvf_cuda_copy_engines(kvf_cuda_copy_t *cp,
+                                   const kvf_cuda_mem_t *src,
+                                   const kvf_cuda_mem_t *dst,
+                                   const kvf_cuda_blk_t *blks, size_t n,
+                                   int timeout_ms)
 {
     kvf_status_t status, w;
 
@@ -174,6 +100,31 @@ kvf_status_t kvf_cuda_copy_batchapi(kvf_cuda_copy_t *cp,
         if (status == KVF_OK) {
             status = w;
         }
+    }
+    return status;
+}
+
+int kvf_cuda_copy_device(const kvf_cuda_copy_t *cp)
+{
+    return cp->device;
+}
+
+void *kvf_cuda_copy_stream(kvf_cuda_copy_t *cp)
+{
+    return cp->stream;
+}
+
+kvf_status_t kvf_cuda_copy_sync(kvf_cuda_copy_t *cp, int timeout_ms)
+{
+    kvf_status_t status;
+
+    status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
+    if (status == KVF_OK) {
+        status = KVF_CUDA_CHECK(cudaEventRecord(cp->done, cp->stream));
+    }
+    if (status == KVF_OK) {
+        status =
+            kvf_cuda_event_wait(cp->done, kvf_time_ms() + (uint64_t)timeout_ms);
     }
     return status;
 }
