@@ -284,6 +284,68 @@ static kvf_status_t kvf_cuda_split_post(kvf_cuda_copy_t *cp, int other,
     return status;
 }
 
+/* Launches n descriptors from d in pieces of up to KVF_CUDA_LAUNCH_MAX,
+ * alternating the two streams and descriptor buffers. */
+static kvf_status_t kvf_cuda_inplace_launch(kvf_cuda_copy_t *cp,
+                                            kvf_cuda_kernel_t kern,
+                                            kvf_cuda_launch_t *l,
+                                            const kvf_cuda_blk_t *d, size_t n,
+                                            int upload)
+{
+    kvf_status_t status = KVF_OK;
+    size_t i, m;
+    unsigned k;
+
+    for (i = 0, k = 0; i < n && status == KVF_OK; i += m, k++) {
+        kvf_cuda_dbuf_t *b = &cp->dbuf[k & 1];
+        cudaStream_t stream = (k & 1) ? cp->stream_b : cp->stream;
+
+        m = n - i < KVF_CUDA_LAUNCH_MAX ? n - i : KVF_CUDA_LAUNCH_MAX;
+        status = kvf_cuda_desc_place(b, l, d + i, m, upload, stream);
+        l->n = (unsigned)m;
+        if (status == KVF_OK) {
+            status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
+                kern, l, cp->sm_count, stream));
+        }
+        if (status == KVF_OK) {
+            status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
+        }
+        if (status == KVF_OK) {
+            b->busy = 1;
+        }
+    }
+    return status;
+}
+
+/* Waits for the busy descriptor buffers and the pulled part; then the
+ * first error, or KVF_ERR_OUT_OF_BOUNDS when a kernel refused a block. */
+static kvf_status_t kvf_cuda_inplace_wait(kvf_cuda_copy_t *cp,
+                                          kvf_status_t status, int pulled,
+                                          uint64_t deadline)
+{
+    kvf_status_t w;
+    unsigned k;
+
+    for (k = 0; k < 2; k++) {
+        if (cp->dbuf[k].busy) {
+            w = kvf_cuda_event_wait(cp->dbuf[k].ev, deadline);
+            status = (status == KVF_OK) ? w : status;
+            if (w == KVF_OK) {
+                cp->dbuf[k].busy = 0;
+            }
+        }
+    }
+    if (pulled) {
+        w = kvf_cuda_event_wait(cp->peer_ev, deadline);
+        status = (status == KVF_OK) ? w : status;
+    }
+    if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
+        kvf_log_rl(KVF_LOG_ERROR, "block(s) outside their memory refused");
+        status = KVF_ERR_OUT_OF_BOUNDS;
+    }
+    return status;
+}
+
 /* The batch's own descriptor array is device-accessible: launches of up
  * to KVF_CUDA_LAUNCH_MAX descriptors straight from it (or uploaded, see
  * kvf_cuda_desc_place), alternating streams. Blocks are not split (a
@@ -300,8 +362,6 @@ static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
 {
     const kvf_cuda_blk_t *d = dev_blks;
     kvf_status_t status = KVF_OK;
-    size_t i, m;
-    unsigned k;
     int pulled = 0;
 
     if (resident && kern == KVF_CUDA_KERNEL_WARP && !upload && other < 0) {
@@ -321,44 +381,10 @@ static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
         status = kvf_cuda_split_post(cp, other, l, d + n, pull_n);
         pulled = (status == KVF_OK);
     }
-    for (i = 0, k = 0; i < n && status == KVF_OK; i += m, k++) {
-        kvf_cuda_dbuf_t *b = &cp->dbuf[k & 1];
-        cudaStream_t stream = (k & 1) ? cp->stream_b : cp->stream;
-
-        m = n - i < KVF_CUDA_LAUNCH_MAX ? n - i : KVF_CUDA_LAUNCH_MAX;
-        status = kvf_cuda_desc_place(b, l, d + i, m, upload, stream);
-        l->n = (unsigned)m;
-        if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
-                kern, l, cp->sm_count, stream));
-        }
-        if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
-        }
-        if (status == KVF_OK) {
-            b->busy = 1;
-        }
+    if (status == KVF_OK) {
+        status = kvf_cuda_inplace_launch(cp, kern, l, d, n, upload);
     }
-    for (k = 0; k < 2; k++) {
-        if (cp->dbuf[k].busy) {
-            kvf_status_t w = kvf_cuda_event_wait(cp->dbuf[k].ev, deadline);
-
-            status = (status == KVF_OK) ? w : status;
-            if (w == KVF_OK) {
-                cp->dbuf[k].busy = 0;
-            }
-        }
-    }
-    if (pulled) {
-        kvf_status_t w = kvf_cuda_event_wait(cp->peer_ev, deadline);
-
-        status = (status == KVF_OK) ? w : status;
-    }
-    if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
-        kvf_log_rl(KVF_LOG_ERROR, "block(s) outside their memory refused");
-        status = KVF_ERR_OUT_OF_BOUNDS;
-    }
-    return status;
+    return kvf_cuda_inplace_wait(cp, status, pulled, deadline);
 }
 
 /* Does the context's resident kernel take this batch (cuda_resident)? */
@@ -399,129 +425,103 @@ static int kvf_cuda_split_other(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
     return cp->device == src->device ? dst->device : src->device;
 }
 
-/* Both sides device-accessible: descriptor buffers, a few launches. */
-static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
-                                         const kvf_cuda_mem_t *src,
-                                         const kvf_cuda_mem_t *dst,
-                                         const kvf_cuda_blk_t *blks, size_t n,
-                                         uint64_t deadline)
+/* A walk over a batch's blocks, cutting large ones into pieces of
+ * KVF_CUDA_SPLIT; every stride-th block (stride > 0) is left out (the
+ * copy engines take it). */
+typedef struct kvf_cuda_walk {
+    const kvf_cuda_blk_t *blks;
+    size_t n;
+    size_t i;           /* next block */
+    uint64_t piece_off; /* bytes of block i already cut */
+    size_t stride;
+    uint64_t src_len, dst_len;
+} kvf_cuda_walk_t;
+
+/* Fills h with up to about chunk descriptors from the walk; returns how
+ * many. */
+static unsigned kvf_cuda_walk_fill(kvf_cuda_walk_t *w, kvf_cuda_blk_t *h,
+                                   unsigned chunk)
 {
-    kvf_cuda_kernel_t kern = kvf_cuda_pick(cp, src, dst);
-    unsigned chunk = KVF_CUDA_LAUNCH_MIN, m, k = 0;
-    kvf_status_t status = KVF_OK, ce = KVF_OK;
-    size_t stride = 0;
-    uint64_t piece_off = 0;
-    kvf_cuda_launch_t l;
-    size_t i = 0;
+    unsigned m = 0;
 
-    *(volatile unsigned *)cp->err = 0;
-    memset(&l, 0, sizeof(l));
-    l.src_base = (uint64_t)(uintptr_t)src->base;
-    l.src_len = src->len;
-    l.dst_base = (uint64_t)(uintptr_t)dst->base;
-    l.dst_len = dst->len;
-    l.err = cp->err;
-    if (kern != KVF_CUDA_KERNEL_HYBRID) {
-        struct cudaPointerAttributes a;
+    while (w->i < w->n && m < chunk) {
+        const kvf_cuda_blk_t *s = &w->blks[w->i];
 
-        /* descriptors already in pinned memory are read in place: no host
-         * work per block, the whole batch launched at once */
-        if (cudaPointerGetAttributes(&a, blks) == cudaSuccess &&
-            a.type == cudaMemoryTypeHost && a.devicePointer != NULL) {
-            size_t pull_n = 0;
-            int other = kvf_cuda_split_other(cp, src, dst, n, &pull_n);
-
-            /* the other GPU reads the list through the same address only
-             * under unified addressing */
-            if (a.devicePointer != (void *)blks) {
-                other = -1;
-            }
-            return kvf_cuda_copy_inplace(
-                cp, kern, &l, a.devicePointer, n, kvf_cuda_desc_upload(), other,
-                pull_n, kvf_cuda_res_wants(cp, src, dst), deadline);
+        if (w->stride && w->i % w->stride == 0) {
+            w->i++; /* on the copy engines */
+            continue;
         }
+        if (s->len <= KVF_CUDA_SPLIT ||
+            !kvf_cuda_blk_in(s->src_off, s->len, w->src_len) ||
+            !kvf_cuda_blk_in(s->dst_off, s->len, w->dst_len)) {
+            h[m++] = *s; /* the kernel refuses it if out of bounds */
+            w->i++;
+            continue;
+        }
+        /* split a large block; it may continue in the next launch */
+        while (w->piece_off < s->len && m < KVF_COPY_DESC_CAP) {
+            uint64_t left = s->len - w->piece_off;
+
+            h[m].src_off = s->src_off + w->piece_off;
+            h[m].dst_off = s->dst_off + w->piece_off;
+            h[m].len = left < KVF_CUDA_SPLIT ? left : KVF_CUDA_SPLIT;
+            w->piece_off += h[m].len;
+            m++;
+        }
+        if (w->piece_off < s->len) {
+            break;
+        }
+        w->piece_off = 0;
+        w->i++;
+    }
+    return m;
+}
+
+/* Descriptors already in pinned memory are read in place: no host work
+ * per block, the whole batch launched at once. KVF_INPROGRESS when blks
+ * is not mapped pinned memory (the caller copies descriptors). */
+static kvf_status_t
+kvf_cuda_direct_mapped(kvf_cuda_copy_t *cp, kvf_cuda_kernel_t kern,
+                       kvf_cuda_launch_t *l, const kvf_cuda_mem_t *src,
+                       const kvf_cuda_mem_t *dst, const kvf_cuda_blk_t *blks,
+                       size_t n, uint64_t deadline)
+{
+    struct cudaPointerAttributes a;
+    size_t pull_n = 0;
+    int other;
+
+    if (cudaPointerGetAttributes(&a, blks) != cudaSuccess ||
+        a.type != cudaMemoryTypeHost || a.devicePointer == NULL) {
         cudaGetLastError();
+        return KVF_INPROGRESS;
     }
-    if (kern == KVF_CUDA_KERNEL_HYBRID) {
-        /* the copy engines take every 4th block, the kernel the rest */
-        stride = 4;
-        kern = KVF_CUDA_KERNEL_WARP;
-        ce = kvf_cuda_ce_post(cp, src, dst, blks, n, 0, stride);
-        if (ce != KVF_OK && ce != KVF_ERR_OUT_OF_BOUNDS) {
-            return ce;
-        }
+    other = kvf_cuda_split_other(cp, src, dst, n, &pull_n);
+    /* the other GPU reads the list through the same address only under
+     * unified addressing */
+    if (a.devicePointer != (void *)blks) {
+        other = -1;
     }
-    while (i < n && status == KVF_OK) {
-        kvf_cuda_dbuf_t *b = &cp->dbuf[k & 1];
-        cudaStream_t stream = (k & 1) ? cp->stream_b : cp->stream;
+    return kvf_cuda_copy_inplace(cp, kern, l, a.devicePointer, n,
+                                 kvf_cuda_desc_upload(), other, pull_n,
+                                 kvf_cuda_res_wants(cp, src, dst), deadline);
+}
 
-        if (b->busy) {
-            status = kvf_cuda_event_wait(b->ev, deadline);
-            if (status != KVF_OK) {
-                break;
-            }
-            b->busy = 0;
-        }
-        m = 0;
-        while (i < n && m < chunk) {
-            const kvf_cuda_blk_t *s = &blks[i];
+/* Waits for both streams (launches alternate so that one's tail overlaps
+ * the next one's start) and the copy engines' share (stride > 0). */
+static kvf_status_t kvf_cuda_direct_wait(kvf_cuda_copy_t *cp,
+                                         kvf_status_t status, size_t stride,
+                                         kvf_status_t ce, uint64_t deadline)
+{
+    kvf_status_t w;
+    unsigned k;
 
-            if (stride && i % stride == 0) {
-                i++; /* on the copy engines */
-                continue;
-            }
-            if (s->len <= KVF_CUDA_SPLIT ||
-                !kvf_cuda_blk_in(s->src_off, s->len, src->len) ||
-                !kvf_cuda_blk_in(s->dst_off, s->len, dst->len)) {
-                b->h[m++] = *s; /* the kernel refuses it if out of bounds */
-                i++;
-                continue;
-            }
-            /* split a large block; it may continue in the next launch */
-            while (piece_off < s->len && m < KVF_COPY_DESC_CAP) {
-                uint64_t left = s->len - piece_off;
-
-                b->h[m].src_off = s->src_off + piece_off;
-                b->h[m].dst_off = s->dst_off + piece_off;
-                b->h[m].len = left < KVF_CUDA_SPLIT ? left : KVF_CUDA_SPLIT;
-                piece_off += b->h[m].len;
-                m++;
-            }
-            if (piece_off < s->len) {
-                break;
-            }
-            piece_off = 0;
-            i++;
-        }
-        /* the kernel reads the descriptors through the host mapping (or
-         * an upload of them: cuda_desc), each warp prefetching its next */
-        status =
-            kvf_cuda_desc_place(b, &l, b->h, m, kvf_cuda_desc_upload(), stream);
-        l.n = m;
-        if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
-                kern, &l, cp->sm_count, stream));
-        }
-        if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
-        }
-        if (status == KVF_OK) {
-            b->busy = 1;
-        }
-        k++;
-        chunk =
-            chunk * 4 < KVF_CUDA_LAUNCH_MAX ? chunk * 4 : KVF_CUDA_LAUNCH_MAX;
-    }
-    /* launches alternate between two streams so that one's tail overlaps
-     * the next one's start; the batch is done when both are */
     for (k = 0; k < 2 && status == KVF_OK; k++) {
         if (cp->dbuf[k].busy) {
             status = kvf_cuda_event_wait(cp->dbuf[k].ev, deadline);
         }
     }
     if (stride) {
-        kvf_status_t w = kvf_cuda_event_wait(cp->ce_done, deadline);
-
+        w = kvf_cuda_event_wait(cp->ce_done, deadline);
         if (status == KVF_OK) {
             status = (w != KVF_OK) ? w : ce;
         }
@@ -535,6 +535,93 @@ static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
         }
     }
     return status;
+}
+
+/* Launches the walk's descriptors in growing pieces (KVF_CUDA_LAUNCH_MIN,
+ * x4 each time up to KVF_CUDA_LAUNCH_MAX) on alternating streams. */
+static kvf_status_t kvf_cuda_direct_launch(kvf_cuda_copy_t *cp,
+                                           kvf_cuda_kernel_t kern,
+                                           kvf_cuda_launch_t *l,
+                                           kvf_cuda_walk_t *w,
+                                           uint64_t deadline)
+{
+    unsigned chunk = KVF_CUDA_LAUNCH_MIN, k = 0;
+    kvf_status_t status = KVF_OK;
+
+    while (w->i < w->n && status == KVF_OK) {
+        kvf_cuda_dbuf_t *b = &cp->dbuf[k & 1];
+        cudaStream_t stream = (k & 1) ? cp->stream_b : cp->stream;
+
+        if (b->busy) {
+            status = kvf_cuda_event_wait(b->ev, deadline);
+            if (status != KVF_OK) {
+                break;
+            }
+            b->busy = 0;
+        }
+        l->n = kvf_cuda_walk_fill(w, b->h, chunk);
+        /* the kernel reads the descriptors through the host mapping (or
+         * an upload of them: cuda_desc), each warp prefetching its next */
+        status = kvf_cuda_desc_place(b, l, b->h, l->n, kvf_cuda_desc_upload(),
+                                     stream);
+        if (status == KVF_OK) {
+            status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
+                kern, l, cp->sm_count, stream));
+        }
+        if (status == KVF_OK) {
+            status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
+        }
+        if (status == KVF_OK) {
+            b->busy = 1;
+        }
+        k++;
+        chunk =
+            chunk * 4 < KVF_CUDA_LAUNCH_MAX ? chunk * 4 : KVF_CUDA_LAUNCH_MAX;
+    }
+    return status;
+}
+
+/* Both sides device-accessible: descriptor buffers, a few launches. */
+static kvf_status_t kvf_cuda_copy_direct(kvf_cuda_copy_t *cp,
+                                         const kvf_cuda_mem_t *src,
+                                         const kvf_cuda_mem_t *dst,
+                                         const kvf_cuda_blk_t *blks, size_t n,
+                                         uint64_t deadline)
+{
+    kvf_cuda_kernel_t kern = kvf_cuda_pick(cp, src, dst);
+    kvf_status_t status, ce = KVF_OK;
+    kvf_cuda_launch_t l;
+    kvf_cuda_walk_t w;
+
+    *(volatile unsigned *)cp->err = 0;
+    memset(&l, 0, sizeof(l));
+    l.src_base = (uint64_t)(uintptr_t)src->base;
+    l.src_len = src->len;
+    l.dst_base = (uint64_t)(uintptr_t)dst->base;
+    l.dst_len = dst->len;
+    l.err = cp->err;
+    memset(&w, 0, sizeof(w));
+    w.blks = blks;
+    w.n = n;
+    w.src_len = src->len;
+    w.dst_len = dst->len;
+    if (kern != KVF_CUDA_KERNEL_HYBRID) {
+        status =
+            kvf_cuda_direct_mapped(cp, kern, &l, src, dst, blks, n, deadline);
+        if (status != KVF_INPROGRESS) {
+            return status;
+        }
+    } else {
+        /* the copy engines take every 4th block, the kernel the rest */
+        w.stride = 4;
+        kern = KVF_CUDA_KERNEL_WARP;
+        ce = kvf_cuda_ce_post(cp, src, dst, blks, n, 0, w.stride);
+        if (ce != KVF_OK && ce != KVF_ERR_OUT_OF_BOUNDS) {
+            return ce;
+        }
+    }
+    status = kvf_cuda_direct_launch(cp, kern, &l, &w, deadline);
+    return kvf_cuda_direct_wait(cp, status, w.stride, ce, deadline);
 }
 
 kvf_status_t kvf_cuda_copy_blocks(kvf_cuda_copy_t *cp,

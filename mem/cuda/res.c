@@ -185,18 +185,14 @@ static int kvf_cuda_res_left(const struct kvf_cuda_res *r)
     return __atomic_load_n(&r->h->exited, __ATOMIC_ACQUIRE) == r->epoch;
 }
 
-kvf_status_t kvf_cuda_res_copy(kvf_cuda_copy_t *cp, const kvf_cuda_launch_t *l,
-                               const kvf_cuda_blk_t *dev, size_t n,
-                               uint64_t deadline)
+/* The context's resident kernel, running and taking jobs; any other
+ * answer: this batch takes the launch path. */
+static kvf_status_t kvf_cuda_res_ready(kvf_cuda_copy_t *cp,
+                                       struct kvf_cuda_res **r_p)
 {
     struct kvf_cuda_res *r = cp->res;
-    uint64_t word, fresh;
-    unsigned spins = 0, restarts = 0, pshift;
     kvf_status_t status;
 
-    if (n == 0 || n > KVF_RES_N_MAX) {
-        return KVF_ERR_UNSUPPORTED;
-    }
     if (r == NULL) {
         if (kvf_cuda_res_init(cp) != KVF_OK) {
             kvf_log_rl(KVF_LOG_WARN,
@@ -220,14 +216,26 @@ kvf_status_t kvf_cuda_res_copy(kvf_cuda_copy_t *cp, const kvf_cuda_launch_t *l,
              * no second wait, it takes jobs once it runs */
             r->fallbacks++;
             return KVF_ERR_UNSUPPORTED;
-        } else {
-            status = kvf_cuda_res_start(cp, r);
-            if (status != KVF_OK) {
-                r->fallbacks++;
-                return status;
-            }
+        }
+        status = kvf_cuda_res_start(cp, r);
+        if (status != KVF_OK) {
+            r->fallbacks++;
+            return status;
         }
     }
+    *r_p = r;
+    return KVF_OK;
+}
+
+/* Writes the job (and the addresses when they changed) and rings it;
+ * returns the job word. */
+static uint64_t kvf_cuda_res_ring(struct kvf_cuda_res *r,
+                                  const kvf_cuda_launch_t *l,
+                                  const kvf_cuda_blk_t *dev, size_t n)
+{
+    uint64_t word, fresh;
+    unsigned pshift;
+
     fresh = !r->have_params || r->blks != (uint64_t)(uintptr_t)dev ||
             r->sb != l->src_base || r->sl != l->src_len ||
             r->db != l->dst_base || r->dl != l->dst_len;
@@ -245,7 +253,16 @@ kvf_status_t kvf_cuda_res_copy(kvf_cuda_copy_t *cp, const kvf_cuda_launch_t *l,
            ((uint64_t)pshift << KVF_RES_P_SHIFT) | (fresh << KVF_RES_FRESH_BIT);
     /* the addresses above are visible before the job word (release) */
     __atomic_store_n(&r->h->job, word, __ATOMIC_RELEASE);
-    spins = 0;
+    return word;
+}
+
+/* Spins until the job is done, restarting an instance that left just as
+ * it was rung; 1 when done by the deadline. */
+static int kvf_cuda_res_wait(kvf_cuda_copy_t *cp, struct kvf_cuda_res *r,
+                             uint64_t deadline)
+{
+    unsigned spins = 0, restarts = 0;
+
     while (__atomic_load_n(&r->h->done, __ATOMIC_ACQUIRE) != r->seq) {
         if ((++spins & 255) != 0) {
             KVF_RES_PAUSE();
@@ -269,7 +286,26 @@ kvf_status_t kvf_cuda_res_copy(kvf_cuda_copy_t *cp, const kvf_cuda_launch_t *l,
             break;
         }
     }
-    if (__atomic_load_n(&r->h->done, __ATOMIC_ACQUIRE) == r->seq) {
+    return __atomic_load_n(&r->h->done, __ATOMIC_ACQUIRE) == r->seq;
+}
+
+kvf_status_t kvf_cuda_res_copy(kvf_cuda_copy_t *cp, const kvf_cuda_launch_t *l,
+                               const kvf_cuda_blk_t *dev, size_t n,
+                               uint64_t deadline)
+{
+    struct kvf_cuda_res *r;
+    kvf_status_t status;
+    uint64_t word;
+
+    if (n == 0 || n > KVF_RES_N_MAX) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    status = kvf_cuda_res_ready(cp, &r);
+    if (status != KVF_OK) {
+        return status;
+    }
+    word = kvf_cuda_res_ring(r, l, dev, n);
+    if (kvf_cuda_res_wait(cp, r, deadline)) {
         r->jobs++;
         return KVF_OK;
     }

@@ -189,6 +189,135 @@ static void kvf_cuda_slot_scatter(kvf_cuda_copy_t *cp, int k,
     }
 }
 
+/* A staged copy in progress: the sides, the slot being filled (k) and
+ * the one posted before it (prev, -1: none). */
+typedef struct kvf_cuda_stg {
+    kvf_cuda_copy_t *cp;
+    int to_gpu;
+    const kvf_cuda_mem_t *host, *gpu, *dst;
+    uint64_t gbase;
+    int k, prev;
+    uint64_t deadline;
+} kvf_cuda_stg_t;
+
+/* Waits for every slot and empties it. */
+static kvf_status_t kvf_cuda_stg_reset(kvf_cuda_copy_t *cp, uint64_t deadline)
+{
+    kvf_status_t status = KVF_OK;
+    int j;
+
+    for (j = 0; j < KVF_COPY_STAGE_SLOTS && status == KVF_OK; j++) {
+        status = kvf_cuda_slot_wait(&cp->slot[j], deadline);
+        cp->slot[j].used = 0;
+        cp->slot[j].nblks = 0;
+    }
+    return status;
+}
+
+/* Puts what fits of block b, from byte *off on, into the current slot;
+ * advances *off (and *i when the block is done). 1 when the slot must
+ * be posted now: full, or the batch done. */
+static int kvf_cuda_stg_fill(kvf_cuda_stg_t *g, const kvf_cuda_blk_t *b,
+                             uint64_t *off, size_t *i, size_t n)
+{
+    kvf_cuda_slot_t *s = &g->cp->slot[g->k];
+    uint64_t hoff = g->to_gpu ? b->src_off : b->dst_off;
+    uint64_t goff = g->to_gpu ? b->dst_off : b->src_off;
+    uint64_t piece = b->len - *off;
+    kvf_cuda_blk_t *d;
+
+    if (piece > s->cap - s->used) {
+        piece = s->cap - s->used;
+    }
+    if (piece == 0 || s->nblks >= s->blks_cap) {
+        return 1;
+    }
+    d = &s->blks[s->nblks];
+    if (g->to_gpu) {
+        memcpy(s->buf + s->used, (char *)g->host->base + hoff + *off, piece);
+        d->src_off = s->used;
+        d->dst_off = g->gbase + goff + *off;
+    } else {
+        g->cp->slot_host[g->k][s->nblks] = hoff + *off;
+        d->src_off = g->gbase + goff + *off;
+        d->dst_off = s->used;
+    }
+    d->len = piece;
+    s->nblks++;
+    s->used += piece;
+    *off += piece;
+    if (*off == b->len) {
+        *off = 0;
+        (*i)++;
+    }
+    return !(*i < n && s->used < s->cap && s->nblks < s->blks_cap);
+}
+
+/* GPU->host: waits for the previously posted slot and scatters it. */
+static kvf_status_t kvf_cuda_stg_drain_prev(kvf_cuda_stg_t *g)
+{
+    kvf_status_t status;
+
+    if (g->to_gpu || g->prev < 0) {
+        return KVF_OK;
+    }
+    status = kvf_cuda_slot_wait(&g->cp->slot[g->prev], g->deadline);
+    if (status == KVF_OK) {
+        kvf_cuda_slot_scatter(g->cp, g->prev, g->dst);
+    }
+    return status;
+}
+
+/* Posts the current slot, drains the one before it, and takes the next
+ * (its earlier copy over before reuse; GPU->host: scattered already). */
+static kvf_status_t kvf_cuda_stg_rotate(kvf_cuda_stg_t *g)
+{
+    kvf_cuda_copy_t *cp = g->cp;
+    kvf_status_t status;
+
+    status = kvf_cuda_slot_post(&cp->slot[g->k], cp->device, cp->stream,
+                                g->to_gpu, cp->err);
+    if (status == KVF_OK) {
+        status = kvf_cuda_stg_drain_prev(g);
+    }
+    if (status != KVF_OK) {
+        return status;
+    }
+    g->prev = g->k;
+    g->k = (g->k + 1) % KVF_COPY_STAGE_SLOTS;
+    status = kvf_cuda_slot_wait(&cp->slot[g->k], g->deadline);
+    cp->slot[g->k].used = 0;
+    cp->slot[g->k].nblks = 0;
+    return status;
+}
+
+/* Posts the last partial slot and waits for everything. */
+static kvf_status_t kvf_cuda_stg_finish(kvf_cuda_stg_t *g, kvf_status_t status)
+{
+    kvf_cuda_copy_t *cp = g->cp;
+    int j;
+
+    if (status == KVF_OK && cp->slot[g->k].nblks > 0) {
+        status = kvf_cuda_slot_post(&cp->slot[g->k], cp->device, cp->stream,
+                                    g->to_gpu, cp->err);
+        if (status == KVF_OK) {
+            status = kvf_cuda_stg_drain_prev(g);
+        }
+        g->prev = g->k;
+    }
+    if (status == KVF_OK) {
+        /* wait the last one (and, GPU->host, scatter it) */
+        status = kvf_cuda_stg_drain_prev(g);
+    }
+    for (j = 0; j < KVF_COPY_STAGE_SLOTS && status == KVF_OK; j++) {
+        status = kvf_cuda_slot_wait(&cp->slot[j], g->deadline);
+    }
+    if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
+        status = KVF_ERR_OUT_OF_BOUNDS;
+    }
+    return status;
+}
+
 /*
  * One side pageable host memory: staged through pinned slots. to_gpu:
  * the CPU gathers into a slot, the GPU scatters it; else the GPU gathers
@@ -200,12 +329,8 @@ kvf_status_t kvf_cuda_copy_staged(kvf_cuda_copy_t *cp,
                                   const kvf_cuda_blk_t *blks, size_t n,
                                   uint64_t deadline)
 {
-    int to_gpu = (src->type == KVF_MEM_HOST);
-    const kvf_cuda_mem_t *host = to_gpu ? src : dst;
-    const kvf_cuda_mem_t *gpu = to_gpu ? dst : src;
-    uint64_t gbase = (uint64_t)(uintptr_t)gpu->base;
     kvf_status_t status, first = KVF_OK;
-    int k = 0, prev = -1, j;
+    kvf_cuda_stg_t g;
     uint64_t off = 0;
     size_t i = 0;
 
@@ -213,99 +338,33 @@ kvf_status_t kvf_cuda_copy_staged(kvf_cuda_copy_t *cp,
     if (status != KVF_OK) {
         return status;
     }
+    memset(&g, 0, sizeof(g));
+    g.cp = cp;
+    g.to_gpu = (src->type == KVF_MEM_HOST);
+    g.host = g.to_gpu ? src : dst;
+    g.gpu = g.to_gpu ? dst : src;
+    g.dst = dst;
+    g.gbase = (uint64_t)(uintptr_t)g.gpu->base;
+    g.prev = -1;
+    g.deadline = deadline;
     *(volatile unsigned *)cp->err = 0;
-    for (j = 0; j < KVF_COPY_STAGE_SLOTS && status == KVF_OK; j++) {
-        status = kvf_cuda_slot_wait(&cp->slot[j], deadline);
-        cp->slot[j].used = 0;
-        cp->slot[j].nblks = 0;
-    }
+    status = kvf_cuda_stg_reset(cp, deadline);
     while (status == KVF_OK && i < n) {
-        kvf_cuda_slot_t *s = &cp->slot[k];
         const kvf_cuda_blk_t *b = &blks[i];
-        uint64_t hoff = to_gpu ? b->src_off : b->dst_off;
-        uint64_t goff = to_gpu ? b->dst_off : b->src_off;
-        uint64_t piece;
+        uint64_t hoff = g.to_gpu ? b->src_off : b->dst_off;
+        uint64_t goff = g.to_gpu ? b->dst_off : b->src_off;
 
-        if (!kvf_cuda_blk_in(hoff, b->len, host->len) ||
-            !kvf_cuda_blk_in(goff, b->len, gpu->len)) {
+        if (!kvf_cuda_blk_in(hoff, b->len, g.host->len) ||
+            !kvf_cuda_blk_in(goff, b->len, g.gpu->len)) {
             first = KVF_ERR_OUT_OF_BOUNDS;
             i++;
             continue;
         }
-        piece = b->len - off;
-        if (piece > s->cap - s->used) {
-            piece = s->cap - s->used;
-        }
-        if (piece > 0 && s->nblks < s->blks_cap) {
-            kvf_cuda_blk_t *d = &s->blks[s->nblks];
-
-            if (to_gpu) {
-                memcpy(s->buf + s->used, (char *)host->base + hoff + off,
-                       piece);
-                d->src_off = s->used;
-                d->dst_off = gbase + goff + off;
-            } else {
-                cp->slot_host[k][s->nblks] = hoff + off;
-                d->src_off = gbase + goff + off;
-                d->dst_off = s->used;
-            }
-            d->len = piece;
-            s->nblks++;
-            s->used += piece;
-            off += piece;
-            if (off == b->len) {
-                off = 0;
-                i++;
-            }
-            if (i < n && s->used < s->cap && s->nblks < s->blks_cap) {
-                continue;
-            }
-        }
-        /* slot full (or batch done): post it, move on */
-        status = kvf_cuda_slot_post(s, cp->device, cp->stream, to_gpu, cp->err);
-        if (status != KVF_OK) {
-            break;
-        }
-        if (!to_gpu && prev >= 0) {
-            status = kvf_cuda_slot_wait(&cp->slot[prev], deadline);
-            if (status != KVF_OK) {
-                break;
-            }
-            kvf_cuda_slot_scatter(cp, prev, dst);
-        }
-        prev = k;
-        k = (k + 1) % KVF_COPY_STAGE_SLOTS;
-        /* the next slot's earlier copy must be over before reuse; for
-         * GPU->host it was scattered already */
-        status = kvf_cuda_slot_wait(&cp->slot[k], deadline);
-        cp->slot[k].used = 0;
-        cp->slot[k].nblks = 0;
-    }
-    if (status == KVF_OK && cp->slot[k].nblks > 0) {
-        status = kvf_cuda_slot_post(&cp->slot[k], cp->device, cp->stream,
-                                    to_gpu, cp->err);
-        if (status == KVF_OK && !to_gpu && prev >= 0) {
-            status = kvf_cuda_slot_wait(&cp->slot[prev], deadline);
-            if (status == KVF_OK) {
-                kvf_cuda_slot_scatter(cp, prev, dst);
-            }
-        }
-        prev = k;
-    }
-    if (status == KVF_OK && prev >= 0) {
-        /* wait the last one (and, GPU->host, scatter it) */
-        if (!to_gpu) {
-            status = kvf_cuda_slot_wait(&cp->slot[prev], deadline);
-            if (status == KVF_OK) {
-                kvf_cuda_slot_scatter(cp, prev, dst);
-            }
+        if (kvf_cuda_stg_fill(&g, b, &off, &i, n)) {
+            /* slot full (or batch done): post it, move on */
+            status = kvf_cuda_stg_rotate(&g);
         }
     }
-    for (j = 0; j < KVF_COPY_STAGE_SLOTS && status == KVF_OK; j++) {
-        status = kvf_cuda_slot_wait(&cp->slot[j], deadline);
-    }
-    if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
-        status = KVF_ERR_OUT_OF_BOUNDS;
-    }
+    status = kvf_cuda_stg_finish(&g, status);
     return status != KVF_OK ? status : first;
 }

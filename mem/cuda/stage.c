@@ -259,97 +259,167 @@ static uint64_t kvf_stage_gpu_bytes(const struct iovec *iov, size_t n)
     return sum;
 }
 
-kvf_status_t kvf_cuda_readv(kvf_cuda_stage_t **stage_p, int fd,
-                            struct iovec *iov, size_t iovcnt,
-                            uint64_t deadline_ms)
+/* Takes the connection's stage (created on first need), every slot
+ * empty, room for a batch of iovecs. *st_p stays NULL when there is no
+ * stage. */
+static kvf_status_t kvf_stage_begin(kvf_cuda_stage_t **stage_p,
+                                    kvf_cuda_stage_t **st_p,
+                                    uint64_t deadline_ms)
 {
-    kvf_status_t status = KVF_OK;
-    uint64_t addr, left, run, piece, gpu_left = 0, lim = 0, T;
-    unsigned k = 0, j;
-    kvf_cuda_stage_t *st;
-    kvf_cuda_slot_t *s;
-    size_t i, off, m = 0;
-    int dev;
+    kvf_cuda_stage_t *st = NULL;
+    kvf_status_t status;
+    unsigned j;
 
-    if (!kvf_stage_any_gpu(iov, iovcnt)) {
-        return kvf_sock_readv_all(fd, iov, iovcnt, deadline_ms);
-    }
+    *st_p = NULL;
     status = kvf_stage_get(stage_p, &st);
-    for (j = 0; j < (st ? st->nslots : 0) && status == KVF_OK; j++) {
+    if (status != KVF_OK) {
+        return status;
+    }
+    *st_p = st;
+    for (j = 0; j < st->nslots && status == KVF_OK; j++) {
         status = kvf_stage_reset(st, j, deadline_ms);
     }
     if (status == KVF_OK) {
         status = kvf_stage_iov_room(st, KVF_STAGE_IOV_BATCH);
     }
-    gpu_left = (status == KVF_OK) ? kvf_stage_gpu_bytes(iov, iovcnt) : 0;
-    for (i = 0; i < iovcnt && status == KVF_OK; i++) {
-        for (off = 0; off < iov[i].iov_len && status == KVF_OK; off += run) {
-            addr = (uint64_t)(uintptr_t)iov[i].iov_base + off;
-            run = iov[i].iov_len - off;
-            if (kvf_cuda_region_lookup(addr, &dev, &left) != KVF_MEM_CUDA) {
-                if (left < run) {
-                    run = left;
-                }
-                st->iov[m].iov_base = (void *)(uintptr_t)addr;
-                st->iov[m].iov_len = run;
-                m++;
-            } else {
-                s = &st->slot[k];
-                if (s->nblks == 0) {
-                    /* a new slot: leave the last one small */
-                    T = st->ramp;
-                    lim = (T == 0 || gpu_left > s->cap + T)       ? s->cap
-                          : gpu_left > s->cap || gpu_left > 2 * T ? gpu_left - T
-                                                                  : s->cap;
-                }
-                if (s->nblks > 0 && (st->slot_dev[k] != dev || s->used >= lim ||
-                                     s->nblks == s->blks_cap)) {
-                    /* the slot's bytes must all be in before its launch */
-                    status = kvf_sock_readv_all(fd, st->iov, m, deadline_ms);
-                    m = 0;
-                    if (status == KVF_OK) {
-                        status = kvf_stage_post(st, k, 1);
-                    }
-                    k = (k + 1) % st->nslots;
-                    if (status == KVF_OK) {
-                        status = kvf_stage_reset(st, k, deadline_ms);
-                    }
-                    run = 0;
-                    continue;
-                }
-                piece = lim - s->used;
-                run = (run < left) ? run : left;
-                run = (run < piece) ? run : piece;
-                gpu_left -= run;
-                st->iov[m].iov_base = s->buf + s->used;
-                st->iov[m].iov_len = run;
-                m++;
-                s->blks[s->nblks].src_off = s->used;
-                s->blks[s->nblks].dst_off = addr;
-                s->blks[s->nblks].len = run;
-                s->nblks++;
-                s->used += run;
-                st->slot_dev[k] = dev;
-            }
-            if (m == KVF_STAGE_IOV_BATCH) {
-                status = kvf_sock_readv_all(fd, st->iov, m, deadline_ms);
-                m = 0;
-            }
-        }
-    }
-    if (status == KVF_OK && m > 0) {
-        status = kvf_sock_readv_all(fd, st->iov, m, deadline_ms);
-    }
-    if (status == KVF_OK) {
-        status = kvf_stage_post(st, k, 1);
-    }
-    for (j = 0; j < st->nslots; j++) {
-        kvf_status_t w = kvf_stage_reset(st, j, deadline_ms);
+    return status;
+}
 
+/* Waits for every slot and empties it; the first error of status and
+ * those waits. */
+static kvf_status_t kvf_stage_end(kvf_cuda_stage_t *st, kvf_status_t status,
+                                  uint64_t deadline_ms)
+{
+    kvf_status_t w;
+    unsigned j;
+
+    for (j = 0; j < st->nslots; j++) {
+        w = kvf_stage_reset(st, j, deadline_ms);
         if (status == KVF_OK) {
             status = w;
         }
     }
+    return status;
+}
+
+/* A receive in progress: the slot being filled and its fill limit, the
+ * iovecs waiting for the socket, the GPU bytes not yet mapped. */
+typedef struct kvf_stage_rd {
+    kvf_cuda_stage_t *st;
+    int fd;
+    unsigned k;
+    uint64_t lim;
+    size_t m;
+    uint64_t gpu_left;
+    uint64_t deadline;
+} kvf_stage_rd_t;
+
+/* Slot k is full: everything pending is received (the slot's bytes must
+ * all be in before its launch), its scatter launched, the next taken. */
+static kvf_status_t kvf_stage_rd_next(kvf_stage_rd_t *r)
+{
+    kvf_status_t status;
+
+    status = kvf_sock_readv_all(r->fd, r->st->iov, r->m, r->deadline);
+    r->m = 0;
+    if (status == KVF_OK) {
+        status = kvf_stage_post(r->st, r->k, 1);
+    }
+    r->k = (r->k + 1) % r->st->nslots;
+    if (status == KVF_OK) {
+        status = kvf_stage_reset(r->st, r->k, r->deadline);
+    }
+    return status;
+}
+
+/* Maps GPU bytes at addr (at most *run_p, left to the region's end) onto
+ * slot k; *run_p becomes the bytes mapped, 0 when the slot was full and
+ * the next one taken instead. */
+static kvf_status_t kvf_stage_rd_gpu(kvf_stage_rd_t *r, uint64_t addr, int dev,
+                                     uint64_t left, uint64_t *run_p)
+{
+    kvf_cuda_stage_t *st = r->st;
+    kvf_cuda_slot_t *s = &st->slot[r->k];
+    uint64_t run = *run_p, piece, T = st->ramp;
+
+    if (s->nblks == 0) {
+        /* a new slot: leave the last one small */
+        r->lim = (T == 0 || r->gpu_left > s->cap + T)          ? s->cap
+                 : r->gpu_left > s->cap || r->gpu_left > 2 * T ? r->gpu_left - T
+                                                               : s->cap;
+    } else if (st->slot_dev[r->k] != dev || s->used >= r->lim ||
+               s->nblks == s->blks_cap) {
+        *run_p = 0;
+        return kvf_stage_rd_next(r);
+    }
+    piece = r->lim - s->used;
+    run = (run < left) ? run : left;
+    run = (run < piece) ? run : piece;
+    r->gpu_left -= run;
+    st->iov[r->m].iov_base = s->buf + s->used;
+    st->iov[r->m].iov_len = run;
+    r->m++;
+    s->blks[s->nblks].src_off = s->used;
+    s->blks[s->nblks].dst_off = addr;
+    s->blks[s->nblks].len = run;
+    s->nblks++;
+    s->used += run;
+    st->slot_dev[r->k] = dev;
+    *run_p = run;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_cuda_readv(kvf_cuda_stage_t **stage_p, int fd,
+                            struct iovec *iov, size_t iovcnt,
+                            uint64_t deadline_ms)
+{
+    uint64_t addr, left, run;
+    kvf_cuda_stage_t *st;
+    kvf_status_t status;
+    kvf_stage_rd_t r;
+    size_t i, off;
+    int dev;
+
+    if (!kvf_stage_any_gpu(iov, iovcnt)) {
+        return kvf_sock_readv_all(fd, iov, iovcnt, deadline_ms);
+    }
+    status = kvf_stage_begin(stage_p, &st, deadline_ms);
+    if (st == NULL) {
+        return status;
+    }
+    memset(&r, 0, sizeof(r));
+    r.st = st;
+    r.fd = fd;
+    r.deadline = deadline_ms;
+    r.gpu_left = (status == KVF_OK) ? kvf_stage_gpu_bytes(iov, iovcnt) : 0;
+    for (i = 0; i < iovcnt && status == KVF_OK; i++) {
+        for (off = 0; off < iov[i].iov_len && status == KVF_OK; off += run) {
+            addr = (uint64_t)(uintptr_t)iov[i].iov_base + off;
+            run = iov[i].iov_len - off;
+            if (kvf_cuda_region_lookup(addr, &dev, &left) == KVF_MEM_CUDA) {
+                status = kvf_stage_rd_gpu(&r, addr, dev, left, &run);
+                if (run == 0) {
+                    continue;
+                }
+            } else {
+                run = (left < run) ? left : run;
+                st->iov[r.m].iov_base = (void *)(uintptr_t)addr;
+                st->iov[r.m].iov_len = run;
+                r.m++;
+            }
+            if (r.m == KVF_STAGE_IOV_BATCH) {
+                status = kvf_sock_readv_all(fd, st->iov, r.m, deadline_ms);
+                r.m = 0;
+            }
+        }
+    }
+    if (status == KVF_OK && r.m > 0) {
+        status = kvf_sock_readv_all(fd, st->iov, r.m, deadline_ms);
+    }
+    if (status == KVF_OK) {
+        status = kvf_stage_post(st, r.k, 1);
+    }
+    status = kvf_stage_end(st, status, deadline_ms);
     if (status == KVF_OK) {
         status = kvf_stage_check_err(st);
     }
@@ -381,121 +451,166 @@ static kvf_status_t kvf_stage_push(kvf_cuda_stage_t *st, size_t *qn, char *p,
     return KVF_OK;
 }
 
+/* A send in progress: the slot being filled, the queue of pieces to
+ * send (host ranges and slot bytes, in order), the ramp of slot sizes. */
+typedef struct kvf_stage_wr {
+    kvf_cuda_stage_t *st;
+    int fd;
+    unsigned k;
+    size_t qh, qn;
+    uint64_t ramp;
+    uint64_t deadline;
+} kvf_stage_wr_t;
+
+/* Maps GPU bytes at addr (at most *run_p, left to the region's end) onto
+ * slot k and queues them; *run_p becomes the bytes mapped, 0 when slot k
+ * was full and its gather launched instead. KVF_INPROGRESS: slot k's
+ * bytes are not sent yet, nothing more can be produced now. */
+static kvf_status_t kvf_stage_wr_gpu(kvf_stage_wr_t *w, uint64_t addr, int dev,
+                                     uint64_t left, uint64_t *run_p)
+{
+    kvf_cuda_stage_t *st = w->st;
+    kvf_cuda_slot_t *s = &st->slot[w->k];
+    uint64_t run = *run_p, piece, lim;
+    kvf_status_t status;
+
+    *run_p = 0;
+    if (st->posted[w->k]) {
+        return KVF_INPROGRESS;
+    }
+    lim = (w->ramp < s->cap) ? w->ramp : s->cap;
+    if (s->nblks > 0 && (st->slot_dev[w->k] != dev || s->used >= lim ||
+                         s->nblks == s->blks_cap)) {
+        status = kvf_stage_post(st, w->k, 0);
+        w->k = (w->k + 1) % st->nslots;
+        w->ramp = (w->ramp > s->cap) ? w->ramp : w->ramp * 2;
+        return status;
+    }
+    piece = lim - s->used;
+    run = (run < left) ? run : left;
+    run = (run < piece) ? run : piece;
+    s->blks[s->nblks].src_off = addr;
+    s->blks[s->nblks].dst_off = s->used;
+    s->blks[s->nblks].len = run;
+    s->nblks++;
+    status = kvf_stage_push(st, &w->qn, s->buf + s->used, run, (int)w->k);
+    s->used += run;
+    st->slot_dev[w->k] = dev;
+    *run_p = run;
+    return status;
+}
+
+/* Produce: maps the input from (*i, *off) onto free slots, launching
+ * gathers, until the input ends or no slot is free; the last partial
+ * slot is launched once the input ends. */
+static kvf_status_t kvf_stage_wr_produce(kvf_stage_wr_t *w,
+                                         const struct iovec *iov, size_t iovcnt,
+                                         size_t *i, size_t *off)
+{
+    kvf_cuda_stage_t *st = w->st;
+    kvf_status_t status = KVF_OK;
+    uint64_t addr, left, run;
+    int dev;
+
+    while (*i < iovcnt && status == KVF_OK) {
+        if (*off == iov[*i].iov_len) {
+            (*i)++;
+            *off = 0;
+            continue;
+        }
+        addr = (uint64_t)(uintptr_t)iov[*i].iov_base + *off;
+        run = iov[*i].iov_len - *off;
+        if (kvf_cuda_region_lookup(addr, &dev, &left) != KVF_MEM_CUDA) {
+            run = (run < left) ? run : left;
+            status =
+                kvf_stage_push(st, &w->qn, (char *)(uintptr_t)addr, run, -1);
+        } else {
+            status = kvf_stage_wr_gpu(w, addr, dev, left, &run);
+        }
+        *off += run;
+    }
+    if (status == KVF_INPROGRESS) {
+        return KVF_OK;
+    }
+    if (status == KVF_OK && *i == iovcnt && !st->posted[w->k] &&
+        st->slot[w->k].nblks > 0) {
+        status = kvf_stage_post(st, w->k, 0);
+        w->k = (w->k + 1) % st->nslots;
+    }
+    return status;
+}
+
+/* Consume: sends the head slot's bytes and the host bytes around them,
+ * then frees the slots whose pieces are all sent. */
+static kvf_status_t kvf_stage_wr_consume(kvf_stage_wr_t *w)
+{
+    kvf_cuda_stage_t *st = w->st;
+    kvf_status_t status = KVF_OK;
+    size_t e, m;
+    int cur = -1, sl;
+
+    for (e = w->qh, m = 0; e < w->qn && m < KVF_STAGE_IOV_BATCH; e++, m++) {
+        sl = st->q[e].slot;
+        if (sl >= 0 && cur >= 0 && sl != cur) {
+            break;
+        }
+        if (sl >= 0 && cur < 0) {
+            cur = sl;
+            status = kvf_cuda_slot_wait(&st->slot[cur], w->deadline);
+            if (status != KVF_OK) {
+                break;
+            }
+        }
+        st->iov[m].iov_base = st->q[e].p;
+        st->iov[m].iov_len = st->q[e].len;
+    }
+    if (status == KVF_OK) {
+        status = kvf_stage_check_err(st);
+    }
+    if (status == KVF_OK) {
+        status = kvf_sock_writev_all(w->fd, st->iov, m, w->deadline);
+    }
+    for (; w->qh < e && status == KVF_OK; w->qh++) {
+        sl = st->q[w->qh].slot;
+        if (sl >= 0 && --st->pieces[sl] == 0) {
+            status = kvf_stage_reset(st, (unsigned)sl, w->deadline);
+        }
+    }
+    if (w->qh == w->qn) {
+        w->qh = w->qn = 0;
+    }
+    return status;
+}
+
 kvf_status_t kvf_cuda_writev(kvf_cuda_stage_t **stage_p, int fd,
                              struct iovec *iov, size_t iovcnt,
                              uint64_t deadline_ms)
 {
-    kvf_status_t status = KVF_OK;
-    uint64_t addr, left, run, piece, lim, ramp;
-    size_t i = 0, off = 0, qh = 0, qn = 0, m, e;
-    unsigned k = 0, j;
+    size_t i = 0, off = 0;
     kvf_cuda_stage_t *st;
-    kvf_cuda_slot_t *s;
-    int dev, cur;
+    kvf_status_t status;
+    kvf_stage_wr_t w;
 
     if (!kvf_stage_any_gpu(iov, iovcnt)) {
         return kvf_sock_writev_all(fd, iov, iovcnt, deadline_ms);
     }
-    status = kvf_stage_get(stage_p, &st);
-    for (j = 0; j < (st ? st->nslots : 0) && status == KVF_OK; j++) {
-        status = kvf_stage_reset(st, j, deadline_ms);
+    status = kvf_stage_begin(stage_p, &st, deadline_ms);
+    if (st == NULL) {
+        return status;
     }
-    if (status == KVF_OK) {
-        status = kvf_stage_iov_room(st, KVF_STAGE_IOV_BATCH);
-    }
-    ramp = (st != NULL && st->ramp > 0) ? st->ramp : UINT64_MAX;
+    memset(&w, 0, sizeof(w));
+    w.st = st;
+    w.fd = fd;
+    w.deadline = deadline_ms;
+    w.ramp = st->ramp > 0 ? st->ramp : UINT64_MAX;
     while (status == KVF_OK) {
-        /* produce: map input onto free slots, launching gathers */
-        while (i < iovcnt && status == KVF_OK) {
-            if (off == iov[i].iov_len) {
-                i++;
-                off = 0;
-                continue;
-            }
-            addr = (uint64_t)(uintptr_t)iov[i].iov_base + off;
-            run = iov[i].iov_len - off;
-            if (kvf_cuda_region_lookup(addr, &dev, &left) != KVF_MEM_CUDA) {
-                run = (run < left) ? run : left;
-                status =
-                    kvf_stage_push(st, &qn, (char *)(uintptr_t)addr, run, -1);
-                off += run;
-                continue;
-            }
-            s = &st->slot[k];
-            if (st->posted[k]) {
-                break; /* its bytes are not sent yet */
-            }
-            lim = (ramp < s->cap) ? ramp : s->cap;
-            if (s->nblks > 0 && (st->slot_dev[k] != dev || s->used >= lim ||
-                                 s->nblks == s->blks_cap)) {
-                status = kvf_stage_post(st, k, 0);
-                k = (k + 1) % st->nslots;
-                ramp = (ramp > s->cap) ? ramp : ramp * 2;
-                continue;
-            }
-            piece = lim - s->used;
-            run = (run < left) ? run : left;
-            run = (run < piece) ? run : piece;
-            s->blks[s->nblks].src_off = addr;
-            s->blks[s->nblks].dst_off = s->used;
-            s->blks[s->nblks].len = run;
-            s->nblks++;
-            status = kvf_stage_push(st, &qn, s->buf + s->used, run, (int)k);
-            s->used += run;
-            st->slot_dev[k] = dev;
-            off += run;
-        }
-        if (status == KVF_OK && i == iovcnt && !st->posted[k] &&
-            st->slot[k].nblks > 0) {
-            status = kvf_stage_post(st, k, 0);
-            k = (k + 1) % st->nslots;
-        }
-        if (status != KVF_OK || qh == qn) {
+        status = kvf_stage_wr_produce(&w, iov, iovcnt, &i, &off);
+        if (status != KVF_OK || w.qh == w.qn) {
             break;
         }
-        /* consume: the head slot's bytes and the host bytes around them */
-        cur = -1;
-        for (e = qh, m = 0; e < qn && m < KVF_STAGE_IOV_BATCH; e++, m++) {
-            if (st->q[e].slot >= 0) {
-                if (cur >= 0 && st->q[e].slot != cur) {
-                    break;
-                }
-                if (cur < 0) {
-                    cur = st->q[e].slot;
-                    status = kvf_cuda_slot_wait(&st->slot[cur], deadline_ms);
-                    if (status != KVF_OK) {
-                        break;
-                    }
-                }
-            }
-            st->iov[m].iov_base = st->q[e].p;
-            st->iov[m].iov_len = st->q[e].len;
-        }
-        if (status == KVF_OK) {
-            status = kvf_stage_check_err(st);
-        }
-        if (status == KVF_OK) {
-            status = kvf_sock_writev_all(fd, st->iov, m, deadline_ms);
-        }
-        for (; qh < e && status == KVF_OK; qh++) {
-            int sl = st->q[qh].slot;
-
-            if (sl >= 0 && --st->pieces[sl] == 0) {
-                status = kvf_stage_reset(st, (unsigned)sl, deadline_ms);
-            }
-        }
-        if (qh == qn) {
-            qh = qn = 0;
-        }
+        status = kvf_stage_wr_consume(&w);
     }
-    for (j = 0; j < st->nslots; j++) {
-        kvf_status_t w = kvf_stage_reset(st, j, deadline_ms);
-
-        if (status == KVF_OK) {
-            status = w;
-        }
-    }
-    return status;
+    return kvf_stage_end(st, status, deadline_ms);
 }
 
 kvf_status_t kvf_cuda_hash(kvf_cuda_stage_t **stage_p, uint64_t addr,

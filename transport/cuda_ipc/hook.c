@@ -58,6 +58,7 @@ static kvf_status_t kvf_cuda_ipc_hook_wrap(const kvf_tl_peer_info_t *peer,
     status = kvf_cuda_ep_wrap(rem, n, peer->same_process, peer->cfg->timeout_ms,
                               ops_p, ep_p);
 #else
+    (void)ep_p;
     status = KVF_ERR_UNAVAILABLE;
 #endif
     kvf_free(rem);
