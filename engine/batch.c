@@ -27,8 +27,7 @@
  * during the cut: the transport's threads are already busy with the
  * other callers' requests, and handing this caller's to them only adds
  * two wake-ups per batch. A lone caller keeps the split above, which
- * puts the transport's threads to work beside it. bench te over shm
- * (2 threads, 64 KiB x 32): see docs/shm.md.
+ * puts the transport's threads to work beside it (docs/shm.md).
  */
 #include "engine/engine_int.h"
 #include "core/alloc.h"

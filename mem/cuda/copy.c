@@ -1,5 +1,5 @@
 /*
- * cuda module: batched copies of scattered blocks.
+ * mem/cuda: batched copies of scattered blocks.
  *
  * A copy context owns a GPU's two streams, two descriptor buffers
  * (pinned, mapped: the kernels read them in place) and, for pageable host
@@ -173,8 +173,8 @@ static kvf_cuda_kernel_t kvf_cuda_pick(kvf_cuda_copy_t *cp,
     if (cp->kernel != KVF_CUDA_KERNEL_AUTO) {
         return cp->kernel;
     }
-    /* measured on H200 (docs/gpu.md): GPU -> pinned host writes go
-     * faster through the bulk copy engine; everything else with warps */
+    /* GPU -> pinned host writes go faster through the bulk copy engine;
+     * everything else with warps (docs/decisions/mem-gpu-copy.md) */
     if (src->type == KVF_MEM_CUDA && dst->type == KVF_MEM_PINNED) {
         return KVF_CUDA_KERNEL_BULK;
     }
@@ -395,15 +395,11 @@ static int kvf_cuda_res_wants(const kvf_cuda_copy_t *cp,
     if (cp->res_mode == KVF_RES_ON) {
         return 1;
     }
-    /* p2p (the default): on 2 x H200 (docs/gpu.md, s3 A/B, 8 GiB pools)
-     * 8 KiB blocks GPU -> GPU went from 85-88 / 86-89 % of
-     * cudaMemcpyPeerAsync at 16 / 64 MB with a launch per batch to
-     * 91-96 / 91-95 % with the resident kernel (256 MB and 1 GB: 91-93
-     * % either way): the launch was most of what a batch paid beyond
-     * the copy engine's fixed cost. Other paths gain less (H2D +1
-     * point, already over 90 %; within one GPU +3-8) and the resident
-     * grid holds 2 CTAs per SM for cuda_resident_idle_us after each
-     * batch, so they keep launches unless cuda_resident = on. */
+    /* p2p (the default): GPU -> other GPU batches, where the launch is
+     * most of what a batch pays beyond the copy engine's fixed cost.
+     * Other paths gain less than the resident grid costs (2 CTAs per SM
+     * held for cuda_resident_idle_us after each batch), so they keep
+     * launches unless cuda_resident = on (docs/decisions/mem-gpu-copy.md). */
     return cp->res_mode == KVF_RES_P2P && src->type == KVF_MEM_CUDA &&
            dst->type == KVF_MEM_CUDA && src->device != dst->device;
 }

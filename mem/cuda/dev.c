@@ -1,5 +1,5 @@
 /*
- * cuda module: runtime start-up and devices, pinned and device memory,
+ * mem/cuda: runtime start-up and devices, pinned and device memory,
  * the registry of GPU and pinned regions, CUDA IPC, bounded event waits
  * and error translation.
  *

@@ -1,15 +1,15 @@
 /*
- * cuda module: the resident copy kernel, a copy kernel that stays on the
+ * mem/cuda: the resident copy kernel, a copy kernel that stays on the
  * GPU between batches so that a batch costs no kernel launch.
  *
  * A launch of the warp kernel costs the host call, the GPU's start of
- * the grid and an event behind it: a GPU->GPU batch paid ~14 us on top
- * of its bytes, against ~9 us for the copy engine; through this kernel
- * it pays ~10 us (2 x H200, docs/gpu.md). Here the host writes the job (block
- * list address, sides, n) into a pinned control block and rings by storing the
- * job word; CTA 0 of the resident grid polls that word over PCIe, hands the job
- * to the other CTAs through device memory, every CTA moves its share with the
- * warp kernel's code (same bounds checks), and the last CTA stores the job's
+ * the grid and an event behind it, more than the copy engine's fixed
+ * cost; this kernel removes most of it (docs/decisions/mem-gpu-copy.md).
+ * Here the host writes the job (block list address, sides, n) into a
+ * pinned control block and rings by storing the job word; CTA 0 of the
+ * resident grid polls that word over PCIe, hands the job to the other
+ * CTAs through device memory, every CTA moves its share with the warp
+ * kernel's code (same bounds checks), and the last CTA stores the job's
  * number into the control block, which the host polls.
  *
  * Bounded everywhere: the grid is launched cooperatively (all CTAs

@@ -1,5 +1,5 @@
 /*
- * cuda module: pinned staging slots and the copies that go through them.
+ * mem/cuda: pinned staging slots and the copies that go through them.
  * A slot is a pinned, mapped buffer with its descriptor array; its copy
  * launch signals completion through a mapped host word. Socket I/O of GPU
  * memory (stage.c) and the pageable-host paths of

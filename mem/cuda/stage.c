@@ -1,5 +1,5 @@
 /*
- * cuda module: socket I/O of GPU memory through pinned staging slots, for
+ * mem/cuda: socket I/O of GPU memory through pinned staging slots, for
  * transports (tcp today) whose target or initiator memory is on a GPU.
  *
  * An I/O vector is walked in runs: bytes outside registered GPU regions
@@ -23,10 +23,9 @@
  * first gather of a send (the socket waits for it) and the last scatter
  * of a receive (the reply waits for it). With a ramp R, a send's first
  * slot takes R bytes, the next twice that, up to the slot size, and a
- * receive leaves R bytes for its last slot, so a 1 MiB request waits ~3
- * us of GPU copy at each end instead of ~20 — but the extra launches
- * cost as much: R = 128K measured no better than whole slots on an H200
- * (docs/gpu.md), hence off.
+ * receive leaves R bytes for its last slot, so a request waits for less
+ * GPU copy at each end; the extra launches cost as much as that saves
+ * (docs/decisions/mem-gpu-copy.md), hence off.
  */
 #include "mem/cuda/cuda_int.h"
 #include "core/alloc.h"
