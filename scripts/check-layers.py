@@ -11,10 +11,11 @@ Rules (one line per violation: file, included header, rule):
   sibling    transport/X/ includes a header of transport/Y/ (the shared
              headers directly in transport/ are allowed)
   private    tools/ includes a library header other than include/kvferry/
-  internal   a file outside transport/ (or mem/) includes a header inside
-             one transport's or memory type's folder (transport/X/...,
-             mem/X/...): the layer is reached through its shared headers
-             (transport/transport.h, transport/hook.h, mem/mem.h)
+  internal   a file outside transport/ includes a header inside one
+             transport's folder (transport/X/...): other layers reach
+             transports through transport/transport.h and
+             transport/hook.h; and a private header (*_int.h) is included
+             from outside its folder
 
 Include cycles are reported as warnings: a "unit" is a source file with
 its header (x.c and x.h are one unit), and two units that reach each
@@ -123,10 +124,14 @@ def check_edge(root, src, hdr):
         out.append(("sibling", "transport/%s/ may not include transport/%s/"
                     % (ts, th)))
     parts = hdr.split("/")
-    if (len(parts) >= 3 and parts[0] in ("transport", "mem") and
-            src.split("/", 1)[0] != parts[0] and ls != "tools"):
-        out.append(("internal", "%s/%s/ is internal to %s/" %
-                    (parts[0], parts[1], parts[0])))
+    if (len(parts) >= 3 and parts[0] == "transport" and
+            src.split("/", 1)[0] != "transport" and ls != "tools"):
+        out.append(("internal", "transport/%s/ is internal to transport/"
+                    % parts[1]))
+    elif (hdr.endswith("_int.h") and ls != "tools" and
+          not src.startswith(os.path.dirname(hdr) + "/")):
+        out.append(("internal", "%s is private to %s/" %
+                    (os.path.basename(hdr), os.path.dirname(hdr))))
     if ls == "tools" and not (hdr.startswith("include/kvferry/") or
                               hdr.startswith("tools/")):
         out.append(("private", "tools/ may include only include/kvferry/ "
