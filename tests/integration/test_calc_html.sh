@@ -10,7 +10,8 @@ set -euo pipefail
 BIN=${KVF_BIN:?KVF_BIN must name the kvferry binary}
 CHROMIUM=${KVF_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 if [ -z "$CHROMIUM" ]; then
-  echo "SKIP: chromium not installed (scripts/setup.sh installs it)"
+  echo "SKIP: chromium not installed: this test renders the page in headless" \
+    "Chromium; scripts/test.sh installs it (scripts/setup.sh --with-browser)"
   exit 77
 fi
 command -v python3 >/dev/null || { echo "SKIP: python3 missing"; exit 77; }

@@ -66,7 +66,8 @@ if grep -Eiq '<script[^>]+src=|<link |@import|fetch\(|XMLHttpRequest' \
 fi
 
 if [ -z "$CHROMIUM" ]; then
-  echo "SKIP: chromium not installed (scripts/setup.sh installs it)"
+  echo "SKIP: chromium not installed: this test renders the page in headless" \
+    "Chromium; scripts/test.sh installs it (scripts/setup.sh --with-browser)"
   exit 77
 fi
 browse() {

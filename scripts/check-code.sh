@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Code checks, run by scripts/test.sh: the layering rules
+# (scripts/check-layers.py), the size and complexity limit of library
+# functions (lizard: at most 100 lines and cyclomatic complexity 25 in
+# core/ mem/ transport/ engine/ store/), and the links of README.md and
+# docs/ (scripts/check-links.py). Runs every check, prints a line per
+# check, and exits 1 if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+fail=0
+run() {
+  local name=$1
+  shift
+  if "$@"; then
+    echo "check-code: $name: ok"
+  else
+    echo "check-code: $name: FAILED"
+    fail=1
+  fi
+}
+
+lizard_check() {
+  local dirs=() d
+  for d in core mem transport engine store; do
+    [ -d "$d" ] && dirs+=("$d")
+  done
+  if python3 -c 'import lizard' >/dev/null 2>&1; then
+    # -w prints only the functions over a limit: any output is a failure
+    local out
+    out=$(python3 -m lizard -l c -C 25 -L 100 -w "${dirs[@]}")
+    [ -z "$out" ] && return 0
+    printf '%s\n' "$out"
+    echo "lizard: $(printf '%s\n' "$out" | grep -c 'warning:') function(s) over 100 lines or complexity 25"
+    return 1
+  fi
+  echo "lizard: python module missing (scripts/setup.sh installs it)"
+  return 1
+}
+
+run layers python3 scripts/check-layers.py
+run lizard lizard_check
+run links python3 scripts/check-links.py
+exit "$fail"
