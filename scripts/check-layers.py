@@ -38,9 +38,10 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 # "kvferry-layer: NAME".
 PUBLIC = {
     "status.h": "core",
+    "types.h": "core",
     "engine.h": "engine",
+    "kvferry.h": "engine",
     "store.h": "store",
-    "kvferry.h": "store",
     "perf.h": "store",
 }
 

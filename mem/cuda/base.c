@@ -4,7 +4,7 @@
  * stream for benches that measure other copies against the kernels, and
  * checksums of GPU ranges.
  */
-#include "mem/cuda/cuda_int.h"
+#include "mem/cuda/kern.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"

@@ -19,7 +19,7 @@
  * mapped word read after the batch); the staging code checks the host
  * side itself.
  */
-#include "mem/cuda/cuda_int.h"
+#include "mem/cuda/kern.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"

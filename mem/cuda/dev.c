@@ -12,7 +12,7 @@
  * scan: a process registers a handful of regions). When it holds no GPU
  * range, lookups return at once, so host-only processes pay nothing.
  */
-#include "mem/cuda/cuda_int.h"
+#include "mem/cuda/kern.h"
 #include "core/alloc.h"
 #include "core/config.h"
 #include "core/log.h"

@@ -19,7 +19,7 @@
  *
  * Built for sm_90 only (CMAKE_CUDA_ARCHITECTURES 90).
  */
-#include "mem/cuda/cuda_int.h"
+#include "mem/cuda/kern.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>

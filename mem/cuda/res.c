@@ -22,7 +22,7 @@
  * caller's deadline (then the stop bit is set and the context goes back
  * to launches for good). One thread per copy context, as for the rest.
  */
-#include "mem/cuda/cuda_int.h"
+#include "mem/cuda/kern.h"
 #include "core/alloc.h"
 #include "core/config.h"
 #include "core/log.h"

@@ -7,7 +7,7 @@
  * into a slot while the GPU scatters the previous one; GPU->host, the GPU
  * gathers into a slot while the CPU scatters the previous one.
  */
-#include "mem/cuda/cuda_int.h"
+#include "mem/cuda/kern.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"

@@ -27,7 +27,7 @@
  * GPU copy at each end; the extra launches cost as much as that saves
  * (docs/decisions/mem-gpu-copy.md), hence off.
  */
-#include "mem/cuda/cuda_int.h"
+#include "mem/cuda/kern.h"
 #include "core/alloc.h"
 #include "core/config.h"
 #include "core/hash.h"

@@ -23,7 +23,7 @@
  * the GPU that first needs it; kernels touching it run on that GPU.
  */
 #include "transport/cuda_ipc/cuda_ipc.h"
-#include "mem/cuda/cuda_int.h"
+#include "mem/cuda/kern.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"

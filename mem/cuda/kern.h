@@ -1,12 +1,13 @@
 /*
- * mem/cuda, private: what the files of mem/cuda/ share. The
- * kernel launchers (kern.cu, compiled by nvcc) are plain C entry
+ * mem/cuda's kernel interface: device table, copy-kernel launchers,
+ * completion slots and events, shared by the files of mem/cuda/ and by
+ * the cuda_ipc transport, which runs the same kernels on slots of its
+ * own. The launchers (kern.cu, compiled by nvcc) are plain C entry
  * points so the host code stays C; the rest uses the CUDA runtime's C
- * API. Outside this folder only the cuda_ipc transport, which runs the
- * same kernels on slots of its own, includes this header.
+ * API. Built only with CUDA; tcp, shm and the engine use mem/mem.h.
  */
-#ifndef KVF_MEM_CUDA_INT_H
-#define KVF_MEM_CUDA_INT_H
+#ifndef KVF_MEM_CUDA_KERN_H
+#define KVF_MEM_CUDA_KERN_H
 
 #include "mem/cuda/cuda.h"
 
