@@ -74,9 +74,19 @@ void kvf_wr_init(kvf_wr_t *w)
     memset(w, 0, sizeof(*w));
 }
 
+void kvf_wr_init_fixed(kvf_wr_t *w, void *buf, size_t cap)
+{
+    memset(w, 0, sizeof(*w));
+    w->buf = buf;
+    w->cap = cap;
+    w->fixed = 1;
+}
+
 void kvf_wr_free(kvf_wr_t *w)
 {
-    kvf_free(w->buf);
+    if (!w->fixed) {
+        kvf_free(w->buf);
+    }
     memset(w, 0, sizeof(*w));
 }
 
@@ -86,6 +96,10 @@ static unsigned char *kvf_wr_reserve(kvf_wr_t *w, size_t n)
     unsigned char *nb;
 
     if (w->failed) {
+        return NULL;
+    }
+    if (n > w->cap - w->len && w->fixed) {
+        w->failed = 1;
         return NULL;
     }
     if (w->len + n > w->cap) {
@@ -157,7 +171,10 @@ void kvf_wr_str(kvf_wr_t *w, const char *s)
 
 kvf_status_t kvf_wr_status(const kvf_wr_t *w)
 {
-    return w->failed ? KVF_ERR_NO_MEMORY : KVF_OK;
+    if (!w->failed) {
+        return KVF_OK;
+    }
+    return w->fixed ? KVF_ERR_MSG_TOO_LARGE : KVF_ERR_NO_MEMORY;
 }
 
 void kvf_rd_init(kvf_rd_t *r, const void *buf, size_t len)
@@ -232,4 +249,9 @@ size_t kvf_rd_left(const kvf_rd_t *r)
 kvf_status_t kvf_rd_status(const kvf_rd_t *r)
 {
     return r->failed ? KVF_ERR_PROTOCOL : KVF_OK;
+}
+
+kvf_status_t kvf_rd_end(const kvf_rd_t *r)
+{
+    return (r->failed || r->off != r->len) ? KVF_ERR_PROTOCOL : KVF_OK;
 }
