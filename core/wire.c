@@ -98,6 +98,9 @@ static unsigned char *kvf_wr_reserve(kvf_wr_t *w, size_t n)
     if (w->failed) {
         return NULL;
     }
+    if (n == 0) {
+        return w->buf; /* nothing to reserve; NULL before any growth */
+    }
     if (n > w->cap - w->len && w->fixed) {
         w->failed = 1;
         return NULL;
@@ -185,6 +188,9 @@ void kvf_rd_init(kvf_rd_t *r, const void *buf, size_t len)
     r->failed = 0;
 }
 
+/* What a read of 0 bytes returns over an empty buffer given as NULL. */
+static const unsigned char kvf_rd_empty[1];
+
 const void *kvf_rd_bytes(kvf_rd_t *r, size_t n)
 {
     const void *p;
@@ -192,6 +198,9 @@ const void *kvf_rd_bytes(kvf_rd_t *r, size_t n)
     if (r->failed || n > r->len - r->off) {
         r->failed = 1;
         return NULL;
+    }
+    if (r->buf == NULL) {
+        return kvf_rd_empty; /* len is 0, so n is 0 */
     }
     p = r->buf + r->off;
     r->off += n;
