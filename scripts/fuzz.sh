@@ -60,12 +60,14 @@ done
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
-# run_one TARGET: runs it, then writes "execs secs exec/s crashes" to
+# run_one TARGET: runs it, then writes "execs seconds exec/s crashes"
+# (exec/s over the wall time, start-up included) to
 # <build dir>/fuzz-logs/TARGET.res
 run_one() {
     local t=$1 bin=$bdir/tests/fuzz/$1 seeds=$root/tests/fuzz/corpus/$1
     local work=$bdir/fuzz-work/$t art=$bdir/fuzz-crashes/$t
     local log=$bdir/fuzz-logs/$t.log limit rc=0 t0 t1 execs eps crashes
+    local secs_used
     rm -rf "$art"
     mkdir -p "$work" "$art" "$bdir/fuzz-logs"
     if [ ! -x "$bin" ] || [ ! -d "$seeds" ]; then
@@ -84,13 +86,14 @@ run_one() {
         >"$log" 2>&1 || rc=$?
     t1=$(date +%s.%N)
     execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
-    eps=$(awk '/stat::average_exec_per_sec/ {print $2}' "$log" | tail -1)
+    secs_used=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+    eps=$(awk -v n="${execs:-0}" -v s="$secs_used" \
+        'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
     crashes=$(find "$art" -type f | wc -l)
     if [ $rc -ne 0 ] && [ "$crashes" -eq 0 ]; then
         crashes=1 # died without leaving an input (e.g. out of memory)
     fi
-    echo "${execs:-0} $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') ${eps:-0} $crashes" \
-        >"$bdir/fuzz-logs/$t.res"
+    echo "${execs:-0} $secs_used $eps $crashes" >"$bdir/fuzz-logs/$t.res"
 }
 
 running=0
