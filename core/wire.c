@@ -74,9 +74,19 @@ void kvf_wr_init(kvf_wr_t *w)
     memset(w, 0, sizeof(*w));
 }
 
+void kvf_wr_init_fixed(kvf_wr_t *w, void *buf, size_t cap)
+{
+    memset(w, 0, sizeof(*w));
+    w->buf = buf;
+    w->cap = cap;
+    w->fixed = 1;
+}
+
 void kvf_wr_free(kvf_wr_t *w)
 {
-    kvf_free(w->buf);
+    if (!w->fixed) {
+        kvf_free(w->buf);
+    }
     memset(w, 0, sizeof(*w));
 }
 
@@ -86,6 +96,13 @@ static unsigned char *kvf_wr_reserve(kvf_wr_t *w, size_t n)
     unsigned char *nb;
 
     if (w->failed) {
+        return NULL;
+    }
+    if (n == 0) {
+        return w->buf; /* nothing to reserve; NULL before any growth */
+    }
+    if (n > w->cap - w->len && w->fixed) {
+        w->failed = 1;
         return NULL;
     }
     if (w->len + n > w->cap) {
@@ -157,7 +174,10 @@ void kvf_wr_str(kvf_wr_t *w, const char *s)
 
 kvf_status_t kvf_wr_status(const kvf_wr_t *w)
 {
-    return w->failed ? KVF_ERR_NO_MEMORY : KVF_OK;
+    if (!w->failed) {
+        return KVF_OK;
+    }
+    return w->fixed ? KVF_ERR_MSG_TOO_LARGE : KVF_ERR_NO_MEMORY;
 }
 
 void kvf_rd_init(kvf_rd_t *r, const void *buf, size_t len)
@@ -168,6 +188,9 @@ void kvf_rd_init(kvf_rd_t *r, const void *buf, size_t len)
     r->failed = 0;
 }
 
+/* What a read of 0 bytes returns over an empty buffer given as NULL. */
+static const unsigned char kvf_rd_empty[1];
+
 const void *kvf_rd_bytes(kvf_rd_t *r, size_t n)
 {
     const void *p;
@@ -175,6 +198,9 @@ const void *kvf_rd_bytes(kvf_rd_t *r, size_t n)
     if (r->failed || n > r->len - r->off) {
         r->failed = 1;
         return NULL;
+    }
+    if (r->buf == NULL) {
+        return kvf_rd_empty; /* len is 0, so n is 0 */
     }
     p = r->buf + r->off;
     r->off += n;
@@ -232,4 +258,9 @@ size_t kvf_rd_left(const kvf_rd_t *r)
 kvf_status_t kvf_rd_status(const kvf_rd_t *r)
 {
     return r->failed ? KVF_ERR_PROTOCOL : KVF_OK;
+}
+
+kvf_status_t kvf_rd_end(const kvf_rd_t *r)
+{
+    return (r->failed || r->off != r->len) ? KVF_ERR_PROTOCOL : KVF_OK;
 }

@@ -41,16 +41,21 @@ void kvf_frame_pack(const kvf_frame_hdr_t *hdr,
 kvf_status_t kvf_frame_unpack(const unsigned char in[KVF_WIRE_HDR_LEN],
                               kvf_frame_hdr_t *hdr_p);
 
-/* Growable little-endian writer. On allocation failure it latches an
- * error and kvf_wr_status() reports KVF_ERR_NO_MEMORY. */
+/* Little-endian writer, growable (kvf_wr_init) or over a caller's
+ * buffer of fixed size (kvf_wr_init_fixed). The first failure latches:
+ * allocation failure reports KVF_ERR_NO_MEMORY, a full fixed buffer
+ * KVF_ERR_MSG_TOO_LARGE, and later writes do nothing. */
 typedef struct kvf_wr {
     unsigned char *buf;
     size_t len;
     size_t cap;
     int failed;
+    int fixed; /* buf is the caller's: never grown, never freed */
 } kvf_wr_t;
 
 void kvf_wr_init(kvf_wr_t *w);
+/* Writes into buf (borrowed, cap bytes). */
+void kvf_wr_init_fixed(kvf_wr_t *w, void *buf, size_t cap);
 void kvf_wr_free(kvf_wr_t *w);
 void kvf_wr_u8(kvf_wr_t *w, uint8_t v);
 void kvf_wr_u16(kvf_wr_t *w, uint16_t v);
@@ -82,5 +87,8 @@ const void *kvf_rd_bytes(kvf_rd_t *r, size_t n);
 void kvf_rd_str(kvf_rd_t *r, char *out, size_t outlen);
 size_t kvf_rd_left(const kvf_rd_t *r);
 kvf_status_t kvf_rd_status(const kvf_rd_t *r);
+/* KVF_OK when every read succeeded and the whole buffer was consumed;
+ * else KVF_ERR_PROTOCOL (short input or trailing bytes). */
+kvf_status_t kvf_rd_end(const kvf_rd_t *r);
 
 #endif

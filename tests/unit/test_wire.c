@@ -226,6 +226,35 @@ static void test_hash_wide(void **state)
     assert_true(kvf_hash64(b, 65536, 0) == h0);
 }
 
+/* A writer over a fixed buffer fails by itself when the buffer is full;
+ * kvf_rd_end refuses short and long input. */
+static void test_wr_fixed_rd_end(void **state)
+{
+    unsigned char buf[12];
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    (void)state;
+    kvf_wr_init_fixed(&w, buf, sizeof(buf));
+    kvf_wr_u64(&w, 0x0102030405060708ull);
+    kvf_wr_u32(&w, 0x0a0b0c0d);
+    assert_int_equal(kvf_wr_status(&w), KVF_OK);
+    assert_int_equal(w.len, 12);
+    kvf_wr_u8(&w, 1); /* one past the end */
+    assert_int_equal(kvf_wr_status(&w), KVF_ERR_MSG_TOO_LARGE);
+    assert_int_equal(w.len, 12);
+    kvf_wr_free(&w); /* never frees the caller's buffer */
+    assert_int_equal(buf[0], 0x08);
+
+    kvf_rd_init(&r, buf, sizeof(buf));
+    assert_true(kvf_rd_u64(&r) == 0x0102030405060708ull);
+    assert_int_equal(kvf_rd_end(&r), KVF_ERR_PROTOCOL); /* 4 bytes left */
+    assert_int_equal(kvf_rd_u32(&r), 0x0a0b0c0d);
+    assert_int_equal(kvf_rd_end(&r), KVF_OK);
+    assert_int_equal(kvf_rd_u8(&r), 0); /* short: latches */
+    assert_int_equal(kvf_rd_end(&r), KVF_ERR_PROTOCOL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -233,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_frame_malformed),
         cmocka_unit_test(test_rd_wr),
         cmocka_unit_test(test_rd_garbage),
+        cmocka_unit_test(test_wr_fixed_rd_end),
         cmocka_unit_test(test_hash),
         cmocka_unit_test(test_hash_wide),
     };

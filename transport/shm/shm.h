@@ -11,40 +11,22 @@
  * network namespace of the same kernel. The iface address published in
  * the segment descriptor is "shm:<host id, 16 hex>:<nonce, 32 hex>".
  *
- * Frames are core/wire.h headers plus metadata; no payload travels on
- * the socket. File descriptors ride along as SCM_RIGHTS.
- *
- *   HELLO       i->t  u32 version, 16-byte nonce, u64 host id
- *   HELLO_ACK   t->i  u32 pid, u64 epoch; the probe memfd attached, whose
- *                     first page holds "KVFSHM1", the nonce, the host id
- *   BEGIN       i->t  flags = op type; count x {u64 addr, u64 len}. The
- *                     target checks every entry under its region read
- *                     lock (acquire), held while any lease of the
- *                     connection is open: this opens a *lease*. Up to
- *                     KVF_SHM_PIPE leases may be open (pipelining)
- *   GRANT       t->i  u64 epoch, u32 left_ms (validity left: the lease
- *                     is revoked that long after this reply), u32 nallocs,
- *                     u32 nexc, nallocs x {u64 id, u64 base, u64 len,
- *                     u64 range}, nexc x {u32 index, i32 status}. range:
- *                     [base, base+range) lies in one registered region, so
- *                     while the lease is open any block inside it may be
- *                     moved without asking again (0: no such grant);
- *                     entries not listed lie in one of the allocations;
- *                     status KVF_INPROGRESS = registered but not
- *                     shareable by fd (go through STAGE), else refused
- *   MAP         i->t  (in a lease) u64 id of a granted allocation
- *   MAP_ACK     t->i  u64 id, base, len; its memfd attached
- *   STAGE_SETUP i->t  the initiator's staging memfd attached
- *   STAGE       i->t  flags = op type; entries moved by the target itself
- *                     between its memory and the staging buffer, in order
- *   END         i->t  closes the oldest open lease; no reply. A lease
- *                     past its time is revoked and its connection closed;
- *                     the initiator counts a lease valid when its copy
- *                     ended before left_ms (own clock, counted from before
- *                     BEGIN) and the connection shows no hang-up after
- *   SYNC        i->t  count x u64 ids the initiator maps; SYNC_ACK lists
- *                     the ones released since (u64 epoch first)
- *   SUM         i->t  entries; SUM_ACK count x u64 checksums
+ * The messages and their fields are in msg.h. What they do: HELLO
+ * proves the initiator reached this very iface (the probe memfd). BEGIN
+ * has the target check every entry under its region read lock
+ * (acquire), held while any lease of the connection is open: this opens
+ * a *lease*; up to KVF_SHM_PIPE leases may be open (pipelining). GRANT
+ * says which allocations the entries lie in (MAP fetches one's memfd,
+ * within the lease), which ranges may be used again without asking
+ * while the lease is open, and which entries the target moves itself
+ * (STAGE, through the initiator's staging memfd of STAGE_SETUP) or
+ * refuses. left_ms: the lease is revoked that long after the GRANT. END
+ * closes the oldest open lease; no reply. A lease past its time is
+ * revoked and its connection closed; the initiator counts a lease valid
+ * when its copy ended before left_ms (own clock, counted from before
+ * BEGIN) and the connection shows no hang-up after. SYNC lists the
+ * allocations the initiator maps; SYNC_ACK names those released since.
+ * SUM returns checksums the target computes over its own memory.
  */
 #ifndef KVF_SHM_H
 #define KVF_SHM_H
@@ -53,30 +35,8 @@
 
 #include <pthread.h>
 
-enum kvf_shm_msg {
-    KVF_SHM_HELLO = 1,
-    KVF_SHM_HELLO_ACK = 2,
-    KVF_SHM_BEGIN = 3,
-    KVF_SHM_GRANT = 4,
-    KVF_SHM_MAP = 5,
-    KVF_SHM_MAP_ACK = 6,
-    KVF_SHM_STAGE_SETUP = 7,
-    KVF_SHM_STAGE_SETUP_ACK = 8,
-    KVF_SHM_STAGE = 9,
-    KVF_SHM_STAGE_ACK = 10,
-    KVF_SHM_END = 11,
-    KVF_SHM_SYNC = 13,
-    KVF_SHM_SYNC_ACK = 14,
-    KVF_SHM_SUM = 15,
-    KVF_SHM_SUM_ACK = 16
-};
+#include "transport/shm/msg.h"
 
-#define KVF_SHM_PROTO           1
-#define KVF_SHM_NONCE_LEN       16
-#define KVF_SHM_ENTRY_LEN       16
-#define KVF_SHM_EXC_LEN         8
-#define KVF_SHM_ALLOC_LEN       24 /* MAP_ACK: id, base, len */
-#define KVF_SHM_GRANT_ALLOC_LEN 32 /* GRANT: id, base, len, range */
 #define KVF_SHM_RIDE_MS                                                        \
     20 /* a lease carries later requests                                       \
           (inside its range grants) for                                        \
@@ -87,18 +47,12 @@ enum kvf_shm_msg {
 #define KVF_SHM_WARM_MS                                                        \
     200 /* a worker that moved requests this recently keeps a lease open       \
            while idle, renewed every KVF_SHM_RIDE_MS (KVF_SHM_WARM_MS env) */
-#define KVF_SHM_PROBE_MAGIC  "KVFSHM1"
-#define KVF_SHM_PROBE_LEN    4096
 #define KVF_SHM_STAGE_LEN    (4u << 20) /* staging buffer per connection */
 #define KVF_SHM_LEASE_BYTES  (8u << 20) /* a lease covers at most this */
 #define KVF_SHM_LEASE_MIN    (1u << 20) /* ... and takes its share above this */
 #define KVF_SHM_LEASE_SEGS   4096       /* ... and this many entries */
 #define KVF_SHM_STREAM_MIN   (1u << 20) /* leases from this size stream */
 #define KVF_SHM_PREFETCH_LEN 1024       /* WRITEs, see kvf_shm_lease_copy */
-#define KVF_SHM_ENTRIES_MAX  65536      /* per message */
-#define KVF_SHM_LEASE_ALLOCS                                                   \
-    64 /* distinct allocations a lease                                         \
-          may grant; more go by STAGE */
 #define KVF_SHM_ADDR_MAX 64
 
 /* Growable scratch buffer. */
@@ -136,11 +90,6 @@ kvf_status_t kvf_shm_send(int fd, uint8_t type, uint16_t flags,
  * NULL). Frames with payload or oversized metadata: KVF_ERR_PROTOCOL. */
 kvf_status_t kvf_shm_recv(int fd, kvf_frame_hdr_t *hdr, kvf_shm_buf_t *buf,
                           int *rfd_p, uint64_t deadline_ms);
-
-void kvf_shm_put32(unsigned char *p, uint32_t v);
-void kvf_shm_put64(unsigned char *p, uint64_t v);
-uint32_t kvf_shm_get32(const unsigned char *p);
-uint64_t kvf_shm_get64(const unsigned char *p);
 
 /* memcpy when both sides are host memory; through the memory layer when
  * one side lies in a registered GPU region. */

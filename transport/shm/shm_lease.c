@@ -146,62 +146,58 @@ static kvf_status_t kvf_shm_post(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
     return st;
 }
 
-/* GRANT: u64 epoch, u32 nallocs, u32 nexc, allocations, exceptions. */
+/* A GRANT that opened no lease, or could not be read: every entry gets
+ * the verdict st. */
+static void kvf_shm_grant_refused(kvf_shm_lease_t *l, kvf_status_t st)
+{
+    size_t i;
+
+    l->nallocs = 0;
+    for (i = 0; i < l->n; i++) {
+        l->excs[i] = st;
+    }
+}
+
+/* GRANT (msg.h): the lease's allocations and the entries' verdicts. */
 static void kvf_shm_on_grant(kvf_tl_ep_t *ep, kvf_shm_lease_t *l,
                              const kvf_frame_hdr_t *h, const unsigned char *r)
 {
-    uint32_t nallocs, nexc, idx, k;
+    kvf_shm_grant_t g;
+    kvf_shm_exc_t e;
+    kvf_rd_t rd;
+    uint32_t k;
     size_t i;
-    int32_t v;
 
     l->state = KVF_SHM_L_GRANTED;
     if (h->status != KVF_OK) { /* no lease was opened */
-        for (i = 0; i < l->n; i++) {
-            l->excs[i] = (kvf_status_t)h->status;
-        }
+        kvf_shm_grant_refused(l, (kvf_status_t)h->status);
         l->end_status = (kvf_status_t)h->status;
         l->state = KVF_SHM_L_DONE;
         return;
     }
-    nallocs = h->meta_len >= 20 ? kvf_shm_get32(r + 12) : 0;
-    nexc = h->meta_len >= 20 ? kvf_shm_get32(r + 16) : 0;
-    if (h->meta_len < 20 || nallocs > KVF_SHM_LEASE_ALLOCS || nexc > l->n ||
-        h->meta_len != 20 + (uint64_t)nallocs * KVF_SHM_GRANT_ALLOC_LEN +
-                           (uint64_t)nexc * KVF_SHM_EXC_LEN) {
+    if (kvf_shm_grant_dec(&rd, r, h->meta_len, &g) != KVF_OK || g.nexc > l->n) {
         kvf_warn("shm: malformed grant (%u bytes)", h->meta_len);
-        l->nallocs = 0;
-        for (i = 0; i < l->n; i++) {
-            l->excs[i] = KVF_ERR_PROTOCOL;
-        }
+        kvf_shm_grant_refused(l, KVF_ERR_PROTOCOL);
         return;
     }
-    if (kvf_shm_get64(r) !=
-        __atomic_load_n(&ep->epoch_seen, __ATOMIC_RELAXED)) {
+    if (g.epoch != __atomic_load_n(&ep->epoch_seen, __ATOMIC_RELAXED)) {
         __atomic_store_n(&ep->need_sync, 1, __ATOMIC_RELAXED);
     }
-    l->valid_until_ms = l->begin_ms + kvf_shm_get32(r + 8);
-    l->nallocs = nallocs;
-    for (k = 0; k < nallocs; k++) {
-        const unsigned char *a = r + 20 + k * KVF_SHM_GRANT_ALLOC_LEN;
-
-        l->ids[k] = kvf_shm_get64(a);
-        l->bases[k] = kvf_shm_get64(a + 8);
-        l->alens[k] = kvf_shm_get64(a + 16);
-        l->ranges[k] = kvf_shm_get64(a + 24);
-        if (l->ranges[k] > l->alens[k]) {
-            l->ranges[k] = 0;
-        }
+    l->valid_until_ms = l->begin_ms + g.left_ms;
+    l->nallocs = g.nallocs;
+    for (k = 0; k < g.nallocs; k++) {
+        l->ids[k] = g.allocs[k].id;
+        l->bases[k] = g.allocs[k].base;
+        l->alens[k] = g.allocs[k].len;
+        l->ranges[k] = g.allocs[k].range;
     }
     for (i = 0; i < l->n; i++) {
         l->excs[i] = KVF_OK;
     }
-    r += 20 + (size_t)nallocs * KVF_SHM_GRANT_ALLOC_LEN;
-    for (k = 0; k < nexc; k++) {
-        idx = kvf_shm_get32(r + k * KVF_SHM_EXC_LEN);
-        v = (int32_t)kvf_shm_get32(r + k * KVF_SHM_EXC_LEN + 4);
-        if (idx < l->n) {
-            l->excs[idx] = (v == KVF_INPROGRESS || v < 0) ? (kvf_status_t)v
-                                                          : KVF_ERR_PROTOCOL;
+    for (k = 0; k < g.nexc; k++) {
+        kvf_shm_exc_dec(&rd, &e);
+        if (e.index < l->n) {
+            l->excs[e.index] = e.status;
         }
     }
 }
@@ -261,17 +257,19 @@ kvf_status_t kvf_shm_pump(kvf_tl_ep_t *ep, kvf_shm_conn_t *c, uint8_t want,
 /* Maps the probe the target sent and checks it names this very iface. */
 static kvf_status_t kvf_shm_check_probe(kvf_tl_ep_t *ep, int fd)
 {
+    unsigned char nonce[KVF_SHM_NONCE_LEN];
     const unsigned char *p;
     kvf_status_t st = KVF_OK;
+    uint64_t host_id;
 
     p = mmap(NULL, KVF_SHM_PROBE_LEN, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         kvf_info("shm: cannot map the target's probe: %m");
         return KVF_ERR_UNAVAILABLE;
     }
-    if (memcmp(p, KVF_SHM_PROBE_MAGIC, sizeof(KVF_SHM_PROBE_MAGIC)) != 0 ||
-        memcmp(p + 8, ep->nonce, KVF_SHM_NONCE_LEN) != 0 ||
-        kvf_shm_get64(p + 8 + KVF_SHM_NONCE_LEN) != ep->iface->host_id) {
+    if (kvf_shm_probe_dec(p, KVF_SHM_PROBE_LEN, nonce, &host_id) != KVF_OK ||
+        memcmp(nonce, ep->nonce, KVF_SHM_NONCE_LEN) != 0 ||
+        host_id != ep->iface->host_id) {
         kvf_warn("shm: the target's probe does not match its descriptor");
         st = KVF_ERR_UNAVAILABLE;
     }
@@ -282,9 +280,11 @@ static kvf_status_t kvf_shm_check_probe(kvf_tl_ep_t *ep, int fd)
 kvf_status_t kvf_shm_conn_open(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
 {
     uint64_t deadline = kvf_time_ms() + ep->timeout_ms;
-    unsigned char meta[4 + KVF_SHM_NONCE_LEN + 8];
+    kvf_shm_hello_t hello = {.version = KVF_SHM_PROTO};
+    kvf_shm_hello_ack_t ack;
     kvf_frame_hdr_t h;
     kvf_status_t st;
+    kvf_wr_t w;
     int pfd = -1;
 
     c->fd = -1;
@@ -293,16 +293,25 @@ kvf_status_t kvf_shm_conn_open(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
     if (st != KVF_OK) {
         return st;
     }
-    kvf_shm_put32(meta, KVF_SHM_PROTO);
-    memcpy(meta + 4, ep->nonce, KVF_SHM_NONCE_LEN);
-    kvf_shm_put64(meta + 4 + KVF_SHM_NONCE_LEN, ep->iface->host_id);
-    st = kvf_shm_post(ep, c, KVF_SHM_HELLO, 0, meta, sizeof(meta), 0, -1,
-                      KVF_SHM_HELLO_ACK, NULL);
+    memcpy(hello.nonce, ep->nonce, KVF_SHM_NONCE_LEN);
+    hello.host_id = ep->iface->host_id;
+    kvf_wr_init(&w);
+    kvf_shm_hello_enc(&w, &hello);
+    st = kvf_wr_status(&w);
+    if (st == KVF_OK) {
+        st = kvf_shm_post(ep, c, KVF_SHM_HELLO, 0, w.buf, (uint32_t)w.len, 0,
+                          -1, KVF_SHM_HELLO_ACK, NULL);
+    }
+    kvf_wr_free(&w);
     if (st == KVF_OK) {
         st = kvf_shm_pump(ep, c, KVF_SHM_HELLO_ACK, &h, &pfd);
     }
-    if (st == KVF_OK && (h.status != KVF_OK || h.meta_len != 12 || pfd < 0)) {
-        st = (h.status != KVF_OK) ? (kvf_status_t)h.status : KVF_ERR_PROTOCOL;
+    if (st == KVF_OK && h.status != KVF_OK) {
+        st = (kvf_status_t)h.status;
+    } else if (st == KVF_OK && pfd < 0) {
+        st = KVF_ERR_PROTOCOL;
+    } else if (st == KVF_OK) {
+        st = kvf_shm_hello_ack_dec(c->reply.p, h.meta_len, &ack);
     }
     if (st == KVF_OK) {
         st = kvf_shm_check_probe(ep, pfd);
@@ -391,15 +400,16 @@ kvf_status_t kvf_shm_post_begin(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                 kvf_shm_lease_t *l)
 {
     kvf_status_t st;
+    kvf_wr_t w;
     size_t i;
 
     st = kvf_shm_buf_reserve(&c->meta, l->n * KVF_SHM_ENTRY_LEN + 1);
     if (st != KVF_OK) {
         return st;
     }
+    kvf_wr_init_fixed(&w, c->meta.p, c->meta.cap);
     for (i = 0; i < l->n; i++) {
-        kvf_shm_put64(c->meta.p + i * KVF_SHM_ENTRY_LEN, l->remote[i]);
-        kvf_shm_put64(c->meta.p + i * KVF_SHM_ENTRY_LEN + 8, l->lens[i]);
+        kvf_shm_entry_enc(&w, l->remote[i], l->lens[i]);
     }
     l->nallocs = 0;
     l->end_status = KVF_OK;
@@ -407,8 +417,7 @@ kvf_status_t kvf_shm_post_begin(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
     l->begin_ms = kvf_time_ms();
     l->state = KVF_SHM_L_BEGUN;
     return kvf_shm_post(ep, c, KVF_SHM_BEGIN, (uint16_t)l->type, c->meta.p,
-                        (uint32_t)(l->n * KVF_SHM_ENTRY_LEN), (uint32_t)l->n,
-                        -1, KVF_SHM_GRANT, l);
+                        (uint32_t)w.len, (uint32_t)l->n, -1, KVF_SHM_GRANT, l);
 }
 
 kvf_status_t kvf_shm_lease_held(kvf_shm_conn_t *c, const kvf_shm_lease_t *l)
@@ -498,14 +507,17 @@ kvf_status_t kvf_shm_lease_ride(kvf_tl_ep_t *ep, const kvf_shm_lease_t *open,
 static kvf_status_t kvf_shm_map_in(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                    const kvf_shm_lease_t *l, unsigned k)
 {
-    unsigned char meta[8];
+    unsigned char meta[KVF_SHM_MAP_LEN];
+    kvf_shm_alloc_t a;
     kvf_frame_hdr_t h;
     kvf_status_t st;
+    kvf_wr_t w;
     void *p;
     int fd = -1;
 
-    kvf_shm_put64(meta, l->ids[k]);
-    st = kvf_shm_post(ep, c, KVF_SHM_MAP, 0, meta, sizeof(meta), 0, -1,
+    kvf_wr_init_fixed(&w, meta, sizeof(meta));
+    kvf_shm_map_enc(&w, l->ids[k]);
+    st = kvf_shm_post(ep, c, KVF_SHM_MAP, 0, meta, (uint32_t)w.len, 0, -1,
                       KVF_SHM_MAP_ACK, NULL);
     if (st == KVF_OK) {
         st = kvf_shm_pump(ep, c, KVF_SHM_MAP_ACK, &h, &fd);
@@ -515,10 +527,10 @@ static kvf_status_t kvf_shm_map_in(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
     }
     if (h.status != KVF_OK) {
         st = (kvf_status_t)h.status;
-    } else if (fd < 0 || h.meta_len != KVF_SHM_ALLOC_LEN ||
-               kvf_shm_get64(c->reply.p) != l->ids[k] ||
-               kvf_shm_get64(c->reply.p + 8) != l->bases[k] ||
-               kvf_shm_get64(c->reply.p + 16) != l->alens[k]) {
+    } else if (fd < 0 ||
+               kvf_shm_map_ack_dec(c->reply.p, h.meta_len, &a) != KVF_OK ||
+               a.id != l->ids[k] || a.base != l->bases[k] ||
+               a.len != l->alens[k]) {
         st = KVF_ERR_PROTOCOL;
     }
     if (st != KVF_OK) {
@@ -641,18 +653,123 @@ static kvf_status_t kvf_shm_stage_setup(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
     return KVF_OK;
 }
 
+/* A place in the staged entries: staged[i], done bytes into it. */
+typedef struct kvf_shm_stage_pos {
+    size_t i;
+    uint64_t done;
+} kvf_shm_stage_pos_t;
+
+/* Packs (pieces of) staged entries from *pos into one STAGE: entries
+ * into w, and for a WRITE their bytes into the staging buffer (the first
+ * copy failure in *vst). Advances *pos; returns the bytes packed. */
+static uint64_t kvf_shm_stage_pack(kvf_shm_conn_t *c, kvf_shm_lease_t *l,
+                                   size_t ns, kvf_shm_stage_pos_t *pos,
+                                   kvf_wr_t *w, uint32_t *count_p,
+                                   kvf_status_t *vst)
+{
+    const uint32_t cap_entries = KVF_SHM_STAGE_LEN / 4096;
+    uint64_t off = 0, piece;
+    uint32_t count = 0;
+    size_t e;
+
+    while (pos->i < ns && off < KVF_SHM_STAGE_LEN && count < cap_entries) {
+        e = l->staged[pos->i];
+        piece = l->lens[e] - pos->done;
+        if (piece > KVF_SHM_STAGE_LEN - off) {
+            piece = KVF_SHM_STAGE_LEN - off;
+        }
+        kvf_shm_entry_enc(w, l->remote[e] + pos->done, piece);
+        if (l->type == KVF_OP_WRITE && *vst == KVF_OK) {
+            *vst = kvf_shm_copy(c->stage + off, (char *)l->local[e] + pos->done,
+                                piece);
+        }
+        off += piece;
+        pos->done += piece;
+        count++;
+        if (pos->done == l->lens[e]) {
+            pos->i++;
+            pos->done = 0;
+        }
+    }
+    *count_p = count;
+    return off;
+}
+
+/* READ: unpacks the off bytes of one STAGE from the staging buffer into
+ * the same pieces, in the same order, from pos on. */
+static kvf_status_t kvf_shm_stage_unpack(kvf_shm_conn_t *c, kvf_shm_lease_t *l,
+                                         kvf_shm_stage_pos_t pos, uint64_t off)
+{
+    kvf_status_t vst = KVF_OK;
+    uint64_t piece, o = 0;
+    size_t e;
+
+    while (vst == KVF_OK && o < off) {
+        e = l->staged[pos.i];
+        piece = l->lens[e] - pos.done;
+        if (piece > off - o) {
+            piece = off - o;
+        }
+        vst = kvf_shm_copy((char *)l->local[e] + pos.done, c->stage + o, piece);
+        o += piece;
+        pos.done += piece;
+        if (pos.done == l->lens[e]) {
+            pos.i++;
+            pos.done = 0;
+        }
+    }
+    return vst;
+}
+
+/* One STAGE exchange from *pos on; the verdict goes to every entry it
+ * touched. Returns a connection error. */
+static kvf_status_t kvf_shm_stage_one(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
+                                      kvf_shm_lease_t *l, size_t ns,
+                                      kvf_shm_stage_pos_t *pos)
+{
+    kvf_shm_stage_pos_t first = *pos;
+    kvf_status_t st, vst = KVF_OK;
+    kvf_frame_hdr_t h;
+    uint32_t count;
+    uint64_t off;
+    kvf_wr_t w;
+    size_t j;
+
+    kvf_wr_init_fixed(&w, c->meta.p, c->meta.cap);
+    off = kvf_shm_stage_pack(c, l, ns, pos, &w, &count, &vst);
+    st = kvf_shm_post(ep, c, KVF_SHM_STAGE, (uint16_t)l->type, c->meta.p,
+                      (uint32_t)w.len, count, -1, KVF_SHM_STAGE_ACK, NULL);
+    if (st == KVF_OK) {
+        st = kvf_shm_pump(ep, c, KVF_SHM_STAGE_ACK, &h, NULL);
+    }
+    if (st != KVF_OK) {
+        return st;
+    }
+    if (vst == KVF_OK) {
+        vst = (kvf_status_t)h.status;
+    }
+    if (vst == KVF_OK && l->type == KVF_OP_READ) {
+        vst = kvf_shm_stage_unpack(c, l, first, off);
+    }
+    /* every entry touched by this exchange shares its verdict */
+    for (j = first.i;
+         j < pos->i || (j == pos->i && pos->i < ns && pos->done > 0); j++) {
+        if (l->st[l->staged[j]] == KVF_OK || vst != KVF_OK) {
+            l->st[l->staged[j]] = vst;
+        }
+    }
+    return KVF_OK;
+}
+
 /* Moves the entries listed in l->staged[0..ns) through the staging
  * buffer, packing (pieces of) as many as it holds per STAGE. Returns a
  * connection error; the target's verdict per STAGE goes to st[]. */
 static kvf_status_t kvf_shm_stage_move(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                        kvf_shm_lease_t *l, size_t ns)
 {
-    const uint32_t cap_entries = KVF_SHM_STAGE_LEN / 4096;
-    uint64_t off, piece, done = 0, first_done, d, o;
-    size_t i = 0, first_i, j, e;
-    kvf_frame_hdr_t h;
-    kvf_status_t st, vst;
-    uint32_t count;
+    kvf_shm_stage_pos_t pos = {0, 0};
+    kvf_status_t st;
+    size_t e;
 
     if (c->stage == NULL) {
         st = kvf_shm_stage_setup(ep, c);
@@ -663,76 +780,12 @@ static kvf_status_t kvf_shm_stage_move(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
             return (st == KVF_ERR_NO_RESOURCE) ? KVF_OK : st;
         }
     }
-    st = kvf_shm_buf_reserve(&c->meta, cap_entries * KVF_SHM_ENTRY_LEN);
-    if (st != KVF_OK) {
-        return st;
+    st = kvf_shm_buf_reserve(&c->meta,
+                             (KVF_SHM_STAGE_LEN / 4096) * KVF_SHM_ENTRY_LEN);
+    while (st == KVF_OK && pos.i < ns) {
+        st = kvf_shm_stage_one(ep, c, l, ns, &pos);
     }
-    while (i < ns) {
-        first_i = i;
-        first_done = done;
-        off = 0;
-        count = 0;
-        vst = KVF_OK;
-        while (i < ns && off < KVF_SHM_STAGE_LEN && count < cap_entries) {
-            e = l->staged[i];
-            piece = l->lens[e] - done;
-            if (piece > KVF_SHM_STAGE_LEN - off) {
-                piece = KVF_SHM_STAGE_LEN - off;
-            }
-            kvf_shm_put64(c->meta.p + count * KVF_SHM_ENTRY_LEN,
-                          l->remote[e] + done);
-            kvf_shm_put64(c->meta.p + count * KVF_SHM_ENTRY_LEN + 8, piece);
-            if (l->type == KVF_OP_WRITE && vst == KVF_OK) {
-                vst = kvf_shm_copy(c->stage + off, (char *)l->local[e] + done,
-                                   piece);
-            }
-            off += piece;
-            done += piece;
-            count++;
-            if (done == l->lens[e]) {
-                i++;
-                done = 0;
-            }
-        }
-        st = kvf_shm_post(ep, c, KVF_SHM_STAGE, (uint16_t)l->type, c->meta.p,
-                          count * KVF_SHM_ENTRY_LEN, count, -1,
-                          KVF_SHM_STAGE_ACK, NULL);
-        if (st == KVF_OK) {
-            st = kvf_shm_pump(ep, c, KVF_SHM_STAGE_ACK, &h, NULL);
-        }
-        if (st != KVF_OK) {
-            return st;
-        }
-        if (vst == KVF_OK) {
-            vst = (kvf_status_t)h.status;
-        }
-        if (vst == KVF_OK && l->type == KVF_OP_READ) {
-            /* unpack the same pieces in the same order */
-            for (j = first_i, d = first_done, o = 0;
-                 vst == KVF_OK && o < off;) {
-                e = l->staged[j];
-                piece = l->lens[e] - d;
-                if (piece > off - o) {
-                    piece = off - o;
-                }
-                vst =
-                    kvf_shm_copy((char *)l->local[e] + d, c->stage + o, piece);
-                o += piece;
-                d += piece;
-                if (d == l->lens[e]) {
-                    j++;
-                    d = 0;
-                }
-            }
-        }
-        /* every entry touched by this exchange shares its verdict */
-        for (j = first_i; j < i || (j == i && i < ns && done > 0); j++) {
-            if (l->st[l->staged[j]] == KVF_OK || vst != KVF_OK) {
-                l->st[l->staged[j]] = vst;
-            }
-        }
-    }
-    return KVF_OK;
+    return st;
 }
 
 /* Entries i and i + 1 copied together (kvf_shm_copy_stream2); 0 when
@@ -809,18 +862,21 @@ kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
 {
     kvf_frame_hdr_t h;
     kvf_status_t st;
-    uint64_t id;
+    uint64_t id, epoch;
     size_t i, j, n;
+    kvf_wr_t w;
+    kvf_rd_t r;
 
     pthread_rwlock_rdlock(&ep->map_lock);
     n = ep->nmaps;
-    st = kvf_shm_buf_reserve(&c->meta, n * 8 + 1);
+    st = kvf_shm_buf_reserve(&c->meta, n * KVF_SHM_ID_LEN + 1);
+    kvf_wr_init_fixed(&w, c->meta.p, c->meta.cap);
     for (i = 0; st == KVF_OK && i < n; i++) {
-        kvf_shm_put64(c->meta.p + i * 8, ep->maps[i].id);
+        kvf_shm_id_enc(&w, ep->maps[i].id);
     }
     pthread_rwlock_unlock(&ep->map_lock);
     if (st == KVF_OK) {
-        st = kvf_shm_post(ep, c, KVF_SHM_SYNC, 0, c->meta.p, (uint32_t)(n * 8),
+        st = kvf_shm_post(ep, c, KVF_SHM_SYNC, 0, c->meta.p, (uint32_t)w.len,
                           (uint32_t)n, -1, KVF_SHM_SYNC_ACK, NULL);
     }
     if (st == KVF_OK) {
@@ -829,12 +885,13 @@ kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
     if (st != KVF_OK) {
         return st;
     }
-    if (h.status != KVF_OK || h.meta_len != 8 + (uint64_t)h.count * 8) {
+    if (h.status != KVF_OK ||
+        kvf_shm_sync_ack_open(&r, &h, c->reply.p, &epoch) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
     pthread_rwlock_wrlock(&ep->map_lock);
     for (i = 0; i < h.count; i++) {
-        id = kvf_shm_get64(c->reply.p + 8 + i * 8);
+        id = kvf_shm_id_dec(&r);
         for (j = 0; j < ep->nmaps; j++) {
             if (ep->maps[j].id == id) {
                 munmap(ep->maps[j].ptr, ep->maps[j].len);
@@ -846,8 +903,7 @@ kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
             }
         }
     }
-    __atomic_store_n(&ep->epoch_seen, kvf_shm_get64(c->reply.p),
-                     __ATOMIC_RELAXED);
+    __atomic_store_n(&ep->epoch_seen, epoch, __ATOMIC_RELAXED);
     pthread_rwlock_unlock(&ep->map_lock);
     return KVF_OK;
 }

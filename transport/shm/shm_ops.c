@@ -131,19 +131,20 @@ static kvf_status_t kvf_shm_sum_some(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
 {
     kvf_frame_hdr_t h;
     kvf_status_t st;
+    kvf_wr_t w;
+    kvf_rd_t r;
     size_t i;
 
     st = kvf_shm_buf_reserve(&c->meta, n * KVF_SHM_ENTRY_LEN);
     if (st != KVF_OK) {
         return st;
     }
+    kvf_wr_init_fixed(&w, c->meta.p, c->meta.cap);
     for (i = 0; i < n; i++) {
-        kvf_shm_put64(c->meta.p + i * KVF_SHM_ENTRY_LEN, remote[i]);
-        kvf_shm_put64(c->meta.p + i * KVF_SHM_ENTRY_LEN + 8, lengths[i]);
+        kvf_shm_entry_enc(&w, remote[i], lengths[i]);
     }
-    st = kvf_shm_send(c->fd, KVF_SHM_SUM, 0, KVF_OK, c->meta.p,
-                      (uint32_t)(n * KVF_SHM_ENTRY_LEN), (uint32_t)n, -1,
-                      kvf_time_ms() + ep->timeout_ms);
+    st = kvf_shm_send(c->fd, KVF_SHM_SUM, 0, KVF_OK, c->meta.p, (uint32_t)w.len,
+                      (uint32_t)n, -1, kvf_time_ms() + ep->timeout_ms);
     if (st == KVF_OK) {
         st = kvf_shm_recv(c->fd, &h, &c->reply, NULL,
                           kvf_time_ms() + ep->timeout_ms);
@@ -157,11 +158,11 @@ static kvf_status_t kvf_shm_sum_some(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
     if (h.status != KVF_OK) {
         return (kvf_status_t)h.status;
     }
-    if (h.count != n || h.meta_len != n * 8) {
+    if (h.count != n || kvf_shm_ids_open(&r, &h, c->reply.p) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
     for (i = 0; i < n; i++) {
-        sums[i] = kvf_shm_get64(c->reply.p + i * 8);
+        sums[i] = kvf_shm_id_dec(&r);
     }
     return KVF_OK;
 }

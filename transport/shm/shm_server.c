@@ -54,6 +54,7 @@ typedef struct kvf_shm_sconn {
     struct kvf_shm_sconn *next;
     kvf_shm_buf_t in;
     kvf_shm_buf_t out;
+    kvf_shm_buf_t exc; /* kvf_shm_exc_t of the GRANT being built */
     int hello;
     /* open leases, oldest first; the region read lock is held while
      * there is one (an initiator pipelines up to KVF_SHM_PIPE) */
@@ -155,10 +156,7 @@ static int kvf_shm_probe_create(const kvf_tl_iface_t *iface)
         kvf_warn("shm: memfd_create: %m");
         return -1;
     }
-    memset(page, 0, sizeof(page));
-    memcpy(page, KVF_SHM_PROBE_MAGIC, sizeof(KVF_SHM_PROBE_MAGIC));
-    memcpy(page + 8, iface->nonce, KVF_SHM_NONCE_LEN);
-    kvf_shm_put64(page + 8 + KVF_SHM_NONCE_LEN, iface->host_id);
+    kvf_shm_probe_enc(page, sizeof(page), iface->nonce, iface->host_id);
     if (pwrite(fd, page, sizeof(page), 0) != (ssize_t)sizeof(page) ||
         fcntl(fd, F_ADD_SEALS,
               F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
@@ -182,37 +180,41 @@ static kvf_status_t kvf_shm_on_hello(kvf_shm_sconn_t *c,
                                      const kvf_frame_hdr_t *h)
 {
     const kvf_tl_iface_t *iface = c->srv->iface;
-    unsigned char meta[12];
-    uint32_t version;
+    kvf_shm_hello_ack_t ack;
+    kvf_shm_hello_t hello;
+    unsigned char meta[KVF_SHM_HELLO_ACK_LEN];
+    kvf_wr_t w;
 
-    if (h->meta_len != 4 + KVF_SHM_NONCE_LEN + 8) {
+    if (kvf_shm_hello_dec(c->in.p, h->meta_len, &hello) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
-    version = kvf_shm_get32(c->in.p);
-    if (version != KVF_SHM_PROTO) {
-        kvf_warn("shm: peer speaks protocol %u, this is %u", version,
+    if (hello.version != KVF_SHM_PROTO) {
+        kvf_warn("shm: peer speaks protocol %u, this is %u", hello.version,
                  KVF_SHM_PROTO);
         kvf_shm_reply(c, KVF_SHM_HELLO_ACK, KVF_ERR_VERSION, NULL, 0, 0, -1);
         return KVF_ERR_VERSION;
     }
-    if (memcmp(c->in.p + 4, iface->nonce, KVF_SHM_NONCE_LEN) != 0 ||
-        kvf_shm_get64(c->in.p + 4 + KVF_SHM_NONCE_LEN) != iface->host_id) {
+    if (memcmp(hello.nonce, iface->nonce, KVF_SHM_NONCE_LEN) != 0 ||
+        hello.host_id != iface->host_id) {
         kvf_warn("shm: hello with a foreign nonce or host id, refused");
         kvf_shm_reply(c, KVF_SHM_HELLO_ACK, KVF_ERR_UNAVAILABLE, NULL, 0, 0,
                       -1);
         return KVF_ERR_UNAVAILABLE;
     }
-    kvf_shm_put32(meta, (uint32_t)getpid());
-    kvf_shm_put64(meta + 4, kvf_shm_mem_epoch());
+    ack.pid = (uint32_t)getpid();
+    ack.epoch = kvf_shm_mem_epoch();
+    kvf_wr_init_fixed(&w, meta, sizeof(meta));
+    kvf_shm_hello_ack_enc(&w, &ack);
     c->hello = 1;
-    return kvf_shm_reply(c, KVF_SHM_HELLO_ACK, KVF_OK, meta, sizeof(meta), 0,
+    return kvf_shm_reply(c, KVF_SHM_HELLO_ACK, KVF_OK, meta, (uint32_t)w.len, 0,
                          c->srv->probe_fd);
 }
 
-static kvf_status_t kvf_shm_check_entries(const kvf_frame_hdr_t *h)
+/* Points r at the entry list of the request h (BEGIN, STAGE, SUM). */
+static kvf_status_t kvf_shm_entries_in(const kvf_shm_sconn_t *c,
+                                       const kvf_frame_hdr_t *h, kvf_rd_t *r)
 {
-    if ((uint64_t)h->count * KVF_SHM_ENTRY_LEN != h->meta_len ||
-        h->count > KVF_SHM_ENTRIES_MAX) {
+    if (kvf_shm_entries_open(r, h, c->in.p) != KVF_OK) {
         kvf_warn("shm: %u entries in %u bytes of metadata", h->count,
                  h->meta_len);
         return KVF_ERR_PROTOCOL;
@@ -255,30 +257,96 @@ static int kvf_shm_granted(const kvf_shm_sconn_t *c, uint64_t id)
     return 0;
 }
 
+/* The verdict on one BEGIN entry: KVF_OK when it lies in an allocation
+ * the lease lists (added to infos when new; *last caches the latest),
+ * KVF_INPROGRESS when this side moves it (STAGE), else the refusal. */
+static kvf_status_t
+kvf_shm_begin_entry(const kvf_shm_sconn_t *c, kvf_shm_slease_t *l,
+                    const kvf_shm_entry_t *e, kvf_shm_alloc_info_t *infos,
+                    kvf_shm_alloc_info_t *last, int *have_last)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    uint64_t addr = e->addr, len = e->len;
+    kvf_tl_mem_t mem;
+    kvf_status_t st;
+    int k;
+
+    st =
+        (len == 0) ? KVF_ERR_INVALID_PARAM : t->access(t->arg, addr, len, &mem);
+    if (st != KVF_OK) {
+        kvf_log_rl(KVF_LOG_WARN, "shm: refused remote access 0x%lx+%lu: %s",
+                   (unsigned long)addr, (unsigned long)len, kvf_status_str(st));
+        return st;
+    }
+    if (mem.type != KVF_MEM_HOST) {
+        return KVF_INPROGRESS; /* GPU / pinned: moved by this side */
+    }
+    if (*have_last && addr >= last->base && addr - last->base < last->len &&
+        len <= last->len - (addr - last->base)) {
+        return KVF_OK;
+    }
+    if (kvf_shm_mem_find(addr, len, last) == 0 &&
+        (k = kvf_shm_lease_id(l, last->id)) >= 0) {
+        infos[k] = *last;
+        *have_last = 1;
+        return KVF_OK;
+    }
+    *have_last = 0;
+    return KVF_INPROGRESS; /* not shareable: moved by this side */
+}
+
+/* The GRANT's allocations: each as far as it was asked for, with a
+ * range grant when registered as a whole (the common case, a pool
+ * registered whole). */
+static void kvf_shm_grant_allocs(const kvf_shm_sconn_t *c,
+                                 const kvf_shm_slease_t *l,
+                                 const kvf_shm_alloc_info_t *infos,
+                                 kvf_shm_grant_t *g)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    kvf_tl_mem_t mem;
+    kvf_status_t st;
+    unsigned i;
+
+    g->nallocs = l->nids;
+    for (i = 0; i < l->nids; i++) {
+        st = t->access(t->arg, infos[i].base, infos[i].asked, &mem);
+        g->allocs[i].id = infos[i].id;
+        g->allocs[i].base = infos[i].base;
+        g->allocs[i].len = infos[i].len;
+        g->allocs[i].range =
+            (st == KVF_OK && mem.type == KVF_MEM_HOST) ? infos[i].asked : 0;
+    }
+}
+
 static kvf_status_t kvf_shm_on_begin(kvf_shm_sconn_t *c,
                                      const kvf_frame_hdr_t *h)
 {
-    const kvf_tl_target_t *t = &c->srv->iface->target;
     kvf_shm_alloc_info_t infos[KVF_SHM_LEASE_ALLOCS], last = {0};
-    uint64_t addr, len;
-    unsigned char *exc, *o;
+    kvf_shm_grant_t g;
+    kvf_shm_exc_t *excs;
     kvf_shm_slease_t *l;
-    kvf_tl_mem_t mem;
-    uint32_t i, nexc = 0;
+    kvf_shm_entry_t e;
     kvf_status_t st;
-    int k, have_last = 0;
+    uint32_t i, nexc = 0;
+    int have_last = 0;
+    kvf_wr_t w;
+    kvf_rd_t r;
 
-    if (c->nopen == KVF_SHM_OPEN_MAX || kvf_shm_check_entries(h) != KVF_OK) {
+    if (c->nopen == KVF_SHM_OPEN_MAX ||
+        kvf_shm_entries_in(c, h, &r) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
     /* worst case: every entry an exception, every allocation listed */
-    st = kvf_shm_buf_reserve(
-        &c->out, 20 + KVF_SHM_LEASE_ALLOCS * KVF_SHM_GRANT_ALLOC_LEN +
-                     (size_t)h->count * KVF_SHM_EXC_LEN);
+    st = kvf_shm_buf_reserve(&c->exc, (size_t)h->count * sizeof(*excs) + 1);
+    if (st == KVF_OK) {
+        st = kvf_shm_buf_reserve(&c->out, sizeof(g) + (size_t)h->count *
+                                                          KVF_SHM_EXC_LEN);
+    }
     if (st != KVF_OK) {
         return st;
     }
-    exc = c->out.p + 20 + KVF_SHM_LEASE_ALLOCS * KVF_SHM_GRANT_ALLOC_LEN;
+    excs = (kvf_shm_exc_t *)(void *)c->exc.p;
     if (c->nopen == 0) {
         kvf_shm_hold(c);
     }
@@ -287,72 +355,37 @@ static kvf_status_t kvf_shm_on_begin(kvf_shm_sconn_t *c,
     l->nids = 0;
     l->deadline = kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
     for (i = 0; i < h->count; i++) {
-        addr = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN);
-        len = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN + 8);
-        st = (len == 0) ? KVF_ERR_INVALID_PARAM
-                        : t->access(t->arg, addr, len, &mem);
+        kvf_shm_entry_dec(&r, &e);
+        st = kvf_shm_begin_entry(c, l, &e, infos, &last, &have_last);
         if (st != KVF_OK) {
-            kvf_log_rl(KVF_LOG_WARN,
-                       "shm: refused remote access 0x%lx+%lu: "
-                       "%s",
-                       (unsigned long)addr, (unsigned long)len,
-                       kvf_status_str(st));
-        } else if (mem.type != KVF_MEM_HOST) {
-            st = KVF_INPROGRESS; /* GPU / pinned: moved by this side */
-        } else if (have_last && addr >= last.base &&
-                   addr - last.base < last.len &&
-                   len <= last.len - (addr - last.base)) {
-            st = KVF_OK;
-        } else if (kvf_shm_mem_find(addr, len, &last) == 0 &&
-                   (k = kvf_shm_lease_id(l, last.id)) >= 0) {
-            infos[k] = last;
-            have_last = 1;
-        } else {
-            have_last = 0;
-            st = KVF_INPROGRESS; /* not shareable: moved by this side */
-        }
-        if (st != KVF_OK) {
-            kvf_shm_put32(exc + (size_t)nexc * KVF_SHM_EXC_LEN, i);
-            kvf_shm_put32(exc + (size_t)nexc * KVF_SHM_EXC_LEN + 4,
-                          (uint32_t)st);
+            excs[nexc].index = i;
+            excs[nexc].status = st;
             nexc++;
         }
     }
-    /* pack: header fields, allocations, then the exceptions after them */
-    kvf_shm_put64(c->out.p, kvf_shm_mem_epoch());
-    kvf_shm_put32(c->out.p + 8, (uint32_t)kvf_time_left_ms(l->deadline));
-    kvf_shm_put32(c->out.p + 12, l->nids);
-    kvf_shm_put32(c->out.p + 16, nexc);
-    o = c->out.p + 20;
-    for (i = 0; i < l->nids; i++, o += KVF_SHM_GRANT_ALLOC_LEN) {
-        /* the allocation as far as it was asked for, if registered as a
-         * whole: a range grant (the common case, a pool registered whole) */
-        st = t->access(t->arg, infos[i].base, infos[i].asked, &mem);
-        kvf_shm_put64(o, infos[i].id);
-        kvf_shm_put64(o + 8, infos[i].base);
-        kvf_shm_put64(o + 16, infos[i].len);
-        kvf_shm_put64(o + 24, (st == KVF_OK && mem.type == KVF_MEM_HOST)
-                                  ? infos[i].asked
-                                  : 0);
-    }
-    memmove(o, exc, (size_t)nexc * KVF_SHM_EXC_LEN);
-    o += (size_t)nexc * KVF_SHM_EXC_LEN;
-    return kvf_shm_reply(c, KVF_SHM_GRANT, KVF_OK, c->out.p,
-                         (uint32_t)(o - c->out.p), nexc, -1);
+    g.epoch = kvf_shm_mem_epoch();
+    g.left_ms = (uint32_t)kvf_time_left_ms(l->deadline);
+    g.nexc = nexc;
+    kvf_shm_grant_allocs(c, l, infos, &g);
+    kvf_wr_init_fixed(&w, c->out.p, c->out.cap);
+    kvf_shm_grant_enc(&w, &g, excs);
+    return kvf_shm_reply(c, KVF_SHM_GRANT, KVF_OK, c->out.p, (uint32_t)w.len,
+                         nexc, -1);
 }
 
 static kvf_status_t kvf_shm_on_map(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
 {
     kvf_shm_alloc_info_t info;
-    unsigned char meta[KVF_SHM_ALLOC_LEN];
+    unsigned char meta[KVF_SHM_MAP_ACK_LEN];
+    kvf_shm_alloc_t a;
     kvf_status_t st;
     uint64_t id;
+    kvf_wr_t w;
     int fd;
 
-    if (c->nopen == 0 || h->meta_len != 8) {
+    if (c->nopen == 0 || kvf_shm_map_dec(c->in.p, h->meta_len, &id) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
-    id = kvf_shm_get64(c->in.p);
     if (!kvf_shm_granted(c, id)) {
         kvf_warn("shm: map of allocation %lu not granted by this lease",
                  (unsigned long)id);
@@ -364,10 +397,11 @@ static kvf_status_t kvf_shm_on_map(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
         return kvf_shm_reply(c, KVF_SHM_MAP_ACK, KVF_ERR_NOT_FOUND, NULL, 0, 0,
                              -1);
     }
-    kvf_shm_put64(meta, info.id);
-    kvf_shm_put64(meta + 8, info.base);
-    kvf_shm_put64(meta + 16, info.len);
-    st = kvf_shm_reply(c, KVF_SHM_MAP_ACK, KVF_OK, meta, sizeof(meta), 0, fd);
+    a = (kvf_shm_alloc_t){.id = info.id, .base = info.base, .len = info.len};
+    kvf_wr_init_fixed(&w, meta, sizeof(meta));
+    kvf_shm_map_ack_enc(&w, &a);
+    st =
+        kvf_shm_reply(c, KVF_SHM_MAP_ACK, KVF_OK, meta, (uint32_t)w.len, 0, fd);
     close(fd);
     return st;
 }
@@ -406,20 +440,23 @@ static kvf_status_t kvf_shm_on_stage(kvf_shm_sconn_t *c,
     const kvf_tl_target_t *t = &c->srv->iface->target;
     uint64_t addr, len, off = 0;
     kvf_status_t st = KVF_OK;
+    kvf_shm_entry_t e;
     kvf_tl_mem_t mem;
+    kvf_rd_t r;
     void *p;
     uint32_t i;
     int w = (h->flags == KVF_OP_WRITE);
 
-    if (c->stage == NULL || kvf_shm_check_entries(h) != KVF_OK) {
+    if (c->stage == NULL || kvf_shm_entries_in(c, h, &r) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
     if (c->nopen == 0) {
         kvf_shm_hold(c);
     }
     for (i = 0; i < h->count && st == KVF_OK; i++) {
-        addr = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN);
-        len = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN + 8);
+        kvf_shm_entry_dec(&r, &e);
+        addr = e.addr;
+        len = e.len;
         if (len > KVF_SHM_STAGE_LEN - off) {
             st = KVF_ERR_MSG_TOO_LARGE;
             break;
@@ -443,25 +480,30 @@ static kvf_status_t kvf_shm_on_sync(kvf_shm_sconn_t *c,
                                     const kvf_frame_hdr_t *h)
 {
     uint32_t i, ndead = 0;
-    uint64_t id;
+    uint64_t id, *dead;
     kvf_status_t st;
+    kvf_wr_t w;
+    kvf_rd_t r;
 
-    if ((uint64_t)h->count * 8 != h->meta_len) {
+    if (kvf_shm_ids_open(&r, h, c->in.p) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
-    st = kvf_shm_buf_reserve(&c->out, 8 + (size_t)h->count * 8);
+    /* the released ids, then the reply encoded after them */
+    st = kvf_shm_buf_reserve(&c->out, 8 + (size_t)h->count * 16);
     if (st != KVF_OK) {
         return st;
     }
-    kvf_shm_put64(c->out.p, kvf_shm_mem_epoch());
+    dead = (uint64_t *)(void *)c->out.p;
     for (i = 0; i < h->count; i++) {
-        id = kvf_shm_get64(c->in.p + (size_t)i * 8);
+        id = kvf_shm_id_dec(&r);
         if (!kvf_shm_mem_alive(id)) {
-            kvf_shm_put64(c->out.p + 8 + (size_t)ndead * 8, id);
-            ndead++;
+            dead[ndead++] = id;
         }
     }
-    return kvf_shm_reply(c, KVF_SHM_SYNC_ACK, KVF_OK, c->out.p, 8 + ndead * 8,
+    kvf_wr_init_fixed(&w, c->out.p + (size_t)h->count * 8,
+                      8 + (size_t)h->count * 8);
+    kvf_shm_sync_ack_enc(&w, kvf_shm_mem_epoch(), dead, ndead);
+    return kvf_shm_reply(c, KVF_SHM_SYNC_ACK, KVF_OK, w.buf, (uint32_t)w.len,
                          ndead, -1);
 }
 
@@ -469,34 +511,39 @@ static kvf_status_t kvf_shm_on_sum(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
 {
     const kvf_tl_target_t *t = &c->srv->iface->target;
     uint64_t addr, len, sum, deadline;
+    kvf_shm_entry_t e;
     kvf_status_t st;
     kvf_tl_mem_t mem;
     uint32_t i;
+    kvf_wr_t w;
+    kvf_rd_t r;
 
-    if (c->nopen > 0 || kvf_shm_check_entries(h) != KVF_OK) {
+    if (c->nopen > 0 || kvf_shm_entries_in(c, h, &r) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
-    st = kvf_shm_buf_reserve(&c->out, (size_t)h->count * 8 + 1);
+    st = kvf_shm_buf_reserve(&c->out, (size_t)h->count * KVF_SHM_ID_LEN + 1);
     if (st != KVF_OK) {
         return st;
     }
+    kvf_wr_init_fixed(&w, c->out.p, c->out.cap);
     deadline = kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
     kvf_shm_hold(c);
     for (i = 0; i < h->count && st == KVF_OK; i++) {
-        addr = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN);
-        len = kvf_shm_get64(c->in.p + (size_t)i * KVF_SHM_ENTRY_LEN + 8);
+        kvf_shm_entry_dec(&r, &e);
+        addr = e.addr;
+        len = e.len;
         st = t->access(t->arg, addr, len, &mem);
         if (st != KVF_OK) {
             break;
         }
         st = kvf_mem_hash(&c->cstage, mem.type, addr, len, &sum, deadline);
-        kvf_shm_put64(c->out.p + (size_t)i * 8, sum);
+        kvf_shm_id_enc(&w, sum);
     }
     kvf_shm_unhold(c);
     if (st != KVF_OK) {
         return kvf_shm_reply(c, KVF_SHM_SUM_ACK, st, NULL, 0, 0, -1);
     }
-    return kvf_shm_reply(c, KVF_SHM_SUM_ACK, KVF_OK, c->out.p, h->count * 8,
+    return kvf_shm_reply(c, KVF_SHM_SUM_ACK, KVF_OK, c->out.p, (uint32_t)w.len,
                          h->count, -1);
 }
 
@@ -618,6 +665,7 @@ static void kvf_shm_sconn_free(kvf_shm_sconn_t *c)
 {
     kvf_shm_buf_free(&c->in);
     kvf_shm_buf_free(&c->out);
+    kvf_shm_buf_free(&c->exc);
     kvf_free(c);
 }
 

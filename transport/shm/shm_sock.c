@@ -49,35 +49,6 @@ void kvf_shm_buf_free(kvf_shm_buf_t *b)
     b->cap = 0;
 }
 
-void kvf_shm_put32(unsigned char *p, uint32_t v)
-{
-    int i;
-
-    for (i = 0; i < 4; i++) {
-        p[i] = (unsigned char)(v >> (8 * i));
-    }
-}
-
-void kvf_shm_put64(unsigned char *p, uint64_t v)
-{
-    int i;
-
-    for (i = 0; i < 8; i++) {
-        p[i] = (unsigned char)(v >> (8 * i));
-    }
-}
-
-uint32_t kvf_shm_get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
-
-uint64_t kvf_shm_get64(const unsigned char *p)
-{
-    return (uint64_t)kvf_shm_get32(p) | ((uint64_t)kvf_shm_get32(p + 4) << 32);
-}
-
 uint64_t kvf_shm_host_id(void)
 {
     char boot[64] = "", buf[160];

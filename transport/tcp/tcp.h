@@ -1,46 +1,20 @@
 /*
- * tcp transport, private: message types of its framed protocol and the
- * structures shared by the server side (tcp_server.c), the initiator side
- * (tcp_ep.c) and the entry codec (tcp_proto.c).
- *
- * Requests carry their segment list as metadata, count x {u64 addr,
- * u64 len}, then the payload (WRITE). Replies carry count x {u32 index,
- * i32 status} for the entries the target refused, then the payload
- * (READ; refused entries are not sent).
+ * tcp transport, private: the structures shared by the server side
+ * (tcp_server.c), the initiator side (tcp_ep.c) and the frame helpers
+ * (tcp_proto.c). The messages and their codec are in msg.h.
  */
 #ifndef KVF_TCP_H
 #define KVF_TCP_H
 
 #include "transport/transport.h"
+#include "transport/tcp/msg.h"
 #include "core/sock.h"
 
 #include <pthread.h>
 #include <sys/uio.h>
 
-enum kvf_tcp_msg {
-    KVF_TCP_HELLO = 1,
-    KVF_TCP_DESC = 2,
-    KVF_TCP_WRITE = 3,
-    KVF_TCP_WRITE_ACK = 4,
-    KVF_TCP_READ = 5,
-    KVF_TCP_READ_RESP = 6,
-    KVF_TCP_SUM = 7,
-    KVF_TCP_SUM_RESP = 8,
-    KVF_TCP_LINK_WRITE = 9,
-    KVF_TCP_LINK_READ = 10,
-    KVF_TCP_LINK_RESP = 11,
-    KVF_TCP_ERROR = 15
-};
-
-#define KVF_TCP_ENTRY_LEN  16
-#define KVF_TCP_REFUSE_LEN 8
-#define KVF_TCP_SOCKBUF    (4 << 20)
-#define KVF_TCP_WINDOW     4
-
-typedef struct kvf_tcp_entry {
-    uint64_t addr;
-    uint64_t len;
-} kvf_tcp_entry_t;
+#define KVF_TCP_SOCKBUF (4 << 20)
+#define KVF_TCP_WINDOW  4
 
 /* Per-thread growable scratch: metadata and iovec arrays. */
 typedef struct kvf_tcp_scratch {
@@ -54,11 +28,15 @@ kvf_status_t kvf_tcp_scratch_meta(kvf_tcp_scratch_t *s, size_t len);
 kvf_status_t kvf_tcp_scratch_iov(kvf_tcp_scratch_t *s, size_t n);
 void kvf_tcp_scratch_free(kvf_tcp_scratch_t *s);
 
-/* Sends a header-only frame. */
+/* Sends a frame header of type with count metadata elements (sent
+ * next by the caller) and data_len bytes of payload. */
 kvf_status_t kvf_tcp_send_hdr(int fd, uint8_t type, uint64_t id,
-                              kvf_status_t status, uint32_t meta_len,
-                              uint32_t count, uint64_t data_len,
-                              uint64_t deadline_ms);
+                              kvf_status_t status, uint32_t count,
+                              uint64_t data_len, uint64_t deadline_ms);
+/* Sends DESC carrying the segment descriptor desc (borrowed). */
+kvf_status_t kvf_tcp_send_desc(int fd, uint64_t id, const void *desc,
+                               uint32_t len, uint64_t deadline_ms);
+/* Receives a frame header and checks it against the schema. */
 kvf_status_t kvf_tcp_recv_hdr(int fd, kvf_frame_hdr_t *hdr,
                               uint64_t deadline_ms);
 /* p2p metadata (ops fetch_descriptor): HELLO to the tcp iface at address,

@@ -64,21 +64,6 @@ struct kvf_tcp_cconn {
 
 #define KVF_TCP_DRAIN_LEN (64u << 10)
 
-static void kvf_tcp_put64(unsigned char *p, uint64_t v)
-{
-    int i;
-
-    for (i = 0; i < 8; i++) {
-        p[i] = (unsigned char)(v >> (8 * i));
-    }
-}
-
-static uint32_t kvf_tcp_get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
-
 static kvf_status_t kvf_tcp_cconn_connect(kvf_tcp_cconn_t *c)
 {
     kvf_tl_ep_t *ep = c->ep;
@@ -136,11 +121,11 @@ static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
                                   size_t *niov_p)
 {
     struct iovec *iov;
-    unsigned char *e;
     uint64_t last_remote = 0, last_len = 0;
     uint32_t ne = 0;
     size_t ni = iov_first, i;
     kvf_status_t status;
+    kvf_wr_t w;
 
     status =
         kvf_tcp_scratch_meta(&c->scratch, req->nsegs * KVF_TCP_ENTRY_LEN + 1);
@@ -151,17 +136,16 @@ static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         return status;
     }
     iov = c->scratch.iov;
+    kvf_wr_init_fixed(&w, c->scratch.meta, c->scratch.meta_cap);
     for (i = 0; i < req->nsegs; i++) {
         const kvf_tl_seg_t *s = &req->segs[i];
 
         if (ne > 0 && last_remote + last_len == s->remote) {
             last_len += s->len;
-            kvf_tcp_put64(c->scratch.meta + (ne - 1) * KVF_TCP_ENTRY_LEN + 8,
-                          last_len);
         } else {
-            e = c->scratch.meta + ne * KVF_TCP_ENTRY_LEN;
-            kvf_tcp_put64(e, s->remote);
-            kvf_tcp_put64(e + 8, s->len);
+            if (ne > 0) {
+                kvf_tcp_entry_enc(&w, last_remote, last_len);
+            }
             last_remote = s->remote;
             last_len = s->len;
             ne++;
@@ -176,6 +160,9 @@ static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
             ni++;
         }
     }
+    if (ne > 0) {
+        kvf_tcp_entry_enc(&w, last_remote, last_len);
+    }
     *nentries_p = ne;
     *niov_p = ni;
     KVF_TL_COUNT(wire_entries, ne);
@@ -186,7 +173,8 @@ static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
 static kvf_status_t kvf_tcp_send_req(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
 {
     unsigned char hdrbuf[KVF_WIRE_HDR_LEN];
-    kvf_frame_hdr_t h = {0};
+    int w = (req->type == KVF_OP_WRITE);
+    kvf_frame_hdr_t h;
     kvf_status_t status;
     uint32_t ne;
     size_t niov;
@@ -195,13 +183,8 @@ static kvf_status_t kvf_tcp_send_req(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
     if (status != KVF_OK) {
         return status;
     }
-    h.magic = KVF_WIRE_MAGIC;
-    h.version = KVF_WIRE_VERSION;
-    h.type = (req->type == KVF_OP_WRITE) ? KVF_TCP_WRITE : KVF_TCP_READ;
-    h.id = ++c->next_id;
-    h.count = ne;
-    h.meta_len = ne * KVF_TCP_ENTRY_LEN;
-    h.data_len = (req->type == KVF_OP_WRITE) ? req->bytes : 0;
+    kvf_tcp_hdr_init(&h, w ? KVF_TCP_WRITE : KVF_TCP_READ, ++c->next_id, KVF_OK,
+                     ne, w ? req->bytes : 0);
     kvf_frame_pack(&h, hdrbuf);
     c->scratch.iov[0].iov_base = hdrbuf;
     c->scratch.iov[0].iov_len = sizeof(hdrbuf);
@@ -219,14 +202,25 @@ static kvf_status_t kvf_tcp_send_req(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
  * Maps refused wire entries back to segments: entries were built by
  * merging remote-adjacent segments in order, so walk the same merge.
  */
-static void kvf_tcp_mark_refused(kvf_tl_req_t *req, const unsigned char *ref,
-                                 uint32_t nref)
+static kvf_status_t kvf_tcp_mark_refused(kvf_tl_req_t *req,
+                                         const unsigned char *meta,
+                                         uint32_t nref)
 {
     uint64_t last_remote = 0, last_len = 0;
     uint32_t entry = 0, r;
+    kvf_tcp_refusal_t *ref;
+    kvf_rd_t rd;
     size_t i;
     int started = 0;
 
+    ref = kvf_malloc(nref * sizeof(*ref));
+    if (ref == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    kvf_rd_init(&rd, meta, (size_t)nref * KVF_TCP_REFUSE_LEN);
+    for (r = 0; r < nref; r++) {
+        kvf_tcp_refusal_dec(&rd, &ref[r]);
+    }
     for (i = 0; i < req->nsegs; i++) {
         req->seg_status[i] = KVF_OK;
     }
@@ -244,15 +238,13 @@ static void kvf_tcp_mark_refused(kvf_tl_req_t *req, const unsigned char *ref,
             last_len = s->len;
         }
         for (r = 0; r < nref; r++) {
-            if (kvf_tcp_get32(ref + r * KVF_TCP_REFUSE_LEN) == entry) {
-                req->seg_status[i] = (kvf_status_t)(int32_t)kvf_tcp_get32(
-                    ref + r * KVF_TCP_REFUSE_LEN + 4);
-                if (req->seg_status[i] >= KVF_OK) {
-                    req->seg_status[i] = KVF_ERR_PROTOCOL;
-                }
+            if (ref[r].index == entry) {
+                req->seg_status[i] = ref[r].status;
             }
         }
     }
+    kvf_free(ref);
+    return kvf_rd_end(&rd);
 }
 
 /* Reads into iov (memory of the types in mem): first what is left of the
@@ -335,7 +327,7 @@ static kvf_status_t kvf_tcp_check_hdr(kvf_tcp_cconn_t *c,
         return KVF_ERR_PROTOCOL;
     }
     if (h.type != want || h.id != c->next_id - c->nflight + 1 ||
-        (uint64_t)h.count * KVF_TCP_REFUSE_LEN != h.meta_len) {
+        kvf_tcp_hdr_check(&h) != KVF_OK) {
         kvf_error("unexpected reply type %u id %lu from %s:%u", h.type,
                   (unsigned long)h.id, c->ep->host, c->ep->port);
         return KVF_ERR_PROTOCOL;
@@ -365,7 +357,10 @@ static kvf_status_t kvf_tcp_recv_body(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         if (req->seg_status == NULL) {
             return KVF_ERR_INTERNAL;
         }
-        kvf_tcp_mark_refused(req, c->scratch.meta, h.count);
+        status = kvf_tcp_mark_refused(req, c->scratch.meta, h.count);
+        if (status != KVF_OK) {
+            return status;
+        }
         req->status = KVF_ERR_OUT_OF_BOUNDS;
     }
     if (req->type == KVF_OP_READ) {
@@ -389,37 +384,21 @@ static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
     return kvf_tcp_recv_body(c, req, &h);
 }
 
-/*
- * The reply of an inline request (host memory): waits until the socket
- * is readable, then one recvmsg into [header | local buffers] (READ) or
- * the header (WRITE). The common reply (no refusals, all its bytes) is
- * then finished in place; any other has the bytes that landed in the
- * buffers taken back into the prefix and is read the usual way.
- */
-static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
-                                              kvf_tl_req_t *req)
+/* Receives into iov[0..n) until the header (iov[0]) is complete: one
+ * recvmsg per readable event, advancing *idx_p past filled entries and
+ * counting bytes in *got_p. */
+static kvf_status_t kvf_tcp_recv_until_hdr(kvf_tcp_cconn_t *c,
+                                           struct iovec *iov, size_t n,
+                                           uint64_t deadline_ms, size_t *idx_p,
+                                           size_t *got_p)
 {
-    unsigned char hb[KVF_WIRE_HDR_LEN];
+    size_t idx = 0, got = 0, k, t;
     struct msghdr msg;
-    struct iovec *iov;
-    kvf_frame_hdr_t h;
     kvf_status_t status;
-    size_t n = 1, idx = 0, got = 0, extra, i, k;
     ssize_t r;
 
-    if (req->type == KVF_OP_READ) {
-        status = kvf_tcp_build(c, req, 1, &(uint32_t){0}, &n);
-    } else {
-        status = kvf_tcp_scratch_iov(&c->scratch, 1);
-    }
-    if (status != KVF_OK) {
-        return status;
-    }
-    iov = c->scratch.iov;
-    iov[0].iov_base = hb;
-    iov[0].iov_len = sizeof(hb);
-    while (got < sizeof(hb)) {
-        status = kvf_sock_wait(c->fd, POLLIN, req->deadline_ms);
+    while (got < KVF_WIRE_HDR_LEN) {
+        status = kvf_sock_wait(c->fd, POLLIN, deadline_ms);
         if (status != KVF_OK) {
             return status;
         }
@@ -438,8 +417,7 @@ static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
         }
         got += (size_t)r;
         for (k = (size_t)r; k > 0 && idx < n;) {
-            size_t t = k < iov[idx].iov_len ? k : iov[idx].iov_len;
-
+            t = k < iov[idx].iov_len ? k : iov[idx].iov_len;
             iov[idx].iov_base = (char *)iov[idx].iov_base + t;
             iov[idx].iov_len -= t;
             k -= t;
@@ -448,7 +426,63 @@ static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
             }
         }
     }
-    status = kvf_frame_unpack(hb, &h);
+    *idx_p = idx;
+    *got_p = got;
+    return KVF_OK;
+}
+
+/* Takes the extra bytes that landed in the request's local buffers back
+ * into the prefix, to be read again the usual way. */
+static kvf_status_t kvf_tcp_pre_take_back(kvf_tcp_cconn_t *c,
+                                          const kvf_tl_req_t *req, size_t extra)
+{
+    size_t i, k, t;
+
+    c->pre = kvf_malloc(extra);
+    if (c->pre == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    for (i = 0, k = 0; i < req->nsegs && k < extra; i++) {
+        t = extra - k < req->segs[i].len ? extra - k : req->segs[i].len;
+        memcpy(c->pre + k, req->segs[i].local, t);
+        k += t;
+    }
+    c->pre_len = extra;
+    c->pre_off = 0;
+    return KVF_OK;
+}
+
+/*
+ * The reply of an inline request (host memory): waits until the socket
+ * is readable, then one recvmsg into [header | local buffers] (READ) or
+ * the header (WRITE). The common reply (no refusals, all its bytes) is
+ * then finished in place; any other has the bytes that landed in the
+ * buffers taken back into the prefix and is read the usual way.
+ */
+static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
+                                              kvf_tl_req_t *req)
+{
+    unsigned char hb[KVF_WIRE_HDR_LEN];
+    struct iovec *iov;
+    kvf_frame_hdr_t h;
+    kvf_status_t status;
+    size_t n = 1, idx = 0, got = 0;
+
+    if (req->type == KVF_OP_READ) {
+        status = kvf_tcp_build(c, req, 1, &(uint32_t){0}, &n);
+    } else {
+        status = kvf_tcp_scratch_iov(&c->scratch, 1);
+    }
+    if (status != KVF_OK) {
+        return status;
+    }
+    iov = c->scratch.iov;
+    iov[0].iov_base = hb;
+    iov[0].iov_len = sizeof(hb);
+    status = kvf_tcp_recv_until_hdr(c, iov, n, req->deadline_ms, &idx, &got);
+    if (status == KVF_OK) {
+        status = kvf_frame_unpack(hb, &h);
+    }
     if (status == KVF_OK) {
         status = kvf_tcp_check_hdr(c, req, &h);
     }
@@ -464,21 +498,11 @@ static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
                        : KVF_OK;
     }
     /* refusals: what landed in the buffers goes back to the prefix */
-    extra = got - sizeof(hb);
-    if (extra > 0) {
-        c->pre = kvf_malloc(extra);
-        if (c->pre == NULL) {
-            return KVF_ERR_NO_MEMORY;
+    if (got > sizeof(hb)) {
+        status = kvf_tcp_pre_take_back(c, req, got - sizeof(hb));
+        if (status != KVF_OK) {
+            return status;
         }
-        for (i = 0, k = 0; i < req->nsegs && k < extra; i++) {
-            size_t t =
-                extra - k < req->segs[i].len ? extra - k : req->segs[i].len;
-
-            memcpy(c->pre + k, req->segs[i].local, t);
-            k += t;
-        }
-        c->pre_len = extra;
-        c->pre_off = 0;
     }
     status = kvf_tcp_recv_body(c, req, &h);
     if (status == KVF_OK && c->pre_off != c->pre_len) {

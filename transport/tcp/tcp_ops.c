@@ -54,49 +54,27 @@ static const char *kvf_tcp_iface_address(kvf_tl_iface_t *iface)
     return iface->address;
 }
 
-static void kvf_tcp_put64(unsigned char *p, uint64_t v)
-{
-    int i;
-
-    for (i = 0; i < 8; i++) {
-        p[i] = (unsigned char)(v >> (8 * i));
-    }
-}
-
-static uint64_t kvf_tcp_get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    int i;
-
-    for (i = 7; i >= 0; i--) {
-        v = (v << 8) | p[i];
-    }
-    return v;
-}
-
 static kvf_status_t kvf_tcp_sum_some(int fd, const uint64_t *remote,
                                      const size_t *lengths, size_t count,
                                      uint64_t *sums, uint64_t deadline)
 {
-    unsigned char *meta;
     kvf_frame_hdr_t h;
     kvf_status_t status;
+    kvf_wr_t w;
+    kvf_rd_t r;
     size_t i;
 
-    meta = kvf_malloc(count * KVF_TCP_ENTRY_LEN);
-    if (meta == NULL) {
-        return KVF_ERR_NO_MEMORY;
-    }
+    kvf_wr_init(&w);
     for (i = 0; i < count; i++) {
-        kvf_tcp_put64(meta + i * KVF_TCP_ENTRY_LEN, remote[i]);
-        kvf_tcp_put64(meta + i * KVF_TCP_ENTRY_LEN + 8, lengths[i]);
+        kvf_tcp_entry_enc(&w, remote[i], lengths[i]);
     }
-    status = kvf_tcp_send_hdr(fd, KVF_TCP_SUM, 1, KVF_OK,
-                              (uint32_t)(count * KVF_TCP_ENTRY_LEN),
-                              (uint32_t)count, 0, deadline);
+    status = kvf_wr_status(&w);
     if (status == KVF_OK) {
-        status =
-            kvf_sock_send_all(fd, meta, count * KVF_TCP_ENTRY_LEN, deadline);
+        status = kvf_tcp_send_hdr(fd, KVF_TCP_SUM, 1, KVF_OK, (uint32_t)count,
+                                  0, deadline);
+    }
+    if (status == KVF_OK) {
+        status = kvf_sock_send_all(fd, w.buf, w.len, deadline);
     }
     if (status == KVF_OK) {
         status = kvf_tcp_recv_hdr(fd, &h, deadline);
@@ -112,16 +90,21 @@ static kvf_status_t kvf_tcp_sum_some(int fd, const uint64_t *remote,
         status = (kvf_status_t)h.status;
         goto out;
     }
-    if (h.count != count || h.meta_len != count * 8) {
+    if (h.count != count) {
         status = KVF_ERR_PROTOCOL;
         goto out;
     }
-    status = kvf_sock_recv_all(fd, meta, count * 8, deadline);
+    /* the checksums come back in the entries' buffer (same or less) */
+    status = kvf_sock_recv_all(fd, w.buf, h.meta_len, deadline);
+    kvf_rd_init(&r, w.buf, h.meta_len);
     for (i = 0; status == KVF_OK && i < count; i++) {
-        sums[i] = kvf_tcp_get64(meta + i * 8);
+        sums[i] = kvf_tcp_sum_dec(&r);
+    }
+    if (status == KVF_OK) {
+        status = kvf_rd_end(&r);
     }
 out:
-    kvf_free(meta);
+    kvf_wr_free(&w);
     return status;
 }
 
@@ -195,6 +178,7 @@ static void *kvf_tcp_link_main(void *arg)
     uint64_t deadline;
     unsigned char meta[KVF_TCP_ENTRY_LEN];
     kvf_frame_hdr_t h;
+    kvf_wr_t mw;
     kvf_status_t status;
     int w = (j->type == KVF_OP_WRITE);
 
@@ -204,11 +188,10 @@ static void *kvf_tcp_link_main(void *arg)
     }
     deadline = kvf_time_ms() + j->v->iface->cfg.timeout_ms +
                j->len / (1u << 20); /* plus 1 ms per MiB */
-    kvf_tcp_put64(meta, j->remote);
-    kvf_tcp_put64(meta + 8, j->len);
-    status =
-        kvf_tcp_send_hdr(j->fd, w ? KVF_TCP_LINK_WRITE : KVF_TCP_LINK_READ, 1,
-                         KVF_OK, sizeof(meta), 1, w ? j->len : 0, deadline);
+    kvf_wr_init_fixed(&mw, meta, sizeof(meta));
+    kvf_tcp_entry_enc(&mw, j->remote, j->len);
+    status = kvf_tcp_send_hdr(j->fd, w ? KVF_TCP_LINK_WRITE : KVF_TCP_LINK_READ,
+                              1, KVF_OK, 1, w ? j->len : 0, deadline);
     if (status == KVF_OK) {
         status = kvf_sock_send_all(j->fd, meta, sizeof(meta), deadline);
     }

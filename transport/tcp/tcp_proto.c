@@ -51,24 +51,32 @@ void kvf_tcp_scratch_free(kvf_tcp_scratch_t *s)
 }
 
 kvf_status_t kvf_tcp_send_hdr(int fd, uint8_t type, uint64_t id,
-                              kvf_status_t status, uint32_t meta_len,
-                              uint32_t count, uint64_t data_len,
-                              uint64_t deadline_ms)
+                              kvf_status_t status, uint32_t count,
+                              uint64_t data_len, uint64_t deadline_ms)
 {
     unsigned char buf[KVF_WIRE_HDR_LEN];
-    kvf_frame_hdr_t h = {
-        .magic = KVF_WIRE_MAGIC,
-        .version = KVF_WIRE_VERSION,
-        .type = type,
-        .meta_len = meta_len,
-        .count = count,
-        .id = id,
-        .data_len = data_len,
-        .status = status,
-    };
+    kvf_frame_hdr_t h;
 
+    kvf_tcp_hdr_init(&h, type, id, status, count, data_len);
     kvf_frame_pack(&h, buf);
     return kvf_sock_send_all(fd, buf, sizeof(buf), deadline_ms);
+}
+
+kvf_status_t kvf_tcp_send_desc(int fd, uint64_t id, const void *desc,
+                               uint32_t len, uint64_t deadline_ms)
+{
+    unsigned char buf[KVF_WIRE_HDR_LEN];
+    kvf_frame_hdr_t h;
+    kvf_status_t status;
+
+    kvf_tcp_hdr_init(&h, KVF_TCP_DESC, id, KVF_OK, 0, 0);
+    h.meta_len = len;
+    kvf_frame_pack(&h, buf);
+    status = kvf_sock_send_all(fd, buf, sizeof(buf), deadline_ms);
+    if (status == KVF_OK) {
+        status = kvf_sock_send_all(fd, desc, len, deadline_ms);
+    }
+    return status;
 }
 
 kvf_status_t kvf_tcp_recv_hdr(int fd, kvf_frame_hdr_t *hdr,
@@ -78,10 +86,13 @@ kvf_status_t kvf_tcp_recv_hdr(int fd, kvf_frame_hdr_t *hdr,
     kvf_status_t status;
 
     status = kvf_sock_recv_all(fd, buf, sizeof(buf), deadline_ms);
-    if (status != KVF_OK) {
-        return status;
+    if (status == KVF_OK) {
+        status = kvf_frame_unpack(buf, hdr);
     }
-    return kvf_frame_unpack(buf, hdr);
+    if (status == KVF_OK) {
+        status = kvf_tcp_hdr_check(hdr);
+    }
+    return status;
 }
 
 kvf_status_t kvf_tcp_fetch_descriptor(const char *address, int timeout_ms,
@@ -104,7 +115,7 @@ kvf_status_t kvf_tcp_fetch_descriptor(const char *address, int timeout_ms,
         kvf_error("cannot reach segment %s within %d ms", address, timeout_ms);
         return KVF_ERR_PEER_UNREACHABLE;
     }
-    status = kvf_tcp_send_hdr(fd, KVF_TCP_HELLO, 0, KVF_OK, 0, 0, 0, deadline);
+    status = kvf_tcp_send_hdr(fd, KVF_TCP_HELLO, 0, KVF_OK, 0, 0, deadline);
     if (status == KVF_OK) {
         status = kvf_tcp_recv_hdr(fd, &hdr, deadline);
     }

@@ -54,25 +54,6 @@ struct kvf_tcp_server {
     int stop;
 };
 
-static uint64_t kvf_tcp_le64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    int i;
-
-    for (i = 7; i >= 0; i--) {
-        v = (v << 8) | p[i];
-    }
-    return v;
-}
-
-static void kvf_tcp_put32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-    p[2] = (unsigned char)(v >> 16);
-    p[3] = (unsigned char)(v >> 24);
-}
-
 static uint64_t kvf_tcp_deadline(kvf_tcp_sconn_t *c)
 {
     return kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
@@ -80,18 +61,10 @@ static uint64_t kvf_tcp_deadline(kvf_tcp_sconn_t *c)
 
 /* Reads a request's entry list and checks it is self-consistent. */
 static kvf_status_t kvf_tcp_recv_entries(kvf_tcp_sconn_t *c,
-                                         const kvf_frame_hdr_t *hdr,
-                                         int payload)
+                                         const kvf_frame_hdr_t *hdr)
 {
-    uint64_t sum = 0, len;
     kvf_status_t status;
-    uint32_t i;
 
-    if ((uint64_t)hdr->count * KVF_TCP_ENTRY_LEN != hdr->meta_len) {
-        kvf_warn("request %lu: %u entries but %u bytes of metadata",
-                 (unsigned long)hdr->id, hdr->count, hdr->meta_len);
-        return KVF_ERR_PROTOCOL;
-    }
     status = kvf_tcp_scratch_meta(&c->scratch, hdr->meta_len + 1);
     if (status == KVF_OK) {
         status = kvf_sock_recv_all(c->fd, c->scratch.meta, hdr->meta_len,
@@ -100,21 +73,12 @@ static kvf_status_t kvf_tcp_recv_entries(kvf_tcp_sconn_t *c,
     if (status != KVF_OK) {
         return status;
     }
-    for (i = 0; i < hdr->count; i++) {
-        len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
-        if (len > KVF_WIRE_DATA_MAX || sum + len < sum) {
-            return KVF_ERR_PROTOCOL;
-        }
-        sum += len;
-    }
-    if (payload && sum != hdr->data_len) {
-        kvf_warn("request %lu: entries sum to %lu bytes, payload is %lu",
-                 (unsigned long)hdr->id, (unsigned long)sum,
+    status = kvf_tcp_entries_check(hdr, c->scratch.meta);
+    if (status != KVF_OK) {
+        kvf_warn("request %lu: %u entries do not match %lu bytes of payload",
+                 (unsigned long)hdr->id, hdr->count,
                  (unsigned long)hdr->data_len);
-        return KVF_ERR_PROTOCOL;
-    }
-    if (!payload && hdr->data_len != 0) {
-        return KVF_ERR_PROTOCOL;
+        return status;
     }
     status = kvf_tcp_scratch_iov(&c->scratch, (size_t)hdr->count + 2);
     if (status != KVF_OK) {
@@ -147,23 +111,27 @@ static kvf_status_t kvf_tcp_map_entries(kvf_tcp_sconn_t *c,
     const kvf_tl_target_t *t = &c->srv->iface->target;
     struct iovec *iov;
     kvf_tl_mem_t mem;
+    kvf_tcp_entry_t e;
     uint64_t addr, len, accepted = 0, piece;
     size_t n = 0, need;
     uint32_t i, nref = 0;
     kvf_status_t st;
+    kvf_wr_t ref;
+    kvf_rd_t r;
 
     c->mem = KVF_MEM_BIT(KVF_MEM_HOST); /* headers, drains */
+    kvf_rd_init(&r, c->scratch.meta, hdr->meta_len);
+    kvf_wr_init_fixed(&ref, c->refuse, c->refuse_cap);
     for (i = 0; i < hdr->count; i++) {
-        addr = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN);
-        len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
+        kvf_tcp_entry_dec(&r, &e);
+        addr = e.addr;
+        len = e.len;
         st = t->access(t->arg, addr, len, &mem);
         if (st != KVF_OK) {
             kvf_log_rl(KVF_LOG_WARN, "refused remote access 0x%lx+%lu: %s",
                        (unsigned long)addr, (unsigned long)len,
                        kvf_status_str(st));
-            kvf_tcp_put32(c->refuse + nref * KVF_TCP_REFUSE_LEN, i);
-            kvf_tcp_put32(c->refuse + nref * KVF_TCP_REFUSE_LEN + 4,
-                          (uint32_t)st);
+            kvf_tcp_refusal_enc(&ref, i, st);
             nref++;
             if (!drain_refused) {
                 continue;
@@ -212,13 +180,13 @@ static kvf_status_t kvf_tcp_serve_write(kvf_tcp_sconn_t *c,
     const kvf_tl_target_t *t = &c->srv->iface->target;
     unsigned char rh[KVF_WIRE_HDR_LEN];
     struct iovec out[2];
-    kvf_frame_hdr_t reply = {0};
+    kvf_frame_hdr_t reply;
     kvf_status_t status;
     uint64_t accepted;
     uint32_t nref;
     size_t n;
 
-    status = kvf_tcp_recv_entries(c, hdr, 1);
+    status = kvf_tcp_recv_entries(c, hdr);
     if (status != KVF_OK) {
         return status;
     }
@@ -232,13 +200,8 @@ static kvf_status_t kvf_tcp_serve_write(kvf_tcp_sconn_t *c,
     if (status != KVF_OK) {
         return status;
     }
-    reply.magic = KVF_WIRE_MAGIC;
-    reply.version = KVF_WIRE_VERSION;
-    reply.type = KVF_TCP_WRITE_ACK;
-    reply.id = hdr->id;
-    reply.count = nref;
-    reply.meta_len = nref * KVF_TCP_REFUSE_LEN;
-    reply.status = nref ? KVF_ERR_OUT_OF_BOUNDS : KVF_OK;
+    kvf_tcp_hdr_init(&reply, KVF_TCP_WRITE_ACK, hdr->id,
+                     nref ? KVF_ERR_OUT_OF_BOUNDS : KVF_OK, nref, 0);
     kvf_frame_pack(&reply, rh);
     out[0].iov_base = rh;
     out[0].iov_len = sizeof(rh);
@@ -252,13 +215,13 @@ static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
 {
     const kvf_tl_target_t *t = &c->srv->iface->target;
     unsigned char rh[KVF_WIRE_HDR_LEN];
-    kvf_frame_hdr_t reply = {0};
+    kvf_frame_hdr_t reply;
     kvf_status_t status;
     uint64_t accepted;
     uint32_t nref;
     size_t n;
 
-    status = kvf_tcp_recv_entries(c, hdr, 0);
+    status = kvf_tcp_recv_entries(c, hdr);
     if (status != KVF_OK) {
         return status;
     }
@@ -273,14 +236,8 @@ static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
         return status;
     }
     memmove(c->scratch.iov + 2, c->scratch.iov, n * sizeof(struct iovec));
-    reply.magic = KVF_WIRE_MAGIC;
-    reply.version = KVF_WIRE_VERSION;
-    reply.type = KVF_TCP_READ_RESP;
-    reply.id = hdr->id;
-    reply.count = nref;
-    reply.meta_len = nref * KVF_TCP_REFUSE_LEN;
-    reply.data_len = accepted;
-    reply.status = nref ? KVF_ERR_OUT_OF_BOUNDS : KVF_OK;
+    kvf_tcp_hdr_init(&reply, KVF_TCP_READ_RESP, hdr->id,
+                     nref ? KVF_ERR_OUT_OF_BOUNDS : KVF_OK, nref, accepted);
     kvf_frame_pack(&reply, rh);
     c->scratch.iov[0].iov_base = rh;
     c->scratch.iov[0].iov_len = sizeof(rh);
@@ -297,48 +254,47 @@ static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
 {
     const kvf_tl_target_t *t = &c->srv->iface->target;
     kvf_status_t status, st = KVF_OK;
-    unsigned char *sums;
+    kvf_tcp_entry_t e;
     kvf_tl_mem_t mem;
-    uint64_t addr, len, h;
+    uint64_t h;
     uint32_t i;
-    int b;
+    kvf_wr_t sums;
+    kvf_rd_t r;
 
-    status = kvf_tcp_recv_entries(c, hdr, 0);
+    status = kvf_tcp_recv_entries(c, hdr);
     if (status != KVF_OK) {
         return status;
     }
-    sums = kvf_malloc((size_t)hdr->count * 8 + 1);
-    if (sums == NULL) {
-        return KVF_ERR_NO_MEMORY;
-    }
+    kvf_wr_init(&sums);
+    kvf_rd_init(&r, c->scratch.meta, hdr->meta_len);
     t->acquire(t->arg);
     for (i = 0; i < hdr->count && st == KVF_OK; i++) {
-        addr = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN);
-        len = kvf_tcp_le64(c->scratch.meta + i * KVF_TCP_ENTRY_LEN + 8);
-        st = t->access(t->arg, addr, len, &mem);
+        kvf_tcp_entry_dec(&r, &e);
+        st = t->access(t->arg, e.addr, e.len, &mem);
         h = 0;
         if (st == KVF_OK) {
-            st = kvf_mem_hash(&c->stage, mem.type, addr, len, &h,
+            st = kvf_mem_hash(&c->stage, mem.type, e.addr, e.len, &h,
                               kvf_tcp_deadline(c));
         }
-        for (b = 0; b < 8; b++) {
-            sums[i * 8 + (uint32_t)b] = (unsigned char)(h >> (8 * b));
-        }
+        kvf_tcp_sum_enc(&sums, h);
     }
     t->release(t->arg);
+    if (kvf_wr_status(&sums) != KVF_OK) {
+        kvf_wr_free(&sums);
+        return KVF_ERR_NO_MEMORY;
+    }
     if (st != KVF_OK) {
-        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, st, 0, 0, 0,
+        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, st, 0, 0,
                                   kvf_tcp_deadline(c));
     } else {
         status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, KVF_OK,
-                                  hdr->count * 8, hdr->count, 0,
-                                  kvf_tcp_deadline(c));
+                                  hdr->count, 0, kvf_tcp_deadline(c));
         if (status == KVF_OK) {
-            status = kvf_sock_send_all(c->fd, sums, (size_t)hdr->count * 8,
+            status = kvf_sock_send_all(c->fd, sums.buf, sums.len,
                                        kvf_tcp_deadline(c));
         }
     }
-    kvf_free(sums);
+    kvf_wr_free(&sums);
     return status;
 }
 
@@ -351,17 +307,18 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
     kvf_status_t status, st;
     struct iovec iov;
     kvf_tl_mem_t mem;
+    kvf_tcp_entry_t e;
     uint64_t addr, len;
+    kvf_rd_t r;
 
-    if (hdr->count != 1) {
-        return KVF_ERR_PROTOCOL;
-    }
-    status = kvf_tcp_recv_entries(c, hdr, is_write);
+    status = kvf_tcp_recv_entries(c, hdr); /* exactly one: msg.h */
     if (status != KVF_OK) {
         return status;
     }
-    addr = kvf_tcp_le64(c->scratch.meta);
-    len = kvf_tcp_le64(c->scratch.meta + 8);
+    kvf_rd_init(&r, c->scratch.meta, hdr->meta_len);
+    kvf_tcp_entry_dec(&r, &e);
+    addr = e.addr;
+    len = e.len;
     t->acquire(t->arg);
     st = t->access(t->arg, addr, len, &mem);
     iov.iov_base = (void *)(uintptr_t)addr;
@@ -373,11 +330,11 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
                      : kvf_sock_drain(c->fd, len, kvf_tcp_deadline(c));
         if (status == KVF_OK) {
             status = kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0,
-                                      0, 0, kvf_tcp_deadline(c));
+                                      0, kvf_tcp_deadline(c));
         }
     } else {
         status =
-            kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0, 0,
+            kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0,
                              (st == KVF_OK) ? len : 0, kvf_tcp_deadline(c));
         if (status == KVF_OK && st == KVF_OK) {
             status = kvf_mem_stage_writev(&c->stage, KVF_MEM_BIT(mem.type),
@@ -395,20 +352,14 @@ static kvf_status_t kvf_tcp_serve_hello(kvf_tcp_sconn_t *c,
     kvf_status_t status;
     kvf_wr_t w;
 
-    if (hdr->meta_len != 0 || hdr->data_len != 0) {
-        return KVF_ERR_PROTOCOL;
-    }
     kvf_wr_init(&w);
     status = t->describe(t->arg, &w);
     if (status == KVF_OK) {
         status = kvf_wr_status(&w);
     }
     if (status == KVF_OK) {
-        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_DESC, hdr->id, KVF_OK,
-                                  (uint32_t)w.len, 0, 0, kvf_tcp_deadline(c));
-    }
-    if (status == KVF_OK) {
-        status = kvf_sock_send_all(c->fd, w.buf, w.len, kvf_tcp_deadline(c));
+        status = kvf_tcp_send_desc(c->fd, hdr->id, w.buf, (uint32_t)w.len,
+                                   kvf_tcp_deadline(c));
     }
     kvf_wr_free(&w);
     return status;
@@ -484,7 +435,7 @@ static void *kvf_tcp_sconn_main(void *arg)
 
 err_reply:
     /* best effort: tell the peer why, then close */
-    kvf_tcp_send_hdr(c->fd, KVF_TCP_ERROR, 0, status, 0, 0, 0,
+    kvf_tcp_send_hdr(c->fd, KVF_TCP_ERROR, 0, status, 0, 0,
                      kvf_time_ms() + 100);
 out:
     shutdown(c->fd, SHUT_RDWR);
