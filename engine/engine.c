@@ -7,7 +7,6 @@
 #include "engine/engine_int.h"
 #include "core/alloc.h"
 #include "core/config.h"
-#include "core/hash.h"
 #include "core/log.h"
 #include "transport/cuda/cuda.h"
 
@@ -37,11 +36,6 @@ KVF_CONFIG_TABLE(kvf_engine_config, "engine", kvf_engine_config_entries)
 const char *kvf_version(void)
 {
     return KVF_VERSION_STRING;
-}
-
-uint64_t kvf_checksum(const void *data, size_t length)
-{
-    return kvf_hash64(data, length, 0);
 }
 
 static kvf_status_t kvf_engine_access(void *arg, uint64_t addr, uint64_t len,
