@@ -43,8 +43,13 @@ int kvf_cmd_config(int argc, char **argv)
     int g;
 
     if (argc > 1 && !all) {
-        fprintf(stderr, "usage: kvferry config [--all]\n");
-        return KVF_CLI_USAGE;
+        int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+
+        fprintf(help ? stdout : stderr,
+                "usage: kvferry config [--all]\n"
+                "  --all  also the debug keys (fault injection, diagnostics, "
+                "experiment dials)\n");
+        return help ? KVF_CLI_OK : KVF_CLI_USAGE;
     }
     printf("# every key can be set as KVF_<KEY> in the environment or as\n"
            "# 'key = value' in the file named by KVF_CONFIG\n");
