@@ -5,8 +5,6 @@
  */
 #include "core/checksum.h"
 
-#include <kvferry/engine.h>
-
 #define XXH_DISPATCH_DISABLE_REPLACE 1 /* name both entries explicitly */
 #include <xxh_x86dispatch.h>
 #include <xxhash.h>

@@ -9,8 +9,14 @@
 #ifndef KVF_CORE_CHECKSUM_H
 #define KVF_CORE_CHECKSUM_H
 
+#include <kvferry/status.h>
+
 #include <stddef.h>
 #include <stdint.h>
+
+/* kvf_hash64(data, length, 0): the public checksum, declared for
+ * applications in kvferry/engine.h. */
+KVF_API uint64_t kvf_checksum(const void *data, size_t length);
 
 /* XXH3 64-bit with a seed, using the widest vector unit of the CPU. */
 uint64_t kvf_hash64(const void *data, size_t len, uint64_t seed);

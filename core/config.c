@@ -300,27 +300,31 @@ unsigned kvf_edit_distance(const char *a, const char *b)
     return row[lb] < 255 ? row[lb] : 255;
 }
 
-typedef struct {
-    const char *want; /* lower case, without KVF_ */
-    const char *best;
-    unsigned dist;
-} kvf_config_near_t;
-
-static void kvf_config_near_fn(const kvf_config_key_t *key, void *arg)
+/* The registered key nearest to name by edit distance, or NULL. */
+static const char *kvf_config_nearest(const char *name)
 {
-    kvf_config_near_t *n = arg;
-    unsigned d = kvf_edit_distance(n->want, key->name);
+    const char *best = NULL;
+    unsigned d, dist = 256;
+    size_t t, i;
 
-    if (d < n->dist) {
-        n->dist = d;
-        n->best = key->name;
+    pthread_mutex_lock(&kvf_config_lock);
+    for (t = 0; t < kvf_config_ntables; t++) {
+        for (i = 0; i < kvf_config_tables[t]->count; i++) {
+            d = kvf_edit_distance(name, kvf_config_tables[t]->entries[i].name);
+            if (d < dist) {
+                dist = d;
+                best = kvf_config_tables[t]->entries[i].name;
+            }
+        }
     }
+    pthread_mutex_unlock(&kvf_config_lock);
+    return best;
 }
 
 /* Warns about one KVF_ variable `var` ("KVF_NAME=value") naming no key. */
 static void kvf_config_check_var(const char *var)
 {
-    kvf_config_near_t near = {NULL, NULL, 256};
+    const char *best;
     char name[64], up[96];
     size_t i, len = strcspn(var, "=");
 
@@ -340,14 +344,13 @@ static void kvf_config_check_var(const char *var)
     if (kvf_config_owner(name) != NULL) {
         return;
     }
-    near.want = name;
-    kvf_config_keys(kvf_config_near_fn, &near);
-    if (near.best == NULL) {
+    best = kvf_config_nearest(name);
+    if (best == NULL) {
         kvf_warn("environment: %.*s is not a kvferry key and is ignored",
                  (int)len, var);
         return;
     }
-    snprintf(up, sizeof(up), "KVF_%s", near.best);
+    snprintf(up, sizeof(up), "KVF_%s", best);
     for (i = 4; up[i] != '\0'; i++) {
         up[i] = (char)toupper((unsigned char)up[i]);
     }
@@ -374,26 +377,26 @@ void kvf_config_check_env(void)
 
 int kvf_config_check_file(void)
 {
-    size_t f, t;
-    int unknown = 0, found;
+    const char *best;
+    size_t f;
+    int unknown = 0;
 
     kvf_config_check_env();
     pthread_mutex_lock(&kvf_config_lock);
-    kvf_config_load_file();
-    for (f = 0; f < kvf_config_nfile; f++) {
-        found = 0;
-        for (t = 0; t < kvf_config_ntables && !found; t++) {
-            found = kvf_config_find(kvf_config_tables[t],
-                                    kvf_config_file[f].key) != NULL;
-        }
-        if (!found) {
-            kvf_error("config file %s: unknown key '%s' (see kvferry config "
-                      "--all)",
-                      getenv("KVF_CONFIG"), kvf_config_file[f].key);
-            unknown++;
-        }
-    }
+    kvf_config_load_file(); /* the entries stay as loaded from here on */
     pthread_mutex_unlock(&kvf_config_lock);
+    for (f = 0; f < kvf_config_nfile; f++) {
+        if (kvf_config_owner(kvf_config_file[f].key) != NULL) {
+            continue;
+        }
+        best = kvf_config_nearest(kvf_config_file[f].key);
+        kvf_error("config file %s: unknown key '%s'%s%s%s ('kvferry config "
+                  "--all' lists every key)",
+                  getenv("KVF_CONFIG"), kvf_config_file[f].key,
+                  best ? "; did you mean '" : "", best ? best : "",
+                  best ? "'?" : "");
+        unknown++;
+    }
     return unknown;
 }
 
