@@ -24,8 +24,7 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      "store master RPC address (master: listen; nodes, clients: connect)",
      KVF_CONFIG_USER},
     {"master_http", "127.0.0.1:17801",
-     "store master HTTP address (/metrics, /status, /health)",
-     KVF_CONFIG_USER},
+     "store master HTTP address (/metrics, /status)", KVF_CONFIG_USER},
     {"lease_ms", "2000",
      "read lease a get grants (ms): an object being read is not evicted "
      "or removed for this long",
