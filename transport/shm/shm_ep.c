@@ -386,8 +386,8 @@ static uint64_t kvf_shm_warm_ms(void)
 {
     static int64_t cached = -1;
 
-    return (uint64_t)kvf_shm_env_knob(&cached, "shm_warm_ms",
-                                      KVF_SHM_WARM_MS, 10000);
+    return (uint64_t)kvf_shm_env_knob(&cached, "shm_warm_ms", KVF_SHM_WARM_MS,
+                                      10000);
 }
 
 /* Ends the open lease and begins a warm one in its place: one entry (a
