@@ -1,6 +1,7 @@
 /*
- * Configuration tables, resolution from file and environment, and the
- * size/duration parsers used by every command-line flag.
+ * Configuration tables, resolution from file and environment (the only
+ * place of the library that reads the environment), the unknown-key
+ * checks, and the size/duration parsers used by every command-line flag.
  */
 #include "core/config.h"
 #include "core/log.h"
@@ -15,6 +16,25 @@
 
 #define KVF_CONFIG_TABLES_MAX 32
 #define KVF_CONFIG_FILE_MAX   128
+
+extern char **environ;
+
+static const kvf_config_entry_t kvf_core_config_entries[] = {
+    {"log_level", "warn",
+     "messages the library logs to stderr: error, warn, info, debug, trace",
+     KVF_CONFIG_USER},
+    {"drill_selftest", "",
+     "wrong or leak: `drill engine` reports a wrong byte or a leak of its "
+     "own making, so tests see that the drill catches them",
+     KVF_CONFIG_DEBUG},
+};
+
+KVF_CONFIG_TABLE(kvf_core_config, "core", kvf_core_config_entries)
+
+/* KVF_* variables that are not keys: the file name, what the test
+ * harness hands to the programs it starts, and set-up's switch. */
+static const char *const kvf_config_env_other[] = {
+    "KVF_CONFIG", "KVF_BIN", "KVF_SRC", "KVF_TEST_OUT", "KVF_NO_HOST_TUNING"};
 
 static const kvf_config_table_t *kvf_config_tables[KVF_CONFIG_TABLES_MAX];
 static size_t kvf_config_ntables;
@@ -101,13 +121,44 @@ static void kvf_config_load_file(void)
     fclose(f);
 }
 
-const char *kvf_config_str(const kvf_config_table_t *table, const char *name)
+static const kvf_config_entry_t *kvf_config_find(const kvf_config_table_t *t,
+                                                 const char *name)
 {
-    char env[96];
-    const char *v;
     size_t i;
 
-    kvf_config_register(table);
+    for (i = 0; i < t->count; i++) {
+        if (strcmp(t->entries[i].name, name) == 0) {
+            return &t->entries[i];
+        }
+    }
+    return NULL;
+}
+
+/* The table that declares name, or NULL. */
+static const kvf_config_table_t *kvf_config_owner(const char *name)
+{
+    const kvf_config_table_t *t = NULL;
+    size_t i;
+
+    pthread_mutex_lock(&kvf_config_lock);
+    for (i = 0; i < kvf_config_ntables && t == NULL; i++) {
+        if (kvf_config_find(kvf_config_tables[i], name) != NULL) {
+            t = kvf_config_tables[i];
+        }
+    }
+    pthread_mutex_unlock(&kvf_config_lock);
+    return t;
+}
+
+/* file < env < default, without the environment check. */
+static const char *kvf_config_resolve(const kvf_config_table_t *table,
+                                      const char *name)
+{
+    const kvf_config_entry_t *e;
+    char env[96];
+    const char *v = NULL;
+    size_t i;
+
     snprintf(env, sizeof(env), "KVF_%s", name);
     for (i = 4; env[i] != '\0'; i++) {
         env[i] = (char)toupper((unsigned char)env[i]);
@@ -118,18 +169,43 @@ const char *kvf_config_str(const kvf_config_table_t *table, const char *name)
     }
     pthread_mutex_lock(&kvf_config_lock);
     kvf_config_load_file();
-    pthread_mutex_unlock(&kvf_config_lock);
-    for (i = 0; i < kvf_config_nfile; i++) {
+    for (i = 0, v = NULL; i < kvf_config_nfile && v == NULL; i++) {
         if (strcmp(kvf_config_file[i].key, name) == 0) {
-            return kvf_config_file[i].value;
+            v = kvf_config_file[i].value;
         }
     }
-    for (i = 0; i < table->count; i++) {
-        if (strcmp(table->entries[i].name, name) == 0) {
-            return table->entries[i].defval;
-        }
+    pthread_mutex_unlock(&kvf_config_lock);
+    if (v != NULL) {
+        return v;
     }
-    return NULL;
+    e = kvf_config_find(table, name);
+    return e != NULL ? e->defval : NULL;
+}
+
+const char *kvf_config_str(const kvf_config_table_t *table, const char *name)
+{
+    const char *v;
+
+    kvf_config_register(table);
+    v = kvf_config_resolve(table, name);
+    kvf_config_check_env();
+    return v;
+}
+
+const char *kvf_config_override(const kvf_config_table_t *table,
+                                const char *name)
+{
+    const kvf_config_entry_t *e = kvf_config_find(table, name);
+    const char *v = kvf_config_str(table, name);
+
+    return (e != NULL && v == e->defval) ? NULL : v;
+}
+
+const char *kvf_config_get(const char *name)
+{
+    const kvf_config_table_t *t = kvf_config_owner(name);
+
+    return t != NULL ? kvf_config_str(t, name) : NULL;
 }
 
 kvf_status_t kvf_config_u64(const kvf_config_table_t *table, const char *name,
@@ -148,49 +224,185 @@ kvf_status_t kvf_config_u64(const kvf_config_table_t *table, const char *name,
     return KVF_OK;
 }
 
-void kvf_config_foreach(void (*fn)(const char *component,
-                                   const kvf_config_entry_t *e,
-                                   const char *value, void *arg),
-                        void *arg)
+/* Listing order of the components; others follow in registration order. */
+static int kvf_config_rank(const char *component)
 {
+    static const char *const order[] = {"core", "engine", "tcp",  "shm",
+                                        "cuda", "fault",  "store"};
+    size_t i;
+
+    for (i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        if (strcmp(order[i], component) == 0) {
+            return (int)i;
+        }
+    }
+    return (int)(sizeof(order) / sizeof(order[0]));
+}
+
+void kvf_config_keys(void (*fn)(const kvf_config_key_t *key, void *arg),
+                     void *arg)
+{
+    const kvf_config_table_t *tabs[KVF_CONFIG_TABLES_MAX], *t;
+    size_t n, i, j;
+    kvf_config_key_t k;
+
+    pthread_mutex_lock(&kvf_config_lock);
+    n = kvf_config_ntables;
+    memcpy(tabs, kvf_config_tables, n * sizeof(tabs[0]));
+    pthread_mutex_unlock(&kvf_config_lock);
+    for (i = 1; i < n; i++) { /* stable insertion sort by rank */
+        t = tabs[i];
+        for (j = i; j > 0 && kvf_config_rank(tabs[j - 1]->component) >
+                                 kvf_config_rank(t->component);
+             j--) {
+            tabs[j] = tabs[j - 1];
+        }
+        tabs[j] = t;
+    }
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < tabs[i]->count; j++) {
+            const kvf_config_entry_t *e = &tabs[i]->entries[j];
+
+            k.component = tabs[i]->component;
+            k.name = e->name;
+            k.value = kvf_config_str(tabs[i], e->name);
+            k.defval = e->defval;
+            k.help = e->help;
+            k.group = e->group;
+            fn(&k, arg);
+        }
+    }
+}
+
+unsigned kvf_edit_distance(const char *a, const char *b)
+{
+    unsigned row[64], prev, cur, best;
+    size_t la = strlen(a), lb = strlen(b), i, j;
+
+    if (la >= 64 || lb >= 64) {
+        return 255;
+    }
+    for (j = 0; j <= lb; j++) {
+        row[j] = (unsigned)j;
+    }
+    for (i = 1; i <= la; i++) {
+        prev = row[0];
+        row[0] = (unsigned)i;
+        for (j = 1; j <= lb; j++) {
+            cur = row[j];
+            best = prev + (a[i - 1] != b[j - 1]);
+            best = row[j] + 1 < best ? row[j] + 1 : best;
+            best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+            row[j] = best;
+            prev = cur;
+        }
+    }
+    return row[lb] < 255 ? row[lb] : 255;
+}
+
+/* The registered key nearest to name by edit distance, or NULL. */
+static const char *kvf_config_nearest(const char *name)
+{
+    const char *best = NULL;
+    unsigned d, dist = 256;
     size_t t, i;
 
+    pthread_mutex_lock(&kvf_config_lock);
     for (t = 0; t < kvf_config_ntables; t++) {
         for (i = 0; i < kvf_config_tables[t]->count; i++) {
-            const kvf_config_entry_t *e = &kvf_config_tables[t]->entries[i];
+            d = kvf_edit_distance(name, kvf_config_tables[t]->entries[i].name);
+            if (d < dist) {
+                dist = d;
+                best = kvf_config_tables[t]->entries[i].name;
+            }
+        }
+    }
+    pthread_mutex_unlock(&kvf_config_lock);
+    return best;
+}
 
-            fn(kvf_config_tables[t]->component, e,
-               kvf_config_str(kvf_config_tables[t], e->name), arg);
+/* Warns about one KVF_ variable `var` ("KVF_NAME=value") naming no key. */
+static void kvf_config_check_var(const char *var)
+{
+    const char *best;
+    char name[64], up[96];
+    size_t i, len = strcspn(var, "=");
+
+    for (i = 0; i < sizeof(kvf_config_env_other) / sizeof(char *); i++) {
+        if (strlen(kvf_config_env_other[i]) == len &&
+            strncmp(var, kvf_config_env_other[i], len) == 0) {
+            return;
+        }
+    }
+    if (len <= 4 || len - 4 >= sizeof(name)) {
+        return;
+    }
+    for (i = 0; i < len - 4; i++) {
+        name[i] = (char)tolower((unsigned char)var[4 + i]);
+    }
+    name[i] = '\0';
+    if (kvf_config_owner(name) != NULL) {
+        return;
+    }
+    best = kvf_config_nearest(name);
+    if (best == NULL) {
+        kvf_warn("environment: %.*s is not a kvferry key and is ignored",
+                 (int)len, var);
+        return;
+    }
+    snprintf(up, sizeof(up), "KVF_%s", best);
+    for (i = 4; up[i] != '\0'; i++) {
+        up[i] = (char)toupper((unsigned char)up[i]);
+    }
+    kvf_warn("environment: %.*s is not a kvferry key and is ignored; did "
+             "you mean %s? ('kvferry config --all' lists every key)",
+             (int)len, var, up);
+}
+
+void kvf_config_check_env(void)
+{
+    static int checked;
+    char **e;
+
+    if (__atomic_exchange_n(&checked, 1, __ATOMIC_ACQ_REL)) {
+        return;
+    }
+    kvf_log_init(); /* the level a user set applies to these warnings */
+    for (e = environ; e != NULL && *e != NULL; e++) {
+        if (strncmp(*e, "KVF_", 4) == 0) {
+            kvf_config_check_var(*e);
         }
     }
 }
 
 int kvf_config_check_file(void)
 {
-    size_t f, t, i;
-    int unknown = 0, found;
+    const char *best;
+    size_t f;
+    int unknown = 0;
 
+    kvf_config_check_env();
     pthread_mutex_lock(&kvf_config_lock);
-    kvf_config_load_file();
-    for (f = 0; f < kvf_config_nfile; f++) {
-        found = 0;
-        for (t = 0; t < kvf_config_ntables && !found; t++) {
-            for (i = 0; i < kvf_config_tables[t]->count; i++) {
-                if (strcmp(kvf_config_tables[t]->entries[i].name,
-                           kvf_config_file[f].key) == 0) {
-                    found = 1;
-                    break;
-                }
-            }
-        }
-        if (!found) {
-            kvf_error("config file %s: unknown key '%s' (see kvferry config)",
-                      getenv("KVF_CONFIG"), kvf_config_file[f].key);
-            unknown++;
-        }
-    }
+    kvf_config_load_file(); /* the entries stay as loaded from here on */
     pthread_mutex_unlock(&kvf_config_lock);
+    for (f = 0; f < kvf_config_nfile; f++) {
+        if (kvf_config_owner(kvf_config_file[f].key) != NULL) {
+            continue;
+        }
+        best = kvf_config_nearest(kvf_config_file[f].key);
+        kvf_error("config file %s: unknown key '%s'%s%s%s ('kvferry config "
+                  "--all' lists every key)",
+                  getenv("KVF_CONFIG"), kvf_config_file[f].key,
+                  best ? "; did you mean '" : "", best ? best : "",
+                  best ? "'?" : "");
+        unknown++;
+    }
     return unknown;
+}
+
+int kvf_config_check(void)
+{
+    return kvf_config_check_file();
 }
 
 kvf_status_t kvf_parse_size(const char *text, uint64_t *bytes_p)

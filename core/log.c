@@ -1,9 +1,11 @@
 /*
- * Logging implementation: a level read once from KVF_LOG_LEVEL, one
+ * Logging implementation: a level from the config key log_level
+ * (KVF_LOG_LEVEL), one
  * formatted line per message written with a single write(2) so lines from
  * several threads and processes do not interleave.
  */
 #include "core/log.h"
+#include "core/config.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,14 +22,14 @@ static const char *kvf_log_names[] = {"error", "warn", "info", "debug",
 
 void kvf_log_init(void)
 {
-    const char *env = getenv("KVF_LOG_LEVEL");
+    const char *v = kvf_config_override(&kvf_core_config, "log_level");
     int i;
 
-    if (env == NULL) {
+    if (v == NULL) {
         return;
     }
     for (i = 0; i <= KVF_LOG_TRACE; i++) {
-        if (strcasecmp(env, kvf_log_names[i]) == 0) {
+        if (strcasecmp(v, kvf_log_names[i]) == 0) {
             kvf_log_level_cur = i;
             return;
         }

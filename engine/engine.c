@@ -7,34 +7,34 @@
 #include "engine/engine_int.h"
 #include "core/alloc.h"
 #include "core/config.h"
-#include "core/hash.h"
 #include "core/log.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static const kvf_config_entry_t kvf_engine_config_entries[] = {
-    {"listen", "127.0.0.1:0", "host:port the engine serves its segment on"},
-    {"conns", "4", "connections per peer"},
-    {"timeout_ms", "5000", "longest wait for a peer before an error"},
+    {"listen", "127.0.0.1:0",
+     "host:port the engine serves its segment on (another host's address "
+     "for peers on other machines)",
+     KVF_CONFIG_USER},
+    {"conns", "4", "connections per peer", KVF_CONFIG_TUNING},
+    {"timeout_ms", "5000",
+     "longest wait for a peer before an error (raise on slow links)",
+     KVF_CONFIG_USER},
     {"transports", "auto",
-     "transports in preference order (tcp, shm, ...), or auto"},
-    {"metadata", "p2p", "metadata backend: p2p (embedded)"},
-    {"chunk_bytes", "1M", "largest single wire request"},
+     "transports in preference order (tcp, shm, cuda), or auto (e.g. tcp "
+     "to measure the network path on one host)",
+     KVF_CONFIG_USER},
+    {"metadata", "p2p", "metadata backend: p2p (embedded, the only one)",
+     KVF_CONFIG_DEBUG},
+    {"chunk_bytes", "1M", "largest single wire request", KVF_CONFIG_TUNING},
 };
 
-const kvf_config_table_t kvf_engine_config = {
-    "engine", kvf_engine_config_entries,
-    sizeof(kvf_engine_config_entries) / sizeof(kvf_engine_config_entries[0])};
+KVF_CONFIG_TABLE(kvf_engine_config, "engine", kvf_engine_config_entries)
 
 const char *kvf_version(void)
 {
     return KVF_VERSION_STRING;
-}
-
-uint64_t kvf_checksum(const void *data, size_t length)
-{
-    return kvf_hash64(data, length, 0);
 }
 
 static kvf_status_t kvf_engine_access(void *arg, uint64_t addr, uint64_t len,

@@ -4,7 +4,7 @@
  * regions) and decode a peer's, with every length checked. The host
  * identity (boot id + network namespace) lets same-host transports know
  * they really share a kernel; the IPC handles let a same-host peer map
- * the GPU regions (transport/cuda/cuda_ipc.c).
+ * the GPU regions (transport/cuda_ipc/).
  *
  * Layout (version 2, little-endian): u32 version, str name, str
  * hostname, u64 host id, u32 pid, u16 ntl, ntl x (str name, str

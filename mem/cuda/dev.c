@@ -28,38 +28,47 @@
 
 static const kvf_config_entry_t kvf_cuda_config_entries[] = {
     {"cuda_kernel", "auto",
-     "copy kernel for scattered GPU blocks: auto, warp, bulk, hybrid"},
+     "copy kernel for scattered GPU blocks: auto, warp, bulk, hybrid",
+     KVF_CONFIG_TUNING},
     {"cuda_stage_bytes", "1M",
-     "pinned staging buffer size for GPU memory reached over sockets"},
-    {"cuda_stage_slots", "4", "staging buffers in flight per connection"},
+     "pinned staging buffer size for GPU memory reached over sockets",
+     KVF_CONFIG_TUNING},
+    {"cuda_stage_slots", "4", "staging buffers in flight per connection",
+     KVF_CONFIG_TUNING},
     {"cuda_stage_ramp", "0",
      "bytes of a send's first gather and a receive's last scatter "
-     "(0: whole slots; 128K measured no better)"},
-    {"cuda_ctas_per_sm", "4", "copy kernel CTAs per multiprocessor (1..4)"},
-    {"cuda_unroll", "8", "16-byte vectors in flight per lane (4 or 8)"},
+     "(0: whole slots)",
+     KVF_CONFIG_DEBUG},
+    {"cuda_ctas_per_sm", "4", "copy kernel CTAs per multiprocessor (1..4)",
+     KVF_CONFIG_TUNING},
+    {"cuda_unroll", "8", "16-byte vectors in flight per lane (4 or 8)",
+     KVF_CONFIG_TUNING},
     {"cuda_warps_per_block", "0",
      "warps sharing one block in the copy kernel: 1, 2, 4, or 0 (auto: up "
-     "to 4 while the batch leaves warps of the GPU idle)"},
+     "to 4 while the batch leaves warps of the GPU idle)",
+     KVF_CONFIG_TUNING},
     {"cuda_desc", "mapped",
      "where copy kernels read a host block list: mapped (in place, over "
-     "PCIe) or upload (one async copy to GPU memory before each launch)"},
+     "PCIe) or upload (one async copy to GPU memory before each launch)",
+     KVF_CONFIG_DEBUG},
     {"cuda_resident", "p2p",
      "resident copy kernel (no launch per batch): off, on (every batch of "
-     "the warp kernel read in place) or p2p (GPU -> other GPU only: "
-     "measured +6 / +3 points of cudaMemcpyPeer at 16 / 64 MB)"},
+     "the warp kernel read in place) or p2p (GPU -> other GPU only)",
+     KVF_CONFIG_DEBUG},
     {"cuda_resident_ctas", "2",
      "CTAs per multiprocessor of the resident "
-     "copy kernel (held while it runs)"},
+     "copy kernel (held while it runs)",
+     KVF_CONFIG_DEBUG},
     {"cuda_resident_idle_us", "2000",
-     "the resident copy kernel leaves after this long without a batch"},
+     "the resident copy kernel leaves after this long without a batch",
+     KVF_CONFIG_DEBUG},
     {"cuda_p2p_split", "0",
      "GPU->GPU batches: percent of the blocks pulled by the destination "
-     "GPU's kernel while the source GPU pushes the rest (0..90)"},
+     "GPU's kernel while the source GPU pushes the rest (0..90)",
+     KVF_CONFIG_DEBUG},
 };
 
-const kvf_config_table_t kvf_cuda_config = {
-    "cuda", kvf_cuda_config_entries,
-    sizeof(kvf_cuda_config_entries) / sizeof(kvf_cuda_config_entries[0])};
+KVF_CONFIG_TABLE(kvf_cuda_config, "cuda", kvf_cuda_config_entries)
 
 kvf_cuda_devstate_t kvf_cuda_devs[KVF_CUDA_DEV_MAX];
 

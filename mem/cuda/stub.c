@@ -11,20 +11,24 @@
 
 static const kvf_config_entry_t kvf_cuda_config_entries[] = {
     {"cuda_kernel", "auto",
-     "copy kernel for scattered GPU blocks: auto, warp, bulk, hybrid"},
+     "copy kernel for scattered GPU blocks: auto, warp, bulk, hybrid",
+     KVF_CONFIG_TUNING},
     {"cuda_stage_bytes", "1M",
-     "pinned staging buffer size for GPU memory reached over sockets"},
-    {"cuda_stage_slots", "4", "staging buffers in flight per connection"},
+     "pinned staging buffer size for GPU memory reached over sockets",
+     KVF_CONFIG_TUNING},
+    {"cuda_stage_slots", "4", "staging buffers in flight per connection",
+     KVF_CONFIG_TUNING},
     {"cuda_stage_ramp", "0",
      "bytes of a send's first gather and a receive's last scatter "
-     "(0: whole slots; 128K measured no better)"},
-    {"cuda_ctas_per_sm", "4", "copy kernel CTAs per multiprocessor (1..4)"},
-    {"cuda_unroll", "8", "16-byte vectors in flight per lane (4 or 8)"},
+     "(0: whole slots)",
+     KVF_CONFIG_DEBUG},
+    {"cuda_ctas_per_sm", "4", "copy kernel CTAs per multiprocessor (1..4)",
+     KVF_CONFIG_TUNING},
+    {"cuda_unroll", "8", "16-byte vectors in flight per lane (4 or 8)",
+     KVF_CONFIG_TUNING},
 };
 
-const kvf_config_table_t kvf_cuda_config = {
-    "cuda", kvf_cuda_config_entries,
-    sizeof(kvf_cuda_config_entries) / sizeof(kvf_cuda_config_entries[0])};
+KVF_CONFIG_TABLE(kvf_cuda_config, "cuda", kvf_cuda_config_entries)
 
 int kvf_cuda_device_count(void)
 {

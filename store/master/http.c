@@ -1,24 +1,25 @@
 /*
  * The master's HTTP endpoint: GET /metrics (Prometheus text format 0.0.4)
  * and GET /status (JSON) with nodes, capacity, used, objects, hits,
- * misses, evictions, errors and the rest of the counters. One thread
- * serves one request per connection (HTTP/1.0, Connection: close), each
- * read and write bounded by a deadline; anything else gets 404 or 400.
+ * misses, evictions, errors and the rest of the counters; other paths get
+ * 404, other methods 405. libmicrohttpd serves it from one internal
+ * thread polling every connection, so idle or slow clients do not hold
+ * up others (docs/decisions/config-http.md); connections idle for
+ * KVF_HTTP_IDLE_S are closed and at most KVF_HTTP_CONNS are open.
  */
 #include "store/master/master_int.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"
 
-#include <poll.h>
+#include <microhttpd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#define KVF_HTTP_REQ_MAX 4096
-#define KVF_HTTP_IO_MS   1000
+#define KVF_HTTP_IDLE_S 10 /* an idle connection is closed after this */
+#define KVF_HTTP_CONNS  64 /* connections open at once, at most */
 
 typedef struct kvf_m_snap {
     kvf_master_stats_t st;
@@ -217,100 +218,67 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
     kvf_free(nodes.p);
 }
 
-static void kvf_m_http_reply(int fd, int code, const char *ctype,
-                             const char *body, size_t len)
+/* Queues one reply; an HTTP/1.0 request gets an HTTP/1.0 status line. */
+static enum MHD_Result kvf_m_http_reply(struct MHD_Connection *c, int http10,
+                                        unsigned code, const char *ctype,
+                                        const char *body, size_t len)
 {
-    char hdr[256];
-    int n;
+    struct MHD_Response *r;
+    enum MHD_Result ret;
 
-    n = snprintf(hdr, sizeof(hdr),
-                 "HTTP/1.0 %d %s\r\nContent-Type: %s\r\n"
-                 "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                 code,
-                 code == 200   ? "OK"
-                 : code == 404 ? "Not Found"
-                 : code == 405 ? "Method Not Allowed"
-                               : "Bad Request",
-                 ctype, len);
-    if (kvf_sock_send_all(fd, hdr, (size_t)n, kvf_time_ms() + KVF_HTTP_IO_MS) ==
-            KVF_OK &&
-        len > 0) {
-        kvf_sock_send_all(fd, body, len, kvf_time_ms() + KVF_HTTP_IO_MS);
+    r = MHD_create_response_from_buffer(len, (void *)(uintptr_t)body,
+                                        MHD_RESPMEM_MUST_COPY);
+    if (r == NULL) {
+        return MHD_NO;
     }
+    if (http10) {
+        MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
-static void kvf_m_http_serve(kvf_master_t *m, int fd)
+static enum MHD_Result kvf_m_http_serve(void *cls, struct MHD_Connection *c,
+                                        const char *url, const char *method,
+                                        const char *version,
+                                        const char *upload_data,
+                                        size_t *upload_size, void **con_cls)
 {
-    uint64_t deadline = kvf_time_ms() + KVF_HTTP_IO_MS;
-    char req[KVF_HTTP_REQ_MAX + 1], *sp, *path, *end;
+    static const char *const bad = "try /metrics or /status\n";
+    int http10 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+    kvf_master_t *m = cls;
     kvf_hbuf_t b = {0};
-    size_t len = 0;
-    ssize_t n;
+    enum MHD_Result ret;
 
-    while (len < KVF_HTTP_REQ_MAX) {
-        if (kvf_sock_wait(fd, POLLIN, deadline) != KVF_OK) {
-            return;
-        }
-        n = recv(fd, req + len, KVF_HTTP_REQ_MAX - len, MSG_DONTWAIT);
-        if (n <= 0) {
-            return;
-        }
-        len += (size_t)n;
-        req[len] = '\0';
-        if (strstr(req, "\r\n\r\n") != NULL || strstr(req, "\n\n") != NULL) {
-            break;
-        }
+    (void)upload_data;
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0) {
+        *upload_size = 0; /* a body is not read */
+        return kvf_m_http_reply(c, http10, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                "text/plain", "only GET\n", 9);
     }
-    req[len] = '\0';
-    sp = strchr(req, ' ');
-    if (sp == NULL) {
-        kvf_m_http_reply(fd, 400, "text/plain", "bad request\n", 12);
-        return;
+    if (*con_cls == NULL) { /* headers only: answer on the next call */
+        *con_cls = m;
+        return MHD_YES;
     }
-    *sp = '\0';
-    path = sp + 1;
-    end = strpbrk(path, " \r\n?");
-    if (end != NULL) {
-        *end = '\0';
-    }
-    if (strcmp(req, "GET") != 0) {
-        kvf_m_http_reply(fd, 405, "text/plain", "only GET\n", 9);
-        return;
-    }
-    if (strcmp(path, "/metrics") == 0) {
+    if (strcmp(url, "/metrics") == 0) {
         kvf_m_metrics(m, &b);
-        if (!b.failed) {
-            kvf_m_http_reply(fd, 200, "text/plain; version=0.0.4", b.p, b.len);
-        }
-    } else if (strcmp(path, "/status") == 0) {
+        ret = b.failed
+                  ? MHD_NO
+                  : kvf_m_http_reply(c, http10, MHD_HTTP_OK,
+                                     "text/plain; version=0.0.4", b.p, b.len);
+    } else if (strcmp(url, "/status") == 0) {
         kvf_m_status(m, &b);
-        if (!b.failed) {
-            kvf_m_http_reply(fd, 200, "application/json", b.p, b.len);
-        }
+        ret = b.failed ? MHD_NO
+                       : kvf_m_http_reply(c, http10, MHD_HTTP_OK,
+                                          "application/json", b.p, b.len);
     } else {
-        kvf_m_http_reply(fd, 404, "text/plain", "try /metrics or /status\n",
-                         24);
+        ret = kvf_m_http_reply(c, http10, MHD_HTTP_NOT_FOUND, "text/plain", bad,
+                               strlen(bad));
     }
     kvf_free(b.p);
-}
-
-static void *kvf_m_http_main(void *arg)
-{
-    kvf_master_t *m = arg;
-    int fd;
-
-    while (!__atomic_load_n(&m->stop, __ATOMIC_ACQUIRE)) {
-        if (kvf_sock_wait(m->hfd, POLLIN, kvf_time_ms() + 250) != KVF_OK) {
-            continue;
-        }
-        fd = accept4(m->hfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            continue;
-        }
-        kvf_m_http_serve(m, fd);
-        close(fd);
-    }
-    return NULL;
+    return ret;
 }
 
 kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen)
@@ -328,7 +296,13 @@ kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen)
         return st;
     }
     snprintf(m->http_address, sizeof(m->http_address), "%s:%u", host, port);
-    if (pthread_create(&m->http_thread, NULL, kvf_m_http_main, m) != 0) {
+    m->httpd = MHD_start_daemon(
+        MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL,
+        kvf_m_http_serve, m, MHD_OPTION_LISTEN_SOCKET, m->hfd,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)KVF_HTTP_IDLE_S,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)KVF_HTTP_CONNS, MHD_OPTION_END);
+    if (m->httpd == NULL) {
+        kvf_error("master cannot start its http server on %s", m->http_address);
         close(m->hfd);
         m->hfd = -1;
         return KVF_ERR_NO_RESOURCE;
@@ -342,8 +316,8 @@ void kvf_m_http_stop(kvf_master_t *m)
     if (!m->have_http) {
         return;
     }
-    __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
-    pthread_join(m->http_thread, NULL);
-    close(m->hfd);
+    MHD_stop_daemon(m->httpd); /* closes the listening socket too */
+    m->httpd = NULL;
+    m->hfd = -1;
     m->have_http = 0;
 }

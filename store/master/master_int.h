@@ -81,7 +81,8 @@ struct kvf_master {
     int hfd;
     char address[KVF_HOST_MAX + 8];
     char http_address[KVF_HOST_MAX + 8];
-    pthread_t http_thread, reaper_thread;
+    pthread_t reaper_thread;
+    struct MHD_Daemon *httpd; /* http.c's server (libmicrohttpd) */
     int have_http;
     int stop;
     pthread_cond_t stop_cond;

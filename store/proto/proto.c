@@ -21,48 +21,65 @@
 
 static const kvf_config_entry_t kvf_store_config_entries[] = {
     {"master", "127.0.0.1:17800",
-     "store master RPC address (master: listen; nodes, clients: connect)"},
-    {"master_http", "127.0.0.1:17801", "store master HTTP address"},
-    {"lease_ms", "2000", "read lease a get grants (ms)"},
-    {"put_timeout_ms", "10000", "a put not committed by then is undone"},
-    {"node_ttl_ms", "3000", "a node silent this long is dropped"},
-    {"heartbeat_ms", "500", "node heartbeat interval"},
-    {"high_watermark_pct", "90", "evict when used space passes this %"},
-    {"low_watermark_pct", "80", "... down to this %"},
-    {"replicas", "1", "default replica count of a put"},
-    {"store_timeout_ms", "5000", "bound on any store wait"},
+     "store master RPC address (master: listen; nodes, clients: connect)",
+     KVF_CONFIG_USER},
+    {"master_http", "127.0.0.1:17801",
+     "store master HTTP address (/metrics, /status)", KVF_CONFIG_USER},
+    {"lease_ms", "2000",
+     "read lease a get grants (ms): an object being read is not evicted "
+     "or removed for this long",
+     KVF_CONFIG_USER},
+    {"put_timeout_ms", "10000", "a put not committed by then is undone",
+     KVF_CONFIG_TUNING},
+    {"node_ttl_ms", "3000", "a node silent this long is dropped",
+     KVF_CONFIG_TUNING},
+    {"heartbeat_ms", "500", "node heartbeat interval", KVF_CONFIG_TUNING},
+    {"high_watermark_pct", "90",
+     "evict when used space passes this % (lower it to keep headroom)",
+     KVF_CONFIG_USER},
+    {"low_watermark_pct", "80", "... down to this %", KVF_CONFIG_USER},
+    {"replicas", "1",
+     "default replica count of a put (more: objects survive a node loss)",
+     KVF_CONFIG_USER},
+    {"store_timeout_ms", "5000",
+     "bound on any store wait (raise on slow links)", KVF_CONFIG_USER},
     {"master_loops", "0",
-     "master connection event loops (threads); 0 = one per 8 CPUs, 1 to 4"},
+     "master connection event loops (threads); 0 = one per 8 CPUs, 1 to 4",
+     KVF_CONFIG_TUNING},
     {"put_reserve", "1",
      "1: a client's single puts keep space reserved for the next one "
-     "(one master round trip per put instead of two)"},
+     "(one master round trip per put instead of two)",
+     KVF_CONFIG_DEBUG},
     {"loc_cache", "16384",
      "entries of a client's location cache (a power of two; 0 = off): a "
      "single-key get reads a key's last known location while the master "
      "answers, and keeps the bytes only if the master names that location "
-     "and the checksum matches"},
+     "and the checksum matches",
+     KVF_CONFIG_TUNING},
     {"lease_reads", "0",
      "1: a client's get of a key it got within the read lease it was "
      "granted reads the cached location without asking the master (the "
      "bytes are checked against the master's checksum); another client's "
      "remove is then seen when that lease ends (lease_ms). For keys whose "
-     "value never changes, such as KV blocks named by their tokens' hash"},
+     "value never changes, such as KV blocks named by their tokens' hash",
+     KVF_CONFIG_USER},
     {"node_conns", "8",
      "connections per node of a client's own engine (0 = the engine's "
-     "`conns`), at most 64: threads sharing a handle each find an idle one"},
+     "`conns`), at most 64: threads sharing a handle each find an idle one",
+     KVF_CONFIG_TUNING},
     {"node_chunk", "0",
      "largest wire request of a client's own engine to a node; 0 = auto: "
      "256K on a host of 8 or more CPUs (large objects move on several "
-     "connections at once), else the engine's `chunk_bytes`"},
+     "connections at once), else the engine's `chunk_bytes`",
+     KVF_CONFIG_TUNING},
     {"master_unix", "1",
      "1: a master on a loopback address is reached over its abstract unix "
      "socket when the client's engine may use a same-host transport "
-     "(tcp on any failure); 0: always tcp"},
+     "(tcp on any failure); 0: always tcp",
+     KVF_CONFIG_DEBUG},
 };
 
-const kvf_config_table_t kvf_store_config = {
-    "store", kvf_store_config_entries,
-    sizeof(kvf_store_config_entries) / sizeof(kvf_store_config_entries[0])};
+KVF_CONFIG_TABLE(kvf_store_config, "store", kvf_store_config_entries)
 
 void kvf_sp_frame_free(kvf_sp_frame_t *f)
 {

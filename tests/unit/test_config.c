@@ -1,6 +1,7 @@
 /*
- * Unit test: size and duration parsing, seed 000's size format, and the
- * resolution order default < file < environment.
+ * Unit test: size and duration parsing, the size format, the resolution
+ * order default < file < environment, the key groups and public lookup,
+ * and the warning for unknown KVF_* environment variables.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,9 +11,15 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include <kvferry/config.h>
+#include <kvferry/kvferry.h>
+
 #include "core/config.h"
+#include "store/proto/proto.h"
+#include "transport/fault/fault.h"
 
 static void test_sizes(void **state)
 {
@@ -70,9 +77,9 @@ static void test_fmt(void **state)
 }
 
 static const kvf_config_entry_t entries[] = {
-    {"test_alpha", "11", "first"},
-    {"test_beta", "22", "second"},
-    {"test_gamma", "33", "third"},
+    {"test_alpha", "11", "first", KVF_CONFIG_USER},
+    {"test_beta", "22", "second", KVF_CONFIG_TUNING},
+    {"test_gamma", "33", "third", KVF_CONFIG_DEBUG},
 };
 static const kvf_config_table_t table = {"test", entries, 3};
 
@@ -102,7 +109,104 @@ static void test_resolution(void **state)
                      KVF_ERR_INVALID_PARAM);
     /* a key no registered table knows is reported */
     assert_int_equal(kvf_config_check_file(), 1);
+    unsetenv("KVF_TEST_GAMMA");
+    unsetenv("KVF_CONFIG");
     unlink(path);
+}
+
+static void test_edit_distance(void **state)
+{
+    (void)state;
+    assert_int_equal(kvf_edit_distance("", ""), 0);
+    assert_int_equal(kvf_edit_distance("transports", "transports"), 0);
+    assert_int_equal(kvf_edit_distance("transport", "transports"), 1);
+    assert_int_equal(kvf_edit_distance("lease_read", "lease_reads"), 1);
+    assert_int_equal(kvf_edit_distance("kitten", "sitting"), 3);
+    assert_int_equal(kvf_edit_distance("abc", ""), 3);
+}
+
+static int key_count[4];
+static int key_bad;
+
+static void count_key(const kvf_config_key_t *k, void *arg)
+{
+    (void)arg;
+    if (k->group < KVF_CONFIG_USER || k->group > KVF_CONFIG_DEBUG ||
+        k->help == NULL || k->help[0] == '\0' || k->defval == NULL) {
+        key_bad++;
+        return;
+    }
+    key_count[k->group]++;
+}
+
+/* Every key of the library has a group, a help text and a default, and
+ * the public lookup resolves a key by name alone. */
+static void test_public_keys(void **state)
+{
+    (void)state;
+    assert_non_null(kvf_version()); /* links the engine's table */
+    assert_non_null(kvf_store_config.component);
+    assert_non_null(kvf_fault_config.component);
+    kvf_config_keys(count_key, NULL);
+    assert_int_equal(key_bad, 0);
+    assert_true(key_count[KVF_CONFIG_USER] >= 5);
+    assert_true(key_count[KVF_CONFIG_USER] <= 15);
+    assert_true(key_count[KVF_CONFIG_TUNING] > 0);
+    assert_true(key_count[KVF_CONFIG_DEBUG] > 0);
+    assert_string_equal(kvf_config_get("transports"), "auto");
+    setenv("KVF_TRANSPORTS", "tcp", 1);
+    assert_string_equal(kvf_config_get("transports"), "tcp");
+    unsetenv("KVF_TRANSPORTS");
+    assert_string_equal(kvf_config_get("log_level"), "warn");
+    assert_null(kvf_config_get("no_such_key"));
+}
+
+/* Runs `kvferry version` with env (one "NAME=value") and returns what it
+ * wrote to stderr. */
+static void run_cli_env(const char *env, char *err, size_t cap)
+{
+    char cmd[1024];
+    const char *bin = getenv("KVF_BIN");
+    FILE *p;
+    size_t n;
+
+    assert_non_null(bin);
+    snprintf(cmd, sizeof(cmd), "env %s %s version 2>&1 >/dev/null", env, bin);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    n = fread(err, 1, cap - 1, p);
+    err[n] = '\0';
+    pclose(p);
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+
+    while ((hay = strstr(hay, needle)) != NULL) {
+        n++;
+        hay += strlen(needle);
+    }
+    return n;
+}
+
+/* An unknown KVF_ variable is named once, with the nearest key; known
+ * keys and the harness's own variables are not. */
+static void test_unknown_env(void **state)
+{
+    char err[4096];
+
+    (void)state;
+    run_cli_env("KVF_TRANSPORT=tcp", err, sizeof(err));
+    assert_int_equal(count_of(err, "KVF_TRANSPORT is not a kvferry key"), 1);
+    assert_non_null(strstr(err, "did you mean KVF_TRANSPORTS?"));
+    run_cli_env("KVF_LEASE_READ=1 KVF_LOG_LEVEL=warn", err, sizeof(err));
+    assert_non_null(strstr(err, "did you mean KVF_LEASE_READS?"));
+    run_cli_env("KVF_TRANSPORTS=tcp KVF_SHM_WARM_MS=0 KVF_BIN=x", err,
+                sizeof(err));
+    assert_null(strstr(err, "not a kvferry key"));
+    run_cli_env("KVF_FOO=1 KVF_LOG_LEVEL=error", err, sizeof(err));
+    assert_null(strstr(err, "KVF_FOO")); /* the level applies */
 }
 
 int main(void)
@@ -112,6 +216,9 @@ int main(void)
         cmocka_unit_test(test_ms),
         cmocka_unit_test(test_fmt),
         cmocka_unit_test(test_resolution),
+        cmocka_unit_test(test_edit_distance),
+        cmocka_unit_test(test_public_keys),
+        cmocka_unit_test(test_unknown_env),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

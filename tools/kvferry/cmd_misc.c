@@ -4,38 +4,66 @@
  * build options.
  */
 #include "tools/kvferry/cli.h"
-#include "core/config.h"
+
+#include <kvferry/config.h>
 
 #include <stdio.h>
+#include <string.h>
 
-extern const kvf_config_table_t kvf_engine_config;
-extern const kvf_config_table_t kvf_fault_config;
-extern const kvf_config_table_t kvf_cuda_config;
-extern const kvf_config_table_t kvf_store_config;
+typedef struct {
+    kvf_config_group_t group;
+    int n;
+} kvf_config_print_t;
 
-static void kvf_config_print(const char *component, const kvf_config_entry_t *e,
-                             const char *value, void *arg)
+static void kvf_config_print(const kvf_config_key_t *k, void *arg)
 {
-    (void)arg;
-    printf("%-8s %-16s = %-14s %s (default %s)\n", component, e->name,
-           value ? value : "", e->help, e->defval);
+    kvf_config_print_t *p = arg;
+
+    if (k->group != p->group) {
+        return;
+    }
+    p->n++;
+    printf("%-8s %-16s = %-14s %s (default %s)\n", k->component, k->name,
+           k->value ? k->value : "", k->help, k->defval);
 }
 
 void kvf_cli_config_init(void)
 {
-    kvf_config_register(&kvf_engine_config);
-    kvf_config_register(&kvf_fault_config);
-    kvf_config_register(&kvf_cuda_config);
-    kvf_config_register(&kvf_store_config);
+    /* every library table registers itself when the program loads */
 }
 
 int kvf_cmd_config(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    static const char *const titles[] = {
+        "", "# user keys: the ones a deployment sets\n",
+        "\n# tuning keys: performance knobs with measured defaults\n",
+        "\n# debug keys: fault injection, diagnostics, experiment dials\n"};
+    kvf_config_print_t p;
+    int all = argc > 1 && strcmp(argv[1], "--all") == 0;
+    int g;
+
+    if (argc > 1 && !all) {
+        int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+
+        fprintf(help ? stdout : stderr,
+                "usage: kvferry config [--all]\n"
+                "  --all  also the debug keys (fault injection, diagnostics, "
+                "experiment dials)\n");
+        return help ? KVF_CLI_OK : KVF_CLI_USAGE;
+    }
     printf("# every key can be set as KVF_<KEY> in the environment or as\n"
            "# 'key = value' in the file named by KVF_CONFIG\n");
-    kvf_config_foreach(kvf_config_print, NULL);
+    for (g = KVF_CONFIG_USER; g <= KVF_CONFIG_DEBUG; g++) {
+        if (g == KVF_CONFIG_DEBUG && !all) {
+            printf("\n# debug keys: hidden, 'kvferry config --all' lists "
+                   "them\n");
+            break;
+        }
+        p.group = (kvf_config_group_t)g;
+        p.n = 0;
+        printf("%s", titles[g]);
+        kvf_config_keys(kvf_config_print, &p);
+    }
     return KVF_CLI_OK;
 }
 

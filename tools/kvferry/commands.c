@@ -47,7 +47,8 @@ const kvf_cli_cmd_t kvf_cli_commands[] = {
      "one HTML page with charts of a folder of "
      "records"},
     {"drill", kvf_cmd_drill, "fault drills (kvferry drill list)"},
-    {"config", kvf_cmd_config, "list every configuration key"},
+    {"config", kvf_cmd_config,
+     "list the configuration keys (--all: every one)"},
     {"version", kvf_cmd_version, "print the version and build options"},
     {NULL, NULL, NULL},
 };

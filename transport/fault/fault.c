@@ -28,12 +28,11 @@
 static const kvf_config_entry_t kvf_fault_config_entries[] = {
     {"fault", "",
      "inject transport faults: seed=S,delay_ms=N,jitter_ms=N,drop=P,"
-     "fail_after=N,reset_after=N (empty = off)"},
+     "fail_after=N,reset_after=N (empty = off)",
+     KVF_CONFIG_DEBUG},
 };
 
-const kvf_config_table_t kvf_fault_config = {
-    "fault", kvf_fault_config_entries,
-    sizeof(kvf_fault_config_entries) / sizeof(kvf_fault_config_entries[0])};
+KVF_CONFIG_TABLE(kvf_fault_config, "fault", kvf_fault_config_entries)
 
 typedef struct kvf_fault_req {
     kvf_tl_req_t req;   /* the shadow handed to the inner ep */

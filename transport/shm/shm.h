@@ -46,7 +46,7 @@
            for more work when idle */
 #define KVF_SHM_WARM_MS                                                        \
     200 /* a worker that moved requests this recently keeps a lease open       \
-           while idle, renewed every KVF_SHM_RIDE_MS (KVF_SHM_WARM_MS env) */
+           while idle, renewed every KVF_SHM_RIDE_MS (key shm_warm_ms) */
 #define KVF_SHM_STAGE_LEN    (4u << 20) /* staging buffer per connection */
 #define KVF_SHM_LEASE_BYTES  (8u << 20) /* a lease covers at most this */
 #define KVF_SHM_LEASE_MIN    (1u << 20) /* ... and takes its share above this */
@@ -108,8 +108,8 @@ int kvf_shm_copy_stream2(void *d0, const void *s0, void *d1, const void *s1,
 void kvf_shm_prefetch(const void *p, size_t len);
 /* Bytes of the next entry kvf_shm_lease_copy prefetches (0: none). */
 size_t kvf_shm_prefetch_len(void);
-/* A tuning knob from the environment variable name (default def, clamped
- * to [0, max]), read once into *cache (which starts at -1). */
+/* A knob of the shm config table (key name, e.g. "shm_warm_ms"; default
+ * def, clamped to [0, max]), read once into *cache (which starts at -1). */
 int64_t kvf_shm_env_knob(int64_t *cache, const char *name, int64_t def,
                          int64_t max);
 

@@ -381,13 +381,13 @@ static void kvf_shm_end_open(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
 
 static int kvf_shm_wait_work(kvf_tl_ep_t *ep, int wait_us);
 
-/* KVF_SHM_WARM_MS, or the env KVF_SHM_WARM_MS (0: off), read once. */
+/* KVF_SHM_WARM_MS, or the key shm_warm_ms (0: off), read once. */
 static uint64_t kvf_shm_warm_ms(void)
 {
     static int64_t cached = -1;
 
-    return (uint64_t)kvf_shm_env_knob(&cached, "KVF_SHM_WARM_MS",
-                                      KVF_SHM_WARM_MS, 10000);
+    return (uint64_t)kvf_shm_env_knob(&cached, "shm_warm_ms", KVF_SHM_WARM_MS,
+                                      10000);
 }
 
 /* Ends the open lease and begins a warm one in its place: one entry (a

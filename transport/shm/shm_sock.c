@@ -9,6 +9,7 @@
  */
 #include "transport/shm/shm.h"
 #include "core/alloc.h"
+#include "core/config.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/sock.h"
@@ -513,6 +514,21 @@ void kvf_shm_prefetch(const void *p, size_t len)
     }
 }
 
+#define KVF_SHM_STR(x)  #x
+#define KVF_SHM_XSTR(x) KVF_SHM_STR(x)
+
+static const kvf_config_entry_t kvf_shm_config_entries[] = {
+    {"shm_warm_ms", KVF_SHM_XSTR(KVF_SHM_WARM_MS),
+     "a worker that moved requests this recently keeps its lease open "
+     "while idle (ms, 0: off)",
+     KVF_CONFIG_DEBUG},
+    {"shm_prefetch", KVF_SHM_XSTR(KVF_SHM_PREFETCH_LEN),
+     "bytes of the next block's head a WRITE prefetches (0: none)",
+     KVF_CONFIG_DEBUG},
+};
+
+KVF_CONFIG_TABLE(kvf_shm_config, "shm", kvf_shm_config_entries)
+
 int64_t kvf_shm_env_knob(int64_t *cache, const char *name, int64_t def,
                          int64_t max)
 {
@@ -520,7 +536,7 @@ int64_t kvf_shm_env_knob(int64_t *cache, const char *name, int64_t def,
     const char *env;
 
     if (v < 0) {
-        env = getenv(name);
+        env = kvf_config_override(&kvf_shm_config, name);
         v = (env != NULL && *env != '\0') ? strtoll(env, NULL, 10) : def;
         v = v < 0 ? 0 : v > max ? max : v;
         __atomic_store_n(cache, v, __ATOMIC_RELAXED);
@@ -532,7 +548,7 @@ size_t kvf_shm_prefetch_len(void)
 {
     static int64_t cached = -1;
 
-    return (size_t)kvf_shm_env_knob(&cached, "KVF_SHM_PREFETCH",
+    return (size_t)kvf_shm_env_knob(&cached, "shm_prefetch",
                                     KVF_SHM_PREFETCH_LEN, 8192);
 }
 

@@ -1,4 +1,8 @@
 /*
+ * The 64-bit hash the library used for checksums before XXH3, kept so that
+ * checksum_bench can measure the two side by side (docs/decisions/
+ * config-checksum.md).
+ *
  * kvf_hash64: below KVF_HASH_WIDE bytes, four independent multiply-rotate
  * lanes over 32-byte stripes; from it on, eight accumulators over 64-byte
  * stripes, each adding the 32x32-bit product of its word's halves (the
@@ -6,16 +10,15 @@
  * four lanes at a time (two 64-bit multiplies per 8 bytes capped the
  * narrow path; `kvferry bench load` shows the verify stage of a 64 KiB get
  * in docs/store.md). Both end in the same merge and avalanche; the portable and
- * the AVX2 accumulation give the same value (tests/unit/test_wire.c).
+ * the AVX2 accumulation give the same value.
  * Any change of one word changes the accumulator of its product and the
  * one it is added to. Each stripe's words are also mixed with its
  * position ((stripe + 1) x KVF_STEP) before the product, so that the sum
  * depends on where each stripe is: without it the sum of products was
  * the same for any order of the stripes, and a value with two of its
- * 8 KiB blocks swapped kept its checksum. kvf_rng_fill writes 8 bytes per
- * step.
+ * 8 KiB blocks swapped kept its checksum.
  */
-#include "core/hash.h"
+#include "tests/perf/hash_prev.h"
 
 #include <string.h>
 
@@ -211,29 +214,7 @@ static uint64_t kvf_hash64_impl(const void *data, size_t len, uint64_t seed,
     return h;
 }
 
-uint64_t kvf_hash64(const void *data, size_t len, uint64_t seed)
+uint64_t kvf_hash64_prev(const void *data, size_t len, uint64_t seed)
 {
     return kvf_hash64_impl(data, len, seed, 0);
-}
-
-uint64_t kvf_hash64_generic(const void *data, size_t len, uint64_t seed)
-{
-    return kvf_hash64_impl(data, len, seed, 1);
-}
-
-void kvf_rng_fill(kvf_rng_t *r, void *buf, size_t len)
-{
-    unsigned char *p = buf;
-    uint64_t v;
-
-    while (len >= 8) {
-        v = kvf_rng_next(r);
-        memcpy(p, &v, 8);
-        p += 8;
-        len -= 8;
-    }
-    if (len > 0) {
-        v = kvf_rng_next(r);
-        memcpy(p, &v, len);
-    }
 }

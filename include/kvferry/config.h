@@ -1,0 +1,53 @@
+/*
+ * Configuration keys of the library, as `kvferry config` lists them. A
+ * key is set in the environment as KVF_<KEY> (upper case) or in the file
+ * named by KVF_CONFIG as "key = value"; command-line flags override both.
+ * Keys come in three groups: user keys (the few a user has a reason to
+ * set), tuning keys (performance knobs with measured defaults) and debug
+ * keys (fault injection, diagnostics and experiment dials; hidden unless
+ * asked for).
+ */
+#ifndef KVFERRY_CONFIG_H
+#define KVFERRY_CONFIG_H
+
+#include <kvferry/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kvf_config_group {
+    KVF_CONFIG_USER = 1,
+    KVF_CONFIG_TUNING = 2,
+    KVF_CONFIG_DEBUG = 3,
+} kvf_config_group_t;
+
+typedef struct kvf_config_key {
+    const char *component; /* "engine", "store", ... */
+    const char *name;      /* lower case, e.g. "transports" */
+    const char *value;     /* effective value (default < file < env) */
+    const char *defval;
+    const char *help;
+    kvf_config_group_t group;
+} kvf_config_key_t;
+
+/* The effective value of a key (without command-line flags), or NULL
+ * when no library component declares that key. */
+KVF_API const char *kvf_config_get(const char *name);
+
+/* Calls fn for every key, grouped by component in a fixed order. */
+KVF_API void kvf_config_keys(void (*fn)(const kvf_config_key_t *key, void *arg),
+                             void *arg);
+
+/* Checks the configuration once per process: each KVF_* environment
+ * variable that names no key is logged as a warning with the nearest key,
+ * and each key of the KVF_CONFIG file that names no key as an error.
+ * Returns the number of unknown keys in the file (callers refuse to run
+ * when it is not 0). */
+KVF_API int kvf_config_check(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
