@@ -109,21 +109,19 @@ static int kvf_sconn_clean(kvf_sconn_t *c)
  * master reclaims it at its deadline anyway). */
 static void kvf_sconn_drop_resv(kvf_sconn_t *c, unsigned timeout_ms)
 {
+    kvf_sm_req_t q = {0};
     kvf_wr_t w;
 
     if (c->resv.r.put_id == 0 || !kvf_sconn_clean(c)) {
         c->resv.r.put_id = 0;
         return;
     }
+    q.key = "-";
+    q.put_id = c->resv.r.put_id;
+    q.size = c->resv.r.size;
+    q.mask = 0; /* abort */
     kvf_wr_init(&w);
-    kvf_wr_str(&w, "-");
-    kvf_wr_u64(&w, c->resv.r.put_id);
-    kvf_wr_u64(&w, c->resv.r.size);
-    kvf_wr_u64(&w, 0);
-    kvf_wr_u8(&w, 0); /* mask 0: abort */
-    kvf_wr_u8(&w, 0);
-    kvf_wr_u64(&w, 0);
-    kvf_wr_u8(&w, 0);
+    kvf_sm_commit_enc(&w, &q);
     /* bounded short: a master that froze must not hold up a disconnect */
     (void)kvf_sp_call(c->fd, KVF_SP_COMMIT, ++c->next_id, 1, &w, &c->f,
                       kvf_time_ms() + (timeout_ms < 200 ? timeout_ms : 200));
@@ -349,7 +347,7 @@ int kvf_store_peer_error(kvf_status_t s)
            s == KVF_ERR_TIMEOUT || s == KVF_ERR_PROTOCOL;
 }
 
-kvf_status_t kvf_store_peer_get(kvf_store_h st, const char *segment,
+kvf_status_t kvf_store_peer_ref(kvf_store_h st, const char *segment,
                                 kvf_speer_t **sp_p)
 {
     kvf_status_t status;
@@ -388,7 +386,7 @@ kvf_status_t kvf_store_peer_get(kvf_store_h st, const char *segment,
     return KVF_OK;
 }
 
-void kvf_store_peer_put(kvf_store_h st, kvf_speer_t *sp, int bad)
+void kvf_store_peer_unref(kvf_store_h st, kvf_speer_t *sp, int bad)
 {
     kvf_speer_t **pp;
     int close_it;
