@@ -6,8 +6,8 @@
  * followed by an engine read from a node: two round trips, one after the
  * other. Many gets are of keys this client has seen before (a serving
  * engine reading back the KV blocks it offloaded, a prefix read again),
- * and objects do not move. So the handle keeps
- * where each key's bytes were last seen, in a direct-mapped table
+ * and objects do not move. So the handle keeps where each key's bytes
+ * were last seen, in a direct-mapped table
  * (key hash -> segment, address, size), filled by its own puts and gets.
  * A single-key get with a cached location sends the GET, reads the cached
  * location into the caller's buffer and checksums it while the master
@@ -28,8 +28,16 @@
  * leases); the cache only saves waiting. On a failed get the caller's
  * buffer holds unspecified bytes (as on a failed plain get).
  *
+ * The second strategy, lease reads (`lease_reads`, off by default),
+ * skips the master: an entry a get learnt keeps the master's checksum and
+ * the end of the read lease that get was granted; until then a get reads
+ * there and checks the bytes against that checksum alone. The master
+ * frees no space a lease covers, so the bytes are the object's or the
+ * check fails (then the master is asked). Another client's remove is seen
+ * when the lease ends.
+ *
  * Config: `loc_cache` (store table) = entries, a power of two; 0 = off
- * (KVF_LOC_CACHE=0).
+ * (KVF_LOC_CACHE=0); `lease_reads`.
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"

@@ -123,38 +123,42 @@ static kvf_status_t kvf_put_rd_commit(kvf_store_h st, kvf_sconn_t *c,
     return nr.status;
 }
 
-/* One COMMIT round trip on c for key (put put_id), asking for a
- * reservation of next_size bytes; *closed_p: c is gone. */
+/* One COMMIT round trip on c (q: the key's commit, and the reservation
+ * asked for the next put); *closed_p: c is gone. */
 static kvf_status_t kvf_put_commit_on(kvf_store_h st, kvf_sconn_t *c,
-                                      const char *key, uint64_t put_id,
-                                      size_t len, uint64_t sum, unsigned mask,
-                                      unsigned flags, uint64_t next_size,
-                                      unsigned replicas, int *closed_p)
+                                      const kvf_sm_req_t *q, int *closed_p)
 {
     kvf_store_timing_t *tm = &kvf_store_tl_timing;
     kvf_status_t status;
-    kvf_sm_req_t q;
     uint64_t t0;
     kvf_wr_t w;
 
-    q.key = key;
-    q.put_id = put_id;
-    q.size = len;
-    q.checksum = sum;
-    q.mask = (uint8_t)mask;
-    q.flags = (uint8_t)(flags & KVF_STORE_PIN);
-    q.next_size = next_size;
-    q.next_replicas = (uint8_t)replicas;
     kvf_wr_init(&w);
-    kvf_sm_commit_enc(&w, &q);
+    kvf_sm_commit_enc(&w, q);
     t0 = kvf_time_ns();
     status = kvf_store_rpc_on(st, c, KVF_SP_COMMIT, 1, &w, closed_p);
     tm->commit_ns = kvf_time_ns() - t0;
     kvf_wr_free(&w);
     if (!*closed_p && status == KVF_OK) {
-        status = kvf_put_rd_commit(st, c, len, replicas);
+        status = kvf_put_rd_commit(st, c, q->size, q->next_replicas);
     }
     return status;
+}
+
+/* A COMMIT entry for a key written at put_id. */
+static void kvf_put_commit_req(kvf_sm_req_t *q, const char *key,
+                               uint64_t put_id, size_t len, uint64_t sum,
+                               unsigned mask, unsigned flags,
+                               uint64_t next_size, unsigned replicas)
+{
+    q->key = key;
+    q->put_id = put_id;
+    q->size = len;
+    q->checksum = sum;
+    q->mask = (uint8_t)mask;
+    q->flags = (uint8_t)(flags & KVF_STORE_PIN);
+    q->next_size = next_size;
+    q->next_replicas = (uint8_t)replicas;
 }
 
 /* ---- the reservation strategy ---- */
@@ -201,6 +205,7 @@ static kvf_status_t kvf_put_resv(kvf_put_job_t *j, int *done)
     kvf_status_t status, werr;
     unsigned mask;
     uint64_t t0, sum, id;
+    kvf_sm_req_t q;
     kvf_sconn_t *c;
     int closed;
 
@@ -219,8 +224,9 @@ static kvf_status_t kvf_put_resv(kvf_put_job_t *j, int *done)
     kvf_put_note(st, key, &c->resv.r, len, mask);
     id = c->resv.r.put_id;
     c->resv.r.put_id = 0; /* spent, unless the master says it stays */
-    status = kvf_put_commit_on(st, c, key, id, len, sum, mask, j->flags,
-                               mask ? len : 0, j->replicas, &closed);
+    kvf_put_commit_req(&q, key, id, len, sum, mask, j->flags, mask ? len : 0,
+                       j->replicas);
+    status = kvf_put_commit_on(st, c, &q, &closed);
     if (closed) {
         return status;
     }
@@ -367,18 +373,19 @@ static void kvf_put_verify_device(kvf_put_job_t *j)
  * when the connection holds none. Folds the outcome into s[0]. */
 static void kvf_put_commit_single(kvf_put_job_t *j)
 {
-    kvf_status_t status;
+    kvf_status_t status = KVF_ERR_CONNECT;
     int may_reserve = 0, closed = 0;
+    kvf_sm_req_t q;
     kvf_sconn_t *c;
 
     c = kvf_store_take_plain(j->st, &may_reserve);
-    status =
-        (c == NULL)
-            ? KVF_ERR_CONNECT
-            : kvf_put_commit_on(j->st, c, j->keys[0], j->e[0].put_id,
-                                j->lens[0], j->sums[0], j->mask[0], j->flags,
-                                (j->mask[0] && may_reserve) ? j->lens[0] : 0,
-                                j->replicas, &closed);
+    if (c != NULL) {
+        kvf_put_commit_req(&q, j->keys[0], j->e[0].put_id, j->lens[0],
+                           j->sums[0], j->mask[0], j->flags,
+                           (j->mask[0] && may_reserve) ? j->lens[0] : 0,
+                           j->replicas);
+        status = kvf_put_commit_on(j->st, c, &q, &closed);
+    }
     if (c != NULL && !closed) {
         kvf_store_release(j->st, c);
     }
