@@ -66,12 +66,16 @@ typedef kvf_status_t (*kvf_m_handler_t)(kvf_master_t *m,
 /* An object's replicas as the codec encodes them. */
 static void kvf_m_obj_reps(const kvf_mobj_t *o, kvf_sm_obj_t *out)
 {
+    const char *seg;
     unsigned i;
+    size_t n;
 
     out->nrep = o->nrep;
     for (i = 0; i < o->nrep; i++) {
-        snprintf(out->seg[i], sizeof(out->seg[i]), "%s",
-                 o->rep[i].node->segment);
+        seg = o->rep[i].node->segment;
+        n = strnlen(seg, sizeof(out->seg[i]) - 1);
+        memcpy(out->seg[i], seg, n);
+        out->seg[i][n] = '\0';
         out->addr[i] = o->rep[i].node->base + o->rep[i].blk->off;
     }
 }
