@@ -459,6 +459,15 @@ static kvf_status_t kvf_put_commit(kvf_put_job_t *j)
     return (nsent > 0) ? kvf_put_end(j, nsent) : KVF_OK;
 }
 
+/* Reservations serve single puts of host memory up to
+ * KVF_STORE_RESV_MAX bytes (store config `put_reserve`). */
+static int kvf_put_may_reserve(const kvf_put_job_t *j)
+{
+    return j->st->reserve && j->count == 1 && !j->device && j->lens[0] > 0 &&
+           j->lens[0] <= KVF_STORE_RESV_MAX && j->bufs[0] != NULL &&
+           kvf_sp_key_check(j->keys[0]) == KVF_OK;
+}
+
 /* look up -> move -> verify -> commit */
 static kvf_status_t kvf_put_full(kvf_put_job_t *j)
 {
@@ -511,9 +520,7 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
     }
     memset(j.tm, 0, sizeof(*j.tm));
     j.device = (j.flags & KVF_STORE_DEVICE_MEM) != 0;
-    j.resv = st->reserve && count == 1 && !j.device && lens[0] > 0 &&
-             lens[0] <= KVF_STORE_RESV_MAX && bufs[0] != NULL &&
-             kvf_sp_key_check(keys[0]) == KVF_OK;
+    j.resv = kvf_put_may_reserve(&j);
     if (j.resv) {
         status = kvf_put_resv(&j, &done);
         j.s[0] = status;
