@@ -141,6 +141,18 @@ KVF_API kvf_status_t kvf_store_exists(kvf_store_h store, const char *key);
 KVF_API kvf_status_t kvf_store_query(kvf_store_h store, const char *key,
                                      kvf_store_info_t *info_p);
 
+/* Reads the object a kvf_store_query of key described (info, as it
+ * returned it) into buf (capacity cap, inside registered memory), from
+ * the replicas info names, without asking the master again; verified
+ * against info->checksum as kvf_store_get verifies. For a caller that
+ * sizes its buffer from the object: query, then read, is one master
+ * round trip. Within info->lease_ms of the query the replicas stay where
+ * they are; a later read may find their space reused and fail
+ * (KVF_ERR_CHECKSUM), never hand back wrong bytes. */
+KVF_API kvf_status_t kvf_store_read(kvf_store_h store, const char *key,
+                                    const kvf_store_info_t *info, void *buf,
+                                    size_t cap, size_t *len_p, unsigned flags);
+
 /* Batch forms: count keys at once (one master round trip per phase, one
  * engine batch). statuses[i] gets each key's result; the return value is
  * KVF_OK when all succeeded, else the first error. */

@@ -109,21 +109,19 @@ static int kvf_sconn_clean(kvf_sconn_t *c)
  * master reclaims it at its deadline anyway). */
 static void kvf_sconn_drop_resv(kvf_sconn_t *c, unsigned timeout_ms)
 {
+    kvf_sm_req_t q = {0};
     kvf_wr_t w;
 
     if (c->resv.r.put_id == 0 || !kvf_sconn_clean(c)) {
         c->resv.r.put_id = 0;
         return;
     }
+    q.key = "-";
+    q.put_id = c->resv.r.put_id;
+    q.size = c->resv.r.size;
+    q.mask = 0; /* abort */
     kvf_wr_init(&w);
-    kvf_wr_str(&w, "-");
-    kvf_wr_u64(&w, c->resv.r.put_id);
-    kvf_wr_u64(&w, c->resv.r.size);
-    kvf_wr_u64(&w, 0);
-    kvf_wr_u8(&w, 0); /* mask 0: abort */
-    kvf_wr_u8(&w, 0);
-    kvf_wr_u64(&w, 0);
-    kvf_wr_u8(&w, 0);
+    kvf_sm_commit_enc(&w, &q);
     /* bounded short: a master that froze must not hold up a disconnect */
     (void)kvf_sp_call(c->fd, KVF_SP_COMMIT, ++c->next_id, 1, &w, &c->f,
                       kvf_time_ms() + (timeout_ms < 200 ? timeout_ms : 200));
@@ -349,7 +347,7 @@ int kvf_store_peer_error(kvf_status_t s)
            s == KVF_ERR_TIMEOUT || s == KVF_ERR_PROTOCOL;
 }
 
-kvf_status_t kvf_store_peer_get(kvf_store_h st, const char *segment,
+kvf_status_t kvf_store_peer_ref(kvf_store_h st, const char *segment,
                                 kvf_speer_t **sp_p)
 {
     kvf_status_t status;
@@ -388,7 +386,7 @@ kvf_status_t kvf_store_peer_get(kvf_store_h st, const char *segment,
     return KVF_OK;
 }
 
-void kvf_store_peer_put(kvf_store_h st, kvf_speer_t *sp, int bad)
+void kvf_store_peer_unref(kvf_store_h st, kvf_speer_t *sp, int bad)
 {
     kvf_speer_t **pp;
     int close_it;
@@ -458,14 +456,73 @@ static kvf_status_t kvf_store_engine_shape(kvf_engine_params_t *ep)
     return KVF_OK;
 }
 
+/* The handle's settings: timeout, and the fast paths' config keys
+ * (put_reserve, loc_cache, lease_reads). */
+static kvf_status_t kvf_store_settings(kvf_store_h st,
+                                       const kvf_store_params_t *p)
+{
+    const kvf_config_table_t *t = &kvf_store_config;
+    kvf_status_t status;
+    uint64_t v = 0;
+
+    if (p && (p->field_mask & KVF_STORE_PARAM_TIMEOUT) && p->timeout_ms) {
+        st->timeout_ms = p->timeout_ms;
+    } else {
+        status = kvf_config_u64(t, "store_timeout_ms", &v);
+        if (status != KVF_OK) {
+            return status;
+        }
+        st->timeout_ms = (unsigned)v;
+    }
+    status = kvf_config_u64(t, "put_reserve", &v);
+    if (status != KVF_OK) {
+        return status;
+    }
+    st->reserve = (v != 0);
+    status = kvf_config_u64(t, "loc_cache", &v);
+    if (status == KVF_OK) {
+        status = kvf_sloc_init(&st->loc, (size_t)v);
+    }
+    if (status == KVF_OK) {
+        status = kvf_config_u64(t, "lease_reads", &v);
+        st->loc.lease_reads = (v != 0);
+    }
+    return status;
+}
+
+/* The caller's engine, or one of the handle's own. */
+static kvf_status_t kvf_store_open_engine(kvf_store_h st,
+                                          const kvf_store_params_t *p)
+{
+    kvf_engine_params_t ep = {0};
+    kvf_status_t status;
+
+    if (p && (p->field_mask & KVF_STORE_PARAM_ENGINE) && p->engine) {
+        st->engine = p->engine;
+        return KVF_OK;
+    }
+    ep.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_TIMEOUT;
+    ep.no_listen = 1;
+    ep.timeout_ms = st->timeout_ms;
+    status = kvf_store_engine_shape(&ep);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (p && (p->field_mask & KVF_STORE_PARAM_TRANSPORTS) && p->transports) {
+        ep.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
+        ep.transports = p->transports;
+    }
+    status = kvf_engine_create(&ep, &st->engine);
+    st->own_engine = (status == KVF_OK);
+    return status;
+}
+
 kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
                                kvf_store_h *store_p)
 {
-    kvf_engine_params_t ep = {0};
     const char *master;
     kvf_status_t status;
     kvf_sconn_t *c;
-    uint64_t v;
     kvf_store_h st;
 
     if (store_p == NULL) {
@@ -479,57 +536,17 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
                  ? p->master
                  : kvf_config_str(&kvf_store_config, "master");
     status = kvf_sock_parse_addr(master, st->host, sizeof(st->host), &st->port);
-    if (status != KVF_OK) {
-        goto err_free;
-    }
-    if (p && (p->field_mask & KVF_STORE_PARAM_TIMEOUT) && p->timeout_ms) {
-        st->timeout_ms = p->timeout_ms;
-    } else {
-        status = kvf_config_u64(&kvf_store_config, "store_timeout_ms", &v);
-        if (status != KVF_OK) {
-            goto err_free;
-        }
-        st->timeout_ms = (unsigned)v;
-    }
-    status = kvf_config_u64(&kvf_store_config, "put_reserve", &v);
-    if (status != KVF_OK) {
-        goto err_free;
-    }
-    st->reserve = (v != 0);
-    status = kvf_config_u64(&kvf_store_config, "loc_cache", &v);
     if (status == KVF_OK) {
-        status = kvf_sloc_init(&st->loc, (size_t)v);
-    }
-    if (status == KVF_OK &&
-        (status = kvf_config_u64(&kvf_store_config, "lease_reads", &v)) ==
-            KVF_OK) {
-        st->loc.lease_reads = (v != 0);
+        status = kvf_store_settings(st, p);
     }
     if (status != KVF_OK) {
         goto err_free;
     }
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->peers_lock, NULL);
-    if (p && (p->field_mask & KVF_STORE_PARAM_ENGINE) && p->engine) {
-        st->engine = p->engine;
-    } else {
-        ep.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_TIMEOUT;
-        ep.no_listen = 1;
-        ep.timeout_ms = st->timeout_ms;
-        status = kvf_store_engine_shape(&ep);
-        if (status != KVF_OK) {
-            goto err_locks;
-        }
-        if (p && (p->field_mask & KVF_STORE_PARAM_TRANSPORTS) &&
-            p->transports) {
-            ep.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
-            ep.transports = p->transports;
-        }
-        status = kvf_engine_create(&ep, &st->engine);
-        if (status != KVF_OK) {
-            goto err_locks;
-        }
-        st->own_engine = 1;
+    status = kvf_store_open_engine(st, p);
+    if (status != KVF_OK) {
+        goto err_locks;
     }
     status = kvf_store_pick_link(st);
     if (status != KVF_OK) {
@@ -552,8 +569,8 @@ err_engine:
 err_locks:
     pthread_mutex_destroy(&st->peers_lock);
     pthread_mutex_destroy(&st->lock);
-    kvf_sloc_fini(&st->loc);
 err_free:
+    kvf_sloc_fini(&st->loc);
     kvf_free(st);
     return status;
 }

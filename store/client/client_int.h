@@ -1,28 +1,22 @@
 /*
  * Store client, private: the handle (a pool of master connections, the
- * engine, a cache of opened peers) and the helpers client.c gives to
- * client_ops.c.
+ * engine, a cache of opened peers, the location cache) and what the
+ * client's files share: client.c (handle, connections, peers), put.c,
+ * get.c, keys.c (the operations), move.c (engine batches and the
+ * per-batch arena), loc.c (the location cache and its get strategies).
  */
 #ifndef KVF_STORE_CLIENT_INT_H
 #define KVF_STORE_CLIENT_INT_H
 
 #include <kvferry/store.h>
 
-#include "store/proto/proto.h"
+#include "store/proto/msg.h"
 #include "core/sock.h"
 
 #include <pthread.h>
 
 /* One key's replicas as the master returned them (or a reservation's). */
-typedef struct kvf_sreps {
-    kvf_status_t status;
-    uint64_t put_id;
-    uint64_t size;
-    uint64_t checksum;
-    unsigned nrep;
-    char seg[KVF_STORE_REPLICA_MAX][KVF_STORE_SEG_MAX];
-    uint64_t addr[KVF_STORE_REPLICA_MAX];
-} kvf_sreps_t;
+typedef kvf_sm_obj_t kvf_sreps_t;
 
 /* Space the master reserved for this connection's next put (COMMIT). */
 typedef struct kvf_sresv {
@@ -73,7 +67,7 @@ typedef struct kvf_sloc_ent {
 
 /* The location cache: a direct-mapped table filled by this handle's
  * puts and gets, read by a single-key get to start its read while the
- * GET round trip is in flight (client_spec.c). Not trusted alone: the
+ * GET round trip is in flight (loc.c). Not trusted alone: the
  * master's answer and the checksum decide; with lease_reads, an entry
  * learnt from a get is trusted with the master's checksum until the read
  * lease that get was granted ends. */
@@ -139,24 +133,60 @@ kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
                                  unsigned replicas);
 
 /* Takes a reference on the peer for a segment, opening it if needed. */
-kvf_status_t kvf_store_peer_get(kvf_store_h st, const char *segment,
+kvf_status_t kvf_store_peer_ref(kvf_store_h st, const char *segment,
                                 kvf_speer_t **sp_p);
 /* Drops the reference; bad != 0 evicts the peer from the cache (its
  * connection broke, or its node restarted). */
-void kvf_store_peer_put(kvf_store_h st, kvf_speer_t *sp, int bad);
+void kvf_store_peer_unref(kvf_store_h st, kvf_speer_t *sp, int bad);
 
 /* Is this data-path error one that condemns the peer? */
 int kvf_store_peer_error(kvf_status_t status);
 
-/* Runs ops as one engine batch (inline where the transport can);
- * op_st gets each op's status; during(arg), when given, runs while the
- * batch is in flight. Drops the sps references. */
-void kvf_store_run(kvf_store_h st, kvf_op_t *ops, kvf_speer_t **sps, size_t n,
-                   kvf_status_t *op_st, void (*during)(void *arg), void *arg);
-/* Reads a replica list (u8 n, n x {str segment, u64 addr}) into e. */
-void kvf_store_rd_reps(kvf_rd_t *r, kvf_sreps_t *e);
+/* ---- move.c: engine batches ---- */
 
-/* The location cache (client_spec.c). entries: a power of two, 0 = off. */
+/* Ops of one engine batch, with the key and replica each moves. */
+typedef struct kvf_smove {
+    kvf_op_t *ops;
+    kvf_speer_t **sps;
+    kvf_status_t *st;
+    uint32_t *key;
+    unsigned *rep;
+    size_t n;
+} kvf_smove_t;
+
+/* Adds an op moving len bytes between local and replica k of e (for key
+ * index key); fails when the replica's node cannot be opened. */
+kvf_status_t kvf_smove_add(kvf_store_h st, kvf_smove_t *mv, kvf_op_type_t type,
+                           void *local, const kvf_sreps_t *e, unsigned k,
+                           size_t len, uint32_t key);
+/* Runs mv's ops as one engine batch (inline where the transport can);
+ * mv->st gets each op's status; during(arg), when given, runs while the
+ * batch is in flight. Drops the peers' references. */
+void kvf_smove_run(kvf_store_h st, kvf_smove_t *mv, void (*during)(void *arg),
+                   void *arg);
+/* *sum_p: the checksum of len bytes at buf; device != 0: the node's
+ * checksum of replica k of e instead (memory the CPU cannot read). */
+kvf_status_t kvf_store_sum(kvf_store_h st, const void *buf, size_t len,
+                           int device, const kvf_sreps_t *e, unsigned k,
+                           uint64_t *sum_p);
+kvf_status_t kvf_store_first_error(const kvf_status_t *s, size_t n);
+
+/* A per-batch arena: one allocation holding a batch's arrays. A layout
+ * function takes every array from it twice: first with base NULL, which
+ * only sizes it (takes give NULL), then after kvf_sarena_alloc. */
+typedef struct kvf_sarena {
+    char *base;
+    size_t off;
+} kvf_sarena_t;
+
+void *kvf_sarena_take(kvf_sarena_t *a, size_t size);
+/* Allocates the bytes the sizing pass counted (zeroed) and rewinds. */
+kvf_status_t kvf_sarena_alloc(kvf_sarena_t *a);
+void kvf_sarena_free(kvf_sarena_t *a);
+
+/* ---- loc.c: the location cache, and the get strategies it serves ---- */
+
+/* entries: a power of two, 0 = off. */
 kvf_status_t kvf_sloc_init(kvf_sloc_t *loc, size_t entries);
 void kvf_sloc_fini(kvf_sloc_t *loc);
 /* Remembers where key's bytes are (replica k of e); lease_end_ns from
@@ -169,15 +199,28 @@ uint64_t kvf_sloc_lease_end(const kvf_sloc_t *loc, uint64_t sent_ns,
                             unsigned lease_ms);
 /* Forgets key (removed, or the master no longer has it there). */
 void kvf_sloc_forget(kvf_sloc_t *loc, const char *key);
-/* A single-key get that reads from the cached location while its GET
- * round trip is in flight. *used = 0: no cached location (or the round
- * trip failed): nothing done, the caller gets as usual. *used = 1: e
- * holds the master's answer; *done = 1 if the bytes read there are the
- * object's (the master names that replica and the checksum matches),
- * else the caller reads e's replicas as usual. */
-void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
-                        kvf_sreps_t *e, int *used, int *done,
-                        uint64_t *sent_ns_p, unsigned *lease_ms_p);
+
+/* What a cached-location strategy did for a single-key get. */
+typedef enum kvf_sloc_res {
+    KVF_SLOC_NONE,   /* nothing known (or the GET failed): look up plainly */
+    KVF_SLOC_LOOKED, /* e holds the master's answer; read its replicas */
+    KVF_SLOC_DONE    /* buf holds the object; e says what it is */
+} kvf_sloc_res_t;
+
+/* The look-up stage of a single-key host get, from the cached location:
+ * a lease read (no master round trip) while a lease learnt by a get
+ * lasts, else a read of the cached location while the GET round trip is
+ * in flight, kept only if the master names that replica and the
+ * checksum matches. *sent_ns_p: when the GET left (for the lease). */
+kvf_sloc_res_t kvf_sloc_get(kvf_store_h st, const char *key, void *buf,
+                            size_t cap, kvf_sreps_t *e, uint64_t *sent_ns_p);
+
+/* ---- get.c ---- */
+
+/* The GET round trip for count keys: e[i] per key (key verdicts
+ * included). */
+kvf_status_t kvf_store_lookup(kvf_store_h st, size_t count,
+                              const char *const *keys, kvf_sreps_t *e);
 
 extern __thread kvf_store_timing_t kvf_store_tl_timing;
 

@@ -9,6 +9,7 @@
  * `errors`; the connection goes on, since the frame was read whole.
  */
 #include "store/master/master_int.h"
+#include "store/proto/msg.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -56,79 +57,56 @@ kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
     return KVF_OK;
 }
 
-/* ---- RPC handlers: parse (whole body first), apply, encode ---- */
+/* ---- RPC handlers: body checked first (kvf_m_serve), apply, encode ---- */
 
 typedef kvf_status_t (*kvf_m_handler_t)(kvf_master_t *m,
                                         const kvf_sp_frame_t *f, kvf_wr_t *w,
                                         uint32_t *count_p, uint16_t *flags_p);
 
-static void kvf_m_wr_reps(kvf_wr_t *w, const kvf_mobj_t *o)
+/* An object's replicas as the codec encodes them. */
+static void kvf_m_obj_reps(const kvf_mobj_t *o, kvf_sm_obj_t *out)
 {
+    const char *seg;
     unsigned i;
+    size_t n;
 
-    kvf_wr_u8(w, o->nrep);
+    out->nrep = o->nrep;
     for (i = 0; i < o->nrep; i++) {
-        kvf_wr_str(w, o->rep[i].node->segment);
-        kvf_wr_u64(w, o->rep[i].node->base + o->rep[i].blk->off);
+        seg = o->rep[i].node->segment;
+        n = strnlen(seg, sizeof(out->seg[i]) - 1);
+        memcpy(out->seg[i], seg, n);
+        out->seg[i][n] = '\0';
+        out->addr[i] = o->rep[i].node->base + o->rep[i].blk->off;
     }
-}
-
-/* Checks that the body holds exactly count entries of the given shape:
- * a key then `extra` bytes of fixed fields. */
-static kvf_status_t kvf_m_check_keys(const kvf_sp_frame_t *f, size_t extra)
-{
-    char key[KVF_STORE_KEY_MAX + 1];
-    kvf_rd_t r;
-    uint32_t i;
-
-    if (f->hdr.count > KVF_STORE_BATCH_MAX) {
-        return KVF_ERR_PROTOCOL;
-    }
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    for (i = 0; i < f->hdr.count; i++) {
-        kvf_sp_rd_key(&r, key);
-        kvf_rd_bytes(&r, extra);
-    }
-    if (kvf_rd_status(&r) != KVF_OK || kvf_rd_left(&r) != 0) {
-        return KVF_ERR_PROTOCOL;
-    }
-    return KVF_OK;
 }
 
 static kvf_status_t kvf_m_h_put_start(kvf_master_t *m, const kvf_sp_frame_t *f,
                                       kvf_wr_t *w, uint32_t *count_p,
                                       uint16_t *flags_p)
 {
-    char key[KVF_STORE_KEY_MAX + 1];
-    kvf_status_t st;
+    kvf_sm_obj_t rep;
+    kvf_sm_req_t q;
     kvf_mobj_t *o;
-    uint64_t size;
-    unsigned rep, flags;
     kvf_rd_t r;
     uint32_t i;
 
     (void)flags_p;
-    if ((st = kvf_m_check_keys(f, 10)) != KVF_OK) {
-        return st;
-    }
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
-        st = kvf_sp_rd_key(&r, key);
-        size = kvf_rd_u64(&r);
-        rep = kvf_rd_u8(&r);
-        flags = kvf_rd_u8(&r);
-        if (st == KVF_OK) {
-            st = kvf_m_put_start(m, key, size, rep, flags, &o);
+        kvf_sm_put_start_dec(&r, &q);
+        rep.status = q.key_status;
+        if (rep.status == KVF_OK) {
+            rep.status =
+                kvf_m_put_start(m, q.key, q.size, q.replicas, q.flags, &o);
         }
-        kvf_wr_u32(w, (uint32_t)st);
-        if (st == KVF_OK) {
-            kvf_wr_u64(w, o->put_id);
-            kvf_m_wr_reps(w, o);
-        } else {
-            kvf_wr_u64(w, 0);
-            kvf_wr_u8(w, 0);
+        rep.put_id = 0;
+        rep.nrep = 0;
+        if (rep.status == KVF_OK) {
+            rep.put_id = o->put_id;
+            kvf_m_obj_reps(o, &rep);
         }
+        kvf_sm_put_start_rep_enc(w, &rep);
     }
     pthread_mutex_unlock(&m->lock);
     *count_p = f->hdr.count;
@@ -139,28 +117,21 @@ static kvf_status_t kvf_m_h_put_end(kvf_master_t *m, const kvf_sp_frame_t *f,
                                     kvf_wr_t *w, uint32_t *count_p,
                                     uint16_t *flags_p)
 {
-    char key[KVF_STORE_KEY_MAX + 1];
-    uint64_t put_id, sum;
     kvf_status_t st;
-    unsigned mask;
+    kvf_sm_req_t q;
     kvf_rd_t r;
     uint32_t i;
 
     (void)flags_p;
-    if ((st = kvf_m_check_keys(f, 17)) != KVF_OK) {
-        return st;
-    }
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
-        st = kvf_sp_rd_key(&r, key);
-        put_id = kvf_rd_u64(&r);
-        sum = kvf_rd_u64(&r);
-        mask = kvf_rd_u8(&r);
+        kvf_sm_put_end_dec(&r, &q);
+        st = q.key_status;
         if (st == KVF_OK) {
-            st = kvf_m_put_end(m, key, put_id, sum, mask);
+            st = kvf_m_put_end(m, q.key, q.put_id, q.checksum, q.mask);
         }
-        kvf_wr_u32(w, (uint32_t)st);
+        kvf_sm_status_enc(w, st);
     }
     pthread_mutex_unlock(&m->lock);
     *count_p = f->hdr.count;
@@ -173,45 +144,35 @@ static kvf_status_t kvf_m_h_commit(kvf_master_t *m, const kvf_sp_frame_t *f,
                                    kvf_wr_t *w, uint32_t *count_p,
                                    uint16_t *flags_p)
 {
-    char key[KVF_STORE_KEY_MAX + 1];
-    uint64_t put_id, size, sum, next_size;
-    unsigned mask, flags, next_rep;
-    kvf_status_t st, rst;
+    kvf_sm_obj_t rep;
+    kvf_sm_req_t q;
+    kvf_status_t rst;
     kvf_mobj_t *o;
     kvf_rd_t r;
     uint32_t i;
 
     (void)flags_p;
-    if ((st = kvf_m_check_keys(f, 35)) != KVF_OK) {
-        return st;
-    }
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
-        st = kvf_sp_rd_key(&r, key);
-        put_id = kvf_rd_u64(&r);
-        size = kvf_rd_u64(&r);
-        sum = kvf_rd_u64(&r);
-        mask = kvf_rd_u8(&r);
-        flags = kvf_rd_u8(&r);
-        next_size = kvf_rd_u64(&r);
-        next_rep = kvf_rd_u8(&r);
-        if (st == KVF_OK) {
-            st = kvf_m_commit(m, key, put_id, size, sum, mask, flags);
+        kvf_sm_commit_dec(&r, &q);
+        rep.status = q.key_status;
+        if (rep.status == KVF_OK) {
+            rep.status = kvf_m_commit(m, q.key, q.put_id, q.size, q.checksum,
+                                      q.mask, q.flags);
         }
-        kvf_wr_u32(w, (uint32_t)st);
-        kvf_wr_u32(w, (uint32_t)m->opts.put_timeout_ms);
+        rep.put_timeout_ms = (uint32_t)m->opts.put_timeout_ms;
         rst = KVF_ERR_NOT_FOUND;
-        if (st == KVF_OK && mask != 0 && next_size > 0) {
-            rst = kvf_m_reserve(m, next_size, next_rep, &o);
+        if (rep.status == KVF_OK && q.mask != 0 && q.next_size > 0) {
+            rst = kvf_m_reserve(m, q.next_size, q.next_replicas, &o);
         }
+        rep.put_id = 0;
+        rep.nrep = 0;
         if (rst == KVF_OK) {
-            kvf_wr_u64(w, o->put_id);
-            kvf_m_wr_reps(w, o);
-        } else {
-            kvf_wr_u64(w, 0);
-            kvf_wr_u8(w, 0);
+            rep.put_id = o->put_id;
+            kvf_m_obj_reps(o, &rep);
         }
+        kvf_sm_commit_rep_enc(w, &rep);
     }
     pthread_mutex_unlock(&m->lock);
     *count_p = f->hdr.count;
@@ -222,35 +183,31 @@ static kvf_status_t kvf_m_h_get(kvf_master_t *m, const kvf_sp_frame_t *f,
                                 kvf_wr_t *w, uint32_t *count_p,
                                 uint16_t *flags_p)
 {
-    char key[KVF_STORE_KEY_MAX + 1];
-    kvf_status_t st;
+    kvf_sm_obj_t rep;
+    kvf_sm_req_t q;
     kvf_mobj_t *o;
     kvf_rd_t r;
     uint32_t i;
 
     (void)flags_p;
-    if ((st = kvf_m_check_keys(f, 0)) != KVF_OK) {
-        return st;
-    }
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
-        st = kvf_sp_rd_key(&r, key);
-        if (st == KVF_OK) {
-            st = kvf_m_get(m, key, &o);
+        kvf_sm_key_dec(&r, &q);
+        rep.status = q.key_status;
+        if (rep.status == KVF_OK) {
+            rep.status = kvf_m_get(m, q.key, &o);
         }
-        kvf_wr_u32(w, (uint32_t)st);
-        if (st == KVF_OK) {
-            kvf_wr_u64(w, o->size);
-            kvf_wr_u64(w, o->checksum);
-            kvf_wr_u32(w, (uint32_t)m->opts.lease_ms);
-            kvf_m_wr_reps(w, o);
-        } else {
-            kvf_wr_u64(w, 0);
-            kvf_wr_u64(w, 0);
-            kvf_wr_u32(w, 0);
-            kvf_wr_u8(w, 0);
+        rep.size = rep.checksum = 0;
+        rep.lease_ms = 0;
+        rep.nrep = 0;
+        if (rep.status == KVF_OK) {
+            rep.size = o->size;
+            rep.checksum = o->checksum;
+            rep.lease_ms = (uint32_t)m->opts.lease_ms;
+            kvf_m_obj_reps(o, &rep);
         }
+        kvf_sm_get_rep_enc(w, &rep);
     }
     pthread_mutex_unlock(&m->lock);
     *count_p = f->hdr.count;
@@ -261,24 +218,22 @@ static kvf_status_t kvf_m_h_keys(kvf_master_t *m, const kvf_sp_frame_t *f,
                                  kvf_wr_t *w, uint32_t *count_p,
                                  uint16_t *flags_p)
 {
-    char key[KVF_STORE_KEY_MAX + 1];
     kvf_status_t st;
+    kvf_sm_req_t q;
     kvf_rd_t r;
     uint32_t i;
 
     (void)flags_p;
-    if ((st = kvf_m_check_keys(f, 0)) != KVF_OK) {
-        return st;
-    }
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
-        st = kvf_sp_rd_key(&r, key);
+        kvf_sm_key_dec(&r, &q);
+        st = q.key_status;
         if (st == KVF_OK) {
-            st = (f->hdr.type == KVF_SP_REMOVE) ? kvf_m_remove(m, key)
-                                                : kvf_m_exists(m, key);
+            st = (f->hdr.type == KVF_SP_REMOVE) ? kvf_m_remove(m, q.key)
+                                                : kvf_m_exists(m, q.key);
         }
-        kvf_wr_u32(w, (uint32_t)st);
+        kvf_sm_status_enc(w, st);
     }
     pthread_mutex_unlock(&m->lock);
     *count_p = f->hdr.count;
@@ -289,34 +244,32 @@ static kvf_status_t kvf_m_h_list(kvf_master_t *m, const kvf_sp_frame_t *f,
                                  kvf_wr_t *w, uint32_t *count_p,
                                  uint16_t *flags_p)
 {
-    char prefix[KVF_STORE_KEY_MAX + 1];
-    size_t plen, b;
-    uint32_t max, n = 0;
+    kvf_sm_list_ent_t ent;
+    kvf_sm_list_t q;
+    uint32_t n = 0;
     kvf_mobj_t *o;
+    size_t plen, b;
     kvf_rd_t r;
 
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    kvf_rd_str(&r, prefix, sizeof(prefix));
-    max = kvf_rd_u32(&r);
-    if (kvf_rd_status(&r) != KVF_OK || kvf_rd_left(&r) != 0) {
-        return KVF_ERR_PROTOCOL;
-    }
-    plen = strlen(prefix);
+    kvf_sm_list_dec(&r, &q);
+    plen = strlen(q.prefix);
     pthread_mutex_lock(&m->lock);
     for (b = 0; b < m->nbuckets; b++) {
         for (o = m->table[b]; o != NULL; o = o->hnext) {
-            if (o->keylen < plen || memcmp(o->key, prefix, plen) != 0) {
+            if (o->keylen < plen || memcmp(o->key, q.prefix, plen) != 0) {
                 continue;
             }
-            if ((max != 0 && n >= max) ||
-                w->len + o->keylen + 16 > KVF_SP_BODY_MAX) {
+            if ((q.max != 0 && n >= q.max) ||
+                w->len + o->keylen + KVF_SM_LIST_ENT_FIXED > KVF_SP_BODY_MAX) {
                 *flags_p |= KVF_SP_TRUNCATED;
                 goto out;
             }
-            kvf_wr_str(w, o->key);
-            kvf_wr_u64(w, o->size);
-            kvf_wr_u8(w, o->state == KVF_OBJ_COMMITTED);
-            kvf_wr_u8(w, o->nrep);
+            ent.key = o->key;
+            ent.size = o->size;
+            ent.committed = (o->state == KVF_OBJ_COMMITTED);
+            ent.nrep = o->nrep;
+            kvf_sm_list_ent_enc(w, &ent);
             n++;
         }
     }
@@ -362,38 +315,35 @@ static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, const kvf_sp_frame_t *f,
                                      kvf_wr_t *w, uint32_t *count_p,
                                      uint16_t *flags_p)
 {
-    char segment[KVF_STORE_SEG_MAX];
-    uint64_t uid, base, len, gen = 0;
+    kvf_sm_node_reg_rep_t rep;
+    kvf_sm_node_reg_t q;
+    uint64_t gen = 0;
     kvf_status_t st;
     kvf_rd_t r;
 
     (void)count_p;
     (void)flags_p;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    kvf_rd_str(&r, segment, sizeof(segment));
-    uid = kvf_rd_u64(&r);
-    base = kvf_rd_u64(&r);
-    len = kvf_rd_u64(&r);
-    if (kvf_rd_status(&r) != KVF_OK || kvf_rd_left(&r) != 0) {
-        return KVF_ERR_PROTOCOL;
-    }
-    if (len < KVF_PA_GRANULE || base + len < base) {
+    kvf_sm_node_reg_dec(&r, &q);
+    if (q.pool_len < KVF_PA_GRANULE || q.pool_addr + q.pool_len < q.pool_addr) {
         return KVF_ERR_INVALID_PARAM;
     }
-    st = kvf_m_verify_node(m, segment, base, len);
+    st = kvf_m_verify_node(m, q.segment, q.pool_addr, q.pool_len);
     if (st != KVF_OK) {
         return st;
     }
     pthread_mutex_lock(&m->lock);
-    st = kvf_m_node_register(m, segment, uid, base, len, &gen);
+    st =
+        kvf_m_node_register(m, q.segment, q.uid, q.pool_addr, q.pool_len, &gen);
     pthread_mutex_unlock(&m->lock);
     if (st != KVF_OK) {
         return st;
     }
-    kvf_wr_u64(w, m->epoch);
-    kvf_wr_u64(w, gen);
-    kvf_wr_u32(w, (uint32_t)m->opts.heartbeat_ms);
-    kvf_wr_u32(w, (uint32_t)m->opts.node_ttl_ms);
+    rep.master_epoch = m->epoch;
+    rep.node_gen = gen;
+    rep.heartbeat_ms = (uint32_t)m->opts.heartbeat_ms;
+    rep.ttl_ms = (uint32_t)m->opts.node_ttl_ms;
+    kvf_sm_node_reg_rep_enc(w, &rep);
     return KVF_OK;
 }
 
@@ -401,7 +351,7 @@ static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m, const kvf_sp_frame_t *f,
                                       kvf_wr_t *w, uint32_t *count_p,
                                       uint16_t *flags_p)
 {
-    uint64_t uid, gen, epoch;
+    kvf_sm_heartbeat_t q;
     kvf_status_t st;
     kvf_rd_t r;
 
@@ -409,14 +359,9 @@ static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m, const kvf_sp_frame_t *f,
     (void)count_p;
     (void)flags_p;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    uid = kvf_rd_u64(&r);
-    gen = kvf_rd_u64(&r);
-    epoch = kvf_rd_u64(&r);
-    if (kvf_rd_status(&r) != KVF_OK || kvf_rd_left(&r) != 0) {
-        return KVF_ERR_PROTOCOL;
-    }
+    kvf_sm_heartbeat_dec(&r, &q);
     pthread_mutex_lock(&m->lock);
-    st = kvf_m_heartbeat(m, uid, gen, epoch);
+    st = kvf_m_heartbeat(m, q.uid, q.node_gen, q.master_epoch);
     pthread_mutex_unlock(&m->lock);
     return st;
 }
@@ -471,7 +416,10 @@ kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
         return KVF_ERR_PROTOCOL;
     }
     *rtype_p = f->hdr.type | KVF_SP_REPLY;
-    st = h(m, f, w, count_p, flags_p);
+    st = kvf_sm_req_check(f->hdr.type, f->hdr.count, f->body, f->hdr.meta_len);
+    if (st == KVF_OK) {
+        st = h(m, f, w, count_p, flags_p);
+    }
     if (st == KVF_ERR_PROTOCOL) {
         kvf_m_count_error(m);
         kvf_log_rl(KVF_LOG_WARN, "store %s request does not parse",
@@ -506,14 +454,37 @@ static void *kvf_m_reaper_main(void *arg)
     return NULL;
 }
 
+/* The RPC listeners: tcp at `listen`, and the same framed protocol over
+ * an abstract unix socket for clients on this host (no TCP stack on
+ * either side); tcp alone if that fails. */
+static kvf_status_t kvf_m_listen(kvf_master_t *m, const char *listen)
+{
+    char host[KVF_HOST_MAX];
+    kvf_status_t st;
+    uint16_t port;
+
+    st = kvf_sock_parse_addr(listen, host, sizeof(host), &port);
+    if (st == KVF_OK) {
+        st = kvf_sock_listen(host, port, 256, &m->lfd, &port);
+    }
+    if (st != KVF_OK) {
+        kvf_error("master cannot listen on %s", listen);
+        return st;
+    }
+    snprintf(m->address, sizeof(m->address), "%s:%u", host, port);
+    if (kvf_sp_unix_name(host, port, 1, m->unix_name, sizeof(m->unix_name)) &&
+        kvf_sp_unix_listen(m->unix_name, 256, &m->ufd) != KVF_OK) {
+        m->unix_name[0] = '\0';
+    }
+    return KVF_OK;
+}
+
 kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
                               kvf_master_t **master_p)
 {
     kvf_engine_params_t ep = {0};
-    char host[KVF_HOST_MAX];
     kvf_master_t *m;
     kvf_status_t st;
-    uint16_t port;
 
     if (opts->high_watermark <= 0 || opts->high_watermark > 1 ||
         opts->low_watermark > opts->high_watermark ||
@@ -554,20 +525,9 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     if (st != KVF_OK) {
         goto err_meta;
     }
-    st = kvf_sock_parse_addr(opts->listen, host, sizeof(host), &port);
-    if (st == KVF_OK) {
-        st = kvf_sock_listen(host, port, 256, &m->lfd, &port);
-    }
+    st = kvf_m_listen(m, opts->listen);
     if (st != KVF_OK) {
-        kvf_error("master cannot listen on %s", opts->listen);
         goto err_engine;
-    }
-    snprintf(m->address, sizeof(m->address), "%s:%u", host, port);
-    /* same framed protocol over an abstract unix socket for clients on
-     * this host (no TCP stack on either side); tcp alone if it fails */
-    if (kvf_sp_unix_name(host, port, 1, m->unix_name, sizeof(m->unix_name)) &&
-        kvf_sp_unix_listen(m->unix_name, 256, &m->ufd) != KVF_OK) {
-        m->unix_name[0] = '\0';
     }
     if (opts->http != NULL && opts->http[0] != '\0') {
         st = kvf_m_http_start(m, opts->http);

@@ -15,7 +15,7 @@
  * master is unreachable.
  */
 #include "store/node/node.h"
-#include "store/proto/proto.h"
+#include "store/proto/msg.h"
 #include "core/alloc.h"
 #include "core/hash.h"
 #include "core/log.h"
@@ -62,6 +62,8 @@ static kvf_status_t kvf_node_register(kvf_node_t *n)
 {
     uint64_t deadline = kvf_time_ms() + n->opts.timeout_ms;
     char host[KVF_HOST_MAX];
+    kvf_sm_node_reg_rep_t rep;
+    kvf_sm_node_reg_t q;
     kvf_status_t st;
     uint16_t port;
     kvf_wr_t w;
@@ -76,11 +78,13 @@ static kvf_status_t kvf_node_register(kvf_node_t *n)
     if (st != KVF_OK) {
         return st;
     }
+    snprintf(q.segment, sizeof(q.segment), "%s",
+             kvf_engine_segment_name(n->engine));
+    q.uid = n->uid;
+    q.pool_addr = (uint64_t)(uintptr_t)n->pool;
+    q.pool_len = n->opts.claim ? n->opts.claim : n->opts.pool;
     kvf_wr_init(&w);
-    kvf_wr_str(&w, kvf_engine_segment_name(n->engine));
-    kvf_wr_u64(&w, n->uid);
-    kvf_wr_u64(&w, (uint64_t)(uintptr_t)n->pool);
-    kvf_wr_u64(&w, n->opts.claim ? n->opts.claim : n->opts.pool);
+    kvf_sm_node_reg_enc(&w, &q);
     st = kvf_sp_call(n->fd, KVF_SP_NODE_REG, ++n->next_id, 0, &w, &n->f,
                      deadline);
     kvf_wr_free(&w);
@@ -92,10 +96,10 @@ static kvf_status_t kvf_node_register(kvf_node_t *n)
         return st;
     }
     kvf_rd_init(&r, n->f.body, n->f.hdr.meta_len);
-    n->epoch = kvf_rd_u64(&r);
-    n->gen = kvf_rd_u64(&r);
-    n->hb_ms = kvf_rd_u32(&r);
-    kvf_rd_u32(&r);
+    kvf_sm_node_reg_rep_dec(&r, &rep);
+    n->epoch = rep.master_epoch;
+    n->gen = rep.node_gen;
+    n->hb_ms = rep.heartbeat_ms;
     if (kvf_rd_status(&r) != KVF_OK || n->hb_ms == 0) {
         kvf_node_disconnect(n);
         return KVF_ERR_PROTOCOL;
@@ -109,16 +113,18 @@ static kvf_status_t kvf_node_register(kvf_node_t *n)
 
 static kvf_status_t kvf_node_heartbeat(kvf_node_t *n)
 {
+    kvf_sm_heartbeat_t q;
     kvf_status_t st;
     kvf_wr_t w;
 
     if (n->fd < 0) {
         return KVF_ERR_CONN_RESET;
     }
+    q.uid = n->uid;
+    q.node_gen = n->gen;
+    q.master_epoch = n->epoch;
     kvf_wr_init(&w);
-    kvf_wr_u64(&w, n->uid);
-    kvf_wr_u64(&w, n->gen);
-    kvf_wr_u64(&w, n->epoch);
+    kvf_sm_heartbeat_enc(&w, &q);
     st = kvf_sp_call(n->fd, KVF_SP_HEARTBEAT, ++n->next_id, 0, &w, &n->f,
                      kvf_time_ms() + n->opts.timeout_ms);
     kvf_wr_free(&w);

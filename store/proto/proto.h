@@ -1,41 +1,11 @@
 /*
- * Store RPC protocol: the messages between clients, nodes and the master,
+ * Store RPC framing: the messages between clients, nodes and the master,
  * framed with core/wire.h (magic, version, type, lengths). A request's
  * body is its metadata (meta_len bytes, `count` entries); a reply has the
  * request's type | KVF_SP_REPLY, the request's id, and a status. The store
  * RPC never carries payload: data moves through the engine, so a frame
- * with data_len != 0 is refused.
- *
- * Bodies (little-endian; str = u16 length + bytes, no NUL):
- *   NODE_REG   req: str segment, u64 uid, u64 pool_addr, u64 pool_len
- *              rep: u64 master_epoch, u64 node_gen, u32 heartbeat_ms,
- *                   u32 ttl_ms
- *   HEARTBEAT  req: u64 uid, u64 node_gen, u64 master_epoch; rep: empty
- *              (KVF_ERR_STALE: register again)
- *   PUT_START  req: count x {str key, u64 size, u8 replicas, u8 flags}
- *              rep: count x {i32 status, u64 put_id, u8 n,
- *                            n x {str segment, u64 addr}}
- *   PUT_END    req: count x {str key, u64 put_id, u64 checksum,
- *                            u8 written_mask}   (mask 0 = abort)
- *              rep: count x {i32 status}
- *   GET        req: count x {str key}
- *              rep: count x {i32 status, u64 size, u64 checksum,
- *                            u32 lease_ms, u8 n, n x {str seg, u64 addr}}
- *   REMOVE, EXISTS  req: count x {str key}; rep: count x {i32 status}
- *   COMMIT     req: count x {str key, u64 put_id, u64 size, u64 checksum,
- *                            u8 written_mask, u8 flags, u64 next_size,
- *                            u8 next_replicas}
- *              rep: count x {i32 status, u32 put_timeout_ms, u64 next_id,
- *                            u8 n, n x {str segment, u64 addr}}
- *              put_id: a pending put (as PUT_END) or a reservation, which
- *              then becomes the object `key` (size must be the reserved
- *              size). On success with next_size > 0, a reservation of
- *              next_size bytes for the client's next put (next_id, 0 =
- *              none; at most KVF_STORE_RESV_MAX), reclaimed at the put
- *              timeout unless committed. mask 0 aborts.
- *   LIST       req: str prefix, u32 max
- *              rep: count x {str key, u64 size, u8 committed, u8 n},
- *                   flags KVF_SP_TRUNCATED when cut short
+ * with data_len != 0 is refused. What each body holds, and its codec, is
+ * store/proto/msg.h.
  */
 #ifndef KVF_STORE_PROTO_H
 #define KVF_STORE_PROTO_H

@@ -1,6 +1,6 @@
 /*
  * Integration test of the client's location cache (store/client/
- * client_spec.c), with a real master and nodes on 127.0.0.1: a single-key
+ * loc.c), with a real master and nodes on 127.0.0.1: a single-key
  * get of a key the handle has seen reads its cached location while the
  * master answers, and keeps those bytes only when the master names that
  * location and the checksum matches.

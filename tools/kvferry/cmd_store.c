@@ -208,7 +208,7 @@ int kvf_cmd_get(int argc, char **argv)
         s = kvf_engine_reg(kvf_store_engine(st), buf, cap ? cap : 1,
                            KVF_MEM_HOST, 0, &reg);
         if (s == KVF_OK) {
-            s = kvf_store_get(st, argv[o.argi], buf, cap, &got, 0);
+            s = kvf_store_read(st, argv[o.argi], &info, buf, cap, &got, 0);
             kvf_engine_dereg(kvf_store_engine(st), reg);
         }
     }

@@ -1,12 +1,13 @@
 /*
- * Store client: the location cache and the speculative single-key get.
+ * Store client: the location cache, and the two look-up strategies of
+ * a single-key get built on it (get.c picks them).
  *
  * A get is a GET round trip to the master (lease, location, checksum)
  * followed by an engine read from a node: two round trips, one after the
  * other. Many gets are of keys this client has seen before (a serving
  * engine reading back the KV blocks it offloaded, a prefix read again),
- * and objects do not move. So the handle keeps
- * where each key's bytes were last seen, in a direct-mapped table
+ * and objects do not move. So the handle keeps where each key's bytes
+ * were last seen, in a direct-mapped table
  * (key hash -> segment, address, size), filled by its own puts and gets.
  * A single-key get with a cached location sends the GET, reads the cached
  * location into the caller's buffer and checksums it while the master
@@ -27,8 +28,16 @@
  * leases); the cache only saves waiting. On a failed get the caller's
  * buffer holds unspecified bytes (as on a failed plain get).
  *
+ * The second strategy, lease reads (`lease_reads`, off by default),
+ * skips the master: an entry a get learnt keeps the master's checksum and
+ * the end of the read lease that get was granted; until then a get reads
+ * there and checks the bytes against that checksum alone. The master
+ * frees no space a lease covers, so the bytes are the object's or the
+ * check fails (then the master is asked). Another client's remove is seen
+ * when the lease ends.
+ *
  * Config: `loc_cache` (store table) = entries, a power of two; 0 = off
- * (KVF_LOC_CACHE=0).
+ * (KVF_LOC_CACHE=0); `lease_reads`.
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"
@@ -188,27 +197,6 @@ static int kvf_sloc_find(kvf_sloc_t *loc, const char *key, kvf_sloc_ent_t *out)
     return hit;
 }
 
-/* Parses a one-key GET reply into e (as kvf_store_lookup does). */
-static kvf_status_t kvf_store_spec_parse(kvf_sconn_t *c, kvf_sreps_t *e,
-                                         unsigned *lease_ms_p)
-{
-    kvf_rd_t r;
-
-    if (c->f.hdr.count != 1) {
-        return KVF_ERR_PROTOCOL;
-    }
-    kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
-    e->status = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
-    e->size = kvf_rd_u64(&r);
-    e->checksum = kvf_rd_u64(&r);
-    *lease_ms_p = kvf_rd_u32(&r);
-    kvf_store_rd_reps(&r, e);
-    if (e->status == KVF_OK && e->nrep == 0) {
-        e->status = KVF_ERR_NOT_FOUND;
-    }
-    return kvf_rd_status(&r);
-}
-
 /* Which replica of the master's answer is the one read (-1: none)? */
 static int kvf_store_spec_same(kvf_sloc_t *loc, const kvf_sloc_ent_t *l,
                                const kvf_sreps_t *e)
@@ -235,16 +223,20 @@ static kvf_status_t kvf_store_spec_read(kvf_store_h st, const kvf_sloc_ent_t *l,
     kvf_status_t op_st = KVF_ERR_INTERNAL;
     kvf_speer_t *sp = NULL;
     uint64_t t0 = kvf_time_ns();
+    uint32_t key = 0;
+    unsigned rep = 0;
     kvf_op_t op;
+    kvf_smove_t mv = {&op, &sp, &op_st, &key, &rep, 0};
 
-    if (kvf_store_peer_get(st, st->loc.segs[l->seg], &sp) == KVF_OK) {
+    if (kvf_store_peer_ref(st, st->loc.segs[l->seg], &sp) == KVF_OK) {
         memset(&op, 0, sizeof(op));
         op.type = KVF_OP_READ;
         op.local = buf;
         op.peer = sp->peer;
         op.remote = l->addr;
         op.length = l->size;
-        kvf_store_run(st, &op, &sp, 1, &op_st, NULL, NULL);
+        mv.n = 1;
+        kvf_smove_run(st, &mv, NULL, NULL);
     }
     tm->read_ns = kvf_time_ns() - t0;
     if (op_st == KVF_OK) {
@@ -258,9 +250,10 @@ static kvf_status_t kvf_store_spec_read(kvf_store_h st, const kvf_sloc_ent_t *l,
 /* A lease read: the location and checksum a get of this handle learnt,
  * under the read lease that get was granted (the space is neither freed
  * nor reused before it ends, whatever happens to the key): no master
- * round trip. Returns 1 if buf holds the object. */
-static int kvf_store_get_leased(kvf_store_h st, const char *key, void *buf,
-                                const kvf_sloc_ent_t *l, kvf_sreps_t *e)
+ * round trip. */
+static kvf_sloc_res_t kvf_sloc_leased(kvf_store_h st, const char *key,
+                                      void *buf, const kvf_sloc_ent_t *l,
+                                      kvf_sreps_t *e)
 {
     kvf_status_t op_st;
     uint64_t sum = 0;
@@ -271,67 +264,58 @@ static int kvf_store_get_leased(kvf_store_h st, const char *key, void *buf,
         e->size = l->size;
         e->checksum = l->checksum;
         __atomic_add_fetch(&st->loc.lease, 1, __ATOMIC_RELAXED);
-        return 1;
+        return KVF_SLOC_DONE;
     }
     /* the read failed (a dead node) or the bytes are not the object's
      * (a read that outlived the lease): ask the master */
     kvf_sloc_forget(&st->loc, key);
     kvf_log_rl(KVF_LOG_DEBUG, "store get '%s': lease read unusable (%s)", key,
                (op_st == KVF_OK) ? "checksum" : kvf_status_str(op_st));
-    return 0;
+    return KVF_SLOC_NONE;
 }
 
-void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
-                        kvf_sreps_t *e, int *used, int *done,
-                        uint64_t *sent_ns_p, unsigned *lease_ms_p)
+/* The GET of key sent, the cached location l read while it is in
+ * flight, then the master's answer decides. */
+static kvf_sloc_res_t kvf_sloc_spec(kvf_store_h st, const char *key, void *buf,
+                                    const kvf_sloc_ent_t *l, kvf_sreps_t *e,
+                                    uint64_t *sent_ns_p)
 {
     kvf_store_timing_t *tm = &kvf_store_tl_timing;
     kvf_status_t status, op_st;
+    uint64_t t0, sum = 0;
     kvf_sconn_t *c;
-    kvf_sloc_ent_t l;
-    uint64_t t0, t1, sum = 0;
     int closed, k;
     kvf_wr_t w;
+    kvf_rd_t r;
 
-    *used = 0;
-    *done = 0;
-    if (buf == NULL || !kvf_sloc_find(&st->loc, key, &l) || l.size > cap) {
-        return;
-    }
-    if (l.lease_end_ns != 0 && kvf_time_ns() < l.lease_end_ns) {
-        *done = *used = kvf_store_get_leased(st, key, buf, &l, e);
-        return;
-    }
     kvf_wr_init(&w);
-    kvf_wr_str(&w, key);
+    kvf_sm_key_enc(&w, key);
     t0 = kvf_time_ns();
     *sent_ns_p = t0;
     status = kvf_store_rpc_send(st, KVF_SP_GET, 1, &w, &c);
     kvf_wr_free(&w);
     if (status != KVF_OK) {
-        return; /* the plain get retries and reports */
+        return KVF_SLOC_NONE; /* the plain get retries and reports */
     }
-    t1 = kvf_time_ns();
-    tm->query_ns = t1 - t0;
-    /* the read and its checksum, while the master answers */
-    op_st = kvf_store_spec_read(st, &l, buf, &sum);
+    tm->query_ns = kvf_time_ns() - t0;
+    op_st = kvf_store_spec_read(st, l, buf, &sum);
     t0 = kvf_time_ns();
     status = kvf_store_rpc_recv(st, c, KVF_SP_GET, &closed);
     if (closed) {
-        return;
+        return KVF_SLOC_NONE;
     }
     if (status == KVF_OK) {
-        status = kvf_store_spec_parse(c, e, lease_ms_p);
+        kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+        kvf_sm_get_rep_dec(&r, e);
+        status = kvf_sm_rep_end(&r, c->f.hdr.count, 1);
     }
     kvf_store_release(st, c);
-    t1 = kvf_time_ns();
-    tm->query_ns += t1 - t0;
+    tm->query_ns += kvf_time_ns() - t0;
     if (status != KVF_OK) {
-        return;
+        return KVF_SLOC_NONE;
     }
-    *used = 1;
     __atomic_add_fetch(&st->loc.gets, 1, __ATOMIC_RELAXED);
-    k = (op_st == KVF_OK) ? kvf_store_spec_same(&st->loc, &l, e) : -1;
+    k = (op_st == KVF_OK) ? kvf_store_spec_same(&st->loc, l, e) : -1;
     if (k < 0) {
         if (e->status != KVF_OK) {
             kvf_sloc_forget(&st->loc, key);
@@ -340,14 +324,29 @@ void kvf_store_get_spec(kvf_store_h st, const char *key, void *buf, size_t cap,
                    "store get '%s': cached location unusable "
                    "(read %s, master %s)",
                    key, kvf_status_str(op_st), kvf_status_str(e->status));
-        return;
+        return KVF_SLOC_LOOKED;
     }
-    *done = (sum == e->checksum);
-    if (*done) {
-        __atomic_add_fetch(&st->loc.used, 1, __ATOMIC_RELAXED);
-        kvf_sloc_note(&st->loc, key, e, (unsigned)k,
-                      kvf_sloc_lease_end(&st->loc, *sent_ns_p, *lease_ms_p));
+    if (sum != e->checksum) {
+        return KVF_SLOC_LOOKED;
     }
+    __atomic_add_fetch(&st->loc.used, 1, __ATOMIC_RELAXED);
+    kvf_sloc_note(&st->loc, key, e, (unsigned)k,
+                  kvf_sloc_lease_end(&st->loc, *sent_ns_p, e->lease_ms));
+    return KVF_SLOC_DONE;
+}
+
+kvf_sloc_res_t kvf_sloc_get(kvf_store_h st, const char *key, void *buf,
+                            size_t cap, kvf_sreps_t *e, uint64_t *sent_ns_p)
+{
+    kvf_sloc_ent_t l;
+
+    if (buf == NULL || !kvf_sloc_find(&st->loc, key, &l) || l.size > cap) {
+        return KVF_SLOC_NONE;
+    }
+    if (l.lease_end_ns != 0 && kvf_time_ns() < l.lease_end_ns) {
+        return kvf_sloc_leased(st, key, buf, &l, e);
+    }
+    return kvf_sloc_spec(st, key, buf, &l, e, sent_ns_p);
 }
 
 void kvf_store_loc_stats(kvf_store_h st, kvf_store_loc_stats_t *stats_p)

@@ -1,0 +1,354 @@
+/*
+ * Store client: get. One path, kvf_get_run, behind kvf_store_get_batch,
+ * kvf_store_get and kvf_store_read, in stages:
+ *
+ *   look up  each key's size, checksum and replicas, by one strategy:
+ *            - the master's GET round trip (it grants a read lease);
+ *            - the location cache (loc.c), for a single-key host get: a
+ *              lease read, or a read of the cached location while the
+ *              GET is in flight;
+ *            - what the caller learnt from kvf_store_query
+ *              (kvf_store_read): no round trip
+ *   move     rounds of one engine batch each: round r reads every key
+ *            not yet good from its next replica (the first replica
+ *            rotates from call to call to spread the reads)
+ *   verify   each read against the checksum before it counts; a key
+ *            whose replicas are all bad fails with KVF_ERR_CHECKSUM (or
+ *            the read's error)
+ *   release  the location cache learns where each key was read
+ */
+#include "store/client/client_int.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <string.h>
+
+static __thread unsigned kvf_get_tl_rr;
+
+/* One get batch: the caller's arrays and the per-key and per-op state,
+ * the latter from one arena. */
+typedef struct kvf_get_job {
+    kvf_store_h st;
+    size_t count;
+    const char *const *keys;
+    void *const *bufs;
+    const size_t *caps;
+    size_t *lens;
+    int device; /* KVF_STORE_DEVICE_MEM */
+    kvf_status_t *s;
+    kvf_store_timing_t *tm;
+    const kvf_store_info_t *given; /* kvf_store_read's look-up, or NULL */
+    uint64_t sent_ns;              /* when the look-up left */
+    kvf_sreps_t *e;                /* per key: the look-up's answer */
+    unsigned *mism;                /* per key: replicas with wrong bytes */
+    unsigned char *want;           /* per key: still to read */
+    kvf_smove_t mv;                /* one read per key per round */
+    kvf_sarena_t arena;
+} kvf_get_job_t;
+
+static void kvf_get_layout(kvf_get_job_t *j)
+{
+    size_t n = j->count;
+    kvf_sarena_t *a = &j->arena;
+
+    j->e = kvf_sarena_take(a, n * sizeof(*j->e));
+    j->mism = kvf_sarena_take(a, n * sizeof(*j->mism));
+    j->want = kvf_sarena_take(a, n * sizeof(*j->want));
+    j->mv.ops = kvf_sarena_take(a, n * sizeof(*j->mv.ops));
+    j->mv.sps = kvf_sarena_take(a, n * sizeof(*j->mv.sps));
+    j->mv.st = kvf_sarena_take(a, n * sizeof(*j->mv.st));
+    j->mv.key = kvf_sarena_take(a, n * sizeof(*j->mv.key));
+    j->mv.rep = kvf_sarena_take(a, n * sizeof(*j->mv.rep));
+}
+
+kvf_status_t kvf_store_lookup(kvf_store_h st, size_t count,
+                              const char *const *keys, kvf_sreps_t *e)
+{
+    kvf_status_t status;
+    size_t i, nsent = 0;
+    kvf_sconn_t *c;
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    kvf_wr_init(&w);
+    for (i = 0; i < count; i++) {
+        e[i].status = kvf_sp_key_check(keys[i]);
+        if (e[i].status == KVF_OK) {
+            kvf_sm_key_enc(&w, keys[i]);
+            nsent++;
+        }
+    }
+    status = (nsent > 0)
+                 ? kvf_store_rpc(st, KVF_SP_GET, (uint32_t)nsent, &w, &c)
+                 : KVF_OK;
+    kvf_wr_free(&w);
+    if (nsent == 0 || status != KVF_OK) {
+        return status;
+    }
+    kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+    for (i = 0; i < count && c->f.hdr.count == nsent; i++) {
+        if (e[i].status == KVF_OK) {
+            kvf_sm_get_rep_dec(&r, &e[i]);
+        }
+    }
+    status = kvf_sm_rep_end(&r, c->f.hdr.count, (uint32_t)nsent);
+    kvf_store_release(st, c);
+    return status;
+}
+
+/* The look-up a kvf_store_query made, as a GET's answer. Its lease began
+ * before this call: no lease read is built on it (lease_ms 0). */
+static void kvf_get_given(const kvf_store_info_t *info, kvf_sreps_t *e)
+{
+    unsigned k;
+
+    e->status = KVF_OK;
+    e->size = info->size;
+    e->checksum = info->checksum;
+    e->lease_ms = 0;
+    e->nrep = (info->replicas <= KVF_STORE_REPLICA_MAX) ? info->replicas : 0;
+    for (k = 0; k < e->nrep; k++) {
+        memcpy(e->seg[k], info->segment[k], KVF_STORE_SEG_MAX);
+        e->seg[k][KVF_STORE_SEG_MAX - 1] = '\0';
+        e->addr[k] = info->addr[k];
+    }
+    if (e->nrep == 0) {
+        e->status = KVF_ERR_INVALID_PARAM;
+    }
+}
+
+/* Look up, by strategy. *done_p = 1: the cached location served the get
+ * whole (buf holds the object). */
+static kvf_status_t kvf_get_lookup(kvf_get_job_t *j, int *done_p)
+{
+    kvf_sloc_res_t res = KVF_SLOC_NONE;
+    kvf_status_t status;
+    uint64_t t0;
+
+    *done_p = 0;
+    j->sent_ns = kvf_time_ns();
+    if (j->given != NULL) {
+        kvf_get_given(j->given, &j->e[0]);
+        return KVF_OK;
+    }
+    if (j->count == 1 && !j->device && kvf_sp_key_check(j->keys[0]) == KVF_OK) {
+        res = kvf_sloc_get(j->st, j->keys[0], j->bufs[0], j->caps[0], &j->e[0],
+                           &j->sent_ns);
+    }
+    if (res != KVF_SLOC_NONE) {
+        *done_p = (res == KVF_SLOC_DONE);
+        return KVF_OK;
+    }
+    t0 = kvf_time_ns();
+    j->sent_ns = t0;
+    status = kvf_store_lookup(j->st, j->count, j->keys, j->e);
+    j->tm->query_ns = kvf_time_ns() - t0;
+    return status;
+}
+
+/* Which keys to read: found, and fitting the caller's buffer. Returns
+ * the most replicas any has (the rounds to run). */
+static unsigned kvf_get_plan(kvf_get_job_t *j)
+{
+    kvf_status_t *s = j->s;
+    unsigned maxrep = 0;
+    size_t i;
+
+    for (i = 0; i < j->count; i++) {
+        s[i] = j->e[i].status;
+        if (s[i] == KVF_OK &&
+            (j->bufs[i] == NULL || j->caps[i] < j->e[i].size)) {
+            s[i] = KVF_ERR_NO_RESOURCE;
+        }
+        if (s[i] == KVF_OK) {
+            s[i] = KVF_INPROGRESS;
+            j->want[i] = 1;
+            maxrep = (j->e[i].nrep > maxrep) ? j->e[i].nrep : maxrep;
+        }
+    }
+    return maxrep;
+}
+
+/* Verify one round's reads; a good one ends its key (release: the
+ * location cache learns where it was read). */
+static void kvf_get_verify(kvf_get_job_t *j)
+{
+    kvf_smove_t *mv = &j->mv;
+    kvf_sreps_t *e;
+    uint64_t sum;
+    size_t i, key;
+
+    for (i = 0; i < mv->n; i++) {
+        key = mv->key[i];
+        e = &j->e[key];
+        if (mv->st[i] != KVF_OK) {
+            kvf_log_rl(KVF_LOG_WARN, "store get '%s': read from %s failed: %s",
+                       j->keys[key], e->seg[mv->rep[i]],
+                       kvf_status_str(mv->st[i]));
+            j->s[key] = mv->st[i];
+            continue;
+        }
+        if (kvf_store_sum(j->st, j->bufs[key], e->size, j->device, e,
+                          mv->rep[i], &sum) != KVF_OK) {
+            sum = ~e->checksum;
+        }
+        if (sum != e->checksum) {
+            kvf_log_rl(KVF_LOG_ERROR,
+                       "store get '%s': replica on %s has checksum %016lx, "
+                       "expected %016lx: not used",
+                       j->keys[key], e->seg[mv->rep[i]], (unsigned long)sum,
+                       (unsigned long)e->checksum);
+            j->mism[key]++;
+            j->s[key] = KVF_ERR_CHECKSUM;
+            continue;
+        }
+        j->s[key] = KVF_OK;
+        j->want[key] = 0;
+        kvf_sloc_note(&j->st->loc, j->keys[key], e, mv->rep[i],
+                      kvf_sloc_lease_end(&j->st->loc, j->sent_ns, e->lease_ms));
+        if (j->lens != NULL) {
+            j->lens[key] = e->size;
+        }
+    }
+}
+
+/* Move and verify, round `round`: each key still wanted from its next
+ * replica. */
+static void kvf_get_round(kvf_get_job_t *j, unsigned round, unsigned start)
+{
+    kvf_status_t status;
+    uint64_t t0;
+    size_t i;
+    unsigned k;
+
+    j->mv.n = 0;
+    for (i = 0; i < j->count; i++) {
+        if (!j->want[i] || round >= j->e[i].nrep) {
+            continue;
+        }
+        k = (unsigned)((start + i + round) % j->e[i].nrep);
+        status = kvf_smove_add(j->st, &j->mv, KVF_OP_READ, j->bufs[i], &j->e[i],
+                               k, j->e[i].size, (uint32_t)i);
+        j->s[i] = (status != KVF_OK) ? status : j->s[i];
+    }
+    if (j->mv.n == 0) {
+        return;
+    }
+    t0 = kvf_time_ns();
+    kvf_smove_run(j->st, &j->mv, NULL, NULL);
+    j->tm->read_ns += kvf_time_ns() - t0;
+    t0 = kvf_time_ns();
+    kvf_get_verify(j);
+    j->tm->verify_ns += kvf_time_ns() - t0;
+}
+
+/* look up -> move -> verify -> release */
+static kvf_status_t kvf_get_run(kvf_get_job_t *j)
+{
+    kvf_status_t status;
+    unsigned round, maxrep, start;
+    int done;
+    size_t i;
+
+    status = kvf_get_lookup(j, &done);
+    if (status != KVF_OK) {
+        for (i = 0; i < j->count; i++) {
+            j->s[i] = status;
+        }
+        return status;
+    }
+    if (done) {
+        j->s[0] = KVF_OK;
+        if (j->lens != NULL) {
+            j->lens[0] = j->e[0].size;
+        }
+        return KVF_OK;
+    }
+    maxrep = kvf_get_plan(j);
+    start = kvf_get_tl_rr++;
+    for (round = 0; round < maxrep; round++) {
+        kvf_get_round(j, round, start);
+    }
+    for (i = 0; i < j->count; i++) {
+        if (j->s[i] == KVF_INPROGRESS) {
+            j->s[i] = KVF_ERR_INTERNAL;
+        } else if (j->s[i] != KVF_OK && j->mism[i] > 0) {
+            j->s[i] = KVF_ERR_CHECKSUM;
+        }
+    }
+    return kvf_store_first_error(j->s, j->count);
+}
+
+/* The entry of every get: checks, the job's arena, kvf_get_run. */
+static kvf_status_t kvf_get_entry(kvf_get_job_t *j)
+{
+    kvf_status_t status, *own = NULL;
+
+    if (j->st == NULL || j->keys == NULL || j->bufs == NULL ||
+        j->caps == NULL || j->count == 0 || j->count > KVF_STORE_BATCH_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (j->s == NULL &&
+        (j->s = own = kvf_calloc(j->count, sizeof(*j->s))) == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    memset(j->tm, 0, sizeof(*j->tm));
+    kvf_get_layout(j);
+    status = kvf_sarena_alloc(&j->arena);
+    if (status == KVF_OK) {
+        kvf_get_layout(j);
+        status = kvf_get_run(j);
+        kvf_sarena_free(&j->arena);
+    }
+    kvf_free(own);
+    return status;
+}
+
+kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
+                                 const char *const *keys, void *const *bufs,
+                                 const size_t *caps, size_t *lens,
+                                 unsigned flags, kvf_status_t *statuses)
+{
+    kvf_get_job_t j = {.st = st,
+                       .count = count,
+                       .keys = keys,
+                       .bufs = bufs,
+                       .caps = caps,
+                       .lens = lens,
+                       .s = statuses,
+                       .tm = &kvf_store_tl_timing};
+
+    j.device = (flags & KVF_STORE_DEVICE_MEM) != 0;
+    return kvf_get_entry(&j);
+}
+
+kvf_status_t kvf_store_get(kvf_store_h st, const char *key, void *buf,
+                           size_t cap, size_t *len_p, unsigned flags)
+{
+    kvf_status_t s;
+
+    return kvf_store_get_batch(st, 1, &key, &buf, &cap, len_p, flags, &s);
+}
+
+kvf_status_t kvf_store_read(kvf_store_h st, const char *key,
+                            const kvf_store_info_t *info, void *buf, size_t cap,
+                            size_t *len_p, unsigned flags)
+{
+    kvf_get_job_t j = {.st = st,
+                       .count = 1,
+                       .keys = &key,
+                       .bufs = &buf,
+                       .caps = &cap,
+                       .lens = len_p,
+                       .given = info,
+                       .tm = &kvf_store_tl_timing};
+    kvf_status_t s;
+
+    if (info == NULL || kvf_sp_key_check(key) != KVF_OK) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    j.s = &s;
+    j.device = (flags & KVF_STORE_DEVICE_MEM) != 0;
+    return kvf_get_entry(&j);
+}

@@ -1,0 +1,172 @@
+/*
+ * Store RPC messages: the schema of every body, and its codec. Frames
+ * (header, send, receive) are proto.h's; this file says what a body
+ * holds and turns it into typed structs and back, with core/wire.h's
+ * reader and writer only. Decoders never read past the body: a short or
+ * malformed body latches the reader's error (kvf_rd_status), and
+ * kvf_sm_req_check() refuses a request body that is not exactly `count`
+ * entries of its type.
+ *
+ * Little-endian; str = u16 length + bytes, no NUL; status = i32
+ * (kvf_status_t); reps = u8 n, n x {str segment, u64 addr}.
+ *
+ *   message    request body                     reply body
+ *   NODE_REG   kvf_sm_node_reg_t                kvf_sm_node_reg_rep_t
+ *              str segment, u64 uid,            u64 master_epoch,
+ *              u64 pool_addr, u64 pool_len      u64 node_gen,
+ *                                               u32 heartbeat_ms,
+ *                                               u32 ttl_ms
+ *   HEARTBEAT  kvf_sm_heartbeat_t               empty (frame status
+ *              u64 uid, u64 node_gen,           KVF_ERR_STALE: register
+ *              u64 master_epoch                 again)
+ *   PUT_START  count x kvf_sm_req_t             count x kvf_sm_obj_t
+ *              str key, u64 size,               status, u64 put_id, reps
+ *              u8 replicas, u8 flags
+ *   PUT_END    count x kvf_sm_req_t             count x status
+ *              str key, u64 put_id,
+ *              u64 checksum, u8 mask
+ *   GET        count x kvf_sm_req_t: str key    count x kvf_sm_obj_t
+ *                                               status, u64 size,
+ *                                               u64 checksum,
+ *                                               u32 lease_ms, reps
+ *   REMOVE,    count x kvf_sm_req_t: str key    count x status
+ *   EXISTS
+ *   COMMIT     count x kvf_sm_req_t             count x kvf_sm_obj_t
+ *              str key, u64 put_id, u64 size,   status,
+ *              u64 checksum, u8 mask,           u32 put_timeout_ms,
+ *              u8 flags, u64 next_size,         u64 next_id (put_id),
+ *              u8 next_replicas                 reps
+ *   LIST       kvf_sm_list_t                    count x kvf_sm_list_ent_t
+ *              str prefix, u32 max              str key, u64 size,
+ *                                               u8 committed, u8 nrep
+ *
+ * Fixed part of an entry after its key (bytes): PUT_START 10, PUT_END
+ * 17, COMMIT 35, GET/REMOVE/EXISTS 0. A PUT_END or COMMIT mask of 0
+ * aborts; mask bit k: replica k was written. COMMIT's put_id names a
+ * pending put (as PUT_END) or a reservation, which becomes the object
+ * `key` (size must be the reserved size); on success with next_size >
+ * 0 the reply carries a reservation of next_size bytes (next_id, 0 =
+ * none; at most KVF_STORE_RESV_MAX) for the client's next put,
+ * reclaimed at the put timeout unless committed. LIST's reply flags
+ * carry KVF_SP_TRUNCATED when cut short.
+ */
+#ifndef KVF_STORE_MSG_H
+#define KVF_STORE_MSG_H
+
+#include "store/proto/proto.h"
+
+/* One entry of a keyed request (PUT_START, PUT_END, COMMIT, GET,
+ * REMOVE, EXISTS); each type uses the fields its schema names. */
+typedef struct kvf_sm_req {
+    const char *key;         /* encode: the caller's; decode: keybuf */
+    kvf_status_t key_status; /* decode: the key's verdict (kvf_sp_rd_key) */
+    uint64_t size;
+    uint64_t put_id;
+    uint64_t checksum;
+    uint64_t next_size;
+    uint8_t replicas;
+    uint8_t flags; /* KVF_STORE_PIN */
+    uint8_t mask;
+    uint8_t next_replicas;
+    char keybuf[KVF_STORE_KEY_MAX + 1];
+} kvf_sm_req_t;
+
+/* One entry of a GET, PUT_START or COMMIT reply: what the master says of
+ * one object and where its replicas (or a reservation's) are. */
+typedef struct kvf_sm_obj {
+    kvf_status_t status;
+    uint64_t put_id;         /* PUT_START: the put; COMMIT: next_id */
+    uint64_t size;           /* GET */
+    uint64_t checksum;       /* GET */
+    uint32_t lease_ms;       /* GET: the read lease granted */
+    uint32_t put_timeout_ms; /* COMMIT */
+    unsigned nrep;
+    char seg[KVF_STORE_REPLICA_MAX][KVF_STORE_SEG_MAX];
+    uint64_t addr[KVF_STORE_REPLICA_MAX];
+} kvf_sm_obj_t;
+
+typedef struct kvf_sm_node_reg {
+    char segment[KVF_STORE_SEG_MAX];
+    uint64_t uid;
+    uint64_t pool_addr;
+    uint64_t pool_len;
+} kvf_sm_node_reg_t;
+
+typedef struct kvf_sm_node_reg_rep {
+    uint64_t master_epoch;
+    uint64_t node_gen;
+    uint32_t heartbeat_ms;
+    uint32_t ttl_ms;
+} kvf_sm_node_reg_rep_t;
+
+typedef struct kvf_sm_heartbeat {
+    uint64_t uid;
+    uint64_t node_gen;
+    uint64_t master_epoch;
+} kvf_sm_heartbeat_t;
+
+typedef struct kvf_sm_list {
+    char prefix[KVF_STORE_KEY_MAX + 1];
+    uint32_t max; /* 0 = no limit */
+} kvf_sm_list_t;
+
+typedef struct kvf_sm_list_ent {
+    const char *key; /* encode: the caller's; decode: keybuf */
+    uint64_t size;
+    uint8_t committed;
+    uint8_t nrep;
+    char keybuf[KVF_STORE_KEY_MAX + 1];
+} kvf_sm_list_ent_t;
+
+/* Bytes a LIST reply entry takes besides its key. */
+#define KVF_SM_LIST_ENT_FIXED (2 + 8 + 1 + 1)
+
+/* Keyed requests: one entry each. */
+void kvf_sm_put_start_enc(kvf_wr_t *w, const kvf_sm_req_t *q);
+void kvf_sm_put_start_dec(kvf_rd_t *r, kvf_sm_req_t *q);
+void kvf_sm_put_end_enc(kvf_wr_t *w, const kvf_sm_req_t *q);
+void kvf_sm_put_end_dec(kvf_rd_t *r, kvf_sm_req_t *q);
+void kvf_sm_commit_enc(kvf_wr_t *w, const kvf_sm_req_t *q);
+void kvf_sm_commit_dec(kvf_rd_t *r, kvf_sm_req_t *q);
+/* GET, REMOVE, EXISTS: the key alone. */
+void kvf_sm_key_enc(kvf_wr_t *w, const char *key);
+void kvf_sm_key_dec(kvf_rd_t *r, kvf_sm_req_t *q);
+/* Any keyed request's entry, by message type; KVF_ERR_PROTOCOL for a
+ * type without keyed entries. */
+kvf_status_t kvf_sm_req_dec(kvf_rd_t *r, uint8_t type, kvf_sm_req_t *q);
+
+/* Keyed replies: one entry each. */
+void kvf_sm_status_enc(kvf_wr_t *w, kvf_status_t status);
+kvf_status_t kvf_sm_status_dec(kvf_rd_t *r);
+void kvf_sm_put_start_rep_enc(kvf_wr_t *w, const kvf_sm_obj_t *o);
+void kvf_sm_put_start_rep_dec(kvf_rd_t *r, kvf_sm_obj_t *o);
+void kvf_sm_get_rep_enc(kvf_wr_t *w, const kvf_sm_obj_t *o);
+/* A GET entry naming no replica is turned into KVF_ERR_NOT_FOUND. */
+void kvf_sm_get_rep_dec(kvf_rd_t *r, kvf_sm_obj_t *o);
+void kvf_sm_commit_rep_enc(kvf_wr_t *w, const kvf_sm_obj_t *o);
+void kvf_sm_commit_rep_dec(kvf_rd_t *r, kvf_sm_obj_t *o);
+
+/* Whole-body messages. */
+void kvf_sm_node_reg_enc(kvf_wr_t *w, const kvf_sm_node_reg_t *m);
+void kvf_sm_node_reg_dec(kvf_rd_t *r, kvf_sm_node_reg_t *m);
+void kvf_sm_node_reg_rep_enc(kvf_wr_t *w, const kvf_sm_node_reg_rep_t *m);
+void kvf_sm_node_reg_rep_dec(kvf_rd_t *r, kvf_sm_node_reg_rep_t *m);
+void kvf_sm_heartbeat_enc(kvf_wr_t *w, const kvf_sm_heartbeat_t *m);
+void kvf_sm_heartbeat_dec(kvf_rd_t *r, kvf_sm_heartbeat_t *m);
+void kvf_sm_list_enc(kvf_wr_t *w, const kvf_sm_list_t *m);
+void kvf_sm_list_dec(kvf_rd_t *r, kvf_sm_list_t *m);
+void kvf_sm_list_ent_enc(kvf_wr_t *w, const kvf_sm_list_ent_t *e);
+void kvf_sm_list_ent_dec(kvf_rd_t *r, kvf_sm_list_ent_t *e);
+
+/* Checks a request body against its type's schema: `count` (at most
+ * KVF_STORE_BATCH_MAX) keyed entries, or one whole-body message, and not
+ * a byte more. KVF_ERR_PROTOCOL if it does not parse (an unknown type
+ * included). Per-key verdicts (a key too long) are not errors here. */
+kvf_status_t kvf_sm_req_check(uint8_t type, uint32_t count, const void *body,
+                              size_t len);
+
+/* The end of a reply body read with r: KVF_ERR_PROTOCOL if it did not
+ * parse or holds a count other than the `want` entries asked for. */
+kvf_status_t kvf_sm_rep_end(const kvf_rd_t *r, uint32_t count, uint32_t want);
+
+#endif
