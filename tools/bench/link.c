@@ -1,0 +1,182 @@
+/*
+ * `kvferry bench link`: the raw ceiling of the path to a target:
+ * contiguous streams of large writes (or reads), one per connection,
+ * between the same two processes `bench blocks` uses, no block handling.
+ */
+#include "tools/bench/bench.h"
+#include "tools/bench/env.h"
+#include "tools/record/record.h"
+
+#include <getopt.h>
+
+#include "core/hash.h"
+#include <math.h>
+#include <string.h>
+
+/* The record (seed 003 §5): the median iteration against the best one
+ * of the same run; the hypothesis is that the ceiling is stable (P99
+ * iteration time within 10 % of P50). secs is sorted. */
+static int kvf_link_record(const char *dir, const char *hypothesis,
+                           const kvf_bench_session_opts_t *so,
+                           const kvf_bench_session_t *s, kvf_op_type_t op,
+                           uint64_t size, double *secs, unsigned iters)
+{
+    double p50 = kvf_bench_quantile(secs, iters, 0.5);
+    double p99 = kvf_bench_quantile(secs, iters, 0.99);
+    double gib = (double)size / p50 / (1u << 30);
+    double best = (double)size / secs[0] / (1u << 30);
+    const char *ops = op == KVF_OP_WRITE ? "write" : "read";
+    char name[96], text[256], sstr[32];
+    kvf_record_t *rec;
+    int stable = p99 <= 1.1 * p50, rc;
+
+    rec = kvf_record_new("bench", "bench link",
+                         "the raw ceiling of the path is stable: the P99 "
+                         "iteration takes at most 10 % longer than P50");
+    if (rec == NULL) {
+        return KVF_CLI_FAIL;
+    }
+    kvf_record_hypothesis(rec, hypothesis);
+    kvf_fmt_size(size, sstr, sizeof(sstr));
+    kvf_record_config(rec, "transport", kvf_peer_transport(s->peer));
+    kvf_record_config(rec, "op", ops);
+    kvf_record_config_num(rec, "size_bytes", (double)size);
+    kvf_record_config_num(rec, "iters", iters);
+    kvf_record_config_num(rec, "conns", so->conns);
+    kvf_record_config_num(rec, "pool_bytes", (double)so->pool);
+    kvf_record_config(rec, "target",
+                      so->target ? so->target : "spawned on 127.0.0.1");
+    snprintf(name, sizeof(name), "link %s %s (iteration ms)", ops, sstr);
+    kvf_record_figure(rec, name, gib, "GiB/s", p50 * 1e3, p99 * 1e3);
+    snprintf(name, sizeof(name), "link %s %s", ops, sstr);
+    kvf_record_figure(rec, name, (double)size * 8 / p50 / 1e9, "Gbps", NAN,
+                      NAN);
+    snprintf(text, sizeof(text),
+             "the fastest of the %u iterations of this "
+             "run",
+             iters);
+    kvf_record_estimate(rec, best, "GiB/s", text);
+    kvf_record_gap(rec, best > 0 ? gib / best : 0,
+                   "median over best iteration: run-to-run noise of the "
+                   "machine (other processes, scheduling, page cache)");
+    snprintf(text, sizeof(text),
+             "P99 iteration %.3f ms vs P50 %.3f ms "
+             "(%+.1f %%)",
+             p99 * 1e3, p50 * 1e3, 100.0 * (p99 / p50 - 1.0));
+    kvf_record_conclude(rec, stable ? "holds" : "does not hold", text);
+    kvf_record_not_verified(rec, "bytes are not verified by the link test");
+    kvf_record_not_verified(rec, "one size only; `bench blocks` measures "
+                                 "the link at each transfer size");
+    rc = kvf_env_record_write(rec, dir) == 0 ? KVF_CLI_OK : KVF_CLI_FAIL;
+    kvf_record_free(rec);
+    return rc;
+}
+
+int kvf_cmd_bench_link(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"target", required_argument, NULL, 'T'},
+        {"pool", required_argument, NULL, 'p'},
+        {"size", required_argument, NULL, 's'},
+        {"op", required_argument, NULL, 'o'},
+        {"iters", required_argument, NULL, 'i'},
+        {"conns", required_argument, NULL, 'c'},
+        {"transport", required_argument, NULL, 't'},
+        {"record", required_argument, NULL, 'r'},
+        {"hypothesis", required_argument, NULL, 'H'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    kvf_bench_session_opts_t so = {
+        .pool = 2ull << 30, .conns = 4, .timeout_ms = 10000, .seed = 1};
+    uint64_t size = 1ull << 30;
+    kvf_op_type_t op = KVF_OP_WRITE;
+    unsigned iters = 5, i;
+    double secs[64], med;
+    kvf_bench_session_t s;
+    kvf_status_t status = KVF_OK;
+    const char *record = NULL, *hypothesis = NULL;
+    char sstr[32];
+    kvf_rng_t rng;
+    int c, rc = KVF_CLI_OK;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'T':
+            so.target = optarg;
+            break;
+        case 'p':
+            so.pool = kvf_cli_size("--pool", optarg);
+            break;
+        case 's':
+            size = kvf_cli_size("--size", optarg);
+            break;
+        case 'o':
+            op = strcmp(optarg, "read") ? KVF_OP_WRITE : KVF_OP_READ;
+            break;
+        case 'i':
+            iters = (unsigned)kvf_cli_long("--iters", optarg, 1, 64);
+            break;
+        case 'c':
+            so.conns = (unsigned)kvf_cli_long("--conns", optarg, 1, 64);
+            break;
+        case 't':
+            so.transports = optarg;
+            break;
+        case 'r':
+            record = optarg;
+            break;
+        case 'H':
+            hypothesis = optarg;
+            break;
+        default:
+            fprintf(stderr,
+                    "usage: kvferry bench link [--target HOST:PORT] "
+                    "[--pool SIZE] [--size SIZE] [--op write|read]\n"
+                    "       [--iters N] [--conns N] [--transport NAME]\n"
+                    "       [--record DIR] [--hypothesis TEXT]\n");
+            return c == 'h' ? KVF_CLI_OK : KVF_CLI_USAGE;
+        }
+    }
+    if (size > so.pool) {
+        size = so.pool;
+    }
+    if (kvf_bench_session_open(&so, &s) != 0) {
+        return KVF_CLI_FAIL;
+    }
+    if (size > s.remote_len) {
+        size = s.remote_len;
+    }
+    kvf_rng_seed(&rng, 4242);
+    for (i = 0; i < iters && status == KVF_OK; i++) {
+        /* a fresh random stretch of each pool every time, so a small
+         * size is not served from the CPU caches */
+        uint64_t loff =
+            kvf_rng_below(&rng, (s.pool_len - size) / 4096 + 1) * 4096;
+        uint64_t roff =
+            kvf_rng_below(&rng, (s.remote_len - size) / 4096 + 1) * 4096;
+
+        status = kvf_peer_link_test(s.peer, op, s.pool + loff, s.remote + roff,
+                                    size, &secs[i]);
+    }
+    if (status != KVF_OK) {
+        fprintf(stderr, "kvferry: link test: %s\n", kvf_status_str(status));
+        kvf_bench_session_close(&s);
+        return KVF_CLI_FAIL;
+    }
+    med = kvf_bench_quantile(secs, iters, 0.5);
+    kvf_fmt_size(size, sstr, sizeof(sstr));
+    printf("link transport=%s conns=%u op=%s size=%s | lat=%8.3f ms | "
+           "BW=%7.2f GB/s (%6.2f Gbps) | min lat=%8.3f ms\n",
+           kvf_peer_transport(s.peer), so.conns,
+           op == KVF_OP_WRITE ? "write" : "read", sstr, med * 1e3,
+           (double)size / med / (1u << 30), (double)size * 8 / med / 1e9,
+           secs[0] * 1e3);
+    if (record != NULL) {
+        rc =
+            kvf_link_record(record, hypothesis, &so, &s, op, size, secs, iters);
+    }
+    kvf_bench_session_close(&s);
+    return rc;
+}
