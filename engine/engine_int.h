@@ -6,6 +6,7 @@
 #define KVF_ENGINE_INT_H
 
 #include <kvferry/kvferry.h>
+#include <kvferry/perf.h>
 
 #include "transport/transport.h"
 #include "engine/meta.h"

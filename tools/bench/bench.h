@@ -8,7 +8,8 @@
 
 #include "tools/cli/cli.h"
 #include "tools/record/json.h"
-#include "core/config.h"
+
+#include <kvferry/perf.h>
 
 #include <stdio.h>
 #include <sys/types.h>

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport/transport.h"
+#include <kvferry/perf.h>
 
 #ifndef KVF_BUILD_TYPE
 #define KVF_BUILD_TYPE "unknown"
@@ -39,12 +39,12 @@ static const char *kvf_env_gib(char *buf, size_t len, uint64_t bytes)
 
 static void kvf_env_transports(char *buf, size_t len)
 {
-    size_t i, n = 0;
+    const char *names[16];
+    size_t i, n = 0, count = kvf_transport_names(names, 16);
 
     buf[0] = '\0';
-    for (i = 0; kvf_transports[i] != NULL && n + 1 < len; i++) {
-        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "," : "",
-                              kvf_transports[i]->name);
+    for (i = 0; i < count && i < 16 && n + 1 < len; i++) {
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "," : "", names[i]);
     }
 }
 

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "core/time.h"
+#include "tools/cli/clock.h"
 
 typedef struct kvf_gpu_row {
     uint64_t size;
@@ -274,12 +274,12 @@ typedef struct kvf_gpu_local {
     uint32_t *sperm, *dperm;
     kvf_cuda_blk_t *blks;
     kvf_cuda_blk_t *dblks; /* --blocks-on gpu: the list in GPU memory */
-    kvf_rng_t rng;
+    kvf_prng_t rng;
 } kvf_gpu_local_t;
 
 static double kvf_gpu_ms_since(uint64_t t0)
 {
-    return (double)(kvf_time_ns() - t0) / 1e6;
+    return (double)(kvf_clock_ns() - t0) / 1e6;
 }
 
 /* Fresh random blocks for one iteration of n blocks. */
@@ -358,7 +358,7 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
                 break;
             }
         }
-        t0 = kvf_time_ns();
+        t0 = kvf_clock_ns();
         st = l->dblks != NULL
                  ? kvf_cuda_copy_blocks_dev(l->cp, &l->src.mem, &l->dst.mem,
                                             l->dblks, n, (int)o->timeout_ms)
@@ -383,7 +383,7 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     row->gib_s = (double)(n * o->block) / (row->lat_ms / 1e3) / (1u << 30);
     /* contiguous copy of the same bytes on the same path */
     for (it = 0, k = 0; it < total && st == KVF_OK; it++) {
-        t0 = kvf_time_ns();
+        t0 = kvf_clock_ns();
         st = kvf_cuda_copy_contig(l->cp, &l->src.mem, 0, &l->dst.mem, 0,
                                   n * o->block, (int)o->timeout_ms);
         if (it > 0) {
@@ -398,7 +398,7 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     /* one cudaMemcpyAsync per block */
     for (it = 0, k = 0; it < o->each_iters && st == KVF_OK; it++) {
         kvf_gpu_fill_blks(l, n);
-        t0 = kvf_time_ns();
+        t0 = kvf_clock_ns();
         st = kvf_cuda_copy_each(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
                                 (int)o->timeout_ms * 4);
         lat[k++] = kvf_gpu_ms_since(t0);
@@ -411,7 +411,7 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     for (it = 0, k = 0; it < o->each_iters && st == KVF_OK && !o->pageable;
          it++) {
         kvf_gpu_fill_blks(l, n);
-        t0 = kvf_time_ns();
+        t0 = kvf_clock_ns();
         st = kvf_cuda_copy_batchapi(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
                                     (int)o->timeout_ms * 4);
         lat[k++] = kvf_gpu_ms_since(t0);
@@ -532,7 +532,7 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
         double share = r->contig_gib_s > 0 ? r->gib_s / r->contig_gib_s : 0;
         double times = r->each_gib_s > 0 ? r->gib_s / r->each_gib_s : 0;
 
-        kvf_fmt_size(r->size, sz, sizeof(sz));
+        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
         snprintf(name, sizeof(name), "%s %s batched (batch latency ms)",
                  o->path, sz);
         kvf_record_figure(rec, name, r->gib_s, "GiB/s", r->lat_ms,
@@ -578,7 +578,7 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
         }
     }
     if (worst != NULL) {
-        kvf_fmt_size(worst->size, sz, sizeof(sz));
+        kvf_cli_fmt_size(worst->size, sz, sizeof(sz));
         snprintf(text, sizeof(text),
                  "contiguous copy of the same bytes on the same path in "
                  "this run (%s; %s), at the size with the lowest share",
@@ -688,7 +688,7 @@ static int kvf_gpu_local_setup(kvf_gpu_local_t *l, kvf_gpu_opts_t *o)
     for (i = 0; i < nslots; i++) {
         l->sperm[i] = l->dperm[i] = (uint32_t)i;
     }
-    kvf_rng_seed(&l->rng, o->seed * 7919);
+    kvf_prng_seed(&l->rng, o->seed * 7919);
     return 0;
 }
 
@@ -720,8 +720,8 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
         kvf_gpu_local_free(&l);
         return rc;
     }
-    kvf_fmt_size(o->block, bstr, sizeof(bstr));
-    kvf_fmt_size(o->pool, pstr, sizeof(pstr));
+    kvf_cli_fmt_size(o->block, bstr, sizeof(bstr));
+    kvf_cli_fmt_size(o->pool, pstr, sizeof(pstr));
     kvf_gpu_describe(o->gpu, desc, sizeof(desc));
     printf("# %s\n", desc);
     if (strcmp(o->path, "p2p") == 0) {
@@ -743,7 +743,7 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
             bad = 1;
             break;
         }
-        kvf_fmt_size(r->size, sstr, sizeof(sstr));
+        kvf_cli_fmt_size(r->size, sstr, sizeof(sstr));
         printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
                "BW=%7.2f GB/s (%7.2f Gbps) | %3.0f%% of contiguous",
                sstr, (unsigned long)r->wrs, bstr, r->lat_ms, r->gib_s,
@@ -766,7 +766,7 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
     printf("------------------------------------------------------------"
            "------------\n");
     for (k = 0; k < nrows; k++) {
-        kvf_fmt_size(rows[k].size, sstr, sizeof(sstr));
+        kvf_cli_fmt_size(rows[k].size, sstr, sizeof(sstr));
         printf("size=%8s | contiguous %s: BW=%7.2f GB/s | one "
                "cudaMemcpyAsync per block: BW=%7.2f GB/s | "
                "cudaMemcpyBatchAsync: BW=%7.2f GB/s\n",

@@ -10,7 +10,7 @@
 
 #include "tools/bench/bench.h"
 #include "transport/cuda/cuda.h"
-#include "core/hash.h"
+#include "tools/cli/rng.h"
 
 #define KVF_GPU_SIZES_MAX 16
 
@@ -60,7 +60,7 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
 void kvf_gpu_pool_free(kvf_gpu_pool_t *p);
 
 /* Picks n distinct slots among nslots (partial Fisher-Yates over perm). */
-void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_rng_t *rng);
+void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_prng_t *rng);
 
 /* Prints "GPU 0 (NVIDIA H200, PCI 0000:..., NUMA n, PCIe Gen5 x16)". */
 void kvf_gpu_describe(int gpu, char *buf, size_t len);

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/time.h"
+#include "tools/cli/clock.h"
 
 #define KVF_NET_ROWS_MAX (4 * 2 * 2 * KVF_GPU_SIZES_MAX)
 
@@ -292,7 +292,7 @@ static long kvf_net_verify(kvf_net_run_t *r, const kvf_op_t *ops, size_t n)
 }
 
 static int kvf_net_size(kvf_net_run_t *r, kvf_op_type_t op, uint64_t size,
-                        uint32_t *lperm, uint32_t *rperm, kvf_rng_t *rng,
+                        uint32_t *lperm, uint32_t *rperm, kvf_prng_t *rng,
                         kvf_net_row_t *row)
 {
     const kvf_gpu_opts_t *o = r->o;
@@ -323,12 +323,12 @@ static int kvf_net_size(kvf_net_run_t *r, kvf_op_type_t op, uint64_t size,
             ops[i].remote = r->remote + (uint64_t)rperm[i] * o->block;
             ops[i].length = o->block;
         }
-        t0 = kvf_time_ns();
+        t0 = kvf_clock_ns();
         st = kvf_batch_submit(r->engine, ops, n, &batch);
         if (st == KVF_OK) {
             st = kvf_batch_wait(batch, (int)o->timeout_ms);
             if (it > 0) {
-                lat[k++] = (double)(kvf_time_ns() - t0) / 1e6;
+                lat[k++] = (double)(kvf_clock_ns() - t0) / 1e6;
             }
             kvf_batch_destroy(batch);
         }
@@ -485,7 +485,7 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
         const kvf_net_row_t *r = &rows[i];
         const char *op = r->op == KVF_OP_WRITE ? "write" : "read";
 
-        kvf_fmt_size(r->size, sz, sizeof(sz));
+        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
         snprintf(name, sizeof(name), "%.15s %s pools %s %s (batch latency ms)",
                  r->transport, r->gpu ? "gpu" : "host", op, sz);
         kvf_record_figure(rec, name, r->gib_s, "GiB/s", r->lat_ms,
@@ -531,7 +531,7 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
         }
     }
     if (worst != NULL) {
-        kvf_fmt_size(worst->size, sz, sizeof(sz));
+        kvf_cli_fmt_size(worst->size, sz, sizeof(sz));
         snprintf(text, sizeof(text),
                  "the same workload with host pools over the same "
                  "transport and %u connections in this run (%s %s: the "
@@ -605,7 +605,7 @@ static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport, int gpu,
     kvf_net_run_t r;
     uint64_t nslots, i;
     int opi, bad = 0;
-    kvf_rng_t rng;
+    kvf_prng_t rng;
     unsigned k;
 
     memset(&r, 0, sizeof(r));
@@ -631,9 +631,9 @@ static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport, int gpu,
     for (i = 0; i < nslots; i++) {
         lperm[i] = rperm[i] = (uint32_t)i;
     }
-    kvf_rng_seed(&rng, o->seed * 7919);
-    kvf_fmt_size(o->block, bstr, sizeof(bstr));
-    kvf_fmt_size(o->pool, pstr, sizeof(pstr));
+    kvf_prng_seed(&rng, o->seed * 7919);
+    kvf_cli_fmt_size(o->block, bstr, sizeof(bstr));
+    kvf_cli_fmt_size(o->pool, pstr, sizeof(pstr));
     for (opi = 0; opi < 2 && !bad; opi++) {
         kvf_op_type_t op = opi ? KVF_OP_READ : KVF_OP_WRITE;
 
@@ -655,7 +655,7 @@ static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport, int gpu,
                 bad = 1;
                 break;
             }
-            kvf_fmt_size(row->size, sstr, sizeof(sstr));
+            kvf_cli_fmt_size(row->size, sstr, sizeof(sstr));
             printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
                    "BW=%7.2f GB/s (%6.2f Gbps)",
                    sstr, (unsigned long)row->wrs, bstr, row->lat_ms, row->gib_s,

@@ -22,7 +22,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "core/time.h"
+#include "tools/cli/clock.h"
 
 #define KVF_MPOL_F_NODE 1
 #define KVF_MPOL_F_ADDR 2
@@ -144,10 +144,10 @@ static int kvf_h2d_case(const kvf_h2d_opts_t *o, kvf_cuda_copy_t *cp,
         return -1;
     }
     for (i = 0; i < o->warmup + o->iters && st == KVF_OK; i++) {
-        t0 = kvf_time_ns();
+        t0 = kvf_clock_ns();
         st = kvf_cuda_copy_contig(cp, src, 0, dst, 0, o->size, 60000);
         if (i >= o->warmup) {
-            lat[i - o->warmup] = (double)(kvf_time_ns() - t0) / 1e6;
+            lat[i - o->warmup] = (double)(kvf_clock_ns() - t0) / 1e6;
             total += lat[i - o->warmup];
         }
     }
@@ -321,7 +321,7 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
         cpu = cpu_node = 0;
     }
     kvf_gpu_describe(o.gpu, desc, sizeof(desc));
-    kvf_fmt_size(o.size, sz, sizeof(sz));
+    kvf_cli_fmt_size(o.size, sz, sizeof(sz));
     printf("# %s\n", desc);
     printf("bench h2d: %s contiguous, %u warm-up + %u timed copies per "
            "case; thread on CPU %u (NUMA node %u)\n",

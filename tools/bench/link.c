@@ -9,7 +9,7 @@
 
 #include <getopt.h>
 
-#include "core/hash.h"
+#include "tools/cli/rng.h"
 #include <math.h>
 #include <string.h>
 
@@ -37,7 +37,7 @@ static int kvf_link_record(const char *dir, const char *hypothesis,
         return KVF_CLI_FAIL;
     }
     kvf_record_hypothesis(rec, hypothesis);
-    kvf_fmt_size(size, sstr, sizeof(sstr));
+    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
     kvf_record_config(rec, "transport", kvf_peer_transport(s->peer));
     kvf_record_config(rec, "op", ops);
     kvf_record_config_num(rec, "size_bytes", (double)size);
@@ -97,7 +97,7 @@ int kvf_cmd_bench_link(int argc, char **argv)
     kvf_status_t status = KVF_OK;
     const char *record = NULL, *hypothesis = NULL;
     char sstr[32];
-    kvf_rng_t rng;
+    kvf_prng_t rng;
     int c, rc = KVF_CLI_OK;
 
     optind = 1;
@@ -148,14 +148,14 @@ int kvf_cmd_bench_link(int argc, char **argv)
     if (size > s.remote_len) {
         size = s.remote_len;
     }
-    kvf_rng_seed(&rng, 4242);
+    kvf_prng_seed(&rng, 4242);
     for (i = 0; i < iters && status == KVF_OK; i++) {
         /* a fresh random stretch of each pool every time, so a small
          * size is not served from the CPU caches */
         uint64_t loff =
-            kvf_rng_below(&rng, (s.pool_len - size) / 4096 + 1) * 4096;
+            kvf_prng_below(&rng, (s.pool_len - size) / 4096 + 1) * 4096;
         uint64_t roff =
-            kvf_rng_below(&rng, (s.remote_len - size) / 4096 + 1) * 4096;
+            kvf_prng_below(&rng, (s.remote_len - size) / 4096 + 1) * 4096;
 
         status = kvf_peer_link_test(s.peer, op, s.pool + loff, s.remote + roff,
                                     size, &secs[i]);
@@ -166,7 +166,7 @@ int kvf_cmd_bench_link(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     med = kvf_bench_quantile(secs, iters, 0.5);
-    kvf_fmt_size(size, sstr, sizeof(sstr));
+    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
     printf("link transport=%s conns=%u op=%s size=%s | lat=%8.3f ms | "
            "BW=%7.2f GB/s (%6.2f Gbps) | min lat=%8.3f ms\n",
            kvf_peer_transport(s.peer), so.conns,

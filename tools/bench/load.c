@@ -17,8 +17,7 @@
 
 #include <kvferry/store.h>
 
-#include "transport/cuda/cuda.h"
-#include "core/time.h"
+#include "tools/cli/clock.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -103,16 +102,16 @@ static double kvf_bl_h2d(void *dev, unsigned char *buf, uint64_t size,
                          int check)
 {
     unsigned char *back;
-    uint64_t t0 = kvf_time_ns();
+    uint64_t t0 = kvf_clock_ns();
     double us;
 
-    if (kvf_cuda_memcpy(dev, buf, size) != KVF_OK) {
+    if (kvf_gpu_copy(dev, buf, size) != KVF_OK) {
         return -1;
     }
-    us = (double)(kvf_time_ns() - t0) / 1e3;
+    us = (double)(kvf_clock_ns() - t0) / 1e3;
     if (check) {
         back = malloc(size);
-        if (back == NULL || kvf_cuda_memcpy(back, dev, size) != KVF_OK ||
+        if (back == NULL || kvf_gpu_copy(back, dev, size) != KVF_OK ||
             memcmp(back, buf, size) != 0) {
             fprintf(stderr, "kvferry bench load: H2D copy of %lu B differs\n",
                     (unsigned long)size);
@@ -174,7 +173,7 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
     for (i = 0; i < iters && count > 0 && q && r && v && h && t; i++) {
         snprintf(key, sizeof(key), "bl/%d/%lu/%u", (int)getpid(),
                  (unsigned long)size, i % count);
-        t0 = kvf_time_ns();
+        t0 = kvf_clock_ns();
         s = kvf_store_get(st, key, buf, size, &got, 0);
         if (s != KVF_OK) {
             row->errors++;
@@ -186,7 +185,7 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
             row->errors++;
             continue;
         }
-        t[n] = (double)(kvf_time_ns() - t0) / 1e3;
+        t[n] = (double)(kvf_clock_ns() - t0) / 1e3;
         h[n] = hus;
         q[n] = (double)tm.query_ns / 1e3;
         r[n] = (double)tm.read_ns / 1e3;
@@ -308,7 +307,7 @@ static int kvf_bl_record(const char *dir, const char *hyp,
         kvf_record_config(rec, "h2d", "not measured: no GPU in this run");
     }
     for (i = 0; i < n; i++) {
-        kvf_fmt_size(rows[i].size, sz, sizeof(sz));
+        kvf_cli_fmt_size(rows[i].size, sz, sizeof(sz));
         snprintf(name, sizeof(name), "%s query (us)", sz);
         kvf_record_figure(rec, name, rows[i].q50, "us", rows[i].q50,
                           rows[i].q99);
@@ -338,7 +337,7 @@ static int kvf_bl_record(const char *dir, const char *hyp,
         }
     }
     if (n > 0 && rows[n - 1].link_us > 0) {
-        kvf_fmt_size(rows[n - 1].size, sz, sizeof(sz));
+        kvf_cli_fmt_size(rows[n - 1].size, sz, sizeof(sz));
         snprintf(text, sizeof(text),
                  "time of %s at the raw link bandwidth "
                  "to a node (kvf_peer_link_test, plain streams, best of 5, "
@@ -459,7 +458,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
     }
     sp.field_mask = KVF_STORE_PARAM_MASTER;
     sp.master = master;
-    kvf_bl_gpu = (gpu >= 0 && gpu < kvf_cuda_device_count()) ? gpu : -1;
+    kvf_bl_gpu = (gpu >= 0 && gpu < kvf_gpu_count()) ? gpu : -1;
     s = kvf_store_connect(&sp, &st);
     if (s != KVF_OK) {
         fprintf(stderr, "kvferry bench load: %s\n", kvf_status_str(s));
@@ -508,7 +507,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
         if (!json) {
             kvf_bl_row_t *r = &rows[nrows];
 
-            kvf_fmt_size(r->size, sz, sizeof(sz));
+            kvf_cli_fmt_size(r->size, sz, sizeof(sz));
             printf("%9s %6ld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
                    "%9.1f %9.1f %6.2f %6.2f %6.2f %9.1f %6.2f\n",
                    sz, r->gets, r->q50, r->q99, r->r50, r->r99, r->v50, r->v99,

@@ -22,12 +22,12 @@
 #include "tools/bench/env.h"
 #include "tools/record/record.h"
 
+#include <kvferry/config.h>
+#include <kvferry/perf.h>
 #include <kvferry/store.h>
 
-#include "core/hash.h"
-#include "core/time.h"
-#include "core/config.h"
-#include "store/proto/proto.h"
+#include "tools/cli/rng.h"
+#include "tools/cli/clock.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -170,7 +170,7 @@ typedef struct kvf_bs_thread {
     long errors;
     kvf_status_t first_error;
     uint64_t end_ns;
-    kvf_rng_t rng;
+    kvf_prng_t rng;
 } kvf_bs_thread_t;
 
 static void kvf_bs_lat_add(kvf_bs_thread_t *t, int k, double us)
@@ -215,11 +215,11 @@ static void *kvf_bs_thread_main(void *arg)
     int miss;
 
     pthread_barrier_wait(&c->barrier);
-    while (kvf_time_ns() < c->deadline_ns) {
+    while (kvf_clock_ns() < c->deadline_ns) {
         miss = 0;
         if (c->phase == 0) {
             kvf_bs_key(key, sizeof(key), c, t->id, t->seq);
-            t0 = kvf_time_ns();
+            t0 = kvf_clock_ns();
             s = kvf_store_put(c->st, key, t->buf, c->size, &po);
             if (s == KVF_OK) {
                 t->seq++;
@@ -227,7 +227,7 @@ static void *kvf_bs_thread_main(void *arg)
         } else {
             uint64_t have = t->seq < c->keys ? t->seq : c->keys;
 
-            miss = (c->phase == 2 && (double)(kvf_rng_next(&t->rng) >> 11) /
+            miss = (c->phase == 2 && (double)(kvf_prng_next(&t->rng) >> 11) /
                                              9007199254740992.0 >=
                                          c->o->hit_ratio) ||
                    have == 0;
@@ -237,14 +237,14 @@ static void *kvf_bs_thread_main(void *arg)
             } else {
                 kvf_bs_key(key, sizeof(key), c, t->id, t->seq - 1 - (i % have));
             }
-            t0 = kvf_time_ns();
+            t0 = kvf_clock_ns();
             s = kvf_store_get(c->st, key, t->buf, c->size, &got, 0);
             if (miss && s == KVF_ERR_NO_KEY) {
                 s = KVF_OK;
             }
         }
         if (s == KVF_OK) {
-            kvf_bs_lat_add(t, miss, (double)(kvf_time_ns() - t0) / 1e3);
+            kvf_bs_lat_add(t, miss, (double)(kvf_clock_ns() - t0) / 1e3);
         } else {
             if (t->errors++ == 0) {
                 t->first_error = s;
@@ -252,7 +252,7 @@ static void *kvf_bs_thread_main(void *arg)
         }
         i++;
     }
-    t->end_ns = kvf_time_ns();
+    t->end_ns = kvf_clock_ns();
     return NULL;
 }
 
@@ -321,11 +321,11 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
     for (i = 0; i < n; i++) {
         pthread_create(&th[i].tid, NULL, kvf_bs_thread_main, &th[i]);
     }
-    c->start_ns = kvf_time_ns();
+    c->start_ns = kvf_clock_ns();
     c->deadline_ns = c->start_ns + c->dur_ms * 1000000ull;
     cpu0 = kvf_bs_cpu_s(c->cl);
     pthread_barrier_wait(&c->barrier);
-    c->start_ns = kvf_time_ns();
+    c->start_ns = kvf_clock_ns();
     for (i = 0; i < n; i++) {
         pthread_join(th[i].tid, NULL);
         end = th[i].end_ns > end ? th[i].end_ns : end;
@@ -373,7 +373,7 @@ static void kvf_bs_print_row(const kvf_bs_row_t *r)
 {
     char sz[32];
 
-    kvf_fmt_size(r->size, sz, sizeof(sz));
+    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
     printf("%-9s %-9s %9s %7u %9ld %11.0f %8.3f %10.1f %10.1f %10.1f %6ld "
            "%9.1f\n",
            r->system, r->op, sz, r->clients, r->ops, r->ops_s, r->gb_s,
@@ -416,10 +416,10 @@ static void kvf_bs_cleanup(kvf_bs_ctx_t *c, kvf_bs_thread_t *th,
     static char names[CHUNK][128];
     const char *keys[CHUNK];
     kvf_status_t s[CHUNK];
-    uint64_t deadline = kvf_time_ms() + 10000, seq;
+    uint64_t deadline = kvf_clock_ms() + 10000, seq;
     unsigned i, n, k, left = 1;
 
-    while (left > 0 && kvf_time_ms() < deadline) {
+    while (left > 0 && kvf_clock_ms() < deadline) {
         left = 0;
         for (i = 0; i < clients; i++) {
             for (seq = 0; seq < th[i].seq;) {
@@ -453,7 +453,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
     c.cl = cl;
     c.o = o;
     c.size = size;
-    c.run = kvf_time_ns() ^ ((uint64_t)getpid() << 32);
+    c.run = kvf_clock_ns() ^ ((uint64_t)getpid() << 32);
     c.keys = kvf_bs_keys_per_thread(capacity, size, clients);
     th = calloc(clients, sizeof(*th));
     if (th == NULL) {
@@ -462,7 +462,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
     for (i = 0; i < clients; i++) {
         th[i].ctx = &c;
         th[i].id = i;
-        kvf_rng_seed(&th[i].rng, 1000 + i);
+        kvf_prng_seed(&th[i].rng, 1000 + i);
         th[i].buf = kvf_cli_pool_alloc(size, 77 + i);
         if (th[i].buf == NULL ||
             kvf_engine_reg(kvf_store_engine(st), th[i].buf, size, KVF_MEM_HOST,
@@ -884,7 +884,7 @@ static unsigned kvf_bs_thr_ratios(const kvf_bs_opts_t *o,
             continue;
         }
         r = &rows[i];
-        kvf_fmt_size(r->size, sz, sizeof(sz));
+        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
         snprintf(thr[nthr].name, sizeof(thr[nthr].name),
                  "%s / per-call Redis %s, %s x %u clients (median of %u)",
                  strcmp(r->op, "SET") ? "get" : "put", r->op, sz, r->clients,
@@ -912,7 +912,8 @@ static void kvf_bs_record_knobs(kvf_record_t *rec)
     uint64_t v;
 
     for (i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
-        if (kvf_config_u64(&kvf_store_config, knobs[i], &v) == KVF_OK) {
+        if (kvf_cli_parse_size(kvf_config_get("store", knobs[i]), &v) ==
+            KVF_OK) {
             snprintf(name, sizeof(name), "store_%s", knobs[i]);
             kvf_record_config_num(rec, name, (double)v);
         }
@@ -951,7 +952,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                          ? k->cpu_us_op / r->cpu_us_op
                          : NAN;
             errs += k->errors != 0;
-            kvf_fmt_size(r->size, sz, sizeof(sz));
+            kvf_cli_fmt_size(r->size, sz, sizeof(sz));
             if (!o->json) {
                 printf("# ratio %s vs redis %s, %s x %u clients, run %u: "
                        "throughput %.2fx, p99 %.2fx, cpu/op %.2fx (%.1f vs "
@@ -968,7 +969,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
         tp[0] = kvf_bs_median(tp, n);
         p99[0] = kvf_bs_median(p99, n);
         cpu[0] = kvf_bs_median(cpu, n);
-        kvf_fmt_size(r->size, sz, sizeof(sz));
+        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
         if (!o->json) {
             printf("# median of %u: %s vs redis %s, %s x %u clients: "
                    "throughput %.2fx, p99 %.2fx, cpu/op %.2fx\n",
@@ -1035,7 +1036,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                       "(redis-benchmark times to the first read event)");
     for (i = 0; i < nrows; i++) {
         r = &rows[i];
-        kvf_fmt_size(r->size, sz, sizeof(sz));
+        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
         snprintf(name, sizeof(name),
                  "%s %s %s x %u clients, run %u "
                  "(latency us)",

@@ -25,8 +25,7 @@
 #include "tools/bench/env.h"
 #include "tools/record/record.h"
 
-#include "core/time.h"
-#include "core/config.h"
+#include "tools/cli/clock.h"
 
 #include <getopt.h>
 #include <pthread.h>
@@ -254,14 +253,14 @@ static kvf_status_t kvf_te_batch(kvf_te_thread_t *t, uint64_t k, double *ms_p)
         t->ops[i].remote = t->remote + (n % t->rslots) * t->block;
         t->ops[i].length = t->block;
     }
-    t0 = kvf_time_ns();
+    t0 = kvf_clock_ns();
     status = kvf_batch_submit_ex(t->s->engine, t->ops, o->batch,
                                  o->no_inline ? 0 : KVF_BATCH_INLINE, &batch);
     if (status != KVF_OK) {
         return status;
     }
     status = kvf_batch_wait(batch, (int)o->s.timeout_ms);
-    *ms_p = (double)(kvf_time_ns() - t0) / 1e6;
+    *ms_p = (double)(kvf_clock_ns() - t0) / 1e6;
     kvf_batch_destroy(batch);
     return status;
 }
@@ -273,7 +272,7 @@ static void *kvf_te_thread_main(void *arg)
     double ms;
 
     for (k = 0;; k++) {
-        if (k >= t->o->min_batches && kvf_time_ns() >= t->deadline_ns) {
+        if (k >= t->o->min_batches && kvf_clock_ns() >= t->deadline_ns) {
             break;
         }
         t->status = kvf_te_batch(t, k, &ms);
@@ -286,7 +285,7 @@ static void *kvf_te_thread_main(void *arg)
             t->lat_ms[t->nlat++] = ms;
         }
     }
-    t->end_ns = kvf_time_ns();
+    t->end_ns = kvf_clock_ns();
     return NULL;
 }
 
@@ -340,7 +339,7 @@ static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
             rc = -1;
         }
     }
-    start = kvf_time_ns();
+    start = kvf_clock_ns();
     for (i = 0; i < o->threads && rc == 0; i++) {
         th[i].start_ns = start;
         th[i].deadline_ns = start + o->duration_ms * 1000000ull;
@@ -516,7 +515,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     transport = kvf_peer_transport(s.peer);
-    kvf_fmt_size(o.s.pool, pstr, sizeof(pstr));
+    kvf_cli_fmt_size(o.s.pool, pstr, sizeof(pstr));
     printf("bench=te transport=%s op=%s batch=%u threads=%u duration=%lums "
            "conns=%u pool=%s\n",
            transport, o.op == KVF_OP_WRITE ? "write" : "read", o.batch,
@@ -530,7 +529,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
                 break;
             }
             if (o.rounds > 1) {
-                kvf_fmt_size(o.blocks[k], bstr, sizeof(bstr));
+                kvf_cli_fmt_size(o.blocks[k], bstr, sizeof(bstr));
                 fprintf(stderr, "round %u: %s %.3f GB/s\n", round + 1, bstr,
                         runs[k][round].gb_s);
             }
@@ -541,7 +540,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
 
         qsort(runs[k], o.rounds, sizeof(kvf_te_row_t), kvf_te_cmp_gb_s);
         *r = runs[k][o.rounds / 2];
-        kvf_fmt_size(r->block, bstr, sizeof(bstr));
+        kvf_cli_fmt_size(r->block, bstr, sizeof(bstr));
         printf("%9s %6u %7u %9.3f %9.2f %11.0f %12.3f %12.3f\n", bstr, o.batch,
                o.threads, r->gb_s, r->gbps, r->ops_s, r->lat_p50_ms,
                r->lat_p99_ms);
@@ -552,8 +551,8 @@ int kvf_cmd_bench_te(int argc, char **argv)
     if (v.ratio >= 0 && v.check_block > 0) {
         char cstr[32];
 
-        kvf_fmt_size(v.check_block, cstr, sizeof(cstr));
-        kvf_fmt_size(v.ref_block, bstr, sizeof(bstr));
+        kvf_cli_fmt_size(v.check_block, cstr, sizeof(cstr));
+        kvf_cli_fmt_size(v.ref_block, bstr, sizeof(bstr));
         printf("target: %s blocks at %.0f%% of the %s throughput "
                "(>= %.0f%% required): %s\n",
                cstr, 100.0 * v.ratio, bstr, 100.0 * KVF_TE_TARGET,
@@ -628,7 +627,7 @@ int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
                       "each; GB/s = 10^9 bytes/s over the wall time of all "
                       "threads");
     for (i = 0; i < nrows; i++) {
-        kvf_fmt_size(rows[i].block, bstr, sizeof(bstr));
+        kvf_cli_fmt_size(rows[i].block, bstr, sizeof(bstr));
         snprintf(name, sizeof(name), "%s %s blocks (batch latency ms)", op,
                  bstr);
         kvf_record_figure(rec, name, rows[i].gb_s, "GB/s", rows[i].lat_p50_ms,
@@ -640,14 +639,14 @@ int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
         kvf_record_point(rec, name, "block bytes", "block operations/s",
                          (double)rows[i].block, rows[i].ops_s);
     }
-    kvf_fmt_size(v->ref_block, bstr, sizeof(bstr));
+    kvf_cli_fmt_size(v->ref_block, bstr, sizeof(bstr));
     snprintf(text, sizeof(text),
              "throughput at %s blocks, measured in the same run "
              "(transport %s)",
              bstr, transport);
     kvf_record_estimate(rec, v->ref_gb_s, "GB/s", text);
     if (v->ratio >= 0 && v->check_block > 0) {
-        kvf_fmt_size(v->check_block, cstr, sizeof(cstr));
+        kvf_cli_fmt_size(v->check_block, cstr, sizeof(cstr));
         snprintf(text, sizeof(text),
                  "%s blocks reach %.1f %% of the %s throughput%s", cstr,
                  100.0 * v->ratio, bstr,

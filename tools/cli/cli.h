@@ -45,15 +45,20 @@ int kvf_cmd_drill(int argc, char **argv);
 extern const kvf_cli_cmd_t kvf_cli_commands[];
 extern const kvf_cli_cmd_t kvf_cli_bench_commands[];
 
-/* Registers every component's config table (config.c). */
-void kvf_cli_config_init(void);
-
 /* Path of this executable (for spawning helper processes). */
 extern const char *kvf_cli_self;
 
 /* Dispatches argv[1] among cmds; prints the list on unknown. */
 int kvf_cli_dispatch(const kvf_cli_cmd_t *cmds, const char *what, int argc,
                      char **argv);
+
+/* "8G", "8GB", "8GiB", "512k", "4096" -> bytes (binary multiples); the
+ * same syntax as the configuration's sizes. */
+kvf_status_t kvf_cli_parse_size(const char *text, uint64_t *bytes_p);
+/* "500ms", "3s", "2m", "100" (ms) -> milliseconds. */
+kvf_status_t kvf_cli_parse_ms(const char *text, uint64_t *ms_p);
+/* Bytes as "8.0 KB", "16.0 MB", "1.0 GB" (binary multiples). */
+void kvf_cli_fmt_size(uint64_t bytes, char *out, size_t outlen);
 
 /* Parses a size flag ("8G") or exits with a message. */
 uint64_t kvf_cli_size(const char *flag, const char *text);

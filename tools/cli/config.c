@@ -4,29 +4,15 @@
  * build options.
  */
 #include "tools/cli/cli.h"
-#include "core/config.h"
+#include <kvferry/config.h>
 
 #include <stdio.h>
 
-extern const kvf_config_table_t kvf_engine_config;
-extern const kvf_config_table_t kvf_fault_config;
-extern const kvf_config_table_t kvf_cuda_config;
-extern const kvf_config_table_t kvf_store_config;
-
-static void kvf_config_print(const char *component, const kvf_config_entry_t *e,
-                             const char *value, void *arg)
+static void kvf_config_print(const kvf_config_key_t *k, void *arg)
 {
     (void)arg;
-    printf("%-8s %-16s = %-14s %s (default %s)\n", component, e->name,
-           value ? value : "", e->help, e->defval);
-}
-
-void kvf_cli_config_init(void)
-{
-    kvf_config_register(&kvf_engine_config);
-    kvf_config_register(&kvf_fault_config);
-    kvf_config_register(&kvf_cuda_config);
-    kvf_config_register(&kvf_store_config);
+    printf("%-8s %-16s = %-14s %s (default %s)\n", k->component, k->name,
+           k->value ? k->value : "", k->help, k->defval);
 }
 
 int kvf_cmd_config(int argc, char **argv)
@@ -35,7 +21,7 @@ int kvf_cmd_config(int argc, char **argv)
     (void)argv;
     printf("# every key can be set as KVF_<KEY> in the environment or as\n"
            "# 'key = value' in the file named by KVF_CONFIG\n");
-    kvf_config_foreach(kvf_config_print, NULL);
+    kvf_config_list(kvf_config_print, NULL);
     return KVF_CLI_OK;
 }
 

@@ -6,16 +6,13 @@
 
 #include <signal.h>
 
-#include "core/config.h"
-#include "core/log.h"
+#include <kvferry/config.h>
 
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     kvf_cli_self = argv[0];
-    kvf_log_init();
-    kvf_cli_config_init();
-    if (kvf_config_check_file() > 0) {
+    if (kvf_config_init() > 0) {
         return KVF_CLI_USAGE;
     }
     return kvf_cli_dispatch(kvf_cli_commands, "kvferry", argc, argv);

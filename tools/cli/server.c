@@ -5,9 +5,9 @@
  * runs until SIGINT or SIGTERM.
  */
 #include "tools/cli/cli.h"
-#include "store/master/master.h"
-#include "store/node/node.h"
-#include "store/proto/proto.h"
+
+#include <kvferry/server.h>
+#include <kvferry/store.h>
 
 #include <getopt.h>
 #include <pthread.h>
@@ -77,13 +77,13 @@ int kvf_cmd_master(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    kvf_master_opts_t o;
-    kvf_master_t *m;
+    kvf_server_master_params_t o;
+    kvf_master_h m;
     kvf_status_t st;
     sigset_t set;
     int c, sig;
 
-    st = kvf_master_opts_default(&o);
+    st = kvf_server_master_defaults(&o);
     if (st != KVF_OK) {
         fprintf(stderr, "kvferry master: config: %s\n", kvf_status_str(st));
         return KVF_CLI_FAIL;
@@ -123,7 +123,7 @@ int kvf_cmd_master(int argc, char **argv)
             break;
         case 'O':
             o.loops = (unsigned)kvf_cli_long("--loops", optarg, 0,
-                                             KVF_MASTER_LOOPS_MAX);
+                                             KVF_SERVER_LOOPS_MAX);
             break;
         case 'h':
             kvf_master_usage();
@@ -134,17 +134,17 @@ int kvf_cmd_master(int argc, char **argv)
         }
     }
     kvf_store_block_signals(&set);
-    st = kvf_master_start(&o, &m);
+    st = kvf_server_master_start(&o, &m);
     if (st != KVF_OK) {
         fprintf(stderr, "kvferry master: %s\n", kvf_status_str(st));
         return KVF_CLI_FAIL;
     }
-    printf("master=%s http=%s\n", kvf_master_address(m),
-           kvf_master_http_address(m)[0] ? kvf_master_http_address(m) : "off");
+    printf("master=%s http=%s\n", kvf_server_master_address(m),
+           kvf_server_master_http(m)[0] ? kvf_server_master_http(m) : "off");
     fflush(stdout);
     sig = kvf_store_wait_signal(&set);
     fprintf(stderr, "kvferry master: signal %d, stopping\n", sig);
-    kvf_master_stop(m);
+    kvf_server_master_stop(m);
     return KVF_CLI_OK;
 }
 
@@ -180,20 +180,17 @@ int kvf_cmd_node(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    kvf_node_opts_t o = {0};
-    kvf_node_t *n;
+    kvf_server_node_params_t o;
+    kvf_node_h n;
     kvf_status_t st;
-    uint64_t v;
     sigset_t set;
     int c, sig;
 
-    o.master = kvf_config_str(&kvf_store_config, "master");
-    o.listen = "127.0.0.1:0";
-    o.pool = 1ull << 30;
-    if (kvf_config_u64(&kvf_store_config, "store_timeout_ms", &v) != KVF_OK) {
+    st = kvf_server_node_defaults(&o);
+    if (st != KVF_OK) {
+        fprintf(stderr, "kvferry node: config: %s\n", kvf_status_str(st));
         return KVF_CLI_FAIL;
     }
-    o.timeout_ms = (unsigned)v;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -230,18 +227,18 @@ int kvf_cmd_node(int argc, char **argv)
         }
     }
     kvf_store_block_signals(&set);
-    st = kvf_node_start(&o, &n);
+    st = kvf_server_node_start(&o, &n);
     if (st != KVF_OK) {
         fprintf(stderr, "kvferry node: %s (%s)\n", kvf_status_str(st),
                 kvf_status_name(st));
         return KVF_CLI_FAIL;
     }
-    printf("node=%s pool=0x%lx+%lu master=%s\n", kvf_node_segment(n),
-           (unsigned long)(uintptr_t)kvf_node_pool(n), (unsigned long)o.pool,
-           o.master);
+    printf("node=%s pool=0x%lx+%lu master=%s\n", kvf_server_node_segment(n),
+           (unsigned long)(uintptr_t)kvf_server_node_pool(n),
+           (unsigned long)o.pool, o.master);
     fflush(stdout);
     sig = kvf_store_wait_signal(&set);
     fprintf(stderr, "kvferry node: signal %d, stopping\n", sig);
-    kvf_node_stop(n);
+    kvf_server_node_stop(n);
     return KVF_CLI_OK;
 }

@@ -11,16 +11,100 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "core/config.h"
-#include "core/hash.h"
+#include "tools/cli/rng.h"
+
+#include <ctype.h>
+#include <string.h>
+#include <strings.h>
 
 const char *kvf_cli_self = "kvferry";
+
+kvf_status_t kvf_cli_parse_size(const char *text, uint64_t *bytes_p)
+{
+    static const struct {
+        char ch;
+        uint64_t mult;
+    } units[] = {{'K', 1ull << 10},
+                 {'M', 1ull << 20},
+                 {'G', 1ull << 30},
+                 {'T', 1ull << 40}};
+    uint64_t mult = 1;
+    char *end;
+    double v;
+    size_t i;
+
+    if (text == NULL || *text == '\0') {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    errno = 0;
+    v = strtod(text, &end);
+    if (errno != 0 || end == text || v < 0) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    while (*end == ' ') {
+        end++;
+    }
+    for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (toupper((unsigned char)*end) == units[i].ch) {
+            mult = units[i].mult;
+            end++;
+            break;
+        }
+    }
+    if (strcasecmp(end, "") != 0 && strcasecmp(end, "B") != 0 &&
+        strcasecmp(end, "iB") != 0) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (v * (double)mult > 1.8e19) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    *bytes_p = (uint64_t)(v * (double)mult + 0.5);
+    return KVF_OK;
+}
+
+kvf_status_t kvf_cli_parse_ms(const char *text, uint64_t *ms_p)
+{
+    char *end;
+    double v;
+
+    if (text == NULL || *text == '\0') {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    errno = 0;
+    v = strtod(text, &end);
+    if (errno != 0 || end == text || v < 0) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (*end == '\0' || strcmp(end, "ms") == 0) {
+        *ms_p = (uint64_t)v;
+    } else if (strcmp(end, "s") == 0) {
+        *ms_p = (uint64_t)(v * 1000.0);
+    } else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0) {
+        *ms_p = (uint64_t)(v * 60000.0);
+    } else {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    return KVF_OK;
+}
+
+void kvf_cli_fmt_size(uint64_t bytes, char *out, size_t outlen)
+{
+    static const char *units[] = {"B", "KB", "MB", "GB", "TB"};
+    double v = (double)bytes;
+    int u = 0;
+
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(out, outlen, "%.1f %s", v, units[u]);
+}
 
 uint64_t kvf_cli_size(const char *flag, const char *text)
 {
     uint64_t v;
 
-    if (kvf_parse_size(text, &v) != KVF_OK) {
+    if (kvf_cli_parse_size(text, &v) != KVF_OK) {
         fprintf(stderr, "kvferry: %s: '%s' is not a size (e.g. 8K, 16M, 8G)\n",
                 flag, text);
         exit(KVF_CLI_USAGE);
@@ -32,7 +116,7 @@ uint64_t kvf_cli_ms(const char *flag, const char *text)
 {
     uint64_t v;
 
-    if (kvf_parse_ms(text, &v) != KVF_OK) {
+    if (kvf_cli_parse_ms(text, &v) != KVF_OK) {
         fprintf(stderr, "kvferry: %s: '%s' is not a duration (500ms, 3s)\n",
                 flag, text);
         exit(KVF_CLI_USAGE);
@@ -102,7 +186,7 @@ static void *kvf_cli_anon_alloc(size_t len)
 void *kvf_cli_pool_alloc(size_t len, uint64_t seed)
 {
     kvf_status_t status = KVF_OK;
-    kvf_rng_t rng;
+    kvf_prng_t rng;
     void *p;
 
     if (kvf_cli_pool_private) {
@@ -118,8 +202,8 @@ void *kvf_cli_pool_alloc(size_t len, uint64_t seed)
                 len, kvf_status_str(status));
         return NULL;
     }
-    kvf_rng_seed(&rng, seed);
-    kvf_rng_fill(&rng, p, len);
+    kvf_prng_seed(&rng, seed);
+    kvf_prng_fill(&rng, p, len);
     return p;
 }
 
