@@ -13,10 +13,10 @@
  * one host, in the same run, on the same machine load).
  */
 #include "tools/bench/bench.h"
+#include "tools/cli/opts.h"
 #include "tools/bench/env.h"
 #include "tools/record/record.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,57 +58,55 @@ typedef struct kvf_blocks_opts {
     const char *hypothesis; /* --hypothesis TEXT */
 } kvf_blocks_opts_t;
 
-static void kvf_blocks_usage(void)
-{
-    fprintf(
-        stderr,
-        "usage: kvferry bench blocks [options]\n"
-        "  --device gpu        GPU pools, or a local GPU path with --path\n"
-        "                      (kvferry bench blocks --device gpu --help)\n"
-        "  --target HOST:PORT  a running `kvferry target` (default: spawn\n"
-        "                      one on 127.0.0.1)\n"
-        "  --pool SIZE         pool on each side (default 8G)\n"
-        "  --block SIZE        block size (default 8K)\n"
-        "  --sizes LIST        transfer sizes (default 16M,64M,256M,1G)\n"
-        "  --op write|read|both  (default write)\n"
-        "  --iters N           iterations per size, median kept (default 5;\n"
-        "                      below 256 MB, repeated until 256 MB moved, <= "
-        "32)\n"
-        "  --conns N           connections (default 4)\n"
-        "  --timeout MS        per-wait bound (default 10000)\n"
-        "  --transport NAME    force a transport (default auto)\n"
-        "  --verify            compare checksums of every moved block\n"
-        "  --no-link           skip the link ceiling\n"
-        "  --vs NAME           also move every size over transport NAME\n"
-        "                      (e.g. tcp), interleaved, and print the ratio\n"
-        "  --json FILE         write results as JSON ('-' = stdout)\n"
-        "  --record DIR        write a record (Markdown + JSON) into DIR\n"
-        "  --hypothesis TEXT   the record's hypothesis\n");
-}
-
 static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
 {
-    static const struct option opts[] = {
-        {"target", required_argument, NULL, 'T'},
-        {"pool", required_argument, NULL, 'p'},
-        {"block", required_argument, NULL, 'b'},
-        {"sizes", required_argument, NULL, 'S'},
-        {"op", required_argument, NULL, 'o'},
-        {"iters", required_argument, NULL, 'i'},
-        {"conns", required_argument, NULL, 'c'},
-        {"timeout", required_argument, NULL, 'm'},
-        {"transport", required_argument, NULL, 't'},
-        {"verify", no_argument, NULL, 'v'},
-        {"no-link", no_argument, NULL, 'L'},
-        {"vs", required_argument, NULL, 'V'},
-        {"json", required_argument, NULL, 'j'},
-        {"record", required_argument, NULL, 'r'},
-        {"hypothesis", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    int rc;
+    kvf_opt_sizes_t sizes = {o->sizes, &o->nsizes, KVF_BLOCKS_SIZES_MAX};
+    int device = 0;
+    const kvf_opt_t opts[] = {
+        {"device", 0, KVF_OPT_CHOICE, &device, NULL,
+         "where the pools live; gpu: GPU pools, or a local GPU path\n"
+         "with --path (kvferry bench blocks --device gpu --help)",
+         "host", "host|gpu"},
+        {"target", 0, KVF_OPT_STR, &o->s.target, "HOST:PORT",
+         "a running `kvferry target`", "spawn one on 127.0.0.1"},
+        {"pool", 0, KVF_OPT_SIZE, &o->s.pool, "SIZE", "pool on each side",
+         "8G"},
+        {"block", 0, KVF_OPT_SIZE, &o->block, "SIZE", "block size", "8K"},
+        {"sizes", 0, KVF_OPT_SIZES, &sizes, "LIST", "transfer sizes",
+         "16M,64M,256M,1G"},
+        {"op", 0, KVF_OPT_CHOICE, &o->ops, NULL, "direction", "write",
+         "write|read|both", .min = 1},
+        {"iters", 0, KVF_OPT_UINT, &o->iters, "N",
+         "iterations per size, median kept; below 256 MB, repeated\n"
+         "until 256 MB moved, <= 32",
+         "5", .min = 1, .max = 1000, .seen = &o->iters_given},
+        {"conns", 0, KVF_OPT_UINT, &o->s.conns, "N", "connections", "4",
+         .min = 1, .max = 64},
+        {"timeout", 0, KVF_OPT_MS, &o->s.timeout_ms, "MS", "per-wait bound",
+         "10000"},
+        {"transport", 0, KVF_OPT_STR, &o->s.transports, "NAME",
+         "force a transport", "auto"},
+        {"verify", 0, KVF_OPT_FLAG, &o->verify, NULL,
+         "compare checksums of every moved block"},
+        {"no-link", 0, KVF_OPT_CLEAR, &o->link, NULL, "skip the link ceiling"},
+        {"vs", 0, KVF_OPT_STR, &o->s.vs, "NAME",
+         "also move every size over transport NAME (e.g. tcp),\n"
+         "interleaved, and print the ratio"},
+        {"json", 0, KVF_OPT_STR, &o->json, "FILE",
+         "write results as JSON ('-' = stdout)"},
+        {"record", 0, KVF_OPT_STR, &o->record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
+         "the record's hypothesis"},
+        {0},
     };
-    char *list, *tok, *save;
-    int c;
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench blocks [options]",
+        "Random blocks from a registered pool, as LLM KV-cache blocks are:\n"
+        "for each transfer size, batches of BLOCK-sized blocks at random\n"
+        "places of each side's pool, the median of the iterations kept.",
+        opts};
 
     memset(o, 0, sizeof(*o));
     o->s.pool = 8ull << 30;
@@ -124,76 +122,9 @@ static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
     o->sizes[2] = 256ull << 20;
     o->sizes[3] = 1ull << 30;
     o->nsizes = 4;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'T':
-            o->s.target = optarg;
-            break;
-        case 'p':
-            o->s.pool = kvf_cli_size("--pool", optarg);
-            break;
-        case 'b':
-            o->block = kvf_cli_size("--block", optarg);
-            break;
-        case 'S':
-            o->nsizes = 0;
-            list = strdup(optarg);
-            for (tok = strtok_r(list, ",", &save);
-                 tok != NULL && o->nsizes < KVF_BLOCKS_SIZES_MAX;
-                 tok = strtok_r(NULL, ",", &save)) {
-                o->sizes[o->nsizes++] = kvf_cli_size("--sizes", tok);
-            }
-            free(list);
-            break;
-        case 'o':
-            o->ops = !strcmp(optarg, "write")  ? 1
-                     : !strcmp(optarg, "read") ? 2
-                     : !strcmp(optarg, "both") ? 3
-                                               : 0;
-            if (o->ops == 0) {
-                fprintf(stderr, "kvferry: --op: write, read or both\n");
-                return KVF_CLI_USAGE;
-            }
-            break;
-        case 'i':
-            o->iters = (unsigned)kvf_cli_long("--iters", optarg, 1, 1000);
-            o->iters_given = 1;
-            break;
-        case 'c':
-            o->s.conns = (unsigned)kvf_cli_long("--conns", optarg, 1, 64);
-            break;
-        case 'm':
-            o->s.timeout_ms = (unsigned)kvf_cli_ms("--timeout", optarg);
-            break;
-        case 't':
-            o->s.transports = optarg;
-            break;
-        case 'v':
-            o->verify = 1;
-            break;
-        case 'L':
-            o->link = 0;
-            break;
-        case 'V':
-            o->s.vs = optarg;
-            break;
-        case 'j':
-            o->json = optarg;
-            break;
-        case 'r':
-            o->record = optarg;
-            break;
-        case 'H':
-            o->hypothesis = optarg;
-            break;
-        case 'h':
-            kvf_blocks_usage();
-            return -1;
-        default:
-            kvf_blocks_usage();
-            return KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc == KVF_CLI_OK ? -1 : rc;
     }
     if (o->block == 0 || o->block > o->s.pool || o->nsizes == 0) {
         fprintf(stderr, "kvferry: block must be in 1..pool, sizes given\n");

@@ -8,8 +8,8 @@
  * same way (kvf_env_record_write).
  */
 #include "tools/bench/env.h"
+#include "tools/cli/opts.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,39 +377,27 @@ static void kvf_env_text_row(const char *item, const char *value, void *arg)
 
 int kvf_cmd_bench_env(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"record", required_argument, NULL, 'r'},
-        {"hypothesis", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *record = NULL, *hyp = NULL;
     const kvf_env_t *e;
-    int c, json = 0, rc = KVF_CLI_OK;
+    int json = 0, rc;
+    const kvf_opt_t opts[] = {
+        {"json", 0, KVF_OPT_FLAG, &json, NULL, "print the table as JSON"},
+        {"record", 0, KVF_OPT_STR, &record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &hyp, "TEXT", "the record's hypothesis"},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench env [options]",
+        "Detects the environment table (CPU, NUMA, memory, kernel, GPUs,\n"
+        "NICs, RDMA, kvferry build) from /proc, /sys and nvidia-smi.",
+        opts};
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'j':
-            json = 1;
-            break;
-        case 'r':
-            record = optarg;
-            break;
-        case 'H':
-            hyp = optarg;
-            break;
-        default:
-            fprintf(stderr, "usage: kvferry bench env [--json] "
-                            "[--record DIR] [--hypothesis TEXT]\n"
-                            "Detects the environment table of seed 003 "
-                            "§1 (CPU, NUMA, memory, kernel, GPUs,\n"
-                            "NICs, RDMA, kvferry build) from /proc, /sys "
-                            "and nvidia-smi.\n");
-            return c == 'h' ? KVF_CLI_OK : KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc;
     }
+    rc = KVF_CLI_OK;
     e = kvf_env_get();
     if (json) {
         kvf_json_t j;

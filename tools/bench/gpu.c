@@ -16,10 +16,10 @@
  * blocks.c hands `--device gpu` over to kvf_cmd_bench_blocks_gpu.
  */
 #include "tools/bench/gpu.h"
+#include "tools/cli/opts.h"
 #include "tools/bench/env.h"
 #include "tools/record/record.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,79 +39,91 @@ typedef struct kvf_gpu_row {
     long mismatches;       /* -1 not verified */
 } kvf_gpu_row_t;
 
-static void kvf_gpu_usage(void)
+/* --host-alloc: pinned pools from cudaHostAlloc or huge pages. */
+static int kvf_gpu_set_host_alloc(const kvf_opt_t *opt, const char *v)
 {
-    fprintf(
-        stderr,
-        "usage: kvferry bench blocks --device gpu [options]\n"
-        "  --path h2d|d2h|d2d|p2p  local path within this host (default:\n"
-        "                      GPU pools over transports, see --transport)\n"
-        "  --gpu N             GPU of the initiator / source (default 0)\n"
-        "  --peer-gpu N        p2p destination, or the target's GPU\n"
-        "                      (default: the next GPU, else the same)\n"
-        "  --on-dst            p2p: run the copy kernels on the destination\n"
-        "  --pageable          h2d/d2h: pageable host pool (staged)\n"
-        "  --host-alloc cuda|thp  pinned pools from cudaHostAlloc (default)\n"
-        "                      or huge pages + cudaHostRegister\n"
-        "  --sequential        blocks in pool order, not random (diagnostic)\n"
-        "  --blocks-on host|gpu  local paths: the block list in pinned host\n"
-        "                      memory (default) or GPU memory (uploaded\n"
-        "                      before the timed copy, as a block table kept\n"
-        "                      on the GPU)\n"
-        "  --pool SIZE         pool on each side (default 8G)\n"
-        "  --block SIZE        block size (default 8K)\n"
-        "  --sizes LIST        transfer sizes (default 16M,64M,256M,1G)\n"
-        "  --iters N           iterations per size, median kept (default 5)\n"
-        "  --each-iters N      iterations of the per-block baseline (3)\n"
-        "  --kernel auto|warp|bulk|hybrid  copy kernel (default: config)\n"
-        "  --op write|read|both  transports mode (default write)\n"
-        "  --conns N           connections (default 4)\n"
-        "  --transport LIST    transports to run over (default cuda,tcp; "
-        "cuda:\n"
-        "                      same-host GPU pools through CUDA IPC, against\n"
-        "                      the contiguous copy of the same path)\n"
-        "  --no-host           transports: skip the host-pool baseline\n"
-        "  --timeout MS        per-wait bound (default 20000)\n"
-        "  --verify            compare checksums of every moved block\n"
-        "  --json FILE         write results as JSON ('-' = stdout)\n"
-        "  --record DIR        write a record (Markdown + JSON) into DIR\n"
-        "  --hypothesis TEXT   the record's hypothesis\n");
+    (void)opt;
+    if (strcmp(v, "thp") != 0 && strcmp(v, "cuda") != 0) {
+        fprintf(stderr, "kvferry bench blocks: --host-alloc: cuda or thp\n");
+        return -1;
+    }
+    kvf_gpu_pool_use_thp(strcmp(v, "thp") == 0);
+    return 0;
 }
 
 static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
 {
-    static const struct option opts[] = {
-        {"device", required_argument, NULL, 'D'},
-        {"path", required_argument, NULL, 'P'},
-        {"gpu", required_argument, NULL, 'g'},
-        {"peer-gpu", required_argument, NULL, 'G'},
-        {"on-dst", no_argument, NULL, 'd'},
-        {"pageable", no_argument, NULL, 'a'},
-        {"host-alloc", required_argument, NULL, 'A'},
-        {"sequential", no_argument, NULL, 'Q'},
-        {"blocks-on", required_argument, NULL, 'B'},
-        {"pool", required_argument, NULL, 'p'},
-        {"block", required_argument, NULL, 'b'},
-        {"sizes", required_argument, NULL, 'S'},
-        {"iters", required_argument, NULL, 'i'},
-        {"each-iters", required_argument, NULL, 'e'},
-        {"kernel", required_argument, NULL, 'k'},
-        {"op", required_argument, NULL, 'o'},
-        {"conns", required_argument, NULL, 'c'},
-        {"transport", required_argument, NULL, 't'},
-        {"no-host", no_argument, NULL, 'H'},
-        {"timeout", required_argument, NULL, 'm'},
-        {"verify", no_argument, NULL, 'v'},
-        {"json", required_argument, NULL, 'j'},
-        {"record", required_argument, NULL, 'r'},
-        {"hypothesis", required_argument, NULL, 'y'},
-        {"seed", required_argument, NULL, 's'},
-        {"serve", required_argument, NULL, 'Z'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    int rc;
+    kvf_opt_sizes_t sizes = {o->sizes, &o->nsizes, KVF_GPU_SIZES_MAX};
+    int device = 0, path = -1, kernel = KVF_CUDA_KERNEL_AUTO;
+    const kvf_opt_t opts[] = {
+        {"device", 0, KVF_OPT_CHOICE, &device, NULL,
+         "GPU pools (kvferry bench blocks --help for host pools)", NULL, "gpu",
+         .flags = KVF_OPT_REQUIRED},
+        {"path", 0, KVF_OPT_CHOICE, &path, NULL, "local path within this host",
+         "GPU pools over transports", "h2d|d2h|d2d|p2p"},
+        {"gpu", 0, KVF_OPT_INT, &o->gpu, "N", "GPU of the initiator / source",
+         "0", .min = 0, .max = 63},
+        {"peer-gpu", 0, KVF_OPT_INT, &o->peer_gpu, "N",
+         "p2p destination, or the target's GPU", "the next GPU, else the same",
+         .min = 0, .max = 63},
+        {"on-dst", 0, KVF_OPT_FLAG, &o->on_dst, NULL,
+         "p2p: run the copy kernels on the destination"},
+        {"pageable", 0, KVF_OPT_FLAG, &o->pageable, NULL,
+         "h2d/d2h: pageable host pool (staged)"},
+        {"host-alloc", 0, KVF_OPT_FN, NULL, "cuda|thp",
+         "pinned pools from cudaHostAlloc, or huge pages +\n"
+         "cudaHostRegister",
+         "cuda", .fn = kvf_gpu_set_host_alloc},
+        {"sequential", 0, KVF_OPT_FLAG, &o->sequential, NULL,
+         "blocks in pool order, not random (diagnostic)"},
+        {"blocks-on", 0, KVF_OPT_CHOICE, &o->blocks_on_gpu, NULL,
+         "local paths: the block list in pinned host memory, or in GPU\n"
+         "memory (uploaded before the timed copy, as a block table kept\n"
+         "on the GPU)",
+         "host", "host|gpu"},
+        {"pool", 0, KVF_OPT_SIZE, &o->pool, "SIZE", "pool on each side", "8G"},
+        {"block", 0, KVF_OPT_SIZE, &o->block, "SIZE", "block size", "8K"},
+        {"sizes", 0, KVF_OPT_SIZES, &sizes, "LIST", "transfer sizes",
+         "16M,64M,256M,1G"},
+        {"iters", 0, KVF_OPT_UINT, &o->iters, "N",
+         "iterations per size, median kept", "5", .min = 1, .max = 1000},
+        {"each-iters", 0, KVF_OPT_UINT, &o->each_iters, "N",
+         "iterations of the per-block baseline", "3", .min = 0, .max = 100},
+        {"kernel", 0, KVF_OPT_CHOICE, &kernel, NULL, "copy kernel",
+         "config `cuda_kernel`", "auto|warp|bulk|hybrid"},
+        {"op", 0, KVF_OPT_CHOICE, &o->ops, NULL, "transports mode", "write",
+         "write|read|both", .min = 1},
+        {"conns", 0, KVF_OPT_UINT, &o->conns, "N", "connections", "4", .min = 1,
+         .max = 64},
+        {"transport", 0, KVF_OPT_STR, &o->transports, "LIST",
+         "transports to run over (cuda: same-host GPU pools through\n"
+         "CUDA IPC, against the contiguous copy of the same path)",
+         "cuda,tcp"},
+        {"no-host", 0, KVF_OPT_CLEAR, &o->host_baseline, NULL,
+         "transports: skip the host-pool baseline"},
+        {"timeout", 0, KVF_OPT_MS, &o->timeout_ms, "MS", "per-wait bound",
+         "20000"},
+        {"verify", 0, KVF_OPT_FLAG, &o->verify, NULL,
+         "compare checksums of every moved block"},
+        {"seed", 0, KVF_OPT_U64, &o->seed, "N", "seed of the pools' bytes", "1",
+         .min = 0, .max = (double)(1ull << 62)},
+        {"json", 0, KVF_OPT_STR, &o->json, "FILE",
+         "write results as JSON ('-' = stdout)"},
+        {"record", 0, KVF_OPT_STR, &o->record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
+         "the record's hypothesis"},
+        {"serve", 0, KVF_OPT_STR, &o->serve_mem, "host|gpu",
+         "(internal) serve a GPU or host pool as the spawned target",
+         .flags = KVF_OPT_HIDDEN, .seen = &o->serve},
+        {0},
     };
-    char *list, *tok, *save;
-    int c;
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench blocks --device gpu [options]",
+        "Random blocks of GPU pools: over transports to a target whose\n"
+        "pool is GPU memory, or a local path (--path) within this host.",
+        opts};
 
     memset(o, 0, sizeof(*o));
     o->peer_gpu = -1;
@@ -131,132 +143,15 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
     o->host_baseline = 1;
     o->kernel = KVF_CUDA_KERNEL_AUTO;
     o->seed = 1;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'D':
-            if (strcmp(optarg, "gpu") != 0) {
-                fprintf(stderr, "kvferry: --device: gpu expected\n");
-                return KVF_CLI_USAGE;
-            }
-            break;
-        case 'P':
-            if (strcmp(optarg, "h2d") && strcmp(optarg, "d2h") &&
-                strcmp(optarg, "d2d") && strcmp(optarg, "p2p")) {
-                fprintf(stderr, "kvferry: --path: h2d, d2h, d2d or p2p\n");
-                return KVF_CLI_USAGE;
-            }
-            o->path = optarg;
-            break;
-        case 'g':
-            o->gpu = (int)kvf_cli_long("--gpu", optarg, 0, 63);
-            break;
-        case 'G':
-            o->peer_gpu = (int)kvf_cli_long("--peer-gpu", optarg, 0, 63);
-            break;
-        case 'd':
-            o->on_dst = 1;
-            break;
-        case 'a':
-            o->pageable = 1;
-            break;
-        case 'A':
-            if (strcmp(optarg, "thp") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "kvferry: --host-alloc: cuda or thp\n");
-                return KVF_CLI_USAGE;
-            }
-            kvf_gpu_pool_use_thp(strcmp(optarg, "thp") == 0);
-            break;
-        case 'Q':
-            o->sequential = 1;
-            break;
-        case 'B':
-            if (strcmp(optarg, "host") && strcmp(optarg, "gpu")) {
-                fprintf(stderr, "kvferry: --blocks-on: host or gpu\n");
-                return KVF_CLI_USAGE;
-            }
-            o->blocks_on_gpu = strcmp(optarg, "gpu") == 0;
-            break;
-        case 'p':
-            o->pool = kvf_cli_size("--pool", optarg);
-            break;
-        case 'b':
-            o->block = kvf_cli_size("--block", optarg);
-            break;
-        case 'S':
-            o->nsizes = 0;
-            list = strdup(optarg);
-            for (tok = strtok_r(list, ",", &save);
-                 tok != NULL && o->nsizes < KVF_GPU_SIZES_MAX;
-                 tok = strtok_r(NULL, ",", &save)) {
-                o->sizes[o->nsizes++] = kvf_cli_size("--sizes", tok);
-            }
-            free(list);
-            break;
-        case 'i':
-            o->iters = (unsigned)kvf_cli_long("--iters", optarg, 1, 1000);
-            break;
-        case 'e':
-            o->each_iters =
-                (unsigned)kvf_cli_long("--each-iters", optarg, 0, 100);
-            break;
-        case 'k':
-            o->kernel = kvf_cuda_kernel_parse(optarg);
-            if ((int)o->kernel < 0) {
-                fprintf(stderr, "kvferry: --kernel: auto, warp, bulk or "
-                                "hybrid\n");
-                return KVF_CLI_USAGE;
-            }
-            break;
-        case 'o':
-            o->ops = !strcmp(optarg, "write")  ? 1
-                     : !strcmp(optarg, "read") ? 2
-                     : !strcmp(optarg, "both") ? 3
-                                               : 0;
-            if (o->ops == 0) {
-                fprintf(stderr, "kvferry: --op: write, read or both\n");
-                return KVF_CLI_USAGE;
-            }
-            break;
-        case 'c':
-            o->conns = (unsigned)kvf_cli_long("--conns", optarg, 1, 64);
-            break;
-        case 't':
-            o->transports = optarg;
-            break;
-        case 'H':
-            o->host_baseline = 0;
-            break;
-        case 'm':
-            o->timeout_ms = (unsigned)kvf_cli_ms("--timeout", optarg);
-            break;
-        case 'v':
-            o->verify = 1;
-            break;
-        case 'j':
-            o->json = optarg;
-            break;
-        case 'r':
-            o->record = optarg;
-            break;
-        case 'y':
-            o->hypothesis = optarg;
-            break;
-        case 's':
-            o->seed = (uint64_t)kvf_cli_long("--seed", optarg, 0, 1L << 62);
-            break;
-        case 'Z':
-            o->serve = 1;
-            o->serve_mem = optarg;
-            break;
-        case 'h':
-            kvf_gpu_usage();
-            return -1;
-        default:
-            kvf_gpu_usage();
-            return KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc == KVF_CLI_OK ? -1 : rc;
     }
+    static const char *const paths[] = {"h2d", "d2h", "d2d", "p2p"};
+
+    o->path = path >= 0 ? paths[path] : NULL;
+    o->kernel = (kvf_cuda_kernel_t)kernel;
+    (void)device;
     if (o->block == 0 || o->block > o->pool || o->nsizes == 0) {
         fprintf(stderr, "kvferry: block must be in 1..pool, sizes given\n");
         return KVF_CLI_USAGE;

@@ -10,10 +10,10 @@
  * of the link's PCIe generation (Gen4 ~25 GB/s, Gen5 ~50 GB/s, seed 003).
  */
 #include "tools/bench/gpu.h"
+#include "tools/cli/opts.h"
 #include "tools/bench/env.h"
 #include "tools/record/record.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -45,69 +45,37 @@ typedef struct kvf_h2d_opts {
     const char *hypothesis;
 } kvf_h2d_opts_t;
 
-static void kvf_h2d_usage(void)
-{
-    fprintf(stderr,
-            "usage: kvferry bench h2d [options]\n"
-            "  --gpu N            GPU (default 0)\n"
-            "  --size SIZE        bytes per copy (default 1G)\n"
-            "  --iters N          timed copies per case (default 10)\n"
-            "  --warmup N         untimed copies first (default 3)\n"
-            "  --json FILE        write results as JSON ('-' = stdout)\n"
-            "  --record DIR       write a record (Markdown + JSON) into DIR\n"
-            "  --hypothesis TEXT  the record's hypothesis\n");
-}
-
 static int kvf_h2d_parse(int argc, char **argv, kvf_h2d_opts_t *o)
 {
-    static const struct option opts[] = {
-        {"gpu", required_argument, NULL, 'g'},
-        {"size", required_argument, NULL, 's'},
-        {"iters", required_argument, NULL, 'i'},
-        {"warmup", required_argument, NULL, 'w'},
-        {"json", required_argument, NULL, 'j'},
-        {"record", required_argument, NULL, 'r'},
-        {"hypothesis", required_argument, NULL, 'y'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    int rc;
+    const kvf_opt_t opts[] = {
+        {"gpu", 0, KVF_OPT_INT, &o->gpu, "N", "GPU", "0", .min = 0, .max = 63},
+        {"size", 0, KVF_OPT_SIZE, &o->size, "SIZE", "bytes per copy", "1G"},
+        {"iters", 0, KVF_OPT_UINT, &o->iters, "N", "timed copies per case",
+         "10", .min = 1, .max = 1000},
+        {"warmup", 0, KVF_OPT_UINT, &o->warmup, "N", "untimed copies first",
+         "3", .min = 0, .max = 100},
+        {"json", 0, KVF_OPT_STR, &o->json, "FILE",
+         "write results as JSON ('-' = stdout)"},
+        {"record", 0, KVF_OPT_STR, &o->record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
+         "the record's hypothesis"},
+        {0},
     };
-    int c;
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench h2d [options]",
+        "Host-to-GPU and GPU-to-host copies of SIZE contiguous bytes, from\n"
+        "pinned and from pageable host memory (needs a GPU).",
+        opts};
 
     memset(o, 0, sizeof(*o));
     o->size = 1ull << 30;
     o->iters = 10;
     o->warmup = 3;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'g':
-            o->gpu = (int)kvf_cli_long("--gpu", optarg, 0, 63);
-            break;
-        case 's':
-            o->size = kvf_cli_size("--size", optarg);
-            break;
-        case 'i':
-            o->iters = (unsigned)kvf_cli_long("--iters", optarg, 1, 1000);
-            break;
-        case 'w':
-            o->warmup = (unsigned)kvf_cli_long("--warmup", optarg, 0, 100);
-            break;
-        case 'j':
-            o->json = optarg;
-            break;
-        case 'r':
-            o->record = optarg;
-            break;
-        case 'y':
-            o->hypothesis = optarg;
-            break;
-        case 'h':
-            kvf_h2d_usage();
-            return -1;
-        default:
-            kvf_h2d_usage();
-            return KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc == KVF_CLI_OK ? -1 : rc;
     }
     if (o->size == 0) {
         fprintf(stderr, "kvferry: --size must be > 0\n");

@@ -4,10 +4,9 @@
  * between the same two processes `bench blocks` uses, no block handling.
  */
 #include "tools/bench/bench.h"
+#include "tools/cli/opts.h"
 #include "tools/bench/env.h"
 #include "tools/record/record.h"
-
-#include <getopt.h>
 
 #include "tools/cli/rng.h"
 #include <math.h>
@@ -74,19 +73,6 @@ static int kvf_link_record(const char *dir, const char *hypothesis,
 
 int kvf_cmd_bench_link(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"target", required_argument, NULL, 'T'},
-        {"pool", required_argument, NULL, 'p'},
-        {"size", required_argument, NULL, 's'},
-        {"op", required_argument, NULL, 'o'},
-        {"iters", required_argument, NULL, 'i'},
-        {"conns", required_argument, NULL, 'c'},
-        {"transport", required_argument, NULL, 't'},
-        {"record", required_argument, NULL, 'r'},
-        {"hypothesis", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     kvf_bench_session_opts_t so = {
         .pool = 2ull << 30, .conns = 4, .timeout_ms = 10000, .seed = 1};
     uint64_t size = 1ull << 30;
@@ -98,47 +84,38 @@ int kvf_cmd_bench_link(int argc, char **argv)
     const char *record = NULL, *hypothesis = NULL;
     char sstr[32];
     kvf_prng_t rng;
-    int c, rc = KVF_CLI_OK;
+    int op_i = KVF_OP_WRITE, rc;
+    const kvf_opt_t opts[] = {
+        {"target", 0, KVF_OPT_STR, &so.target, "HOST:PORT",
+         "a running `kvferry target`", "spawn one on 127.0.0.1"},
+        {"pool", 0, KVF_OPT_SIZE, &so.pool, "SIZE", "pool on each side", "2G"},
+        {"size", 0, KVF_OPT_SIZE, &size, "SIZE", "bytes per stream test", "1G"},
+        {"op", 0, KVF_OPT_CHOICE, &op_i, NULL, "direction", "write",
+         "read|write"},
+        {"iters", 0, KVF_OPT_UINT, &iters, "N", "tests, the median kept", "5",
+         .min = 1, .max = 64},
+        {"conns", 0, KVF_OPT_UINT, &so.conns, "N", "connections", "4", .min = 1,
+         .max = 64},
+        {"transport", 0, KVF_OPT_STR, &so.transports, "NAME",
+         "force a transport", "auto"},
+        {"record", 0, KVF_OPT_STR, &record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &hypothesis, "TEXT",
+         "the record's hypothesis"},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench link [options]",
+        "Raw ceiling of the path to the target: SIZE contiguous bytes moved\n"
+        "with plain streams, one per connection, no block handling.",
+        opts};
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'T':
-            so.target = optarg;
-            break;
-        case 'p':
-            so.pool = kvf_cli_size("--pool", optarg);
-            break;
-        case 's':
-            size = kvf_cli_size("--size", optarg);
-            break;
-        case 'o':
-            op = strcmp(optarg, "read") ? KVF_OP_WRITE : KVF_OP_READ;
-            break;
-        case 'i':
-            iters = (unsigned)kvf_cli_long("--iters", optarg, 1, 64);
-            break;
-        case 'c':
-            so.conns = (unsigned)kvf_cli_long("--conns", optarg, 1, 64);
-            break;
-        case 't':
-            so.transports = optarg;
-            break;
-        case 'r':
-            record = optarg;
-            break;
-        case 'H':
-            hypothesis = optarg;
-            break;
-        default:
-            fprintf(stderr,
-                    "usage: kvferry bench link [--target HOST:PORT] "
-                    "[--pool SIZE] [--size SIZE] [--op write|read]\n"
-                    "       [--iters N] [--conns N] [--transport NAME]\n"
-                    "       [--record DIR] [--hypothesis TEXT]\n");
-            return c == 'h' ? KVF_CLI_OK : KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc;
     }
+    rc = KVF_CLI_OK;
+    op = (kvf_op_type_t)op_i;
     if (size > so.pool) {
         size = so.pool;
     }

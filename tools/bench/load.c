@@ -12,6 +12,7 @@
  * plain streams). Without --master a master and --nodes nodes are spawned.
  */
 #include "tools/bench/store.h"
+#include "tools/cli/opts.h"
 #include "tools/bench/env.h"
 #include "tools/record/record.h"
 
@@ -19,7 +20,6 @@
 
 #include "tools/cli/clock.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,20 +370,6 @@ static int kvf_bl_record(const char *dir, const char *hyp,
 
 int kvf_cmd_bench_load(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"master", required_argument, NULL, 'm'},
-        {"nodes", required_argument, NULL, 'n'},
-        {"pool", required_argument, NULL, 'p'},
-        {"sizes", required_argument, NULL, 's'},
-        {"count", required_argument, NULL, 'c'},
-        {"iters", required_argument, NULL, 'i'},
-        {"json", no_argument, NULL, 'j'},
-        {"record", required_argument, NULL, 'r'},
-        {"hypothesis", required_argument, NULL, 'H'},
-        {"gpu", required_argument, NULL, 'g'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     uint64_t sizes[16] = {8 << 10, 64 << 10, 1 << 20, 8 << 20, 64 << 20};
     unsigned nsizes = 5, nodes = 2, count = 8, iters = 200, i, nrows = 0;
     const char *master = NULL, *record = NULL, *hyp = NULL;
@@ -393,63 +379,44 @@ int kvf_cmd_bench_load(int argc, char **argv)
     uint64_t pool = 1ull << 30, link_len;
     char used[32];
     double link_bw;
-    char buf[256], *tok, *save, sz[32];
+    char sz[32];
     kvf_store_h st;
     kvf_status_t s;
-    int c, json = 0, rc = KVF_CLI_OK, gpu = 0;
+    int json = 0, rc, gpu = 0;
+    kvf_opt_sizes_t size_list = {sizes, &nsizes, 16};
+    const kvf_opt_t opts[] = {
+        {"master", 0, KVF_OPT_STR, &master, "HOST:PORT",
+         "a running store master", "spawn a master and --nodes nodes"},
+        {"nodes", 0, KVF_OPT_UINT, &nodes, "N", "nodes to spawn", "2", .min = 1,
+         .max = KVF_BS_NODES_MAX},
+        {"pool", 0, KVF_OPT_SIZE, &pool, "SIZE", "pool of each spawned node",
+         "1G"},
+        {"sizes", 0, KVF_OPT_SIZES, &size_list, "LIST", "object sizes",
+         "8K,64K,1M,8M,64M"},
+        {"count", 0, KVF_OPT_UINT, &count, "N", "objects put per size", "8",
+         .min = 1, .max = 4096},
+        {"iters", 0, KVF_OPT_UINT, &iters, "N", "gets timed per size", "200",
+         .min = 1, .max = 1000000},
+        {"gpu", 0, KVF_OPT_INT, &gpu, "N",
+         "H2D into GPU N after each get (-1 = none)", "0 when a GPU is present",
+         .min = -1, .max = 64},
+        {"json", 0, KVF_OPT_FLAG, &json, NULL, "print results as JSON"},
+        {"record", 0, KVF_OPT_STR, &record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &hyp, "TEXT", "the record's hypothesis"},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench load [options]",
+        "The store's load path: per size, COUNT objects put, then ITERS\n"
+        "gets timed by stage (master query, remote read, verify, H2D).",
+        opts};
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm':
-            master = optarg;
-            break;
-        case 'n':
-            nodes =
-                (unsigned)kvf_cli_long("--nodes", optarg, 1, KVF_BS_NODES_MAX);
-            break;
-        case 'p':
-            pool = kvf_cli_size("--pool", optarg);
-            break;
-        case 's':
-            snprintf(buf, sizeof(buf), "%s", optarg);
-            nsizes = 0;
-            for (tok = strtok_r(buf, ",", &save); tok && nsizes < 16;
-                 tok = strtok_r(NULL, ",", &save)) {
-                sizes[nsizes++] = kvf_cli_size("--sizes", tok);
-            }
-            break;
-        case 'c':
-            count = (unsigned)kvf_cli_long("--count", optarg, 1, 4096);
-            break;
-        case 'i':
-            iters = (unsigned)kvf_cli_long("--iters", optarg, 1, 1000000);
-            break;
-        case 'j':
-            json = 1;
-            break;
-        case 'r':
-            record = optarg;
-            break;
-        case 'H':
-            hyp = optarg;
-            break;
-        case 'g':
-            gpu = (int)kvf_cli_long("--gpu", optarg, -1, 64);
-            break;
-        default:
-            fprintf(
-                stderr,
-                "usage: kvferry bench load [--master HOST:PORT] [--nodes N]\n"
-                "         [--pool SIZE] [--sizes LIST] [--count N]\n"
-                "         [--iters N] [--json] [--record DIR]\n"
-                "         [--hypothesis TEXT] [--gpu N]\n"
-                "  per size: count objects put, iters gets timed by stage\n"
-                "  (query, remote read, verify, H2D into GPU N: default 0\n"
-                "  when a GPU is present, -1 = none)\n");
-            return c == 'h' ? KVF_CLI_OK : KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc;
     }
+    rc = KVF_CLI_OK;
     if (master == NULL) {
         if (kvf_bs_cluster_start(&cl, nodes, pool) != 0) {
             return KVF_CLI_FAIL;

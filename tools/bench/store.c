@@ -19,6 +19,7 @@
  * every process of the run.
  */
 #include "tools/bench/store.h"
+#include "tools/cli/opts.h"
 #include "tools/bench/env.h"
 #include "tools/record/record.h"
 
@@ -29,7 +30,6 @@
 #include "tools/cli/rng.h"
 #include "tools/cli/clock.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -501,19 +501,29 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
     return 0;
 }
 
-static unsigned kvf_bs_parse_list(const char *flag, const char *text,
-                                  uint64_t *out, unsigned max, int sizes)
+/* --clients LIST: client threads per cell, each 1..1024. */
+static int kvf_bs_parse_clients(const kvf_opt_t *opt, const char *text)
 {
-    char buf[256], *tok, *save;
+    kvf_bs_opts_t *o = opt->dest;
+    char buf[256], *tok, *save, *end;
     unsigned n = 0;
+    long v;
 
     snprintf(buf, sizeof(buf), "%s", text);
-    for (tok = strtok_r(buf, ",", &save); tok != NULL && n < max;
+    for (tok = strtok_r(buf, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
-        out[n++] = sizes ? kvf_cli_size(flag, tok)
-                         : (uint64_t)kvf_cli_long(flag, tok, 1, 1024);
+        v = strtol(tok, &end, 10);
+        if (*end != '\0' || end == tok || v < 1 || v > 1024 || n == 16) {
+            fprintf(stderr,
+                    "kvferry bench store: --clients: at most 16 "
+                    "numbers in 1..1024, not '%s'\n",
+                    text);
+            return -1;
+        }
+        o->clients[n++] = (unsigned)v;
     }
-    return n;
+    o->nclients = n;
+    return n > 0 ? 0 : -1;
 }
 
 void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
@@ -557,50 +567,8 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
     fputc('\n', f);
 }
 
-static void kvf_bs_usage(void)
-{
-    fprintf(stderr,
-            "usage: kvferry bench store [--master HOST:PORT] [--nodes N]\n"
-            "         [--pool SIZE] [--sizes LIST] [--clients LIST]\n"
-            "         [--duration DUR] [--hit-ratio R] [--replicas N]\n"
-            "         [--mem-budget SIZE] [--vs-redis] [--repeat N] [--json]\n"
-            "         [--record DIR] [--hypothesis TEXT]\n"
-            "  --master      an existing master (default: spawn one + nodes)\n"
-            "  --nodes       nodes to spawn (default 2)\n"
-            "  --pool        pool per spawned node (default 1G)\n"
-            "  --sizes       object sizes (default 8K,64K,1M,8M,64M)\n"
-            "  --clients     client threads (default 1,8,64)\n"
-            "  --duration    per phase and cell (default 1s)\n"
-            "  --hit-ratio   share of present keys in the mix phase (default "
-            "0.5; 1 = no mix)\n"
-            "  --mem-budget  skip cells whose client buffers exceed it (1G)\n"
-            "  --vs-redis    also run redis-server + redis-benchmark with the\n"
-            "                same size and clients, print the ratios\n"
-            "  --repeat      run each cell (and Redis) N times, alternating;\n"
-            "                the verdict uses the median ratio\n"
-            "  transports: KVF_TRANSPORTS=tcp forces tcp in every process\n");
-}
-
 int kvf_cmd_bench_store(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"master", required_argument, NULL, 'm'},
-        {"nodes", required_argument, NULL, 'n'},
-        {"pool", required_argument, NULL, 'p'},
-        {"sizes", required_argument, NULL, 's'},
-        {"clients", required_argument, NULL, 'c'},
-        {"duration", required_argument, NULL, 'd'},
-        {"hit-ratio", required_argument, NULL, 'x'},
-        {"replicas", required_argument, NULL, 'R'},
-        {"mem-budget", required_argument, NULL, 'b'},
-        {"vs-redis", no_argument, NULL, 'V'},
-        {"repeat", required_argument, NULL, 'N'},
-        {"json", no_argument, NULL, 'j'},
-        {"record", required_argument, NULL, 'r'},
-        {"hypothesis", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     kvf_bs_opts_t o = {.nodes = 2,
                        .pool = 1ull << 30,
                        .duration_ms = 1000,
@@ -610,12 +578,52 @@ int kvf_cmd_bench_store(int argc, char **argv)
                        .repeat = 1};
     kvf_store_params_t sp = {0};
     kvf_bs_cluster_t cl = {0};
-    uint64_t tmp[16], capacity;
+    uint64_t capacity;
     kvf_bs_row_t *rows;
     unsigned nrows = 0, i, k, r, first;
     kvf_store_h st;
     kvf_status_t s;
-    int c, rc = KVF_CLI_OK;
+    int rc;
+    kvf_opt_sizes_t sizes = {o.sizes, &o.nsizes, 16};
+    const kvf_opt_t opts[] = {
+        {"master", 0, KVF_OPT_STR, &o.master, "HOST:PORT", "an existing master",
+         "spawn one + nodes"},
+        {"nodes", 0, KVF_OPT_UINT, &o.nodes, "N", "nodes to spawn", "2",
+         .min = 1, .max = KVF_BS_NODES_MAX},
+        {"pool", 0, KVF_OPT_SIZE, &o.pool, "SIZE", "pool per spawned node",
+         "1G"},
+        {"sizes", 0, KVF_OPT_SIZES, &sizes, "LIST", "object sizes",
+         "8K,64K,1M,8M,64M"},
+        {"clients", 0, KVF_OPT_FN, &o, "LIST", "client threads", "1,8,64",
+         .fn = kvf_bs_parse_clients},
+        {"duration", 0, KVF_OPT_MS64, &o.duration_ms, "DUR",
+         "per phase and cell", "1s"},
+        {"hit-ratio", 0, KVF_OPT_DOUBLE, &o.hit_ratio, "R",
+         "share of present keys in the mix phase (1 = no mix)", "0.5", .min = 0,
+         .max = 1},
+        {"replicas", 0, KVF_OPT_UINT, &o.replicas, "N", "replicas per object",
+         "1", .min = 1, .max = KVF_STORE_REPLICA_MAX},
+        {"mem-budget", 0, KVF_OPT_SIZE, &o.mem_budget, "SIZE",
+         "skip cells whose client buffers exceed it", "1G"},
+        {"vs-redis", 0, KVF_OPT_FLAG, &o.vs_redis, NULL,
+         "also run redis-server + redis-benchmark with the same size\n"
+         "and clients, print the ratios"},
+        {"repeat", 0, KVF_OPT_UINT, &o.repeat, "N",
+         "run each cell (and Redis) N times, alternating; the verdict\n"
+         "uses the median ratio",
+         "1", .min = 1, .max = 20},
+        {"json", 0, KVF_OPT_FLAG, &o.json, NULL, "print results as JSON"},
+        {"record", 0, KVF_OPT_STR, &o.record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &o.hypothesis, "TEXT",
+         "the record's hypothesis"},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench store [options]",
+        "Store put and get latency and throughput over object size x\n"
+        "client threads, and hit/miss mixes.",
+        opts, "transports: KVF_TRANSPORTS=tcp forces tcp in every process"};
 
     o.nsizes = 5;
     o.sizes[0] = 8 << 10;
@@ -627,64 +635,13 @@ int kvf_cmd_bench_store(int argc, char **argv)
     o.clients[0] = 1;
     o.clients[1] = 8;
     o.clients[2] = 64;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm':
-            o.master = optarg;
-            break;
-        case 'n':
-            o.nodes =
-                (unsigned)kvf_cli_long("--nodes", optarg, 1, KVF_BS_NODES_MAX);
-            break;
-        case 'p':
-            o.pool = kvf_cli_size("--pool", optarg);
-            break;
-        case 's':
-            o.nsizes = kvf_bs_parse_list("--sizes", optarg, o.sizes, 16, 1);
-            break;
-        case 'c':
-            o.nclients = kvf_bs_parse_list("--clients", optarg, tmp, 16, 0);
-            for (i = 0; i < o.nclients; i++) {
-                o.clients[i] = (unsigned)tmp[i];
-            }
-            break;
-        case 'd':
-            o.duration_ms = kvf_cli_ms("--duration", optarg);
-            break;
-        case 'x':
-            o.hit_ratio = atof(optarg);
-            break;
-        case 'R':
-            o.replicas = (unsigned)kvf_cli_long("--replicas", optarg, 1,
-                                                KVF_STORE_REPLICA_MAX);
-            break;
-        case 'b':
-            o.mem_budget = kvf_cli_size("--mem-budget", optarg);
-            break;
-        case 'V':
-            o.vs_redis = 1;
-            break;
-        case 'N':
-            o.repeat = (unsigned)kvf_cli_long("--repeat", optarg, 1, 20);
-            break;
-        case 'j':
-            o.json = 1;
-            break;
-        case 'r':
-            o.record = optarg;
-            break;
-        case 'H':
-            o.hypothesis = optarg;
-            break;
-        default:
-            kvf_bs_usage();
-            return c == 'h' ? KVF_CLI_OK : KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc;
     }
+    rc = KVF_CLI_OK;
     if (o.nsizes == 0 || o.nclients == 0 || o.duration_ms == 0) {
-        kvf_bs_usage();
-        return KVF_CLI_USAGE;
+        return kvf_opts_error(&spec, "--duration must be above 0");
     }
     rows = calloc(KVF_BS_ROWS_MAX, sizeof(*rows));
     if (rows == NULL) {

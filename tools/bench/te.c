@@ -22,45 +22,16 @@
  * with (its record, below).
  */
 #include "tools/bench/te.h"
+#include "tools/cli/opts.h"
 #include "tools/bench/env.h"
 #include "tools/record/record.h"
 
 #include "tools/cli/clock.h"
 
-#include <getopt.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
-
-static void kvf_te_usage(void)
-{
-    fprintf(
-        stderr,
-        "usage: kvferry bench te [options]\n"
-        "  --target HOST:PORT  a running `kvferry target` (default: spawn\n"
-        "                      one on 127.0.0.1)\n"
-        "  --pool SIZE         pool on each side (default 1G)\n"
-        "  --block-sizes LIST  block sizes (default 4K..64M doubling)\n"
-        "  --block-min SIZE    smallest block of the doubling (default 4K)\n"
-        "  --block-max SIZE    largest block of the doubling (default 64M)\n"
-        "  --batch N           blocks per batch (default 32)\n"
-        "  --threads N         threads submitting concurrently (default 2)\n"
-        "  --duration TIME     per block size (default 1s)\n"
-        "  --min-batches N     per thread and block size (default 3)\n"
-        "  --no-inline         never move a request on the submitting\n"
-        "                      thread (default: KVF_BATCH_INLINE, as each\n"
-        "                      thread waits for its batch at once)\n"
-        "  --rounds N          run the curve N times, sizes interleaved;\n"
-        "                      each size keeps its median round (default 1)\n"
-        "  --op read|write     (default write)\n"
-        "  --conns N           connections (default 4)\n"
-        "  --timeout MS        bound on each batch wait (default 30s)\n"
-        "  --transport NAME    force a transport (default auto)\n"
-        "  --json FILE         results as JSON ('-' = stdout)\n"
-        "  --record DIR        write a record (Markdown + JSON) into DIR\n"
-        "  --hypothesis TEXT   the record's hypothesis\n");
-}
 
 static int kvf_te_add_block(kvf_te_opts_t *o, uint64_t b)
 {
@@ -75,31 +46,57 @@ static int kvf_te_add_block(kvf_te_opts_t *o, uint64_t b)
 
 static int kvf_te_parse(int argc, char **argv, kvf_te_opts_t *o)
 {
-    static const struct option opts[] = {
-        {"target", required_argument, NULL, 'T'},
-        {"pool", required_argument, NULL, 'p'},
-        {"block-sizes", required_argument, NULL, 'B'},
-        {"block-min", required_argument, NULL, 'n'},
-        {"block-max", required_argument, NULL, 'x'},
-        {"batch", required_argument, NULL, 'b'},
-        {"threads", required_argument, NULL, 'P'},
-        {"duration", required_argument, NULL, 'd'},
-        {"min-batches", required_argument, NULL, 'M'},
-        {"rounds", required_argument, NULL, 'R'},
-        {"no-inline", no_argument, NULL, 'I'},
-        {"op", required_argument, NULL, 'o'},
-        {"conns", required_argument, NULL, 'c'},
-        {"timeout", required_argument, NULL, 'm'},
-        {"transport", required_argument, NULL, 't'},
-        {"json", required_argument, NULL, 'j'},
-        {"record", required_argument, NULL, 'r'},
-        {"hypothesis", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     uint64_t bmin = 4096, bmax = 64ull << 20, b;
-    char *list, *tok, *save;
-    int c, listed = 0;
+    int rc, listed = 0, op_i = KVF_OP_WRITE;
+    kvf_opt_sizes_t list = {o->blocks, &o->nblocks, KVF_TE_BLOCKS_MAX};
+    const kvf_opt_t opts[] = {
+        {"target", 0, KVF_OPT_STR, &o->s.target, "HOST:PORT",
+         "a running `kvferry target`", "spawn one on 127.0.0.1"},
+        {"pool", 0, KVF_OPT_SIZE, &o->s.pool, "SIZE", "pool on each side",
+         "1G"},
+        {"block-sizes", 0, KVF_OPT_SIZES, &list, "LIST", "block sizes",
+         "4K..64M doubling", .seen = &listed},
+        {"block-min", 0, KVF_OPT_SIZE, &bmin, "SIZE",
+         "smallest block of the doubling", "4K"},
+        {"block-max", 0, KVF_OPT_SIZE, &bmax, "SIZE",
+         "largest block of the doubling", "64M"},
+        {"batch", 0, KVF_OPT_UINT, &o->batch, "N", "blocks per batch", "32",
+         .min = 1, .max = 65536},
+        {"threads", 0, KVF_OPT_UINT, &o->threads, "N",
+         "threads submitting concurrently", "2", .min = 1,
+         .max = KVF_TE_THREADS_MAX},
+        {"duration", 0, KVF_OPT_MS64, &o->duration_ms, "TIME", "per block size",
+         "1s"},
+        {"min-batches", 0, KVF_OPT_UINT, &o->min_batches, "N",
+         "per thread and block size", "3", .min = 1, .max = 1000000},
+        {"rounds", 0, KVF_OPT_UINT, &o->rounds, "N",
+         "run the curve N times, sizes interleaved; each size keeps\n"
+         "its median round",
+         "1", .min = 1, .max = KVF_TE_ROUNDS_MAX},
+        {"no-inline", 0, KVF_OPT_FLAG, &o->no_inline, NULL,
+         "never move a request on the submitting thread (default:\n"
+         "KVF_BATCH_INLINE, as each thread waits for its batch at once)"},
+        {"op", 0, KVF_OPT_CHOICE, &op_i, NULL, "direction", "write",
+         "read|write"},
+        {"conns", 0, KVF_OPT_UINT, &o->s.conns, "N", "connections", "4",
+         .min = 1, .max = 64},
+        {"timeout", 0, KVF_OPT_MS, &o->s.timeout_ms, "MS",
+         "bound on each batch wait", "30s"},
+        {"transport", 0, KVF_OPT_STR, &o->s.transports, "NAME",
+         "force a transport", "auto"},
+        {"json", 0, KVF_OPT_STR, &o->json, "FILE",
+         "results as JSON ('-' = stdout)"},
+        {"record", 0, KVF_OPT_STR, &o->record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
+         "the record's hypothesis"},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench te [options]",
+        "The transfer engine's throughput curve over block size: every\n"
+        "thread submits batches of random blocks and waits for each.",
+        opts};
 
     memset(o, 0, sizeof(*o));
     o->s.pool = 1ull << 30;
@@ -112,96 +109,11 @@ static int kvf_te_parse(int argc, char **argv, kvf_te_opts_t *o)
     o->min_batches = 3;
     o->rounds = 1;
     o->op = KVF_OP_WRITE;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'T':
-            o->s.target = optarg;
-            break;
-        case 'p':
-            o->s.pool = kvf_cli_size("--pool", optarg);
-            break;
-        case 'B':
-            listed = 1;
-            o->nblocks = 0;
-            list = strdup(optarg);
-            if (list == NULL) {
-                return KVF_CLI_FAIL;
-            }
-            for (tok = strtok_r(list, ",", &save); tok != NULL;
-                 tok = strtok_r(NULL, ",", &save)) {
-                if (kvf_te_add_block(o, kvf_cli_size("--block-sizes", tok)) !=
-                    0) {
-                    free(list);
-                    return KVF_CLI_USAGE;
-                }
-            }
-            free(list);
-            break;
-        case 'n':
-            bmin = kvf_cli_size("--block-min", optarg);
-            break;
-        case 'x':
-            bmax = kvf_cli_size("--block-max", optarg);
-            break;
-        case 'b':
-            o->batch = (unsigned)kvf_cli_long("--batch", optarg, 1, 65536);
-            break;
-        case 'P':
-            o->threads = (unsigned)kvf_cli_long("--threads", optarg, 1,
-                                                KVF_TE_THREADS_MAX);
-            break;
-        case 'd':
-            o->duration_ms = kvf_cli_ms("--duration", optarg);
-            break;
-        case 'I':
-            o->no_inline = 1;
-            break;
-        case 'R':
-            o->rounds = (unsigned)kvf_cli_long("--rounds", optarg, 1,
-                                               KVF_TE_ROUNDS_MAX);
-            break;
-        case 'M':
-            o->min_batches =
-                (unsigned)kvf_cli_long("--min-batches", optarg, 1, 1000000);
-            break;
-        case 'o':
-            if (strcmp(optarg, "read") != 0 && strcmp(optarg, "write") != 0) {
-                fprintf(stderr, "kvferry: --op: read or write\n");
-                return KVF_CLI_USAGE;
-            }
-            o->op = strcmp(optarg, "read") ? KVF_OP_WRITE : KVF_OP_READ;
-            break;
-        case 'c':
-            o->s.conns = (unsigned)kvf_cli_long("--conns", optarg, 1, 64);
-            break;
-        case 'm':
-            o->s.timeout_ms = (unsigned)kvf_cli_ms("--timeout", optarg);
-            break;
-        case 't':
-            o->s.transports = optarg;
-            break;
-        case 'j':
-            o->json = optarg;
-            break;
-        case 'r':
-            o->record = optarg;
-            break;
-        case 'H':
-            o->hypothesis = optarg;
-            break;
-        case 'h':
-            kvf_te_usage();
-            return -1;
-        default:
-            kvf_te_usage();
-            return KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc == KVF_CLI_OK ? -1 : rc;
     }
-    if (optind < argc) {
-        fprintf(stderr, "kvferry: unexpected argument '%s'\n", argv[optind]);
-        return KVF_CLI_USAGE;
-    }
+    o->op = (kvf_op_type_t)op_i;
     if (!listed) {
         if (bmin == 0 || bmax < bmin) {
             fprintf(stderr, "kvferry: need 0 < --block-min <= --block-max\n");

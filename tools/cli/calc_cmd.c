@@ -14,53 +14,15 @@
  * The model itself is tools/calc/calc.c; output is in calc_cmd_out.c.
  */
 #include "tools/cli/calc_cmd.h"
+#include "tools/cli/opts.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void kvf_calc_usage(void)
-{
-    fprintf(
-        stderr,
-        "usage: kvferry calc [options]\n"
-        "Load a prefix's KV cache, or recompute it? (seed 003 §2.4)\n"
-        "model:\n"
-        "  --model NAME        preset (default llama3-70b; --list shows all)\n"
-        "  --layers N --kv-heads N --head-dim N --bytes X (per element)\n"
-        "  --params X          parameters used per token (70.6e9, 37B)\n"
-        "  --q-heads N         attention heads (for --attention)\n"
-        "  --mla-rank N --mla-rope N   MLA latent cache (DeepSeek-V3)\n"
-        "deployment (defaults: seed 003 §2.4):\n"
-        "  --tokens N          prefix length (32K = 32768; default 32K)\n"
-        "  --gpus N            GPUs (default 8)\n"
-        "  --tflops X          dense TFLOPS per GPU (default 989)\n"
-        "  --util X            utilisation, 0.5 or 50%% (default 0.5)\n"
-        "  --link-gbs X        one link, GB/s (default 46)\n"
-        "  --links N           links used at once (default 1)\n"
-        "  --h2d-gbs X         H2D per GPU, GB/s (default 50)\n"
-        "  --query-ms X        metadata query overhead (default 5)\n"
-        "  --sync-ms X         synchronisation overhead (default 5)\n"
-        "  --overlap           network and H2D pipelined\n"
-        "  --attention         add the attention FLOPs to the recompute\n"
-        "inputs from data:\n"
-        "  --ref ID            a reference figure, applied where its 'use' "
-        "says\n"
-        "  --gpu-ref ID        TFLOPS from a reference figure\n"
-        "  --link-ref ID       link GB/s from a reference figure\n"
-        "  --h2d-ref ID        H2D GB/s from a reference figure\n"
-        "  --ref-file FILE     reference figures (default: built in)\n"
-        "  --from-record [link=|h2d=]FILE  best GB/s figure of a record\n"
-        "output:\n"
-        "  --json[=FILE]       JSON to stdout (or FILE)\n"
-        "  --html FILE         interactive page, prefilled\n"
-        "  --list              presets and reference figures\n");
-}
 
 /* A number with an optional suffix: binary (K = 1024) for token counts,
  * decimal (K = 1e3, B = G = 1e9) otherwise; "%" divides by 100. */
@@ -225,9 +187,10 @@ enum {
     KVF_MF_COUNT
 };
 
-/* Numeric flags: getopt code, the slot the value goes to (an input, or
+/* Numeric flags: a code, the slot the value goes to (an input, or
  * KVF_CALC_MF + a model field), binary suffixes, range. */
-#define KVF_CALC_MF 100
+#define KVF_CALC_MF  100
+#define KVF_CLI_HELP -1 /* kvf_calc_parse: --help was printed */
 static const struct {
     int code;
     const char *flag;
@@ -267,17 +230,23 @@ typedef struct kvf_calc_flags {
     int nops;
 } kvf_calc_flags_t;
 
-/* Handles a numeric flag; returns 0 when c is not one. */
-static int kvf_calc_numflag(kvf_calc_flags_t *fl, int c, const char *arg)
+/* The flags being parsed (the option table's callbacks fill them). */
+static kvf_calc_flags_t *kvf_calc_fl;
+
+/* A numeric flag (kvf_calc_numflags). */
+static int kvf_calc_numopt(const kvf_opt_t *opt, const char *arg)
 {
+    kvf_calc_flags_t *fl = kvf_calc_fl;
     size_t i;
     double v;
+    int c = 0;
 
     for (i = 0; i < sizeof(kvf_calc_numflags) / sizeof(kvf_calc_numflags[0]);
          i++) {
-        if (kvf_calc_numflags[i].code != c) {
+        if (strcmp(kvf_calc_numflags[i].flag + 2, opt->name) != 0) {
             continue;
         }
+        c = kvf_calc_numflags[i].code;
         v = kvf_calc_num(kvf_calc_numflags[i].flag, arg,
                          kvf_calc_numflags[i].binary, kvf_calc_numflags[i].min,
                          kvf_calc_numflags[i].max);
@@ -289,48 +258,115 @@ static int kvf_calc_numflag(kvf_calc_flags_t *fl, int c, const char *arg)
         } else {
             fl->in[kvf_calc_numflags[i].slot] = v;
         }
-        return 1;
+        return 0;
     }
+    return -1;
+}
+
+/* --ref, --gpu-ref, --link-ref, --h2d-ref, --from-record, applied in
+ * order after presets. */
+static int kvf_calc_addop(const kvf_opt_t *opt, const char *arg)
+{
+    static const struct {
+        const char *name;
+        int kind;
+    } kinds[] = {{"ref", 'r'},
+                 {"gpu-ref", 'G'},
+                 {"link-ref", 'N'},
+                 {"h2d-ref", 'H'},
+                 {"from-record", 'R'}};
+    kvf_calc_flags_t *fl = kvf_calc_fl;
+    size_t i;
+
+    if (fl->nops == KVF_CALC_MAX_OPS) {
+        fprintf(stderr, "kvferry calc: at most %d --ref/--from-record\n",
+                KVF_CALC_MAX_OPS);
+        return -1;
+    }
+    for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (strcmp(kinds[i].name, opt->name) == 0) {
+            fl->ops[fl->nops].kind = kinds[i].kind;
+            fl->ops[fl->nops++].arg = arg;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* --json[=FILE]: stdout without a FILE. */
+static int kvf_calc_jsonopt(const kvf_opt_t *opt, const char *arg)
+{
+    (void)opt;
+    kvf_calc_fl->json = arg != NULL ? arg : "-";
     return 0;
 }
 
+#define KVF_CALC_NUM(name, arg, help, def)                                     \
+    {                                                                          \
+        name, 0, KVF_OPT_FN, NULL, arg, help, def, .fn = kvf_calc_numopt       \
+    }
+#define KVF_CALC_OP(name, arg, help)                                           \
+    {                                                                          \
+        name, 0, KVF_OPT_FN, NULL, arg, help, .fn = kvf_calc_addop             \
+    }
+
 static int kvf_calc_parse(int argc, char **argv, kvf_calc_flags_t *fl)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"preset", required_argument, NULL, 'm'},
-        {"layers", required_argument, NULL, 'L'},
-        {"kv-heads", required_argument, NULL, 'K'},
-        {"head-dim", required_argument, NULL, 'D'},
-        {"bytes", required_argument, NULL, 'B'},
-        {"params", required_argument, NULL, 'P'},
-        {"q-heads", required_argument, NULL, 'Q'},
-        {"mla-rank", required_argument, NULL, 'A'},
-        {"mla-rope", required_argument, NULL, 'E'},
-        {"tokens", required_argument, NULL, 't'},
-        {"gpus", required_argument, NULL, 'g'},
-        {"tflops", required_argument, NULL, 'f'},
-        {"util", required_argument, NULL, 'u'},
-        {"link-gbs", required_argument, NULL, 'l'},
-        {"links", required_argument, NULL, 'n'},
-        {"h2d-gbs", required_argument, NULL, 'd'},
-        {"query-ms", required_argument, NULL, 'q'},
-        {"sync-ms", required_argument, NULL, 's'},
-        {"overlap", no_argument, NULL, 'o'},
-        {"attention", no_argument, NULL, 'a'},
-        {"ref", required_argument, NULL, 'r'},
-        {"gpu-ref", required_argument, NULL, 'G'},
-        {"link-ref", required_argument, NULL, 'N'},
-        {"h2d-ref", required_argument, NULL, 'H'},
-        {"ref-file", required_argument, NULL, 'F'},
-        {"from-record", required_argument, NULL, 'R'},
-        {"json", optional_argument, NULL, 'j'},
-        {"html", required_argument, NULL, 'w'},
-        {"list", no_argument, NULL, 'i'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    int i, rc, overlap = 0, attention = 0;
+    const kvf_opt_t opts[] = {
+        {"", 0, 0, NULL, NULL, "model:", .flags = KVF_OPT_HEADING},
+        {"model", 0, KVF_OPT_STR, &fl->model, "NAME",
+         "preset (--list shows all)", "llama3-70b"},
+        {"preset", 0, KVF_OPT_STR, &fl->model, "NAME", "same as --model",
+         .flags = KVF_OPT_HIDDEN},
+        KVF_CALC_NUM("layers", "N", "layers", "the preset's"),
+        KVF_CALC_NUM("kv-heads", "N", "KV heads", "the preset's"),
+        KVF_CALC_NUM("head-dim", "N", "head dimension", "the preset's"),
+        KVF_CALC_NUM("bytes", "X", "bytes per element", "the preset's"),
+        KVF_CALC_NUM("params", "X", "parameters used per token (70.6e9, 37B)",
+                     "the preset's"),
+        KVF_CALC_NUM("q-heads", "N", "attention heads (for --attention)",
+                     "the preset's"),
+        KVF_CALC_NUM("mla-rank", "N", "MLA latent cache rank (DeepSeek-V3)",
+                     "the preset's"),
+        KVF_CALC_NUM("mla-rope", "N", "MLA rope dimension", "the preset's"),
+        {"", 0, 0, NULL, NULL,
+         "deployment (defaults: seed 003 §2.4):", .flags = KVF_OPT_HEADING},
+        KVF_CALC_NUM("tokens", "N", "prefix length (32K = 32768)", "32K"),
+        KVF_CALC_NUM("gpus", "N", "GPUs", "8"),
+        KVF_CALC_NUM("tflops", "X", "dense TFLOPS per GPU", "989"),
+        KVF_CALC_NUM("util", "X", "utilisation, 0.5 or 50%", "0.5"),
+        KVF_CALC_NUM("link-gbs", "X", "one link, GB/s", "46"),
+        KVF_CALC_NUM("links", "N", "links used at once", "1"),
+        KVF_CALC_NUM("h2d-gbs", "X", "H2D per GPU, GB/s", "50"),
+        KVF_CALC_NUM("query-ms", "X", "metadata query overhead", "5"),
+        KVF_CALC_NUM("sync-ms", "X", "synchronisation overhead", "5"),
+        {"overlap", 0, KVF_OPT_FLAG, &overlap, NULL,
+         "network and H2D pipelined"},
+        {"attention", 0, KVF_OPT_FLAG, &attention, NULL,
+         "add the attention FLOPs to the recompute"},
+        {"", 0, 0, NULL, NULL, "inputs from data:", .flags = KVF_OPT_HEADING},
+        KVF_CALC_OP("ref", "ID",
+                    "a reference figure, applied where its 'use' says"),
+        KVF_CALC_OP("gpu-ref", "ID", "TFLOPS from a reference figure"),
+        KVF_CALC_OP("link-ref", "ID", "link GB/s from a reference figure"),
+        KVF_CALC_OP("h2d-ref", "ID", "H2D GB/s from a reference figure"),
+        {"ref-file", 0, KVF_OPT_STR, &fl->ref_file, "FILE", "reference figures",
+         "built in"},
+        KVF_CALC_OP("from-record", "[link=|h2d=]FILE",
+                    "best GB/s figure of a record"),
+        {"", 0, 0, NULL, NULL, "output:", .flags = KVF_OPT_HEADING},
+        {"json", 0, KVF_OPT_FN, NULL, "FILE", "JSON to stdout (or FILE)",
+         .flags = KVF_OPT_OPTVALUE, .fn = kvf_calc_jsonopt},
+        {"html", 0, KVF_OPT_STR, &fl->html, "FILE",
+         "interactive page, prefilled"},
+        {"list", 0, KVF_OPT_FLAG, &fl->list, NULL,
+         "presets and reference figures"},
+        {0},
     };
-    int c, i;
+    const kvf_cmd_spec_t spec = {
+        "kvferry calc [options]",
+        "Load a prefix's KV cache, or recompute it? (seed 003 §2.4)", opts};
 
     memset(fl, 0, sizeof(*fl));
     for (i = 0; i < KVF_MF_COUNT; i++) {
@@ -339,59 +375,17 @@ static int kvf_calc_parse(int argc, char **argv, kvf_calc_flags_t *fl)
     for (i = 0; i < KVF_IN_COUNT; i++) {
         fl->in[i] = NAN;
     }
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (kvf_calc_numflag(fl, c, optarg)) {
-            continue;
-        }
-        switch (c) {
-        case 'm':
-            fl->model = optarg;
-            break;
-        case 'o':
-            fl->in[KVF_IN_OVERLAP] = 1;
-            break;
-        case 'a':
-            fl->in[KVF_IN_ATTN] = 1;
-            break;
-        case 'r':
-        case 'G':
-        case 'N':
-        case 'H':
-        case 'R':
-            if (fl->nops == KVF_CALC_MAX_OPS) {
-                fprintf(stderr,
-                        "kvferry calc: at most %d --ref/--from-record\n",
-                        KVF_CALC_MAX_OPS);
-                return KVF_CLI_USAGE;
-            }
-            fl->ops[fl->nops].kind = c;
-            fl->ops[fl->nops++].arg = optarg;
-            break;
-        case 'F':
-            fl->ref_file = optarg;
-            break;
-        case 'j':
-            fl->json = optarg != NULL ? optarg : "-";
-            break;
-        case 'w':
-            fl->html = optarg;
-            break;
-        case 'i':
-            fl->list = 1;
-            break;
-        case 'h':
-            kvf_calc_usage();
-            exit(KVF_CLI_OK);
-        default:
-            kvf_calc_usage();
-            return KVF_CLI_USAGE;
-        }
+    kvf_calc_fl = fl;
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        /* --help: the command stops here with success */
+        return rc == KVF_CLI_OK ? KVF_CLI_HELP : rc;
     }
-    if (optind < argc) {
-        fprintf(stderr, "kvferry calc: unexpected argument '%s'\n",
-                argv[optind]);
-        return KVF_CLI_USAGE;
+    if (overlap) {
+        fl->in[KVF_IN_OVERLAP] = 1;
+    }
+    if (attention) {
+        fl->in[KVF_IN_ATTN] = 1;
     }
     return KVF_CLI_OK;
 }
@@ -563,7 +557,7 @@ int kvf_cmd_calc(int argc, char **argv)
 
     rc = kvf_calc_parse(argc, argv, &fl);
     if (rc != KVF_CLI_OK) {
-        return rc;
+        return rc == KVF_CLI_HELP ? KVF_CLI_OK : rc;
     }
     memset(&st, 0, sizeof(st));
     st.used = json_array();

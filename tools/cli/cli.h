@@ -60,11 +60,6 @@ kvf_status_t kvf_cli_parse_ms(const char *text, uint64_t *ms_p);
 /* Bytes as "8.0 KB", "16.0 MB", "1.0 GB" (binary multiples). */
 void kvf_cli_fmt_size(uint64_t bytes, char *out, size_t outlen);
 
-/* Parses a size flag ("8G") or exits with a message. */
-uint64_t kvf_cli_size(const char *flag, const char *text);
-uint64_t kvf_cli_ms(const char *flag, const char *text);
-long kvf_cli_long(const char *flag, const char *text, long min, long max);
-
 /* Allocates a benchmark pool: anonymous mmap, transparent huge pages
  * asked for, every page touched (filled from seed) so page faults stay
  * out of the measurements. NULL on failure (message printed). */

@@ -4,6 +4,8 @@
  * build options.
  */
 #include "tools/cli/cli.h"
+#include "tools/cli/opts.h"
+
 #include <kvferry/config.h>
 
 #include <stdio.h>
@@ -17,8 +19,17 @@ static void kvf_config_print(const kvf_config_key_t *k, void *arg)
 
 int kvf_cmd_config(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    static const kvf_opt_t opts[] = {{0}};
+    static const kvf_cmd_spec_t spec = {
+        "kvferry config",
+        "Lists every configuration key with its effective value, help and\n"
+        "default.",
+        opts};
+    int rc = kvf_opts_parse(&spec, argc, argv, NULL);
+
+    if (rc >= 0) {
+        return rc;
+    }
     printf("# every key can be set as KVF_<KEY> in the environment or as\n"
            "# 'key = value' in the file named by KVF_CONFIG\n");
     kvf_config_list(kvf_config_print, NULL);
@@ -27,8 +38,14 @@ int kvf_cmd_config(int argc, char **argv)
 
 int kvf_cmd_version(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
+    static const kvf_opt_t opts[] = {{0}};
+    static const kvf_cmd_spec_t spec = {
+        "kvferry version", "Prints the version and the build options.", opts};
+    int rc = kvf_opts_parse(&spec, argc, argv, NULL);
+
+    if (rc >= 0) {
+        return rc;
+    }
     printf("kvferry %s\n", kvf_version());
 #ifdef KVF_HAVE_CUDA
     printf("cuda: built\n");

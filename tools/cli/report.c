@@ -12,10 +12,10 @@
  * not records are skipped and listed at the bottom of the page.
  */
 #include "tools/cli/cli.h"
+#include "tools/cli/opts.h"
 #include "tools/calc/calc_data.h"
 
 #include <dirent.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,17 +24,6 @@
 
 /* A folder with more JSON files than this is refused. */
 #define KVF_REPORT_MAX_FILES 10000
-
-static void kvf_report_usage(void)
-{
-    fprintf(
-        stderr,
-        "usage: kvferry report DIR [options]\n"
-        "One HTML page with charts of the records (*.json) in DIR.\n"
-        "  -o, --output FILE   page to write (default DIR/report.html;\n"
-        "                      '-' = stdout)\n"
-        "  --title TEXT        page title (default: kvferry records: DIR)\n");
-}
 
 static int kvf_report_cmp(const void *a, const void *b)
 {
@@ -121,42 +110,33 @@ static const char *kvf_report_why_not(json_t *rec)
 
 int kvf_cmd_report(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"title", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *dir, *out = NULL, *title = NULL;
     char outbuf[4096], path[4096], err[512], stamp[32];
     json_t *data, *records, *skipped;
     size_t i, n = 0;
     char **names;
     time_t now;
-    int c, rc = KVF_CLI_OK;
+    int argi, rc;
+    const kvf_opt_t opts[] = {
+        {"output", 'o', KVF_OPT_STR, &out, "FILE",
+         "page to write ('-' = stdout)", "DIR/report.html"},
+        {"title", 0, KVF_OPT_STR, &title, "TEXT", "page title",
+         "kvferry records: DIR"},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry report DIR [options]",
+        "One HTML page with charts of the records (*.json) in DIR.", opts};
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'o':
-            out = optarg;
-            break;
-        case 't':
-            title = optarg;
-            break;
-        case 'h':
-            kvf_report_usage();
-            return KVF_CLI_OK;
-        default:
-            kvf_report_usage();
-            return KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, &argi);
+    if (rc >= 0) {
+        return rc;
     }
-    if (optind + 1 != argc) {
-        kvf_report_usage();
-        return KVF_CLI_USAGE;
+    if (argi + 1 != argc) {
+        return kvf_opts_error(&spec, "one DIR of records expected");
     }
-    dir = argv[optind];
+    rc = KVF_CLI_OK;
+    dir = argv[argi];
     if (out == NULL) {
         snprintf(outbuf, sizeof(outbuf), "%s/report.html", dir);
         out = outbuf;

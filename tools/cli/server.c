@@ -5,11 +5,11 @@
  * runs until SIGINT or SIGTERM.
  */
 #include "tools/cli/cli.h"
+#include "tools/cli/opts.h"
 
 #include <kvferry/server.h>
 #include <kvferry/store.h>
 
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,102 +36,75 @@ static int kvf_store_wait_signal(sigset_t *set)
     return sig;
 }
 
-static void kvf_master_usage(void)
+/* --http off: no HTTP endpoint. */
+static const char **kvf_master_http_dest;
+
+static int kvf_master_set_http(const kvf_opt_t *opt, const char *v)
 {
-    fprintf(
-        stderr,
-        "usage: kvferry master [--listen HOST:PORT] [--http HOST:PORT|off]\n"
-        "                      [--lease DUR] [--put-timeout DUR]\n"
-        "                      [--node-ttl DUR] [--heartbeat DUR]\n"
-        "                      [--high-watermark PCT] [--low-watermark PCT]\n"
-        "                      [--replicas N] [--loops N]\n"
-        "  --listen          RPC address (default: config `master`, "
-        "127.0.0.1:17800)\n"
-        "  --http            /metrics and /status (default 127.0.0.1:17801)\n"
-        "  --lease           read lease of a get (default 2s)\n"
-        "  --put-timeout     a put not committed by then is undone "
-        "(default 10s)\n"
-        "  --node-ttl        a node silent this long is dropped "
-        "(default 3s)\n"
-        "  --heartbeat       interval asked of nodes (default 500ms)\n"
-        "  --high-watermark  evict above this %% used (default 90)\n"
-        "  --low-watermark   ... down to this %% (default 80)\n"
-        "  --replicas        default replicas per object (default 1)\n"
-        "  --loops           connection event loops (threads); 0 = one per "
-        "8 CPUs, 1 to 4 (default: config `master_loops`, 0)\n");
+    (void)opt;
+    *kvf_master_http_dest = strcmp(v, "off") == 0 ? NULL : v;
+    return 0;
 }
 
 int kvf_cmd_master(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"listen", required_argument, NULL, 'l'},
-        {"http", required_argument, NULL, 'H'},
-        {"lease", required_argument, NULL, 'L'},
-        {"put-timeout", required_argument, NULL, 'P'},
-        {"node-ttl", required_argument, NULL, 'T'},
-        {"heartbeat", required_argument, NULL, 'B'},
-        {"high-watermark", required_argument, NULL, 'W'},
-        {"low-watermark", required_argument, NULL, 'w'},
-        {"replicas", required_argument, NULL, 'r'},
-        {"loops", required_argument, NULL, 'O'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     kvf_server_master_params_t o;
+    unsigned pct_hi = 90, pct_lo = 80;
+    int hi_given = 0, lo_given = 0, rc, sig;
+    const kvf_opt_t opts[] = {
+        {"listen", 0, KVF_OPT_STR, &o.listen, "HOST:PORT", "RPC address",
+         "config `master`, 127.0.0.1:17800"},
+        {"http", 0, KVF_OPT_FN, NULL, "HOST:PORT|off", "/metrics and /status",
+         "127.0.0.1:17801", .fn = kvf_master_set_http},
+        {"lease", 0, KVF_OPT_MS64, &o.lease_ms, "DUR", "read lease of a get",
+         "2s"},
+        {"put-timeout", 0, KVF_OPT_MS64, &o.put_timeout_ms, "DUR",
+         "a put not committed by then is undone", "10s"},
+        {"node-ttl", 0, KVF_OPT_MS64, &o.node_ttl_ms, "DUR",
+         "a node silent this long is dropped", "3s"},
+        {"heartbeat", 0, KVF_OPT_MS64, &o.heartbeat_ms, "DUR",
+         "interval asked of nodes", "500ms"},
+        {"high-watermark", 0, KVF_OPT_UINT, &pct_hi, "PCT",
+         "evict above this % used", "90", .min = 1, .max = 100,
+         .seen = &hi_given},
+        {"low-watermark", 0, KVF_OPT_UINT, &pct_lo, "PCT",
+         "... down to this % used", "80", .min = 0, .max = 100,
+         .seen = &lo_given},
+        {"replicas", 0, KVF_OPT_UINT, &o.replicas, "N",
+         "default replicas per object", "1", .min = 1,
+         .max = KVF_STORE_REPLICA_MAX},
+        {"loops", 0, KVF_OPT_UINT, &o.loops, "N",
+         "connection event loops (threads); 0 = one per 8 CPUs, 1 to 4",
+         "config `master_loops`, 0", .min = 0, .max = KVF_SERVER_LOOPS_MAX},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry master [options]",
+        "The store's master: metadata, leases and eviction. Prints\n"
+        "\"master=HOST:PORT http=HOST:PORT\", then serves until SIGINT or "
+        "SIGTERM.",
+        opts};
     kvf_master_h m;
     kvf_status_t st;
     sigset_t set;
-    int c, sig;
 
     st = kvf_server_master_defaults(&o);
     if (st != KVF_OK) {
         fprintf(stderr, "kvferry master: config: %s\n", kvf_status_str(st));
         return KVF_CLI_FAIL;
     }
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'l':
-            o.listen = optarg;
-            break;
-        case 'H':
-            o.http = strcmp(optarg, "off") == 0 ? NULL : optarg;
-            break;
-        case 'L':
-            o.lease_ms = kvf_cli_ms("--lease", optarg);
-            break;
-        case 'P':
-            o.put_timeout_ms = kvf_cli_ms("--put-timeout", optarg);
-            break;
-        case 'T':
-            o.node_ttl_ms = kvf_cli_ms("--node-ttl", optarg);
-            break;
-        case 'B':
-            o.heartbeat_ms = kvf_cli_ms("--heartbeat", optarg);
-            break;
-        case 'W':
-            o.high_watermark =
-                (double)kvf_cli_long("--high-watermark", optarg, 1, 100) / 100;
-            break;
-        case 'w':
-            o.low_watermark =
-                (double)kvf_cli_long("--low-watermark", optarg, 0, 100) / 100;
-            break;
-        case 'r':
-            o.replicas = (unsigned)kvf_cli_long("--replicas", optarg, 1,
-                                                KVF_STORE_REPLICA_MAX);
-            break;
-        case 'O':
-            o.loops = (unsigned)kvf_cli_long("--loops", optarg, 0,
-                                             KVF_SERVER_LOOPS_MAX);
-            break;
-        case 'h':
-            kvf_master_usage();
-            return KVF_CLI_OK;
-        default:
-            kvf_master_usage();
-            return KVF_CLI_USAGE;
-        }
+    pct_hi = (unsigned)(o.high_watermark * 100 + 0.5);
+    pct_lo = (unsigned)(o.low_watermark * 100 + 0.5);
+    kvf_master_http_dest = &o.http;
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (hi_given) {
+        o.high_watermark = (double)pct_hi / 100;
+    }
+    if (lo_given) {
+        o.low_watermark = (double)pct_lo / 100;
     }
     kvf_store_block_signals(&set);
     st = kvf_server_master_start(&o, &m);
@@ -148,83 +121,50 @@ int kvf_cmd_master(int argc, char **argv)
     return KVF_CLI_OK;
 }
 
-static void kvf_node_usage(void)
-{
-    fprintf(stderr,
-            "usage: kvferry node --pool SIZE [--master HOST:PORT]\n"
-            "                    [--listen HOST:PORT] [--transports LIST]\n"
-            "                    [--anon] [--lazy]\n"
-            "  --pool        memory the node contributes (e.g. 4G)\n"
-            "  --master      the master (default: config `master`, "
-            "127.0.0.1:17800)\n"
-            "  --listen      engine address (default 127.0.0.1:0)\n"
-            "  --transports  engine transports (default auto)\n"
-            "  --anon        private anonymous pool with huge pages (default:\n"
-            "                shareable memory, which same-host clients reach\n"
-            "                through the shm transport without copies)\n"
-            "  --lazy        do not fault the pool in at start\n"
-            "  --claim SIZE  (tests) tell the master a different pool size\n");
-}
-
 int kvf_cmd_node(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"pool", required_argument, NULL, 'p'},
-        {"master", required_argument, NULL, 'm'},
-        {"listen", required_argument, NULL, 'l'},
-        {"transports", required_argument, NULL, 't'},
-        {"claim", required_argument, NULL, 'C'},
-        {"anon", no_argument, NULL, 'A'},
-        {"lazy", no_argument, NULL, 'z'},
-        {"timeout", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     kvf_server_node_params_t o;
+    const kvf_opt_t opts[] = {
+        {"pool", 0, KVF_OPT_SIZE, &o.pool, "SIZE",
+         "memory the node contributes", "1G"},
+        {"master", 0, KVF_OPT_STR, &o.master, "HOST:PORT", "the master",
+         "config `master`, 127.0.0.1:17800"},
+        {"listen", 0, KVF_OPT_STR, &o.listen, "HOST:PORT", "engine address",
+         "127.0.0.1:0"},
+        {"transports", 0, KVF_OPT_STR, &o.transports, "LIST",
+         "engine transports", "auto"},
+        {"anon", 0, KVF_OPT_FLAG, &o.anon, NULL,
+         "private anonymous pool with huge pages (default: shareable\n"
+         "memory, which same-host clients reach through the shm\n"
+         "transport without copies)"},
+        {"lazy", 0, KVF_OPT_FLAG, &o.lazy, NULL,
+         "do not fault the pool in at start"},
+        {"timeout", 0, KVF_OPT_MS, &o.timeout_ms, "DUR", "bound on every wait",
+         "config `store_timeout_ms`"},
+        {"claim", 0, KVF_OPT_SIZE, &o.claim, "SIZE",
+         "(tests) tell the master a different pool size", NULL,
+         .flags = KVF_OPT_HIDDEN},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry node [options]",
+        "A storage node: contributes a memory pool to the master's store.\n"
+        "Prints \"node=SEGMENT pool=ADDR+LEN master=HOST:PORT\", then serves\n"
+        "until SIGINT or SIGTERM.",
+        opts};
     kvf_node_h n;
     kvf_status_t st;
     sigset_t set;
-    int c, sig;
+    int rc, sig;
 
     st = kvf_server_node_defaults(&o);
     if (st != KVF_OK) {
         fprintf(stderr, "kvferry node: config: %s\n", kvf_status_str(st));
         return KVF_CLI_FAIL;
     }
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'p':
-            o.pool = kvf_cli_size("--pool", optarg);
-            break;
-        case 'm':
-            o.master = optarg;
-            break;
-        case 'l':
-            o.listen = optarg;
-            break;
-        case 't':
-            o.transports = optarg;
-            break;
-        case 'C':
-            o.claim = kvf_cli_size("--claim", optarg);
-            break;
-        case 'A':
-            o.anon = 1;
-            break;
-        case 'z':
-            o.lazy = 1;
-            break;
-        case 'o':
-            o.timeout_ms = (unsigned)kvf_cli_ms("--timeout", optarg);
-            break;
-        case 'h':
-            kvf_node_usage();
-            return KVF_CLI_OK;
-        default:
-            kvf_node_usage();
-            return KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc;
     }
     kvf_store_block_signals(&set);
     st = kvf_server_node_start(&o, &n);

@@ -6,11 +6,11 @@
  * Exit status: 0 done, 1 failed (or `exists`: absent), 2 usage.
  */
 #include "tools/cli/cli.h"
+#include "tools/cli/opts.h"
 
 #include <kvferry/store.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,45 +21,59 @@ typedef struct kvf_scli {
     const char *master;
     unsigned replicas;
     unsigned flags;
+    int pin;
     int argi; /* first positional argument */
 } kvf_scli_t;
+
+/* usage: "kvferry CMD [options] ARGS\nwhat it does"; split into a spec. */
+static void kvf_scli_spec(const char *usage, char *line, size_t len,
+                          kvf_cmd_spec_t *spec)
+{
+    const char *nl = strchr(usage, '\n');
+
+    snprintf(line, len, "%.*s", nl ? (int)(nl - usage) : (int)strlen(usage),
+             usage);
+    spec->usage = line;
+    spec->about = (nl && nl[1]) ? nl + 1 : NULL;
+    spec->in_order = 1;
+}
 
 static int kvf_scli_parse(int argc, char **argv, kvf_scli_t *o,
                           const char *usage)
 {
-    static const struct option opts[] = {
-        {"master", required_argument, NULL, 'm'},
-        {"replicas", required_argument, NULL, 'r'},
-        {"pin", no_argument, NULL, 'p'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    const kvf_opt_t opts[] = {
+        {"master", 0, KVF_OPT_STR, &o->master, "HOST:PORT", "the store master",
+         "config `master`, 127.0.0.1:17800"},
+        {"replicas", 0, KVF_OPT_UINT, &o->replicas, "N",
+         "copies on distinct nodes", "the master's", .min = 1,
+         .max = KVF_STORE_REPLICA_MAX},
+        {"pin", 0, KVF_OPT_FLAG, &o->pin, NULL, "never evict the object"},
+        {0},
     };
-    int c;
+    const kvf_opt_t master_only[] = {opts[0], {0}};
+    char line[256];
+    kvf_cmd_spec_t spec = {0};
+    int rc;
 
     memset(o, 0, sizeof(*o));
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm':
-            o->master = optarg;
-            break;
-        case 'r':
-            o->replicas = (unsigned)kvf_cli_long("--replicas", optarg, 1,
-                                                 KVF_STORE_REPLICA_MAX);
-            break;
-        case 'p':
-            o->flags |= KVF_STORE_PIN;
-            break;
-        case 'h':
-            fprintf(stderr, "%s", usage);
-            return KVF_CLI_OK;
-        default:
-            fprintf(stderr, "%s", usage);
-            return KVF_CLI_USAGE;
-        }
+    kvf_scli_spec(usage, line, sizeof(line), &spec);
+    /* --replicas and --pin are put's */
+    spec.opts = strncmp(line, "kvferry put ", 12) == 0 ? opts : master_only;
+    rc = kvf_opts_parse(&spec, argc, argv, &o->argi);
+    if (o->pin) {
+        o->flags |= KVF_STORE_PIN;
     }
-    o->argi = optind;
-    return -1;
+    return rc;
+}
+
+/* Wrong positional arguments: one line naming the usage; returns 2. */
+static int kvf_scli_args(const char *usage)
+{
+    char line[256];
+    kvf_cmd_spec_t spec = {0};
+
+    kvf_scli_spec(usage, line, sizeof(line), &spec);
+    return kvf_opts_error(&spec, "usage: %s", line);
 }
 
 static kvf_store_h kvf_scli_connect(const kvf_scli_t *o)
@@ -128,9 +142,8 @@ static void *kvf_scli_slurp(const char *path, size_t *len_p, size_t *cap_p)
 
 int kvf_cmd_put(int argc, char **argv)
 {
-    static const char usage[] =
-        "usage: kvferry put [--master HOST:PORT] [--replicas N] [--pin] "
-        "KEY FILE|-\n";
+    static const char usage[] = "kvferry put [options] KEY FILE|-\n"
+                                "Stores FILE (or stdin for -) under KEY.";
     kvf_store_put_opts_t po = {0};
     size_t len = 0, cap = 0;
     kvf_region_h reg;
@@ -144,8 +157,7 @@ int kvf_cmd_put(int argc, char **argv)
         return rc;
     }
     if (argc - o.argi != 2) {
-        fprintf(stderr, "%s", usage);
-        return KVF_CLI_USAGE;
+        return kvf_scli_args(usage);
     }
     buf = kvf_scli_slurp(argv[o.argi + 1], &len, &cap);
     if (buf == NULL) {
@@ -175,9 +187,8 @@ int kvf_cmd_put(int argc, char **argv)
 
 int kvf_cmd_get(int argc, char **argv)
 {
-    static const char usage[] =
-        "usage: kvferry get [--master HOST:PORT] KEY [FILE]\n"
-        "  writes the object to FILE, or to stdout\n";
+    static const char usage[] = "kvferry get [options] KEY [FILE]\n"
+                                "Writes the object to FILE, or to stdout.";
     kvf_store_info_t info;
     kvf_region_h reg;
     size_t got = 0, cap;
@@ -192,8 +203,7 @@ int kvf_cmd_get(int argc, char **argv)
         return rc;
     }
     if (argc - o.argi < 1 || argc - o.argi > 2) {
-        fprintf(stderr, "%s", usage);
-        return KVF_CLI_USAGE;
+        return kvf_scli_args(usage);
     }
     st = kvf_scli_connect(&o);
     if (st == NULL) {
@@ -236,8 +246,9 @@ int kvf_cmd_get(int argc, char **argv)
 int kvf_cmd_rm(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: kvferry rm [--master HOST:PORT] KEY...\n"
-        "  a key being read goes at once; its space when the read ends\n";
+        "kvferry rm [options] KEY...\n"
+        "Removes keys: a key being read goes at once, its space when the "
+        "read ends.";
     kvf_store_h st;
     kvf_scli_t o;
     kvf_status_t s;
@@ -247,8 +258,7 @@ int kvf_cmd_rm(int argc, char **argv)
         return rc;
     }
     if (argc - o.argi < 1) {
-        fprintf(stderr, "%s", usage);
-        return KVF_CLI_USAGE;
+        return kvf_scli_args(usage);
     }
     st = kvf_scli_connect(&o);
     if (st == NULL) {
@@ -269,8 +279,8 @@ int kvf_cmd_rm(int argc, char **argv)
 int kvf_cmd_exists(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: kvferry exists [--master HOST:PORT] KEY\n"
-        "  prints yes or no; exit status 0 when the key is stored\n";
+        "kvferry exists [options] KEY\n"
+        "Prints yes or no; exit status 0 when the key is stored.";
     kvf_store_h st;
     kvf_scli_t o;
     kvf_status_t s;
@@ -280,8 +290,7 @@ int kvf_cmd_exists(int argc, char **argv)
         return rc;
     }
     if (argc - o.argi != 1) {
-        fprintf(stderr, "%s", usage);
-        return KVF_CLI_USAGE;
+        return kvf_scli_args(usage);
     }
     st = kvf_scli_connect(&o);
     if (st == NULL) {
@@ -307,8 +316,8 @@ static void kvf_scli_ls_one(const kvf_store_entry_t *e, void *arg)
 int kvf_cmd_ls(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: kvferry ls [--master HOST:PORT] [PREFIX]\n"
-        "  columns: size, replicas, state, key\n";
+        "kvferry ls [options] [PREFIX]\n"
+        "Lists stored keys; columns: size, replicas, state, key.";
     kvf_store_h st;
     kvf_scli_t o;
     kvf_status_t s;
@@ -319,8 +328,7 @@ int kvf_cmd_ls(int argc, char **argv)
         return rc;
     }
     if (argc - o.argi > 1) {
-        fprintf(stderr, "%s", usage);
-        return KVF_CLI_USAGE;
+        return kvf_scli_args(usage);
     }
     st = kvf_scli_connect(&o);
     if (st == NULL) {

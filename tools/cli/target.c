@@ -5,34 +5,26 @@
  * can find it.
  */
 #include "tools/cli/cli.h"
+#include "tools/cli/opts.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-static void kvf_target_usage(void)
+/* --transports: tcp alone means only sockets touch the pool. */
+static const char *kvf_target_transports;
+
+static int kvf_target_set_transports(const kvf_opt_t *opt, const char *v)
 {
-    fprintf(stderr,
-            "usage: kvferry target [--listen HOST:PORT] [--pool SIZE]\n"
-            "                      [--seed N] [--transports LIST]\n"
-            "  --listen      address to serve on (default 127.0.0.1:0)\n"
-            "  --pool        pool to register (default 8G)\n"
-            "  --seed        seed of the pool's bytes (default 2)\n"
-            "  --transports  transports to offer (default auto)\n");
+    (void)opt;
+    kvf_target_transports = v;
+    kvf_cli_pool_private = (strcmp(v, "tcp") == 0);
+    return 0;
 }
 
 int kvf_cmd_target(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"listen", required_argument, NULL, 'l'},
-        {"pool", required_argument, NULL, 'p'},
-        {"seed", required_argument, NULL, 's'},
-        {"transports", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     kvf_engine_params_t params = {0};
     uint64_t pool_len = 8ull << 30, seed = 2;
     kvf_engine_h engine;
@@ -41,33 +33,35 @@ int kvf_cmd_target(int argc, char **argv)
     struct timespec ts = {.tv_sec = 1};
     sigset_t set;
     void *pool;
-    int c, sig;
+    int sig;
+
+    const kvf_opt_t opts[] = {
+        {"listen", 'l', KVF_OPT_STR, &params.listen, "HOST:PORT",
+         "address to serve on", "127.0.0.1:0"},
+        {"pool", 'p', KVF_OPT_SIZE, &pool_len, "SIZE", "pool to register",
+         "8G"},
+        {"seed", 's', KVF_OPT_U64, &seed, "N", "seed of the pool's bytes", "2",
+         .min = 0, .max = (double)(1ull << 62)},
+        {"transports", 't', KVF_OPT_FN, NULL, "LIST", "transports to offer",
+         "auto", .fn = kvf_target_set_transports},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry target [options]",
+        "Serves a registered pool (seeded random bytes) to initiators until\n"
+        "SIGINT or SIGTERM; prints \"segment=HOST:PORT pool=ADDR+LEN\".",
+        opts};
+    int rc;
 
     params.listen = "127.0.0.1:0";
     params.field_mask = KVF_ENGINE_PARAM_LISTEN;
-    while ((c = getopt_long(argc, argv, "l:p:s:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'l':
-            params.listen = optarg;
-            break;
-        case 'p':
-            pool_len = kvf_cli_size("--pool", optarg);
-            break;
-        case 's':
-            seed = (uint64_t)kvf_cli_long("--seed", optarg, 0, 1L << 62);
-            break;
-        case 't':
-            params.transports = optarg;
-            kvf_cli_pool_private = (strcmp(optarg, "tcp") == 0);
-            params.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
-            break;
-        case 'h':
-            kvf_target_usage();
-            return KVF_CLI_OK;
-        default:
-            kvf_target_usage();
-            return KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (kvf_target_transports != NULL) {
+        params.transports = kvf_target_transports;
+        params.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
     }
     sigemptyset(&set);
     sigaddset(&set, SIGINT);

@@ -1,6 +1,6 @@
 /*
  * Helpers every command shares: the path of this executable (to spawn
- * helper processes), option value parsing that exits with a message, and
+ * helper processes), size and duration parsing and formatting, and
  * benchmark pools (filled from a seed, pages touched up front).
  */
 #include "tools/cli/cli.h"
@@ -98,45 +98,6 @@ void kvf_cli_fmt_size(uint64_t bytes, char *out, size_t outlen)
         u++;
     }
     snprintf(out, outlen, "%.1f %s", v, units[u]);
-}
-
-uint64_t kvf_cli_size(const char *flag, const char *text)
-{
-    uint64_t v;
-
-    if (kvf_cli_parse_size(text, &v) != KVF_OK) {
-        fprintf(stderr, "kvferry: %s: '%s' is not a size (e.g. 8K, 16M, 8G)\n",
-                flag, text);
-        exit(KVF_CLI_USAGE);
-    }
-    return v;
-}
-
-uint64_t kvf_cli_ms(const char *flag, const char *text)
-{
-    uint64_t v;
-
-    if (kvf_cli_parse_ms(text, &v) != KVF_OK) {
-        fprintf(stderr, "kvferry: %s: '%s' is not a duration (500ms, 3s)\n",
-                flag, text);
-        exit(KVF_CLI_USAGE);
-    }
-    return v;
-}
-
-long kvf_cli_long(const char *flag, const char *text, long min, long max)
-{
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(text, &end, 10);
-    if (errno != 0 || *end != '\0' || end == text || v < min || v > max) {
-        fprintf(stderr, "kvferry: %s: '%s' is not a number in %ld..%ld\n", flag,
-                text, min, max);
-        exit(KVF_CLI_USAGE);
-    }
-    return v;
 }
 
 /*

@@ -10,11 +10,11 @@
  * their counters into the record, sys.c handles processes and namespaces.
  */
 #include "tools/bench/env.h"
+#include "tools/cli/opts.h"
 #include "tools/drill/drill.h"
 #include "tools/drill/store.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -70,26 +70,23 @@ static const kvf_drill_def_t kvf_drills[] = {
 
 /* --- the command ---------------------------------------------------------- */
 
-static void kvf_drill_usage(void)
+/* The drills and the exit codes, after the options in --help. */
+static const char *kvf_drill_epilog(void)
 {
-    size_t i;
+    static char text[4096];
+    size_t i, n;
 
-    fprintf(stderr,
-            "usage: kvferry drill NAME|all|list [options]\n"
-            "  --record DIR    write records there (default: a new temp dir)\n"
-            "  --phase MS      length of the baseline and recovery phases\n"
-            "                  (default 1500)\n"
-            "  --timeout MS    engine / store timeout of the clients "
-            "(default 1000)\n"
-            "  --seed N        seed of pools, keys and injected faults "
-            "(default 1)\n"
-            "  --hypothesis T  replaces the drill's stated expectation\n"
-            "drills:\n");
-    for (i = 0; kvf_drills[i].name != NULL; i++) {
-        fprintf(stderr, "  %-18s %s%s\n", kvf_drills[i].name,
-                kvf_drills[i].needs_root ? "[root] " : "", kvf_drills[i].help);
+    n = (size_t)snprintf(text, sizeof(text), "drills:\n");
+    for (i = 0; kvf_drills[i].name != NULL && n < sizeof(text); i++) {
+        n += (size_t)snprintf(
+            text + n, sizeof(text) - n, "  %-18s %s%s\n", kvf_drills[i].name,
+            kvf_drills[i].needs_root ? "[root] " : "", kvf_drills[i].help);
     }
-    fprintf(stderr, "exit: 0 held, 1 an expectation failed, 77 skipped\n");
+    if (n < sizeof(text)) {
+        snprintf(text + n, sizeof(text) - n,
+                 "exit: 0 held, 1 an expectation failed, 77 skipped");
+    }
+    return text;
 }
 
 typedef struct kvf_drill_opts {
@@ -173,51 +170,44 @@ static int kvf_drill_run_one(const kvf_drill_def_t *def,
 
 int kvf_cmd_drill(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"record", required_argument, NULL, 'r'},
-        {"phase", required_argument, NULL, 'p'},
-        {"timeout", required_argument, NULL, 't'},
-        {"seed", required_argument, NULL, 's'},
-        {"hypothesis", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     kvf_drill_opts_t o = {NULL, 1500, 1000, 1, NULL};
     char tmp[] = "/tmp/kvferry-drill-XXXXXX";
     const char *what, *dir;
-    int c, rc, worst = KVF_CLI_OK, ran = 0, skipped = 0;
+    int argi, rc, worst = KVF_CLI_OK, ran = 0, skipped = 0;
     size_t i;
+    const kvf_opt_t opts[] = {
+        {"record", 'r', KVF_OPT_STR, &o.record, "DIR", "write records there",
+         "a new temp dir"},
+        {"phase", 'p', KVF_OPT_MS, &o.phase_ms, "MS",
+         "length of the baseline and recovery phases (at least 200)", "1500"},
+        {"timeout", 't', KVF_OPT_MS, &o.timeout_ms, "MS",
+         "engine / store timeout of the clients (at least 100)", "1000"},
+        {"seed", 's', KVF_OPT_U64, &o.seed, "N",
+         "seed of pools, keys and injected faults", "1", .min = 0,
+         .max = (double)(1ull << 62)},
+        {"hypothesis", 'H', KVF_OPT_STR, &o.hypothesis, "TEXT",
+         "replaces the drill's stated expectation"},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry drill NAME|all|list [options]",
+        "Fault drills: each injects a fault under traffic and checks what\n"
+        "the clients saw, bounded waits and recovery; one record per drill.",
+        opts, kvf_drill_epilog()};
 
-    while ((c = getopt_long(argc, argv, "r:p:t:s:H:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'r':
-            o.record = optarg;
-            break;
-        case 'p':
-            o.phase_ms = (unsigned)kvf_cli_ms("--phase", optarg);
-            break;
-        case 't':
-            o.timeout_ms = (unsigned)kvf_cli_ms("--timeout", optarg);
-            break;
-        case 's':
-            o.seed = (uint64_t)kvf_cli_long("--seed", optarg, 0, 1L << 62);
-            break;
-        case 'H':
-            o.hypothesis = optarg;
-            break;
-        case 'h':
-            kvf_drill_usage();
-            return KVF_CLI_OK;
-        default:
-            kvf_drill_usage();
-            return KVF_CLI_USAGE;
-        }
+    rc = kvf_opts_parse(&spec, argc, argv, &argi);
+    if (rc >= 0) {
+        return rc;
     }
-    if (optind != argc - 1 || o.timeout_ms < 100 || o.phase_ms < 200) {
-        kvf_drill_usage();
-        return KVF_CLI_USAGE;
+    if (argi != argc - 1) {
+        return kvf_opts_error(&spec,
+                              "one drill NAME, 'all' or 'list' expected");
     }
-    what = argv[optind];
+    if (o.timeout_ms < 100 || o.phase_ms < 200) {
+        return kvf_opts_error(&spec, "--timeout below 100 ms or --phase below "
+                                     "200 ms");
+    }
+    what = argv[argi];
     if (strcmp(what, "list") == 0) {
         for (i = 0; kvf_drills[i].name != NULL; i++) {
             printf("%-18s %s%s\n", kvf_drills[i].name,
@@ -232,9 +222,7 @@ int kvf_cmd_drill(int argc, char **argv)
         }
     }
     if (kvf_drills[i].name == NULL) {
-        fprintf(stderr, "kvferry drill: unknown drill '%s'\n", what);
-        kvf_drill_usage();
-        return KVF_CLI_USAGE;
+        return kvf_opts_error(&spec, "unknown drill '%s'", what);
     }
     dir = o.record;
     if (dir == NULL) {
