@@ -1,17 +1,20 @@
 /*
- * A streaming JSON writer for bench output and records: callers open
- * objects and arrays, add members, close them; commas, escaping and
- * indentation are handled by json.c.
+ * The JSON writer of bench output and records, on jansson: callers open
+ * objects and arrays, add members and close them in order; closing the
+ * outermost container writes the document (json.c).
  */
 #ifndef KVF_TOOLS_JSON_H
 #define KVF_TOOLS_JSON_H
 
+#include <jansson.h>
 #include <stdio.h>
+
+#define KVF_JSON_DEPTH 16
 
 typedef struct kvf_json {
     FILE *f;
     int depth;
-    int first[16];
+    json_t *stack[KVF_JSON_DEPTH]; /* open containers, outermost first */
 } kvf_json_t;
 
 /* The --json destination: path, or stdout for "-"; NULL (and a message)
@@ -28,8 +31,8 @@ void kvf_json_str(kvf_json_t *j, const char *key, const char *v);
 void kvf_json_num(kvf_json_t *j, const char *key, double v);
 void kvf_json_int(kvf_json_t *j, const char *key, long long v);
 void kvf_json_bool(kvf_json_t *j, const char *key, int v);
-/* A value that is already JSON text (an object, array or scalar),
- * re-indented to the current depth. */
-void kvf_json_raw(kvf_json_t *j, const char *key, const char *text);
+/* A value given as JSON text (an object, array or scalar); -1 when the
+ * text is not JSON. */
+int kvf_json_raw(kvf_json_t *j, const char *key, const char *text);
 
 #endif

@@ -479,6 +479,16 @@ static int kvf_rec_close(FILE *f, const char *path)
     return 0;
 }
 
+/* Non-zero when text is one JSON object. */
+static int kvf_rec_env_ok(const char *text)
+{
+    json_t *v = json_loads(text, 0, NULL);
+    int ok = json_is_object(v);
+
+    json_decref(v);
+    return ok;
+}
+
 int kvf_record_write(kvf_record_t *rec, const char *dir)
 {
     char date[32], stamp[32], slug[64], executor[512];
@@ -498,6 +508,11 @@ int kvf_record_write(kvf_record_t *rec, const char *dir)
     }
     if (rec->env_json == NULL) {
         fprintf(stderr, "kvferry: record: no environment given\n");
+        return -1;
+    }
+    if (!kvf_rec_env_ok(rec->env_json)) {
+        fprintf(stderr, "kvferry: record: the environment is not a JSON "
+                        "object\n");
         return -1;
     }
     if (rec->conclusion == NULL) {
