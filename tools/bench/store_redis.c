@@ -24,22 +24,23 @@
 #include "tools/cli/clock.h"
 #include "tools/cli/rng.h"
 
+#include <hiredis/hiredis.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <sys/time.h>
-#include <sys/uio.h>
 
 static unsigned kvf_bs_free_port(void)
 {
@@ -346,10 +347,10 @@ int kvf_bs_redis_both(uint64_t size, unsigned clients, unsigned keys,
  * The store's bench times each call on its own thread from the call to
  * the last byte (and the checksum). Here CLIENTS threads, each with its
  * own connection to the same redis-server, send SET and then GET of the
- * same keys as the store's phases (RESP over blocking sockets, 5 s
- * timeouts) for a phase's duration and time each from before the send to
- * the last byte of the reply; a GET counts only if its reply is the value
- * (length and bytes). Rows: system "redis-thr", ops SET and GET; CPU per
+ * same keys as the store's phases (hiredis, blocking, 5 s timeouts) for
+ * a phase's duration and time each call from before the send to the
+ * whole reply; a GET counts only if its reply is the value (length and
+ * bytes). Rows: system "redis-thr", ops SET and GET; CPU per
  * operation = the threads' CPU plus the server's. These rows are printed
  * and recorded beside redis-benchmark's; the verdict stays with
  * redis-benchmark's.
@@ -363,8 +364,8 @@ typedef struct kvf_resp_th {
     uint64_t size;
     int get; /* 0: SET phase, 1: GET phase */
     uint64_t stop_ns;
-    int fd;
-    unsigned char *val, *rbuf;
+    redisContext *c;
+    unsigned char *val;
     double *lat;
     size_t nlat, cap;
     long ops, errors;
@@ -382,131 +383,32 @@ static double kvf_resp_thread_cpu(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-/* Blocking sockets (one system call per wake-up, as a plain client
- * has), each wait bounded by SO_RCVTIMEO / SO_SNDTIMEO. */
-static void kvf_resp_timeouts(int fd)
-{
-    struct timeval tv = {.tv_sec = KVF_RESP_TIMEOUT_MS / 1000,
-                         .tv_usec = (KVF_RESP_TIMEOUT_MS % 1000) * 1000};
-
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
-static int kvf_resp_send(int fd, struct iovec *iov, int n)
-{
-    struct msghdr mh;
-    ssize_t w;
-
-    while (n > 0) {
-        memset(&mh, 0, sizeof(mh));
-        mh.msg_iov = iov;
-        mh.msg_iovlen = (size_t)n;
-        w = sendmsg(fd, &mh, MSG_NOSIGNAL);
-        if (w <= 0) {
-            return -1;
-        }
-        while (n > 0 && (size_t)w >= iov->iov_len) {
-            w -= (ssize_t)iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (char *)iov->iov_base + w;
-            iov->iov_len -= (size_t)w;
-        }
-    }
-    return 0;
-}
-
-/* Reads exactly len bytes. */
-static int kvf_resp_recv_all(int fd, unsigned char *buf, size_t len)
-{
-    ssize_t r;
-
-    while (len > 0) {
-        r = recv(fd, buf, len, 0);
-        if (r <= 0) {
-            return -1;
-        }
-        buf += r;
-        len -= (size_t)r;
-    }
-    return 0;
-}
-
-/* Reads a reply line ending in \r\n into line (NUL-terminated); bytes
- * after it that arrived with it go to extra (*nextra). */
-static int kvf_resp_line(int fd, char *line, size_t cap, unsigned char *extra,
-                         size_t *nextra)
-{
-    size_t have = 0, i;
-    ssize_t r;
-
-    for (;;) {
-        r = recv(fd, line + have, cap - 1 - have, 0);
-        if (r <= 0) {
-            return -1;
-        }
-        have += (size_t)r;
-        for (i = 0; i + 1 < have; i++) {
-            if (line[i] == '\r' && line[i + 1] == '\n') {
-                *nextra = have - (i + 2);
-                memcpy(extra, line + i + 2, *nextra);
-                line[i] = '\0';
-                return 0;
-            }
-        }
-        if (have >= cap - 1) {
-            return -1;
-        }
-    }
-}
-
-/* One SET or GET of key; 0 when the reply is the expected one. */
+/* One SET or GET of key; 0 when the reply is the expected one, 1 when
+ * it is another (a miss), -1 when the connection failed. */
 static int kvf_resp_op(kvf_resp_th_t *t, const char *key)
 {
-    char hdr[160], line[128];
-    unsigned char extra[128];
-    struct iovec iov[3];
-    size_t klen = strlen(key), nextra = 0, want;
-    int n;
+    redisReply *r;
+    int rc;
 
     if (t->get) {
-        n = snprintf(hdr, sizeof(hdr), "*2\r\n$3\r\nGET\r\n$%zu\r\n%s\r\n",
-                     klen, key);
-        iov[0].iov_base = hdr;
-        iov[0].iov_len = (size_t)n;
-        if (kvf_resp_send(t->fd, iov, 1) != 0 ||
-            kvf_resp_line(t->fd, line, sizeof(line), extra, &nextra) != 0) {
-            return -1;
-        }
-        if (line[0] != '$' || strtoull(line + 1, NULL, 10) != t->size) {
-            return 1; /* a miss or another value: not counted */
-        }
-        want = (size_t)t->size + 2;
-        if (nextra > want) {
-            return -1;
-        }
-        memcpy(t->rbuf, extra, nextra);
-        if (kvf_resp_recv_all(t->fd, t->rbuf + nextra, want - nextra) != 0) {
-            return -1;
-        }
-        return memcmp(t->rbuf, t->val, (size_t)t->size) != 0 ? 1 : 0;
+        r = redisCommand(t->c, "GET %s", key);
+    } else {
+        r = redisCommand(t->c, "SET %s %b", key, t->val, (size_t)t->size);
     }
-    n = snprintf(hdr, sizeof(hdr), "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%lu\r\n",
-                 klen, key, (unsigned long)t->size);
-    iov[0].iov_base = hdr;
-    iov[0].iov_len = (size_t)n;
-    iov[1].iov_base = t->val;
-    iov[1].iov_len = (size_t)t->size;
-    iov[2].iov_base = (void *)"\r\n";
-    iov[2].iov_len = 2;
-    if (kvf_resp_send(t->fd, iov, 3) != 0 ||
-        kvf_resp_line(t->fd, line, sizeof(line), extra, &nextra) != 0) {
+    if (r == NULL) {
         return -1;
     }
-    return (strcmp(line, "+OK") == 0 && nextra == 0) ? 0 : 1;
+    if (t->get) {
+        rc = (r->type == REDIS_REPLY_STRING && r->len == (size_t)t->size &&
+              memcmp(r->str, t->val, (size_t)t->size) == 0)
+                 ? 0
+                 : 1;
+    } else {
+        rc = (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0) ? 0
+                                                                          : 1;
+    }
+    freeReplyObject(r);
+    return rc;
 }
 
 /* Room for one more latency sample; 0 when there is. */
@@ -605,6 +507,8 @@ int kvf_bs_resp(unsigned port, pid_t srv, uint64_t size, unsigned clients,
     pthread_t *tid = calloc(clients, sizeof(*tid));
     kvf_bs_row_t *rows[2] = {set_row, get_row};
     static const char *const ops[2] = {"SET", "GET"};
+    const struct timeval tv = {.tv_sec = KVF_RESP_TIMEOUT_MS / 1000,
+                               .tv_usec = (KVF_RESP_TIMEOUT_MS % 1000) * 1000};
     double srv0, srv1, secs;
     unsigned i, started;
     kvf_prng_t rng;
@@ -615,21 +519,18 @@ int kvf_bs_resp(unsigned port, pid_t srv, uint64_t size, unsigned clients,
         goto out;
     }
     for (i = 0; i < clients; i++) {
-        th[i].fd = -1;
         th[i].port = port;
         th[i].id = i;
         th[i].keys = keys_per_thread ? keys_per_thread : 1;
         th[i].size = size;
         th[i].val = malloc((size_t)size + 1);
-        th[i].rbuf = malloc((size_t)size + 2);
         th[i].cap = KVF_RESP_LAT_FIRST;
         th[i].lat = malloc(th[i].cap * sizeof(*th[i].lat));
-        if (th[i].val == NULL || th[i].rbuf == NULL || th[i].lat == NULL ||
-            kvf_net_connect("127.0.0.1", (uint16_t)port, KVF_RESP_TIMEOUT_MS,
-                            &th[i].fd) != KVF_OK) {
+        th[i].c = redisConnectWithTimeout("127.0.0.1", (int)port, tv);
+        if (th[i].val == NULL || th[i].lat == NULL || th[i].c == NULL ||
+            th[i].c->err != 0 || redisSetTimeout(th[i].c, tv) != REDIS_OK) {
             goto out;
         }
-        kvf_resp_timeouts(th[i].fd);
         kvf_prng_seed(&rng, 0x7265646973ull + i);
         kvf_prng_fill(&rng, th[i].val, (size_t)size);
     }
@@ -662,11 +563,10 @@ int kvf_bs_resp(unsigned port, pid_t srv, uint64_t size, unsigned clients,
     rc = (set_row->ops > 0 && get_row->ops > 0) ? 0 : -1;
 out:
     for (i = 0; th != NULL && i < clients; i++) {
-        if (th[i].fd >= 0) {
-            close(th[i].fd);
+        if (th[i].c != NULL) {
+            redisFree(th[i].c);
         }
         free(th[i].val);
-        free(th[i].rbuf);
         free(th[i].lat);
     }
     free(th);
