@@ -18,6 +18,7 @@ sample() {
     *:N | *:PCT | *:X) echo 1 ;;
     *:MS | *:DUR | *:TIME) echo 100ms ;;
     *:R) echo 0.5 ;;
+    *:RULE) echo 'x>=1' ;;
     *:HOST:PORT) echo 127.0.0.1:1 ;;
     *:HOST:PORT\|off) echo off ;;
     sizes:LIST | block-sizes:LIST) echo 8K,1M ;;

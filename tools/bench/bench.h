@@ -7,6 +7,8 @@
 #define KVF_TOOLS_BENCH_H
 
 #include "tools/cli/cli.h"
+#include "tools/cli/opts.h"
+#include "tools/record/expect.h"
 #include "tools/record/json.h"
 
 #include <kvferry/perf.h>
@@ -49,6 +51,18 @@ void kvf_bench_session_close(kvf_bench_session_t *s);
  * name; the child dies with this process. */
 int kvf_bench_spawn_target(uint64_t pool, const char *transports, pid_t *pid_p,
                            char *segment, size_t seglen);
+
+/* --expect RULE, repeatable: adds a rule to *(kvf_expect_t **)opt->dest
+ * (created on first use). */
+int kvf_bench_expect_opt(const kvf_opt_t *opt, const char *value);
+/* The rule set after parsing (created when no --expect was given). */
+kvf_expect_t *kvf_bench_expect(kvf_expect_t **e);
+/* Adds the bench's default rules (NULL-terminated; those of a claim this
+ * run did not measure stay silent), prints one verdict line per rule on
+ * stdout (stderr when stdout carries JSON) and frees the set. Returns the
+ * number of rules missed. */
+int kvf_bench_verdicts(kvf_expect_t **e, const char *const *defaults,
+                       int json_on_stdout);
 
 /* Sorts in place and returns the q-quantile (0..1). */
 double kvf_bench_quantile(double *v, size_t n, double q);

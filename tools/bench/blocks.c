@@ -56,6 +56,8 @@ typedef struct kvf_blocks_opts {
     const char *json;
     const char *record;     /* --record DIR */
     const char *hypothesis; /* --hypothesis TEXT */
+    kvf_expect_t *expect;   /* --expect rules (plus the defaults) */
+    int strict;             /* a missed rule fails the command */
 } kvf_blocks_opts_t;
 
 static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
@@ -99,6 +101,13 @@ static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
          "write a record (Markdown + JSON) into DIR"},
         {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
          "the record's hypothesis"},
+        {"expect", 0, KVF_OPT_FN, &o->expect, "RULE",
+         "a claim to check, e.g. tcp.link_pct>=80 (repeatable); figures:\n"
+         "[TRANSPORT.]link_pct, [TRANSPORT.]gib_s, vs_ratio, wrong_blocks",
+         "link_pct>=80 (70 with --vs), vs_ratio>=3, wrong_blocks==0",
+         .fn = kvf_bench_expect_opt},
+        {"strict", 0, KVF_OPT_FLAG, &o->strict, NULL,
+         "exit 1 when a claim is missed (default: exit 0 once measured)"},
         {0},
     };
     const kvf_cmd_spec_t spec = {
@@ -555,6 +564,34 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
     return bad ? -1 : 0;
 }
 
+/* A row's figures for the --expect rules. */
+static void kvf_blocks_expect(const kvf_blocks_opts_t *o,
+                              const kvf_bench_session_t *s,
+                              const kvf_blocks_row_t *r)
+{
+    const char *tr = kvf_peer_transport(s->peer);
+    char where[48], sz[32], name[64];
+    kvf_expect_t *e = o->expect;
+
+    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    snprintf(where, sizeof(where), "%s %s",
+             r->op == KVF_OP_WRITE ? "write" : "read", sz);
+    kvf_expect_figure(e, "gib_s", r->gib_s, where);
+    snprintf(name, sizeof(name), "%s.gib_s", tr);
+    kvf_expect_figure(e, name, r->gib_s, where);
+    if (o->link) {
+        kvf_expect_figure(e, "link_pct", 100.0 * r->link_ratio, where);
+        snprintf(name, sizeof(name), "%s.link_pct", tr);
+        kvf_expect_figure(e, name, 100.0 * r->link_ratio, where);
+    }
+    if (s->vs_peer != NULL) {
+        kvf_expect_figure(e, "vs_ratio", r->vs_ratio, where);
+    }
+    if (r->mismatches >= 0) {
+        kvf_expect_figure(e, "wrong_blocks", (double)r->mismatches, where);
+    }
+}
+
 int kvf_cmd_bench_blocks(int argc, char **argv)
 {
     kvf_blocks_row_t rows[2 * KVF_BLOCKS_SIZES_MAX];
@@ -577,9 +614,14 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     }
     rc = kvf_blocks_parse(argc, argv, &o);
     if (rc != 0) {
+        kvf_expect_free(o.expect);
         return rc < 0 ? KVF_CLI_OK : rc;
     }
+    if (kvf_bench_expect(&o.expect) == NULL) {
+        return KVF_CLI_FAIL;
+    }
     if (kvf_bench_session_open(&o.s, &s) != 0) {
+        kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
     nslots = s.pool_len / o.block;
@@ -591,6 +633,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     if (lperm == NULL || rperm == NULL || nslots > UINT32_MAX) {
         fprintf(stderr, "kvferry: too many blocks in the pool\n");
         kvf_bench_session_close(&s);
+        kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
     for (i = 0; i < nslots; i++) {
@@ -641,6 +684,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
             }
             printf("\n");
             fflush(stdout);
+            kvf_blocks_expect(&o, &s, r);
             nrows++;
         }
         printf("---------------------------------------------------------"
@@ -661,6 +705,16 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     printf("Done.\n");
     if (o.json != NULL) {
         kvf_blocks_json(&o, &s, rows, nrows);
+    }
+    {
+        static const char *const plain[] = {"link_pct>=80", "wrong_blocks==0",
+                                            NULL};
+        static const char *const vs[] = {"link_pct>=70", "vs_ratio>=3",
+                                         "wrong_blocks==0", NULL};
+        int missed = kvf_bench_verdicts(&o.expect, s.vs_peer ? vs : plain,
+                                        o.json && !strcmp(o.json, "-"));
+
+        bad |= (o.strict && missed > 0);
     }
     if (o.record != NULL && nrows > 0 &&
         kvf_blocks_record(&o, &s, rows, nrows, bad) != 0) {

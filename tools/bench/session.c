@@ -216,6 +216,43 @@ static int kvf_bench_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+int kvf_bench_expect_opt(const kvf_opt_t *opt, const char *value)
+{
+    kvf_expect_t **e = opt->dest;
+
+    if (kvf_bench_expect(e) == NULL) {
+        return -1;
+    }
+    return kvf_expect_rule(*e, value, 1);
+}
+
+kvf_expect_t *kvf_bench_expect(kvf_expect_t **e)
+{
+    if (*e == NULL) {
+        *e = kvf_expect_new();
+    }
+    return *e;
+}
+
+int kvf_bench_verdicts(kvf_expect_t **e, const char *const *defaults,
+                       int json_on_stdout)
+{
+    int missed;
+
+    if (kvf_bench_expect(e) == NULL) {
+        return 0;
+    }
+    for (; defaults != NULL && *defaults != NULL; defaults++) {
+        kvf_expect_rule(*e, *defaults, 0);
+    }
+    fflush(stdout);
+    missed = kvf_expect_report(*e, json_on_stdout ? stderr : stdout);
+    fflush(stdout);
+    kvf_expect_free(*e);
+    *e = NULL;
+    return missed;
+}
+
 double kvf_bench_quantile(double *v, size_t n, double q)
 {
     double pos;

@@ -90,6 +90,13 @@ static int kvf_te_parse(int argc, char **argv, kvf_te_opts_t *o)
          "write a record (Markdown + JSON) into DIR"},
         {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
          "the record's hypothesis"},
+        {"expect", 0, KVF_OPT_FN, &o->expect, "RULE",
+         "a claim to check, e.g. small_pct>=90 (repeatable); figures:\n"
+         "[TRANSPORT.]gb_s per block size, small_pct (64 KiB blocks as %\n"
+         "of the largest block's GB/s)",
+         "small_pct>=90", .fn = kvf_bench_expect_opt},
+        {"strict", 0, KVF_OPT_FLAG, &o->strict, NULL,
+         "exit 1 when a claim is missed (default: exit 0 once measured)"},
         {0},
     };
     const kvf_cmd_spec_t spec = {
@@ -415,15 +422,18 @@ int kvf_cmd_bench_te(int argc, char **argv)
     kvf_te_verdict_t v;
     kvf_bench_session_t s;
     const char *transport;
-    char bstr[32], pstr[32];
+    char bstr[32], pstr[32], name[96];
     unsigned k, nrows = 0;
     int rc, bad = 0;
 
     rc = kvf_te_parse(argc, argv, &o);
     if (rc != 0) {
+        kvf_expect_free(o.expect);
         return rc < 0 ? KVF_CLI_OK : rc;
     }
-    if (kvf_bench_session_open(&o.s, &s) != 0) {
+    if (kvf_bench_expect(&o.expect) == NULL ||
+        kvf_bench_session_open(&o.s, &s) != 0) {
+        kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
     transport = kvf_peer_transport(s.peer);
@@ -457,6 +467,9 @@ int kvf_cmd_bench_te(int argc, char **argv)
                o.threads, r->gb_s, r->gbps, r->ops_s, r->lat_p50_ms,
                r->lat_p99_ms);
         fflush(stdout);
+        kvf_expect_figure(o.expect, "gb_s", r->gb_s, bstr);
+        snprintf(name, sizeof(name), "%s.gb_s", transport);
+        kvf_expect_figure(o.expect, name, r->gb_s, bstr);
         nrows++;
     }
     kvf_te_judge(rows, nrows, &v);
@@ -465,10 +478,15 @@ int kvf_cmd_bench_te(int argc, char **argv)
 
         kvf_cli_fmt_size(v.check_block, cstr, sizeof(cstr));
         kvf_cli_fmt_size(v.ref_block, bstr, sizeof(bstr));
-        printf("target: %s blocks at %.0f%% of the %s throughput "
-               "(>= %.0f%% required): %s\n",
-               cstr, 100.0 * v.ratio, bstr, 100.0 * KVF_TE_TARGET,
-               v.conclusion);
+        snprintf(name, sizeof(name), "%s vs %s", cstr, bstr);
+        kvf_expect_figure(o.expect, "small_pct", 100.0 * v.ratio, name);
+    }
+    {
+        static const char *const defaults[] = {"small_pct>=90", NULL};
+
+        bad |= kvf_bench_verdicts(&o.expect, defaults,
+                                  o.json && !strcmp(o.json, "-")) > 0 &&
+               o.strict;
     }
     if (o.json != NULL) {
         FILE *f = kvf_json_file_open(o.json);

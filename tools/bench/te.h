@@ -28,6 +28,8 @@ typedef struct kvf_te_opts {
     const char *json;
     const char *record;
     const char *hypothesis;
+    kvf_expect_t *expect; /* --expect rules (plus the defaults) */
+    int strict;           /* a missed rule fails the command */
 } kvf_te_opts_t;
 
 typedef struct kvf_te_row {
