@@ -376,7 +376,7 @@ static void kvf_gpu_local_json_write(FILE *f, const kvf_gpu_local_t *l,
 }
 
 /* Seed 003 §5 record: each size's figures, the contiguous copy of the
- * same run as the estimate, issue 4's targets as the conclusion. */
+ * same run as the estimate, the claim as the conclusion. */
 static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
                                 const kvf_gpu_row_t *rows, unsigned nrows,
                                 int bad)
@@ -392,7 +392,7 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
 
     snprintf(hyp, sizeof(hyp),
              "random %s blocks %s move at >= 90 %% of the contiguous copy "
-             "of the same path in the same run%s, 16 MB to 1 GB (issue 4)",
+             "of the same path in the same run%s, 16 MB to 1 GB",
              "8 KiB", o->path,
              p2p ? "" : ", and >= 10x one cudaMemcpyAsync per block");
     snprintf(name, sizeof(name), "bench blocks gpu %s%s%s", o->path,

@@ -460,11 +460,11 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
         cuda_only ? "random 8 KiB blocks between GPU pools of two processes "
                     "of one host through CUDA IPC (transport cuda) move at "
                     ">= 90 % of one contiguous copy of the same bytes on "
-                    "the same path in the same run (issue 4)"
+                    "the same path in the same run"
                   : "random 8 KiB blocks between GPU pools over a "
                     "transport on loopback move at >= 80 % of the "
                     "same run with host pools and the same "
-                    "connections (issue 4)");
+                    "connections");
     if (rec == NULL) {
         return -1;
     }

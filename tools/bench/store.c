@@ -746,7 +746,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
  * the run is paired with the kvferry row of the same object size and
  * clients (SET with put, GET with get), and the ratios are printed:
  * throughput kvferry / Redis (>= 1 is better) and P99 kvferry / Redis
- * (<= 1 is better). The issue-5 targets: with tcp forced, put and get
+ * (<= 1 is better). The claims: with tcp forced, put and get
  * throughput at least Redis's SET and GET and P99 no worse; with the
  * default transport choice on one host, get throughput at least 2x
  * Redis's GET. The record (seed 003 §5) holds every row as a figure, the

@@ -17,7 +17,7 @@
  * machine, load that drifts during the run then hits every size alike
  * instead of whichever ran at the wrong moment.
  *
- * Target (issue 3): at 64 KiB blocks at least 90 % of the 64 MiB
+ * Claim: at 64 KiB blocks at least 90 % of the 64 MiB
  * throughput. The largest block measured is the estimate a record compares
  * with (its record, below).
  */
@@ -367,7 +367,7 @@ void kvf_te_json(FILE *f, const kvf_te_opts_t *o, const char *transport,
     kvf_json_end_obj(&j);
 }
 
-/* The issue-3 check: the row of 64 KiB (or the smallest block >= 64 KiB)
+/* The claim's check: the row of 64 KiB (or the smallest block >= 64 KiB)
  * against the largest block measured. */
 void kvf_te_judge(const kvf_te_row_t *rows, unsigned nrows, kvf_te_verdict_t *v)
 {
@@ -511,7 +511,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
  * figures per block size (GB/s with the batch latency P50/P99), the curve
  * GB/s over block size, the estimate (throughput of the largest block,
  * measured in the same run), the gap at 64 KiB and the conclusion against
- * the issue-3 target (64 KiB blocks >= 90 % of the 64 MiB throughput).
+ * the claim (64 KiB blocks >= 90 % of the 64 MiB throughput).
  */
 
 int kvf_te_record(const kvf_te_opts_t *o, const char *transport,

@@ -1,7 +1,7 @@
 /*
- * Private to `kvferry bench te` (te.c runs the curve,
- * te.c writes its record): options, one row per block size,
- * and the verdict against the issue-3 target.
+ * Private to `kvferry bench te` (te.c runs the curve and writes its
+ * record): options, one row per block size, and the verdict against the
+ * claim that small blocks keep up.
  */
 #ifndef KVF_TOOLS_BENCH_TE_H
 #define KVF_TOOLS_BENCH_TE_H
