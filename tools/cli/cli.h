@@ -1,7 +1,8 @@
 /*
- * Shared pieces of the kvferry command: the subcommand table, option
- * helpers, pool allocation for benchmarks, and output helpers. Each
- * subcommand lives in its own file and is listed in commands.c.
+ * Shared pieces of the kvferry command: the subcommand table, size and
+ * duration parsing, pool allocation for benchmarks, exit codes. Each
+ * subcommand lives in its own file and is listed in commands.c; options
+ * are declared in tables (opts.h).
  */
 #ifndef KVF_TOOLS_CLI_H
 #define KVF_TOOLS_CLI_H

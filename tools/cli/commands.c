@@ -1,6 +1,7 @@
 /*
- * The table of kvferry subcommands. Each command is one file of this
- * folder; add a line here and its file to tools/CMakeLists.txt.
+ * The table of kvferry subcommands and their dispatch. Each command is a
+ * file of tools/cli, tools/bench or tools/drill; add a line here and its
+ * file to tools/CMakeLists.txt.
  */
 #include "tools/cli/cli.h"
 
