@@ -617,6 +617,15 @@ int kvf_cmd_bench_store(int argc, char **argv)
          "write a record (Markdown + JSON) into DIR"},
         {"hypothesis", 0, KVF_OPT_STR, &o.hypothesis, "TEXT",
          "the record's hypothesis"},
+        {"expect", 0, KVF_OPT_FN, &o.expect, "RULE",
+         "a claim to check against --vs-redis (repeatable); figures:\n"
+         "put_x, get_x (throughput / Redis's), put_p99_x, get_p99_x,\n"
+         "errors",
+         "tcp forced: put_x>=1, get_x>=1, put_p99_x<=1, get_p99_x<=1;\n"
+         "else get_x>=2",
+         .fn = kvf_bench_expect_opt},
+        {"strict", 0, KVF_OPT_FLAG, &o.strict, NULL,
+         "exit 1 when a claim is missed (default: exit 0 once measured)"},
         {0},
     };
     const kvf_cmd_spec_t spec = {
@@ -636,22 +645,22 @@ int kvf_cmd_bench_store(int argc, char **argv)
     o.clients[1] = 8;
     o.clients[2] = 64;
     rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc < 0 && o.duration_ms == 0) {
+        rc = kvf_opts_error(&spec, "--duration must be above 0");
+    }
     if (rc >= 0) {
+        kvf_expect_free(o.expect);
         return rc;
     }
     rc = KVF_CLI_OK;
-    if (o.nsizes == 0 || o.nclients == 0 || o.duration_ms == 0) {
-        return kvf_opts_error(&spec, "--duration must be above 0");
-    }
     rows = calloc(KVF_BS_ROWS_MAX, sizeof(*rows));
-    if (rows == NULL) {
+    if (rows == NULL || kvf_bench_expect(&o.expect) == NULL ||
+        (o.master == NULL && kvf_bs_cluster_start(&cl, o.nodes, o.pool) != 0)) {
+        free(rows);
+        kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
     if (o.master == NULL) {
-        if (kvf_bs_cluster_start(&cl, o.nodes, o.pool) != 0) {
-            free(rows);
-            return KVF_CLI_FAIL;
-        }
         o.master = cl.master;
     }
     capacity = (uint64_t)o.nodes * o.pool;
@@ -662,6 +671,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
         fprintf(stderr, "kvferry bench store: %s\n", kvf_status_str(s));
         kvf_bs_cluster_stop(&cl);
         free(rows);
+        kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
     kvf_bs_transport_used(st, o.used, sizeof(o.used));
@@ -738,6 +748,22 @@ int kvf_cmd_bench_store(int argc, char **argv)
         rc = KVF_CLI_FAIL;
     }
     free(rows);
+    {
+        /* the claims: with tcp forced, put and get at least Redis's SET and
+         * GET with a P99 no worse; by default, get at least 2x GET */
+        static const char *const tcp[] = {"put_x>=1",     "get_x>=1",
+                                          "put_p99_x<=1", "get_p99_x<=1",
+                                          "errors==0",    NULL};
+        static const char *const dflt[] = {"get_x>=2", "errors==0", NULL};
+        const char *tl = getenv("KVF_TRANSPORTS");
+        int missed = kvf_bench_verdicts(
+            &o.expect, tl != NULL && strcmp(tl, "tcp") == 0 ? tcp : dflt,
+            o.json);
+
+        if (o.strict && missed > 0) {
+            rc = KVF_CLI_FAIL;
+        }
+    }
     return rc;
 }
 
@@ -877,6 +903,24 @@ static void kvf_bs_record_knobs(kvf_record_t *rec)
     }
 }
 
+/* One size x clients cell's median ratios for the --expect rules:
+ * put_x / get_x (throughput over Redis's SET / GET), put_p99_x /
+ * get_p99_x (P99 over Redis's), errors (runs where kvferry saw errors). */
+static void kvf_bs_expect(const kvf_bs_opts_t *o, const kvf_bs_row_t *redis,
+                          double tp, double p99, int errs)
+{
+    const char *op = strcmp(redis->op, "SET") ? "get" : "put";
+    char where[64], sz[32], name[32];
+
+    kvf_cli_fmt_size(redis->size, sz, sizeof(sz));
+    snprintf(where, sizeof(where), "%s x %u clients", sz, redis->clients);
+    snprintf(name, sizeof(name), "%s_x", op);
+    kvf_expect_figure(o->expect, name, tp, where);
+    snprintf(name, sizeof(name), "%s_p99_x", op);
+    kvf_expect_figure(o->expect, name, p99, where);
+    kvf_expect_figure(o->expect, "errors", errs, where);
+}
+
 int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                               unsigned nrows)
 {
@@ -934,6 +978,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                    r->clients, tp[0], p99[0], cpu[0]);
         }
         pairs++;
+        kvf_bs_expect(o, r, tp[0], p99[0], errs);
         snprintf(summary + strlen(summary), sizeof(summary) - strlen(summary),
                  "%s%s %s x %u: %.2fx, P99 %.2fx, CPU/op %.2fx",
                  pairs > 1 ? "; " : "", strcmp(r->op, "SET") ? "get" : "put",

@@ -70,6 +70,8 @@ typedef struct kvf_bs_opts {
     int json;
     const char *record;
     const char *hypothesis;
+    kvf_expect_t *expect; /* --expect rules; the ratios are fed to it */
+    int strict;           /* a missed rule fails the command */
 } kvf_bs_opts_t;
 
 /* Pairs each Redis row with the kvferry row of the same size, clients and
