@@ -6,6 +6,7 @@
 #define KVF_ENGINE_INT_H
 
 #include <kvferry/kvferry.h>
+#include <kvferry/engine_perf.h>
 
 #include "transport/transport.h"
 #include "mem/mem.h"

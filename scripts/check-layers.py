@@ -39,6 +39,8 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 PUBLIC = {
     "status.h": "core",
     "types.h": "core",
+    "config.h": "core",
+    "engine_perf.h": "engine",
     "engine.h": "engine",
     "kvferry.h": "engine",
     "store.h": "store",

@@ -146,34 +146,6 @@ KVF_API void kvf_batch_destroy(kvf_batch_h batch);
 KVF_API kvf_status_t kvf_transfer_sync(kvf_engine_h engine, const kvf_op_t *ops,
                                        size_t count, int timeout_ms);
 
-/* Asks the peer for the 64-bit checksum (kvf_checksum) of each remote
- * range; used to verify transfers without moving the bytes back. */
-KVF_API kvf_status_t kvf_peer_checksum(kvf_peer_h peer, const uint64_t *remote,
-                                       const size_t *lengths, size_t count,
-                                       uint64_t *sums);
-
-/* Raw ceiling of the path to the peer: moves `length` contiguous bytes
- * between local and remote with plain streams, one per connection, no
- * block handling. Returns the elapsed seconds. */
-KVF_API kvf_status_t kvf_peer_link_test(kvf_peer_h peer, kvf_op_type_t type,
-                                        void *local, uint64_t remote,
-                                        size_t length, double *seconds_p);
-
-/* Data-path counters of this process (all engines): requests posted to
- * transports (after splitting and packing), their segments, the remote
- * entries and local iovecs they became after adjacent ones were merged,
- * payload bytes moved and requests that failed. */
-typedef struct kvf_engine_stats {
-    uint64_t requests;
-    uint64_t segments;
-    uint64_t wire_entries;
-    uint64_t wire_iovs;
-    uint64_t bytes;
-    uint64_t errors;
-} kvf_engine_stats_t;
-
-KVF_API void kvf_engine_stats(kvf_engine_h engine, kvf_engine_stats_t *stats_p);
-
 /* The checksum kvferry uses everywhere (64-bit, non-cryptographic). */
 KVF_API uint64_t kvf_checksum(const void *data, size_t length);
 

@@ -87,14 +87,6 @@ typedef struct kvf_store_entry {
     int committed; /* 0 while its put is in progress */
 } kvf_store_entry_t;
 
-/* Time spent in the calling thread's last get or put, by stage. */
-typedef struct kvf_store_timing {
-    uint64_t query_ns;  /* master round trip: get lookup / put allocation */
-    uint64_t read_ns;   /* engine transfer: get read / put write(s) */
-    uint64_t verify_ns; /* checksums: get verification / put computation */
-    uint64_t commit_ns; /* put only: the commit round trip */
-} kvf_store_timing_t;
-
 /* Connects to the master (fails with KVF_ERR_CONNECT within the timeout). */
 KVF_API kvf_status_t kvf_store_connect(const kvf_store_params_t *params,
                                        kvf_store_h *store_p);
@@ -179,24 +171,6 @@ KVF_API kvf_status_t kvf_store_exists_batch(kvf_store_h store, size_t count,
 KVF_API kvf_status_t
 kvf_store_list(kvf_store_h store, const char *prefix, size_t max,
                void (*fn)(const kvf_store_entry_t *e, void *arg), void *arg);
-
-/* Stage times of the calling thread's last get or put (zeros before
- * any). */
-KVF_API void kvf_store_last_timing(kvf_store_timing_t *timing_p);
-
-/* The handle's location cache (store config `loc_cache`): a single-key
- * get of a key whose location the handle knows (its own put, an earlier
- * get) reads there while the master answers, and keeps those bytes only
- * if the master names that location and their checksum matches. */
-typedef struct kvf_store_loc_stats {
-    uint64_t gets;  /* gets that read a cached location */
-    uint64_t used;  /* ... whose bytes were the object's: one round trip */
-    uint64_t lease; /* gets served by a lease read (`lease_reads`): the
-                       master not asked */
-} kvf_store_loc_stats_t;
-
-KVF_API void kvf_store_loc_stats(kvf_store_h store,
-                                 kvf_store_loc_stats_t *stats_p);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #ifndef KVF_STORE_CLIENT_INT_H
 #define KVF_STORE_CLIENT_INT_H
 
+#include <kvferry/perf.h>
 #include <kvferry/store.h>
 
 #include "store/proto/msg.h"

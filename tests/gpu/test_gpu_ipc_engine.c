@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <kvferry/kvferry.h>
+#include <kvferry/perf.h>
 
 #include "core/hash.h"
 #include "mem/cuda/cuda.h"

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include <kvferry/kvferry.h>
+#include <kvferry/perf.h>
 
 #include "core/hash.h"
 #include "mem/cuda/cuda.h"

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <kvferry/kvferry.h>
+#include <kvferry/perf.h>
 
 #include "core/hash.h"
 #include "test_util.h"

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <kvferry/kvferry.h>
+#include <kvferry/perf.h>
 
 #include "core/hash.h"
 #include "core/time.h"

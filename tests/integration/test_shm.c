@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include <kvferry/kvferry.h>
+#include <kvferry/perf.h>
 
 #include "core/hash.h"
 #include "transport/transport.h"

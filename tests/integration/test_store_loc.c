@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <kvferry/perf.h>
+
 #include "test_store_harness.h"
 #include "core/time.h"
 

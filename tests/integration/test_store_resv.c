@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <kvferry/perf.h>
+
 #include "test_store_harness.h"
 #include "test_util.h"
 #include "store/proto/proto.h"

@@ -16,8 +16,6 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#include "core/alloc.h"
-
 /* Records and reference files larger than this are refused. */
 #define KVF_CALC_JSON_MAX (64u << 20)
 
@@ -123,7 +121,7 @@ kvf_status_t kvf_calc_refs_parse(const char *text, const char *origin,
         json_decref(root);
         return KVF_ERR_INVALID_PARAM;
     }
-    out.items = kvf_calloc(n, sizeof(*out.items));
+    out.items = calloc(n, sizeof(*out.items));
     if (out.items == NULL) {
         json_decref(root);
         return KVF_ERR_NO_MEMORY;
@@ -148,7 +146,7 @@ kvf_status_t kvf_calc_refs_parse(const char *text, const char *origin,
     return KVF_OK;
 
 err_bad:
-    kvf_free(out.items);
+    free(out.items);
     json_decref(root);
     return KVF_ERR_INVALID_PARAM;
 }
@@ -173,7 +171,7 @@ static char *kvf_calc_slurp(const char *path, char *err, size_t errlen)
         fclose(f);
         return NULL;
     }
-    buf = kvf_malloc((size_t)st.st_size + 1);
+    buf = malloc((size_t)st.st_size + 1);
     if (buf == NULL) {
         kvf_calc_err(err, errlen, "%s: out of memory", path);
         fclose(f);
@@ -201,14 +199,14 @@ kvf_status_t kvf_calc_refs_load(const char *path, kvf_calc_refs_t *refs,
         return KVF_ERR_IO;
     }
     status = kvf_calc_refs_parse(text, path, refs, err, errlen);
-    kvf_free(text);
+    free(text);
     return status;
 }
 
 void kvf_calc_refs_free(kvf_calc_refs_t *refs)
 {
     if (refs != NULL) {
-        kvf_free(refs->items);
+        free(refs->items);
         refs->items = NULL;
         refs->n = 0;
     }
@@ -299,7 +297,7 @@ json_t *kvf_calc_json_load(const char *path, char *err, size_t errlen)
         return NULL;
     }
     root = json_loads(text, 0, &jerr);
-    kvf_free(text);
+    free(text);
     if (root == NULL) {
         kvf_calc_err(err, errlen, "%s: line %d: %s", path, jerr.line,
                      jerr.text);

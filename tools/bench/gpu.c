@@ -1,0 +1,716 @@
+/*
+ * `kvferry bench blocks --device gpu`: seed 000's workload with GPU
+ * memory. Two modes:
+ *
+ *  --path h2d|d2h|d2d|p2p  moves random, non-overlapping blocks (default
+ *      8 KiB) between two pools of one host: pinned (or, --pageable,
+ *      pageable) host -> GPU, GPU -> host, GPU -> same GPU, GPU -> other
+ *      GPU over NVLink. For each transfer size it prints the batched
+ *      copy (kvferry's kernels), and in the same run the contiguous copy
+ *      of the same bytes on the same path (one cudaMemcpyAsync, or
+ *      cudaMemcpyPeerAsync) and one cudaMemcpyAsync per block.
+ *  (no --path)  GPU pools on both sides of a transport (tcp by default;
+ *      --transport LIST), after the same run with host pools for
+ *      comparison (gpu_net.c).
+ *
+ * blocks.c hands `--device gpu` over to kvf_cmd_bench_blocks_gpu.
+ */
+#include "tools/bench/gpu.h"
+#include "tools/cli/opts.h"
+#include "tools/bench/env.h"
+#include "tools/record/record.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "tools/cli/clock.h"
+
+typedef struct kvf_gpu_row {
+    uint64_t size;
+    uint64_t wrs;
+    double lat_ms; /* batched copy, median */
+    double lat_p99_ms;
+    double gib_s;
+    double contig_gib_s;
+    double each_gib_s;
+    double batchapi_gib_s; /* one cudaMemcpyBatchAsync */
+    long mismatches;       /* -1 not verified */
+} kvf_gpu_row_t;
+
+/* --host-alloc: pinned pools from cudaHostAlloc or huge pages. */
+static int kvf_gpu_set_host_alloc(const kvf_opt_t *opt, const char *v)
+{
+    (void)opt;
+    if (strcmp(v, "thp") != 0 && strcmp(v, "cuda") != 0) {
+        fprintf(stderr, "kvferry bench blocks: --host-alloc: cuda or thp\n");
+        return -1;
+    }
+    kvf_gpu_pool_use_thp(strcmp(v, "thp") == 0);
+    return 0;
+}
+
+static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
+{
+    int rc;
+    kvf_opt_sizes_t sizes = {o->sizes, &o->nsizes, KVF_GPU_SIZES_MAX};
+    int device = 0, path = -1, kernel = KVF_CUDA_KERNEL_AUTO;
+    const kvf_opt_t opts[] = {
+        {"device", 0, KVF_OPT_CHOICE, &device, NULL,
+         "GPU pools (kvferry bench blocks --help for host pools)", NULL, "gpu",
+         .flags = KVF_OPT_REQUIRED},
+        {"path", 0, KVF_OPT_CHOICE, &path, NULL, "local path within this host",
+         "GPU pools over transports", "h2d|d2h|d2d|p2p"},
+        {"gpu", 0, KVF_OPT_INT, &o->gpu, "N", "GPU of the initiator / source",
+         "0", .min = 0, .max = 63},
+        {"peer-gpu", 0, KVF_OPT_INT, &o->peer_gpu, "N",
+         "p2p destination, or the target's GPU", "the next GPU, else the same",
+         .min = 0, .max = 63},
+        {"on-dst", 0, KVF_OPT_FLAG, &o->on_dst, NULL,
+         "p2p: run the copy kernels on the destination"},
+        {"pageable", 0, KVF_OPT_FLAG, &o->pageable, NULL,
+         "h2d/d2h: pageable host pool (staged)"},
+        {"host-alloc", 0, KVF_OPT_FN, NULL, "cuda|thp",
+         "pinned pools from cudaHostAlloc, or huge pages +\n"
+         "cudaHostRegister",
+         "cuda", .fn = kvf_gpu_set_host_alloc},
+        {"sequential", 0, KVF_OPT_FLAG, &o->sequential, NULL,
+         "blocks in pool order, not random (diagnostic)"},
+        {"blocks-on", 0, KVF_OPT_CHOICE, &o->blocks_on_gpu, NULL,
+         "local paths: the block list in pinned host memory, or in GPU\n"
+         "memory (uploaded before the timed copy, as a block table kept\n"
+         "on the GPU)",
+         "host", "host|gpu"},
+        {"pool", 0, KVF_OPT_SIZE, &o->pool, "SIZE", "pool on each side", "8G"},
+        {"block", 0, KVF_OPT_SIZE, &o->block, "SIZE", "block size", "8K"},
+        {"sizes", 0, KVF_OPT_SIZES, &sizes, "LIST", "transfer sizes",
+         "16M,64M,256M,1G"},
+        {"iters", 0, KVF_OPT_UINT, &o->iters, "N",
+         "iterations per size, median kept", "5", .min = 1, .max = 1000},
+        {"each-iters", 0, KVF_OPT_UINT, &o->each_iters, "N",
+         "iterations of the per-block baseline", "3", .min = 0, .max = 100},
+        {"kernel", 0, KVF_OPT_CHOICE, &kernel, NULL, "copy kernel",
+         "config `cuda_kernel`", "auto|warp|bulk|hybrid"},
+        {"op", 0, KVF_OPT_CHOICE, &o->ops, NULL, "transports mode", "write",
+         "write|read|both", .min = 1},
+        {"conns", 0, KVF_OPT_UINT, &o->conns, "N", "connections", "4", .min = 1,
+         .max = 64},
+        {"transport", 0, KVF_OPT_STR, &o->transports, "LIST",
+         "transports to run over (cuda: same-host GPU pools through\n"
+         "CUDA IPC, against the contiguous copy of the same path)",
+         "cuda,tcp"},
+        {"no-host", 0, KVF_OPT_CLEAR, &o->host_baseline, NULL,
+         "transports: skip the host-pool baseline"},
+        {"timeout", 0, KVF_OPT_MS, &o->timeout_ms, "MS", "per-wait bound",
+         "20000"},
+        {"verify", 0, KVF_OPT_FLAG, &o->verify, NULL,
+         "compare checksums of every moved block"},
+        {"seed", 0, KVF_OPT_U64, &o->seed, "N", "seed of the pools' bytes", "1",
+         .min = 0, .max = (double)(1ull << 62)},
+        {"json", 0, KVF_OPT_STR, &o->json, "FILE",
+         "write results as JSON ('-' = stdout)"},
+        {"record", 0, KVF_OPT_STR, &o->record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
+         "the record's hypothesis"},
+        {"serve", 0, KVF_OPT_STR, &o->serve_mem, "host|gpu",
+         "(internal) serve a GPU or host pool as the spawned target",
+         .flags = KVF_OPT_HIDDEN, .seen = &o->serve},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench blocks --device gpu [options]",
+        "Random blocks of GPU pools: over transports to a target whose\n"
+        "pool is GPU memory, or a local path (--path) within this host.",
+        opts};
+
+    memset(o, 0, sizeof(*o));
+    o->peer_gpu = -1;
+    o->pool = 8ull << 30;
+    o->block = 8192;
+    o->sizes[0] = 16ull << 20;
+    o->sizes[1] = 64ull << 20;
+    o->sizes[2] = 256ull << 20;
+    o->sizes[3] = 1ull << 30;
+    o->nsizes = 4;
+    o->iters = 5;
+    o->each_iters = 3;
+    o->ops = 1;
+    o->conns = 4;
+    o->timeout_ms = 20000;
+    o->transports = "cuda,tcp";
+    o->host_baseline = 1;
+    o->kernel = KVF_CUDA_KERNEL_AUTO;
+    o->seed = 1;
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc == KVF_CLI_OK ? -1 : rc;
+    }
+    static const char *const paths[] = {"h2d", "d2h", "d2d", "p2p"};
+
+    o->path = path >= 0 ? paths[path] : NULL;
+    o->kernel = (kvf_cuda_kernel_t)kernel;
+    (void)device;
+    if (o->block == 0 || o->block > o->pool || o->nsizes == 0) {
+        fprintf(stderr, "kvferry: block must be in 1..pool, sizes given\n");
+        return KVF_CLI_USAGE;
+    }
+    return 0;
+}
+
+/* ---- local paths ------------------------------------------------------ */
+
+typedef struct kvf_gpu_local {
+    const kvf_gpu_opts_t *o;
+    kvf_gpu_pool_t src, dst;
+    int run_gpu;
+    kvf_cuda_copy_t *cp;
+    uint32_t *sperm, *dperm;
+    kvf_cuda_blk_t *blks;
+    kvf_cuda_blk_t *dblks; /* --blocks-on gpu: the list in GPU memory */
+    kvf_prng_t rng;
+} kvf_gpu_local_t;
+
+static double kvf_gpu_ms_since(uint64_t t0)
+{
+    return (double)(kvf_clock_ns() - t0) / 1e6;
+}
+
+/* Fresh random blocks for one iteration of n blocks. */
+static void kvf_gpu_fill_blks(kvf_gpu_local_t *l, uint64_t n)
+{
+    uint64_t b = l->o->block, i;
+
+    if (!l->o->sequential) {
+        kvf_gpu_pick(l->sperm, l->src.mem.len / b, n, &l->rng);
+        kvf_gpu_pick(l->dperm, l->dst.mem.len / b, n, &l->rng);
+    }
+    for (i = 0; i < n; i++) {
+        l->blks[i].src_off = (uint64_t)l->sperm[i] * b;
+        l->blks[i].dst_off = (uint64_t)l->dperm[i] * b;
+        l->blks[i].len = b;
+    }
+}
+
+/* Compares checksums of the blocks on both sides; -2 on error. */
+static long kvf_gpu_verify(kvf_gpu_local_t *l, uint64_t n)
+{
+    uint64_t *so = malloc(n * 8), *dof = malloc(n * 8), *len = malloc(n * 8);
+    uint64_t *s1 = malloc(n * 8), *s2 = malloc(n * 8), i;
+    long bad = -2;
+
+    if (so && dof && len && s1 && s2) {
+        for (i = 0; i < n; i++) {
+            so[i] = l->blks[i].src_off;
+            dof[i] = l->blks[i].dst_off;
+            len[i] = l->blks[i].len;
+        }
+        if (kvf_cuda_checksum_blocks(l->cp, &l->src.mem, so, len, n, s1,
+                                     (int)l->o->timeout_ms) == KVF_OK &&
+            kvf_cuda_checksum_blocks(l->cp, &l->dst.mem, dof, len, n, s2,
+                                     (int)l->o->timeout_ms) == KVF_OK) {
+            bad = 0;
+            for (i = 0; i < n; i++) {
+                bad += (s1[i] != s2[i]);
+            }
+        }
+    }
+    free(so);
+    free(dof);
+    free(len);
+    free(s1);
+    free(s2);
+    return bad;
+}
+
+static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
+                              kvf_gpu_row_t *row)
+{
+    const kvf_gpu_opts_t *o = l->o;
+    uint64_t n = size / o->block, t0;
+    unsigned it, total = o->iters + 1, k = 0;
+    double *lat = calloc(total + o->each_iters + 1, sizeof(double));
+    kvf_status_t st = KVF_OK;
+
+    if (lat == NULL || n == 0 || n > l->src.mem.len / o->block ||
+        n > l->dst.mem.len / o->block) {
+        fprintf(stderr, "kvferry: size %lu does not fit the pools\n",
+                (unsigned long)size);
+        free(lat);
+        return -1;
+    }
+    memset(row, 0, sizeof(*row));
+    row->size = size;
+    row->wrs = n;
+    /* batched copies: the first iteration warms up and is not kept */
+    for (it = 0; it < total && st == KVF_OK; it++) {
+        kvf_gpu_fill_blks(l, n);
+        if (l->dblks != NULL) {
+            /* a block table kept on the GPU: not part of the copy */
+            st = kvf_cuda_memcpy(l->dblks, l->blks, n * sizeof(*l->blks));
+            if (st != KVF_OK) {
+                break;
+            }
+        }
+        t0 = kvf_clock_ns();
+        st = l->dblks != NULL
+                 ? kvf_cuda_copy_blocks_dev(l->cp, &l->src.mem, &l->dst.mem,
+                                            l->dblks, n, (int)o->timeout_ms)
+                 : kvf_cuda_copy_blocks(l->cp, &l->src.mem, &l->dst.mem,
+                                        l->blks, n, (int)o->timeout_ms);
+        if (it > 0) {
+            lat[k++] = kvf_gpu_ms_since(t0);
+        }
+    }
+    /* the resident copy kernel (cuda_resident) leaves the GPU before the
+     * baselines are timed: they run on an idle GPU */
+    kvf_cuda_copy_park(l->cp);
+    if (st != KVF_OK) {
+        fprintf(stderr, "kvferry: batched copy of %lu blocks: %s\n",
+                (unsigned long)n, kvf_status_str(st));
+        free(lat);
+        return -1;
+    }
+    row->mismatches = o->verify ? kvf_gpu_verify(l, n) : -1;
+    row->lat_p99_ms = kvf_bench_quantile(lat, k, 0.99);
+    row->lat_ms = kvf_bench_quantile(lat, k, 0.5);
+    row->gib_s = (double)(n * o->block) / (row->lat_ms / 1e3) / (1u << 30);
+    /* contiguous copy of the same bytes on the same path */
+    for (it = 0, k = 0; it < total && st == KVF_OK; it++) {
+        t0 = kvf_clock_ns();
+        st = kvf_cuda_copy_contig(l->cp, &l->src.mem, 0, &l->dst.mem, 0,
+                                  n * o->block, (int)o->timeout_ms);
+        if (it > 0) {
+            lat[k++] = kvf_gpu_ms_since(t0);
+        }
+    }
+    if (st == KVF_OK) {
+        row->contig_gib_s = (double)(n * o->block) /
+                            (kvf_bench_quantile(lat, k, 0.5) / 1e3) /
+                            (1u << 30);
+    }
+    /* one cudaMemcpyAsync per block */
+    for (it = 0, k = 0; it < o->each_iters && st == KVF_OK; it++) {
+        kvf_gpu_fill_blks(l, n);
+        t0 = kvf_clock_ns();
+        st = kvf_cuda_copy_each(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
+                                (int)o->timeout_ms * 4);
+        lat[k++] = kvf_gpu_ms_since(t0);
+    }
+    if (st == KVF_OK && k > 0) {
+        row->each_gib_s = (double)(n * o->block) /
+                          (kvf_bench_quantile(lat, k, 0.5) / 1e3) / (1u << 30);
+    }
+    /* one cudaMemcpyBatchAsync of all blocks (pinned/device sides) */
+    for (it = 0, k = 0; it < o->each_iters && st == KVF_OK && !o->pageable;
+         it++) {
+        kvf_gpu_fill_blks(l, n);
+        t0 = kvf_clock_ns();
+        st = kvf_cuda_copy_batchapi(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
+                                    (int)o->timeout_ms * 4);
+        lat[k++] = kvf_gpu_ms_since(t0);
+    }
+    if (st == KVF_OK && k > 0) {
+        row->batchapi_gib_s = (double)(n * o->block) /
+                              (kvf_bench_quantile(lat, k, 0.5) / 1e3) /
+                              (1u << 30);
+    }
+    free(lat);
+    if (st != KVF_OK) {
+        fprintf(stderr, "kvferry: baseline copies: %s\n", kvf_status_str(st));
+        return -1;
+    }
+    return 0;
+}
+
+static void kvf_gpu_local_json_write(FILE *f, const kvf_gpu_local_t *l,
+                                     const kvf_gpu_row_t *rows, unsigned nrows)
+{
+    const kvf_gpu_opts_t *o = l->o;
+    kvf_json_t j;
+    unsigned i;
+
+    kvf_json_begin(&j, f);
+    kvf_json_obj(&j, NULL);
+    kvf_json_str(&j, "bench", "blocks");
+    kvf_json_str(&j, "connector", "kvferry");
+    kvf_json_str(&j, "device", "gpu");
+    kvf_json_str(&j, "path", o->path);
+    kvf_json_str(&j, "host_memory", o->pageable ? "pageable" : "pinned");
+    kvf_json_str(&j, "kernel", kvf_cuda_kernel_name(o->kernel));
+    kvf_json_str(&j, "resident", kvf_cuda_resident_name());
+    kvf_json_int(&j, "kernel_gpu", l->run_gpu);
+    kvf_json_str(&j, "block_list", o->blocks_on_gpu ? "gpu" : "pinned host");
+    kvf_gpu_json_info(&j, "gpu", o->gpu);
+    if (strcmp(o->path, "p2p") == 0) {
+        kvf_gpu_json_info(&j, "peer_gpu", o->peer_gpu);
+    }
+    kvf_json_int(&j, "block_bytes", (long long)o->block);
+    kvf_json_int(&j, "pool_bytes", (long long)o->pool);
+    kvf_json_int(&j, "iters", o->iters);
+    kvf_json_int(&j, "each_iters", o->each_iters);
+    kvf_json_arr(&j, "rows");
+    for (i = 0; i < nrows; i++) {
+        const kvf_gpu_row_t *r = &rows[i];
+
+        kvf_json_obj(&j, NULL);
+        kvf_json_int(&j, "size_bytes", (long long)r->size);
+        kvf_json_int(&j, "wrs", (long long)r->wrs);
+        kvf_json_num(&j, "lat_ms_p50", r->lat_ms);
+        kvf_json_num(&j, "lat_ms_p99", r->lat_p99_ms);
+        kvf_json_num(&j, "gib_s", r->gib_s);
+        kvf_json_num(&j, "contiguous_gib_s", r->contig_gib_s);
+        kvf_json_num(&j, "per_block_gib_s", r->each_gib_s);
+        kvf_json_num(&j, "batch_api_gib_s", r->batchapi_gib_s);
+        kvf_json_num(&j, "share_of_contiguous",
+                     r->contig_gib_s > 0 ? r->gib_s / r->contig_gib_s : 0);
+        kvf_json_num(&j, "times_per_block",
+                     r->each_gib_s > 0 ? r->gib_s / r->each_gib_s : 0);
+        kvf_json_int(&j, "mismatches", r->mismatches);
+        kvf_json_end_obj(&j);
+    }
+    kvf_json_end_arr(&j);
+    kvf_json_end_obj(&j);
+    fputc('\n', f);
+}
+
+/* Seed 003 §5 record: each size's figures, the contiguous copy of the
+ * same run as the estimate, the claim as the conclusion. */
+static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
+                                const kvf_gpu_row_t *rows, unsigned nrows,
+                                int bad)
+{
+    const kvf_gpu_opts_t *o = l->o;
+    int p2p = strcmp(o->path, "p2p") == 0, share_ok = 1, each_ok = 1;
+    const kvf_gpu_row_t *worst = NULL;
+    char name[128], text[768], sz[32], hyp[256], *raw = NULL;
+    size_t rawlen = 0;
+    kvf_record_t *rec;
+    FILE *mf;
+    unsigned i;
+
+    snprintf(hyp, sizeof(hyp),
+             "random %s blocks %s move at >= 90 %% of the contiguous copy "
+             "of the same path in the same run%s, 16 MB to 1 GB",
+             "8 KiB", o->path,
+             p2p ? "" : ", and >= 10x one cudaMemcpyAsync per block");
+    snprintf(name, sizeof(name), "bench blocks gpu %s%s%s", o->path,
+             o->pageable ? " pageable" : "",
+             o->blocks_on_gpu ? " gpu-list" : "");
+    rec = kvf_record_new("bench", name, hyp);
+    if (rec == NULL) {
+        return -1;
+    }
+    kvf_record_hypothesis(rec, o->hypothesis);
+    kvf_record_config(rec, "path", o->path);
+    kvf_record_config(rec, "host memory", o->pageable ? "pageable" : "pinned");
+    kvf_record_config(rec, "block list",
+                      o->blocks_on_gpu ? "GPU memory" : "pinned host memory");
+    kvf_record_config(rec, "kernel", kvf_cuda_kernel_name(o->kernel));
+    kvf_record_config(rec, "resident kernel (cuda_resident)",
+                      kvf_cuda_resident_name());
+    kvf_gpu_describe(o->gpu, text, sizeof(text));
+    kvf_record_config(rec, "gpu", text);
+    if (p2p) {
+        kvf_gpu_describe(o->peer_gpu, text, sizeof(text));
+        kvf_record_config(rec, "peer gpu", text);
+        kvf_record_config_num(rec, "kernels on gpu", l->run_gpu);
+    }
+    kvf_record_config_num(rec, "block_bytes", (double)o->block);
+    kvf_record_config_num(rec, "pool_bytes", (double)o->pool);
+    kvf_record_config_num(rec, "iters", o->iters);
+    kvf_record_config_num(rec, "per-block iters", o->each_iters);
+    kvf_record_config(rec, "verify", o->verify ? "yes" : "no");
+    for (i = 0; i < nrows; i++) {
+        const kvf_gpu_row_t *r = &rows[i];
+        double share = r->contig_gib_s > 0 ? r->gib_s / r->contig_gib_s : 0;
+        double times = r->each_gib_s > 0 ? r->gib_s / r->each_gib_s : 0;
+
+        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+        snprintf(name, sizeof(name), "%s %s batched (batch latency ms)",
+                 o->path, sz);
+        kvf_record_figure(rec, name, r->gib_s, "GiB/s", r->lat_ms,
+                          r->lat_p99_ms);
+        snprintf(name, sizeof(name), "%s %s contiguous", o->path, sz);
+        kvf_record_figure(rec, name, r->contig_gib_s, "GiB/s", NAN, NAN);
+        snprintf(name, sizeof(name), "%s %s share of contiguous", o->path, sz);
+        kvf_record_figure(rec, name, share, "ratio", NAN, NAN);
+        if (r->each_gib_s > 0) {
+            snprintf(name, sizeof(name),
+                     "%s %s one cudaMemcpyAsync per "
+                     "block",
+                     o->path, sz);
+            kvf_record_figure(rec, name, r->each_gib_s, "GiB/s", NAN, NAN);
+            snprintf(name, sizeof(name), "%s %s times per-block", o->path, sz);
+            kvf_record_figure(rec, name, times, "ratio", NAN, NAN);
+            snprintf(name, sizeof(name), "%s %s one cudaMemcpyBatchAsync",
+                     o->path, sz);
+            kvf_record_figure(rec, name, r->batchapi_gib_s, "GiB/s", NAN, NAN);
+            each_ok &= p2p || times >= 10.0;
+        } else {
+            each_ok &= p2p;
+        }
+        kvf_record_point(rec, "batched GiB/s over transfer size",
+                         "transfer bytes", "GiB/s", (double)r->size, r->gib_s);
+        kvf_record_point(rec, "contiguous GiB/s over transfer size",
+                         "transfer bytes", "GiB/s", (double)r->size,
+                         r->contig_gib_s);
+        kvf_record_point(rec, "per-block GiB/s over transfer size",
+                         "transfer bytes", "GiB/s", (double)r->size,
+                         r->each_gib_s);
+        if (o->verify) {
+            snprintf(name, sizeof(name), "%s %s blocks failing verify", o->path,
+                     sz);
+            kvf_record_figure(rec, name, (double)r->mismatches, "blocks", NAN,
+                              NAN);
+        }
+        share_ok &= share >= 0.9;
+        if (worst == NULL || share < worst->gib_s / (worst->contig_gib_s > 0
+                                                         ? worst->contig_gib_s
+                                                         : 1e-9)) {
+            worst = r;
+        }
+    }
+    if (worst != NULL) {
+        kvf_cli_fmt_size(worst->size, sz, sizeof(sz));
+        snprintf(text, sizeof(text),
+                 "contiguous copy of the same bytes on the same path in "
+                 "this run (%s; %s), at the size with the lowest share",
+                 p2p ? "cudaMemcpyPeerAsync" : "cudaMemcpyAsync", sz);
+        kvf_record_estimate(rec, worst->contig_gib_s, "GiB/s", text);
+        snprintf(text, sizeof(text),
+                 "worst size reaches %.1f %% of the contiguous copy: each "
+                 "block costs a descriptor and partial-line traffic at its "
+                 "ends, and launches are split so the host prepares the "
+                 "next while the GPU copies",
+                 100.0 * worst->gib_s /
+                     (worst->contig_gib_s > 0 ? worst->contig_gib_s : 1e-9));
+        kvf_record_gap(rec,
+                       worst->gib_s / (worst->contig_gib_s > 0
+                                           ? worst->contig_gib_s
+                                           : 1e-9),
+                       text);
+    }
+    snprintf(text, sizeof(text), "%s%s%s",
+             share_ok ? "every size >= 90 % of contiguous"
+                      : "some size below 90 % of contiguous",
+             p2p       ? ""
+             : each_ok ? "; every size >= 10x per-block"
+                       : "; some size below 10x per-block",
+             bad ? "; the run had errors or verify failures" : "");
+    kvf_record_conclude(
+        rec, (share_ok && each_ok && !bad) ? "holds" : "does not hold", text);
+    if (!o->verify) {
+        kvf_record_not_verified(rec, "bytes not verified (run with "
+                                     "--verify)");
+    }
+    kvf_record_not_verified(rec, "one host, one process; no transport");
+    mf = open_memstream(&raw, &rawlen);
+    if (mf != NULL) {
+        kvf_gpu_local_json_write(mf, l, rows, nrows);
+        fclose(mf);
+        kvf_record_raw(rec, raw);
+    }
+    free(raw);
+    bad = kvf_env_record_write(rec, o->record) != 0;
+    kvf_record_free(rec);
+    return bad ? -1 : 0;
+}
+
+static int kvf_gpu_local_setup(kvf_gpu_local_t *l, kvf_gpu_opts_t *o)
+{
+    int ngpu = kvf_cuda_device_count(), sg = o->gpu, dg = o->gpu;
+    kvf_mem_type_t host = o->pageable ? KVF_MEM_HOST : KVF_MEM_PINNED;
+    kvf_mem_type_t st = KVF_MEM_CUDA, dt = KVF_MEM_CUDA;
+    kvf_status_t status;
+    uint64_t nslots, i;
+
+    if (o->gpu >= ngpu) {
+        fprintf(stderr, "kvferry: GPU %d of %d\n", o->gpu, ngpu);
+        return KVF_CLI_USAGE;
+    }
+    if (o->blocks_on_gpu && o->pageable) {
+        fprintf(stderr, "kvferry: --blocks-on gpu needs pinned host pools\n");
+        return KVF_CLI_USAGE;
+    }
+    if (strcmp(o->path, "h2d") == 0) {
+        st = host;
+    } else if (strcmp(o->path, "d2h") == 0) {
+        dt = host;
+    } else if (strcmp(o->path, "p2p") == 0) {
+        if (o->peer_gpu < 0) {
+            o->peer_gpu = (o->gpu + 1) % ngpu;
+        }
+        if (ngpu < 2 || o->peer_gpu == o->gpu || o->peer_gpu >= ngpu) {
+            printf("kvferry: --path p2p needs two GPUs (this host has %d): "
+                   "skipped\n",
+                   ngpu);
+            return KVF_CLI_SKIP;
+        }
+        dg = o->peer_gpu;
+    }
+    l->run_gpu = (strcmp(o->path, "p2p") == 0 && o->on_dst) ? dg : sg;
+    if (kvf_gpu_pool_alloc(&l->src, st, sg, o->pool, o->seed) != 0 ||
+        kvf_gpu_pool_alloc(&l->dst, dt, dg, o->pool, o->seed + 1) != 0) {
+        return KVF_CLI_FAIL;
+    }
+    status = kvf_cuda_copy_create(l->run_gpu, &l->cp);
+    if (status != KVF_OK) {
+        fprintf(stderr, "kvferry: copy context: %s\n", kvf_status_str(status));
+        return KVF_CLI_FAIL;
+    }
+    kvf_cuda_copy_set_kernel(l->cp, o->kernel);
+    nslots = o->pool / o->block;
+    l->sperm = malloc(nslots * sizeof(uint32_t));
+    l->dperm = malloc(nslots * sizeof(uint32_t));
+    /* the block list in pinned memory: the kernels read it in place */
+    if (kvf_cuda_mem_alloc(KVF_MEM_PINNED, 0, nslots * sizeof(kvf_cuda_blk_t),
+                           (void **)&l->blks) != KVF_OK) {
+        l->blks = NULL;
+    }
+    if (o->blocks_on_gpu && kvf_cuda_mem_alloc(KVF_MEM_CUDA, l->run_gpu,
+                                               nslots * sizeof(kvf_cuda_blk_t),
+                                               (void **)&l->dblks) != KVF_OK) {
+        fprintf(stderr, "kvferry: no GPU memory for the block list\n");
+        return KVF_CLI_FAIL;
+    }
+    if (l->sperm == NULL || l->dperm == NULL || l->blks == NULL ||
+        nslots > UINT32_MAX) {
+        fprintf(stderr, "kvferry: too many blocks in the pool\n");
+        return KVF_CLI_FAIL;
+    }
+    for (i = 0; i < nslots; i++) {
+        l->sperm[i] = l->dperm[i] = (uint32_t)i;
+    }
+    kvf_prng_seed(&l->rng, o->seed * 7919);
+    return 0;
+}
+
+static void kvf_gpu_local_free(kvf_gpu_local_t *l)
+{
+    kvf_cuda_copy_destroy(l->cp);
+    kvf_gpu_pool_free(&l->src);
+    kvf_gpu_pool_free(&l->dst);
+    free(l->sperm);
+    free(l->dperm);
+    kvf_cuda_mem_free(KVF_MEM_PINNED, l->blks);
+    if (l->dblks != NULL) {
+        kvf_cuda_mem_free(KVF_MEM_CUDA, l->dblks);
+    }
+}
+
+static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
+{
+    kvf_gpu_row_t rows[KVF_GPU_SIZES_MAX];
+    char bstr[32], pstr[32], sstr[32], desc[320];
+    kvf_gpu_local_t l;
+    unsigned k, nrows = 0;
+    int rc, bad = 0;
+
+    memset(&l, 0, sizeof(l));
+    l.o = o;
+    rc = kvf_gpu_local_setup(&l, o);
+    if (rc != 0) {
+        kvf_gpu_local_free(&l);
+        return rc;
+    }
+    kvf_cli_fmt_size(o->block, bstr, sizeof(bstr));
+    kvf_cli_fmt_size(o->pool, pstr, sizeof(pstr));
+    kvf_gpu_describe(o->gpu, desc, sizeof(desc));
+    printf("# %s\n", desc);
+    if (strcmp(o->path, "p2p") == 0) {
+        kvf_gpu_describe(o->peer_gpu, desc, sizeof(desc));
+        printf("# peer %s, kernels on GPU %d\n", desc, l.run_gpu);
+    }
+    printf("connector=kvferry role=client device=gpu path=%s block=%s "
+           "pool=%s host=%s kernel=%s resident=%s%s%s\n",
+           o->path, bstr, pstr, o->pageable ? "pageable" : "pinned",
+           kvf_cuda_kernel_name(o->kernel), kvf_cuda_resident_name(),
+           o->sequential ? " order=sequential" : "",
+           o->blocks_on_gpu ? " block_list=gpu" : "");
+    printf("------------------------------------------------------------"
+           "------------\n");
+    for (k = 0; k < o->nsizes; k++) {
+        kvf_gpu_row_t *r = &rows[nrows];
+
+        if (kvf_gpu_local_size(&l, o->sizes[k], r) != 0) {
+            bad = 1;
+            break;
+        }
+        kvf_cli_fmt_size(r->size, sstr, sizeof(sstr));
+        printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
+               "BW=%7.2f GB/s (%7.2f Gbps) | %3.0f%% of contiguous",
+               sstr, (unsigned long)r->wrs, bstr, r->lat_ms, r->gib_s,
+               r->gib_s * (1u << 30) * 8 / 1e9,
+               r->contig_gib_s > 0 ? 100.0 * r->gib_s / r->contig_gib_s : 0.0);
+        if (r->each_gib_s > 0) {
+            printf(" | %5.1fx per-block", r->gib_s / r->each_gib_s);
+        }
+        if (r->mismatches >= 0) {
+            printf(" | verify %s", r->mismatches ? "FAILED" : "ok");
+            bad |= (r->mismatches != 0);
+        } else if (r->mismatches == -2) {
+            printf(" | verify FAILED");
+            bad = 1;
+        }
+        printf("\n");
+        fflush(stdout);
+        nrows++;
+    }
+    printf("------------------------------------------------------------"
+           "------------\n");
+    for (k = 0; k < nrows; k++) {
+        kvf_cli_fmt_size(rows[k].size, sstr, sizeof(sstr));
+        printf("size=%8s | contiguous %s: BW=%7.2f GB/s | one "
+               "cudaMemcpyAsync per block: BW=%7.2f GB/s | "
+               "cudaMemcpyBatchAsync: BW=%7.2f GB/s\n",
+               sstr,
+               strcmp(o->path, "p2p") == 0 ? "cudaMemcpyPeerAsync"
+                                           : "cudaMemcpyAsync",
+               rows[k].contig_gib_s, rows[k].each_gib_s,
+               rows[k].batchapi_gib_s);
+    }
+    kvf_gpu_print_resident(l.cp);
+    printf("Done.\n");
+    if (o->json != NULL) {
+        FILE *f = kvf_json_file_open(o->json);
+
+        if (f != NULL) {
+            kvf_gpu_local_json_write(f, &l, rows, nrows);
+            kvf_json_file_close(f);
+        }
+    }
+    if (o->record != NULL && nrows > 0 &&
+        kvf_gpu_local_record(&l, rows, nrows, bad) != 0) {
+        bad = 1;
+    }
+    kvf_gpu_local_free(&l);
+    return bad ? KVF_CLI_FAIL : KVF_CLI_OK;
+}
+
+int kvf_cmd_bench_blocks_gpu(int argc, char **argv)
+{
+    kvf_gpu_opts_t o;
+    int rc;
+
+    rc = kvf_gpu_parse(argc, argv, &o);
+    if (rc != 0) {
+        return rc < 0 ? KVF_CLI_OK : rc;
+    }
+    if (!kvf_cuda_built()) {
+        printf("kvferry: built without CUDA: --device gpu skipped\n");
+        return KVF_CLI_SKIP;
+    }
+    if (kvf_cuda_device_count() == 0) {
+        printf("kvferry: no GPU on this machine: --device gpu skipped\n");
+        return KVF_CLI_SKIP;
+    }
+    if (o.serve) {
+        return kvf_gpu_serve(&o);
+    }
+    if (o.path != NULL) {
+        return kvf_gpu_bench_local(&o);
+    }
+    return kvf_gpu_bench_net(&o);
+}

@@ -1,0 +1,159 @@
+/*
+ * `kvferry bench link`: the raw ceiling of the path to a target:
+ * contiguous streams of large writes (or reads), one per connection,
+ * between the same two processes `bench blocks` uses, no block handling.
+ */
+#include "tools/bench/bench.h"
+#include "tools/cli/opts.h"
+#include "tools/bench/env.h"
+#include "tools/record/record.h"
+
+#include "tools/cli/rng.h"
+#include <math.h>
+#include <string.h>
+
+/* The record (seed 003 §5): the median iteration against the best one
+ * of the same run; the hypothesis is that the ceiling is stable (P99
+ * iteration time within 10 % of P50). secs is sorted. */
+static int kvf_link_record(const char *dir, const char *hypothesis,
+                           const kvf_bench_session_opts_t *so,
+                           const kvf_bench_session_t *s, kvf_op_type_t op,
+                           uint64_t size, double *secs, unsigned iters)
+{
+    double p50 = kvf_bench_quantile(secs, iters, 0.5);
+    double p99 = kvf_bench_quantile(secs, iters, 0.99);
+    double gib = (double)size / p50 / (1u << 30);
+    double best = (double)size / secs[0] / (1u << 30);
+    const char *ops = op == KVF_OP_WRITE ? "write" : "read";
+    char name[96], text[256], sstr[32];
+    kvf_record_t *rec;
+    int stable = p99 <= 1.1 * p50, rc;
+
+    rec = kvf_record_new("bench", "bench link",
+                         "the raw ceiling of the path is stable: the P99 "
+                         "iteration takes at most 10 % longer than P50");
+    if (rec == NULL) {
+        return KVF_CLI_FAIL;
+    }
+    kvf_record_hypothesis(rec, hypothesis);
+    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
+    kvf_record_config(rec, "transport", kvf_peer_transport(s->peer));
+    kvf_record_config(rec, "op", ops);
+    kvf_record_config_num(rec, "size_bytes", (double)size);
+    kvf_record_config_num(rec, "iters", iters);
+    kvf_record_config_num(rec, "conns", so->conns);
+    kvf_record_config_num(rec, "pool_bytes", (double)so->pool);
+    kvf_record_config(rec, "target",
+                      so->target ? so->target : "spawned on 127.0.0.1");
+    snprintf(name, sizeof(name), "link %s %s (iteration ms)", ops, sstr);
+    kvf_record_figure(rec, name, gib, "GiB/s", p50 * 1e3, p99 * 1e3);
+    snprintf(name, sizeof(name), "link %s %s", ops, sstr);
+    kvf_record_figure(rec, name, (double)size * 8 / p50 / 1e9, "Gbps", NAN,
+                      NAN);
+    snprintf(text, sizeof(text),
+             "the fastest of the %u iterations of this "
+             "run",
+             iters);
+    kvf_record_estimate(rec, best, "GiB/s", text);
+    kvf_record_gap(rec, best > 0 ? gib / best : 0,
+                   "median over best iteration: run-to-run noise of the "
+                   "machine (other processes, scheduling, page cache)");
+    snprintf(text, sizeof(text),
+             "P99 iteration %.3f ms vs P50 %.3f ms "
+             "(%+.1f %%)",
+             p99 * 1e3, p50 * 1e3, 100.0 * (p99 / p50 - 1.0));
+    kvf_record_conclude(rec, stable ? "holds" : "does not hold", text);
+    kvf_record_not_verified(rec, "bytes are not verified by the link test");
+    kvf_record_not_verified(rec, "one size only; `bench blocks` measures "
+                                 "the link at each transfer size");
+    rc = kvf_env_record_write(rec, dir) == 0 ? KVF_CLI_OK : KVF_CLI_FAIL;
+    kvf_record_free(rec);
+    return rc;
+}
+
+int kvf_cmd_bench_link(int argc, char **argv)
+{
+    kvf_bench_session_opts_t so = {
+        .pool = 2ull << 30, .conns = 4, .timeout_ms = 10000, .seed = 1};
+    uint64_t size = 1ull << 30;
+    kvf_op_type_t op = KVF_OP_WRITE;
+    unsigned iters = 5, i;
+    double secs[64], med;
+    kvf_bench_session_t s;
+    kvf_status_t status = KVF_OK;
+    const char *record = NULL, *hypothesis = NULL;
+    char sstr[32];
+    kvf_prng_t rng;
+    int op_i = KVF_OP_WRITE, rc;
+    const kvf_opt_t opts[] = {
+        {"target", 0, KVF_OPT_STR, &so.target, "HOST:PORT",
+         "a running `kvferry target`", "spawn one on 127.0.0.1"},
+        {"pool", 0, KVF_OPT_SIZE, &so.pool, "SIZE", "pool on each side", "2G"},
+        {"size", 0, KVF_OPT_SIZE, &size, "SIZE", "bytes per stream test", "1G"},
+        {"op", 0, KVF_OPT_CHOICE, &op_i, NULL, "direction", "write",
+         "read|write"},
+        {"iters", 0, KVF_OPT_UINT, &iters, "N", "tests, the median kept", "5",
+         .min = 1, .max = 64},
+        {"conns", 0, KVF_OPT_UINT, &so.conns, "N", "connections", "4", .min = 1,
+         .max = 64},
+        {"transport", 0, KVF_OPT_STR, &so.transports, "NAME",
+         "force a transport", "auto"},
+        {"record", 0, KVF_OPT_STR, &record, "DIR",
+         "write a record (Markdown + JSON) into DIR"},
+        {"hypothesis", 0, KVF_OPT_STR, &hypothesis, "TEXT",
+         "the record's hypothesis"},
+        {0},
+    };
+    const kvf_cmd_spec_t spec = {
+        "kvferry bench link [options]",
+        "Raw ceiling of the path to the target: SIZE contiguous bytes moved\n"
+        "with plain streams, one per connection, no block handling.",
+        opts};
+
+    rc = kvf_opts_parse(&spec, argc, argv, NULL);
+    if (rc >= 0) {
+        return rc;
+    }
+    rc = KVF_CLI_OK;
+    op = (kvf_op_type_t)op_i;
+    if (size > so.pool) {
+        size = so.pool;
+    }
+    if (kvf_bench_session_open(&so, &s) != 0) {
+        return KVF_CLI_FAIL;
+    }
+    if (size > s.remote_len) {
+        size = s.remote_len;
+    }
+    kvf_prng_seed(&rng, 4242);
+    for (i = 0; i < iters && status == KVF_OK; i++) {
+        /* a fresh random stretch of each pool every time, so a small
+         * size is not served from the CPU caches */
+        uint64_t loff =
+            kvf_prng_below(&rng, (s.pool_len - size) / 4096 + 1) * 4096;
+        uint64_t roff =
+            kvf_prng_below(&rng, (s.remote_len - size) / 4096 + 1) * 4096;
+
+        status = kvf_peer_link_test(s.peer, op, s.pool + loff, s.remote + roff,
+                                    size, &secs[i]);
+    }
+    if (status != KVF_OK) {
+        fprintf(stderr, "kvferry: link test: %s\n", kvf_status_str(status));
+        kvf_bench_session_close(&s);
+        return KVF_CLI_FAIL;
+    }
+    med = kvf_bench_quantile(secs, iters, 0.5);
+    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
+    printf("link transport=%s conns=%u op=%s size=%s | lat=%8.3f ms | "
+           "BW=%7.2f GB/s (%6.2f Gbps) | min lat=%8.3f ms\n",
+           kvf_peer_transport(s.peer), so.conns,
+           op == KVF_OP_WRITE ? "write" : "read", sstr, med * 1e3,
+           (double)size / med / (1u << 30), (double)size * 8 / med / 1e9,
+           secs[0] * 1e3);
+    if (record != NULL) {
+        rc =
+            kvf_link_record(record, hypothesis, &so, &s, op, size, secs, iters);
+    }
+    kvf_bench_session_close(&s);
+    return rc;
+}

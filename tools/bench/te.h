@@ -1,0 +1,64 @@
+/*
+ * Private to `kvferry bench te` (te.c runs the curve and writes its
+ * record): options, one row per block size, and the verdict against the
+ * claim that small blocks keep up.
+ */
+#ifndef KVF_TOOLS_BENCH_TE_H
+#define KVF_TOOLS_BENCH_TE_H
+
+#include "tools/bench/bench.h"
+
+#define KVF_TE_BLOCKS_MAX  32
+#define KVF_TE_THREADS_MAX 64
+#define KVF_TE_ROUNDS_MAX  15
+#define KVF_TE_CHECK_BLOCK (64ull << 10) /* 64 KiB blocks ... */
+#define KVF_TE_TARGET      0.9           /* ... at >= 90 % of the largest */
+
+typedef struct kvf_te_opts {
+    kvf_bench_session_opts_t s;
+    uint64_t blocks[KVF_TE_BLOCKS_MAX];
+    unsigned nblocks;
+    unsigned batch;
+    unsigned threads;
+    uint64_t duration_ms;
+    unsigned min_batches;
+    unsigned rounds; /* the curve this many times; median round per size */
+    int no_inline;   /* submit without KVF_BATCH_INLINE */
+    kvf_op_type_t op;
+    const char *json;
+    const char *record;
+    const char *hypothesis;
+    kvf_expect_t *expect; /* --expect rules (plus the defaults) */
+    int strict;           /* a missed rule fails the command */
+} kvf_te_opts_t;
+
+typedef struct kvf_te_row {
+    uint64_t block;
+    uint64_t batches;
+    uint64_t bytes;
+    double seconds;
+    double gb_s; /* 10^9 bytes per second */
+    double gbps;
+    double ops_s;                  /* block operations per second */
+    double lat_p50_ms, lat_p99_ms; /* per batch */
+} kvf_te_row_t;
+
+typedef struct kvf_te_verdict {
+    uint64_t ref_block; /* largest block measured: the estimate */
+    double ref_gb_s;
+    uint64_t check_block; /* 64 KiB, or the smallest block above it */
+    double ratio;         /* check / ref; -1 when not measured */
+    const char *conclusion;
+} kvf_te_verdict_t;
+
+void kvf_te_judge(const kvf_te_row_t *rows, unsigned nrows,
+                  kvf_te_verdict_t *v);
+void kvf_te_json(FILE *f, const kvf_te_opts_t *o, const char *transport,
+                 const kvf_te_row_t *rows, unsigned nrows,
+                 const kvf_te_verdict_t *v);
+/* Writes the record of a run into o->record; 0 on success. */
+int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
+                  const kvf_te_row_t *rows, unsigned nrows,
+                  const kvf_te_verdict_t *v);
+
+#endif

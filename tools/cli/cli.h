@@ -1,0 +1,79 @@
+/*
+ * Shared pieces of the kvferry command: the subcommand table, size and
+ * duration parsing, pool allocation for benchmarks, exit codes. Each
+ * subcommand lives in its own file and is listed in commands.c; options
+ * are declared in tables (opts.h).
+ */
+#ifndef KVF_TOOLS_CLI_H
+#define KVF_TOOLS_CLI_H
+
+#include <kvferry/kvferry.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kvf_cli_cmd {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
+    const char *help;
+} kvf_cli_cmd_t;
+
+/* Subcommands, one file each (listed in commands.c). */
+int kvf_cmd_target(int argc, char **argv);
+int kvf_cmd_config(int argc, char **argv);
+int kvf_cmd_version(int argc, char **argv);
+int kvf_cmd_master(int argc, char **argv);
+int kvf_cmd_node(int argc, char **argv);
+int kvf_cmd_put(int argc, char **argv);
+int kvf_cmd_get(int argc, char **argv);
+int kvf_cmd_rm(int argc, char **argv);
+int kvf_cmd_exists(int argc, char **argv);
+int kvf_cmd_ls(int argc, char **argv);
+int kvf_cmd_bench_store(int argc, char **argv);
+int kvf_cmd_bench_load(int argc, char **argv);
+int kvf_cmd_bench_blocks(int argc, char **argv);
+int kvf_cmd_bench_link(int argc, char **argv);
+int kvf_cmd_bench_env(int argc, char **argv);
+int kvf_cmd_bench_te(int argc, char **argv);
+int kvf_cmd_bench_h2d(int argc, char **argv);
+/* `bench blocks --device gpu` (gpu.c), called by blocks.c */
+int kvf_cmd_bench_blocks_gpu(int argc, char **argv);
+int kvf_cmd_calc(int argc, char **argv);
+int kvf_cmd_report(int argc, char **argv);
+int kvf_cmd_drill(int argc, char **argv);
+
+/* Top-level commands and `bench` subcommands (commands.c). */
+extern const kvf_cli_cmd_t kvf_cli_commands[];
+extern const kvf_cli_cmd_t kvf_cli_bench_commands[];
+
+/* Path of this executable (for spawning helper processes). */
+extern const char *kvf_cli_self;
+
+/* Dispatches argv[1] among cmds; prints the list on unknown. */
+int kvf_cli_dispatch(const kvf_cli_cmd_t *cmds, const char *what, int argc,
+                     char **argv);
+
+/* "8G", "8GB", "8GiB", "512k", "4096" -> bytes (binary multiples); the
+ * same syntax as the configuration's sizes. */
+kvf_status_t kvf_cli_parse_size(const char *text, uint64_t *bytes_p);
+/* "500ms", "3s", "2m", "100" (ms) -> milliseconds. */
+kvf_status_t kvf_cli_parse_ms(const char *text, uint64_t *ms_p);
+/* Bytes as "8.0 KB", "16.0 MB", "1.0 GB" (binary multiples). */
+void kvf_cli_fmt_size(uint64_t bytes, char *out, size_t outlen);
+
+/* Allocates a benchmark pool: anonymous mmap, transparent huge pages
+ * asked for, every page touched (filled from seed) so page faults stay
+ * out of the measurements. NULL on failure (message printed). */
+void *kvf_cli_pool_alloc(size_t len, uint64_t seed);
+/* Non-zero: pools are private anonymous memory with huge pages (set by
+ * commands whose transport is forced to tcp); zero: shareable memfd. */
+extern int kvf_cli_pool_private;
+void kvf_cli_pool_free(void *pool, size_t len);
+
+/* Exit codes of the command. */
+#define KVF_CLI_OK    0
+#define KVF_CLI_FAIL  1
+#define KVF_CLI_USAGE 2
+#define KVF_CLI_SKIP  77
+
+#endif

@@ -1,0 +1,86 @@
+/*
+ * The table of kvferry subcommands and their dispatch. Each command is a
+ * file of tools/cli, tools/bench or tools/drill; add a line here and its
+ * file to tools/CMakeLists.txt.
+ */
+#include "tools/cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void kvf_cli_usage(const kvf_cli_cmd_t *cmds, const char *what)
+{
+    size_t i;
+
+    fprintf(stderr, "usage: %s <command> [options]\n\ncommands:\n", what);
+    for (i = 0; cmds[i].name != NULL; i++) {
+        fprintf(stderr, "  %-12s %s\n", cmds[i].name, cmds[i].help);
+    }
+    fprintf(stderr, "\n'%s <command> --help' describes a command.\n", what);
+}
+
+int kvf_cli_dispatch(const kvf_cli_cmd_t *cmds, const char *what, int argc,
+                     char **argv)
+{
+    size_t i;
+
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        kvf_cli_usage(cmds, what);
+        return (argc < 2) ? KVF_CLI_USAGE : KVF_CLI_OK;
+    }
+    for (i = 0; cmds[i].name != NULL; i++) {
+        if (strcmp(cmds[i].name, argv[1]) == 0) {
+            return cmds[i].run(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "%s: unknown command '%s'\n\n", what, argv[1]);
+    kvf_cli_usage(cmds, what);
+    return KVF_CLI_USAGE;
+}
+
+static int kvf_cmd_bench(int argc, char **argv)
+{
+    return kvf_cli_dispatch(kvf_cli_bench_commands, "kvferry bench", argc,
+                            argv);
+}
+
+const kvf_cli_cmd_t kvf_cli_bench_commands[] = {
+    {"blocks", kvf_cmd_bench_blocks,
+     "seed 000: random blocks from a registered pool, per transfer size"},
+    {"link", kvf_cmd_bench_link,
+     "raw ceiling of the path: contiguous streams, same connections"},
+    {"store", kvf_cmd_bench_store,
+     "store put/get latency and throughput over size x clients (vs Redis)"},
+    {"load", kvf_cmd_bench_load,
+     "store load path: master query, remote read, H2D, per size"},
+    {"te", kvf_cmd_bench_te,
+     "seed 003 §3.3: engine throughput curve over block size (4K..64M)"},
+    {"env", kvf_cmd_bench_env,
+     "seed 003 §1: the environment table, detected (CPU, GPUs, NICs...)"},
+    {"h2d", kvf_cmd_bench_h2d,
+     "seed 003 §3.1: pinned vs pageable H2D/D2H, 1 GiB contiguous"},
+    {NULL, NULL, NULL},
+};
+
+const kvf_cli_cmd_t kvf_cli_commands[] = {
+    {"target", kvf_cmd_target, "serve a registered pool to initiators"},
+    {"bench", kvf_cmd_bench, "measurement suite (kvferry bench --help)"},
+    {"master", kvf_cmd_master, "store master: metadata, leases, eviction"},
+    {"node", kvf_cmd_node, "store node: contribute a memory pool"},
+    {"put", kvf_cmd_put, "store a file (or stdin) under a key"},
+    {"get", kvf_cmd_get, "fetch a key's bytes to a file (or stdout)"},
+    {"rm", kvf_cmd_rm, "remove keys from the store"},
+    {"exists", kvf_cmd_exists, "is a key stored? (exit status 0 = yes)"},
+    {"ls", kvf_cmd_ls, "list stored keys (by prefix)"},
+    {"calc", kvf_cmd_calc,
+     "break-even: load a prefix's KV cache or recompute it (seed 003)"},
+    {"report", kvf_cmd_report,
+     "one HTML page with charts of a folder of "
+     "records"},
+    {"drill", kvf_cmd_drill, "fault drills (kvferry drill list)"},
+    {"config", kvf_cmd_config,
+     "list the configuration keys (--all: every one)"},
+    {"version", kvf_cmd_version, "print the version and build options"},
+    {NULL, NULL, NULL},
+};
