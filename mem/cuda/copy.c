@@ -11,9 +11,9 @@
  * and the host fills one descriptor buffer while the other is in use.
  *
  * A block list in GPU memory (kvf_cuda_copy_blocks_dev) is read in place
- * too; GPU->GPU batches may be split with the other GPU pulling a share
- * (cuda_p2p_split). Pageable host memory is staged (slot.c); the
- * copy-engine baselines are in base.c.
+ * too; the context's GPU moves every block of a batch, GPU->GPU included
+ * (docs/decisions/gpu-block-copies.md). Pageable host memory is staged
+ * (slot.c); the copy-engine baselines are in base.c.
  *
  * Bounds: the kernels refuse blocks outside either side (counted in a
  * mapped word read after the batch); the staging code checks the host
@@ -113,22 +113,7 @@ void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp)
     if (cp->done != NULL) {
         cudaEventDestroy(cp->done);
     }
-    if (cp->peer_stream != NULL) {
-        cudaSetDevice(cp->peer_dev);
-        if (cp->peer_ev != NULL &&
-            cudaEventRecord(cp->peer_ev, cp->peer_stream) == cudaSuccess) {
-            kvf_cuda_event_wait(cp->peer_ev, kvf_time_ms() + 10000);
-        }
-        cudaStreamDestroy(cp->peer_stream);
-        if (cp->peer_ev != NULL) {
-            cudaEventDestroy(cp->peer_ev);
-        }
-        cudaSetDevice(cp->device);
-    }
     for (i = 0; i < 2; i++) {
-        if (cp->dbuf[i].d != NULL) {
-            cudaFree(cp->dbuf[i].d);
-        }
         if (cp->dbuf[i].h != NULL) {
             cudaFreeHost(cp->dbuf[i].h);
         }
@@ -207,90 +192,12 @@ static kvf_status_t kvf_cuda_reach(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *m)
     }
 }
 
-/* Places m descriptors (at dev, device-accessible) where launch l reads
- * them: in place, or (cuda_desc = upload) copied to the buffer's GPU
- * memory on stream first (stream order keeps the buffer until the
- * launch that reads it is over). */
-static kvf_status_t kvf_cuda_desc_place(kvf_cuda_dbuf_t *b,
-                                        kvf_cuda_launch_t *l,
-                                        const kvf_cuda_blk_t *dev, size_t m,
-                                        int upload, cudaStream_t stream)
-{
-    kvf_status_t status;
-
-    l->blks = dev;
-    if (!upload) {
-        return KVF_OK;
-    }
-    if (b->d == NULL) {
-        status = KVF_CUDA_CHECK(cudaMalloc(
-            (void **)&b->d, KVF_COPY_DESC_CAP * sizeof(kvf_cuda_blk_t)));
-        if (status != KVF_OK) {
-            b->d = NULL;
-            return status;
-        }
-    }
-    l->blks = b->d;
-    return KVF_CUDA_CHECK(cudaMemcpyAsync(b->d, dev, m * sizeof(*dev),
-                                          cudaMemcpyDefault, stream));
-}
-
-/*
- * GPU->GPU with cuda_p2p_split: the last pull_n descriptors of d are
- * moved by a kernel on the other GPU (reading the source over NVLink)
- * while the context's GPU moves the rest. Launched here, waited by
- * kvf_cuda_copy_inplace. d must be usable on both GPUs (device memory of
- * either, or pinned memory under unified addressing).
- */
-static kvf_status_t kvf_cuda_split_post(kvf_cuda_copy_t *cp, int other,
-                                        kvf_cuda_launch_t *l,
-                                        const kvf_cuda_blk_t *d, size_t pull_n)
-{
-    kvf_status_t status = KVF_OK;
-    kvf_cuda_launch_t pl = *l;
-    size_t i, m;
-
-    if (!kvf_cuda_peer_enable(other, cp->device)) {
-        return KVF_ERR_UNSUPPORTED;
-    }
-    status = KVF_CUDA_CHECK(cudaSetDevice(other));
-    if (status == KVF_OK && cp->peer_stream != NULL && cp->peer_dev != other) {
-        cudaStreamDestroy(cp->peer_stream);
-        cudaEventDestroy(cp->peer_ev);
-        cp->peer_stream = NULL;
-        cp->peer_ev = NULL;
-    }
-    if (status == KVF_OK && cp->peer_stream == NULL) {
-        status = KVF_CUDA_CHECK(
-            cudaStreamCreateWithFlags(&cp->peer_stream, cudaStreamNonBlocking));
-        if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK(
-                cudaEventCreateWithFlags(&cp->peer_ev, cudaEventDisableTiming));
-        }
-        cp->peer_dev = other;
-    }
-    for (i = 0; i < pull_n && status == KVF_OK; i += m) {
-        m = pull_n - i < KVF_CUDA_LAUNCH_MAX ? pull_n - i : KVF_CUDA_LAUNCH_MAX;
-        pl.blks = d + i;
-        pl.n = (unsigned)m;
-        status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
-            KVF_CUDA_KERNEL_WARP, &pl, kvf_cuda_devs[other].sm_count,
-            cp->peer_stream));
-    }
-    if (status == KVF_OK) {
-        status = KVF_CUDA_CHECK(cudaEventRecord(cp->peer_ev, cp->peer_stream));
-    }
-    cudaSetDevice(cp->device);
-    return status;
-}
-
 /* Launches n descriptors from d in pieces of up to KVF_CUDA_LAUNCH_MAX,
  * alternating the two streams and descriptor buffers. */
 static kvf_status_t kvf_cuda_inplace_launch(kvf_cuda_copy_t *cp,
                                             kvf_cuda_kernel_t kern,
                                             kvf_cuda_launch_t *l,
-                                            const kvf_cuda_blk_t *d, size_t n,
-                                            int upload)
+                                            const kvf_cuda_blk_t *d, size_t n)
 {
     kvf_status_t status = KVF_OK;
     size_t i, m;
@@ -301,12 +208,10 @@ static kvf_status_t kvf_cuda_inplace_launch(kvf_cuda_copy_t *cp,
         cudaStream_t stream = (k & 1) ? cp->stream_b : cp->stream;
 
         m = n - i < KVF_CUDA_LAUNCH_MAX ? n - i : KVF_CUDA_LAUNCH_MAX;
-        status = kvf_cuda_desc_place(b, l, d + i, m, upload, stream);
+        l->blks = d + i;
         l->n = (unsigned)m;
-        if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
-                kern, l, cp->sm_count, stream));
-        }
+        status = KVF_CUDA_CHECK(
+            (cudaError_t)kvf_cuda_kern_launch(kern, l, cp->sm_count, stream));
         if (status == KVF_OK) {
             status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
         }
@@ -317,10 +222,10 @@ static kvf_status_t kvf_cuda_inplace_launch(kvf_cuda_copy_t *cp,
     return status;
 }
 
-/* Waits for the busy descriptor buffers and the pulled part; then the
- * first error, or KVF_ERR_OUT_OF_BOUNDS when a kernel refused a block. */
+/* Waits for the busy descriptor buffers; then the first error, or
+ * KVF_ERR_OUT_OF_BOUNDS when a kernel refused a block. */
 static kvf_status_t kvf_cuda_inplace_wait(kvf_cuda_copy_t *cp,
-                                          kvf_status_t status, int pulled,
+                                          kvf_status_t status,
                                           uint64_t deadline)
 {
     kvf_status_t w;
@@ -335,10 +240,6 @@ static kvf_status_t kvf_cuda_inplace_wait(kvf_cuda_copy_t *cp,
             }
         }
     }
-    if (pulled) {
-        w = kvf_cuda_event_wait(cp->peer_ev, deadline);
-        status = (status == KVF_OK) ? w : status;
-    }
     if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
         kvf_log_rl(KVF_LOG_ERROR, "block(s) outside their memory refused");
         status = KVF_ERR_OUT_OF_BOUNDS;
@@ -347,24 +248,20 @@ static kvf_status_t kvf_cuda_inplace_wait(kvf_cuda_copy_t *cp,
 }
 
 /* The batch's own descriptor array is device-accessible: launches of up
- * to KVF_CUDA_LAUNCH_MAX descriptors straight from it (or uploaded, see
- * kvf_cuda_desc_place), alternating streams. Blocks are not split (a
- * large one just keeps its warp longer). other >= 0: the last pull_n
- * descriptors go to that GPU (kvf_cuda_split_post). resident: the whole
- * batch goes to the context's resident kernel (res.c) instead,
- * when it can take it. */
+ * to KVF_CUDA_LAUNCH_MAX descriptors read straight from it, alternating
+ * streams. Blocks are not split (a large one just keeps its warp
+ * longer). resident: the whole batch goes to the context's resident
+ * kernel (res.c) instead, when it can take it. */
 static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
                                           kvf_cuda_kernel_t kern,
                                           kvf_cuda_launch_t *l,
                                           const void *dev_blks, size_t n,
-                                          int upload, int other, size_t pull_n,
                                           int resident, uint64_t deadline)
 {
     const kvf_cuda_blk_t *d = dev_blks;
     kvf_status_t status = KVF_OK;
-    int pulled = 0;
 
-    if (resident && kern == KVF_CUDA_KERNEL_WARP && !upload && other < 0) {
+    if (resident && kern == KVF_CUDA_KERNEL_WARP) {
         status = kvf_cuda_res_copy(cp, l, d, n, deadline);
         if (status != KVF_ERR_UNSUPPORTED) {
             if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
@@ -376,15 +273,8 @@ static kvf_status_t kvf_cuda_copy_inplace(kvf_cuda_copy_t *cp,
         }
         status = KVF_OK; /* not now: launches below */
     }
-    if (other >= 0 && pull_n > 0 && pull_n <= n) {
-        n -= pull_n;
-        status = kvf_cuda_split_post(cp, other, l, d + n, pull_n);
-        pulled = (status == KVF_OK);
-    }
-    if (status == KVF_OK) {
-        status = kvf_cuda_inplace_launch(cp, kern, l, d, n, upload);
-    }
-    return kvf_cuda_inplace_wait(cp, status, pulled, deadline);
+    status = kvf_cuda_inplace_launch(cp, kern, l, d, n);
+    return kvf_cuda_inplace_wait(cp, status, deadline);
 }
 
 /* Does the context's resident kernel take this batch (cuda_resident)? */
@@ -402,23 +292,6 @@ static int kvf_cuda_res_wants(const kvf_cuda_copy_t *cp,
      * launches unless cuda_resident = on (docs/decisions/mem-gpu-copy.md). */
     return cp->res_mode == KVF_RES_P2P && src->type == KVF_MEM_CUDA &&
            dst->type == KVF_MEM_CUDA && src->device != dst->device;
-}
-
-/* The GPU that pulls part of a GPU->GPU batch (cuda_p2p_split), or -1. */
-static int kvf_cuda_split_other(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
-                                const kvf_cuda_mem_t *dst, size_t n,
-                                size_t *pull_n)
-{
-    unsigned pct = kvf_cuda_p2p_split();
-
-    *pull_n = 0;
-    if (pct == 0 || src->type != KVF_MEM_CUDA || dst->type != KVF_MEM_CUDA ||
-        src->device == dst->device ||
-        (cp->device != src->device && cp->device != dst->device)) {
-        return -1;
-    }
-    *pull_n = n * pct / 100;
-    return cp->device == src->device ? dst->device : src->device;
 }
 
 /* A walk over a batch's blocks, cutting large ones into pieces of
@@ -483,22 +356,13 @@ kvf_cuda_direct_mapped(kvf_cuda_copy_t *cp, kvf_cuda_kernel_t kern,
                        size_t n, uint64_t deadline)
 {
     struct cudaPointerAttributes a;
-    size_t pull_n = 0;
-    int other;
 
     if (cudaPointerGetAttributes(&a, blks) != cudaSuccess ||
         a.type != cudaMemoryTypeHost || a.devicePointer == NULL) {
         cudaGetLastError();
         return KVF_INPROGRESS;
     }
-    other = kvf_cuda_split_other(cp, src, dst, n, &pull_n);
-    /* the other GPU reads the list through the same address only under
-     * unified addressing */
-    if (a.devicePointer != (void *)blks) {
-        other = -1;
-    }
     return kvf_cuda_copy_inplace(cp, kern, l, a.devicePointer, n,
-                                 kvf_cuda_desc_upload(), other, pull_n,
                                  kvf_cuda_res_wants(cp, src, dst), deadline);
 }
 
@@ -556,14 +420,11 @@ static kvf_status_t kvf_cuda_direct_launch(kvf_cuda_copy_t *cp,
             b->busy = 0;
         }
         l->n = kvf_cuda_walk_fill(w, b->h, chunk);
-        /* the kernel reads the descriptors through the host mapping (or
-         * an upload of them: cuda_desc), each warp prefetching its next */
-        status = kvf_cuda_desc_place(b, l, b->h, l->n, kvf_cuda_desc_upload(),
-                                     stream);
-        if (status == KVF_OK) {
-            status = KVF_CUDA_CHECK((cudaError_t)kvf_cuda_kern_launch(
-                kern, l, cp->sm_count, stream));
-        }
+        /* the kernel reads the descriptors through the host mapping, each
+         * warp prefetching its next */
+        l->blks = b->h;
+        status = KVF_CUDA_CHECK(
+            (cudaError_t)kvf_cuda_kern_launch(kern, l, cp->sm_count, stream));
         if (status == KVF_OK) {
             status = KVF_CUDA_CHECK(cudaEventRecord(b->ev, stream));
         }
@@ -675,8 +536,6 @@ kvf_status_t kvf_cuda_copy_blocks_dev(kvf_cuda_copy_t *cp,
     kvf_cuda_launch_t l;
     kvf_cuda_kernel_t kern;
     kvf_status_t status;
-    size_t pull_n = 0;
-    int other;
 
     if (cp == NULL || src == NULL || dst == NULL ||
         (n > 0 && dev_blks == NULL) || src->type == KVF_MEM_HOST ||
@@ -709,15 +568,10 @@ kvf_status_t kvf_cuda_copy_blocks_dev(kvf_cuda_copy_t *cp,
     l.dst_base = (uint64_t)(uintptr_t)dst->base;
     l.dst_len = dst->len;
     l.err = cp->err;
-    other = kvf_cuda_split_other(cp, src, dst, n, &pull_n);
-    if (other >= 0 && other != a.device &&
-        !kvf_cuda_peer_enable(other, a.device)) {
-        other = -1;
-    }
     status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
     if (status != KVF_OK) {
         return status;
     }
-    return kvf_cuda_copy_inplace(cp, kern, &l, dev_blks, n, 0, other, pull_n,
+    return kvf_cuda_copy_inplace(cp, kern, &l, dev_blks, n,
                                  kvf_cuda_res_wants(cp, src, dst), deadline);
 }

@@ -35,10 +35,6 @@ static const kvf_config_entry_t kvf_cuda_config_entries[] = {
      KVF_CONFIG_TUNING},
     {"cuda_stage_slots", "4", "staging buffers in flight per connection",
      KVF_CONFIG_TUNING},
-    {"cuda_stage_ramp", "0",
-     "bytes of a send's first gather and a receive's last scatter "
-     "(0: whole slots)",
-     KVF_CONFIG_DEBUG},
     {"cuda_ctas_per_sm", "4", "copy kernel CTAs per multiprocessor (1..4)",
      KVF_CONFIG_TUNING},
     {"cuda_unroll", "8", "16-byte vectors in flight per lane (4 or 8)",
@@ -47,10 +43,6 @@ static const kvf_config_entry_t kvf_cuda_config_entries[] = {
      "warps sharing one block in the copy kernel: 1, 2, 4, or 0 (auto: up "
      "to 4 while the batch leaves warps of the GPU idle)",
      KVF_CONFIG_TUNING},
-    {"cuda_desc", "mapped",
-     "where copy kernels read a host block list: mapped (in place, over "
-     "PCIe) or upload (one async copy to GPU memory before each launch)",
-     KVF_CONFIG_DEBUG},
     {"cuda_resident", "p2p",
      "resident copy kernel (no launch per batch): off, on (every batch of "
      "the warp kernel read in place) or p2p (GPU -> other GPU only)",
@@ -62,10 +54,6 @@ static const kvf_config_entry_t kvf_cuda_config_entries[] = {
     {"cuda_resident_idle_us", "2000",
      "the resident copy kernel leaves after this long without a batch",
      KVF_CONFIG_DEBUG},
-    {"cuda_p2p_split", "0",
-     "GPU->GPU batches: percent of the blocks pulled by the destination "
-     "GPU's kernel while the source GPU pushes the rest (0..90)",
-     KVF_CONFIG_DEBUG},
 };
 
 KVF_CONFIG_TABLE(kvf_cuda_config, "cuda", kvf_cuda_config_entries)
@@ -75,8 +63,6 @@ kvf_cuda_devstate_t kvf_cuda_devs[KVF_CUDA_DEV_MAX];
 static pthread_once_t kvf_cuda_once = PTHREAD_ONCE_INIT;
 static int kvf_cuda_ndev;
 static kvf_cuda_kernel_t kvf_cuda_kernel_cfg;
-static int kvf_cuda_desc_upload_cfg;
-static unsigned kvf_cuda_p2p_split_cfg;
 
 /* cuMemGetAddressRange through the runtime's driver entry point, so no
  * link-time dependency on libcuda. */
@@ -199,18 +185,6 @@ static void kvf_cuda_init_once(void)
         }
         kvf_cuda_kern_parts((int)wpb);
     }
-    {
-        const char *desc = kvf_config_str(&kvf_cuda_config, "cuda_desc");
-        uint64_t split = 0;
-
-        kvf_cuda_desc_upload_cfg = desc != NULL && strcmp(desc, "upload") == 0;
-        if (desc != NULL && !kvf_cuda_desc_upload_cfg &&
-            strcmp(desc, "mapped") != 0) {
-            kvf_warn("cuda_desc: unknown value '%s', using mapped", desc);
-        }
-        kvf_config_u64(&kvf_cuda_config, "cuda_p2p_split", &split);
-        kvf_cuda_p2p_split_cfg = split <= 90 ? (unsigned)split : 90u;
-    }
     if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
         cudaGetLastError(); /* clear the sticky "no device" error */
         kvf_debug("no CUDA device: GPU features unavailable");
@@ -256,18 +230,6 @@ kvf_cuda_kernel_t kvf_cuda_default_kernel(void)
 {
     kvf_cuda_device_count();
     return kvf_cuda_kernel_cfg;
-}
-
-int kvf_cuda_desc_upload(void)
-{
-    kvf_cuda_device_count();
-    return kvf_cuda_desc_upload_cfg;
-}
-
-unsigned kvf_cuda_p2p_split(void)
-{
-    kvf_cuda_device_count();
-    return kvf_cuda_p2p_split_cfg;
 }
 
 kvf_status_t kvf_cuda_use(int device)

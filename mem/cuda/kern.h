@@ -126,12 +126,6 @@ kvf_status_t kvf_cuda_event_wait(cudaEvent_t ev, uint64_t deadline_ms);
 
 /* Kernel variant chosen by configuration (cuda_kernel key). */
 kvf_cuda_kernel_t kvf_cuda_default_kernel(void);
-/* cuda_desc = upload: host block lists are copied to GPU memory (one
- * async copy per launch) instead of read by the kernels over PCIe. */
-int kvf_cuda_desc_upload(void);
-/* cuda_p2p_split: percent of a GPU->GPU batch pulled by the destination
- * GPU (0: the source GPU's kernel moves everything). */
-unsigned kvf_cuda_p2p_split(void);
 
 /* Pinned, mapped buffers with a descriptor array: the unit of staging.
  * Used by the pageable paths (copy.c) and by socket I/O
@@ -170,7 +164,6 @@ kvf_status_t kvf_cuda_slot_post(kvf_cuda_slot_t *s, int device,
 
 typedef struct kvf_cuda_dbuf {
     kvf_cuda_blk_t *h; /* pinned, mapped: read by the kernels */
-    kvf_cuda_blk_t *d; /* GPU memory (cuda_desc = upload), on first use */
     cudaEvent_t ev;
     int busy;
 } kvf_cuda_dbuf_t;
@@ -194,11 +187,6 @@ struct kvf_cuda_copy {
     const void **ce_src;
     size_t *ce_len;
     size_t ce_cap;
-    /* GPU->GPU batches split between the two GPUs (cuda_p2p_split): the
-     * other GPU's stream and event, created on first use */
-    int peer_dev;
-    cudaStream_t peer_stream;
-    cudaEvent_t peer_ev;
     /* resident kernel (res.c): mode from cuda_resident, state on
      * first use */
     int res_mode;

@@ -19,13 +19,10 @@
  * it for the producer. Up to all slots but one are being gathered while
  * one is being sent.
  *
- * Ramps (cuda_stage_ramp, off by default): what cannot overlap is the
- * first gather of a send (the socket waits for it) and the last scatter
- * of a receive (the reply waits for it). With a ramp R, a send's first
- * slot takes R bytes, the next twice that, up to the slot size, and a
- * receive leaves R bytes for its last slot, so a request waits for less
- * GPU copy at each end; the extra launches cost as much as that saves
- * (docs/decisions/mem-gpu-copy.md), hence off.
+ * Every slot is filled whole: the first gather of a send and the last
+ * scatter of a receive cannot overlap the socket, but smaller slots at
+ * the ends saved no more than their extra launches cost
+ * (docs/decisions/mem-gpu-copy.md).
  */
 #include "mem/cuda/kern.h"
 #include "core/alloc.h"
@@ -55,7 +52,6 @@ struct kvf_mem_stage {
     int posted[KVF_STAGE_SLOTS_MAX];
     unsigned pieces[KVF_STAGE_SLOTS_MAX]; /* writev: unsent pieces */
     cudaStream_t stream[KVF_CUDA_DEV_MAX];
-    uint64_t ramp; /* cuda_stage_ramp, 0 off */
     unsigned *err;
     struct iovec *iov;
     size_t iov_cap;
@@ -117,11 +113,6 @@ static kvf_status_t kvf_stage_get(kvf_cuda_stage_t **stage_p,
     st = kvf_calloc(1, sizeof(*st));
     if (st == NULL) {
         return KVF_ERR_NO_MEMORY;
-    }
-    if (kvf_config_u64(&kvf_cuda_config, "cuda_stage_ramp", &st->ramp) !=
-            KVF_OK ||
-        st->ramp >= bytes) {
-        st->ramp = 0;
     }
     status = KVF_CUDA_CHECK(cudaHostAlloc(
         (void **)&st->err, 64, cudaHostAllocPortable | cudaHostAllocMapped));
@@ -238,26 +229,6 @@ static kvf_status_t kvf_stage_check_err(kvf_cuda_stage_t *st)
     return KVF_OK;
 }
 
-/* Bytes of iov in registered GPU regions. */
-static uint64_t kvf_stage_gpu_bytes(const struct iovec *iov, size_t n)
-{
-    uint64_t addr, left, run, sum = 0;
-    size_t i, off;
-    int dev;
-
-    for (i = 0; i < n; i++) {
-        for (off = 0; off < iov[i].iov_len; off += run) {
-            addr = (uint64_t)(uintptr_t)iov[i].iov_base + off;
-            run = iov[i].iov_len - off;
-            if (kvf_cuda_region_lookup(addr, &dev, &left) == KVF_MEM_CUDA) {
-                sum += (run < left) ? run : left;
-            }
-            run = (run < left) ? run : left;
-        }
-    }
-    return sum;
-}
-
 /* Takes the connection's stage (created on first need), every slot
  * empty, room for a batch of iovecs. *st_p stays NULL when there is no
  * stage. */
@@ -301,15 +272,13 @@ static kvf_status_t kvf_stage_end(kvf_cuda_stage_t *st, kvf_status_t status,
     return status;
 }
 
-/* A receive in progress: the slot being filled and its fill limit, the
- * iovecs waiting for the socket, the GPU bytes not yet mapped. */
+/* A receive in progress: the slot being filled, the iovecs waiting for
+ * the socket. */
 typedef struct kvf_stage_rd {
     kvf_cuda_stage_t *st;
     int fd;
     unsigned k;
-    uint64_t lim;
     size_t m;
-    uint64_t gpu_left;
     uint64_t deadline;
 } kvf_stage_rd_t;
 
@@ -339,22 +308,16 @@ static kvf_status_t kvf_stage_rd_gpu(kvf_stage_rd_t *r, uint64_t addr, int dev,
 {
     kvf_cuda_stage_t *st = r->st;
     kvf_cuda_slot_t *s = &st->slot[r->k];
-    uint64_t run = *run_p, piece, T = st->ramp;
+    uint64_t run = *run_p, piece;
 
-    if (s->nblks == 0) {
-        /* a new slot: leave the last one small */
-        r->lim = (T == 0 || r->gpu_left > s->cap + T)          ? s->cap
-                 : r->gpu_left > s->cap || r->gpu_left > 2 * T ? r->gpu_left - T
-                                                               : s->cap;
-    } else if (st->slot_dev[r->k] != dev || s->used >= r->lim ||
-               s->nblks == s->blks_cap) {
+    if (s->nblks > 0 && (st->slot_dev[r->k] != dev || s->used >= s->cap ||
+                         s->nblks == s->blks_cap)) {
         *run_p = 0;
         return kvf_stage_rd_next(r);
     }
-    piece = r->lim - s->used;
+    piece = s->cap - s->used;
     run = (run < left) ? run : left;
     run = (run < piece) ? run : piece;
-    r->gpu_left -= run;
     st->iov[r->m].iov_base = s->buf + s->used;
     st->iov[r->m].iov_len = run;
     r->m++;
@@ -390,7 +353,6 @@ kvf_status_t kvf_cuda_readv(kvf_cuda_stage_t **stage_p, int fd,
     r.st = st;
     r.fd = fd;
     r.deadline = deadline_ms;
-    r.gpu_left = (status == KVF_OK) ? kvf_stage_gpu_bytes(iov, iovcnt) : 0;
     for (i = 0; i < iovcnt && status == KVF_OK; i++) {
         for (off = 0; off < iov[i].iov_len && status == KVF_OK; off += run) {
             addr = (uint64_t)(uintptr_t)iov[i].iov_base + off;
@@ -451,13 +413,12 @@ static kvf_status_t kvf_stage_push(kvf_cuda_stage_t *st, size_t *qn, char *p,
 }
 
 /* A send in progress: the slot being filled, the queue of pieces to
- * send (host ranges and slot bytes, in order), the ramp of slot sizes. */
+ * send (host ranges and slot bytes, in order). */
 typedef struct kvf_stage_wr {
     kvf_cuda_stage_t *st;
     int fd;
     unsigned k;
     size_t qh, qn;
-    uint64_t ramp;
     uint64_t deadline;
 } kvf_stage_wr_t;
 
@@ -470,22 +431,20 @@ static kvf_status_t kvf_stage_wr_gpu(kvf_stage_wr_t *w, uint64_t addr, int dev,
 {
     kvf_cuda_stage_t *st = w->st;
     kvf_cuda_slot_t *s = &st->slot[w->k];
-    uint64_t run = *run_p, piece, lim;
+    uint64_t run = *run_p, piece;
     kvf_status_t status;
 
     *run_p = 0;
     if (st->posted[w->k]) {
         return KVF_INPROGRESS;
     }
-    lim = (w->ramp < s->cap) ? w->ramp : s->cap;
-    if (s->nblks > 0 && (st->slot_dev[w->k] != dev || s->used >= lim ||
+    if (s->nblks > 0 && (st->slot_dev[w->k] != dev || s->used >= s->cap ||
                          s->nblks == s->blks_cap)) {
         status = kvf_stage_post(st, w->k, 0);
         w->k = (w->k + 1) % st->nslots;
-        w->ramp = (w->ramp > s->cap) ? w->ramp : w->ramp * 2;
         return status;
     }
-    piece = lim - s->used;
+    piece = s->cap - s->used;
     run = (run < left) ? run : left;
     run = (run < piece) ? run : piece;
     s->blks[s->nblks].src_off = addr;
@@ -601,7 +560,6 @@ kvf_status_t kvf_cuda_writev(kvf_cuda_stage_t **stage_p, int fd,
     w.st = st;
     w.fd = fd;
     w.deadline = deadline_ms;
-    w.ramp = st->ramp > 0 ? st->ramp : UINT64_MAX;
     while (status == KVF_OK) {
         status = kvf_stage_wr_produce(&w, iov, iovcnt, &i, &off);
         if (status != KVF_OK || w.qh == w.qn) {

@@ -108,12 +108,10 @@ for stage in "$@"; do
       --json "$R/tcp-1m.json"
     ;;
   ab)
-    # A/B in one run: tcp staging without and with the ramps, cuda with
-    # 1 MiB and 2 MiB engine chunks
-    blk tcp-noramp --transport tcp --pool 4G --op both --verify \
-      --json "$R/tcp-noramp.json"
-    blke KVF_CUDA_STAGE_RAMP=128K tcp-ramp --transport tcp --pool 4G \
-      --op both --verify --json "$R/tcp-ramp.json"
+    # A/B in one run: cuda with 1 MiB and 2 MiB engine chunks, tcp
+    # staging for comparison
+    blk tcp --transport tcp --pool 4G --op both --verify \
+      --json "$R/tcp.json"
     blke KVF_CHUNK_BYTES=2M cuda-2m --transport cuda --pool 4G --op both \
       --verify --json "$R/cuda-2m.json"
     blk cuda-1m --transport cuda --pool 4G --op both --verify \
@@ -122,8 +120,6 @@ for stage in "$@"; do
   tcpfinal)
     blk tcp --transport tcp --pool 4G --op both --iters 9 --verify \
       --record "$R"
-    blke KVF_CUDA_STAGE_RAMP=128K tcp-ramp --transport tcp --pool 4G \
-      --op both --iters 9 --verify --json "$R/tcp-ramp.json"
     ;;
   cudafinal)
     step 60 bench-env "$B" bench env --record "$R"
@@ -135,26 +131,15 @@ for stage in "$@"; do
     ;;
   p2pab)
     # GPU->GPU A/B in one lease: block list read over PCIe (mapped) or
-    # uploaded, or kept in GPU memory; part of the batch pulled by the
-    # destination GPU; two rounds; copy tests under the variants first
+    # kept in GPU memory; two rounds; the copy tests first
     step 240 test_gpu_copy "$D/test_gpu_copy"
-    step 240 test_gpu_copy-split-upload env KVF_CUDA_P2P_SPLIT=50 \
-      KVF_CUDA_DESC=upload "$D/test_gpu_copy"
     for round in 1 2; do
       a="--path p2p --pool 2G --iters 9 --each-iters 0"
       blk "p2p-base-$round" $a --json "$R/p2p-base-$round.json"
-      blke KVF_CUDA_DESC=upload "p2p-upload-$round" $a \
-        --json "$R/p2p-upload-$round.json"
       blk "p2p-gpulist-$round" $a --blocks-on gpu \
         --json "$R/p2p-gpulist-$round.json"
-      for sp in 15 30 50; do
-        blke KVF_CUDA_P2P_SPLIT=$sp "p2p-split$sp-$round" $a \
-          --json "$R/p2p-split$sp-$round.json"
-      done
-      blke KVF_CUDA_P2P_SPLIT=30 "p2p-split30-gpulist-$round" $a \
-        --blocks-on gpu --json "$R/p2p-split30-gpulist-$round.json"
     done
-    blk p2p-verify-split --path p2p --pool 2G --verify --each-iters 0 \
+    blk p2p-verify --path p2p --pool 2G --verify --each-iters 0 \
       --json "$R/p2p-verify.json"
     ;;
   wpbab)
@@ -316,8 +301,6 @@ PY
       --json "$R/d2h-pageable.json"
     blk tcp --transport tcp --pool 4G --op both --iters 9 --verify \
       --record "$R"
-    blke KVF_CUDA_STAGE_RAMP=128K tcp-ramp --transport tcp --pool 4G \
-      --op both --iters 9 --verify --json "$R/tcp-ramp.json"
     blk cuda --transport cuda --pool 4G --op both --iters 9 --verify \
       --record "$R"
     blk cuda-same --transport cuda --peer-gpu 0 --pool 4G --op both \
