@@ -29,7 +29,7 @@
 
 #define POOL    (4u << 20)
 #define BLOCK   8192
-#define TIMEOUT 300 /* engine timeout, ms */
+#define TIMEOUT 1000 /* engine timeout, ms: 60 ms delays fit on a busy host */
 
 typedef struct fx {
     kvf_engine_h target, init;
