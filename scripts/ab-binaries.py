@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Interleaved before/after A/B of two kvferry binaries.
+
+usage: scripts/ab-binaries.py BEFORE_BIN AFTER_BIN ROUNDS OUTDIR
+Runs each workload (bench blocks over tcp and the default transport,
+bench te over both, bench store --vs-redis with tcp forced) ROUNDS times
+per binary, alternating which goes first, and prints each row's median
+per side, the after/before ratio and the wrong bytes (mismatches or
+errors). AB_ONLY=name,name limits the workloads; every run's JSON and log
+stay in OUTDIR.
+"""
+import json, os, statistics, subprocess, sys, time
+
+before, after, rounds, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+os.makedirs(out, exist_ok=True)
+env = dict(os.environ)
+
+def run(binary, args, tag, extra_env=None):
+    e = dict(env)
+    if extra_env:
+        e.update(extra_env)
+    jf = os.path.join(out, tag + ".json")
+    args = [a.replace("@JSON@", jf) for a in args]
+    t0 = time.time()
+    p = subprocess.run([binary] + args, capture_output=True, text=True,
+                       env=e, timeout=900)
+    with open(os.path.join(out, tag + ".log"), "w") as f:
+        f.write(p.stdout + "\n--stderr--\n" + p.stderr)
+    text = open(jf).read() if os.path.exists(jf) else p.stdout
+    i = text.find("{")
+    try:
+        d = json.loads(text[i:]) if i >= 0 else None
+    except Exception:
+        d = None
+    return p.returncode, d, time.time() - t0, p.stdout
+
+def blocks_fig(d):
+    r = {}
+    for row in d["rows"]:
+        r["%s %dM" % (row["op"], row["size_bytes"] >> 20)] = (row["gib_s"], row["mismatches"])
+    return r
+
+def te_fig(d):
+    return {"%dK" % (row["block_bytes"] >> 10): (row["gb_s"], 0) for row in d["rows"]}
+
+def store_fig(d):
+    r = {}
+    for row in d["rows"]:
+        r["%s %s %dK" % (row["system"], row["op"], row["size"] >> 10)] = (row["ops_per_s"], row["errors"])
+    return r
+
+W = [
+    ("blocks-tcp", ["bench", "blocks", "--op", "both", "--verify", "--transport", "tcp",
+                    "--pool", "1G", "--sizes", "16M,64M,256M", "--iters", "3",
+                    "--no-link", "--json", "@JSON@"], blocks_fig, None),
+    ("blocks-default", ["bench", "blocks", "--op", "both", "--verify",
+                        "--pool", "1G", "--sizes", "16M,64M,256M", "--iters", "3",
+                        "--no-link", "--json", "@JSON@"], blocks_fig, None),
+    ("te", ["bench", "te", "--duration", "0.3s", "--block-sizes", "8K,64K,1M,16M",
+            "--json", "@JSON@"], te_fig, None),
+    ("te-tcp", ["bench", "te", "--duration", "0.3s", "--block-sizes", "8K,64K,1M,16M",
+                "--transport", "tcp", "--json", "@JSON@"], te_fig, None),
+    ("store-redis", ["bench", "store", "--sizes", "64K,1M", "--clients", "8",
+                     "--duration", "1s", "--vs-redis", "--json"], store_fig,
+     {"KVF_TRANSPORTS": "tcp"}),
+]
+only = os.environ.get("AB_ONLY")
+res = {}
+for name, args, fig, xe in W:
+    if only and name not in only.split(","):
+        continue
+    for rd in range(rounds):
+        order = [("before", before), ("after", after)]
+        if rd % 2:
+            order.reverse()
+        for side, b in order:
+            rc, d, secs, _ = run(b, args, "%s-%s-%d" % (name, side, rd), xe)
+            if d is None:
+                print("%s %s round %d: rc=%d no json" % (name, side, rd, rc), flush=True)
+                continue
+            for k, (v, bad) in fig(d).items():
+                res.setdefault((name, k), {}).setdefault(side, []).append((v, bad))
+            print("%s %s round %d rc=%d %.0fs" % (name, side, rd, rc, secs), flush=True)
+
+print("\n%-16s %-22s %10s %10s %7s %s" % ("workload", "row", "before", "after", "ratio", "wrong"))
+summary = []
+for (name, k), sides in sorted(res.items()):
+    if "before" not in sides or "after" not in sides:
+        continue
+    mb = statistics.median(v for v, _ in sides["before"])
+    ma = statistics.median(v for v, _ in sides["after"])
+    bad = sum(b for v, b in sides["before"] + sides["after"])
+    line = "%-16s %-22s %10.3f %10.3f %6.2fx %d" % (name, k, mb, ma, ma / mb if mb else 0, bad)
+    print(line)
+    summary.append(line)
+open(os.path.join(out, "summary.txt"), "w").write("\n".join(summary) + "\n")
