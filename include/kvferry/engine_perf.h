@@ -1,8 +1,8 @@
 /*
  * kvferry engine measurement calls (engine layer): engine counters, the
  * raw link test, checksums of a peer's memory in place, the transports
- * built in, and the GPU copy the load bench times. Programs include
- * <kvferry/perf.h>, which includes this header and adds the store's.
+ * built in. Programs include <kvferry/perf.h>, which includes this
+ * header and adds the store's; GPU calls are in <kvferry/gpu.h>.
  */
 #ifndef KVFERRY_ENGINE_PERF_H
 #define KVFERRY_ENGINE_PERF_H
@@ -44,14 +44,6 @@ KVF_API void kvf_engine_stats(kvf_engine_h engine, kvf_engine_stats_t *stats_p);
 /* Names of the transports built into this library ("tcp", "shm", ...),
  * in the engine's order; stores at most max and returns how many exist. */
 KVF_API size_t kvf_transport_names(const char **names, size_t max);
-
-/* ---- GPU memory (benches of the load path) ---- */
-
-/* GPUs this process can use; 0 without a GPU or without CUDA support. */
-KVF_API int kvf_gpu_count(void);
-/* Copies len bytes between any host and GPU memory (either side may be
- * either kind); KVF_ERR_UNAVAILABLE without CUDA. */
-KVF_API kvf_status_t kvf_gpu_copy(void *dst, const void *src, size_t len);
 
 #ifdef __cplusplus
 }

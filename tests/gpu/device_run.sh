@@ -47,8 +47,8 @@ for stage in "$@"; do
     "$B" bench env > "$OUT/bench-env.txt" 2>&1
     ;;
   test)
-    for t in test_gpu_absent test_gpu_copy test_gpu_tcp test_gpu_ipc \
-      test_gpu_ipc_engine test_gpu_store; do
+    for t in test_gpu_absent test_gpu_api test_gpu_copy test_gpu_tcp \
+      test_gpu_ipc test_gpu_ipc_engine test_gpu_store; do
       step 240 "$t" "$D/$t"
     done
     step 300 test_gpu_bench tests/gpu/test_gpu_bench.sh

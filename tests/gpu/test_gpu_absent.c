@@ -3,7 +3,9 @@
  * without one (or a build without CUDA) every GPU feature answers
  * KVF_ERR_UNAVAILABLE: allocation, registration of GPU or pinned
  * regions, copy contexts, IPC; socket I/O falls through to the plain
- * calls; the GPU benches exit with the skip code. With a GPU present it
+ * calls; every call of the public GPU API (kvferry/gpu.h) answers
+ * KVF_ERR_UNAVAILABLE and crashes on no argument; the GPU benches exit
+ * with the skip code. With a GPU present it
  * checks the opposite: the device is described and usable. No leaks.
  */
 #include <stdarg.h>
@@ -19,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <kvferry/gpu.h>
 #include <kvferry/kvferry.h>
 
 #include "core/time.h"
@@ -81,6 +84,76 @@ static void test_unavailable(void **state)
     assert_int_equal(y1, y0);
 }
 
+/* Every public GPU call answers KVF_ERR_UNAVAILABLE (or the neutral
+ * value) without a GPU, whatever its arguments, NULL included. */
+static void test_api_unavailable(void **state)
+{
+    kvf_gpu_mem_t m = {NULL, 4096, KVF_MEM_CUDA, 0};
+    kvf_gpu_block_t b = {0, 0, 64};
+    kvf_gpu_copier_stats_t cs;
+    kvf_gpu_copier_t *c = (kvf_gpu_copier_t *)&m;
+    static char buf[4096];
+    uint64_t off = 0, len = 64, sum = 1;
+    kvf_gpu_info_t info;
+    void *ptr = buf;
+    long b0, y0, b1, y1;
+
+    (void)state;
+    if (kvf_gpu_count() > 0) {
+        assert_int_equal(kvf_gpu_info(0, &info), KVF_OK);
+        skip();
+    }
+    kvf_alloc_stats(&b0, &y0);
+    assert_int_equal(kvf_gpu_count(), 0);
+    assert_int_equal(kvf_gpu_info(0, &info), KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_gpu_info(0, NULL), KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_gpu_alloc(KVF_MEM_CUDA, 0, 4096, &ptr),
+                     KVF_ERR_UNAVAILABLE);
+    assert_null(ptr);
+    assert_int_equal(kvf_gpu_alloc(KVF_MEM_PINNED, 0, 4096, NULL),
+                     KVF_ERR_UNAVAILABLE);
+    kvf_gpu_free(KVF_MEM_CUDA, buf);
+    kvf_gpu_free(KVF_MEM_PINNED, NULL);
+    assert_int_equal(kvf_gpu_host_register(buf, sizeof(buf)),
+                     KVF_ERR_UNAVAILABLE);
+    kvf_gpu_host_unregister(buf);
+    assert_int_equal(kvf_gpu_copy(buf, buf + 64, 64), KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_gpu_copy(NULL, NULL, 64), KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_gpu_checksum(buf, 64, &sum), KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_gpu_checksum(NULL, 64, NULL), KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_gpu_copier_create(0, &c), KVF_ERR_UNAVAILABLE);
+    assert_null(c);
+    assert_int_equal(kvf_gpu_copier_create(0, NULL), KVF_ERR_UNAVAILABLE);
+    kvf_gpu_copier_destroy(NULL);
+    kvf_gpu_copier_set_kernel(NULL, KVF_GPU_KERNEL_WARP);
+    kvf_gpu_copier_park(NULL);
+    assert_int_equal(kvf_gpu_copier_device(NULL), -1);
+    memset(&cs, 0xff, sizeof(cs));
+    kvf_gpu_copier_stats(NULL, &cs);
+    assert_true(cs.resident_batches == 0 && cs.fallbacks == 0);
+    kvf_gpu_copier_stats(NULL, NULL);
+    /* a pointer that is no copier is never touched without a GPU */
+    c = (kvf_gpu_copier_t *)&m;
+    assert_int_equal(kvf_gpu_copy_blocks(c, &m, &m, &b, 1, 0, 100),
+                     KVF_ERR_UNAVAILABLE);
+    assert_int_equal(
+        kvf_gpu_copy_blocks(NULL, NULL, NULL, NULL, 5, KVF_GPU_VERIFY, 100),
+        KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_gpu_checksum_blocks(c, &m, &off, &len, 1, &sum, 100),
+                     KVF_ERR_UNAVAILABLE);
+    assert_int_equal(
+        kvf_gpu_checksum_blocks(NULL, NULL, NULL, NULL, 1, NULL, 100),
+        KVF_ERR_UNAVAILABLE);
+    /* names need no GPU */
+    assert_string_equal(kvf_gpu_kernel_name(KVF_GPU_KERNEL_WARP), "warp");
+    assert_int_equal(kvf_gpu_kernel_parse("bulk"), KVF_GPU_KERNEL_BULK);
+    assert_int_equal(kvf_gpu_kernel_parse("nope"), -1);
+    assert_non_null(kvf_gpu_resident_name());
+    kvf_alloc_stats(&b1, &y1);
+    assert_int_equal(b1, b0);
+    assert_int_equal(y1, y0);
+}
+
 /* Socket I/O through the staging entry points is plain socket I/O. */
 static void test_socket_passthrough(void **state)
 {
@@ -137,6 +210,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unavailable),
+        cmocka_unit_test(test_api_unavailable),
         cmocka_unit_test(test_socket_passthrough),
         cmocka_unit_test(test_bench_skips),
     };

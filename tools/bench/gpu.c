@@ -55,7 +55,7 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
 {
     int rc;
     kvf_opt_sizes_t sizes = {o->sizes, &o->nsizes, KVF_GPU_SIZES_MAX};
-    int device = 0, path = -1, kernel = KVF_CUDA_KERNEL_AUTO;
+    int device = 0, path = -1, kernel = KVF_GPU_KERNEL_AUTO;
     const kvf_opt_t opts[] = {
         {"device", 0, KVF_OPT_CHOICE, &device, NULL,
          "GPU pools (kvferry bench blocks --help for host pools)", NULL, "gpu",
@@ -141,7 +141,7 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
     o->timeout_ms = 20000;
     o->transports = "cuda,tcp";
     o->host_baseline = 1;
-    o->kernel = KVF_CUDA_KERNEL_AUTO;
+    o->kernel = KVF_GPU_KERNEL_AUTO;
     o->seed = 1;
     rc = kvf_opts_parse(&spec, argc, argv, NULL);
     if (rc >= 0) {
@@ -150,7 +150,7 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
     static const char *const paths[] = {"h2d", "d2h", "d2d", "p2p"};
 
     o->path = path >= 0 ? paths[path] : NULL;
-    o->kernel = (kvf_cuda_kernel_t)kernel;
+    o->kernel = (kvf_gpu_kernel_t)kernel;
     (void)device;
     if (o->block == 0 || o->block > o->pool || o->nsizes == 0) {
         fprintf(stderr, "kvferry: block must be in 1..pool, sizes given\n");
@@ -165,10 +165,10 @@ typedef struct kvf_gpu_local {
     const kvf_gpu_opts_t *o;
     kvf_gpu_pool_t src, dst;
     int run_gpu;
-    kvf_cuda_copy_t *cp;
+    kvf_gpu_copier_t *cp;
     uint32_t *sperm, *dperm;
-    kvf_cuda_blk_t *blks;
-    kvf_cuda_blk_t *dblks; /* --blocks-on gpu: the list in GPU memory */
+    kvf_gpu_block_t *blks;
+    kvf_gpu_block_t *dblks; /* --blocks-on gpu: the list in GPU memory */
     kvf_prng_t rng;
 } kvf_gpu_local_t;
 
@@ -206,10 +206,10 @@ static long kvf_gpu_verify(kvf_gpu_local_t *l, uint64_t n)
             dof[i] = l->blks[i].dst_off;
             len[i] = l->blks[i].len;
         }
-        if (kvf_cuda_checksum_blocks(l->cp, &l->src.mem, so, len, n, s1,
-                                     (int)l->o->timeout_ms) == KVF_OK &&
-            kvf_cuda_checksum_blocks(l->cp, &l->dst.mem, dof, len, n, s2,
-                                     (int)l->o->timeout_ms) == KVF_OK) {
+        if (kvf_gpu_checksum_blocks(l->cp, &l->src.mem, so, len, n, s1,
+                                    (int)l->o->timeout_ms) == KVF_OK &&
+            kvf_gpu_checksum_blocks(l->cp, &l->dst.mem, dof, len, n, s2,
+                                    (int)l->o->timeout_ms) == KVF_OK) {
             bad = 0;
             for (i = 0; i < n; i++) {
                 bad += (s1[i] != s2[i]);
@@ -248,24 +248,25 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
         kvf_gpu_fill_blks(l, n);
         if (l->dblks != NULL) {
             /* a block table kept on the GPU: not part of the copy */
-            st = kvf_cuda_memcpy(l->dblks, l->blks, n * sizeof(*l->blks));
+            st = kvf_gpu_copy(l->dblks, l->blks, n * sizeof(*l->blks));
             if (st != KVF_OK) {
                 break;
             }
         }
         t0 = kvf_clock_ns();
         st = l->dblks != NULL
-                 ? kvf_cuda_copy_blocks_dev(l->cp, &l->src.mem, &l->dst.mem,
-                                            l->dblks, n, (int)o->timeout_ms)
-                 : kvf_cuda_copy_blocks(l->cp, &l->src.mem, &l->dst.mem,
-                                        l->blks, n, (int)o->timeout_ms);
+                 ? kvf_gpu_copy_blocks(l->cp, &l->src.mem, &l->dst.mem,
+                                       l->dblks, n, KVF_GPU_BLOCKS_ON_GPU,
+                                       (int)o->timeout_ms)
+                 : kvf_gpu_copy_blocks(l->cp, &l->src.mem, &l->dst.mem, l->blks,
+                                       n, 0, (int)o->timeout_ms);
         if (it > 0) {
             lat[k++] = kvf_gpu_ms_since(t0);
         }
     }
     /* the resident copy kernel (cuda_resident) leaves the GPU before the
      * baselines are timed: they run on an idle GPU */
-    kvf_cuda_copy_park(l->cp);
+    kvf_gpu_copier_park(l->cp);
     if (st != KVF_OK) {
         fprintf(stderr, "kvferry: batched copy of %lu blocks: %s\n",
                 (unsigned long)n, kvf_status_str(st));
@@ -279,8 +280,8 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     /* contiguous copy of the same bytes on the same path */
     for (it = 0, k = 0; it < total && st == KVF_OK; it++) {
         t0 = kvf_clock_ns();
-        st = kvf_cuda_copy_contig(l->cp, &l->src.mem, 0, &l->dst.mem, 0,
-                                  n * o->block, (int)o->timeout_ms);
+        st = kvf_gpu_base_contig(l->cp, &l->src.mem, 0, &l->dst.mem, 0,
+                                 n * o->block, (int)o->timeout_ms);
         if (it > 0) {
             lat[k++] = kvf_gpu_ms_since(t0);
         }
@@ -294,8 +295,8 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     for (it = 0, k = 0; it < o->each_iters && st == KVF_OK; it++) {
         kvf_gpu_fill_blks(l, n);
         t0 = kvf_clock_ns();
-        st = kvf_cuda_copy_each(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
-                                (int)o->timeout_ms * 4);
+        st = kvf_gpu_base_each(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
+                               (int)o->timeout_ms * 4);
         lat[k++] = kvf_gpu_ms_since(t0);
     }
     if (st == KVF_OK && k > 0) {
@@ -307,8 +308,8 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
          it++) {
         kvf_gpu_fill_blks(l, n);
         t0 = kvf_clock_ns();
-        st = kvf_cuda_copy_batchapi(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
-                                    (int)o->timeout_ms * 4);
+        st = kvf_gpu_base_batchapi(l->cp, &l->src.mem, &l->dst.mem, l->blks, n,
+                                   (int)o->timeout_ms * 4);
         lat[k++] = kvf_gpu_ms_since(t0);
     }
     if (st == KVF_OK && k > 0) {
@@ -338,8 +339,8 @@ static void kvf_gpu_local_json_write(FILE *f, const kvf_gpu_local_t *l,
     kvf_json_str(&j, "device", "gpu");
     kvf_json_str(&j, "path", o->path);
     kvf_json_str(&j, "host_memory", o->pageable ? "pageable" : "pinned");
-    kvf_json_str(&j, "kernel", kvf_cuda_kernel_name(o->kernel));
-    kvf_json_str(&j, "resident", kvf_cuda_resident_name());
+    kvf_json_str(&j, "kernel", kvf_gpu_kernel_name(o->kernel));
+    kvf_json_str(&j, "resident", kvf_gpu_resident_name());
     kvf_json_int(&j, "kernel_gpu", l->run_gpu);
     kvf_json_str(&j, "block_list", o->blocks_on_gpu ? "gpu" : "pinned host");
     kvf_gpu_json_info(&j, "gpu", o->gpu);
@@ -407,9 +408,9 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
     kvf_record_config(rec, "host memory", o->pageable ? "pageable" : "pinned");
     kvf_record_config(rec, "block list",
                       o->blocks_on_gpu ? "GPU memory" : "pinned host memory");
-    kvf_record_config(rec, "kernel", kvf_cuda_kernel_name(o->kernel));
+    kvf_record_config(rec, "kernel", kvf_gpu_kernel_name(o->kernel));
     kvf_record_config(rec, "resident kernel (cuda_resident)",
-                      kvf_cuda_resident_name());
+                      kvf_gpu_resident_name());
     kvf_gpu_describe(o->gpu, text, sizeof(text));
     kvf_record_config(rec, "gpu", text);
     if (p2p) {
@@ -520,7 +521,7 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
 
 static int kvf_gpu_local_setup(kvf_gpu_local_t *l, kvf_gpu_opts_t *o)
 {
-    int ngpu = kvf_cuda_device_count(), sg = o->gpu, dg = o->gpu;
+    int ngpu = kvf_gpu_count(), sg = o->gpu, dg = o->gpu;
     kvf_mem_type_t host = o->pageable ? KVF_MEM_HOST : KVF_MEM_PINNED;
     kvf_mem_type_t st = KVF_MEM_CUDA, dt = KVF_MEM_CUDA;
     kvf_status_t status;
@@ -555,23 +556,23 @@ static int kvf_gpu_local_setup(kvf_gpu_local_t *l, kvf_gpu_opts_t *o)
         kvf_gpu_pool_alloc(&l->dst, dt, dg, o->pool, o->seed + 1) != 0) {
         return KVF_CLI_FAIL;
     }
-    status = kvf_cuda_copy_create(l->run_gpu, &l->cp);
+    status = kvf_gpu_copier_create(l->run_gpu, &l->cp);
     if (status != KVF_OK) {
         fprintf(stderr, "kvferry: copy context: %s\n", kvf_status_str(status));
         return KVF_CLI_FAIL;
     }
-    kvf_cuda_copy_set_kernel(l->cp, o->kernel);
+    kvf_gpu_copier_set_kernel(l->cp, o->kernel);
     nslots = o->pool / o->block;
     l->sperm = malloc(nslots * sizeof(uint32_t));
     l->dperm = malloc(nslots * sizeof(uint32_t));
     /* the block list in pinned memory: the kernels read it in place */
-    if (kvf_cuda_mem_alloc(KVF_MEM_PINNED, 0, nslots * sizeof(kvf_cuda_blk_t),
-                           (void **)&l->blks) != KVF_OK) {
+    if (kvf_gpu_alloc(KVF_MEM_PINNED, 0, nslots * sizeof(kvf_gpu_block_t),
+                      (void **)&l->blks) != KVF_OK) {
         l->blks = NULL;
     }
-    if (o->blocks_on_gpu && kvf_cuda_mem_alloc(KVF_MEM_CUDA, l->run_gpu,
-                                               nslots * sizeof(kvf_cuda_blk_t),
-                                               (void **)&l->dblks) != KVF_OK) {
+    if (o->blocks_on_gpu && kvf_gpu_alloc(KVF_MEM_CUDA, l->run_gpu,
+                                          nslots * sizeof(kvf_gpu_block_t),
+                                          (void **)&l->dblks) != KVF_OK) {
         fprintf(stderr, "kvferry: no GPU memory for the block list\n");
         return KVF_CLI_FAIL;
     }
@@ -589,14 +590,14 @@ static int kvf_gpu_local_setup(kvf_gpu_local_t *l, kvf_gpu_opts_t *o)
 
 static void kvf_gpu_local_free(kvf_gpu_local_t *l)
 {
-    kvf_cuda_copy_destroy(l->cp);
+    kvf_gpu_copier_destroy(l->cp);
     kvf_gpu_pool_free(&l->src);
     kvf_gpu_pool_free(&l->dst);
     free(l->sperm);
     free(l->dperm);
-    kvf_cuda_mem_free(KVF_MEM_PINNED, l->blks);
+    kvf_gpu_free(KVF_MEM_PINNED, l->blks);
     if (l->dblks != NULL) {
-        kvf_cuda_mem_free(KVF_MEM_CUDA, l->dblks);
+        kvf_gpu_free(KVF_MEM_CUDA, l->dblks);
     }
 }
 
@@ -626,7 +627,7 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
     printf("connector=kvferry role=client device=gpu path=%s block=%s "
            "pool=%s host=%s kernel=%s resident=%s%s%s\n",
            o->path, bstr, pstr, o->pageable ? "pageable" : "pinned",
-           kvf_cuda_kernel_name(o->kernel), kvf_cuda_resident_name(),
+           kvf_gpu_kernel_name(o->kernel), kvf_gpu_resident_name(),
            o->sequential ? " order=sequential" : "",
            o->blocks_on_gpu ? " block_list=gpu" : "");
     printf("------------------------------------------------------------"
@@ -698,11 +699,11 @@ int kvf_cmd_bench_blocks_gpu(int argc, char **argv)
     if (rc != 0) {
         return rc < 0 ? KVF_CLI_OK : rc;
     }
-    if (!kvf_cuda_built()) {
+    if (!kvf_gpu_built()) {
         printf("kvferry: built without CUDA: --device gpu skipped\n");
         return KVF_CLI_SKIP;
     }
-    if (kvf_cuda_device_count() == 0) {
+    if (kvf_gpu_count() == 0) {
         printf("kvferry: no GPU on this machine: --device gpu skipped\n");
         return KVF_CLI_SKIP;
     }

@@ -9,28 +9,29 @@
 #define KVF_TOOLS_BENCH_GPU_H
 
 #include "tools/bench/bench.h"
-#include "mem/cuda/cuda.h"
+#include <kvferry/gpu.h>
 #include "tools/cli/rng.h"
 
 #define KVF_GPU_SIZES_MAX 16
 
-/* Baselines the copy kernels are measured against, on a copy context's
- * stream (bench_gpu_baselines.c): one contiguous cudaMemcpyAsync
- * (cudaMemcpyPeerAsync across GPUs), one cudaMemcpyAsync per block, and
- * one cudaMemcpyBatchAsync. */
-kvf_status_t kvf_cuda_copy_contig(kvf_cuda_copy_t *cp,
-                                  const kvf_cuda_mem_t *src, uint64_t src_off,
-                                  const kvf_cuda_mem_t *dst, uint64_t dst_off,
-                                  uint64_t len, int timeout_ms);
-kvf_status_t kvf_cuda_copy_each(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
-                                const kvf_cuda_mem_t *dst,
-                                const kvf_cuda_blk_t *blks, size_t n,
-                                int timeout_ms);
-kvf_status_t kvf_cuda_copy_batchapi(kvf_cuda_copy_t *cp,
-                                    const kvf_cuda_mem_t *src,
-                                    const kvf_cuda_mem_t *dst,
-                                    const kvf_cuda_blk_t *blks, size_t n,
-                                    int timeout_ms);
+/* Baselines the copy kernels are measured against, on a stream of
+ * their own on the copier's GPU (gpu_baselines.c): one contiguous
+ * cudaMemcpyAsync (cudaMemcpyPeerAsync across GPUs), one cudaMemcpyAsync
+ * per block, and one cudaMemcpyBatchAsync (the library's copy-engine
+ * path). */
+kvf_status_t kvf_gpu_base_contig(kvf_gpu_copier_t *cp, const kvf_gpu_mem_t *src,
+                                 uint64_t src_off, const kvf_gpu_mem_t *dst,
+                                 uint64_t dst_off, uint64_t len,
+                                 int timeout_ms);
+kvf_status_t kvf_gpu_base_each(kvf_gpu_copier_t *cp, const kvf_gpu_mem_t *src,
+                               const kvf_gpu_mem_t *dst,
+                               const kvf_gpu_block_t *blks, size_t n,
+                               int timeout_ms);
+kvf_status_t kvf_gpu_base_batchapi(kvf_gpu_copier_t *cp,
+                                   const kvf_gpu_mem_t *src,
+                                   const kvf_gpu_mem_t *dst,
+                                   const kvf_gpu_block_t *blks, size_t n,
+                                   int timeout_ms);
 
 typedef struct kvf_gpu_opts {
     const char *path;  /* h2d, d2h, d2d, p2p; NULL: over transports */
@@ -51,7 +52,7 @@ typedef struct kvf_gpu_opts {
     unsigned timeout_ms;
     const char *transports; /* comma list, default "tcp" */
     int host_baseline;      /* transports: host pools measured first */
-    kvf_cuda_kernel_t kernel;
+    kvf_gpu_kernel_t kernel;
     int verify;
     uint64_t seed;
     const char *json;
@@ -64,7 +65,7 @@ typedef struct kvf_gpu_opts {
 
 /* A pool of one memory kind, filled with seeded random bytes. */
 typedef struct kvf_gpu_pool {
-    kvf_cuda_mem_t mem;
+    kvf_gpu_mem_t mem;
     int mapped; /* 1: mmap; 2: mmap + cudaHostRegister */
     void *map_base;
 } kvf_gpu_pool_t;
@@ -85,7 +86,7 @@ void kvf_gpu_describe(int gpu, char *buf, size_t len);
 /* Adds the GPU's description to a JSON object. */
 void kvf_gpu_json_info(kvf_json_t *j, const char *key, int gpu);
 /* "resident copy kernel: ..." counters of cp, when it used one. */
-void kvf_gpu_print_resident(const kvf_cuda_copy_t *cp);
+void kvf_gpu_print_resident(const kvf_gpu_copier_t *cp);
 
 /* Transports mode and serving mode (gpu_net.c). */
 int kvf_gpu_bench_net(const kvf_gpu_opts_t *o);

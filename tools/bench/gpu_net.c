@@ -55,7 +55,7 @@ typedef struct kvf_net_run {
     kvf_gpu_pool_t pool;
     kvf_peer_h peer;
     uint64_t remote, remote_len;
-    kvf_cuda_copy_t *cp;
+    kvf_gpu_copier_t *cp;
 } kvf_net_run_t;
 
 /* ---- serving side ------------------------------------------------------ */
@@ -184,7 +184,7 @@ static void kvf_net_close(kvf_net_run_t *r)
     if (r->engine != NULL) {
         kvf_engine_destroy(r->engine);
     }
-    kvf_cuda_copy_destroy(r->cp);
+    kvf_gpu_copier_destroy(r->cp);
     kvf_gpu_pool_free(&r->pool);
     if (r->child > 0) {
         kill(r->child, SIGTERM);
@@ -226,7 +226,7 @@ static int kvf_net_open(kvf_net_run_t *r)
     status = kvf_engine_reg(r->engine, r->pool.mem.base, r->pool.mem.len, want,
                             o->gpu, &r->region);
     if (status == KVF_OK) {
-        status = kvf_cuda_copy_create(o->gpu, &r->cp);
+        status = kvf_gpu_copier_create(o->gpu, &r->cp);
     }
     if (status == KVF_OK) {
         status = kvf_peer_open(r->engine, r->segment, &r->peer);
@@ -269,8 +269,8 @@ static long kvf_net_verify(kvf_net_run_t *r, const kvf_op_t *ops, size_t n)
         }
         st = kvf_peer_checksum(r->peer, rem, lens, n, s1);
         if (st == KVF_OK) {
-            st = kvf_cuda_checksum_blocks(r->cp, &r->pool.mem, loc, len, n, s2,
-                                          (int)r->o->timeout_ms);
+            st = kvf_gpu_checksum_blocks(r->cp, &r->pool.mem, loc, len, n, s2,
+                                         (int)r->o->timeout_ms);
         }
         if (st == KVF_OK) {
             bad = 0;
@@ -700,7 +700,7 @@ int kvf_gpu_bench_net(const kvf_gpu_opts_t *opts)
      * on one GPU would time-slice it, which is not what a deployment of
      * separate prefill and decode GPUs sees */
     if (o->peer_gpu < 0) {
-        o->peer_gpu = (o->gpu + 1) % kvf_cuda_device_count();
+        o->peer_gpu = (o->gpu + 1) % kvf_gpu_count();
     }
 
     kvf_gpu_describe(o->gpu, desc, sizeof(desc));

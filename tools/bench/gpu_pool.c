@@ -68,7 +68,7 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
         p->mem.base = m;
         p->mapped = 1;
     } else {
-        status = kvf_cuda_mem_alloc(type, device, len, &p->mem.base);
+        status = kvf_gpu_alloc(type, device, len, &p->mem.base);
         if (status != KVF_OK) {
             fprintf(stderr,
                     "kvferry: cannot allocate a %s pool of %lu "
@@ -92,7 +92,7 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
         piece = (len - at < chunk) ? len - at : chunk;
         if (type == KVF_MEM_CUDA) {
             kvf_gpu_fill_chunk(tmp, rnd, piece, at, seed);
-            status = kvf_cuda_memcpy((char *)p->mem.base + at, tmp, piece);
+            status = kvf_gpu_copy((char *)p->mem.base + at, tmp, piece);
         } else {
             kvf_gpu_fill_chunk((char *)p->mem.base + at, rnd, piece, at, seed);
         }
@@ -100,7 +100,7 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
     free(rnd);
     free(tmp);
     if (status == KVF_OK && p->mapped && type == KVF_MEM_PINNED) {
-        status = kvf_cuda_host_register(p->mem.base, len);
+        status = kvf_gpu_host_register(p->mem.base, len);
         p->mapped = (status == KVF_OK) ? 2 : 1;
     }
     if (status != KVF_OK) {
@@ -119,11 +119,11 @@ void kvf_gpu_pool_free(kvf_gpu_pool_t *p)
     }
     if (p->mapped) {
         if (p->mapped == 2) {
-            kvf_cuda_host_unregister(p->mem.base);
+            kvf_gpu_host_unregister(p->mem.base);
         }
         munmap(p->map_base, p->mem.len + KVF_GPU_HUGE);
     } else {
-        kvf_cuda_mem_free(p->mem.type, p->mem.base);
+        kvf_gpu_free(p->mem.type, p->mem.base);
     }
     memset(p, 0, sizeof(*p));
 }
@@ -143,9 +143,9 @@ void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_prng_t *rng)
 
 void kvf_gpu_describe(int gpu, char *buf, size_t len)
 {
-    kvf_cuda_dev_info_t in;
+    kvf_gpu_info_t in;
 
-    if (kvf_cuda_device_info(gpu, &in) != KVF_OK) {
+    if (kvf_gpu_info(gpu, &in) != KVF_OK) {
         snprintf(buf, len, "GPU %d (unknown)", gpu);
         return;
     }
@@ -155,11 +155,11 @@ void kvf_gpu_describe(int gpu, char *buf, size_t len)
 
 void kvf_gpu_json_info(kvf_json_t *j, const char *key, int gpu)
 {
-    kvf_cuda_dev_info_t in;
+    kvf_gpu_info_t in;
 
     kvf_json_obj(j, key);
     kvf_json_int(j, "index", gpu);
-    if (kvf_cuda_device_info(gpu, &in) == KVF_OK) {
+    if (kvf_gpu_info(gpu, &in) == KVF_OK) {
         kvf_json_str(j, "name", in.name);
         kvf_json_str(j, "pci_bus_id", in.pci_bus_id);
         kvf_json_int(j, "numa_node", in.numa_node);
@@ -173,15 +173,15 @@ void kvf_gpu_json_info(kvf_json_t *j, const char *key, int gpu)
     kvf_json_end_obj(j);
 }
 
-void kvf_gpu_print_resident(const kvf_cuda_copy_t *cp)
+void kvf_gpu_print_resident(const kvf_gpu_copier_t *cp)
 {
-    uint64_t jobs, launches, fallbacks;
+    kvf_gpu_copier_stats_t s;
 
-    kvf_cuda_copy_res_stats(cp, &jobs, &launches, &fallbacks);
-    if (jobs + launches + fallbacks > 0) {
+    kvf_gpu_copier_stats(cp, &s);
+    if (s.resident_batches + s.resident_starts + s.fallbacks > 0) {
         printf("resident copy kernel: %lu batches, %lu launches, %lu "
                "batches launched instead\n",
-               (unsigned long)jobs, (unsigned long)launches,
-               (unsigned long)fallbacks);
+               (unsigned long)s.resident_batches,
+               (unsigned long)s.resident_starts, (unsigned long)s.fallbacks);
     }
 }

@@ -97,12 +97,12 @@ static int kvf_h2d_node_of(void *addr)
 }
 
 /* One case: warm-up, then timed copies; fills row. */
-static int kvf_h2d_case(const kvf_h2d_opts_t *o, kvf_cuda_copy_t *cp,
+static int kvf_h2d_case(const kvf_h2d_opts_t *o, kvf_gpu_copier_t *cp,
                         const kvf_gpu_pool_t *host, const kvf_gpu_pool_t *dev,
                         int h2d, kvf_h2d_row_t *row)
 {
-    const kvf_cuda_mem_t *src = h2d ? &host->mem : &dev->mem;
-    const kvf_cuda_mem_t *dst = h2d ? &dev->mem : &host->mem;
+    const kvf_gpu_mem_t *src = h2d ? &host->mem : &dev->mem;
+    const kvf_gpu_mem_t *dst = h2d ? &dev->mem : &host->mem;
     double *lat = calloc(o->iters, sizeof(double)), total = 0;
     kvf_status_t st = KVF_OK;
     unsigned i;
@@ -113,7 +113,7 @@ static int kvf_h2d_case(const kvf_h2d_opts_t *o, kvf_cuda_copy_t *cp,
     }
     for (i = 0; i < o->warmup + o->iters && st == KVF_OK; i++) {
         t0 = kvf_clock_ns();
-        st = kvf_cuda_copy_contig(cp, src, 0, dst, 0, o->size, 60000);
+        st = kvf_gpu_base_contig(cp, src, 0, dst, 0, o->size, 60000);
         if (i >= o->warmup) {
             lat[i - o->warmup] = (double)(kvf_clock_ns() - t0) / 1e6;
             total += lat[i - o->warmup];
@@ -170,7 +170,7 @@ static void kvf_h2d_json_write(FILE *f, const kvf_h2d_opts_t *o,
 static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
                           unsigned n, const int nodes[2], int cpu, int cpu_node)
 {
-    kvf_cuda_dev_info_t in;
+    kvf_gpu_info_t in;
     double est, worst = 1e30, pin_min = 1e30, page_max = 0;
     char name[96], text[512], *raw = NULL;
     size_t rawlen = 0;
@@ -209,7 +209,7 @@ static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
             page_max = fmax(page_max, rows[i].gib_s * (1u << 30) / 1e9);
         }
     }
-    if (kvf_cuda_device_info(o->gpu, &in) != KVF_OK) {
+    if (kvf_gpu_info(o->gpu, &in) != KVF_OK) {
         in.pcie_gen = 0;
     }
     est = in.pcie_gen >= 5   ? 50.0
@@ -256,7 +256,7 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
 {
     kvf_h2d_row_t rows[4];
     kvf_gpu_pool_t host, dev;
-    kvf_cuda_copy_t *cp = NULL;
+    kvf_gpu_copier_t *cp = NULL;
     kvf_h2d_opts_t o;
     char desc[320], sz[32];
     int rc, pinned, h2d, bad = 0, nodes[2] = {-1, -1};
@@ -267,22 +267,21 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
     if (rc != 0) {
         return rc < 0 ? KVF_CLI_OK : rc;
     }
-    if (kvf_cuda_device_count() == 0) {
+    if (kvf_gpu_count() == 0) {
         printf("kvferry: bench h2d: %s: skipped\n",
-               kvf_cuda_built() ? "no GPU on this machine"
-                                : "built without CUDA");
+               kvf_gpu_built() ? "no GPU on this machine"
+                               : "built without CUDA");
         return KVF_CLI_SKIP;
     }
-    if (o.gpu >= kvf_cuda_device_count()) {
-        fprintf(stderr, "kvferry: GPU %d of %d\n", o.gpu,
-                kvf_cuda_device_count());
+    if (o.gpu >= kvf_gpu_count()) {
+        fprintf(stderr, "kvferry: GPU %d of %d\n", o.gpu, kvf_gpu_count());
         return KVF_CLI_USAGE;
     }
-    st = kvf_cuda_copy_create(o.gpu, &cp);
+    st = kvf_gpu_copier_create(o.gpu, &cp);
     if (st != KVF_OK ||
         kvf_gpu_pool_alloc(&dev, KVF_MEM_CUDA, o.gpu, o.size, 3) != 0) {
         fprintf(stderr, "kvferry: GPU %d: %s\n", o.gpu, kvf_status_str(st));
-        kvf_cuda_copy_destroy(cp);
+        kvf_gpu_copier_destroy(cp);
         return KVF_CLI_FAIL;
     }
     if (syscall(SYS_getcpu, &cpu, &cpu_node, NULL) != 0) {
@@ -332,6 +331,6 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
         bad = 1;
     }
     kvf_gpu_pool_free(&dev);
-    kvf_cuda_copy_destroy(cp);
+    kvf_gpu_copier_destroy(cp);
     return bad ? KVF_CLI_FAIL : KVF_CLI_OK;
 }

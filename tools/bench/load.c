@@ -17,6 +17,7 @@
 #include "tools/record/record.h"
 
 #include <kvferry/config.h>
+#include <kvferry/gpu.h>
 #include <kvferry/store.h>
 
 #include "tools/cli/clock.h"
@@ -240,8 +241,7 @@ static void kvf_bl_json(FILE *f, const kvf_bl_row_t *rows, unsigned n)
     kvf_json_begin(&j, f);
     kvf_json_obj(&j, NULL);
     kvf_json_str(&j, "bench", "load");
-    kvf_json_str(&j, "transports",
-                 kvf_config_get("transports"));
+    kvf_json_str(&j, "transports", kvf_config_get("transports"));
     if (kvf_bl_gpu >= 0) {
         kvf_json_int(&j, "h2d_gpu", kvf_bl_gpu);
     } else {
@@ -294,8 +294,7 @@ static int kvf_bl_record(const char *dir, const char *hyp,
         return -1;
     }
     kvf_record_hypothesis(rec, hyp);
-    kvf_record_config(rec, "transports",
-                      kvf_config_get("transports"));
+    kvf_record_config(rec, "transports", kvf_config_get("transports"));
     if (kvf_bl_gpu >= 0) {
         snprintf(text, sizeof(text),
                  "measured: cudaMemcpy of each object from its pinned host "
@@ -435,9 +434,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
     if (!json) {
         printf("# bench load: master %s, transports %s, %u gets per size; "
                "H2D: %s\n",
-               master,
-               kvf_config_get("transports"),
-               iters,
+               master, kvf_config_get("transports"), iters,
                kvf_bl_gpu >= 0 ? "into GPU memory (pinned host buffers)"
                                : "not measured (no GPU)");
     }
