@@ -15,7 +15,7 @@
  */
 #include "engine/engine_int.h"
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 
 #include <stdio.h>

@@ -20,7 +20,7 @@
 #include "mem/mem.h"
 #include "mem/shm_mem.h"
 #include "mem/cuda/cuda.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/sock.h"
 

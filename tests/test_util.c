@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/hash.h"
+#include "core/rng.h"
 
 int kvf_test_target_start(kvf_test_target_t *t, uint64_t pool_len,
                           uint64_t seed, const char *extra1, const char *extra2)

@@ -6,7 +6,7 @@
  */
 #include "mem/cuda/kern.h"
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/time.h"
 

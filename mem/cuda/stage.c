@@ -27,7 +27,7 @@
 #include "mem/cuda/kern.h"
 #include "core/alloc.h"
 #include "core/config.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/sock.h"
 #include "core/time.h"

@@ -41,7 +41,7 @@
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/time.h"
 

@@ -7,7 +7,7 @@
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 
 #include <string.h>
 

@@ -11,7 +11,7 @@
 #include "store/master/master_int.h"
 #include "store/proto/msg.h"
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/time.h"
 

@@ -17,7 +17,7 @@
 #include "store/node/node.h"
 #include "store/proto/msg.h"
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/sock.h"
 #include "core/time.h"

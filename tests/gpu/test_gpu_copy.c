@@ -24,7 +24,8 @@
 
 #include <kvferry/kvferry.h>
 
-#include "core/hash.h"
+#include "core/checksum.h"
+#include "core/rng.h"
 #include "mem/cuda/cuda.h"
 
 #define POOL    (32u << 20)

@@ -16,7 +16,7 @@
 
 #include <kvferry/kvferry.h>
 
-#include "core/hash.h"
+#include "core/rng.h"
 #include "mem/cuda/cuda.h"
 
 #define LEN    (8u << 20)

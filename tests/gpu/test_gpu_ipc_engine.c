@@ -26,7 +26,8 @@
 #include <kvferry/kvferry.h>
 #include <kvferry/perf.h>
 
-#include "core/hash.h"
+#include "core/checksum.h"
+#include "core/rng.h"
 #include "mem/cuda/cuda.h"
 
 #define GPOOL   (32u << 20)

@@ -16,7 +16,8 @@
 #include <cmocka.h>
 
 #include "../integration/test_store_harness.h"
-#include "core/hash.h"
+#include "core/checksum.h"
+#include "core/rng.h"
 #include "mem/cuda/cuda.h"
 
 #include <stdio.h>

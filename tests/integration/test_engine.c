@@ -20,7 +20,8 @@
 #include <kvferry/kvferry.h>
 #include <kvferry/perf.h>
 
-#include "core/hash.h"
+#include "core/checksum.h"
+#include "core/rng.h"
 #include "test_util.h"
 
 #define POOL    (64u << 20)

@@ -23,7 +23,7 @@
 #include <kvferry/kvferry.h>
 #include <kvferry/perf.h>
 
-#include "core/hash.h"
+#include "core/rng.h"
 #include "core/time.h"
 #include "transport/fault/fault.h"
 

@@ -23,7 +23,7 @@
 
 #include <kvferry/kvferry.h>
 
-#include "core/hash.h"
+#include "core/rng.h"
 #include "core/sock.h"
 #include "core/time.h"
 #include "core/wire.h"

@@ -35,7 +35,8 @@
 #include <kvferry/kvferry.h>
 #include <kvferry/perf.h>
 
-#include "core/hash.h"
+#include "core/checksum.h"
+#include "core/rng.h"
 #include "transport/transport.h"
 #include "mem/shm_mem.h"
 #include "test_util.h"

@@ -6,7 +6,7 @@
  */
 #include "test_store_harness.h"
 
-#include "core/hash.h"
+#include "core/rng.h"
 #include "core/sock.h"
 #include "core/time.h"
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/rng.h"
 #include "engine/engine_int.h"
 
 static kvf_engine_h new_engine(void)

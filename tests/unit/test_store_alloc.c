@@ -14,7 +14,7 @@
 
 #include <kvferry/kvferry.h>
 
-#include "core/hash.h"
+#include "core/rng.h"
 #include "store/master/pool_alloc.h"
 
 #include <stdlib.h>

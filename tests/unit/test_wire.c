@@ -13,7 +13,8 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/checksum.h"
+#include "core/rng.h"
 #include "core/wire.h"
 
 static void test_frame_roundtrip(void **state)

@@ -13,7 +13,7 @@
  */
 #include "transport/fault/fault.h"
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/rng.h"
 #include "core/log.h"
 #include "core/sock.h"
 #include "core/time.h"

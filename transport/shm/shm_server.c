@@ -19,7 +19,7 @@
  */
 #include "transport/shm/shm.h"
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/time.h"
 

@@ -10,7 +10,7 @@
 #include "transport/shm/shm.h"
 #include "core/alloc.h"
 #include "core/config.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/sock.h"
 #include "core/time.h"

@@ -11,7 +11,7 @@
  */
 #include "transport/tcp/tcp.h"
 #include "core/alloc.h"
-#include "core/hash.h"
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/time.h"
 
