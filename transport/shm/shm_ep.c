@@ -437,11 +437,10 @@ static void kvf_shm_renew(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
  * activity). A worker that took requests within KVF_SHM_WARM_MS keeps
  * it until its KVF_SHM_RIDE_MS are over and then renews it (END, BEGIN
  * of a warm lease), so the next batch starts copying at once instead of
- * after a BEGIN/GRANT round trip, which on the 2-core VM costs 0.1-0.3
- * ms (both workers and the target's threads woken from sleep) of the
- * 2-2.5 ms a 16 MB batch takes. The read lock still has a gap at least
- * every KVF_SHM_RIDE_MS, and a (de)registration waits for an open lease
- * as before (<= KVF_SHM_RIDE_MS). A/B: see docs/shm.md.
+ * after a BEGIN/GRANT round trip that wakes both sides. The read lock
+ * still has a gap at least every KVF_SHM_RIDE_MS, and a (de)registration
+ * waits for an open lease as before (<= KVF_SHM_RIDE_MS). Why: see
+ * docs/decisions/shm-copy-path.md.
  */
 static void kvf_shm_linger(kvf_shm_worker_t *w, kvf_shm_lease_t *open)
 {

@@ -816,16 +816,9 @@ kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
      * WRITEs ask for the first KVF_SHM_PREFETCH_LEN bytes of the next
      * block before copying this one: its first lines are on the way
      * while this block streams, before the hardware prefetcher has seen
-     * the new block. Random 8 KiB blocks, 2-core VM: a throwaway loop
-     * over 1-2 GiB memfd pools, 512-1024 bytes: 1 thread 5.0-5.9 ->
-     * 5.6-6.6 GiB/s, 2 threads 8.5-9.0 -> 8.8-9.6 (the whole next block:
-     * slower, 9.7 -> 8.4);
-     * bench blocks --vs tcp, 4 GB pools, median of 3 interleaved rounds,
-     * 0 vs 1024 bytes, two runs: write 16 MB 5.50 / 6.01 -> 6.70 / 6.72
-     * GiB/s, 64 MB 7.11 / 7.47 -> 7.26 / 7.68, 1 GB 7.54 / 7.26 -> 8.35 /
-     * 7.84; reads (the source is the target's mapping) gained nothing
-     * (16 MB 6.05 / 6.88 -> 6.10 / 5.88, 1 GB 7.72 / 7.75 -> 7.45 /
-     * 7.83), so they do not. The env KVF_SHM_PREFETCH sets the bytes.
+     * the new block. Reads (the source is the target's mapping) do not
+     * gain, so they do not prefetch. The key shm_prefetch sets the bytes
+     * (docs/decisions/shm-copy-path.md).
      */
     pf = l->type == KVF_OP_WRITE ? kvf_shm_prefetch_len() : 0;
     copy = stream ? kvf_shm_copy_stream : kvf_shm_copy;

@@ -3,20 +3,11 @@
  * each, straight between the initiator's buffer and the target's
  * registered memory, mapped into the initiator.
  *
- * Design, chosen by measurement (2-core AMD EPYC VM, Debian 12, kernel
- * 6.18, shared with other work: load 1-5; 8 KiB random blocks of 1 GiB
- * pools, 256 MiB moved, best of 5; ranges over four runs; throwaway
- * program, see docs/shm.md):
- *
- *   single-thread memcpy, contiguous 256 MiB           7.1-10.1 GB/s
- *   (a) memfd regions mapped by the initiator (fd over a unix socket),
- *       one memcpy per block, 1 thread READ / WRITE    1.5-3.2 / 3.1-4.4
- *       2 threads                                      4.4-5.4 / 4.1-8.5
- *       same, AVX2 streaming stores, 1 / 2 threads     5.0-6.0 / 5.3-12.7
- *   (b) process_vm_readv / writev, 1024 iovecs a call  2.1-2.5 / 1.9-3.0
- *   (c) two-sided: the target gathers into a shared
- *       staging buffer, the initiator scatters (2 bufs) 2.4-4.2
- *   unix socket round trip                             13-25 us
+ * Design, chosen by measurement (docs/decisions/shm-copy-path.md has
+ * the figures): (a) memfd regions mapped by the initiator (fd over a
+ * unix socket), one memcpy per block; (b) process_vm_readv/writev; (c)
+ * two-sided, the target gathers into a shared staging buffer and the
+ * initiator scatters.
  *
  * (a) wins: it is memcpy, it needs no ptrace permission (process_vm_*
  * does: Yama and container seccomp profiles deny it), and a stale access

@@ -94,15 +94,10 @@ static int kvf_shm_stopping(kvf_shm_server_t *s)
  * (their leases are short) and pauses, which lets the writer in:
  * deregistration under traffic waits milliseconds.
  *
- * Only while one waits: the gate used to close whenever the lock had
- * been held for KVF_SHM_GATE_NS without a break, writer or not. Under a
- * stream (two workers whose leases overlap, each kept open for
- * KVF_SHM_RIDE_MS) that was every lease: a worker's BEGIN then waited
- * for the other worker's lease to end, up to 20 ms, ~10 % of the wall
- * time of 1 GB batches. A/B on the 2-core VM (bench blocks --vs tcp
- * --sizes 16M,1G, 4 GB pools, median of 3 interleaved rounds, the gate
- * at 10 ms vs 1 s): 1 GB write 7.0 -> 9.0 GiB/s, read 6.8 -> 9.6. A
- * target without the hook keeps the timed gate.
+ * Only while one waits: a gate that closed whenever the lock had been
+ * held for KVF_SHM_GATE_NS, writer or not, made overlapping leases of a
+ * stream wait for each other (docs/decisions/shm-copy-path.md). A target
+ * without the hook keeps the timed gate.
  */
 static void kvf_shm_hold(kvf_shm_sconn_t *c)
 {

@@ -384,11 +384,10 @@ kvf_status_t kvf_shm_recv(int fd, kvf_frame_hdr_t *hdr, kvf_shm_buf_t *buf,
 /*
  * Streaming copy for large leases: loads as usual, non-temporal stores
  * (no read-for-ownership of the destination, no cache pollution), 32-byte
- * AVX2 stores where the CPU has them, else 16-byte SSE2 ones. On the
- * development machine, best of 5, 8 KiB random blocks of 1 GiB memfd
- * pools: one thread memcpy 4.6, SSE2 5.3, AVX2 5.9 GB/s; two threads
- * 8.0, 10.0, 12.7 GB/s (software prefetch of the next block: slower).
- * Ordered by kvf_shm_fence() before the lease ends.
+ * AVX2 stores where the CPU has them, else 16-byte SSE2 ones: faster
+ * than memcpy for random blocks of a large pool
+ * (docs/decisions/shm-copy-path.md). Ordered by kvf_shm_fence() before
+ * the lease ends.
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -416,9 +415,9 @@ kvf_shm_stream_avx2(unsigned char *d, const unsigned char *s, size_t len)
  * Two blocks at once, 128 bytes of each in turn: twice the cache misses in
  * flight, so the start of a random block (TLB walk, DRAM latency, the
  * hardware prefetcher not yet on it) overlaps the other's stream. Both
- * destinations 32-byte aligned, len a multiple of 128. docs/shm.md has
- * the A/B (bench blocks, 1 GB of 8 KiB blocks: +15-35 %). Four blocks at
- * once was slower: the write-combining buffers run out.
+ * destinations 32-byte aligned, len a multiple of 128. Four blocks at
+ * once would run out of write-combining buffers
+ * (docs/decisions/shm-copy-path.md).
  */
 __attribute__((target("avx2"))) static void
 kvf_shm_stream2_avx2(unsigned char *d0, const unsigned char *s0,
