@@ -95,15 +95,16 @@ size_t kvf_tl_sum_batch(const size_t *lengths, size_t count)
     return n;
 }
 
-void kvf_tl_accept_backoff(int err)
+int kvf_tl_accept_backoff(int err)
 {
     if (err != EMFILE && err != ENFILE && err != ENOMEM && err != ENOBUFS) {
-        return;
+        return 0;
     }
     kvf_log_rl(KVF_LOG_WARN, "accept: %s; backing off",
                (err == EMFILE || err == ENFILE) ? "out of file descriptors"
                                                 : "out of memory");
     usleep(KVF_TL_BACKOFF_US);
+    return 1;
 }
 
 int kvf_tl_peer_gone(int fd)

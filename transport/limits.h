@@ -42,9 +42,9 @@ kvf_status_t kvf_tl_limits_load(kvf_tl_limits_t *l);
 /* After accept(2) failed with errno err: when out of descriptors or
  * memory (EMFILE, ENFILE, ENOMEM, ENOBUFS) the pending connection stays
  * queued and poll(2) reports it again at once, so this logs (rate-
- * limited) and sleeps a little instead of letting the loop spin; other
- * errors return at once. */
-void kvf_tl_accept_backoff(int err);
+ * limited) and sleeps a little instead of letting the loop spin, and
+ * returns 1; other errors return 0 at once. */
+int kvf_tl_accept_backoff(int err);
 
 /* 1 if the peer of fd has closed its side or reset the connection (a
  * non-blocking look, nothing consumed). */

@@ -831,9 +831,9 @@ static void kvf_shm_accept_one(kvf_shm_server_t *s)
 
     fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-        if (errno != EAGAIN && errno != EINTR) {
+        if (errno != EAGAIN && errno != EINTR &&
+            !kvf_tl_accept_backoff(errno)) {
             kvf_log_rl(KVF_LOG_WARN, "shm: accept: %m");
-            kvf_tl_accept_backoff(errno);
         }
         return;
     }

@@ -663,9 +663,9 @@ static void kvf_tcp_accept_one(kvf_tcp_server_t *srv)
     memset(&peer, 0, sizeof(peer));
     fd = accept4(srv->lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC);
     if (fd < 0) {
-        if (errno != EAGAIN && errno != EINTR) {
+        if (errno != EAGAIN && errno != EINTR &&
+            !kvf_tl_accept_backoff(errno)) {
             kvf_log_rl(KVF_LOG_WARN, "accept failed: %m");
-            kvf_tl_accept_backoff(errno);
         }
         return;
     }
