@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -447,6 +448,76 @@ static void test_emfile(void **state)
     assert_int_equal(kvf_test_target_stop(&t), 0);
 }
 
+typedef struct holder {
+    kvf_engine_h e;
+    kvf_peer_h peer;
+    unsigned char *buf;
+    uint64_t remote;
+    int stop;
+    int rounds;
+    kvf_status_t last;
+} holder_t;
+
+/* Back-to-back batches over shm: leases that overlap without a gap. */
+static void *hold_leases(void *arg)
+{
+    enum { N = 64, BLK = 64 << 10 };
+    holder_t *h = arg;
+    kvf_op_t ops[N];
+    kvf_status_t st = KVF_OK;
+    int i;
+
+    for (i = 0; i < N; i++) {
+        ops[i] = (kvf_op_t){KVF_OP_WRITE, h->buf + (size_t)i * BLK, h->peer,
+                            h->remote + (uint64_t)i * BLK, BLK};
+    }
+    while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE) && st == KVF_OK) {
+        st = kvf_transfer_sync(h->e, ops, N, 5000);
+        h->rounds++;
+    }
+    h->last = st;
+    return NULL;
+}
+
+/* A peer holding leases in a loop does not hold up the target's stop
+ * (which deregisters its pool first): its leases are broken after
+ * lease_break_ms, and its next transfer fails with a status. */
+static void test_lease_starve(void **state)
+{
+    kvf_test_target_t t;
+    holder_t h = {0};
+    kvf_region_h r;
+    pthread_t th;
+    uint64_t t0, ms;
+
+    (void)state;
+    setenv("KVF_TRANSPORTS", "shm", 1);
+    assert_int_equal(kvf_test_target_start(&t, POOL, SEED, NULL, NULL), 0);
+    h.buf = malloc(POOL);
+    assert_non_null(h.buf);
+    memset(h.buf, 0x5a, POOL);
+    h.e = new_engine();
+    h.remote = t.pool_addr;
+    assert_int_equal(kvf_engine_reg(h.e, h.buf, POOL, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(h.e, t.segment, &h.peer), KVF_OK);
+    assert_int_equal(pthread_create(&th, NULL, hold_leases, &h), 0);
+    usleep(500 * 1000);
+    t0 = kvf_time_ms();
+    assert_int_equal(kvf_test_target_stop(&t), 0);
+    ms = kvf_time_ms() - t0;
+    print_message("stop under overlapping leases took %lu ms (%d rounds)\n",
+                  (unsigned long)ms, h.rounds);
+    __atomic_store_n(&h.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    assert_true(ms < 2000);
+    kvf_peer_close(h.peer);
+    kvf_engine_dereg(h.e, r);
+    kvf_engine_destroy(h.e);
+    free(h.buf);
+    setenv("KVF_TRANSPORTS", "tcp", 1);
+}
+
 /* Crafted frames: each refused, a real client served after each. */
 static void test_crafted(void **state)
 {
@@ -497,7 +568,7 @@ int main(void)
         cmocka_unit_test(test_sum_limits),   cmocka_unit_test(test_sum_cancel),
         cmocka_unit_test(test_write_drain),  cmocka_unit_test(test_conn_flood),
         cmocka_unit_test(test_idle_timeout), cmocka_unit_test(test_emfile),
-        cmocka_unit_test(test_crafted),
+        cmocka_unit_test(test_crafted),      cmocka_unit_test(test_lease_starve),
     };
 
     signal(SIGPIPE, SIG_IGN);
