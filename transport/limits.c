@@ -48,8 +48,8 @@ static kvf_status_t kvf_tl_limit_uint(const char *name, unsigned lo,
         return st;
     }
     if (v < lo || v > 0x7fffffffu) {
-        kvf_error("%s=%lu is out of range (%u..%u)", name, (unsigned long)v,
-                  lo, 0x7fffffffu);
+        kvf_error("%s=%lu is out of range (%u..%u)", name, (unsigned long)v, lo,
+                  0x7fffffffu);
         return KVF_ERR_INVALID_PARAM;
     }
     *out = (unsigned)v;

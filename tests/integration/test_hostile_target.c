@@ -134,8 +134,8 @@ static void send_frame(int fd, uint8_t type, uint32_t count, uint64_t data_len,
 
     kvf_tcp_hdr_init(&h, type, 1, KVF_OK, count, data_len);
     kvf_frame_pack(&h, hb);
-    assert_int_equal(kvf_sock_send_all(fd, hb, sizeof(hb), kvf_time_ms() + 2000),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_sock_send_all(fd, hb, sizeof(hb), kvf_time_ms() + 2000), KVF_OK);
     kvf_wr_init(&w);
     for (i = 0; i < count; i++) {
         kvf_tcp_entry_enc(&w, addr, len);
@@ -151,8 +151,8 @@ static kvf_frame_hdr_t recv_reply(int fd)
     unsigned char hb[KVF_WIRE_HDR_LEN];
     kvf_frame_hdr_t h;
 
-    assert_int_equal(kvf_sock_recv_all(fd, hb, sizeof(hb), kvf_time_ms() + 3000),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_sock_recv_all(fd, hb, sizeof(hb), kvf_time_ms() + 3000), KVF_OK);
     assert_int_equal(kvf_frame_unpack(hb, &h), KVF_OK);
     return h;
 }
@@ -565,10 +565,14 @@ static void test_crafted(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sum_limits),   cmocka_unit_test(test_sum_cancel),
-        cmocka_unit_test(test_write_drain),  cmocka_unit_test(test_conn_flood),
-        cmocka_unit_test(test_idle_timeout), cmocka_unit_test(test_emfile),
-        cmocka_unit_test(test_crafted),      cmocka_unit_test(test_lease_starve),
+        cmocka_unit_test(test_sum_limits),
+        cmocka_unit_test(test_sum_cancel),
+        cmocka_unit_test(test_write_drain),
+        cmocka_unit_test(test_conn_flood),
+        cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_emfile),
+        cmocka_unit_test(test_crafted),
+        cmocka_unit_test(test_lease_starve),
     };
 
     signal(SIGPIPE, SIG_IGN);

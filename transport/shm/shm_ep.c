@@ -303,7 +303,8 @@ static void kvf_shm_start(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
         st = (l->n == 0) ? KVF_OK : KVF_ERR_MSG_TOO_LARGE;
     } else if (kvf_shm_is_down(w->ep)) {
         st = KVF_ERR_PEER_UNREACHABLE;
-    } else if (kvf_shm_reopen_idle(w) && w->conn.fd < 0 && kvf_shm_conn_open(w->ep, &w->conn) != KVF_OK) {
+    } else if (kvf_shm_reopen_idle(w) && w->conn.fd < 0 &&
+               kvf_shm_conn_open(w->ep, &w->conn) != KVF_OK) {
         kvf_log_rl(KVF_LOG_ERROR, "shm: target unreachable");
         kvf_shm_mark_down(w->ep);
         kvf_shm_drop_maps(w->ep); /* it is gone: release its pages */

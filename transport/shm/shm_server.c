@@ -59,10 +59,10 @@ typedef struct kvf_shm_sconn {
      * there is one (an initiator pipelines up to KVF_SHM_PIPE) */
     kvf_shm_slease_t open[KVF_SHM_OPEN_MAX];
     unsigned ohead, nopen;
-    unsigned char *stage;     /* the initiator's staging buffer */
-    kvf_mem_stage_t *cstage;  /* checksums of GPU ranges */
-    pid_t peer_pid;           /* for the per-peer cap */
-    uint64_t starve_since;    /* a writer or a stop waits on our leases */
+    unsigned char *stage;    /* the initiator's staging buffer */
+    kvf_mem_stage_t *cstage; /* checksums of GPU ranges */
+    pid_t peer_pid;          /* for the per-peer cap */
+    uint64_t starve_since;   /* a writer or a stop waits on our leases */
 } kvf_shm_sconn_t;
 
 struct kvf_shm_server {
@@ -803,12 +803,15 @@ static int kvf_shm_admit(const kvf_shm_server_t *s, pid_t pid)
     unsigned same = 0;
 
     if (s->nconns >= s->lim.conns_max) {
-        kvf_log_rl(KVF_LOG_WARN, "shm: %u connections, refusing more "
-                   "(conns_max)", s->nconns);
+        kvf_log_rl(KVF_LOG_WARN,
+                   "shm: %u connections, refusing more "
+                   "(conns_max)",
+                   s->nconns);
         return 0;
     }
     for (c = s->conns; c != NULL; c = c->next) {
-        if (c->peer_pid == pid && !__atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
+        if (c->peer_pid == pid &&
+            !__atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
             same++;
         }
     }

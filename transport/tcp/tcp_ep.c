@@ -556,8 +556,8 @@ static void kvf_tcp_issue(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
     }
     if (c->fd >= 0 && c->nflight == 0 && kvf_tl_peer_gone(c->fd)) {
         /* the target closed it while idle (idle_timeout_ms): reconnect */
-        kvf_debug("%s:%u closed an idle connection; reconnecting",
-                  c->ep->host, c->ep->port);
+        kvf_debug("%s:%u closed an idle connection; reconnecting", c->ep->host,
+                  c->ep->port);
         close(c->fd);
         c->fd = -1;
     }

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
 static int kvf_tcp_available(void)
 {
     return 1;

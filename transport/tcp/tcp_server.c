@@ -38,8 +38,8 @@ typedef struct kvf_tcp_sconn {
     kvf_tcp_scratch_t scratch;
     unsigned char *refuse; /* reply metadata: refused entries */
     size_t refuse_cap;
-    kvf_mem_stage_t *stage;  /* pinned staging for GPU regions */
-    kvf_mem_mask_t mem;      /* memory types the last mapped entries hit */
+    kvf_mem_stage_t *stage; /* pinned staging for GPU regions */
+    kvf_mem_mask_t mem;     /* memory types the last mapped entries hit */
 } kvf_tcp_sconn_t;
 
 struct kvf_tcp_server {
@@ -206,9 +206,9 @@ static kvf_status_t kvf_tcp_write_payload(kvf_tcp_sconn_t *c,
         t->acquire(t->arg);
         status = kvf_tcp_map_entries(c, hdr, wk, 1, &n, &accepted, &skip);
         if (status == KVF_OK && n > 0) {
-            status = kvf_mem_stage_readv(&c->stage, c->mem, c->fd,
-                                         c->scratch.iov, n,
-                                         kvf_tcp_deadline(c));
+            status =
+                kvf_mem_stage_readv(&c->stage, c->mem, c->fd, c->scratch.iov, n,
+                                    kvf_tcp_deadline(c));
         }
         t->release(t->arg);
         if (status == KVF_OK && skip > 0) {
@@ -605,9 +605,10 @@ static int kvf_tcp_same_host(const struct sockaddr_storage *a,
                ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
     }
     if (a->ss_family == AF_INET6) {
-        return memcmp(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
-                      &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr,
-                      sizeof(struct in6_addr)) == 0;
+        return memcmp(
+                   &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
+                   &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr,
+                   sizeof(struct in6_addr)) == 0;
     }
     return 0;
 }
