@@ -30,7 +30,7 @@ static const kvf_config_entry_t kvf_target_config_entries[] = {
     {"conns_max", "1024",
      "most connections a target keeps open in all (a thread each)",
      KVF_CONFIG_TUNING},
-    {"lease_break_ms", "1000",
+    {"lease_break_ms", "500",
      "longest a shm peer's leases may delay a deregistration or a stop "
      "before they are broken",
      KVF_CONFIG_TUNING},
