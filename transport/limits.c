@@ -24,7 +24,7 @@ static const kvf_config_entry_t kvf_target_config_entries[] = {
     {"idle_timeout_ms", "60000",
      "a target closes a connection idle this long (clients reconnect)",
      KVF_CONFIG_TUNING},
-    {"conns_per_addr", "64",
+    {"conns_per_addr", "256",
      "most connections a target keeps open from one peer address",
      KVF_CONFIG_TUNING},
     {"conns_max", "1024",
