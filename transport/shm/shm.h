@@ -32,6 +32,7 @@
 #define KVF_SHM_H
 
 #include "transport/transport.h"
+#include "transport/limits.h"
 
 #include <pthread.h>
 

@@ -279,6 +279,19 @@ static size_t kvf_shm_take(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
     return l->nreqs;
 }
 
+/* Closes the worker's connection, when nothing is in flight on it and
+ * the target closed it while idle
+ * (idle_timeout_ms), so the caller reconnects; always 1. */
+static int kvf_shm_reopen_idle(kvf_shm_worker_t *w)
+{
+    if (w->conn.fd >= 0 && w->conn.ecount == 0 &&
+        kvf_tl_peer_gone(w->conn.fd)) {
+        kvf_debug("shm: the target closed an idle connection; reconnecting");
+        kvf_shm_conn_close(&w->conn);
+    }
+    return 1;
+}
+
 /* Sends a taken lease's BEGIN, or fails it at once. */
 static void kvf_shm_start(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
 {
@@ -290,7 +303,8 @@ static void kvf_shm_start(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
         st = (l->n == 0) ? KVF_OK : KVF_ERR_MSG_TOO_LARGE;
     } else if (kvf_shm_is_down(w->ep)) {
         st = KVF_ERR_PEER_UNREACHABLE;
-    } else if (w->conn.fd < 0 && kvf_shm_conn_open(w->ep, &w->conn) != KVF_OK) {
+    } else if (kvf_shm_reopen_idle(w) && w->conn.fd < 0 &&
+               kvf_shm_conn_open(w->ep, &w->conn) != KVF_OK) {
         kvf_log_rl(KVF_LOG_ERROR, "shm: target unreachable");
         kvf_shm_mark_down(w->ep);
         kvf_shm_drop_maps(w->ep); /* it is gone: release its pages */
@@ -534,6 +548,7 @@ static int kvf_shm_idle(kvf_shm_worker_t *w)
     if (timed_out && w->index == 0 &&
         __atomic_load_n(&ep->nmaps, __ATOMIC_RELAXED) > 0 &&
         kvf_time_ms() - w->last_active_ms >= KVF_SHM_IDLE_SYNC_MS) {
+        kvf_shm_reopen_idle(w);
         if ((w->conn.fd >= 0 || kvf_shm_conn_open(ep, &w->conn) == KVF_OK) &&
             kvf_shm_sync(ep, &w->conn) == KVF_OK) {
             w->last_active_ms = kvf_time_ms();

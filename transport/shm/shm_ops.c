@@ -174,10 +174,7 @@ static kvf_status_t kvf_shm_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
         return KVF_ERR_PEER_UNREACHABLE;
     }
     for (done = 0; done < count && st == KVF_OK; done += n) {
-        n = count - done;
-        if (n > KVF_SHM_ENTRIES_MAX) {
-            n = KVF_SHM_ENTRIES_MAX;
-        }
+        n = kvf_tl_sum_batch(lengths + done, count - done);
         st = kvf_shm_sum_some(ep, &c, remote + done, lengths + done, n,
                               sums + done);
     }

@@ -33,7 +33,6 @@
 #include <unistd.h>
 
 #define KVF_SHM_IDLE_POLL_MS  250
-#define KVF_SHM_MAX_CONNS     1024
 #define KVF_SHM_GATE_NS       (10 * 1000000ull) /* no writer_waiting hook */
 #define KVF_SHM_GATE_PAUSE_US 100
 
@@ -60,8 +59,10 @@ typedef struct kvf_shm_sconn {
      * there is one (an initiator pipelines up to KVF_SHM_PIPE) */
     kvf_shm_slease_t open[KVF_SHM_OPEN_MAX];
     unsigned ohead, nopen;
-    unsigned char *stage;     /* the initiator's staging buffer */
-    kvf_mem_stage_t *cstage;  /* checksums of GPU ranges */
+    unsigned char *stage;    /* the initiator's staging buffer */
+    kvf_mem_stage_t *cstage; /* checksums of GPU ranges */
+    pid_t peer_pid;          /* for the per-peer cap */
+    uint64_t starve_since;   /* a writer or a stop waits on our leases */
 } kvf_shm_sconn_t;
 
 struct kvf_shm_server {
@@ -78,6 +79,7 @@ struct kvf_shm_server {
     pthread_cond_t gate_cond;
     unsigned holders;
     uint64_t hold_since_ns;
+    kvf_tl_limits_t lim;
 };
 
 static int kvf_shm_stopping(kvf_shm_server_t *s)
@@ -502,39 +504,103 @@ static kvf_status_t kvf_shm_on_sync(kvf_shm_sconn_t *c,
                          ndead, -1);
 }
 
-static kvf_status_t kvf_shm_on_sum(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
+/* Checks a SUM against the limits before any work. */
+static kvf_status_t kvf_shm_sum_check(const kvf_shm_sconn_t *c,
+                                      const kvf_frame_hdr_t *h, kvf_rd_t r)
+{
+    const kvf_tl_limits_t *lim = &c->srv->lim;
+    uint64_t bytes = 0;
+    kvf_shm_entry_t e;
+    uint32_t i;
+
+    if (h->count > lim->sum_max_entries) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "shm: refused a checksum request of %u entries "
+                   "(sum_max_entries=%lu)",
+                   h->count, (unsigned long)lim->sum_max_entries);
+        return KVF_ERR_MSG_TOO_LARGE;
+    }
+    for (i = 0; i < h->count && bytes <= lim->sum_max_bytes; i++) {
+        kvf_shm_entry_dec(&r, &e);
+        bytes = (e.len > UINT64_MAX - bytes) ? UINT64_MAX : bytes + e.len;
+    }
+    if (bytes > lim->sum_max_bytes) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "shm: refused a checksum request over %lu bytes "
+                   "(sum_max_bytes)",
+                   (unsigned long)lim->sum_max_bytes);
+        return KVF_ERR_MSG_TOO_LARGE;
+    }
+    return KVF_OK;
+}
+
+/* 1 when a request in progress should stop: the server stops or the
+ * peer went away. */
+static int kvf_shm_abandoned(const kvf_shm_sconn_t *c)
+{
+    return kvf_shm_stopping(c->srv) || kvf_tl_peer_gone(c->fd);
+}
+
+/*
+ * Checksums of the entries, the region lock taken per entry (an entry is
+ * at most sum_max_bytes), and between entries a look for a stop or a
+ * peer that went away: then the request is dropped (KVF_ERR_CANCELED).
+ */
+static kvf_status_t kvf_shm_sum_entries(kvf_shm_sconn_t *c,
+                                        const kvf_frame_hdr_t *h, kvf_rd_t *r,
+                                        kvf_wr_t *w)
 {
     const kvf_tl_target_t *t = &c->srv->iface->target;
-    uint64_t addr, len, sum, deadline;
+    uint64_t sum, deadline, since = 0;
+    kvf_status_t st = KVF_OK;
     kvf_shm_entry_t e;
-    kvf_status_t st;
     kvf_tl_mem_t mem;
     uint32_t i;
+
+    deadline = kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
+    for (i = 0; i < h->count && st == KVF_OK; i++) {
+        kvf_shm_entry_dec(r, &e);
+        if (since >= KVF_TL_SUM_CHUNK) {
+            since = 0;
+            if (kvf_shm_abandoned(c)) {
+                return KVF_ERR_CANCELED;
+            }
+        }
+        since += e.len + 4096; /* many tiny entries cost too */
+        kvf_shm_hold(c);
+        st = t->access(t->arg, e.addr, e.len, &mem);
+        if (st == KVF_OK) {
+            st = kvf_mem_hash(&c->cstage, mem.type, e.addr, e.len, &sum,
+                              deadline);
+            kvf_shm_id_enc(w, sum);
+        }
+        kvf_shm_unhold(c);
+    }
+    return st;
+}
+
+static kvf_status_t kvf_shm_on_sum(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
+{
+    kvf_status_t st;
     kvf_wr_t w;
     kvf_rd_t r;
 
     if (c->nopen > 0 || kvf_shm_entries_in(c, h, &r) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
+    st = kvf_shm_sum_check(c, h, r);
+    if (st != KVF_OK) {
+        return kvf_shm_reply(c, KVF_SHM_SUM_ACK, st, NULL, 0, 0, -1);
+    }
     st = kvf_shm_buf_reserve(&c->out, (size_t)h->count * KVF_SHM_ID_LEN + 1);
     if (st != KVF_OK) {
         return st;
     }
     kvf_wr_init_fixed(&w, c->out.p, c->out.cap);
-    deadline = kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
-    kvf_shm_hold(c);
-    for (i = 0; i < h->count && st == KVF_OK; i++) {
-        kvf_shm_entry_dec(&r, &e);
-        addr = e.addr;
-        len = e.len;
-        st = t->access(t->arg, addr, len, &mem);
-        if (st != KVF_OK) {
-            break;
-        }
-        st = kvf_mem_hash(&c->cstage, mem.type, addr, len, &sum, deadline);
-        kvf_shm_id_enc(&w, sum);
+    st = kvf_shm_sum_entries(c, h, &r, &w);
+    if (st == KVF_ERR_CANCELED) {
+        return st; /* ends the connection */
     }
-    kvf_shm_unhold(c);
     if (st != KVF_OK) {
         return kvf_shm_reply(c, KVF_SHM_SUM_ACK, st, NULL, 0, 0, -1);
     }
@@ -578,25 +644,65 @@ static kvf_status_t kvf_shm_dispatch(kvf_shm_sconn_t *c,
     }
 }
 
-/* Waits for the next frame: forever when idle (checking stop), until the
- * lease deadline inside a lease. */
+/*
+ * KVF_ERR_TIMEOUT when this connection's leases have kept a waiting
+ * (de)registration out for lease_break_ms: a peer whose leases overlap
+ * without a gap would hold the region lock for as long as it likes, so
+ * its leases are broken (the connection closed; its next operation fails
+ * with a status).
+ */
+static kvf_status_t kvf_shm_lease_fair(kvf_shm_sconn_t *c)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    uint64_t now;
+
+    if (c->nopen == 0 || t->writer_waiting == NULL ||
+        !t->writer_waiting(t->arg)) {
+        c->starve_since = 0;
+        return KVF_OK;
+    }
+    now = kvf_time_ms();
+    if (c->starve_since == 0) {
+        c->starve_since = now;
+    } else if (now - c->starve_since >= c->srv->lim.lease_break_ms) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "shm: leases of pid %d kept a deregistration waiting %u "
+                   "ms (lease_break_ms); broken, connection closed",
+                   (int)c->peer_pid, c->srv->lim.lease_break_ms);
+        return KVF_ERR_TIMEOUT;
+    }
+    return KVF_OK;
+}
+
+/* Waits for the next frame: until idle_timeout_ms when idle (checking
+ * stop), until the lease deadline inside a lease. */
 static kvf_status_t kvf_shm_wait_frame(kvf_shm_sconn_t *c)
 {
     struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-    int wait_ms, ret;
+    uint64_t idle_end = kvf_time_ms() + c->srv->lim.idle_timeout_ms;
+    int wait_ms, left, ret;
 
     for (;;) {
         if (kvf_shm_stopping(c->srv)) {
             return KVF_ERR_CANCELED;
         }
+        if (kvf_shm_lease_fair(c) != KVF_OK) {
+            return KVF_ERR_TIMEOUT;
+        }
         wait_ms = KVF_SHM_IDLE_POLL_MS;
-        if (c->nopen > 0) {
-            int left = kvf_time_left_ms(c->open[c->ohead].deadline);
-
-            if (left == 0) {
-                return KVF_ERR_TIMEOUT;
+        left = kvf_time_left_ms(c->nopen > 0 ? c->open[c->ohead].deadline
+                                             : idle_end);
+        if (left == 0) {
+            if (c->nopen == 0) {
+                kvf_debug("shm: closing a connection idle for %u ms",
+                          c->srv->lim.idle_timeout_ms);
+                return KVF_ERR_CANCELED;
             }
-            wait_ms = left < wait_ms ? left : wait_ms;
+            return KVF_ERR_TIMEOUT;
+        }
+        wait_ms = left < wait_ms ? left : wait_ms;
+        if (c->starve_since != 0 && wait_ms > 10) {
+            wait_ms = 10; /* the break is due soon */
         }
         ret = poll(&pfd, 1, wait_ms);
         if (ret > 0) {
@@ -630,7 +736,9 @@ static void *kvf_shm_sconn_main(void *arg)
             }
         }
         if (st != KVF_OK) {
-            if (st == KVF_ERR_TIMEOUT && c->nopen > 0) {
+            if (st == KVF_ERR_TIMEOUT && c->starve_since != 0) {
+                /* broken for a waiting writer: logged already */
+            } else if (st == KVF_ERR_TIMEOUT && c->nopen > 0) {
                 kvf_error("shm: a lease outlived %u ms; revoked, connection "
                           "closed",
                           c->srv->iface->cfg.timeout_ms);
@@ -681,6 +789,37 @@ static void kvf_shm_reap(kvf_shm_server_t *s, int all)
     }
 }
 
+/* Whether a new connection from process pid fits under the caps (the
+ * global one, then the per-peer one); logs a refusal, rate-limited.
+ * Caller holds s->lock. */
+static int kvf_shm_admit(const kvf_shm_server_t *s, pid_t pid)
+{
+    const kvf_shm_sconn_t *c;
+    unsigned same = 0;
+
+    if (s->nconns >= s->lim.conns_max) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "shm: %u connections, refusing more "
+                   "(conns_max)",
+                   s->nconns);
+        return 0;
+    }
+    for (c = s->conns; c != NULL; c = c->next) {
+        if (c->peer_pid == pid &&
+            !__atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
+            same++;
+        }
+    }
+    if (same >= s->lim.conns_per_addr) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "shm: refusing a connection from pid %d: %u already open "
+                   "(conns_per_addr)",
+                   (int)pid, same);
+        return 0;
+    }
+    return 1;
+}
+
 static void kvf_shm_accept_one(kvf_shm_server_t *s)
 {
     kvf_shm_sconn_t *c;
@@ -690,21 +829,21 @@ static void kvf_shm_accept_one(kvf_shm_server_t *s)
 
     fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-        if (errno != EAGAIN && errno != EINTR) {
+        if (errno != EAGAIN && errno != EINTR &&
+            !kvf_tl_accept_backoff(errno)) {
             kvf_log_rl(KVF_LOG_WARN, "shm: accept: %m");
         }
         return;
     }
+    memset(&cred, 0, sizeof(cred));
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
         kvf_debug("shm: connection from pid %d uid %u", (int)cred.pid,
                   (unsigned)cred.uid);
     }
     pthread_mutex_lock(&s->lock);
     kvf_shm_reap(s, 0);
-    if (s->nconns >= KVF_SHM_MAX_CONNS) {
+    if (!kvf_shm_admit(s, cred.pid)) {
         pthread_mutex_unlock(&s->lock);
-        kvf_log_rl(KVF_LOG_WARN, "shm: %u connections, refusing more",
-                   s->nconns);
         close(fd);
         return;
     }
@@ -716,6 +855,7 @@ static void kvf_shm_accept_one(kvf_shm_server_t *s)
     }
     c->srv = s;
     c->fd = fd;
+    c->peer_pid = cred.pid;
     if (pthread_create(&c->thread, NULL, kvf_shm_sconn_main, c) != 0) {
         pthread_mutex_unlock(&s->lock);
         kvf_log_rl(KVF_LOG_WARN, "shm: no thread for a connection");
@@ -753,6 +893,10 @@ kvf_status_t kvf_shm_server_start(kvf_tl_iface_t *iface)
     }
     s->iface = iface;
     s->lfd = -1;
+    status = kvf_tl_limits_load(&s->lim);
+    if (status != KVF_OK) {
+        goto err_free;
+    }
     s->probe_fd = kvf_shm_probe_create(iface);
     if (s->probe_fd < 0) {
         status = KVF_ERR_UNAVAILABLE;

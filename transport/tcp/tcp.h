@@ -7,6 +7,7 @@
 #define KVF_TCP_H
 
 #include "transport/transport.h"
+#include "transport/limits.h"
 #include "transport/tcp/msg.h"
 #include "core/sock.h"
 

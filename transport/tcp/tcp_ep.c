@@ -554,6 +554,13 @@ static void kvf_tcp_issue(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
         kvf_tl_req_fail(req, KVF_ERR_CANCELED);
         return;
     }
+    if (c->fd >= 0 && c->nflight == 0 && kvf_tl_peer_gone(c->fd)) {
+        /* the target closed it while idle (idle_timeout_ms): reconnect */
+        kvf_debug("%s:%u closed an idle connection; reconnecting", c->ep->host,
+                  c->ep->port);
+        close(c->fd);
+        c->fd = -1;
+    }
     if (c->fd < 0 && kvf_tcp_cconn_connect(c) != KVF_OK) {
         kvf_log_rl(KVF_LOG_ERROR, "cannot reconnect to %s:%u", c->ep->host,
                    c->ep->port);

@@ -12,8 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define KVF_TCP_SUM_MAX 65536 /* entries per SUM request */
-
 static int kvf_tcp_available(void)
 {
     return 1;
@@ -124,7 +122,7 @@ kvf_status_t kvf_tcp_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
         return KVF_ERR_PEER_UNREACHABLE;
     }
     for (done = 0; done < count && status == KVF_OK; done += n) {
-        n = (count - done > KVF_TCP_SUM_MAX) ? KVF_TCP_SUM_MAX : count - done;
+        n = kvf_tl_sum_batch(lengths + done, count - done);
         deadline = kvf_time_ms() + v->iface->cfg.timeout_ms;
         status = kvf_tcp_sum_some(fd, remote + done, lengths + done, n,
                                   sums + done, deadline);

@@ -19,15 +19,14 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define KVF_TCP_DRAIN_LEN    (64u << 10)
 #define KVF_TCP_IDLE_POLL_MS 250
-#define KVF_TCP_MAX_CONNS    1024 /* one thread each; beyond this, refuse */
 
 typedef struct kvf_tcp_sconn {
     struct kvf_tcp_server *srv;
@@ -35,12 +34,12 @@ typedef struct kvf_tcp_sconn {
     pthread_t thread;
     int done;
     struct kvf_tcp_sconn *next;
+    struct sockaddr_storage peer; /* for the per-address cap */
     kvf_tcp_scratch_t scratch;
     unsigned char *refuse; /* reply metadata: refused entries */
     size_t refuse_cap;
-    unsigned char *drain;    /* sink for refused payload */
-    kvf_mem_stage_t *stage;  /* pinned staging for GPU regions */
-    kvf_mem_mask_t mem;      /* memory types the last mapped entries hit */
+    kvf_mem_stage_t *stage; /* pinned staging for GPU regions */
+    kvf_mem_mask_t mem;     /* memory types the last mapped entries hit */
 } kvf_tcp_sconn_t;
 
 struct kvf_tcp_server {
@@ -52,6 +51,7 @@ struct kvf_tcp_server {
     kvf_tcp_sconn_t *conns;
     unsigned nconns;
     int stop;
+    kvf_tl_limits_t lim;
 };
 
 static uint64_t kvf_tcp_deadline(kvf_tcp_sconn_t *c)
@@ -97,109 +97,145 @@ static kvf_status_t kvf_tcp_recv_entries(kvf_tcp_sconn_t *c,
     return KVF_OK;
 }
 
+/* Adds [addr, addr + len) to the iovec list, merged with the last
+ * iovec when adjacent. */
+static kvf_status_t kvf_tcp_iov_add(kvf_tcp_sconn_t *c, size_t *n_p,
+                                    uint64_t addr, uint64_t len)
+{
+    struct iovec *iov = c->scratch.iov;
+    size_t n = *n_p;
+
+    if (n > 0 && (char *)iov[n - 1].iov_base + iov[n - 1].iov_len ==
+                     (char *)(uintptr_t)addr) {
+        iov[n - 1].iov_len += len;
+        return KVF_OK;
+    }
+    if (kvf_tcp_scratch_iov(&c->scratch, n + 2) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    c->scratch.iov[n].iov_base = (void *)(uintptr_t)addr;
+    c->scratch.iov[n].iov_len = len;
+    *n_p = n + 1;
+    return KVF_OK;
+}
+
+/* Where kvf_tcp_map_entries is in a request: the entry reader, the next
+ * entry's index, the refusals written so far. */
+typedef struct kvf_tcp_walk {
+    kvf_rd_t r;
+    uint32_t i;
+    uint32_t nref;
+    kvf_wr_t ref;
+} kvf_tcp_walk_t;
+
+static void kvf_tcp_walk_init(kvf_tcp_sconn_t *c, const kvf_frame_hdr_t *hdr,
+                              kvf_tcp_walk_t *wk)
+{
+    kvf_rd_init(&wk->r, c->scratch.meta, hdr->meta_len);
+    kvf_wr_init_fixed(&wk->ref, c->refuse, c->refuse_cap);
+    wk->i = 0;
+    wk->nref = 0;
+}
+
 /*
- * Checks every entry and builds the iovec list of the accepted ones
- * (adjacent entries merged). Refused WRITE entries get drain iovecs so
- * the stream stays in step. Caller holds the target's acquire().
+ * Checks the entries from wk's position and builds the iovec list of the
+ * accepted ones (adjacent entries merged). With stop_refused (WRITE), the
+ * walk stops after a refused entry and *skip_p says how many payload
+ * bytes it names: the caller reads the accepted ones, then drains those
+ * with a fixed buffer, so a refused entry costs no memory whatever its
+ * length. Caller holds the target's acquire().
  */
 static kvf_status_t kvf_tcp_map_entries(kvf_tcp_sconn_t *c,
                                         const kvf_frame_hdr_t *hdr,
-                                        int drain_refused, size_t *iovcnt_p,
-                                        uint32_t *nrefused_p,
-                                        uint64_t *accepted_p)
+                                        kvf_tcp_walk_t *wk, int stop_refused,
+                                        size_t *iovcnt_p, uint64_t *accepted_p,
+                                        uint64_t *skip_p)
 {
     const kvf_tl_target_t *t = &c->srv->iface->target;
-    struct iovec *iov;
     kvf_tl_mem_t mem;
     kvf_tcp_entry_t e;
-    uint64_t addr, len, accepted = 0, piece;
-    size_t n = 0, need;
-    uint32_t i, nref = 0;
+    uint64_t accepted = 0;
+    size_t n = 0;
     kvf_status_t st;
-    kvf_wr_t ref;
-    kvf_rd_t r;
 
-    c->mem = KVF_MEM_BIT(KVF_MEM_HOST); /* headers, drains */
-    kvf_rd_init(&r, c->scratch.meta, hdr->meta_len);
-    kvf_wr_init_fixed(&ref, c->refuse, c->refuse_cap);
-    for (i = 0; i < hdr->count; i++) {
-        kvf_tcp_entry_dec(&r, &e);
-        addr = e.addr;
-        len = e.len;
-        st = t->access(t->arg, addr, len, &mem);
+    c->mem = KVF_MEM_BIT(KVF_MEM_HOST); /* headers */
+    *skip_p = 0;
+    while (wk->i < hdr->count) {
+        kvf_tcp_entry_dec(&wk->r, &e);
+        st = t->access(t->arg, e.addr, e.len, &mem);
         if (st != KVF_OK) {
             kvf_log_rl(KVF_LOG_WARN, "refused remote access 0x%lx+%lu: %s",
-                       (unsigned long)addr, (unsigned long)len,
+                       (unsigned long)e.addr, (unsigned long)e.len,
                        kvf_status_str(st));
-            kvf_tcp_refusal_enc(&ref, i, st);
-            nref++;
-            if (!drain_refused) {
-                continue;
-            }
-            while (len > 0) {
-                piece = (len > KVF_TCP_DRAIN_LEN) ? KVF_TCP_DRAIN_LEN : len;
-                need = n + 2;
-                if (kvf_tcp_scratch_iov(&c->scratch, need) != KVF_OK) {
-                    return KVF_ERR_NO_MEMORY;
-                }
-                c->scratch.iov[n].iov_base = c->drain;
-                c->scratch.iov[n].iov_len = piece;
-                n++;
-                len -= piece;
+            kvf_tcp_refusal_enc(&wk->ref, wk->i++, st);
+            wk->nref++;
+            if (stop_refused) {
+                *skip_p = e.len;
+                break;
             }
             continue;
         }
-        if (len == 0) {
+        wk->i++;
+        if (e.len == 0) {
             continue;
         }
         c->mem |= KVF_MEM_BIT(mem.type);
-        iov = c->scratch.iov;
-        if (n > 0 && iov[n - 1].iov_base != c->drain &&
-            (char *)iov[n - 1].iov_base + iov[n - 1].iov_len ==
-                (char *)(uintptr_t)addr) {
-            iov[n - 1].iov_len += len;
-        } else {
-            if (kvf_tcp_scratch_iov(&c->scratch, n + 2) != KVF_OK) {
-                return KVF_ERR_NO_MEMORY;
-            }
-            c->scratch.iov[n].iov_base = (void *)(uintptr_t)addr;
-            c->scratch.iov[n].iov_len = len;
-            n++;
+        if (kvf_tcp_iov_add(c, &n, e.addr, e.len) != KVF_OK) {
+            return KVF_ERR_NO_MEMORY;
         }
-        accepted += len;
+        accepted += e.len;
     }
     *iovcnt_p = n;
-    *nrefused_p = nref;
     *accepted_p = accepted;
     return KVF_OK;
+}
+
+/* Reads a WRITE's payload into the accepted entries; the payload of a
+ * refused one is drained outside the region lock. */
+static kvf_status_t kvf_tcp_write_payload(kvf_tcp_sconn_t *c,
+                                          const kvf_frame_hdr_t *hdr,
+                                          kvf_tcp_walk_t *wk)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    kvf_status_t status = KVF_OK;
+    uint64_t accepted, skip;
+    size_t n;
+
+    kvf_tcp_walk_init(c, hdr, wk);
+    while (status == KVF_OK && wk->i < hdr->count) {
+        t->acquire(t->arg);
+        status = kvf_tcp_map_entries(c, hdr, wk, 1, &n, &accepted, &skip);
+        if (status == KVF_OK && n > 0) {
+            status =
+                kvf_mem_stage_readv(&c->stage, c->mem, c->fd, c->scratch.iov, n,
+                                    kvf_tcp_deadline(c));
+        }
+        t->release(t->arg);
+        if (status == KVF_OK && skip > 0) {
+            status = kvf_sock_drain(c->fd, skip, kvf_tcp_deadline(c));
+        }
+    }
+    return status;
 }
 
 static kvf_status_t kvf_tcp_serve_write(kvf_tcp_sconn_t *c,
                                         const kvf_frame_hdr_t *hdr)
 {
-    const kvf_tl_target_t *t = &c->srv->iface->target;
     unsigned char rh[KVF_WIRE_HDR_LEN];
     struct iovec out[2];
     kvf_frame_hdr_t reply;
     kvf_status_t status;
-    uint64_t accepted;
+    kvf_tcp_walk_t wk;
     uint32_t nref;
-    size_t n;
 
     status = kvf_tcp_recv_entries(c, hdr);
-    if (status != KVF_OK) {
-        return status;
-    }
-    t->acquire(t->arg);
-    status = kvf_tcp_map_entries(c, hdr, 1, &n, &nref, &accepted);
     if (status == KVF_OK) {
-        status = kvf_mem_stage_readv(&c->stage, c->mem, c->fd, c->scratch.iov,
-                                     n, kvf_tcp_deadline(c));
+        status = kvf_tcp_write_payload(c, hdr, &wk);
     }
-    t->release(t->arg);
     if (status != KVF_OK) {
         return status;
     }
+    nref = wk.nref;
     kvf_tcp_hdr_init(&reply, KVF_TCP_WRITE_ACK, hdr->id,
                      nref ? KVF_ERR_OUT_OF_BOUNDS : KVF_OK, nref, 0);
     kvf_frame_pack(&reply, rh);
@@ -217,7 +253,8 @@ static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
     unsigned char rh[KVF_WIRE_HDR_LEN];
     kvf_frame_hdr_t reply;
     kvf_status_t status;
-    uint64_t accepted;
+    uint64_t accepted, skip;
+    kvf_tcp_walk_t wk;
     uint32_t nref;
     size_t n;
 
@@ -227,7 +264,9 @@ static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
     }
     t->acquire(t->arg);
     /* iov[0..1] are the reply header and refusals: map after them */
-    status = kvf_tcp_map_entries(c, hdr, 0, &n, &nref, &accepted);
+    kvf_tcp_walk_init(c, hdr, &wk);
+    status = kvf_tcp_map_entries(c, hdr, &wk, 0, &n, &accepted, &skip);
+    nref = wk.nref;
     if (status == KVF_OK) {
         status = kvf_tcp_scratch_iov(&c->scratch, n + 2);
     }
@@ -249,36 +288,105 @@ static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
     return status;
 }
 
-static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
+/* 1 when a request in progress should stop: the server stops or the
+ * peer went away (nobody would read the answer). */
+static int kvf_tcp_abandoned(kvf_tcp_sconn_t *c)
+{
+    return __atomic_load_n(&c->srv->stop, __ATOMIC_ACQUIRE) ||
+           kvf_tl_peer_gone(c->fd);
+}
+
+/* Checks a SUM against the limits before any work. */
+static kvf_status_t kvf_tcp_sum_check(kvf_tcp_sconn_t *c,
                                       const kvf_frame_hdr_t *hdr)
 {
+    const kvf_tl_limits_t *lim = &c->srv->lim;
+    uint64_t bytes = 0;
+    kvf_tcp_entry_t e;
+    kvf_rd_t r;
+    uint32_t i;
+
+    if (hdr->count > lim->sum_max_entries) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "refused a checksum request of %u entries "
+                   "(sum_max_entries=%lu)",
+                   hdr->count, (unsigned long)lim->sum_max_entries);
+        return KVF_ERR_MSG_TOO_LARGE;
+    }
+    kvf_rd_init(&r, c->scratch.meta, hdr->meta_len);
+    for (i = 0; i < hdr->count; i++) {
+        kvf_tcp_entry_dec(&r, &e);
+        bytes += e.len; /* each len <= KVF_WIRE_DATA_MAX: no overflow */
+    }
+    if (bytes > lim->sum_max_bytes) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "refused a checksum request of %lu bytes "
+                   "(sum_max_bytes=%lu)",
+                   (unsigned long)bytes, (unsigned long)lim->sum_max_bytes);
+        return KVF_ERR_MSG_TOO_LARGE;
+    }
+    return KVF_OK;
+}
+
+/*
+ * Checksums of the entries, the region lock taken per entry (an entry is
+ * at most sum_max_bytes), and between entries a look for a stop or a
+ * peer that went away: then the request is dropped (KVF_ERR_CANCELED).
+ */
+static kvf_status_t kvf_tcp_sum_entries(kvf_tcp_sconn_t *c,
+                                        const kvf_frame_hdr_t *hdr,
+                                        kvf_wr_t *sums)
+{
     const kvf_tl_target_t *t = &c->srv->iface->target;
-    kvf_status_t status, st = KVF_OK;
+    kvf_status_t st = KVF_OK;
     kvf_tcp_entry_t e;
     kvf_tl_mem_t mem;
-    uint64_t h;
+    uint64_t h, since = 0;
     uint32_t i;
-    kvf_wr_t sums;
     kvf_rd_t r;
 
-    status = kvf_tcp_recv_entries(c, hdr);
-    if (status != KVF_OK) {
-        return status;
-    }
-    kvf_wr_init(&sums);
     kvf_rd_init(&r, c->scratch.meta, hdr->meta_len);
-    t->acquire(t->arg);
     for (i = 0; i < hdr->count && st == KVF_OK; i++) {
         kvf_tcp_entry_dec(&r, &e);
+        if (since >= KVF_TL_SUM_CHUNK) {
+            since = 0;
+            if (kvf_tcp_abandoned(c)) {
+                return KVF_ERR_CANCELED;
+            }
+        }
+        since += e.len + 4096; /* many tiny entries cost too */
+        t->acquire(t->arg);
         st = t->access(t->arg, e.addr, e.len, &mem);
         h = 0;
         if (st == KVF_OK) {
             st = kvf_mem_hash(&c->stage, mem.type, e.addr, e.len, &h,
                               kvf_tcp_deadline(c));
         }
-        kvf_tcp_sum_enc(&sums, h);
+        t->release(t->arg);
+        kvf_tcp_sum_enc(sums, h);
     }
-    t->release(t->arg);
+    return st;
+}
+
+static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
+                                      const kvf_frame_hdr_t *hdr)
+{
+    kvf_status_t status, st;
+    kvf_wr_t sums;
+
+    status = kvf_tcp_recv_entries(c, hdr);
+    if (status != KVF_OK) {
+        return status;
+    }
+    kvf_wr_init(&sums);
+    st = kvf_tcp_sum_check(c, hdr);
+    if (st == KVF_OK) {
+        st = kvf_tcp_sum_entries(c, hdr, &sums);
+    }
+    if (st == KVF_ERR_CANCELED) {
+        kvf_wr_free(&sums);
+        return st; /* ends the connection */
+    }
     if (kvf_wr_status(&sums) != KVF_OK) {
         kvf_wr_free(&sums);
         return KVF_ERR_NO_MEMORY;
@@ -365,14 +473,24 @@ static kvf_status_t kvf_tcp_serve_hello(kvf_tcp_sconn_t *c,
     return status;
 }
 
-/* Waits for the next request, waking periodically to notice stop. */
+/* Waits for the next request, waking periodically to notice stop; 0
+ * when the connection should end (stop, error, idle_timeout_ms). */
 static int kvf_tcp_wait_request(kvf_tcp_sconn_t *c)
 {
     struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-    int ret;
+    uint64_t idle_end = kvf_time_ms() + c->srv->lim.idle_timeout_ms;
+    int ret, wait_ms;
 
     while (!__atomic_load_n(&c->srv->stop, __ATOMIC_ACQUIRE)) {
-        ret = poll(&pfd, 1, KVF_TCP_IDLE_POLL_MS);
+        wait_ms = kvf_time_left_ms(idle_end);
+        if (wait_ms == 0) {
+            kvf_debug("closing a connection idle for %u ms",
+                      c->srv->lim.idle_timeout_ms);
+            return 0;
+        }
+        ret = poll(&pfd, 1,
+                   wait_ms < KVF_TCP_IDLE_POLL_MS ? wait_ms
+                                                  : KVF_TCP_IDLE_POLL_MS);
         if (ret > 0) {
             return 1;
         }
@@ -450,7 +568,6 @@ static void kvf_tcp_sconn_free(kvf_tcp_sconn_t *c)
     kvf_tcp_scratch_free(&c->scratch);
     kvf_mem_stage_free(c->stage);
     kvf_free(c->refuse);
-    kvf_free(c->drain);
     kvf_free(c);
 }
 
@@ -476,38 +593,103 @@ static void kvf_tcp_reap(kvf_tcp_server_t *srv, int all)
     pthread_mutex_unlock(&srv->lock);
 }
 
+/* 1 if a and b are the same host (port ignored). */
+static int kvf_tcp_same_host(const struct sockaddr_storage *a,
+                             const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family) {
+        return 0;
+    }
+    if (a->ss_family == AF_INET) {
+        return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        return memcmp(
+                   &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
+                   &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr,
+                   sizeof(struct in6_addr)) == 0;
+    }
+    return 0;
+}
+
+/* Whether a new connection from peer fits under the caps (the global
+ * one, then the per-address one); logs a refusal, rate-limited. Caller
+ * holds srv->lock. */
+static int kvf_tcp_admit(kvf_tcp_server_t *srv,
+                         const struct sockaddr_storage *peer)
+{
+    const kvf_tcp_sconn_t *c;
+    char host[64] = "?";
+    unsigned same = 0;
+
+    if (srv->nconns >= srv->lim.conns_max) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "refusing a connection: %u already open (conns_max)",
+                   srv->nconns);
+        return 0;
+    }
+    for (c = srv->conns; c != NULL; c = c->next) {
+        if (!__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) &&
+            kvf_tcp_same_host(&c->peer, peer)) {
+            same++;
+        }
+    }
+    if (same < srv->lim.conns_per_addr) {
+        return 1;
+    }
+    if (peer->ss_family == AF_INET) {
+        inet_ntop(AF_INET,
+                  &((const struct sockaddr_in *)(const void *)peer)->sin_addr,
+                  host, sizeof(host));
+    } else if (peer->ss_family == AF_INET6) {
+        inet_ntop(AF_INET6,
+                  &((const struct sockaddr_in6 *)(const void *)peer)->sin6_addr,
+                  host, sizeof(host));
+    }
+    kvf_log_rl(KVF_LOG_WARN,
+               "refusing a connection from %s: %u already open from there "
+               "(conns_per_addr)",
+               host, same);
+    return 0;
+}
+
 static void kvf_tcp_accept_one(kvf_tcp_server_t *srv)
 {
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof(peer);
     kvf_tcp_sconn_t *c;
-    int fd, one = 1;
+    int fd, one = 1, ok;
 
-    fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
+    memset(&peer, 0, sizeof(peer));
+    fd = accept4(srv->lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC);
     if (fd < 0) {
-        if (errno != EAGAIN && errno != EINTR) {
+        if (errno != EAGAIN && errno != EINTR &&
+            !kvf_tl_accept_backoff(errno)) {
             kvf_log_rl(KVF_LOG_WARN, "accept failed: %m");
         }
         return;
     }
-    if (__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) >= KVF_TCP_MAX_CONNS) {
-        kvf_log_rl(KVF_LOG_WARN, "refusing a connection: %u already open",
-                   srv->nconns);
+    pthread_mutex_lock(&srv->lock);
+    ok = kvf_tcp_admit(srv, &peer);
+    pthread_mutex_unlock(&srv->lock);
+    if (!ok) {
         close(fd);
         return;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     kvf_sock_set_bufs(fd, KVF_TCP_SOCKBUF);
     c = kvf_calloc(1, sizeof(*c));
-    if (c == NULL || (c->drain = kvf_malloc(KVF_TCP_DRAIN_LEN)) == NULL) {
+    if (c == NULL) {
         kvf_error("no memory for a new connection");
-        kvf_free(c);
         close(fd);
         return;
     }
     c->srv = srv;
     c->fd = fd;
+    c->peer = peer;
     if (pthread_create(&c->thread, NULL, kvf_tcp_sconn_main, c) != 0) {
-        kvf_error("cannot start a connection thread");
-        kvf_free(c->drain);
+        kvf_log_rl(KVF_LOG_ERROR, "cannot start a connection thread");
         kvf_free(c);
         close(fd);
         return;
@@ -553,6 +735,11 @@ kvf_status_t kvf_tcp_server_start(kvf_tl_iface_t *iface)
         return KVF_ERR_NO_MEMORY;
     }
     srv->iface = iface;
+    status = kvf_tl_limits_load(&srv->lim);
+    if (status != KVF_OK) {
+        kvf_free(srv);
+        return status;
+    }
     pthread_mutex_init(&srv->lock, NULL);
     status = kvf_sock_listen(host, port, 512, &srv->lfd, &port);
     if (status != KVF_OK) {
