@@ -53,7 +53,7 @@
 #define KVF_SHM_LEASE_SEGS   4096       /* ... and this many entries */
 #define KVF_SHM_STREAM_MIN   (1u << 20) /* leases from this size stream */
 #define KVF_SHM_PREFETCH_LEN 1024       /* WRITEs, see kvf_shm_lease_copy */
-#define KVF_SHM_ADDR_MAX 64
+#define KVF_SHM_ADDR_MAX     64
 
 /* Growable scratch buffer. */
 typedef struct kvf_shm_buf {
@@ -112,6 +112,53 @@ size_t kvf_shm_prefetch_len(void);
  * def, clamped to [0, max]), read once into *cache (which starts at -1). */
 int64_t kvf_shm_env_knob(int64_t *cache, const char *name, int64_t def,
                          int64_t max);
+
+/* ---- trust (shm_trust.c) ----------------------------------------------- */
+
+/* KVF_OK when the process at the other end of local socket fd (who: "
+ * initiator" or "target", for the log) runs as this process's uid, or
+ * as the uid of key shm_allow_uid, or the gid of key shm_allow_gid;
+ * else KVF_ERR_PEER_CREDS (logged, rate-limited). */
+kvf_status_t kvf_shm_peer_check(int fd, const char *who);
+/* KVF_OK when memfd fd is sealed against shrinking and holds at least
+ * off + len bytes: mapping [off, off+len) of it can never fault with
+ * SIGBUS. Else KVF_ERR_UNSAFE_MEMORY. */
+kvf_status_t kvf_shm_memfd_check(int fd, uint64_t off, uint64_t len);
+
+/* The pages of one registered range inside one shareable allocation:
+ * what a target hands out by fd (never the whole allocation). */
+typedef struct kvf_shm_window {
+    uint64_t id;       /* window id: what GRANT, MAP and SYNC name */
+    uint64_t alloc;    /* allocation id (shm_mem.h) */
+    uint64_t base;     /* first page, in the target */
+    uint64_t len;      /* whole pages (of the allocation's unit) */
+    uint64_t off;      /* of base in the allocation's memfd */
+    uint64_t reg_base; /* the registered range inside the allocation */
+    uint64_t reg_len;
+} kvf_shm_window_t;
+
+/* Fills *w (all but id) with the window of allocation a for the
+ * registered region mem describes (its base and len); -1 when mem names
+ * no region or the region misses the allocation. */
+int kvf_shm_window(const kvf_shm_alloc_info_t *a, const kvf_tl_mem_t *mem,
+                   kvf_shm_window_t *w);
+
+/* A target's windows, ids never reused (the initiators' map tables key
+ * on them). */
+typedef struct kvf_shm_wintab {
+    pthread_mutex_t lock;
+    kvf_shm_window_t *w;
+    size_t n, cap;
+    uint64_t next_id;
+} kvf_shm_wintab_t;
+
+void kvf_shm_wintab_init(kvf_shm_wintab_t *t);
+void kvf_shm_wintab_free(kvf_shm_wintab_t *t);
+/* The id of window *w (found or added; w->id is set); 0 when out of
+ * memory. */
+uint64_t kvf_shm_wintab_id(kvf_shm_wintab_t *t, kvf_shm_window_t *w);
+/* 0 and *w filled when window id is known. */
+int kvf_shm_wintab_get(kvf_shm_wintab_t *t, uint64_t id, kvf_shm_window_t *w);
 
 /* ---- iface (target side) ---------------------------------------------- */
 
