@@ -7,7 +7,8 @@
  *   (measured in /proc/self/maps), a read just outside is refused with
  *   the status tcp gives, and after the target deregisters, the next
  *   access fails with a status and the mapping goes away; re-registered,
- *   it is served again.
+ *   it is served again. A range that starts and ends inside pages maps
+ *   the pages it touches; their bytes outside it are still refused.
  * - Hostile target: a small server speaking the shm handshake through
  *   msg.h's codec sends (a) a probe memfd that is empty and unsealed,
  *   (b) a 4 KiB unsealed memfd for a window it claims is 1 GiB. The
@@ -51,6 +52,10 @@
 #define SEED    33
 #define TIMEOUT 3000
 #define HBASE   0x7f0000000000ull
+/* a second region, starting and ending inside pages */
+#define UNA_OFF ((12u << 20) + 100)
+#define UNA_LEN (64u << 10)
+#define UNA_MAP (17u << 12) /* the 17 pages it touches */
 
 extern const kvf_transport_ops_t kvf_shm_ops;
 
@@ -125,7 +130,7 @@ typedef struct {
 static void target_main(int cmd, int out)
 {
     kvf_engine_params_t p = {0};
-    kvf_region_h r = NULL;
+    kvf_region_h r = NULL, r2 = NULL;
     kvf_engine_h e;
     unsigned char *a = NULL;
     char line[256], c;
@@ -140,7 +145,9 @@ static void target_main(int cmd, int out)
     }
     kvf_test_pool_bytes(a, BUF, SEED);
     if (kvf_engine_reg(e, a + REG_OFF, REG_LEN, KVF_MEM_HOST, 0, &r) !=
-        KVF_OK) {
+            KVF_OK ||
+        kvf_engine_reg(e, a + UNA_OFF, UNA_LEN, KVF_MEM_HOST, 0, &r2) !=
+            KVF_OK) {
         _exit(3);
     }
     snprintf(line, sizeof(line), "segment=%s a=0x%lx\n",
@@ -256,6 +263,15 @@ static void test_window_only_registered(void **state)
     assert_int_equal(read_one(e, peer, local, reg + REG_LEN - 1, 2),
                      KVF_ERR_OUT_OF_BOUNDS);
     assert_int_equal(memfd_mapped(), REG_LEN);
+    /* a range that starts and ends inside pages: its pages are mapped,
+     * the bytes of them outside it are still refused */
+    assert_int_equal(read_one(e, peer, local, ch.a + UNA_OFF, UNA_LEN), KVF_OK);
+    assert_memory_equal(local, expect + UNA_OFF, UNA_LEN);
+    assert_int_equal(memfd_mapped(), REG_LEN + UNA_MAP);
+    assert_int_equal(read_one(e, peer, local, ch.a + UNA_OFF - 1, 1),
+                     KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(read_one(e, peer, local, ch.a + UNA_OFF + UNA_LEN, 1),
+                     KVF_ERR_OUT_OF_BOUNDS);
 
     /* deregistered: the next access is an error status, and the
      * initiator drops its mapping */
@@ -266,12 +282,12 @@ static void test_window_only_registered(void **state)
                      KVF_ERR_OUT_OF_BOUNDS);
     for (i = 0; i < 40; i++) {
         mapped = memfd_mapped();
-        if (mapped == 0) {
+        if (mapped == UNA_MAP) {
             break;
         }
         usleep(50000);
     }
-    assert_int_equal(mapped, 0);
+    assert_int_equal(mapped, UNA_MAP); /* the other window stays */
 
     /* registered again: served again */
     target_cmd(&ch, 'r');
