@@ -24,7 +24,7 @@
  *                     the target (STAGE), else refused. range: [base,
  *                     base+range) may be used without asking again while
  *                     the lease is open (0: no range grant)
- *   MAP         i->t  u64 id of a granted allocation
+ *   MAP         i->t  u64 id of a granted window
  *   MAP_ACK     t->i  {u64 id, u64 base, u64 len, u64 off}; the memfd of
  *                     the allocation holding it attached, [base, base+len)
  *                     lying at offset off in it (status < 0 and no
@@ -35,8 +35,9 @@
  *                     through the staging buffer, in order
  *   STAGE_ACK   t->i  no metadata; status = the verdict
  *   END         i->t  no metadata: closes the oldest open lease
- *   SYNC        i->t  count x u64 ids the initiator maps
- *   SYNC_ACK    t->i  u64 epoch, count x u64 ids released since
+ *   SYNC        i->t  count x u64 window ids the initiator maps
+ *   SYNC_ACK    t->i  u64 epoch, count x u64 ids of those that no longer
+ *                     stand (allocation freed, range deregistered)
  *   SUM         i->t  entries
  *   SUM_ACK     t->i  count x u64 checksums (none when status < 0)
  *

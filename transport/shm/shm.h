@@ -16,7 +16,8 @@
  * has the target check every entry under its region read lock
  * (acquire), held while any lease of the connection is open: this opens
  * a *lease*; up to KVF_SHM_PIPE leases may be open (pipelining). GRANT
- * says which allocations the entries lie in (MAP fetches one's memfd,
+ * says which windows the entries lie in (the pages of a registered
+ * range in a shareable allocation; MAP fetches the allocation's memfd,
  * within the lease), which ranges may be used again without asking
  * while the lease is open, and which entries the target moves itself
  * (STAGE, through the initiator's staging memfd of STAGE_SETUP) or
@@ -25,7 +26,8 @@
  * revoked and its connection closed; the initiator counts a lease valid
  * when its copy ended before left_ms (own clock, counted from before
  * BEGIN) and the connection shows no hang-up after. SYNC lists the
- * allocations the initiator maps; SYNC_ACK names those released since.
+ * windows the initiator maps; SYNC_ACK names those that no longer stand
+ * (allocation freed, range deregistered).
  * SUM returns checksums the target computes over its own memory.
  */
 #ifndef KVF_SHM_H
@@ -178,7 +180,7 @@ void kvf_shm_server_stop(kvf_tl_iface_t *iface);
 
 /* ---- ep (initiator side) ---------------------------------------------- */
 
-/* A target allocation mapped into this process. */
+/* A window of a target allocation mapped into this process. */
 typedef struct kvf_shm_map {
     uint64_t id;
     uint64_t base; /* in the target */
@@ -259,12 +261,13 @@ struct kvf_tl_ep {
     int stop;
     unsigned nworkers;
     kvf_shm_worker_t *workers;
-    /* target allocations mapped here; read-held while copying */
+    /* target windows mapped here; read-held while copying */
     pthread_rwlock_t map_lock;
     kvf_shm_map_t *maps;
     size_t nmaps, maps_cap;
     uint64_t down_until; /* after a connection failure: fail fast */
-    uint64_t epoch_seen; /* target's release epoch at the last SYNC */
+    uint64_t epoch_seen; /* target's epoch (frees, deregistrations) at the
+                            last SYNC */
     int need_sync;       /* a GRANT showed another epoch */
     /* the open lease callers may copy inside on their own thread
      * (shm_inline.c): read-held by such a caller while it copies and
@@ -294,7 +297,7 @@ int kvf_shm_ride_busy(kvf_tl_ep_t *ep);
 
 /* ---- connections and leases (shm_lease.c) ------------------------------ */
 
-/* Pointer of the ep's mapping of target allocation id, or NULL. Caller
+/* Pointer of the ep's mapping of target window id, or NULL. Caller
  * holds map_lock. */
 unsigned char *kvf_shm_map_ptr(kvf_tl_ep_t *ep, uint64_t id);
 
@@ -340,7 +343,7 @@ kvf_status_t kvf_shm_lease_prepare(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
  * are returned. */
 kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                 kvf_shm_lease_t *l, int stream);
-/* SYNC: unmaps allocations the target released. Nothing else in flight. */
+/* SYNC: unmaps windows that no longer stand. Nothing else in flight. */
 kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c);
 /* Unmaps everything (target gone, ep closing). */
 void kvf_shm_drop_maps(kvf_tl_ep_t *ep);
