@@ -161,6 +161,9 @@ void kvf_shm_wintab_free(kvf_shm_wintab_t *t);
 uint64_t kvf_shm_wintab_id(kvf_shm_wintab_t *t, kvf_shm_window_t *w);
 /* 0 and *w filled when window id is known. */
 int kvf_shm_wintab_get(kvf_shm_wintab_t *t, uint64_t id, kvf_shm_window_t *w);
+/* Forgets window id (no longer standing; a later grant of the same
+ * pages gets a new id). */
+void kvf_shm_wintab_drop(kvf_shm_wintab_t *t, uint64_t id);
 
 /* ---- iface (target side) ---------------------------------------------- */
 

@@ -508,7 +508,9 @@ static kvf_status_t kvf_shm_on_stage(kvf_shm_sconn_t *c,
 }
 
 /* 1 while window id still stands: its allocation alive and its range
- * registered as when it was handed out. Region lock held. */
+ * registered as when it was handed out; a window that no longer stands
+ * is forgotten (no lease can hold it: they hold the region lock too).
+ * Region lock held. */
 static int kvf_shm_window_alive(const kvf_shm_sconn_t *c, uint64_t id)
 {
     const kvf_tl_target_t *t = &c->srv->iface->target;
@@ -516,13 +518,19 @@ static int kvf_shm_window_alive(const kvf_shm_sconn_t *c, uint64_t id)
     kvf_shm_window_t win, now;
     kvf_tl_mem_t mem = {0};
 
-    return kvf_shm_wintab_get(&c->srv->wins, id, &win) == 0 &&
-           t->access(t->arg, win.reg_base, win.reg_len, &mem) == KVF_OK &&
-           mem.type == KVF_MEM_HOST &&
-           kvf_shm_mem_find(win.reg_base, win.reg_len, &info) == 0 &&
-           info.id == win.alloc && kvf_shm_window(&info, &mem, &now) == 0 &&
-           now.base == win.base && now.len == win.len &&
-           now.reg_base == win.reg_base && now.reg_len == win.reg_len;
+    if (kvf_shm_wintab_get(&c->srv->wins, id, &win) != 0) {
+        return 0;
+    }
+    if (t->access(t->arg, win.reg_base, win.reg_len, &mem) == KVF_OK &&
+        mem.type == KVF_MEM_HOST &&
+        kvf_shm_mem_find(win.reg_base, win.reg_len, &info) == 0 &&
+        info.id == win.alloc && kvf_shm_window(&info, &mem, &now) == 0 &&
+        now.base == win.base && now.len == win.len &&
+        now.reg_base == win.reg_base && now.reg_len == win.reg_len) {
+        return 1;
+    }
+    kvf_shm_wintab_drop(&c->srv->wins, id);
+    return 0;
 }
 
 static kvf_status_t kvf_shm_on_sync(kvf_shm_sconn_t *c,

@@ -203,3 +203,17 @@ int kvf_shm_wintab_get(kvf_shm_wintab_t *t, uint64_t id, kvf_shm_window_t *w)
     pthread_mutex_unlock(&t->lock);
     return rc;
 }
+
+void kvf_shm_wintab_drop(kvf_shm_wintab_t *t, uint64_t id)
+{
+    size_t i;
+
+    pthread_mutex_lock(&t->lock);
+    for (i = 0; i < t->n; i++) {
+        if (t->w[i].id == id) {
+            t->w[i] = t->w[--t->n];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+}
