@@ -18,7 +18,8 @@
  *   uid 65534 cannot use shm with a root target (refused by itself, and,
  *   when it allows root with shm_allow_uid, refused by the target before
  *   any memfd is handed over), falls back to tcp; the target's
- *   shm_allow_uid lets it in; a same-uid client uses shm.
+ *   shm_allow_uid or shm_allow_gid lets it in; a same-uid client uses
+ *   shm.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -168,8 +169,9 @@ static void target_main(int cmd, int out)
     _exit(0);
 }
 
-/* Starts the target child; allow_uid: its shm_allow_uid (NULL: none). */
-static void target_start(child_t *ch, const char *allow_uid)
+/* Starts the target child; allow: its shm_allow_uid or, after "g:", its
+ * shm_allow_gid (NULL: none). */
+static void target_start(child_t *ch, const char *allow)
 {
     int cmd[2], out[2];
     char line[256];
@@ -181,8 +183,10 @@ static void target_start(child_t *ch, const char *allow_uid)
     assert_true(ch->pid >= 0);
     if (ch->pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (allow_uid != NULL) {
-            setenv("KVF_SHM_ALLOW_UID", allow_uid, 1);
+        if (allow != NULL && strncmp(allow, "g:", 2) == 0) {
+            setenv("KVF_SHM_ALLOW_GID", allow + 2, 1);
+        } else if (allow != NULL) {
+            setenv("KVF_SHM_ALLOW_UID", allow, 1);
         }
         close(cmd[1]);
         close(out[0]);
@@ -629,8 +633,11 @@ static void test_peer_creds(void **state)
     kvf_engine_dereg(e, r);
     kvf_engine_destroy(e);
     target_stop(&ch);
-    /* a target that allows uid 65534 serves it over shm */
+    /* a target that allows uid 65534, or gid 65534, serves it over shm */
     target_start(&ch, "65534");
+    run_other_uid(&ch, 1);
+    target_stop(&ch);
+    target_start(&ch, "g:65534");
     run_other_uid(&ch, 1);
     target_stop(&ch);
     free(local);
