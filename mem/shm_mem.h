@@ -58,8 +58,8 @@ int kvf_shm_mem_alive(uint64_t id);
  * part of it ask whether their mappings still stand (mem.c's dereg). */
 void kvf_shm_mem_dereg(uint64_t addr, uint64_t len);
 
-/* Bumped at every release and deregistration: peers compare it to know when to
- * ask which of their mappings died. */
+/* Bumped at every release and deregistration: peers compare it to know
+ * when to ask which of their mappings died. */
 uint64_t kvf_shm_mem_epoch(void);
 
 /* Live allocations and their bytes (tests). */
