@@ -48,6 +48,8 @@ static kvf_status_t kvf_engine_access(void *arg, uint64_t addr, uint64_t len,
     }
     mem_p->type = r->type;
     mem_p->device = r->device;
+    mem_p->base = r->addr;
+    mem_p->len = r->len;
     return KVF_OK;
 }
 

@@ -100,6 +100,7 @@ static const kvf_mem_ops_t kvf_mem_host_ops = {
     .name = "host (memfd)",
     .alloc = kvf_mem_host_alloc,
     .free = kvf_shm_mem_free,
+    .dereg = kvf_shm_mem_dereg,
     .copy = kvf_mem_host_copy,
 };
 

@@ -14,8 +14,10 @@
  * fd; the shm transport then serves it through target-side copies.
  *
  * The table is a sorted array under a mutex; ids are never reused, and
- * an epoch counter is bumped at every release so peers learn that some
- * mapping of theirs may have died.
+ * an epoch counter is bumped at every release and every deregistration
+ * of host memory, so peers learn that some mapping of theirs may have
+ * died. Each allocation records its page unit (hugetlb or base pages):
+ * peers map only the pages of a registered range, at that granularity.
  */
 #include "mem/shm_mem.h"
 #include "core/alloc.h"
@@ -35,6 +37,7 @@ typedef struct kvf_shm_alloc {
     void *base;
     size_t len;   /* mapped */
     size_t asked; /* requested */
+    size_t unit;  /* page size of the memfd: mappings start and end on it */
     int fd;       /* -1: private fallback, not shareable */
 } kvf_shm_alloc_t;
 
@@ -66,9 +69,13 @@ static int kvf_shm_memfd_map(size_t len, unsigned flags, void **base_p)
     if (p == MAP_FAILED) {
         goto err_close;
     }
+    /* peers refuse a memfd that could shrink (shm_trust.c): no seals, no
+     * sharing */
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
         0) {
-        kvf_warn("memfd seals refused: %m; peers could truncate it");
+        kvf_warn("memfd seals refused: %m; not shareable");
+        munmap(p, len);
+        goto err_close;
     }
     *base_p = p;
     return fd;
@@ -116,9 +123,11 @@ kvf_status_t kvf_shm_mem_alloc(size_t len, void **ptr_p)
     if (len >= KVF_SHM_HUGE) {
         a.len = kvf_shm_round(len, KVF_SHM_HUGE);
         a.fd = kvf_shm_memfd_map(a.len, MFD_HUGETLB, &a.base);
+        a.unit = KVF_SHM_HUGE;
     }
     if (a.fd < 0) {
-        a.len = kvf_shm_round(len, (size_t)(page > 0 ? page : 4096));
+        a.unit = (size_t)(page > 0 ? page : 4096);
+        a.len = kvf_shm_round(len, a.unit);
         a.fd = kvf_shm_memfd_map(a.len, 0, &a.base);
         if (a.fd >= 0) {
             madvise(a.base, a.len, MADV_HUGEPAGE);
@@ -228,6 +237,7 @@ int kvf_shm_mem_find(uint64_t addr, uint64_t len, kvf_shm_alloc_info_t *info_p)
             info_p->base = (uint64_t)(uintptr_t)a->base;
             info_p->len = a->len;
             info_p->asked = a->asked;
+            info_p->unit = a->unit;
             rc = 0;
         }
     }
@@ -252,6 +262,7 @@ int kvf_shm_mem_dup_fd(uint64_t id, kvf_shm_alloc_info_t *info_p)
             info_p->base = (uint64_t)(uintptr_t)kvf_shm_allocs[i].base;
             info_p->len = kvf_shm_allocs[i].len;
             info_p->asked = kvf_shm_allocs[i].asked;
+            info_p->unit = kvf_shm_allocs[i].unit;
             break;
         }
     }
@@ -270,6 +281,15 @@ int kvf_shm_mem_alive(uint64_t id)
     }
     pthread_mutex_unlock(&kvf_shm_mem_lock);
     return alive;
+}
+
+void kvf_shm_mem_dereg(uint64_t addr, uint64_t len)
+{
+    (void)addr;
+    (void)len;
+    /* peers compare epochs at their next lease and then ask which of
+     * their mappings are gone (SYNC): a deregistered range is one */
+    __atomic_add_fetch(&kvf_shm_epoch, 1, __ATOMIC_RELEASE);
 }
 
 uint64_t kvf_shm_mem_epoch(void)

@@ -39,6 +39,7 @@ typedef struct kvf_shm_alloc_info {
     uint64_t base;  /* address in this process */
     uint64_t len;   /* mapped length */
     uint64_t asked; /* length asked for (<= len) */
+    uint64_t unit;  /* page size of its memfd (mapping offsets align to it) */
 } kvf_shm_alloc_info_t;
 
 /* Finds the shareable allocation holding [addr, addr+len) entirely.
@@ -53,8 +54,12 @@ int kvf_shm_mem_dup_fd(uint64_t id, kvf_shm_alloc_info_t *info_p);
 /* 1 while allocation id is alive. */
 int kvf_shm_mem_alive(uint64_t id);
 
-/* Bumped at every release: peers compare it to know when to ask which of
- * their mappings died. */
+/* A host range was deregistered: bumps the epoch, so peers that map
+ * part of it ask whether their mappings still stand (mem.c's dereg). */
+void kvf_shm_mem_dereg(uint64_t addr, uint64_t len);
+
+/* Bumped at every release and deregistration: peers compare it to know
+ * when to ask which of their mappings died. */
 uint64_t kvf_shm_mem_epoch(void);
 
 /* Live allocations and their bytes (tests). */

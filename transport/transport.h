@@ -52,6 +52,8 @@ typedef struct kvf_tl_req {
 typedef struct kvf_tl_mem {
     kvf_mem_type_t type;
     int device;
+    uint64_t base; /* the registered region holding the range (0, 0: not */
+    uint64_t len;  /* told; shm then exposes none of it by fd) */
 } kvf_tl_mem_t;
 
 /* Engine hooks for serving remote accesses. access() checks that

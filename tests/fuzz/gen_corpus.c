@@ -103,8 +103,8 @@ static void kvf_gen_shm(void)
     unsigned char page[KVF_SHM_PROBE_LEN];
     kvf_wr_t w;
 
-    g.allocs[0] = (kvf_shm_alloc_t){11, 0x7f0000000000ull, 1 << 30, 1 << 30};
-    g.allocs[1] = (kvf_shm_alloc_t){12, 0x7f8000000000ull, 1 << 21, 0};
+    g.allocs[0] = (kvf_shm_alloc_t){11, 0x7f0000000000ull, 1 << 30, 1 << 30, 0};
+    g.allocs[1] = (kvf_shm_alloc_t){12, 0x7f8000000000ull, 1 << 21, 0, 0};
     kvf_wr_init(&w);
     kvf_shm_hello_enc(&w, &hello);
     kvf_gen_frame(t, "hello", KVF_SHM_HELLO, 0, 0, 0, &w);

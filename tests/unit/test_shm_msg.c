@@ -171,8 +171,8 @@ static void test_grant_map(void **state)
     kvf_rd_t r;
 
     (void)state;
-    g.allocs[0] = (kvf_shm_alloc_t){11, 0x7f0000000000ull, 1 << 30, 1 << 20};
-    g.allocs[1] = (kvf_shm_alloc_t){12, 0x7f8000000000ull, 4096, 8192};
+    g.allocs[0] = (kvf_shm_alloc_t){11, 0x7f0000000000ull, 1 << 30, 1 << 20, 0};
+    g.allocs[1] = (kvf_shm_alloc_t){12, 0x7f8000000000ull, 4096, 8192, 0};
     kvf_wr_init(&w);
     kvf_shm_grant_enc(&w, &g, excs);
     assert_int_equal(w.len, KVF_SHM_GRANT_HEAD_LEN +
@@ -212,11 +212,12 @@ static void test_grant_map(void **state)
     len = kvf_t_frame(buf, KVF_SHM_MAP, 0, &w);
     kvf_t_decodes_exactly(buf, len);
     w.len = 0;
+    g.allocs[0].off = 1 << 21;
     kvf_shm_map_ack_enc(&w, &g.allocs[0]);
     assert_int_equal(w.len, KVF_SHM_MAP_ACK_LEN);
     assert_int_equal(kvf_shm_map_ack_dec(w.buf, w.len, &a), KVF_OK);
     assert_true(a.id == 11 && a.base == 0x7f0000000000ull && a.len == 1 << 30 &&
-                a.range == 0);
+                a.range == 0 && a.off == 1 << 21);
     len = kvf_t_frame(buf, KVF_SHM_MAP_ACK, 0, &w);
     kvf_t_decodes_exactly(buf, len);
     w.len = 0;

@@ -64,6 +64,7 @@ void kvf_shm_map_ack_enc(kvf_wr_t *w, const kvf_shm_alloc_t *a)
     kvf_wr_u64(w, a->id);
     kvf_wr_u64(w, a->base);
     kvf_wr_u64(w, a->len);
+    kvf_wr_u64(w, a->off);
 }
 
 kvf_status_t kvf_shm_map_ack_dec(const void *meta, size_t len,
@@ -75,6 +76,7 @@ kvf_status_t kvf_shm_map_ack_dec(const void *meta, size_t len,
     a->id = kvf_rd_u64(&r);
     a->base = kvf_rd_u64(&r);
     a->len = kvf_rd_u64(&r);
+    a->off = kvf_rd_u64(&r);
     a->range = 0;
     return kvf_rd_end(&r);
 }
@@ -228,6 +230,7 @@ kvf_status_t kvf_shm_grant_dec(kvf_rd_t *r, const void *meta, size_t len,
         a->base = kvf_rd_u64(r);
         a->len = kvf_rd_u64(r);
         a->range = kvf_rd_u64(r);
+        a->off = 0;
         if (a->range > a->len) {
             a->range = 0;
         }

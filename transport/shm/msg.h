@@ -16,7 +16,7 @@
  *   BEGIN       i->t  flags = op type; count x entry {u64 addr, u64 len},
  *                     count <= KVF_SHM_ENTRIES_MAX. Opens a lease
  *   GRANT       t->i  count = nexc; grant {u64 epoch, u32 left_ms,
- *                     u32 nallocs, u32 nexc}, nallocs x alloc {u64 id,
+ *                     u32 nallocs, u32 nexc}, nallocs x window {u64 id,
  *                     u64 base, u64 len, u64 range}, nexc x exception
  *                     {u32 index, i32 status}; nallocs <=
  *                     KVF_SHM_LEASE_ALLOCS. Entries not listed lie in one
@@ -24,17 +24,20 @@
  *                     the target (STAGE), else refused. range: [base,
  *                     base+range) may be used without asking again while
  *                     the lease is open (0: no range grant)
- *   MAP         i->t  u64 id of a granted allocation
- *   MAP_ACK     t->i  {u64 id, u64 base, u64 len}; its memfd attached
- *                     (status < 0 and no metadata when refused)
+ *   MAP         i->t  u64 id of a granted window
+ *   MAP_ACK     t->i  {u64 id, u64 base, u64 len, u64 off}; the memfd of
+ *                     the allocation holding it attached, [base, base+len)
+ *                     lying at offset off in it (status < 0 and no
+ *                     metadata when refused)
  *   STAGE_SETUP i->t  no metadata; the staging memfd attached
  *   STAGE_SETUP_ACK   no metadata
  *   STAGE       i->t  flags = op type; entries, moved by the target
  *                     through the staging buffer, in order
  *   STAGE_ACK   t->i  no metadata; status = the verdict
  *   END         i->t  no metadata: closes the oldest open lease
- *   SYNC        i->t  count x u64 ids the initiator maps
- *   SYNC_ACK    t->i  u64 epoch, count x u64 ids released since
+ *   SYNC        i->t  count x u64 window ids the initiator maps
+ *   SYNC_ACK    t->i  u64 epoch, count x u64 ids of those that no longer
+ *                     stand (allocation freed, range deregistered)
  *   SUM         i->t  entries
  *   SUM_ACK     t->i  count x u64 checksums (none when status < 0)
  *
@@ -63,7 +66,7 @@ enum kvf_shm_msg {
     KVF_SHM_SUM_ACK = 16
 };
 
-#define KVF_SHM_PROTO        1
+#define KVF_SHM_PROTO        2
 #define KVF_SHM_NONCE_LEN    16
 #define KVF_SHM_ENTRY_LEN    16    /* entry */
 #define KVF_SHM_EXC_LEN      8     /* exception */
@@ -76,7 +79,7 @@ enum kvf_shm_msg {
 #define KVF_SHM_HELLO_LEN       (4 + KVF_SHM_NONCE_LEN + 8)
 #define KVF_SHM_HELLO_ACK_LEN   (4 + 8)
 #define KVF_SHM_MAP_LEN         8
-#define KVF_SHM_MAP_ACK_LEN     (3 * 8)
+#define KVF_SHM_MAP_ACK_LEN     (4 * 8)
 #define KVF_SHM_GRANT_HEAD_LEN  (8 + 3 * 4)
 #define KVF_SHM_GRANT_ALLOC_LEN (4 * 8)
 #define KVF_SHM_SYNC_HEAD_LEN   8
@@ -98,13 +101,15 @@ typedef struct kvf_shm_entry {
     uint64_t len;
 } kvf_shm_entry_t;
 
-/* A target allocation: GRANT lists all four fields, MAP_ACK the first
- * three (range decodes as 0). */
+/* A window of a target allocation (the pages of one registered range
+ * inside it): GRANT lists id, base, len and range (off decodes as 0),
+ * MAP_ACK id, base, len and off (range decodes as 0). */
 typedef struct kvf_shm_alloc {
     uint64_t id;
     uint64_t base;
     uint64_t len;
     uint64_t range;
+    uint64_t off; /* of base in the allocation's memfd */
 } kvf_shm_alloc_t;
 
 typedef struct kvf_shm_exc {

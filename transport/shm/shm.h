@@ -16,7 +16,8 @@
  * has the target check every entry under its region read lock
  * (acquire), held while any lease of the connection is open: this opens
  * a *lease*; up to KVF_SHM_PIPE leases may be open (pipelining). GRANT
- * says which allocations the entries lie in (MAP fetches one's memfd,
+ * says which windows the entries lie in (the pages of a registered
+ * range in a shareable allocation; MAP fetches the allocation's memfd,
  * within the lease), which ranges may be used again without asking
  * while the lease is open, and which entries the target moves itself
  * (STAGE, through the initiator's staging memfd of STAGE_SETUP) or
@@ -25,7 +26,8 @@
  * revoked and its connection closed; the initiator counts a lease valid
  * when its copy ended before left_ms (own clock, counted from before
  * BEGIN) and the connection shows no hang-up after. SYNC lists the
- * allocations the initiator maps; SYNC_ACK names those released since.
+ * windows the initiator maps; SYNC_ACK names those that no longer stand
+ * (allocation freed, range deregistered).
  * SUM returns checksums the target computes over its own memory.
  */
 #ifndef KVF_SHM_H
@@ -54,7 +56,7 @@
 #define KVF_SHM_LEASE_SEGS   4096       /* ... and this many entries */
 #define KVF_SHM_STREAM_MIN   (1u << 20) /* leases from this size stream */
 #define KVF_SHM_PREFETCH_LEN 1024       /* WRITEs, see kvf_shm_lease_copy */
-#define KVF_SHM_ADDR_MAX 64
+#define KVF_SHM_ADDR_MAX     64
 
 /* Growable scratch buffer. */
 typedef struct kvf_shm_buf {
@@ -114,6 +116,56 @@ size_t kvf_shm_prefetch_len(void);
 int64_t kvf_shm_env_knob(int64_t *cache, const char *name, int64_t def,
                          int64_t max);
 
+/* ---- trust (shm_trust.c) ----------------------------------------------- */
+
+/* KVF_OK when the process at the other end of local socket fd (who: "
+ * initiator" or "target", for the log) runs as this process's uid, or
+ * as the uid of key shm_allow_uid, or the gid of key shm_allow_gid;
+ * else KVF_ERR_PEER_CREDS (logged, rate-limited). */
+kvf_status_t kvf_shm_peer_check(int fd, const char *who);
+/* KVF_OK when memfd fd is sealed against shrinking and holds at least
+ * off + len bytes: mapping [off, off+len) of it can never fault with
+ * SIGBUS. Else KVF_ERR_UNSAFE_MEMORY. */
+kvf_status_t kvf_shm_memfd_check(int fd, uint64_t off, uint64_t len);
+
+/* The pages of one registered range inside one shareable allocation:
+ * what a target hands out by fd (never the whole allocation). */
+typedef struct kvf_shm_window {
+    uint64_t id;       /* window id: what GRANT, MAP and SYNC name */
+    uint64_t alloc;    /* allocation id (shm_mem.h) */
+    uint64_t base;     /* first page, in the target */
+    uint64_t len;      /* whole pages (of the allocation's unit) */
+    uint64_t off;      /* of base in the allocation's memfd */
+    uint64_t reg_base; /* the registered range inside the allocation */
+    uint64_t reg_len;
+} kvf_shm_window_t;
+
+/* Fills *w (all but id) with the window of allocation a for the
+ * registered region mem describes (its base and len); -1 when mem names
+ * no region or the region misses the allocation. */
+int kvf_shm_window(const kvf_shm_alloc_info_t *a, const kvf_tl_mem_t *mem,
+                   kvf_shm_window_t *w);
+
+/* A target's windows, ids never reused (the initiators' map tables key
+ * on them). */
+typedef struct kvf_shm_wintab {
+    pthread_mutex_t lock;
+    kvf_shm_window_t *w;
+    size_t n, cap;
+    uint64_t next_id;
+} kvf_shm_wintab_t;
+
+void kvf_shm_wintab_init(kvf_shm_wintab_t *t);
+void kvf_shm_wintab_free(kvf_shm_wintab_t *t);
+/* The id of window *w (found or added; w->id is set); 0 when out of
+ * memory. */
+uint64_t kvf_shm_wintab_id(kvf_shm_wintab_t *t, kvf_shm_window_t *w);
+/* 0 and *w filled when window id is known. */
+int kvf_shm_wintab_get(kvf_shm_wintab_t *t, uint64_t id, kvf_shm_window_t *w);
+/* Forgets window id (no longer standing; a later grant of the same
+ * pages gets a new id). */
+void kvf_shm_wintab_drop(kvf_shm_wintab_t *t, uint64_t id);
+
 /* ---- iface (target side) ---------------------------------------------- */
 
 typedef struct kvf_shm_server kvf_shm_server_t;
@@ -132,7 +184,7 @@ void kvf_shm_server_stop(kvf_tl_iface_t *iface);
 
 /* ---- ep (initiator side) ---------------------------------------------- */
 
-/* A target allocation mapped into this process. */
+/* A window of a target allocation mapped into this process. */
 typedef struct kvf_shm_map {
     uint64_t id;
     uint64_t base; /* in the target */
@@ -213,12 +265,13 @@ struct kvf_tl_ep {
     int stop;
     unsigned nworkers;
     kvf_shm_worker_t *workers;
-    /* target allocations mapped here; read-held while copying */
+    /* target windows mapped here; read-held while copying */
     pthread_rwlock_t map_lock;
     kvf_shm_map_t *maps;
     size_t nmaps, maps_cap;
     uint64_t down_until; /* after a connection failure: fail fast */
-    uint64_t epoch_seen; /* target's release epoch at the last SYNC */
+    uint64_t epoch_seen; /* target's epoch (frees, deregistrations) at the
+                            last SYNC */
     int need_sync;       /* a GRANT showed another epoch */
     /* the open lease callers may copy inside on their own thread
      * (shm_inline.c): read-held by such a caller while it copies and
@@ -248,7 +301,7 @@ int kvf_shm_ride_busy(kvf_tl_ep_t *ep);
 
 /* ---- connections and leases (shm_lease.c) ------------------------------ */
 
-/* Pointer of the ep's mapping of target allocation id, or NULL. Caller
+/* Pointer of the ep's mapping of target window id, or NULL. Caller
  * holds map_lock. */
 unsigned char *kvf_shm_map_ptr(kvf_tl_ep_t *ep, uint64_t id);
 
@@ -294,7 +347,7 @@ kvf_status_t kvf_shm_lease_prepare(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
  * are returned. */
 kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                 kvf_shm_lease_t *l, int stream);
-/* SYNC: unmaps allocations the target released. Nothing else in flight. */
+/* SYNC: unmaps windows that no longer stand. Nothing else in flight. */
 kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c);
 /* Unmaps everything (target gone, ep closing). */
 void kvf_shm_drop_maps(kvf_tl_ep_t *ep);

@@ -259,9 +259,13 @@ static kvf_status_t kvf_shm_check_probe(kvf_tl_ep_t *ep, int fd)
 {
     unsigned char nonce[KVF_SHM_NONCE_LEN];
     const unsigned char *p;
-    kvf_status_t st = KVF_OK;
+    kvf_status_t st;
     uint64_t host_id;
 
+    st = kvf_shm_memfd_check(fd, 0, KVF_SHM_PROBE_LEN);
+    if (st != KVF_OK) {
+        return st;
+    }
     p = mmap(NULL, KVF_SHM_PROBE_LEN, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         kvf_info("shm: cannot map the target's probe: %m");
@@ -291,6 +295,11 @@ kvf_status_t kvf_shm_conn_open(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
     c->ehead = c->ecount = 0;
     st = kvf_shm_connect(ep->nonce, deadline, &c->fd);
     if (st != KVF_OK) {
+        return st;
+    }
+    st = kvf_shm_peer_check(c->fd, "target");
+    if (st != KVF_OK) {
+        kvf_shm_conn_close(c);
         return st;
     }
     memcpy(hello.nonce, ep->nonce, KVF_SHM_NONCE_LEN);
@@ -503,7 +512,8 @@ kvf_status_t kvf_shm_lease_ride(kvf_tl_ep_t *ep, const kvf_shm_lease_t *open,
     return KVF_OK;
 }
 
-/* Maps allocation k of a granted lease, asking for its fd (MAP). */
+/* Maps window k of a granted lease, asking for its memfd (MAP), once
+ * the memfd is proven to hold it for good (kvf_shm_memfd_check). */
 static kvf_status_t kvf_shm_map_in(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                    const kvf_shm_lease_t *l, unsigned k)
 {
@@ -533,13 +543,17 @@ static kvf_status_t kvf_shm_map_in(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                a.len != l->alens[k]) {
         st = KVF_ERR_PROTOCOL;
     }
+    if (st == KVF_OK) {
+        st = kvf_shm_memfd_check(fd, a.off, a.len); /* never SIGBUS */
+    }
     if (st != KVF_OK) {
         if (fd >= 0) {
             close(fd);
         }
         return st;
     }
-    p = mmap(NULL, l->alens[k], PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    p = mmap(NULL, l->alens[k], PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+             (off_t)a.off);
     close(fd);
     if (p == MAP_FAILED) {
         kvf_error("shm: cannot map %lu bytes of the target: %m",

@@ -11,8 +11,12 @@
  * closes the oldest. A lease that outlives the timeout is revoked: the
  * lock is released and the connection closed. Deregistration takes the
  * write lock, so it waits for every lease in flight, and later leases no
- * longer grant the range. Only allocations holding a granted range are
- * handed out (MAP, in the lease that granted them). Ranges that are
+ * longer grant the range. Of an allocation holding a granted range,
+ * only the window of the registered range (its pages, at the memfd
+ * offset: shm_trust.c) is handed out (MAP, in the lease that granted
+ * it); a deregistration bumps the epoch, and SYNC then names the windows
+ * that no longer stand, which the initiator unmaps. HELLO is answered
+ * only to a peer whose credentials are allowed. Ranges that are
  * registered but not inside a shareable allocation (plain malloc memory,
  * GPU memory) are moved by this thread itself between its memory and the
  * initiator's staging buffer (STAGE), still under the lease.
@@ -71,6 +75,7 @@ struct kvf_shm_server {
     int probe_fd;
     pthread_t thread;
     pthread_mutex_t lock;
+    kvf_shm_wintab_t wins; /* windows handed out (shm_trust.c) */
     kvf_shm_sconn_t *conns;
     unsigned nconns;
     int stop;
@@ -185,6 +190,10 @@ static kvf_status_t kvf_shm_on_hello(kvf_shm_sconn_t *c,
     if (kvf_shm_hello_dec(c->in.p, h->meta_len, &hello) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
+    if (kvf_shm_peer_check(c->fd, "initiator") != KVF_OK) {
+        kvf_shm_reply(c, KVF_SHM_HELLO_ACK, KVF_ERR_PEER_CREDS, NULL, 0, 0, -1);
+        return KVF_ERR_PEER_CREDS;
+    }
     if (hello.version != KVF_SHM_PROTO) {
         kvf_warn("shm: peer speaks protocol %u, this is %u", hello.version,
                  KVF_SHM_PROTO);
@@ -254,17 +263,37 @@ static int kvf_shm_granted(const kvf_shm_sconn_t *c, uint64_t id)
     return 0;
 }
 
-/* The verdict on one BEGIN entry: KVF_OK when it lies in an allocation
- * the lease lists (added to infos when new; *last caches the latest),
+/* The window of the shareable allocation holding [addr, addr+len) for
+ * the registered region mem, listed in lease l (index k); -1 when the
+ * range is not shareable (or the lease names too many windows). */
+static int kvf_shm_begin_window(const kvf_shm_sconn_t *c, kvf_shm_slease_t *l,
+                                uint64_t addr, uint64_t len,
+                                const kvf_tl_mem_t *mem, kvf_shm_window_t *win)
+{
+    kvf_shm_alloc_info_t info;
+    int k;
+
+    if (kvf_shm_mem_find(addr, len, &info) != 0 ||
+        kvf_shm_window(&info, mem, win) != 0 ||
+        kvf_shm_wintab_id(&c->srv->wins, win) == 0 ||
+        (k = kvf_shm_lease_id(l, win->id)) < 0) {
+        return -1;
+    }
+    return k;
+}
+
+/* The verdict on one BEGIN entry: KVF_OK when it lies in a window the
+ * lease lists (added to wins when new; *last caches the latest),
  * KVF_INPROGRESS when this side moves it (STAGE), else the refusal. */
-static kvf_status_t
-kvf_shm_begin_entry(const kvf_shm_sconn_t *c, kvf_shm_slease_t *l,
-                    const kvf_shm_entry_t *e, kvf_shm_alloc_info_t *infos,
-                    kvf_shm_alloc_info_t *last, int *have_last)
+static kvf_status_t kvf_shm_begin_entry(const kvf_shm_sconn_t *c,
+                                        kvf_shm_slease_t *l,
+                                        const kvf_shm_entry_t *e,
+                                        kvf_shm_window_t *wins,
+                                        kvf_shm_window_t *last, int *have_last)
 {
     const kvf_tl_target_t *t = &c->srv->iface->target;
     uint64_t addr = e->addr, len = e->len;
-    kvf_tl_mem_t mem;
+    kvf_tl_mem_t mem = {0};
     kvf_status_t st;
     int k;
 
@@ -278,13 +307,15 @@ kvf_shm_begin_entry(const kvf_shm_sconn_t *c, kvf_shm_slease_t *l,
     if (mem.type != KVF_MEM_HOST) {
         return KVF_INPROGRESS; /* GPU / pinned: moved by this side */
     }
-    if (*have_last && addr >= last->base && addr - last->base < last->len &&
-        len <= last->len - (addr - last->base)) {
+    /* the registered range of the last window: same window */
+    if (*have_last && addr >= last->reg_base &&
+        addr - last->reg_base < last->reg_len &&
+        len <= last->reg_len - (addr - last->reg_base)) {
         return KVF_OK;
     }
-    if (kvf_shm_mem_find(addr, len, last) == 0 &&
-        (k = kvf_shm_lease_id(l, last->id)) >= 0) {
-        infos[k] = *last;
+    k = kvf_shm_begin_window(c, l, addr, len, &mem, last);
+    if (k >= 0) {
+        wins[k] = *last;
         *have_last = 1;
         return KVF_OK;
     }
@@ -292,34 +323,30 @@ kvf_shm_begin_entry(const kvf_shm_sconn_t *c, kvf_shm_slease_t *l,
     return KVF_INPROGRESS; /* not shareable: moved by this side */
 }
 
-/* The GRANT's allocations: each as far as it was asked for, with a
- * range grant when registered as a whole (the common case, a pool
- * registered whole). */
-static void kvf_shm_grant_allocs(const kvf_shm_sconn_t *c,
-                                 const kvf_shm_slease_t *l,
-                                 const kvf_shm_alloc_info_t *infos,
+/* The GRANT's windows, each with a range grant of its registered range
+ * when that starts on the window's first page (a pool registered
+ * whole, the common case): requests inside it then ride on the lease. */
+static void kvf_shm_grant_allocs(const kvf_shm_slease_t *l,
+                                 const kvf_shm_window_t *wins,
                                  kvf_shm_grant_t *g)
 {
-    const kvf_tl_target_t *t = &c->srv->iface->target;
-    kvf_tl_mem_t mem;
-    kvf_status_t st;
     unsigned i;
 
     g->nallocs = l->nids;
     for (i = 0; i < l->nids; i++) {
-        st = t->access(t->arg, infos[i].base, infos[i].asked, &mem);
-        g->allocs[i].id = infos[i].id;
-        g->allocs[i].base = infos[i].base;
-        g->allocs[i].len = infos[i].len;
+        g->allocs[i].id = wins[i].id;
+        g->allocs[i].base = wins[i].base;
+        g->allocs[i].len = wins[i].len;
         g->allocs[i].range =
-            (st == KVF_OK && mem.type == KVF_MEM_HOST) ? infos[i].asked : 0;
+            (wins[i].reg_base == wins[i].base) ? wins[i].reg_len : 0;
+        g->allocs[i].off = 0;
     }
 }
 
 static kvf_status_t kvf_shm_on_begin(kvf_shm_sconn_t *c,
                                      const kvf_frame_hdr_t *h)
 {
-    kvf_shm_alloc_info_t infos[KVF_SHM_LEASE_ALLOCS], last = {0};
+    kvf_shm_window_t wins[KVF_SHM_LEASE_ALLOCS], last = {0};
     kvf_shm_grant_t g;
     kvf_shm_exc_t *excs;
     kvf_shm_slease_t *l;
@@ -353,7 +380,7 @@ static kvf_status_t kvf_shm_on_begin(kvf_shm_sconn_t *c,
     l->deadline = kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
     for (i = 0; i < h->count; i++) {
         kvf_shm_entry_dec(&r, &e);
-        st = kvf_shm_begin_entry(c, l, &e, infos, &last, &have_last);
+        st = kvf_shm_begin_entry(c, l, &e, wins, &last, &have_last);
         if (st != KVF_OK) {
             excs[nexc].index = i;
             excs[nexc].status = st;
@@ -363,7 +390,7 @@ static kvf_status_t kvf_shm_on_begin(kvf_shm_sconn_t *c,
     g.epoch = kvf_shm_mem_epoch();
     g.left_ms = (uint32_t)kvf_time_left_ms(l->deadline);
     g.nexc = nexc;
-    kvf_shm_grant_allocs(c, l, infos, &g);
+    kvf_shm_grant_allocs(l, wins, &g);
     kvf_wr_init_fixed(&w, c->out.p, c->out.cap);
     kvf_shm_grant_enc(&w, &g, excs);
     return kvf_shm_reply(c, KVF_SHM_GRANT, KVF_OK, c->out.p, (uint32_t)w.len,
@@ -374,6 +401,7 @@ static kvf_status_t kvf_shm_on_map(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
 {
     kvf_shm_alloc_info_t info;
     unsigned char meta[KVF_SHM_MAP_ACK_LEN];
+    kvf_shm_window_t win;
     kvf_shm_alloc_t a;
     kvf_status_t st;
     uint64_t id;
@@ -383,18 +411,21 @@ static kvf_status_t kvf_shm_on_map(kvf_shm_sconn_t *c, const kvf_frame_hdr_t *h)
     if (c->nopen == 0 || kvf_shm_map_dec(c->in.p, h->meta_len, &id) != KVF_OK) {
         return KVF_ERR_PROTOCOL;
     }
-    if (!kvf_shm_granted(c, id)) {
-        kvf_warn("shm: map of allocation %lu not granted by this lease",
+    if (!kvf_shm_granted(c, id) ||
+        kvf_shm_wintab_get(&c->srv->wins, id, &win) != 0) {
+        kvf_warn("shm: map of window %lu not granted by this lease",
                  (unsigned long)id);
         return kvf_shm_reply(c, KVF_SHM_MAP_ACK, KVF_ERR_NOT_REGISTERED, NULL,
                              0, 0, -1);
     }
-    fd = kvf_shm_mem_dup_fd(id, &info);
+    fd = kvf_shm_mem_dup_fd(win.alloc, &info);
     if (fd < 0) {
         return kvf_shm_reply(c, KVF_SHM_MAP_ACK, KVF_ERR_NOT_FOUND, NULL, 0, 0,
                              -1);
     }
-    a = (kvf_shm_alloc_t){.id = info.id, .base = info.base, .len = info.len};
+    /* only the window's pages: the memfd offset of its first one */
+    a = (kvf_shm_alloc_t){
+        .id = win.id, .base = win.base, .len = win.len, .off = win.off};
     kvf_wr_init_fixed(&w, meta, sizeof(meta));
     kvf_shm_map_ack_enc(&w, &a);
     st =
@@ -473,6 +504,32 @@ static kvf_status_t kvf_shm_on_stage(kvf_shm_sconn_t *c,
     return kvf_shm_reply(c, KVF_SHM_STAGE_ACK, st, NULL, 0, 0, -1);
 }
 
+/* 1 while window id still stands: its allocation alive and its range
+ * registered as when it was handed out; a window that no longer stands
+ * is forgotten (no lease can hold it: they hold the region lock too).
+ * Region lock held. */
+static int kvf_shm_window_alive(const kvf_shm_sconn_t *c, uint64_t id)
+{
+    const kvf_tl_target_t *t = &c->srv->iface->target;
+    kvf_shm_alloc_info_t info;
+    kvf_shm_window_t win, now;
+    kvf_tl_mem_t mem = {0};
+
+    if (kvf_shm_wintab_get(&c->srv->wins, id, &win) != 0) {
+        return 0;
+    }
+    if (t->access(t->arg, win.reg_base, win.reg_len, &mem) == KVF_OK &&
+        mem.type == KVF_MEM_HOST &&
+        kvf_shm_mem_find(win.reg_base, win.reg_len, &info) == 0 &&
+        info.id == win.alloc && kvf_shm_window(&info, &mem, &now) == 0 &&
+        now.base == win.base && now.len == win.len &&
+        now.reg_base == win.reg_base && now.reg_len == win.reg_len) {
+        return 1;
+    }
+    kvf_shm_wintab_drop(&c->srv->wins, id);
+    return 0;
+}
+
 static kvf_status_t kvf_shm_on_sync(kvf_shm_sconn_t *c,
                                     const kvf_frame_hdr_t *h)
 {
@@ -491,11 +548,17 @@ static kvf_status_t kvf_shm_on_sync(kvf_shm_sconn_t *c,
         return st;
     }
     dead = (uint64_t *)(void *)c->out.p;
+    if (c->nopen == 0) {
+        kvf_shm_hold(c);
+    }
     for (i = 0; i < h->count; i++) {
         id = kvf_shm_id_dec(&r);
-        if (!kvf_shm_mem_alive(id)) {
+        if (!kvf_shm_window_alive(c, id)) {
             dead[ndead++] = id;
         }
+    }
+    if (c->nopen == 0) {
+        kvf_shm_unhold(c);
     }
     kvf_wr_init_fixed(&w, c->out.p + (size_t)h->count * 8,
                       8 + (size_t)h->count * 8);
@@ -907,6 +970,7 @@ kvf_status_t kvf_shm_server_start(kvf_tl_iface_t *iface)
         goto err_probe;
     }
     pthread_mutex_init(&s->lock, NULL);
+    kvf_shm_wintab_init(&s->wins);
     pthread_mutex_init(&s->gate_lock, NULL);
     kvf_cond_init(&s->gate_cond);
     if (pthread_create(&s->thread, NULL, kvf_shm_accept_main, s) != 0) {
@@ -917,6 +981,7 @@ kvf_status_t kvf_shm_server_start(kvf_tl_iface_t *iface)
     return KVF_OK;
 
 err_listen:
+    kvf_shm_wintab_free(&s->wins);
     pthread_cond_destroy(&s->gate_cond);
     pthread_mutex_destroy(&s->gate_lock);
     pthread_mutex_destroy(&s->lock);
@@ -942,6 +1007,7 @@ void kvf_shm_server_stop(kvf_tl_iface_t *iface)
     kvf_shm_reap(s, 1);
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_destroy(&s->lock);
+    kvf_shm_wintab_free(&s->wins);
     pthread_cond_destroy(&s->gate_cond);
     pthread_mutex_destroy(&s->gate_lock);
     close(s->probe_fd);

@@ -524,6 +524,14 @@ static const kvf_config_entry_t kvf_shm_config_entries[] = {
     {"shm_prefetch", KVF_SHM_XSTR(KVF_SHM_PREFETCH_LEN),
      "bytes of the next block's head a WRITE prefetches (0: none)",
      KVF_CONFIG_DEBUG},
+    {"shm_allow_uid", "",
+     "a uid allowed at the other end of shm besides this process's own "
+     "(0 allows root; empty: none)",
+     KVF_CONFIG_USER},
+    {"shm_allow_gid", "",
+     "a gid whose processes are allowed at the other end of shm (empty: "
+     "none)",
+     KVF_CONFIG_USER},
 };
 
 KVF_CONFIG_TABLE(kvf_shm_config, "shm", kvf_shm_config_entries)
