@@ -171,6 +171,10 @@ int kvs_node(kvs_proc_t *p, const char *master, const char *pool,
         return rc;
     }
     kvs_field(line, "node=", p->addr, sizeof(p->addr));
+    if (strstr(line, " pool=0x") != NULL) {
+        sscanf(strstr(line, " pool=0x"), " pool=0x%lx+%lu",
+               (unsigned long *)&p->pool_addr, (unsigned long *)&p->pool_len);
+    }
     return 0;
 }
 

@@ -19,6 +19,7 @@ typedef struct kvs_proc {
     pid_t pid;
     char addr[128]; /* master RPC address or node segment */
     char http[128]; /* master HTTP address */
+    uint64_t pool_addr, pool_len; /* a node's pool, as it printed it */
 } kvs_proc_t;
 
 /* Skips the test (exit 77) when KVF_BIN is not set. */
