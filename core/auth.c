@@ -125,9 +125,9 @@ static kvf_status_t kvf_auth_read_file(const char *path)
                   path, path, path);
         return KVF_ERR_AUTH;
     }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
-        sb.st_uid != geteuid() || (sb.st_mode & 077) != 0 ||
-        sb.st_size < KVF_AUTH_SECRET_MIN || sb.st_size > KVF_AUTH_SECRET_MAX) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid() ||
+        (sb.st_mode & 077) != 0 || sb.st_size < KVF_AUTH_SECRET_MIN ||
+        sb.st_size > KVF_AUTH_SECRET_MAX) {
         kvf_error("secret file %s: mode %04o, owner %u, %ld bytes: refused "
                   "(it must be a regular file of %d to %d bytes owned by uid "
                   "%u with mode 0600: chmod 600 %s)",

@@ -276,12 +276,11 @@ static enum MHD_Result kvf_m_http_serve(void *cls, struct MHD_Connection *c,
                                 3);
     }
     if (m->http_token[0] != '\0' &&
-        !kvf_auth_bearer_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                        "Authorization"),
-                            m->http_token)) {
-        return kvf_m_http_reply(c, http10, MHD_HTTP_UNAUTHORIZED,
-                                "text/plain", "authorization required\n",
-                                23);
+        !kvf_auth_bearer_ok(
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+            m->http_token)) {
+        return kvf_m_http_reply(c, http10, MHD_HTTP_UNAUTHORIZED, "text/plain",
+                                "authorization required\n", 23);
     }
     if (strcmp(url, "/metrics") == 0) {
         kvf_m_metrics(m, &b);

@@ -341,9 +341,8 @@ static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, const kvf_sp_frame_t *f,
         return st;
     }
     pthread_mutex_lock(&m->lock);
-    st =
-        kvf_m_node_register(m, q.segment, q.uid, q.instance, q.pool_addr,
-                            q.pool_len, &gen);
+    st = kvf_m_node_register(m, q.segment, q.uid, q.instance, q.pool_addr,
+                             q.pool_len, &gen);
     pthread_mutex_unlock(&m->lock);
     if (st != KVF_OK) {
         return st;

@@ -121,8 +121,7 @@ kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key);
 kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key);
 kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
                                  uint64_t uid, const unsigned char *instance,
-                                 uint64_t base, uint64_t len,
-                                 uint64_t *gen_p);
+                                 uint64_t base, uint64_t len, uint64_t *gen_p);
 kvf_status_t kvf_m_heartbeat(kvf_master_t *m, uint64_t uid, uint64_t gen,
                              uint64_t epoch);
 /* Reaps zombie puts and dead nodes, evicts above the watermark. */

@@ -308,12 +308,12 @@ static void test_node_hijack(void **state)
     put_ten(&c);
     /* an insider's process (it holds the secret) claims the live node's
      * segment and pool: refused, the node keeps its objects */
-    rc = send_node_reg(kvs_raw_connect(m.addr), n.addr, n.pool_addr,
-                       n.pool_len, 1);
+    rc = send_node_reg(kvs_raw_connect(m.addr), n.addr, n.pool_addr, n.pool_len,
+                       1);
     assert_int_equal(rc, KVF_ERR_EXISTS);
     /* the older format (no instance id): refused clearly */
-    rc = send_node_reg(kvs_raw_connect(m.addr), n.addr, n.pool_addr,
-                       n.pool_len, 0);
+    rc = send_node_reg(kvs_raw_connect(m.addr), n.addr, n.pool_addr, n.pool_len,
+                       0);
     assert_int_equal(rc, KVF_ERR_VERSION);
     /* a stranger: the master closes before reading the frame */
     rc = send_node_reg(kvs_plain_connect(m.addr), n.addr, n.pool_addr,
@@ -371,9 +371,8 @@ static void test_http_token(void **state)
                      401);
     assert_int_equal(kvs_http_auth(m.http, "/metrics", NULL, buf, sizeof(buf)),
                      401);
-    assert_int_equal(kvs_http_auth(m.http, "/status", "Bearer 0123", buf,
-                                   sizeof(buf)),
-                     401);
+    assert_int_equal(
+        kvs_http_auth(m.http, "/status", "Bearer 0123", buf, sizeof(buf)), 401);
     assert_int_equal(kvs_http_auth(m.http, "/health", NULL, buf, sizeof(buf)),
                      200);
     assert_string_equal(buf, "ok\n");
@@ -450,8 +449,8 @@ static int run_no_secret(const char *const *args, int insecure, char *err,
 static void test_bind_refused(void **state)
 {
     static const char *const target[] = {"target", "--listen", "0.0.0.0:0",
-                                         "--pool", "1M", NULL};
-    static const char *const master[] = {"master", "--listen", "0.0.0.0:0",
+                                         "--pool", "1M",       NULL};
+    static const char *const master[] = {"master", "--listen",    "0.0.0.0:0",
                                          "--http", "127.0.0.1:0", NULL};
     static char err[8192];
 

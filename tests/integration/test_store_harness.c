@@ -249,9 +249,8 @@ int kvs_http_auth(const char *addr, const char *path, const char *auth,
     if (fd < 0) {
         return -1;
     }
-    snprintf(req, sizeof(req),
-             "GET %s HTTP/1.0\r\nHost: %s\r\n%s%s%s\r\n", path, addr,
-             auth ? "Authorization: " : "", auth ? auth : "",
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n%s%s%s\r\n",
+             path, addr, auth ? "Authorization: " : "", auth ? auth : "",
              auth ? "\r\n" : "");
     if (kvf_sock_send_all(fd, req, strlen(req), deadline) != KVF_OK) {
         close(fd);

@@ -17,8 +17,8 @@
 
 typedef struct kvs_proc {
     pid_t pid;
-    char addr[128]; /* master RPC address or node segment */
-    char http[128]; /* master HTTP address */
+    char addr[128];               /* master RPC address or node segment */
+    char http[128];               /* master HTTP address */
     uint64_t pool_addr, pool_len; /* a node's pool, as it printed it */
 } kvs_proc_t;
 

@@ -61,8 +61,8 @@ typedef struct kvf_shm_sconn {
      * there is one (an initiator pipelines up to KVF_SHM_PIPE) */
     kvf_shm_slease_t open[KVF_SHM_OPEN_MAX];
     unsigned ohead, nopen;
-    unsigned char *stage;     /* the initiator's staging buffer */
-    kvf_mem_stage_t *cstage;  /* checksums of GPU ranges */
+    unsigned char *stage;    /* the initiator's staging buffer */
+    kvf_mem_stage_t *cstage; /* checksums of GPU ranges */
 } kvf_shm_sconn_t;
 
 struct kvf_shm_server {

@@ -39,9 +39,9 @@ typedef struct kvf_tcp_sconn {
     kvf_tcp_scratch_t scratch;
     unsigned char *refuse; /* reply metadata: refused entries */
     size_t refuse_cap;
-    unsigned char *drain;    /* sink for refused payload */
-    kvf_mem_stage_t *stage;  /* pinned staging for GPU regions */
-    kvf_mem_mask_t mem;      /* memory types the last mapped entries hit */
+    unsigned char *drain;   /* sink for refused payload */
+    kvf_mem_stage_t *stage; /* pinned staging for GPU regions */
+    kvf_mem_mask_t mem;     /* memory types the last mapped entries hit */
 } kvf_tcp_sconn_t;
 
 struct kvf_tcp_server {
