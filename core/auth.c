@@ -66,16 +66,16 @@ kvf_status_t kvf_auth_msg_dec(const void *in, size_t len, kvf_auth_msg_t *m_p)
     uint8_t version;
     kvf_rd_t r;
 
+    if (len != KVF_AUTH_MSG_LEN) {
+        return KVF_ERR_PROTOCOL;
+    }
     kvf_rd_init(&r, in, len);
     magic = kvf_rd_u32(&r);
     version = kvf_rd_u8(&r);
     m.type = kvf_rd_u8(&r);
     m.flags = kvf_rd_u16(&r);
-    if (kvf_rd_left(&r) == KVF_AUTH_NONCE_LEN + KVF_AUTH_MAC_LEN) {
-        memcpy(m.nonce, kvf_rd_bytes(&r, KVF_AUTH_NONCE_LEN),
-               KVF_AUTH_NONCE_LEN);
-        memcpy(m.mac, kvf_rd_bytes(&r, KVF_AUTH_MAC_LEN), KVF_AUTH_MAC_LEN);
-    }
+    memcpy(m.nonce, kvf_rd_bytes(&r, KVF_AUTH_NONCE_LEN), KVF_AUTH_NONCE_LEN);
+    memcpy(m.mac, kvf_rd_bytes(&r, KVF_AUTH_MAC_LEN), KVF_AUTH_MAC_LEN);
     if (kvf_rd_end(&r) != KVF_OK || magic != KVF_AUTH_MAGIC) {
         return KVF_ERR_PROTOCOL;
     }
