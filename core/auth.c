@@ -41,6 +41,9 @@ static const kvf_config_entry_t kvf_auth_config_entries[] = {
 
 KVF_CONFIG_TABLE(kvf_auth_config, "auth", kvf_auth_config_entries)
 
+/* KVF_AUTH_MAGIC as it arrives on the wire */
+static const unsigned char kvf_auth_magic_le[4] = {'K', 'V', 'F', 'A'};
+
 static pthread_mutex_t kvf_auth_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char kvf_auth_secret[KVF_AUTH_SECRET_MAX];
 static size_t kvf_auth_secret_len; /* 0: not loaded */
@@ -559,6 +562,10 @@ kvf_status_t kvf_auth_srv_step(kvf_auth_srv_t *a, int fd, const char *peer,
     while (a->state != KVF_AUTH_S_DONE && status == KVF_OK) {
         out = a->state == KVF_AUTH_S_CHAL || a->state == KVF_AUTH_S_RESULT;
         status = kvf_auth_srv_io(a, fd, out);
+        if (status == KVF_INPROGRESS && !out && a->off >= 4 &&
+            memcmp(a->buf, kvf_auth_magic_le, 4) != 0) {
+            status = KVF_ERR_PROTOCOL; /* not the exchange: close now */
+        }
         if (status != KVF_OK) {
             break;
         }
