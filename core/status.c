@@ -40,7 +40,7 @@ static const kvf_status_entry_t kvf_status_table[] = {
     {KVF_ERR_NO_TRANSPORT, "KVF_ERR_NO_TRANSPORT",
      "no transport reaches the peer"},
     {KVF_ERR_AUTH, "KVF_ERR_AUTH",
-     "authentication failed (peer without the cluster secret)"},
+     "authentication failed (cluster secret missing or not the same)"},
     {KVF_ERR_NO_KEY, "KVF_ERR_NO_KEY", "no such key"},
     {KVF_ERR_KEY_TOO_LARGE, "KVF_ERR_KEY_TOO_LARGE", "key too large"},
     {KVF_ERR_NO_SPACE, "KVF_ERR_NO_SPACE", "no space left"},
