@@ -39,6 +39,8 @@ static const kvf_status_entry_t kvf_status_table[] = {
     {KVF_ERR_PEER_CLOSED, "KVF_ERR_PEER_CLOSED", "peer closed"},
     {KVF_ERR_NO_TRANSPORT, "KVF_ERR_NO_TRANSPORT",
      "no transport reaches the peer"},
+    {KVF_ERR_AUTH, "KVF_ERR_AUTH",
+     "authentication failed (cluster secret missing or not the same)"},
     {KVF_ERR_PEER_CREDS, "KVF_ERR_PEER_CREDS",
      "local peer's user or group not allowed (shm_allow_uid, shm_allow_gid)"},
     {KVF_ERR_UNSAFE_MEMORY, "KVF_ERR_UNSAFE_MEMORY",

@@ -40,6 +40,7 @@ PUBLIC = {
     "status.h": "core",
     "types.h": "core",
     "config.h": "core",
+    "auth.h": "core",
     "engine_perf.h": "engine",
     "engine.h": "engine",
     "kvferry.h": "engine",

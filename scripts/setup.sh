@@ -30,7 +30,7 @@ done
 # iproute2 + nftables (network fault drills), redis (bench store
 # --vs-redis), pciutils (bench env's PCIe table)
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev
-      libjansson-dev libxxhash-dev libhiredis-dev libmicrohttpd-dev
+      libjansson-dev libxxhash-dev libhiredis-dev libmicrohttpd-dev libssl-dev
       clang-14 libclang-rt-14-dev
       python3 python3-pip python3-jsonschema iproute2 nftables
       redis-server redis-tools pciutils)

@@ -15,6 +15,50 @@
 
 #include "core/rng.h"
 
+static char kvf_test_secret_path[256];
+static pid_t kvf_test_secret_owner;
+
+int kvf_test_secret_new(char *out, size_t outlen)
+{
+    unsigned char key[32];
+    FILE *f;
+    int fd, ok;
+
+    f = fopen("/dev/urandom", "rb");
+    ok = f != NULL && fread(key, 1, sizeof(key), f) == sizeof(key);
+    if (f != NULL) {
+        fclose(f);
+    }
+    snprintf(out, outlen, "/tmp/kvf-test-secret-XXXXXX");
+    fd = ok ? mkstemp(out) : -1; /* mode 0600 */
+    if (fd < 0) {
+        return -1;
+    }
+    ok = write(fd, key, sizeof(key)) == (ssize_t)sizeof(key);
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+static void kvf_test_secret_remove(void)
+{
+    if (getpid() == kvf_test_secret_owner) { /* not in forked children */
+        unlink(kvf_test_secret_path);
+    }
+}
+
+/* A secret of this test binary's own, inherited by what it starts. */
+__attribute__((constructor)) static void kvf_test_secret_setup(void)
+{
+    if (getenv("KVF_SECRET_FILE") != NULL ||
+        kvf_test_secret_new(kvf_test_secret_path,
+                            sizeof(kvf_test_secret_path)) != 0) {
+        return;
+    }
+    kvf_test_secret_owner = getpid();
+    setenv("KVF_SECRET_FILE", kvf_test_secret_path, 1);
+    atexit(kvf_test_secret_remove);
+}
+
 int kvf_test_target_start(kvf_test_target_t *t, uint64_t pool_len,
                           uint64_t seed, const char *extra1, const char *extra2)
 {

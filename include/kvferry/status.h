@@ -47,6 +47,7 @@ typedef enum kvf_status {
     KVF_ERR_NOT_REGISTERED = -42,
     KVF_ERR_PEER_CLOSED = -43,
     KVF_ERR_NO_TRANSPORT = -44,
+    KVF_ERR_AUTH = -45,
     KVF_ERR_PEER_CREDS = -47,    /* local peer's uid/gid not allowed */
     KVF_ERR_UNSAFE_MEMORY = -48, /* shared memory unsealed or too small */
 

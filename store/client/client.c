@@ -20,6 +20,7 @@
  * work, so auto keeps whole objects there).
  */
 #include "store/client/client_int.h"
+#include "core/auth.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -43,12 +44,22 @@ static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
     }
     if (st->unix_name[0] != '\0' &&
         kvf_sp_unix_connect(st->unix_name, &c->fd) == KVF_OK) {
-        c->is_unix = 1;
-        __atomic_store_n(&st->last_unix, 1, __ATOMIC_RELAXED);
-        *c_p = c;
-        return KVF_OK;
+        status = kvf_auth_client(c->fd, st->host, "store", "master (local)",
+                                 kvf_time_ms() + st->timeout_ms);
+        if (status == KVF_OK) {
+            c->is_unix = 1;
+            __atomic_store_n(&st->last_unix, 1, __ATOMIC_RELAXED);
+            *c_p = c;
+            return KVF_OK;
+        }
+        close(c->fd);
+        if (status == KVF_ERR_AUTH) {
+            kvf_free(c);
+            return status;
+        }
     }
-    status = kvf_sock_connect(st->host, st->port, (int)st->timeout_ms, &c->fd);
+    status = kvf_auth_connect(st->host, st->port, (int)st->timeout_ms, "store",
+                              &c->fd);
     if (status != KVF_OK) {
         kvf_free(c);
         return status;

@@ -2,13 +2,19 @@
  * The master's HTTP endpoint: GET /metrics (Prometheus text format 0.0.4)
  * and GET /status (JSON) with nodes, capacity, used, objects, hits,
  * misses, evictions, errors and the rest of the counters; other paths get
- * 404, other methods 405. libmicrohttpd serves it from one internal
+ * 404, other methods 405. /metrics and /status need the header
+ * `Authorization: Bearer <token>` (core/auth kvf_auth_http_token, derived
+ * from the cluster secret), else 401; GET /health answers "ok" to anyone.
+ * With authentication off (insecure=1, no secret) nothing needs the
+ * token, and /status leaves out the node list (node addresses are for
+ * authenticated callers only). libmicrohttpd serves it from one internal
  * thread polling every connection, so idle or slow clients do not hold
  * up others (docs/decisions/config-http.md); connections idle for
  * KVF_HTTP_IDLE_S are closed and at most KVF_HTTP_CONNS are open.
  */
 #include "store/master/master_int.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/log.h"
 #include "core/time.h"
 
@@ -196,6 +202,9 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
     kvf_m_snap_t s;
 
     kvf_m_snapshot(m, &s, &nodes);
+    if (m->http_token[0] == '\0' && nodes.p != NULL) {
+        nodes.p[0] = '\0'; /* no authenticated caller: no addresses */
+    }
     kvf_hbuf_printf(
         b,
         "{\"epoch\":\"%016lx\",\"nodes\":%zu,\"capacity\":%lu,"
@@ -262,6 +271,17 @@ static enum MHD_Result kvf_m_http_serve(void *cls, struct MHD_Connection *c,
         *con_cls = m;
         return MHD_YES;
     }
+    if (strcmp(url, "/health") == 0) {
+        return kvf_m_http_reply(c, http10, MHD_HTTP_OK, "text/plain", "ok\n",
+                                3);
+    }
+    if (m->http_token[0] != '\0' &&
+        !kvf_auth_bearer_ok(
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+            m->http_token)) {
+        return kvf_m_http_reply(c, http10, MHD_HTTP_UNAUTHORIZED, "text/plain",
+                                "authorization required\n", 23);
+    }
     if (strcmp(url, "/metrics") == 0) {
         kvf_m_metrics(m, &b);
         ret = b.failed
@@ -281,6 +301,23 @@ static enum MHD_Result kvf_m_http_serve(void *cls, struct MHD_Connection *c,
     return ret;
 }
 
+/* The expected Authorization value, or "" when authentication is off. */
+static kvf_status_t kvf_m_http_auth_init(kvf_master_t *m, const char *host)
+{
+    char token[KVF_AUTH_TOKEN_LEN + 1];
+    kvf_status_t st;
+
+    st = kvf_auth_check_bind(host);
+    if (st == KVF_OK) {
+        st = kvf_auth_http_token(host, token, sizeof(token));
+    }
+    if (st == KVF_OK) {
+        snprintf(m->http_token, sizeof(m->http_token), "%s%s",
+                 token[0] ? "Bearer " : "", token);
+    }
+    return st;
+}
+
 kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen)
 {
     char host[KVF_HOST_MAX];
@@ -288,6 +325,9 @@ kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen)
     uint16_t port;
 
     st = kvf_sock_parse_addr(listen, host, sizeof(host), &port);
+    if (st == KVF_OK) {
+        st = kvf_m_http_auth_init(m, host);
+    }
     if (st == KVF_OK) {
         st = kvf_sock_listen(host, port, 64, &m->hfd, &port);
     }

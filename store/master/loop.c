@@ -22,6 +22,11 @@
  * helper thread while the connection leaves the epoll set, and comes back
  * when the reply is sent.
  *
+ * Every connection first runs the authentication exchange (core/auth)
+ * as a non-blocking state machine on its loop; no frame is read before
+ * it succeeds, and a connection that has not finished it within
+ * io_timeout_ms is closed.
+ *
  * Bad input never stops the master: a bad magic, version or length gets
  * an ERROR reply and closes that connection only; a frame left incomplete
  * for io_timeout_ms (a client that vanished mid-frame) closes it. Each
@@ -29,6 +34,7 @@
  */
 #include "store/master/master_int.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/log.h"
 #include "core/time.h"
 
@@ -37,6 +43,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <string.h>
+#include <poll.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -75,6 +83,8 @@ struct kvf_mconn {
     uint64_t partial_since; /* ms; input holds part of a frame */
     unsigned char *out;     /* unsent reply bytes */
     size_t out_len, out_off, out_cap;
+    kvf_auth_srv_t *auth; /* the authentication exchange; NULL once done */
+    uint64_t since;       /* ms: accepted */
     kvf_mconn_t *next;
 };
 
@@ -86,6 +96,7 @@ static void kvf_loop_free(kvf_mconn_t *c)
         __atomic_sub_fetch(&c->m->nconns_unix, 1, __ATOMIC_RELAXED);
     }
     close(c->fd);
+    kvf_free(c->auth);
     kvf_free(c->in);
     kvf_free(c->out);
     kvf_free(c);
@@ -432,6 +443,54 @@ static void kvf_loop_hand_over(kvf_master_t *m, kvf_mconn_t *c)
     }
 }
 
+/* Starts the authentication exchange of a new connection. */
+static kvf_status_t kvf_loop_auth_init(kvf_master_t *m, kvf_mconn_t *c)
+{
+    kvf_status_t st;
+
+    c->since = kvf_time_ms();
+    c->auth = kvf_calloc(1, sizeof(*c->auth));
+    if (c->auth == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    st = kvf_auth_srv_init(c->auth, NULL, "store");
+    if (st != KVF_OK || !c->auth->on) {
+        kvf_free(c->auth);
+        c->auth = NULL;
+    }
+    (void)m;
+    return st;
+}
+
+/* Advances a connection's authentication: 0 while it goes on (the
+ * connection waits for the events it needs), 1 once done, -1 to close. */
+static int kvf_loop_auth_step(kvf_mconn_t *c)
+{
+    char peer[96];
+    uint32_t events = 0;
+    kvf_status_t st;
+
+    if (c->is_unix) {
+        snprintf(peer, sizeof(peer), "local");
+    } else {
+        kvf_auth_peer_name(c->fd, peer, sizeof(peer));
+    }
+    st = kvf_auth_srv_step(c->auth, c->fd, peer, &events);
+    if (st == KVF_INPROGRESS) {
+        kvf_loop_watch(c, events == POLLOUT ? EPOLLOUT : EPOLLIN,
+                       EPOLL_CTL_MOD);
+        return 0;
+    }
+    if (st != KVF_OK) {
+        kvf_m_count_error(c->m);
+        return -1;
+    }
+    kvf_free(c->auth);
+    c->auth = NULL;
+    kvf_loop_watch(c, EPOLLIN, EPOLL_CTL_MOD);
+    return 1;
+}
+
 /* Accepts on the tcp or the unix listening socket: the connections are
  * then served alike (same frames, same bounds, same limits). */
 static void kvf_loop_accept(kvf_master_t *m, int is_unix)
@@ -464,7 +523,8 @@ static void kvf_loop_accept(kvf_master_t *m, int is_unix)
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         }
         c = kvf_calloc(1, sizeof(*c));
-        if (c == NULL) {
+        if (c == NULL || kvf_loop_auth_init(m, c) != KVF_OK) {
+            kvf_free(c);
             close(fd);
             continue;
         }
@@ -489,6 +549,15 @@ static void kvf_loop_sweep(kvf_mloop_t *l)
     for (c = l->conns; c != NULL; c = next) {
         next = c->next;
         if (__atomic_load_n(&c->busy, __ATOMIC_ACQUIRE)) {
+            continue;
+        }
+        if (c->auth != NULL && now - c->since > m->opts.io_timeout_ms) {
+            kvf_m_count_error(m);
+            kvf_log_rl(KVF_LOG_WARN,
+                       "store connection fd %d: no authentication within "
+                       "%lu ms; closing it",
+                       c->fd, (unsigned long)m->opts.io_timeout_ms);
+            kvf_loop_close(l, c);
             continue;
         }
         if (c->in_len > 0 && c->partial_since != 0 &&
@@ -532,6 +601,13 @@ static void *kvf_loop_main(void *arg)
                 continue;
             }
             rc = c->dead ? -1 : 0;
+            if (rc == 0 && c->auth != NULL) {
+                rc = kvf_loop_auth_step(c);
+                rc = rc < 0 ? -1 : 0;
+                if (rc == 0 && c->auth != NULL) {
+                    continue;
+                }
+            }
             if (rc == 0 && (ev[i].events & EPOLLOUT)) {
                 rc = kvf_loop_flush(c);
                 if (rc == 1) {

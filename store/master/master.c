@@ -10,6 +10,7 @@
  */
 #include "store/master/master_int.h"
 #include "store/proto/msg.h"
+#include "core/auth.h"
 #include "core/alloc.h"
 #include "core/checksum.h"
 #include "core/log.h"
@@ -325,6 +326,13 @@ static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, const kvf_sp_frame_t *f,
     (void)flags_p;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     kvf_sm_node_reg_dec(&r, &q);
+    if (!q.has_instance) {
+        kvf_log_rl(KVF_LOG_ERROR,
+                   "node %s registers in the older format (no instance "
+                   "id): refused; upgrade the node",
+                   q.segment);
+        return KVF_ERR_VERSION;
+    }
     if (q.pool_len < KVF_PA_GRANULE || q.pool_addr + q.pool_len < q.pool_addr) {
         return KVF_ERR_INVALID_PARAM;
     }
@@ -333,8 +341,8 @@ static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, const kvf_sp_frame_t *f,
         return st;
     }
     pthread_mutex_lock(&m->lock);
-    st =
-        kvf_m_node_register(m, q.segment, q.uid, q.pool_addr, q.pool_len, &gen);
+    st = kvf_m_node_register(m, q.segment, q.uid, q.instance, q.pool_addr,
+                             q.pool_len, &gen);
     pthread_mutex_unlock(&m->lock);
     if (st != KVF_OK) {
         return st;
@@ -464,6 +472,9 @@ static kvf_status_t kvf_m_listen(kvf_master_t *m, const char *listen)
     uint16_t port;
 
     st = kvf_sock_parse_addr(listen, host, sizeof(host), &port);
+    if (st == KVF_OK) {
+        st = kvf_auth_check_bind(host);
+    }
     if (st == KVF_OK) {
         st = kvf_sock_listen(host, port, 256, &m->lfd, &port);
     }

@@ -9,6 +9,7 @@
 
 #include "store/master/master.h"
 #include "store/master/pool_alloc.h"
+#include "store/proto/msg.h"
 #include "store/proto/proto.h"
 #include "core/sock.h"
 
@@ -18,6 +19,7 @@ enum { KVF_OBJ_PENDING = 0, KVF_OBJ_COMMITTED = 1 };
 
 typedef struct kvf_mnode {
     uint64_t uid; /* chosen by the node process at start */
+    unsigned char instance[KVF_SM_INSTANCE_LEN]; /* random, per process */
     uint64_t gen; /* given by the master at each registration */
     char segment[KVF_STORE_SEG_MAX];
     uint64_t base; /* pool address in the node's engine */
@@ -84,6 +86,7 @@ struct kvf_master {
     pthread_t reaper_thread;
     struct MHD_Daemon *httpd; /* http.c's server (libmicrohttpd) */
     int have_http;
+    char http_token[72]; /* "Bearer <hex>", "" when auth is off */
     int stop;
     pthread_cond_t stop_cond;
     kvf_mloop_t *loops; /* connection event loops (loop.c) */
@@ -117,8 +120,8 @@ kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key);
 kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key);
 kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key);
 kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
-                                 uint64_t uid, uint64_t base, uint64_t len,
-                                 uint64_t *gen_p);
+                                 uint64_t uid, const unsigned char *instance,
+                                 uint64_t base, uint64_t len, uint64_t *gen_p);
 kvf_status_t kvf_m_heartbeat(kvf_master_t *m, uint64_t uid, uint64_t gen,
                              uint64_t epoch);
 /* Reaps zombie puts and dead nodes, evicts above the watermark. */

@@ -658,20 +658,53 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
     kvf_free(n);
 }
 
-kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
-                                 uint64_t uid, uint64_t base, uint64_t len,
-                                 uint64_t *gen_p)
+/* May a registration of `segment` by `instance` replace the records
+ * that exist? The same instance may (a node registering again); another
+ * one only once the live record's ttl has run out (a restarted node),
+ * never while it lives (a hijack). KVF_OK after dropping the records it
+ * replaces, KVF_ERR_EXISTS (logged) to refuse. */
+static kvf_status_t kvf_m_node_admit(kvf_master_t *m, const char *segment,
+                                     uint64_t uid,
+                                     const unsigned char *instance)
 {
+    uint64_t now = kvf_time_ms();
     kvf_mnode_t *n, *next;
-    kvf_status_t status;
+    int same;
 
-    /* a node registering again (or a new process on the same segment)
-     * replaces the old record: its space is new, its old replicas gone */
+    for (n = m->nodes; n != NULL; n = n->next) {
+        same = memcmp(n->instance, instance, KVF_SM_INSTANCE_LEN) == 0;
+        if (!same && strcmp(n->segment, segment) == 0 &&
+            n->last_hb_ms + m->opts.node_ttl_ms > now) {
+            kvf_log_rl(KVF_LOG_WARN,
+                       "registration of live node %s from another "
+                       "instance: refused",
+                       segment);
+            return KVF_ERR_EXISTS;
+        }
+    }
+    /* a node registering again (or a new instance on the segment of an
+     * expired one) replaces the old record: its space is new, its old
+     * replicas gone */
     for (n = m->nodes; n != NULL; n = next) {
         next = n->next;
-        if (n->uid == uid || strcmp(n->segment, segment) == 0) {
+        same = memcmp(n->instance, instance, KVF_SM_INSTANCE_LEN) == 0;
+        if ((same && n->uid == uid) || strcmp(n->segment, segment) == 0) {
             kvf_m_node_drop(m, n, "registered again");
         }
+    }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
+                                 uint64_t uid, const unsigned char *instance,
+                                 uint64_t base, uint64_t len, uint64_t *gen_p)
+{
+    kvf_mnode_t *n;
+    kvf_status_t status;
+
+    status = kvf_m_node_admit(m, segment, uid, instance);
+    if (status != KVF_OK) {
+        return status;
     }
     n = kvf_calloc(1, sizeof(*n));
     if (n == NULL) {
@@ -683,6 +716,7 @@ kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
         return status;
     }
     n->uid = uid;
+    memcpy(n->instance, instance, KVF_SM_INSTANCE_LEN);
     n->gen = ++m->next_gen;
     n->base = base;
     n->last_hb_ms = kvf_time_ms();

@@ -16,6 +16,7 @@
  */
 #include "store/node/node.h"
 #include "store/proto/msg.h"
+#include "core/auth.h"
 #include "core/alloc.h"
 #include "core/checksum.h"
 #include "core/log.h"
@@ -36,6 +37,7 @@ struct kvf_node {
     void *pool;
     int shared; /* pool from kvf_mem_alloc */
     uint64_t uid;
+    unsigned char instance[KVF_SM_INSTANCE_LEN]; /* random, this process */
     /* registration, owned by the node thread */
     int fd;
     uint64_t epoch;
@@ -74,7 +76,7 @@ static kvf_status_t kvf_node_register(kvf_node_t *n)
     if (st != KVF_OK) {
         return st;
     }
-    st = kvf_sock_connect(host, port, (int)n->opts.timeout_ms, &n->fd);
+    st = kvf_auth_connect(host, port, (int)n->opts.timeout_ms, "store", &n->fd);
     if (st != KVF_OK) {
         return st;
     }
@@ -83,6 +85,7 @@ static kvf_status_t kvf_node_register(kvf_node_t *n)
     q.uid = n->uid;
     q.pool_addr = (uint64_t)(uintptr_t)n->pool;
     q.pool_len = n->opts.claim ? n->opts.claim : n->opts.pool;
+    memcpy(q.instance, n->instance, sizeof(q.instance));
     kvf_wr_init(&w);
     kvf_sm_node_reg_enc(&w, &q);
     st = kvf_sp_call(n->fd, KVF_SP_NODE_REG, ++n->next_id, 0, &w, &n->f,
@@ -231,6 +234,11 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
     n->fd = -1;
     snprintf(n->master, sizeof(n->master), "%s", opts->master);
     n->uid = kvf_hash64(&n, sizeof(n), kvf_time_ns() ^ (uint64_t)getpid());
+    st = kvf_auth_random(n->instance, sizeof(n->instance));
+    if (st != KVF_OK) {
+        kvf_free(n);
+        return st;
+    }
     pthread_mutex_init(&n->lock, NULL);
     kvf_cond_init(&n->cond);
     n->pool = kvf_node_map_pool(n);

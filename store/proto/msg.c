@@ -203,14 +203,26 @@ void kvf_sm_node_reg_enc(kvf_wr_t *w, const kvf_sm_node_reg_t *m)
     kvf_wr_u64(w, m->uid);
     kvf_wr_u64(w, m->pool_addr);
     kvf_wr_u64(w, m->pool_len);
+    kvf_wr_bytes(w, m->instance, KVF_SM_INSTANCE_LEN);
 }
 
 void kvf_sm_node_reg_dec(kvf_rd_t *r, kvf_sm_node_reg_t *m)
 {
+    const void *inst;
+
     kvf_rd_str(r, m->segment, sizeof(m->segment));
     m->uid = kvf_rd_u64(r);
     m->pool_addr = kvf_rd_u64(r);
     m->pool_len = kvf_rd_u64(r);
+    m->has_instance = 0;
+    memset(m->instance, 0, sizeof(m->instance));
+    if (kvf_rd_left(r) > 0) { /* absent in the older format */
+        inst = kvf_rd_bytes(r, KVF_SM_INSTANCE_LEN);
+        if (inst != NULL) {
+            memcpy(m->instance, inst, KVF_SM_INSTANCE_LEN);
+            m->has_instance = 1;
+        }
+    }
 }
 
 void kvf_sm_node_reg_rep_enc(kvf_wr_t *w, const kvf_sm_node_reg_rep_t *m)

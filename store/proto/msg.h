@@ -13,7 +13,10 @@
  *   message    request body                     reply body
  *   NODE_REG   kvf_sm_node_reg_t                kvf_sm_node_reg_rep_t
  *              str segment, u64 uid,            u64 master_epoch,
- *              u64 pool_addr, u64 pool_len      u64 node_gen,
+ *              u64 pool_addr, u64 pool_len,     u64 node_gen,
+ *              16 bytes instance (a body
+ *              without it is the older format,
+ *              which the master refuses)
  *                                               u32 heartbeat_ms,
  *                                               u32 ttl_ms
  *   HEARTBEAT  kvf_sm_heartbeat_t               empty (frame status
@@ -85,11 +88,17 @@ typedef struct kvf_sm_obj {
     uint64_t addr[KVF_STORE_REPLICA_MAX];
 } kvf_sm_obj_t;
 
+#define KVF_SM_INSTANCE_LEN 16
+
 typedef struct kvf_sm_node_reg {
     char segment[KVF_STORE_SEG_MAX];
     uint64_t uid;
     uint64_t pool_addr;
     uint64_t pool_len;
+    /* random, drawn by the node process at start: a re-registration of
+     * a live segment is accepted only from the same instance */
+    unsigned char instance[KVF_SM_INSTANCE_LEN];
+    int has_instance; /* decoded: 0 for the older format */
 } kvf_sm_node_reg_t;
 
 typedef struct kvf_sm_node_reg_rep {

@@ -8,6 +8,7 @@
 #include "engine/engine_int.h"
 #include "transport/shm/msg.h"
 #include "transport/tcp/msg.h"
+#include "core/auth.h"
 
 #include <kvferry/engine.h>
 
@@ -199,6 +200,35 @@ static void kvf_gen_segment(void)
     kvf_engine_destroy(eng);
 }
 
+/* The authentication exchange: one seed per message. */
+static void kvf_gen_auth(void)
+{
+    static const char *const names[] = {"", "hello", "challenge", "proof",
+                                        "result-ok"};
+    unsigned char buf[KVF_AUTH_MSG_LEN];
+    kvf_auth_msg_t m;
+    int t, i;
+
+    for (t = KVF_AUTH_HELLO; t <= KVF_AUTH_RESULT; t++) {
+        memset(&m, 0, sizeof(m));
+        m.type = (uint8_t)t;
+        m.flags = t == KVF_AUTH_RESULT ? KVF_AUTH_F_ACCEPTED : 0;
+        for (i = 0; i < KVF_AUTH_NONCE_LEN && t <= KVF_AUTH_CHALLENGE; i++) {
+            m.nonce[i] = (unsigned char)(32 * (t - 1) + i);
+        }
+        for (i = 0; i < KVF_AUTH_MAC_LEN && t >= KVF_AUTH_CHALLENGE &&
+                    t <= KVF_AUTH_PROOF;
+             i++) {
+            m.mac[i] = (unsigned char)(32 * t + i);
+        }
+        kvf_auth_msg_enc(&m, buf);
+        kvf_gen_write("fuzz_auth", names[t], buf, sizeof(buf));
+    }
+    m.flags = 0;
+    kvf_auth_msg_enc(&m, buf);
+    kvf_gen_write("fuzz_auth", "result-refused", buf, sizeof(buf));
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -210,5 +240,6 @@ int main(int argc, char **argv)
     kvf_gen_tcp();
     kvf_gen_shm();
     kvf_gen_segment();
+    kvf_gen_auth();
     return 0;
 }

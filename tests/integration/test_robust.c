@@ -23,6 +23,7 @@
 
 #include <kvferry/kvferry.h>
 
+#include "core/auth.h"
 #include "core/rng.h"
 #include "core/sock.h"
 #include "core/time.h"
@@ -76,7 +77,7 @@ static int raw_connect(kvf_test_target_t *t)
 
     assert_int_equal(kvf_sock_parse_addr(t->segment, host, sizeof(host), &port),
                      KVF_OK);
-    assert_int_equal(kvf_sock_connect(host, port, 2000, &fd), KVF_OK);
+    assert_int_equal(kvf_auth_connect(host, port, 2000, "tcp", &fd), KVF_OK);
     return fd;
 }
 

@@ -6,6 +6,7 @@
  */
 #include "test_store_harness.h"
 
+#include "core/auth.h"
 #include "core/rng.h"
 #include "core/sock.h"
 #include "core/time.h"
@@ -170,6 +171,10 @@ int kvs_node(kvs_proc_t *p, const char *master, const char *pool,
         return rc;
     }
     kvs_field(line, "node=", p->addr, sizeof(p->addr));
+    if (strstr(line, " pool=0x") != NULL) {
+        sscanf(strstr(line, " pool=0x"), " pool=0x%lx+%lu",
+               (unsigned long *)&p->pool_addr, (unsigned long *)&p->pool_len);
+    }
     return 0;
 }
 
@@ -193,7 +198,7 @@ void kvs_stop(kvs_proc_t *p, int sig)
     p->pid = 0;
 }
 
-int kvs_raw_connect(const char *addr)
+int kvs_plain_connect(const char *addr)
 {
     char host[KVF_HOST_MAX];
     uint16_t port;
@@ -206,21 +211,47 @@ int kvs_raw_connect(const char *addr)
     return fd;
 }
 
+int kvs_raw_connect(const char *addr)
+{
+    char host[KVF_HOST_MAX];
+    uint16_t port;
+    int fd;
+
+    if (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK ||
+        kvf_auth_connect(host, port, 2000, "store", &fd) != KVF_OK) {
+        return -1;
+    }
+    return fd;
+}
+
 int kvs_http(const char *addr, const char *path, char *buf, size_t cap)
 {
+    char token[KVF_AUTH_TOKEN_LEN + 1], auth[KVF_AUTH_TOKEN_LEN + 32];
+
+    if (kvf_auth_http_token("127.0.0.1", token, sizeof(token)) != KVF_OK) {
+        return -1;
+    }
+    snprintf(auth, sizeof(auth), "Bearer %s", token);
+    return kvs_http_auth(addr, path, token[0] ? auth : NULL, buf, cap);
+}
+
+int kvs_http_auth(const char *addr, const char *path, const char *auth,
+                  char *buf, size_t cap)
+{
     uint64_t deadline = kvf_time_ms() + 3000;
-    char req[256];
+    char req[512];
     size_t len = 0;
     int fd, code = -1;
     ssize_t n;
     char *body;
 
-    fd = kvs_raw_connect(addr);
+    fd = kvs_plain_connect(addr);
     if (fd < 0) {
         return -1;
     }
-    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path,
-             addr);
+    snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n%s%s%s\r\n",
+             path, addr, auth ? "Authorization: " : "", auth ? auth : "",
+             auth ? "\r\n" : "");
     if (kvf_sock_send_all(fd, req, strlen(req), deadline) != KVF_OK) {
         close(fd);
         return -1;

@@ -17,8 +17,9 @@
 
 typedef struct kvs_proc {
     pid_t pid;
-    char addr[128]; /* master RPC address or node segment */
-    char http[128]; /* master HTTP address */
+    char addr[128];               /* master RPC address or node segment */
+    char http[128];               /* master HTTP address */
+    uint64_t pool_addr, pool_len; /* a node's pool, as it printed it */
 } kvs_proc_t;
 
 /* Skips the test (exit 77) when KVF_BIN is not set. */
@@ -35,8 +36,12 @@ int kvs_node(kvs_proc_t *p, const char *master, const char *pool,
 /* SIGTERM (or sig), then waits at most 5 s, then SIGKILL. */
 void kvs_stop(kvs_proc_t *p, int sig);
 
-/* GET http://addr/path; returns the HTTP code, body in buf. */
+/* GET http://addr/path with the bearer token of the cluster secret;
+ * returns the HTTP code, body in buf. */
 int kvs_http(const char *addr, const char *path, char *buf, size_t cap);
+/* The same with the Authorization header given (NULL: none). */
+int kvs_http_auth(const char *addr, const char *path, const char *auth,
+                  char *buf, size_t cap);
 /* A value from /metrics (kvferry_store_NAME), or -1. */
 long kvs_metric(const char *http, const char *name);
 /* Polls metric until it equals want or timeout_ms passes. */
@@ -57,8 +62,12 @@ void kvs_client_close(kvs_client_t *c);
 /* Fills buf with bytes derived from seed. */
 void kvs_fill(void *buf, size_t len, uint64_t seed);
 
-/* Raw connection to addr; -1 on failure. */
+/* Raw store RPC connection to addr, authenticated (the exchange of
+ * core/auth done, no frame sent); -1 on failure. */
 int kvs_raw_connect(const char *addr);
+/* Plain tcp connection to addr (HTTP, or unauthenticated bytes); -1 on
+ * failure. */
+int kvs_plain_connect(const char *addr);
 
 void kvs_sleep_ms(int ms);
 

@@ -35,10 +35,10 @@ static void test_idle_connections(void **state)
     assert_int_equal(kvs_master(&m, 0, NULL), 0);
     assert_int_equal(kvs_http(m.http, "/status", buf, sizeof(buf)), 200);
     for (i = 0; i < IDLE; i++) {
-        idle[i] = kvs_raw_connect(m.http);
+        idle[i] = kvs_plain_connect(m.http);
         assert_true(idle[i] >= 0);
     }
-    idle[IDLE] = kvs_raw_connect(m.http); /* half a request, then nothing */
+    idle[IDLE] = kvs_plain_connect(m.http); /* half a request, then nothing */
     assert_true(idle[IDLE] >= 0);
     assert_true(write(idle[IDLE], "GET /sta", 8) == 8);
     kvs_sleep_ms(100); /* all accepted and waiting */

@@ -21,6 +21,7 @@
 #include "test_store_harness.h"
 #include "test_util.h"
 #include "store/proto/proto.h"
+#include "core/auth.h"
 #include "core/sock.h"
 #include "core/time.h"
 
@@ -209,13 +210,25 @@ static void test_round_trips(void **state)
 
 /* Raw bytes on the unix socket; the reply's status (1: none, 0: closed
  * early on purpose). */
+/* A connection on the master's unix socket, authenticated. */
+static int unix_open(void)
+{
+    int fd;
+
+    assert_int_equal(kvf_sp_unix_connect(g_unix, &fd), KVF_OK);
+    assert_int_equal(kvf_auth_client(fd, "127.0.0.1", "store", "master",
+                                     kvf_time_ms() + 2000),
+                     KVF_OK);
+    return fd;
+}
+
 static int unix_bytes(const void *buf, size_t len, int close_early)
 {
     kvf_sp_frame_t f = {0};
     kvf_status_t st;
     int fd, rc;
 
-    assert_int_equal(kvf_sp_unix_connect(g_unix, &fd), KVF_OK);
+    fd = unix_open();
     assert_int_equal(kvf_sock_send_all(fd, buf, len, kvf_time_ms() + 2000),
                      KVF_OK);
     if (close_early) {
@@ -273,7 +286,7 @@ static void test_garbage(void **state)
     hdr_bytes(frame, KVF_WIRE_VERSION, KVF_SP_GET, 100, 1, 0);
     assert_int_equal(unix_bytes(frame, KVF_WIRE_HDR_LEN + 10, 1), 0);
     /* cut short and left open: closed after the master's bound (1 s) */
-    assert_int_equal(kvf_sp_unix_connect(g_unix, &fd), KVF_OK);
+    fd = unix_open();
     assert_int_equal(kvf_sock_send_all(fd, frame, KVF_WIRE_HDR_LEN + 10,
                                        kvf_time_ms() + 2000),
                      KVF_OK);
@@ -281,7 +294,7 @@ static void test_garbage(void **state)
     assert_true(recv(fd, junk, sizeof(junk), 0) <= 0);
     close(fd);
     /* unknown type: an error reply, and the connection goes on */
-    assert_int_equal(kvf_sp_unix_connect(g_unix, &fd), KVF_OK);
+    fd = unix_open();
     assert_int_equal(
         kvf_sp_call(fd, 0x30, 7, 0, NULL, &f, kvf_time_ms() + 2000),
         KVF_ERR_PROTOCOL);

@@ -175,7 +175,8 @@ static void test_replies_round_trip(void **state)
 
 static void test_whole_bodies(void **state)
 {
-    kvf_sm_node_reg_t reg = {"tcp://10.0.0.1:5", 1, 0x7f00, 1 << 20}, reg2;
+    kvf_sm_node_reg_t reg = {"tcp://10.0.0.1:5", 1, 0x7f00, 1 << 20, {7}, 1};
+    kvf_sm_node_reg_t reg2;
     kvf_sm_node_reg_rep_t rr = {9, 3, 500, 3000}, rr2;
     kvf_sm_heartbeat_t hb = {1, 3, 9}, hb2;
     kvf_sm_list_t l = {"p/", 10}, l2;
@@ -186,13 +187,14 @@ static void test_whole_bodies(void **state)
     (void)state;
     kvf_wr_init(&w);
     kvf_sm_node_reg_enc(&w, &reg);
-    assert_int_equal(w.len, 2 + strlen(reg.segment) + 24);
+    assert_int_equal(w.len, 2 + strlen(reg.segment) + 24 + 16);
     assert_int_equal(kvf_sm_req_check(KVF_SP_NODE_REG, 0, w.buf, w.len),
                      KVF_OK);
     kvf_rd_init(&r, w.buf, w.len);
     kvf_sm_node_reg_dec(&r, &reg2);
     assert_string_equal(reg2.segment, reg.segment);
     assert_int_equal(reg2.pool_len, 1 << 20);
+    assert_int_equal(reg2.has_instance, 1);
     w.len = 0;
     kvf_sm_node_reg_rep_enc(&w, &rr);
     assert_int_equal(w.len, 24);

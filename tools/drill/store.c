@@ -36,6 +36,8 @@
 #include "tools/cli/net.h"
 #include "tools/cli/clock.h"
 
+#include <kvferry/auth.h>
+
 #define KVF_OBJ_MAGIC 0x4c4c495244465640ull /* "@VFDRILL" */
 #define KVF_OBJ_HDR   32
 
@@ -222,8 +224,8 @@ int kvf_drill_status(kvf_drill_t *d, kvf_drill_cluster_t *c,
 
 static int kvf_drill_status_here(const char *http, kvf_drill_mstatus_t *s)
 {
-    static const char req[] = "GET /status HTTP/1.0\r\n\r\n";
-    char host[KVF_NET_HOST_MAX], buf[16384], *body;
+    char host[KVF_NET_HOST_MAX], buf[16384], *body, tok[KVF_HTTP_TOKEN_LEN + 1];
+    char req[160];
     uint64_t deadline = kvf_clock_ms() + 2000;
     size_t got = 0;
     uint16_t port;
@@ -236,7 +238,10 @@ static int kvf_drill_status_here(const char *http, kvf_drill_mstatus_t *s)
         kvf_net_connect(host, port, 2000, &fd) != KVF_OK) {
         return -1;
     }
-    if (kvf_net_send_all(fd, req, sizeof(req) - 1, deadline) != KVF_OK) {
+    kvf_auth_http_token(host, tok, sizeof(tok)); /* "" when auth is off */
+    snprintf(req, sizeof(req), "GET /status HTTP/1.0\r\n%s%s%s\r\n",
+             tok[0] ? "Authorization: Bearer " : "", tok, tok[0] ? "\r\n" : "");
+    if (kvf_net_send_all(fd, req, strlen(req), deadline) != KVF_OK) {
         close(fd);
         return -1;
     }

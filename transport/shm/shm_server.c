@@ -23,6 +23,7 @@
  */
 #include "transport/shm/shm.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/checksum.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -777,6 +778,13 @@ static kvf_status_t kvf_shm_wait_frame(kvf_shm_sconn_t *c)
     }
 }
 
+/* The authentication exchange, before any frame is read. */
+static kvf_status_t kvf_shm_sconn_auth(kvf_shm_sconn_t *c)
+{
+    return kvf_auth_server(c->fd, NULL, "shm", "local",
+                           kvf_time_ms() + c->srv->iface->cfg.timeout_ms);
+}
+
 static void *kvf_shm_sconn_main(void *arg)
 {
     kvf_shm_sconn_t *c = arg;
@@ -784,7 +792,8 @@ static void *kvf_shm_sconn_main(void *arg)
     kvf_status_t st;
     int rfd;
 
-    for (;;) {
+    st = kvf_shm_sconn_auth(c);
+    while (st == KVF_OK) {
         st = kvf_shm_wait_frame(c);
         if (st == KVF_OK) {
             st = kvf_shm_recv(c->fd, &h, &c->in, &rfd,

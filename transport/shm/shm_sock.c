@@ -9,6 +9,7 @@
  */
 #include "transport/shm/shm.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/config.h"
 #include "core/checksum.h"
 #include "core/log.h"
@@ -213,6 +214,11 @@ kvf_status_t kvf_shm_connect(const unsigned char nonce[KVF_SHM_NONCE_LEN],
             return KVF_ERR_CONNECT;
         }
         break;
+    }
+    status = kvf_auth_client(fd, NULL, "shm", "shm target", deadline_ms);
+    if (status != KVF_OK) {
+        close(fd);
+        return status;
     }
     *fd_p = fd;
     return KVF_OK;

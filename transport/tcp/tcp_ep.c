@@ -28,6 +28,7 @@
  */
 #include "transport/tcp/tcp.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/log.h"
 #include "core/time.h"
 
@@ -69,8 +70,8 @@ static kvf_status_t kvf_tcp_cconn_connect(kvf_tcp_cconn_t *c)
     kvf_tl_ep_t *ep = c->ep;
     kvf_status_t status;
 
-    status = kvf_sock_connect(ep->host, ep->port,
-                              (int)ep->iface->cfg.timeout_ms, &c->fd);
+    status = kvf_auth_connect(ep->host, ep->port,
+                              (int)ep->iface->cfg.timeout_ms, "tcp", &c->fd);
     if (status != KVF_OK) {
         c->fd = -1;
         return status;

@@ -6,6 +6,7 @@
  */
 #include "transport/tcp/tcp.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/log.h"
 #include "core/time.h"
 
@@ -116,8 +117,8 @@ kvf_status_t kvf_tcp_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
     size_t done, n;
     int fd;
 
-    status =
-        kvf_sock_connect(v->host, v->port, (int)v->iface->cfg.timeout_ms, &fd);
+    status = kvf_auth_connect(v->host, v->port, (int)v->iface->cfg.timeout_ms,
+                              "tcp", &fd);
     if (status != KVF_OK) {
         return KVF_ERR_PEER_UNREACHABLE;
     }
@@ -247,8 +248,9 @@ kvf_status_t kvf_tcp_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
         jobs[i].len = (i == n - 1) ? length - off : per;
         jobs[i].start = &start;
         off += per;
-        status = kvf_sock_connect(v->host, v->port,
-                                  (int)v->iface->cfg.timeout_ms, &jobs[i].fd);
+        status =
+            kvf_auth_connect(v->host, v->port, (int)v->iface->cfg.timeout_ms,
+                             "tcp", &jobs[i].fd);
         if (status == KVF_OK) {
             kvf_sock_set_bufs(jobs[i].fd, KVF_TCP_SOCKBUF);
         }

@@ -5,6 +5,7 @@
  */
 #include "transport/tcp/tcp.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/log.h"
 #include "core/time.h"
 
@@ -110,7 +111,12 @@ kvf_status_t kvf_tcp_fetch_descriptor(const char *address, int timeout_ms,
     if (status != KVF_OK) {
         return status;
     }
-    status = kvf_sock_connect(host, port, timeout_ms, &fd);
+    /* authentication first: nothing is told before the peer proved the
+     * secret */
+    status = kvf_auth_connect(host, port, timeout_ms, "tcp", &fd);
+    if (status == KVF_ERR_AUTH) {
+        return status;
+    }
     if (status != KVF_OK) {
         kvf_error("cannot reach segment %s within %d ms", address, timeout_ms);
         return KVF_ERR_PEER_UNREACHABLE;

@@ -11,6 +11,7 @@
  */
 #include "transport/tcp/tcp.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/checksum.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -501,12 +502,25 @@ static int kvf_tcp_wait_request(kvf_tcp_sconn_t *c)
     return 0;
 }
 
+/* The authentication exchange, before any request is read: a peer
+ * without the secret learns nothing and changes nothing. */
+static kvf_status_t kvf_tcp_sconn_auth(kvf_tcp_sconn_t *c)
+{
+    char peer[96];
+
+    kvf_auth_peer_name(c->fd, peer, sizeof(peer));
+    return kvf_auth_server(c->fd, NULL, "tcp", peer, kvf_tcp_deadline(c));
+}
+
 static void *kvf_tcp_sconn_main(void *arg)
 {
     kvf_tcp_sconn_t *c = arg;
     kvf_frame_hdr_t hdr;
     kvf_status_t status;
 
+    if (kvf_tcp_sconn_auth(c) != KVF_OK) {
+        goto out;
+    }
     while (kvf_tcp_wait_request(c)) {
         status = kvf_tcp_recv_hdr(c->fd, &hdr, kvf_tcp_deadline(c));
         if (status == KVF_ERR_CONN_RESET) {
@@ -741,7 +755,10 @@ kvf_status_t kvf_tcp_server_start(kvf_tl_iface_t *iface)
         return status;
     }
     pthread_mutex_init(&srv->lock, NULL);
-    status = kvf_sock_listen(host, port, 512, &srv->lfd, &port);
+    status = kvf_auth_check_bind(host);
+    if (status == KVF_OK) {
+        status = kvf_sock_listen(host, port, 512, &srv->lfd, &port);
+    }
     if (status != KVF_OK) {
         goto err_free;
     }
