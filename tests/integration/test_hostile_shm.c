@@ -43,6 +43,7 @@
 
 #include <kvferry/kvferry.h>
 
+#include "core/auth.h"
 #include "core/time.h"
 #include "transport/shm/shm.h"
 #include "test_util.h"
@@ -405,6 +406,14 @@ static void hostile_main(const unsigned char nonce[KVF_SHM_NONCE_LEN], int mode,
         if ((pfd[0].revents & POLLIN) && n < 16) {
             pfd[n].fd = accept4(pfd[0].fd, NULL, NULL, SOCK_CLOEXEC);
             pfd[n].events = POLLIN;
+            /* an insider: it holds the cluster secret, so the client's
+             * own checks are what stands between it and the client */
+            if (pfd[n].fd >= 0 &&
+                kvf_auth_server(pfd[n].fd, NULL, "shm", "test client",
+                                kvf_time_ms() + TIMEOUT) != KVF_OK) {
+                close(pfd[n].fd);
+                pfd[n].fd = -1;
+            }
             n += pfd[n].fd >= 0;
         }
         for (i = 1; i < n; i++) {
