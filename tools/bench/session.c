@@ -253,6 +253,29 @@ int kvf_bench_verdicts(kvf_expect_t **e, const char *const *defaults,
     return missed;
 }
 
+void kvf_bench_busy_json(kvf_json_t *j, const kvf_busy_t *b)
+{
+    kvf_json_bool(j, "busy", b->busy);
+    kvf_json_num(j, "load_avg", b->load);
+    kvf_json_int(j, "cores", b->ncpu);
+    kvf_json_num(j, "steal_pct", b->steal_pct);
+}
+
+void kvf_bench_busy_text(const kvf_busy_t *b, char *out, size_t len)
+{
+    snprintf(out, len, "%s: load average up to %.1f on %d cores, steal %.1f %%",
+             b->busy ? "busy" : "quiet", b->load, b->ncpu, b->steal_pct);
+}
+
+int kvf_bench_finish(kvf_expect_t **e, const char *const *defaults,
+                     int json_on_stdout, const kvf_busy_t *b)
+{
+    int missed = kvf_bench_verdicts(e, defaults, json_on_stdout);
+
+    kvf_busy_note(b, json_on_stdout ? stderr : stdout);
+    return missed;
+}
+
 double kvf_bench_quantile(double *v, size_t n, double q)
 {
     double pos;

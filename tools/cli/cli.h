@@ -70,6 +70,11 @@ void *kvf_cli_pool_alloc(size_t len, uint64_t seed);
 extern int kvf_cli_pool_private;
 void kvf_cli_pool_free(void *pool, size_t len);
 
+/* A daemon (target, master, node) stops on signal sig: SIGTERM is its
+ * parent's or a service manager's orderly stop and prints nothing; SIGINT
+ * (a user's Ctrl-C) one quiet line. */
+void kvf_cli_stopped(const char *daemon, int sig);
+
 /* Exit codes of the command. */
 #define KVF_CLI_OK    0
 #define KVF_CLI_FAIL  1

@@ -116,7 +116,7 @@ int kvf_cmd_master(int argc, char **argv)
            kvf_server_master_http(m)[0] ? kvf_server_master_http(m) : "off");
     fflush(stdout);
     sig = kvf_store_wait_signal(&set);
-    fprintf(stderr, "kvferry master: signal %d, stopping\n", sig);
+    kvf_cli_stopped("master", sig);
     kvf_server_master_stop(m);
     return KVF_CLI_OK;
 }
@@ -178,7 +178,7 @@ int kvf_cmd_node(int argc, char **argv)
            (unsigned long)o.pool, o.master);
     fflush(stdout);
     sig = kvf_store_wait_signal(&set);
-    fprintf(stderr, "kvferry node: signal %d, stopping\n", sig);
+    kvf_cli_stopped("node", sig);
     kvf_server_node_stop(n);
     return KVF_CLI_OK;
 }

@@ -92,7 +92,7 @@ int kvf_cmd_target(int argc, char **argv)
     do {
         sig = sigtimedwait(&set, NULL, &ts);
     } while (sig < 0);
-    fprintf(stderr, "kvferry target: signal %d, stopping\n", sig);
+    kvf_cli_stopped("target", sig);
     kvf_engine_dereg(engine, region);
     kvf_engine_destroy(engine);
     kvf_cli_pool_free(pool, pool_len);

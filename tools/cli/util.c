@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -186,4 +187,11 @@ void kvf_cli_pool_free(void *pool, size_t len)
     }
     pthread_mutex_unlock(&kvf_cli_anon_lock);
     kvf_mem_free(pool);
+}
+
+void kvf_cli_stopped(const char *daemon, int sig)
+{
+    if (sig == SIGINT) {
+        fprintf(stderr, "kvferry %s: stopped\n", daemon);
+    }
 }
