@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 int kvf_progress_quiet;
+/* the progress begun last, for kvf_progress_clear(NULL) */
+static kvf_progress_t *kvf_progress_last;
 
 /* Samples /proc/loadavg (1-minute) and /proc/stat (steal, all ticks). */
 static void kvf_progress_sample(kvf_progress_t *p, int first)
@@ -58,11 +60,15 @@ void kvf_progress_begin(kvf_progress_t *p, const char *cmd, unsigned nsteps,
         p->ncpu = 1;
     }
     kvf_progress_sample(p, 1);
+    kvf_progress_last = p;
 }
 
 void kvf_progress_clear(kvf_progress_t *p)
 {
-    if (p->shown) {
+    if (p == NULL) {
+        p = kvf_progress_last;
+    }
+    if (p != NULL && p->shown) {
         fputs("\r\033[K", stderr);
         fflush(stderr);
         p->shown = 0;
@@ -140,6 +146,9 @@ kvf_busy_t kvf_progress_end(kvf_progress_t *p)
 
     kvf_progress_clear(p);
     kvf_progress_sample(p, 0);
+    if (kvf_progress_last == p) {
+        kvf_progress_last = NULL;
+    }
     all = p->all1 - p->all0;
     b.load = p->load_max;
     b.ncpu = p->ncpu;

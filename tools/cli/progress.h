@@ -46,7 +46,8 @@ void kvf_progress_note(kvf_progress_t *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* The current step is done; weight adds to the work done. */
 void kvf_progress_done(kvf_progress_t *p, double weight);
-/* Erases the status line (before printing a row on stdout). */
+/* Erases the status line (before printing a row on stdout); NULL: that of
+ * the progress begun last. */
 void kvf_progress_clear(kvf_progress_t *p);
 
 /* Busy figures of the run so far. */
