@@ -120,6 +120,11 @@ int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
     size_t len, i;
 
     memset(s, 0, sizeof(*s));
+    /* this process's pool, and the spawned target's */
+    if (kvf_cli_check_memory("bench", "--pool", o->pool,
+                             o->target != NULL ? 1 : 2) != 0) {
+        return -1;
+    }
     kvf_cli_pool_private =
         (o->transports != NULL && strcmp(o->transports, "tcp") == 0);
     if (o->target != NULL) {

@@ -539,8 +539,7 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
     kvf_json_begin(&j, f);
     kvf_json_obj(&j, NULL);
     kvf_json_str(&j, "bench", "store");
-    kvf_json_str(&j, "transports",
-                 kvf_config_get("transports"));
+    kvf_json_str(&j, "transports", kvf_config_get("transports"));
     kvf_json_str(&j, "transport_to_nodes", o->used);
     kvf_json_int(&j, "nodes", o->nodes);
     kvf_json_int(&j, "pool_bytes", (long long)o->pool);
@@ -594,12 +593,10 @@ static int kvf_bs_real_cluster(kvf_bs_opts_t *o, uint64_t *capacity_p)
     } else {
         return -1;
     }
-    if (kvf_net_http_get(http, "/status", body, sizeof(body), 2000) !=
-            KVF_OK ||
+    if (kvf_net_http_get(http, "/status", body, sizeof(body), 2000) != KVF_OK ||
         (root = json_loads(body, 0, NULL)) == NULL) {
         snprintf(o->cluster, sizeof(o->cluster),
-                 "nodes unknown (no /status at %.160s; --http names it)",
-                 http);
+                 "nodes unknown (no /status at %.160s; --http names it)", http);
         return -1;
     }
     list = json_object_get(root, "node_list");
@@ -619,8 +616,8 @@ static int kvf_bs_real_cluster(kvf_bs_opts_t *o, uint64_t *capacity_p)
     kvf_cli_fmt_size(c, cap, sizeof(cap));
     if (len < sizeof(o->cluster)) {
         snprintf(o->cluster + len, sizeof(o->cluster) - len,
-                 "%s%s in all, from %.100s", json_array_size(list) ? "), " : ", ",
-                 cap, http);
+                 "%s%s in all, from %.100s",
+                 json_array_size(list) ? "), " : ", ", cap, http);
     }
     o->nodes = (unsigned)json_array_size(list);
     o->pool = largest;
@@ -674,8 +671,8 @@ int kvf_cmd_bench_store(int argc, char **argv)
          "--master's HTTP endpoint, read for the cluster's nodes",
          "the master's port + 1"},
         {"nodes", 0, KVF_OPT_UINT, &o.nodes, "N",
-         "nodes to spawn (without --master)", "2",
-         .min = 1, .max = KVF_BS_NODES_MAX},
+         "nodes to spawn (without --master)", "2", .min = 1,
+         .max = KVF_BS_NODES_MAX},
         {"pool", 0, KVF_OPT_SIZE, &o.pool, "SIZE",
          "pool per spawned node (without --master)", "1G"},
         {"sizes", 0, KVF_OPT_SIZES, &sizes, "LIST", "object sizes",
@@ -777,8 +774,8 @@ int kvf_cmd_bench_store(int argc, char **argv)
     if (!o.json) {
         printf("# bench store: master %s, %s, transports "
                "%s (to the nodes: %s), %lu ms per phase\n",
-               o.master, o.cluster, kvf_config_get("transports"),
-               o.used, (unsigned long)o.duration_ms);
+               o.master, o.cluster, kvf_config_get("transports"), o.used,
+               (unsigned long)o.duration_ms);
         printf("%-9s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s %9s\n",
                "system", "op", "size", "clients", "ops", "ops/s", "GB/s",
                "p50_us", "p99_us", "p999_us", "errors", "cpu_us/op");
@@ -797,7 +794,8 @@ int kvf_cmd_bench_store(int argc, char **argv)
             for (r = 0; r < o.repeat; r++) {
                 first = nrows;
                 kvf_cli_fmt_size(o.sizes[i], sz, sizeof(sz));
-                kvf_progress_step(&prog, "put and get of %s objects, %u "
+                kvf_progress_step(&prog,
+                                  "put and get of %s objects, %u "
                                   "client(s)%s",
                                   sz, o.clients[k],
                                   o.vs_redis ? ", then Redis" : "");
@@ -1000,8 +998,7 @@ static void kvf_bs_record_knobs(kvf_record_t *rec)
     uint64_t v;
 
     for (i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
-        if (kvf_cli_parse_size(kvf_config_get(knobs[i]), &v) ==
-            KVF_OK) {
+        if (kvf_cli_parse_size(kvf_config_get(knobs[i]), &v) == KVF_OK) {
             snprintf(name, sizeof(name), "store_%s", knobs[i]);
             kvf_record_config_num(rec, name, (double)v);
         }

@@ -58,9 +58,11 @@ static void kvf_cli_unknown(const kvf_cli_cmd_t *cmds, const char *what,
     size_t i;
 
     for (i = 0; cmds[i].name != NULL; i++) {
-        d = kvf_cli_distance(name, cmds[i].name);
-        if (d < best_d || (best == NULL && strncmp(cmds[i].name, name,
-                                                   strlen(name)) == 0)) {
+        /* a prefix ("st" of "store") is the nearest there is */
+        d = strncmp(cmds[i].name, name, strlen(name)) == 0
+                ? 0
+                : kvf_cli_distance(name, cmds[i].name);
+        if (d < best_d) {
             best_d = d;
             best = cmds[i].name;
         }

@@ -106,6 +106,10 @@ int kvf_cmd_master(int argc, char **argv)
     if (lo_given) {
         o.low_watermark = (double)pct_lo / 100;
     }
+    if (kvf_cli_check_listen("master", "--listen", o.listen) != 0 ||
+        kvf_cli_check_listen("master", "--http", o.http) != 0) {
+        return KVF_CLI_FAIL;
+    }
     kvf_store_block_signals(&set);
     st = kvf_server_master_start(&o, &m);
     if (st != KVF_OK) {
@@ -165,6 +169,10 @@ int kvf_cmd_node(int argc, char **argv)
     rc = kvf_opts_parse(&spec, argc, argv, NULL);
     if (rc >= 0) {
         return rc;
+    }
+    if (kvf_cli_check_listen("node", "--listen", o.listen) != 0 ||
+        kvf_cli_check_memory("node", "--pool", o.pool, 1) != 0) {
+        return KVF_CLI_FAIL;
     }
     kvf_store_block_signals(&set);
     st = kvf_server_node_start(&o, &n);
