@@ -61,6 +61,34 @@ typedef struct kvf_blocks_opts {
     kvf_busy_t busy;        /* how busy the machine was during the run */
 } kvf_blocks_opts_t;
 
+/* Block and sizes against the pool: one line with the fix. */
+static int kvf_blocks_check(const kvf_blocks_opts_t *o)
+{
+    char a[32], b[32];
+    unsigned k;
+
+    kvf_cli_fmt_size(o->s.pool, b, sizeof(b));
+    if (o->block == 0 || o->block > o->s.pool) {
+        kvf_cli_fmt_size(o->block, a, sizeof(a));
+        fprintf(stderr,
+                "kvferry bench blocks: --block %s does not fit the %s pool "
+                "\xe2\x80\x94 pick a block of 1 byte to --pool\n",
+                a, b);
+        return KVF_CLI_USAGE;
+    }
+    for (k = 0; k < o->nsizes; k++) {
+        if (o->sizes[k] > o->s.pool || o->sizes[k] < o->block) {
+            kvf_cli_fmt_size(o->sizes[k], a, sizeof(a));
+            fprintf(stderr,
+                    "kvferry bench blocks: --sizes %s does not fit the %s "
+                    "pools \xe2\x80\x94 raise --pool or drop that size\n",
+                    a, b);
+            return KVF_CLI_USAGE;
+        }
+    }
+    return 0;
+}
+
 static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
 {
     int rc;
@@ -136,11 +164,7 @@ static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
     if (rc >= 0) {
         return rc == KVF_CLI_OK ? -1 : rc;
     }
-    if (o->block == 0 || o->block > o->s.pool || o->nsizes == 0) {
-        fprintf(stderr, "kvferry: block must be in 1..pool, sizes given\n");
-        return KVF_CLI_USAGE;
-    }
-    return 0;
+    return kvf_blocks_check(o);
 }
 
 /* Picks n distinct slots among nslots (partial Fisher-Yates). */
