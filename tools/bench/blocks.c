@@ -709,6 +709,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         if (!(o.ops & (1 << opi))) {
             continue;
         }
+        kvf_progress_clear(&prog);
         printf("connector=kvferry role=client device=cpu block=%s pool=%s "
                "transport=%s conns=%u op=%s\n",
                bstr, pstr, kvf_peer_transport(s.peer), o.s.conns,

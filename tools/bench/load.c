@@ -448,6 +448,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
         kvf_expect_free(expect);
         return KVF_CLI_FAIL;
     }
+    kvf_progress_clear(&prog);
     if (!json) {
         printf("# bench load: master %s, transports %s, %u gets per size; "
                "H2D: %s\n",

@@ -771,6 +771,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     kvf_bs_transport_used(st, o.used, sizeof(o.used));
+    kvf_progress_clear(&prog);
     if (!o.json) {
         printf("# bench store: master %s, %s, transports "
                "%s (to the nodes: %s), %lu ms per phase\n",

@@ -445,6 +445,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     transport = kvf_peer_transport(s.peer);
+    kvf_progress_clear(&prog);
     printf("bench=te transport=%s op=%s batch=%u threads=%u duration=%lums "
            "conns=%u pool=%s\n",
            transport, o.op == KVF_OP_WRITE ? "write" : "read", o.batch,
