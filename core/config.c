@@ -23,6 +23,9 @@ static const kvf_config_entry_t kvf_core_config_entries[] = {
     {"log_level", "warn",
      "messages the library logs to stderr: error, warn, info, debug, trace",
      KVF_CONFIG_USER},
+    {"log_file", "",
+     "append the library's log lines to this file instead of stderr",
+     KVF_CONFIG_USER},
     {"drill_selftest", "",
      "wrong or leak: `drill engine` reports a wrong byte or a leak of its "
      "own making, so tests see that the drill catches them",

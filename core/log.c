@@ -1,6 +1,6 @@
 /*
  * Logging implementation: a level from the config key log_level
- * (KVF_LOG_LEVEL), one
+ * (KVF_LOG_LEVEL), stderr or the file of the key log_file, one
  * formatted line per message written with a single write(2) so lines from
  * several threads and processes do not interleave.
  */
@@ -8,6 +8,7 @@
 #include "core/config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@
 #include <unistd.h>
 
 int kvf_log_level_cur = KVF_LOG_WARN;
+/* where lines go: stderr, or the file of the key log_file */
+static int kvf_log_fd = STDERR_FILENO;
 
 static const char *kvf_log_names[] = {"error", "warn", "info", "debug",
                                       "trace"};
@@ -23,7 +26,15 @@ static const char *kvf_log_names[] = {"error", "warn", "info", "debug",
 void kvf_log_init(void)
 {
     const char *v = kvf_config_override(&kvf_core_config, "log_level");
-    int i;
+    const char *file = kvf_config_override(&kvf_core_config, "log_file");
+    int i, fd;
+
+    if (file != NULL && file[0] != '\0' && kvf_log_fd == STDERR_FILENO) {
+        fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            kvf_log_fd = fd;
+        }
+    }
 
     if (v == NULL) {
         return;
@@ -70,7 +81,7 @@ void kvf_log_emit(kvf_log_level_t level, const char *file, int line,
         n = (int)sizeof(buf) - 2;
     }
     buf[n++] = '\n';
-    if (write(STDERR_FILENO, buf, (size_t)n) < 0) {
+    if (write(kvf_log_fd, buf, (size_t)n) < 0) {
         /* nothing sensible to do */
     }
     errno = saved_errno;

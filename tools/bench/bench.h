@@ -8,6 +8,7 @@
 
 #include "tools/cli/cli.h"
 #include "tools/cli/opts.h"
+#include "tools/cli/progress.h"
 #include "tools/record/expect.h"
 #include "tools/record/json.h"
 
@@ -63,6 +64,15 @@ kvf_expect_t *kvf_bench_expect(kvf_expect_t **e);
  * number of rules missed. */
 int kvf_bench_verdicts(kvf_expect_t **e, const char *const *defaults,
                        int json_on_stdout);
+
+/* The busy figures of a run as JSON fields ("busy", "load_avg", "cores",
+ * "steal_pct") of the open object, and as a record's config line. */
+void kvf_bench_busy_json(kvf_json_t *j, const kvf_busy_t *b);
+void kvf_bench_busy_text(const kvf_busy_t *b, char *out, size_t len);
+/* The end of a bench: verdicts (kvf_bench_verdicts), then the busy note
+ * on the same stream. Returns the number of rules missed. */
+int kvf_bench_finish(kvf_expect_t **e, const char *const *defaults,
+                     int json_on_stdout, const kvf_busy_t *b);
 
 /* Sorts in place and returns the q-quantile (0..1). */
 double kvf_bench_quantile(double *v, size_t n, double q);

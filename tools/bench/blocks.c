@@ -58,7 +58,36 @@ typedef struct kvf_blocks_opts {
     const char *hypothesis; /* --hypothesis TEXT */
     kvf_expect_t *expect;   /* --expect rules (plus the defaults) */
     int strict;             /* a missed rule fails the command */
+    kvf_busy_t busy;        /* how busy the machine was during the run */
 } kvf_blocks_opts_t;
+
+/* Block and sizes against the pool: one line with the fix. */
+static int kvf_blocks_check(const kvf_blocks_opts_t *o)
+{
+    char a[32], b[32];
+    unsigned k;
+
+    kvf_cli_fmt_size(o->s.pool, b, sizeof(b));
+    if (o->block == 0 || o->block > o->s.pool) {
+        kvf_cli_fmt_size(o->block, a, sizeof(a));
+        fprintf(stderr,
+                "kvferry bench blocks: --block %s does not fit the %s pool "
+                "\xe2\x80\x94 pick a block of 1 byte to --pool\n",
+                a, b);
+        return KVF_CLI_USAGE;
+    }
+    for (k = 0; k < o->nsizes; k++) {
+        if (o->sizes[k] > o->s.pool || o->sizes[k] < o->block) {
+            kvf_cli_fmt_size(o->sizes[k], a, sizeof(a));
+            fprintf(stderr,
+                    "kvferry bench blocks: --sizes %s does not fit the %s "
+                    "pools \xe2\x80\x94 raise --pool or drop that size\n",
+                    a, b);
+            return KVF_CLI_USAGE;
+        }
+    }
+    return 0;
+}
 
 static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
 {
@@ -115,7 +144,7 @@ static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
         "Random blocks from a registered pool, as LLM KV-cache blocks are:\n"
         "for each transfer size, batches of BLOCK-sized blocks at random\n"
         "places of each side's pool, the median of the iterations kept.",
-        opts};
+        opts, .progress = 1};
 
     memset(o, 0, sizeof(*o));
     o->s.pool = 8ull << 30;
@@ -135,11 +164,7 @@ static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
     if (rc >= 0) {
         return rc == KVF_CLI_OK ? -1 : rc;
     }
-    if (o->block == 0 || o->block > o->s.pool || o->nsizes == 0) {
-        fprintf(stderr, "kvferry: block must be in 1..pool, sizes given\n");
-        return KVF_CLI_USAGE;
-    }
-    return 0;
+    return kvf_blocks_check(o);
 }
 
 /* Picks n distinct slots among nslots (partial Fisher-Yates). */
@@ -352,6 +377,7 @@ static void kvf_blocks_json_write(FILE *f, const kvf_blocks_opts_t *o,
     if (s->vs_peer != NULL) {
         kvf_json_str(&j, "vs_transport", o->s.vs);
     }
+    kvf_bench_busy_json(&j, &o->busy);
     kvf_json_arr(&j, "rows");
     for (i = 0; i < nrows; i++) {
         kvf_json_obj(&j, NULL);
@@ -444,6 +470,8 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
     kvf_record_config(rec, "vs", s->vs_peer != NULL ? o->s.vs : "not measured");
     kvf_record_config(rec, "target",
                       o->s.target ? o->s.target : "spawned on 127.0.0.1");
+    kvf_bench_busy_text(&o->busy, text, sizeof(text));
+    kvf_record_config(rec, "machine", text);
     for (i = 0; i < nrows; i++) {
         const kvf_blocks_row_t *r = &rows[i];
         const char *op = r->op == KVF_OP_WRITE ? "write" : "read";
@@ -592,6 +620,36 @@ static void kvf_blocks_expect(const kvf_blocks_opts_t *o,
     }
 }
 
+/* The work of one size, for the estimate of the time left: the bytes
+ * moved (small sizes are repeated until 256 MB moved), twice with --vs. */
+static double kvf_blocks_weight(const kvf_blocks_opts_t *o, uint64_t size)
+{
+    double w = (double)size * o->iters;
+
+    if (!o->iters_given && w < (double)(256u << 20)) {
+        w = (double)(256u << 20);
+    }
+    return (o->link ? 2 : 1) * (o->s.vs != NULL ? 2 : 1) * w;
+}
+
+/* Starts the progress: one step per size and direction, after the pools
+ * (the first seconds go to filling them with random bytes). */
+static void kvf_blocks_progress_begin(const kvf_blocks_opts_t *o,
+                                      kvf_progress_t *p)
+{
+    char pstr[32];
+    double total = 0;
+    unsigned k, nops = (o->ops == 3) ? 2 : 1;
+
+    for (k = 0; k < o->nsizes; k++) {
+        total += nops * kvf_blocks_weight(o, o->sizes[k]);
+    }
+    kvf_progress_begin(p, "bench blocks", nops * o->nsizes, total);
+    kvf_cli_fmt_size(o->s.pool, pstr, sizeof(pstr));
+    kvf_progress_note(p, "preparing two %s pools (random bytes)%s", pstr,
+                      o->s.target != NULL ? "" : " and a target process");
+}
+
 int kvf_cmd_bench_blocks(int argc, char **argv)
 {
     kvf_blocks_row_t rows[2 * KVF_BLOCKS_SIZES_MAX];
@@ -603,6 +661,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     unsigned k, nrows = 0;
     int rc, opi, bad = 0;
     kvf_prng_t rng;
+    kvf_progress_t prog;
 
     /* `--device gpu`: GPU pools and local GPU paths (gpu.c) */
     for (rc = 1; rc < argc; rc++) {
@@ -620,7 +679,9 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     if (kvf_bench_expect(&o.expect) == NULL) {
         return KVF_CLI_FAIL;
     }
+    kvf_blocks_progress_begin(&o, &prog);
     if (kvf_bench_session_open(&o.s, &s) != 0) {
+        kvf_progress_end(&prog);
         kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
@@ -648,21 +709,30 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         if (!(o.ops & (1 << opi))) {
             continue;
         }
+        kvf_progress_clear(&prog);
         printf("connector=kvferry role=client device=cpu block=%s pool=%s "
                "transport=%s conns=%u op=%s\n",
                bstr, pstr, kvf_peer_transport(s.peer), o.s.conns,
                opi ? "read" : "write");
         printf("---------------------------------------------------------"
                "---------------\n");
+        fflush(stdout);
         for (k = 0; k < o.nsizes; k++) {
             kvf_blocks_row_t *r = &rows[nrows];
 
-            if (kvf_blocks_size(&s, &o, op, o.sizes[k], lperm, rperm, &rng,
-                                r) != 0) {
+            kvf_cli_fmt_size(o.sizes[k], sstr, sizeof(sstr));
+            kvf_progress_step(&prog, "%s %s of %s blocks over %s%s%s",
+                              opi ? "read" : "write", sstr, bstr,
+                              kvf_peer_transport(s.peer),
+                              s.vs_peer != NULL ? " and " : "",
+                              s.vs_peer != NULL ? o.s.vs : "");
+            rc = kvf_blocks_size(&s, &o, op, o.sizes[k], lperm, rperm, &rng, r);
+            kvf_progress_clear(&prog);
+            if (rc != 0) {
                 bad = 1;
                 break;
             }
-            kvf_cli_fmt_size(o.sizes[k], sstr, sizeof(sstr));
+            kvf_progress_done(&prog, kvf_blocks_weight(&o, o.sizes[k]));
             printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
                    "BW=%7.2f GB/s (%6.2f Gbps)",
                    sstr, (unsigned long)r->wrs, bstr, r->lat_ms, r->gib_s,
@@ -702,7 +772,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
                    o.s.vs, o.s.vs, o.s.vs);
         }
     }
-    printf("Done.\n");
+    o.busy = kvf_progress_end(&prog);
     if (o.json != NULL) {
         kvf_blocks_json(&o, &s, rows, nrows);
     }
@@ -711,8 +781,8 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
                                             NULL};
         static const char *const vs[] = {"link_pct>=70", "vs_ratio>=3",
                                          "wrong_blocks==0", NULL};
-        int missed = kvf_bench_verdicts(&o.expect, s.vs_peer ? vs : plain,
-                                        o.json && !strcmp(o.json, "-"));
+        int missed = kvf_bench_finish(&o.expect, s.vs_peer ? vs : plain,
+                                      o.json && !strcmp(o.json, "-"), &o.busy);
 
         bad |= (o.strict && missed > 0);
     }

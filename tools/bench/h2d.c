@@ -43,6 +43,8 @@ typedef struct kvf_h2d_opts {
     const char *json;
     const char *record;
     const char *hypothesis;
+    kvf_expect_t *expect; /* --expect rules (plus the defaults) */
+    int strict;           /* a missed rule fails the command */
 } kvf_h2d_opts_t;
 
 static int kvf_h2d_parse(int argc, char **argv, kvf_h2d_opts_t *o)
@@ -61,13 +63,20 @@ static int kvf_h2d_parse(int argc, char **argv, kvf_h2d_opts_t *o)
          "write a record (Markdown + JSON) into DIR"},
         {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
          "the record's hypothesis"},
+        {"expect", 0, KVF_OPT_FN, &o->expect, "RULE",
+         "a claim to check (repeatable); figures: pinned_pct (pinned\n"
+         "GB/s as % of the PCIe generation's common figure),\n"
+         "pageable_over_pinned (fastest pageable over slowest pinned)",
+         "pinned_pct>=90, pageable_over_pinned<1", .fn = kvf_bench_expect_opt},
+        {"strict", 0, KVF_OPT_FLAG, &o->strict, NULL,
+         "exit 1 when a claim is missed (default: exit 0 once measured)"},
         {0},
     };
     const kvf_cmd_spec_t spec = {
         "kvferry bench h2d [options]",
         "Host-to-GPU and GPU-to-host copies of SIZE contiguous bytes, from\n"
         "pinned and from pageable host memory (needs a GPU).",
-        opts};
+        opts, .progress = 1};
 
     memset(o, 0, sizeof(*o));
     o->size = 1ull << 30;
@@ -252,6 +261,34 @@ static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
     return bad ? -1 : 0;
 }
 
+/* The claims' figures of the rows (the record's conclusion as rules). */
+static void kvf_h2d_expect(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
+                           unsigned n)
+{
+    kvf_gpu_info_t in;
+    double est, pin_min = INFINITY, page_max = 0, gb;
+    unsigned i;
+
+    if (kvf_gpu_info(o->gpu, &in) != KVF_OK) {
+        in.pcie_gen = 0;
+    }
+    est = in.pcie_gen == 4 ? 25.0 : in.pcie_gen == 3 ? 12.0 : 50.0;
+    for (i = 0; i < n; i++) {
+        gb = rows[i].gib_s * (1u << 30) / 1e9;
+        if (rows[i].pinned) {
+            kvf_expect_figure(o->expect, "pinned_pct", 100.0 * gb / est,
+                              rows[i].h2d ? "pinned H2D" : "pinned D2H");
+            pin_min = fmin(pin_min, gb);
+        } else {
+            page_max = fmax(page_max, gb);
+        }
+    }
+    if (n == 4 && pin_min > 0) {
+        kvf_expect_figure(o->expect, "pageable_over_pinned", page_max / pin_min,
+                          "fastest pageable");
+    }
+}
+
 int kvf_cmd_bench_h2d(int argc, char **argv)
 {
     kvf_h2d_row_t rows[4];
@@ -262,19 +299,28 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
     int rc, pinned, h2d, bad = 0, nodes[2] = {-1, -1};
     unsigned cpu = 0, cpu_node = 0, n = 0;
     kvf_status_t st;
+    kvf_progress_t prog;
+    kvf_busy_t busy;
 
     rc = kvf_h2d_parse(argc, argv, &o);
-    if (rc != 0) {
-        return rc < 0 ? KVF_CLI_OK : rc;
+    if (rc != 0 || kvf_bench_expect(&o.expect) == NULL) {
+        kvf_expect_free(o.expect);
+        return rc < 0 ? KVF_CLI_OK : rc != 0 ? rc : KVF_CLI_FAIL;
     }
     if (kvf_gpu_count() == 0) {
         printf("kvferry: bench h2d: %s: skipped\n",
                kvf_gpu_built() ? "no GPU on this machine"
                                : "built without CUDA");
+        kvf_expect_free(o.expect);
+        printf("UNMEASURED (no GPU)\n");
         return KVF_CLI_SKIP;
     }
     if (o.gpu >= kvf_gpu_count()) {
-        fprintf(stderr, "kvferry: GPU %d of %d\n", o.gpu, kvf_gpu_count());
+        fprintf(stderr,
+                "kvferry bench h2d: --gpu %d: this machine has %d GPU(s) "
+                "\xe2\x80\x94 pick one of 0..%d\n",
+                o.gpu, kvf_gpu_count(), kvf_gpu_count() - 1);
+        kvf_expect_free(o.expect);
         return KVF_CLI_USAGE;
     }
     st = kvf_gpu_copier_create(o.gpu, &cp);
@@ -282,6 +328,7 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
         kvf_gpu_pool_alloc(&dev, KVF_MEM_CUDA, o.gpu, o.size, 3) != 0) {
         fprintf(stderr, "kvferry: GPU %d: %s\n", o.gpu, kvf_status_str(st));
         kvf_gpu_copier_destroy(cp);
+        kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
     if (syscall(SYS_getcpu, &cpu, &cpu_node, NULL) != 0) {
@@ -295,6 +342,8 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
            sz, o.warmup, o.iters, cpu, cpu_node);
     printf("%-9s %-4s %9s %9s %9s %9s %6s\n", "memory", "dir", "GiB/s", "GB/s",
            "p50 ms", "p99 ms", "node");
+    fflush(stdout);
+    kvf_progress_begin(&prog, "bench h2d", 4, 4);
     for (pinned = 1; pinned >= 0 && !bad; pinned--) {
         if (kvf_gpu_pool_alloc(&host, pinned ? KVF_MEM_PINNED : KVF_MEM_HOST,
                                o.gpu, o.size, 4) != 0) {
@@ -305,7 +354,13 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
         for (h2d = 1; h2d >= 0; h2d--) {
             kvf_h2d_row_t *r = &rows[n];
 
-            if (kvf_h2d_case(&o, cp, &host, &dev, h2d, r) != 0) {
+            kvf_progress_step(&prog, "%s %s copies of %s",
+                              pinned ? "pinned" : "pageable",
+                              h2d ? "H2D" : "D2H", sz);
+            rc = kvf_h2d_case(&o, cp, &host, &dev, h2d, r);
+            kvf_progress_done(&prog, 1);
+            kvf_progress_clear(&prog);
+            if (rc != 0) {
                 bad = 1;
                 break;
             }
@@ -317,6 +372,16 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
             n++;
         }
         kvf_gpu_pool_free(&host);
+    }
+    busy = kvf_progress_end(&prog);
+    kvf_h2d_expect(&o, rows, n);
+    {
+        static const char *const defaults[] = {"pinned_pct>=90",
+                                               "pageable_over_pinned<1", NULL};
+
+        bad |= kvf_bench_finish(&o.expect, defaults,
+                                o.json && !strcmp(o.json, "-"), &busy) > 0 &&
+               o.strict;
     }
     if (o.json != NULL && n > 0) {
         FILE *f = kvf_json_file_open(o.json);

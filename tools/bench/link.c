@@ -82,9 +82,12 @@ int kvf_cmd_bench_link(int argc, char **argv)
     kvf_bench_session_t s;
     kvf_status_t status = KVF_OK;
     const char *record = NULL, *hypothesis = NULL;
-    char sstr[32];
+    char sstr[32], pstr[32], where[64];
     kvf_prng_t rng;
-    int op_i = KVF_OP_WRITE, rc;
+    int op_i = KVF_OP_WRITE, rc, strict = 0, missed;
+    kvf_expect_t *expect = NULL;
+    kvf_progress_t prog;
+    kvf_busy_t busy;
     const kvf_opt_t opts[] = {
         {"target", 0, KVF_OPT_STR, &so.target, "HOST:PORT",
          "a running `kvferry target`", "spawn one on 127.0.0.1"},
@@ -102,16 +105,25 @@ int kvf_cmd_bench_link(int argc, char **argv)
          "write a record (Markdown + JSON) into DIR"},
         {"hypothesis", 0, KVF_OPT_STR, &hypothesis, "TEXT",
          "the record's hypothesis"},
+        {"expect", 0, KVF_OPT_FN, &expect, "RULE",
+         "a claim to check (repeatable); figures: gib_s, p99_over_p50\n"
+         "(the slowest iteration's time over the median's)",
+         "p99_over_p50<=1.1", .fn = kvf_bench_expect_opt},
+        {"strict", 0, KVF_OPT_FLAG, &strict, NULL,
+         "exit 1 when a claim is missed (default: exit 0 once measured)"},
         {0},
     };
     const kvf_cmd_spec_t spec = {
         "kvferry bench link [options]",
         "Raw ceiling of the path to the target: SIZE contiguous bytes moved\n"
-        "with plain streams, one per connection, no block handling.",
-        opts};
+        "with plain streams, one per connection, no block handling; the\n"
+        "median of the iterations kept. The path is a spawned target on\n"
+        "127.0.0.1 unless --target names a running one.",
+        opts, .progress = 1};
 
     rc = kvf_opts_parse(&spec, argc, argv, NULL);
     if (rc >= 0) {
+        kvf_expect_free(expect);
         return rc;
     }
     rc = KVF_CLI_OK;
@@ -119,7 +131,14 @@ int kvf_cmd_bench_link(int argc, char **argv)
     if (size > so.pool) {
         size = so.pool;
     }
+    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
+    kvf_cli_fmt_size(so.pool, pstr, sizeof(pstr));
+    kvf_progress_begin(&prog, "bench link", iters, iters);
+    kvf_progress_note(&prog, "preparing two %s pools (random bytes)%s", pstr,
+                      so.target != NULL ? "" : " and a target process");
     if (kvf_bench_session_open(&so, &s) != 0) {
+        kvf_progress_end(&prog);
+        kvf_expect_free(expect);
         return KVF_CLI_FAIL;
     }
     if (size > s.remote_len) {
@@ -134,16 +153,21 @@ int kvf_cmd_bench_link(int argc, char **argv)
         uint64_t roff =
             kvf_prng_below(&rng, (s.remote_len - size) / 4096 + 1) * 4096;
 
+        kvf_progress_step(&prog, "%s %s streams over %s",
+                          op == KVF_OP_WRITE ? "write" : "read", sstr,
+                          kvf_peer_transport(s.peer));
         status = kvf_peer_link_test(s.peer, op, s.pool + loff, s.remote + roff,
                                     size, &secs[i]);
+        kvf_progress_done(&prog, 1);
     }
+    busy = kvf_progress_end(&prog);
     if (status != KVF_OK) {
         fprintf(stderr, "kvferry: link test: %s\n", kvf_status_str(status));
         kvf_bench_session_close(&s);
+        kvf_expect_free(expect);
         return KVF_CLI_FAIL;
     }
     med = kvf_bench_quantile(secs, iters, 0.5);
-    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
     printf("link transport=%s conns=%u op=%s size=%s | lat=%8.3f ms | "
            "BW=%7.2f GB/s (%6.2f Gbps) | min lat=%8.3f ms\n",
            kvf_peer_transport(s.peer), so.conns,
@@ -153,6 +177,20 @@ int kvf_cmd_bench_link(int argc, char **argv)
     if (record != NULL) {
         rc =
             kvf_link_record(record, hypothesis, &so, &s, op, size, secs, iters);
+    }
+    if (kvf_bench_expect(&expect) != NULL) {
+        static const char *const defaults[] = {"p99_over_p50<=1.1", NULL};
+
+        snprintf(where, sizeof(where), "%s %s",
+                 op == KVF_OP_WRITE ? "write" : "read", sstr);
+        kvf_expect_figure(expect, "gib_s", (double)size / med / (1u << 30),
+                          where);
+        kvf_expect_figure(expect, "p99_over_p50",
+                          kvf_bench_quantile(secs, iters, 0.99) / med, where);
+        missed = kvf_bench_finish(&expect, defaults, 0, &busy);
+        if (strict && missed > 0) {
+            rc = KVF_CLI_FAIL;
+        }
     }
     kvf_bench_session_close(&s);
     return rc;

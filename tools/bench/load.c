@@ -381,7 +381,10 @@ int kvf_cmd_bench_load(int argc, char **argv)
     char sz[32];
     kvf_store_h st;
     kvf_status_t s;
-    int json = 0, rc, gpu = 0;
+    int json = 0, rc, gpu = 0, strict = 0;
+    kvf_expect_t *expect = NULL;
+    kvf_progress_t prog;
+    kvf_busy_t busy;
     kvf_opt_sizes_t size_list = {sizes, &nsizes, 16};
     const kvf_opt_t opts[] = {
         {"master", 0, KVF_OPT_STR, &master, "HOST:PORT",
@@ -403,21 +406,34 @@ int kvf_cmd_bench_load(int argc, char **argv)
         {"record", 0, KVF_OPT_STR, &record, "DIR",
          "write a record (Markdown + JSON) into DIR"},
         {"hypothesis", 0, KVF_OPT_STR, &hyp, "TEXT", "the record's hypothesis"},
+        {"expect", 0, KVF_OPT_FN, &expect, "RULE",
+         "a claim to check (repeatable); figures: read_over_link (remote\n"
+         "read P50 over the link time, sizes >= 1 MiB), errors",
+         "read_over_link<=2, errors==0", .fn = kvf_bench_expect_opt},
+        {"strict", 0, KVF_OPT_FLAG, &strict, NULL,
+         "exit 1 when a claim is missed (default: exit 0 once measured)"},
         {0},
     };
     const kvf_cmd_spec_t spec = {
         "kvferry bench load [options]",
         "The store's load path: per size, COUNT objects put, then ITERS\n"
         "gets timed by stage (master query, remote read, verify, H2D).",
-        opts};
+        opts, .progress = 1};
 
     rc = kvf_opts_parse(&spec, argc, argv, NULL);
-    if (rc >= 0) {
-        return rc;
+    if (rc >= 0 || kvf_bench_expect(&expect) == NULL) {
+        kvf_expect_free(expect);
+        return rc >= 0 ? rc : KVF_CLI_FAIL;
     }
     rc = KVF_CLI_OK;
+    kvf_progress_begin(&prog, "bench load", nsizes, nsizes);
     if (master == NULL) {
+        kvf_cli_fmt_size(pool, sz, sizeof(sz));
+        kvf_progress_note(&prog, "starting a master and %u node(s) of %s",
+                          nodes, sz);
         if (kvf_bs_cluster_start(&cl, nodes, pool) != 0) {
+            kvf_progress_end(&prog);
+            kvf_expect_free(expect);
             return KVF_CLI_FAIL;
         }
         master = cl.master;
@@ -429,8 +445,11 @@ int kvf_cmd_bench_load(int argc, char **argv)
     if (s != KVF_OK) {
         fprintf(stderr, "kvferry bench load: %s\n", kvf_status_str(s));
         kvf_bs_cluster_stop(&cl);
+        kvf_progress_end(&prog);
+        kvf_expect_free(expect);
         return KVF_CLI_FAIL;
     }
+    kvf_progress_clear(&prog);
     if (!json) {
         printf("# bench load: master %s, transports %s, %u gets per size; "
                "H2D: %s\n",
@@ -463,10 +482,16 @@ int kvf_cmd_bench_load(int argc, char **argv)
             count = (unsigned)((uint64_t)nodes * pool / 2 / sizes[i]);
             count = count ? count : 1;
         }
+        kvf_cli_fmt_size(sizes[i], sz, sizeof(sz));
+        kvf_progress_step(&prog, "%u objects of %s put, %u gets timed", count,
+                          sz, iters);
         if (kvf_bl_size(st, sizes[i], count, iters, &rows[nrows]) != 0) {
+            kvf_progress_done(&prog, 1);
             rc = KVF_CLI_FAIL;
             continue;
         }
+        kvf_progress_done(&prog, 1);
+        kvf_progress_clear(&prog);
         rows[nrows].link_us = link_bw > 0 ? (double)sizes[i] / link_bw : 0;
         if (!json) {
             kvf_bl_row_t *r = &rows[nrows];
@@ -483,8 +508,15 @@ int kvf_cmd_bench_load(int argc, char **argv)
         if (rows[nrows].errors > 0) {
             rc = KVF_CLI_FAIL;
         }
+        kvf_cli_fmt_size(sizes[i], sz, sizeof(sz));
+        if (sizes[i] >= (1u << 20) && rows[nrows].link_us > 0) {
+            kvf_expect_figure(expect, "read_over_link",
+                              rows[nrows].r50 / rows[nrows].link_us, sz);
+        }
+        kvf_expect_figure(expect, "errors", (double)rows[nrows].errors, sz);
         nrows++;
     }
+    busy = kvf_progress_end(&prog);
     kvf_store_disconnect(st);
     kvf_bs_cluster_stop(&cl);
     if (json) {
@@ -492,6 +524,14 @@ int kvf_cmd_bench_load(int argc, char **argv)
     }
     if (record != NULL && kvf_bl_record(record, hyp, rows, nrows) != 0) {
         rc = KVF_CLI_FAIL;
+    }
+    {
+        static const char *const defaults[] = {"read_over_link<=2", "errors==0",
+                                               NULL};
+
+        if (kvf_bench_finish(&expect, defaults, json, &busy) > 0 && strict) {
+            rc = KVF_CLI_FAIL;
+        }
     }
     return rc;
 }

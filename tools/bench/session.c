@@ -120,6 +120,11 @@ int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
     size_t len, i;
 
     memset(s, 0, sizeof(*s));
+    /* this process's pool, and the spawned target's */
+    if (kvf_cli_check_memory("bench", "--pool", o->pool,
+                             o->target != NULL ? 1 : 2) != 0) {
+        return -1;
+    }
     kvf_cli_pool_private =
         (o->transports != NULL && strcmp(o->transports, "tcp") == 0);
     if (o->target != NULL) {
@@ -250,6 +255,29 @@ int kvf_bench_verdicts(kvf_expect_t **e, const char *const *defaults,
     fflush(stdout);
     kvf_expect_free(*e);
     *e = NULL;
+    return missed;
+}
+
+void kvf_bench_busy_json(kvf_json_t *j, const kvf_busy_t *b)
+{
+    kvf_json_bool(j, "busy", b->busy);
+    kvf_json_num(j, "load_avg", b->load);
+    kvf_json_int(j, "cores", b->ncpu);
+    kvf_json_num(j, "steal_pct", b->steal_pct);
+}
+
+void kvf_bench_busy_text(const kvf_busy_t *b, char *out, size_t len)
+{
+    snprintf(out, len, "%s: load average up to %.1f on %d cores, steal %.1f %%",
+             b->busy ? "busy" : "quiet", b->load, b->ncpu, b->steal_pct);
+}
+
+int kvf_bench_finish(kvf_expect_t **e, const char *const *defaults,
+                     int json_on_stdout, const kvf_busy_t *b)
+{
+    int missed = kvf_bench_verdicts(e, defaults, json_on_stdout);
+
+    kvf_busy_note(b, json_on_stdout ? stderr : stdout);
     return missed;
 }
 

@@ -29,6 +29,9 @@
 
 #include "tools/cli/rng.h"
 #include "tools/cli/clock.h"
+#include "tools/cli/net.h"
+
+#include <jansson.h>
 
 #include <math.h>
 #include <pthread.h>
@@ -373,6 +376,7 @@ static void kvf_bs_print_row(const kvf_bs_row_t *r)
 {
     char sz[32];
 
+    kvf_progress_clear(NULL);
     kvf_cli_fmt_size(r->size, sz, sizeof(sz));
     printf("%-9s %-9s %9s %7u %9ld %11.0f %8.3f %10.1f %10.1f %10.1f %6ld "
            "%9.1f\n",
@@ -535,11 +539,12 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
     kvf_json_begin(&j, f);
     kvf_json_obj(&j, NULL);
     kvf_json_str(&j, "bench", "store");
-    kvf_json_str(&j, "transports",
-                 kvf_config_get("transports"));
+    kvf_json_str(&j, "transports", kvf_config_get("transports"));
     kvf_json_str(&j, "transport_to_nodes", o->used);
     kvf_json_int(&j, "nodes", o->nodes);
     kvf_json_int(&j, "pool_bytes", (long long)o->pool);
+    kvf_json_str(&j, "cluster", o->cluster);
+    kvf_bench_busy_json(&j, &o->busy);
     kvf_json_int(&j, "duration_ms", (long long)o->duration_ms);
     kvf_json_num(&j, "hit_ratio", o->hit_ratio);
     kvf_json_int(&j, "repeat", o->repeat);
@@ -567,6 +572,78 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
     fputc('\n', f);
 }
 
+/* An external master's cluster from its /status: o->nodes, o->pool (the
+ * largest node's pool), *capacity_p and o->cluster in words. 0, or -1
+ * when /status could not be read (the counts stay as they are). */
+static int kvf_bs_real_cluster(kvf_bs_opts_t *o, uint64_t *capacity_p)
+{
+    char http[KVF_NET_HOST_MAX + 8], host[KVF_NET_HOST_MAX], body[65536];
+    char sz[32], cap[32];
+    json_t *root, *list, *n;
+    uint64_t c, largest = 0;
+    size_t i, len = 0;
+    uint16_t port;
+
+    if (o->http != NULL) {
+        snprintf(http, sizeof(http), "%s", o->http);
+    } else if (kvf_net_parse_addr(o->master, host, sizeof(host), &port) ==
+               KVF_OK) {
+        /* the master's default: HTTP on the port after the RPC port */
+        snprintf(http, sizeof(http), "%.*s:%u", 200, host, (unsigned)port + 1);
+    } else {
+        return -1;
+    }
+    if (kvf_net_http_get(http, "/status", body, sizeof(body), 2000) != KVF_OK ||
+        (root = json_loads(body, 0, NULL)) == NULL) {
+        snprintf(o->cluster, sizeof(o->cluster),
+                 "nodes unknown (no /status at %.160s; --http names it)", http);
+        return -1;
+    }
+    list = json_object_get(root, "node_list");
+    len = (size_t)snprintf(o->cluster, sizeof(o->cluster), "%zu node(s)",
+                           json_array_size(list));
+    json_array_foreach(list, i, n)
+    {
+        c = (uint64_t)json_integer_value(json_object_get(n, "capacity"));
+        largest = c > largest ? c : largest;
+        kvf_cli_fmt_size(c, sz, sizeof(sz));
+        if (len < sizeof(o->cluster)) {
+            len += (size_t)snprintf(o->cluster + len, sizeof(o->cluster) - len,
+                                    "%s%s", i ? ", " : " (", sz);
+        }
+    }
+    c = (uint64_t)json_integer_value(json_object_get(root, "capacity"));
+    kvf_cli_fmt_size(c, cap, sizeof(cap));
+    if (len < sizeof(o->cluster)) {
+        snprintf(o->cluster + len, sizeof(o->cluster) - len,
+                 "%s%s in all, from %.100s",
+                 json_array_size(list) ? "), " : ", ", cap, http);
+    }
+    o->nodes = (unsigned)json_array_size(list);
+    o->pool = largest;
+    *capacity_p = c;
+    json_decref(root);
+    return 0;
+}
+
+/* The progress's steps: the cells the loops below will run. */
+static void kvf_bs_progress_total(const kvf_bs_opts_t *o, uint64_t capacity,
+                                  kvf_progress_t *p)
+{
+    unsigned i, k, n = 0;
+
+    for (i = 0; i < o->nsizes; i++) {
+        for (k = 0; k < o->nclients; k++) {
+            if (o->sizes[i] * o->clients[k] <= o->mem_budget &&
+                o->sizes[i] * o->clients[k] <= capacity / 2) {
+                n += o->repeat;
+            }
+        }
+    }
+    p->nsteps = n;
+    p->total = n;
+}
+
 int kvf_cmd_bench_store(int argc, char **argv)
 {
     kvf_bs_opts_t o = {.nodes = 2,
@@ -584,14 +661,20 @@ int kvf_cmd_bench_store(int argc, char **argv)
     kvf_store_h st;
     kvf_status_t s;
     int rc;
+    kvf_progress_t prog;
+    char sz[32];
     kvf_opt_sizes_t sizes = {o.sizes, &o.nsizes, 16};
     const kvf_opt_t opts[] = {
         {"master", 0, KVF_OPT_STR, &o.master, "HOST:PORT", "an existing master",
          "spawn one + nodes"},
-        {"nodes", 0, KVF_OPT_UINT, &o.nodes, "N", "nodes to spawn", "2",
-         .min = 1, .max = KVF_BS_NODES_MAX},
-        {"pool", 0, KVF_OPT_SIZE, &o.pool, "SIZE", "pool per spawned node",
-         "1G"},
+        {"http", 0, KVF_OPT_STR, &o.http, "HOST:PORT",
+         "--master's HTTP endpoint, read for the cluster's nodes",
+         "the master's port + 1"},
+        {"nodes", 0, KVF_OPT_UINT, &o.nodes, "N",
+         "nodes to spawn (without --master)", "2", .min = 1,
+         .max = KVF_BS_NODES_MAX},
+        {"pool", 0, KVF_OPT_SIZE, &o.pool, "SIZE",
+         "pool per spawned node (without --master)", "1G"},
         {"sizes", 0, KVF_OPT_SIZES, &sizes, "LIST", "object sizes",
          "8K,64K,1M,8M,64M"},
         {"clients", 0, KVF_OPT_FN, &o, "LIST", "client threads", "1,8,64",
@@ -632,7 +715,8 @@ int kvf_cmd_bench_store(int argc, char **argv)
         "kvferry bench store [options]",
         "Store put and get latency and throughput over object size x\n"
         "client threads, and hit/miss mixes.",
-        opts, "transports: KVF_TRANSPORTS=tcp forces tcp in every process"};
+        opts, "transports: KVF_TRANSPORTS=tcp forces tcp in every process",
+        .progress = 1};
 
     o.nsizes = 5;
     o.sizes[0] = 8 << 10;
@@ -653,17 +737,29 @@ int kvf_cmd_bench_store(int argc, char **argv)
         return rc;
     }
     rc = KVF_CLI_OK;
+    kvf_progress_begin(&prog, "bench store", 0, 0);
+    kvf_cli_fmt_size(o.pool, sz, sizeof(sz));
+    if (o.master == NULL) {
+        kvf_progress_note(&prog, "starting a master and %u node(s) of %s",
+                          o.nodes, sz);
+    }
     rows = calloc(KVF_BS_ROWS_MAX, sizeof(*rows));
     if (rows == NULL || kvf_bench_expect(&o.expect) == NULL ||
         (o.master == NULL && kvf_bs_cluster_start(&cl, o.nodes, o.pool) != 0)) {
+        kvf_progress_end(&prog);
         free(rows);
         kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
+    capacity = (uint64_t)o.nodes * o.pool;
     if (o.master == NULL) {
         o.master = cl.master;
+        snprintf(o.cluster, sizeof(o.cluster), "%u node(s) x %s, spawned",
+                 o.nodes, sz);
+    } else {
+        kvf_bs_real_cluster(&o, &capacity);
     }
-    capacity = (uint64_t)o.nodes * o.pool;
+    kvf_bs_progress_total(&o, capacity, &prog);
     sp.field_mask = KVF_STORE_PARAM_MASTER;
     sp.master = o.master;
     s = kvf_store_connect(&sp, &st);
@@ -675,12 +771,12 @@ int kvf_cmd_bench_store(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     kvf_bs_transport_used(st, o.used, sizeof(o.used));
+    kvf_progress_clear(&prog);
     if (!o.json) {
-        printf("# bench store: master %s, %u node(s) x %lu B, transports "
+        printf("# bench store: master %s, %s, transports "
                "%s (to the nodes: %s), %lu ms per phase\n",
-               o.master, o.nodes, (unsigned long)o.pool,
-               kvf_config_get("transports"),
-               o.used, (unsigned long)o.duration_ms);
+               o.master, o.cluster, kvf_config_get("transports"), o.used,
+               (unsigned long)o.duration_ms);
         printf("%-9s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s %9s\n",
                "system", "op", "size", "clients", "ops", "ops/s", "GB/s",
                "p50_us", "p99_us", "p999_us", "errors", "cpu_us/op");
@@ -698,6 +794,12 @@ int kvf_cmd_bench_store(int argc, char **argv)
             }
             for (r = 0; r < o.repeat; r++) {
                 first = nrows;
+                kvf_cli_fmt_size(o.sizes[i], sz, sizeof(sz));
+                kvf_progress_step(&prog,
+                                  "put and get of %s objects, %u "
+                                  "client(s)%s",
+                                  sz, o.clients[k],
+                                  o.vs_redis ? ", then Redis" : "");
                 kvf_bs_cell(st, &cl, &o, capacity, o.sizes[i], o.clients[k],
                             rows, &nrows);
                 if (o.vs_redis && nrows + 4 <= KVF_BS_ROWS_MAX) {
@@ -726,6 +828,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
                 for (; first < nrows; first++) {
                     rows[first].rep = r;
                 }
+                kvf_progress_done(&prog, 1);
             }
         }
     }
@@ -741,6 +844,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
     }
     kvf_store_disconnect(st);
     kvf_bs_cluster_stop(&cl);
+    o.busy = kvf_progress_end(&prog);
     if (o.json) {
         kvf_bs_json_rows(stdout, &o, rows, nrows);
     }
@@ -756,9 +860,9 @@ int kvf_cmd_bench_store(int argc, char **argv)
                                           "errors==0",    NULL};
         static const char *const dflt[] = {"get_x>=2", "errors==0", NULL};
         const char *tl = kvf_config_get("transports");
-        int missed = kvf_bench_verdicts(
+        int missed = kvf_bench_finish(
             &o.expect, tl != NULL && strcmp(tl, "tcp") == 0 ? tcp : dflt,
-            o.json);
+            o.json, &o.busy);
 
         if (o.strict && missed > 0) {
             rc = KVF_CLI_FAIL;
@@ -895,8 +999,7 @@ static void kvf_bs_record_knobs(kvf_record_t *rec)
     uint64_t v;
 
     for (i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
-        if (kvf_cli_parse_size(kvf_config_get(knobs[i]), &v) ==
-            KVF_OK) {
+        if (kvf_cli_parse_size(kvf_config_get(knobs[i]), &v) == KVF_OK) {
             snprintf(name, sizeof(name), "store_%s", knobs[i]);
             kvf_record_config_num(rec, name, (double)v);
         }
@@ -1018,6 +1121,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     kvf_record_config(rec, "transport_to_nodes", o->used);
     kvf_record_config_num(rec, "nodes", o->nodes);
     kvf_record_config_num(rec, "pool_bytes_per_node", (double)o->pool);
+    kvf_record_config(rec, "cluster", o->cluster);
     kvf_record_config_num(rec, "duration_ms_per_phase", (double)o->duration_ms);
     kvf_record_config_num(rec, "hit_ratio_of_mix", o->hit_ratio);
     kvf_record_config_num(rec, "replicas", o->replicas);

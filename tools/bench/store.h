@@ -72,6 +72,9 @@ typedef struct kvf_bs_opts {
     const char *hypothesis;
     kvf_expect_t *expect; /* --expect rules; the ratios are fed to it */
     int strict;           /* a missed rule fails the command */
+    const char *http;     /* --master's HTTP endpoint (/status) */
+    char cluster[256];    /* the cluster measured, in words */
+    kvf_busy_t busy;      /* how busy the machine was during the run */
 } kvf_bs_opts_t;
 
 /* Pairs each Redis row with the kvferry row of the same size, clients and

@@ -103,7 +103,7 @@ static int kvf_te_parse(int argc, char **argv, kvf_te_opts_t *o)
         "kvferry bench te [options]",
         "The transfer engine's throughput curve over block size: every\n"
         "thread submits batches of random blocks and waits for each.",
-        opts};
+        opts, .progress = 1};
 
     memset(o, 0, sizeof(*o));
     o->s.pool = 1ull << 30;
@@ -333,6 +333,7 @@ void kvf_te_json(FILE *f, const kvf_te_opts_t *o, const char *transport,
     kvf_json_int(&j, "duration_ms", (long long)o->duration_ms);
     kvf_json_int(&j, "min_batches", o->min_batches);
     kvf_json_int(&j, "rounds", o->rounds);
+    kvf_bench_busy_json(&j, &o->busy);
     kvf_json_bool(&j, "inline", !o->no_inline);
     kvf_json_int(&j, "conns", o->s.conns);
     kvf_json_int(&j, "pool_bytes", (long long)o->s.pool);
@@ -425,19 +426,26 @@ int kvf_cmd_bench_te(int argc, char **argv)
     char bstr[32], pstr[32], name[96];
     unsigned k, nrows = 0;
     int rc, bad = 0;
+    kvf_progress_t prog;
 
     rc = kvf_te_parse(argc, argv, &o);
     if (rc != 0) {
         kvf_expect_free(o.expect);
         return rc < 0 ? KVF_CLI_OK : rc;
     }
+    kvf_cli_fmt_size(o.s.pool, pstr, sizeof(pstr));
+    kvf_progress_begin(&prog, "bench te", o.rounds * o.nblocks,
+                       o.rounds * o.nblocks);
+    kvf_progress_note(&prog, "preparing two %s pools (random bytes)%s", pstr,
+                      o.s.target != NULL ? "" : " and a target process");
     if (kvf_bench_expect(&o.expect) == NULL ||
         kvf_bench_session_open(&o.s, &s) != 0) {
+        kvf_progress_end(&prog);
         kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
     transport = kvf_peer_transport(s.peer);
-    kvf_cli_fmt_size(o.s.pool, pstr, sizeof(pstr));
+    kvf_progress_clear(&prog);
     printf("bench=te transport=%s op=%s batch=%u threads=%u duration=%lums "
            "conns=%u pool=%s\n",
            transport, o.op == KVF_OP_WRITE ? "write" : "read", o.batch,
@@ -446,17 +454,23 @@ int kvf_cmd_bench_te(int argc, char **argv)
            "GB/s", "Gbps", "ops/s", "lat P50 ms", "lat P99 ms");
     for (round = 0; round < o.rounds && !bad; round++) {
         for (k = 0; k < o.nblocks; k++) {
+            kvf_cli_fmt_size(o.blocks[k], bstr, sizeof(bstr));
+            kvf_progress_step(&prog, "%s%s blocks for %lu ms over %s",
+                              o.op == KVF_OP_WRITE ? "write " : "read ", bstr,
+                              (unsigned long)o.duration_ms, transport);
             if (kvf_te_run_block(&o, &s, o.blocks[k], &runs[k][round]) != 0) {
                 bad = 1;
                 break;
             }
+            kvf_progress_done(&prog, 1);
             if (o.rounds > 1) {
-                kvf_cli_fmt_size(o.blocks[k], bstr, sizeof(bstr));
+                kvf_progress_clear(&prog);
                 fprintf(stderr, "round %u: %s %.3f GB/s\n", round + 1, bstr,
                         runs[k][round].gb_s);
             }
         }
     }
+    o.busy = kvf_progress_end(&prog);
     for (k = 0; k < o.nblocks && !bad; k++) {
         kvf_te_row_t *r = &rows[nrows];
 
@@ -484,8 +498,8 @@ int kvf_cmd_bench_te(int argc, char **argv)
     {
         static const char *const defaults[] = {"small_pct>=90", NULL};
 
-        bad |= kvf_bench_verdicts(&o.expect, defaults,
-                                  o.json && !strcmp(o.json, "-")) > 0 &&
+        bad |= kvf_bench_finish(&o.expect, defaults,
+                                o.json && !strcmp(o.json, "-"), &o.busy) > 0 &&
                o.strict;
     }
     if (o.json != NULL) {
@@ -551,6 +565,8 @@ int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
     kvf_record_config_num(rec, "pool_bytes", (double)o->s.pool);
     kvf_record_config(rec, "target",
                       o->s.target ? o->s.target : "spawned on 127.0.0.1");
+    kvf_bench_busy_text(&o->busy, text, sizeof(text));
+    kvf_record_config(rec, "machine", text);
     kvf_record_config(rec, "workload",
                       "each thread submits its own batches of consecutive "
                       "blocks of its pool slice (wrapping) and waits for "

@@ -30,6 +30,7 @@ typedef struct kvf_te_opts {
     const char *hypothesis;
     kvf_expect_t *expect; /* --expect rules (plus the defaults) */
     int strict;           /* a missed rule fails the command */
+    kvf_busy_t busy;      /* how busy the machine was during the run */
 } kvf_te_opts_t;
 
 typedef struct kvf_te_row {

@@ -70,6 +70,26 @@ void *kvf_cli_pool_alloc(size_t len, uint64_t seed);
 extern int kvf_cli_pool_private;
 void kvf_cli_pool_free(void *pool, size_t len);
 
+/* A daemon (target, master, node) stops on signal sig: SIGTERM is its
+ * parent's or a service manager's orderly stop and prints nothing; SIGINT
+ * (a user's Ctrl-C) one quiet line. */
+void kvf_cli_stopped(const char *daemon, int sig);
+
+/* Refuses, before anything is allocated, `count` pools of `bytes` each
+ * that do not fit the machine: the memory available (MemAvailable of
+ * /proc/meminfo) or a configured limit (the address-space limit of
+ * `ulimit -v` / `prlimit --as`, the cgroup's memory.max). Prints one line
+ * naming the option, the figures and the fix; returns 0 when it fits. */
+int kvf_cli_check_memory(const char *cmd, const char *option, uint64_t bytes,
+                         unsigned count);
+/* Refuses a listen address (option, e.g. "--listen") that another process
+ * already holds, before the library tries it: one line with the fix.
+ * Port 0 and unparsable addresses pass (the library reports those). */
+int kvf_cli_check_listen(const char *cmd, const char *option, const char *addr);
+/* The message of a failed store call by cmd ("put") against master. */
+void kvf_cli_store_error(const char *cmd, const char *key, kvf_status_t s,
+                         const char *master);
+
 /* Exit codes of the command. */
 #define KVF_CLI_OK    0
 #define KVF_CLI_FAIL  1

@@ -19,6 +19,67 @@ static void kvf_cli_usage(const kvf_cli_cmd_t *cmds, const char *what)
     fprintf(stderr, "\n'%s <command> --help' describes a command.\n", what);
 }
 
+/* Edit distance of a and b (both short). */
+static unsigned kvf_cli_distance(const char *a, const char *b)
+{
+    unsigned row[64], i, j, prev, cur, la = (unsigned)strlen(a);
+    unsigned lb = (unsigned)strlen(b);
+
+    if (la >= 64 || lb >= 64) {
+        return 64;
+    }
+    for (j = 0; j <= lb; j++) {
+        row[j] = j;
+    }
+    for (i = 1; i <= la; i++) {
+        prev = row[0];
+        row[0] = i;
+        for (j = 1; j <= lb; j++) {
+            cur = row[j];
+            row[j] = prev + (a[i - 1] != b[j - 1]);
+            if (row[j - 1] + 1 < row[j]) {
+                row[j] = row[j - 1] + 1;
+            }
+            if (cur + 1 < row[j]) {
+                row[j] = cur + 1;
+            }
+            prev = cur;
+        }
+    }
+    return row[lb];
+}
+
+/* One line: the unknown command, the nearest one, where the list is. */
+static void kvf_cli_unknown(const kvf_cli_cmd_t *cmds, const char *what,
+                            const char *name)
+{
+    unsigned d, best_d = 3;
+    const char *best = NULL;
+    size_t i;
+
+    for (i = 0; cmds[i].name != NULL; i++) {
+        /* a prefix ("st" of "store") is the nearest there is */
+        d = strncmp(cmds[i].name, name, strlen(name)) == 0
+                ? 0
+                : kvf_cli_distance(name, cmds[i].name);
+        if (d < best_d) {
+            best_d = d;
+            best = cmds[i].name;
+        }
+    }
+    if (best != NULL) {
+        fprintf(stderr,
+                "%s: unknown command '%s' \xe2\x80\x94 did you mean '%s'? "
+                "('%s --help' lists the commands)\n",
+                what, name, best, what);
+    } else {
+        fprintf(stderr,
+                "%s: unknown command '%s' \xe2\x80\x94 '%s --help' lists the "
+                "commands\n",
+                what, name, what);
+    }
+}
+
 int kvf_cli_dispatch(const kvf_cli_cmd_t *cmds, const char *what, int argc,
                      char **argv)
 {
@@ -34,8 +95,7 @@ int kvf_cli_dispatch(const kvf_cli_cmd_t *cmds, const char *what, int argc,
             return cmds[i].run(argc - 1, argv + 1);
         }
     }
-    fprintf(stderr, "%s: unknown command '%s'\n\n", what, argv[1]);
-    kvf_cli_usage(cmds, what);
+    kvf_cli_unknown(cmds, what, argv[1]);
     return KVF_CLI_USAGE;
 }
 

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -155,5 +156,44 @@ kvf_status_t kvf_net_send_all(int fd, const void *buf, size_t len,
             return KVF_ERR_IO;
         }
     }
+    return KVF_OK;
+}
+
+kvf_status_t kvf_net_http_get(const char *addr, const char *path, char *buf,
+                              size_t len, int timeout_ms)
+{
+    char host[KVF_NET_HOST_MAX], req[512], *body;
+    uint64_t deadline = kvf_clock_ms() + (uint64_t)timeout_ms;
+    size_t got = 0;
+    kvf_status_t st;
+    uint16_t port;
+    ssize_t r;
+    int fd, n;
+
+    n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+    st = kvf_net_parse_addr(addr, host, sizeof(host), &port);
+    if (st == KVF_OK) {
+        st = kvf_net_connect(host, port, timeout_ms, &fd);
+    }
+    if (st != KVF_OK) {
+        return st;
+    }
+    st = kvf_net_send_all(fd, req, (size_t)n, deadline);
+    while (st == KVF_OK && got + 1 < len &&
+           kvf_net_wait(fd, POLLIN, deadline) == KVF_OK) {
+        r = read(fd, buf + got, len - 1 - got);
+        if (r <= 0) {
+            break;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = '\0';
+    body = strstr(buf, "\r\n\r\n");
+    if (st != KVF_OK || body == NULL || strncmp(buf, "HTTP/1.", 7) != 0 ||
+        strncmp(buf + 8, " 200", 4) != 0) {
+        return st != KVF_OK ? st : KVF_ERR_PROTOCOL;
+    }
+    memmove(buf, body + 4, strlen(body + 4) + 1);
     return KVF_OK;
 }

@@ -27,4 +27,9 @@ kvf_status_t kvf_net_wait(int fd, short events, uint64_t deadline_ms);
 kvf_status_t kvf_net_send_all(int fd, const void *buf, size_t len,
                               uint64_t deadline_ms);
 
+/* GET path from the HTTP server at addr ("HOST:PORT") within timeout_ms;
+ * the body of a 200 reply, NUL-terminated, in buf. */
+kvf_status_t kvf_net_http_get(const char *addr, const char *path, char *buf,
+                              size_t len, int timeout_ms);
+
 #endif

@@ -4,6 +4,7 @@
  * kind, and --help printed from the same table.
  */
 #include "tools/cli/opts.h"
+#include "tools/cli/progress.h"
 #include "tools/cli/cli.h"
 
 #include <errno.h>
@@ -14,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KVF_OPTS_MAX      64
-#define KVF_OPTS_COL      24 /* help text starts here */
-#define KVF_OPTS_HELP_VAL 1000
+#define KVF_OPTS_MAX       64
+#define KVF_OPTS_COL       24 /* help text starts here */
+#define KVF_OPTS_HELP_VAL  1000
+#define KVF_OPTS_QUIET_VAL 999
+#define KVF_OPTS_LOG_VAL   998
 
 int kvf_opts_error(const kvf_cmd_spec_t *spec, const char *fmt, ...)
 {
@@ -120,6 +123,12 @@ void kvf_opts_help(const kvf_cmd_spec_t *spec, void *fp)
             }
         }
     }
+    if (spec->progress) {
+        fprintf(f, "      --quiet%*s%s\n", KVF_OPTS_COL - 13, "",
+                "no progress lines on stderr");
+    }
+    fprintf(f, "      --log FILE%*s%s\n", KVF_OPTS_COL - 16, "",
+            "append log lines to FILE (config `log_file`)");
     fprintf(f, "  -h, --help%*s%s\n", KVF_OPTS_COL - 12, "", "print this help");
     if (spec->epilog != NULL) {
         fprintf(f, "%s\n", spec->epilog);
@@ -298,7 +307,11 @@ static int kvf_opts_build(const kvf_cmd_spec_t *spec, struct option *lo,
     }
     shorts[s] = '\0';
     lo[k] = (struct option){"help", no_argument, NULL, 'h'};
-    lo[k + 1] = (struct option){NULL, 0, NULL, 0};
+    /* --quiet: every command accepts it (progress.h) */
+    lo[k + 1] = (struct option){"quiet", no_argument, NULL, KVF_OPTS_QUIET_VAL};
+    lo[k + 2] =
+        (struct option){"log", required_argument, NULL, KVF_OPTS_LOG_VAL};
+    lo[k + 3] = (struct option){NULL, 0, NULL, 0};
     return i;
 }
 
@@ -333,7 +346,7 @@ static int kvf_opts_required(const kvf_cmd_spec_t *spec, const char *given)
 int kvf_opts_parse(const kvf_cmd_spec_t *spec, int argc, char **argv,
                    int *argi_p)
 {
-    struct option lo[KVF_OPTS_MAX + 2];
+    struct option lo[KVF_OPTS_MAX + 4];
     char shorts[3 * KVF_OPTS_MAX + 4], given[KVF_OPTS_MAX] = {0};
     int n, c, i, rc;
 
@@ -344,6 +357,16 @@ int kvf_opts_parse(const kvf_cmd_spec_t *spec, int argc, char **argv,
         if (c == 'h') {
             kvf_opts_help(spec, stdout);
             return KVF_CLI_OK;
+        }
+        if (c == KVF_OPTS_QUIET_VAL) {
+            kvf_progress_quiet = 1;
+            continue;
+        }
+        if (c == KVF_OPTS_LOG_VAL) {
+            /* the key log_file, inherited by the processes it starts */
+            setenv("KVF_LOG_FILE", optarg, 1);
+            fprintf(stderr, "kvferry: log lines go to %s\n", optarg);
+            continue;
         }
         if (c == ':') {
             return kvf_opts_error(spec, "%s needs a value", argv[optind - 1]);

@@ -74,6 +74,7 @@ typedef struct kvf_cmd_spec {
     const kvf_opt_t *opts;
     const char *epilog; /* text after the options, or NULL */
     int in_order;       /* options stop at the first positional argument */
+    int progress;       /* lists --quiet (accepted by every command) */
 } kvf_cmd_spec_t;
 
 /* Parses argv[1..] against spec. Returns -1 to go on (*argi_p, when not

@@ -106,6 +106,10 @@ int kvf_cmd_master(int argc, char **argv)
     if (lo_given) {
         o.low_watermark = (double)pct_lo / 100;
     }
+    if (kvf_cli_check_listen("master", "--listen", o.listen) != 0 ||
+        kvf_cli_check_listen("master", "--http", o.http) != 0) {
+        return KVF_CLI_FAIL;
+    }
     kvf_store_block_signals(&set);
     st = kvf_server_master_start(&o, &m);
     if (st != KVF_OK) {
@@ -116,7 +120,7 @@ int kvf_cmd_master(int argc, char **argv)
            kvf_server_master_http(m)[0] ? kvf_server_master_http(m) : "off");
     fflush(stdout);
     sig = kvf_store_wait_signal(&set);
-    fprintf(stderr, "kvferry master: signal %d, stopping\n", sig);
+    kvf_cli_stopped("master", sig);
     kvf_server_master_stop(m);
     return KVF_CLI_OK;
 }
@@ -166,6 +170,10 @@ int kvf_cmd_node(int argc, char **argv)
     if (rc >= 0) {
         return rc;
     }
+    if (kvf_cli_check_listen("node", "--listen", o.listen) != 0 ||
+        kvf_cli_check_memory("node", "--pool", o.pool, 1) != 0) {
+        return KVF_CLI_FAIL;
+    }
     kvf_store_block_signals(&set);
     st = kvf_server_node_start(&o, &n);
     if (st != KVF_OK) {
@@ -178,7 +186,7 @@ int kvf_cmd_node(int argc, char **argv)
            (unsigned long)o.pool, o.master);
     fflush(stdout);
     sig = kvf_store_wait_signal(&set);
-    fprintf(stderr, "kvferry node: signal %d, stopping\n", sig);
+    kvf_cli_stopped("node", sig);
     kvf_server_node_stop(n);
     return KVF_CLI_OK;
 }

@@ -6,7 +6,10 @@
  * Exit status: 0 done, 1 failed (or `exists`: absent), 2 usage.
  */
 #include "tools/cli/cli.h"
+#include "tools/cli/net.h"
 #include "tools/cli/opts.h"
+
+#include <kvferry/config.h>
 
 #include <kvferry/store.h>
 
@@ -22,8 +25,35 @@ typedef struct kvf_scli {
     unsigned replicas;
     unsigned flags;
     int pin;
-    int argi; /* first positional argument */
+    int argi;     /* first positional argument */
+    char cmd[16]; /* "put", for the messages */
 } kvf_scli_t;
+
+/* The master the command talks to: --master, or the config's. */
+static const char *kvf_scli_master(const kvf_scli_t *o)
+{
+    const char *m = o->master != NULL ? o->master : kvf_config_get("master");
+
+    return m != NULL ? m : "127.0.0.1:17800";
+}
+
+/* Is anything listening at the master's address? */
+static kvf_status_t kvf_scli_probe(const char *master)
+{
+    char host[KVF_NET_HOST_MAX];
+    uint16_t port;
+    kvf_status_t s;
+    int fd;
+
+    if (kvf_net_parse_addr(master, host, sizeof(host), &port) != KVF_OK) {
+        return KVF_OK; /* the library says what is wrong with it */
+    }
+    s = kvf_net_connect(host, port, 2000, &fd);
+    if (s == KVF_OK) {
+        close(fd);
+    }
+    return s;
+}
 
 /* usage: "kvferry CMD [options] ARGS\nwhat it does"; split into a spec. */
 static void kvf_scli_spec(const char *usage, char *line, size_t len,
@@ -56,6 +86,7 @@ static int kvf_scli_parse(int argc, char **argv, kvf_scli_t *o,
     int rc;
 
     memset(o, 0, sizeof(*o));
+    sscanf(usage, "kvferry %15s", o->cmd);
     kvf_scli_spec(usage, line, sizeof(line), &spec);
     /* --replicas and --pin are put's */
     spec.opts = strncmp(line, "kvferry put ", 12) == 0 ? opts : master_only;
@@ -86,10 +117,14 @@ static kvf_store_h kvf_scli_connect(const kvf_scli_t *o)
         p.field_mask = KVF_STORE_PARAM_MASTER;
         p.master = o->master;
     }
+    /* a master that is not running: one line, before the library's */
+    if (kvf_scli_probe(kvf_scli_master(o)) != KVF_OK) {
+        kvf_cli_store_error(o->cmd, "", KVF_ERR_CONNECT, kvf_scli_master(o));
+        return NULL;
+    }
     s = kvf_store_connect(&p, &st);
     if (s != KVF_OK) {
-        fprintf(stderr, "kvferry: cannot reach the store master: %s\n",
-                kvf_status_str(s));
+        kvf_cli_store_error(o->cmd, "", s, kvf_scli_master(o));
         return NULL;
     }
     return st;
@@ -178,8 +213,7 @@ int kvf_cmd_put(int argc, char **argv)
     kvf_store_disconnect(st);
     munmap(buf, cap);
     if (s != KVF_OK) {
-        fprintf(stderr, "kvferry put %s: %s (%s)\n", argv[o.argi],
-                kvf_status_str(s), kvf_status_name(s));
+        kvf_cli_store_error("put", argv[o.argi], s, kvf_scli_master(&o));
         return KVF_CLI_FAIL;
     }
     return KVF_CLI_OK;
@@ -234,8 +268,7 @@ int kvf_cmd_get(int argc, char **argv)
             fclose(f);
         }
     } else {
-        fprintf(stderr, "kvferry get %s: %s (%s)\n", argv[o.argi],
-                kvf_status_str(s), kvf_status_name(s));
+        kvf_cli_store_error("get", argv[o.argi], s, kvf_scli_master(&o));
     }
     if (buf != NULL) {
         munmap(buf, cap ? cap : 1);

@@ -63,6 +63,10 @@ int kvf_cmd_target(int argc, char **argv)
         params.transports = kvf_target_transports;
         params.field_mask |= KVF_ENGINE_PARAM_TRANSPORTS;
     }
+    if (kvf_cli_check_listen("target", "--listen", params.listen) != 0 ||
+        kvf_cli_check_memory("target", "--pool", pool_len, 1) != 0) {
+        return KVF_CLI_FAIL;
+    }
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
@@ -92,7 +96,7 @@ int kvf_cmd_target(int argc, char **argv)
     do {
         sig = sigtimedwait(&set, NULL, &ts);
     } while (sig < 0);
-    fprintf(stderr, "kvferry target: signal %d, stopping\n", sig);
+    kvf_cli_stopped("target", sig);
     kvf_engine_dereg(engine, region);
     kvf_engine_destroy(engine);
     kvf_cli_pool_free(pool, pool_len);

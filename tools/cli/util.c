@@ -7,9 +7,16 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <unistd.h>
 
 #include "tools/cli/rng.h"
 
@@ -186,4 +193,210 @@ void kvf_cli_pool_free(void *pool, size_t len)
     }
     pthread_mutex_unlock(&kvf_cli_anon_lock);
     kvf_mem_free(pool);
+}
+
+void kvf_cli_stopped(const char *daemon, int sig)
+{
+    if (sig == SIGINT) {
+        fprintf(stderr, "kvferry %s: stopped\n", daemon);
+    }
+}
+
+/* MemAvailable of /proc/meminfo in bytes, or 0 when unknown. */
+static uint64_t kvf_cli_mem_available(void)
+{
+    unsigned long long kb = 0;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "MemAvailable: %llu", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* The cgroup (v2) memory.max of this process, or 0 when none. */
+static uint64_t kvf_cli_cgroup_max(void)
+{
+    unsigned long long v = 0;
+    char line[512], path[600];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+
+    if (f == NULL) {
+        return 0;
+    }
+    path[0] = '\0';
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "0::", 3) == 0) {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max",
+                     line + 3);
+        }
+    }
+    fclose(f);
+    if (path[0] == '\0' || (f = fopen(path, "r")) == NULL) {
+        return 0;
+    }
+    if (fscanf(f, "%llu", &v) != 1) {
+        v = 0; /* "max" */
+    }
+    fclose(f);
+    return (uint64_t)v;
+}
+
+int kvf_cli_check_memory(const char *cmd, const char *option, uint64_t bytes,
+                         unsigned count)
+{
+    uint64_t need = bytes * count, avail = kvf_cli_mem_available();
+    uint64_t cg = kvf_cli_cgroup_max();
+    char n[32], a[32], what[64] = "";
+    struct rlimit rl;
+
+    kvf_cli_fmt_size(need, n, sizeof(n));
+    if (count > 1) {
+        char one[32];
+
+        kvf_cli_fmt_size(bytes, one, sizeof(one));
+        snprintf(what, sizeof(what), " (%u pools of %s)", count, one);
+    }
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        need >= (uint64_t)rl.rlim_cur) {
+        kvf_cli_fmt_size((uint64_t)rl.rlim_cur, a, sizeof(a));
+        fprintf(stderr,
+                "kvferry %s: %s %s%s exceeds this process's address-space "
+                "limit of %s (ulimit -v) \xe2\x80\x94 pick a smaller %s or "
+                "raise the limit\n",
+                cmd, option, n, what, a, option);
+        return -1;
+    }
+    if (cg > 0 && need >= cg) {
+        kvf_cli_fmt_size(cg, a, sizeof(a));
+        fprintf(stderr,
+                "kvferry %s: %s %s%s exceeds the memory limit of this "
+                "cgroup, %s (memory.max) \xe2\x80\x94 pick a smaller %s\n",
+                cmd, option, n, what, a, option);
+        return -1;
+    }
+    if (avail > 0 && need > avail) {
+        kvf_cli_fmt_size(avail, a, sizeof(a));
+        fprintf(stderr,
+                "kvferry %s: %s %s%s does not fit this machine: %s of memory "
+                "available (MemAvailable in /proc/meminfo) \xe2\x80\x94 "
+                "pick a smaller %s\n",
+                cmd, option, n, what, a, option);
+        return -1;
+    }
+    return 0;
+}
+
+int kvf_cli_check_listen(const char *cmd, const char *option, const char *addr)
+{
+    struct sockaddr_in sin = {0};
+    struct addrinfo hints = {0}, *ai = NULL;
+    char host[256];
+    const char *colon = addr != NULL ? strrchr(addr, ':') : NULL;
+    long port;
+    int fd, one = 1, rc = 0, err;
+
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) {
+        return 0;
+    }
+    port = strtol(colon + 1, NULL, 10);
+    if (port <= 0 || port > 65535) {
+        return 0;
+    }
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+    hints.ai_family = AF_INET;
+    if (getaddrinfo(host[0] ? host : "0.0.0.0", NULL, &hints, &ai) != 0 ||
+        ai == NULL) {
+        return 0;
+    }
+    sin = *(struct sockaddr_in *)ai->ai_addr;
+    freeaddrinfo(ai);
+    sin.sin_port = htons((uint16_t)port);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return 0;
+    }
+    /* as the library binds: SO_REUSEADDR, so only a listener conflicts */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0) {
+        char why[128];
+
+        err = errno;
+        snprintf(why, sizeof(why), "%s", strerror(err));
+        why[0] = (char)tolower((unsigned char)why[0]);
+        fprintf(stderr,
+                "kvferry %s: cannot listen on %s: %s \xe2\x80\x94 %s %s "
+                "HOST:PORT%s\n",
+                cmd, addr, why,
+                err == EADDRINUSE ? "pick another with"
+                                  : "pick an address of this machine with",
+                option,
+                err == EADDRINUSE ? " or stop the process using it" : "");
+        rc = -1;
+    }
+    close(fd);
+    return rc;
+}
+
+void kvf_cli_store_error(const char *cmd, const char *key, kvf_status_t s,
+                         const char *master)
+{
+    const char *dash = "\xe2\x80\x94";
+
+    switch (s) {
+    case KVF_ERR_UNAVAILABLE:
+        fprintf(stderr,
+                "kvferry: %s: no storage node is registered with master %s "
+                "%s start one with 'kvferry node --master %s'\n",
+                cmd, master, dash, master);
+        break;
+    case KVF_ERR_CONNECT:
+    case KVF_ERR_TIMEOUT:
+        fprintf(stderr,
+                "kvferry: %s: cannot reach the store master at %s (%s) %s "
+                "start one with 'kvferry master --listen %s', or name a "
+                "running one with --master HOST:PORT\n",
+                cmd, master,
+                s == KVF_ERR_CONNECT ? "connection refused" : "timed out", dash,
+                master);
+        break;
+    case KVF_ERR_PEER_UNREACHABLE:
+    case KVF_ERR_PEER_CLOSED:
+        fprintf(stderr,
+                "kvferry: %s %s: the storage node holding it does not answer "
+                "%s restart it ('kvferry node --master %s'); the master "
+                "drops a silent node after its --node-ttl\n",
+                cmd, key, dash, master);
+        break;
+    case KVF_ERR_NO_KEY:
+        fprintf(stderr,
+                "kvferry: %s %s: no such key in the store at %s %s "
+                "'kvferry ls --master %s' lists the keys\n",
+                cmd, key, master, dash, master);
+        break;
+    case KVF_ERR_NO_SPACE:
+        fprintf(stderr,
+                "kvferry: %s %s: the store is full %s remove keys "
+                "('kvferry rm') or add a node ('kvferry node --master %s')\n",
+                cmd, key, dash, master);
+        break;
+    case KVF_ERR_MSG_TOO_LARGE:
+        fprintf(stderr,
+                "kvferry: %s %s: the object is larger than every node's pool "
+                "%s start a node with a larger --pool\n",
+                cmd, key, dash);
+        break;
+    default:
+        fprintf(stderr, "kvferry: %s %s: %s (%s)\n", cmd, key,
+                kvf_status_str(s), kvf_status_name(s));
+        break;
+    }
 }

@@ -173,8 +173,11 @@ int kvf_cmd_drill(int argc, char **argv)
     kvf_drill_opts_t o = {NULL, 1500, 1000, 1, NULL};
     char tmp[] = "/tmp/kvferry-drill-XXXXXX";
     const char *what, *dir;
-    int argi, rc, worst = KVF_CLI_OK, ran = 0, skipped = 0;
-    size_t i;
+    int argi, rc, worst = KVF_CLI_OK, ran = 0, skipped = 0, nfailed = 0;
+    size_t i, k, n;
+    char failed[512] = "";
+    kvf_progress_t prog;
+    kvf_busy_t busy;
     const kvf_opt_t opts[] = {
         {"record", 'r', KVF_OPT_STR, &o.record, "DIR", "write records there",
          "a new temp dir"},
@@ -193,7 +196,7 @@ int kvf_cmd_drill(int argc, char **argv)
         "kvferry drill NAME|all|list [options]",
         "Fault drills: each injects a fault under traffic and checks what\n"
         "the clients saw, bounded waits and recovery; one record per drill.",
-        opts, kvf_drill_epilog()};
+        opts, kvf_drill_epilog(), .progress = 1};
 
     rc = kvf_opts_parse(&spec, argc, argv, &argi);
     if (rc >= 0) {
@@ -237,17 +240,44 @@ int kvf_cmd_drill(int argc, char **argv)
     }
     printf("kvferry drill: records in %s\n", dir);
     fflush(stdout);
+    kvf_progress_begin(&prog, "drill", 0, 0);
+    for (k = i; kvf_drills[k].name != NULL; k++) {
+        if (strcmp(what, "all") == 0 || strcmp(what, kvf_drills[k].name) == 0) {
+            prog.nsteps++;
+        }
+    }
+    prog.total = prog.nsteps;
     for (; kvf_drills[i].name != NULL; i++) {
         if (strcmp(what, "all") != 0 && strcmp(what, kvf_drills[i].name) != 0) {
             continue;
         }
+        kvf_progress_step(&prog, "%s", kvf_drills[i].name);
         rc = kvf_drill_run_one(&kvf_drills[i], &o, dir);
+        kvf_progress_done(&prog, 1);
         ran++;
         skipped += (rc == KVF_CLI_SKIP);
         if (rc == KVF_CLI_FAIL) {
             worst = KVF_CLI_FAIL;
+            n = strlen(failed);
+            snprintf(failed + n, sizeof(failed) - n, "%s%s", n ? ", " : "",
+                     kvf_drills[i].name);
+            nfailed++;
         }
     }
+    busy = kvf_progress_end(&prog);
+    if (strcmp(what, "all") == 0) {
+        if (nfailed > 0) {
+            printf("FAIL  %d of %d drills failed: %s", nfailed, ran - skipped,
+                   failed);
+        } else {
+            printf("PASS  all %d drills held", ran - skipped);
+        }
+        if (skipped > 0) {
+            printf(" (%d skipped: they need root)", skipped);
+        }
+        printf("\n");
+    }
+    kvf_busy_note(&busy, stdout);
     if (strcmp(what, "all") != 0 && skipped == ran) {
         return KVF_CLI_SKIP;
     }

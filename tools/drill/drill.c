@@ -32,6 +32,11 @@ void kvf_drill_log(kvf_drill_t *d, const char *fmt, ...)
 {
     va_list ap;
 
+    /* the drill's phases are its progress lines */
+    if (kvf_progress_quiet) {
+        return;
+    }
+    kvf_progress_clear(NULL);
     fprintf(stderr, "[drill %s %6.1fs] ", d->name,
             (double)(kvf_clock_ms() - d->t_start_ms) / 1000.0);
     va_start(ap, fmt);

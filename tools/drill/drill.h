@@ -19,6 +19,7 @@
 #define KVF_TOOLS_DRILL_H
 
 #include "tools/cli/cli.h"
+#include "tools/cli/progress.h"
 #include "tools/record/record.h"
 
 #include <stdint.h>
