@@ -53,17 +53,18 @@ class HostView:
     __slots__ = ("_view", "addr", "nbytes", "readonly")
 
     def __init__(self, obj: Any, writable: bool):
+        self._view: Optional[_PyBuffer] = None
         view = _PyBuffer()
         flags = _PyBUF_WRITABLE if writable else _PyBUF_SIMPLE
         try:
             _api.PyObject_GetBuffer(obj, ctypes.byref(view), flags)
-        except (BufferError, TypeError) as e:
+        except (BufferError, TypeError, ValueError) as e:
             raise invalid(
                 "buffer",
                 "%s: %s" % (type(obj).__name__, e),
                 BufferTypeError,
             ) from None
-        self._view: Optional[_PyBuffer] = view
+        self._view = view
         self.addr = view.buf or 0
         self.nbytes = view.len
         self.readonly = bool(view.readonly)
