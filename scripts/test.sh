@@ -3,7 +3,8 @@
 # for the two HTML page tests), builds the release and the ASan+UBSan
 # trees, runs every CTest test in both, then the code checks
 # (scripts/check-code.sh: layering, function size, links) and a short
-# fuzzing smoke run of every decoder (scripts/fuzz.sh). Extra arguments go
+# fuzzing smoke run of every decoder (scripts/fuzz.sh), and last the Python
+# package tests (python/run-tests.sh). Extra arguments go
 # to both ctest runs (e.g. -R store).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,3 +34,7 @@ if [ -x scripts/fuzz.sh ]; then
   echo "== fuzzing smoke run"
   ./scripts/fuzz.sh --smoke 20
 fi
+
+# last, so the output ends with pytest's summary line
+echo "== Python package tests"
+./python/run-tests.sh
