@@ -8,6 +8,8 @@ peer opens.
 from __future__ import annotations
 
 import ctypes
+import itertools
+import operator
 import threading
 import weakref
 from array import array
@@ -262,6 +264,52 @@ class Peer:
 
     def _ops_array(self, typ: int, ops: Iterable[OpTuple]) -> Tuple[array, int, int]:
         p = self._handle()
+        if not isinstance(ops, (list, tuple)):
+            ops = list(ops)
+        fast = self._ops_array_fast(typ, p, ops)
+        if fast is not None:
+            return fast
+        return self._ops_array_slow(typ, p, ops)
+
+    @staticmethod
+    def _ops_array_fast(typ: int, p: int, ops: Sequence[OpTuple]) -> Optional[Tuple[array, int, int]]:
+        """The op array built column by column at C speed (zip, map, array)
+        when every local is an int or every local is (one region, offset);
+        None for anything else (the per-op path then checks and reports)."""
+        n = len(ops)
+        try:
+            if n == 0 or set(map(len, ops)) != {3}:
+                return None
+            locs, remotes, lens = zip(*ops)
+            first = locs[0]
+            if type(first) is tuple:
+                reg = first[0]
+                if not isinstance(reg, Region) or set(map(len, locs)) != {2}:
+                    return None
+                regs, offs = zip(*locs)
+                if regs.count(reg) != n or reg._h is None:
+                    return None
+                if typ == _lib.OP_READ and reg.readonly:
+                    return None
+                if lens.count(lens[0]) == n:  # one block size: no per-op sum
+                    end = max(offs) + lens[0]
+                else:
+                    end = max(map(operator.add, offs, lens))
+                if min(offs) < 0 or end > reg.nbytes:
+                    return None
+                # list first: array() from an iterator appends item by item
+                addrs = array("Q", list(map(operator.add, offs, itertools.repeat(reg.addr, n))))
+            else:
+                addrs = array("Q", locs)
+            arr = array("Q", [typ, 0, p, 0, 0]) * n
+            arr[1::5] = addrs
+            arr[3::5] = array("Q", remotes)
+            arr[4::5] = array("Q", lens)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        return arr, n, sum(lens)
+
+    def _ops_array_slow(self, typ: int, p: int, ops: Sequence[OpTuple]) -> Tuple[array, int, int]:
         vals: List[int] = []
         ext = vals.extend
         total = 0
@@ -321,10 +369,8 @@ class Peer:
         base = region.addr
         if max(o + ln for o, ln in zip(local_offsets, lens)) > region.nbytes or min(local_offsets) < 0:
             raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
-        arr = array("Q", bytes(40 * n))
-        arr[0::5] = array("Q", [typ]) * n
+        arr = array("Q", [typ, 0, p, 0, 0]) * n
         arr[1::5] = array("Q", [base + o for o in local_offsets])
-        arr[2::5] = array("Q", [p]) * n
         arr[3::5] = array("Q", remote_addrs)
         arr[4::5] = array("Q", lens)
         return arr, n, sum(lens)
