@@ -77,8 +77,8 @@ def blocks(args: argparse.Namespace) -> int:
         seg, raddr, rlen = tgt.segment, tgt.pool_addr, tgt.pool_len
     else:
         seg, raddr, rlen = args.target, None, None
+    eng = Engine(transports=args.transport)
     try:
-        eng = Engine(transports=args.transport)
         peer = eng.open(seg)
         if raddr is None:
             raddr, rlen, _ = peer.regions()[0]
@@ -151,10 +151,8 @@ def blocks(args: argparse.Namespace) -> int:
         print("ctypes per-call cost (ns):")
         for k, v in ctypes_overhead(args.calls).items():
             print("  %-38s %7.0f" % (k, v))
-        local.deregister()
-        peer.close()
-        eng.close()
     finally:
+        eng.close()  # ends batches, closes the peer, frees the local pool
         if tgt is not None:
             tgt.close()
     return 0
