@@ -26,8 +26,9 @@ for f in "$tmp/prefix/bin/kvferry" "$libdir/libkvferry.so" \
   "$libdir/libkvferry.a" "$(pkg-config --variable=includedir kvferry)/kvferry/store.h"; do
   [ -e "$f" ] || { echo "not installed: $f" >&2; exit 1; }
 done
-# shellcheck disable=SC2046
-cc -std=c11 -Wall -Wextra -Werror "$src/hello_store.c" \
+# KVF_EXAMPLE_CFLAGS: extra flags (the sanitizers of a sanitizer build)
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Wextra -Werror ${KVF_EXAMPLE_CFLAGS:-} "$src/hello_store.c" \
   $(pkg-config --cflags --libs kvferry) -Wl,-rpath,"$libdir" \
   -o "$tmp/hello_store"
 
