@@ -239,6 +239,7 @@ class Peer:
         self._engine = engine
         self._h: Optional[int] = handle
         self.name = name
+        self._tls = threading.local()
         engine._peers.add(self)
 
     def _handle(self) -> int:
@@ -350,19 +351,7 @@ class Peer:
         if typ == _lib.OP_READ and region.readonly:
             raise invalid("op", "read into a read-only buffer (%r)" % (region,))
         if any(_is_numpy(x) for x in (local_offsets, remote_addrs, length)):
-            import numpy as np  # already imported by the caller
-
-            lo = np.asarray(local_offsets, dtype=np.uint64)
-            ln = np.broadcast_to(np.asarray(length, dtype=np.uint64), (n,))
-            if int((lo + ln).max()) > region.nbytes:
-                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
-            arr = np.empty((n, 5), dtype=np.uint64)
-            arr[:, 0] = typ
-            arr[:, 1] = lo + np.uint64(region.addr)
-            arr[:, 2] = p
-            arr[:, 3] = np.asarray(remote_addrs, dtype=np.uint64)
-            arr[:, 4] = ln
-            return arr, n, int(ln.sum())
+            return self._blocks_numpy(typ, p, region, local_offsets, remote_addrs, length, n)
         lens = [int(length)] * n if isinstance(length, int) else list(length)
         if len(lens) != n:
             raise invalid("op", "lengths and offsets differ in count")
@@ -374,6 +363,52 @@ class Peer:
         arr[3::5] = array("Q", remote_addrs)
         arr[4::5] = array("Q", lens)
         return arr, n, sum(lens)
+
+    def _scratch(self, n: int) -> Any:
+        """A reused (n, 5) uint64 numpy array of this thread (kvf_batch_submit
+        copies the operations, so the array is free again once it returns):
+        no fresh 40-bytes-per-op allocation and page faults per batch."""
+        import numpy as np
+
+        tls = self._tls
+        buf = getattr(tls, "ops", None)
+        if buf is None or buf.shape[0] < n:
+            buf = np.empty((max(n, 1024), 5), dtype=np.uint64)
+            tls.ops = buf
+            tls.typ_rows = -1
+        return buf[:n]
+
+    def _blocks_numpy(self, typ: int, p: int, region: "Region", local_offsets: Any,
+                      remote_addrs: Any, length: Any, n: int) -> Tuple[Any, int, int]:
+        import numpy as np  # already imported by the caller
+
+        lo = np.asarray(local_offsets, dtype=np.uint64)
+        ra = np.asarray(remote_addrs, dtype=np.uint64)
+        if lo.shape != (n,) or ra.shape != (n,):
+            raise invalid("op", "offsets and addresses must be 1-D arrays of one length")
+        if isinstance(length, (int, np.integer)):
+            ln: Any = int(length)
+            if ln < 0 or int(lo.max()) + ln > region.nbytes:
+                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+            total = ln * n
+        else:
+            ln = np.asarray(length, dtype=np.uint64)
+            if ln.shape != (n,):
+                raise invalid("op", "lengths and offsets differ in count")
+            if int((lo + ln).max()) > region.nbytes:
+                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+            total = int(ln.sum())
+        arr = self._scratch(n)
+        tls = self._tls
+        # the type and peer columns stay from the last batch of this type
+        if tls.typ_rows < n or tls.typ != typ:
+            arr[:, 0] = typ
+            arr[:, 2] = p
+            tls.typ, tls.typ_rows = typ, n
+        np.add(lo, np.uint64(region.addr), out=arr[:, 1])
+        arr[:, 3] = ra
+        arr[:, 4] = ln
+        return arr, n, total
 
     def _submit(self, arr: Any, n: int, total: int, flags: int = 0) -> Batch:
         eng = self._engine
