@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 from array import array
-from ctypes import byref, c_size_t, c_void_p
+from ctypes import byref, c_void_p
 from typing import Callable, List
 
 from . import Engine, _lib

@@ -13,14 +13,13 @@ release the GIL.
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _lib
 from .engine import Engine, Region, _closed
-from .errors import OK, BatchError, BufferTypeError, check, invalid, make_error
+from .errors import ERR_NO_KEY, OK, BatchError, BufferTypeError, check, invalid, make_error
 
 KEY_MAX = _lib.KEY_MAX
 BATCH_MAX = _lib.BATCH_MAX
@@ -148,8 +147,6 @@ class Store:
                 raise invalid("buffer", "a span starts with a Region", BufferTypeError)
             addr, n = region.span(off, length)
         else:
-            from . import _buffers  # noqa: F401 (resolve through register)
-
             region = self.engine.register(buf)
             flags = _lib.STORE_DEVICE_MEM if region.is_gpu else 0
             if writable and region.readonly:
@@ -220,7 +217,7 @@ class Store:
         st = _lib.lib().kvf_store_exists(self._handle(), _key(key))
         if st == OK:
             return True
-        if st == -60:  # KVF_ERR_NO_KEY
+        if st == ERR_NO_KEY:
             return False
         raise make_error(st, "exists")
 
@@ -321,7 +318,7 @@ class Store:
         st = _lib.lib().kvf_store_exists_batch(self._handle(), n, karr, sts)
         out = []
         for s in sts:
-            if s not in (OK, -60):
+            if s not in (OK, ERR_NO_KEY):
                 raise BatchError(s, "exists_batch", list(sts))
             out.append(s == OK)
         del st
@@ -365,5 +362,3 @@ class Store:
     def __repr__(self) -> str:
         return "<kvferry.Store master=%s%s>" % (self.master, " closed" if self._h is None else "")
 
-
-del ctypes
