@@ -28,6 +28,7 @@ def test_version_and_status_names():
     assert kvferry.status_name(-6) == "KVF_ERR_TIMEOUT"
     assert "time" in kvferry.status_str(-6)
     assert kvferry.config_get("no_such_key_at_all") is None
+    assert kvferry.config_get("transports") is not None
     assert kvferry.checksum(b"abc") == kvferry.checksum(bytearray(b"abc"))
 
 
@@ -74,6 +75,10 @@ def test_blocks_forms(engine, target):
     r2 = engine.register(bytearray(n * BLK))
     p.read_blocks(r2, array.array("Q", offs), array.array("Q", remote), [BLK] * n, inline=True).result(10)
     assert bytes(r2.obj) == got
+    # write_blocks: r2's blocks to a scratch area of the pool, read back
+    scratch = [target.pool_addr + (8 << 20) + i * BLK for i in range(n)]
+    p.write_blocks(r2, offs, scratch, BLK).result(10)
+    assert remote_bytes(target, 8 << 20, n * BLK) == got
     r.deregister()
     r2.deregister()
 

@@ -255,3 +255,27 @@ def test_no_leaks(master):
         cycle()
     assert kvferry.alloc_stats() == base
     assert open_fds() <= fds
+
+
+def test_store_on_user_engine(master):
+    with kvferry.Engine() as eng:
+        with kvferry.Store.connect(master, engine=eng, timeout_ms=3000) as st:
+            assert st.engine is eng
+            r = eng.register(bytearray(4096))
+            k = key()
+            st.put(k, b"on my engine")
+            assert st.get(k, (r, 0)) == 12 and bytes(r.obj[:12]) == b"on my engine"
+        assert not r.closed  # the engine and its regions outlive the store
+        r.deregister()
+
+
+def test_daemon_log_and_failure():
+    from kvferry.procs import ProcessError
+
+    with pytest.raises(ProcessError) as ei:
+        Node("127.0.0.1:1", "--bogus-flag", timeout=10).start()
+    assert "bogus" in str(ei.value) or "exited" in str(ei.value)
+    m = Master().start()
+    m.stop()
+    assert "stopping" in m.log()
+    m.close()
