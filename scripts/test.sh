@@ -3,9 +3,10 @@
 # for the two HTML page tests), builds the release and the ASan+UBSan
 # trees, runs every CTest test in both, then the code checks
 # (scripts/check-code.sh: layering, function size, links) and a short
-# fuzzing run of every decoder (scripts/fuzz.sh), and ends with one line
-# counting what passed, failed and was skipped. Extra arguments go to
-# both ctest runs (e.g. -R store).
+# fuzzing run of every decoder (scripts/fuzz.sh), then the Python
+# package's tests (python/run-tests.sh), and ends with one line counting
+# what passed, failed and was skipped. Extra arguments go to both ctest
+# runs (e.g. -R store).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,9 +44,11 @@ echo "== fuzzing smoke run"
 ./scripts/fuzz.sh --smoke 20
 passed=$((passed + 1))
 
-if [ -x python/run-tests.sh ]; then
-  echo "== python package tests"
-  python/run-tests.sh
-fi
+echo "== Python package tests"
+python/run-tests.sh | tee "$logs/python.log"
+n=$(tail -n 1 "$logs/python.log" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+s=$(tail -n 1 "$logs/python.log" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+' || echo 0)
+passed=$((passed + n))
+skipped=$((skipped + s))
 
 echo "tests: $passed passed, 0 failed, $skipped skipped"

@@ -1,0 +1,254 @@
+"""Loads libkvferry.so and declares the C ABI for ctypes.
+
+The library is looked for inside the package first (the wheel bundles it
+next to this file), then at the path in the ``KVFERRY_LIB`` environment
+variable. ctypes' CDLL releases the GIL around every foreign call, so a
+blocking C call (a wait, a store round trip) lets other Python threads
+run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import (
+    POINTER,
+    Structure,
+    c_char,
+    c_char_p,
+    c_int,
+    c_long,
+    c_size_t,
+    c_uint,
+    c_uint64,
+    c_void_p,
+)
+from typing import Optional
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+KEY_MAX = 1024
+REPLICA_MAX = 8
+BATCH_MAX = 4096
+SEG_MAX = 272
+
+MEM_HOST = 0
+MEM_PINNED = 1
+MEM_CUDA = 2
+
+OP_READ = 0
+OP_WRITE = 1
+
+BATCH_INLINE = 0x1
+STORE_PIN = 1 << 0
+STORE_DEVICE_MEM = 1 << 1
+
+ENGINE_PARAM_LISTEN = 1 << 0
+ENGINE_PARAM_CONNS = 1 << 1
+ENGINE_PARAM_TIMEOUT = 1 << 2
+ENGINE_PARAM_TRANSPORTS = 1 << 3
+ENGINE_PARAM_METADATA = 1 << 4
+ENGINE_PARAM_CHUNK = 1 << 5
+ENGINE_PARAM_NO_LISTEN = 1 << 6
+
+STORE_PARAM_MASTER = 1 << 0
+STORE_PARAM_ENGINE = 1 << 1
+STORE_PARAM_TIMEOUT = 1 << 2
+STORE_PARAM_TRANSPORTS = 1 << 3
+
+status_t = c_int
+
+
+class EngineParams(Structure):
+    _fields_ = [
+        ("field_mask", c_uint64),
+        ("listen", c_char_p),
+        ("conns", c_uint),
+        ("timeout_ms", c_uint),
+        ("transports", c_char_p),
+        ("metadata", c_char_p),
+        ("chunk_bytes", c_size_t),
+        ("no_listen", c_int),
+    ]
+
+
+class Op(Structure):
+    """kvf_op_t: 40 bytes, five 8-byte words (type padded to 8)."""
+
+    _fields_ = [
+        ("type", c_int),
+        ("local", c_void_p),
+        ("peer", c_void_p),
+        ("remote", c_uint64),
+        ("length", c_size_t),
+    ]
+
+
+class StoreParams(Structure):
+    _fields_ = [
+        ("field_mask", c_uint64),
+        ("master", c_char_p),
+        ("engine", c_void_p),
+        ("timeout_ms", c_uint),
+        ("transports", c_char_p),
+    ]
+
+
+class PutOpts(Structure):
+    _fields_ = [("replicas", c_uint), ("flags", c_uint)]
+
+
+class StoreInfo(Structure):
+    _fields_ = [
+        ("size", c_uint64),
+        ("checksum", c_uint64),
+        ("replicas", c_uint),
+        ("lease_ms", c_uint),
+        ("segment", (c_char * SEG_MAX) * REPLICA_MAX),
+        ("addr", c_uint64 * REPLICA_MAX),
+    ]
+
+
+class StoreEntry(Structure):
+    _fields_ = [
+        ("key", c_char_p),
+        ("size", c_uint64),
+        ("replicas", c_uint),
+        ("committed", c_int),
+    ]
+
+
+LIST_FN = ctypes.CFUNCTYPE(None, POINTER(StoreEntry), c_void_p)
+
+# name: (restype, argtypes)
+_PROTOS = {
+    "kvf_version": (c_char_p, []),
+    "kvf_alloc_stats": (None, [POINTER(c_long), POINTER(c_long)]),
+    "kvf_status_str": (c_char_p, [status_t]),
+    "kvf_status_name": (c_char_p, [status_t]),
+    "kvf_checksum": (c_uint64, [c_void_p, c_size_t]),
+    "kvf_config_get": (c_char_p, [c_char_p]),
+    "kvf_engine_create": (status_t, [POINTER(EngineParams), POINTER(c_void_p)]),
+    "kvf_engine_destroy": (None, [c_void_p]),
+    "kvf_engine_segment_name": (c_char_p, [c_void_p]),
+    "kvf_engine_transports": (c_char_p, [c_void_p]),
+    "kvf_mem_alloc": (status_t, [c_size_t, c_int, c_int, POINTER(c_void_p)]),
+    "kvf_mem_free": (None, [c_void_p]),
+    "kvf_engine_reg": (
+        status_t,
+        [c_void_p, c_void_p, c_size_t, c_int, c_int, POINTER(c_void_p)],
+    ),
+    "kvf_engine_dereg": (status_t, [c_void_p, c_void_p]),
+    "kvf_peer_open": (status_t, [c_void_p, c_char_p, POINTER(c_void_p)]),
+    "kvf_peer_close": (None, [c_void_p]),
+    "kvf_peer_region": (
+        status_t,
+        [c_void_p, c_size_t, POINTER(c_uint64), POINTER(c_size_t), POINTER(c_int)],
+    ),
+    "kvf_peer_transport": (c_char_p, [c_void_p]),
+    "kvf_batch_submit": (status_t, [c_void_p, c_void_p, c_size_t, POINTER(c_void_p)]),
+    "kvf_batch_submit_ex": (
+        status_t,
+        [c_void_p, c_void_p, c_size_t, c_uint, POINTER(c_void_p)],
+    ),
+    "kvf_batch_test": (status_t, [c_void_p]),
+    "kvf_batch_wait": (status_t, [c_void_p, c_int]),
+    "kvf_batch_cancel": (None, [c_void_p]),
+    "kvf_batch_op_status": (status_t, [c_void_p, c_size_t, POINTER(c_size_t)]),
+    "kvf_batch_destroy": (None, [c_void_p]),
+    "kvf_transfer_sync": (status_t, [c_void_p, c_void_p, c_size_t, c_int]),
+    "kvf_store_connect": (status_t, [POINTER(StoreParams), POINTER(c_void_p)]),
+    "kvf_store_disconnect": (None, [c_void_p]),
+    "kvf_store_engine": (c_void_p, [c_void_p]),
+    "kvf_store_master_link": (c_char_p, [c_void_p]),
+    "kvf_store_put": (
+        status_t,
+        [c_void_p, c_char_p, c_void_p, c_size_t, POINTER(PutOpts)],
+    ),
+    "kvf_store_get": (
+        status_t,
+        [c_void_p, c_char_p, c_void_p, c_size_t, POINTER(c_size_t), c_uint],
+    ),
+    "kvf_store_remove": (status_t, [c_void_p, c_char_p]),
+    "kvf_store_exists": (status_t, [c_void_p, c_char_p]),
+    "kvf_store_query": (status_t, [c_void_p, c_char_p, POINTER(StoreInfo)]),
+    "kvf_store_read": (
+        status_t,
+        [
+            c_void_p,
+            c_char_p,
+            POINTER(StoreInfo),
+            c_void_p,
+            c_size_t,
+            POINTER(c_size_t),
+            c_uint,
+        ],
+    ),
+    "kvf_store_put_batch": (
+        status_t,
+        [c_void_p, c_size_t, c_void_p, c_void_p, c_void_p, POINTER(PutOpts), c_void_p],
+    ),
+    "kvf_store_get_batch": (
+        status_t,
+        [c_void_p, c_size_t, c_void_p, c_void_p, c_void_p, c_void_p, c_uint, c_void_p],
+    ),
+    "kvf_store_remove_batch": (status_t, [c_void_p, c_size_t, c_void_p, c_void_p]),
+    "kvf_store_exists_batch": (status_t, [c_void_p, c_size_t, c_void_p, c_void_p]),
+    "kvf_store_list": (status_t, [c_void_p, c_char_p, c_size_t, LIST_FN, c_void_p]),
+}
+
+
+def library_path() -> str:
+    """Path of the libkvferry.so this package uses (bundled, else $KVFERRY_LIB)."""
+    bundled = os.path.join(_HERE, "libkvferry.so")
+    if os.path.exists(bundled):
+        return bundled
+    env = os.environ.get("KVFERRY_LIB")
+    if env:
+        return env
+    raise OSError(
+        "kvferry: libkvferry.so is not bundled in %s and KVFERRY_LIB is not set" % _HERE
+    )
+
+
+def binary_path() -> str:
+    """Path of the ``kvferry`` command (bundled, else $KVFERRY_BIN, else PATH)."""
+    bundled = os.path.join(_HERE, "bin", "kvferry")
+    if os.path.exists(bundled):
+        return bundled
+    env = os.environ.get("KVFERRY_BIN")
+    if env:
+        return env
+    import shutil
+
+    found = shutil.which("kvferry")
+    if found and not _is_console_script(found):
+        return found
+    raise FileNotFoundError(
+        "kvferry: the kvferry command is not bundled in %s; set KVFERRY_BIN" % _HERE
+    )
+
+
+def _is_console_script(path: str) -> bool:
+    """True for pip's `kvferry` console script (a Python file, not the binary)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return False
+
+
+_lib: Optional[ctypes.CDLL] = None
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library with every prototype declared (loaded once)."""
+    global _lib
+    if _lib is None:
+        dll = ctypes.CDLL(library_path())
+        for name, (res, args) in _PROTOS.items():
+            fn = getattr(dll, name)
+            fn.restype = res
+            fn.argtypes = args
+        _lib = dll
+    return _lib

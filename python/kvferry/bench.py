@@ -1,0 +1,186 @@
+"""Python overhead benchmark: ``python -m kvferry.bench blocks``.
+
+Moves a batch of random blocks (default 4096 x 8 KiB = 32 MiB, random
+offsets on both sides) from a ``kvferry target`` it starts, three ways in
+the same process, interleaved round by round on the same engine and peer:
+
+- C: one prebuilt kvf_op_t array, kvf_batch_submit + kvf_batch_wait +
+  kvf_batch_destroy called directly (the C API's cost plus three ctypes
+  calls);
+- Python list: ``peer.read([(region, off), remote, length] ...)).result()``,
+  the op array built from a list of tuples;
+- Python arrays: ``peer.read_blocks(region, offsets, addrs, 8192).result()``
+  with numpy arrays (array.array without numpy).
+
+It prints each way's median time and GiB/s, Python as a percentage of C,
+and the per-call cost of ctypes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import random
+import statistics
+import sys
+import time
+from array import array
+from ctypes import byref, c_void_p
+from typing import Callable, List
+
+from . import Engine, _lib
+from .procs import Target
+
+
+def _size(s: str) -> int:
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip().upper().rstrip("B").rstrip("I")
+    if s and s[-1] in mult:
+        return int(float(s[:-1]) * mult[s[-1]])
+    return int(s)
+
+
+def _per_call_ns(fn: Callable[[], object], n: int) -> float:
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter_ns() - t0) / n
+
+
+def ctypes_overhead(n: int = 200000) -> dict:
+    """ns per call: an empty Python function, and ctypes calls of 0, 1 and 2 args."""
+    lib = _lib.lib()
+    buf = ctypes.create_string_buffer(8)
+    addr = ctypes.addressof(buf)
+    nb, nbytes = ctypes.c_long(), ctypes.c_long()
+    pb, pn = byref(nb), byref(nbytes)
+
+    def py() -> None:
+        return None
+
+    return {
+        "python_call": _per_call_ns(py, n),
+        "ctypes_0_args (kvf_version)": _per_call_ns(lib.kvf_version, n),
+        "ctypes_1_arg (kvf_status_name)": _per_call_ns(lambda: lib.kvf_status_name(-6), n),
+        "ctypes_2_args (kvf_checksum of 8 B)": _per_call_ns(lambda: lib.kvf_checksum(addr, 8), n),
+        "ctypes_2_ptr_args (kvf_alloc_stats)": _per_call_ns(lambda: lib.kvf_alloc_stats(pb, pn), n),
+    }
+
+
+def blocks(args: argparse.Namespace) -> int:
+    block, count = _size(args.block), args.count
+    total = block * count
+    rng = random.Random(args.seed)
+    tgt = None
+    if args.target is None:
+        tgt = Target(pool=args.pool, transports=args.transport).start()
+        seg, raddr, rlen = tgt.segment, tgt.pool_addr, tgt.pool_len
+    else:
+        seg, raddr, rlen = args.target, None, None
+    eng = Engine(transports=args.transport)
+    try:
+        peer = eng.open(seg)
+        if raddr is None:
+            raddr, rlen, _ = peer.regions()[0]
+        local = eng.alloc(max(total, _size(args.local_pool)))
+        nloc, nrem = local.nbytes // block, rlen // block
+        loffs = [i * block for i in rng.sample(range(nloc), count)]
+        raddrs = [raddr + i * block for i in rng.sample(range(nrem), count)]
+        ops_list = [((local, o), r, block) for o, r in zip(loffs, raddrs)]
+        try:
+            import numpy as np
+
+            lo_a, ra_a = np.array(loffs, dtype=np.uint64), np.array(raddrs, dtype=np.uint64)
+            arr_kind = "numpy"
+        except ImportError:
+            lo_a, ra_a = array("Q", loffs), array("Q", raddrs)
+            arr_kind = "array"
+        # C: the prebuilt kvf_op_t array
+        cops = (_lib.Op * count)()
+        for i, (o, r) in enumerate(zip(loffs, raddrs)):
+            cops[i].type, cops[i].local, cops[i].peer = _lib.OP_READ, local.addr + o, peer._h
+            cops[i].remote, cops[i].length = r, block
+        lib, eh = _lib.lib(), eng._h
+        h = c_void_p()
+
+        def run_c() -> None:
+            st = lib.kvf_batch_submit(eh, cops, count, byref(h))
+            if st != 0 or lib.kvf_batch_wait(h, 30000) != 0:
+                raise RuntimeError("C batch failed")
+            lib.kvf_batch_destroy(h)
+
+        def run_list() -> None:
+            b = peer.read(ops_list)
+            b.result(30)
+            b.close()
+
+        def run_arrays() -> None:
+            b = peer.read_blocks(local, lo_a, ra_a, block)
+            b.result(30)
+            b.close()
+
+        ways = [("C API", run_c), ("Python list", run_list), ("Python %s" % arr_kind, run_arrays)]
+        times: dict = {name: [] for name, _ in ways}
+        for name, fn in ways:  # warm-up
+            fn()
+        for _ in range(args.rounds):
+            rng.shuffle(ways)  # no way always runs right after another
+            for name, fn in ways:
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        # Python-side build cost alone (no submit): what the ratio pays for
+        t0 = time.perf_counter()
+        for _ in range(args.rounds):
+            peer._ops_array(_lib.OP_READ, ops_list)
+        build_list = (time.perf_counter() - t0) / args.rounds
+        t0 = time.perf_counter()
+        for _ in range(args.rounds):
+            peer._blocks_array(_lib.OP_READ, local, lo_a, ra_a, block)
+        build_arr = (time.perf_counter() - t0) / args.rounds
+        print("kvferry bench blocks (python): %d x %s random blocks (%s) via %s, %d rounds, median"
+              % (count, args.block, _fmt(total), peer.transport, args.rounds))
+        c_med = statistics.median(times["C API"])
+        for name in times:
+            med = statistics.median(times[name])
+            print("  %-14s %9.3f ms  %7.2f GiB/s  %6.1f %% of C"
+                  % (name, med * 1e3, total / med / (1 << 30), 100.0 * c_med / med))
+        print("  op array build: list %.3f ms (%.0f ns/op), %s %.3f ms (%.0f ns/op)"
+              % (build_list * 1e3, build_list * 1e9 / count, arr_kind, build_arr * 1e3,
+                 build_arr * 1e9 / count))
+        print("ctypes per-call cost (ns):")
+        for k, v in ctypes_overhead(args.calls).items():
+            print("  %-38s %7.0f" % (k, v))
+    finally:
+        eng.close()  # ends batches, closes the peer, frees the local pool
+        if tgt is not None:
+            tgt.close()
+    return 0
+
+
+def _fmt(n: int) -> str:
+    for unit, d in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= d and n % d == 0:
+            return "%d %s" % (n // d, unit)
+    return "%d B" % n
+
+
+def main(argv: List[str] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kvferry.bench", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("blocks", help="C vs Python on one batch of random blocks")
+    b.add_argument("--block", default="8K")
+    b.add_argument("--count", type=int, default=4096)
+    b.add_argument("--pool", default="1G", help="target pool (started here)")
+    b.add_argument("--local-pool", default="64M")
+    b.add_argument("--transport", default=None, help="tcp, shm (default: auto)")
+    b.add_argument("--target", default=None, help="HOST:PORT of a running target")
+    b.add_argument("--rounds", type=int, default=30)
+    b.add_argument("--calls", type=int, default=200000)
+    b.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    return blocks(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

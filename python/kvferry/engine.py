@@ -1,0 +1,629 @@
+"""The transfer engine: Engine, Region, Peer and Batch over kvf_engine_*.
+
+Every blocking call goes through ctypes, which releases the GIL for the
+duration of the C call: other Python threads run while a batch waits or a
+peer opens.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import operator
+import threading
+import weakref
+from array import array
+from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _buffers, _lib
+from .errors import (
+    ERR_TIMEOUT,
+    INPROGRESS,
+    OK,
+    BufferTypeError,
+    ClosedError,
+    NotRegisteredError,
+    ERR_INVALID_PARAM,
+    ERR_OUT_OF_BOUNDS,
+    check,
+    invalid,
+    make_error,
+)
+
+Local = Union[int, Tuple["Region", int]]
+OpTuple = Tuple[Local, int, int]
+
+MEM_HOST = _lib.MEM_HOST
+MEM_PINNED = _lib.MEM_PINNED
+MEM_CUDA = _lib.MEM_CUDA
+_MEM_NAMES = {MEM_HOST: "host", MEM_PINNED: "pinned", MEM_CUDA: "cuda"}
+
+
+def _closed(what: str) -> ClosedError:
+    return ClosedError(ERR_INVALID_PARAM, what, "already closed")
+
+
+def _enc(s: Optional[str]) -> Optional[bytes]:
+    return None if s is None else s.encode()
+
+
+class Region:
+    """Registered memory: ``addr``, ``nbytes``, ``mem_type``, ``device``.
+
+    Made by :meth:`Engine.register` or :meth:`Engine.alloc`; keeps the
+    registered object alive (and a bytearray unresizable) until
+    :meth:`deregister`. Use ``(region, offset)`` as the local side of an
+    operation and ``(region, offset, length)`` as a store buffer.
+    """
+
+    def __init__(self, engine: "Engine", handle: int, addr: int, nbytes: int,
+                 mem_type: int, device: int, obj: Any, view: Any, readonly: bool,
+                 owned_mem: bool = False):
+        self._engine = engine
+        self._h: Optional[int] = handle
+        self.addr = addr
+        self.nbytes = nbytes
+        self.mem_type = mem_type
+        self.device = device
+        self.obj = obj
+        self.readonly = readonly
+        self._view = view
+        self._owned_mem = owned_mem
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.mem_type == MEM_CUDA
+
+    def memoryview(self) -> memoryview:
+        """A writable memoryview of host memory from :meth:`Engine.alloc`."""
+        if self._h is None:
+            raise _closed("region")
+        if self.mem_type == MEM_CUDA:
+            raise invalid("region", "GPU memory has no host view")
+        if self.obj is not None and not self._owned_mem:
+            return memoryview(self.obj).cast("B")
+        return memoryview((ctypes.c_char * self.nbytes).from_address(self.addr)).cast("B")
+
+    def span(self, offset: int = 0, length: Optional[int] = None) -> Tuple[int, int]:
+        """(address, length) of [offset, offset+length) checked against the region."""
+        if self._h is None:
+            raise _closed("region")
+        if length is None:
+            length = self.nbytes - offset
+        if offset < 0 or length < 0 or offset + length > self.nbytes:
+            raise NotRegisteredError(
+                ERR_OUT_OF_BOUNDS, "region",
+                "[%d, %d) outside a region of %d bytes" % (offset, offset + length, self.nbytes))
+        return self.addr + offset, length
+
+    def deregister(self) -> None:
+        """Waits for remote accesses in flight, then removes the region."""
+        h, self._h = self._h, None
+        if h is None:
+            return
+        eng = self._engine
+        st = OK
+        if eng._h is not None:
+            st = _lib.lib().kvf_engine_dereg(eng._h, h)
+        if self._owned_mem:
+            _lib.lib().kvf_mem_free(self.addr)
+        if self._view is not None:
+            self._view.release()
+            self._view = None
+        self.obj = None
+        eng._regions.discard(self)
+        check(st, "deregister")
+
+    close = deregister
+
+    def __enter__(self) -> "Region":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.deregister()
+
+    def __repr__(self) -> str:
+        return "<kvferry.Region %s 0x%x+%d%s>" % (
+            _MEM_NAMES.get(self.mem_type, "?"), self.addr, self.nbytes,
+            " closed" if self._h is None else "")
+
+
+class Batch:
+    """A submitted batch of operations: a future.
+
+    ``wait(timeout)`` returns True once every operation ended;
+    ``result(timeout)`` raises the first error (a :class:`KvferryError`);
+    ``statuses()`` gives each operation's status; ``cancel()`` ends
+    operations not yet started with KVF_ERR_CANCELED. The C batch is freed
+    by :meth:`close` (or the context manager, or garbage collection).
+    """
+
+    def __init__(self, engine: "Engine", handle: int, count: int, nbytes: int):
+        self._engine = engine
+        self._h: Optional[int] = handle
+        self.count = count
+        self.nbytes = nbytes
+        engine._batches.add(self)
+
+    def _handle(self) -> int:
+        if self._h is None:
+            raise _closed("batch")
+        return self._h
+
+    def test(self) -> int:
+        """kvf_batch_test: INPROGRESS (1), OK (0) or the first error."""
+        return _lib.lib().kvf_batch_test(self._handle())
+
+    def done(self) -> bool:
+        """True once every operation ended (well or not)."""
+        return self.test() != INPROGRESS
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits at most timeout seconds (None: until done); True when done."""
+        h = self._handle()
+        wait = _lib.lib().kvf_batch_wait
+        if timeout is not None:
+            ms = max(0, int(timeout * 1000))
+            return wait(h, ms) != ERR_TIMEOUT or self.test() != INPROGRESS
+        while True:
+            st = wait(h, 1000)
+            if st != ERR_TIMEOUT or self.test() != INPROGRESS:
+                return True
+
+    def result(self, timeout: Optional[float] = None) -> int:
+        """Waits, then returns the bytes moved or raises the first error
+        (:class:`TimeoutError_` when not done within timeout)."""
+        if not self.wait(timeout):
+            raise make_error(ERR_TIMEOUT, "batch", "not done within %.3f s" % timeout)
+        st = self.test()
+        if st != OK:
+            raise make_error(st, "batch")
+        return self.nbytes
+
+    def op_status(self, index: int) -> Tuple[int, int]:
+        """(status, bytes moved) of operation index."""
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        n = c_size_t(0)
+        st = _lib.lib().kvf_batch_op_status(self._handle(), index, byref(n))
+        return st, n.value
+
+    def statuses(self) -> List[int]:
+        """Status of every operation (0 = done, 1 = in progress, < 0 = error)."""
+        return [self.op_status(i)[0] for i in range(self.count)]
+
+    def cancel(self) -> None:
+        """Ends operations not yet started with KVF_ERR_CANCELED."""
+        _lib.lib().kvf_batch_cancel(self._handle())
+
+    def close(self) -> None:
+        """Frees the batch (cancels and waits if it still runs)."""
+        h, self._h = self._h, None
+        if h is not None:
+            _lib.lib().kvf_batch_destroy(h)
+            self._engine._batches.discard(self)
+
+    def __enter__(self) -> "Batch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _is_numpy(x: Any) -> bool:
+    return (type(x).__module__ or "").startswith("numpy")
+
+
+class Peer:
+    """An opened peer (a remote or local segment): batched read and write.
+
+    An operation is ``(local, remote_addr, length)``; local is an address
+    inside a registered region or ``(region, offset)`` (checked against the
+    region here). :meth:`read_blocks`/:meth:`write_blocks` take arrays of
+    offsets and addresses instead and build the C operation array in one
+    go (numpy or :mod:`array`), with no per-operation Python work.
+    """
+
+    def __init__(self, engine: "Engine", handle: int, name: str):
+        self._engine = engine
+        self._h: Optional[int] = handle
+        self.name = name
+        self._tls = threading.local()
+        engine._peers.add(self)
+
+    def _handle(self) -> int:
+        if self._h is None or self._engine._h is None:
+            raise _closed("peer")
+        return self._h
+
+    @property
+    def transport(self) -> str:
+        """Name of the transport serving the peer ("tcp", "shm", ...)."""
+        return _lib.lib().kvf_peer_transport(self._handle()).decode()
+
+    def regions(self) -> List[Tuple[int, int, int]]:
+        """(addr, length, mem_type) of the peer's registered regions."""
+        out = []
+        h = self._handle()
+        a, n, t = c_uint64(), c_size_t(), c_int()
+        i = 0
+        while _lib.lib().kvf_peer_region(h, i, byref(a), byref(n), byref(t)) == OK:
+            out.append((a.value, n.value, t.value))
+            i += 1
+        return out
+
+    def _ops_array(self, typ: int, ops: Iterable[OpTuple]) -> Tuple[array, int, int]:
+        p = self._handle()
+        if not isinstance(ops, (list, tuple)):
+            ops = list(ops)
+        fast = self._ops_array_fast(typ, p, ops)
+        if fast is not None:
+            return fast
+        return self._ops_array_slow(typ, p, ops)
+
+    @staticmethod
+    def _ops_array_fast(typ: int, p: int, ops: Sequence[OpTuple]) -> Optional[Tuple[array, int, int]]:
+        """The op array built column by column at C speed (zip, map, array)
+        when every local is an int or every local is (one region, offset);
+        None for anything else (the per-op path then checks and reports)."""
+        n = len(ops)
+        try:
+            if n == 0 or set(map(len, ops)) != {3}:
+                return None
+            locs, remotes, lens = zip(*ops)
+            first = locs[0]
+            if type(first) is tuple:
+                reg = first[0]
+                if not isinstance(reg, Region) or set(map(len, locs)) != {2}:
+                    return None
+                regs, offs = zip(*locs)
+                if regs.count(reg) != n or reg._h is None:
+                    return None
+                if typ == _lib.OP_READ and reg.readonly:
+                    return None
+                if lens.count(lens[0]) == n:  # one block size: no per-op sum
+                    end = max(offs) + lens[0]
+                else:
+                    end = max(map(operator.add, offs, lens))
+                if min(offs) < 0 or end > reg.nbytes:
+                    return None
+                # list first: array() from an iterator appends item by item
+                addrs = array("Q", list(map(operator.add, offs, itertools.repeat(reg.addr, n))))
+            else:
+                addrs = array("Q", locs)
+            arr = array("Q", [typ, 0, p, 0, 0]) * n
+            arr[1::5] = addrs
+            arr[3::5] = array("Q", remotes)
+            arr[4::5] = array("Q", lens)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        return arr, n, sum(lens)
+
+    def _ops_array_slow(self, typ: int, p: int, ops: Sequence[OpTuple]) -> Tuple[array, int, int]:
+        vals: List[int] = []
+        ext = vals.extend
+        total = 0
+        for op in ops:
+            try:
+                local, remote, length = op
+            except (TypeError, ValueError):
+                raise invalid("op", "an operation is (local, remote_addr, length), got %r" % (op,)) from None
+            if type(local) is int:
+                addr = local
+            else:
+                try:
+                    region, off = local
+                    addr, _ = region.span(off, length)
+                except (TypeError, ValueError, AttributeError):
+                    raise invalid("op", "local must be an address or (region, offset), got %r" % (local,),
+                                  BufferTypeError) from None
+                if typ == _lib.OP_READ and region.readonly:
+                    raise invalid("op", "read into a read-only buffer (%r)" % (region,))
+            ext((typ, addr, p, remote, length))
+            total += length
+        if not vals:
+            raise invalid("op", "empty batch")
+        try:
+            arr = array("Q", vals)
+        except OverflowError:
+            raise invalid("op", "negative or too large address or length") from None
+        return arr, len(vals) // 5, total
+
+    def _blocks_array(self, typ: int, region: "Region", local_offsets: Any,
+                      remote_addrs: Any, length: Any) -> Tuple[Any, int, int]:
+        p = self._handle()
+        n = len(local_offsets)
+        if n == 0 or len(remote_addrs) != n:
+            raise invalid("op", "offsets and addresses must be non-empty and of one length")
+        if region.closed:
+            raise _closed("region")
+        if typ == _lib.OP_READ and region.readonly:
+            raise invalid("op", "read into a read-only buffer (%r)" % (region,))
+        if any(_is_numpy(x) for x in (local_offsets, remote_addrs, length)):
+            return self._blocks_numpy(typ, p, region, local_offsets, remote_addrs, length, n)
+        lens = [int(length)] * n if isinstance(length, int) else list(length)
+        if len(lens) != n:
+            raise invalid("op", "lengths and offsets differ in count")
+        base = region.addr
+        if max(o + ln for o, ln in zip(local_offsets, lens)) > region.nbytes or min(local_offsets) < 0:
+            raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+        arr = array("Q", [typ, 0, p, 0, 0]) * n
+        arr[1::5] = array("Q", [base + o for o in local_offsets])
+        arr[3::5] = array("Q", remote_addrs)
+        arr[4::5] = array("Q", lens)
+        return arr, n, sum(lens)
+
+    def _scratch(self, n: int) -> Any:
+        """A reused (n, 5) uint64 numpy array of this thread (kvf_batch_submit
+        copies the operations, so the array is free again once it returns):
+        no fresh 40-bytes-per-op allocation and page faults per batch."""
+        import numpy as np
+
+        tls = self._tls
+        buf = getattr(tls, "ops", None)
+        if buf is None or buf.shape[0] < n:
+            buf = np.empty((max(n, 1024), 5), dtype=np.uint64)
+            tls.ops = buf
+            tls.typ_rows = -1
+        return buf[:n]
+
+    def _blocks_numpy(self, typ: int, p: int, region: "Region", local_offsets: Any,
+                      remote_addrs: Any, length: Any, n: int) -> Tuple[Any, int, int]:
+        import numpy as np  # already imported by the caller
+
+        lo = np.asarray(local_offsets, dtype=np.uint64)
+        ra = np.asarray(remote_addrs, dtype=np.uint64)
+        if lo.shape != (n,) or ra.shape != (n,):
+            raise invalid("op", "offsets and addresses must be 1-D arrays of one length")
+        if isinstance(length, (int, np.integer)):
+            ln: Any = int(length)
+            if ln < 0 or int(lo.max()) + ln > region.nbytes:
+                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+            total = ln * n
+        else:
+            ln = np.asarray(length, dtype=np.uint64)
+            if ln.shape != (n,):
+                raise invalid("op", "lengths and offsets differ in count")
+            if int((lo + ln).max()) > region.nbytes:
+                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+            total = int(ln.sum())
+        arr = self._scratch(n)
+        tls = self._tls
+        # the type and peer columns stay from the last batch of this type
+        if tls.typ_rows < n or tls.typ != typ:
+            arr[:, 0] = typ
+            arr[:, 2] = p
+            tls.typ, tls.typ_rows = typ, n
+        np.add(lo, np.uint64(region.addr), out=arr[:, 1])
+        arr[:, 3] = ra
+        arr[:, 4] = ln
+        return arr, n, total
+
+    def _submit(self, arr: Any, n: int, total: int, flags: int = 0) -> Batch:
+        eng = self._engine
+        addr = arr.ctypes.data if hasattr(arr, "ctypes") else arr.buffer_info()[0]
+        h = c_void_p()
+        st = _lib.lib().kvf_batch_submit_ex(eng._handle(), addr, n, flags, byref(h))
+        check(st, "submit")
+        return Batch(eng, h.value, n, total)
+
+    def read(self, ops: Iterable[OpTuple], inline: bool = False) -> Batch:
+        """Submits READ operations (remote -> local) at once; returns the Batch.
+
+        inline=True: the caller waits right away, and the calling thread
+        may move requests itself (KVF_BATCH_INLINE)."""
+        arr, n, total = self._ops_array(_lib.OP_READ, ops)
+        return self._submit(arr, n, total, _lib.BATCH_INLINE if inline else 0)
+
+    def write(self, ops: Iterable[OpTuple], inline: bool = False) -> Batch:
+        """Submits WRITE operations (local -> remote) at once; returns the Batch."""
+        arr, n, total = self._ops_array(_lib.OP_WRITE, ops)
+        return self._submit(arr, n, total, _lib.BATCH_INLINE if inline else 0)
+
+    def read_blocks(self, region: Region, local_offsets: Sequence[int],
+                    remote_addrs: Sequence[int], length: Union[int, Sequence[int]],
+                    inline: bool = False) -> Batch:
+        """READ of many blocks given as arrays (lists, array.array or numpy):
+        block i goes from remote_addrs[i] to region + local_offsets[i]."""
+        arr, n, total = self._blocks_array(_lib.OP_READ, region, local_offsets, remote_addrs, length)
+        return self._submit(arr, n, total, _lib.BATCH_INLINE if inline else 0)
+
+    def write_blocks(self, region: Region, local_offsets: Sequence[int],
+                     remote_addrs: Sequence[int], length: Union[int, Sequence[int]],
+                     inline: bool = False) -> Batch:
+        """WRITE of many blocks given as arrays: region + local_offsets[i]
+        goes to remote_addrs[i]."""
+        arr, n, total = self._blocks_array(_lib.OP_WRITE, region, local_offsets, remote_addrs, length)
+        return self._submit(arr, n, total, _lib.BATCH_INLINE if inline else 0)
+
+    def close(self) -> None:
+        """Closes the peer (its batches must have ended)."""
+        h, self._h = self._h, None
+        if h is not None:
+            if self._engine._h is not None:
+                _lib.lib().kvf_peer_close(h)
+            self._engine._peers.discard(self)
+
+    def __enter__(self) -> "Peer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "<kvferry.Peer %s%s>" % (self.name, " closed" if self._h is None else "")
+
+
+class Engine:
+    """A kvferry transfer engine (kvf_engine_create); a context manager.
+
+    Parameters left None come from configuration (``kvferry config``,
+    ``KVF_<KEY>`` environment variables). ``listen`` is the "host:port" to
+    serve on (default 127.0.0.1:0); ``no_listen`` makes an initiator that
+    exposes no segment.
+    """
+
+    def __init__(self, listen: Optional[str] = None, transports: Optional[str] = None,
+                 timeout_ms: Optional[int] = None, conns: Optional[int] = None,
+                 chunk_bytes: Optional[int] = None, no_listen: bool = False,
+                 metadata: Optional[str] = None, _handle: Optional[int] = None):
+        self._regions: "weakref.WeakSet[Region]" = weakref.WeakSet()
+        self._peers: "weakref.WeakSet[Peer]" = weakref.WeakSet()
+        self._batches: "weakref.WeakSet[Batch]" = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._owned = _handle is None
+        self._h: Optional[int] = None
+        if _handle is not None:
+            self._h = _handle
+            return
+        p = _lib.EngineParams()
+        self._keep = []
+        for field, bit, val in (("listen", _lib.ENGINE_PARAM_LISTEN, listen),
+                                ("transports", _lib.ENGINE_PARAM_TRANSPORTS, transports),
+                                ("metadata", _lib.ENGINE_PARAM_METADATA, metadata)):
+            if val is not None:
+                b = _enc(val)
+                self._keep.append(b)
+                setattr(p, field, b)
+                p.field_mask |= bit
+        for field, bit, val in (("timeout_ms", _lib.ENGINE_PARAM_TIMEOUT, timeout_ms),
+                                ("conns", _lib.ENGINE_PARAM_CONNS, conns),
+                                ("chunk_bytes", _lib.ENGINE_PARAM_CHUNK, chunk_bytes)):
+            if val is not None:
+                setattr(p, field, val)
+                p.field_mask |= bit
+        if no_listen:
+            p.no_listen = 1
+            p.field_mask |= _lib.ENGINE_PARAM_NO_LISTEN
+        h = c_void_p()
+        check(_lib.lib().kvf_engine_create(byref(p), byref(h)), "engine create")
+        self._h = h.value
+
+    def _handle(self) -> int:
+        h = self._h
+        if h is None:
+            raise _closed("engine")
+        return h
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    @property
+    def segment_name(self) -> str:
+        """The local segment's name ("host:port") peers open."""
+        return _lib.lib().kvf_engine_segment_name(self._handle()).decode()
+
+    @property
+    def transports(self) -> str:
+        """The transports preference list as set at create."""
+        return _lib.lib().kvf_engine_transports(self._handle()).decode()
+
+    def register(self, obj: Any, mem_type: Optional[int] = None,
+                 device: Optional[int] = None) -> Region:
+        """Registers a buffer for local and remote access; returns its Region.
+
+        obj: bytes-like (bytes, bytearray, memoryview, array, mmap), a
+        C-contiguous numpy array, a torch CPU or CUDA tensor, or an object
+        with ``__cuda_array_interface__``. bytes are registered read-only
+        (a source of writes and puts only).
+        """
+        if isinstance(obj, Region):
+            raise invalid("register", "already a Region", BufferTypeError)
+        h = self._handle()
+        addr, n, mt, dev, view = _buffers.resolve(obj)
+        try:
+            if n <= 0:
+                raise invalid("register", "empty buffer", BufferTypeError)
+            if mem_type is not None:
+                mt = mem_type
+            if device is not None:
+                dev = device
+            rh = c_void_p()
+            check(_lib.lib().kvf_engine_reg(h, addr, n, mt, dev, byref(rh)), "register")
+        except BaseException:
+            if view is not None:
+                view.release()
+            raise
+        readonly = bool(view.readonly) if view is not None else False
+        r = Region(self, rh.value, addr, n, mt, dev, obj, view, readonly)
+        self._regions.add(r)
+        return r
+
+    def alloc(self, nbytes: int) -> Region:
+        """Allocates and registers nbytes of shareable host memory
+        (kvf_mem_alloc: zeroed, what same-host peers reach without copies
+        through the shm transport); freed by :meth:`Region.deregister`."""
+        h = self._handle()
+        if nbytes <= 0:
+            raise invalid("alloc", "size must be > 0")
+        ptr = c_void_p()
+        check(_lib.lib().kvf_mem_alloc(nbytes, MEM_HOST, 0, byref(ptr)), "alloc")
+        rh = c_void_p()
+        st = _lib.lib().kvf_engine_reg(h, ptr.value, nbytes, MEM_HOST, 0, byref(rh))
+        if st != OK:
+            _lib.lib().kvf_mem_free(ptr.value)
+            check(st, "register")
+        r = Region(self, rh.value, ptr.value, nbytes, MEM_HOST, 0, None, None, False, owned_mem=True)
+        self._regions.add(r)
+        return r
+
+    def open(self, segment_name: str) -> Peer:
+        """Opens a peer by segment name ("host:port"); raises
+        :class:`ConnectError` when it cannot be reached within the timeout."""
+        if not isinstance(segment_name, str):
+            raise invalid("open", "segment name must be a str", BufferTypeError)
+        ph = c_void_p()
+        check(_lib.lib().kvf_peer_open(self._handle(), segment_name.encode(), byref(ph)),
+              "open %s" % segment_name)
+        return Peer(self, ph.value, segment_name)
+
+    def _close_children(self) -> None:
+        for b in list(self._batches):
+            b.close()
+        for p in list(self._peers):
+            p.close()
+        for r in list(self._regions):
+            try:
+                r.deregister()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        """Ends the batches, closes the peers, deregisters the regions and
+        destroys the engine. Further calls raise :class:`ClosedError`."""
+        with self._lock:
+            if self._h is None:
+                return
+            self._close_children()
+            h, self._h = self._h, None
+            if self._owned:
+                _lib.lib().kvf_engine_destroy(h)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "<kvferry.Engine closed>"
+        return "<kvferry.Engine %s>" % self.segment_name

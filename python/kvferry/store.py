@@ -1,0 +1,364 @@
+"""The store client (kvf_store_*): put/get/exists/remove, one key or a batch.
+
+Data moves between the caller's registered memory and the nodes without
+copies: pass a :class:`Region` or ``(region, offset, length)``. Any other
+buffer (bytes, bytearray, numpy array, tensor) is registered for the call
+and deregistered after it, still without a copy; :meth:`Store.get_bytes`
+returns a new ``bytes``. GPU memory (a CUDA tensor or a region of one) is
+passed with KVF_STORE_DEVICE_MEM: the node computes its checksum.
+
+A Store is safe to use from several threads at once; blocking calls
+release the GIL.
+"""
+
+from __future__ import annotations
+
+import threading
+from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+
+from . import _lib
+from .engine import Engine, Region, _closed
+from .errors import ERR_NO_KEY, OK, BatchError, BufferTypeError, check, invalid, make_error
+
+KEY_MAX = _lib.KEY_MAX
+BATCH_MAX = _lib.BATCH_MAX
+
+
+class Info(NamedTuple):
+    """What the master knows of one object (kvf_store_query)."""
+
+    size: int
+    checksum: int
+    replicas: int
+    lease_ms: int
+    segments: Tuple[str, ...]
+
+
+class Entry(NamedTuple):
+    """One object of :meth:`Store.list`."""
+
+    key: str
+    size: int
+    replicas: int
+    committed: bool
+
+
+def _key(key: Any) -> bytes:
+    if isinstance(key, str):
+        b = key.encode()
+    elif isinstance(key, bytes):
+        b = key
+    else:
+        raise invalid("key", "a key is str or bytes, got %s" % type(key).__name__, BufferTypeError)
+    if b"\0" in b:
+        raise invalid("key", "a key has no NUL byte")
+    if not b:
+        raise invalid("key", "empty key")
+    return b
+
+
+class _Span:
+    """Memory of one call: (addr, cap, flags), with a temporary region to drop."""
+
+    __slots__ = ("addr", "cap", "flags", "tmp")
+
+    def __init__(self, addr: int, cap: int, flags: int, tmp: Optional[Region]):
+        self.addr, self.cap, self.flags, self.tmp = addr, cap, flags, tmp
+
+    def release(self) -> None:
+        if self.tmp is not None:
+            tmp, self.tmp = self.tmp, None
+            tmp.deregister()
+
+
+class Store:
+    """A connection to a store master (kvf_store_connect); a context manager.
+
+    Use :meth:`connect` (or the constructor with the same arguments).
+    """
+
+    def __init__(self, master: Optional[str] = None, timeout_ms: Optional[int] = None,
+                 transports: Optional[str] = None, engine: Optional[Engine] = None):
+        p = _lib.StoreParams()
+        mb = master.encode() if master is not None else None
+        tb = transports.encode() if transports is not None else None
+        if mb is not None:
+            p.master, p.field_mask = mb, p.field_mask | _lib.STORE_PARAM_MASTER
+        if timeout_ms is not None:
+            p.timeout_ms, p.field_mask = timeout_ms, p.field_mask | _lib.STORE_PARAM_TIMEOUT
+        if tb is not None:
+            p.transports, p.field_mask = tb, p.field_mask | _lib.STORE_PARAM_TRANSPORTS
+        if engine is not None:
+            p.engine, p.field_mask = engine._handle(), p.field_mask | _lib.STORE_PARAM_ENGINE
+        self._lock = threading.Lock()
+        self._h: Optional[int] = None
+        h = c_void_p()
+        check(_lib.lib().kvf_store_connect(byref(p), byref(h)), "connect %s" % (master or "master"))
+        self._h = h.value
+        self.master = master
+        self._user_engine = engine
+        self.engine = engine if engine is not None else Engine(
+            _handle=_lib.lib().kvf_store_engine(self._h))
+
+    @classmethod
+    def connect(cls, master: Optional[str] = None, timeout_ms: Optional[int] = None,
+                transports: Optional[str] = None, engine: Optional[Engine] = None) -> "Store":
+        """Connects to the master at "host:port" (default: config key
+        ``master``); raises :class:`ConnectError` within the timeout."""
+        return cls(master, timeout_ms, transports, engine)
+
+    def _handle(self) -> int:
+        h = self._h
+        if h is None:
+            raise _closed("store")
+        return h
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    @property
+    def master_link(self) -> str:
+        """"unix" or "tcp": how the last master connection goes."""
+        return _lib.lib().kvf_store_master_link(self._handle()).decode()
+
+    def register(self, obj: Any) -> Region:
+        """Registers a buffer with the store's engine (see :meth:`Engine.register`)."""
+        self._handle()
+        return self.engine.register(obj)
+
+    # -- buffers -----------------------------------------------------------
+
+    def _span(self, buf: Any, writable: bool) -> _Span:
+        self._handle()
+        if isinstance(buf, Region):
+            addr, n = buf.span()
+            region = buf
+        elif isinstance(buf, tuple):
+            if len(buf) == 2:
+                region, off = buf
+                length = None
+            elif len(buf) == 3:
+                region, off, length = buf
+            else:
+                raise invalid("buffer", "a span is (region, offset[, length])", BufferTypeError)
+            if not isinstance(region, Region):
+                raise invalid("buffer", "a span starts with a Region", BufferTypeError)
+            addr, n = region.span(off, length)
+        else:
+            region = self.engine.register(buf)
+            flags = _lib.STORE_DEVICE_MEM if region.is_gpu else 0
+            if writable and region.readonly:
+                region.deregister()
+                raise invalid("buffer", "%s is read-only" % type(buf).__name__, BufferTypeError)
+            return _Span(region.addr, region.nbytes, flags, region)
+        if writable and region.readonly:
+            raise invalid("buffer", "region of a read-only object")
+        if region._engine is not self.engine:
+            raise invalid("buffer", "region of another engine than the store's")
+        return _Span(addr, n, _lib.STORE_DEVICE_MEM if region.is_gpu else 0, None)
+
+    @staticmethod
+    def _opts(replicas: int, pin: bool, flags: int) -> _lib.PutOpts:
+        o = _lib.PutOpts()
+        o.replicas = replicas
+        o.flags = flags | (_lib.STORE_PIN if pin else 0)
+        return o
+
+    # -- one key -----------------------------------------------------------
+
+    def put(self, key: Any, data: Any, *, replicas: int = 0, pin: bool = False) -> None:
+        """Stores data under key. data: a Region, (region, offset, length),
+        or any buffer (registered for the call). Raises :class:`ExistsError`
+        if the key is stored, :class:`BusyError` while another put of it runs."""
+        k = _key(key)
+        sp = self._span(data, writable=False)
+        try:
+            opts = self._opts(replicas, pin, sp.flags)
+            check(_lib.lib().kvf_store_put(self._handle(), k, sp.addr, sp.cap, byref(opts)), "put")
+        finally:
+            sp.release()
+
+    def get(self, key: Any, into: Any) -> int:
+        """Reads the object into `into` (a Region, (region, offset[, cap]) or a
+        writable buffer) and returns its size. Raises :class:`NoKeyError`
+        when absent, :class:`NoSpaceError` when `into` is too small."""
+        k = _key(key)
+        sp = self._span(into, writable=True)
+        try:
+            n = c_size_t(0)
+            check(_lib.lib().kvf_store_get(self._handle(), k, sp.addr, sp.cap, byref(n), sp.flags),
+                  "get")
+            return n.value
+        finally:
+            sp.release()
+
+    def get_bytes(self, key: Any) -> bytes:
+        """The object as new bytes (one master round trip: query, then read)."""
+        k = _key(key)
+        h = self._handle()
+        info = _lib.StoreInfo()
+        check(_lib.lib().kvf_store_query(h, k, byref(info)), "get")
+        size = info.size
+        if size == 0:
+            return b""
+        buf = bytearray(size)
+        region = self.engine.register(buf)
+        try:
+            n = c_size_t(0)
+            check(_lib.lib().kvf_store_read(h, k, byref(info), region.addr, size, byref(n), 0), "get")
+        finally:
+            region.deregister()
+        return bytes(memoryview(buf)[: n.value])
+
+    def exists(self, key: Any) -> bool:
+        """True if the key is stored and committed."""
+        st = _lib.lib().kvf_store_exists(self._handle(), _key(key))
+        if st == OK:
+            return True
+        if st == ERR_NO_KEY:
+            return False
+        raise make_error(st, "exists")
+
+    def remove(self, key: Any) -> None:
+        """Removes the object; raises :class:`NoKeyError` when absent."""
+        check(_lib.lib().kvf_store_remove(self._handle(), _key(key)), "remove")
+
+    def query(self, key: Any) -> Info:
+        """Size, checksum and replicas of a committed object."""
+        info = _lib.StoreInfo()
+        check(_lib.lib().kvf_store_query(self._handle(), _key(key), byref(info)), "query")
+        segs = tuple(info.segment[i].value.decode() for i in range(min(info.replicas, _lib.REPLICA_MAX)))
+        return Info(info.size, info.checksum, info.replicas, info.lease_ms, segs)
+
+    def list(self, prefix: Optional[str] = None, max: int = 0) -> List[Entry]:
+        """Objects whose key starts with prefix (None: all), at most max (0: any)."""
+        out: List[Entry] = []
+
+        def fn(e: Any, _arg: Any) -> None:
+            c = e.contents
+            out.append(Entry(c.key.decode(errors="replace"), c.size, c.replicas, bool(c.committed)))
+
+        cb = _lib.LIST_FN(fn)
+        pb = prefix.encode() if prefix is not None else None
+        check(_lib.lib().kvf_store_list(self._handle(), pb, max, cb, None), "list")
+        return out
+
+    # -- batches -----------------------------------------------------------
+
+    @staticmethod
+    def _keys(keys: Sequence[Any]) -> Tuple[Any, int]:
+        n = len(keys)
+        if n == 0 or n > BATCH_MAX:
+            raise invalid("batch", "1 to %d keys, got %d" % (BATCH_MAX, n))
+        arr = (c_char_p * n)(*[_key(k) for k in keys])
+        return arr, n
+
+    def _finish(self, st: int, what: str, statuses: Any, check_all: bool) -> List[int]:
+        out = list(statuses)
+        if st != OK and check_all:
+            raise BatchError(st, what, out)
+        return out
+
+    def put_batch(self, keys: Sequence[Any], datas: Sequence[Any], *, replicas: int = 0,
+                  pin: bool = False, check: bool = True) -> List[int]:
+        """Puts many keys at once (one master round trip per phase). Returns
+        each key's status; raises :class:`BatchError` when one failed and
+        check is True."""
+        karr, n = self._keys(keys)
+        if len(datas) != n:
+            raise invalid("put_batch", "%d keys but %d buffers" % (n, len(datas)))
+        spans: List[_Span] = []
+        try:
+            flags = 0
+            for d in datas:
+                spans.append(self._span(d, writable=False))
+                flags |= spans[-1].flags
+            bufs = (c_void_p * n)(*[s.addr for s in spans])
+            lens = (c_size_t * n)(*[s.cap for s in spans])
+            sts = (c_int * n)()
+            opts = self._opts(replicas, pin, flags)
+            st = _lib.lib().kvf_store_put_batch(self._handle(), n, karr, bufs, lens, byref(opts), sts)
+            return self._finish(st, "put_batch", sts, check)
+        finally:
+            for s in spans:
+                s.release()
+
+    def get_batch(self, keys: Sequence[Any], intos: Sequence[Any], *,
+                  check: bool = True) -> List[int]:
+        """Gets many keys at once into buffers (as :meth:`get` takes them).
+        Returns each object's size (-status for a key that failed when
+        check is False); raises :class:`BatchError` when one failed and
+        check is True."""
+        karr, n = self._keys(keys)
+        if len(intos) != n:
+            raise invalid("get_batch", "%d keys but %d buffers" % (n, len(intos)))
+        spans: List[_Span] = []
+        try:
+            flags = 0
+            for d in intos:
+                spans.append(self._span(d, writable=True))
+                flags |= spans[-1].flags
+            bufs = (c_void_p * n)(*[s.addr for s in spans])
+            caps = (c_size_t * n)(*[s.cap for s in spans])
+            lens = (c_size_t * n)()
+            sts = (c_int * n)()
+            st = _lib.lib().kvf_store_get_batch(self._handle(), n, karr, bufs, caps, lens, flags, sts)
+            statuses = self._finish(st, "get_batch", sts, check)
+            return [lens[i] if statuses[i] == OK else statuses[i] for i in range(n)]
+        finally:
+            for s in spans:
+                s.release()
+
+    def exists_batch(self, keys: Sequence[Any]) -> List[bool]:
+        """Whether each key is stored and committed."""
+        karr, n = self._keys(keys)
+        sts = (c_int * n)()
+        st = _lib.lib().kvf_store_exists_batch(self._handle(), n, karr, sts)
+        out = []
+        for s in sts:
+            if s not in (OK, ERR_NO_KEY):
+                raise BatchError(s, "exists_batch", list(sts))
+            out.append(s == OK)
+        del st
+        return out
+
+    def remove_batch(self, keys: Sequence[Any], *, check: bool = True) -> List[int]:
+        """Removes many keys; returns each key's status (raises
+        :class:`BatchError` when one failed and check is True)."""
+        karr, n = self._keys(keys)
+        sts = (c_int * n)()
+        st = _lib.lib().kvf_store_remove_batch(self._handle(), n, karr, sts)
+        return self._finish(st, "remove_batch", sts, check)
+
+    # -- life --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Deregisters the regions of the store's own engine and disconnects.
+        No call may be in progress on the store."""
+        with self._lock:
+            if self._h is None:
+                return
+            if self._user_engine is None:
+                self.engine.close()
+            h, self._h = self._h, None
+            _lib.lib().kvf_store_disconnect(h)
+
+    disconnect = close
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return "<kvferry.Store master=%s%s>" % (self.master, " closed" if self._h is None else "")
+

@@ -1,0 +1,5 @@
+"""Alias of :mod:`kvferry.procs` (process helpers for tests)."""
+
+from .procs import Master, Node, ProcessError, Target
+
+__all__ = ["Master", "Node", "Target", "ProcessError"]

@@ -1,0 +1,295 @@
+"""Engine, Region, Peer and Batch against a real `kvferry target`."""
+
+import array
+import random
+import threading
+import time
+
+import pytest
+
+import kvferry
+from kvferry.procs import Target
+
+BLK = 8192
+
+
+def remote_bytes(t, off, n):
+    """The target's pool bytes at off, read through a fresh engine."""
+    with kvferry.Engine() as e:
+        buf = bytearray(n)
+        r = e.register(buf)
+        e.open(t.segment).read([((r, 0), t.pool_addr + off, n)]).result(10)
+        r.deregister()
+        return bytes(buf)
+
+
+def test_version_and_status_names():
+    assert kvferry.version() == "0.1.0"
+    assert kvferry.status_name(-6) == "KVF_ERR_TIMEOUT"
+    assert "time" in kvferry.status_str(-6)
+    assert kvferry.config_get("no_such_key_at_all") is None
+    assert kvferry.config_get("transports") is not None
+    assert kvferry.checksum(b"abc") == kvferry.checksum(bytearray(b"abc"))
+
+
+def test_engine_properties(engine):
+    assert ":" in engine.segment_name
+    assert engine.transports
+    assert "Engine" in repr(engine)
+
+
+def test_read_write_roundtrip(engine, target):
+    p = engine.open(target.segment)
+    assert p.transport in ("tcp", "shm")
+    regs = p.regions()
+    assert regs and regs[0][0] == target.pool_addr and regs[0][1] == target.pool_len
+    src = bytearray(random.randbytes(4 * BLK))
+    dst = bytearray(4 * BLK)
+    rs, rd = engine.register(src), engine.register(dst)
+    base = target.pool_addr + (1 << 20)
+    ops = [((rs, i * BLK), base + (3 - i) * BLK, BLK) for i in range(4)]
+    with p.write(ops) as b:
+        assert b.result(10) == 4 * BLK
+        assert b.statuses() == [0] * 4
+        assert b.op_status(0) == (0, BLK)
+        assert b.done()
+    with p.read([(rd.addr + i * BLK, base + (3 - i) * BLK, BLK) for i in range(4)]) as b:
+        assert b.wait(10) is True
+        b.result()
+    assert dst == src
+    rs.deregister()
+    rd.deregister()
+    p.close()
+
+
+def test_blocks_forms(engine, target):
+    p = engine.open(target.segment)
+    n = 64
+    r = engine.alloc(n * BLK)
+    offs = list(range(0, n * BLK, BLK))
+    remote = [target.pool_addr + random.randrange(0, target.pool_len // BLK) * BLK for _ in range(n)]
+    p.read_blocks(r, offs, remote, BLK).result(10)
+    one = bytes(r.memoryview()[:BLK])
+    assert one == remote_bytes(target, remote[0] - target.pool_addr, BLK)
+    got = bytes(r.memoryview())
+    r2 = engine.register(bytearray(n * BLK))
+    p.read_blocks(r2, array.array("Q", offs), array.array("Q", remote), [BLK] * n, inline=True).result(10)
+    assert bytes(r2.obj) == got
+    # write_blocks: r2's blocks to a scratch area of the pool, read back
+    scratch = [target.pool_addr + (8 << 20) + i * BLK for i in range(n)]
+    p.write_blocks(r2, offs, scratch, BLK).result(10)
+    assert remote_bytes(target, 8 << 20, n * BLK) == got
+    r.deregister()
+    r2.deregister()
+
+
+def test_numpy_buffers(engine, target):
+    np = pytest.importorskip("numpy")
+    p = engine.open(target.segment)
+    n = 128
+    a = np.zeros((n, BLK), dtype=np.uint8)
+    r = engine.register(a)
+    remote = target.pool_addr + np.random.default_rng(1).integers(0, target.pool_len // BLK, n, dtype=np.uint64) * BLK
+    p.read_blocks(r, np.arange(n, dtype=np.uint64) * BLK, remote, BLK).result(10)
+    assert bytes(a[5]) == remote_bytes(target, int(remote[5]) - target.pool_addr, BLK)
+    with pytest.raises(kvferry.BufferTypeError):
+        engine.register(a[:, ::2])  # not contiguous
+    with pytest.raises(kvferry.NotRegisteredError):
+        p.read_blocks(r, np.array([n * BLK], dtype=np.uint64), remote[:1], BLK)
+    r.deregister()
+
+
+def test_torch_cpu(engine, target):
+    torch = pytest.importorskip("torch")
+    t = torch.zeros(4 * BLK, dtype=torch.uint8)
+    r = engine.register(t)
+    assert r.nbytes == 4 * BLK and r.mem_type in (kvferry.MEM_HOST, kvferry.MEM_PINNED)
+    engine.open(target.segment).read([((r, 0), target.pool_addr, BLK)]).result(10)
+    assert bytes(t[:BLK].numpy()) == remote_bytes(target, 0, BLK)
+    r.deregister()
+
+
+def test_register_bad_types(engine):
+    for bad in (123, "text", None, 1.5, object()):
+        with pytest.raises(kvferry.BufferTypeError) as ei:
+            engine.register(bad)
+        assert isinstance(ei.value, TypeError) and ei.value.code == -1
+    with pytest.raises(kvferry.BufferTypeError):
+        engine.register(bytearray())
+    ba = bytearray(100)
+    r = engine.register(ba)
+    with pytest.raises(BufferError):
+        ba.extend(b"x")  # locked while registered
+    r.deregister()
+    ba.extend(b"x")
+    r.deregister()  # twice is fine
+
+
+def test_bad_ops(engine, target):
+    p = engine.open(target.segment)
+    buf = bytearray(BLK)
+    r = engine.register(buf)
+    with pytest.raises(kvferry.NotRegisteredError):  # too small region
+        p.read([((r, 1), target.pool_addr, BLK)])
+    unreg = bytearray(BLK)
+    import ctypes
+
+    addr = ctypes.addressof((ctypes.c_char * BLK).from_buffer(unreg))
+    with pytest.raises(kvferry.KvferryError) as ei:
+        p.read([(addr, target.pool_addr, BLK)]).result(10)
+    assert ei.value.code in (-42, -41, -1)
+    with pytest.raises(kvferry.InvalidParamError):
+        p.read([])
+    with pytest.raises(kvferry.InvalidParamError):
+        p.read([(1, 2)])
+    with pytest.raises(kvferry.BufferTypeError):
+        p.read([(("x", 0), target.pool_addr, 8)])
+    ro = engine.register(b"read only bytes")
+    with pytest.raises(kvferry.InvalidParamError):
+        p.read([((ro, 0), target.pool_addr, 4)])
+    p.write([((ro, 0), target.pool_addr + (2 << 20), 4)]).result(10)
+    # remote address outside the target's pool: the target refuses it
+    with pytest.raises(kvferry.KvferryError) as ei:
+        p.read([((r, 0), 0x1000, BLK)]).result(10)
+    assert ei.value.code < 0
+    with pytest.raises(kvferry.ConnectError):
+        kvferry.Engine(timeout_ms=500).open("127.0.0.1:1")
+    r.deregister()
+    ro.deregister()
+
+
+def test_cancel_and_timeout(engine, target):
+    p = engine.open(target.segment)
+    n = 2048
+    r = engine.register(bytearray(n * BLK))
+    b = p.read_blocks(r, list(range(0, n * BLK, BLK)), [target.pool_addr + i * BLK for i in range(n)], BLK)
+    b.cancel()
+    assert b.wait(10)
+    st = b.test()
+    assert st in (0, -7)
+    if st == -7:
+        with pytest.raises(kvferry.CanceledError):
+            b.result()
+        assert -7 in b.statuses()
+    b.close()
+    with pytest.raises(kvferry.ClosedError):
+        b.wait()
+    r.deregister()
+
+
+def test_call_after_close(target):
+    e = kvferry.Engine()
+    p = e.open(target.segment)
+    r = e.register(bytearray(BLK))
+    b = p.read([((r, 0), target.pool_addr, BLK)])
+    e.close()
+    e.close()
+    for call in (lambda: e.segment_name, lambda: e.register(bytearray(8)),
+                 lambda: e.open(target.segment), lambda: p.read([((r, 0), target.pool_addr, BLK)]),
+                 lambda: b.result(), lambda: r.span()):
+        with pytest.raises(kvferry.ClosedError):
+            call()
+    assert r.closed and b._h is None
+
+
+def test_dead_target():
+    t = Target(pool="4M").start()
+    try:
+        with kvferry.Engine(timeout_ms=2000) as e:
+            p = e.open(t.segment)
+            r = e.register(bytearray(BLK))
+            p.read([((r, 0), t.pool_addr, BLK)]).result(10)
+            t.kill()
+            with pytest.raises(kvferry.KvferryError) as ei:
+                p.read([((r, 0), t.pool_addr, BLK)]).result(10)
+            assert ei.value.code < 0
+    finally:
+        t.close()
+
+
+def test_threads_share_engine_and_release_gil(engine, target):
+    p = engine.open(target.segment)
+    errors = []
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    def worker(k):
+        try:
+            r = engine.register(bytearray(64 * BLK))
+            for _ in range(20):
+                p.read_blocks(r, list(range(0, 64 * BLK, BLK)),
+                              [target.pool_addr + ((k * 64 + i) % 2048) * BLK for i in range(64)],
+                              BLK).result(20)
+            r.deregister()
+        except Exception as ex:  # noqa: BLE001
+            errors.append(ex)
+
+    s = threading.Thread(target=spin)
+    s.start()
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    stop.set()
+    s.join()
+    assert not errors
+    assert ticks[0] > 0
+
+
+def test_blocking_call_releases_gil():
+    """A thread blocked in a C call (kvf_peer_open waiting for a peer that
+    accepted the connection but never answers) lets other threads run."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes connects; nobody answers
+    name = "127.0.0.1:%d" % silent.getsockname()[1]
+    with kvferry.Engine(timeout_ms=1500) as e:
+        result = []
+
+        def blocked():
+            t0 = time.monotonic()
+            try:
+                e.open(name)
+            except kvferry.KvferryError as ex:
+                result.append(ex)
+            result.append(time.monotonic() - t0)
+
+        th = threading.Thread(target=blocked)
+        th.start()
+        time.sleep(0.1)
+        spins = 0
+        t0 = time.monotonic()
+        while th.is_alive() and time.monotonic() - t0 < 10:
+            spins += 1
+        th.join()
+    silent.close()
+    assert isinstance(result[0], kvferry.KvferryError)
+    assert result[-1] >= 0.5  # it did block in C
+    assert spins > 10000  # and this thread ran meanwhile
+
+
+def test_no_leaks(target):
+    from conftest import open_fds
+
+    def cycle():
+        with kvferry.Engine() as e:
+            p = e.open(target.segment)
+            r = e.register(bytearray(16 * BLK))
+            p.read_blocks(r, list(range(0, 16 * BLK, BLK)), [target.pool_addr] * 16, BLK).result(10)
+            e.register(bytearray(8))  # left registered: close deregisters it
+            p.read([((r, 0), target.pool_addr, BLK)])  # left un-waited: close ends it
+
+    cycle()
+    base = kvferry.alloc_stats()
+    fds = open_fds()
+    for _ in range(5):
+        cycle()
+    assert kvferry.alloc_stats() == base
+    assert open_fds() <= fds
