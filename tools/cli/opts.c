@@ -15,11 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KVF_OPTS_MAX       64
-#define KVF_OPTS_COL       24 /* help text starts here */
-#define KVF_OPTS_HELP_VAL  1000
-#define KVF_OPTS_QUIET_VAL 999
-#define KVF_OPTS_LOG_VAL   998
+#define KVF_OPTS_MAX          64
+#define KVF_OPTS_COL          24 /* help text starts here */
+#define KVF_OPTS_HELP_VAL     1000
+#define KVF_OPTS_QUIET_VAL    999
+#define KVF_OPTS_LOG_VAL      998
+#define KVF_OPTS_SECRET_VAL   997
+#define KVF_OPTS_INSECURE_VAL 996
 
 int kvf_opts_error(const kvf_cmd_spec_t *spec, const char *fmt, ...)
 {
@@ -129,6 +131,10 @@ void kvf_opts_help(const kvf_cmd_spec_t *spec, void *fp)
     }
     fprintf(f, "      --log FILE%*s%s\n", KVF_OPTS_COL - 16, "",
             "append log lines to FILE (config `log_file`)");
+    fprintf(f, "      --secret-file FILE\n%*s%s\n", KVF_OPTS_COL, "",
+            "the cluster secret (config `secret_file`; docs/security.md)");
+    fprintf(f, "      --insecure%*s%s\n", KVF_OPTS_COL - 16, "",
+            "no authentication, allow non-loopback binds without a secret");
     fprintf(f, "  -h, --help%*s%s\n", KVF_OPTS_COL - 12, "", "print this help");
     if (spec->epilog != NULL) {
         fprintf(f, "%s\n", spec->epilog);
@@ -311,7 +317,11 @@ static int kvf_opts_build(const kvf_cmd_spec_t *spec, struct option *lo,
     lo[k + 1] = (struct option){"quiet", no_argument, NULL, KVF_OPTS_QUIET_VAL};
     lo[k + 2] =
         (struct option){"log", required_argument, NULL, KVF_OPTS_LOG_VAL};
-    lo[k + 3] = (struct option){NULL, 0, NULL, 0};
+    lo[k + 3] = (struct option){"secret-file", required_argument, NULL,
+                                KVF_OPTS_SECRET_VAL};
+    lo[k + 4] =
+        (struct option){"insecure", no_argument, NULL, KVF_OPTS_INSECURE_VAL};
+    lo[k + 5] = (struct option){NULL, 0, NULL, 0};
     return i;
 }
 
@@ -346,7 +356,7 @@ static int kvf_opts_required(const kvf_cmd_spec_t *spec, const char *given)
 int kvf_opts_parse(const kvf_cmd_spec_t *spec, int argc, char **argv,
                    int *argi_p)
 {
-    struct option lo[KVF_OPTS_MAX + 4];
+    struct option lo[KVF_OPTS_MAX + 6];
     char shorts[3 * KVF_OPTS_MAX + 4], given[KVF_OPTS_MAX] = {0};
     int n, c, i, rc;
 
@@ -366,6 +376,14 @@ int kvf_opts_parse(const kvf_cmd_spec_t *spec, int argc, char **argv,
             /* the key log_file, inherited by the processes it starts */
             setenv("KVF_LOG_FILE", optarg, 1);
             fprintf(stderr, "kvferry: log lines go to %s\n", optarg);
+            continue;
+        }
+        if (c == KVF_OPTS_SECRET_VAL || c == KVF_OPTS_INSECURE_VAL) {
+            /* the keys secret_file and insecure, inherited by the
+             * processes the command starts */
+            setenv(c == KVF_OPTS_SECRET_VAL ? "KVF_SECRET_FILE"
+                                            : "KVF_INSECURE",
+                   c == KVF_OPTS_SECRET_VAL ? optarg : "1", 1);
             continue;
         }
         if (c == ':') {

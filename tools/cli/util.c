@@ -5,6 +5,7 @@
  */
 #include "tools/cli/cli.h"
 
+#include <kvferry/config.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -295,6 +296,30 @@ int kvf_cli_check_memory(const char *cmd, const char *option, uint64_t bytes,
     return 0;
 }
 
+/* A listener on a non-loopback address opens this process's memory or
+ * metadata to the network: without a cluster secret it is refused (the
+ * library refuses it too; this says what to do). */
+static int kvf_cli_refuse_open_bind(const char *cmd, const char *addr,
+                                    const struct sockaddr_in *sin)
+{
+    const char *file = kvf_config_get("secret_file");
+    const char *insecure = kvf_config_get("insecure");
+
+    if ((ntohl(sin->sin_addr.s_addr) >> 24) == 127 ||
+        (file != NULL && file[0] != '\0') ||
+        (insecure != NULL && strcmp(insecure, "1") == 0)) {
+        return 0;
+    }
+    fprintf(stderr,
+            "kvferry %s: refusing to listen on %s without a cluster secret "
+            "\xe2\x80\x94 create one ('head -c 32 /dev/urandom > secret; "
+            "chmod 600 secret'), copy it to every host and pass "
+            "--secret-file secret (docs/security.md), or --insecure on a "
+            "network you trust\n",
+            cmd, addr);
+    return -1;
+}
+
 int kvf_cli_check_listen(const char *cmd, const char *option, const char *addr)
 {
     struct sockaddr_in sin = {0};
@@ -308,7 +333,7 @@ int kvf_cli_check_listen(const char *cmd, const char *option, const char *addr)
         return 0;
     }
     port = strtol(colon + 1, NULL, 10);
-    if (port <= 0 || port > 65535) {
+    if (port < 0 || port > 65535) {
         return 0;
     }
     snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
@@ -319,6 +344,12 @@ int kvf_cli_check_listen(const char *cmd, const char *option, const char *addr)
     }
     sin = *(struct sockaddr_in *)ai->ai_addr;
     freeaddrinfo(ai);
+    if (kvf_cli_refuse_open_bind(cmd, addr, &sin) != 0) {
+        return KVF_CLI_USAGE;
+    }
+    if (port == 0) {
+        return 0; /* any free port */
+    }
     sin.sin_port = htons((uint16_t)port);
     fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {

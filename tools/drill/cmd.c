@@ -14,6 +14,9 @@
 #include "tools/drill/drill.h"
 #include "tools/drill/store.h"
 
+#include <kvferry/config.h>
+#include <limits.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -168,6 +171,43 @@ static int kvf_drill_run_one(const kvf_drill_def_t *def,
     return d.failed ? KVF_CLI_FAIL : KVF_CLI_OK;
 }
 
+/* The network drills' hosts bind addresses of their own namespaces, which
+ * the library refuses without a cluster secret: with none configured,
+ * the drills' processes share one written for this run, 0600, in the
+ * records folder (it names no other cluster). */
+static int kvf_drill_secret(const char *dir)
+{
+    const char *file = kvf_config_get("secret_file");
+    unsigned char key[32];
+    char path[PATH_MAX];
+    int fd, ok;
+
+    if (file != NULL && file[0] != '\0') {
+        return 0;
+    }
+    snprintf(path, sizeof(path), "%s/drill-secret", dir);
+    fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ok = fd >= 0 && read(fd, key, sizeof(key)) == (ssize_t)sizeof(key);
+    if (fd >= 0) {
+        close(fd);
+    }
+    unlink(path);
+    fd = ok ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+    ok = fd >= 0 && write(fd, key, sizeof(key)) == (ssize_t)sizeof(key);
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (!ok) {
+        fprintf(stderr,
+                "kvferry drill: cannot write a cluster secret in %s: %s "
+                "\xe2\x80\x94 pass --secret-file FILE\n",
+                dir, strerror(errno));
+        return -1;
+    }
+    setenv("KVF_SECRET_FILE", path, 1);
+    return 0;
+}
+
 int kvf_cmd_drill(int argc, char **argv)
 {
     kvf_drill_opts_t o = {NULL, 1500, 1000, 1, NULL};
@@ -240,6 +280,9 @@ int kvf_cmd_drill(int argc, char **argv)
     }
     printf("kvferry drill: records in %s\n", dir);
     fflush(stdout);
+    if (kvf_drill_secret(dir) != 0) {
+        return KVF_CLI_FAIL;
+    }
     kvf_progress_begin(&prog, "drill", 0, 0);
     for (k = i; kvf_drills[k].name != NULL; k++) {
         if (strcmp(what, "all") == 0 || strcmp(what, kvf_drills[k].name) == 0) {
