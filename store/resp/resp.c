@@ -46,8 +46,7 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
     {"resp_max_value", "512M", "kvferry resp: longest value accepted",
      KVF_CONFIG_USER},
     {"resp_pool", "1G",
-     "kvferry resp: registered pool holding values in flight",
-     KVF_CONFIG_USER},
+     "kvferry resp: registered pool holding values in flight", KVF_CONFIG_USER},
     {"resp_max_clients", "1024", "kvferry resp: connections served at once",
      KVF_CONFIG_USER},
     {"resp_idle_ms", "300000",
@@ -176,8 +175,8 @@ static void kvf_resp_pool_fini(struct kvf_resp *s)
 }
 
 /* First fit of n free granules from i; returns the start or SIZE_MAX. */
-static size_t kvf_resp_pool_fit(const kvf_resp_pool_t *pl, size_t i,
-                                size_t end, size_t n)
+static size_t kvf_resp_pool_fit(const kvf_resp_pool_t *pl, size_t i, size_t end,
+                                size_t n)
 {
     size_t run = 0;
 
@@ -221,8 +220,7 @@ static void kvf_resp_pool_free(kvf_resp_pool_t *pl, char *p, size_t len)
         return;
     }
     pthread_mutex_lock(&pl->mu);
-    memset(pl->used + (size_t)(p - pl->base) / KVF_RESP_GRANULE, 0,
-           n ? n : 1);
+    memset(pl->used + (size_t)(p - pl->base) / KVF_RESP_GRANULE, 0, n ? n : 1);
     pthread_mutex_unlock(&pl->mu);
 }
 
@@ -455,7 +453,8 @@ static void kvf_resp_cmd_get(kvf_resp_cmd_t *m)
         kvf_resp_pool_free(&m->s->pool, buf, info.size);
         return;
     }
-    kvf_resp_out(m->c, hdr, (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", len));
+    kvf_resp_out(m->c, hdr,
+                 (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", len));
     m->c->big = buf;
     m->c->big_len = len;
     m->c->big_off = 0;
@@ -607,6 +606,12 @@ static void kvf_resp_cmd_ping(kvf_resp_cmd_t *m)
     }
 }
 
+/* ECHO: redis-cli --pipe ends its stream with one to know it is done. */
+static void kvf_resp_cmd_echo(kvf_resp_cmd_t *m)
+{
+    kvf_resp_bulk(m->c, m->argv[1]->p, m->argv[1]->len);
+}
+
 typedef struct kvf_resp_def {
     const char *name;
     int min, max; /* argc bounds, command name included (max 0 = any) */
@@ -634,10 +639,24 @@ static void kvf_resp_cmd_ok(kvf_resp_cmd_t *m)
     kvf_resp_outs(m->c, "+OK\r\n");
 }
 
-/* COMMAND, CONFIG GET: an empty list (clients only probe them). */
+/* COMMAND: an empty list (clients only probe it). */
 static void kvf_resp_cmd_empty(kvf_resp_cmd_t *m)
 {
     kvf_resp_outs(m->c, "*0\r\n");
+}
+
+/* CONFIG GET name: the name with an empty value (no persistence). */
+static void kvf_resp_cmd_config(kvf_resp_cmd_t *m)
+{
+    if (m->argc != 3 || !kvf_resp_is(m->argv[1], "GET") ||
+        m->argv[2]->len > 64) {
+        kvf_resp_outs(m->c, "*0\r\n");
+        return;
+    }
+    kvf_resp_outs(m->c, "*2\r\n");
+    kvf_resp_bulk(m->c, m->argv[2]->p, m->argv[2]->len);
+    kvf_resp_outs(m->c, kvf_resp_is(m->argv[2], "appendonly") ? "$2\r\nno\r\n"
+                                                              : "$0\r\n\r\n");
 }
 
 static const kvf_resp_def_t kvf_resp_defs[] = {
@@ -647,11 +666,12 @@ static const kvf_resp_def_t kvf_resp_defs[] = {
     {"DEL", 2, 0, kvf_resp_cmd_del},
     {"UNLINK", 2, 0, kvf_resp_cmd_del},
     {"PING", 1, 2, kvf_resp_cmd_ping},
+    {"ECHO", 2, 2, kvf_resp_cmd_echo},
     {"AUTH", 2, 3, kvf_resp_cmd_auth},
     {"QUIT", 1, 0, kvf_resp_cmd_quit},
     {"HELLO", 1, 0, kvf_resp_cmd_hello},
     {"COMMAND", 1, 0, kvf_resp_cmd_empty},
-    {"CONFIG", 2, 0, kvf_resp_cmd_empty},
+    {"CONFIG", 2, 0, kvf_resp_cmd_config},
     {"CLIENT", 2, 0, kvf_resp_cmd_ok},
     {"SELECT", 2, 2, kvf_resp_cmd_ok},
     {NULL, 0, 0, NULL},
@@ -757,8 +777,7 @@ static int kvf_resp_check_pending(kvf_resp_conn_t *c)
     long long bulk = kvf_resp_pending_bulk(rd);
     size_t held = rd->len - rd->pos;
 
-    if (bulk == -2 ||
-        (bulk >= 0 && (uint64_t)bulk > c->lp->srv->p.max_value)) {
+    if (bulk == -2 || (bulk >= 0 && (uint64_t)bulk > c->lp->srv->p.max_value)) {
         kvf_resp_outs(c, "-ERR Protocol error: invalid bulk length\r\n");
         return 0;
     }
@@ -770,6 +789,16 @@ static int kvf_resp_check_pending(kvf_resp_conn_t *c)
     return 1;
 }
 
+/* Skips empty lines between requests, as Redis does (redis-cli --pipe
+ * sends one before its closing ECHO). */
+static void kvf_resp_skip_blank(redisReader *rd)
+{
+    while (rd->ridx == -1 && rd->pos < rd->len &&
+           (rd->buf[rd->pos] == '\r' || rd->buf[rd->pos] == '\n')) {
+        rd->pos++;
+    }
+}
+
 /* Parses and runs requests until input runs out or output backs up. */
 static void kvf_resp_process(kvf_resp_conn_t *c)
 {
@@ -778,6 +807,7 @@ static void kvf_resp_process(kvf_resp_conn_t *c)
 
     kvf_resp_cur = c;
     while (!kvf_resp_blocked(c)) {
+        kvf_resp_skip_blank(c->rd);
         if (redisReaderGetReply(c->rd, &obj) != REDIS_OK) {
             kvf_resp_err(c, "-ERR protocol error: %s", c->rd->errstr);
             c->closing = 1;
@@ -813,8 +843,8 @@ static int kvf_resp_flush(kvf_resp_conn_t *c)
             iov[k++] = (struct iovec){c->out + c->out_off, out};
         }
         if (c->big != NULL) {
-            iov[k++] = (struct iovec){c->big + c->big_off,
-                                      c->big_len - c->big_off};
+            iov[k++] =
+                (struct iovec){c->big + c->big_off, c->big_len - c->big_off};
         }
         if (k == 0) {
             c->out_len = c->out_off = 0;
@@ -1046,8 +1076,9 @@ static kvf_status_t kvf_resp_load_password(struct kvf_resp *s)
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &sb) != 0 || (sb.st_mode & 077) != 0) {
         kvf_error("resp: password file %s: %s", path,
-                  fd < 0 ? strerror(errno) : "must not be readable by others "
-                                             "(chmod 600)");
+                  fd < 0 ? strerror(errno)
+                         : "must not be readable by others "
+                           "(chmod 600)");
         if (fd >= 0) {
             close(fd);
         }
@@ -1058,7 +1089,8 @@ static kvf_status_t kvf_resp_load_password(struct kvf_resp *s)
     if (n < 0) {
         return KVF_ERR_INVALID_PARAM;
     }
-    while (n > 0 && (s->password[n - 1] == '\n' || s->password[n - 1] == '\r')) {
+    while (n > 0 &&
+           (s->password[n - 1] == '\n' || s->password[n - 1] == '\r')) {
         n--;
     }
     s->password[n] = 0;
