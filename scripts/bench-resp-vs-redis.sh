@@ -1,0 +1,100 @@
+#!/bin/bash
+# kvferry resp against redis-server with redis-benchmark, same run, same
+# machine: starts a master, a node, `kvferry resp` and a redis-server
+# (persistence off) on loopback, then for each value size runs
+# `redis-benchmark -t set,get -d SIZE -c CLIENTS -n N` against each server in
+# interleaved rounds and prints requests/s per round and the ratio of the
+# medians (kvferry / redis).
+#
+#   scripts/bench-resp-vs-redis.sh [-b build/kvferry] [-s "65536 1048576"]
+#                                  [-c 8] [-r 3] [-t resp-threads]
+#                                  [-n "N-for-64K N-for-1M ..."]
+set -eu
+BIN=build/kvferry
+SIZES="65536 1048576"
+COUNTS=""
+CLIENTS=8
+ROUNDS=3
+THREADS=2
+while getopts "b:s:c:r:t:n:" o; do
+    case $o in
+    b) BIN=$OPTARG ;;
+    s) SIZES=$OPTARG ;;
+    c) CLIENTS=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;;
+    t) THREADS=$OPTARG ;;
+    n) COUNTS=$OPTARG ;;
+    *) exit 2 ;;
+    esac
+done
+for t in redis-server redis-benchmark redis-cli; do
+    command -v $t >/dev/null || { echo "$t is not installed" >&2; exit 2; }
+done
+DIR=$(mktemp -d /tmp/kvf-resp-bench-XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+# Starts "$@" in the background and waits for its first line (KEY=...).
+start() {
+    local out=$DIR/$1.out
+    "$BIN" "$@" >"$out" 2>"$DIR/$1.err" &
+    PIDS+=($!)
+    for _ in $(seq 100); do
+        [ -s "$out" ] && break
+        sleep 0.1
+    done
+    head -1 "$out" | sed -n "s/^$1=\([^ ]*\).*/\1/p"
+}
+
+MASTER=$(start master --listen 127.0.0.1:0 --http off)
+start node --master "$MASTER" --pool 4G --lazy >/dev/null
+RESP=$(start resp --master "$MASTER" --listen 127.0.0.1:0 --pool 1G \
+    --threads "$THREADS")
+RPORT=${RESP##*:}
+redis-server --port 0 --bind 127.0.0.1 --port 16399 --save '' \
+    --appendonly no --dir "$DIR" --daemonize no >"$DIR/redis.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do
+    [ "$(redis-cli -p 16399 PING 2>/dev/null)" = PONG ] &&
+        [ "$(redis-cli -p "$RPORT" SET ready 1 2>/dev/null)" = OK ] && break
+    sleep 0.2
+done
+
+# requests/s of SET and GET: prints "SET GET".
+bench() { # port size n
+    redis-benchmark -p "$1" -t set,get -d "$2" -c "$CLIENTS" -n "$3" -q \
+        2>/dev/null | tr '\r' '\n' |
+        awk '/^SET: [0-9]/ {s=$2} /^GET: [0-9]/ {g=$2} END {print s, g}'
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS;" \
+    "$(redis-server --version | cut -d' ' -f3)"
+i=0
+for size in $SIZES; do
+    i=$((i + 1))
+    n=$(echo "$COUNTS" | cut -d' ' -f$i)
+    [ -n "$n" ] || n=$((size >= 1048576 ? 2000 : 10000))
+    : >"$DIR/k" && : >"$DIR/r"
+    for r in $(seq "$ROUNDS"); do
+        k=$(bench "$RPORT" "$size" "$n")
+        d=$(bench 16399 "$size" "$n")
+        echo "$k" >>"$DIR/k"
+        echo "$d" >>"$DIR/r"
+        printf "size %-8s round %s  kvferry SET %10s GET %10s | redis SET %10s GET %10s\n" \
+            "$size" "$r" $k $d
+    done
+    ks=$(cut -d' ' -f1 "$DIR/k" | median)
+    kg=$(cut -d' ' -f2 "$DIR/k" | median)
+    rs=$(cut -d' ' -f1 "$DIR/r" | median)
+    rg=$(cut -d' ' -f2 "$DIR/r" | median)
+    awk -v s="$size" -v ks="$ks" -v kg="$kg" -v rs="$rs" -v rg="$rg" 'BEGIN {
+        printf "size %-8s median rps: kvferry SET %.0f GET %.0f, redis SET %.0f GET %.0f; ratio SET %.2fx GET %.2fx\n",
+            s, ks, kg, rs, rg, ks / rs, kg / rg }'
+done
