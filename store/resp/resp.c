@@ -61,6 +61,8 @@ KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 #define KVF_RESP_PW_MAX    512
 #define KVF_RESP_OUT_CAP   (KVF_RESP_OUT_HIGH + KVF_RESP_INLINE_MAX + 1024)
 #define KVF_RESP_RECV      (64u << 10)
+/* GETs read into a buffer of the last size read up to this size. */
+#define KVF_RESP_HINT_MAX (8u << 20)
 
 /* Objects the redisReader builds for us. */
 enum { KVF_RO_STR = 1, KVF_RO_ARR, KVF_RO_OTHER };
@@ -99,7 +101,7 @@ typedef struct kvf_resp_conn {
     char *out;
     size_t out_len, out_off;
     char *big; /* pooled GET value being sent, then "\r\n" */
-    size_t big_len, big_off;
+    size_t big_len, big_off, big_cap;
     uint64_t last_ms;
     int authed;
     int closing; /* close once the output is flushed */
@@ -122,6 +124,7 @@ struct kvf_resp {
     int stopfd;
     atomic_int stop;
     atomic_uint nclients;
+    atomic_size_t get_hint; /* size of the last value read */
     unsigned nloops;
     kvf_resp_loop_t loops[KVF_RESP_LOOPS_MAX];
     char password[KVF_RESP_PW_MAX];
@@ -417,46 +420,83 @@ static void kvf_resp_store_err(kvf_resp_conn_t *c, kvf_status_t st)
     kvf_resp_err(c, "-ERR store: %s", kvf_status_str(st));
 }
 
+/* Reads key into a fresh pool buffer: one kvf_store_get (a single round
+ * trip, or none through the location cache) into a buffer of the last
+ * size read, which fits the fixed-size values of KV caches; when the
+ * object is larger (or that size is large), its size is asked first. */
+static kvf_status_t kvf_resp_fetch(struct kvf_resp *s, const char *key,
+                                   char **buf_p, size_t *cap_p, size_t *len_p)
+{
+    size_t cap = atomic_load(&s->get_hint);
+    kvf_store_info_t info;
+    kvf_status_t st = KVF_ERR_NO_RESOURCE;
+    char *buf;
+
+    if (cap <= KVF_RESP_HINT_MAX) {
+        cap = cap ? cap : 1;
+        buf = kvf_resp_pool_alloc(&s->pool, cap);
+        if (buf == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        st = kvf_store_get(s->st, key, buf, cap, len_p, 0);
+        if (st != KVF_OK) {
+            kvf_resp_pool_free(&s->pool, buf, cap);
+        }
+    }
+    if (st == KVF_ERR_NO_RESOURCE) {
+        st = kvf_store_query(s->st, key, &info);
+        if (st != KVF_OK) {
+            return st;
+        }
+        cap = info.size;
+        buf = kvf_resp_pool_alloc(&s->pool, cap);
+        if (buf == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        st = kvf_store_read(s->st, key, &info, buf, cap, len_p, 0);
+        if (st != KVF_OK) {
+            kvf_resp_pool_free(&s->pool, buf, cap);
+        }
+    }
+    if (st == KVF_OK) {
+        atomic_store(&s->get_hint, *len_p);
+        *buf_p = buf;
+        *cap_p = cap;
+    }
+    return st;
+}
+
 static void kvf_resp_cmd_get(kvf_resp_cmd_t *m)
 {
     char key[KVF_STORE_KEY_MAX + 1], hdr[32];
-    kvf_store_info_t info;
-    size_t len = 0;
+    size_t len = 0, cap = 0;
     kvf_status_t st;
-    char *buf;
+    char *buf = NULL;
 
     if (!kvf_resp_key(m->argv[1], key)) {
         kvf_resp_outs(m->c, "$-1\r\n");
         return;
     }
-    st = kvf_store_query(m->s->st, key, &info);
+    st = kvf_resp_fetch(m->s, key, &buf, &cap, &len);
     if (st == KVF_ERR_NO_KEY || st == KVF_ERR_NOT_READY) {
         kvf_resp_outs(m->c, "$-1\r\n");
+        return;
+    } else if (st == KVF_ERR_NO_MEMORY) {
+        kvf_resp_outs(m->c, "-ERR value pool full, try again\r\n");
         return;
     } else if (st != KVF_OK) {
         kvf_resp_store_err(m->c, st);
         return;
     }
-    buf = kvf_resp_pool_alloc(&m->s->pool, info.size);
-    if (buf == NULL) {
-        kvf_resp_outs(m->c, "-ERR value pool full, try again\r\n");
-        return;
-    }
-    st = kvf_store_read(m->s->st, key, &info, buf, info.size, &len, 0);
-    if (st != KVF_OK) {
-        kvf_resp_pool_free(&m->s->pool, buf, info.size);
-        kvf_resp_store_err(m->c, st);
-        return;
-    }
     if (len <= KVF_RESP_INLINE_MAX) {
         kvf_resp_bulk(m->c, buf, len);
-        kvf_resp_pool_free(&m->s->pool, buf, info.size);
+        kvf_resp_pool_free(&m->s->pool, buf, cap);
         return;
     }
-    kvf_resp_out(m->c, hdr,
-                 (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", len));
+    kvf_resp_out(m->c, hdr, (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", len));
     m->c->big = buf;
     m->c->big_len = len;
+    m->c->big_cap = cap;
     m->c->big_off = 0;
 }
 
@@ -467,6 +507,7 @@ static kvf_status_t kvf_resp_put(struct kvf_resp *s, const char *key,
 {
     char *p = v->p;
     kvf_status_t st;
+    int i;
 
     if (!v->pooled) {
         p = kvf_resp_pool_alloc(&s->pool, v->len);
@@ -476,7 +517,12 @@ static kvf_status_t kvf_resp_put(struct kvf_resp *s, const char *key,
         memcpy(p, v->p, v->len);
     }
     st = kvf_store_put(s->st, key, p, v->len, NULL);
-    if (st == KVF_ERR_EXISTS) { /* SET overwrites */
+    /* SET overwrites: remove and put again, a few times when other SETs
+     * of the key race with this one */
+    for (i = 0; i < 4 && (st == KVF_ERR_EXISTS || st == KVF_ERR_BUSY); i++) {
+        if (st == KVF_ERR_BUSY) {
+            usleep(200u << i);
+        }
         st = kvf_store_remove(s->st, key);
         if (st == KVF_OK || st == KVF_ERR_NO_KEY) {
             st = kvf_store_put(s->st, key, p, v->len, NULL);
@@ -733,7 +779,7 @@ static void kvf_resp_close(kvf_resp_conn_t *c)
     redisReaderFree(c->rd);
     kvf_resp_cur = NULL;
     if (c->big != NULL) {
-        kvf_resp_pool_free(&lp->srv->pool, c->big, c->big_len);
+        kvf_resp_pool_free(&lp->srv->pool, c->big, c->big_cap);
     }
     epoll_ctl(lp->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
@@ -862,7 +908,7 @@ static int kvf_resp_flush(kvf_resp_conn_t *c)
         if (c->big != NULL) {
             c->big_off += (size_t)n;
             if (c->big_off == c->big_len) {
-                kvf_resp_pool_free(&c->lp->srv->pool, c->big, c->big_len);
+                kvf_resp_pool_free(&c->lp->srv->pool, c->big, c->big_cap);
                 c->big = NULL;
                 c->out_len = c->out_off = 0;
                 kvf_resp_out(c, "\r\n", 2);
