@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/read.h>
+#include <hiredis/sds.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -61,6 +62,8 @@ KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 #define KVF_RESP_PW_MAX    512
 #define KVF_RESP_OUT_CAP   (KVF_RESP_OUT_HIGH + KVF_RESP_INLINE_MAX + 1024)
 #define KVF_RESP_RECV      (64u << 10)
+/* Bulks this long are received straight into the pool. */
+#define KVF_RESP_DIRECT_MIN (16u << 10)
 /* GETs read into a buffer of the last size read up to this size. */
 #define KVF_RESP_HINT_MAX (8u << 20)
 
@@ -102,6 +105,9 @@ typedef struct kvf_resp_conn {
     size_t out_len, out_off;
     char *big; /* pooled GET value being sent, then "\r\n" */
     size_t big_len, big_off, big_cap;
+    char *dbuf; /* a long bulk received straight into the pool */
+    size_t dlen, dgot;
+    int dready; /* dbuf is whole: the reader's next (empty) bulk is it */
     uint64_t last_ms;
     int authed;
     int closing; /* close once the output is flushed */
@@ -252,14 +258,21 @@ static void *kvf_ro_string(const redisReadTask *t, char *str, size_t len)
     }
     o->kind = (t->type == REDIS_REPLY_STRING) ? KVF_RO_STR : KVF_RO_OTHER;
     o->len = len;
-    if (len <= 1024) {
+    if (c != NULL && c->dready && len == 0) {
+        o->p = c->dbuf; /* the bulk kvf_resp_direct_start took over */
+        o->len = c->dlen;
+        o->pooled = 1;
+        c->dbuf = NULL;
+        c->dready = 0;
+        len = 0;
+    } else if (len <= 1024) {
         o->p = (char *)(o + 1);
     } else if (c != NULL) {
         o->p = kvf_resp_pool_alloc(&c->lp->srv->pool, len);
         o->pooled = o->p != NULL;
         o->nomem = o->p == NULL;
     }
-    if (o->p != NULL) {
+    if (o->p != NULL && len > 0) {
         memcpy(o->p, str, len);
     }
     kvf_ro_attach(t, o);
@@ -493,7 +506,8 @@ static void kvf_resp_cmd_get(kvf_resp_cmd_t *m)
         kvf_resp_pool_free(&m->s->pool, buf, cap);
         return;
     }
-    kvf_resp_out(m->c, hdr, (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", len));
+    kvf_resp_out(m->c, hdr,
+                 (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", len));
     m->c->big = buf;
     m->c->big_len = len;
     m->c->big_cap = cap;
@@ -781,6 +795,9 @@ static void kvf_resp_close(kvf_resp_conn_t *c)
     if (c->big != NULL) {
         kvf_resp_pool_free(&lp->srv->pool, c->big, c->big_cap);
     }
+    if (c->dbuf != NULL) {
+        kvf_resp_pool_free(&lp->srv->pool, c->dbuf, c->dlen);
+    }
     epoll_ctl(lp->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     if (c->prev != NULL) {
@@ -794,6 +811,24 @@ static void kvf_resp_close(kvf_resp_conn_t *c)
     atomic_fetch_sub(&lp->srv->nclients, 1);
     free(c->out);
     free(c);
+}
+
+/* The direct bulk is whole: the reader sees its length line as "0". */
+static void kvf_resp_direct_done(kvf_resp_conn_t *c)
+{
+    redisReader *rd = c->rd;
+    size_t rest = rd->len - rd->pos;
+    char tail[2];
+
+    /* "0\r\n" goes before the bytes that followed the bulk (at most 1) */
+    memcpy(tail, rd->buf + rd->pos, rest < 2 ? rest : 2);
+    rd->len = rd->pos;
+    sdssetlen(rd->buf, rd->len);
+    c->dready = 1;
+    redisReaderFeed(rd, "0\r\n", 3);
+    if (rest > 0) {
+        redisReaderFeed(rd, tail, rest < 2 ? rest : 2);
+    }
 }
 
 /* Bulk length at the reader's cursor when it waits inside a bulk, else -1;
@@ -835,6 +870,45 @@ static int kvf_resp_check_pending(kvf_resp_conn_t *c)
     return 1;
 }
 
+/* Takes a long bulk the reader waits for out of its hands: its bytes so far
+ * move into a pool buffer and the rest is received there directly (no
+ * copies through the reader's growing buffer); the reader is left at the
+ * bulk's length, to be told "0" once the bytes are in. */
+static int kvf_resp_direct_start(kvf_resp_conn_t *c)
+{
+    redisReader *rd = c->rd;
+    long long bulk = kvf_resp_pending_bulk(rd);
+    const char *eol;
+    size_t have, take;
+
+    if (c->dbuf != NULL || c->dready || bulk < (long long)KVF_RESP_DIRECT_MIN) {
+        return 0;
+    }
+    eol = memchr(rd->buf + rd->pos, '\n', rd->len - rd->pos);
+    if (eol == NULL) {
+        return 0; /* the length line is not whole yet */
+    }
+    c->dbuf = kvf_resp_pool_alloc(&c->lp->srv->pool, (size_t)bulk);
+    if (c->dbuf == NULL) {
+        return 0; /* the reader takes it, and SET answers "pool full" */
+    }
+    c->dlen = (size_t)bulk;
+    have = rd->len - (size_t)(eol + 1 - rd->buf);
+    take = have < c->dlen ? have : c->dlen;
+    memcpy(c->dbuf, eol + 1, take);
+    c->dgot = take;
+    /* what followed the bytes (part of "\r\n") stays for the reader */
+    memmove(rd->buf + rd->pos, eol + 1 + take, have - take);
+    rd->len = rd->pos + (have - take);
+    sdssetlen(rd->buf, rd->len);
+    rd->buf[rd->len] = 0;
+    if (c->dgot < c->dlen) {
+        return 0;
+    }
+    kvf_resp_direct_done(c);
+    return 1;
+}
+
 /* Skips empty lines between requests, as Redis does (redis-cli --pipe
  * sends one before its closing ECHO). */
 static void kvf_resp_skip_blank(redisReader *rd)
@@ -861,6 +935,9 @@ static void kvf_resp_process(kvf_resp_conn_t *c)
         }
         if (obj == NULL) {
             c->closing = !kvf_resp_check_pending(c);
+            if (!c->closing && kvf_resp_direct_start(c)) {
+                continue;
+            }
             break;
         }
         ok = kvf_resp_dispatch(c, obj);
@@ -928,6 +1005,18 @@ static int kvf_resp_read(kvf_resp_conn_t *c)
 
     if (kvf_resp_blocked(c)) {
         return 0;
+    }
+    if (c->dbuf != NULL && !c->dready) {
+        n = recv(c->fd, c->dbuf + c->dgot, c->dlen - c->dgot, 0);
+        if (n > 0) {
+            c->last_ms = kvf_time_ms();
+            c->dgot += (size_t)n;
+            if (c->dgot == c->dlen) {
+                kvf_resp_direct_done(c);
+            }
+            return 0;
+        }
+        return (n < 0 && (errno == EAGAIN || errno == EINTR)) ? 0 : -1;
     }
     n = recv(c->fd, c->lp->rbuf, KVF_RESP_RECV, 0);
     if (n == 0) {

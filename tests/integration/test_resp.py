@@ -150,6 +150,37 @@ def test_bad_input(port):
     check(cli(port, "PING") == b"PONG\n", "served after bad input")
 
 
+def test_split(port):
+    """Requests cut at every kind of boundary, long values among them."""
+    rng = random.Random(7)
+    vals = [rng.randbytes(n) for n in (100000, 16384, 20000, 5, 300000)]
+    req = b"".join(b"*3\r\n$3\r\nSET\r\n$4\r\nsp:%d\r\n$%d\r\n%s\r\n" % (
+        i, len(v), v) for i, v in enumerate(vals))
+    req += b"".join(b"*2\r\n$3\r\nGET\r\n$4\r\nsp:%d\r\n" % i
+                    for i in range(len(vals)))
+    want = b"+OK\r\n" * len(vals) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(v), v) for v in vals)
+    for cut in (1, 2, 3, 7, 4096, 65537):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        i = 0
+        while i < len(req):
+            n = cut if cut > 7 else rng.randint(1, 64 * cut)
+            s.sendall(req[i:i + n])
+            i += n
+            if cut <= 7 and rng.random() < 0.01:
+                time.sleep(0.001)
+        got = b""
+        s.settimeout(30)
+        while len(got) < len(want):
+            b = s.recv(1 << 20)
+            if not b:
+                break
+            got += b
+        s.close()
+        check(got == want, "requests cut in pieces of %d" % cut)
+
+
 def test_pipeline(port):
     cmds = b"".join(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
         len(k), k, len(v), v) for k, v in ((b"pipe:%d" % i, b"x" * (i % 97))
@@ -243,6 +274,7 @@ def main():
         test_basic(port)
         test_redis_py(port)
         test_bad_input(port)
+        test_split(port)
         test_pipeline(port)
         test_auth(master, tmp)
         check(stop(r) == 0, "resp stops cleanly")
