@@ -58,10 +58,11 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
 };
 KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 
-#define KVF_RESP_LOOPS_MAX 64
-#define KVF_RESP_PW_MAX    512
-#define KVF_RESP_OUT_CAP   (KVF_RESP_OUT_HIGH + KVF_RESP_INLINE_MAX + 1024)
-#define KVF_RESP_RECV      (64u << 10)
+#define KVF_RESP_LOOPS_MAX   64
+#define KVF_RESP_PW_MAX      512
+#define KVF_RESP_OUT_CAP     (KVF_RESP_OUT_HIGH + KVF_RESP_INLINE_MAX + 1024)
+#define KVF_RESP_RECV        (64u << 10)
+#define KVF_RESP_SET_STRIPES 64
 /* Bulks this long are received straight into the pool. */
 #define KVF_RESP_DIRECT_MIN (16u << 10)
 /* GETs read into a buffer of the last size read up to this size. */
@@ -89,7 +90,7 @@ typedef struct kvf_resp_pool {
     size_t len;
     size_t granules;
     uint8_t *used; /* one byte per granule */
-    size_t hint;
+    size_t low; /* no free granule below */
     pthread_mutex_t mu;
     kvf_region_h region;
 } kvf_resp_pool_t;
@@ -131,6 +132,9 @@ struct kvf_resp {
     atomic_int stop;
     atomic_uint nclients;
     atomic_size_t get_hint; /* size of the last value read */
+    /* SETs of one key run one at a time (by stripe), so an overwrite's
+     * remove and put do not race another SET of this door */
+    pthread_mutex_t set_mu[KVF_RESP_SET_STRIPES];
     unsigned nloops;
     kvf_resp_loop_t loops[KVF_RESP_LOOPS_MAX];
     char password[KVF_RESP_PW_MAX];
@@ -209,13 +213,14 @@ static char *kvf_resp_pool_alloc(kvf_resp_pool_t *pl, size_t len)
         return NULL;
     }
     pthread_mutex_lock(&pl->mu);
-    at = kvf_resp_pool_fit(pl, pl->hint, pl->granules, n);
-    if (at == SIZE_MAX) {
-        at = kvf_resp_pool_fit(pl, 0, pl->granules, n);
-    }
+    /* first fit from the start: buffers stay in the few pages (and cache
+     * lines) already touched */
+    at = kvf_resp_pool_fit(pl, pl->low, pl->granules, n);
     if (at != SIZE_MAX) {
         memset(pl->used + at, 1, n);
-        pl->hint = at + n < pl->granules ? at + n : 0;
+        if (at == pl->low) {
+            pl->low = at + n;
+        }
     }
     pthread_mutex_unlock(&pl->mu);
     return at == SIZE_MAX ? NULL : pl->base + at * KVF_RESP_GRANULE;
@@ -223,13 +228,17 @@ static char *kvf_resp_pool_alloc(kvf_resp_pool_t *pl, size_t len)
 
 static void kvf_resp_pool_free(kvf_resp_pool_t *pl, char *p, size_t len)
 {
-    size_t n = (len + KVF_RESP_GRANULE - 1) / KVF_RESP_GRANULE;
+    size_t n = (len + KVF_RESP_GRANULE - 1) / KVF_RESP_GRANULE, at;
 
     if (p == NULL) {
         return;
     }
+    at = (size_t)(p - pl->base) / KVF_RESP_GRANULE;
     pthread_mutex_lock(&pl->mu);
-    memset(pl->used + (size_t)(p - pl->base) / KVF_RESP_GRANULE, 0, n ? n : 1);
+    memset(pl->used + at, 0, n ? n : 1);
+    if (at < pl->low) {
+        pl->low = at;
+    }
     pthread_mutex_unlock(&pl->mu);
 }
 
@@ -514,11 +523,23 @@ static void kvf_resp_cmd_get(kvf_resp_cmd_t *m)
     m->c->big_off = 0;
 }
 
+/* FNV-1a of the key, folded onto the SET stripes. */
+static unsigned kvf_resp_stripe(const char *key)
+{
+    uint32_t h = 2166136261u;
+
+    for (; *key != 0; key++) {
+        h = (h ^ (unsigned char)*key) * 16777619u;
+    }
+    return (h ^ (h >> 16)) % KVF_RESP_SET_STRIPES;
+}
+
 /* Stores a value; a short one (parsed outside the pool) is copied into
  * the pool first, since the store moves bytes from registered memory. */
 static kvf_status_t kvf_resp_put(struct kvf_resp *s, const char *key,
                                  const kvf_ro_str_t *v)
 {
+    pthread_mutex_t *mu = &s->set_mu[kvf_resp_stripe(key)];
     char *p = v->p;
     kvf_status_t st;
     int i;
@@ -530,6 +551,7 @@ static kvf_status_t kvf_resp_put(struct kvf_resp *s, const char *key,
         }
         memcpy(p, v->p, v->len);
     }
+    pthread_mutex_lock(mu);
     st = kvf_store_put(s->st, key, p, v->len, NULL);
     /* SET overwrites: remove and put again, a few times when other SETs
      * of the key race with this one */
@@ -542,6 +564,7 @@ static kvf_status_t kvf_resp_put(struct kvf_resp *s, const char *key,
             st = kvf_store_put(s->st, key, p, v->len, NULL);
         }
     }
+    pthread_mutex_unlock(mu);
     if (!v->pooled) {
         kvf_resp_pool_free(&s->pool, p, v->len);
     }
@@ -1323,6 +1346,9 @@ kvf_status_t kvf_server_resp_start(const kvf_server_resp_params_t *params,
     }
     s->p = *params;
     s->lfd = s->stopfd = -1;
+    for (int i = 0; i < KVF_RESP_SET_STRIPES; i++) {
+        pthread_mutex_init(&s->set_mu[i], NULL);
+    }
     s->nloops = params->threads == 0 ? 1 : params->threads;
     if (s->nloops > KVF_RESP_LOOPS_MAX) {
         s->nloops = KVF_RESP_LOOPS_MAX;
@@ -1371,6 +1397,9 @@ void kvf_server_resp_stop(kvf_resp_h s)
         kvf_store_disconnect(s->st);
     }
     explicit_bzero(s->password, sizeof(s->password));
+    for (i = 0; i < KVF_RESP_SET_STRIPES; i++) {
+        pthread_mutex_destroy(&s->set_mu[i]);
+    }
     free(s);
 }
 
