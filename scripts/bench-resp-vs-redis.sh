@@ -39,7 +39,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts "$@" in the background and waits for its first line (KEY=...).
+# Starts "$@" in the background, waits for its first line (KEY=VALUE ...)
+# and sets ADDR to VALUE.
 start() {
     local out=$DIR/$1.out
     "$BIN" "$@" >"$out" 2>"$DIR/$1.err" &
@@ -48,19 +49,22 @@ start() {
         [ -s "$out" ] && break
         sleep 0.1
     done
-    head -1 "$out" | sed -n "s/^$1=\([^ ]*\).*/\1/p"
+    ADDR=$(head -1 "$out" | sed -n "s/^$1=\([^ ]*\).*/\1/p")
 }
 
-MASTER=$(start master --listen 127.0.0.1:0 --http off)
-start node --master "$MASTER" --pool 4G --lazy >/dev/null
-RESP=$(start resp --master "$MASTER" --listen 127.0.0.1:0 --pool 1G \
-    --threads "$THREADS")
+start master --listen 127.0.0.1:0 --http off
+MASTER=$ADDR
+start node --master "$MASTER" --pool 2G
+start resp --master "$MASTER" --listen 127.0.0.1:0 --pool 1G \
+    --threads "$THREADS"
+RESP=$ADDR
 RPORT=${RESP##*:}
-redis-server --port 0 --bind 127.0.0.1 --port 16399 --save '' \
+RDPORT=$((16000 + $$ % 1000))
+redis-server --bind 127.0.0.1 --port "$RDPORT" --save '' \
     --appendonly no --dir "$DIR" --daemonize no >"$DIR/redis.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do
-    [ "$(redis-cli -p 16399 PING 2>/dev/null)" = PONG ] &&
+    [ "$(redis-cli -p "$RDPORT" PING 2>/dev/null)" = PONG ] &&
         [ "$(redis-cli -p "$RPORT" SET ready 1 2>/dev/null)" = OK ] && break
     sleep 0.2
 done
@@ -100,7 +104,7 @@ for size in $SIZES; do
         t0=(); for p in "${PIDS[@]}"; do t0+=("$(ticks "$p")"); done
         k=$(bench "$RPORT" "$size" "$n")
         t1=(); for p in "${PIDS[@]}"; do t1+=("$(ticks "$p")"); done
-        d=$(bench 16399 "$size" "$n")
+        d=$(bench "$RDPORT" "$size" "$n")
         t2=$(ticks "${PIDS[3]}")
         echo "$k" >>"$DIR/k"
         echo "$d" >>"$DIR/r"
