@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <hiredis/hiredis.h>
 #include <hiredis/read.h>
 #include <hiredis/sds.h>
 #include <netinet/in.h>
@@ -36,6 +37,15 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+/* The type of the item the reader is in (its task stack changed form in
+ * hiredis 1.0). The reader's public fields used here (buf, pos, len,
+ * ridx) are the same in 0.14 (Debian 12) and 1.x. */
+#if HIREDIS_MAJOR >= 1
+#define KVF_RESP_TASK_TYPE(rd) ((rd)->task[(rd)->ridx]->type)
+#else
+#define KVF_RESP_TASK_TYPE(rd) ((rd)->rstack[(rd)->ridx].type)
+#endif
 
 static const kvf_config_entry_t kvf_resp_config_entries[] = {
     {"resp_listen", "127.0.0.1:6379", "kvferry resp: address served",
@@ -90,7 +100,7 @@ typedef struct kvf_resp_pool {
     size_t len;
     size_t granules;
     uint8_t *used; /* one byte per granule */
-    size_t low; /* no free granule below */
+    size_t low;    /* no free granule below */
     pthread_mutex_t mu;
     kvf_region_h region;
 } kvf_resp_pool_t;
@@ -152,6 +162,7 @@ static kvf_status_t kvf_resp_pool_init(struct kvf_resp *s)
     kvf_resp_pool_t *pl = &s->pool;
     kvf_status_t st;
 
+    pthread_mutex_init(&pl->mu, NULL);
     pl->granules = (s->p.pool + KVF_RESP_GRANULE - 1) / KVF_RESP_GRANULE;
     pl->len = pl->granules * KVF_RESP_GRANULE;
     pl->base = mmap(NULL, pl->len, PROT_READ | PROT_WRITE,
@@ -164,7 +175,6 @@ static kvf_status_t kvf_resp_pool_init(struct kvf_resp *s)
     if (pl->used == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    pthread_mutex_init(&pl->mu, NULL);
     st = kvf_engine_reg(kvf_store_engine(s->st), pl->base, pl->len,
                         KVF_MEM_HOST, 0, &pl->region);
     if (st != KVF_OK) {
@@ -182,9 +192,9 @@ static void kvf_resp_pool_fini(struct kvf_resp *s)
     }
     if (pl->base != NULL) {
         munmap(pl->base, pl->len);
-        pthread_mutex_destroy(&pl->mu);
     }
     free(pl->used);
+    pthread_mutex_destroy(&pl->mu);
 }
 
 /* First fit of n free granules from i; returns the start or SIZE_MAX. */
@@ -862,7 +872,7 @@ static long long kvf_resp_pending_bulk(const redisReader *rd)
     size_t n = rd->len - rd->pos, i;
     long long v = 0;
 
-    if (rd->ridx < 0 || rd->rstack[rd->ridx].type != REDIS_REPLY_STRING) {
+    if (rd->ridx < 0 || KVF_RESP_TASK_TYPE(rd) != REDIS_REPLY_STRING) {
         return -1;
     }
     for (i = 0; i < n && p[i] != '\r'; i++) {
