@@ -248,6 +248,29 @@ def debian_python():
             os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
 
 
+def test_max_clients(master):
+    p, addr = start(["resp", "--master", master, "--listen", "127.0.0.1:0",
+                     "--pool", "16M", "--max-clients", "2"], "resp")
+    port = int(addr.rsplit(":", 1)[1])
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+    for h in held:  # both accepted and served
+        h.sendall(b"*1\r\n$4\r\nPING\r\n")
+        h.settimeout(10)
+        h.recv(100)
+    got, closed = raw(port, b"*1\r\n$4\r\nPING\r\n")
+    check(got.startswith(b"-ERR max number of clients") and closed,
+          "a client over --max-clients is refused")
+    held[0].sendall(b"*1\r\n$4\r\nQUIT\r\n")
+    check(held[0].recv(100) == b"+OK\r\n", "QUIT answers +OK")
+    held[0].settimeout(10)
+    check(held[0].recv(100) == b"", "QUIT closes")
+    held[0].close()
+    time.sleep(0.2)
+    check(cli(port, "PING") == b"PONG\n", "a slot freed by QUIT is reused")
+    held[1].close()
+    check(stop(p) == 0, "resp (max clients) stops cleanly")
+
+
 def main():
     debian_python()
     if shutil.which("redis-cli") is None:
@@ -277,6 +300,7 @@ def main():
         test_split(port)
         test_pipeline(port)
         test_auth(master, tmp)
+        test_max_clients(master)
         check(stop(r) == 0, "resp stops cleanly")
         procs.remove(r)
     finally:
