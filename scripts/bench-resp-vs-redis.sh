@@ -8,7 +8,11 @@
 #
 #   scripts/bench-resp-vs-redis.sh [-b build/kvferry] [-s "65536 1048576"]
 #                                  [-c 8] [-r 3] [-t resp-threads]
-#                                  [-n "N-for-64K N-for-1M ..."]
+#                                  [-n "N-for-64K N-for-1M ..."] [-l]
+#
+# -l: the door's GETs use lease reads (KVF_LEASE_READS=1: a key read
+# again within its read lease is read without asking the master; for
+# keys whose value never changes, as LMCache's chunk keys).
 set -eu
 BIN=build/kvferry
 SIZES="65536 1048576"
@@ -16,7 +20,8 @@ COUNTS=""
 CLIENTS=8
 ROUNDS=3
 THREADS=2
-while getopts "b:s:c:r:t:n:" o; do
+LEASE=0
+while getopts "b:s:c:r:t:n:l" o; do
     case $o in
     b) BIN=$OPTARG ;;
     s) SIZES=$OPTARG ;;
@@ -24,6 +29,7 @@ while getopts "b:s:c:r:t:n:" o; do
     r) ROUNDS=$OPTARG ;;
     t) THREADS=$OPTARG ;;
     n) COUNTS=$OPTARG ;;
+    l) LEASE=1 ;;
     *) exit 2 ;;
     esac
 done
@@ -55,7 +61,7 @@ start() {
 start master --listen 127.0.0.1:0 --http off
 MASTER=$ADDR
 start node --master "$MASTER" --pool 2G
-start resp --master "$MASTER" --listen 127.0.0.1:0 --pool 1G \
+KVF_LEASE_READS=$LEASE start resp --master "$MASTER" --listen 127.0.0.1:0 --pool 1G \
     --threads "$THREADS"
 RESP=$ADDR
 RPORT=${RESP##*:}
@@ -93,6 +99,7 @@ per_op() { awk -v a="$1" -v b="$2" -v n="$3" -v t="$TCK" \
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS;" \
+    "lease reads $LEASE;" \
     "$(redis-server --version | cut -d' ' -f3)"
 i=0
 for size in $SIZES; do

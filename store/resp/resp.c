@@ -73,6 +73,7 @@ KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 #define KVF_RESP_OUT_CAP     (KVF_RESP_OUT_HIGH + KVF_RESP_INLINE_MAX + 1024)
 #define KVF_RESP_RECV        (64u << 10)
 #define KVF_RESP_SET_STRIPES 64
+#define KVF_RESP_RECENT      4096 /* a multiple of the stripes */
 /* Bulks this long are received straight into the pool. */
 #define KVF_RESP_DIRECT_MIN (16u << 10)
 /* GETs read into a buffer of the last size read up to this size. */
@@ -145,6 +146,10 @@ struct kvf_resp {
     /* SETs of one key run one at a time (by stripe), so an overwrite's
      * remove and put do not race another SET of this door */
     pthread_mutex_t set_mu[KVF_RESP_SET_STRIPES];
+    /* hashes of keys this door stored lately (slot = hash % size, under
+     * the stripe's lock): a SET of one of them removes before it puts,
+     * one master round trip fewer than a put refused with "exists" */
+    uint64_t set_recent[KVF_RESP_RECENT];
     unsigned nloops;
     kvf_resp_loop_t loops[KVF_RESP_LOOPS_MAX];
     char password[KVF_RESP_PW_MAX];
@@ -533,15 +538,15 @@ static void kvf_resp_cmd_get(kvf_resp_cmd_t *m)
     m->c->big_off = 0;
 }
 
-/* FNV-1a of the key, folded onto the SET stripes. */
-static unsigned kvf_resp_stripe(const char *key)
+/* FNV-1a of the key (never 0: 0 marks an empty slot of set_recent). */
+static uint64_t kvf_resp_hash(const char *key)
 {
-    uint32_t h = 2166136261u;
+    uint64_t h = 14695981039346656037ull;
 
     for (; *key != 0; key++) {
-        h = (h ^ (unsigned char)*key) * 16777619u;
+        h = (h ^ (unsigned char)*key) * 1099511628211ull;
     }
-    return (h ^ (h >> 16)) % KVF_RESP_SET_STRIPES;
+    return h | 1;
 }
 
 /* Stores a value; a short one (parsed outside the pool) is copied into
@@ -549,9 +554,11 @@ static unsigned kvf_resp_stripe(const char *key)
 static kvf_status_t kvf_resp_put(struct kvf_resp *s, const char *key,
                                  const kvf_ro_str_t *v)
 {
-    pthread_mutex_t *mu = &s->set_mu[kvf_resp_stripe(key)];
+    uint64_t h = kvf_resp_hash(key);
+    pthread_mutex_t *mu = &s->set_mu[h % KVF_RESP_SET_STRIPES];
+    uint64_t *recent = &s->set_recent[h % KVF_RESP_RECENT];
     char *p = v->p;
-    kvf_status_t st;
+    kvf_status_t st = KVF_ERR_EXISTS;
     int i;
 
     if (!v->pooled) {
@@ -562,7 +569,9 @@ static kvf_status_t kvf_resp_put(struct kvf_resp *s, const char *key,
         memcpy(p, v->p, v->len);
     }
     pthread_mutex_lock(mu);
-    st = kvf_store_put(s->st, key, p, v->len, NULL);
+    if (*recent != h) { /* else: set here before, remove it first */
+        st = kvf_store_put(s->st, key, p, v->len, NULL);
+    }
     /* SET overwrites: remove and put again, a few times when other SETs
      * of the key race with this one */
     for (i = 0; i < 4 && (st == KVF_ERR_EXISTS || st == KVF_ERR_BUSY); i++) {
@@ -574,6 +583,7 @@ static kvf_status_t kvf_resp_put(struct kvf_resp *s, const char *key,
             st = kvf_store_put(s->st, key, p, v->len, NULL);
         }
     }
+    *recent = (st == KVF_OK) ? h : 0;
     pthread_mutex_unlock(mu);
     if (!v->pooled) {
         kvf_resp_pool_free(&s->pool, p, v->len);
