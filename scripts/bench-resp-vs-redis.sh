@@ -9,6 +9,10 @@
 #   scripts/bench-resp-vs-redis.sh [-b build/kvferry] [-s "65536 1048576"]
 #                                  [-c 8] [-r 3] [-t resp-threads]
 #                                  [-n "N-for-64K N-for-1M ..."] [-l]
+#                                  [-k KEYSPACE]
+#
+# -k: random keys out of KEYSPACE (redis-benchmark -r); by default every
+# request uses one key, so each SET overwrites it.
 #
 # -l: the door's GETs use lease reads (KVF_LEASE_READS=1: a key read
 # again within its read lease is read without asking the master; for
@@ -21,7 +25,8 @@ CLIENTS=8
 ROUNDS=3
 THREADS=2
 LEASE=0
-while getopts "b:s:c:r:t:n:l" o; do
+KEYS=()
+while getopts "b:s:c:r:t:n:lk:" o; do
     case $o in
     b) BIN=$OPTARG ;;
     s) SIZES=$OPTARG ;;
@@ -30,6 +35,7 @@ while getopts "b:s:c:r:t:n:l" o; do
     t) THREADS=$OPTARG ;;
     n) COUNTS=$OPTARG ;;
     l) LEASE=1 ;;
+    k) KEYS=(-r "$OPTARG") ;;
     *) exit 2 ;;
     esac
 done
@@ -81,7 +87,7 @@ bench() { # port size n
     local r
     for _ in 1 2 3; do
         r=$(redis-benchmark -p "$1" -t set,get -d "$2" -c "$CLIENTS" -n "$3" \
-            -q 2>&1 | tr '\r' '\n' |
+            "${KEYS[@]}" -q 2>&1 | tr '\r' '\n' |
             awk '/^SET: [0-9]/ {s=$2} /^GET: [0-9]/ {g=$2}
                  END {if (s != "" && g != "") print s, g}')
         [ -n "$r" ] && break
@@ -99,7 +105,7 @@ per_op() { awk -v a="$1" -v b="$2" -v n="$3" -v t="$TCK" \
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS;" \
-    "lease reads $LEASE;" \
+    "lease reads $LEASE; keys ${KEYS[*]:-one};" \
     "$(redis-server --version | cut -d' ' -f3)"
 i=0
 for size in $SIZES; do
