@@ -622,6 +622,19 @@ static void kvf_resp_cmd_set(kvf_resp_cmd_t *m)
     }
 }
 
+/* A key about to be removed is no longer one this door stored. */
+static void kvf_resp_forget(struct kvf_resp *s, const char *key)
+{
+    uint64_t h = kvf_resp_hash(key);
+    pthread_mutex_t *mu = &s->set_mu[h % KVF_RESP_SET_STRIPES];
+
+    pthread_mutex_lock(mu);
+    if (s->set_recent[h % KVF_RESP_RECENT] == h) {
+        s->set_recent[h % KVF_RESP_RECENT] = 0;
+    }
+    pthread_mutex_unlock(mu);
+}
+
 /* EXISTS and DEL: the count of keys present (removed). */
 static void kvf_resp_cmd_keys(kvf_resp_cmd_t *m, int del)
 {
@@ -633,6 +646,9 @@ static void kvf_resp_cmd_keys(kvf_resp_cmd_t *m, int del)
     for (i = 1; i < m->argc; i++) {
         if (!kvf_resp_key(m->argv[i], key)) {
             continue;
+        }
+        if (del) {
+            kvf_resp_forget(m->s, key);
         }
         st = del ? kvf_store_remove(m->s->st, key)
                  : kvf_store_exists(m->s->st, key);
