@@ -77,6 +77,33 @@ KVF_API void kvf_server_node_stop(kvf_node_h node);
 KVF_API const char *kvf_server_node_segment(kvf_node_h node);
 KVF_API void *kvf_server_node_pool(kvf_node_h node);
 
+/* The RESP2 front door (`kvferry resp`): a Redis-protocol server on the
+ * store for Redis clients (LMCache resp://, redis-py, redis-cli). */
+typedef struct kvf_resp *kvf_resp_h;
+
+typedef struct kvf_server_resp_params {
+    const char *listen;        /* "host:port" (port 0 = any) */
+    const char *master;        /* the store master "host:port" */
+    unsigned threads;          /* event loops (0 = 1) */
+    unsigned max_clients;      /* connections served at once */
+    uint64_t max_value;        /* longest value (bulk) accepted */
+    uint64_t pool;             /* registered value pool bytes */
+    uint64_t idle_ms;          /* idle connections closed (0 = never) */
+    const char *password_file; /* 0600 file: AUTH required; NULL/"" = off */
+    unsigned timeout_ms;       /* bound on every store wait */
+} kvf_server_resp_params_t;
+
+/* Fills params from the configuration (keys resp_*, master,
+ * store_timeout_ms). */
+KVF_API kvf_status_t kvf_server_resp_defaults(kvf_server_resp_params_t *params);
+/* Connects to the master, registers the pool and starts serving. */
+KVF_API kvf_status_t kvf_server_resp_start(
+    const kvf_server_resp_params_t *params, kvf_resp_h *resp_p);
+/* Stops serving and closes every connection. */
+KVF_API void kvf_server_resp_stop(kvf_resp_h resp);
+/* The address bound ("host:port"). */
+KVF_API const char *kvf_server_resp_address(kvf_resp_h resp);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,6 +24,7 @@ int kvf_cmd_config(int argc, char **argv);
 int kvf_cmd_version(int argc, char **argv);
 int kvf_cmd_master(int argc, char **argv);
 int kvf_cmd_node(int argc, char **argv);
+int kvf_cmd_resp(int argc, char **argv);
 int kvf_cmd_put(int argc, char **argv);
 int kvf_cmd_get(int argc, char **argv);
 int kvf_cmd_rm(int argc, char **argv);

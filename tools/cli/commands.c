@@ -128,6 +128,7 @@ const kvf_cli_cmd_t kvf_cli_commands[] = {
     {"bench", kvf_cmd_bench, "measurement suite (kvferry bench --help)"},
     {"master", kvf_cmd_master, "store master: metadata, leases, eviction"},
     {"node", kvf_cmd_node, "store node: contribute a memory pool"},
+    {"resp", kvf_cmd_resp, "Redis-protocol (RESP2) door to the store"},
     {"put", kvf_cmd_put, "store a file (or stdin) under a key"},
     {"get", kvf_cmd_get, "fetch a key's bytes to a file (or stdout)"},
     {"rm", kvf_cmd_rm, "remove keys from the store"},

@@ -1,0 +1,140 @@
+#!/bin/bash
+# kvferry resp against redis-server with redis-benchmark, same run, same
+# machine: starts a master, a node, `kvferry resp` and a redis-server
+# (persistence off) on loopback, then for each value size runs
+# `redis-benchmark -t set,get -d SIZE -c CLIENTS -n N` against each server in
+# interleaved rounds and prints requests/s per round and the ratio of the
+# medians (kvferry / redis).
+#
+#   scripts/bench-resp-vs-redis.sh [-b build/kvferry] [-s "65536 1048576"]
+#                                  [-c 8] [-r 3] [-t resp-threads]
+#                                  [-n "N-for-64K N-for-1M ..."] [-l]
+#                                  [-k KEYSPACE]
+#
+# -k: random keys out of KEYSPACE (redis-benchmark -r); by default every
+# request uses one key, so each SET overwrites it.
+#
+# -l: the door's GETs use lease reads (KVF_LEASE_READS=1: a key read
+# again within its read lease is read without asking the master; for
+# keys whose value never changes, as LMCache's chunk keys).
+set -eu
+BIN=build/kvferry
+SIZES="65536 1048576"
+COUNTS=""
+CLIENTS=8
+ROUNDS=3
+THREADS=2
+LEASE=0
+KEYS=()
+while getopts "b:s:c:r:t:n:lk:" o; do
+    case $o in
+    b) BIN=$OPTARG ;;
+    s) SIZES=$OPTARG ;;
+    c) CLIENTS=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;;
+    t) THREADS=$OPTARG ;;
+    n) COUNTS=$OPTARG ;;
+    l) LEASE=1 ;;
+    k) KEYS=(-r "$OPTARG") ;;
+    *) exit 2 ;;
+    esac
+done
+for t in redis-server redis-benchmark redis-cli; do
+    command -v $t >/dev/null || { echo "$t is not installed" >&2; exit 2; }
+done
+DIR=$(mktemp -d /tmp/kvf-resp-bench-XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+# Starts "$@" in the background, waits for its first line (KEY=VALUE ...)
+# and sets ADDR to VALUE.
+start() {
+    local out=$DIR/$1.out
+    "$BIN" "$@" >"$out" 2>"$DIR/$1.err" &
+    PIDS+=($!)
+    for _ in $(seq 100); do
+        [ -s "$out" ] && break
+        sleep 0.1
+    done
+    ADDR=$(head -1 "$out" | sed -n "s/^$1=\([^ ]*\).*/\1/p")
+}
+
+start master --listen 127.0.0.1:0 --http off
+MASTER=$ADDR
+start node --master "$MASTER" --pool 2G
+KVF_LEASE_READS=$LEASE start resp --master "$MASTER" --listen 127.0.0.1:0 --pool 1G \
+    --threads "$THREADS"
+RESP=$ADDR
+RPORT=${RESP##*:}
+RDPORT=$((16000 + $$ % 1000))
+redis-server --bind 127.0.0.1 --port "$RDPORT" --save '' \
+    --appendonly no --dir "$DIR" --daemonize no >"$DIR/redis.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do
+    [ "$(redis-cli -p "$RDPORT" PING 2>/dev/null)" = PONG ] &&
+        [ "$(redis-cli -p "$RPORT" SET ready 1 2>/dev/null)" = OK ] && break
+    sleep 0.2
+done
+
+# requests/s of SET and GET: prints "SET GET" (a run that printed no
+# figures, as redis-benchmark at times does on a loaded host, is redone).
+bench() { # port size n
+    local r
+    for _ in 1 2 3; do
+        r=$(redis-benchmark -p "$1" -t set,get -d "$2" -c "$CLIENTS" -n "$3" \
+            "${KEYS[@]}" -q 2>&1 | tr '\r' '\n' |
+            awk '/^SET: [0-9]/ {s=$2} /^GET: [0-9]/ {g=$2}
+                 END {if (s != "" && g != "") print s, g}')
+        [ -n "$r" ] && break
+    done
+    echo "${r:-0 0}"
+}
+
+# CPU time (ticks) a process has used.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TCK=$(getconf CLK_TCK)
+# microseconds of CPU per request between two tick counts
+per_op() { awk -v a="$1" -v b="$2" -v n="$3" -v t="$TCK" \
+    'BEGIN {printf "%.0f", (b - a) * 1e6 / t / n}'; }
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS;" \
+    "lease reads $LEASE; keys ${KEYS[*]:-one};" \
+    "$(redis-server --version | cut -d' ' -f3)"
+i=0
+for size in $SIZES; do
+    i=$((i + 1))
+    n=$(echo "$COUNTS" | cut -d' ' -f$i)
+    [ -n "$n" ] || n=$((size >= 1048576 ? 2000 : 10000))
+    : >"$DIR/k" && : >"$DIR/r"
+    for r in $(seq "$ROUNDS"); do
+        t0=(); for p in "${PIDS[@]}"; do t0+=("$(ticks "$p")"); done
+        k=$(bench "$RPORT" "$size" "$n")
+        t1=(); for p in "${PIDS[@]}"; do t1+=("$(ticks "$p")"); done
+        d=$(bench "$RDPORT" "$size" "$n")
+        t2=$(ticks "${PIDS[3]}")
+        echo "$k" >>"$DIR/k"
+        echo "$d" >>"$DIR/r"
+        printf "size %-8s round %s  kvferry SET %10s GET %10s | redis SET %10s GET %10s\n" \
+            "$size" "$r" $k $d
+        # CPU per request (SET and GET together) of each server process
+        printf "    cpu/request: resp %s us, master %s us, node %s us | redis-server %s us\n" \
+            "$(per_op "${t0[2]}" "${t1[2]}" $((2 * n)))" \
+            "$(per_op "${t0[0]}" "${t1[0]}" $((2 * n)))" \
+            "$(per_op "${t0[1]}" "${t1[1]}" $((2 * n)))" \
+            "$(per_op "${t1[3]}" "$t2" $((2 * n)))"
+    done
+    ks=$(cut -d' ' -f1 "$DIR/k" | median)
+    kg=$(cut -d' ' -f2 "$DIR/k" | median)
+    rs=$(cut -d' ' -f1 "$DIR/r" | median)
+    rg=$(cut -d' ' -f2 "$DIR/r" | median)
+    awk -v s="$size" -v ks="$ks" -v kg="$kg" -v rs="$rs" -v rg="$rg" 'BEGIN {
+        printf "size %-8s median rps: kvferry SET %.0f GET %.0f, redis SET %.0f GET %.0f; ratio SET %.2fx GET %.2fx\n",
+            s, ks, kg, rs, rg, ks / rs, kg / rg }'
+done
