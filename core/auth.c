@@ -580,7 +580,12 @@ kvf_status_t kvf_auth_srv_step(kvf_auth_srv_t *a, int fd, const char *peer,
         out = a->state == KVF_AUTH_S_CHAL || a->state == KVF_AUTH_S_RESULT;
         *events_p = out ? POLLOUT : POLLIN;
     } else if (status != KVF_OK) {
-        kvf_log_rl(KVF_LOG_WARN,
+        /* a peer that closed before sending a byte only probed the port
+         * (a reachability check): not worth a warning */
+        int probe = status == KVF_ERR_CONN_RESET &&
+                    a->state == KVF_AUTH_S_HELLO && a->off == 0;
+
+        kvf_log_rl(probe ? KVF_LOG_DEBUG : KVF_LOG_WARN,
                    "%s: closing a connection from %s: authentication "
                    "failed (%s)",
                    a->proto, peer ? peer : "?", kvf_auth_why(status));

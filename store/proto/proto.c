@@ -28,7 +28,7 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
     {"lease_ms", "2000",
      "read lease a get grants (ms): an object being read is not evicted "
      "or removed for this long",
-     KVF_CONFIG_USER},
+     KVF_CONFIG_TUNING},
     {"put_timeout_ms", "10000", "a put not committed by then is undone",
      KVF_CONFIG_TUNING},
     {"node_ttl_ms", "3000", "a node silent this long is dropped",
