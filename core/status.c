@@ -51,6 +51,8 @@ static const kvf_status_entry_t kvf_status_table[] = {
     {KVF_ERR_LEASED, "KVF_ERR_LEASED", "object is leased"},
     {KVF_ERR_NOT_READY, "KVF_ERR_NOT_READY", "object not committed"},
     {KVF_ERR_STALE, "KVF_ERR_STALE", "stale location"},
+    {KVF_ERR_QUOTA, "KVF_ERR_QUOTA",
+     "over a per-client or per-request limit of the store"},
     {KVF_ERR_CHECKSUM, "KVF_ERR_CHECKSUM", "checksum mismatch"},
     {KVF_ERR_SHORT_DATA, "KVF_ERR_SHORT_DATA", "short data"},
 };

@@ -384,8 +384,8 @@ kvf_status_t kvf_store_peer_ref(kvf_store_h st, const char *segment,
     if (status != KVF_OK) {
         pthread_mutex_unlock(&st->peers_lock);
         kvf_free(sp);
-        kvf_log_rl(KVF_LOG_WARN, "store node %s unreachable: %s", segment,
-                   kvf_status_str(status));
+        kvf_log_rl(KVF_LOG_WARN, "store node %s unreachable: %s",
+                   KVF_LOG_KEY(segment), kvf_status_str(status));
         return status;
     }
     snprintf(sp->name, sizeof(sp->name), "%s", segment);

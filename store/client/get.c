@@ -184,7 +184,8 @@ static void kvf_get_verify(kvf_get_job_t *j)
         e = &j->e[key];
         if (mv->st[i] != KVF_OK) {
             kvf_log_rl(KVF_LOG_WARN, "store get '%s': read from %s failed: %s",
-                       j->keys[key], e->seg[mv->rep[i]],
+                       KVF_LOG_KEY(j->keys[key]),
+                       KVF_LOG_KEY(e->seg[mv->rep[i]]),
                        kvf_status_str(mv->st[i]));
             j->s[key] = mv->st[i];
             continue;
@@ -197,7 +198,8 @@ static void kvf_get_verify(kvf_get_job_t *j)
             kvf_log_rl(KVF_LOG_ERROR,
                        "store get '%s': replica on %s has checksum %016lx, "
                        "expected %016lx: not used",
-                       j->keys[key], e->seg[mv->rep[i]], (unsigned long)sum,
+                       KVF_LOG_KEY(j->keys[key]),
+                       KVF_LOG_KEY(e->seg[mv->rep[i]]), (unsigned long)sum,
                        (unsigned long)e->checksum);
             j->mism[key]++;
             j->s[key] = KVF_ERR_CHECKSUM;

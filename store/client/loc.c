@@ -269,7 +269,8 @@ static kvf_sloc_res_t kvf_sloc_leased(kvf_store_h st, const char *key,
     /* the read failed (a dead node) or the bytes are not the object's
      * (a read that outlived the lease): ask the master */
     kvf_sloc_forget(&st->loc, key);
-    kvf_log_rl(KVF_LOG_DEBUG, "store get '%s': lease read unusable (%s)", key,
+    kvf_log_rl(KVF_LOG_DEBUG, "store get '%s': lease read unusable (%s)",
+               KVF_LOG_KEY(key),
                (op_st == KVF_OK) ? "checksum" : kvf_status_str(op_st));
     return KVF_SLOC_NONE;
 }
@@ -323,7 +324,8 @@ static kvf_sloc_res_t kvf_sloc_spec(kvf_store_h st, const char *key, void *buf,
         kvf_log_rl(KVF_LOG_DEBUG,
                    "store get '%s': cached location unusable "
                    "(read %s, master %s)",
-                   key, kvf_status_str(op_st), kvf_status_str(e->status));
+                   KVF_LOG_KEY(key), kvf_status_str(op_st),
+                   kvf_status_str(e->status));
         return KVF_SLOC_LOOKED;
     }
     if (sum != e->checksum) {

@@ -241,7 +241,7 @@ static kvf_status_t kvf_put_resv(kvf_put_job_t *j, int *done)
         /* reclaimed under us, or no replica could be written (aborted):
          * put again the full way, on space allocated now */
         kvf_log_rl(KVF_LOG_DEBUG, "store put '%s': reservation unusable (%s)",
-                   key, kvf_status_str(mask ? status : werr));
+                   KVF_LOG_KEY(key), kvf_status_str(mask ? status : werr));
         *done = 0;
         return KVF_OK;
     }

@@ -19,8 +19,14 @@
  *
  * Node registrations check the node's claim over the network (opening its
  * segment), which may take up to the timeout: such a frame is handed to a
- * helper thread while the connection leaves the epoll set, and comes back
- * when the reply is sent.
+ * fixed pool of registration workers (store config `reg_workers`) while the
+ * connection leaves the epoll set, and comes back when the reply is sent;
+ * past a bounded queue a registration is refused busy at once, so frames in
+ * flight never cost a thread each.
+ *
+ * Limits (docs/security.md): connections are capped per peer and in all
+ * (limits.c), a connection idle for idle_timeout_ms is closed, and out of
+ * descriptors the accepting stops for a moment instead of spinning.
  *
  * Every connection first runs the authentication exchange (core/auth)
  * as a non-blocking state machine on its loop; no frame is read before
@@ -51,11 +57,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define KVF_LOOP_IN_MIN    (64u << 10)
-#define KVF_LOOP_EVENTS    64
-#define KVF_LOOP_TICK_MS   100
-#define KVF_LOOP_CONNS_MAX 4096
-#define KVF_LOOPS_AUTO_MAX 4
+#define KVF_LOOP_IN_MIN          (64u << 10)
+#define KVF_LOOP_EVENTS          64
+#define KVF_LOOP_TICK_MS         100
+#define KVF_LOOPS_AUTO_MAX       4
+#define KVF_ACCEPT_PAUSE_MS      100
+#define KVF_REG_QUEUE_PER_WORKER 16
 
 struct kvf_mloop {
     kvf_master_t *m;
@@ -65,7 +72,8 @@ struct kvf_mloop {
     int started;
     kvf_mconn_t *conns; /* owned by this loop's thread */
     pthread_mutex_t in_lock;
-    kvf_mconn_t *incoming; /* handed over, not yet watched */
+    kvf_mconn_t *incoming;        /* handed over, not yet watched */
+    uint64_t accept_paused_until; /* first loop: out of descriptors */
 };
 
 /* epoll tags of the listening sockets (connections carry their own) */
@@ -75,9 +83,12 @@ struct kvf_mconn {
     kvf_master_t *m;
     kvf_mloop_t *loop; /* the loop that serves it */
     int fd;
-    int is_unix; /* accepted on the abstract unix socket */
-    int busy;    /* with a helper thread (atomic) */
-    int dead;    /* close it (set by a helper) */
+    int is_unix;       /* accepted on the abstract unix socket */
+    int busy;          /* with a helper thread (atomic) */
+    int dead;          /* close it (set by a helper) */
+    kvf_mclient_t *cl; /* its pending puts, for the per-client limits */
+    kvf_mpeer_t *peer; /* counted in the connection caps */
+    uint64_t last_ms;  /* ms: last time bytes came in */
     unsigned char *in;
     size_t in_len, in_cap;
     uint64_t partial_since; /* ms; input holds part of a frame */
@@ -95,6 +106,8 @@ static void kvf_loop_free(kvf_mconn_t *c)
     if (c->is_unix) {
         __atomic_sub_fetch(&c->m->nconns_unix, 1, __ATOMIC_RELAXED);
     }
+    kvf_m_caps_release(c->m, c->peer, c->is_unix);
+    kvf_m_client_put(c->m, c->cl);
     close(c->fd);
     kvf_free(c->auth);
     kvf_free(c->in);
@@ -210,15 +223,27 @@ static int kvf_loop_flush(kvf_mconn_t *c)
     return 1;
 }
 
+/* ---- registration workers ---- */
+
 typedef struct kvf_loop_job {
     kvf_mconn_t *c;
     kvf_sp_frame_t f;
+    struct kvf_loop_job *next;
 } kvf_loop_job_t;
 
-/* Helper thread: a node registration, then the connection goes back. */
-static void *kvf_loop_helper(void *arg)
+struct kvf_mreg {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    kvf_loop_job_t *head, *tail;
+    unsigned queued, max_queued;
+    int stop;
+    unsigned nthreads;
+    pthread_t threads[];
+};
+
+/* One registration, then the connection goes back to its loop. */
+static void kvf_reg_run(kvf_loop_job_t *j)
 {
-    kvf_loop_job_t *j = arg;
     kvf_mconn_t *c = j->c;
     kvf_master_t *m = c->m;
     uint32_t count;
@@ -228,7 +253,7 @@ static void *kvf_loop_helper(void *arg)
     kvf_wr_t w;
 
     kvf_wr_init(&w);
-    st = kvf_m_serve(m, &j->f, &w, &count, &flags, &rtype);
+    st = kvf_m_serve(m, c->cl, &j->f, &w, &count, &flags, &rtype);
     st = kvf_sp_send(c->fd, rtype, j->f.hdr.id, st, count, flags, &w,
                      kvf_time_ms() + m->opts.io_timeout_ms);
     if (st != KVF_OK) {
@@ -236,24 +261,113 @@ static void *kvf_loop_helper(void *arg)
     }
     kvf_wr_free(&w);
     kvf_free(j);
+    c->last_ms = kvf_time_ms();
     __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
     /* EPOLLOUT fires at once: the loop serves any frame already buffered */
     kvf_loop_watch(c, EPOLLIN | EPOLLOUT, EPOLL_CTL_ADD);
     __atomic_sub_fetch(&m->helpers, 1, __ATOMIC_ACQ_REL);
-    return NULL;
 }
 
-/* Hands a node registration (the frame at the head of c->in) to a helper.
- * Returns 0, or -1 if no thread could start (the caller serves inline). */
+static void *kvf_reg_main(void *arg)
+{
+    struct kvf_mreg *r = arg;
+    kvf_loop_job_t *j;
+
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        while (!r->stop && r->head == NULL) {
+            pthread_cond_wait(&r->cond, &r->lock);
+        }
+        if (r->stop) {
+            pthread_mutex_unlock(&r->lock);
+            return NULL;
+        }
+        j = r->head;
+        r->head = j->next;
+        if (r->head == NULL) {
+            r->tail = NULL;
+        }
+        r->queued--;
+        pthread_mutex_unlock(&r->lock);
+        kvf_reg_run(j);
+    }
+}
+
+/* Stops the workers (each ends its registration, bounded by the
+ * timeouts); queued ones are dropped, their connections closed later. */
+static void kvf_reg_stop(kvf_master_t *m)
+{
+    struct kvf_mreg *r = m->reg;
+    kvf_loop_job_t *j;
+    unsigned i;
+
+    if (r == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&r->lock);
+    r->stop = 1;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+    for (i = 0; i < r->nthreads; i++) {
+        pthread_join(r->threads[i], NULL);
+    }
+    while ((j = r->head) != NULL) {
+        r->head = j->next;
+        kvf_free(j);
+    }
+    pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->lock);
+    kvf_free(r);
+    m->reg = NULL;
+}
+
+static kvf_status_t kvf_reg_start(kvf_master_t *m)
+{
+    unsigned n = m->opts.reg_workers ? m->opts.reg_workers : 1;
+    struct kvf_mreg *r = kvf_calloc(1, sizeof(*r) + n * sizeof(pthread_t));
+
+    if (r == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    pthread_mutex_init(&r->lock, NULL);
+    kvf_cond_init(&r->cond);
+    r->max_queued = n * KVF_REG_QUEUE_PER_WORKER;
+    m->reg = r;
+    for (r->nthreads = 0; r->nthreads < n; r->nthreads++) {
+        if (pthread_create(&r->threads[r->nthreads], NULL, kvf_reg_main, r) !=
+            0) {
+            kvf_error("master cannot start its registration workers");
+            kvf_reg_stop(m);
+            return KVF_ERR_NO_RESOURCE;
+        }
+    }
+    return KVF_OK;
+}
+
+/* Queues a node registration (the frame at the head of c->in) for the
+ * workers. Returns 0, or -1 when the queue is full (refuse it busy). */
 static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
                             const kvf_frame_hdr_t *h)
 {
-    kvf_loop_job_t *j = kvf_calloc(1, sizeof(*j) + h->meta_len + 1);
-    pthread_attr_t attr;
-    pthread_t t;
-    int rc;
+    struct kvf_mreg *r = m->reg;
+    kvf_loop_job_t *j;
 
+    pthread_mutex_lock(&r->lock);
+    if (r->queued >= r->max_queued) {
+        pthread_mutex_unlock(&r->lock);
+        kvf_log_rl(KVF_LOG_WARN,
+                   "master has %u node registrations queued: refusing one "
+                   "more (busy)",
+                   r->max_queued);
+        return -1;
+    }
+    r->queued++;
+    pthread_mutex_unlock(&r->lock);
+    j = kvf_calloc(1, sizeof(*j) + h->meta_len + 1);
     if (j == NULL) {
+        pthread_mutex_lock(&r->lock);
+        r->queued--;
+        pthread_mutex_unlock(&r->lock);
         return -1;
     }
     j->c = c;
@@ -263,22 +377,20 @@ static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
     epoll_ctl(c->loop->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     __atomic_store_n(&c->busy, 1, __ATOMIC_RELEASE);
     __atomic_add_fetch(&m->helpers, 1, __ATOMIC_ACQ_REL);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&t, &attr, kvf_loop_helper, j);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        __atomic_sub_fetch(&m->helpers, 1, __ATOMIC_ACQ_REL);
-        __atomic_store_n(&c->busy, 0, __ATOMIC_RELEASE);
-        kvf_loop_watch(c, EPOLLIN, EPOLL_CTL_ADD);
-        kvf_free(j);
-        return -1;
+    pthread_mutex_lock(&r->lock);
+    if (r->tail != NULL) {
+        r->tail->next = j;
+    } else {
+        r->head = j;
     }
+    r->tail = j;
+    pthread_cond_signal(&r->cond);
+    pthread_mutex_unlock(&r->lock);
     return 0;
 }
 
 /* Serves every whole frame in c->in. 0 to go on, -1 to close, 1 when the
- * connection went to a helper. */
+ * connection went to a registration worker. */
 static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
 {
     kvf_sp_frame_t f = {0};
@@ -319,9 +431,15 @@ static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
                 c->in_len -= need;
                 return 1;
             }
+            if (kvf_loop_reply(c, f.hdr.type | KVF_SP_REPLY, f.hdr.id,
+                               KVF_ERR_BUSY, 0, 0, NULL) != 0) {
+                return -1;
+            }
+            used += need;
+            continue;
         }
         f.body = c->in + used + KVF_WIRE_HDR_LEN;
-        st = kvf_m_serve(m, &f, w, &count, &flags, &rtype);
+        st = kvf_m_serve(m, c->cl, &f, w, &count, &flags, &rtype);
         if (kvf_loop_reply(c, rtype, f.hdr.id, st, count, flags, w) != 0) {
             return -1;
         }
@@ -378,8 +496,9 @@ static int kvf_loop_read(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
             }
             return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
         }
+        c->last_ms = kvf_time_ms();
         if (c->in_len == 0) {
-            c->partial_since = kvf_time_ms();
+            c->partial_since = c->last_ms;
         }
         c->in_len += (size_t)n;
         rc = kvf_loop_frames(m, c, w);
@@ -491,46 +610,100 @@ static int kvf_loop_auth_step(kvf_mconn_t *c)
     return 1;
 }
 
+/* Out of descriptors: the first loop stops watching the listening
+ * sockets for a moment (the pending connections wait in the backlog)
+ * instead of waking on them again and again. */
+static void kvf_loop_accept_pause(kvf_master_t *m)
+{
+    kvf_mloop_t *l = &m->loops[0];
+
+    kvf_log_rl(KVF_LOG_ERROR, "master cannot accept: %m; pausing %u ms",
+               KVF_ACCEPT_PAUSE_MS);
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, m->lfd, NULL);
+    if (m->ufd >= 0) {
+        epoll_ctl(l->epfd, EPOLL_CTL_DEL, m->ufd, NULL);
+    }
+    l->accept_paused_until = kvf_time_ms() + KVF_ACCEPT_PAUSE_MS;
+}
+
+static void kvf_loop_accept_resume(kvf_master_t *m)
+{
+    kvf_mloop_t *l = &m->loops[0];
+    struct epoll_event e = {.events = EPOLLIN};
+
+    if (l->accept_paused_until == 0 || kvf_time_ms() < l->accept_paused_until) {
+        return;
+    }
+    l->accept_paused_until = 0;
+    e.data.ptr = &kvf_loop_tcp_tag;
+    epoll_ctl(l->epfd, EPOLL_CTL_ADD, m->lfd, &e);
+    if (m->ufd >= 0) {
+        e.data.ptr = &kvf_loop_unix_tag;
+        epoll_ctl(l->epfd, EPOLL_CTL_ADD, m->ufd, &e);
+    }
+}
+
+/* A new connection's record, counted in the caps; NULL (fd closed) when
+ * a cap refuses it or memory is short. */
+static kvf_mconn_t *kvf_loop_admit(kvf_master_t *m, int fd, int is_unix,
+                                   const struct sockaddr *sa)
+{
+    kvf_mconn_t *c = kvf_calloc(1, sizeof(*c));
+    int one = 1;
+
+    if (c == NULL || kvf_m_caps_admit(m, fd, is_unix, sa, &c->peer) != KVF_OK) {
+        kvf_free(c);
+        close(fd);
+        return NULL;
+    }
+    c->cl = kvf_m_client_new();
+    if (c->cl == NULL) {
+        kvf_m_caps_release(m, c->peer, is_unix);
+        kvf_free(c);
+        close(fd);
+        return NULL;
+    }
+    if (!is_unix) {
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    c->m = m;
+    c->fd = fd;
+    c->is_unix = is_unix;
+    c->last_ms = kvf_time_ms();
+    return c;
+}
+
 /* Accepts on the tcp or the unix listening socket: the connections are
  * then served alike (same frames, same bounds, same limits). */
 static void kvf_loop_accept(kvf_master_t *m, int is_unix)
 {
+    struct sockaddr_storage ss;
+    socklen_t sl;
     kvf_mconn_t *c;
-    int fd, one = 1;
+    int fd;
 
     for (;;) {
-        fd = accept4(is_unix ? m->ufd : m->lfd, NULL, NULL,
+        sl = sizeof(ss);
+        fd = accept4(is_unix ? m->ufd : m->lfd, (struct sockaddr *)&ss, &sl,
                      SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOMEM ||
                 errno == ENOBUFS) {
-                /* out of descriptors: do not spin on the ready socket */
-                kvf_log_rl(KVF_LOG_ERROR, "master cannot accept: %m");
-                usleep(10000);
+                kvf_loop_accept_pause(m);
             }
             return;
         }
-        if (__atomic_load_n(&m->nconns, __ATOMIC_RELAXED) >=
-            KVF_LOOP_CONNS_MAX) {
-            kvf_log_rl(KVF_LOG_WARN,
-                       "master has %u connections: refusing "
-                       "one more",
-                       __atomic_load_n(&m->nconns, __ATOMIC_RELAXED));
-            close(fd);
+        c = kvf_loop_admit(m, fd, is_unix, (struct sockaddr *)&ss);
+        if (c == NULL) {
             continue;
         }
-        if (!is_unix) {
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        }
-        c = kvf_calloc(1, sizeof(*c));
-        if (c == NULL || kvf_loop_auth_init(m, c) != KVF_OK) {
+        if (kvf_loop_auth_init(m, c) != KVF_OK) {
+            kvf_m_caps_release(m, c->peer, is_unix);
+            kvf_m_client_put(m, c->cl);
+            close(fd);
             kvf_free(c);
-            close(fd);
             continue;
         }
-        c->m = m;
-        c->fd = fd;
-        c->is_unix = is_unix;
         __atomic_add_fetch(&m->nconns, 1, __ATOMIC_RELAXED);
         if (is_unix) {
             __atomic_add_fetch(&m->nconns_unix, 1, __ATOMIC_RELAXED);
@@ -539,7 +712,15 @@ static void kvf_loop_accept(kvf_master_t *m, int is_unix)
     }
 }
 
-/* Closes connections whose frame stalled past the timeout. */
+/* Is c idle past idle_timeout_ms (nothing in or out)? */
+static int kvf_loop_idle(const kvf_mconn_t *c, uint64_t now)
+{
+    return c->in_len == 0 && c->out_len == 0 &&
+           now - c->last_ms > c->m->opts.idle_timeout_ms;
+}
+
+/* Closes connections whose frame stalled past the timeout, and idle
+ * ones. */
 static void kvf_loop_sweep(kvf_mloop_t *l)
 {
     kvf_master_t *m = l->m;
@@ -557,6 +738,12 @@ static void kvf_loop_sweep(kvf_mloop_t *l)
                        "store connection fd %d: no authentication within "
                        "%lu ms; closing it",
                        c->fd, (unsigned long)m->opts.io_timeout_ms);
+            kvf_loop_close(l, c);
+            continue;
+        }
+        if (kvf_loop_idle(c, now)) {
+            kvf_debug("store connection fd %d idle for %lu ms: closing it",
+                      c->fd, (unsigned long)(now - c->last_ms));
             kvf_loop_close(l, c);
             continue;
         }
@@ -629,6 +816,9 @@ static void *kvf_loop_main(void *arg)
         }
         if (kvf_time_ms() - last_sweep >= KVF_LOOP_TICK_MS) {
             kvf_loop_sweep(l);
+            if (l == &m->loops[0]) {
+                kvf_loop_accept_resume(m);
+            }
             last_sweep = kvf_time_ms();
         }
     }
@@ -734,6 +924,9 @@ kvf_status_t kvf_m_loop_start(kvf_master_t *m)
         kvf_error("master cannot watch its listening sockets: %m");
         goto err;
     }
+    if (kvf_reg_start(m) != KVF_OK) {
+        goto err;
+    }
     for (i = 0; i < n; i++) {
         if (pthread_create(&m->loops[i].thread, NULL, kvf_loop_main,
                            &m->loops[i]) != 0) {
@@ -745,20 +938,15 @@ kvf_status_t kvf_m_loop_start(kvf_master_t *m)
 
 err:
     kvf_loop_join(m);
+    kvf_reg_stop(m);
     kvf_loop_teardown(m);
     return KVF_ERR_NO_RESOURCE;
 }
 
 void kvf_m_loop_stop(kvf_master_t *m)
 {
-    uint64_t deadline;
-
     kvf_loop_join(m);
     /* registrations in flight end within their timeouts */
-    deadline = kvf_time_ms() + 3ull * m->opts.io_timeout_ms;
-    while (__atomic_load_n(&m->helpers, __ATOMIC_ACQUIRE) > 0 &&
-           kvf_time_ms() < deadline) {
-        usleep(10000);
-    }
+    kvf_reg_stop(m);
     kvf_loop_teardown(m);
 }

@@ -24,6 +24,50 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* The limits of docs/security.md, from the `store` config table. */
+static kvf_status_t kvf_master_limits_default(kvf_master_opts_t *o)
+{
+    static const char *const pct_keys[] = {"client_max_reserved_pct",
+                                           "max_put_share_pct"};
+    const kvf_config_table_t *t = &kvf_store_config;
+    uint64_t v[7];
+    kvf_status_t st;
+    unsigned i;
+
+    if ((st = kvf_config_u64(t, "client_max_pending",
+                             &o->client_max_pending)) != KVF_OK ||
+        (st = kvf_config_u64(t, pct_keys[0], &v[0])) != KVF_OK ||
+        (st = kvf_config_u64(t, pct_keys[1], &v[1])) != KVF_OK ||
+        (st = kvf_config_u64(t, "idle_timeout_ms", &o->idle_timeout_ms)) !=
+            KVF_OK ||
+        (st = kvf_config_u64(t, "conn_max_per_peer", &v[2])) != KVF_OK ||
+        (st = kvf_config_u64(t, "conn_max_tcp", &v[3])) != KVF_OK ||
+        (st = kvf_config_u64(t, "conn_max_unix", &v[4])) != KVF_OK ||
+        (st = kvf_config_u64(t, "reg_workers", &v[5])) != KVF_OK) {
+        return st;
+    }
+    for (i = 0; i < 2; i++) {
+        if (v[i] == 0 || v[i] > 100) {
+            kvf_error("store %s=%lu: 1 to 100", pct_keys[i],
+                      (unsigned long)v[i]);
+            return KVF_ERR_INVALID_PARAM;
+        }
+    }
+    for (i = 2; i < 6; i++) {
+        if (v[i] == 0 || v[i] > 1000000) {
+            kvf_error("store connection limits and reg_workers: 1 to 1000000");
+            return KVF_ERR_INVALID_PARAM;
+        }
+    }
+    o->client_max_reserved_pct = (unsigned)v[0];
+    o->max_put_share_pct = (unsigned)v[1];
+    o->conn_max_per_peer = (unsigned)v[2];
+    o->conn_max_tcp = (unsigned)v[3];
+    o->conn_max_unix = (unsigned)v[4];
+    o->reg_workers = (unsigned)v[5];
+    return KVF_OK;
+}
+
 kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
 {
     const kvf_config_table_t *t = &kvf_store_config;
@@ -51,6 +95,10 @@ kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
         return KVF_ERR_INVALID_PARAM;
     }
     o->loops = (unsigned)loops;
+    st = kvf_master_limits_default(o);
+    if (st != KVF_OK) {
+        return st;
+    }
     o->high_watermark = (double)hi / 100.0;
     o->low_watermark = (double)lo / 100.0;
     o->replicas = (unsigned)rep;
@@ -60,7 +108,7 @@ kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
 
 /* ---- RPC handlers: body checked first (kvf_m_serve), apply, encode ---- */
 
-typedef kvf_status_t (*kvf_m_handler_t)(kvf_master_t *m,
+typedef kvf_status_t (*kvf_m_handler_t)(kvf_master_t *m, kvf_mclient_t *cl,
                                         const kvf_sp_frame_t *f, kvf_wr_t *w,
                                         uint32_t *count_p, uint16_t *flags_p);
 
@@ -81,9 +129,9 @@ static void kvf_m_obj_reps(const kvf_mobj_t *o, kvf_sm_obj_t *out)
     }
 }
 
-static kvf_status_t kvf_m_h_put_start(kvf_master_t *m, const kvf_sp_frame_t *f,
-                                      kvf_wr_t *w, uint32_t *count_p,
-                                      uint16_t *flags_p)
+static kvf_status_t kvf_m_h_put_start(kvf_master_t *m, kvf_mclient_t *cl,
+                                      const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                      uint32_t *count_p, uint16_t *flags_p)
 {
     kvf_sm_obj_t rep;
     kvf_sm_req_t q;
@@ -99,7 +147,7 @@ static kvf_status_t kvf_m_h_put_start(kvf_master_t *m, const kvf_sp_frame_t *f,
         rep.status = q.key_status;
         if (rep.status == KVF_OK) {
             rep.status =
-                kvf_m_put_start(m, q.key, q.size, q.replicas, q.flags, &o);
+                kvf_m_put_start(m, cl, q.key, q.size, q.replicas, q.flags, &o);
         }
         rep.put_id = 0;
         rep.nrep = 0;
@@ -114,9 +162,9 @@ static kvf_status_t kvf_m_h_put_start(kvf_master_t *m, const kvf_sp_frame_t *f,
     return KVF_OK;
 }
 
-static kvf_status_t kvf_m_h_put_end(kvf_master_t *m, const kvf_sp_frame_t *f,
-                                    kvf_wr_t *w, uint32_t *count_p,
-                                    uint16_t *flags_p)
+static kvf_status_t kvf_m_h_put_end(kvf_master_t *m, kvf_mclient_t *cl,
+                                    const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                    uint32_t *count_p, uint16_t *flags_p)
 {
     kvf_status_t st;
     kvf_sm_req_t q;
@@ -124,6 +172,7 @@ static kvf_status_t kvf_m_h_put_end(kvf_master_t *m, const kvf_sp_frame_t *f,
     uint32_t i;
 
     (void)flags_p;
+    (void)cl;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
@@ -141,9 +190,9 @@ static kvf_status_t kvf_m_h_put_end(kvf_master_t *m, const kvf_sp_frame_t *f,
 
 /* COMMIT: commits a pending put or a reservation under its key and, on
  * success, reserves space for the client's next put when asked. */
-static kvf_status_t kvf_m_h_commit(kvf_master_t *m, const kvf_sp_frame_t *f,
-                                   kvf_wr_t *w, uint32_t *count_p,
-                                   uint16_t *flags_p)
+static kvf_status_t kvf_m_h_commit(kvf_master_t *m, kvf_mclient_t *cl,
+                                   const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                   uint32_t *count_p, uint16_t *flags_p)
 {
     kvf_sm_obj_t rep;
     kvf_sm_req_t q;
@@ -165,7 +214,7 @@ static kvf_status_t kvf_m_h_commit(kvf_master_t *m, const kvf_sp_frame_t *f,
         rep.put_timeout_ms = (uint32_t)m->opts.put_timeout_ms;
         rst = KVF_ERR_NOT_FOUND;
         if (rep.status == KVF_OK && q.mask != 0 && q.next_size > 0) {
-            rst = kvf_m_reserve(m, q.next_size, q.next_replicas, &o);
+            rst = kvf_m_reserve(m, cl, q.next_size, q.next_replicas, &o);
         }
         rep.put_id = 0;
         rep.nrep = 0;
@@ -180,9 +229,9 @@ static kvf_status_t kvf_m_h_commit(kvf_master_t *m, const kvf_sp_frame_t *f,
     return KVF_OK;
 }
 
-static kvf_status_t kvf_m_h_get(kvf_master_t *m, const kvf_sp_frame_t *f,
-                                kvf_wr_t *w, uint32_t *count_p,
-                                uint16_t *flags_p)
+static kvf_status_t kvf_m_h_get(kvf_master_t *m, kvf_mclient_t *cl,
+                                const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                uint32_t *count_p, uint16_t *flags_p)
 {
     kvf_sm_obj_t rep;
     kvf_sm_req_t q;
@@ -191,6 +240,7 @@ static kvf_status_t kvf_m_h_get(kvf_master_t *m, const kvf_sp_frame_t *f,
     uint32_t i;
 
     (void)flags_p;
+    (void)cl;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
@@ -215,9 +265,9 @@ static kvf_status_t kvf_m_h_get(kvf_master_t *m, const kvf_sp_frame_t *f,
     return KVF_OK;
 }
 
-static kvf_status_t kvf_m_h_keys(kvf_master_t *m, const kvf_sp_frame_t *f,
-                                 kvf_wr_t *w, uint32_t *count_p,
-                                 uint16_t *flags_p)
+static kvf_status_t kvf_m_h_keys(kvf_master_t *m, kvf_mclient_t *cl,
+                                 const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                 uint32_t *count_p, uint16_t *flags_p)
 {
     kvf_status_t st;
     kvf_sm_req_t q;
@@ -225,6 +275,7 @@ static kvf_status_t kvf_m_h_keys(kvf_master_t *m, const kvf_sp_frame_t *f,
     uint32_t i;
 
     (void)flags_p;
+    (void)cl;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
@@ -241,9 +292,9 @@ static kvf_status_t kvf_m_h_keys(kvf_master_t *m, const kvf_sp_frame_t *f,
     return KVF_OK;
 }
 
-static kvf_status_t kvf_m_h_list(kvf_master_t *m, const kvf_sp_frame_t *f,
-                                 kvf_wr_t *w, uint32_t *count_p,
-                                 uint16_t *flags_p)
+static kvf_status_t kvf_m_h_list(kvf_master_t *m, kvf_mclient_t *cl,
+                                 const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                 uint32_t *count_p, uint16_t *flags_p)
 {
     kvf_sm_list_ent_t ent;
     kvf_sm_list_t q;
@@ -252,6 +303,7 @@ static kvf_status_t kvf_m_h_list(kvf_master_t *m, const kvf_sp_frame_t *f,
     size_t plen, b;
     kvf_rd_t r;
 
+    (void)cl;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     kvf_sm_list_dec(&r, &q);
     plen = strlen(q.prefix);
@@ -284,6 +336,7 @@ out:
 static kvf_status_t kvf_m_verify_node(kvf_master_t *m, const char *segment,
                                       uint64_t base, uint64_t len)
 {
+    char esc[KVF_LOG_KEY_MAX];
     kvf_status_t st;
     kvf_peer_h peer;
     uint64_t addr;
@@ -291,8 +344,8 @@ static kvf_status_t kvf_m_verify_node(kvf_master_t *m, const char *segment,
 
     st = kvf_peer_open(m->engine, segment, &peer);
     if (st != KVF_OK) {
-        kvf_warn("node %s: cannot reach its segment: %s", segment,
-                 kvf_status_str(st));
+        kvf_log_rl(KVF_LOG_WARN, "node %s: cannot reach its segment: %s",
+                   kvf_log_key(esc, sizeof(esc), segment), kvf_status_str(st));
         return st;
     }
     st = KVF_ERR_OUT_OF_BOUNDS;
@@ -305,16 +358,18 @@ static kvf_status_t kvf_m_verify_node(kvf_master_t *m, const char *segment,
     }
     kvf_peer_close(peer);
     if (st != KVF_OK) {
-        kvf_error("node %s claims pool 0x%lx+%lu, which its segment does "
-                  "not register: refused",
-                  segment, (unsigned long)base, (unsigned long)len);
+        kvf_log_rl(KVF_LOG_ERROR,
+                   "node %s claims pool 0x%lx+%lu, which its segment does "
+                   "not register: refused",
+                   kvf_log_key(esc, sizeof(esc), segment), (unsigned long)base,
+                   (unsigned long)len);
     }
     return st;
 }
 
-static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, const kvf_sp_frame_t *f,
-                                     kvf_wr_t *w, uint32_t *count_p,
-                                     uint16_t *flags_p)
+static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, kvf_mclient_t *cl,
+                                     const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                     uint32_t *count_p, uint16_t *flags_p)
 {
     kvf_sm_node_reg_rep_t rep;
     kvf_sm_node_reg_t q;
@@ -324,6 +379,7 @@ static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, const kvf_sp_frame_t *f,
 
     (void)count_p;
     (void)flags_p;
+    (void)cl;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     kvf_sm_node_reg_dec(&r, &q);
     if (!q.has_instance) {
@@ -355,9 +411,9 @@ static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, const kvf_sp_frame_t *f,
     return KVF_OK;
 }
 
-static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m, const kvf_sp_frame_t *f,
-                                      kvf_wr_t *w, uint32_t *count_p,
-                                      uint16_t *flags_p)
+static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m, kvf_mclient_t *cl,
+                                      const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                      uint32_t *count_p, uint16_t *flags_p)
 {
     kvf_sm_heartbeat_t q;
     kvf_status_t st;
@@ -366,6 +422,7 @@ static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m, const kvf_sp_frame_t *f,
     (void)w;
     (void)count_p;
     (void)flags_p;
+    (void)cl;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     kvf_sm_heartbeat_dec(&r, &q);
     pthread_mutex_lock(&m->lock);
@@ -406,7 +463,8 @@ void kvf_m_count_error(kvf_master_t *m)
     pthread_mutex_unlock(&m->lock);
 }
 
-kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
+kvf_status_t kvf_m_serve(kvf_master_t *m, kvf_mclient_t *cl,
+                         const kvf_sp_frame_t *f, kvf_wr_t *w,
                          uint32_t *count_p, uint16_t *flags_p, uint8_t *rtype_p)
 {
     kvf_m_handler_t h = kvf_m_handler(f->hdr.type);
@@ -426,7 +484,7 @@ kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
     *rtype_p = f->hdr.type | KVF_SP_REPLY;
     st = kvf_sm_req_check(f->hdr.type, f->hdr.count, f->body, f->hdr.meta_len);
     if (st == KVF_OK) {
-        st = h(m, f, w, count_p, flags_p);
+        st = h(m, cl, f, w, count_p, flags_p);
     }
     if (st == KVF_ERR_PROTOCOL) {
         kvf_m_count_error(m);
@@ -550,8 +608,12 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
         st = KVF_ERR_NO_RESOURCE;
         goto err_http;
     }
-    st = kvf_m_loop_start(m);
+    st = kvf_m_caps_init(m);
+    if (st == KVF_OK) {
+        st = kvf_m_loop_start(m);
+    }
     if (st != KVF_OK) {
+        kvf_m_caps_fini(m);
         goto err_reaper;
     }
     kvf_info("store master on %s (unix %s%s, http %s), %u loop(s), epoch "
@@ -598,6 +660,7 @@ void kvf_master_stop(kvf_master_t *m)
     pthread_mutex_unlock(&m->lock);
     pthread_join(m->reaper_thread, NULL);
     kvf_m_loop_stop(m);
+    kvf_m_caps_fini(m);
     kvf_m_http_stop(m);
     close(m->lfd);
     if (m->ufd >= 0) {

@@ -29,6 +29,15 @@ typedef struct kvf_master_opts {
     unsigned replicas;       /* default replica count of a put */
     unsigned io_timeout_ms;  /* bound on reading a started frame */
     unsigned loops;          /* connection event loops; 0 = by CPUs */
+    /* limits (docs/security.md) */
+    uint64_t client_max_pending;      /* pending puts of one connection */
+    unsigned client_max_reserved_pct; /* its bytes, % of the capacity */
+    unsigned max_put_share_pct;       /* one put, % of the largest pool */
+    uint64_t idle_timeout_ms;         /* close a connection idle this long */
+    unsigned conn_max_per_peer;       /* per tcp address / unix uid */
+    unsigned conn_max_tcp;            /* all tcp connections */
+    unsigned conn_max_unix;           /* all unix connections */
+    unsigned reg_workers;             /* threads checking registrations */
 } kvf_master_opts_t;
 
 /* Fills opts from the `store` config table (defaults, file, KVF_* env). */

@@ -14,6 +14,7 @@
 #include "core/sock.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
 
 enum { KVF_OBJ_PENDING = 0, KVF_OBJ_COMMITTED = 1 };
 
@@ -33,6 +34,15 @@ typedef struct kvf_mrep {
     kvf_pa_block_t *blk;
 } kvf_mrep_t;
 
+/* What one client (one connection) holds in pending puts and
+ * reservations, for the per-client limits. Freed when the connection is
+ * gone and none of its pending objects is left. */
+typedef struct kvf_mclient {
+    uint64_t pending; /* pending puts and reservations */
+    uint64_t bytes;   /* their bytes, every replica */
+    unsigned refs;    /* the connection's, one per pending object */
+} kvf_mclient_t;
+
 typedef struct kvf_mobj {
     char *key;
     size_t keylen;
@@ -46,6 +56,9 @@ typedef struct kvf_mobj {
     uint8_t flags; /* KVF_STORE_PIN */
     uint8_t nrep;
     kvf_mrep_t rep[KVF_STORE_REPLICA_MAX];
+    kvf_mclient_t *owner;           /* PENDING: the client that started it */
+    uint64_t owner_bytes;           /* PENDING: counted in owner->bytes */
+    struct kvf_mobj *pnext;         /* PENDING: chain of the put id index */
     struct kvf_mobj *hnext;         /* hash chain */
     struct kvf_mobj *lprev, *lnext; /* LRU, pending or doomed list */
 } kvf_mobj_t;
@@ -56,6 +69,7 @@ typedef struct kvf_master_stats {
 } kvf_master_stats_t;
 
 typedef struct kvf_mconn kvf_mconn_t;
+typedef struct kvf_mpeer kvf_mpeer_t;
 typedef struct kvf_mloop kvf_mloop_t;
 
 struct kvf_master {
@@ -66,9 +80,12 @@ struct kvf_master {
     kvf_mobj_t **table;
     size_t nbuckets;
     size_t nobjs;
-    kvf_mobj_t lru;     /* sentinel: lnext most recent, lprev least */
-    kvf_mobj_t pending; /* sentinel of uncommitted puts */
-    kvf_mobj_t doomed;  /* removed, space kept until their lease ends */
+    kvf_mobj_t lru;      /* sentinel: lnext most recent, lprev least */
+    kvf_mobj_t pending;  /* sentinel of uncommitted puts, oldest last */
+    kvf_mobj_t **ptable; /* pending objects by put id */
+    size_t npbuckets;
+    size_t npend;
+    kvf_mobj_t doomed; /* removed, space kept until their lease ends */
     kvf_mnode_t *nodes;
     size_t nnodes;
     uint64_t next_gen;
@@ -91,24 +108,31 @@ struct kvf_master {
     pthread_cond_t stop_cond;
     kvf_mloop_t *loops; /* connection event loops (loop.c) */
     unsigned nloops;
-    unsigned next_loop;   /* the first loop's: where the next goes */
-    unsigned nconns;      /* of all loops (atomic) */
-    unsigned nconns_unix; /* of nconns, over the unix socket (atomic) */
-    int helpers;          /* node registrations in flight (atomic) */
+    unsigned next_loop;     /* the first loop's: where the next goes */
+    unsigned nconns;        /* of all loops (atomic) */
+    unsigned nconns_unix;   /* of nconns, over the unix socket (atomic) */
+    int helpers;            /* node registrations in flight (atomic) */
+    struct kvf_mcaps *caps; /* connection counts per peer (limits.c) */
+    struct kvf_mreg *reg;   /* registration workers (loop.c) */
 };
 
 /* objects.c -- all called with the lock held */
 kvf_status_t kvf_m_init(kvf_master_t *m);
 void kvf_m_fini(kvf_master_t *m);
-kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
-                             unsigned replicas, unsigned flags,
-                             kvf_mobj_t **obj_p);
+/* cl: the client that asks (its limits apply; NULL: none) */
+kvf_status_t kvf_m_put_start(kvf_master_t *m, kvf_mclient_t *cl,
+                             const char *key, uint64_t size, unsigned replicas,
+                             unsigned flags, kvf_mobj_t **obj_p);
 kvf_status_t kvf_m_put_end(kvf_master_t *m, const char *key, uint64_t put_id,
                            uint64_t checksum, unsigned mask);
 /* Space for a client's next put, key unknown yet (a keyless pending
  * object, reclaimed at the put deadline unless committed). */
-kvf_status_t kvf_m_reserve(kvf_master_t *m, uint64_t size, unsigned replicas,
-                           kvf_mobj_t **obj_p);
+kvf_status_t kvf_m_reserve(kvf_master_t *m, kvf_mclient_t *cl, uint64_t size,
+                           unsigned replicas, kvf_mobj_t **obj_p);
+/* A client's record (one reference: the connection's), and the drop of
+ * that reference when the connection closes. */
+kvf_mclient_t *kvf_m_client_new(void);
+void kvf_m_client_put(kvf_master_t *m, kvf_mclient_t *cl);
 /* Commits pending put put_id (keyed: as PUT_END; a reservation: under
  * key, whose size must be the reserved size; a refused key leaves the
  * reservation as it was). mask 0 aborts. */
@@ -134,9 +158,11 @@ size_t kvf_m_reservations(const kvf_master_t *m);
  * included (they are `reserved`). */
 size_t kvf_m_removing(const kvf_master_t *m);
 
-/* master.c: serves one whole frame: runs its handler, encodes the reply
- * body in w; returns the reply's status, *rtype_p its type. */
-kvf_status_t kvf_m_serve(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
+/* master.c: serves one whole frame of client cl: runs its handler,
+ * encodes the reply body in w; returns the reply's status, *rtype_p its
+ * type. */
+kvf_status_t kvf_m_serve(kvf_master_t *m, kvf_mclient_t *cl,
+                         const kvf_sp_frame_t *f, kvf_wr_t *w,
                          uint32_t *count_p, uint16_t *flags_p,
                          uint8_t *rtype_p);
 void kvf_m_count_error(kvf_master_t *m);
@@ -144,6 +170,14 @@ void kvf_m_count_error(kvf_master_t *m);
 /* loop.c: the connection event loop */
 kvf_status_t kvf_m_loop_start(kvf_master_t *m);
 void kvf_m_loop_stop(kvf_master_t *m);
+
+/* limits.c: connection caps per peer and in all. admit counts a new
+ * connection (KVF_ERR_QUOTA: over a cap, close it), release uncounts. */
+kvf_status_t kvf_m_caps_init(kvf_master_t *m);
+void kvf_m_caps_fini(kvf_master_t *m);
+kvf_status_t kvf_m_caps_admit(kvf_master_t *m, int fd, int is_unix,
+                              const struct sockaddr *sa, kvf_mpeer_t **peer_p);
+void kvf_m_caps_release(kvf_master_t *m, kvf_mpeer_t *p, int is_unix);
 
 /* http.c */
 kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen);

@@ -58,7 +58,13 @@ kvf_status_t kvf_m_init(kvf_master_t *m)
 {
     m->nbuckets = 1024;
     m->table = kvf_calloc(m->nbuckets, sizeof(*m->table));
-    if (m->table == NULL) {
+    m->npbuckets = 1024;
+    m->ptable = kvf_calloc(m->npbuckets, sizeof(*m->ptable));
+    if (m->table == NULL || m->ptable == NULL) {
+        kvf_free(m->table);
+        kvf_free(m->ptable);
+        m->table = NULL;
+        m->ptable = NULL;
         return KVF_ERR_NO_MEMORY;
     }
     kvf_m_list_init(&m->lru);
@@ -68,6 +74,7 @@ kvf_status_t kvf_m_init(kvf_master_t *m)
 }
 
 static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o);
+static uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o);
 
 void kvf_m_fini(kvf_master_t *m)
 {
@@ -82,6 +89,10 @@ void kvf_m_fini(kvf_master_t *m)
     while (m->doomed.lnext != &m->doomed) {
         kvf_m_obj_free(m, m->doomed.lnext);
     }
+    /* reservations: on the pending list only */
+    while (m->pending.lnext != &m->pending) {
+        kvf_m_obj_free(m, m->pending.lnext);
+    }
     while ((n = m->nodes) != NULL) {
         m->nodes = n->next;
         kvf_pa_fini(&n->pa);
@@ -89,6 +100,113 @@ void kvf_m_fini(kvf_master_t *m)
     }
     kvf_free(m->table);
     m->table = NULL;
+    kvf_free(m->ptable);
+    m->ptable = NULL;
+}
+
+kvf_mclient_t *kvf_m_client_new(void)
+{
+    kvf_mclient_t *cl = kvf_calloc(1, sizeof(*cl));
+
+    if (cl != NULL) {
+        cl->refs = 1;
+    }
+    return cl;
+}
+
+static void kvf_m_client_unref(kvf_mclient_t *cl)
+{
+    if (cl != NULL && --cl->refs == 0) {
+        kvf_free(cl);
+    }
+}
+
+void kvf_m_client_put(kvf_master_t *m, kvf_mclient_t *cl)
+{
+    pthread_mutex_lock(&m->lock);
+    kvf_m_client_unref(cl);
+    pthread_mutex_unlock(&m->lock);
+}
+
+static size_t kvf_m_pslot(const kvf_master_t *m, uint64_t put_id)
+{
+    return (size_t)((put_id * 0x9e3779b97f4a7c15ull) >> 24) &
+           (m->npbuckets - 1);
+}
+
+static void kvf_m_pgrow(kvf_master_t *m)
+{
+    size_t old = m->npbuckets, i;
+    kvf_mobj_t **t = kvf_calloc(old * 2, sizeof(*t)), **ot = m->ptable, *o;
+
+    if (t == NULL) {
+        return; /* longer chains, still correct */
+    }
+    m->ptable = t;
+    m->npbuckets = old * 2;
+    for (i = 0; i < old; i++) {
+        while ((o = ot[i]) != NULL) {
+            ot[i] = o->pnext;
+            o->pnext = t[kvf_m_pslot(m, o->put_id)];
+            t[kvf_m_pslot(m, o->put_id)] = o;
+        }
+    }
+    kvf_free(ot);
+}
+
+/* o becomes pending: on the list, in the put id index, counted against
+ * its client. */
+static void kvf_m_pend_add(kvf_master_t *m, kvf_mobj_t *o, kvf_mclient_t *cl)
+{
+    size_t b = kvf_m_pslot(m, o->put_id);
+
+    kvf_m_list_push(&m->pending, o);
+    o->pnext = m->ptable[b];
+    m->ptable[b] = o;
+    if (++m->npend > m->npbuckets) {
+        kvf_m_pgrow(m);
+    }
+    o->owner = cl;
+    if (cl != NULL) {
+        o->owner_bytes = kvf_m_obj_bytes(o);
+        cl->refs++;
+        cl->pending++;
+        cl->bytes += o->owner_bytes;
+    }
+}
+
+/* o stops being pending (committed or freed). */
+static void kvf_m_pend_del(kvf_master_t *m, kvf_mobj_t *o)
+{
+    kvf_mobj_t **pp;
+
+    for (pp = &m->ptable[kvf_m_pslot(m, o->put_id)]; *pp != NULL;
+         pp = &(*pp)->pnext) {
+        if (*pp == o) {
+            *pp = o->pnext;
+            m->npend--;
+            break;
+        }
+    }
+    o->pnext = NULL;
+    if (o->owner != NULL) {
+        o->owner->pending--;
+        o->owner->bytes -= o->owner_bytes;
+        kvf_m_client_unref(o->owner);
+        o->owner = NULL;
+    }
+}
+
+static kvf_mobj_t *kvf_m_pfind(kvf_master_t *m, uint64_t put_id)
+{
+    kvf_mobj_t *o;
+
+    for (o = m->ptable[kvf_m_pslot(m, put_id)]; o != NULL; o = o->pnext) {
+        if (o->put_id == put_id) {
+            return o;
+        }
+    }
+    return NULL;
 }
 
 static uint64_t kvf_m_hash(const char *key, size_t len)
@@ -156,6 +274,9 @@ static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o)
         }
     }
     kvf_m_list_unlink(o);
+    if (o->state == KVF_OBJ_PENDING) {
+        kvf_m_pend_del(m, o);
+    }
     if (o->key == NULL) {
         m->reserved -= kvf_m_obj_bytes(o);
     }
@@ -252,7 +373,10 @@ static int kvf_m_obj_on(const kvf_mobj_t *o, const kvf_mnode_t *n)
 
 static void kvf_m_evict(kvf_master_t *m, kvf_mobj_t *o)
 {
-    kvf_debug("evicting '%s' (%lu bytes)", o->key, (unsigned long)o->size);
+    char esc[KVF_LOG_KEY_MAX];
+
+    kvf_debug("evicting '%s' (%lu bytes)",
+              kvf_log_key(esc, sizeof(esc), o->key), (unsigned long)o->size);
     m->st.evictions++;
     kvf_m_obj_free(m, o);
 }
@@ -318,16 +442,58 @@ static kvf_status_t kvf_m_obj_name(kvf_master_t *m, kvf_mobj_t *o,
     return KVF_OK;
 }
 
-/* Allocates replicas for a pending object (key NULL: a reservation). */
-static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, const char *key,
-                                    uint64_t size, unsigned replicas,
-                                    unsigned flags, uint64_t now,
-                                    kvf_mobj_t **obj_p)
+/* The limits of one request and of its client: a put larger than
+ * max_put_share_pct of the largest pool (it would evict everything), a
+ * client past client_max_pending puts or client_max_reserved_pct of the
+ * capacity in pending bytes. KVF_ERR_QUOTA, nothing evicted. */
+static kvf_status_t kvf_m_limits(kvf_master_t *m, kvf_mclient_t *cl,
+                                 const char *key, uint64_t size,
+                                 unsigned replicas, uint64_t maxlen)
 {
+    char esc[KVF_LOG_KEY_MAX];
+    uint64_t cap;
+
+    if (size > maxlen / 100 * m->opts.max_put_share_pct +
+                   maxlen % 100 * m->opts.max_put_share_pct / 100) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "put '%s': %lu bytes exceed max_put_share_pct=%u of the "
+                   "largest pool (%lu): refused",
+                   kvf_log_key(esc, sizeof(esc), key ? key : "(reservation)"),
+                   (unsigned long)size, m->opts.max_put_share_pct,
+                   (unsigned long)maxlen);
+        return KVF_ERR_QUOTA;
+    }
+    if (cl == NULL) {
+        return KVF_OK;
+    }
+    cap = kvf_m_capacity(m);
+    if (cl->pending >= m->opts.client_max_pending ||
+        cl->bytes + size * replicas >
+            cap / 100 * m->opts.client_max_reserved_pct) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "a client holds %lu pending put(s) of %lu bytes: over "
+                   "client_max_pending=%lu or client_max_reserved_pct=%u; "
+                   "refused",
+                   (unsigned long)cl->pending, (unsigned long)cl->bytes,
+                   (unsigned long)m->opts.client_max_pending,
+                   m->opts.client_max_reserved_pct);
+        return KVF_ERR_QUOTA;
+    }
+    return KVF_OK;
+}
+
+/* Allocates replicas for a pending object (key NULL: a reservation). */
+static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, kvf_mclient_t *cl,
+                                    const char *key, uint64_t size,
+                                    unsigned replicas, unsigned flags,
+                                    uint64_t now, kvf_mobj_t **obj_p)
+{
+    char esc[KVF_LOG_KEY_MAX];
     kvf_mnode_t *cand[64], *n, *t;
     uint64_t maxlen = 0;
     size_t ncand = 0, i, j;
     kvf_pa_block_t *b;
+    kvf_status_t st;
     kvf_mobj_t *o;
     int pass;
 
@@ -345,9 +511,13 @@ static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, const char *key,
     if (ncand == 0) {
         kvf_log_rl(KVF_LOG_WARN,
                    "put '%s': %lu bytes exceed the largest pool (%lu)",
-                   key ? key : "(reservation)", (unsigned long)size,
-                   (unsigned long)maxlen);
+                   kvf_log_key(esc, sizeof(esc), key ? key : "(reservation)"),
+                   (unsigned long)size, (unsigned long)maxlen);
         return KVF_ERR_MSG_TOO_LARGE;
+    }
+    st = kvf_m_limits(m, cl, key, size, replicas, maxlen);
+    if (st != KVF_OK) {
+        return st;
     }
     /* most free space first */
     for (i = 1; i < ncand; i++) {
@@ -389,7 +559,7 @@ static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, const char *key,
     o->state = KVF_OBJ_PENDING;
     o->put_id = m->next_put_id++;
     o->deadline_ms = now + m->opts.put_timeout_ms;
-    kvf_m_list_push(&m->pending, o);
+    kvf_m_pend_add(m, o, cl);
     if (key == NULL) {
         m->reserved += kvf_m_obj_bytes(o);
     }
@@ -401,9 +571,9 @@ static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, const char *key,
     return KVF_OK;
 }
 
-kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
-                             unsigned replicas, unsigned flags,
-                             kvf_mobj_t **obj_p)
+kvf_status_t kvf_m_put_start(kvf_master_t *m, kvf_mclient_t *cl,
+                             const char *key, uint64_t size, unsigned replicas,
+                             unsigned flags, kvf_mobj_t **obj_p)
 {
     uint64_t now = kvf_time_ms();
     kvf_status_t st;
@@ -418,11 +588,11 @@ kvf_status_t kvf_m_put_start(kvf_master_t *m, const char *key, uint64_t size,
     if (st != KVF_OK) {
         return st;
     }
-    return kvf_m_alloc_obj(m, key, size, replicas, flags, now, obj_p);
+    return kvf_m_alloc_obj(m, cl, key, size, replicas, flags, now, obj_p);
 }
 
-kvf_status_t kvf_m_reserve(kvf_master_t *m, uint64_t size, unsigned replicas,
-                           kvf_mobj_t **obj_p)
+kvf_status_t kvf_m_reserve(kvf_master_t *m, kvf_mclient_t *cl, uint64_t size,
+                           unsigned replicas, kvf_mobj_t **obj_p)
 {
     if (replicas == 0) {
         replicas = m->opts.replicas;
@@ -436,7 +606,8 @@ kvf_status_t kvf_m_reserve(kvf_master_t *m, uint64_t size, unsigned replicas,
         m->opts.high_watermark * (double)kvf_m_capacity(m)) {
         return KVF_ERR_NO_SPACE;
     }
-    return kvf_m_alloc_obj(m, NULL, size, replicas, 0, kvf_time_ms(), obj_p);
+    return kvf_m_alloc_obj(m, cl, NULL, size, replicas, 0, kvf_time_ms(),
+                           obj_p);
 }
 
 /* Evicts cold objects until used space is at most the low watermark. */
@@ -482,6 +653,7 @@ static kvf_status_t kvf_m_obj_commit(kvf_master_t *m, kvf_mobj_t *o,
     }
     o->nrep = (uint8_t)k;
     o->checksum = checksum;
+    kvf_m_pend_del(m, o);
     o->state = KVF_OBJ_COMMITTED;
     kvf_m_list_unlink(o);
     kvf_m_list_push(&m->lru, o);
@@ -509,12 +681,8 @@ kvf_status_t kvf_m_commit(kvf_master_t *m, const char *key, uint64_t put_id,
     kvf_mobj_t *o;
     kvf_status_t st;
 
-    for (o = m->pending.lnext; o != &m->pending; o = o->lnext) {
-        if (o->put_id == put_id) {
-            break;
-        }
-    }
-    if (o == &m->pending || (o->key != NULL && strcmp(o->key, key) != 0)) {
+    o = kvf_m_pfind(m, put_id);
+    if (o == NULL || (o->key != NULL && strcmp(o->key, key) != 0)) {
         return KVF_ERR_STALE; /* reclaimed, its node died, or not ours */
     }
     if (o->key != NULL || (mask & ((1u << o->nrep) - 1)) == 0) {
@@ -602,6 +770,7 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
     kvf_mnode_t **pp;
     kvf_mobj_t *o, *next;
     size_t i, lost = 0, dropped = 0;
+    char esc[KVF_LOG_KEY_MAX];
     unsigned r, k;
 
     for (i = 0; i <= m->nbuckets; i++) {
@@ -653,7 +822,8 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
     m->st.objects_lost += lost;
     kvf_warn("node %s (gen %lu) dropped: %s; %zu replica(s) dropped, "
              "%zu object(s) lost",
-             n->segment, (unsigned long)n->gen, why, dropped, lost);
+             kvf_log_key(esc, sizeof(esc), n->segment), (unsigned long)n->gen,
+             why, dropped, lost);
     kvf_pa_fini(&n->pa);
     kvf_free(n);
 }
@@ -668,6 +838,7 @@ static kvf_status_t kvf_m_node_admit(kvf_master_t *m, const char *segment,
                                      const unsigned char *instance)
 {
     uint64_t now = kvf_time_ms();
+    char esc[KVF_LOG_KEY_MAX];
     kvf_mnode_t *n, *next;
     int same;
 
@@ -678,7 +849,7 @@ static kvf_status_t kvf_m_node_admit(kvf_master_t *m, const char *segment,
             kvf_log_rl(KVF_LOG_WARN,
                        "registration of live node %s from another "
                        "instance: refused",
-                       segment);
+                       kvf_log_key(esc, sizeof(esc), segment));
             return KVF_ERR_EXISTS;
         }
     }
@@ -699,6 +870,7 @@ kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
                                  uint64_t uid, const unsigned char *instance,
                                  uint64_t base, uint64_t len, uint64_t *gen_p)
 {
+    char esc[KVF_LOG_KEY_MAX];
     kvf_mnode_t *n;
     kvf_status_t status;
 
@@ -724,8 +896,9 @@ kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
     n->next = m->nodes;
     m->nodes = n;
     m->nnodes++;
-    kvf_info("node %s registered: pool 0x%lx+%lu, gen %lu", segment,
-             (unsigned long)base, (unsigned long)len, (unsigned long)n->gen);
+    kvf_info("node %s registered: pool 0x%lx+%lu, gen %lu",
+             kvf_log_key(esc, sizeof(esc), segment), (unsigned long)base,
+             (unsigned long)len, (unsigned long)n->gen);
     *gen_p = n->gen;
     return KVF_OK;
 }
@@ -752,21 +925,29 @@ void kvf_m_tick(kvf_master_t *m)
     uint64_t now = kvf_time_ms();
     kvf_mnode_t *n, *nnext;
     kvf_mobj_t *o, *prev;
+    char esc[KVF_LOG_KEY_MAX];
+    size_t reclaimed = 0;
 
-    for (o = m->pending.lprev; o != &m->pending; o = prev) {
+    /* oldest last, every deadline put_timeout_ms after its start: the
+     * expired ones are at the tail */
+    for (o = m->pending.lprev; o != &m->pending && o->deadline_ms <= now;
+         o = prev) {
         prev = o->lprev;
-        if (o->deadline_ms <= now && o->key == NULL) {
+        if (o->key == NULL) {
             /* a client's unused reservation: expected, not counted */
-            kvf_debug("reservation of %lu bytes unused for %lu ms: freed",
-                      (unsigned long)o->size,
-                      (unsigned long)m->opts.put_timeout_ms);
             kvf_m_obj_free(m, o);
-        } else if (o->deadline_ms <= now) {
-            kvf_warn("put of '%s' not committed within %lu ms: reclaimed",
-                     o->key, (unsigned long)m->opts.put_timeout_ms);
-            m->st.reclaimed++;
-            kvf_m_obj_free(m, o);
+            continue;
         }
+        if (reclaimed++ == 0) {
+            kvf_log_key(esc, sizeof(esc), o->key);
+        }
+        m->st.reclaimed++;
+        kvf_m_obj_free(m, o);
+    }
+    if (reclaimed > 0) {
+        kvf_warn("%zu put(s) not committed within %lu ms reclaimed "
+                 "(first: '%s')",
+                 reclaimed, (unsigned long)m->opts.put_timeout_ms, esc);
     }
     for (o = m->doomed.lprev; o != &m->doomed; o = prev) {
         prev = o->lprev;

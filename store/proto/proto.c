@@ -72,6 +72,34 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      "256K on a host of 8 or more CPUs (large objects move on several "
      "connections at once), else the engine's `chunk_bytes`",
      KVF_CONFIG_TUNING},
+    {"client_max_pending", "65536",
+     "master: pending puts and reservations one client connection may hold "
+     "(more are refused with KVF_ERR_QUOTA)",
+     KVF_CONFIG_TUNING},
+    {"client_max_reserved_pct", "50",
+     "master: bytes one client connection may hold in pending puts and "
+     "reservations, % of the store's capacity (1 to 100)",
+     KVF_CONFIG_TUNING},
+    {"max_put_share_pct", "25",
+     "master: the largest single put, % of the largest node pool (1 to 100; "
+     "larger ones are refused with KVF_ERR_QUOTA, nothing evicted)",
+     KVF_CONFIG_TUNING},
+    {"idle_timeout_ms", "120000",
+     "master: a client connection idle this long is closed (clients "
+     "reconnect on their next call)",
+     KVF_CONFIG_TUNING},
+    {"conn_max_per_peer", "1024",
+     "master: connections from one tcp address, or one local uid over the "
+     "unix socket",
+     KVF_CONFIG_TUNING},
+    {"conn_max_tcp", "4096", "master: tcp connections in all",
+     KVF_CONFIG_TUNING},
+    {"conn_max_unix", "4096", "master: unix socket connections in all",
+     KVF_CONFIG_TUNING},
+    {"reg_workers", "4",
+     "master: threads checking node registrations (more in flight wait in a "
+     "bounded queue, past it they are refused busy)",
+     KVF_CONFIG_TUNING},
     {"master_unix", "1",
      "1: a master on a loopback address is reached over its abstract unix "
      "socket when the client's engine may use a same-host transport "
@@ -422,12 +450,39 @@ kvf_status_t kvf_sp_unix_listen(const char *name, int backlog, int *fd_p)
         return KVF_ERR_NO_RESOURCE;
     }
     if (bind(fd, (struct sockaddr *)&sa, sl) != 0 || listen(fd, backlog) != 0) {
-        kvf_warn("store master cannot listen on unix @%s: %m", name);
+        /* taken: maybe by another user's process posing as this master;
+         * clients check who listens (kvf_sp_unix_connect) and go to tcp */
+        kvf_error("store master cannot listen on unix @%s: %m; serving tcp "
+                  "only (same-host clients will not use a socket this "
+                  "master does not own)",
+                  name);
         close(fd);
         return KVF_ERR_IO;
     }
     *fd_p = fd;
     return KVF_OK;
+}
+
+/* The abstract name is open to anyone who binds it first: only a
+ * listener of this user or root is taken for the master. 0 when it is. */
+static int kvf_sp_unix_owner_ok(int fd, const char *name)
+{
+    struct ucred cr;
+    socklen_t cl = sizeof(cr);
+    char esc[KVF_LOG_KEY_MAX];
+
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0) {
+        return -1;
+    }
+    if (cr.uid == getuid() || cr.uid == 0) {
+        return 0;
+    }
+    kvf_log_rl(KVF_LOG_ERROR,
+               "unix socket @%s is held by uid %u (pid %d), not this user "
+               "or root: not used, the master is reached over tcp",
+               kvf_log_key(esc, sizeof(esc), name), (unsigned)cr.uid,
+               (int)cr.pid);
+    return -1;
 }
 
 kvf_status_t kvf_sp_unix_connect(const char *name, int *fd_p)
@@ -446,7 +501,8 @@ kvf_status_t kvf_sp_unix_connect(const char *name, int *fd_p)
         rc = connect(fd, (struct sockaddr *)&sa, sl);
     } while (rc != 0 && errno == EINTR);
     flags = rc == 0 ? fcntl(fd, F_GETFL) : -1;
-    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+        kvf_sp_unix_owner_ok(fd, name) != 0) {
         close(fd);
         return KVF_ERR_CONNECT;
     }

@@ -118,7 +118,8 @@ kvf_status_t kvf_tcp_fetch_descriptor(const char *address, int timeout_ms,
         return status;
     }
     if (status != KVF_OK) {
-        kvf_error("cannot reach segment %s within %d ms", address, timeout_ms);
+        kvf_error("cannot reach segment %s within %d ms", KVF_LOG_KEY(address),
+                  timeout_ms);
         return KVF_ERR_PEER_UNREACHABLE;
     }
     status = kvf_tcp_send_hdr(fd, KVF_TCP_HELLO, 0, KVF_OK, 0, 0, deadline);
