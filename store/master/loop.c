@@ -25,7 +25,7 @@
  * flight never cost a thread each.
  *
  * Limits (docs/security.md): connections are capped per peer and in all
- * (limits.c), a connection idle for idle_timeout_ms is closed, and out of
+ * (limits.c), a connection idle for master_idle_ms is closed, and out of
  * descriptors the accepting stops for a moment instead of spinning.
  *
  * Every connection first runs the authentication exchange (core/auth)
@@ -712,7 +712,7 @@ static void kvf_loop_accept(kvf_master_t *m, int is_unix)
     }
 }
 
-/* Is c idle past idle_timeout_ms (nothing in or out)? */
+/* Is c idle past master_idle_ms (nothing in or out)? */
 static int kvf_loop_idle(const kvf_mconn_t *c, uint64_t now)
 {
     return c->in_len == 0 && c->out_len == 0 &&

@@ -38,7 +38,7 @@ static kvf_status_t kvf_master_limits_default(kvf_master_opts_t *o)
                              &o->client_max_pending)) != KVF_OK ||
         (st = kvf_config_u64(t, pct_keys[0], &v[0])) != KVF_OK ||
         (st = kvf_config_u64(t, pct_keys[1], &v[1])) != KVF_OK ||
-        (st = kvf_config_u64(t, "idle_timeout_ms", &o->idle_timeout_ms)) !=
+        (st = kvf_config_u64(t, "master_idle_ms", &o->idle_timeout_ms)) !=
             KVF_OK ||
         (st = kvf_config_u64(t, "conn_max_per_peer", &v[2])) != KVF_OK ||
         (st = kvf_config_u64(t, "conn_max_tcp", &v[3])) != KVF_OK ||

@@ -84,7 +84,7 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      "master: the largest single put, % of the largest node pool (1 to 100; "
      "larger ones are refused with KVF_ERR_QUOTA, nothing evicted)",
      KVF_CONFIG_TUNING},
-    {"idle_timeout_ms", "120000",
+    {"master_idle_ms", "120000",
      "master: a client connection idle this long is closed (clients "
      "reconnect on their next call)",
      KVF_CONFIG_TUNING},

@@ -349,10 +349,10 @@ static void test_conn_flood(void **state)
 
     (void)state;
     setenv("KVF_CONN_MAX_PER_PEER", "256", 1);
-    setenv("KVF_IDLE_TIMEOUT_MS", "2000", 1);
+    setenv("KVF_MASTER_IDLE_MS", "2000", 1);
     assert_int_equal(kvs_master(&m, 0, NULL), 0);
     unsetenv("KVF_CONN_MAX_PER_PEER");
-    unsetenv("KVF_IDLE_TIMEOUT_MS");
+    unsetenv("KVF_MASTER_IDLE_MS");
     assert_int_equal(kvs_node(&n, m.addr, "16M", NULL), 0);
     for (i = 0; i < FLOOD; i++) {
         fds[i] = connect_from("127.0.0.2", m.addr);
