@@ -10,7 +10,8 @@
 #   scripts/bench-flood.sh [--build DIR] [--conns N] [--hold-s S] [--out DIR]
 #
 # Needs the build's kvferry and tests/flood_bench (ninja flood_bench), and
-# root or a hard descriptor limit of at least 2 x conns + 1024.
+# a hard descriptor limit of at least conns + 1024 (one process floods
+# with the idle connections, another with the slow ones).
 set -euo pipefail
 
 build=build

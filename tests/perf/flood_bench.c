@@ -2,7 +2,8 @@
  * Connection-flood probe (run by scripts/bench-flood.sh, not by ctest):
  * against one server (an engine target or the store master) it opens
  * --conns idle and --conns slow connections (one byte every 2 s) from
- * 127.0.0.2, reopening every one the server closes, for --hold-s
+ * 127.0.0.2 (two child processes, one each), reopening what the server
+ * closes (at most 1000 a tick of 100 ms per child), for --hold-s
  * seconds, and meanwhile times a real client from 127.0.0.1: for a
  * target, an engine peer open (tcp) plus one 8 KiB read checked against
  * the target's seeded pool; for the master, a store connect, an 8 KiB
@@ -25,7 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,7 +48,6 @@ typedef struct fb {
     int pid;
     unsigned conns, hold_s;
     struct sockaddr_in dst;
-    struct pollfd *pfd; /* [0, conns) idle, [conns, 2 conns) slow */
     uint64_t opened, closed_by_server, connect_failed, slow_bytes;
     unsigned open_max; /* most connections open at one time */
     double probe_ms[64];
@@ -210,7 +212,6 @@ static int fb_open(fb_t *b)
 
     fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        b->connect_failed++;
         return -1;
     }
     src.sin_family = AF_INET;
@@ -219,26 +220,33 @@ static int fb_open(fb_t *b)
         (connect(fd, (struct sockaddr *)&b->dst, sizeof(b->dst)) < 0 &&
          errno != EINPROGRESS)) {
         close(fd);
-        b->connect_failed++;
         return -1;
     }
-    b->opened++;
     return fd;
 }
 
-/* Reopens what the server closed; slow ones get one byte when `drip`. */
-static void fb_tick(fb_t *b, int drip)
+/* Counters of one flooding child, shared with the parent. */
+typedef struct fb_counts {
+    uint64_t opened, closed_by_server, connect_failed, slow_bytes;
+    unsigned open_max;
+} fb_counts_t;
+
+/* Reopens (at most FB_REOPEN a tick) what the server closed; the slow
+ * connections get one byte when `drip`. */
+#define FB_REOPEN 1000
+static void fb_tick(fb_t *b, struct pollfd *pfd, int slow, int drip,
+                    fb_counts_t *k)
 {
-    unsigned i, n = 2 * b->conns, open = 0;
+    unsigned i, n = b->conns, open = 0, reopened = 0;
     char c = 'x', sink[256];
 
     for (i = 0; i < n; i++) {
-        b->pfd[i].events = POLLIN;
-        b->pfd[i].revents = 0;
+        pfd[i].events = POLLIN;
+        pfd[i].revents = 0;
     }
-    poll(b->pfd, n, 0);
+    poll(pfd, n, 0);
     for (i = 0; i < n; i++) {
-        struct pollfd *p = &b->pfd[i];
+        struct pollfd *p = &pfd[i];
 
         if (p->fd >= 0 && (p->revents & (POLLIN | POLLHUP | POLLERR))) {
             ssize_t r = read(p->fd, sink, sizeof(sink));
@@ -246,38 +254,74 @@ static void fb_tick(fb_t *b, int drip)
             if (r == 0 || (r < 0 && errno != EAGAIN)) {
                 close(p->fd);
                 p->fd = -1;
-                b->closed_by_server++;
+                k->closed_by_server++;
             }
         }
-        if (p->fd < 0) {
+        if (p->fd < 0 && reopened < FB_REOPEN) {
+            reopened++;
             p->fd = fb_open(b);
-        } else if (drip && i >= b->conns &&
+            k->opened += (p->fd >= 0);
+            k->connect_failed += (p->fd < 0);
+        } else if (p->fd >= 0 && drip && slow &&
                    send(p->fd, &c, 1, MSG_NOSIGNAL) == 1) {
-            b->slow_bytes++;
+            k->slow_bytes++;
         }
         open += (p->fd >= 0);
     }
-    b->open_max = open > b->open_max ? open : b->open_max;
+    k->open_max = open > k->open_max ? open : k->open_max;
+}
+
+/* A flooding child: conns connections (slow or idle) for hold_s. */
+static void fb_flooder(fb_t *b, int slow, fb_counts_t *k)
+{
+    struct pollfd *pfd = calloc(b->conns, sizeof(*pfd));
+    double end, next_drip;
+    unsigned i;
+
+    if (pfd == NULL) {
+        _exit(1);
+    }
+    for (i = 0; i < b->conns; i++) {
+        pfd[i].fd = fb_open(b);
+        k->opened += (pfd[i].fd >= 0);
+        k->connect_failed += (pfd[i].fd < 0);
+    }
+    end = fb_now_ms() + b->hold_s * 1000.0;
+    next_drip = fb_now_ms() + 2000;
+    while (fb_now_ms() < end) {
+        int drip = fb_now_ms() >= next_drip;
+
+        fb_tick(b, pfd, slow, drip, k);
+        if (drip) {
+            next_drip += 2000;
+        }
+        usleep(100000);
+    }
+    _exit(0);
 }
 
 static void fb_flood(fb_t *b)
 {
-    double t0, next_drip, next_probe, end, ms;
+    fb_counts_t *k = mmap(NULL, 2 * sizeof(*k), PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    double end, next_probe, ms;
+    pid_t kid[2];
     fb_proc_t p;
-    unsigned i;
+    int i, st;
 
-    for (i = 0; i < 2 * b->conns; i++) {
-        b->pfd[i].fd = fb_open(b);
+    if (k == MAP_FAILED) {
+        return;
     }
-    t0 = fb_now_ms();
-    next_drip = t0 + 2000;
-    next_probe = t0 + 1000;
-    end = t0 + b->hold_s * 1000.0;
-    while (fb_now_ms() < end) {
-        fb_tick(b, fb_now_ms() >= next_drip);
-        if (fb_now_ms() >= next_drip) {
-            next_drip += 2000;
+    memset(k, 0, 2 * sizeof(*k));
+    for (i = 0; i < 2; i++) {
+        kid[i] = fork();
+        if (kid[i] == 0) {
+            fb_flooder(b, i, &k[i]);
         }
+    }
+    end = fb_now_ms() + b->hold_s * 1000.0;
+    next_probe = fb_now_ms() + 1000;
+    while (fb_now_ms() < end) {
         fb_proc(b->pid, &p);
         fb_proc_max(&b->during_max, &p);
         if (fb_now_ms() >= next_probe && b->nprobe < 64) {
@@ -288,10 +332,15 @@ static void fb_flood(fb_t *b)
         }
         usleep(100000);
     }
-    for (i = 0; i < 2 * b->conns; i++) {
-        if (b->pfd[i].fd >= 0) {
-            close(b->pfd[i].fd);
+    for (i = 0; i < 2; i++) {
+        if (kid[i] > 0) {
+            waitpid(kid[i], &st, 0);
         }
+        b->opened += k[i].opened;
+        b->closed_by_server += k[i].closed_by_server;
+        b->connect_failed += k[i].connect_failed;
+        b->slow_bytes += k[i].slow_bytes;
+        b->open_max += k[i].open_max;
     }
 }
 
@@ -370,17 +419,13 @@ int main(int argc, char **argv)
                         "ADDR PID [--conns N] [--hold-s S]\n");
         return 2;
     }
-    rl.rlim_cur = rl.rlim_max = 2 * b.conns + 1024;
+    rl.rlim_cur = rl.rlim_max = b.conns + 1024; /* each flooder: conns */
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
         getrlimit(RLIMIT_NOFILE, &rl);
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
         fprintf(stderr, "flood_bench: descriptors limited to %lu\n",
                 (unsigned long)rl.rlim_cur);
-    }
-    b.pfd = calloc(2 * b.conns, sizeof(*b.pfd));
-    if (b.pfd == NULL) {
-        return 1;
     }
     ms = fb_probe(&b);
     b.probe_before_ms = ms;

@@ -375,7 +375,8 @@ typedef struct kvf_soak_run {
     unsigned node_kills, client_kills;
 } kvf_soak_run_t;
 
-/* One tick of the kill schedule (fault phase only). */
+/* One tick of the kill schedule: a node down long enough (or any down
+ * node once faults is 0) is restarted; with faults, kills that are due. */
 static void kvf_soak_kills(kvf_drill_t *d, kvf_soak_run_t *r, uint64_t now,
                            int faults)
 {
