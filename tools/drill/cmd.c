@@ -13,6 +13,7 @@
 #include "tools/cli/opts.h"
 #include "tools/drill/drill.h"
 #include "tools/drill/store.h"
+#include "tools/drill/soak.h"
 
 #include <kvferry/config.h>
 #include <limits.h>
@@ -68,6 +69,9 @@ static const kvf_drill_def_t kvf_drills[] = {
     {"engine-slow-link", kvf_drill_slow_link, 1, 0,
      "the engine target's veth throttled with tc tbf: bounded waits, no "
      "wrong bytes"},
+    {"soak", kvf_drill_soak, 0, 1,
+     "mixed load for --duration with node and client kills and a hostile "
+     "client: no wrong bytes, memory and fds flat (not in 'all')"},
     {NULL, NULL, 0, 0, NULL},
 };
 
@@ -228,6 +232,8 @@ int kvf_cmd_drill(int argc, char **argv)
         {"seed", 's', KVF_OPT_U64, &o.seed, "N",
          "seed of pools, keys and injected faults", "1", .min = 0,
          .max = (double)(1ull << 62)},
+        {"duration", 'D', KVF_OPT_MS, &kvf_drill_soak_ms, "MS",
+         "length of the soak drill (at least 10s)", "60s"},
         {"hypothesis", 'H', KVF_OPT_STR, &o.hypothesis, "TEXT",
          "replaces the drill's stated expectation"},
         {0},
@@ -285,7 +291,8 @@ int kvf_cmd_drill(int argc, char **argv)
     }
     kvf_progress_begin(&prog, "drill", 0, 0);
     for (k = i; kvf_drills[k].name != NULL; k++) {
-        if (strcmp(what, "all") == 0 || strcmp(what, kvf_drills[k].name) == 0) {
+        if ((strcmp(what, "all") == 0 && kvf_drills[k].run != kvf_drill_soak) ||
+            strcmp(what, kvf_drills[k].name) == 0) {
             prog.nsteps++;
         }
     }
@@ -293,6 +300,9 @@ int kvf_cmd_drill(int argc, char **argv)
     for (; kvf_drills[i].name != NULL; i++) {
         if (strcmp(what, "all") != 0 && strcmp(what, kvf_drills[i].name) != 0) {
             continue;
+        }
+        if (strcmp(what, "all") == 0 && kvf_drills[i].run == kvf_drill_soak) {
+            continue; /* long: run by name */
         }
         kvf_progress_step(&prog, "%s", kvf_drills[i].name);
         rc = kvf_drill_run_one(&kvf_drills[i], &o, dir);
