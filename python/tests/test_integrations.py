@@ -193,23 +193,58 @@ def test_lmcache_connector_stand_in(master, store):
     asyncio.run(go())
 
 
-def test_lmcache_plugin_via_connector_manager(master):
+def test_lmcache_plugin_via_create_connector(master):
+    """LMCache's own CreateConnector builds the plugin from its config
+    (remote_url plugin://kvferry) and drives it through its
+    InstrumentedRemoteConnector, with LMCache's real memory objects."""
     pytest.importorskip("lmcache")
-    from lmcache.v1.storage_backend.connector import ConnectorManager
+    torch = pytest.importorskip("torch")
+    from lmcache.utils import CacheEngineKey
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.memory_allocators.ad_hoc_memory_allocator import AdHocMemoryAllocator
+    from lmcache.v1.metadata import LMCacheMetadata
+    from lmcache.v1.storage_backend.connector import CreateConnector
     from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
     assert kl.HAVE_LMCACHE and issubclass(kl.KvferryConnector, RemoteConnector)
-    from lmcache.v1.config import LMCacheEngineConfig
-
     cfg = LMCacheEngineConfig.from_defaults(
         chunk_size=256, remote_url="plugin://kvferry", remote_serde="naive",
         remote_storage_plugins=["kvferry"],
         extra_config={"remote_storage_plugin.kvferry.module_path": "kvferry.lmcache",
                       "remote_storage_plugin.kvferry.class_name": "KvferryConnector",
                       "kvferry.master": master})
-    mgr = ConnectorManager("plugin://kvferry", asyncio.new_event_loop(), None, cfg,
-                           None, "kvferry")
-    assert any(a.can_parse("plugin://kvferry") for a in mgr.adapters)
+    meta = LMCacheMetadata(model_name=ns(), world_size=1, local_world_size=1, worker_id=0,
+                           local_worker_id=0, kv_dtype=torch.bfloat16,
+                           kv_shape=(2, 2, 256, 2, 16))
+    alloc = AdHocMemoryAllocator(device="cpu")
+
+    class Backend:
+        config, metadata = cfg, meta
+
+        def allocate(self, shapes, dtypes, fmt=None, *a, **k):
+            return alloc.allocate(shapes, dtypes, fmt) if fmt is not None else \
+                alloc.allocate(shapes, dtypes)
+
+    loop = asyncio.new_event_loop()
+    try:
+        conn = CreateConnector("plugin://kvferry", loop, Backend(), cfg, meta, "kvferry")
+        key = CacheEngineKey(meta.model_name, 1, 0, 12345, torch.bfloat16)
+        obj = Backend().allocate(meta.get_shapes(), meta.get_dtypes(), conn.meta_fmt
+                                 if hasattr(conn, "meta_fmt") else None)
+        obj.tensor.view(torch.uint8).copy_(torch.randint(0, 255, (obj.get_size(),),
+                                                         dtype=torch.uint8))
+        want = bytes(obj.byte_array)
+
+        async def go():
+            assert not await conn.exists(key)
+            await conn.put(key, obj)
+            assert await conn.exists(key)
+            got = await conn.get(key)
+            assert got is not None and bytes(got.byte_array) == want
+        loop.run_until_complete(go())
+        loop.run_until_complete(conn.close())
+    finally:
+        loop.close()
 
 
 # -- SGLang ---------------------------------------------------------------

@@ -245,3 +245,34 @@ def test_no_leak(master):
             c.load(t, [2, 3])
             c.remove(t)
     assert kvferry.alloc_stats() == base
+
+
+def test_cuda_tensors(store):
+    """GPU caches: torch CUDA tensors through the store's device-memory
+    path, verified with kvf_gpu_checksum (runs where torch sees a GPU)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    lay = KVLayout.vllm("m", "bfloat16", num_layers=4, num_blocks=16, block_size=16,
+                        num_kv_heads=2, head_dim=64)
+    src = [torch.randn(lay.buffer_shape(), dtype=torch.bfloat16, device="cuda")
+           for _ in range(lay.num_layers)]
+    dst = [torch.zeros_like(s) for s in src]
+    host = [np.zeros(lay.buffer_bytes(), dtype=np.uint8) for _ in range(lay.num_layers)]
+    t = tokens(16 * 4)
+    name = ns()
+    with KVCache(store, lay, src, namespace=name) as a, \
+            KVCache(store, lay, dst, namespace=name) as b, \
+            KVCache(store, lay, host, namespace=name) as h:
+        assert a.save(t, [3, 5, 7, 9]) == 4
+        assert b.load(t, [0, 1, 2, 15]) == 64
+        torch.cuda.synchronize()
+        for layer in range(lay.num_layers):
+            assert torch.equal(dst[layer][:, 0], src[layer][:, 3])
+            assert torch.equal(dst[layer][:, 15], src[layer][:, 9])
+        # a host cache of the same layout reads what the GPU cache wrote
+        assert h.load(t, [0, 1, 2, 3]) == 64
+        assert bytes(host[1][: lay.block_size * lay.token_bytes]) == \
+            src[1][0, 3].cpu().contiguous().view(torch.uint8).numpy().tobytes()
+        corrupt_piece(store, a, a.chunk_keys(t)[2])
+        assert b.load(t, [0, 1, 2, 15]) == 32 and b.stats.corrupt_misses == 1
