@@ -36,7 +36,7 @@ install_one() {
   "${pip[@]}" install "$spec" pytest numpy 'scikit-build-core>=0.10'
   echo "integrations: installing kvferry into $venv"
   "${pip[@]}" install --no-build-isolation --force-reinstall --no-deps \
-    -C build-dir="$root/build-py/wheel-$name" ./python
+    -C build-dir="$root/build-py/wheel-engines" ./python
   if [ "${KVF_ENGINE_NO_TEST:-0}" != 1 ]; then
     echo "integrations: testing kvferry with $spec"
     (cd "$root/build-py" && "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \

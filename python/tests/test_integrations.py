@@ -231,18 +231,23 @@ def test_lmcache_plugin_via_create_connector(master):
         key = CacheEngineKey(meta.model_name, 1, 0, 12345, torch.bfloat16)
         obj = Backend().allocate(meta.get_shapes(), meta.get_dtypes(), conn.meta_fmt
                                  if hasattr(conn, "meta_fmt") else None)
-        obj.tensor.view(torch.uint8).copy_(torch.randint(0, 255, (obj.get_size(),),
-                                                         dtype=torch.uint8))
+        raw = obj.raw_data.view(torch.uint8).view(-1)
+        raw.copy_(torch.randint(0, 255, (raw.numel(),), dtype=torch.uint8))
         want = bytes(obj.byte_array)
+        assert len(want) == 65536
+        other = CacheEngineKey(meta.model_name, 1, 0, 999, torch.bfloat16)
 
         async def go():
             assert not await conn.exists(key)
             await conn.put(key, obj)
-            assert await conn.exists(key)
+            assert await conn.exists(key) and conn.exists_sync(key)
             got = await conn.get(key)
             assert got is not None and bytes(got.byte_array) == want
+            got.ref_count_down()
+            assert await conn.get(other) is None
         loop.run_until_complete(go())
         loop.run_until_complete(conn.close())
+        obj.ref_count_down()
     finally:
         loop.close()
 
