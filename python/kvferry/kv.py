@@ -1,0 +1,575 @@
+"""A KV layer for serving engines: paged KV caches saved to and loaded
+from the kvferry store, block by block, verified.
+
+- :class:`KVLayout` describes a paged cache (vLLM's per-layer
+  ``[2, num_blocks, block_size, num_kv_heads, head_dim]``, SGLang's
+  page-first host pool, LMCache's 256-token chunks, MLA's single latent)
+  and where each block's bytes lie (:meth:`KVLayout.spans`).
+- :meth:`KVLayout.fingerprint` hashes everything that decides the bytes
+  of a block (model, dtype, layout kind and version, geometry, tensor
+  parallel rank); it is part of every key, so a cache built under
+  another layout is a miss, never wrong bytes.
+- :func:`chunk_keys` chains SHA-256 over each chunk's token ids from the
+  previous chunk's key, so key ``i`` names the whole prefix up to chunk
+  ``i``.
+- :class:`KVCache` saves and loads a request's blocks as batches of
+  scattered blocks through :meth:`Store.put_batch`/:meth:`Store.get_batch`
+  straight from and into the cache's registered memory (no copies).
+  Host caches are numpy arrays, bytearrays or any writable buffer; GPU
+  caches (torch CUDA tensors) go through the store's device-memory path
+  (KVF_STORE_DEVICE_MEM), checked with ``kvf_gpu_checksum``.
+
+Every chunk has a manifest object (its fingerprint, chunk key and the
+checksum of each of its pieces), written after its pieces: a chunk is
+complete when its manifest is. A load reads the manifests, then the
+pieces, and verifies each piece's size and checksum against the
+manifest (the store has already verified its own checksum); the first
+chunk that fails ends the hit, counted in ``stats.corrupt_misses``, so
+the engine recomputes from there. A load never raises for a missing or
+corrupted block.
+
+Neither numpy nor torch is imported here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import threading
+from ctypes import byref, c_size_t, c_uint64, c_void_p
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from . import _lib
+from .engine import Region
+from .errors import ERR_CHECKSUM, ERR_EXISTS, ERR_NO_KEY, OK, KvferryError
+from .store import BATCH_MAX, Store
+
+#: Version of the key and manifest format and of the layouts' byte maps.
+LAYOUT_VERSION = 1
+#: LMCache's default chunk, in tokens.
+LMCACHE_CHUNK = 256
+
+KINDS = ("vllm", "sglang", "lmcache", "mla")
+
+_DTYPE_SIZES = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1,
+    "float8_e5m2": 1, "int8": 1, "uint8": 1, "fp8": 1, "float64": 8,
+}
+
+_MAGIC = b"KVFM"
+_HDR = struct.Struct("<4sII16s32s")  # magic, version, npieces, fingerprint, chunk key
+
+
+def dtype_size(dtype: str) -> int:
+    """Bytes of one element of dtype (a name such as "bfloat16", or
+    "torch.bfloat16")."""
+    name = str(dtype).replace("torch.", "")
+    try:
+        return _DTYPE_SIZES[name]
+    except KeyError:
+        raise ValueError("kvferry.kv: unknown dtype %r" % dtype) from None
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """A paged KV cache's geometry and byte layout.
+
+    kind:
+      - ``"vllm"``: one buffer per layer, ``[2, num_blocks, block_size,
+        num_kv_heads, head_dim]``; a block is 2 pieces per layer (K, V).
+      - ``"mla"``: one buffer per layer, ``[num_blocks, block_size,
+        head_dim]`` (head_dim = latent + rope dims, num_kv_heads = 1);
+        1 piece per layer.
+      - ``"sglang"``: one host pool, page-first ``[2, num_blocks,
+        num_layers, block_size, num_kv_heads, head_dim]``: a page's K
+        (and V) for all layers is contiguous; 2 pieces per page.
+      - ``"lmcache"``: one pool of chunks ``[num_blocks, 2, num_layers,
+        block_size, num_kv_heads * head_dim]`` (LMCache's KV_2LTD memory
+        object; block_size = 256 by default); 1 piece per chunk.
+
+    A block (page, chunk) of ``block_size`` tokens is the unit of keys.
+    """
+
+    kind: str
+    model: str
+    dtype: str
+    num_layers: int
+    num_blocks: int
+    block_size: int
+    num_kv_heads: int
+    head_dim: int
+    tp_rank: int = 0
+    tp_size: int = 1
+    version: int = LAYOUT_VERSION
+    extra: Tuple[Tuple[str, str], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError("kvferry.kv: layout kind is one of %s, got %r" % (KINDS, self.kind))
+        for name in ("num_layers", "num_blocks", "block_size", "num_kv_heads", "head_dim"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError("kvferry.kv: %s must be positive" % name)
+        if not 0 <= self.tp_rank < self.tp_size:
+            raise ValueError("kvferry.kv: tp_rank must lie in [0, tp_size)")
+        if self.kind == "mla" and self.num_kv_heads != 1:
+            raise ValueError("kvferry.kv: an MLA layout has one latent head")
+        object.__setattr__(self, "dtype", str(self.dtype).replace("torch.", ""))
+        dtype_size(self.dtype)
+
+    # -- constructors ------------------------------------------------------
+
+    @classmethod
+    def vllm(cls, model: str, dtype: str, num_layers: int, num_blocks: int, block_size: int,
+             num_kv_heads: int, head_dim: int, tp_rank: int = 0, tp_size: int = 1) -> "KVLayout":
+        return cls("vllm", model, dtype, num_layers, num_blocks, block_size, num_kv_heads,
+                   head_dim, tp_rank, tp_size)
+
+    @classmethod
+    def mla(cls, model: str, dtype: str, num_layers: int, num_blocks: int, block_size: int,
+            latent_dim: int, tp_rank: int = 0, tp_size: int = 1) -> "KVLayout":
+        return cls("mla", model, dtype, num_layers, num_blocks, block_size, 1, latent_dim,
+                   tp_rank, tp_size)
+
+    @classmethod
+    def sglang(cls, model: str, dtype: str, num_layers: int, num_pages: int, page_size: int,
+               num_kv_heads: int, head_dim: int, tp_rank: int = 0, tp_size: int = 1) -> "KVLayout":
+        return cls("sglang", model, dtype, num_layers, num_pages, page_size, num_kv_heads,
+                   head_dim, tp_rank, tp_size)
+
+    @classmethod
+    def lmcache(cls, model: str, dtype: str, num_layers: int, num_chunks: int,
+                num_kv_heads: int, head_dim: int, chunk_size: int = LMCACHE_CHUNK,
+                tp_rank: int = 0, tp_size: int = 1) -> "KVLayout":
+        return cls("lmcache", model, dtype, num_layers, num_chunks, chunk_size, num_kv_heads,
+                   head_dim, tp_rank, tp_size)
+
+    # -- geometry ----------------------------------------------------------
+
+    @property
+    def elt_size(self) -> int:
+        return dtype_size(self.dtype)
+
+    @property
+    def token_bytes(self) -> int:
+        """Bytes of one token of one layer's K (or of the MLA latent)."""
+        return self.num_kv_heads * self.head_dim * self.elt_size
+
+    @property
+    def num_buffers(self) -> int:
+        """How many buffers hold the cache (one per layer, or one pool)."""
+        return self.num_layers if self.kind in ("vllm", "mla") else 1
+
+    def buffer_bytes(self) -> int:
+        """Bytes of each buffer."""
+        per_block = self.block_size * self.token_bytes
+        if self.kind == "vllm":
+            return 2 * self.num_blocks * per_block
+        if self.kind == "mla":
+            return self.num_blocks * per_block
+        return 2 * self.num_blocks * self.num_layers * per_block
+
+    def buffer_shape(self) -> Tuple[int, ...]:
+        """Shape of each buffer, in elements (for allocating one)."""
+        b, t, h, d, n = self.num_blocks, self.block_size, self.num_kv_heads, self.head_dim, self.num_layers
+        return {
+            "vllm": (2, b, t, h, d),
+            "mla": (b, t, d),
+            "sglang": (2, b, n, t, h, d),
+            "lmcache": (b, 2, n, t, h * d),
+        }[self.kind]
+
+    def spans(self, block: int) -> List[Tuple[str, int, int, int]]:
+        """The pieces of one block: (name, buffer index, offset, length)."""
+        if not 0 <= block < self.num_blocks:
+            raise ValueError("kvferry.kv: block %d outside [0, %d)" % (block, self.num_blocks))
+        blk = self.block_size * self.token_bytes
+        if self.kind == "vllm":
+            half = self.num_blocks * blk
+            out = []
+            for layer in range(self.num_layers):
+                out.append(("L%dk" % layer, layer, block * blk, blk))
+                out.append(("L%dv" % layer, layer, half + block * blk, blk))
+            return out
+        if self.kind == "mla":
+            return [("L%d" % layer, layer, block * blk, blk) for layer in range(self.num_layers)]
+        page = blk * self.num_layers
+        if self.kind == "sglang":
+            half = self.num_blocks * page
+            return [("k", 0, block * page, page), ("v", 0, half + block * page, page)]
+        return [("c", 0, block * 2 * page, 2 * page)]
+
+    @property
+    def pieces_per_block(self) -> int:
+        return {"vllm": 2 * self.num_layers, "mla": self.num_layers, "sglang": 2, "lmcache": 1}[self.kind]
+
+    # -- identity ----------------------------------------------------------
+
+    def describe(self) -> Dict[str, Any]:
+        """Everything that decides a block's bytes (not num_blocks: the
+        pool's size does not change a block)."""
+        d = asdict(self)
+        d.pop("num_blocks")
+        d["extra"] = sorted([list(kv) for kv in self.extra])
+        return d
+
+    def fingerprint(self) -> str:
+        """32 hex digits of SHA-256 over :meth:`describe` (canonical JSON)."""
+        blob = json.dumps(self.describe(), sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def chunk_keys(tokens: Sequence[int], chunk_size: int, fingerprint: str = "",
+               full_only: bool = True) -> List[bytes]:
+    """Chained SHA-256 digests (32 bytes each) of the token chunks.
+
+    Key i = sha256(key i-1 || token ids of chunk i as little-endian
+    int64); key -1 = sha256("kvferry-kv" || version || fingerprint), so
+    the chain is stable across processes (no Python hash seeds) and
+    differs between layouts. Only full chunks are keyed unless full_only
+    is False.
+    """
+    if chunk_size <= 0:
+        raise ValueError("kvferry.kv: chunk_size must be positive")
+    toks = list(tokens) if not hasattr(tokens, "tolist") else tokens.tolist()
+    n = len(toks) // chunk_size if full_only else -(-len(toks) // chunk_size)
+    prev = hashlib.sha256(b"kvferry-kv\0%d\0%s" % (LAYOUT_VERSION, fingerprint.encode())).digest()
+    out = []
+    for i in range(n):
+        part = toks[i * chunk_size:(i + 1) * chunk_size]
+        h = hashlib.sha256(prev)
+        h.update(struct.pack("<%dq" % len(part), *part))
+        prev = h.digest()
+        out.append(prev)
+    return out
+
+
+@dataclass
+class KVStats:
+    """Counters of a :class:`KVCache` (since it was made)."""
+
+    lookups: int = 0
+    hit_chunks: int = 0
+    miss_chunks: int = 0
+    corrupt_misses: int = 0
+    saved_chunks: int = 0
+    skipped_chunks: int = 0
+    loaded_chunks: int = 0
+    bytes_saved: int = 0
+    bytes_loaded: int = 0
+    save_errors: int = 0
+    load_errors: int = 0
+
+
+def _gpu_checksum(addr: int, n: int) -> Optional[int]:
+    """kvf_gpu_checksum of device memory, None where GPUs are absent."""
+    dll = _lib.lib()
+    fn = dll.kvf_gpu_checksum
+    if fn.argtypes is None:
+        fn.restype = _lib.status_t
+        fn.argtypes = [c_void_p, c_size_t, c_void_p]
+    out = c_uint64(0)
+    if fn(addr, n, byref(out)) != OK:
+        return None
+    return out.value
+
+
+class KVCache:
+    """A paged KV cache bound to a store: save and load by token prefix.
+
+    ``buffers`` are the cache's memory, :attr:`KVLayout.num_buffers` of
+    them, each at least :meth:`KVLayout.buffer_bytes` long: numpy
+    arrays, bytearrays, writable buffers, or torch tensors (CPU or CUDA,
+    contiguous). They are registered with the store's engine here and
+    deregistered by :meth:`close`.
+
+    ``namespace`` prefixes every key (default "kv"); two caches share
+    entries when their namespace and layout fingerprint agree.
+    """
+
+    def __init__(self, store: Store, layout: KVLayout, buffers: Sequence[Any],
+                 namespace: str = "kv", replicas: int = 0):
+        if len(buffers) != layout.num_buffers:
+            raise ValueError("kvferry.kv: %s layout needs %d buffers, got %d"
+                             % (layout.kind, layout.num_buffers, len(buffers)))
+        self.store, self.layout, self.namespace, self.replicas = store, layout, namespace, replicas
+        self.fingerprint = layout.fingerprint()
+        self._fp_raw = bytes.fromhex(self.fingerprint)[:16]
+        self.stats = KVStats()
+        self._lock = threading.Lock()
+        self.regions: List[Region] = []
+        need = layout.buffer_bytes()
+        try:
+            for b in buffers:
+                r = store.register(b)
+                if r.nbytes < need:
+                    r.deregister()
+                    raise ValueError("kvferry.kv: a buffer of %d bytes, the layout needs %d"
+                                     % (r.nbytes, need))
+                self.regions.append(r)
+        except BaseException:
+            self.close()
+            raise
+        self._gpu = any(r.is_gpu for r in self.regions)
+        npc = layout.pieces_per_block
+        self._man_len = _HDR.size + 8 * npc
+        self._man_buf = bytearray(self._man_len * BATCH_MAX)
+        self._man_region = store.register(self._man_buf)
+
+    # -- keys --------------------------------------------------------------
+
+    def chunk_keys(self, tokens: Sequence[int]) -> List[bytes]:
+        """Chained keys of the full blocks of tokens (see :func:`chunk_keys`)."""
+        return chunk_keys(tokens, self.layout.block_size, self.fingerprint)
+
+    def _prefix(self, ck: bytes) -> str:
+        return "%s/%s/%s" % (self.namespace, self.fingerprint, ck.hex())
+
+    def manifest_key(self, ck: bytes) -> str:
+        return self._prefix(ck) + "/m"
+
+    def piece_keys(self, ck: bytes) -> List[str]:
+        p = self._prefix(ck)
+        return ["%s/%s" % (p, name) for name, _, _, _ in self.layout.spans(0)]
+
+    # -- helpers -----------------------------------------------------------
+
+    def _checksum(self, region: Region, off: int, n: int) -> Optional[int]:
+        addr = region.addr + off
+        if region.is_gpu:
+            return _gpu_checksum(addr, n)
+        return _lib.lib().kvf_checksum(addr, n)
+
+    def _manifest(self, ck: bytes, sums: Sequence[int]) -> bytes:
+        return _HDR.pack(_MAGIC, LAYOUT_VERSION, len(sums), self._fp_raw, ck) + struct.pack(
+            "<%dQ" % len(sums), *sums)
+
+    def _parse_manifest(self, raw: bytes, ck: bytes) -> Optional[Tuple[int, ...]]:
+        npc = self.layout.pieces_per_block
+        if len(raw) != self._man_len:
+            return None
+        magic, ver, n, fp, key = _HDR.unpack_from(raw)
+        if magic != _MAGIC or ver != LAYOUT_VERSION or n != npc or fp != self._fp_raw or key != ck:
+            return None
+        return struct.unpack_from("<%dQ" % npc, raw, _HDR.size)
+
+    @staticmethod
+    def _slices(n: int, per: int) -> Iterable[Tuple[int, int]]:
+        step = max(1, BATCH_MAX // per)
+        for i in range(0, n, step):
+            yield i, min(n, i + step)
+
+    # -- lookup ------------------------------------------------------------
+
+    def lookup(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens the store holds complete chunks for (a
+        multiple of block_size); loads nothing."""
+        keys = self.chunk_keys(tokens)
+        with self._lock:
+            self.stats.lookups += 1
+        hit = 0
+        for a, b in self._slices(len(keys), 1):
+            found = self.store.exists_batch([self.manifest_key(k) for k in keys[a:b]])
+            for f in found:
+                if not f:
+                    return hit * self.layout.block_size
+                hit += 1
+        return hit * self.layout.block_size
+
+    # -- save --------------------------------------------------------------
+
+    def save(self, tokens: Sequence[int], block_ids: Sequence[int]) -> int:
+        """Saves the blocks of the full chunks of tokens (block i of the
+        request in cache block block_ids[i]); chunks already stored are
+        skipped. Returns how many chunks were written. A chunk whose
+        pieces cannot all be stored gets no manifest (so it stays a miss)
+        and the save stops there."""
+        keys = self.chunk_keys(tokens)
+        n = min(len(keys), len(block_ids))
+        if n == 0:
+            return 0
+        present = []
+        for a, b in self._slices(n, 1):
+            present += self.store.exists_batch([self.manifest_key(k) for k in keys[a:b]])
+        todo = [i for i in range(n) if not present[i]]
+        written = 0
+        npc = self.layout.pieces_per_block
+        for a, b in self._slices(len(todo), npc):
+            w = self._save_slice([(keys[i], block_ids[i]) for i in todo[a:b]])
+            written += w
+            if w < b - a:
+                break
+        with self._lock:
+            self.stats.saved_chunks += written
+            self.stats.skipped_chunks += n - len(todo)
+        return written
+
+    def _save_slice(self, items: List[Tuple[bytes, int]]) -> int:
+        pkeys: List[str] = []
+        spans: List[Tuple[Region, int, int]] = []
+        sums: List[List[int]] = []
+        for ck, blk in items:
+            pkeys += self.piece_keys(ck)
+            cs = []
+            for _, bi, off, ln in self.layout.spans(blk):
+                r = self.regions[bi]
+                spans.append((r, off, ln))
+                cs.append(self._checksum(r, off, ln) or 0)
+            sums.append(cs)
+        sts = self.store.put_batch(pkeys, spans, replicas=self.replicas, check=False)
+        npc = self.layout.pieces_per_block
+        good: List[int] = []
+        for j in range(len(items)):
+            part = sts[j * npc:(j + 1) * npc]
+            # a piece left by an earlier save that got no manifest may hold
+            # other bytes: the manifest's checksums then fail it at load
+            if all(s in (OK, ERR_EXISTS) for s in part):
+                good.append(j)
+            else:
+                break
+        if not good:
+            with self._lock:
+                self.stats.save_errors += 1
+            return 0
+        mkeys = [self.manifest_key(items[j][0]) for j in good]
+        mans = [self._manifest(items[j][0], sums[j]) for j in good]
+        msts = self.store.put_batch(mkeys, mans, replicas=self.replicas, check=False)
+        ok = 0
+        for s in msts:
+            if s not in (OK, ERR_EXISTS):
+                break
+            ok += 1
+        nbytes = sum(ln for _, _, ln in spans[: ok * npc])
+        with self._lock:
+            self.stats.bytes_saved += nbytes
+            if ok < len(items):
+                self.stats.save_errors += 1
+        return ok
+
+    # -- load --------------------------------------------------------------
+
+    def load(self, tokens: Sequence[int], block_ids: Sequence[int]) -> int:
+        """Loads the stored prefix of tokens into cache blocks block_ids
+        (block i of the request into block_ids[i]) and returns how many
+        tokens were loaded and verified (a multiple of block_size). Blocks
+        after the returned prefix may have been written and must be
+        recomputed. Never raises for a missing or corrupted chunk: a
+        corrupted one ends the prefix and counts in stats.corrupt_misses."""
+        keys = self.chunk_keys(tokens)
+        n = min(len(keys), len(block_ids))
+        with self._lock:
+            self.stats.lookups += 1
+        done = 0
+        npc = self.layout.pieces_per_block
+        try:
+            for a, b in self._slices(n, npc):
+                ok, stop = self._load_slice(keys[a:b], block_ids[a:b])
+                done += ok
+                if stop:
+                    break
+        except KvferryError:
+            # a dead node or master: what is verified so far stands, the
+            # rest is recomputed by the engine
+            with self._lock:
+                self.stats.load_errors += 1
+        with self._lock:
+            self.stats.hit_chunks += done
+            self.stats.loaded_chunks += done
+            self.stats.miss_chunks += len(keys) - done
+        return done * self.layout.block_size
+
+    def _load_manifests(self, keys: List[bytes]) -> List[Tuple[int, ...]]:
+        m = self._man_len
+        lens = self.store.get_batch([self.manifest_key(k) for k in keys],
+                                    [(self._man_region, i * m, m) for i in range(len(keys))],
+                                    check=False)
+        out = []
+        for i, k in enumerate(keys):
+            if lens[i] != m:
+                if lens[i] not in (ERR_NO_KEY,):
+                    with self._lock:
+                        self.stats.corrupt_misses += 1
+                break
+            sums = self._parse_manifest(bytes(self._man_buf[i * m:(i + 1) * m]), k)
+            if sums is None:
+                with self._lock:
+                    self.stats.corrupt_misses += 1
+                break
+            out.append(sums)
+        return out
+
+    def _load_slice(self, keys: List[bytes], blocks: Sequence[int]) -> Tuple[int, bool]:
+        mans = self._load_manifests(keys)
+        if not mans:
+            return 0, True
+        k = len(mans)
+        pkeys: List[str] = []
+        spans: List[Tuple[Region, int, int]] = []
+        for ck, blk in zip(keys[:k], blocks[:k]):
+            pkeys += self.piece_keys(ck)
+            spans += [(self.regions[bi], off, ln) for _, bi, off, ln in self.layout.spans(blk)]
+        lens = self.store.get_batch(pkeys, spans, check=False)
+        npc = self.layout.pieces_per_block
+        ok = 0
+        for j in range(k):
+            good = True
+            missing = False
+            for p in range(npc):
+                i = j * npc + p
+                r, off, ln = spans[i]
+                if lens[i] == ERR_NO_KEY:
+                    good, missing = False, True
+                    break
+                if lens[i] != ln or self._checksum(r, off, ln) != mans[j][p]:
+                    good = False
+                    break
+            if not good:
+                if not missing:
+                    with self._lock:
+                        self.stats.corrupt_misses += 1
+                with self._lock:
+                    self.stats.bytes_loaded += sum(s[2] for s in spans[: ok * npc])
+                return ok, True
+            ok += 1
+        with self._lock:
+            self.stats.bytes_loaded += sum(s[2] for s in spans[: ok * npc])
+        return ok, k < len(keys)
+
+    # -- housekeeping ------------------------------------------------------
+
+    def remove(self, tokens: Sequence[int]) -> int:
+        """Removes the stored chunks of tokens (manifests first); returns
+        how many manifests were removed."""
+        keys = self.chunk_keys(tokens)
+        removed = 0
+        for a, b in self._slices(len(keys), 1 + self.layout.pieces_per_block):
+            ks = keys[a:b]
+            sts = self.store.remove_batch([self.manifest_key(c) for c in ks], check=False)
+            removed += sum(1 for s in sts if s == OK)
+            pk = [p for c in ks for p in self.piece_keys(c)]
+            self.store.remove_batch(pk, check=False)
+        return removed
+
+    def close(self) -> None:
+        """Deregisters the cache's buffers (the store stays open)."""
+        regions, self.regions = self.regions, []
+        mr = getattr(self, "_man_region", None)
+        if mr is not None:
+            regions.append(mr)
+            self._man_region = None
+        for r in regions:
+            try:
+                r.deregister()
+            except Exception:
+                pass
+
+    def __enter__(self) -> "KVCache":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["KVLayout", "KVCache", "KVStats", "chunk_keys", "dtype_size", "LAYOUT_VERSION",
+           "LMCACHE_CHUNK", "ERR_CHECKSUM"]

@@ -1,0 +1,353 @@
+"""The vLLM, LMCache and SGLang modules against a real master and node.
+
+Each module is driven here through the engine's own interface. Where the
+engine package is importable (python/integrations/install.sh installs
+them), the module derives from the engine's real base class and is
+loaded through the engine's own plugin mechanism (vLLM's
+SecondaryTierFactory, LMCache's ConnectorManager plugin adapter,
+SGLang's StorageBackendFactory); where it is not, those tests skip and
+the module runs over its stand-in base, with the same methods.
+"""
+
+import asyncio
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+import kvferry
+from kvferry import lmcache as kl
+from kvferry import sglang as ks
+from kvferry import vllm_tier as kv
+
+
+def ns():
+    return "it-" + uuid.uuid4().hex[:10]
+
+
+# -- vLLM -----------------------------------------------------------------
+
+
+def wait_jobs(tier, n, timeout=10):
+    out, end = [], time.time() + timeout
+    while len(out) < n and time.time() < end:
+        out += list(tier.get_finished_jobs())
+        time.sleep(0.005)
+    return {r.job_id: r for r in out}
+
+
+def make_tier(master, nslots=16, slot=4096, **kw):
+    primary = np.zeros((nslots, slot), dtype=np.uint8)
+    tier = kv.KvferryTier(offloading_spec=None, primary_kv_view=memoryview(primary),
+                          tier_type="KvferryTier", master=master, **kw)
+    return primary, tier
+
+
+def job(job_id, keys, slots, promotion=False):
+    return kv.TransferJob(job_id=job_id, keys=keys, chunk_ids=np.array(slots, dtype=np.int64),
+                          is_promotion=promotion, req_context=None)
+
+
+def test_vllm_tier_store_lookup_load(master):
+    name = ns()
+    primary, tier = make_tier(master, namespace=name)
+    try:
+        rng = np.random.default_rng(0)
+        primary[:] = rng.integers(0, 256, primary.shape, dtype=np.uint8)
+        keys = [uuid.uuid4().bytes + (0).to_bytes(4, "big") for _ in range(6)]
+        assert tier.lookup(keys[0], None) == kv.LookupResult.RETRY   # async by default
+        tier.drain_jobs()
+        assert tier.lookup(keys[0], None) == kv.LookupResult.MISS
+        tier.submit_store(job(1, keys, [0, 1, 2, 3, 4, 5]))
+        tier.drain_jobs()
+        res = wait_jobs(tier, 1)
+        assert res[1].success and res[1].transfer_bytes == 6 * 4096
+        assert all(tier.lookup(k, None) == kv.LookupResult.HIT for k in keys)
+        before = primary[:6].copy()
+        primary[8:] = 0
+        tier.submit_load(job(2, keys[:4], [8, 9, 10, 11], promotion=True))
+        tier.drain_jobs()
+        res = wait_jobs(tier, 1)
+        assert res[2].success
+        assert (primary[8:12] == before[:4]).all()
+        # one key missing: the job fails and names the keys that loaded
+        missing = uuid.uuid4().bytes + b"\0\0\0\0"
+        tier.submit_load(job(3, [keys[0], missing], [12, 13], promotion=True))
+        tier.drain_jobs()
+        res = wait_jobs(tier, 1)
+        assert not res[3].success and list(res[3].successful_keys) == [keys[0]]
+        # storing the same keys again succeeds (already present)
+        tier.submit_store(job(4, keys[:2], [0, 1]))
+        tier.drain_jobs()
+        assert wait_jobs(tier, 1)[4].success
+        # another tier with the same namespace sees the keys (sync lookup)
+        _, tier2 = make_tier(master, namespace=name, lookup="sync")
+        assert tier2.lookup(keys[3], None) == kv.LookupResult.HIT
+        assert tier2.lookup(missing, None) == kv.LookupResult.MISS
+        tier2.shutdown()
+        # another slot size is another namespace: a miss
+        _, tier3 = make_tier(master, slot=2048, lookup="sync")
+        assert tier3.lookup(keys[3], None) == kv.LookupResult.MISS
+        tier3.shutdown()
+        assert isinstance(tier.on_new_request(None), kv.RequestOffloadingContext)
+        assert not tier.has_pending_work()
+    finally:
+        tier.shutdown()
+
+
+def test_vllm_tier_via_factory(master):
+    pytest.importorskip("vllm")
+    from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+
+    assert kv.HAVE_VLLM
+    primary = np.zeros((4, 1024), dtype=np.uint8)
+    tier = SecondaryTierFactory.create_secondary_tier(
+        {"type": "KvferryTier", "module_path": "kvferry.vllm_tier", "master": master,
+         "namespace": ns()}, memoryview(primary), None)
+    try:
+        from vllm.v1.kv_offload.tiering.base import SecondaryTierManager, TransferJob
+
+        assert isinstance(tier, SecondaryTierManager)
+        key = uuid.uuid4().bytes + b"\0\0\0\0"
+        primary[1] = 7
+        tier.submit_store(TransferJob(job_id=1, keys=[key], chunk_ids=np.array([1]),
+                                      is_promotion=False, req_context=None))
+        tier.drain_jobs()
+        assert wait_jobs(tier, 1)[1].success
+    finally:
+        tier.shutdown()
+
+
+# -- LMCache --------------------------------------------------------------
+
+
+class FakeMemoryObj:
+    """What LMCache's connectors use of a MemoryObj: byte_array, refs."""
+
+    def __init__(self, n):
+        self.buf = bytearray(n)
+        self.byte_array = memoryview(self.buf)
+        self.refs = 1
+
+    def ref_count_down(self):
+        self.refs -= 1
+
+
+class FakeCPUBackend:
+    def __init__(self, n, config):
+        self.n, self.config, self.metadata = n, config, None
+        self.live = []
+
+    def allocate(self, shapes, dtypes, fmt):
+        o = FakeMemoryObj(self.n)
+        self.live.append(o)
+        return o
+
+
+class FakeConfig:
+    def __init__(self, master):
+        self.extra_config = {"kvferry.master": master, "kvferry.timeout_ms": 5000}
+
+
+class Key:
+    def __init__(self, s):
+        self.s = s
+
+    def to_string(self):
+        return self.s
+
+
+@pytest.mark.skipif(kl.HAVE_LMCACHE, reason="stand-in test; the real class is tested below")
+def test_lmcache_connector_stand_in(master, store):
+    backend = FakeCPUBackend(4096, FakeConfig(master))
+    conn = kl.KvferryConnector(loop=None, local_cpu_backend=backend, config=backend.config)
+
+    async def go():
+        keys = [Key("m@1@0@%s@bfloat16" % uuid.uuid4().hex) for _ in range(5)]
+        objs = [FakeMemoryObj(4096) for _ in keys]
+        for i, o in enumerate(objs):
+            o.buf[:] = bytes([i + 1]) * 4096
+        assert not await conn.exists(keys[0])
+        await conn.put(keys[0], objs[0])
+        assert await conn.exists(keys[0]) and conn.exists_sync(keys[0])
+        got = await conn.get(keys[0])
+        assert bytes(got.buf) == bytes(objs[0].buf)
+        await conn.batched_put(keys[1:4], objs[1:4])
+        assert conn.batched_contains(keys) == 4
+        assert await conn.batched_async_contains("l", keys) == 4
+        gots = await conn.batched_get(keys)
+        assert [bytes(g.buf) == bytes(o.buf) for g, o in zip(gots[:4], objs)] == [True] * 4
+        assert gots[4] is None
+        part = await conn.batched_get_non_blocking("l", [keys[0], keys[4], keys[1]])
+        assert len(part) == 1
+        assert await conn.get(keys[4]) is None and conn.stats["misses"] >= 2
+        # a put of an existing key is not an error
+        await conn.put(keys[0], objs[1])
+        assert bytes((await conn.get(keys[0])).buf) == bytes(objs[0].buf)
+        assert conn.remove_sync(keys[0]) and not conn.remove_sync(keys[0])
+        assert await conn.ping() == 0 and conn.support_ping()
+        assert keys[1].s in await conn.list()
+        await conn.close()
+
+    asyncio.run(go())
+
+
+def test_lmcache_plugin_via_create_connector(master):
+    """LMCache's own CreateConnector builds the plugin from its config
+    (remote_url plugin://kvferry) and drives it through its
+    InstrumentedRemoteConnector, with LMCache's real memory objects."""
+    pytest.importorskip("lmcache")
+    torch = pytest.importorskip("torch")
+    from lmcache.utils import CacheEngineKey
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.memory_allocators.ad_hoc_memory_allocator import AdHocMemoryAllocator
+    from lmcache.v1.metadata import LMCacheMetadata
+    from lmcache.v1.storage_backend.connector import CreateConnector
+    from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
+
+    assert kl.HAVE_LMCACHE and issubclass(kl.KvferryConnector, RemoteConnector)
+    cfg = LMCacheEngineConfig.from_defaults(
+        chunk_size=256, remote_url="plugin://kvferry", remote_serde="naive",
+        remote_storage_plugins=["kvferry"],
+        extra_config={"remote_storage_plugin.kvferry.module_path": "kvferry.lmcache",
+                      "remote_storage_plugin.kvferry.class_name": "KvferryConnector",
+                      "kvferry.master": master})
+    meta = LMCacheMetadata(model_name=ns(), world_size=1, local_world_size=1, worker_id=0,
+                           local_worker_id=0, kv_dtype=torch.bfloat16,
+                           kv_shape=(2, 2, 256, 2, 16))
+    alloc = AdHocMemoryAllocator(device="cpu")
+
+    class Backend:
+        config, metadata = cfg, meta
+
+        def allocate(self, shapes, dtypes, fmt=None, *a, **k):
+            return alloc.allocate(shapes, dtypes, fmt) if fmt is not None else \
+                alloc.allocate(shapes, dtypes)
+
+    loop = asyncio.new_event_loop()
+    try:
+        conn = CreateConnector("plugin://kvferry", loop, Backend(), cfg, meta, "kvferry")
+        key = CacheEngineKey(meta.model_name, 1, 0, 12345, torch.bfloat16)
+        obj = Backend().allocate(meta.get_shapes(), meta.get_dtypes(), conn.meta_fmt
+                                 if hasattr(conn, "meta_fmt") else None)
+        raw = obj.raw_data.view(torch.uint8).view(-1)
+        raw.copy_(torch.randint(0, 255, (raw.numel(),), dtype=torch.uint8))
+        want = bytes(obj.byte_array)
+        assert len(want) == 65536
+        other = CacheEngineKey(meta.model_name, 1, 0, 999, torch.bfloat16)
+
+        async def go():
+            assert not await conn.exists(key)
+            await conn.put(key, obj)
+            assert await conn.exists(key) and conn.exists_sync(key)
+            got = await conn.get(key)
+            assert got is not None and bytes(got.byte_array) == want
+            got.ref_count_down()
+            assert await conn.get(other) is None
+        loop.run_until_complete(go())
+        loop.run_until_complete(conn.close())
+        obj.ref_count_down()
+    finally:
+        loop.close()
+
+
+# -- SGLang ---------------------------------------------------------------
+
+
+class FakeHostPool:
+    """SGLang's MHA host pool, page-first layout: kv_buffer [2, size,
+    layers, heads, dim], get_page_buffer_meta as SGLang computes it."""
+
+    def __init__(self, size=64, page_size=4, layers=3, heads=2, dim=8, itemsize=2):
+        self.size, self.page_size, self.layer_num = size, page_size, layers
+        self.token_bytes = layers * heads * dim * itemsize
+        self.kv_buffer = np.zeros(2 * size * self.token_bytes, dtype=np.uint8)
+        self.layout = "page_first"
+
+    def get_page_buffer_meta(self, indices):
+        base = self.kv_buffer.ctypes.data
+        v_off = self.size * self.token_bytes
+        ptrs = []
+        for i in range(0, len(indices), self.page_size):
+            k = base + int(indices[i]) * self.token_bytes
+            ptrs += [k, k + v_off]
+        return ptrs, [self.page_size * self.token_bytes] * len(ptrs)
+
+    def page(self, first_token):
+        n = self.page_size * self.token_bytes
+        k = first_token * self.token_bytes
+        v = k + self.size * self.token_bytes
+        return bytes(self.kv_buffer[k:k + n]) + bytes(self.kv_buffer[v:v + n])
+
+
+class FakeStorageConfig:
+    def __init__(self, master, name):
+        self.tp_rank, self.tp_size, self.pp_rank, self.pp_size = 0, 1, 0, 1
+        self.is_mla_model = False
+        self.model_name = name
+        self.extra_config = {"backend_name": "kvferry", "module_path": "kvferry.sglang",
+                             "class_name": "KvferryHiCacheStorage", "master": master}
+
+
+def test_sglang_backend_v1(master):
+    name = ns()
+    a = ks.KvferryHiCacheStorage(FakeStorageConfig(master, name), {})
+    b = ks.KvferryHiCacheStorage(FakeStorageConfig(master, name), {})
+    pa, pb = FakeHostPool(), FakeHostPool()
+    pa.kv_buffer[:] = np.random.default_rng(2).integers(0, 256, pa.kv_buffer.size, dtype=np.uint8)
+    a.register_mem_pool_host(pa)
+    b.register_mem_pool_host(pb)
+    try:
+        keys = [uuid.uuid4().hex for _ in range(4)]
+        idx = np.arange(8, 24)                      # pages at tokens 8, 12, 16, 20
+        assert a.batch_exists(keys) == 0
+        assert a.batch_set_v1(keys[:3], idx[:12]) == [True] * 3
+        assert a.batch_set_v1(keys[:3], idx[:12]) == [True] * 3   # again: present
+        assert b.batch_exists(keys) == 3 and b.exists(keys[0]) and not b.exists(keys[3])
+        dst = np.arange(40, 56)
+        assert b.batch_get_v1(keys, dst) == [True, True, True, False]
+        for j in range(3):
+            assert pb.page(40 + 4 * j) == pa.page(8 + 4 * j)
+        assert b.get_stats()["hits"] == 3
+        # the older one-key forms
+        val = np.arange(100, dtype=np.uint8)
+        assert a.set("one-" + name, val)
+        out = np.zeros(100, dtype=np.uint8)
+        assert b.get("one-" + name, out) is out and (out == val).all()
+        assert b.get("none-" + name, out) is None
+        assert a.batch_set(["x-" + name, "y-" + name], [val, val])
+        assert [o is not None for o in b.batch_get(["x-" + name, "z-" + name],
+                                                   [out, out.copy()])] == [True, False]
+        a.clear()
+        assert b.batch_exists(keys) == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_sglang_via_backend_factory(master):
+    pytest.importorskip("sglang")
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+    from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+
+    cfg = HiCacheStorageConfig(
+        tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+        is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
+        model_name=ns(),
+        extra_config={"backend_name": "kvferry", "module_path": "kvferry.sglang",
+                      "class_name": "KvferryHiCacheStorage", "master": master})
+    backend = StorageBackendFactory.create_backend("dynamic", cfg, None)
+    assert isinstance(backend, HiCacheStorage)
+    pool = FakeHostPool()
+    backend.register_mem_pool_host(pool)
+    keys = [uuid.uuid4().hex]
+    assert backend.batch_set_v1(keys, np.arange(0, 4)) == [True]
+    assert backend.batch_exists(keys) == 1
+    backend.close()
+
+
+def test_modules_import_without_engines():
+    for mod, flag in ((kv, "HAVE_VLLM"), (kl, "HAVE_LMCACHE"), (ks, "HAVE_SGLANG")):
+        assert isinstance(getattr(mod, flag), bool)
+    assert kvferry.Store is kv.Store
