@@ -156,8 +156,7 @@ static kvf_status_t kvf_auth_read_file(const char *path)
 static kvf_status_t kvf_auth_auto_secret(char *path, size_t pathlen)
 {
     unsigned char key[KVF_AUTH_SECRET_MIN];
-    /* HOME is the system's, not a kvferry key: read it here */
-    const char *home = getenv("HOME");
+    const char *home = kvf_config_home();
     char tmp[4200];
     int fd, ok;
 

@@ -185,6 +185,11 @@ static const char *kvf_config_resolve(const kvf_config_table_t *table,
     return e != NULL ? e->defval : NULL;
 }
 
+const char *kvf_config_home(void)
+{
+    return getenv("HOME");
+}
+
 const char *kvf_config_str(const kvf_config_table_t *table, const char *name)
 {
     const char *v;

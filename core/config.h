@@ -54,6 +54,10 @@ extern const kvf_config_table_t kvf_core_config;
  * the environment for unknown KVF_* variables (kvf_config_check). */
 const char *kvf_config_str(const kvf_config_table_t *table, const char *name);
 
+/* $HOME (the system's, not a kvferry key): where per-user files such as
+ * the automatic cluster secret live; NULL when unset. */
+const char *kvf_config_home(void);
+
 /* Like kvf_config_str, but NULL when neither the file nor the
  * environment sets the key. */
 const char *kvf_config_override(const kvf_config_table_t *table,
