@@ -250,8 +250,9 @@ static void kvf_out_record_row(const kvf_out_table_t *t, kvf_record_t *rec,
             double p99 =
                 col->p99 && row[col->p99 - 1].set ? row[col->p99 - 1].num : NAN;
 
-            snprintf(name, sizeof(name), "%s %s",
-                     t->labels[i] ? t->labels[i] : "", col->fig);
+            snprintf(name, sizeof(name), "%s%s%s",
+                     t->labels[i] ? t->labels[i] : "", col->fig[0] ? " " : "",
+                     col->fig);
             kvf_record_figure(rec, name, row[c].num, col->unit, p50, p99);
         }
         if (col->series != NULL && t->x_col && row[t->x_col - 1].set) {
@@ -263,17 +264,23 @@ static void kvf_out_record_row(const kvf_out_table_t *t, kvf_record_t *rec,
     }
 }
 
+void kvf_out_record_figures(const kvf_out_table_t *t, kvf_record_t *rec)
+{
+    unsigned i;
+
+    for (i = 0; i < t->nrows; i++) {
+        kvf_out_record_row(t, rec, i);
+    }
+}
+
 void kvf_out_record(const kvf_out_table_t *t, kvf_record_t *rec,
                     kvf_out_head_fn head, void *ctx)
 {
     char *raw = NULL;
     size_t rawlen = 0;
-    unsigned i;
     FILE *mf;
 
-    for (i = 0; i < t->nrows; i++) {
-        kvf_out_record_row(t, rec, i);
-    }
+    kvf_out_record_figures(t, rec);
     mf = open_memstream(&raw, &rawlen);
     if (mf != NULL) {
         kvf_out_json_doc(t, mf, head, ctx);

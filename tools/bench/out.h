@@ -95,8 +95,10 @@ void kvf_out_json_doc(const kvf_out_table_t *t, FILE *f, kvf_out_head_fn head,
 void kvf_out_json_file(const kvf_out_table_t *t, const char *path,
                        kvf_out_head_fn head, void *ctx);
 
-/* Record: key figures and series points of every row, and the JSON
- * document as the record's raw data. */
+/* Record: key figures and series points of every row (a column's fig ""
+ * names the figure by the row label alone). */
+void kvf_out_record_figures(const kvf_out_table_t *t, kvf_record_t *rec);
+/* The same, and the JSON document as the record's raw data. */
 void kvf_out_record(const kvf_out_table_t *t, kvf_record_t *rec,
                     kvf_out_head_fn head, void *ctx);
 
