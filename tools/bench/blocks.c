@@ -360,22 +360,7 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
 /* The columns of a row, declared once for the text line, the JSON rows
  * and the record; figures and series of what this run did not measure
  * are left out of the record. */
-enum {
-    KVF_BC_OP = 1,
-    KVF_BC_SIZE,
-    KVF_BC_WRS,
-    KVF_BC_LAT,
-    KVF_BC_P99,
-    KVF_BC_MIN,
-    KVF_BC_GIB,
-    KVF_BC_GBPS,
-    KVF_BC_LINK,
-    KVF_BC_LINK_RATIO,
-    KVF_BC_VS,
-    KVF_BC_VS_RATIO,
-    KVF_BC_WRONG,
-    KVF_BC_N = KVF_BC_WRONG
-};
+#define KVF_BC_N 13 /* columns of a blocks row */
 
 typedef struct kvf_blocks_out {
     kvf_out_col_t cols[KVF_BC_N];
@@ -432,7 +417,7 @@ static void kvf_blocks_out_init(kvf_blocks_out_t *bo,
         {"lat_ms_p99", "lat p99", "ms", "%8.3f"},
         {"lat_ms_min", "lat min", "ms", "%8.3f"},
         {"gib_s", "BW", "GiB/s", "%7.2f", .fig = "(batch latency ms)",
-         .p50 = KVF_BC_LAT, .p99 = KVF_BC_P99,
+         .p50 = "lat_ms_p50", .p99 = "lat_ms_p99",
          .series = "GiB/s over transfer size"},
         {"gbps", "BW", "Gbps", "%6.2f"},
         {"link_gib_s", "link", "GiB/s", "%6.2f",
@@ -457,7 +442,7 @@ static void kvf_blocks_out_init(kvf_blocks_out_t *bo,
     kvf_cli_fmt_size(o->block, bo->bstr, sizeof(bo->bstr));
     memcpy(bo->cols, cols, sizeof(cols));
     kvf_out_init(&bo->t, bo->cols, KVF_BC_N);
-    bo->t.x_col = KVF_BC_SIZE;
+    bo->t.x_key = "size_bytes";
     bo->t.x_label = "transfer bytes";
     bo->t.row_fmt = kvf_blocks_row_fmt;
     bo->t.row_ctx = bo;

@@ -21,8 +21,8 @@ static const kvf_out_col_t kvf_link_cols[] = {
     {"size_bytes", "size", "bytes", "%lld", .kind = KVF_OUT_INT},
     {"lat_ms_p50", "lat", "ms", "%8.3f"},
     {"lat_ms_p99", "lat p99", "ms", "%8.3f"},
-    {"gib_s", "BW", "GiB/s", "%7.2f", .fig = "(iteration ms)", .p50 = 5,
-     .p99 = 6},
+    {"gib_s", "BW", "GiB/s", "%7.2f", .fig = "(iteration ms)",
+     .p50 = "lat_ms_p50", .p99 = "lat_ms_p99"},
     {"gbps", "BW", "Gbps", "%6.2f", .fig = ""},
     {"lat_ms_min", "min lat", "ms", "%8.3f"},
 };

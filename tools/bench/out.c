@@ -111,6 +111,15 @@ void kvf_out_str(kvf_out_table_t *t, const char *key, const char *v)
     c->set = 1;
 }
 
+void kvf_out_set(kvf_out_table_t *t, unsigned i, const char *key, double v)
+{
+    kvf_out_cell_t *c =
+        &t->cells[(size_t)i * t->ncols + (unsigned)kvf_out_col_of(t, key)];
+
+    c->num = v;
+    c->set = 1;
+}
+
 const kvf_out_cell_t *kvf_out_cell(const kvf_out_table_t *t, unsigned i,
                                    const char *key)
 {
@@ -122,6 +131,58 @@ double kvf_out_get(const kvf_out_table_t *t, unsigned i, const char *key)
     const kvf_out_cell_t *c = kvf_out_cell(t, i, key);
 
     return c->set ? c->num : NAN;
+}
+
+/* One cell's text by the column's format and scale. */
+static void kvf_out_text_value(const kvf_out_col_t *col,
+                               const kvf_out_cell_t *v, FILE *f)
+{
+    if (col->kind == KVF_OUT_STR) {
+        fprintf(f, col->fmt ? col->fmt : "%s", v->str);
+    } else if (col->kind == KVF_OUT_INT) {
+        fprintf(f, col->fmt ? col->fmt : "%lld",
+                (long long)(v->num * (col->scale ? col->scale : 1)));
+    } else {
+        fprintf(f, col->fmt ? col->fmt : "%g",
+                v->num * (col->scale ? col->scale : 1));
+    }
+}
+
+void kvf_out_text_header(const kvf_out_table_t *t, FILE *f)
+{
+    const char *sep = "";
+    unsigned c;
+
+    for (c = 0; c < t->ncols; c++) {
+        if (t->cols[c].header != NULL) {
+            fprintf(f, "%s%*s", sep, t->cols[c].width, t->cols[c].header);
+            sep = " ";
+        }
+    }
+    fputc('\n', f);
+}
+
+/* The aligned text line: every text column's cell, blank when unset. */
+static void kvf_out_text_aligned(const kvf_out_table_t *t, unsigned i, FILE *f)
+{
+    const char *sep = "";
+    unsigned c;
+
+    for (c = 0; c < t->ncols; c++) {
+        const kvf_out_col_t *col = &t->cols[c];
+        const kvf_out_cell_t *v = &t->cells[(size_t)i * t->ncols + c];
+
+        if (col->header == NULL) {
+            continue;
+        }
+        fputs(sep, f);
+        if (v->set) {
+            kvf_out_text_value(col, v, f);
+        } else {
+            fprintf(f, "%*s", col->width, "");
+        }
+        sep = " ";
+    }
 }
 
 /* The default text line: "header=value unit" cells joined by " | ". */
@@ -138,15 +199,7 @@ static void kvf_out_text_cells(const kvf_out_table_t *t, unsigned i, FILE *f)
             continue;
         }
         fprintf(f, "%s%s=", sep, col->header);
-        if (col->kind == KVF_OUT_STR) {
-            fprintf(f, col->fmt ? col->fmt : "%s", v->str);
-        } else if (col->kind == KVF_OUT_INT) {
-            fprintf(f, col->fmt ? col->fmt : "%lld",
-                    (long long)(v->num * (col->scale ? col->scale : 1)));
-        } else {
-            fprintf(f, col->fmt ? col->fmt : "%g",
-                    v->num * (col->scale ? col->scale : 1));
-        }
+        kvf_out_text_value(col, v, f);
         if (col->unit != NULL && col->kind != KVF_OUT_STR) {
             fprintf(f, " %s", col->unit);
         }
@@ -158,6 +211,8 @@ void kvf_out_text_row(const kvf_out_table_t *t, unsigned i, FILE *f)
 {
     if (t->row_fmt != NULL) {
         t->row_fmt(t, i, f, t->row_ctx);
+    } else if (t->aligned) {
+        kvf_out_text_aligned(t, i, f);
     } else {
         kvf_out_text_cells(t, i, f);
     }
@@ -185,7 +240,7 @@ void kvf_out_json_rows(const kvf_out_table_t *t, kvf_json_t *j, const char *key)
             const kvf_out_col_t *col = &t->cols[c];
             const kvf_out_cell_t *v = &t->cells[(size_t)i * t->ncols + c];
 
-            if (!v->set) {
+            if (!v->set || col->nojson) {
                 continue;
             }
             if (col->kind == KVF_OUT_STR) {
@@ -212,6 +267,9 @@ void kvf_out_json_doc(const kvf_out_table_t *t, FILE *f, kvf_out_head_fn head,
         head(&j, ctx);
     }
     kvf_out_json_rows(t, &j, "rows");
+    if (t->json_tail != NULL) {
+        t->json_tail(&j, ctx);
+    }
     kvf_json_end_obj(&j);
 }
 
@@ -235,6 +293,8 @@ static void kvf_out_record_row(const kvf_out_table_t *t, kvf_record_t *rec,
                                unsigned i)
 {
     const kvf_out_cell_t *row = &t->cells[(size_t)i * t->ncols];
+    const kvf_out_cell_t *x =
+        t->x_key != NULL ? kvf_out_cell(t, i, t->x_key) : NULL;
     char name[160];
     unsigned c;
 
@@ -245,21 +305,19 @@ static void kvf_out_record_row(const kvf_out_table_t *t, kvf_record_t *rec,
             continue;
         }
         if (col->fig != NULL) {
-            double p50 =
-                col->p50 && row[col->p50 - 1].set ? row[col->p50 - 1].num : NAN;
-            double p99 =
-                col->p99 && row[col->p99 - 1].set ? row[col->p99 - 1].num : NAN;
+            double p50 = col->p50 ? kvf_out_get(t, i, col->p50) : NAN;
+            double p99 = col->p99 ? kvf_out_get(t, i, col->p99) : NAN;
 
             snprintf(name, sizeof(name), "%s%s%s",
                      t->labels[i] ? t->labels[i] : "", col->fig[0] ? " " : "",
                      col->fig);
             kvf_record_figure(rec, name, row[c].num, col->unit, p50, p99);
         }
-        if (col->series != NULL && t->x_col && row[t->x_col - 1].set) {
+        if (col->series != NULL && x != NULL && x->set) {
             snprintf(name, sizeof(name), "%s %s",
                      t->groups[i] ? t->groups[i] : "", col->series);
-            kvf_record_point(rec, name, t->x_label, col->unit,
-                             row[t->x_col - 1].num, row[c].num);
+            kvf_record_point(rec, name, t->x_label, col->unit, x->num,
+                             row[c].num);
         }
     }
 }

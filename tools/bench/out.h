@@ -28,12 +28,14 @@ typedef struct kvf_out_col {
     double scale;       /* text cell = value * scale (0: 1) */
     kvf_out_kind_t kind;
     /* record: a key figure named "<row label> <fig>" (NULL: none), with
-     * its P50 and P99 taken from the columns p50/p99 (index + 1; 0: none) */
+     * its P50 and P99 taken from the columns keyed p50/p99 (NULL: none) */
     const char *fig;
-    unsigned p50, p99;
+    const char *p50, *p99;
     /* record: a series point of "<row group> <series>" over the table's
      * x column (NULL: none) */
     const char *series;
+    int width;  /* aligned text: the column's width (header and cell) */
+    int nojson; /* a text-only column (e.g. a size written "8.0 KB") */
 } kvf_out_col_t;
 
 typedef struct kvf_out_cell {
@@ -43,6 +45,10 @@ typedef struct kvf_out_cell {
 } kvf_out_cell_t;
 
 typedef struct kvf_out_table kvf_out_table_t;
+
+/* Writes members of the open JSON object (the run's configuration before
+ * "rows", a summary after them). */
+typedef void (*kvf_out_head_fn)(kvf_json_t *j, void *ctx);
 
 /* Renders row i as one text line (without the newline) on f; a bench
  * whose line format is published keeps it through this callback. */
@@ -56,10 +62,14 @@ struct kvf_out_table {
     kvf_out_cell_t *cells; /* nrows * ncols */
     char **labels;         /* per row: figure name prefix ("write 16 MB") */
     char **groups;         /* per row: series name prefix ("write") */
-    unsigned x_col;        /* column index + 1 of the series x; 0: none */
+    const char *x_key;     /* the column of the series' x; NULL: none */
     const char *x_label;
-    kvf_out_row_fmt_fn row_fmt; /* NULL: "header=value unit | ..." */
+    /* text lines: row_fmt, else aligned columns under a header line
+     * (aligned), else "header=value unit | ..." */
+    kvf_out_row_fmt_fn row_fmt;
     void *row_ctx;
+    int aligned;
+    kvf_out_head_fn json_tail; /* members after "rows", or NULL */
 };
 
 void kvf_out_init(kvf_out_table_t *t, const kvf_out_col_t *cols,
@@ -73,13 +83,17 @@ int kvf_out_row(kvf_out_table_t *t, const char *label, const char *group);
  * abort). An unset cell is left out of every output. */
 void kvf_out_num(kvf_out_table_t *t, const char *key, double v);
 void kvf_out_str(kvf_out_table_t *t, const char *key, const char *v);
+/* Sets a number of row i (a figure known once every row is measured). */
+void kvf_out_set(kvf_out_table_t *t, unsigned i, const char *key, double v);
 
 /* Reading cells back (for row-format callbacks): by column key. */
 const kvf_out_cell_t *kvf_out_cell(const kvf_out_table_t *t, unsigned i,
                                    const char *key);
 double kvf_out_get(const kvf_out_table_t *t, unsigned i, const char *key);
 
-/* Text: one row's line (with the newline), and the whole table. */
+/* Text: the header line of an aligned table, one row's line (with the
+ * newline), and every row. */
+void kvf_out_text_header(const kvf_out_table_t *t, FILE *f);
 void kvf_out_text_row(const kvf_out_table_t *t, unsigned i, FILE *f);
 void kvf_out_text(const kvf_out_table_t *t, FILE *f);
 
@@ -87,8 +101,7 @@ void kvf_out_text(const kvf_out_table_t *t, FILE *f);
 void kvf_out_json_rows(const kvf_out_table_t *t, kvf_json_t *j,
                        const char *key);
 /* JSON: a whole document on f: an object with head's members (the run's
- * configuration), then "rows". */
-typedef void (*kvf_out_head_fn)(kvf_json_t *j, void *ctx);
+ * configuration), then "rows", then the table's json_tail members. */
 void kvf_out_json_doc(const kvf_out_table_t *t, FILE *f, kvf_out_head_fn head,
                       void *ctx);
 /* The --json destination (path or "-"); does nothing when path is NULL. */
