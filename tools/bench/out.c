@@ -13,7 +13,7 @@ void kvf_out_init(kvf_out_table_t *t, const kvf_out_col_t *cols, unsigned ncols)
 {
     memset(t, 0, sizeof(*t));
     t->cols = cols;
-    t->ncols = ncols;
+    t->ncols = ncols < KVF_OUT_COLS_MAX ? ncols : KVF_OUT_COLS_MAX;
 }
 
 void kvf_out_free(kvf_out_table_t *t)
@@ -148,16 +148,34 @@ static void kvf_out_text_value(const kvf_out_col_t *col,
     }
 }
 
-void kvf_out_text_header(const kvf_out_table_t *t, FILE *f)
+/* The text columns of an aligned table: by text_keys, else in order. */
+static unsigned kvf_out_text_cols(const kvf_out_table_t *t, unsigned *idx)
 {
-    const char *sep = "";
-    unsigned c;
+    unsigned c, n = 0;
 
+    if (t->text_keys != NULL) {
+        for (c = 0; t->text_keys[c] != NULL && n < t->ncols; c++) {
+            idx[n++] = (unsigned)kvf_out_col_of(t, t->text_keys[c]);
+        }
+        return n;
+    }
     for (c = 0; c < t->ncols; c++) {
         if (t->cols[c].header != NULL) {
-            fprintf(f, "%s%*s", sep, t->cols[c].width, t->cols[c].header);
-            sep = " ";
+            idx[n++] = c;
         }
+    }
+    return n;
+}
+
+void kvf_out_text_header(const kvf_out_table_t *t, FILE *f)
+{
+    unsigned idx[KVF_OUT_COLS_MAX], n = kvf_out_text_cols(t, idx), k;
+
+    for (k = 0; k < n; k++) {
+        const kvf_out_col_t *col = &t->cols[idx[k]];
+
+        fprintf(f, "%s%*s", k ? " " : "", col->width,
+                col->header ? col->header : col->key);
     }
     fputc('\n', f);
 }
@@ -165,23 +183,18 @@ void kvf_out_text_header(const kvf_out_table_t *t, FILE *f)
 /* The aligned text line: every text column's cell, blank when unset. */
 static void kvf_out_text_aligned(const kvf_out_table_t *t, unsigned i, FILE *f)
 {
-    const char *sep = "";
-    unsigned c;
+    unsigned idx[KVF_OUT_COLS_MAX], n = kvf_out_text_cols(t, idx), k;
 
-    for (c = 0; c < t->ncols; c++) {
-        const kvf_out_col_t *col = &t->cols[c];
-        const kvf_out_cell_t *v = &t->cells[(size_t)i * t->ncols + c];
+    for (k = 0; k < n; k++) {
+        const kvf_out_col_t *col = &t->cols[idx[k]];
+        const kvf_out_cell_t *v = &t->cells[(size_t)i * t->ncols + idx[k]];
 
-        if (col->header == NULL) {
-            continue;
-        }
-        fputs(sep, f);
+        fputs(k ? " " : "", f);
         if (v->set) {
             kvf_out_text_value(col, v, f);
         } else {
             fprintf(f, "%*s", col->width, "");
         }
-        sep = " ";
     }
 }
 
@@ -288,6 +301,15 @@ void kvf_out_json_file(const kvf_out_table_t *t, const char *path,
     }
 }
 
+/* A figure or series name: the row's label or group, then the column's
+ * suffix (spaced unless it starts with ':'). */
+static void kvf_out_name(char *name, size_t cap, const char *row,
+                         const char *suffix)
+{
+    snprintf(name, cap, "%s%s%s", row ? row : "",
+             suffix[0] && suffix[0] != ':' ? " " : "", suffix);
+}
+
 /* One row's key figures and series points. */
 static void kvf_out_record_row(const kvf_out_table_t *t, kvf_record_t *rec,
                                unsigned i)
@@ -308,14 +330,11 @@ static void kvf_out_record_row(const kvf_out_table_t *t, kvf_record_t *rec,
             double p50 = col->p50 ? kvf_out_get(t, i, col->p50) : NAN;
             double p99 = col->p99 ? kvf_out_get(t, i, col->p99) : NAN;
 
-            snprintf(name, sizeof(name), "%s%s%s",
-                     t->labels[i] ? t->labels[i] : "", col->fig[0] ? " " : "",
-                     col->fig);
+            kvf_out_name(name, sizeof(name), t->labels[i], col->fig);
             kvf_record_figure(rec, name, row[c].num, col->unit, p50, p99);
         }
         if (col->series != NULL && x != NULL && x->set) {
-            snprintf(name, sizeof(name), "%s %s",
-                     t->groups[i] ? t->groups[i] : "", col->series);
+            kvf_out_name(name, sizeof(name), t->groups[i], col->series);
             kvf_record_point(rec, name, t->x_label, col->unit, x->num,
                              row[c].num);
         }

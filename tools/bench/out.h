@@ -14,6 +14,8 @@
 
 #include <stdio.h>
 
+#define KVF_OUT_COLS_MAX 32 /* columns of a table */
+
 typedef enum kvf_out_kind {
     KVF_OUT_NUM, /* a double, written as a JSON number */
     KVF_OUT_INT, /* a whole number, written as a JSON integer */
@@ -32,9 +34,11 @@ typedef struct kvf_out_col {
     const char *fig;
     const char *p50, *p99;
     /* record: a series point of "<row group> <series>" over the table's
-     * x column (NULL: none) */
+     * x column (NULL: none). A fig or series "" names it by the row's
+     * label or group alone; one starting with ':' follows it unspaced. */
     const char *series;
-    int width;  /* aligned text: the column's width (header and cell) */
+    int width;  /* aligned text: the column's width (header and cell),
+                 * negative to align left */
     int nojson; /* a text-only column (e.g. a size written "8.0 KB") */
 } kvf_out_col_t;
 
@@ -69,9 +73,13 @@ struct kvf_out_table {
     kvf_out_row_fmt_fn row_fmt;
     void *row_ctx;
     int aligned;
+    /* aligned text: the columns by key, in the order printed (NULL-ended);
+     * NULL: every column with a header, in column order */
+    const char *const *text_keys;
     kvf_out_head_fn json_tail; /* members after "rows", or NULL */
 };
 
+/* cols: at most KVF_OUT_COLS_MAX, kept by the caller. */
 void kvf_out_init(kvf_out_table_t *t, const kvf_out_col_t *cols,
                   unsigned ncols);
 void kvf_out_free(kvf_out_table_t *t);
