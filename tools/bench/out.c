@@ -307,7 +307,7 @@ static void kvf_out_name(char *name, size_t cap, const char *row,
                          const char *suffix)
 {
     snprintf(name, cap, "%s%s%s", row ? row : "",
-             suffix[0] && suffix[0] != ':' ? " " : "", suffix);
+             row && row[0] && suffix[0] && suffix[0] != ':' ? " " : "", suffix);
 }
 
 /* One row's key figures and series points. */
