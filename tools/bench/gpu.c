@@ -116,9 +116,11 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
         {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
          "the record's hypothesis"},
         {"expect", 0, KVF_OPT_FN, &o->expect, "RULE",
-         "a claim to check, local paths (repeatable); figures: link_pct\n"
-         "(share of the contiguous copy, %), per_block_x, wrong_blocks",
-         "link_pct>=90, per_block_x>=10 (not p2p), wrong_blocks==0",
+         "a claim to check (repeatable); figures: link_pct (share of\n"
+         "the contiguous copy, %; local paths and cuda), per_block_x,\n"
+         "host_pct (GPU pools over host pools, %), wrong_blocks",
+         "link_pct>=90, per_block_x>=10 (not p2p), host_pct>=80, "
+         "wrong_blocks==0",
          .fn = kvf_bench_expect_opt},
         {"strict", 0, KVF_OPT_FLAG, &o->strict, NULL,
          "exit 1 when a claim is missed (default: exit 0 once measured)"},
@@ -810,10 +812,12 @@ int kvf_cmd_bench_blocks_gpu(int argc, char **argv)
         kvf_expect_free(o.expect);
         return rc < 0 ? KVF_CLI_OK : rc;
     }
-    if (o.path == NULL || o.serve) {
-        /* the claims are those of the local paths */
+    if (o.serve) {
+        /* the spawned target measures nothing */
         kvf_expect_free(o.expect);
         o.expect = NULL;
+    } else if (kvf_bench_expect(&o.expect) == NULL) {
+        return KVF_CLI_FAIL;
     }
     if (!kvf_gpu_built()) {
         printf("kvferry: built without CUDA: --device gpu skipped\n");
