@@ -15,6 +15,7 @@
 #include "tools/bench/bench.h"
 #include "tools/cli/opts.h"
 #include "tools/bench/env.h"
+#include "tools/bench/out.h"
 #include "tools/record/record.h"
 
 #include <math.h>
@@ -356,62 +357,143 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
     return 0;
 }
 
-static void kvf_blocks_json_write(FILE *f, const kvf_blocks_opts_t *o,
-                                  const kvf_bench_session_t *s,
-                                  const kvf_blocks_row_t *rows, unsigned nrows)
-{
-    kvf_json_t j;
-    unsigned i;
+/* The columns of a row, declared once for the text line, the JSON rows
+ * and the record; figures and series of what this run did not measure
+ * are left out of the record. */
+#define KVF_BC_N 13 /* columns of a blocks row */
 
-    kvf_json_begin(&j, f);
-    kvf_json_obj(&j, NULL);
-    kvf_json_str(&j, "bench", "blocks");
-    kvf_json_str(&j, "connector", "kvferry");
-    kvf_json_str(&j, "device", "cpu");
-    kvf_json_str(&j, "transport", kvf_peer_transport(s->peer));
-    kvf_json_int(&j, "conns", o->s.conns);
-    kvf_json_int(&j, "block_bytes", (long long)o->block);
-    kvf_json_int(&j, "pool_bytes", (long long)o->s.pool);
-    kvf_json_int(&j, "iters", o->iters);
-    kvf_json_bool(&j, "link_measured", o->link);
-    if (s->vs_peer != NULL) {
-        kvf_json_str(&j, "vs_transport", o->s.vs);
+typedef struct kvf_blocks_out {
+    kvf_out_col_t cols[KVF_BC_N];
+    kvf_out_table_t t;
+    char vs_series[64];
+    char vs_ratio_fig[64];
+    const kvf_blocks_opts_t *o;
+    const kvf_bench_session_t *s;
+    char bstr[32];
+} kvf_blocks_out_t;
+
+/* Seed 000's published row format. */
+static void kvf_blocks_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
+                               void *ctx)
+{
+    const kvf_blocks_out_t *bo = ctx;
+    char sstr[32];
+    double wrong = kvf_out_get(t, i, "mismatches");
+
+    kvf_cli_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
+                     sizeof(sstr));
+    fprintf(f,
+            "size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
+            "BW=%7.2f GB/s (%6.2f Gbps)",
+            sstr, (unsigned long)kvf_out_get(t, i, "wrs"), bo->bstr,
+            kvf_out_get(t, i, "lat_ms_p50"), kvf_out_get(t, i, "gib_s"),
+            kvf_out_get(t, i, "gbps"));
+    if (bo->o->link) {
+        fprintf(f, " | link=%6.2f GB/s %3.0f%%",
+                kvf_out_get(t, i, "link_gib_s"),
+                100.0 * kvf_out_get(t, i, "link_ratio"));
     }
-    kvf_bench_busy_json(&j, &o->busy);
-    kvf_json_arr(&j, "rows");
-    for (i = 0; i < nrows; i++) {
-        kvf_json_obj(&j, NULL);
-        kvf_json_str(&j, "op", rows[i].op == KVF_OP_WRITE ? "write" : "read");
-        kvf_json_int(&j, "size_bytes", (long long)rows[i].size);
-        kvf_json_int(&j, "wrs", (long long)rows[i].wrs);
-        kvf_json_num(&j, "lat_ms_p50", rows[i].lat_ms);
-        kvf_json_num(&j, "lat_ms_p99", rows[i].lat_p99_ms);
-        kvf_json_num(&j, "lat_ms_min", rows[i].lat_min_ms);
-        kvf_json_num(&j, "gib_s", rows[i].gib_s);
-        kvf_json_num(&j, "gbps", rows[i].gbps);
-        kvf_json_num(&j, "link_gib_s", rows[i].link_gib_s);
-        kvf_json_num(&j, "link_ratio", rows[i].link_ratio);
-        if (s->vs_peer != NULL) {
-            kvf_json_num(&j, "vs_gib_s", rows[i].vs_gib_s);
-            kvf_json_num(&j, "vs_ratio", rows[i].vs_ratio);
-        }
-        kvf_json_int(&j, "mismatches", rows[i].mismatches);
-        kvf_json_end_obj(&j);
+    if (bo->s->vs_peer != NULL) {
+        fprintf(f, " | %s=%6.2f GB/s %4.2fx", bo->o->s.vs,
+                kvf_out_get(t, i, "vs_gib_s"), kvf_out_get(t, i, "vs_ratio"));
     }
-    kvf_json_end_arr(&j);
-    kvf_json_end_obj(&j);
+    if (wrong >= 0) {
+        fprintf(f, " | verify %s", wrong ? "FAILED" : "ok");
+    } else if (wrong == -2) {
+        fprintf(f, " | verify FAILED");
+    }
 }
 
-static void kvf_blocks_json(const kvf_blocks_opts_t *o,
-                            const kvf_bench_session_t *s,
-                            const kvf_blocks_row_t *rows, unsigned nrows)
+static void kvf_blocks_out_init(kvf_blocks_out_t *bo,
+                                const kvf_blocks_opts_t *o,
+                                const kvf_bench_session_t *s)
 {
-    FILE *f = kvf_json_file_open(o->json);
+    const int link = o->link, vs = s->vs_peer != NULL;
+    const kvf_out_col_t cols[KVF_BC_N] = {
+        {"op", "op", NULL, "%s", .kind = KVF_OUT_STR},
+        {"size_bytes", "size", "bytes", "%.0f", .kind = KVF_OUT_INT},
+        {"wrs", "WRs", NULL, "%7lld", .kind = KVF_OUT_INT},
+        {"lat_ms_p50", "lat", "ms", "%8.3f"},
+        {"lat_ms_p99", "lat p99", "ms", "%8.3f"},
+        {"lat_ms_min", "lat min", "ms", "%8.3f"},
+        {"gib_s", "BW", "GiB/s", "%7.2f", .fig = "(batch latency ms)",
+         .p50 = "lat_ms_p50", .p99 = "lat_ms_p99",
+         .series = "GiB/s over transfer size"},
+        {"gbps", "BW", "Gbps", "%6.2f"},
+        {"link_gib_s", "link", "GiB/s", "%6.2f",
+         .series = link ? "link GiB/s over transfer size" : NULL},
+        {"link_ratio", "link share", "ratio", "%4.2f",
+         .fig = link ? "share of link" : NULL},
+        {"vs_gib_s", "vs", "GiB/s", "%6.2f",
+         .series = vs ? bo->vs_series : NULL},
+        {"vs_ratio", "vs ratio", "ratio", "%4.2f",
+         .fig = vs ? bo->vs_ratio_fig : NULL},
+        {"mismatches", "wrong", "blocks", "%lld", .kind = KVF_OUT_INT,
+         .fig = o->verify ? "blocks failing verify" : NULL},
+    };
 
-    if (f != NULL) {
-        kvf_blocks_json_write(f, o, s, rows, nrows);
-        kvf_json_file_close(f);
+    memset(bo, 0, sizeof(*bo));
+    bo->o = o;
+    bo->s = s;
+    snprintf(bo->vs_series, sizeof(bo->vs_series),
+             "%s GiB/s over transfer size", vs ? o->s.vs : "");
+    snprintf(bo->vs_ratio_fig, sizeof(bo->vs_ratio_fig), "ratio to %s",
+             vs ? o->s.vs : "");
+    kvf_cli_fmt_size(o->block, bo->bstr, sizeof(bo->bstr));
+    memcpy(bo->cols, cols, sizeof(cols));
+    kvf_out_init(&bo->t, bo->cols, KVF_BC_N);
+    bo->t.x_key = "size_bytes";
+    bo->t.x_label = "transfer bytes";
+    bo->t.row_fmt = kvf_blocks_row_fmt;
+    bo->t.row_ctx = bo;
+}
+
+/* Adds a measured row to the table. */
+static void kvf_blocks_out_row(kvf_blocks_out_t *bo, const kvf_blocks_row_t *r)
+{
+    const char *op = r->op == KVF_OP_WRITE ? "write" : "read";
+    kvf_out_table_t *t = &bo->t;
+    char label[64], sz[32];
+
+    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    snprintf(label, sizeof(label), "%s %s", op, sz);
+    kvf_out_row(t, label, op);
+    kvf_out_str(t, "op", op);
+    kvf_out_num(t, "size_bytes", (double)r->size);
+    kvf_out_num(t, "wrs", (double)r->wrs);
+    kvf_out_num(t, "lat_ms_p50", r->lat_ms);
+    kvf_out_num(t, "lat_ms_p99", r->lat_p99_ms);
+    kvf_out_num(t, "lat_ms_min", r->lat_min_ms);
+    kvf_out_num(t, "gib_s", r->gib_s);
+    kvf_out_num(t, "gbps", r->gbps);
+    kvf_out_num(t, "link_gib_s", r->link_gib_s);
+    kvf_out_num(t, "link_ratio", r->link_ratio);
+    if (bo->s->vs_peer != NULL) {
+        kvf_out_num(t, "vs_gib_s", r->vs_gib_s);
+        kvf_out_num(t, "vs_ratio", r->vs_ratio);
     }
+    kvf_out_num(t, "mismatches", (double)r->mismatches);
+}
+
+/* The run's configuration: the members before "rows" in the JSON. */
+static void kvf_blocks_json_head(kvf_json_t *j, void *ctx)
+{
+    const kvf_blocks_out_t *bo = ctx;
+    const kvf_blocks_opts_t *o = bo->o;
+
+    kvf_json_str(j, "bench", "blocks");
+    kvf_json_str(j, "connector", "kvferry");
+    kvf_json_str(j, "device", "cpu");
+    kvf_json_str(j, "transport", kvf_peer_transport(bo->s->peer));
+    kvf_json_int(j, "conns", o->s.conns);
+    kvf_json_int(j, "block_bytes", (long long)o->block);
+    kvf_json_int(j, "pool_bytes", (long long)o->s.pool);
+    kvf_json_int(j, "iters", o->iters);
+    kvf_json_bool(j, "link_measured", o->link);
+    if (bo->s->vs_peer != NULL) {
+        kvf_json_str(j, "vs_transport", o->s.vs);
+    }
+    kvf_bench_busy_json(j, &o->busy);
 }
 
 /* The record (seed 003 §5) of this run: figures per size with latency
@@ -419,19 +501,19 @@ static void kvf_blocks_json(const kvf_blocks_opts_t *o,
  * run as the estimate, and the claim as the conclusion: >= 80 % of link
  * at every size, 1 GB within 10 % of 16 MB (with --vs: >= 70 % of link
  * and >= 3x the other transport). */
-static int kvf_blocks_record(const kvf_blocks_opts_t *o,
-                             const kvf_bench_session_t *s,
+static int kvf_blocks_record(const kvf_blocks_out_t *bo,
                              const kvf_blocks_row_t *rows, unsigned nrows,
                              int bad)
 {
     const kvf_blocks_row_t *worst = NULL, *r16[2] = {0}, *r1g[2] = {0};
-    char name[96], text[768], sz[32], *raw = NULL;
+    const kvf_blocks_opts_t *o = bo->o;
+    const kvf_bench_session_t *s = bo->s;
+    char text[768], sz[32];
     int link_ok = 1, flat_ok = 1, flat_known = 1, vs_ok = 1, opi;
     /* with --vs the record tests the comparison's claim instead */
     double link_min = s->vs_peer != NULL ? 0.7 : 0.8;
-    size_t rawlen = 0, n = 0;
+    size_t n = 0;
     kvf_record_t *rec;
-    FILE *mf;
     unsigned i;
 
     if (s->vs_peer != NULL) {
@@ -474,41 +556,15 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
     kvf_record_config(rec, "machine", text);
     for (i = 0; i < nrows; i++) {
         const kvf_blocks_row_t *r = &rows[i];
-        const char *op = r->op == KVF_OP_WRITE ? "write" : "read";
-
         opi = r->op == KVF_OP_WRITE ? 0 : 1;
-        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
-        snprintf(name, sizeof(name), "%s %s (batch latency ms)", op, sz);
-        kvf_record_figure(rec, name, r->gib_s, "GiB/s", r->lat_ms,
-                          r->lat_p99_ms);
-        snprintf(name, sizeof(name), "%s GiB/s over transfer size", op);
-        kvf_record_point(rec, name, "transfer bytes", "GiB/s", (double)r->size,
-                         r->gib_s);
         if (o->link) {
-            snprintf(name, sizeof(name), "%s %s share of link", op, sz);
-            kvf_record_figure(rec, name, r->link_ratio, "ratio", NAN, NAN);
-            snprintf(name, sizeof(name), "%s link GiB/s over transfer size",
-                     op);
-            kvf_record_point(rec, name, "transfer bytes", "GiB/s",
-                             (double)r->size, r->link_gib_s);
             if (worst == NULL || r->link_ratio < worst->link_ratio) {
                 worst = r;
             }
             link_ok &= r->link_ratio >= link_min;
         }
         if (s->vs_peer != NULL) {
-            snprintf(name, sizeof(name), "%s %s ratio to %s", op, sz, o->s.vs);
-            kvf_record_figure(rec, name, r->vs_ratio, "ratio", NAN, NAN);
-            snprintf(name, sizeof(name), "%s %s GiB/s over transfer size", op,
-                     o->s.vs);
-            kvf_record_point(rec, name, "transfer bytes", "GiB/s",
-                             (double)r->size, r->vs_gib_s);
             vs_ok &= r->vs_ratio >= 3.0;
-        }
-        if (o->verify) {
-            snprintf(name, sizeof(name), "%s %s blocks failing verify", op, sz);
-            kvf_record_figure(rec, name, (double)r->mismatches, "blocks", NAN,
-                              NAN);
         }
         if (r->size == (16ull << 20)) {
             r16[opi] = r;
@@ -580,13 +636,7 @@ static int kvf_blocks_record(const kvf_blocks_opts_t *o,
     kvf_record_not_verified(rec, "peer on the same host over loopback; a "
                                  "remote peer adds the NIC and the "
                                  "network");
-    mf = open_memstream(&raw, &rawlen);
-    if (mf != NULL) {
-        kvf_blocks_json_write(mf, o, s, rows, nrows);
-        fclose(mf);
-        kvf_record_raw(rec, raw);
-    }
-    free(raw);
+    kvf_out_record(&bo->t, rec, kvf_blocks_json_head, (void *)bo);
     bad = kvf_env_record_write(rec, o->record) != 0;
     kvf_record_free(rec);
     return bad ? -1 : 0;
@@ -662,6 +712,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     int rc, opi, bad = 0;
     kvf_prng_t rng;
     kvf_progress_t prog;
+    kvf_blocks_out_t bo;
 
     /* `--device gpu`: GPU pools and local GPU paths (gpu.c) */
     for (rc = 1; rc < argc; rc++) {
@@ -685,6 +736,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         kvf_expect_free(o.expect);
         return KVF_CLI_FAIL;
     }
+    kvf_blocks_out_init(&bo, &o, &s);
     nslots = s.pool_len / o.block;
     if (s.remote_len / o.block > nslots) {
         nslots = s.remote_len / o.block;
@@ -733,27 +785,9 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
                 break;
             }
             kvf_progress_done(&prog, kvf_blocks_weight(&o, o.sizes[k]));
-            printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
-                   "BW=%7.2f GB/s (%6.2f Gbps)",
-                   sstr, (unsigned long)r->wrs, bstr, r->lat_ms, r->gib_s,
-                   r->gbps);
-            if (o.link) {
-                printf(" | link=%6.2f GB/s %3.0f%%", r->link_gib_s,
-                       100.0 * r->link_ratio);
-            }
-            if (s.vs_peer != NULL) {
-                printf(" | %s=%6.2f GB/s %4.2fx", o.s.vs, r->vs_gib_s,
-                       r->vs_ratio);
-            }
-            if (r->mismatches >= 0) {
-                printf(" | verify %s", r->mismatches ? "FAILED" : "ok");
-                bad |= (r->mismatches != 0);
-            } else if (r->mismatches == -2) {
-                printf(" | verify FAILED");
-                bad = 1;
-            }
-            printf("\n");
-            fflush(stdout);
+            kvf_blocks_out_row(&bo, r);
+            kvf_out_text_row(&bo.t, bo.t.nrows - 1, stdout);
+            bad |= (r->mismatches != 0 && r->mismatches != -1);
             kvf_blocks_expect(&o, &s, r);
             nrows++;
         }
@@ -773,9 +807,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         }
     }
     o.busy = kvf_progress_end(&prog);
-    if (o.json != NULL) {
-        kvf_blocks_json(&o, &s, rows, nrows);
-    }
+    kvf_out_json_file(&bo.t, o.json, kvf_blocks_json_head, &bo);
     {
         static const char *const plain[] = {"link_pct>=80", "wrong_blocks==0",
                                             NULL};
@@ -787,9 +819,10 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         bad |= (o.strict && missed > 0);
     }
     if (o.record != NULL && nrows > 0 &&
-        kvf_blocks_record(&o, &s, rows, nrows, bad) != 0) {
+        kvf_blocks_record(&bo, rows, nrows, bad) != 0) {
         bad = 1;
     }
+    kvf_out_free(&bo.t);
     free(lperm);
     free(rperm);
     kvf_bench_session_close(&s);

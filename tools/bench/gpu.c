@@ -18,6 +18,7 @@
 #include "tools/bench/gpu.h"
 #include "tools/cli/opts.h"
 #include "tools/bench/env.h"
+#include "tools/bench/out.h"
 #include "tools/record/record.h"
 
 #include <math.h>
@@ -114,6 +115,15 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
          "write a record (Markdown + JSON) into DIR"},
         {"hypothesis", 0, KVF_OPT_STR, &o->hypothesis, "TEXT",
          "the record's hypothesis"},
+        {"expect", 0, KVF_OPT_FN, &o->expect, "RULE",
+         "a claim to check (repeatable); figures: link_pct (share of\n"
+         "the contiguous copy, %; local paths and cuda), per_block_x,\n"
+         "host_pct (GPU pools over host pools, %), wrong_blocks",
+         "link_pct>=90, per_block_x>=10 (not p2p), host_pct>=80, "
+         "wrong_blocks==0",
+         .fn = kvf_bench_expect_opt},
+        {"strict", 0, KVF_OPT_FLAG, &o->strict, NULL,
+         "exit 1 when a claim is missed (default: exit 0 once measured)"},
         {"serve", 0, KVF_OPT_STR, &o->serve_mem, "host|gpu",
          "(internal) serve a GPU or host pool as the spawned target",
          .flags = KVF_OPT_HIDDEN, .seen = &o->serve},
@@ -123,7 +133,7 @@ static int kvf_gpu_parse(int argc, char **argv, kvf_gpu_opts_t *o)
         "kvferry bench blocks --device gpu [options]",
         "Random blocks of GPU pools: over transports to a target whose\n"
         "pool is GPU memory, or a local path (--path) within this host.",
-        opts};
+        opts, .progress = 1};
 
     memset(o, 0, sizeof(*o));
     o->peer_gpu = -1;
@@ -325,70 +335,153 @@ static int kvf_gpu_local_size(kvf_gpu_local_t *l, uint64_t size,
     return 0;
 }
 
-static void kvf_gpu_local_json_write(FILE *f, const kvf_gpu_local_t *l,
-                                     const kvf_gpu_row_t *rows, unsigned nrows)
+/* The columns of a local-path row, declared once for the text line, the
+ * JSON rows and the record (figure names fixed at run time: they carry
+ * the path). */
+#define KVF_GPU_NCOLS 14
+
+typedef struct kvf_gpu_out {
+    kvf_out_col_t cols[KVF_GPU_NCOLS];
+    kvf_out_table_t t;
+    const kvf_gpu_local_t *l;
+    char bstr[32];
+} kvf_gpu_out_t;
+
+/* Seed 000's row format with the contiguous copy as the reference. */
+static void kvf_gpu_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
+                            void *ctx)
+{
+    const kvf_gpu_out_t *go = ctx;
+    double gib = kvf_out_get(t, i, "gib_s");
+    double each = kvf_out_get(t, i, "per_block_gib_s");
+    double wrong = kvf_out_get(t, i, "mismatches");
+    char sstr[32];
+
+    kvf_cli_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
+                     sizeof(sstr));
+    fprintf(f,
+            "size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
+            "BW=%7.2f GB/s (%7.2f Gbps) | %3.0f%% of contiguous",
+            sstr, (unsigned long)kvf_out_get(t, i, "wrs"), go->bstr,
+            kvf_out_get(t, i, "lat_ms_p50"), gib, gib * (1u << 30) * 8 / 1e9,
+            100.0 * kvf_out_get(t, i, "share_of_contiguous"));
+    if (each > 0) {
+        fprintf(f, " | %5.1fx per-block", gib / each);
+    }
+    if (wrong >= 0) {
+        fprintf(f, " | verify %s", wrong ? "FAILED" : "ok");
+    } else if (wrong == -2) {
+        fprintf(f, " | verify FAILED");
+    }
+}
+
+static void kvf_gpu_out_init(kvf_gpu_out_t *go, const kvf_gpu_local_t *l)
 {
     const kvf_gpu_opts_t *o = l->o;
-    kvf_json_t j;
-    unsigned i;
+    const kvf_out_col_t cols[KVF_GPU_NCOLS] = {
+        {"size_bytes", "size", "bytes", "%lld", .kind = KVF_OUT_INT},
+        {"wrs", "WRs", NULL, "%lld", .kind = KVF_OUT_INT},
+        {"lat_ms_p50", "lat", "ms", "%8.3f"},
+        {"lat_ms_p99", "lat p99", "ms", "%8.3f"},
+        {"gib_s", "BW", "GiB/s", "%7.2f", .fig = "batched (batch latency ms)",
+         .p50 = "lat_ms_p50", .p99 = "lat_ms_p99",
+         .series = "batched GiB/s over transfer size"},
+        {"contiguous_gib_s", "contiguous", "GiB/s", "%7.2f",
+         .fig = "contiguous", .series = "contiguous GiB/s over transfer size"},
+        /* the per-block figures join the record where they were measured
+         * (the *_fig columns, set only then) */
+        {"per_block_gib_s", "per-block", "GiB/s", "%7.2f",
+         .series = "per-block GiB/s over transfer size"},
+        {"batch_api_gib_s", "batch API", "GiB/s", "%7.2f"},
+        {"share_of_contiguous", "share", "ratio", "%4.2f",
+         .fig = "share of contiguous"},
+        {"times_per_block", "per-block x", "ratio", "%5.1f"},
+        {"mismatches", "wrong", "blocks", "%lld", .kind = KVF_OUT_INT,
+         .fig = o->verify ? "blocks failing verify" : NULL},
+        {"per_block_fig", NULL, "GiB/s", NULL, .nojson = 1,
+         .fig = "one cudaMemcpyAsync per block"},
+        {"times_fig", NULL, "ratio", NULL, .nojson = 1,
+         .fig = "times per-block"},
+        {"batch_api_fig", NULL, "GiB/s", NULL, .nojson = 1,
+         .fig = "one cudaMemcpyBatchAsync"},
+    };
 
-    kvf_json_begin(&j, f);
-    kvf_json_obj(&j, NULL);
-    kvf_json_str(&j, "bench", "blocks");
-    kvf_json_str(&j, "connector", "kvferry");
-    kvf_json_str(&j, "device", "gpu");
-    kvf_json_str(&j, "path", o->path);
-    kvf_json_str(&j, "host_memory", o->pageable ? "pageable" : "pinned");
-    kvf_json_str(&j, "kernel", kvf_gpu_kernel_name(o->kernel));
-    kvf_json_str(&j, "resident", kvf_gpu_resident_name());
-    kvf_json_int(&j, "kernel_gpu", l->run_gpu);
-    kvf_json_str(&j, "block_list", o->blocks_on_gpu ? "gpu" : "pinned host");
-    kvf_gpu_json_info(&j, "gpu", o->gpu);
+    memset(go, 0, sizeof(*go));
+    go->l = l;
+    memcpy(go->cols, cols, sizeof(cols));
+    kvf_cli_fmt_size(o->block, go->bstr, sizeof(go->bstr));
+    kvf_out_init(&go->t, go->cols, KVF_GPU_NCOLS);
+    go->t.x_key = "size_bytes";
+    go->t.x_label = "transfer bytes";
+    go->t.row_fmt = kvf_gpu_row_fmt;
+    go->t.row_ctx = go;
+}
+
+static void kvf_gpu_out_row(kvf_gpu_out_t *go, const kvf_gpu_row_t *r)
+{
+    kvf_out_table_t *t = &go->t;
+    char label[64], sz[32];
+
+    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    snprintf(label, sizeof(label), "%s %s", go->l->o->path, sz);
+    kvf_out_row(t, label, NULL);
+    kvf_out_num(t, "size_bytes", (double)r->size);
+    kvf_out_num(t, "wrs", (double)r->wrs);
+    kvf_out_num(t, "lat_ms_p50", r->lat_ms);
+    kvf_out_num(t, "lat_ms_p99", r->lat_p99_ms);
+    kvf_out_num(t, "gib_s", r->gib_s);
+    kvf_out_num(t, "contiguous_gib_s", r->contig_gib_s);
+    kvf_out_num(t, "per_block_gib_s", r->each_gib_s);
+    kvf_out_num(t, "batch_api_gib_s", r->batchapi_gib_s);
+    kvf_out_num(t, "share_of_contiguous",
+                r->contig_gib_s > 0 ? r->gib_s / r->contig_gib_s : 0);
+    kvf_out_num(t, "times_per_block",
+                r->each_gib_s > 0 ? r->gib_s / r->each_gib_s : 0);
+    kvf_out_num(t, "mismatches", (double)r->mismatches);
+    if (r->each_gib_s > 0) {
+        kvf_out_num(t, "per_block_fig", r->each_gib_s);
+        kvf_out_num(t, "times_fig", r->gib_s / r->each_gib_s);
+        kvf_out_num(t, "batch_api_fig", r->batchapi_gib_s);
+    }
+}
+
+/* The run's configuration: the members before "rows". */
+static void kvf_gpu_local_json_head(kvf_json_t *j, void *ctx)
+{
+    const kvf_gpu_local_t *l = ((const kvf_gpu_out_t *)ctx)->l;
+    const kvf_gpu_opts_t *o = l->o;
+
+    kvf_json_str(j, "bench", "blocks");
+    kvf_json_str(j, "connector", "kvferry");
+    kvf_json_str(j, "device", "gpu");
+    kvf_json_str(j, "path", o->path);
+    kvf_json_str(j, "host_memory", o->pageable ? "pageable" : "pinned");
+    kvf_json_str(j, "kernel", kvf_gpu_kernel_name(o->kernel));
+    kvf_json_str(j, "resident", kvf_gpu_resident_name());
+    kvf_json_int(j, "kernel_gpu", l->run_gpu);
+    kvf_json_str(j, "block_list", o->blocks_on_gpu ? "gpu" : "pinned host");
+    kvf_gpu_json_info(j, "gpu", o->gpu);
     if (strcmp(o->path, "p2p") == 0) {
-        kvf_gpu_json_info(&j, "peer_gpu", o->peer_gpu);
+        kvf_gpu_json_info(j, "peer_gpu", o->peer_gpu);
     }
-    kvf_json_int(&j, "block_bytes", (long long)o->block);
-    kvf_json_int(&j, "pool_bytes", (long long)o->pool);
-    kvf_json_int(&j, "iters", o->iters);
-    kvf_json_int(&j, "each_iters", o->each_iters);
-    kvf_json_arr(&j, "rows");
-    for (i = 0; i < nrows; i++) {
-        const kvf_gpu_row_t *r = &rows[i];
-
-        kvf_json_obj(&j, NULL);
-        kvf_json_int(&j, "size_bytes", (long long)r->size);
-        kvf_json_int(&j, "wrs", (long long)r->wrs);
-        kvf_json_num(&j, "lat_ms_p50", r->lat_ms);
-        kvf_json_num(&j, "lat_ms_p99", r->lat_p99_ms);
-        kvf_json_num(&j, "gib_s", r->gib_s);
-        kvf_json_num(&j, "contiguous_gib_s", r->contig_gib_s);
-        kvf_json_num(&j, "per_block_gib_s", r->each_gib_s);
-        kvf_json_num(&j, "batch_api_gib_s", r->batchapi_gib_s);
-        kvf_json_num(&j, "share_of_contiguous",
-                     r->contig_gib_s > 0 ? r->gib_s / r->contig_gib_s : 0);
-        kvf_json_num(&j, "times_per_block",
-                     r->each_gib_s > 0 ? r->gib_s / r->each_gib_s : 0);
-        kvf_json_int(&j, "mismatches", r->mismatches);
-        kvf_json_end_obj(&j);
-    }
-    kvf_json_end_arr(&j);
-    kvf_json_end_obj(&j);
-    fputc('\n', f);
+    kvf_json_int(j, "block_bytes", (long long)o->block);
+    kvf_json_int(j, "pool_bytes", (long long)o->pool);
+    kvf_json_int(j, "iters", o->iters);
+    kvf_json_int(j, "each_iters", o->each_iters);
 }
 
 /* Seed 003 §5 record: each size's figures, the contiguous copy of the
  * same run as the estimate, the claim as the conclusion. */
-static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
+static int kvf_gpu_local_record(const kvf_gpu_out_t *go,
                                 const kvf_gpu_row_t *rows, unsigned nrows,
                                 int bad)
 {
+    const kvf_gpu_local_t *l = go->l;
     const kvf_gpu_opts_t *o = l->o;
     int p2p = strcmp(o->path, "p2p") == 0, share_ok = 1, each_ok = 1;
     const kvf_gpu_row_t *worst = NULL;
-    char name[128], text[768], sz[32], hyp[256], *raw = NULL;
-    size_t rawlen = 0;
+    char name[128], text[768], sz[32], hyp[256];
     kvf_record_t *rec;
-    FILE *mf;
     unsigned i;
 
     snprintf(hyp, sizeof(hyp),
@@ -428,43 +521,10 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
         double share = r->contig_gib_s > 0 ? r->gib_s / r->contig_gib_s : 0;
         double times = r->each_gib_s > 0 ? r->gib_s / r->each_gib_s : 0;
 
-        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
-        snprintf(name, sizeof(name), "%s %s batched (batch latency ms)",
-                 o->path, sz);
-        kvf_record_figure(rec, name, r->gib_s, "GiB/s", r->lat_ms,
-                          r->lat_p99_ms);
-        snprintf(name, sizeof(name), "%s %s contiguous", o->path, sz);
-        kvf_record_figure(rec, name, r->contig_gib_s, "GiB/s", NAN, NAN);
-        snprintf(name, sizeof(name), "%s %s share of contiguous", o->path, sz);
-        kvf_record_figure(rec, name, share, "ratio", NAN, NAN);
         if (r->each_gib_s > 0) {
-            snprintf(name, sizeof(name),
-                     "%s %s one cudaMemcpyAsync per "
-                     "block",
-                     o->path, sz);
-            kvf_record_figure(rec, name, r->each_gib_s, "GiB/s", NAN, NAN);
-            snprintf(name, sizeof(name), "%s %s times per-block", o->path, sz);
-            kvf_record_figure(rec, name, times, "ratio", NAN, NAN);
-            snprintf(name, sizeof(name), "%s %s one cudaMemcpyBatchAsync",
-                     o->path, sz);
-            kvf_record_figure(rec, name, r->batchapi_gib_s, "GiB/s", NAN, NAN);
             each_ok &= p2p || times >= 10.0;
         } else {
             each_ok &= p2p;
-        }
-        kvf_record_point(rec, "batched GiB/s over transfer size",
-                         "transfer bytes", "GiB/s", (double)r->size, r->gib_s);
-        kvf_record_point(rec, "contiguous GiB/s over transfer size",
-                         "transfer bytes", "GiB/s", (double)r->size,
-                         r->contig_gib_s);
-        kvf_record_point(rec, "per-block GiB/s over transfer size",
-                         "transfer bytes", "GiB/s", (double)r->size,
-                         r->each_gib_s);
-        if (o->verify) {
-            snprintf(name, sizeof(name), "%s %s blocks failing verify", o->path,
-                     sz);
-            kvf_record_figure(rec, name, (double)r->mismatches, "blocks", NAN,
-                              NAN);
         }
         share_ok &= share >= 0.9;
         if (worst == NULL || share < worst->gib_s / (worst->contig_gib_s > 0
@@ -507,13 +567,21 @@ static int kvf_gpu_local_record(const kvf_gpu_local_t *l,
                                      "--verify)");
     }
     kvf_record_not_verified(rec, "one host, one process; no transport");
-    mf = open_memstream(&raw, &rawlen);
-    if (mf != NULL) {
-        kvf_gpu_local_json_write(mf, l, rows, nrows);
-        fclose(mf);
-        kvf_record_raw(rec, raw);
+    {
+        char *raw = NULL;
+        size_t rawlen = 0;
+        FILE *mf;
+
+        kvf_out_record_figures(&go->t, rec);
+        mf = open_memstream(&raw, &rawlen);
+        if (mf != NULL) {
+            kvf_out_json_doc(&go->t, mf, kvf_gpu_local_json_head, (void *)go);
+            fputc('\n', mf);
+            fclose(mf);
+            kvf_record_raw(rec, raw);
+        }
+        free(raw);
     }
-    free(raw);
     bad = kvf_env_record_write(rec, o->record) != 0;
     kvf_record_free(rec);
     return bad ? -1 : 0;
@@ -601,28 +669,42 @@ static void kvf_gpu_local_free(kvf_gpu_local_t *l)
     }
 }
 
-static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
+/* A local-path row's figures for the --expect rules: the share of the
+ * contiguous copy, the gain over one copy per block (not claimed for
+ * p2p), wrong blocks. */
+static void kvf_gpu_local_expect(const kvf_gpu_opts_t *o,
+                                 const kvf_gpu_row_t *r)
 {
-    kvf_gpu_row_t rows[KVF_GPU_SIZES_MAX];
-    char bstr[32], pstr[32], sstr[32], desc[320];
-    kvf_gpu_local_t l;
-    unsigned k, nrows = 0;
-    int rc, bad = 0;
+    char where[64], sz[32];
 
-    memset(&l, 0, sizeof(l));
-    l.o = o;
-    rc = kvf_gpu_local_setup(&l, o);
-    if (rc != 0) {
-        kvf_gpu_local_free(&l);
-        return rc;
+    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    snprintf(where, sizeof(where), "%s %s", o->path, sz);
+    if (r->contig_gib_s > 0) {
+        kvf_expect_figure(o->expect, "link_pct",
+                          100.0 * r->gib_s / r->contig_gib_s, where);
     }
+    if (r->each_gib_s > 0 && strcmp(o->path, "p2p") != 0) {
+        kvf_expect_figure(o->expect, "per_block_x", r->gib_s / r->each_gib_s,
+                          where);
+    }
+    if (r->mismatches >= 0) {
+        kvf_expect_figure(o->expect, "wrong_blocks", (double)r->mismatches,
+                          where);
+    }
+}
+
+static void kvf_gpu_local_header(const kvf_gpu_opts_t *o,
+                                 const kvf_gpu_local_t *l)
+{
+    char bstr[32], pstr[32], desc[320];
+
     kvf_cli_fmt_size(o->block, bstr, sizeof(bstr));
     kvf_cli_fmt_size(o->pool, pstr, sizeof(pstr));
     kvf_gpu_describe(o->gpu, desc, sizeof(desc));
     printf("# %s\n", desc);
     if (strcmp(o->path, "p2p") == 0) {
         kvf_gpu_describe(o->peer_gpu, desc, sizeof(desc));
-        printf("# peer %s, kernels on GPU %d\n", desc, l.run_gpu);
+        printf("# peer %s, kernels on GPU %d\n", desc, l->run_gpu);
     }
     printf("connector=kvferry role=client device=gpu path=%s block=%s "
            "pool=%s host=%s kernel=%s resident=%s%s%s\n",
@@ -632,33 +714,58 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
            o->blocks_on_gpu ? " block_list=gpu" : "");
     printf("------------------------------------------------------------"
            "------------\n");
+    fflush(stdout);
+}
+
+static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
+{
+    static const char *const defaults[] = {"link_pct>=90", "per_block_x>=10",
+                                           "wrong_blocks==0", NULL};
+    kvf_gpu_row_t rows[KVF_GPU_SIZES_MAX];
+    char sstr[32], pstr[32];
+    kvf_gpu_local_t l;
+    kvf_gpu_out_t go;
+    kvf_progress_t prog;
+    kvf_busy_t busy;
+    unsigned k, nrows = 0;
+    int rc, bad = 0, json_out = o->json && !strcmp(o->json, "-");
+
+    memset(&l, 0, sizeof(l));
+    l.o = o;
+    kvf_cli_fmt_size(o->pool, pstr, sizeof(pstr));
+    kvf_progress_begin(&prog, "bench blocks --device gpu", o->nsizes,
+                       o->nsizes);
+    kvf_progress_note(&prog, "preparing the %s pools of path %s", pstr,
+                      o->path);
+    rc = kvf_gpu_local_setup(&l, o);
+    if (rc != 0) {
+        kvf_progress_end(&prog);
+        kvf_gpu_local_free(&l);
+        kvf_expect_free(o->expect);
+        return rc;
+    }
+    kvf_progress_clear(&prog);
+    kvf_gpu_local_header(o, &l);
+    kvf_gpu_out_init(&go, &l);
     for (k = 0; k < o->nsizes; k++) {
         kvf_gpu_row_t *r = &rows[nrows];
 
-        if (kvf_gpu_local_size(&l, o->sizes[k], r) != 0) {
+        kvf_cli_fmt_size(o->sizes[k], sstr, sizeof(sstr));
+        kvf_progress_step(&prog, "%s %s of %s blocks", o->path, sstr, go.bstr);
+        rc = kvf_gpu_local_size(&l, o->sizes[k], r);
+        kvf_progress_clear(&prog);
+        if (rc != 0) {
             bad = 1;
             break;
         }
-        kvf_cli_fmt_size(r->size, sstr, sizeof(sstr));
-        printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
-               "BW=%7.2f GB/s (%7.2f Gbps) | %3.0f%% of contiguous",
-               sstr, (unsigned long)r->wrs, bstr, r->lat_ms, r->gib_s,
-               r->gib_s * (1u << 30) * 8 / 1e9,
-               r->contig_gib_s > 0 ? 100.0 * r->gib_s / r->contig_gib_s : 0.0);
-        if (r->each_gib_s > 0) {
-            printf(" | %5.1fx per-block", r->gib_s / r->each_gib_s);
-        }
-        if (r->mismatches >= 0) {
-            printf(" | verify %s", r->mismatches ? "FAILED" : "ok");
-            bad |= (r->mismatches != 0);
-        } else if (r->mismatches == -2) {
-            printf(" | verify FAILED");
-            bad = 1;
-        }
-        printf("\n");
-        fflush(stdout);
+        kvf_progress_done(&prog, 1);
+        kvf_gpu_out_row(&go, r);
+        kvf_out_text_row(&go.t, go.t.nrows - 1, stdout);
+        bad |= (r->mismatches != 0 && r->mismatches != -1);
+        kvf_gpu_local_expect(o, r);
         nrows++;
     }
+    busy = kvf_progress_end(&prog);
     printf("------------------------------------------------------------"
            "------------\n");
     for (k = 0; k < nrows; k++) {
@@ -673,19 +780,24 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
                rows[k].batchapi_gib_s);
     }
     kvf_gpu_print_resident(l.cp);
-    printf("Done.\n");
+    if (kvf_bench_finish(&o->expect, defaults, json_out, &busy) > 0 &&
+        o->strict) {
+        bad = 1;
+    }
     if (o->json != NULL) {
         FILE *f = kvf_json_file_open(o->json);
 
         if (f != NULL) {
-            kvf_gpu_local_json_write(f, &l, rows, nrows);
+            kvf_out_json_doc(&go.t, f, kvf_gpu_local_json_head, &go);
+            fputc('\n', f);
             kvf_json_file_close(f);
         }
     }
     if (o->record != NULL && nrows > 0 &&
-        kvf_gpu_local_record(&l, rows, nrows, bad) != 0) {
+        kvf_gpu_local_record(&go, rows, nrows, bad) != 0) {
         bad = 1;
     }
+    kvf_out_free(&go.t);
     kvf_gpu_local_free(&l);
     return bad ? KVF_CLI_FAIL : KVF_CLI_OK;
 }
@@ -697,14 +809,24 @@ int kvf_cmd_bench_blocks_gpu(int argc, char **argv)
 
     rc = kvf_gpu_parse(argc, argv, &o);
     if (rc != 0) {
+        kvf_expect_free(o.expect);
         return rc < 0 ? KVF_CLI_OK : rc;
+    }
+    if (o.serve) {
+        /* the spawned target measures nothing */
+        kvf_expect_free(o.expect);
+        o.expect = NULL;
+    } else if (kvf_bench_expect(&o.expect) == NULL) {
+        return KVF_CLI_FAIL;
     }
     if (!kvf_gpu_built()) {
         printf("kvferry: built without CUDA: --device gpu skipped\n");
+        kvf_expect_free(o.expect);
         return KVF_CLI_SKIP;
     }
     if (kvf_gpu_count() == 0) {
         printf("kvferry: no GPU on this machine: --device gpu skipped\n");
+        kvf_expect_free(o.expect);
         return KVF_CLI_SKIP;
     }
     if (o.serve) {

@@ -58,6 +58,8 @@ typedef struct kvf_gpu_opts {
     const char *json;
     const char *record;
     const char *hypothesis;
+    kvf_expect_t *expect; /* --expect rules (plus the defaults) */
+    int strict;           /* a missed rule fails the command */
     /* hidden serving mode (spawned by the transports mode) */
     int serve;
     const char *serve_mem; /* "host" or "gpu" */

@@ -16,6 +16,7 @@
  */
 #include "tools/bench/gpu.h"
 #include "tools/bench/env.h"
+#include "tools/bench/out.h"
 #include "tools/record/record.h"
 
 #include <math.h>
@@ -388,55 +389,156 @@ static double kvf_net_share(const kvf_net_row_t *rows, unsigned nrows,
     return 0;
 }
 
-static void kvf_net_json_write(FILE *f, const kvf_gpu_opts_t *o,
-                               const kvf_net_row_t *rows, unsigned nrows)
+/* The columns of a row, declared once for the text line, the JSON rows
+ * and the record's per-row figures. */
+static const kvf_out_col_t kvf_net_cols[] = {
+    {"transport", "transport", NULL, "%s", .kind = KVF_OUT_STR},
+    {"pools", "pools", NULL, "%s", .kind = KVF_OUT_STR},
+    {"op", "op", NULL, "%s", .kind = KVF_OUT_STR},
+    {"size_bytes", "size", "bytes", "%lld", .kind = KVF_OUT_INT},
+    {"wrs", "WRs", NULL, "%lld", .kind = KVF_OUT_INT},
+    {"lat_ms_p50", "lat", "ms", "%8.3f"},
+    {"lat_ms_p99", "lat p99", "ms", "%8.3f"},
+    {"gib_s", "BW", "GiB/s", "%7.2f", .fig = "(batch latency ms)",
+     .p50 = "lat_ms_p50", .p99 = "lat_ms_p99", .series = "GiB/s over size"},
+    {"contiguous_gib_s", "contiguous", "GiB/s", "%.1f"},
+    {"share_of_contiguous", "share", "ratio", "%4.2f"},
+    {"share_of_host_pools", "of host", "ratio", "%4.2f"},
+    {"mismatches", "wrong", "blocks", "%lld", .kind = KVF_OUT_INT},
+    /* the verify figure of the record, where the run verified */
+    {"wrong_fig", NULL, "blocks", NULL, .nojson = 1,
+     .fig = "blocks failing verify"},
+};
+
+typedef struct kvf_net_out {
+    kvf_out_table_t t;
+    const kvf_gpu_opts_t *o;
+    char bstr[32];
+} kvf_net_out_t;
+
+/* Seed 000's row format, with the reference of the row's claim. */
+static void kvf_net_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
+                            void *ctx)
 {
-    kvf_json_t j;
-    unsigned i;
+    const kvf_net_out_t *no = ctx;
+    const kvf_out_cell_t *host = kvf_out_cell(t, i, "share_of_host_pools");
+    double gib = kvf_out_get(t, i, "gib_s");
+    double contig = kvf_out_get(t, i, "contiguous_gib_s");
+    double wrong = kvf_out_get(t, i, "mismatches");
+    char sstr[32];
 
-    kvf_json_begin(&j, f);
-    kvf_json_obj(&j, NULL);
-    kvf_json_str(&j, "bench", "blocks");
-    kvf_json_str(&j, "connector", "kvferry");
-    kvf_json_str(&j, "device", "gpu");
-    kvf_json_str(&j, "mode", "transports");
-    kvf_gpu_json_info(&j, "gpu", o->gpu);
-    kvf_json_int(&j, "target_gpu", o->peer_gpu >= 0 ? o->peer_gpu : o->gpu);
-    kvf_json_int(&j, "conns", o->conns);
-    kvf_json_int(&j, "block_bytes", (long long)o->block);
-    kvf_json_int(&j, "pool_bytes", (long long)o->pool);
-    kvf_json_int(&j, "iters", o->iters);
-    kvf_json_arr(&j, "rows");
-    for (i = 0; i < nrows; i++) {
-        const kvf_net_row_t *r = &rows[i];
-
-        kvf_json_obj(&j, NULL);
-        kvf_json_str(&j, "transport", r->transport);
-        kvf_json_str(&j, "pools", r->gpu ? "gpu" : "host");
-        kvf_json_str(&j, "op", r->op == KVF_OP_WRITE ? "write" : "read");
-        kvf_json_int(&j, "size_bytes", (long long)r->size);
-        kvf_json_int(&j, "wrs", (long long)r->wrs);
-        kvf_json_num(&j, "lat_ms_p50", r->lat_ms);
-        kvf_json_num(&j, "lat_ms_p99", r->lat_p99_ms);
-        kvf_json_num(&j, "gib_s", r->gib_s);
-        if (r->contig_gib_s > 0) {
-            kvf_json_num(&j, "contiguous_gib_s", r->contig_gib_s);
-            kvf_json_num(&j, "share_of_contiguous", r->gib_s / r->contig_gib_s);
-        } else if (r->gpu) {
-            kvf_json_num(&j, "share_of_host_pools",
-                         kvf_net_share(rows, nrows, r));
-        }
-        kvf_json_int(&j, "mismatches", r->mismatches);
-        kvf_json_end_obj(&j);
+    kvf_cli_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
+                     sizeof(sstr));
+    fprintf(f,
+            "size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
+            "BW=%7.2f GB/s (%6.2f Gbps)",
+            sstr, (unsigned long)kvf_out_get(t, i, "wrs"), no->bstr,
+            kvf_out_get(t, i, "lat_ms_p50"), gib, gib * (1u << 30) * 8 / 1e9);
+    if (contig > 0) {
+        fprintf(f, " | %3.0f%% of contiguous %.1f GB/s", 100.0 * gib / contig,
+                contig);
+    } else if (host->set && host->num > 0) {
+        fprintf(f, " | %3.0f%% of host pools", 100.0 * host->num);
     }
-    kvf_json_end_arr(&j);
-    kvf_json_end_obj(&j);
-    fputc('\n', f);
+    if (wrong >= 0) {
+        fprintf(f, " | verify %s", wrong ? "FAILED" : "ok");
+    } else if (wrong == -2) {
+        fprintf(f, " | verify FAILED");
+    }
 }
 
-static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
+static void kvf_net_out_init(kvf_net_out_t *no, const kvf_gpu_opts_t *o)
+{
+    memset(no, 0, sizeof(*no));
+    no->o = o;
+    kvf_cli_fmt_size(o->block, no->bstr, sizeof(no->bstr));
+    kvf_out_init(&no->t, kvf_net_cols,
+                 sizeof(kvf_net_cols) / sizeof(kvf_net_cols[0]));
+    no->t.x_key = "size_bytes";
+    no->t.x_label = "transfer bytes";
+    no->t.row_fmt = kvf_net_row_fmt;
+    no->t.row_ctx = no;
+}
+
+/* Adds row r (rows[0..nrows) are the rows before it). */
+static void kvf_net_out_row(kvf_net_out_t *no, const kvf_net_row_t *rows,
+                            unsigned nrows, const kvf_net_row_t *r)
+{
+    const char *op = r->op == KVF_OP_WRITE ? "write" : "read";
+    const char *pools = r->gpu ? "gpu" : "host";
+    kvf_out_table_t *t = &no->t;
+    char label[96], group[64], sz[32];
+
+    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    snprintf(label, sizeof(label), "%.15s %s pools %s %s", r->transport, pools,
+             op, sz);
+    snprintf(group, sizeof(group), "%.15s %s pools %s", r->transport, pools,
+             op);
+    kvf_out_row(t, label, group);
+    kvf_out_str(t, "transport", r->transport);
+    kvf_out_str(t, "pools", pools);
+    kvf_out_str(t, "op", op);
+    kvf_out_num(t, "size_bytes", (double)r->size);
+    kvf_out_num(t, "wrs", (double)r->wrs);
+    kvf_out_num(t, "lat_ms_p50", r->lat_ms);
+    kvf_out_num(t, "lat_ms_p99", r->lat_p99_ms);
+    kvf_out_num(t, "gib_s", r->gib_s);
+    if (r->contig_gib_s > 0) {
+        kvf_out_num(t, "contiguous_gib_s", r->contig_gib_s);
+        kvf_out_num(t, "share_of_contiguous", r->gib_s / r->contig_gib_s);
+    } else if (r->gpu) {
+        kvf_out_num(t, "share_of_host_pools", kvf_net_share(rows, nrows, r));
+    }
+    kvf_out_num(t, "mismatches", (double)r->mismatches);
+    if (r->mismatches != -1) {
+        kvf_out_num(t, "wrong_fig", (double)r->mismatches);
+    }
+}
+
+/* The run's configuration: the members before "rows". */
+static void kvf_net_json_head(kvf_json_t *j, void *ctx)
+{
+    const kvf_gpu_opts_t *o = ((const kvf_net_out_t *)ctx)->o;
+
+    kvf_json_str(j, "bench", "blocks");
+    kvf_json_str(j, "connector", "kvferry");
+    kvf_json_str(j, "device", "gpu");
+    kvf_json_str(j, "mode", "transports");
+    kvf_gpu_json_info(j, "gpu", o->gpu);
+    kvf_json_int(j, "target_gpu", o->peer_gpu >= 0 ? o->peer_gpu : o->gpu);
+    kvf_json_int(j, "conns", o->conns);
+    kvf_json_int(j, "block_bytes", (long long)o->block);
+    kvf_json_int(j, "pool_bytes", (long long)o->pool);
+    kvf_json_int(j, "iters", o->iters);
+}
+
+/* A row's figures for the --expect rules: cuda rows against the
+ * contiguous copy, GPU rows of a socket transport against host pools. */
+static void kvf_net_expect(kvf_expect_t *e, const kvf_net_row_t *rows,
+                           unsigned nrows, const kvf_net_row_t *r)
+{
+    char where[64], sz[32];
+    double share;
+
+    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    snprintf(where, sizeof(where), "%.15s %s %s %s", r->transport,
+             r->gpu ? "gpu" : "host", r->op == KVF_OP_WRITE ? "write" : "read",
+             sz);
+    if (r->contig_gib_s > 0) {
+        kvf_expect_figure(e, "link_pct", 100.0 * r->gib_s / r->contig_gib_s,
+                          where);
+    } else if (r->gpu && (share = kvf_net_share(rows, nrows, r)) > 0) {
+        kvf_expect_figure(e, "host_pct", 100.0 * share, where);
+    }
+    if (r->mismatches >= 0) {
+        kvf_expect_figure(e, "wrong_blocks", (double)r->mismatches, where);
+    }
+}
+
+static int kvf_net_record(const kvf_net_out_t *no, const kvf_net_row_t *rows,
                           unsigned nrows, int bad)
 {
+    const kvf_gpu_opts_t *o = no->o;
     const kvf_net_row_t *worst = NULL;
     double worst_share = 0, share, cworst = 0, cceil = 0;
     unsigned cuda_rows = 0, host_rows = 0;
@@ -481,27 +583,13 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
     kvf_record_config_num(rec, "iters", o->iters);
     kvf_record_config(rec, "verify", o->verify ? "yes" : "no");
     kvf_record_config(rec, "target", "spawned on 127.0.0.1");
+    /* per row from the table; the shares, named by their reference, here */
+    kvf_out_record_figures(&no->t, rec);
     for (i = 0; i < nrows; i++) {
         const kvf_net_row_t *r = &rows[i];
         const char *op = r->op == KVF_OP_WRITE ? "write" : "read";
 
         kvf_cli_fmt_size(r->size, sz, sizeof(sz));
-        snprintf(name, sizeof(name), "%.15s %s pools %s %s (batch latency ms)",
-                 r->transport, r->gpu ? "gpu" : "host", op, sz);
-        kvf_record_figure(rec, name, r->gib_s, "GiB/s", r->lat_ms,
-                          r->lat_p99_ms);
-        snprintf(name, sizeof(name), "%.15s %s pools %s GiB/s over size",
-                 r->transport, r->gpu ? "gpu" : "host", op);
-        kvf_record_point(rec, name, "transfer bytes", "GiB/s", (double)r->size,
-                         r->gib_s);
-        if (r->mismatches != -1) {
-            snprintf(name, sizeof(name),
-                     "%.15s %s pools %s %s blocks failing "
-                     "verify",
-                     r->transport, r->gpu ? "gpu" : "host", op, sz);
-            kvf_record_figure(rec, name, (double)r->mismatches, "blocks", NAN,
-                              NAN);
-        }
         if (r->contig_gib_s > 0) {
             snprintf(name, sizeof(name),
                      "%.15s %s %s share of the contiguous copy (%.1f GiB/s)",
@@ -586,7 +674,8 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
                                  "remove the staging");
     mf = open_memstream(&raw, &rawlen);
     if (mf != NULL) {
-        kvf_net_json_write(mf, o, rows, nrows);
+        kvf_out_json_doc(&no->t, mf, kvf_net_json_head, (void *)no);
+        fputc('\n', mf);
         fclose(mf);
         kvf_record_raw(rec, raw);
     }
@@ -598,13 +687,14 @@ static int kvf_net_record(const kvf_gpu_opts_t *o, const kvf_net_row_t *rows,
 
 /* One transport, one pool kind: all ops and sizes. */
 static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport, int gpu,
-                       kvf_net_row_t *rows, unsigned *nrows)
+                       kvf_net_row_t *rows, unsigned *nrows, kvf_net_out_t *no,
+                       kvf_progress_t *prog)
 {
     char bstr[32], pstr[32], sstr[32];
     uint32_t *lperm = NULL, *rperm = NULL;
     kvf_net_run_t r;
     uint64_t nslots, i;
-    int opi, bad = 0;
+    int opi, bad = 0, rc;
     kvf_prng_t rng;
     unsigned k;
 
@@ -640,6 +730,7 @@ static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport, int gpu,
         if (!(o->ops & (1 << opi))) {
             continue;
         }
+        kvf_progress_clear(prog);
         printf("connector=kvferry role=client device=%s block=%s pool=%s "
                "transport=%s conns=%u op=%s\n",
                gpu ? "gpu" : "cpu", bstr, pstr, kvf_peer_transport(r.peer),
@@ -649,34 +740,25 @@ static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport, int gpu,
         for (k = 0; k < o->nsizes; k++) {
             kvf_net_row_t *row = &rows[*nrows];
 
-            if (*nrows >= KVF_NET_ROWS_MAX ||
-                kvf_net_size(&r, op, o->sizes[k], lperm, rperm, &rng, row) !=
-                    0) {
+            if (*nrows >= KVF_NET_ROWS_MAX) {
                 bad = 1;
                 break;
             }
-            kvf_cli_fmt_size(row->size, sstr, sizeof(sstr));
-            printf("size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
-                   "BW=%7.2f GB/s (%6.2f Gbps)",
-                   sstr, (unsigned long)row->wrs, bstr, row->lat_ms, row->gib_s,
-                   row->gib_s * (1u << 30) * 8 / 1e9);
-            if (row->contig_gib_s > 0) {
-                printf(" | %3.0f%% of contiguous %.1f GB/s",
-                       100.0 * row->gib_s / row->contig_gib_s,
-                       row->contig_gib_s);
-            } else if (gpu && kvf_net_share(rows, *nrows, row) > 0) {
-                printf(" | %3.0f%% of host pools",
-                       100.0 * kvf_net_share(rows, *nrows, row));
-            }
-            if (row->mismatches >= 0) {
-                printf(" | verify %s", row->mismatches ? "FAILED" : "ok");
-                bad |= (row->mismatches != 0);
-            } else if (row->mismatches == -2) {
-                printf(" | verify FAILED");
+            kvf_cli_fmt_size(o->sizes[k], sstr, sizeof(sstr));
+            kvf_progress_step(prog, "%s %s of %s blocks over %s, %s pools",
+                              opi ? "read" : "write", sstr, bstr, transport,
+                              gpu ? "GPU" : "host");
+            rc = kvf_net_size(&r, op, o->sizes[k], lperm, rperm, &rng, row);
+            kvf_progress_clear(prog);
+            if (rc != 0) {
                 bad = 1;
+                break;
             }
-            printf("\n");
-            fflush(stdout);
+            kvf_progress_done(prog, 1);
+            kvf_net_out_row(no, rows, *nrows, row);
+            kvf_out_text_row(&no->t, no->t.nrows - 1, stdout);
+            bad |= (row->mismatches != 0 && row->mismatches != -1);
+            kvf_net_expect(o->expect, rows, *nrows, row);
             (*nrows)++;
         }
         printf("--------------------------------------------------------"
@@ -692,9 +774,14 @@ int kvf_gpu_bench_net(const kvf_gpu_opts_t *opts)
 {
     static kvf_net_row_t rows[KVF_NET_ROWS_MAX];
     char list[128], *tok, *save, desc[320];
+    static const char *const defaults[] = {"link_pct>=90", "host_pct>=80",
+                                           "wrong_blocks==0", NULL};
     kvf_gpu_opts_t copy = *opts, *o = &copy;
-    unsigned nrows = 0;
+    unsigned nrows = 0, nruns = 0, nops = (o->ops == 3) ? 2 : 1;
     int bad = 0, kind;
+    kvf_net_out_t no;
+    kvf_progress_t prog;
+    kvf_busy_t busy;
 
     /* the target's pool on the next GPU when there is one: two processes
      * on one GPU would time-slice it, which is not what a deployment of
@@ -708,29 +795,45 @@ int kvf_gpu_bench_net(const kvf_gpu_opts_t *opts)
     kvf_gpu_describe(o->peer_gpu >= 0 ? o->peer_gpu : o->gpu, desc,
                      sizeof(desc));
     printf("# target %s\n", desc);
+    fflush(stdout);
+    snprintf(list, sizeof(list), "%s", o->transports);
+    for (tok = strtok_r(list, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        nruns += (o->host_baseline && strcmp(tok, "cuda") != 0) ? 2 : 1;
+    }
+    kvf_progress_begin(&prog, "bench blocks --device gpu",
+                       nruns * nops * o->nsizes, nruns * nops * o->nsizes);
+    kvf_net_out_init(&no, o);
     snprintf(list, sizeof(list), "%s", o->transports);
     for (tok = strtok_r(list, ",", &save); tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
         /* cuda reaches GPU pools only: no host-pool run */
         for (kind = (o->host_baseline && strcmp(tok, "cuda") != 0) ? 0 : 1;
              kind < 2; kind++) {
-            if (kvf_net_one(o, tok, kind, rows, &nrows) != 0) {
+            if (kvf_net_one(o, tok, kind, rows, &nrows, &no, &prog) != 0) {
                 bad = 1;
             }
         }
     }
-    printf("Done.\n");
+    busy = kvf_progress_end(&prog);
+    if (kvf_bench_finish(&o->expect, defaults, o->json && !strcmp(o->json, "-"),
+                         &busy) > 0 &&
+        o->strict) {
+        bad = 1;
+    }
     if (o->json != NULL) {
         FILE *f = kvf_json_file_open(o->json);
 
         if (f != NULL) {
-            kvf_net_json_write(f, o, rows, nrows);
+            kvf_out_json_doc(&no.t, f, kvf_net_json_head, &no);
+            fputc('\n', f);
             kvf_json_file_close(f);
         }
     }
     if (o->record != NULL && nrows > 0 &&
-        kvf_net_record(o, rows, nrows, bad) != 0) {
+        kvf_net_record(&no, rows, nrows, bad) != 0) {
         bad = 1;
     }
+    kvf_out_free(&no.t);
     return bad ? KVF_CLI_FAIL : KVF_CLI_OK;
 }

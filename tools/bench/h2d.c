@@ -12,6 +12,7 @@
 #include "tools/bench/gpu.h"
 #include "tools/cli/opts.h"
 #include "tools/bench/env.h"
+#include "tools/bench/out.h"
 #include "tools/record/record.h"
 
 #include <math.h>
@@ -142,50 +143,70 @@ static int kvf_h2d_case(const kvf_h2d_opts_t *o, kvf_gpu_copier_t *cp,
     return 0;
 }
 
-static void kvf_h2d_json_write(FILE *f, const kvf_h2d_opts_t *o,
-                               const kvf_h2d_row_t *rows, unsigned n,
-                               const int nodes[2], int cpu, int cpu_node)
-{
-    kvf_json_t j;
-    unsigned i;
+/* The columns of a row, declared once for the text table, the JSON rows
+ * and the record. */
+static const kvf_out_col_t kvf_h2d_cols[] = {
+    {"memory", "memory", NULL, "%-9s", .kind = KVF_OUT_STR, .width = -9},
+    {"direction", "dir", NULL, "%-4s", .kind = KVF_OUT_STR, .width = -4},
+    {"gib_s", "GiB/s", "GiB/s", "%9.2f", .width = 9},
+    {"gb_s", "GB/s", "GB/s", "%9.2f", .width = 9, .fig = "(copy latency ms)",
+     .p50 = "lat_ms_p50", .p99 = "lat_ms_p99"},
+    {"lat_ms_p50", "p50 ms", "ms", "%9.3f", .width = 9},
+    {"lat_ms_p99", "p99 ms", "ms", "%9.3f", .width = 9},
+    {"node", "node", NULL, "%6lld", .kind = KVF_OUT_INT, .width = 6,
+     .nojson = 1},
+};
 
-    kvf_json_begin(&j, f);
-    kvf_json_obj(&j, NULL);
-    kvf_json_str(&j, "bench", "h2d");
-    kvf_gpu_json_info(&j, "gpu", o->gpu);
-    kvf_json_int(&j, "size_bytes", (long long)o->size);
-    kvf_json_int(&j, "iters", o->iters);
-    kvf_json_int(&j, "warmup", o->warmup);
-    kvf_json_int(&j, "pinned_buffer_numa_node", nodes[0]);
-    kvf_json_int(&j, "pageable_buffer_numa_node", nodes[1]);
-    kvf_json_int(&j, "cpu", cpu);
-    kvf_json_int(&j, "cpu_numa_node", cpu_node);
-    kvf_json_arr(&j, "rows");
-    for (i = 0; i < n; i++) {
-        kvf_json_obj(&j, NULL);
-        kvf_json_str(&j, "memory", rows[i].pinned ? "pinned" : "pageable");
-        kvf_json_str(&j, "direction", rows[i].h2d ? "H2D" : "D2H");
-        kvf_json_num(&j, "gib_s", rows[i].gib_s);
-        kvf_json_num(&j, "gb_s", rows[i].gib_s * (1u << 30) / 1e9);
-        kvf_json_num(&j, "lat_ms_p50", rows[i].p50_ms);
-        kvf_json_num(&j, "lat_ms_p99", rows[i].p99_ms);
-        kvf_json_end_obj(&j);
-    }
-    kvf_json_end_arr(&j);
-    kvf_json_end_obj(&j);
-    fputc('\n', f);
+/* Where the run's buffers and thread were: the JSON members before
+ * "rows". */
+typedef struct kvf_h2d_where {
+    const kvf_h2d_opts_t *o;
+    const int *nodes;
+    int cpu, cpu_node;
+} kvf_h2d_where_t;
+
+static void kvf_h2d_table_row(kvf_out_table_t *t, const kvf_h2d_row_t *r,
+                              int node)
+{
+    char label[32];
+
+    snprintf(label, sizeof(label), "%s %s", r->pinned ? "pinned" : "pageable",
+             r->h2d ? "H2D" : "D2H");
+    kvf_out_row(t, label, NULL);
+    kvf_out_str(t, "memory", r->pinned ? "pinned" : "pageable");
+    kvf_out_str(t, "direction", r->h2d ? "H2D" : "D2H");
+    kvf_out_num(t, "gib_s", r->gib_s);
+    kvf_out_num(t, "gb_s", r->gib_s * (1u << 30) / 1e9);
+    kvf_out_num(t, "lat_ms_p50", r->p50_ms);
+    kvf_out_num(t, "lat_ms_p99", r->p99_ms);
+    kvf_out_num(t, "node", node);
+}
+
+static void kvf_h2d_json_head(kvf_json_t *j, void *ctx)
+{
+    const kvf_h2d_where_t *w = ctx;
+
+    kvf_json_str(j, "bench", "h2d");
+    kvf_gpu_json_info(j, "gpu", w->o->gpu);
+    kvf_json_int(j, "size_bytes", (long long)w->o->size);
+    kvf_json_int(j, "iters", w->o->iters);
+    kvf_json_int(j, "warmup", w->o->warmup);
+    kvf_json_int(j, "pinned_buffer_numa_node", w->nodes[0]);
+    kvf_json_int(j, "pageable_buffer_numa_node", w->nodes[1]);
+    kvf_json_int(j, "cpu", w->cpu);
+    kvf_json_int(j, "cpu_numa_node", w->cpu_node);
 }
 
 static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
-                          unsigned n, const int nodes[2], int cpu, int cpu_node)
+                          unsigned n, const kvf_out_table_t *t,
+                          kvf_h2d_where_t *w)
 {
+    const int *nodes = w->nodes;
     kvf_gpu_info_t in;
     double est, worst = 1e30, pin_min = 1e30, page_max = 0;
-    char name[96], text[512], *raw = NULL;
-    size_t rawlen = 0;
+    char text[512];
     kvf_record_t *rec;
     unsigned i;
-    FILE *mf;
     int bad;
 
     rec = kvf_record_new("bench", "bench h2d",
@@ -204,14 +225,10 @@ static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
     kvf_record_config_num(rec, "warmup", o->warmup);
     kvf_record_config_num(rec, "pinned buffer NUMA node", nodes[0]);
     kvf_record_config_num(rec, "pageable buffer NUMA node", nodes[1]);
-    kvf_record_config_num(rec, "cpu", cpu);
-    kvf_record_config_num(rec, "cpu NUMA node", cpu_node);
+    kvf_record_config_num(rec, "cpu", w->cpu);
+    kvf_record_config_num(rec, "cpu NUMA node", w->cpu_node);
+    kvf_out_record_figures(t, rec);
     for (i = 0; i < n; i++) {
-        snprintf(name, sizeof(name), "%s %s (copy latency ms)",
-                 rows[i].pinned ? "pinned" : "pageable",
-                 rows[i].h2d ? "H2D" : "D2H");
-        kvf_record_figure(rec, name, rows[i].gib_s * (1u << 30) / 1e9, "GB/s",
-                          rows[i].p50_ms, rows[i].p99_ms);
         if (rows[i].pinned) {
             pin_min = fmin(pin_min, rows[i].gib_s * (1u << 30) / 1e9);
         } else {
@@ -249,13 +266,19 @@ static int kvf_h2d_record(const kvf_h2d_opts_t *o, const kvf_h2d_row_t *rows,
     kvf_record_not_verified(rec, "one GPU at a time; several GPUs sharing "
                                  "a PCIe switch or a socket are not "
                                  "measured together");
-    mf = open_memstream(&raw, &rawlen);
-    if (mf != NULL) {
-        kvf_h2d_json_write(mf, o, rows, n, nodes, cpu, cpu_node);
-        fclose(mf);
-        kvf_record_raw(rec, raw);
+    {
+        char *raw = NULL;
+        size_t rawlen = 0;
+        FILE *mf = open_memstream(&raw, &rawlen);
+
+        if (mf != NULL) {
+            kvf_out_json_doc(t, mf, kvf_h2d_json_head, w);
+            fputc('\n', mf);
+            fclose(mf);
+            kvf_record_raw(rec, raw);
+        }
+        free(raw);
     }
-    free(raw);
     bad = kvf_env_record_write(rec, o->record) != 0;
     kvf_record_free(rec);
     return bad ? -1 : 0;
@@ -301,6 +324,8 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
     kvf_status_t st;
     kvf_progress_t prog;
     kvf_busy_t busy;
+    kvf_out_table_t t;
+    kvf_h2d_where_t where;
 
     rc = kvf_h2d_parse(argc, argv, &o);
     if (rc != 0 || kvf_bench_expect(&o.expect) == NULL) {
@@ -340,8 +365,10 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
     printf("bench h2d: %s contiguous, %u warm-up + %u timed copies per "
            "case; thread on CPU %u (NUMA node %u)\n",
            sz, o.warmup, o.iters, cpu, cpu_node);
-    printf("%-9s %-4s %9s %9s %9s %9s %6s\n", "memory", "dir", "GiB/s", "GB/s",
-           "p50 ms", "p99 ms", "node");
+    kvf_out_init(&t, kvf_h2d_cols,
+                 sizeof(kvf_h2d_cols) / sizeof(kvf_h2d_cols[0]));
+    t.aligned = 1;
+    kvf_out_text_header(&t, stdout);
     fflush(stdout);
     kvf_progress_begin(&prog, "bench h2d", 4, 4);
     for (pinned = 1; pinned >= 0 && !bad; pinned--) {
@@ -364,16 +391,17 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
                 bad = 1;
                 break;
             }
-            printf("%-9s %-4s %9.2f %9.2f %9.3f %9.3f %6d\n",
-                   pinned ? "pinned" : "pageable", h2d ? "H2D" : "D2H",
-                   r->gib_s, r->gib_s * (1u << 30) / 1e9, r->p50_ms, r->p99_ms,
-                   nodes[pinned ? 0 : 1]);
-            fflush(stdout);
+            kvf_h2d_table_row(&t, r, nodes[pinned ? 0 : 1]);
+            kvf_out_text_row(&t, t.nrows - 1, stdout);
             n++;
         }
         kvf_gpu_pool_free(&host);
     }
     busy = kvf_progress_end(&prog);
+    where.o = &o;
+    where.nodes = nodes;
+    where.cpu = (int)cpu;
+    where.cpu_node = (int)cpu_node;
     kvf_h2d_expect(&o, rows, n);
     {
         static const char *const defaults[] = {"pinned_pct>=90",
@@ -387,14 +415,16 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
         FILE *f = kvf_json_file_open(o.json);
 
         if (f != NULL) {
-            kvf_h2d_json_write(f, &o, rows, n, nodes, (int)cpu, (int)cpu_node);
+            kvf_out_json_doc(&t, f, kvf_h2d_json_head, &where);
+            fputc('\n', f);
             kvf_json_file_close(f);
         }
     }
     if (o.record != NULL && n == 4 &&
-        kvf_h2d_record(&o, rows, n, nodes, (int)cpu, (int)cpu_node) != 0) {
+        kvf_h2d_record(&o, rows, n, &t, &where) != 0) {
         bad = 1;
     }
+    kvf_out_free(&t);
     kvf_gpu_pool_free(&dev);
     kvf_gpu_copier_destroy(cp);
     return bad ? KVF_CLI_FAIL : KVF_CLI_OK;

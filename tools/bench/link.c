@@ -6,11 +6,71 @@
 #include "tools/bench/bench.h"
 #include "tools/cli/opts.h"
 #include "tools/bench/env.h"
+#include "tools/bench/out.h"
 #include "tools/record/record.h"
 
 #include "tools/cli/rng.h"
 #include <math.h>
 #include <string.h>
+
+/* The run's one row, declared once for the text line and the record. */
+static const kvf_out_col_t kvf_link_cols[] = {
+    {"transport", "transport", NULL, "%s", .kind = KVF_OUT_STR},
+    {"conns", "conns", NULL, "%lld", .kind = KVF_OUT_INT},
+    {"op", "op", NULL, "%s", .kind = KVF_OUT_STR},
+    {"size_bytes", "size", "bytes", "%lld", .kind = KVF_OUT_INT},
+    {"lat_ms_p50", "lat", "ms", "%8.3f"},
+    {"lat_ms_p99", "lat p99", "ms", "%8.3f"},
+    {"gib_s", "BW", "GiB/s", "%7.2f", .fig = "(iteration ms)",
+     .p50 = "lat_ms_p50", .p99 = "lat_ms_p99"},
+    {"gbps", "BW", "Gbps", "%6.2f", .fig = ""},
+    {"lat_ms_min", "min lat", "ms", "%8.3f"},
+};
+
+/* The published line: "link transport=... | lat=... | BW=...". */
+static void kvf_link_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
+                             void *ctx)
+{
+    char sstr[32];
+
+    (void)ctx;
+    kvf_cli_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
+                     sizeof(sstr));
+    fprintf(f,
+            "link transport=%s conns=%u op=%s size=%s | lat=%8.3f ms | "
+            "BW=%7.2f GB/s (%6.2f Gbps) | min lat=%8.3f ms",
+            kvf_out_cell(t, i, "transport")->str,
+            (unsigned)kvf_out_get(t, i, "conns"), kvf_out_cell(t, i, "op")->str,
+            sstr, kvf_out_get(t, i, "lat_ms_p50"), kvf_out_get(t, i, "gib_s"),
+            kvf_out_get(t, i, "gbps"), kvf_out_get(t, i, "lat_ms_min"));
+}
+
+/* Fills the table with the run's row; secs is sorted by the quantiles. */
+static void kvf_link_table(kvf_out_table_t *t, const kvf_bench_session_t *s,
+                           unsigned conns, kvf_op_type_t op, uint64_t size,
+                           double *secs, unsigned iters)
+{
+    const char *ops = op == KVF_OP_WRITE ? "write" : "read";
+    double p50 = kvf_bench_quantile(secs, iters, 0.5);
+    double p99 = kvf_bench_quantile(secs, iters, 0.99);
+    char label[64], sstr[32];
+
+    kvf_out_init(t, kvf_link_cols,
+                 sizeof(kvf_link_cols) / sizeof(kvf_link_cols[0]));
+    t->row_fmt = kvf_link_row_fmt;
+    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
+    snprintf(label, sizeof(label), "link %s %s", ops, sstr);
+    kvf_out_row(t, label, "link");
+    kvf_out_str(t, "transport", kvf_peer_transport(s->peer));
+    kvf_out_num(t, "conns", conns);
+    kvf_out_str(t, "op", ops);
+    kvf_out_num(t, "size_bytes", (double)size);
+    kvf_out_num(t, "lat_ms_p50", p50 * 1e3);
+    kvf_out_num(t, "lat_ms_p99", p99 * 1e3);
+    kvf_out_num(t, "gib_s", (double)size / p50 / (1u << 30));
+    kvf_out_num(t, "gbps", (double)size * 8 / p50 / 1e9);
+    kvf_out_num(t, "lat_ms_min", secs[0] * 1e3);
+}
 
 /* The record (seed 003 §5): the median iteration against the best one
  * of the same run; the hypothesis is that the ceiling is stable (P99
@@ -18,14 +78,15 @@
 static int kvf_link_record(const char *dir, const char *hypothesis,
                            const kvf_bench_session_opts_t *so,
                            const kvf_bench_session_t *s, kvf_op_type_t op,
-                           uint64_t size, double *secs, unsigned iters)
+                           uint64_t size, double *secs, unsigned iters,
+                           const kvf_out_table_t *t)
 {
     double p50 = kvf_bench_quantile(secs, iters, 0.5);
     double p99 = kvf_bench_quantile(secs, iters, 0.99);
     double gib = (double)size / p50 / (1u << 30);
     double best = (double)size / secs[0] / (1u << 30);
     const char *ops = op == KVF_OP_WRITE ? "write" : "read";
-    char name[96], text[256], sstr[32];
+    char text[256], sstr[32];
     kvf_record_t *rec;
     int stable = p99 <= 1.1 * p50, rc;
 
@@ -45,11 +106,7 @@ static int kvf_link_record(const char *dir, const char *hypothesis,
     kvf_record_config_num(rec, "pool_bytes", (double)so->pool);
     kvf_record_config(rec, "target",
                       so->target ? so->target : "spawned on 127.0.0.1");
-    snprintf(name, sizeof(name), "link %s %s (iteration ms)", ops, sstr);
-    kvf_record_figure(rec, name, gib, "GiB/s", p50 * 1e3, p99 * 1e3);
-    snprintf(name, sizeof(name), "link %s %s", ops, sstr);
-    kvf_record_figure(rec, name, (double)size * 8 / p50 / 1e9, "Gbps", NAN,
-                      NAN);
+    kvf_out_record_figures(t, rec);
     snprintf(text, sizeof(text),
              "the fastest of the %u iterations of this "
              "run",
@@ -88,6 +145,7 @@ int kvf_cmd_bench_link(int argc, char **argv)
     kvf_expect_t *expect = NULL;
     kvf_progress_t prog;
     kvf_busy_t busy;
+    kvf_out_table_t t;
     const kvf_opt_t opts[] = {
         {"target", 0, KVF_OPT_STR, &so.target, "HOST:PORT",
          "a running `kvferry target`", "spawn one on 127.0.0.1"},
@@ -168,16 +226,13 @@ int kvf_cmd_bench_link(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     med = kvf_bench_quantile(secs, iters, 0.5);
-    printf("link transport=%s conns=%u op=%s size=%s | lat=%8.3f ms | "
-           "BW=%7.2f GB/s (%6.2f Gbps) | min lat=%8.3f ms\n",
-           kvf_peer_transport(s.peer), so.conns,
-           op == KVF_OP_WRITE ? "write" : "read", sstr, med * 1e3,
-           (double)size / med / (1u << 30), (double)size * 8 / med / 1e9,
-           secs[0] * 1e3);
+    kvf_link_table(&t, &s, so.conns, op, size, secs, iters);
+    kvf_out_text(&t, stdout);
     if (record != NULL) {
-        rc =
-            kvf_link_record(record, hypothesis, &so, &s, op, size, secs, iters);
+        rc = kvf_link_record(record, hypothesis, &so, &s, op, size, secs, iters,
+                             &t);
     }
+    kvf_out_free(&t);
     if (kvf_bench_expect(&expect) != NULL) {
         static const char *const defaults[] = {"p99_over_p50<=1.1", NULL};
 

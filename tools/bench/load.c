@@ -14,6 +14,7 @@
 #include "tools/bench/store.h"
 #include "tools/cli/opts.h"
 #include "tools/bench/env.h"
+#include "tools/bench/out.h"
 #include "tools/record/record.h"
 
 #include <kvferry/config.h>
@@ -233,57 +234,115 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
     return 0;
 }
 
-static void kvf_bl_json(FILE *f, const kvf_bl_row_t *rows, unsigned n)
-{
-    kvf_json_t j;
-    unsigned i;
+/* The columns of a row, declared once for the text table, the JSON rows
+ * and the record; the H2D figures join the record when a GPU took part. */
+static kvf_out_col_t kvf_bl_cols[] = {
+    {"size", NULL, "bytes", "%lld", .kind = KVF_OUT_INT},
+    {"size_text", "size", NULL, "%9s", .kind = KVF_OUT_STR, .width = 9,
+     .nojson = 1},
+    {"gets", "gets", NULL, "%6lld", .kind = KVF_OUT_INT, .width = 6},
+    {"errors", NULL, NULL, "%lld", .kind = KVF_OUT_INT},
+    {"query_p50_us", "query50", "us", "%9.1f", .width = 9, .fig = "query (us)",
+     .p50 = "query_p50_us", .p99 = "query_p99_us"},
+    {"query_p99_us", "query99", "us", "%9.1f", .width = 9},
+    {"read_p50_us", "read50", "us", "%9.1f", .width = 9,
+     .fig = "remote read (us)", .p50 = "read_p50_us", .p99 = "read_p99_us"},
+    {"read_p99_us", "read99", "us", "%9.1f", .width = 9},
+    {"verify_p50_us", "verif50", "us", "%9.1f", .width = 9,
+     .fig = "verify (us)", .p50 = "verify_p50_us", .p99 = "verify_p99_us"},
+    {"verify_p99_us", "verif99", "us", "%9.1f", .width = 9},
+    {"h2d_p50_us", "h2d50", "us", "%9.1f", .width = 9, .p50 = "h2d_p50_us",
+     .p99 = "h2d_p99_us"},
+    {"h2d_p99_us", "h2d99", "us", "%9.1f", .width = 9},
+    {"h2d_share", "h_shr", "share", "%6.2f", .width = 6},
+    {"total_p50_us", "total50", "us", "%9.1f", .width = 9,
+     .fig = "load total (us)", .p50 = "total_p50_us", .p99 = "total_p99_us"},
+    {"total_p99_us", "total99", "us", "%9.1f", .width = 9},
+    {"query_share", "q_shr", "share", "%6.2f", .width = 6,
+     .series = "query share of the load"},
+    {"read_share", "r_shr", "share", "%6.2f", .width = 6,
+     .series = "remote read share of the load"},
+    {"verify_share", NULL, "share", "%.2f"},
+    {"link_estimate_us", "link_us", "us", "%9.1f", .width = 9},
+    {"read_over_link", "r/link", "ratio", "%6.2f", .width = 6, .nojson = 1},
+};
 
-    kvf_json_begin(&j, f);
-    kvf_json_obj(&j, NULL);
-    kvf_json_str(&j, "bench", "load");
-    kvf_json_str(&j, "transports", kvf_config_get("transports"));
+static const char *const kvf_bl_text_keys[] = {
+    "size_text",      "gets",        "query_p50_us",  "query_p99_us",
+    "read_p50_us",    "read_p99_us", "verify_p50_us", "verify_p99_us",
+    "h2d_p50_us",     "h2d_p99_us",  "total_p50_us",  "total_p99_us",
+    "query_share",    "read_share",  "h2d_share",     "link_estimate_us",
+    "read_over_link", NULL};
+
+static void kvf_bl_table_init(kvf_out_table_t *t)
+{
+    unsigned n = sizeof(kvf_bl_cols) / sizeof(kvf_bl_cols[0]), c;
+
+    for (c = 0; c < n; c++) {
+        if (strcmp(kvf_bl_cols[c].key, "h2d_p50_us") == 0) {
+            kvf_bl_cols[c].fig = kvf_bl_gpu >= 0 ? "H2D (us)" : NULL;
+        } else if (strcmp(kvf_bl_cols[c].key, "h2d_share") == 0) {
+            kvf_bl_cols[c].series =
+                kvf_bl_gpu >= 0 ? "H2D share of the load" : NULL;
+        }
+    }
+    kvf_out_init(t, kvf_bl_cols, n);
+    t->aligned = 1;
+    t->text_keys = kvf_bl_text_keys;
+    t->x_key = "size";
+    t->x_label = "object bytes";
+}
+
+static void kvf_bl_table_row(kvf_out_table_t *t, const kvf_bl_row_t *r)
+{
+    char sz[32];
+
+    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    kvf_out_row(t, sz, NULL);
+    kvf_out_num(t, "size", (double)r->size);
+    kvf_out_str(t, "size_text", sz);
+    kvf_out_num(t, "gets", (double)r->gets);
+    kvf_out_num(t, "errors", (double)r->errors);
+    kvf_out_num(t, "query_p50_us", r->q50);
+    kvf_out_num(t, "query_p99_us", r->q99);
+    kvf_out_num(t, "read_p50_us", r->r50);
+    kvf_out_num(t, "read_p99_us", r->r99);
+    kvf_out_num(t, "verify_p50_us", r->v50);
+    kvf_out_num(t, "verify_p99_us", r->v99);
+    kvf_out_num(t, "h2d_p50_us", r->h50);
+    kvf_out_num(t, "h2d_p99_us", r->h99);
+    kvf_out_num(t, "h2d_share", r->h2d_share);
+    kvf_out_num(t, "total_p50_us", r->t50);
+    kvf_out_num(t, "total_p99_us", r->t99);
+    kvf_out_num(t, "query_share", r->query_share);
+    kvf_out_num(t, "read_share", r->read_share);
+    kvf_out_num(t, "verify_share", r->verify_share);
+    kvf_out_num(t, "link_estimate_us", r->link_us);
+    kvf_out_num(t, "read_over_link",
+                r->link_us > 0 ? r->r50 / r->link_us : NAN);
+}
+
+/* The run's configuration: the members before "rows". */
+static void kvf_bl_json_head(kvf_json_t *j, void *ctx)
+{
+    (void)ctx;
+    kvf_json_str(j, "bench", "load");
+    kvf_json_str(j, "transports", kvf_config_get("transports"));
     if (kvf_bl_gpu >= 0) {
-        kvf_json_int(&j, "h2d_gpu", kvf_bl_gpu);
+        kvf_json_int(j, "h2d_gpu", kvf_bl_gpu);
     } else {
-        kvf_json_str(&j, "h2d", "not measured (no GPU in this run)");
+        kvf_json_str(j, "h2d", "not measured (no GPU in this run)");
     }
-    kvf_json_arr(&j, "rows");
-    for (i = 0; i < n; i++) {
-        kvf_json_obj(&j, NULL);
-        kvf_json_int(&j, "size", (long long)rows[i].size);
-        kvf_json_int(&j, "gets", rows[i].gets);
-        kvf_json_int(&j, "errors", rows[i].errors);
-        kvf_json_num(&j, "query_p50_us", rows[i].q50);
-        kvf_json_num(&j, "query_p99_us", rows[i].q99);
-        kvf_json_num(&j, "read_p50_us", rows[i].r50);
-        kvf_json_num(&j, "read_p99_us", rows[i].r99);
-        kvf_json_num(&j, "verify_p50_us", rows[i].v50);
-        kvf_json_num(&j, "verify_p99_us", rows[i].v99);
-        kvf_json_num(&j, "h2d_p50_us", rows[i].h50);
-        kvf_json_num(&j, "h2d_p99_us", rows[i].h99);
-        kvf_json_num(&j, "h2d_share", rows[i].h2d_share);
-        kvf_json_num(&j, "total_p50_us", rows[i].t50);
-        kvf_json_num(&j, "total_p99_us", rows[i].t99);
-        kvf_json_num(&j, "query_share", rows[i].query_share);
-        kvf_json_num(&j, "read_share", rows[i].read_share);
-        kvf_json_num(&j, "verify_share", rows[i].verify_share);
-        kvf_json_num(&j, "link_estimate_us", rows[i].link_us);
-        kvf_json_end_obj(&j);
-    }
-    kvf_json_end_arr(&j);
-    kvf_json_end_obj(&j);
-    fputc('\n', f);
 }
 
 static int kvf_bl_record(const char *dir, const char *hyp,
-                         const kvf_bl_row_t *rows, unsigned n)
+                         const kvf_bl_row_t *rows, unsigned n,
+                         const kvf_out_table_t *t)
 {
-    char name[128], text[512], sz[32], *raw = NULL;
+    char text[512], sz[32];
     double worst = 0;
-    size_t rawlen = 0;
     kvf_record_t *rec;
     unsigned i;
-    FILE *mf;
     int rc;
 
     rec = kvf_record_new("bench", "bench load",
@@ -306,30 +365,6 @@ static int kvf_bl_record(const char *dir, const char *hyp,
         kvf_record_config(rec, "h2d", "not measured: no GPU in this run");
     }
     for (i = 0; i < n; i++) {
-        kvf_cli_fmt_size(rows[i].size, sz, sizeof(sz));
-        snprintf(name, sizeof(name), "%s query (us)", sz);
-        kvf_record_figure(rec, name, rows[i].q50, "us", rows[i].q50,
-                          rows[i].q99);
-        snprintf(name, sizeof(name), "%s remote read (us)", sz);
-        kvf_record_figure(rec, name, rows[i].r50, "us", rows[i].r50,
-                          rows[i].r99);
-        snprintf(name, sizeof(name), "%s verify (us)", sz);
-        kvf_record_figure(rec, name, rows[i].v50, "us", rows[i].v50,
-                          rows[i].v99);
-        if (kvf_bl_gpu >= 0) {
-            snprintf(name, sizeof(name), "%s H2D (us)", sz);
-            kvf_record_figure(rec, name, rows[i].h50, "us", rows[i].h50,
-                              rows[i].h99);
-            kvf_record_point(rec, "H2D share of the load", "object bytes",
-                             "share", (double)rows[i].size, rows[i].h2d_share);
-        }
-        snprintf(name, sizeof(name), "%s load total (us)", sz);
-        kvf_record_figure(rec, name, rows[i].t50, "us", rows[i].t50,
-                          rows[i].t99);
-        kvf_record_point(rec, "remote read share of the load", "object bytes",
-                         "share", (double)rows[i].size, rows[i].read_share);
-        kvf_record_point(rec, "query share of the load", "object bytes",
-                         "share", (double)rows[i].size, rows[i].query_share);
         if (rows[i].link_us > 0 && rows[i].r50 / rows[i].link_us > worst &&
             rows[i].size >= (1u << 20)) {
             worst = rows[i].r50 / rows[i].link_us;
@@ -355,13 +390,7 @@ static int kvf_bl_record(const char *dir, const char *hyp,
     if (kvf_bl_gpu < 0) {
         kvf_record_not_verified(rec, "H2D: no GPU in this run");
     }
-    mf = open_memstream(&raw, &rawlen);
-    if (mf != NULL) {
-        kvf_bl_json(mf, rows, n);
-        fclose(mf);
-        kvf_record_raw(rec, raw);
-    }
-    free(raw);
+    kvf_out_record(t, rec, kvf_bl_json_head, NULL);
     rc = kvf_env_record_write(rec, dir);
     kvf_record_free(rec);
     return rc;
@@ -384,6 +413,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
     int json = 0, rc, gpu = 0, strict = 0;
     kvf_expect_t *expect = NULL;
     kvf_progress_t prog;
+    kvf_out_table_t t;
     kvf_busy_t busy;
     kvf_opt_sizes_t size_list = {sizes, &nsizes, 16};
     const kvf_opt_t opts[] = {
@@ -441,6 +471,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
     sp.field_mask = KVF_STORE_PARAM_MASTER;
     sp.master = master;
     kvf_bl_gpu = (gpu >= 0 && gpu < kvf_gpu_count()) ? gpu : -1;
+    kvf_bl_table_init(&t);
     s = kvf_store_connect(&sp, &st);
     if (s != KVF_OK) {
         fprintf(stderr, "kvferry bench load: %s\n", kvf_status_str(s));
@@ -471,11 +502,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
         printf("# raw link: %.2f GB/s (kvf_peer_link_test, %lu B reads, "
                "best of 5)\n",
                link_bw / 1e3, (unsigned long)link_len);
-        printf("%9s %6s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %6s %6s "
-               "%6s %9s %6s\n",
-               "size", "gets", "query50", "query99", "read50", "read99",
-               "verif50", "verif99", "h2d50", "h2d99", "total50", "total99",
-               "q_shr", "r_shr", "h_shr", "link_us", "r/link");
+        kvf_out_text_header(&t, stdout);
     }
     for (i = 0; i < nsizes; i++) {
         if (sizes[i] * count > (uint64_t)nodes * pool / 2) {
@@ -493,17 +520,9 @@ int kvf_cmd_bench_load(int argc, char **argv)
         kvf_progress_done(&prog, 1);
         kvf_progress_clear(&prog);
         rows[nrows].link_us = link_bw > 0 ? (double)sizes[i] / link_bw : 0;
+        kvf_bl_table_row(&t, &rows[nrows]);
         if (!json) {
-            kvf_bl_row_t *r = &rows[nrows];
-
-            kvf_cli_fmt_size(r->size, sz, sizeof(sz));
-            printf("%9s %6ld %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f "
-                   "%9.1f %9.1f %6.2f %6.2f %6.2f %9.1f %6.2f\n",
-                   sz, r->gets, r->q50, r->q99, r->r50, r->r99, r->v50, r->v99,
-                   r->h50, r->h99, r->t50, r->t99, r->query_share,
-                   r->read_share, r->h2d_share, r->link_us,
-                   r->link_us > 0 ? r->r50 / r->link_us : NAN);
-            fflush(stdout);
+            kvf_out_text_row(&t, t.nrows - 1, stdout);
         }
         if (rows[nrows].errors > 0) {
             rc = KVF_CLI_FAIL;
@@ -520,11 +539,12 @@ int kvf_cmd_bench_load(int argc, char **argv)
     kvf_store_disconnect(st);
     kvf_bs_cluster_stop(&cl);
     if (json) {
-        kvf_bl_json(stdout, rows, nrows);
+        kvf_out_json_doc(&t, stdout, kvf_bl_json_head, NULL);
     }
-    if (record != NULL && kvf_bl_record(record, hyp, rows, nrows) != 0) {
+    if (record != NULL && kvf_bl_record(record, hyp, rows, nrows, &t) != 0) {
         rc = KVF_CLI_FAIL;
     }
+    kvf_out_free(&t);
     {
         static const char *const defaults[] = {"read_over_link<=2", "errors==0",
                                                NULL};

@@ -21,6 +21,7 @@
 #include "tools/bench/store.h"
 #include "tools/cli/opts.h"
 #include "tools/bench/env.h"
+#include "tools/bench/out.h"
 #include "tools/record/record.h"
 
 #include <kvferry/config.h>
@@ -372,17 +373,102 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
     }
 }
 
+/* The columns of a row, declared once for the text table, the JSON rows
+ * and the record. */
+static const kvf_out_col_t kvf_bs_cols[] = {
+    {"system", "system", NULL, "%-9s", .kind = KVF_OUT_STR, .width = -9},
+    {"op", "op", NULL, "%-9s", .kind = KVF_OUT_STR, .width = -9},
+    {"size", NULL, "bytes", "%lld", .kind = KVF_OUT_INT},
+    {"size_text", "size", NULL, "%9s", .kind = KVF_OUT_STR, .width = 9,
+     .nojson = 1},
+    {"clients", "clients", NULL, "%7lld", .kind = KVF_OUT_INT, .width = 7},
+    {"repetition", NULL, NULL, "%lld", .kind = KVF_OUT_INT},
+    {"ops", "ops", NULL, "%9lld", .kind = KVF_OUT_INT, .width = 9},
+    {"errors", "errors", NULL, "%6lld", .kind = KVF_OUT_INT, .width = 6},
+    {"seconds", NULL, "s", "%.3f"},
+    {"ops_per_s", "ops/s", "ops/s", "%11.0f", .width = 11,
+     .fig = "(latency us)", .p50 = "p50_us", .p99 = "p99_us"},
+    {"gb_per_s", "GB/s", "GB/s", "%8.3f", .width = 8, .series = ""},
+    {"p50_us", "p50_us", "us", "%10.1f", .width = 10},
+    {"p99_us", "p99_us", "us", "%10.1f", .width = 10},
+    {"p999_us", "p999_us", "us", "%10.1f", .width = 10},
+    {"cpu_us_per_op", "cpu_us/op", "us", "%9.1f", .width = 9},
+    /* the CPU figure of the record, where the run measured it */
+    {"cpu_fig", NULL, "us", NULL, .nojson = 1,
+     .fig = ": CPU per operation, every process of the system"},
+};
+
+static const char *const kvf_bs_text_keys[] = {
+    "system",   "op",     "size_text", "clients", "ops",    "ops_per_s",
+    "gb_per_s", "p50_us", "p99_us",    "p999_us", "errors", "cpu_us_per_op",
+    NULL};
+
+static void kvf_bs_table_init(kvf_out_table_t *t)
+{
+    kvf_out_init(t, kvf_bs_cols, sizeof(kvf_bs_cols) / sizeof(kvf_bs_cols[0]));
+    t->aligned = 1;
+    t->text_keys = kvf_bs_text_keys;
+    t->x_key = "size";
+    t->x_label = "object bytes";
+}
+
+static void kvf_bs_table_row(kvf_out_table_t *t, const kvf_bs_row_t *r)
+{
+    char sz[32], label[160], group[96];
+
+    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    snprintf(label, sizeof(label), "%s %s %s x %u clients, run %u", r->system,
+             r->op, sz, r->clients, r->rep + 1);
+    snprintf(group, sizeof(group), "%s %s, %u clients", r->system, r->op,
+             r->clients);
+    kvf_out_row(t, label, group);
+    kvf_out_str(t, "system", r->system);
+    kvf_out_str(t, "op", r->op);
+    kvf_out_num(t, "size", (double)r->size);
+    kvf_out_str(t, "size_text", sz);
+    kvf_out_num(t, "clients", r->clients);
+    kvf_out_num(t, "repetition", r->rep);
+    kvf_out_num(t, "ops", (double)r->ops);
+    kvf_out_num(t, "errors", (double)r->errors);
+    kvf_out_num(t, "seconds", r->seconds);
+    kvf_out_num(t, "ops_per_s", r->ops_s);
+    kvf_out_num(t, "gb_per_s", r->gb_s);
+    kvf_out_num(t, "p50_us", r->p50_us);
+    kvf_out_num(t, "p99_us", r->p99_us);
+    kvf_out_num(t, "p999_us", r->p999_us);
+    kvf_out_num(t, "cpu_us_per_op", r->cpu_us_op);
+    if (r->cpu_us_op > 0) {
+        kvf_out_num(t, "cpu_fig", r->cpu_us_op);
+    }
+}
+
+static void kvf_bs_table(kvf_out_table_t *t, const kvf_bs_row_t *rows,
+                         unsigned n)
+{
+    unsigned i;
+
+    kvf_bs_table_init(t);
+    for (i = 0; i < n; i++) {
+        kvf_bs_table_row(t, &rows[i]);
+    }
+}
+
+static void kvf_bs_print_header(void)
+{
+    kvf_out_table_t t;
+
+    kvf_bs_table_init(&t);
+    kvf_out_text_header(&t, stdout);
+}
+
 static void kvf_bs_print_row(const kvf_bs_row_t *r)
 {
-    char sz[32];
+    kvf_out_table_t t;
 
     kvf_progress_clear(NULL);
-    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
-    printf("%-9s %-9s %9s %7u %9ld %11.0f %8.3f %10.1f %10.1f %10.1f %6ld "
-           "%9.1f\n",
-           r->system, r->op, sz, r->clients, r->ops, r->ops_s, r->gb_s,
-           r->p50_us, r->p99_us, r->p999_us, r->errors, r->cpu_us_op);
-    fflush(stdout);
+    kvf_bs_table(&t, r, 1);
+    kvf_out_text_row(&t, 0, stdout);
+    kvf_out_free(&t);
 }
 
 /* Which transport the engine picks to reach a node: a small probe object
@@ -530,45 +616,31 @@ static int kvf_bs_parse_clients(const kvf_opt_t *opt, const char *text)
     return n > 0 ? 0 : -1;
 }
 
+/* The run's configuration: the members before "rows". */
+static void kvf_bs_json_head(kvf_json_t *j, void *ctx)
+{
+    const kvf_bs_opts_t *o = ctx;
+
+    kvf_json_str(j, "bench", "store");
+    kvf_json_str(j, "transports", kvf_config_get("transports"));
+    kvf_json_str(j, "transport_to_nodes", o->used);
+    kvf_json_int(j, "nodes", o->nodes);
+    kvf_json_int(j, "pool_bytes", (long long)o->pool);
+    kvf_json_str(j, "cluster", o->cluster);
+    kvf_bench_busy_json(j, &o->busy);
+    kvf_json_int(j, "duration_ms", (long long)o->duration_ms);
+    kvf_json_num(j, "hit_ratio", o->hit_ratio);
+    kvf_json_int(j, "repeat", o->repeat);
+}
+
 void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
                       unsigned n)
 {
-    kvf_json_t j;
-    unsigned i;
+    kvf_out_table_t t;
 
-    kvf_json_begin(&j, f);
-    kvf_json_obj(&j, NULL);
-    kvf_json_str(&j, "bench", "store");
-    kvf_json_str(&j, "transports", kvf_config_get("transports"));
-    kvf_json_str(&j, "transport_to_nodes", o->used);
-    kvf_json_int(&j, "nodes", o->nodes);
-    kvf_json_int(&j, "pool_bytes", (long long)o->pool);
-    kvf_json_str(&j, "cluster", o->cluster);
-    kvf_bench_busy_json(&j, &o->busy);
-    kvf_json_int(&j, "duration_ms", (long long)o->duration_ms);
-    kvf_json_num(&j, "hit_ratio", o->hit_ratio);
-    kvf_json_int(&j, "repeat", o->repeat);
-    kvf_json_arr(&j, "rows");
-    for (i = 0; i < n; i++) {
-        kvf_json_obj(&j, NULL);
-        kvf_json_str(&j, "system", rows[i].system);
-        kvf_json_str(&j, "op", rows[i].op);
-        kvf_json_int(&j, "size", (long long)rows[i].size);
-        kvf_json_int(&j, "clients", rows[i].clients);
-        kvf_json_int(&j, "repetition", rows[i].rep);
-        kvf_json_int(&j, "ops", rows[i].ops);
-        kvf_json_int(&j, "errors", rows[i].errors);
-        kvf_json_num(&j, "seconds", rows[i].seconds);
-        kvf_json_num(&j, "ops_per_s", rows[i].ops_s);
-        kvf_json_num(&j, "gb_per_s", rows[i].gb_s);
-        kvf_json_num(&j, "p50_us", rows[i].p50_us);
-        kvf_json_num(&j, "p99_us", rows[i].p99_us);
-        kvf_json_num(&j, "p999_us", rows[i].p999_us);
-        kvf_json_num(&j, "cpu_us_per_op", rows[i].cpu_us_op);
-        kvf_json_end_obj(&j);
-    }
-    kvf_json_end_arr(&j);
-    kvf_json_end_obj(&j);
+    kvf_bs_table(&t, rows, n);
+    kvf_out_json_doc(&t, f, kvf_bs_json_head, (void *)o);
+    kvf_out_free(&t);
     fputc('\n', f);
 }
 
@@ -777,9 +849,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
                "%s (to the nodes: %s), %lu ms per phase\n",
                o.master, o.cluster, kvf_config_get("transports"), o.used,
                (unsigned long)o.duration_ms);
-        printf("%-9s %-9s %9s %7s %9s %11s %8s %10s %10s %10s %6s %9s\n",
-               "system", "op", "size", "clients", "ops", "ops/s", "GB/s",
-               "p50_us", "p99_us", "p999_us", "errors", "cpu_us/op");
+        kvf_bs_print_header();
     }
     for (i = 0; i < o.nsizes; i++) {
         for (k = 0; k < o.nclients; k++) {
@@ -1035,6 +1105,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
     const kvf_bs_row_t *k, *r, *ks[20], *rs[20];
     unsigned i, j, n, pairs = 0, nthr, done[KVF_BS_ROWS_MAX] = {0};
     kvf_bs_thr_t thr[8];
+    kvf_out_table_t t;
     kvf_record_t *rec;
     size_t rawlen = 0;
     int pass = 1, rc, errs;
@@ -1140,26 +1211,8 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                       "SET then GET of the same keys for a phase each, "
                       "every call timed to the last byte of its reply "
                       "(redis-benchmark times to the first read event)");
-    for (i = 0; i < nrows; i++) {
-        r = &rows[i];
-        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
-        snprintf(name, sizeof(name),
-                 "%s %s %s x %u clients, run %u "
-                 "(latency us)",
-                 r->system, r->op, sz, r->clients, r->rep + 1);
-        kvf_record_figure(rec, name, r->ops_s, "ops/s", r->p50_us, r->p99_us);
-        if (r->cpu_us_op > 0) {
-            snprintf(name, sizeof(name),
-                     "%s %s %s x %u clients, run %u: CPU per operation, "
-                     "every process of the system",
-                     r->system, r->op, sz, r->clients, r->rep + 1);
-            kvf_record_figure(rec, name, r->cpu_us_op, "us", NAN, NAN);
-        }
-        snprintf(name, sizeof(name), "%s %s, %u clients", r->system, r->op,
-                 r->clients);
-        kvf_record_point(rec, name, "object bytes", "GB/s", (double)r->size,
-                         r->gb_s);
-    }
+    kvf_bs_table(&t, rows, nrows);
+    kvf_out_record_figures(&t, rec);
     for (i = 0; i < nthr; i++) {
         char fig[192];
 
@@ -1194,11 +1247,13 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                                  "max latency stands in that column");
     mf = open_memstream(&raw, &rawlen);
     if (mf != NULL) {
-        kvf_bs_json_rows(mf, o, rows, nrows);
+        kvf_out_json_doc(&t, mf, kvf_bs_json_head, (void *)o);
+        fputc('\n', mf);
         fclose(mf);
         kvf_record_raw(rec, raw);
     }
     free(raw);
+    kvf_out_free(&t);
     rc = kvf_env_record_write(rec, o->record);
     kvf_record_free(rec);
     return rc;

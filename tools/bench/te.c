@@ -24,6 +24,7 @@
 #include "tools/bench/te.h"
 #include "tools/cli/opts.h"
 #include "tools/bench/env.h"
+#include "tools/bench/out.h"
 #include "tools/record/record.h"
 
 #include "tools/cli/clock.h"
@@ -316,56 +317,98 @@ static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
     return rc;
 }
 
-void kvf_te_json(FILE *f, const kvf_te_opts_t *o, const char *transport,
-                 const kvf_te_row_t *rows, unsigned nrows,
-                 const kvf_te_verdict_t *v)
+/* The columns of a row, declared once for the text table, the JSON rows
+ * and the record. */
+static const kvf_out_col_t kvf_te_cols[] = {
+    {"block_bytes", NULL, "bytes", "%lld", .kind = KVF_OUT_INT},
+    {"block", "block", NULL, "%9s", .kind = KVF_OUT_STR, .width = 9,
+     .nojson = 1},
+    {"batch", "batch", NULL, "%6lld", .kind = KVF_OUT_INT, .width = 6},
+    {"threads", "threads", NULL, "%7lld", .kind = KVF_OUT_INT, .width = 7},
+    {"batches", NULL, NULL, "%lld", .kind = KVF_OUT_INT},
+    {"bytes", NULL, "bytes", "%lld", .kind = KVF_OUT_INT},
+    {"seconds", NULL, "s", "%.3f"},
+    {"gb_s", "GB/s", "GB/s", "%9.3f", .width = 9,
+     .fig = "blocks (batch latency ms)", .p50 = "lat_ms_p50",
+     .p99 = "lat_ms_p99", .series = "GB/s over block size"},
+    {"gbps", "Gbps", "Gbps", "%9.2f", .width = 9},
+    {"ops_s", "ops/s", "block operations/s", "%11.0f", .width = 11,
+     .series = "ops/s over block size"},
+    {"lat_ms_p50", "lat P50 ms", "ms", "%12.3f", .width = 12},
+    {"lat_ms_p99", "lat P99 ms", "ms", "%12.3f", .width = 12},
+    {"ratio_to_largest", NULL, "ratio", "%.3f"},
+};
+
+typedef struct kvf_te_ctx {
+    const kvf_te_opts_t *o;
+    const char *transport;
+    const kvf_te_verdict_t *v;
+} kvf_te_ctx_t;
+
+static void kvf_te_table_init(kvf_out_table_t *t)
 {
-    kvf_json_t j;
-    unsigned i;
+    kvf_out_init(t, kvf_te_cols, sizeof(kvf_te_cols) / sizeof(kvf_te_cols[0]));
+    t->aligned = 1;
+    t->x_key = "block_bytes";
+    t->x_label = "block bytes";
+}
 
-    kvf_json_begin(&j, f);
-    kvf_json_obj(&j, NULL);
-    kvf_json_str(&j, "bench", "te");
-    kvf_json_str(&j, "transport", transport);
-    kvf_json_str(&j, "op", o->op == KVF_OP_WRITE ? "write" : "read");
-    kvf_json_int(&j, "batch", o->batch);
-    kvf_json_int(&j, "threads", o->threads);
-    kvf_json_int(&j, "duration_ms", (long long)o->duration_ms);
-    kvf_json_int(&j, "min_batches", o->min_batches);
-    kvf_json_int(&j, "rounds", o->rounds);
-    kvf_bench_busy_json(&j, &o->busy);
-    kvf_json_bool(&j, "inline", !o->no_inline);
-    kvf_json_int(&j, "conns", o->s.conns);
-    kvf_json_int(&j, "pool_bytes", (long long)o->s.pool);
-    kvf_json_arr(&j, "rows");
-    for (i = 0; i < nrows; i++) {
-        const kvf_te_row_t *r = &rows[i];
+/* Adds a measured row (ratio_to_largest follows once all are known). */
+static void kvf_te_table_row(kvf_out_table_t *t, const kvf_te_opts_t *o,
+                             const kvf_te_row_t *r)
+{
+    const char *op = o->op == KVF_OP_WRITE ? "write" : "read";
+    char bstr[32], label[64];
 
-        kvf_json_obj(&j, NULL);
-        kvf_json_int(&j, "block_bytes", (long long)r->block);
-        kvf_json_int(&j, "batch", o->batch);
-        kvf_json_int(&j, "threads", o->threads);
-        kvf_json_int(&j, "batches", (long long)r->batches);
-        kvf_json_int(&j, "bytes", (long long)r->bytes);
-        kvf_json_num(&j, "seconds", r->seconds);
-        kvf_json_num(&j, "gb_s", r->gb_s);
-        kvf_json_num(&j, "gbps", r->gbps);
-        kvf_json_num(&j, "ops_s", r->ops_s);
-        kvf_json_num(&j, "lat_ms_p50", r->lat_p50_ms);
-        kvf_json_num(&j, "lat_ms_p99", r->lat_p99_ms);
-        kvf_json_num(&j, "ratio_to_largest",
-                     v->ref_gb_s > 0 ? r->gb_s / v->ref_gb_s : 0);
-        kvf_json_end_obj(&j);
-    }
-    kvf_json_end_arr(&j);
-    kvf_json_obj(&j, "target");
-    kvf_json_int(&j, "check_block_bytes", (long long)v->check_block);
-    kvf_json_int(&j, "ref_block_bytes", (long long)v->ref_block);
-    kvf_json_num(&j, "ratio", v->ratio);
-    kvf_json_num(&j, "required", KVF_TE_TARGET);
-    kvf_json_str(&j, "verdict", v->conclusion);
-    kvf_json_end_obj(&j);
-    kvf_json_end_obj(&j);
+    kvf_cli_fmt_size(r->block, bstr, sizeof(bstr));
+    snprintf(label, sizeof(label), "%s %s", op, bstr);
+    kvf_out_row(t, label, op);
+    kvf_out_num(t, "block_bytes", (double)r->block);
+    kvf_out_str(t, "block", bstr);
+    kvf_out_num(t, "batch", o->batch);
+    kvf_out_num(t, "threads", o->threads);
+    kvf_out_num(t, "batches", (double)r->batches);
+    kvf_out_num(t, "bytes", (double)r->bytes);
+    kvf_out_num(t, "seconds", r->seconds);
+    kvf_out_num(t, "gb_s", r->gb_s);
+    kvf_out_num(t, "gbps", r->gbps);
+    kvf_out_num(t, "ops_s", r->ops_s);
+    kvf_out_num(t, "lat_ms_p50", r->lat_p50_ms);
+    kvf_out_num(t, "lat_ms_p99", r->lat_p99_ms);
+}
+
+/* The run's configuration: the members before "rows". */
+static void kvf_te_json_head(kvf_json_t *j, void *ctx)
+{
+    const kvf_te_ctx_t *c = ctx;
+    const kvf_te_opts_t *o = c->o;
+
+    kvf_json_str(j, "bench", "te");
+    kvf_json_str(j, "transport", c->transport);
+    kvf_json_str(j, "op", o->op == KVF_OP_WRITE ? "write" : "read");
+    kvf_json_int(j, "batch", o->batch);
+    kvf_json_int(j, "threads", o->threads);
+    kvf_json_int(j, "duration_ms", (long long)o->duration_ms);
+    kvf_json_int(j, "min_batches", o->min_batches);
+    kvf_json_int(j, "rounds", o->rounds);
+    kvf_bench_busy_json(j, &o->busy);
+    kvf_json_bool(j, "inline", !o->no_inline);
+    kvf_json_int(j, "conns", o->s.conns);
+    kvf_json_int(j, "pool_bytes", (long long)o->s.pool);
+}
+
+/* The claim's check: the member after "rows". */
+static void kvf_te_json_tail(kvf_json_t *j, void *ctx)
+{
+    const kvf_te_verdict_t *v = ((const kvf_te_ctx_t *)ctx)->v;
+
+    kvf_json_obj(j, "target");
+    kvf_json_int(j, "check_block_bytes", (long long)v->check_block);
+    kvf_json_int(j, "ref_block_bytes", (long long)v->ref_block);
+    kvf_json_num(j, "ratio", v->ratio);
+    kvf_json_num(j, "required", KVF_TE_TARGET);
+    kvf_json_str(j, "verdict", v->conclusion);
+    kvf_json_end_obj(j);
 }
 
 /* The claim's check: the row of 64 KiB (or the smallest block >= 64 KiB)
@@ -427,6 +470,8 @@ int kvf_cmd_bench_te(int argc, char **argv)
     unsigned k, nrows = 0;
     int rc, bad = 0;
     kvf_progress_t prog;
+    kvf_out_table_t t;
+    kvf_te_ctx_t ctx;
 
     rc = kvf_te_parse(argc, argv, &o);
     if (rc != 0) {
@@ -450,8 +495,8 @@ int kvf_cmd_bench_te(int argc, char **argv)
            "conns=%u pool=%s\n",
            transport, o.op == KVF_OP_WRITE ? "write" : "read", o.batch,
            o.threads, (unsigned long)o.duration_ms, o.s.conns, pstr);
-    printf("%9s %6s %7s %9s %9s %11s %12s %12s\n", "block", "batch", "threads",
-           "GB/s", "Gbps", "ops/s", "lat P50 ms", "lat P99 ms");
+    kvf_te_table_init(&t);
+    kvf_out_text_header(&t, stdout);
     for (round = 0; round < o.rounds && !bad; round++) {
         for (k = 0; k < o.nblocks; k++) {
             kvf_cli_fmt_size(o.blocks[k], bstr, sizeof(bstr));
@@ -477,16 +522,18 @@ int kvf_cmd_bench_te(int argc, char **argv)
         qsort(runs[k], o.rounds, sizeof(kvf_te_row_t), kvf_te_cmp_gb_s);
         *r = runs[k][o.rounds / 2];
         kvf_cli_fmt_size(r->block, bstr, sizeof(bstr));
-        printf("%9s %6u %7u %9.3f %9.2f %11.0f %12.3f %12.3f\n", bstr, o.batch,
-               o.threads, r->gb_s, r->gbps, r->ops_s, r->lat_p50_ms,
-               r->lat_p99_ms);
-        fflush(stdout);
+        kvf_te_table_row(&t, &o, r);
+        kvf_out_text_row(&t, t.nrows - 1, stdout);
         kvf_expect_figure(o.expect, "gb_s", r->gb_s, bstr);
         snprintf(name, sizeof(name), "%s.gb_s", transport);
         kvf_expect_figure(o.expect, name, r->gb_s, bstr);
         nrows++;
     }
     kvf_te_judge(rows, nrows, &v);
+    for (k = 0; k < nrows; k++) {
+        kvf_out_set(&t, k, "ratio_to_largest",
+                    v.ref_gb_s > 0 ? rows[k].gb_s / v.ref_gb_s : 0);
+    }
     if (v.ratio >= 0 && v.check_block > 0) {
         char cstr[32];
 
@@ -502,20 +549,25 @@ int kvf_cmd_bench_te(int argc, char **argv)
                                 o.json && !strcmp(o.json, "-"), &o.busy) > 0 &&
                o.strict;
     }
+    ctx.o = &o;
+    ctx.transport = transport;
+    ctx.v = &v;
+    t.json_tail = kvf_te_json_tail;
     if (o.json != NULL) {
         FILE *f = kvf_json_file_open(o.json);
 
         if (f == NULL) {
             bad = 1;
         } else {
-            kvf_te_json(f, &o, transport, rows, nrows, &v);
+            kvf_out_json_doc(&t, f, kvf_te_json_head, &ctx);
             kvf_json_file_close(f);
         }
     }
     if (o.record != NULL && nrows > 0 &&
-        kvf_te_record(&o, transport, rows, nrows, &v) != 0) {
+        kvf_te_record(&o, transport, &t, &v) != 0) {
         bad = 1;
     }
+    kvf_out_free(&t);
     kvf_bench_session_close(&s);
     return bad ? KVF_CLI_FAIL : KVF_CLI_OK;
 }
@@ -529,15 +581,12 @@ int kvf_cmd_bench_te(int argc, char **argv)
  */
 
 int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
-                  const kvf_te_row_t *rows, unsigned nrows,
-                  const kvf_te_verdict_t *v)
+                  const kvf_out_table_t *t, const kvf_te_verdict_t *v)
 {
-    char name[96], text[512], bstr[32], cstr[32], *raw = NULL;
+    char name[96], text[512], bstr[32], cstr[32];
     const char *op = o->op == KVF_OP_WRITE ? "write" : "read";
-    size_t rawlen = 0;
+    kvf_te_ctx_t ctx = {o, transport, v};
     kvf_record_t *rec;
-    FILE *mf;
-    unsigned i;
     int rc;
 
     snprintf(name, sizeof(name), "bench te (%s, %s)", transport, op);
@@ -572,19 +621,6 @@ int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
                       "blocks of its pool slice (wrapping) and waits for "
                       "each; GB/s = 10^9 bytes/s over the wall time of all "
                       "threads");
-    for (i = 0; i < nrows; i++) {
-        kvf_cli_fmt_size(rows[i].block, bstr, sizeof(bstr));
-        snprintf(name, sizeof(name), "%s %s blocks (batch latency ms)", op,
-                 bstr);
-        kvf_record_figure(rec, name, rows[i].gb_s, "GB/s", rows[i].lat_p50_ms,
-                          rows[i].lat_p99_ms);
-        snprintf(name, sizeof(name), "%s GB/s over block size", op);
-        kvf_record_point(rec, name, "block bytes", "GB/s",
-                         (double)rows[i].block, rows[i].gb_s);
-        snprintf(name, sizeof(name), "%s ops/s over block size", op);
-        kvf_record_point(rec, name, "block bytes", "block operations/s",
-                         (double)rows[i].block, rows[i].ops_s);
-    }
     kvf_cli_fmt_size(v->ref_block, bstr, sizeof(bstr));
     snprintf(text, sizeof(text),
              "throughput at %s blocks, measured in the same run "
@@ -621,13 +657,7 @@ int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
                                  "peer adds the NIC and the network");
     kvf_record_not_verified(rec, "other transports: run again with "
                                  "--transport NAME");
-    mf = open_memstream(&raw, &rawlen);
-    if (mf != NULL) {
-        kvf_te_json(mf, o, transport, rows, nrows, v);
-        fclose(mf);
-        kvf_record_raw(rec, raw);
-    }
-    free(raw);
+    kvf_out_record(t, rec, kvf_te_json_head, &ctx);
     rc = kvf_env_record_write(rec, o->record);
     kvf_record_free(rec);
     return rc;

@@ -7,6 +7,7 @@
 #define KVF_TOOLS_BENCH_TE_H
 
 #include "tools/bench/bench.h"
+#include "tools/bench/out.h"
 
 #define KVF_TE_BLOCKS_MAX  32
 #define KVF_TE_THREADS_MAX 64
@@ -54,12 +55,9 @@ typedef struct kvf_te_verdict {
 
 void kvf_te_judge(const kvf_te_row_t *rows, unsigned nrows,
                   kvf_te_verdict_t *v);
-void kvf_te_json(FILE *f, const kvf_te_opts_t *o, const char *transport,
-                 const kvf_te_row_t *rows, unsigned nrows,
-                 const kvf_te_verdict_t *v);
-/* Writes the record of a run into o->record; 0 on success. */
+/* Writes the record of a run (the rows of table t) into o->record; 0 on
+ * success. */
 int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
-                  const kvf_te_row_t *rows, unsigned nrows,
-                  const kvf_te_verdict_t *v);
+                  const kvf_out_table_t *t, const kvf_te_verdict_t *v);
 
 #endif
