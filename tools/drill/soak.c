@@ -329,13 +329,14 @@ static double kvf_soak_flat(kvf_drill_t *d, const kvf_soak_samples_t *s,
     snprintf(name, sizeof(name), "%s %s drift", kvf_soak_names[p],
              rss ? "RSS" : "fds");
     kvf_record_figure(d->rec, name, drift, "%", NAN, NAN);
-    if (p != KVF_SOAK_NODE0) { /* node 0 restarts: not one process */
-        kvf_drill_check(d,
-                        !isnan(drift) &&
-                            (fabs(drift) <= 5.0 || fabs(late - early) <= slack),
-                        "%s %s not flat: %.0f -> %.0f (%+.1f %%)",
-                        kvf_soak_names[p], rss ? "RSS KiB" : "fds", early, late,
-                        drift);
+    /* growth is what a leak looks like; a fall (connections of killed
+     * clients or of the hostile client closed) is recorded, not failed.
+     * Node 0 restarts, so it is not one process: recorded only. */
+    if (p != KVF_SOAK_NODE0) {
+        kvf_drill_check(
+            d, !isnan(drift) && (drift <= 5.0 || late - early <= slack),
+            "%s %s not flat: %.0f -> %.0f (%+.1f %%)", kvf_soak_names[p],
+            rss ? "RSS KiB" : "fds", early, late, drift);
     }
     return drift;
 }
