@@ -27,13 +27,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KVF_AUTH_MAGIC      0x4146564bu /* "KVFA" */
-#define KVF_AUTH_VERSION    1
-#define KVF_AUTH_NONCE_LEN  32
-#define KVF_AUTH_MAC_LEN    32
-#define KVF_AUTH_MSG_LEN    (8 + KVF_AUTH_NONCE_LEN + KVF_AUTH_MAC_LEN)
-#define KVF_AUTH_TOKEN_LEN  KVF_HTTP_TOKEN_LEN /* hex, without NUL */
-_Static_assert(KVF_HTTP_TOKEN_LEN == 2 * KVF_AUTH_MAC_LEN, "token is hex of a MAC");
+#define KVF_AUTH_MAGIC     0x4146564bu /* "KVFA" */
+#define KVF_AUTH_VERSION   1
+#define KVF_AUTH_NONCE_LEN 32
+#define KVF_AUTH_MAC_LEN   32
+#define KVF_AUTH_MSG_LEN   (8 + KVF_AUTH_NONCE_LEN + KVF_AUTH_MAC_LEN)
+#define KVF_AUTH_TOKEN_LEN KVF_HTTP_TOKEN_LEN /* hex, without NUL */
+_Static_assert(KVF_HTTP_TOKEN_LEN == 2 * KVF_AUTH_MAC_LEN,
+               "token is hex of a MAC");
 #define KVF_AUTH_SECRET_MIN 32
 #define KVF_AUTH_SECRET_MAX 4096
 

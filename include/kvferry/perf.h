@@ -20,8 +20,7 @@
 extern "C" {
 #endif
 
-/* ---- transfer engine ---- */
-
+/* ---- transfer engine: declared in <kvferry/engine_perf.h> ---- */
 
 /* ---- store client ---- */
 

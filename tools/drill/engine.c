@@ -275,7 +275,8 @@ static int kvf_bw_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
         return kvf_bw_setup_fail(&w, "register", st);
     }
     if (kvf_config_get("drill_selftest") != NULL) {
-        w.selftest_wrong = strcmp(kvf_config_get("drill_selftest"), "wrong") == 0;
+        w.selftest_wrong =
+            strcmp(kvf_config_get("drill_selftest"), "wrong") == 0;
         w.selftest_leak = strcmp(kvf_config_get("drill_selftest"), "leak") == 0;
     }
     /* the slices need the number of workers, known once all forked */
