@@ -3,7 +3,7 @@
 
 usage: scripts/ab-binaries.py BEFORE_BIN AFTER_BIN ROUNDS OUTDIR
 Runs each workload (bench blocks over tcp and the default transport,
-bench te over both, bench store --vs-redis with tcp forced) ROUNDS times
+bench te over both, bench store alone and --vs-redis, tcp forced) ROUNDS times
 per binary, alternating which goes first, and prints each row's median
 per side, the after/before ratio and the wrong bytes (mismatches or
 errors). AB_ONLY=name,name limits the workloads; every run's JSON and log
@@ -60,6 +60,8 @@ W = [
             "--json", "@JSON@"], te_fig, None),
     ("te-tcp", ["bench", "te", "--duration", "0.3s", "--block-sizes", "8K,64K,1M,16M",
                 "--transport", "tcp", "--json", "@JSON@"], te_fig, None),
+    ("store", ["bench", "store", "--sizes", "64K,1M", "--clients", "8",
+               "--duration", "1s", "--json"], store_fig, {"KVF_TRANSPORTS": "tcp"}),
     ("store-redis", ["bench", "store", "--sizes", "64K,1M", "--clients", "8",
                      "--duration", "1s", "--vs-redis", "--json"], store_fig,
      {"KVF_TRANSPORTS": "tcp"}),

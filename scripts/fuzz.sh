@@ -11,11 +11,13 @@
 #   scripts/fuzz.sh --seeds            rewrites the seed corpus from the
 #                                      codecs (tests/fuzz/gen_corpus.c)
 # Options: --only TARGET (repeatable), --jobs N (targets run at once,
-# default 1), --build-dir DIR, --no-build. CC overrides clang-14.
+# default 1), --procs P (each target as P processes with their own seeds,
+# the executions split between them and summed; for many-core hosts),
+# --build-dir DIR, --no-build. CC overrides clang-14.
 # Crash inputs are kept in <build dir>/fuzz-crashes/<target>/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-mode=smoke secs=20 runs=0 build=1 jobs=1
+mode=smoke secs=20 runs=0 build=1 jobs=1 procs=1
 bdir=$root/build-fuzz
 only=()
 
@@ -28,9 +30,10 @@ while [ $# -gt 0 ]; do
     --seeds) mode=seeds ;;
     --only) only+=("$2"); shift ;;
     --jobs) jobs=$2; shift ;;
+    --procs) procs=$2; shift ;;
     --build-dir) bdir=$2; shift ;;
     --no-build) build=0 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "fuzz.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -78,14 +81,22 @@ run_one() {
     if [ $mode = smoke ]; then
         limit=-max_total_time=$secs
     else
-        limit=-runs=$runs
+        limit=-runs=$(((runs + procs - 1) / procs))
     fi
     t0=$(date +%s.%N)
-    "$bin" "$limit" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="$art/" "$work" "$seeds" \
-        >"$log" 2>&1 || rc=$?
+    local p pids=()
+    for ((p = 1; p <= procs; p++)); do
+        "$bin" "$limit" -seed="$p" -max_len=8192 -timeout=10 \
+            -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$art/" \
+            "$work" "$seeds" >"$log.$p" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    cat "$log".* >"$log"
+    rm -f "$log".*
     t1=$(date +%s.%N)
-    execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
+    execs=$(awk '/stat::number_of_executed_units/ {n += $2} END {print n + 0}' \
+        "$log")
     secs_used=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
     eps=$(awk -v n="${execs:-0}" -v s="$secs_used" \
         'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
