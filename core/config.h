@@ -77,14 +77,4 @@ void kvf_config_check_env(void);
 /* Levenshtein distance between a and b, capped at 255. */
 unsigned kvf_edit_distance(const char *a, const char *b);
 
-/* "8G", "8GB", "8GiB", "512k", "4096" -> bytes (binary multiples). */
-kvf_status_t kvf_parse_size(const char *text, uint64_t *bytes_p);
-
-/* "500ms", "3s", "2m", "100" (ms) -> milliseconds. */
-kvf_status_t kvf_parse_ms(const char *text, uint64_t *ms_p);
-
-/* Formats bytes the way seed 000 prints them: "8.0 KB", "16.0 MB",
- * "1.0 GB" (binary multiples). */
-void kvf_fmt_size(uint64_t bytes, char *out, size_t outlen);
-
 #endif

@@ -12,6 +12,9 @@
 
 #include <kvferry/status.h>
 
+#include <stddef.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,6 +33,17 @@ typedef struct kvf_config_key {
     const char *help;
     kvf_config_group_t group;
 } kvf_config_key_t;
+
+/* The value forms every command and key accepts. */
+/* "8G", "8GB", "8GiB", "512k", "4096" -> bytes (binary multiples). */
+KVF_API kvf_status_t kvf_parse_size(const char *text, uint64_t *bytes_p);
+
+/* "500ms", "3s", "2m", "100" (ms) -> milliseconds. */
+KVF_API kvf_status_t kvf_parse_ms(const char *text, uint64_t *ms_p);
+
+/* Formats bytes the way seed 000 prints them: "8.0 KB", "16.0 MB",
+ * "1.0 GB" (binary multiples). */
+KVF_API void kvf_fmt_size(uint64_t bytes, char *out, size_t outlen);
 
 /* The effective value of a key (without command-line flags), or NULL
  * when no library component declares that key. */

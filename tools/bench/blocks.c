@@ -68,9 +68,9 @@ static int kvf_blocks_check(const kvf_blocks_opts_t *o)
     char a[32], b[32];
     unsigned k;
 
-    kvf_cli_fmt_size(o->s.pool, b, sizeof(b));
+    kvf_fmt_size(o->s.pool, b, sizeof(b));
     if (o->block == 0 || o->block > o->s.pool) {
-        kvf_cli_fmt_size(o->block, a, sizeof(a));
+        kvf_fmt_size(o->block, a, sizeof(a));
         fprintf(stderr,
                 "kvferry bench blocks: --block %s does not fit the %s pool "
                 "\xe2\x80\x94 pick a block of 1 byte to --pool\n",
@@ -79,7 +79,7 @@ static int kvf_blocks_check(const kvf_blocks_opts_t *o)
     }
     for (k = 0; k < o->nsizes; k++) {
         if (o->sizes[k] > o->s.pool || o->sizes[k] < o->block) {
-            kvf_cli_fmt_size(o->sizes[k], a, sizeof(a));
+            kvf_fmt_size(o->sizes[k], a, sizeof(a));
             fprintf(stderr,
                     "kvferry bench blocks: --sizes %s does not fit the %s "
                     "pools \xe2\x80\x94 raise --pool or drop that size\n",
@@ -380,7 +380,7 @@ static void kvf_blocks_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
     char sstr[32];
     double wrong = kvf_out_get(t, i, "mismatches");
 
-    kvf_cli_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
+    kvf_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
                      sizeof(sstr));
     fprintf(f,
             "size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
@@ -439,7 +439,7 @@ static void kvf_blocks_out_init(kvf_blocks_out_t *bo,
              "%s GiB/s over transfer size", vs ? o->s.vs : "");
     snprintf(bo->vs_ratio_fig, sizeof(bo->vs_ratio_fig), "ratio to %s",
              vs ? o->s.vs : "");
-    kvf_cli_fmt_size(o->block, bo->bstr, sizeof(bo->bstr));
+    kvf_fmt_size(o->block, bo->bstr, sizeof(bo->bstr));
     memcpy(bo->cols, cols, sizeof(cols));
     kvf_out_init(&bo->t, bo->cols, KVF_BC_N);
     bo->t.x_key = "size_bytes";
@@ -455,7 +455,7 @@ static void kvf_blocks_out_row(kvf_blocks_out_t *bo, const kvf_blocks_row_t *r)
     kvf_out_table_t *t = &bo->t;
     char label[64], sz[32];
 
-    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    kvf_fmt_size(r->size, sz, sizeof(sz));
     snprintf(label, sizeof(label), "%s %s", op, sz);
     kvf_out_row(t, label, op);
     kvf_out_str(t, "op", op);
@@ -583,7 +583,7 @@ static int kvf_blocks_record(const kvf_blocks_out_t *bo,
         }
     }
     if (worst != NULL) {
-        kvf_cli_fmt_size(worst->size, sz, sizeof(sz));
+        kvf_fmt_size(worst->size, sz, sizeof(sz));
         char how[96];
 
         if (strcmp(kvf_peer_transport(s->peer), "shm") == 0) {
@@ -651,7 +651,7 @@ static void kvf_blocks_expect(const kvf_blocks_opts_t *o,
     char where[48], sz[32], name[64];
     kvf_expect_t *e = o->expect;
 
-    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    kvf_fmt_size(r->size, sz, sizeof(sz));
     snprintf(where, sizeof(where), "%s %s",
              r->op == KVF_OP_WRITE ? "write" : "read", sz);
     kvf_expect_figure(e, "gib_s", r->gib_s, where);
@@ -695,7 +695,7 @@ static void kvf_blocks_progress_begin(const kvf_blocks_opts_t *o,
         total += nops * kvf_blocks_weight(o, o->sizes[k]);
     }
     kvf_progress_begin(p, "bench blocks", nops * o->nsizes, total);
-    kvf_cli_fmt_size(o->s.pool, pstr, sizeof(pstr));
+    kvf_fmt_size(o->s.pool, pstr, sizeof(pstr));
     kvf_progress_note(p, "preparing two %s pools (random bytes)%s", pstr,
                       o->s.target != NULL ? "" : " and a target process");
 }
@@ -753,8 +753,8 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         lperm[i] = rperm[i] = (uint32_t)i;
     }
     kvf_prng_seed(&rng, o.s.seed * 7919);
-    kvf_cli_fmt_size(o.block, bstr, sizeof(bstr));
-    kvf_cli_fmt_size(o.s.pool, pstr, sizeof(pstr));
+    kvf_fmt_size(o.block, bstr, sizeof(bstr));
+    kvf_fmt_size(o.s.pool, pstr, sizeof(pstr));
     for (opi = 0; opi < 2; opi++) {
         kvf_op_type_t op = opi ? KVF_OP_READ : KVF_OP_WRITE;
 
@@ -772,7 +772,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         for (k = 0; k < o.nsizes; k++) {
             kvf_blocks_row_t *r = &rows[nrows];
 
-            kvf_cli_fmt_size(o.sizes[k], sstr, sizeof(sstr));
+            kvf_fmt_size(o.sizes[k], sstr, sizeof(sstr));
             kvf_progress_step(&prog, "%s %s of %s blocks over %s%s%s",
                               opi ? "read" : "write", sstr, bstr,
                               kvf_peer_transport(s.peer),

@@ -357,7 +357,7 @@ static void kvf_gpu_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
     double wrong = kvf_out_get(t, i, "mismatches");
     char sstr[32];
 
-    kvf_cli_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
+    kvf_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
                      sizeof(sstr));
     fprintf(f,
             "size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
@@ -409,7 +409,7 @@ static void kvf_gpu_out_init(kvf_gpu_out_t *go, const kvf_gpu_local_t *l)
     memset(go, 0, sizeof(*go));
     go->l = l;
     memcpy(go->cols, cols, sizeof(cols));
-    kvf_cli_fmt_size(o->block, go->bstr, sizeof(go->bstr));
+    kvf_fmt_size(o->block, go->bstr, sizeof(go->bstr));
     kvf_out_init(&go->t, go->cols, KVF_GPU_NCOLS);
     go->t.x_key = "size_bytes";
     go->t.x_label = "transfer bytes";
@@ -422,7 +422,7 @@ static void kvf_gpu_out_row(kvf_gpu_out_t *go, const kvf_gpu_row_t *r)
     kvf_out_table_t *t = &go->t;
     char label[64], sz[32];
 
-    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    kvf_fmt_size(r->size, sz, sizeof(sz));
     snprintf(label, sizeof(label), "%s %s", go->l->o->path, sz);
     kvf_out_row(t, label, NULL);
     kvf_out_num(t, "size_bytes", (double)r->size);
@@ -534,7 +534,7 @@ static int kvf_gpu_local_record(const kvf_gpu_out_t *go,
         }
     }
     if (worst != NULL) {
-        kvf_cli_fmt_size(worst->size, sz, sizeof(sz));
+        kvf_fmt_size(worst->size, sz, sizeof(sz));
         snprintf(text, sizeof(text),
                  "contiguous copy of the same bytes on the same path in "
                  "this run (%s; %s), at the size with the lowest share",
@@ -677,7 +677,7 @@ static void kvf_gpu_local_expect(const kvf_gpu_opts_t *o,
 {
     char where[64], sz[32];
 
-    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    kvf_fmt_size(r->size, sz, sizeof(sz));
     snprintf(where, sizeof(where), "%s %s", o->path, sz);
     if (r->contig_gib_s > 0) {
         kvf_expect_figure(o->expect, "link_pct",
@@ -698,8 +698,8 @@ static void kvf_gpu_local_header(const kvf_gpu_opts_t *o,
 {
     char bstr[32], pstr[32], desc[320];
 
-    kvf_cli_fmt_size(o->block, bstr, sizeof(bstr));
-    kvf_cli_fmt_size(o->pool, pstr, sizeof(pstr));
+    kvf_fmt_size(o->block, bstr, sizeof(bstr));
+    kvf_fmt_size(o->pool, pstr, sizeof(pstr));
     kvf_gpu_describe(o->gpu, desc, sizeof(desc));
     printf("# %s\n", desc);
     if (strcmp(o->path, "p2p") == 0) {
@@ -732,7 +732,7 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
 
     memset(&l, 0, sizeof(l));
     l.o = o;
-    kvf_cli_fmt_size(o->pool, pstr, sizeof(pstr));
+    kvf_fmt_size(o->pool, pstr, sizeof(pstr));
     kvf_progress_begin(&prog, "bench blocks --device gpu", o->nsizes,
                        o->nsizes);
     kvf_progress_note(&prog, "preparing the %s pools of path %s", pstr,
@@ -750,7 +750,7 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
     for (k = 0; k < o->nsizes; k++) {
         kvf_gpu_row_t *r = &rows[nrows];
 
-        kvf_cli_fmt_size(o->sizes[k], sstr, sizeof(sstr));
+        kvf_fmt_size(o->sizes[k], sstr, sizeof(sstr));
         kvf_progress_step(&prog, "%s %s of %s blocks", o->path, sstr, go.bstr);
         rc = kvf_gpu_local_size(&l, o->sizes[k], r);
         kvf_progress_clear(&prog);
@@ -769,7 +769,7 @@ static int kvf_gpu_bench_local(kvf_gpu_opts_t *o)
     printf("------------------------------------------------------------"
            "------------\n");
     for (k = 0; k < nrows; k++) {
-        kvf_cli_fmt_size(rows[k].size, sstr, sizeof(sstr));
+        kvf_fmt_size(rows[k].size, sstr, sizeof(sstr));
         printf("size=%8s | contiguous %s: BW=%7.2f GB/s | one "
                "cudaMemcpyAsync per block: BW=%7.2f GB/s | "
                "cudaMemcpyBatchAsync: BW=%7.2f GB/s\n",

@@ -427,7 +427,7 @@ static void kvf_net_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
     double wrong = kvf_out_get(t, i, "mismatches");
     char sstr[32];
 
-    kvf_cli_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
+    kvf_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
                      sizeof(sstr));
     fprintf(f,
             "size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
@@ -451,7 +451,7 @@ static void kvf_net_out_init(kvf_net_out_t *no, const kvf_gpu_opts_t *o)
 {
     memset(no, 0, sizeof(*no));
     no->o = o;
-    kvf_cli_fmt_size(o->block, no->bstr, sizeof(no->bstr));
+    kvf_fmt_size(o->block, no->bstr, sizeof(no->bstr));
     kvf_out_init(&no->t, kvf_net_cols,
                  sizeof(kvf_net_cols) / sizeof(kvf_net_cols[0]));
     no->t.x_key = "size_bytes";
@@ -469,7 +469,7 @@ static void kvf_net_out_row(kvf_net_out_t *no, const kvf_net_row_t *rows,
     kvf_out_table_t *t = &no->t;
     char label[96], group[64], sz[32];
 
-    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    kvf_fmt_size(r->size, sz, sizeof(sz));
     snprintf(label, sizeof(label), "%.15s %s pools %s %s", r->transport, pools,
              op, sz);
     snprintf(group, sizeof(group), "%.15s %s pools %s", r->transport, pools,
@@ -520,7 +520,7 @@ static void kvf_net_expect(kvf_expect_t *e, const kvf_net_row_t *rows,
     char where[64], sz[32];
     double share;
 
-    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    kvf_fmt_size(r->size, sz, sizeof(sz));
     snprintf(where, sizeof(where), "%.15s %s %s %s", r->transport,
              r->gpu ? "gpu" : "host", r->op == KVF_OP_WRITE ? "write" : "read",
              sz);
@@ -589,7 +589,7 @@ static int kvf_net_record(const kvf_net_out_t *no, const kvf_net_row_t *rows,
         const kvf_net_row_t *r = &rows[i];
         const char *op = r->op == KVF_OP_WRITE ? "write" : "read";
 
-        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+        kvf_fmt_size(r->size, sz, sizeof(sz));
         if (r->contig_gib_s > 0) {
             snprintf(name, sizeof(name),
                      "%.15s %s %s share of the contiguous copy (%.1f GiB/s)",
@@ -619,7 +619,7 @@ static int kvf_net_record(const kvf_net_out_t *no, const kvf_net_row_t *rows,
         }
     }
     if (worst != NULL) {
-        kvf_cli_fmt_size(worst->size, sz, sizeof(sz));
+        kvf_fmt_size(worst->size, sz, sizeof(sz));
         snprintf(text, sizeof(text),
                  "the same workload with host pools over the same "
                  "transport and %u connections in this run (%s %s: the "
@@ -722,8 +722,8 @@ static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport, int gpu,
         lperm[i] = rperm[i] = (uint32_t)i;
     }
     kvf_prng_seed(&rng, o->seed * 7919);
-    kvf_cli_fmt_size(o->block, bstr, sizeof(bstr));
-    kvf_cli_fmt_size(o->pool, pstr, sizeof(pstr));
+    kvf_fmt_size(o->block, bstr, sizeof(bstr));
+    kvf_fmt_size(o->pool, pstr, sizeof(pstr));
     for (opi = 0; opi < 2 && !bad; opi++) {
         kvf_op_type_t op = opi ? KVF_OP_READ : KVF_OP_WRITE;
 
@@ -744,7 +744,7 @@ static int kvf_net_one(const kvf_gpu_opts_t *o, const char *transport, int gpu,
                 bad = 1;
                 break;
             }
-            kvf_cli_fmt_size(o->sizes[k], sstr, sizeof(sstr));
+            kvf_fmt_size(o->sizes[k], sstr, sizeof(sstr));
             kvf_progress_step(prog, "%s %s of %s blocks over %s, %s pools",
                               opi ? "read" : "write", sstr, bstr, transport,
                               gpu ? "GPU" : "host");

@@ -360,7 +360,7 @@ int kvf_cmd_bench_h2d(int argc, char **argv)
         cpu = cpu_node = 0;
     }
     kvf_gpu_describe(o.gpu, desc, sizeof(desc));
-    kvf_cli_fmt_size(o.size, sz, sizeof(sz));
+    kvf_fmt_size(o.size, sz, sizeof(sz));
     printf("# %s\n", desc);
     printf("bench h2d: %s contiguous, %u warm-up + %u timed copies per "
            "case; thread on CPU %u (NUMA node %u)\n",

@@ -34,7 +34,7 @@ static void kvf_link_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
     char sstr[32];
 
     (void)ctx;
-    kvf_cli_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
+    kvf_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
                      sizeof(sstr));
     fprintf(f,
             "link transport=%s conns=%u op=%s size=%s | lat=%8.3f ms | "
@@ -58,7 +58,7 @@ static void kvf_link_table(kvf_out_table_t *t, const kvf_bench_session_t *s,
     kvf_out_init(t, kvf_link_cols,
                  sizeof(kvf_link_cols) / sizeof(kvf_link_cols[0]));
     t->row_fmt = kvf_link_row_fmt;
-    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
+    kvf_fmt_size(size, sstr, sizeof(sstr));
     snprintf(label, sizeof(label), "link %s %s", ops, sstr);
     kvf_out_row(t, label, "link");
     kvf_out_str(t, "transport", kvf_peer_transport(s->peer));
@@ -97,7 +97,7 @@ static int kvf_link_record(const char *dir, const char *hypothesis,
         return KVF_CLI_FAIL;
     }
     kvf_record_hypothesis(rec, hypothesis);
-    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
+    kvf_fmt_size(size, sstr, sizeof(sstr));
     kvf_record_config(rec, "transport", kvf_peer_transport(s->peer));
     kvf_record_config(rec, "op", ops);
     kvf_record_config_num(rec, "size_bytes", (double)size);
@@ -189,8 +189,8 @@ int kvf_cmd_bench_link(int argc, char **argv)
     if (size > so.pool) {
         size = so.pool;
     }
-    kvf_cli_fmt_size(size, sstr, sizeof(sstr));
-    kvf_cli_fmt_size(so.pool, pstr, sizeof(pstr));
+    kvf_fmt_size(size, sstr, sizeof(sstr));
+    kvf_fmt_size(so.pool, pstr, sizeof(pstr));
     kvf_progress_begin(&prog, "bench link", iters, iters);
     kvf_progress_note(&prog, "preparing two %s pools (random bytes)%s", pstr,
                       so.target != NULL ? "" : " and a target process");

@@ -297,7 +297,7 @@ static void kvf_bl_table_row(kvf_out_table_t *t, const kvf_bl_row_t *r)
 {
     char sz[32];
 
-    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    kvf_fmt_size(r->size, sz, sizeof(sz));
     kvf_out_row(t, sz, NULL);
     kvf_out_num(t, "size", (double)r->size);
     kvf_out_str(t, "size_text", sz);
@@ -371,7 +371,7 @@ static int kvf_bl_record(const char *dir, const char *hyp,
         }
     }
     if (n > 0 && rows[n - 1].link_us > 0) {
-        kvf_cli_fmt_size(rows[n - 1].size, sz, sizeof(sz));
+        kvf_fmt_size(rows[n - 1].size, sz, sizeof(sz));
         snprintf(text, sizeof(text),
                  "time of %s at the raw link bandwidth "
                  "to a node (kvf_peer_link_test, plain streams, best of 5, "
@@ -458,7 +458,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
     rc = KVF_CLI_OK;
     kvf_progress_begin(&prog, "bench load", nsizes, nsizes);
     if (master == NULL) {
-        kvf_cli_fmt_size(pool, sz, sizeof(sz));
+        kvf_fmt_size(pool, sz, sizeof(sz));
         kvf_progress_note(&prog, "starting a master and %u node(s) of %s",
                           nodes, sz);
         if (kvf_bs_cluster_start(&cl, nodes, pool) != 0) {
@@ -509,7 +509,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
             count = (unsigned)((uint64_t)nodes * pool / 2 / sizes[i]);
             count = count ? count : 1;
         }
-        kvf_cli_fmt_size(sizes[i], sz, sizeof(sz));
+        kvf_fmt_size(sizes[i], sz, sizeof(sz));
         kvf_progress_step(&prog, "%u objects of %s put, %u gets timed", count,
                           sz, iters);
         if (kvf_bl_size(st, sizes[i], count, iters, &rows[nrows]) != 0) {
@@ -527,7 +527,7 @@ int kvf_cmd_bench_load(int argc, char **argv)
         if (rows[nrows].errors > 0) {
             rc = KVF_CLI_FAIL;
         }
-        kvf_cli_fmt_size(sizes[i], sz, sizeof(sz));
+        kvf_fmt_size(sizes[i], sz, sizeof(sz));
         if (sizes[i] >= (1u << 20) && rows[nrows].link_us > 0) {
             kvf_expect_figure(expect, "read_over_link",
                               rows[nrows].r50 / rows[nrows].link_us, sz);

@@ -416,7 +416,7 @@ static void kvf_bs_table_row(kvf_out_table_t *t, const kvf_bs_row_t *r)
 {
     char sz[32], label[160], group[96];
 
-    kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+    kvf_fmt_size(r->size, sz, sizeof(sz));
     snprintf(label, sizeof(label), "%s %s %s x %u clients, run %u", r->system,
              r->op, sz, r->clients, r->rep + 1);
     snprintf(group, sizeof(group), "%s %s, %u clients", r->system, r->op,
@@ -678,14 +678,14 @@ static int kvf_bs_real_cluster(kvf_bs_opts_t *o, uint64_t *capacity_p)
     {
         c = (uint64_t)json_integer_value(json_object_get(n, "capacity"));
         largest = c > largest ? c : largest;
-        kvf_cli_fmt_size(c, sz, sizeof(sz));
+        kvf_fmt_size(c, sz, sizeof(sz));
         if (len < sizeof(o->cluster)) {
             len += (size_t)snprintf(o->cluster + len, sizeof(o->cluster) - len,
                                     "%s%s", i ? ", " : " (", sz);
         }
     }
     c = (uint64_t)json_integer_value(json_object_get(root, "capacity"));
-    kvf_cli_fmt_size(c, cap, sizeof(cap));
+    kvf_fmt_size(c, cap, sizeof(cap));
     if (len < sizeof(o->cluster)) {
         snprintf(o->cluster + len, sizeof(o->cluster) - len,
                  "%s%s in all, from %.100s",
@@ -810,7 +810,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
     }
     rc = KVF_CLI_OK;
     kvf_progress_begin(&prog, "bench store", 0, 0);
-    kvf_cli_fmt_size(o.pool, sz, sizeof(sz));
+    kvf_fmt_size(o.pool, sz, sizeof(sz));
     if (o.master == NULL) {
         kvf_progress_note(&prog, "starting a master and %u node(s) of %s",
                           o.nodes, sz);
@@ -864,7 +864,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
             }
             for (r = 0; r < o.repeat; r++) {
                 first = nrows;
-                kvf_cli_fmt_size(o.sizes[i], sz, sizeof(sz));
+                kvf_fmt_size(o.sizes[i], sz, sizeof(sz));
                 kvf_progress_step(&prog,
                                   "put and get of %s objects, %u "
                                   "client(s)%s",
@@ -1041,7 +1041,7 @@ static unsigned kvf_bs_thr_ratios(const kvf_bs_opts_t *o,
             continue;
         }
         r = &rows[i];
-        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+        kvf_fmt_size(r->size, sz, sizeof(sz));
         snprintf(thr[nthr].name, sizeof(thr[nthr].name),
                  "%s / per-call Redis %s, %s x %u clients (median of %u)",
                  strcmp(r->op, "SET") ? "get" : "put", r->op, sz, r->clients,
@@ -1069,7 +1069,7 @@ static void kvf_bs_record_knobs(kvf_record_t *rec)
     uint64_t v;
 
     for (i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++) {
-        if (kvf_cli_parse_size(kvf_config_get(knobs[i]), &v) == KVF_OK) {
+        if (kvf_parse_size(kvf_config_get(knobs[i]), &v) == KVF_OK) {
             snprintf(name, sizeof(name), "store_%s", knobs[i]);
             kvf_record_config_num(rec, name, (double)v);
         }
@@ -1085,7 +1085,7 @@ static void kvf_bs_expect(const kvf_bs_opts_t *o, const kvf_bs_row_t *redis,
     const char *op = strcmp(redis->op, "SET") ? "get" : "put";
     char where[64], sz[32], name[32];
 
-    kvf_cli_fmt_size(redis->size, sz, sizeof(sz));
+    kvf_fmt_size(redis->size, sz, sizeof(sz));
     snprintf(where, sizeof(where), "%s x %u clients", sz, redis->clients);
     snprintf(name, sizeof(name), "%s_x", op);
     kvf_expect_figure(o->expect, name, tp, where);
@@ -1127,7 +1127,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
                          ? k->cpu_us_op / r->cpu_us_op
                          : NAN;
             errs += k->errors != 0;
-            kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+            kvf_fmt_size(r->size, sz, sizeof(sz));
             if (!o->json) {
                 printf("# ratio %s vs redis %s, %s x %u clients, run %u: "
                        "throughput %.2fx, p99 %.2fx, cpu/op %.2fx (%.1f vs "
@@ -1144,7 +1144,7 @@ int kvf_bs_compare_and_record(const kvf_bs_opts_t *o, kvf_bs_row_t *rows,
         tp[0] = kvf_bs_median(tp, n);
         p99[0] = kvf_bs_median(p99, n);
         cpu[0] = kvf_bs_median(cpu, n);
-        kvf_cli_fmt_size(r->size, sz, sizeof(sz));
+        kvf_fmt_size(r->size, sz, sizeof(sz));
         if (!o->json) {
             printf("# median of %u: %s vs redis %s, %s x %u clients: "
                    "throughput %.2fx, p99 %.2fx, cpu/op %.2fx\n",

@@ -360,7 +360,7 @@ static void kvf_te_table_row(kvf_out_table_t *t, const kvf_te_opts_t *o,
     const char *op = o->op == KVF_OP_WRITE ? "write" : "read";
     char bstr[32], label[64];
 
-    kvf_cli_fmt_size(r->block, bstr, sizeof(bstr));
+    kvf_fmt_size(r->block, bstr, sizeof(bstr));
     snprintf(label, sizeof(label), "%s %s", op, bstr);
     kvf_out_row(t, label, op);
     kvf_out_num(t, "block_bytes", (double)r->block);
@@ -478,7 +478,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
         kvf_expect_free(o.expect);
         return rc < 0 ? KVF_CLI_OK : rc;
     }
-    kvf_cli_fmt_size(o.s.pool, pstr, sizeof(pstr));
+    kvf_fmt_size(o.s.pool, pstr, sizeof(pstr));
     kvf_progress_begin(&prog, "bench te", o.rounds * o.nblocks,
                        o.rounds * o.nblocks);
     kvf_progress_note(&prog, "preparing two %s pools (random bytes)%s", pstr,
@@ -499,7 +499,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
     kvf_out_text_header(&t, stdout);
     for (round = 0; round < o.rounds && !bad; round++) {
         for (k = 0; k < o.nblocks; k++) {
-            kvf_cli_fmt_size(o.blocks[k], bstr, sizeof(bstr));
+            kvf_fmt_size(o.blocks[k], bstr, sizeof(bstr));
             kvf_progress_step(&prog, "%s%s blocks for %lu ms over %s",
                               o.op == KVF_OP_WRITE ? "write " : "read ", bstr,
                               (unsigned long)o.duration_ms, transport);
@@ -521,7 +521,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
 
         qsort(runs[k], o.rounds, sizeof(kvf_te_row_t), kvf_te_cmp_gb_s);
         *r = runs[k][o.rounds / 2];
-        kvf_cli_fmt_size(r->block, bstr, sizeof(bstr));
+        kvf_fmt_size(r->block, bstr, sizeof(bstr));
         kvf_te_table_row(&t, &o, r);
         kvf_out_text_row(&t, t.nrows - 1, stdout);
         kvf_expect_figure(o.expect, "gb_s", r->gb_s, bstr);
@@ -537,8 +537,8 @@ int kvf_cmd_bench_te(int argc, char **argv)
     if (v.ratio >= 0 && v.check_block > 0) {
         char cstr[32];
 
-        kvf_cli_fmt_size(v.check_block, cstr, sizeof(cstr));
-        kvf_cli_fmt_size(v.ref_block, bstr, sizeof(bstr));
+        kvf_fmt_size(v.check_block, cstr, sizeof(cstr));
+        kvf_fmt_size(v.ref_block, bstr, sizeof(bstr));
         snprintf(name, sizeof(name), "%s vs %s", cstr, bstr);
         kvf_expect_figure(o.expect, "small_pct", 100.0 * v.ratio, name);
     }
@@ -621,14 +621,14 @@ int kvf_te_record(const kvf_te_opts_t *o, const char *transport,
                       "blocks of its pool slice (wrapping) and waits for "
                       "each; GB/s = 10^9 bytes/s over the wall time of all "
                       "threads");
-    kvf_cli_fmt_size(v->ref_block, bstr, sizeof(bstr));
+    kvf_fmt_size(v->ref_block, bstr, sizeof(bstr));
     snprintf(text, sizeof(text),
              "throughput at %s blocks, measured in the same run "
              "(transport %s)",
              bstr, transport);
     kvf_record_estimate(rec, v->ref_gb_s, "GB/s", text);
     if (v->ratio >= 0 && v->check_block > 0) {
-        kvf_cli_fmt_size(v->check_block, cstr, sizeof(cstr));
+        kvf_fmt_size(v->check_block, cstr, sizeof(cstr));
         snprintf(text, sizeof(text),
                  "%s blocks reach %.1f %% of the %s throughput%s", cstr,
                  100.0 * v->ratio, bstr,

@@ -7,6 +7,7 @@
 #ifndef KVF_TOOLS_CLI_H
 #define KVF_TOOLS_CLI_H
 
+#include <kvferry/config.h> /* kvf_parse_size, kvf_parse_ms */
 #include <kvferry/kvferry.h>
 
 #include <stddef.h>
@@ -53,14 +54,6 @@ extern const char *kvf_cli_self;
 /* Dispatches argv[1] among cmds; prints the list on unknown. */
 int kvf_cli_dispatch(const kvf_cli_cmd_t *cmds, const char *what, int argc,
                      char **argv);
-
-/* "8G", "8GB", "8GiB", "512k", "4096" -> bytes (binary multiples); the
- * same syntax as the configuration's sizes. */
-kvf_status_t kvf_cli_parse_size(const char *text, uint64_t *bytes_p);
-/* "500ms", "3s", "2m", "100" (ms) -> milliseconds. */
-kvf_status_t kvf_cli_parse_ms(const char *text, uint64_t *ms_p);
-/* Bytes as "8.0 KB", "16.0 MB", "1.0 GB" (binary multiples). */
-void kvf_cli_fmt_size(uint64_t bytes, char *out, size_t outlen);
 
 /* Allocates a benchmark pool: anonymous mmap, transparent huge pages
  * asked for, every page touched (filled from seed) so page faults stay

@@ -192,7 +192,7 @@ static int kvf_opt_sizes(const kvf_cmd_spec_t *spec, const kvf_opt_t *o,
     for (;;) {
         len = strcspn(v, ",");
         snprintf(tok, sizeof(tok), "%.*s", (int)len, v);
-        if (len >= sizeof(tok) || kvf_cli_parse_size(tok, &u) != KVF_OK ||
+        if (len >= sizeof(tok) || kvf_parse_size(tok, &u) != KVF_OK ||
             u == 0) {
             return kvf_opts_error(spec,
                                   "--%s: '%s' is not a size > 0 (8K, "
@@ -237,7 +237,7 @@ static int kvf_opt_set(const kvf_cmd_spec_t *spec, const kvf_opt_t *o,
     case KVF_OPT_SIZES:
         return kvf_opt_sizes(spec, o, v);
     case KVF_OPT_SIZE:
-        if (kvf_cli_parse_size(v, &u) != KVF_OK) {
+        if (kvf_parse_size(v, &u) != KVF_OK) {
             return kvf_opts_error(
                 spec, "--%s: '%s' is not a size (8K, 16M, 8G)", o->name, v);
         }
@@ -245,7 +245,7 @@ static int kvf_opt_set(const kvf_cmd_spec_t *spec, const kvf_opt_t *o,
         return 0;
     case KVF_OPT_MS:
     case KVF_OPT_MS64:
-        if (kvf_cli_parse_ms(v, &u) != KVF_OK ||
+        if (kvf_parse_ms(v, &u) != KVF_OK ||
             (o->kind == KVF_OPT_MS && u > 0xffffffffull)) {
             return kvf_opts_error(spec,
                                   "--%s: '%s' is not a duration "

@@ -27,87 +27,6 @@
 
 const char *kvf_cli_self = "kvferry";
 
-kvf_status_t kvf_cli_parse_size(const char *text, uint64_t *bytes_p)
-{
-    static const struct {
-        char ch;
-        uint64_t mult;
-    } units[] = {{'K', 1ull << 10},
-                 {'M', 1ull << 20},
-                 {'G', 1ull << 30},
-                 {'T', 1ull << 40}};
-    uint64_t mult = 1;
-    char *end;
-    double v;
-    size_t i;
-
-    if (text == NULL || *text == '\0') {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    errno = 0;
-    v = strtod(text, &end);
-    if (errno != 0 || end == text || v < 0) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    while (*end == ' ') {
-        end++;
-    }
-    for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (toupper((unsigned char)*end) == units[i].ch) {
-            mult = units[i].mult;
-            end++;
-            break;
-        }
-    }
-    if (strcasecmp(end, "") != 0 && strcasecmp(end, "B") != 0 &&
-        strcasecmp(end, "iB") != 0) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    if (v * (double)mult > 1.8e19) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    *bytes_p = (uint64_t)(v * (double)mult + 0.5);
-    return KVF_OK;
-}
-
-kvf_status_t kvf_cli_parse_ms(const char *text, uint64_t *ms_p)
-{
-    char *end;
-    double v;
-
-    if (text == NULL || *text == '\0') {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    errno = 0;
-    v = strtod(text, &end);
-    if (errno != 0 || end == text || v < 0) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    if (*end == '\0' || strcmp(end, "ms") == 0) {
-        *ms_p = (uint64_t)v;
-    } else if (strcmp(end, "s") == 0) {
-        *ms_p = (uint64_t)(v * 1000.0);
-    } else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0) {
-        *ms_p = (uint64_t)(v * 60000.0);
-    } else {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    return KVF_OK;
-}
-
-void kvf_cli_fmt_size(uint64_t bytes, char *out, size_t outlen)
-{
-    static const char *units[] = {"B", "KB", "MB", "GB", "TB"};
-    double v = (double)bytes;
-    int u = 0;
-
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(out, outlen, "%.1f %s", v, units[u]);
-}
-
 /*
  * Pools come from kvf_mem_alloc (memfd-backed shared memory), so a
  * same-host peer reaches them over shm with one memcpy per block. When a
@@ -259,16 +178,16 @@ int kvf_cli_check_memory(const char *cmd, const char *option, uint64_t bytes,
     char n[32], a[32], what[64] = "";
     struct rlimit rl;
 
-    kvf_cli_fmt_size(need, n, sizeof(n));
+    kvf_fmt_size(need, n, sizeof(n));
     if (count > 1) {
         char one[32];
 
-        kvf_cli_fmt_size(bytes, one, sizeof(one));
+        kvf_fmt_size(bytes, one, sizeof(one));
         snprintf(what, sizeof(what), " (%u pools of %s)", count, one);
     }
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         need >= (uint64_t)rl.rlim_cur) {
-        kvf_cli_fmt_size((uint64_t)rl.rlim_cur, a, sizeof(a));
+        kvf_fmt_size((uint64_t)rl.rlim_cur, a, sizeof(a));
         fprintf(stderr,
                 "kvferry %s: %s %s%s exceeds this process's address-space "
                 "limit of %s (ulimit -v) \xe2\x80\x94 pick a smaller %s or "
@@ -277,7 +196,7 @@ int kvf_cli_check_memory(const char *cmd, const char *option, uint64_t bytes,
         return -1;
     }
     if (cg > 0 && need >= cg) {
-        kvf_cli_fmt_size(cg, a, sizeof(a));
+        kvf_fmt_size(cg, a, sizeof(a));
         fprintf(stderr,
                 "kvferry %s: %s %s%s exceeds the memory limit of this "
                 "cgroup, %s (memory.max) \xe2\x80\x94 pick a smaller %s\n",
@@ -285,7 +204,7 @@ int kvf_cli_check_memory(const char *cmd, const char *option, uint64_t bytes,
         return -1;
     }
     if (avail > 0 && need > avail) {
-        kvf_cli_fmt_size(avail, a, sizeof(a));
+        kvf_fmt_size(avail, a, sizeof(a));
         fprintf(stderr,
                 "kvferry %s: %s %s%s does not fit this machine: %s of memory "
                 "available (MemAvailable in /proc/meminfo) \xe2\x80\x94 "

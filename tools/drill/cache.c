@@ -174,18 +174,10 @@ int kvf_drill_cache_clear(kvf_drill_t *d)
              "bytes; client resources back to the baseline");
     kvf_drill_expect(d, text);
     j = kvf_drill_shared_alloc(sizeof(*j));
-    if (j == NULL || kvf_drill_cluster_start(d, &c, 2) != 0 ||
-        kvf_drill_kv_workers(d, &c, NULL, &a, 2) != 0) {
-        kvf_drill_cluster_stop(&c);
+    if (j == NULL || kvf_drill_store_begin(d, &c, 2, &a, 2) != 0) {
         return -1;
     }
-    kvf_drill_phase(d, KVF_DRILL_BASE);
-    kvf_drill_sleep(d, d->phase_ms);
-    kvf_drill_workers_pause(d, &base, 0);
-    kvf_drill_master_res(d, &c, &mbase);
-    kvf_drill_status(d, &c, &s0);
-    kvf_drill_workers_pause(d, NULL, 1);
-    d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
+    kvf_drill_store_baseline(d, &c, &base, &mbase, &s0, 0);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     t0 = kvf_clock_ms();
@@ -318,13 +310,7 @@ int kvf_drill_capacity_pressure(kvf_drill_t *d)
     }
     /* baseline: a key space that fits (2 x 40 keys of at most 64 KiB) */
     kvf_drill_keys_now(d, 40);
-    kvf_drill_phase(d, KVF_DRILL_BASE);
-    kvf_drill_sleep(d, d->phase_ms);
-    kvf_drill_workers_pause(d, &base, 0);
-    kvf_drill_master_res(d, &c, &mbase);
-    kvf_drill_status(d, &c, &s0);
-    kvf_drill_workers_pause(d, NULL, 1);
-    d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
+    kvf_drill_store_baseline(d, &c, &base, &mbase, &s0, 0);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     t0 = kvf_clock_ms();

@@ -173,16 +173,11 @@ int kvf_drill_corruption(kvf_drill_t *d)
              KVF_CORRUPT_DOUBLE, KVF_CORRUPT_KEYS);
     kvf_drill_expect(d, text);
     p = kvf_drill_shared_alloc(sizeof(*p));
-    if (p == NULL || kvf_drill_cluster_start(d, &c, 2) != 0 ||
-        kvf_drill_kv_workers(d, &c, NULL, &a, 2) != 0) {
-        kvf_drill_cluster_stop(&c);
+    if (p == NULL || kvf_drill_store_begin(d, &c, 2, &a, 2) != 0) {
         return -1;
     }
-    kvf_drill_phase(d, KVF_DRILL_BASE);
-    kvf_drill_sleep(d, d->phase_ms);
-    kvf_drill_workers_pause(d, &base, 0); /* stay paused: keys stand still */
-    kvf_drill_master_res(d, &c, &mbase);
-    d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
+    /* clients stay paused: the keys stand still */
+    kvf_drill_store_baseline(d, &c, &base, &mbase, NULL, 1);
 
     snprintf(p->master, sizeof(p->master), "%s", c.master_addr);
     p->timeout_ms = d->timeout_ms;

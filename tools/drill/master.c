@@ -50,18 +50,10 @@ int kvf_drill_master_restart(kvf_drill_t *d)
              "the baseline, no pending put left",
              (unsigned long)bound);
     kvf_drill_expect(d, text);
-    if (kvf_drill_cluster_start(d, &c, 2) != 0 ||
-        kvf_drill_kv_workers(d, &c, NULL, &a, 2) != 0) {
-        kvf_drill_cluster_stop(&c);
+    if (kvf_drill_store_begin(d, &c, 2, &a, 2) != 0) {
         return -1;
     }
-    kvf_drill_phase(d, KVF_DRILL_BASE);
-    kvf_drill_sleep(d, d->phase_ms);
-    kvf_drill_workers_pause(d, &base, 0);
-    kvf_drill_master_res(d, &c, &mbase);
-    kvf_drill_status(d, &c, &s0);
-    kvf_drill_workers_pause(d, NULL, 1);
-    d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
+    kvf_drill_store_baseline(d, &c, &base, &mbase, &s0, 0);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     t_kill = kvf_clock_ms();

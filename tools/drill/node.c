@@ -48,18 +48,10 @@ int kvf_drill_node_kill(kvf_drill_t *d)
              "fds, sockets and memory back to the baseline",
              (unsigned long)bound, 1500u);
     kvf_drill_expect(d, text);
-    if (kvf_drill_cluster_start(d, &c, 3) != 0 ||
-        kvf_drill_kv_workers(d, &c, NULL, &a, 2) != 0) {
-        kvf_drill_cluster_stop(&c);
+    if (kvf_drill_store_begin(d, &c, 3, &a, 2) != 0) {
         return -1;
     }
-    kvf_drill_phase(d, KVF_DRILL_BASE);
-    kvf_drill_sleep(d, d->phase_ms);
-    kvf_drill_workers_pause(d, &base, 0);
-    kvf_drill_master_res(d, &c, &mbase);
-    kvf_drill_status(d, &c, &s0);
-    kvf_drill_workers_pause(d, NULL, 1);
-    d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
+    kvf_drill_store_baseline(d, &c, &base, &mbase, &s0, 0);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     t_kill = kvf_clock_ms();
@@ -186,18 +178,11 @@ int kvf_drill_client_kill(kvf_drill_t *d)
              c.put_timeout_ms);
     kvf_drill_expect(d, text);
     probe = kvf_drill_shared_alloc(sizeof(*probe));
-    if (probe == NULL || kvf_drill_cluster_start(d, &c, 2) != 0 ||
-        kvf_drill_kv_workers(d, &c, NULL, &a, 2) != 0) {
-        kvf_drill_cluster_stop(&c);
+    if (probe == NULL || kvf_drill_store_begin(d, &c, 2, &a, 2) != 0) {
         return -1;
     }
-    kvf_drill_phase(d, KVF_DRILL_BASE);
-    kvf_drill_sleep(d, d->phase_ms); /* read-through fills every key */
-    kvf_drill_workers_pause(d, &base, 0);
-    kvf_drill_master_res(d, &c, &mbase);
-    kvf_drill_status(d, &c, &s0);
-    kvf_drill_workers_pause(d, NULL, 1);
-    d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
+    /* read-through fills every key */
+    kvf_drill_store_baseline(d, &c, &base, &mbase, &s0, 0);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     victim = kvf_drill_worker(d, NULL, kvf_drill_kv_main, &v, c.master_addr);

@@ -698,3 +698,31 @@ void kvf_drill_store_report(kvf_drill_t *d, kvf_drill_cluster_t *c,
         kvf_record_drill_num(d->rec, "master nodes lost", s.nodes_lost);
     }
 }
+
+int kvf_drill_store_begin(kvf_drill_t *d, kvf_drill_cluster_t *c,
+                          unsigned nnodes, const kvf_kv_arg_t *a, unsigned n)
+{
+    if (kvf_drill_cluster_start(d, c, nnodes) != 0 ||
+        kvf_drill_kv_workers(d, c, NULL, a, n) != 0) {
+        kvf_drill_cluster_stop(c);
+        return -1;
+    }
+    return 0;
+}
+
+void kvf_drill_store_baseline(kvf_drill_t *d, kvf_drill_cluster_t *c,
+                              kvf_drill_res_t *base, kvf_drill_res_t *mbase,
+                              kvf_drill_mstatus_t *s_p, int keep_paused)
+{
+    kvf_drill_phase(d, KVF_DRILL_BASE);
+    kvf_drill_sleep(d, d->phase_ms);
+    kvf_drill_workers_pause(d, base, 0);
+    kvf_drill_master_res(d, c, mbase);
+    if (s_p != NULL) {
+        kvf_drill_status(d, c, s_p);
+    }
+    if (!keep_paused) {
+        kvf_drill_workers_pause(d, NULL, 1);
+    }
+    d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
+}

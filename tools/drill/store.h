@@ -85,6 +85,16 @@ void kvf_drill_store_report(kvf_drill_t *d, kvf_drill_cluster_t *c,
                             const kvf_drill_res_t *mbase,
                             const kvf_drill_res_t *mafter);
 
+/* A store drill's start: the cluster with nnodes nodes and n store
+ * workers running a; everything stopped again on failure (-1). */
+int kvf_drill_store_begin(kvf_drill_t *d, kvf_drill_cluster_t *c,
+                          unsigned nnodes, const kvf_kv_arg_t *a, unsigned n);
+/* The baseline phase of a store drill: traffic for the phase length, then
+ * with the clients paused their resources, the master's and (s_p not
+ * NULL) its status; the clients resume unless keep_paused. */
+void kvf_drill_store_baseline(kvf_drill_t *d, kvf_drill_cluster_t *c,
+                              kvf_drill_res_t *base, kvf_drill_res_t *mbase,
+                              kvf_drill_mstatus_t *s_p, int keep_paused);
 /* Starts n store workers (netns NULL = here) and waits until they run. */
 int kvf_drill_kv_workers(kvf_drill_t *d, kvf_drill_cluster_t *c,
                          const char *netns, const kvf_kv_arg_t *a, unsigned n);
