@@ -94,6 +94,7 @@ void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp)
     }
     cudaSetDevice(cp->device);
     kvf_cuda_res_free(cp);
+    kvf_cuda_sums_free(cp);
     if (cp->stream != NULL) {
         /* bounded: a copy never outlives its own deadline by much */
         if (cp->done != NULL &&
