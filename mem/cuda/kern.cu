@@ -787,6 +787,7 @@ static int kvf_warp_ctas_per_sm = 4;
 static int kvf_bulk_ctas_per_sm = KVF_BULK_CTAS_PER_SM;
 static int kvf_warp_unroll = KVF_WARP_UNROLL;
 static int kvf_warp_parts = 0; /* warps per block: 0 auto, 1, 2 or 4 */
+static int kvf_sum_fit = 0;    /* CTAs of the checksumming kernel per SM */
 
 extern "C" void kvf_cuda_kern_parts(int warps_per_block)
 {
@@ -899,6 +900,7 @@ extern "C" int kvf_cuda_kern_sum_launch(const kvf_cuda_launch_t *l,
                                         int sm_count, cudaStream_t stream)
 {
     unsigned per_cta = KVF_WARP_CTA / 32, grid;
+    int ctas;
 
     if (l->n == 0) {
         return (int)cudaSuccess;
@@ -906,9 +908,29 @@ extern "C" int kvf_cuda_kern_sum_launch(const kvf_cuda_launch_t *l,
     if (sm_count <= 0) {
         sm_count = 1;
     }
+    /* the checksumming kernel holds more registers than the plain one:
+     * no more CTAs than the SMs hold at once, or the grid-stride share
+     * of the CTAs that wait would run after the others (a tail) */
+    if (kvf_sum_fit == 0) {
+        int a = 0, b = 0;
+
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &a, kvf_sum_warp_kernel<true>, KVF_WARP_CTA, 0) !=
+                cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &b, kvf_sum_warp_kernel<false>, KVF_WARP_CTA, 0) !=
+                cudaSuccess) {
+            cudaGetLastError();
+            a = b = 1;
+        }
+        a = a < b ? a : b;
+        kvf_sum_fit = a < 1 ? 1 : a;
+    }
+    ctas =
+        kvf_sum_fit < kvf_warp_ctas_per_sm ? kvf_sum_fit : kvf_warp_ctas_per_sm;
     grid = (l->n + per_cta - 1) / per_cta;
-    if (grid > (unsigned)(sm_count * kvf_warp_ctas_per_sm)) {
-        grid = (unsigned)(sm_count * kvf_warp_ctas_per_sm);
+    if (grid > (unsigned)(sm_count * ctas)) {
+        grid = (unsigned)(sm_count * ctas);
     }
     if (store) {
         kvf_sum_warp_kernel<true><<<grid, KVF_WARP_CTA, 0, stream>>>(
