@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from array import array
 from ctypes import POINTER, Structure, byref, c_char, c_int, c_size_t, c_uint, c_uint64, c_void_p
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 from . import _lib
 from .engine import MEM_CUDA, MEM_HOST, MEM_PINNED, Region
