@@ -4,22 +4,40 @@ memory (LocalKVCache) or staged through pinned memory to the store
 (KVCache); every checksum a kernel computes equals kvf_checksum of the
 same bytes on the host, and a corrupted block is a counted miss.
 
-Runs only where torch sees a GPU and the library has GPU kernels.
+Runs only where torch sees a GPU and the library has GPU kernels. Also
+runs as a script (``python3 python/tests/test_kv_gpu.py``, no pytest
+needed: a GPU machine may lack it), starting its own master and node;
+exit 77 when skipped.
 """
 
 import ctypes
 import os
+import sys
 
-import pytest
+try:
+    import pytest
+except ImportError:  # run as a script on a machine without pytest
+    pytest = None
 
 import kvferry
 from kvferry import kv_gpu
 from kvferry.kv import KVCache, KVLayout, LocalKVCache
 
-torch = pytest.importorskip("torch")
-np = pytest.importorskip("numpy")
+
+def _skip(why):
+    if pytest is not None and __name__ != "__main__":
+        pytest.skip(why, allow_module_level=True)
+    print("SKIP: %s" % why)
+    sys.exit(77)
+
+
+try:
+    import numpy as np
+    import torch
+except ImportError:
+    _skip("torch or numpy missing")
 if not torch.cuda.is_available() or kv_gpu.gpu_count() == 0:
-    pytest.skip("no CUDA device or no GPU kernels", allow_module_level=True)
+    _skip("no CUDA device or no GPU kernels")
 
 
 def layout(layers=4, blocks=32):
@@ -113,3 +131,24 @@ def test_store_staged(store):
             assert h.load(t, [0, 1, 2, 3, 4]) == 80
             assert bytes(host[1][: lay.block_size * lay.token_bytes]) == \
                 src[1][0, 1].cpu().contiguous().view(torch.uint8).numpy().tobytes()
+
+
+if __name__ == "__main__":
+    from kvferry.procs import Master, Node
+
+    failed = 0
+    with Master() as m, Node(m.address, pool="256M"), kvferry.Store.connect(m.address) as st:
+        for name, fn in sorted(globals().items()):
+            if not name.startswith("test_") or not callable(fn):
+                continue
+            try:
+                fn(st) if fn.__code__.co_argcount == 1 else fn()
+                print("PASS: %s" % name)
+            except Exception as e:  # report every test, then fail
+                import traceback
+
+                traceback.print_exc()
+                print("FAIL: %s: %r" % (name, e))
+                failed += 1
+    print("FAIL: test_kv_gpu" if failed else "PASS: test_kv_gpu")
+    sys.exit(1 if failed else 0)
