@@ -12,9 +12,9 @@
 
 #include <string.h>
 
-/* Piece of a fused copy: small enough to stay in the first-level cache
+/* Piece of a fused copy: small enough to stay in the second-level cache
  * between the copy and the hash. */
-#define KVF_COPY_SUM_PIECE (16u << 10)
+#define KVF_COPY_SUM_PIECE (64u << 10)
 
 uint64_t kvf_hash64(const void *data, size_t len, uint64_t seed)
 {
