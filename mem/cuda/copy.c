@@ -94,7 +94,6 @@ void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp)
     }
     cudaSetDevice(cp->device);
     kvf_cuda_res_free(cp);
-    kvf_cuda_sums_free(cp);
     if (cp->stream != NULL) {
         /* bounded: a copy never outlives its own deadline by much */
         if (cp->done != NULL &&
@@ -139,6 +138,7 @@ void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp)
     kvf_free(cp->ce_dst);
     kvf_free(cp->ce_src);
     kvf_free(cp->ce_len);
+    kvf_cuda_sums_free(cp); /* after the waits: kernels store into it */
     if (cp->err != NULL) {
         cudaFreeHost(cp->err);
     }

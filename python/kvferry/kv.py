@@ -352,9 +352,12 @@ class KVCache:
     def _stage_init(self, stage_bytes: int, required: bool) -> None:
         from . import kv_gpu
 
-        if not kv_gpu.has_fused_checksums() or kv_gpu.gpu_count() == 0:
+        cuda = all(r.mem_type == _lib.MEM_CUDA for r in self.regions)
+        one = len({r.device for r in self.regions}) == 1
+        if not kv_gpu.has_fused_checksums() or kv_gpu.gpu_count() == 0 or not cuda or not one:
             if required:
-                raise ValueError("kvferry.kv: gpu_stage needs a GPU and a CUDA build")
+                raise ValueError("kvferry.kv: gpu_stage needs a GPU, a CUDA build and every "
+                                 "buffer in the memory of one GPU")
             return
         self._table = kv_gpu.BlockTable(self.layout, self.regions)
         per = max(1, BATCH_MAX // self.layout.pieces_per_block)

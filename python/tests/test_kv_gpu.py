@@ -125,6 +125,14 @@ def test_store_staged(store):
             assert torch.equal(dst[layer][:, 10], src[layer][:, 1])
             assert torch.equal(dst[layer][:, 14], src[layer][:, 5])
         assert b.stats.t_h2d > 0 and b.stats.t_read > 0 and a.stats.t_d2h > 0
+        # a piece replaced by other bytes under its key (the store's own
+        # checksum then agrees): only the kernel's check against the
+        # manifest catches it
+        key = a.piece_keys(a.chunk_keys(t)[2])[5]
+        n = store.query(key).size
+        store.remove(key)
+        store.put(key, os.urandom(n))
+        assert b.load(t, [10, 11, 12, 13, 14]) == 32 and b.stats.corrupt_misses == 1
         # a host cache of the same layout reads what the GPU cache wrote
         host = [np.zeros(lay.buffer_bytes(), dtype=np.uint8) for _ in range(lay.num_layers)]
         with KVCache(store, lay, host, namespace=name) as h:
