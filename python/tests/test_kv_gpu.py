@@ -125,6 +125,12 @@ def test_store_staged(store):
             assert torch.equal(dst[layer][:, 10], src[layer][:, 1])
             assert torch.equal(dst[layer][:, 14], src[layer][:, 5])
         assert b.stats.t_h2d > 0 and b.stats.t_read > 0 and a.stats.t_d2h > 0
+        # a host cache of the same layout reads what the GPU cache wrote
+        host = [np.zeros(lay.buffer_bytes(), dtype=np.uint8) for _ in range(lay.num_layers)]
+        with KVCache(store, lay, host, namespace=name) as h:
+            assert h.load(t, [0, 1, 2, 3, 4]) == 80
+            assert bytes(host[1][: lay.block_size * lay.token_bytes]) == \
+                src[1][0, 1].cpu().contiguous().view(torch.uint8).numpy().tobytes()
         # a piece replaced by other bytes under its key (the store's own
         # checksum then agrees): only the kernel's check against the
         # manifest catches it
@@ -133,12 +139,6 @@ def test_store_staged(store):
         store.remove(key)
         store.put(key, os.urandom(n))
         assert b.load(t, [10, 11, 12, 13, 14]) == 32 and b.stats.corrupt_misses == 1
-        # a host cache of the same layout reads what the GPU cache wrote
-        host = [np.zeros(lay.buffer_bytes(), dtype=np.uint8) for _ in range(lay.num_layers)]
-        with KVCache(store, lay, host, namespace=name) as h:
-            assert h.load(t, [0, 1, 2, 3, 4]) == 80
-            assert bytes(host[1][: lay.block_size * lay.token_bytes]) == \
-                src[1][0, 1].cpu().contiguous().view(torch.uint8).numpy().tobytes()
 
 
 if __name__ == "__main__":
