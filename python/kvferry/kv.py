@@ -45,8 +45,10 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import sys
 import threading
 import time
+from array import array
 from ctypes import byref, c_size_t, c_uint64, c_void_p
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -230,6 +232,11 @@ class KVLayout:
         return hashlib.sha256(blob).hexdigest()[:32]
 
 
+# the keys of the last few token sequences (the packed tokens are the key)
+_KEY_MEMO: Dict[Tuple[bytes, int, str], List[bytes]] = {}
+_KEY_MEMO_MAX = 16
+
+
 def chunk_keys(tokens: Sequence[int], chunk_size: int, fingerprint: str = "",
                full_only: bool = True) -> List[bytes]:
     """Chained SHA-256 digests (32 bytes each) of the token chunks.
@@ -245,14 +252,25 @@ def chunk_keys(tokens: Sequence[int], chunk_size: int, fingerprint: str = "",
     toks = list(tokens) if not hasattr(tokens, "tolist") else tokens.tolist()
     n = len(toks) // chunk_size if full_only else -(-len(toks) // chunk_size)
     prev = hashlib.sha256(b"kvferry-kv\0%d\0%s" % (LAYOUT_VERSION, fingerprint.encode())).digest()
+    # every token as a little-endian int64, packed once
+    arr = array("q", toks[: n * chunk_size])
+    if sys.byteorder != "little":
+        arr.byteswap()
+    raw, step = arr.tobytes(), 8 * chunk_size
+    memo = (raw, chunk_size, fingerprint)
+    hit = _KEY_MEMO.get(memo)
+    if hit is not None:  # a lookup, load and save of one request hash once
+        return list(hit)
     out = []
     for i in range(n):
-        part = toks[i * chunk_size:(i + 1) * chunk_size]
         h = hashlib.sha256(prev)
-        h.update(struct.pack("<%dq" % len(part), *part))
+        h.update(raw[i * step:(i + 1) * step])
         prev = h.digest()
         out.append(prev)
-    return out
+    if len(_KEY_MEMO) >= _KEY_MEMO_MAX:
+        _KEY_MEMO.clear()
+    _KEY_MEMO[memo] = out
+    return list(out)
 
 
 @dataclass

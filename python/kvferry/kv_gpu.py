@@ -156,35 +156,37 @@ class BlockTable:
         self.stride = [b[2] - a[2] for a, b in zip(s0, s1)]
         self.lens = [ln for _, _, _, ln in s0]
         self.chunk_bytes = sum(self.lens)
+        self.within = [sum(self.lens[:p]) for p in range(len(self.lens))]
+        if _np is not None:
+            u = _np.uint64
+            self._rel0 = _np.asarray(self.rel0, dtype=u)[None, :]
+            self._stride = _np.asarray(self.stride, dtype=u)[None, :]
+            self._lens = _np.asarray(self.lens, dtype=u)
+            self._within = _np.asarray(self.within, dtype=u)[None, :]
 
     def offsets(self, blocks: Sequence[int]):
         """Offsets in the side of every piece of blocks, block-major."""
         if _np is not None:
             b = _np.asarray(blocks, dtype=_np.uint64)[:, None]
-            return (_np.asarray(self.rel0, dtype=_np.uint64)[None, :]
-                    + b * _np.asarray(self.stride, dtype=_np.uint64)[None, :]).reshape(-1)
+            return (self._rel0 + b * self._stride).reshape(-1)
         return array("Q", [r + blk * s for blk in blocks for r, s in zip(self.rel0, self.stride)])
 
     def piece_lens(self, nblocks: int):
         if _np is not None:
-            return _np.tile(_np.asarray(self.lens, dtype=_np.uint64), nblocks)
+            return _np.tile(self._lens, nblocks)
         return array("Q", self.lens * nblocks)
 
     def packed(self, nblocks: int, start: int = 0):
         """Offsets of the pieces of nblocks chunks laid end to end from start."""
-        lens = self.piece_lens(nblocks)
+        return self.at_chunks(range(nblocks), start)
+
+    def at_chunks(self, slots: Sequence[int], start: int = 0):
+        """Offsets of the pieces of chunks placed at slots (in chunks) from start."""
         if _np is not None:
-            out = _np.empty(len(lens), dtype=_np.uint64)
-            if len(lens):
-                out[0] = start
-                _np.cumsum(lens[:-1], out=out[1:])
-                out[1:] += _np.uint64(start)
-            return out
-        out, at = array("Q"), start
-        for ln in lens:
-            out.append(at)
-            at += ln
-        return out
+            s = _np.asarray(slots, dtype=_np.uint64)[:, None] * _np.uint64(self.chunk_bytes)
+            return (s + self._within + _np.uint64(start)).reshape(-1)
+        cb = self.chunk_bytes
+        return array("Q", [start + s * cb + w for s in slots for w in self.within])
 
 
 class GpuMover:

@@ -125,13 +125,7 @@ class LocalKVCache:
         return len(todo)
 
     def _slot_offsets(self, slots: Sequence[int]):
-        t = self._table
-        per = t.packed(1)
-        if kv_gpu._np is not None:
-            np = kv_gpu._np
-            base = np.asarray(slots, dtype=np.uint64)[:, None] * np.uint64(t.chunk_bytes)
-            return (base + per[None, :]).reshape(-1)
-        return kv_gpu.array("Q", [s * t.chunk_bytes + p for s in slots for p in per])
+        return self._table.at_chunks(slots)
 
     # -- load ---------------------------------------------------------------
 
