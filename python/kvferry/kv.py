@@ -249,7 +249,10 @@ def chunk_keys(tokens: Sequence[int], chunk_size: int, fingerprint: str = "",
     """
     if chunk_size <= 0:
         raise ValueError("kvferry.kv: chunk_size must be positive")
-    toks = list(tokens) if not hasattr(tokens, "tolist") else tokens.tolist()
+    if isinstance(tokens, list):
+        toks = tokens
+    else:
+        toks = list(tokens) if not hasattr(tokens, "tolist") else tokens.tolist()
     n = len(toks) // chunk_size if full_only else -(-len(toks) // chunk_size)
     prev = hashlib.sha256(b"kvferry-kv\0%d\0%s" % (LAYOUT_VERSION, fingerprint.encode())).digest()
     # every token as a little-endian int64, packed once
