@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence
 
 from . import kv_gpu
 from .errors import OK
@@ -69,8 +69,12 @@ class LocalKVCache:
             self.close()
             raise
         self._free = list(range(self.slots - 1, -1, -1))
-        # chunk key -> (slot, checksums of its pieces); order = recency
-        self._index: "OrderedDict[bytes, Tuple[int, Any]]" = OrderedDict()
+        # chunk key -> slot; order = recency. The checksums of each slot's
+        # pieces, recorded at save, in one table.
+        self._index: "OrderedDict[bytes, int]" = OrderedDict()
+        np = kv_gpu._np
+        self._sums: Any = (np.zeros((self.slots, self.npc), dtype=np.uint64) if np is not None
+                           else [None] * self.slots)
 
     # -- keys and lookup ----------------------------------------------------
 
@@ -93,7 +97,7 @@ class LocalKVCache:
     def _slot(self) -> int:
         if self._free:
             return self._free.pop()
-        _, (slot, _) = self._index.popitem(last=False)  # least recently used
+        _, slot = self._index.popitem(last=False)  # least recently used
         return slot
 
     def save(self, tokens: Sequence[int], block_ids: Sequence[int]) -> int:
@@ -118,7 +122,12 @@ class LocalKVCache:
             _, sums = self._mover.copy(t.side, self.pool.mem(), t.offsets([block_ids[i] for i in todo]),
                                        dst, lens)
             for j, i in enumerate(todo):
-                self._index[keys[i]] = (slots[j], sums[j * self.npc:(j + 1) * self.npc])
+                self._index[keys[i]] = slots[j]
+            if kv_gpu._np is not None:
+                self._sums[kv_gpu._np.asarray(slots)] = sums.reshape(len(todo), self.npc)
+            else:
+                for j, slot in enumerate(slots):
+                    self._sums[slot] = sums[j * self.npc:(j + 1) * self.npc]
             self.stats.t_d2h += time.perf_counter() - t0
             self.stats.saved_chunks += len(todo)
             self.stats.bytes_saved += len(todo) * t.chunk_bytes
@@ -140,7 +149,7 @@ class LocalKVCache:
         with self._lock:
             self.stats.lookups += 1
             t0 = time.perf_counter()
-            hits: List[Tuple[int, Any]] = []
+            hits: List[int] = []
             for k in keys[:n]:
                 e = self._index.get(k)
                 if e is None:
@@ -150,14 +159,13 @@ class LocalKVCache:
             t1 = time.perf_counter()
             ok = len(hits)
             if hits:
-                expect = self._concat([e[1] for e in hits])
-                st, sums = self._mover.copy(self.pool.mem(), t.side, self._slot_offsets([e[0] for e in hits]),
+                expect = self._expect(hits)
+                st, sums = self._mover.copy(self.pool.mem(), t.side, self._slot_offsets(hits),
                                             t.offsets(block_ids[:ok]), t.piece_lens(ok), expect=expect)
                 if st != OK:
                     ok = kv_gpu.first_mismatch(sums, expect) // self.npc
                     self.stats.corrupt_misses += 1
-                    slot, _ = self._index.pop(keys[ok])
-                    self._free.append(slot)
+                    self._free.append(self._index.pop(keys[ok]))
             self.stats.t_query += t1 - t0
             self.stats.t_h2d += time.perf_counter() - t1
             self.stats.hit_chunks += ok
@@ -166,13 +174,13 @@ class LocalKVCache:
             self.stats.bytes_loaded += ok * t.chunk_bytes
         return ok * self.layout.block_size
 
-    @staticmethod
-    def _concat(parts: List[Any]):
+    def _expect(self, slots: List[int]):
+        """The recorded checksums of the pieces of slots, in order."""
         if kv_gpu._np is not None:
-            return kv_gpu._np.concatenate(parts) if parts else kv_gpu._np.zeros(0, dtype=kv_gpu._np.uint64)
+            return self._sums[kv_gpu._np.asarray(slots)].reshape(-1)
         out = kv_gpu.array("Q")
-        for p in parts:
-            out.extend(p)
+        for slot in slots:
+            out.extend(self._sums[slot])
         return out
 
     # -- housekeeping -------------------------------------------------------
@@ -183,7 +191,7 @@ class LocalKVCache:
             for k in self.chunk_keys(tokens):
                 e = self._index.pop(k, None)
                 if e is not None:
-                    self._free.append(e[0])
+                    self._free.append(e)
                     removed += 1
         return removed
 
@@ -193,7 +201,7 @@ class LocalKVCache:
         if e is None:
             return None
         cb = self._table.chunk_bytes
-        return memoryview(self.pool.view).cast("B")[e[0] * cb:(e[0] + 1) * cb]
+        return memoryview(self.pool.view).cast("B")[e * cb:(e + 1) * cb]
 
     def close(self) -> None:
         if self._mover is not None:
