@@ -270,7 +270,8 @@ static kvf_status_t kvf_gpu_copy_verified(kvf_cuda_copy_t *cp,
         len[i] = blocks[i].len;
     }
     if (!engines) {
-        status = kvf_cuda_copy_sum(cp, src, dst, blocks, n, s1, timeout_ms);
+        status = kvf_cuda_copy_sum(cp, src, dst, blocks, n, s1,
+                                   KVF_CUDA_SUM_FUSED, timeout_ms);
     }
     if (status == KVF_ERR_UNSUPPORTED) {
         status =
@@ -333,9 +334,10 @@ kvf_status_t kvf_gpu_copy_blocks_sum(kvf_gpu_copier_t *c,
                                      const kvf_gpu_mem_t *src,
                                      const kvf_gpu_mem_t *dst,
                                      const kvf_gpu_block_t *blocks, size_t n,
-                                     const uint64_t *expect, uint64_t *sums,
-                                     int timeout_ms)
+                                     unsigned flags, const uint64_t *expect,
+                                     uint64_t *sums, int timeout_ms)
 {
+    int mode = KVF_CUDA_SUM_AUTO;
     uint64_t *out = sums;
     kvf_status_t status;
     size_t i;
@@ -344,8 +346,15 @@ kvf_status_t kvf_gpu_copy_blocks_sum(kvf_gpu_copier_t *c,
         return KVF_ERR_UNAVAILABLE;
     }
     if (c == NULL || src == NULL || dst == NULL ||
-        (n > 0 && (blocks == NULL || (sums == NULL && expect == NULL)))) {
+        (n > 0 && (blocks == NULL || (sums == NULL && expect == NULL))) ||
+        (flags & ~(KVF_GPU_SUM_FUSED | KVF_GPU_SUM_AFTER)) != 0 ||
+        flags == (KVF_GPU_SUM_FUSED | KVF_GPU_SUM_AFTER)) {
         return KVF_ERR_INVALID_PARAM;
+    }
+    if (flags & KVF_GPU_SUM_FUSED) {
+        mode = KVF_CUDA_SUM_FUSED;
+    } else if (flags & KVF_GPU_SUM_AFTER) {
+        mode = KVF_CUDA_SUM_AFTER;
     }
     if (out == NULL) {
         out = kvf_malloc(n * sizeof(*out) + 1);
@@ -356,7 +365,7 @@ kvf_status_t kvf_gpu_copy_blocks_sum(kvf_gpu_copier_t *c,
     status = kvf_cuda_copy_sum(
         kvf_gpu_cp(c), (const kvf_cuda_mem_t *)(const void *)src,
         (const kvf_cuda_mem_t *)(const void *)dst,
-        (const kvf_cuda_blk_t *)(const void *)blocks, n, out, timeout_ms);
+        (const kvf_cuda_blk_t *)(const void *)blocks, n, out, mode, timeout_ms);
     for (i = 0; i < n && status == KVF_OK && expect != NULL; i++) {
         if (out[i] != expect[i]) {
             status = KVF_ERR_CHECKSUM;

@@ -177,24 +177,31 @@ KVF_API kvf_status_t kvf_gpu_copy_blocks(
     kvf_gpu_copier_t *c, const kvf_gpu_mem_t *src, const kvf_gpu_mem_t *dst,
     const kvf_gpu_block_t *blocks, size_t n, unsigned flags, int timeout_ms);
 
+/* Flags of kvf_gpu_copy_blocks_sum (neither: per direction, the way
+ * docs/gpu.md gives as the faster one). */
+/* Checksums computed by the kernel that copies each block, from the
+ * bytes it moves. */
+#define KVF_GPU_SUM_FUSED 0x1u
+/* The blocks copied by the usual kernels, then checksummed by a second,
+ * read-only pass over the side in GPU memory (HBM, not the link). */
+#define KVF_GPU_SUM_AFTER 0x2u
+
 /* Copies n blocks from src to dst like kvf_gpu_copy_blocks and computes
- * kvf_checksum() of each block in the same kernel, from the bytes it
- * moves (no second pass; the value is bit-identical to kvf_checksum() on
- * the host, i.e. what the store records at put). sums[i] receives block
+ * kvf_checksum() of each block on the GPU (see the flags), bit-identical
+ * to kvf_checksum() on the host, i.e. what the store records at put: no
+ * trip of the bytes to the host, no CPU pass. sums[i] receives block
  * i's checksum (sums may be NULL when expect is given). expect (may be
  * NULL): the checksums the blocks must have; when one differs the call
  * answers KVF_ERR_CHECKSUM, after every block was copied and summed, so
  * the caller finds the bad ones in sums. Both sides must be pinned or
- * GPU memory (pageable: KVF_ERR_UNSUPPORTED); a block is hashed by one
- * warp from start to end (never split), so many blocks of tens of KiB
- * reach the link's rate and a few huge ones do not. A refused block
- * (KVF_ERR_OUT_OF_BOUNDS) has sum 0. */
-KVF_API kvf_status_t kvf_gpu_copy_blocks_sum(kvf_gpu_copier_t *c,
-                                             const kvf_gpu_mem_t *src,
-                                             const kvf_gpu_mem_t *dst,
-                                             const kvf_gpu_block_t *blocks,
-                                             size_t n, const uint64_t *expect,
-                                             uint64_t *sums, int timeout_ms);
+ * GPU memory (pageable: KVF_ERR_UNSUPPORTED). A block is hashed by one
+ * warp from start to end (XXH3 is sequential per KiB), so batches of
+ * many blocks of tens of KiB reach the link's rate and a few huge
+ * blocks do not. A refused block (KVF_ERR_OUT_OF_BOUNDS) has sum 0. */
+KVF_API kvf_status_t kvf_gpu_copy_blocks_sum(
+    kvf_gpu_copier_t *c, const kvf_gpu_mem_t *src, const kvf_gpu_mem_t *dst,
+    const kvf_gpu_block_t *blocks, size_t n, unsigned flags,
+    const uint64_t *expect, uint64_t *sums, int timeout_ms);
 
 /* kvf_checksum() of n ranges (offs[i], lens[i]) of one side into sums[i]
  * (host memory is hashed in place by the CPU, GPU memory on the GPU by the

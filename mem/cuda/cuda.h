@@ -217,13 +217,17 @@ kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
 /* Copies n blocks from src to dst (pinned or GPU memory, not pageable:
  * KVF_ERR_UNSUPPORTED) with the checksumming kernel: sums[i] receives
  * kvf_checksum() of block i's bytes, computed while they move. dst NULL:
- * only checksums the source ranges (dst_off ignored). Blocks outside a
+ * only checksums the source ranges (dst_off ignored). mode: one of
+ * KVF_CUDA_SUM_*. Blocks outside a
  * side are not copied (sum 0) and the call answers KVF_ERR_OUT_OF_BOUNDS;
  * the other sums are still filled in. */
+#define KVF_CUDA_SUM_AUTO  0 /* AFTER for GPU -> pinned, else FUSED */
+#define KVF_CUDA_SUM_FUSED 1 /* checksummed by the kernel that copies */
+#define KVF_CUDA_SUM_AFTER 2 /* tuned copy, then a pass over the GPU side */
 kvf_status_t kvf_cuda_copy_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
                                const kvf_cuda_mem_t *dst,
                                const kvf_cuda_blk_t *blks, size_t n,
-                               uint64_t *sums, int timeout_ms);
+                               uint64_t *sums, int mode, int timeout_ms);
 /* kvf_checksum() of n ranges of pinned or GPU memory, on the GPU. */
 kvf_status_t kvf_cuda_sum_blocks(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *mem,
                                  const uint64_t *offs, const uint64_t *lens,

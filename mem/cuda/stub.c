@@ -285,7 +285,7 @@ kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
 kvf_status_t kvf_cuda_copy_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
                                const kvf_cuda_mem_t *dst,
                                const kvf_cuda_blk_t *blks, size_t n,
-                               uint64_t *sums, int timeout_ms)
+                               uint64_t *sums, int mode, int timeout_ms)
 {
     (void)cp;
     (void)src;
@@ -293,6 +293,7 @@ kvf_status_t kvf_cuda_copy_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
     (void)blks;
     (void)n;
     (void)sums;
+    (void)mode;
     (void)timeout_ms;
     return KVF_ERR_UNAVAILABLE;
 }

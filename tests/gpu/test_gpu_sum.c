@@ -5,9 +5,10 @@
  * host, bit for bit, for every XXH3 length class (0 to 240 bytes, long
  * blocks with every kind of remainder, up to 1 MiB) and alignment (both
  * sides 16-byte aligned, one side not, both odd), host -> GPU and
- * GPU -> host; the bytes arrive intact; a wrong expected checksum or a
- * corrupted byte is caught (KVF_ERR_CHECKSUM) with the other sums still
- * right; an out-of-bounds block is refused with sum 0. Public headers
+ * GPU -> host, checksummed by the copy kernel (fused) or by a pass over
+ * the GPU side after the copy; the bytes arrive intact; a wrong expected
+ * checksum or a corrupted byte is caught (KVF_ERR_CHECKSUM) with the other sums
+ * still right; an out-of-bounds block is refused with sum 0. Public headers
  * only. Each check prints a PASS or FAIL line.
  */
 #include <kvferry/gpu.h>
@@ -108,7 +109,7 @@ static int bytes_match(const char *a, const char *c, const kvf_gpu_block_t *b,
 /* Host -> GPU -> host with the checksumming kernel, at one alignment. */
 static void round_trip(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin,
                        kvf_gpu_mem_t *pout, kvf_gpu_mem_t *gpu, unsigned smis,
-                       unsigned dmis, uint64_t *rs)
+                       unsigned dmis, unsigned fl, uint64_t *rs)
 {
     kvf_gpu_block_t up[MAXB], down[MAXB];
     uint64_t sums[MAXB], offs[MAXB], lens[MAXB];
@@ -118,9 +119,10 @@ static void round_trip(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin,
 
     n = make_blocks(up, smis, dmis, rs);
     memset(pout->base, 0, pout->len);
-    st = kvf_gpu_copy_blocks_sum(c, pin, gpu, up, n, NULL, sums, TMO);
+    st = kvf_gpu_copy_blocks_sum(c, pin, gpu, up, n, fl, NULL, sums, TMO);
     snprintf(what, sizeof(what),
-             "H2D sums equal kvf_checksum (src +%u, dst +%u)", smis, dmis);
+             "H2D sums equal kvf_checksum (%s, src +%u, dst +%u)",
+             fl == KVF_GPU_SUM_AFTER ? "after" : "fused", smis, dmis);
     check(st == KVF_OK && sums_match(pin->base, up, 0, n, sums), what, st);
     for (i = 0; i < n; i++) {
         down[i].src_off = up[i].dst_off;
@@ -134,10 +136,10 @@ static void round_trip(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin,
              "kvf_gpu_checksum_blocks on the GPU equals kvf_checksum (+%u)",
              dmis);
     check(st == KVF_OK && sums_match(pin->base, up, 0, n, sums), what, st);
-    st = kvf_gpu_copy_blocks_sum(c, gpu, pout, down, n, NULL, sums, TMO);
+    st = kvf_gpu_copy_blocks_sum(c, gpu, pout, down, n, fl, NULL, sums, TMO);
     snprintf(what, sizeof(what),
-             "D2H sums equal kvf_checksum and bytes round-trip (+%u, +%u)",
-             dmis, smis);
+             "D2H sums equal kvf_checksum and bytes round-trip (%s, +%u, +%u)",
+             fl == KVF_GPU_SUM_AFTER ? "after" : "fused", dmis, smis);
     check(st == KVF_OK && sums_match(pout->base, down, 1, n, sums) &&
               bytes_match(pin->base, pout->base, down, n),
           what, st);
@@ -155,12 +157,12 @@ static void bad_cases(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin,
     for (i = 0; i < n; i++) {
         exp[i] = kvf_checksum((const char *)pin->base + b[i].src_off, b[i].len);
     }
-    st = kvf_gpu_copy_blocks_sum(c, pin, gpu, b, n, exp, NULL, TMO);
+    st = kvf_gpu_copy_blocks_sum(c, pin, gpu, b, n, 0, exp, NULL, TMO);
     check(st == KVF_OK, "expected checksums accepted", st);
     for (k = 0; k < n && b[k].len < 4096; k++) {
     }
     ((unsigned char *)pin->base)[b[k].src_off + b[k].len / 2] ^= 0x40;
-    st = kvf_gpu_copy_blocks_sum(c, pin, gpu, b, n, exp, sums, TMO);
+    st = kvf_gpu_copy_blocks_sum(c, pin, gpu, b, n, 0, exp, sums, TMO);
     check(st == KVF_ERR_CHECKSUM && sums[k] != exp[k] &&
               sums_match(pin->base, b, 0, n, sums),
           "a corrupted byte is caught, the other sums stay right", st);
@@ -169,7 +171,8 @@ static void bad_cases(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin,
     check(st == KVF_OK, "KVF_GPU_VERIFY through the checksumming kernel", st);
     b[0].src_off = pin->len - 8;
     b[0].len = 64;
-    st = kvf_gpu_copy_blocks_sum(c, pin, gpu, b, n, NULL, sums, TMO);
+    st = kvf_gpu_copy_blocks_sum(c, pin, gpu, b, n, KVF_GPU_SUM_FUSED, NULL,
+                                 sums, TMO);
     check(st == KVF_ERR_OUT_OF_BOUNDS && sums[0] == 0 &&
               sums_match(pin->base, b + 1, 0, n - 1, sums + 1),
           "out-of-bounds block refused with sum 0, the others summed", st);
@@ -205,12 +208,19 @@ int main(void)
         for (i = 0; i < POOL / 8; i++) {
             ((uint64_t *)pin.base)[i] = rng_next(&rs);
         }
-        round_trip(c, &pin, &pout, &gpu, 0, 0, &rs);
-        round_trip(c, &pin, &pout, &gpu, 16, 48, &rs);
-        round_trip(c, &pin, &pout, &gpu, 3, 0, &rs);
-        round_trip(c, &pin, &pout, &gpu, 0, 5, &rs);
-        round_trip(c, &pin, &pout, &gpu, 7, 7, &rs);
+        unsigned f;
+
+        for (f = KVF_GPU_SUM_FUSED; f <= KVF_GPU_SUM_AFTER; f++) {
+            round_trip(c, &pin, &pout, &gpu, 0, 0, f, &rs);
+            round_trip(c, &pin, &pout, &gpu, 16, 48, f, &rs);
+            round_trip(c, &pin, &pout, &gpu, 3, 0, f, &rs);
+            round_trip(c, &pin, &pout, &gpu, 0, 5, f, &rs);
+            round_trip(c, &pin, &pout, &gpu, 7, 7, f, &rs);
+        }
         bad_cases(c, &pin, &gpu, &rs);
+        st =
+            kvf_gpu_copy_blocks_sum(c, &pin, &gpu, NULL, 0, 3, NULL, NULL, TMO);
+        check(st == KVF_ERR_INVALID_PARAM, "both modes at once refused", st);
     }
     kvf_gpu_copier_destroy(c);
     kvf_gpu_free(KVF_MEM_CUDA, gpu.base);
