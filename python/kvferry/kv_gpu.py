@@ -47,8 +47,14 @@ _PROTOS = {
     "kvf_gpu_copy_blocks": (_lib.status_t, [c_void_p, POINTER(GpuMem), POINTER(GpuMem),
                                             c_void_p, c_size_t, c_uint, c_int]),
     "kvf_gpu_copy_blocks_sum": (_lib.status_t, [c_void_p, POINTER(GpuMem), POINTER(GpuMem),
-                                                c_void_p, c_size_t, c_void_p, c_void_p, c_int]),
+                                                c_void_p, c_size_t, c_uint, c_void_p, c_void_p,
+                                                c_int]),
 }
+#: kvf_gpu_copy_blocks_sum flags: checksums by the copying kernel, or by
+#: a pass over the GPU side after the tuned copy (0: per direction, the
+#: library's choice)
+SUM_FUSED = 0x1
+SUM_AFTER = 0x2
 _declared = False
 
 
@@ -199,7 +205,7 @@ class GpuMover:
         self._h = h.value
 
     def copy(self, src: GpuMem, dst: GpuMem, src_offs, dst_offs, lens,
-             expect=None, timeout_ms: int = 60000) -> Tuple[int, Any]:
+             expect=None, timeout_ms: int = 60000, flags: int = 0) -> Tuple[int, Any]:
         """Copies len[i] bytes from src + src_offs[i] to dst + dst_offs[i]
         for every i in one call and returns (status, sums): sums[i] is
         kvf_checksum() of piece i. With expect, a mismatch answers
@@ -216,7 +222,7 @@ class GpuMover:
             sums = array("Q", bytes(8 * n))
             exp = None if expect is None else array("Q", expect)
         st = _dll().kvf_gpu_copy_blocks_sum(
-            self._h, byref(src), byref(dst), _addr(blk), n,
+            self._h, byref(src), byref(dst), _addr(blk), n, flags,
             None if exp is None else _addr(exp), _addr(sums), timeout_ms)
         if st not in (OK, ERR_CHECKSUM):
             check(st, "gpu copy")
@@ -246,4 +252,4 @@ def first_mismatch(sums, expect) -> int:
 
 
 __all__ = ["PinnedBuffer", "BlockTable", "GpuMover", "GpuMem", "gpu_count", "first_mismatch",
-           "has_fused_checksums", "ERR_OUT_OF_BOUNDS", "MEM_HOST"]
+           "has_fused_checksums", "SUM_FUSED", "SUM_AFTER", "ERR_OUT_OF_BOUNDS", "MEM_HOST"]

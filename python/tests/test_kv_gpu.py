@@ -65,7 +65,7 @@ def test_kernel_sums_equal_host_checksum():
         for n in lens:
             offs.append(at)
             at += (n + 63) & ~15
-        st, sums = m.copy(a.mem(), b.mem(), offs, [o + 0 for o in offs], lens)
+        st, sums = m.copy(a.mem(), b.mem(), offs, list(offs), lens)
         assert st == kvferry.errors.OK
         for o, n, s in zip(offs, lens, sums):
             assert int(s) == lib.kvf_checksum(a.addr + o, n)
