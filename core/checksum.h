@@ -24,4 +24,10 @@ uint64_t kvf_hash64(const void *data, size_t len, uint64_t seed);
  * compare the two). */
 uint64_t kvf_hash64_generic(const void *data, size_t len, uint64_t seed);
 
+/* Copies len bytes from src to dst and returns kvf_checksum() of them,
+ * hashing each piece right after copying it while it is still in the
+ * CPU's cache: one pass over the source instead of a copy and then a
+ * second read for the checksum. The buffers must not overlap. */
+uint64_t kvf_copy_checksum(void *dst, const void *src, size_t len);
+
 #endif

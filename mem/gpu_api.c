@@ -245,17 +245,20 @@ void kvf_gpu_copier_stats(const kvf_gpu_copier_t *c,
     }
 }
 
-/* KVF_GPU_VERIFY: the checksums of every block on both sides. */
-static kvf_status_t kvf_gpu_verify_blocks(kvf_cuda_copy_t *cp,
+/* KVF_GPU_VERIFY: the source's checksums computed by the kernel that
+ * copies the blocks, the destination's by a checksum-only pass on the
+ * GPU; a pageable side (or the copy engines) falls back to copying and
+ * then checksumming both sides. */
+static kvf_status_t kvf_gpu_copy_verified(kvf_cuda_copy_t *cp,
                                           const kvf_cuda_mem_t *src,
                                           const kvf_cuda_mem_t *dst,
-                                          const kvf_gpu_block_t *blocks,
-                                          size_t n, int timeout_ms)
+                                          const kvf_cuda_blk_t *blocks,
+                                          size_t n, int engines, int timeout_ms)
 {
     uint64_t *v = kvf_malloc(5 * n * sizeof(uint64_t) + 1);
     uint64_t *so = v, *dof = v + n, *len = v + 2 * n;
     uint64_t *s1 = v + 3 * n, *s2 = v + 4 * n;
-    kvf_status_t status;
+    kvf_status_t status = KVF_ERR_UNSUPPORTED;
     size_t i;
 
     if (v == NULL) {
@@ -266,7 +269,19 @@ static kvf_status_t kvf_gpu_verify_blocks(kvf_cuda_copy_t *cp,
         dof[i] = blocks[i].dst_off;
         len[i] = blocks[i].len;
     }
-    status = kvf_cuda_checksum_blocks(cp, src, so, len, n, s1, timeout_ms);
+    if (!engines) {
+        status = kvf_cuda_copy_sum(cp, src, dst, blocks, n, s1,
+                                   KVF_CUDA_SUM_FUSED, timeout_ms);
+    }
+    if (status == KVF_ERR_UNSUPPORTED) {
+        status =
+            engines ? kvf_cuda_copy_engines(cp, src, dst, blocks, n, timeout_ms)
+                    : kvf_cuda_copy_blocks(cp, src, dst, blocks, n, timeout_ms);
+        if (status == KVF_OK) {
+            status =
+                kvf_cuda_checksum_blocks(cp, src, so, len, n, s1, timeout_ms);
+        }
+    }
     if (status == KVF_OK) {
         status = kvf_cuda_checksum_blocks(cp, dst, dof, len, n, s2, timeout_ms);
     }
@@ -303,13 +318,61 @@ kvf_status_t kvf_gpu_copy_blocks(kvf_gpu_copier_t *c, const kvf_gpu_mem_t *src,
     if (flags & KVF_GPU_BLOCKS_ON_GPU) {
         return kvf_cuda_copy_blocks_dev(cp, s, d, b, n, timeout_ms);
     }
+    if ((flags & KVF_GPU_VERIFY) && n > 0) {
+        return kvf_gpu_copy_verified(
+            cp, s, d, b, n, (flags & KVF_GPU_COPY_ENGINES) != 0, timeout_ms);
+    }
     if (flags & KVF_GPU_COPY_ENGINES) {
         status = kvf_cuda_copy_engines(cp, s, d, b, n, timeout_ms);
     } else {
         status = kvf_cuda_copy_blocks(cp, s, d, b, n, timeout_ms);
     }
-    if (status == KVF_OK && (flags & KVF_GPU_VERIFY) && n > 0) {
-        status = kvf_gpu_verify_blocks(cp, s, d, blocks, n, timeout_ms);
+    return status;
+}
+
+kvf_status_t kvf_gpu_copy_blocks_sum(kvf_gpu_copier_t *c,
+                                     const kvf_gpu_mem_t *src,
+                                     const kvf_gpu_mem_t *dst,
+                                     const kvf_gpu_block_t *blocks, size_t n,
+                                     unsigned flags, const uint64_t *expect,
+                                     uint64_t *sums, int timeout_ms)
+{
+    int mode = KVF_CUDA_SUM_AUTO;
+    uint64_t *out = sums;
+    kvf_status_t status;
+    size_t i;
+
+    if (kvf_gpu_none()) {
+        return KVF_ERR_UNAVAILABLE;
+    }
+    if (c == NULL || src == NULL || dst == NULL ||
+        (n > 0 && (blocks == NULL || (sums == NULL && expect == NULL))) ||
+        (flags & ~(KVF_GPU_SUM_FUSED | KVF_GPU_SUM_AFTER)) != 0 ||
+        flags == (KVF_GPU_SUM_FUSED | KVF_GPU_SUM_AFTER)) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (flags & KVF_GPU_SUM_FUSED) {
+        mode = KVF_CUDA_SUM_FUSED;
+    } else if (flags & KVF_GPU_SUM_AFTER) {
+        mode = KVF_CUDA_SUM_AFTER;
+    }
+    if (out == NULL) {
+        out = kvf_malloc(n * sizeof(*out) + 1);
+        if (out == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+    }
+    status = kvf_cuda_copy_sum(
+        kvf_gpu_cp(c), (const kvf_cuda_mem_t *)(const void *)src,
+        (const kvf_cuda_mem_t *)(const void *)dst,
+        (const kvf_cuda_blk_t *)(const void *)blocks, n, out, mode, timeout_ms);
+    for (i = 0; i < n && status == KVF_OK && expect != NULL; i++) {
+        if (out[i] != expect[i]) {
+            status = KVF_ERR_CHECKSUM;
+        }
+    }
+    if (out != sums) {
+        kvf_free(out);
     }
     return status;
 }

@@ -2,7 +2,7 @@
  * kvferry GPU calls: devices, GPU and pinned memory, and batched copies
  * of many scattered blocks through kvferry's copy kernels -- between
  * host (pinned or pageable) and GPU memory, within a GPU, or between
- * GPUs -- in one call, with an optional checksum comparison.
+ * GPUs -- in one call, with checksums computed by the copy kernels.
  * kvferry-layer: mem
  *
  *   kvf_gpu_copier_t *c;
@@ -157,8 +157,12 @@ KVF_API void kvf_gpu_copier_stats(const kvf_gpu_copier_t *c,
 /* Every block through the copy engines (one cudaMemcpyBatchAsync), not
  * the kernels. */
 #define KVF_GPU_COPY_ENGINES 0x2u
-/* After the copy, compare each block's checksum on both sides;
- * KVF_ERR_CHECKSUM when one differs. Not with KVF_GPU_BLOCKS_ON_GPU. */
+/* Compare each block's checksum on both sides; KVF_ERR_CHECKSUM when one
+ * differs. The kernel that copies a block computes the source's checksum
+ * from the bytes it moves; the destination's is computed on the GPU by a
+ * second, read-only pass (a pageable side or KVF_GPU_COPY_ENGINES: both
+ * after the copy). Not with KVF_GPU_BLOCKS_ON_GPU. To check blocks
+ * against known checksums in one pass, use kvf_gpu_copy_blocks_sum. */
 #define KVF_GPU_VERIFY 0x4u
 
 /* Copies n blocks from src to dst and waits for them (at most
@@ -173,9 +177,36 @@ KVF_API kvf_status_t kvf_gpu_copy_blocks(
     kvf_gpu_copier_t *c, const kvf_gpu_mem_t *src, const kvf_gpu_mem_t *dst,
     const kvf_gpu_block_t *blocks, size_t n, unsigned flags, int timeout_ms);
 
+/* Flags of kvf_gpu_copy_blocks_sum (neither: per direction, the way
+ * docs/gpu.md gives as the faster one). */
+/* Checksums computed by the kernel that copies each block, from the
+ * bytes it moves. */
+#define KVF_GPU_SUM_FUSED 0x1u
+/* The blocks copied by the usual kernels, then checksummed by a second,
+ * read-only pass over the side in GPU memory (HBM, not the link). */
+#define KVF_GPU_SUM_AFTER 0x2u
+
+/* Copies n blocks from src to dst like kvf_gpu_copy_blocks and computes
+ * kvf_checksum() of each block on the GPU (see the flags), bit-identical
+ * to kvf_checksum() on the host, i.e. what the store records at put: no
+ * trip of the bytes to the host, no CPU pass. sums[i] receives block
+ * i's checksum (sums may be NULL when expect is given). expect (may be
+ * NULL): the checksums the blocks must have; when one differs the call
+ * answers KVF_ERR_CHECKSUM, after every block was copied and summed, so
+ * the caller finds the bad ones in sums. Both sides must be pinned or
+ * GPU memory (pageable: KVF_ERR_UNSUPPORTED). A block is hashed by one
+ * warp from start to end (XXH3 is sequential per KiB), so batches of
+ * many blocks of tens of KiB reach the link's rate and a few huge
+ * blocks do not. A refused block (KVF_ERR_OUT_OF_BOUNDS) has sum 0. */
+KVF_API kvf_status_t kvf_gpu_copy_blocks_sum(
+    kvf_gpu_copier_t *c, const kvf_gpu_mem_t *src, const kvf_gpu_mem_t *dst,
+    const kvf_gpu_block_t *blocks, size_t n, unsigned flags,
+    const uint64_t *expect, uint64_t *sums, int timeout_ms);
+
 /* kvf_checksum() of n ranges (offs[i], lens[i]) of one side into sums[i]
- * (host memory is hashed in place, GPU memory after one batched copy to
- * the host). KVF_ERR_OUT_OF_BOUNDS when a range is outside the side. */
+ * (host memory is hashed in place by the CPU, GPU memory on the GPU by the
+ * checksumming kernel, where it lies). KVF_ERR_OUT_OF_BOUNDS when a range is
+ * outside the side. */
 KVF_API kvf_status_t kvf_gpu_checksum_blocks(kvf_gpu_copier_t *c,
                                              const kvf_gpu_mem_t *mem,
                                              const uint64_t *offs,

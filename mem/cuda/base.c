@@ -158,6 +158,11 @@ kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
         }
         return KVF_OK;
     }
+    /* on the GPU, where the bytes are: no trip to the host */
+    status = kvf_cuda_sum_blocks(cp, mem, offs, lens, n, sums, timeout_ms);
+    if (status != KVF_ERR_UNSUPPORTED) {
+        return status;
+    }
     blks = kvf_malloc((n + 1) * sizeof(*blks));
     buf = kvf_malloc(total + 1);
     if (blks == NULL || buf == NULL) {

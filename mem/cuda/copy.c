@@ -138,6 +138,7 @@ void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp)
     kvf_free(cp->ce_dst);
     kvf_free(cp->ce_src);
     kvf_free(cp->ce_len);
+    kvf_cuda_sums_free(cp); /* after the waits: kernels store into it */
     if (cp->err != NULL) {
         cudaFreeHost(cp->err);
     }

@@ -206,13 +206,34 @@ int kvf_cuda_copy_device(const kvf_cuda_copy_t *cp);
 void *kvf_cuda_copy_stream(kvf_cuda_copy_t *cp);
 kvf_status_t kvf_cuda_copy_sync(kvf_cuda_copy_t *cp, int timeout_ms);
 
-/* 64-bit checksums (kvf_checksum) of n ranges of one side, computed on
- * the host after a batched copy into pinned memory. */
+/* 64-bit checksums (kvf_checksum) of n ranges of one side: host memory
+ * hashed in place, GPU memory by the checksumming kernel on the GPU. */
 kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
                                       const kvf_cuda_mem_t *mem,
                                       const uint64_t *offs,
                                       const uint64_t *lens, size_t n,
                                       uint64_t *sums, int timeout_ms);
+
+/* Copies n blocks from src to dst (pinned or GPU memory, not pageable:
+ * KVF_ERR_UNSUPPORTED) with the checksumming kernel: sums[i] receives
+ * kvf_checksum() of block i's bytes, computed while they move. dst NULL:
+ * only checksums the source ranges (dst_off ignored). mode: one of
+ * KVF_CUDA_SUM_*. Blocks outside a
+ * side are not copied (sum 0) and the call answers KVF_ERR_OUT_OF_BOUNDS;
+ * the other sums are still filled in. */
+#define KVF_CUDA_SUM_AUTO  0 /* AFTER for GPU -> pinned, else FUSED */
+#define KVF_CUDA_SUM_FUSED 1 /* checksummed by the kernel that copies */
+#define KVF_CUDA_SUM_AFTER 2 /* tuned copy, then a pass over the GPU side */
+kvf_status_t kvf_cuda_copy_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
+                               const kvf_cuda_mem_t *dst,
+                               const kvf_cuda_blk_t *blks, size_t n,
+                               uint64_t *sums, int mode, int timeout_ms);
+/* kvf_checksum() of n ranges of pinned or GPU memory, on the GPU. */
+kvf_status_t kvf_cuda_sum_blocks(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *mem,
+                                 const uint64_t *offs, const uint64_t *lens,
+                                 size_t n, uint64_t *sums, int timeout_ms);
+/* Frees the context's checksum array (copy context destruction). */
+void kvf_cuda_sums_free(kvf_cuda_copy_t *cp);
 
 /* ---- staged socket I/O (transports) ---------------------------------- */
 

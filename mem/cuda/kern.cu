@@ -17,9 +17,16 @@
  *   stores (mbarrier completion, bulk groups); the warp copies the
  *   blocks that are not 16-byte aligned itself first.
  *
+ * sum: the warp kernel that also computes each block's kvf_checksum()
+ *   (XXH3-64) while it moves it, from the vectors it already holds in
+ *   registers (xxh3.h says how the hash splits over the lanes); only the
+ *   last partial KiB of a block is read a second time, from the side in
+ *   GPU memory. The same kernel without stores checksums blocks in place.
+ *
  * Built for sm_90 only (CMAKE_CUDA_ARCHITECTURES 90).
  */
 #include "mem/cuda/kern.h"
+#include "mem/cuda/xxh3.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -546,6 +553,233 @@ __global__ void __launch_bounds__(32)
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+/* ---- checksumming copies --------------------------------------------- */
+
+__constant__ uint8_t kvf_xxh_sec_dev[192] = KVF_XXH_SECRET_BYTES;
+
+__device__ __forceinline__ uint64_t kvf_lo64(uint4 v)
+{
+    return (uint64_t)v.x | (uint64_t)v.y << 32;
+}
+
+__device__ __forceinline__ uint64_t kvf_hi64(uint4 v)
+{
+    return (uint64_t)v.z | (uint64_t)v.w << 32;
+}
+
+__device__ __forceinline__ uint64_t kvf_ld64(const uint8_t *p)
+{
+    if (((uintptr_t)p & 7) == 0) {
+        return *(const uint64_t *)p;
+    }
+    return kvf_xxh_r64(p);
+}
+
+/* Sums each pair's terms over the 8 lanes that share it. */
+__device__ __forceinline__ void kvf_xxh_reduce(uint64_t &c0, uint64_t &c1)
+{
+#pragma unroll
+    for (int m = 4; m < 32; m <<= 1) {
+        c0 += __shfl_xor_sync(KVF_FULL_MASK, c0, m);
+        c1 += __shfl_xor_sync(KVF_FULL_MASK, c1, m);
+    }
+}
+
+/* One KiB: this lane's vectors (at lane and lane + 32 of the KiB). */
+__device__ __forceinline__ void kvf_xxh_kib(const kvf_xxh_keys_t &k, uint4 va,
+                                            uint4 vb, uint64_t &a0,
+                                            uint64_t &a1)
+{
+    uint64_t c0 = 0, c1 = 0;
+
+    kvf_xxh_pair(kvf_lo64(va), kvf_hi64(va), k.ka0, k.ka1, &c0, &c1);
+    kvf_xxh_pair(kvf_lo64(vb), kvf_hi64(vb), k.kb0, k.kb1, &c0, &c1);
+    kvf_xxh_reduce(c0, c1);
+    a0 = kvf_xxh_scramble(a0 + c0, k.ks0);
+    a1 = kvf_xxh_scramble(a1 + c1, k.ks1);
+}
+
+/* The last partial KiB and XXH3's final stripe, read from p (the block's
+ * start), then the merge: every lane returns the block's value. */
+__device__ uint64_t kvf_xxh_tail(const uint8_t *p, uint64_t len,
+                                 const kvf_xxh_keys_t &k, uint64_t a0,
+                                 uint64_t a1, unsigned lane)
+{
+    uint64_t c0 = 0, c1 = 0, t;
+    unsigned ns = kvf_xxh_last_stripes(len), r = lane >> 2;
+    const uint8_t *q =
+        p + kvf_xxh_full_kibs(len) * KVF_XXH_KIB + 16 * (lane & 3u);
+
+    if (r < ns) {
+        kvf_xxh_pair(kvf_ld64(q + 64 * r), kvf_ld64(q + 64 * r + 8), k.ka0,
+                     k.ka1, &c0, &c1);
+    }
+    if (r + 8 < ns) {
+        kvf_xxh_pair(kvf_ld64(q + 64 * (r + 8)), kvf_ld64(q + 64 * (r + 8) + 8),
+                     k.kb0, k.kb1, &c0, &c1);
+    }
+    if (r == 0) {
+        q = p + len - 64 + 16 * lane;
+        kvf_xxh_pair(kvf_ld64(q), kvf_ld64(q + 8), k.kl0, k.kl1, &c0, &c1);
+    }
+    kvf_xxh_reduce(c0, c1);
+    t = kvf_xxh_merge_term(&k, a0 + c0, a1 + c1);
+    t += __shfl_xor_sync(KVF_FULL_MASK, t, 1);
+    t += __shfl_xor_sync(KVF_FULL_MASK, t, 2);
+    return kvf_xxh_finish(len, t);
+}
+
+__device__ __forceinline__ uint4 kvf_ld16(const uint8_t *p, bool aligned)
+{
+    uint4 v;
+
+    if (aligned) {
+        return *(const uint4 *)p;
+    }
+    v.x = kvf_xxh_r32(p);
+    v.y = kvf_xxh_r32(p + 4);
+    v.z = kvf_xxh_r32(p + 8);
+    v.w = kvf_xxh_r32(p + 12);
+    return v;
+}
+
+/* kvf_checksum() of [p, p + len) by the warp, reading only. */
+__device__ uint64_t kvf_xxh_warp(const uint8_t *p, uint64_t len,
+                                 const kvf_xxh_keys_t &k, unsigned lane)
+{
+    uint64_t a0, a1, nfull, kb = 0, h = 0;
+    bool al = ((uintptr_t)p & 15) == 0;
+
+    if (len <= KVF_XXH_SHORT) {
+        if (lane == 0) {
+            h = kvf_xxh_short(p, len, kvf_xxh_sec_dev);
+        }
+        return __shfl_sync(KVF_FULL_MASK, h, 0);
+    }
+    a0 = kvf_xxh_init(2 * (lane & 3u));
+    a1 = kvf_xxh_init(2 * (lane & 3u) + 1);
+    nfull = kvf_xxh_full_kibs(len);
+    for (; al && kb + 4 <= nfull; kb += 4) {
+        const uint4 *v = (const uint4 *)(p + kb * KVF_XXH_KIB) + lane;
+        uint4 x[8];
+
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            x[u] = v[u * 32];
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            kvf_xxh_kib(k, x[2 * q], x[2 * q + 1], a0, a1);
+        }
+    }
+    for (; kb < nfull; kb++) {
+        const uint8_t *v = p + kb * KVF_XXH_KIB + 16 * lane;
+
+        kvf_xxh_kib(k, kvf_ld16(v, al), kvf_ld16(v + 512, al), a0, a1);
+    }
+    return kvf_xxh_tail(p, len, k, a0, a1, lane);
+}
+
+/* Copies a block of more than 240 bytes whose both sides are 16-byte
+ * aligned, checksumming the full KiBs from the registers that carry
+ * them; the rest is copied, then read back from tp (the block on the
+ * side in GPU memory) for the tail. */
+__device__ uint64_t kvf_copy_sum_aligned(const char *s, char *d, uint64_t len,
+                                         const kvf_xxh_keys_t &k, bool tail_dst,
+                                         unsigned lane)
+{
+    const uint4 *vs = (const uint4 *)s;
+    uint4 *vd = (uint4 *)d;
+    uint64_t a0 = kvf_xxh_init(2 * (lane & 3u));
+    uint64_t a1 = kvf_xxh_init(2 * (lane & 3u) + 1);
+    uint64_t nfull = kvf_xxh_full_kibs(len), kb = 0, at;
+
+    for (; kb + 4 <= nfull; kb += 4) {
+        uint64_t base = kb * (KVF_XXH_KIB / 16) + lane;
+        uint4 x[8];
+
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            x[u] = __ldcs(vs + base + u * 32);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            __stcs(vd + base + u * 32, x[u]);
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            kvf_xxh_kib(k, x[2 * q], x[2 * q + 1], a0, a1);
+        }
+    }
+    for (; kb < nfull; kb++) {
+        uint64_t base = kb * (KVF_XXH_KIB / 16) + lane;
+        uint4 xa = __ldcs(vs + base), xb = __ldcs(vs + base + 32);
+
+        __stcs(vd + base, xa);
+        __stcs(vd + base + 32, xb);
+        kvf_xxh_kib(k, xa, xb, a0, a1);
+    }
+    at = nfull * KVF_XXH_KIB;
+    kvf_copy_block<4>(s + at, d + at, len - at, lane);
+    __syncwarp();
+    return kvf_xxh_tail((const uint8_t *)(tail_dst ? d : s), len, k, a0, a1,
+                        lane);
+}
+
+/* One block: copied (store) and checksummed, or only checksummed. */
+__device__ uint64_t kvf_copy_sum_block(const char *s, char *d, uint64_t len,
+                                       const kvf_xxh_keys_t &k, bool store,
+                                       bool tail_dst, unsigned lane)
+{
+    if (!store) {
+        return kvf_xxh_warp((const uint8_t *)s, len, k, lane);
+    }
+    if ((((uintptr_t)s | (uintptr_t)d) & 15) == 0 && len > KVF_XXH_SHORT) {
+        return kvf_copy_sum_aligned(s, d, len, k, tail_dst, lane);
+    }
+    kvf_copy_block<4>(s, d, len, lane);
+    __syncwarp();
+    return kvf_xxh_warp((const uint8_t *)(tail_dst ? d : s), len, k, lane);
+}
+
+/* A warp per block (blocks are never shared or split: the hash runs
+ * through a block in order); sums[b] receives block b's checksum, 0 for
+ * a refused block. */
+template <bool STORE>
+__global__ void __launch_bounds__(KVF_WARP_CTA)
+    kvf_sum_warp_kernel(const kvf_cuda_blk_t *__restrict__ blks, unsigned n,
+                        uint64_t sb, uint64_t sl, uint64_t db, uint64_t dl,
+                        unsigned *err, uint64_t *sums, int tail_dst)
+{
+    unsigned lane = threadIdx.x & 31;
+    unsigned warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    unsigned nwarps = (gridDim.x * blockDim.x) >> 5;
+    kvf_xxh_keys_t k;
+    kvf_desc cur, next;
+    unsigned b;
+
+    kvf_xxh_lane_keys(&k, lane, kvf_xxh_sec_dev);
+    cur = kvf_load_desc(blks, warp, n, lane);
+    for (b = warp; b < n; b += nwarps) {
+        uint64_t h = 0;
+
+        next = kvf_load_desc(blks, b + nwarps, n, lane);
+        if (!kvf_desc_ok(cur, sl, dl)) {
+            if (lane == 0) {
+                *(volatile unsigned *)err = 1u; /* mapped host word */
+            }
+        } else {
+            h = kvf_copy_sum_block((const char *)(uintptr_t)(sb + cur.so),
+                                   (char *)(uintptr_t)(db + cur.doff), cur.len,
+                                   k, STORE, tail_dst != 0, lane);
+        }
+        if (lane == 0) {
+            sums[b] = h;
+        }
+        cur = next;
+    }
+}
+
 /* ---- launchers -------------------------------------------------------- */
 
 /* Tunables (cuda_ctas_per_sm, cuda_unroll), set once at start-up. */
@@ -553,6 +787,7 @@ static int kvf_warp_ctas_per_sm = 4;
 static int kvf_bulk_ctas_per_sm = KVF_BULK_CTAS_PER_SM;
 static int kvf_warp_unroll = KVF_WARP_UNROLL;
 static int kvf_warp_parts = 0; /* warps per block: 0 auto, 1, 2 or 4 */
+static int kvf_sum_fit = 0;    /* CTAs of the checksumming kernel per SM */
 
 extern "C" void kvf_cuda_kern_parts(int warps_per_block)
 {
@@ -656,6 +891,55 @@ extern "C" int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel,
                 l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
                 l->err, l->ctr, l->flag, l->seq, pshift);
         }
+    }
+    return (int)cudaGetLastError();
+}
+
+extern "C" int kvf_cuda_kern_sum_launch(const kvf_cuda_launch_t *l,
+                                        uint64_t *sums, int store, int tail_dst,
+                                        int sm_count, cudaStream_t stream)
+{
+    unsigned per_cta = KVF_WARP_CTA / 32, grid;
+    int ctas;
+
+    if (l->n == 0) {
+        return (int)cudaSuccess;
+    }
+    if (sm_count <= 0) {
+        sm_count = 1;
+    }
+    /* the checksumming kernel holds more registers than the plain one:
+     * no more CTAs than the SMs hold at once, or the grid-stride share
+     * of the CTAs that wait would run after the others (a tail) */
+    if (kvf_sum_fit == 0) {
+        int a = 0, b = 0;
+
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &a, kvf_sum_warp_kernel<true>, KVF_WARP_CTA, 0) !=
+                cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &b, kvf_sum_warp_kernel<false>, KVF_WARP_CTA, 0) !=
+                cudaSuccess) {
+            cudaGetLastError();
+            a = b = 1;
+        }
+        a = a < b ? a : b;
+        kvf_sum_fit = a < 1 ? 1 : a;
+    }
+    ctas =
+        kvf_sum_fit < kvf_warp_ctas_per_sm ? kvf_sum_fit : kvf_warp_ctas_per_sm;
+    grid = (l->n + per_cta - 1) / per_cta;
+    if (grid > (unsigned)(sm_count * ctas)) {
+        grid = (unsigned)(sm_count * ctas);
+    }
+    if (store) {
+        kvf_sum_warp_kernel<true><<<grid, KVF_WARP_CTA, 0, stream>>>(
+            l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
+            l->err, sums, tail_dst);
+    } else {
+        kvf_sum_warp_kernel<false><<<grid, KVF_WARP_CTA, 0, stream>>>(
+            l->blks, l->n, l->src_base, l->src_len, l->dst_base, l->dst_len,
+            l->err, sums, tail_dst);
     }
     return (int)cudaGetLastError();
 }

@@ -80,6 +80,15 @@ typedef struct kvf_cuda_res_dev {
  * device must be the one that owns the stream. Returns a cudaError_t. */
 int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel, const kvf_cuda_launch_t *l,
                          int sm_count, cudaStream_t stream);
+/* Launches the checksumming warp kernel on stream: store != 0 copies
+ * each block and puts its kvf_checksum() in sums[i] (device-accessible,
+ * one per descriptor); store == 0 only checksums the source ranges.
+ * tail_dst: the last partial KiB of each block is read back from the
+ * destination (in GPU memory) rather than the source. Blocks are never
+ * split. Returns a cudaError_t. */
+int kvf_cuda_kern_sum_launch(const kvf_cuda_launch_t *l, uint64_t *sums,
+                             int store, int tail_dst, int sm_count,
+                             cudaStream_t stream);
 /* Grid size (CTAs per SM) and unrolling (4 or 8 vectors in flight per
  * lane) of the copy kernels; out-of-range values keep the defaults. */
 void kvf_cuda_kern_tune(int ctas_per_sm, int unroll);
@@ -191,6 +200,9 @@ struct kvf_cuda_copy {
      * first use */
     int res_mode;
     struct kvf_cuda_res *res;
+    /* checksums of the checksumming kernels (sum.c): pinned, mapped */
+    uint64_t *sums;
+    size_t sums_cap;
 };
 
 static inline int kvf_cuda_blk_in(uint64_t off, uint64_t len, uint64_t side)

@@ -282,6 +282,41 @@ kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
     return KVF_ERR_UNAVAILABLE;
 }
 
+kvf_status_t kvf_cuda_copy_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
+                               const kvf_cuda_mem_t *dst,
+                               const kvf_cuda_blk_t *blks, size_t n,
+                               uint64_t *sums, int mode, int timeout_ms)
+{
+    (void)cp;
+    (void)src;
+    (void)dst;
+    (void)blks;
+    (void)n;
+    (void)sums;
+    (void)mode;
+    (void)timeout_ms;
+    return KVF_ERR_UNAVAILABLE;
+}
+
+kvf_status_t kvf_cuda_sum_blocks(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *mem,
+                                 const uint64_t *offs, const uint64_t *lens,
+                                 size_t n, uint64_t *sums, int timeout_ms)
+{
+    (void)cp;
+    (void)mem;
+    (void)offs;
+    (void)lens;
+    (void)n;
+    (void)sums;
+    (void)timeout_ms;
+    return KVF_ERR_UNAVAILABLE;
+}
+
+void kvf_cuda_sums_free(kvf_cuda_copy_t *cp)
+{
+    (void)cp;
+}
+
 kvf_status_t kvf_cuda_readv(kvf_cuda_stage_t **stage_p, int fd,
                             struct iovec *iov, size_t iovcnt,
                             uint64_t deadline_ms)

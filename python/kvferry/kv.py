@@ -15,9 +15,18 @@ from the kvferry store, block by block, verified.
 - :class:`KVCache` saves and loads a request's blocks as batches of
   scattered blocks through :meth:`Store.put_batch`/:meth:`Store.get_batch`
   straight from and into the cache's registered memory (no copies).
-  Host caches are numpy arrays, bytearrays or any writable buffer; GPU
-  caches (torch CUDA tensors) go through the store's device-memory path
-  (KVF_STORE_DEVICE_MEM), checked with ``kvf_gpu_checksum``.
+  Host caches are numpy arrays, bytearrays or any writable buffer. GPU
+  caches (torch CUDA tensors) are staged through pinned host memory
+  registered with the store: one kernel gathers a batch of scattered
+  blocks into it and computes every block's checksum on the way (save),
+  one kernel scatters them back and checks each against the manifest
+  (load); see :mod:`kvferry.kv_gpu`. Where the library has no GPU
+  kernels (or with ``gpu_stage=False``) they go through the store's
+  device-memory path (KVF_STORE_DEVICE_MEM), checked with
+  ``kvf_gpu_checksum``.
+- :class:`LocalKVCache` keeps chunks in the process's own pinned host
+  memory (the local tier; same methods as :class:`KVCache`), moved and
+  verified by the same kernels.
 
 Every chunk has a manifest object (its fingerprint, chunk key and the
 checksum of each of its pieces), written after its pieces: a chunk is
@@ -36,7 +45,10 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import sys
 import threading
+import time
+from array import array
 from ctypes import byref, c_size_t, c_uint64, c_void_p
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -220,6 +232,11 @@ class KVLayout:
         return hashlib.sha256(blob).hexdigest()[:32]
 
 
+# the keys of the last few token sequences (the packed tokens are the key)
+_KEY_MEMO: Dict[Tuple[bytes, int, str], List[bytes]] = {}
+_KEY_MEMO_MAX = 16
+
+
 def chunk_keys(tokens: Sequence[int], chunk_size: int, fingerprint: str = "",
                full_only: bool = True) -> List[bytes]:
     """Chained SHA-256 digests (32 bytes each) of the token chunks.
@@ -232,17 +249,31 @@ def chunk_keys(tokens: Sequence[int], chunk_size: int, fingerprint: str = "",
     """
     if chunk_size <= 0:
         raise ValueError("kvferry.kv: chunk_size must be positive")
-    toks = list(tokens) if not hasattr(tokens, "tolist") else tokens.tolist()
+    if isinstance(tokens, list):
+        toks = tokens
+    else:
+        toks = list(tokens) if not hasattr(tokens, "tolist") else tokens.tolist()
     n = len(toks) // chunk_size if full_only else -(-len(toks) // chunk_size)
     prev = hashlib.sha256(b"kvferry-kv\0%d\0%s" % (LAYOUT_VERSION, fingerprint.encode())).digest()
+    # every token as a little-endian int64, packed once
+    arr = array("q", toks[: n * chunk_size])
+    if sys.byteorder != "little":
+        arr.byteswap()
+    raw, step = arr.tobytes(), 8 * chunk_size
+    memo = (raw, chunk_size, fingerprint)
+    hit = _KEY_MEMO.get(memo)
+    if hit is not None:  # a lookup, load and save of one request hash once
+        return list(hit)
     out = []
     for i in range(n):
-        part = toks[i * chunk_size:(i + 1) * chunk_size]
         h = hashlib.sha256(prev)
-        h.update(struct.pack("<%dq" % len(part), *part))
+        h.update(raw[i * step:(i + 1) * step])
         prev = h.digest()
         out.append(prev)
-    return out
+    if len(_KEY_MEMO) >= _KEY_MEMO_MAX:
+        _KEY_MEMO.clear()
+    _KEY_MEMO[memo] = out
+    return list(out)
 
 
 @dataclass
@@ -260,6 +291,14 @@ class KVStats:
     bytes_loaded: int = 0
     save_errors: int = 0
     load_errors: int = 0
+    #: seconds spent, GPU staging path: manifests / index (query), store
+    #: reads into the stage (read), the verifying H2D scatter (h2d), the
+    #: checksumming D2H gather (d2h), store writes from the stage (write)
+    t_query: float = 0.0
+    t_read: float = 0.0
+    t_h2d: float = 0.0
+    t_d2h: float = 0.0
+    t_write: float = 0.0
 
 
 def _gpu_checksum(addr: int, n: int) -> Optional[int]:
@@ -286,10 +325,17 @@ class KVCache:
 
     ``namespace`` prefixes every key (default "kv"); two caches share
     entries when their namespace and layout fingerprint agree.
+
+    GPU buffers: ``gpu_stage`` (default: where the library has GPU
+    kernels) stages blocks through ``stage_bytes`` of pinned host memory
+    (default: one store batch of chunks, at most 256 MiB) with checksums
+    computed by the copy kernels; False keeps the store's device-memory
+    path.
     """
 
     def __init__(self, store: Store, layout: KVLayout, buffers: Sequence[Any],
-                 namespace: str = "kv", replicas: int = 0):
+                 namespace: str = "kv", replicas: int = 0,
+                 gpu_stage: Optional[bool] = None, stage_bytes: int = 0):
         if len(buffers) != layout.num_buffers:
             raise ValueError("kvferry.kv: %s layout needs %d buffers, got %d"
                              % (layout.kind, layout.num_buffers, len(buffers)))
@@ -316,6 +362,34 @@ class KVCache:
         self._man_len = _HDR.size + 8 * npc
         self._man_buf = bytearray(self._man_len * BATCH_MAX)
         self._man_region = store.register(self._man_buf)
+        self._stage = self._mover = self._table = None
+        if self._gpu and gpu_stage is not False:
+            try:
+                self._stage_init(stage_bytes, required=bool(gpu_stage))
+            except BaseException:
+                self.close()
+                raise
+
+    def _stage_init(self, stage_bytes: int, required: bool) -> None:
+        from . import kv_gpu
+
+        cuda = all(r.mem_type == _lib.MEM_CUDA for r in self.regions)
+        one = len({r.device for r in self.regions}) == 1
+        if not kv_gpu.has_fused_checksums() or kv_gpu.gpu_count() == 0 or not cuda or not one:
+            if required:
+                raise ValueError("kvferry.kv: gpu_stage needs a GPU, a CUDA build and every "
+                                 "buffer in the memory of one GPU")
+            return
+        self._table = kv_gpu.BlockTable(self.layout, self.regions)
+        per = max(1, BATCH_MAX // self.layout.pieces_per_block)
+        cb = self._table.chunk_bytes
+        size = stage_bytes or min(per * cb, max(cb, 256 << 20))
+        if size < cb:
+            raise ValueError("kvferry.kv: stage_bytes %d < one chunk (%d)" % (size, cb))
+        self._mover = kv_gpu.GpuMover(self._table.side.device)
+        self._stage = kv_gpu.PinnedBuffer(size)
+        self._stage_region = self._stage.register(self.store)
+        self._stage_chunks = min(per, size // cb)
 
     # -- keys --------------------------------------------------------------
 
@@ -354,9 +428,10 @@ class KVCache:
             return None
         return struct.unpack_from("<%dQ" % npc, raw, _HDR.size)
 
-    @staticmethod
-    def _slices(n: int, per: int) -> Iterable[Tuple[int, int]]:
+    def _slices(self, n: int, per: int) -> Iterable[Tuple[int, int]]:
         step = max(1, BATCH_MAX // per)
+        if self._stage is not None and per > 1:
+            step = min(step, self._stage_chunks)
         for i in range(0, n, step):
             yield i, min(n, i + step)
 
@@ -406,6 +481,8 @@ class KVCache:
         return written
 
     def _save_slice(self, items: List[Tuple[bytes, int]]) -> int:
+        if self._stage is not None:
+            return self._save_slice_staged(items)
         pkeys: List[str] = []
         spans: List[Tuple[Region, int, int]] = []
         sums: List[List[int]] = []
@@ -417,6 +494,32 @@ class KVCache:
                 spans.append((r, off, ln))
                 cs.append(self._checksum(r, off, ln) or 0)
             sums.append(cs)
+        return self._put_slice(items, pkeys, spans, sums)
+
+    def _save_slice_staged(self, items: List[Tuple[bytes, int]]) -> int:
+        """GPU cache: one kernel gathers the slice's pieces into the stage
+        and checksums them; the store writes them from there."""
+        t = self._table
+        npc = self.layout.pieces_per_block
+        t0 = time.perf_counter()
+        offs = t.offsets([blk for _, blk in items])
+        lens = t.piece_lens(len(items))
+        packed = t.packed(len(items))
+        _, sums = self._mover.copy(t.side, self._stage.mem(), offs, packed, lens)
+        t1 = time.perf_counter()
+        pkeys: List[str] = []
+        for ck, _ in items:
+            pkeys += self.piece_keys(ck)
+        spans = [(self._stage_region, int(o), int(n)) for o, n in zip(packed, lens)]
+        sl = [int(v) for v in sums]
+        ok = self._put_slice(items, pkeys, spans, [sl[j * npc:(j + 1) * npc] for j in range(len(items))])
+        with self._lock:
+            self.stats.t_d2h += t1 - t0
+            self.stats.t_write += time.perf_counter() - t1
+        return ok
+
+    def _put_slice(self, items: List[Tuple[bytes, int]], pkeys: List[str],
+                   spans: List[Tuple[Region, int, int]], sums: List[List[int]]) -> int:
         sts = self.store.put_batch(pkeys, spans, replicas=self.replicas, check=False)
         npc = self.layout.pieces_per_block
         good: List[int] = []
@@ -500,9 +603,14 @@ class KVCache:
         return out
 
     def _load_slice(self, keys: List[bytes], blocks: Sequence[int]) -> Tuple[int, bool]:
+        t0 = time.perf_counter()
         mans = self._load_manifests(keys)
+        with self._lock:
+            self.stats.t_query += time.perf_counter() - t0
         if not mans:
             return 0, True
+        if self._stage is not None:
+            return self._load_slice_staged(keys, blocks, mans)
         k = len(mans)
         pkeys: List[str] = []
         spans: List[Tuple[Region, int, int]] = []
@@ -536,6 +644,47 @@ class KVCache:
             self.stats.bytes_loaded += sum(s[2] for s in spans[: ok * npc])
         return ok, k < len(keys)
 
+    def _load_slice_staged(self, keys: List[bytes], blocks: Sequence[int],
+                           mans: List[Tuple[int, ...]]) -> Tuple[int, bool]:
+        """GPU cache: the store reads the pieces into the stage, one kernel
+        scatters them into the cache and checks each against the
+        manifest's checksum; the first chunk with a missing, short or
+        mismatching piece ends the hit."""
+        from .kv_gpu import first_mismatch
+
+        t = self._table
+        npc = self.layout.pieces_per_block
+        k = len(mans)
+        lens = t.piece_lens(k)
+        packed = t.packed(k)
+        pkeys: List[str] = []
+        for ck in keys[:k]:
+            pkeys += self.piece_keys(ck)
+        t0 = time.perf_counter()
+        got = self.store.get_batch(pkeys, [(self._stage_region, int(o), int(n))
+                                           for o, n in zip(packed, lens)], check=False)
+        t1 = time.perf_counter()
+        good, corrupt = k, False
+        for i, n in enumerate(got):
+            if n != int(lens[i]):
+                good, corrupt = i // npc, n != ERR_NO_KEY
+                break
+        ok = good
+        if good:
+            m = good * npc
+            expect = [v for man in mans[:good] for v in man]
+            st, sums = self._mover.copy(self._stage.mem(), t.side, packed[:m],
+                                        t.offsets(blocks[:good]), lens[:m], expect=expect)
+            if st != OK:
+                ok, corrupt = first_mismatch(sums, expect) // npc, True
+        with self._lock:
+            self.stats.t_read += t1 - t0
+            self.stats.t_h2d += time.perf_counter() - t1
+            self.stats.bytes_loaded += ok * t.chunk_bytes
+            if corrupt:
+                self.stats.corrupt_misses += 1
+        return ok, ok < len(keys)
+
     # -- housekeeping ------------------------------------------------------
 
     def remove(self, tokens: Sequence[int]) -> int:
@@ -554,6 +703,11 @@ class KVCache:
     def close(self) -> None:
         """Deregisters the cache's buffers (the store stays open)."""
         regions, self.regions = self.regions, []
+        for name in ("_stage", "_mover"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
+                setattr(self, name, None)
         mr = getattr(self, "_man_region", None)
         if mr is not None:
             regions.append(mr)
@@ -571,5 +725,7 @@ class KVCache:
         self.close()
 
 
-__all__ = ["KVLayout", "KVCache", "KVStats", "chunk_keys", "dtype_size", "LAYOUT_VERSION",
-           "LMCACHE_CHUNK", "ERR_CHECKSUM"]
+from .kv_local import LocalKVCache  # noqa: E402  (uses the names above)
+
+__all__ = ["KVLayout", "KVCache", "KVStats", "LocalKVCache", "chunk_keys", "dtype_size",
+           "LAYOUT_VERSION", "LMCACHE_CHUNK", "ERR_CHECKSUM"]

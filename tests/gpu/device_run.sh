@@ -8,6 +8,7 @@
 # returns what it measured).
 #
 #   tests/gpu/device_run.sh env test local net final
+#   tests/gpu/device_run.sh sum      # checksumming kernels, kv GPU path
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 D="${KVF_GPU_BIN:-.dev/gpu}"
@@ -283,6 +284,26 @@ PY
     ;;
   store)
     step 240 test_gpu_store "$D/test_gpu_store"
+    ;;
+  sum)
+    # checksums computed by the copy kernels (GPU vs host, bit for bit),
+    # kvferry.kv's GPU path (torch CUDA caches) and its benches: a 4K
+    # request's save/load against the pinned ceiling, with and without a
+    # store, and a verified 32K prefix load against the H2D ceiling and
+    # kvferry calc. Needs .dev/gpu from tests/gpu/stage-binaries.sh (the
+    # Python package finds libkvferry.so there through KVFERRY_LIB).
+    export KVFERRY_LIB="$PWD/$D/libkvferry.so" KVFERRY_BIN="$B"
+    export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+    step 60 bench-env "$B" bench env --record "$R"
+    step 60 test_gpu_xxh3 "$D/test_gpu_xxh3"
+    step 120 test_gpu_sum "$D/test_gpu_sum"
+    step 240 test_gpu_api "$D/test_gpu_api"
+    step 120 kv-gpu-tests python3 python/tests/test_kv_gpu.py
+    blk h2d-verify --path h2d --verify --each-iters 0 --json "$R/h2d-verify.json"
+    step 120 bench-kv python3 -m kvferry.bench_gpu kv --store --record "$R" \
+      --json "$R/bench-kv.json"
+    step 150 bench-prefix python3 -m kvferry.bench_gpu prefix --record "$R" \
+      --json "$R/bench-prefix.json"
     ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do

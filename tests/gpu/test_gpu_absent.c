@@ -144,6 +144,12 @@ static void test_api_unavailable(void **state)
     assert_int_equal(
         kvf_gpu_checksum_blocks(NULL, NULL, NULL, NULL, 1, NULL, 100),
         KVF_ERR_UNAVAILABLE);
+    assert_int_equal(
+        kvf_gpu_copy_blocks_sum(c, &m, &m, &b, 1, 0, NULL, &sum, 100),
+        KVF_ERR_UNAVAILABLE);
+    assert_int_equal(
+        kvf_gpu_copy_blocks_sum(NULL, NULL, NULL, NULL, 3, 0, NULL, NULL, 100),
+        KVF_ERR_UNAVAILABLE);
     /* names need no GPU */
     assert_string_equal(kvf_gpu_kernel_name(KVF_GPU_KERNEL_WARP), "warp");
     assert_int_equal(kvf_gpu_kernel_parse("bulk"), KVF_GPU_KERNEL_BULK);

@@ -1,0 +1,255 @@
+"""The GPU half of :mod:`kvferry.kv`: a paged GPU cache's scattered
+blocks moved to and from pinned host memory by kvferry's copy kernels,
+each block's checksum computed by the kernel that moves it.
+
+- :class:`PinnedBuffer`: page-locked host memory (``kvf_gpu_alloc``),
+  mapped into every GPU, registered with an engine or store on request.
+- :class:`BlockTable`: where piece ``p`` of cache block ``b`` lies in
+  the span of a layout's buffers (vectorised with numpy when present).
+- :class:`GpuMover`: one ``kvf_gpu_copy_blocks_sum`` call per batch of
+  pieces: copies them and returns ``kvf_checksum()`` of each, computed
+  from the bytes in flight (bit-identical to the value the store records
+  at put); with expected checksums, a mismatch is reported, never
+  hidden.
+
+numpy is used when installed (descriptor arrays built without a Python
+loop per piece); torch is never imported.
+"""
+
+from __future__ import annotations
+
+from array import array
+from ctypes import POINTER, Structure, byref, c_char, c_int, c_size_t, c_uint, c_uint64, c_void_p
+from typing import Any, List, Sequence, Tuple
+
+from . import _lib
+from .engine import MEM_CUDA, MEM_HOST, MEM_PINNED, Region
+from .errors import ERR_CHECKSUM, ERR_OUT_OF_BOUNDS, OK, check
+
+try:  # optional: vectorised descriptor tables
+    import numpy as _np
+except ImportError:  # pragma: no cover - numpy-free installs
+    _np = None
+
+
+class GpuMem(Structure):
+    """kvf_gpu_mem_t."""
+
+    _fields_ = [("base", c_void_p), ("len", c_uint64), ("type", c_int), ("device", c_int)]
+
+
+_PROTOS = {
+    "kvf_gpu_count": (c_int, []),
+    "kvf_gpu_alloc": (_lib.status_t, [c_int, c_int, c_size_t, POINTER(c_void_p)]),
+    "kvf_gpu_free": (None, [c_int, c_void_p]),
+    "kvf_gpu_copier_create": (_lib.status_t, [c_int, POINTER(c_void_p)]),
+    "kvf_gpu_copier_destroy": (None, [c_void_p]),
+    "kvf_gpu_copy_blocks": (_lib.status_t, [c_void_p, POINTER(GpuMem), POINTER(GpuMem),
+                                            c_void_p, c_size_t, c_uint, c_int]),
+    "kvf_gpu_copy_blocks_sum": (_lib.status_t, [c_void_p, POINTER(GpuMem), POINTER(GpuMem),
+                                                c_void_p, c_size_t, c_uint, c_void_p, c_void_p,
+                                                c_int]),
+}
+#: kvf_gpu_copy_blocks_sum flags: checksums by the copying kernel, or by
+#: a pass over the GPU side after the tuned copy (0: per direction, the
+#: library's choice)
+SUM_FUSED = 0x1
+SUM_AFTER = 0x2
+_declared = False
+
+
+def _dll():
+    global _declared
+    dll = _lib.lib()
+    if not _declared:
+        for name, (res, args) in _PROTOS.items():
+            fn = getattr(dll, name)
+            fn.restype, fn.argtypes = res, args
+        _declared = True
+    return dll
+
+
+def gpu_count() -> int:
+    """GPUs the library can use (0 without a GPU or a CUDA build)."""
+    try:
+        return int(_dll().kvf_gpu_count())
+    except (OSError, AttributeError):
+        return 0
+
+
+def has_fused_checksums() -> bool:
+    """True when this library's copy kernels compute checksums."""
+    try:
+        _dll()
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+class PinnedBuffer:
+    """nbytes of page-locked host memory, mapped into every GPU (freed by
+    :meth:`close`). :meth:`register` registers it with a store's or an
+    engine's engine as pinned memory."""
+
+    def __init__(self, nbytes: int):
+        if nbytes <= 0:
+            raise ValueError("kvferry.kv: a pinned buffer needs a size")
+        p = c_void_p()
+        check(_dll().kvf_gpu_alloc(MEM_PINNED, 0, nbytes, byref(p)), "pinned alloc")
+        self.addr, self.nbytes = int(p.value), int(nbytes)
+        self.view = (c_char * self.nbytes).from_address(self.addr)
+        self.regions: List[Region] = []
+
+    def register(self, owner: Any) -> Region:
+        """Registers the buffer with owner (a Store or an Engine)."""
+        eng = getattr(owner, "engine", owner)
+        r = eng.register(self.view, mem_type=MEM_PINNED, device=0)
+        self.regions.append(r)
+        return r
+
+    def mem(self) -> GpuMem:
+        return GpuMem(self.addr, self.nbytes, MEM_PINNED, 0)
+
+    def close(self) -> None:
+        for r in self.regions:
+            try:
+                r.deregister()
+            except Exception:
+                pass
+        self.regions = []
+        if self.addr:
+            self.view = None
+            _dll().kvf_gpu_free(MEM_PINNED, self.addr)
+            self.addr = 0
+
+    def __enter__(self) -> "PinnedBuffer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _u64(values: Sequence[int]):
+    """A uint64 array (numpy when present) of values."""
+    if _np is not None:
+        return _np.asarray(values, dtype=_np.uint64)
+    return array("Q", values)
+
+
+def _addr(a) -> int:
+    return int(a.ctypes.data) if _np is not None and isinstance(a, _np.ndarray) else a.buffer_info()[0]
+
+
+class BlockTable:
+    """Piece geometry of a layout over its registered buffers: one side
+    (the span from the lowest buffer to the end of the highest, as
+    kvf_gpu_mem_t allows for allocations of one device) and, per piece p
+    of a block, its offset in that side for block 0 and its stride."""
+
+    def __init__(self, layout: Any, regions: Sequence[Region]):
+        self.layout = layout
+        base = min(r.addr for r in regions)
+        end = max(r.addr + r.nbytes for r in regions)
+        types = {r.mem_type for r in regions}
+        devs = {r.device for r in regions}
+        if len(types) != 1 or len(devs) != 1:
+            raise ValueError("kvferry.kv: the buffers of a GPU cache must share one device")
+        mt = types.pop()
+        self.side = GpuMem(base, end - base, mt, devs.pop() if mt == MEM_CUDA else 0)
+        s0 = layout.spans(0)
+        s1 = layout.spans(1) if layout.num_blocks > 1 else s0
+        self.rel0 = [regions[bi].addr - base + off for _, bi, off, _ in s0]
+        self.stride = [b[2] - a[2] for a, b in zip(s0, s1)]
+        self.lens = [ln for _, _, _, ln in s0]
+        self.chunk_bytes = sum(self.lens)
+        self.within = [sum(self.lens[:p]) for p in range(len(self.lens))]
+        if _np is not None:
+            u = _np.uint64
+            self._rel0 = _np.asarray(self.rel0, dtype=u)[None, :]
+            self._stride = _np.asarray(self.stride, dtype=u)[None, :]
+            self._lens = _np.asarray(self.lens, dtype=u)
+            self._within = _np.asarray(self.within, dtype=u)[None, :]
+
+    def offsets(self, blocks: Sequence[int]):
+        """Offsets in the side of every piece of blocks, block-major."""
+        if _np is not None:
+            b = _np.asarray(blocks, dtype=_np.uint64)[:, None]
+            return (self._rel0 + b * self._stride).reshape(-1)
+        return array("Q", [r + blk * s for blk in blocks for r, s in zip(self.rel0, self.stride)])
+
+    def piece_lens(self, nblocks: int):
+        if _np is not None:
+            return _np.tile(self._lens, nblocks)
+        return array("Q", self.lens * nblocks)
+
+    def packed(self, nblocks: int, start: int = 0):
+        """Offsets of the pieces of nblocks chunks laid end to end from start."""
+        return self.at_chunks(range(nblocks), start)
+
+    def at_chunks(self, slots: Sequence[int], start: int = 0):
+        """Offsets of the pieces of chunks placed at slots (in chunks) from start."""
+        if _np is not None:
+            s = _np.asarray(slots, dtype=_np.uint64)[:, None] * _np.uint64(self.chunk_bytes)
+            return (s + self._within + _np.uint64(start)).reshape(-1)
+        cb = self.chunk_bytes
+        return array("Q", [start + s * cb + w for s in slots for w in self.within])
+
+
+class GpuMover:
+    """A GPU copier (kvf_gpu_copier_t) moving batches of pieces with the
+    checksumming kernel. Used by one thread at a time."""
+
+    def __init__(self, device: int = 0):
+        h = c_void_p()
+        check(_dll().kvf_gpu_copier_create(device, byref(h)), "gpu copier")
+        self._h = h.value
+
+    def copy(self, src: GpuMem, dst: GpuMem, src_offs, dst_offs, lens,
+             expect=None, timeout_ms: int = 60000, flags: int = 0) -> Tuple[int, Any]:
+        """Copies len[i] bytes from src + src_offs[i] to dst + dst_offs[i]
+        for every i in one call and returns (status, sums): sums[i] is
+        kvf_checksum() of piece i. With expect, a mismatch answers
+        ERR_CHECKSUM (every piece is still copied and summed). Statuses
+        other than OK and ERR_CHECKSUM raise."""
+        n = len(lens)
+        if _np is not None:
+            blk = _np.empty((n, 3), dtype=_np.uint64)
+            blk[:, 0], blk[:, 1], blk[:, 2] = src_offs, dst_offs, lens
+            sums = _np.zeros(n, dtype=_np.uint64)
+            exp = None if expect is None else _np.ascontiguousarray(expect, dtype=_np.uint64)
+        else:
+            blk = array("Q", [v for t in zip(src_offs, dst_offs, lens) for v in t])
+            sums = array("Q", bytes(8 * n))
+            exp = None if expect is None else array("Q", expect)
+        st = _dll().kvf_gpu_copy_blocks_sum(
+            self._h, byref(src), byref(dst), _addr(blk), n, flags,
+            None if exp is None else _addr(exp), _addr(sums), timeout_ms)
+        if st not in (OK, ERR_CHECKSUM):
+            check(st, "gpu copy")
+        return st, sums
+
+    def close(self) -> None:
+        if self._h:
+            _dll().kvf_gpu_copier_destroy(self._h)
+            self._h = None
+
+    def __enter__(self) -> "GpuMover":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def first_mismatch(sums, expect) -> int:
+    """Index of the first piece whose sum differs from expect (len when none)."""
+    if _np is not None:
+        bad = _np.nonzero(_np.asarray(sums, dtype=_np.uint64) != _np.asarray(expect, dtype=_np.uint64))[0]
+        return int(bad[0]) if len(bad) else len(sums)
+    for i, (a, b) in enumerate(zip(sums, expect)):
+        if a != b:
+            return i
+    return len(sums)
+
+
+__all__ = ["PinnedBuffer", "BlockTable", "GpuMover", "GpuMem", "gpu_count", "first_mismatch",
+           "has_fused_checksums", "SUM_FUSED", "SUM_AFTER", "ERR_OUT_OF_BOUNDS", "MEM_HOST"]

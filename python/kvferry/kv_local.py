@@ -1,0 +1,230 @@
+"""The local tier of :mod:`kvferry.kv`: a GPU paged cache's chunks kept in
+the process's own pinned host memory, moved by kvferry's copy kernels.
+
+:class:`LocalKVCache` has :class:`kvferry.kv.KVCache`'s methods
+(``chunk_keys``, ``lookup``, ``save``, ``load``, ``remove``, ``close``,
+``stats``) with no store behind it: a pool of pinned host memory
+(optionally registered with an engine, so peers can read it) cut into
+one slot per chunk, least recently used slots reused first. A save is
+one kernel that gathers the chunks' scattered blocks into their slots and
+computes each block's checksum (XXH3-64, as ``kvf_checksum``); a load is
+one kernel that scatters them back and checks every block against the
+checksum recorded at save. A mismatch ends the hit there, counts in
+``stats.corrupt_misses`` and the slot is dropped: the engine recomputes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, List, Optional, Sequence
+
+from . import kv_gpu
+from .errors import OK
+from .kv import KVLayout, KVStats, chunk_keys
+
+
+class LocalKVCache:
+    """A GPU paged cache (``buffers``: the layout's buffers, torch CUDA
+    tensors or anything registered as GPU memory) with chunks kept in
+    ``capacity`` bytes of pinned host memory of this process. ``engine``
+    (an Engine or Store, optional) registers the pool with it."""
+
+    def __init__(self, layout: KVLayout, buffers: Sequence[Any], capacity: int,
+                 engine: Any = None, device: Optional[int] = None):
+        from .engine import Engine
+
+        if len(buffers) != layout.num_buffers:
+            raise ValueError("kvferry.kv: %s layout needs %d buffers, got %d"
+                             % (layout.kind, layout.num_buffers, len(buffers)))
+        if kv_gpu.gpu_count() == 0:
+            raise ValueError("kvferry.kv: LocalKVCache needs a GPU and a CUDA build")
+        self.layout, self.fingerprint = layout, layout.fingerprint()
+        self.stats = KVStats()
+        self._lock = threading.Lock()
+        self._own_engine = engine is None
+        self.engine = Engine(no_listen=True) if engine is None else getattr(engine, "engine", engine)
+        self.regions = []
+        self.pool: Optional[kv_gpu.PinnedBuffer] = None
+        self._mover: Optional[kv_gpu.GpuMover] = None
+        try:
+            for b in buffers:
+                r = self.engine.register(b)
+                if not r.is_gpu or r.nbytes < layout.buffer_bytes():
+                    r.deregister()
+                    raise ValueError("kvferry.kv: LocalKVCache buffers are GPU memory "
+                                     "of at least %d bytes" % layout.buffer_bytes())
+                self.regions.append(r)
+            self._table = kv_gpu.BlockTable(layout, self.regions)
+            self.npc = layout.pieces_per_block
+            self.slots = capacity // self._table.chunk_bytes
+            if self.slots < 1:
+                raise ValueError("kvferry.kv: capacity below one chunk (%d bytes)"
+                                 % self._table.chunk_bytes)
+            self.pool = kv_gpu.PinnedBuffer(self.slots * self._table.chunk_bytes)
+            self.pool_region = self.pool.register(self.engine)
+            self._mover = kv_gpu.GpuMover(self._table.side.device if device is None else device)
+        except BaseException:
+            self.close()
+            raise
+        self._free = list(range(self.slots - 1, -1, -1))
+        # chunk key -> slot; order = recency. The checksums of each slot's
+        # pieces, recorded at save, in one table.
+        self._index: "OrderedDict[bytes, int]" = OrderedDict()
+        np = kv_gpu._np
+        self._sums: Any = (np.zeros((self.slots, self.npc), dtype=np.uint64) if np is not None
+                           else [None] * self.slots)
+
+    # -- keys and lookup ----------------------------------------------------
+
+    def chunk_keys(self, tokens: Sequence[int]) -> List[bytes]:
+        return chunk_keys(tokens, self.layout.block_size, self.fingerprint)
+
+    def lookup(self, tokens: Sequence[int]) -> int:
+        """Leading tokens held (a multiple of block_size); loads nothing."""
+        with self._lock:
+            self.stats.lookups += 1
+            hit = 0
+            for k in self.chunk_keys(tokens):
+                if k not in self._index:
+                    break
+                hit += 1
+        return hit * self.layout.block_size
+
+    # -- save ---------------------------------------------------------------
+
+    def _slot(self) -> int:
+        if self._free:
+            return self._free.pop()
+        _, slot = self._index.popitem(last=False)  # least recently used
+        return slot
+
+    def save(self, tokens: Sequence[int], block_ids: Sequence[int]) -> int:
+        """Saves the blocks of the full chunks of tokens (block i of the
+        request in cache block block_ids[i]); chunks held already are
+        skipped. Returns how many chunks were written."""
+        keys = self.chunk_keys(tokens)
+        n = min(len(keys), len(block_ids), self.slots)
+        t = self._table
+        with self._lock:
+            todo = [i for i in range(n) if keys[i] not in self._index]
+            for i in range(n):
+                if keys[i] in self._index:
+                    self._index.move_to_end(keys[i])
+            slots = [self._slot() for _ in todo]
+            self.stats.skipped_chunks += n - len(todo)
+            if not todo:
+                return 0
+            t0 = time.perf_counter()
+            lens = t.piece_lens(len(todo))
+            dst = self._slot_offsets(slots)
+            _, sums = self._mover.copy(t.side, self.pool.mem(), t.offsets([block_ids[i] for i in todo]),
+                                       dst, lens)
+            for j, i in enumerate(todo):
+                self._index[keys[i]] = slots[j]
+            if kv_gpu._np is not None:
+                self._sums[kv_gpu._np.asarray(slots)] = sums.reshape(len(todo), self.npc)
+            else:
+                for j, slot in enumerate(slots):
+                    self._sums[slot] = sums[j * self.npc:(j + 1) * self.npc]
+            self.stats.t_d2h += time.perf_counter() - t0
+            self.stats.saved_chunks += len(todo)
+            self.stats.bytes_saved += len(todo) * t.chunk_bytes
+        return len(todo)
+
+    def _slot_offsets(self, slots: Sequence[int]):
+        return self._table.at_chunks(slots)
+
+    # -- load ---------------------------------------------------------------
+
+    def load(self, tokens: Sequence[int], block_ids: Sequence[int]) -> int:
+        """Loads the held prefix of tokens into cache blocks block_ids and
+        returns how many tokens were loaded and verified (a multiple of
+        block_size). A chunk whose bytes fail their checksums ends the
+        prefix, is dropped and counts in stats.corrupt_misses."""
+        keys = self.chunk_keys(tokens)
+        n = min(len(keys), len(block_ids))
+        t = self._table
+        with self._lock:
+            self.stats.lookups += 1
+            t0 = time.perf_counter()
+            hits: List[int] = []
+            for k in keys[:n]:
+                e = self._index.get(k)
+                if e is None:
+                    break
+                self._index.move_to_end(k)
+                hits.append(e)
+            t1 = time.perf_counter()
+            ok = len(hits)
+            if hits:
+                expect = self._expect(hits)
+                st, sums = self._mover.copy(self.pool.mem(), t.side, self._slot_offsets(hits),
+                                            t.offsets(block_ids[:ok]), t.piece_lens(ok), expect=expect)
+                if st != OK:
+                    ok = kv_gpu.first_mismatch(sums, expect) // self.npc
+                    self.stats.corrupt_misses += 1
+                    self._free.append(self._index.pop(keys[ok]))
+            self.stats.t_query += t1 - t0
+            self.stats.t_h2d += time.perf_counter() - t1
+            self.stats.hit_chunks += ok
+            self.stats.loaded_chunks += ok
+            self.stats.miss_chunks += len(keys) - ok
+            self.stats.bytes_loaded += ok * t.chunk_bytes
+        return ok * self.layout.block_size
+
+    def _expect(self, slots: List[int]):
+        """The recorded checksums of the pieces of slots, in order."""
+        if kv_gpu._np is not None:
+            return self._sums[kv_gpu._np.asarray(slots)].reshape(-1)
+        out = kv_gpu.array("Q")
+        for slot in slots:
+            out.extend(self._sums[slot])
+        return out
+
+    # -- housekeeping -------------------------------------------------------
+
+    def remove(self, tokens: Sequence[int]) -> int:
+        removed = 0
+        with self._lock:
+            for k in self.chunk_keys(tokens):
+                e = self._index.pop(k, None)
+                if e is not None:
+                    self._free.append(e)
+                    removed += 1
+        return removed
+
+    def slot_view(self, tokens: Sequence[int], chunk: int) -> Optional[memoryview]:
+        """The pool bytes of one held chunk (tests corrupt them)."""
+        e = self._index.get(self.chunk_keys(tokens)[chunk])
+        if e is None:
+            return None
+        cb = self._table.chunk_bytes
+        return memoryview(self.pool.view).cast("B")[e * cb:(e + 1) * cb]
+
+    def close(self) -> None:
+        if self._mover is not None:
+            self._mover.close()
+            self._mover = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        for r in self.regions:
+            try:
+                r.deregister()
+            except Exception:
+                pass
+        self.regions = []
+        if self._own_engine and self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+    def __enter__(self) -> "LocalKVCache":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["LocalKVCache"]
