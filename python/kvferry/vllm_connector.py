@@ -212,8 +212,9 @@ def _tp_rank(vllm_config: Any) -> int:
 
 def _physical(t: Any) -> Any:
     """The tensor with its dimensions in memory order (vLLM may permute
-    the logical shape, e.g. an HND layout): contiguous, same memory."""
-    if t.is_contiguous():
+    the logical shape, e.g. an HND layout): contiguous, same memory.
+    Arrays without torch's methods (numpy) must be C-contiguous."""
+    if not hasattr(t, "is_contiguous") or t.is_contiguous():
         return t
     order = sorted(range(t.dim()), key=lambda i: -t.stride(i))
     p = t.permute(*order)
