@@ -165,16 +165,13 @@ def identity(vllm_config: Any, kv_cache_config: Any, tp_rank: int) -> str:
     """32 hex digits over everything that decides a block's bytes, the
     same in the scheduler and in each worker: model, dtype, KV cache spec
     (kind, block size, heads, head size), the layers, vLLM's KV cache
-    layout name, tensor-parallel rank and size, the key format version."""
+    layout name (which orders the bytes inside a page), tensor-parallel
+    rank and size, the key format version."""
     spec, layers = _group(kv_cache_config)
     extra = _extra(getattr(vllm_config, "kv_transfer_config", None))
     model = _get(vllm_config, "model_config.model") or extra.get("model", "")
-    try:
-        from vllm.distributed.kv_transfer.kv_connector.utils import get_kv_cache_layout
-
-        kv_layout = str(get_kv_cache_layout())
-    except Exception:
-        kv_layout = "NHD"
+    kv_layout = (getattr(kv_cache_config, "kv_cache_layout", None)
+                 or _get(vllm_config, "cache_config.kv_cache_layout") or "default")
     desc = {
         "v": LAYOUT_VERSION, "model": str(model), "spec": type(spec).__name__,
         "dtype": str(getattr(spec, "dtype", "")).replace("torch.", ""),
@@ -224,33 +221,63 @@ def _physical(t: Any) -> Any:
     return p
 
 
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 def layout_of(tensors: Sequence[Any], block_size: int, num_blocks: int, dtype: str,
               ident: str) -> KVLayout:
-    """The byte map of vLLM's per-layer KV tensors: K/V outermost
-    ``[2, num_blocks, ...]`` (a block is a K and a V piece per layer) or
-    blocks outermost ``[num_blocks, ...]`` (one piece per layer: MLA, or
-    K and V inside the block)."""
+    """The byte map of per-layer KV tensors, each dense in memory order:
+    K/V outermost ``[2, num_blocks, ...]`` (a block is a K and a V piece
+    per layer) or blocks outermost (vLLM's ``[B, H, N, C]`` pages, MLA's
+    latents: one piece per block and layer)."""
     shape = tuple(tensors[0].shape)
     for t in tensors:
         if tuple(t.shape) != shape:
             raise ValueError("kvferry connector: layers of different shapes (%s, %s)"
                              % (shape, tuple(t.shape)))
+    total = _numel(shape)
     if len(shape) >= 3 and shape[0] == 2 and shape[1] == num_blocks:
-        elems, kind = 1, "vllm"
-        for d in shape[2:]:
-            elems *= d
-    elif len(shape) >= 2 and shape[0] == num_blocks:
-        elems, kind = 1, "mla"
-        for d in shape[1:]:
-            elems *= d
+        kind, elems = "vllm", total // (2 * num_blocks)
+    elif shape and shape[0] % num_blocks == 0:
+        kind, elems = "mla", total // num_blocks
     else:
-        raise ValueError("kvferry connector: KV cache shape %s has no block dimension of %d"
+        raise ValueError("kvferry connector: KV cache shape %s has no outer block dimension of %d"
                          % (shape, num_blocks))
     if elems % block_size:
         raise ValueError("kvferry connector: a block of %d elements is not %d tokens"
                          % (elems, block_size))
     return _ConnectorLayout(kind, "vllm", dtype, len(tensors), num_blocks, block_size, 1,
                             elems // block_size, ident=ident)
+
+
+def packed_layout_of(tensors: Sequence[Any], block_size: int, num_blocks: int, dtype: str,
+                     ident: str) -> Tuple[KVLayout, Any]:
+    """Block-outermost caches (vLLM's BLHNC/BLNHC layouts): each layer's
+    view is strided, but block b holds every layer's page side by side,
+    one dense run. Returns the layout (one piece per block: the run) and
+    a flat tensor over the whole run of blocks, to register."""
+    t0 = tensors[0]
+    nl = len(tensors)
+    page = _numel(t0.shape) // num_blocks
+    esz = t0.element_size()
+    sub = t0.shape[0] // num_blocks
+    for l, t in enumerate(tensors):
+        if t.data_ptr() != t0.data_ptr() + l * page * esz or t.stride(0) * sub != nl * page:
+            raise ValueError("kvferry connector: a KV cache layout that is neither layer- nor "
+                             "block-compact (strides %s)" % (tuple(t.stride()),))
+        if sub == 1:
+            _physical(t[0])  # a page must be one dense run
+    if page % (2 * block_size):
+        raise ValueError("kvferry connector: a page of %d elements is not 2 x %d tokens"
+                         % (page, block_size))
+    flat = t0.as_strided((num_blocks * nl * page,), (1,))
+    lay = _ConnectorLayout("lmcache", "vllm", dtype, nl, num_blocks, block_size, 1,
+                           page // (2 * block_size), ident=ident)
+    return lay, flat
 
 
 class KvferryConnector(KVConnectorBase_V1):
@@ -402,13 +429,20 @@ class KvferryConnector(KVConnectorBase_V1):
         """Registers every layer's KV tensor with the store's engine."""
         _, names = _group(self._kv_cache_cfg)
         order = names if set(names) == set(kv_caches) else list(kv_caches)
-        tensors = [_physical(kv_caches[n]) for n in order]
+        views = [kv_caches[n] for n in order]
         num_blocks = int(getattr(self._kv_cache_cfg, "num_blocks", 0) or 0)
         if not num_blocks:
-            num_blocks = tensors[0].shape[1] if tensors[0].shape[0] == 2 else tensors[0].shape[0]
-        dtype = str(tensors[0].dtype).replace("torch.", "")
+            num_blocks = views[0].shape[1] if views[0].shape[0] == 2 else views[0].shape[0]
+        dtype = str(views[0].dtype).replace("torch.", "")
         ident = identity(self._vllm_config, self._kv_cache_cfg, _tp_rank(self._vllm_config))
-        layout = layout_of(tensors, self.block_size, num_blocks, dtype, ident)
+        try:
+            tensors = [_physical(t) for t in views]
+            layout = layout_of(tensors, self.block_size, num_blocks, dtype, ident)
+        except ValueError:
+            if not hasattr(views[0], "as_strided"):
+                raise
+            layout, flat = packed_layout_of(views, self.block_size, num_blocks, dtype, ident)
+            tensors = [flat]
         if self.cache is not None:
             self.cache.close()
         self.cache = KVCache(self.store, layout, tensors, namespace=self.namespace,

@@ -74,46 +74,59 @@ def plain_world(master, namespace, role):
 
     return types.SimpleNamespace(make=make, caches=caches, request=request, sched_out=sched_out,
                                  blocks=Blocks, scheduler=0, worker=1, names=names,
+                                 block=lambda t, x: t[:, x],
                                  same=lambda a, b: np.array_equal(a.view(np.uint16), b.view(np.uint16)))
 
 
 # -- the real vLLM world -----------------------------------------------------
 
 
-def vllm_world(master, namespace, role):
+def vllm_world(master, namespace, role, layout_name="LBHNC"):
     torch = pytest.importorskip("torch")
-    from vllm.config import CacheConfig, KVTransferConfig, VllmConfig
+    from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, VllmConfig
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
     from vllm.sampling_params import SamplingParams
-    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.kv_cache_utils import KVCacheBlock
     from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
     from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
                                             KVCacheTensor)
+    from vllm.v1.kv_cache_layout import KVCacheLayout
     from vllm.v1.request import Request
+    from vllm.v1.worker.utils import allocate_kv_cache
 
     names = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
     spec = FullAttentionSpec(block_size=BS, num_kv_heads=HEADS, head_size=HD, dtype=torch.float16)
+    page = spec.page_size_bytes
+    lay = KVCacheLayout[layout_name]
+    if lay.is_layer_compact:
+        strides = dict(layer_stride=page * NBLK, block_stride=page)
+    else:
+        strides = dict(layer_stride=page, block_stride=page * LAYERS)
     kvcc = KVCacheConfig(num_blocks=NBLK,
-                         kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * NBLK,
-                                                         shared_by=[n]) for n in names],
+                         kv_cache_tensors=[KVCacheTensor(size=page * NBLK * LAYERS, layers=names,
+                                                         **strides)],
                          kv_cache_groups=[KVCacheGroupSpec(names, spec)])
+    kvcc.kv_cache_layout = layout_name
     tcfg = KVTransferConfig(kv_connector="KvferryConnector",
                             kv_connector_module_path="kvferry.vllm_connector", kv_role=role,
                             kv_connector_extra_config={"master": master, "namespace": namespace,
                                                        "model": "tiny"})
-    vcfg = VllmConfig(cache_config=CacheConfig(block_size=BS), kv_transfer_config=tcfg)
-    shape = FlashAttentionBackend.get_kv_cache_shape(NBLK, BS, HEADS, HD)
+    vcfg = VllmConfig(cache_config=CacheConfig(block_size=BS), kv_transfer_config=tcfg,
+                      device_config=DeviceConfig(device="cpu"))
 
     def make(r):
         return KVConnectorFactory.create_connector(config=vcfg, role=r, kv_cache_config=kvcc)
 
     def caches(seed):
+        # vLLM's own allocator: per-layer [B, H, N, C] views of one buffer
+        kv = allocate_kv_cache(kvcc, torch.device("cpu"), lay)
         g = torch.Generator().manual_seed(seed)
-        return {n: torch.randint(-(1 << 15), 1 << 15, shape, generator=g, dtype=torch.int16)
-                .view(torch.float16) for n in names}
+        for t in kv.values():
+            t.view(torch.int16).copy_(torch.randint(-(1 << 15), 1 << 15, tuple(t.shape),
+                                                    generator=g, dtype=torch.int16))
+        return kv
 
     def request(rid, tokens):
         return Request(request_id=rid, prompt_token_ids=list(tokens),
@@ -142,17 +155,20 @@ def vllm_world(master, namespace, role):
     return types.SimpleNamespace(make=make, caches=caches, request=request, sched_out=sched_out,
                                  blocks=blocks, scheduler=KVConnectorRole.SCHEDULER,
                                  worker=KVConnectorRole.WORKER, names=names,
+                                 block=lambda t, x: t[x],
                                  same=lambda a, b: torch.equal(a.view(torch.int16), b.view(torch.int16)))
 
 
-@pytest.fixture(params=["plain", "vllm"])
+@pytest.fixture(params=["plain", "vllm-LBHNC", "vllm-LBNHC", "vllm-BLHNC"])
 def world(request, master):
     """world(namespace, kv_role, master=...) -> the objects of one
-    connector configuration: plain objects, or vLLM's real ones."""
-    if request.param == "vllm":
+    connector configuration: plain objects, or vLLM's real ones with
+    caches in one of vLLM's layouts (layer-compact, or block-outermost)."""
+    if request.param.startswith("vllm"):
         pytest.importorskip("vllm")
         assert vc.HAVE_VLLM
-        return lambda name, role, m=master: vllm_world(m, name, role)
+        lay = request.param.split("-")[1]
+        return lambda name, role, m=master: vllm_world(m, name, role, lay)
     return lambda name, role, m=master: plain_world(m, name, role)
 
 
@@ -173,7 +189,7 @@ def step(w, conn_s, conn_w, out):
 def blocks_equal(w, a, b, ids_a, ids_b):
     for n in w.names:
         for x, y in zip(ids_a, ids_b):
-            if not (w.same(a[n][0, x], b[n][0, y]) and w.same(a[n][1, x], b[n][1, y])):
+            if not w.same(w.block(a[n], x), w.block(b[n], y)):
                 return False
     return True
 
@@ -239,12 +255,13 @@ def test_local_prefix_and_last_token(world):
         # 4 blocks stored, the last token is vLLM's: 3 blocks; 1 is local
         assert s.get_num_new_matched_tokens(r2, BS) == (2 * BS, False)
         s.update_state_after_alloc(r2, w.blocks([1, 6, 7, 8]), 2 * BS)
-        before = {n: t[:, 1].clone() if hasattr(t, "clone") else t[:, 1].copy() for n, t in kv.items()}
+        before = {n: w.block(t, 1).clone() if hasattr(t, "clone") else w.block(t, 1).copy()
+                  for n, t in kv.items()}
         m = step(w, s, wk, w.sched_out(new=[(r2, [1, 6, 7, 8], 3 * BS, BS)]))
         assert [(ld.start, ld.end) for ld in m.loads] == [(1, 3)]
         assert blocks_equal(w, kv, kv, [2, 3], [6, 7])
         for n in w.names:
-            assert w.same(kv[n][:, 1], before[n])
+            assert w.same(w.block(kv[n], 1), before[n])
         assert s.get_num_new_matched_tokens(w.request("c", tokens[:BS]), 0) == (0, False)
     finally:
         s.shutdown()
