@@ -203,6 +203,7 @@ def test_prefill_decode_handoff(world):
     p_s, p_w = wp.make(wp.scheduler), wp.make(wp.worker)
     d_s, d_w = wd.make(wd.scheduler), wd.make(wd.worker)
     try:
+        assert type(p_s) is vc.KvferryConnector and isinstance(p_s, vc.KVConnectorBase_V1)
         p_kv, d_kv = wp.caches(1), wd.caches(2)
         p_w.register_kv_caches(p_kv)
         d_w.register_kv_caches(d_kv)
@@ -281,7 +282,7 @@ def test_corrupt_and_missing_blocks_are_load_errors(world, store):
         r = w.request("a", tokens)
         step(w, s, wk, w.sched_out(new=[(r, [0, 1, 2, 3, 4], 0, len(tokens))]))
         keys = wk.cache.chunk_keys(tokens)
-        piece = wk.cache.piece_keys(keys[2])[1]
+        piece = wk.cache.piece_keys(keys[2])[-1]
         size = len(store.get_bytes(piece))
         store.remove(piece)
         store.put(piece, b"\x5a" * size)       # same size, other bytes
