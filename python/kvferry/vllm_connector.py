@@ -18,8 +18,11 @@ process (role SCHEDULER) and one in each worker (role WORKER).
   :meth:`update_state_after_alloc` records the blocks vLLM allocated for
   them; :meth:`build_connector_meta` hands the worker this step's loads
   and the full prompt blocks computed by the end of this step (saves).
-- Worker: :meth:`register_kv_caches` registers each layer's tensor (CPU
-  or CUDA) with the store's engine; :meth:`start_load_kv` loads the
+- Worker: :meth:`register_kv_caches` registers the KV cache (CPU or
+  CUDA) with the store's engine: each layer's tensor where a layer is
+  one dense run (layer-compact layouts, ``[2, num_blocks, ...]``), else
+  the whole run of blocks where each block holds every layer's page
+  (block-outermost layouts); :meth:`start_load_kv` loads the
   step's blocks (every layer, one batched, verified get per request);
   :meth:`wait_for_save` saves the step's blocks once the forward pass
   has written every layer. A block that fails to load (missing, wrong
