@@ -33,6 +33,7 @@ from .errors import (
 )
 
 Local = Union[int, Tuple["Region", int]]
+OpTuple = Tuple[Local, int, int]
 _ONLY_3 = {3}
 _chain = itertools.chain.from_iterable
 
@@ -45,7 +46,7 @@ def _add_base(offs: array, base: int, n: int) -> array:
         return array("Q", [o + base for o in offs])
     rep = int.from_bytes(base.to_bytes(8, "little") * n, "little")
     return array("Q", (int.from_bytes(offs, "little") + rep).to_bytes(8 * n, "little"))
-OpTuple = Tuple[Local, int, int]
+
 
 MEM_HOST = _lib.MEM_HOST
 MEM_PINNED = _lib.MEM_PINNED
