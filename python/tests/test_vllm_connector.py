@@ -356,3 +356,31 @@ def test_layout_of_shapes():
     assert lay.kind == "mla" and lay.buffer_bytes() == b[0].nbytes
     with pytest.raises(ValueError):
         vc.layout_of([np.zeros((3, 7, 16), np.float16)], 16, 8, "float16", "2" * 32)
+
+
+def test_no_leak(world):
+    """Connectors that saved and loaded, shut down: the library's
+    allocations and the process's descriptors are back where they were."""
+    import gc
+
+    from conftest import open_fds
+
+    w = world(ns(), "kv_both")
+    caches = w.caches(7)
+    gc.collect()
+    base, fds = kvferry.alloc_stats(), open_fds()
+    s, wk = w.make(w.scheduler), w.make(w.worker)
+    wk.register_kv_caches(caches)
+    tokens = list(range(2 * BS + 1))
+    step(w, s, wk, w.sched_out(new=[(w.request("a", tokens), [0, 1, 2], 0, len(tokens))]))
+    r = w.request("b", tokens)
+    n, _ = s.get_num_new_matched_tokens(r, 0)
+    s.update_state_after_alloc(r, w.blocks([3, 4, 5]), n)
+    step(w, s, wk, w.sched_out(new=[(r, [3, 4, 5], n, 1)]))
+    assert wk.stats["loaded_tokens"] == 2 * BS
+    s.shutdown()
+    wk.shutdown()
+    del s, wk
+    gc.collect()
+    assert kvferry.alloc_stats() == base
+    assert open_fds() == fds
