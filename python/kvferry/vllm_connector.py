@@ -316,6 +316,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self.cache: Optional[KVCache] = None
         self._gpu = False
         self._failed: Set[int] = set()
+        self._step_failed: Set[int] = set()
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_tokens": 0, "load_failures": 0,
                       "saved_chunks": 0}
 
@@ -460,6 +461,7 @@ class KvferryConnector(KVConnectorBase_V1):
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         """Loads this step's blocks, every layer, before the forward pass."""
+        self._step_failed = set()
         if self.cache is None or not self.has_connector_metadata():
             return
         meta = self._get_connector_metadata()
@@ -471,9 +473,28 @@ class KvferryConnector(KVConnectorBase_V1):
             done = ld.start + got // self.block_size
             with self._lock:
                 self.stats["loaded_tokens"] += got
-                if done < ld.end:
-                    self.stats["load_failures"] += 1
-                    self._failed.update(ld.block_ids[done:ld.end])
+            if done < ld.end:
+                self._load_failed(ld, done)
+
+    def _load_failed(self, ld: LoadSpec, done: int) -> None:
+        """Blocks [done, end) of a load did not load: vLLM recomputes them,
+        this step saves none of them (they hold no verified bytes), and
+        the chunks are removed from the store (a corrupt or incomplete
+        chunk would otherwise be a hit that fails again) so that a later
+        save writes them anew."""
+        bad = ld.block_ids[done:ld.end]
+        with self._lock:
+            self.stats["load_failures"] += 1
+            self._failed.update(bad)
+        self._step_failed.update(bad)
+        cache = self.cache
+        keys = cache.chunk_keys(ld.tokens)[done:ld.end]
+        doomed = [k for ck in keys for k in [cache.manifest_key(ck)] + cache.piece_keys(ck)]
+        try:
+            for a in range(0, len(doomed), BATCH_MAX):
+                self.store.remove_batch(doomed[a:a + BATCH_MAX], check=False)
+        except KvferryError as e:  # a dead store: nothing to clean
+            log.warning("kvferry connector: removing failed chunks: %s", e)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Nothing to wait for: start_load_kv loaded every layer."""
@@ -492,9 +513,15 @@ class KvferryConnector(KVConnectorBase_V1):
         if not getattr(meta, "saves", None):
             return
         self._sync_device()
+        failed = self._step_failed
         for sv in meta.saves:
+            ids = sv.block_ids
+            for i, b in enumerate(ids):
+                if b in failed:  # a block whose load failed this step
+                    ids = ids[:i]
+                    break
             try:
-                n = self.cache.save(sv.tokens, sv.block_ids)
+                n = self.cache.save(sv.tokens[:len(ids) * self.block_size], ids)
             except KvferryError as e:  # a lost save is a later miss
                 log.warning("kvferry connector: save failed: %s", e)
                 continue

@@ -296,6 +296,13 @@ def test_corrupt_and_missing_blocks_are_load_errors(world, store):
         assert wk.get_block_ids_with_load_errors() == set()
         assert wk.cache.stats.corrupt_misses == 1
         assert blocks_equal(w, kv, kv, [0, 1], [10, 11])
+        # the failed chunks left the store, and the step's save did not
+        # write the failed blocks back under their keys
+        assert s.get_num_new_matched_tokens(w.request("c", tokens), 0) == (2 * BS, False)
+        # a request that computes them saves them anew, and they load
+        r3 = w.request("d", tokens)
+        step(w, s, wk, w.sched_out(new=[(r3, [0, 1, 2, 3, 4], 0, len(tokens))]))
+        assert s.get_num_new_matched_tokens(w.request("e", tokens), 0) == (4 * BS, False)
     finally:
         s.shutdown()
         wk.shutdown()
