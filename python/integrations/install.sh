@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs a serving engine at the version kvferry's integration modules
 # were written against into its own virtual environment, with the
-# kvferry package, and runs python/tests/test_integrations.py (plus
-# test_kv.py) there, so that each module is loaded through the engine's
-# own plugin mechanism and driven against its real abstract classes.
+# kvferry package, and runs python/tests/test_integrations.py and
+# test_kv.py there (and test_vllm_connector.py for vllm), so that each
+# module is loaded through the engine's own plugin mechanism and driven
+# against its real abstract classes.
 #
 #   python/integrations/install.sh ENGINE...     # vllm, lmcache, sglang, all
 #   KVF_ENGINE_VENVS=DIR (default build-py/engines): where the venvs go
@@ -39,13 +40,16 @@ install_one() {
     -C build-dir="$root/build-py/wheel-engines" ./python
   if [ "${KVF_ENGINE_NO_TEST:-0}" != 1 ]; then
     echo "integrations: testing kvferry with $spec"
+    local tests=("$root/python/tests/test_integrations.py" "$root/python/tests/test_kv.py")
+    if [ "$name" = vllm ]; then
+      tests+=("$root/python/tests/test_vllm_connector.py")
+    fi
     (cd "$root/build-py" && "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
-      --rootdir "$root/python" "$root/python/tests/test_integrations.py" \
-      "$root/python/tests/test_kv.py")
+      --rootdir "$root/python" "${tests[@]}")
   fi
 }
 
-[ $# -gt 0 ] || { sed -n '2,14p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,15p' "$0"; exit 2; }
 engines=()
 for e in "$@"; do
   if [ "$e" = all ]; then engines+=(vllm lmcache sglang); else engines+=("$e"); fi

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import operator
+import sys
 import threading
 import weakref
 from array import array
@@ -33,6 +34,19 @@ from .errors import (
 
 Local = Union[int, Tuple["Region", int]]
 OpTuple = Tuple[Local, int, int]
+_ONLY_3 = {3}
+_chain = itertools.chain.from_iterable
+
+
+def _add_base(offs: array, base: int, n: int) -> array:
+    """offs[i] + base for every i, as one addition of two n*64-bit
+    integers (the sums stay below 2**64, so no lane carries into the
+    next): C speed without numpy."""
+    if sys.byteorder != "little":
+        return array("Q", [o + base for o in offs])
+    rep = int.from_bytes(base.to_bytes(8, "little") * n, "little")
+    return array("Q", (int.from_bytes(offs, "little") + rep).to_bytes(8 * n, "little"))
+
 
 MEM_HOST = _lib.MEM_HOST
 MEM_PINNED = _lib.MEM_PINNED
@@ -274,41 +288,47 @@ class Peer:
 
     @staticmethod
     def _ops_array_fast(typ: int, p: int, ops: Sequence[OpTuple]) -> Optional[Tuple[array, int, int]]:
-        """The op array built column by column at C speed (zip, map, array)
-        when every local is an int or every local is (one region, offset);
-        None for anything else (the per-op path then checks and reports)."""
+        """The op array built column by column at C speed when every local
+        is an int or every local is (one region, offset); None for
+        anything else (the per-op path then checks and reports).
+
+        The operations are flattened once (itertools.chain), each column
+        is a slice of that list made an array("Q") (which checks that
+        every item is an int in range), and the region's base is added to
+        the offsets as one big integer (no int object per operation)."""
         n = len(ops)
         try:
-            if n == 0 or set(map(len, ops)) != {3}:
+            if n == 0 or set(map(len, ops)) != _ONLY_3:
                 return None
-            locs, remotes, lens = zip(*ops)
-            first = locs[0]
-            if type(first) is tuple:
-                reg = first[0]
-                if not isinstance(reg, Region) or set(map(len, locs)) != {2}:
+            flat = list(_chain(ops))
+            locs = flat[0::3]
+            lens_l = flat[2::3]
+            lens = array("Q", lens_l)
+            one = lens_l[0]
+            uniform = lens_l.count(one) == n  # one block size: no per-op sums
+            total = one * n if uniform else sum(lens_l)
+            if type(locs[0]) is tuple:
+                pairs = list(_chain(locs))
+                reg = pairs[0]
+                if len(pairs) != 2 * n or not isinstance(reg, Region) or reg._h is None:
                     return None
-                regs, offs = zip(*locs)
-                if regs.count(reg) != n or reg._h is None:
+                if pairs[0::2].count(reg) != n or (typ == _lib.OP_READ and reg.readonly):
                     return None
-                if typ == _lib.OP_READ and reg.readonly:
+                offs_l = pairs[1::2]
+                offs = array("Q", offs_l)  # OverflowError for a negative offset
+                end = max(offs_l) + one if uniform else max(map(operator.add, offs_l, lens_l))
+                if end > reg.nbytes:
                     return None
-                if lens.count(lens[0]) == n:  # one block size: no per-op sum
-                    end = max(offs) + lens[0]
-                else:
-                    end = max(map(operator.add, offs, lens))
-                if min(offs) < 0 or end > reg.nbytes:
-                    return None
-                # list first: array() from an iterator appends item by item
-                addrs = array("Q", list(map(operator.add, offs, itertools.repeat(reg.addr, n))))
+                addrs = _add_base(offs, reg.addr, n)
             else:
                 addrs = array("Q", locs)
             arr = array("Q", [typ, 0, p, 0, 0]) * n
             arr[1::5] = addrs
-            arr[3::5] = array("Q", remotes)
-            arr[4::5] = array("Q", lens)
+            arr[3::5] = array("Q", flat[1::3])
+            arr[4::5] = lens
         except (TypeError, ValueError, OverflowError):
             return None
-        return arr, n, sum(lens)
+        return arr, n, total
 
     def _ops_array_slow(self, typ: int, p: int, ops: Sequence[OpTuple]) -> Tuple[array, int, int]:
         vals: List[int] = []

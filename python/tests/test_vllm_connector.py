@@ -1,0 +1,393 @@
+"""kvferry.vllm_connector against a real master and node.
+
+The connector's scheduler side (lookup, allocation, per-step metadata,
+request end) and worker side (KV tensor registration, load, save, load
+errors) are driven the way vLLM's scheduler and model runner call them,
+with caches in vLLM's per-layer layout, and every loaded byte compared.
+Where vLLM is importable (python/integrations/install.sh vllm), the
+connector is built by vLLM's own KVConnectorFactory from a real
+VllmConfig with ``kv_connector_module_path``, and driven with vLLM's real
+Request, KVCacheBlocks, KVCacheConfig, SchedulerOutput and torch CPU
+tensors shaped by vLLM's attention backend; elsewhere the same flow runs
+over the module's stand-in base with numpy caches.
+"""
+
+import types
+import uuid
+
+import numpy as np
+import pytest
+
+import kvferry
+from kvferry import vllm_connector as vc
+
+BS, HEADS, HD, LAYERS, NBLK = 16, 2, 32, 3, 24
+
+
+def ns():
+    return "vc-" + uuid.uuid4().hex[:10]
+
+
+# -- stand-in world (no vLLM): plain objects with vLLM's attribute names ------
+
+
+class Blocks:
+    def __init__(self, ids):
+        self.ids = list(ids)
+
+    def get_block_ids(self):
+        return (self.ids,)
+
+
+def plain_world(master, namespace, role):
+    spec = types.SimpleNamespace(block_size=BS, num_kv_heads=HEADS, head_size=HD, dtype="float16")
+    names = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
+    kvcc = types.SimpleNamespace(num_blocks=NBLK, kv_cache_groups=[
+        types.SimpleNamespace(kv_cache_spec=spec, layer_names=names)])
+    tcfg = types.SimpleNamespace(kv_role=role, kv_connector_extra_config={
+        "master": master, "namespace": namespace, "model": "tiny"})
+    vcfg = types.SimpleNamespace(kv_transfer_config=tcfg, model_config=None, parallel_config=None,
+                                 cache_config=None)
+
+    def make(r):
+        return vc.KvferryConnector(vcfg, r, kvcc)
+
+    def caches(seed):
+        rng = np.random.default_rng(seed)
+        return {n: rng.integers(0, 1 << 16, (2, NBLK, BS, HEADS, HD), dtype=np.uint16)
+                .view(np.float16) for n in names}
+
+    def request(rid, tokens):
+        return types.SimpleNamespace(request_id=rid, prompt_token_ids=list(tokens))
+
+    def sched_out(new=(), cached=(), finished=()):
+        nr = [types.SimpleNamespace(req_id=r.request_id, prompt_token_ids=r.prompt_token_ids,
+                                    block_ids=(list(ids),), num_computed_tokens=c)
+              for r, ids, c, _ in new]
+        cr = types.SimpleNamespace(req_ids=[r.request_id for r, _, _, _ in cached],
+                                   resumed_req_ids=set(),
+                                   new_block_ids=[(list(ids),) for _, ids, _, _ in cached],
+                                   num_computed_tokens=[c for _, _, c, _ in cached])
+        sched = {r.request_id: n for r, _, _, n in list(new) + list(cached)}
+        return types.SimpleNamespace(scheduled_new_reqs=nr, scheduled_cached_reqs=cr,
+                                     num_scheduled_tokens=sched, finished_req_ids=set(finished))
+
+    return types.SimpleNamespace(make=make, caches=caches, request=request, sched_out=sched_out,
+                                 blocks=Blocks, scheduler=0, worker=1, names=names,
+                                 block=lambda t, x: t[:, x],
+                                 same=lambda a, b: np.array_equal(a.view(np.uint16), b.view(np.uint16)))
+
+
+# -- the real vLLM world -----------------------------------------------------
+
+
+def vllm_world(master, namespace, role, layout_name="LBHNC"):
+    torch = pytest.importorskip("torch")
+    from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.kv_cache_utils import KVCacheBlock
+    from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+    from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
+                                            KVCacheTensor)
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+    from vllm.v1.request import Request
+    from vllm.v1.worker.utils import allocate_kv_cache
+
+    names = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
+    spec = FullAttentionSpec(block_size=BS, num_kv_heads=HEADS, head_size=HD, dtype=torch.float16)
+    page = spec.page_size_bytes
+    lay = KVCacheLayout[layout_name]
+    if lay.is_layer_compact:
+        strides = dict(layer_stride=page * NBLK, block_stride=page)
+    else:
+        strides = dict(layer_stride=page, block_stride=page * LAYERS)
+    kvcc = KVCacheConfig(num_blocks=NBLK,
+                         kv_cache_tensors=[KVCacheTensor(size=page * NBLK * LAYERS, layers=names,
+                                                         **strides)],
+                         kv_cache_groups=[KVCacheGroupSpec(names, spec)])
+    kvcc.kv_cache_layout = layout_name
+    tcfg = KVTransferConfig(kv_connector="KvferryConnector",
+                            kv_connector_module_path="kvferry.vllm_connector", kv_role=role,
+                            kv_connector_extra_config={"master": master, "namespace": namespace,
+                                                       "model": "tiny"})
+    vcfg = VllmConfig(cache_config=CacheConfig(block_size=BS), kv_transfer_config=tcfg,
+                      device_config=DeviceConfig(device="cpu"))
+
+    def make(r):
+        return KVConnectorFactory.create_connector(config=vcfg, role=r, kv_cache_config=kvcc)
+
+    def caches(seed):
+        # vLLM's own allocator: per-layer [B, H, N, C] views of one buffer
+        kv = allocate_kv_cache(kvcc, torch.device("cpu"), lay)
+        g = torch.Generator().manual_seed(seed)
+        for t in kv.values():
+            t.view(torch.int16).copy_(torch.randint(-(1 << 15), 1 << 15, tuple(t.shape),
+                                                    generator=g, dtype=torch.int16))
+        return kv
+
+    def request(rid, tokens):
+        return Request(request_id=rid, prompt_token_ids=list(tokens),
+                       sampling_params=SamplingParams(max_tokens=1), pooling_params=None)
+
+    def sched_out(new=(), cached=(), finished=()):
+        nr = []
+        for r, ids, c, _ in new:
+            r.num_computed_tokens = c
+            nr.append(NewRequestData.from_request(r, (list(ids),)))
+        cr = CachedRequestData.make_empty()
+        for r, ids, c, _ in cached:
+            cr.req_ids.append(r.request_id)
+            cr.new_block_ids.append((list(ids),))
+            cr.num_computed_tokens.append(c)
+            cr.num_output_tokens.append(0)
+        out = SchedulerOutput.make_empty()
+        out.scheduled_new_reqs, out.scheduled_cached_reqs = nr, cr
+        out.num_scheduled_tokens = {r.request_id: n for r, _, _, n in list(new) + list(cached)}
+        out.finished_req_ids = set(finished)
+        return out
+
+    def blocks(ids):
+        return KVCacheBlocks(blocks=([KVCacheBlock(block_id=i) for i in ids],))
+
+    return types.SimpleNamespace(make=make, caches=caches, request=request, sched_out=sched_out,
+                                 blocks=blocks, scheduler=KVConnectorRole.SCHEDULER,
+                                 worker=KVConnectorRole.WORKER, names=names,
+                                 block=lambda t, x: t[x],
+                                 same=lambda a, b: torch.equal(a.view(torch.int16), b.view(torch.int16)))
+
+
+@pytest.fixture(params=["plain", "vllm-LBHNC", "vllm-LBNHC", "vllm-BLHNC"])
+def world(request, master):
+    """world(namespace, kv_role, master=...) -> the objects of one
+    connector configuration: plain objects, or vLLM's real ones with
+    caches in one of vLLM's layouts (layer-compact, or block-outermost)."""
+    if request.param.startswith("vllm"):
+        pytest.importorskip("vllm")
+        assert vc.HAVE_VLLM
+        lay = request.param.split("-")[1]
+        return lambda name, role, m=master: vllm_world(m, name, role, lay)
+    return lambda name, role, m=master: plain_world(m, name, role)
+
+
+def step(w, conn_s, conn_w, out):
+    """One engine step: the scheduler's metadata to the worker, then the
+    forward pass's calls (load, per-layer wait and save, save wait)."""
+    meta = conn_s.build_connector_meta(out)
+    conn_w.bind_connector_metadata(meta)
+    conn_w.start_load_kv(None)
+    for n in w.names:
+        conn_w.wait_for_layer_load(n)
+        conn_w.save_kv_layer(n, None, None)
+    conn_w.wait_for_save()
+    conn_w.clear_connector_metadata()
+    return meta
+
+
+def blocks_equal(w, a, b, ids_a, ids_b):
+    for n in w.names:
+        for x, y in zip(ids_a, ids_b):
+            if not w.same(w.block(a[n], x), w.block(b[n], y)):
+                return False
+    return True
+
+
+def test_prefill_decode_handoff(world):
+    """A producer prefills a prompt in two chunks and saves its blocks; a
+    consumer with other caches finds them, loads them into its own
+    blocks, byte for byte, and vLLM computes only the last token."""
+    name = ns()
+    wp, wd = world(name, "kv_producer"), world(name, "kv_consumer")
+    p_s, p_w = wp.make(wp.scheduler), wp.make(wp.worker)
+    d_s, d_w = wd.make(wd.scheduler), wd.make(wd.worker)
+    try:
+        assert type(p_s) is vc.KvferryConnector and isinstance(p_s, vc.KVConnectorBase_V1)
+        p_kv, d_kv = wp.caches(1), wd.caches(2)
+        p_w.register_kv_caches(p_kv)
+        d_w.register_kv_caches(d_kv)
+        tokens = list(range(1000, 1000 + 5 * BS + 3))  # 5 full blocks and 3 tokens
+        req = wp.request("p1", tokens)
+        assert p_s.get_num_new_matched_tokens(req, 0) == (0, False)  # producer: no loads
+        p_s.update_state_after_alloc(req, wp.blocks([]), 0)
+        p_ids = [7, 3, 11, 0, 19, 5]
+        # chunked prefill: 40 tokens, then the rest
+        m1 = step(wp, p_s, p_w, wp.sched_out(new=[(req, p_ids[:3], 0, 40)]))
+        assert [len(s.block_ids) for s in m1.saves] == [2] and not m1.loads
+        m2 = step(wp, p_s, p_w, wp.sched_out(cached=[(req, p_ids[3:], 40, len(tokens) - 40)]))
+        assert [len(s.block_ids) for s in m2.saves] == [5]
+        assert p_w.stats["saved_chunks"] == 5
+        defer, params = p_s.request_finished(req, p_ids)
+        assert defer is False and params["kvferry"]["stored_tokens"] == 5 * BS
+
+        dreq = wd.request("d1", tokens)
+        n, is_async = d_s.get_num_new_matched_tokens(dreq, 0)
+        assert (n, is_async) == (5 * BS, False)
+        d_ids = [2, 9, 14, 21, 4, 16]
+        d_s.update_state_after_alloc(dreq, wd.blocks(d_ids), n)
+        m = step(wd, d_s, d_w, wd.sched_out(new=[(dreq, d_ids, n, len(tokens) - n)]))
+        assert len(m.loads) == 1 and not m.saves           # consumer: no saves
+        assert d_w.get_block_ids_with_load_errors() == set()
+        assert d_w.stats["loaded_tokens"] == 5 * BS
+        assert blocks_equal(wd, p_kv, d_kv, p_ids[:5], d_ids[:5])
+        # the sixth block (partial) was neither saved nor loaded
+        assert not blocks_equal(wd, p_kv, d_kv, p_ids[5:], d_ids[5:])
+        assert d_s.request_finished(dreq, d_ids) == (False, None)
+    finally:
+        for c in (p_s, p_w, d_s, d_w):
+            c.shutdown()
+
+
+def test_local_prefix_and_last_token(world):
+    """Blocks vLLM holds locally are not loaded again; a prompt of whole
+    blocks leaves its last block to vLLM."""
+    name = ns()
+    w = world(name, "kv_both")
+    s, wk = w.make(w.scheduler), w.make(w.worker)
+    try:
+        kv = w.caches(3)
+        wk.register_kv_caches(kv)
+        tokens = list(range(4 * BS))
+        r = w.request("a", tokens)
+        step(w, s, wk, w.sched_out(new=[(r, [1, 2, 3, 4], 0, len(tokens))]))
+        s.request_finished(r, [1, 2, 3, 4])
+        r2 = w.request("b", tokens)
+        # 4 blocks stored, the last token is vLLM's: 3 blocks; 1 is local
+        assert s.get_num_new_matched_tokens(r2, BS) == (2 * BS, False)
+        s.update_state_after_alloc(r2, w.blocks([1, 6, 7, 8]), 2 * BS)
+        before = {n: w.block(t, 1).clone() if hasattr(t, "clone") else w.block(t, 1).copy()
+                  for n, t in kv.items()}
+        m = step(w, s, wk, w.sched_out(new=[(r2, [1, 6, 7, 8], 3 * BS, BS)]))
+        assert [(ld.start, ld.end) for ld in m.loads] == [(1, 3)]
+        assert blocks_equal(w, kv, kv, [2, 3], [6, 7])
+        for n in w.names:
+            assert w.same(w.block(kv[n], 1), before[n])
+        assert s.get_num_new_matched_tokens(w.request("c", tokens[:BS]), 0) == (0, False)
+    finally:
+        s.shutdown()
+        wk.shutdown()
+
+
+def test_corrupt_and_missing_blocks_are_load_errors(world, store):
+    """A stored piece replaced by other bytes, or removed after the
+    lookup: the worker reports those blocks, vLLM recomputes them."""
+    name = ns()
+    w = world(name, "kv_both")
+    s, wk = w.make(w.scheduler), w.make(w.worker)
+    try:
+        kv = w.caches(4)
+        wk.register_kv_caches(kv)
+        tokens = list(range(500, 500 + 4 * BS + 1))
+        r = w.request("a", tokens)
+        step(w, s, wk, w.sched_out(new=[(r, [0, 1, 2, 3, 4], 0, len(tokens))]))
+        keys = wk.cache.chunk_keys(tokens)
+        piece = wk.cache.piece_keys(keys[2])[-1]
+        size = len(store.get_bytes(piece))
+        store.remove(piece)
+        store.put(piece, b"\x5a" * size)       # same size, other bytes
+        r2 = w.request("b", tokens)
+        n, _ = s.get_num_new_matched_tokens(r2, 0)
+        assert n == 4 * BS                     # the manifests are all there
+        s.update_state_after_alloc(r2, w.blocks([10, 11, 12, 13, 14]), n)
+        store.remove(wk.cache.piece_keys(keys[3])[0])
+        step(w, s, wk, w.sched_out(new=[(r2, [10, 11, 12, 13, 14], n, 1)]))
+        assert wk.get_block_ids_with_load_errors() == {12, 13}
+        assert wk.get_block_ids_with_load_errors() == set()
+        assert wk.cache.stats.corrupt_misses == 1
+        assert blocks_equal(w, kv, kv, [0, 1], [10, 11])
+        # the failed chunks left the store, and the step's save did not
+        # write the failed blocks back under their keys
+        assert s.get_num_new_matched_tokens(w.request("c", tokens), 0) == (2 * BS, False)
+        # a request that computes them saves them anew, and they load
+        r3 = w.request("d", tokens)
+        step(w, s, wk, w.sched_out(new=[(r3, [0, 1, 2, 3, 4], 0, len(tokens))]))
+        assert s.get_num_new_matched_tokens(w.request("e", tokens), 0) == (4 * BS, False)
+    finally:
+        s.shutdown()
+        wk.shutdown()
+
+
+def test_other_layout_is_a_miss(world, master):
+    """Another namespace or model: no hit."""
+    name = ns()
+    w = world(name, "kv_both")
+    s, wk = w.make(w.scheduler), w.make(w.worker)
+    other = world(name + "x", "kv_both").make(w.scheduler)
+    try:
+        wk.register_kv_caches(w.caches(5))
+        tokens = list(range(3 * BS))
+        r = w.request("a", tokens)
+        step(w, s, wk, w.sched_out(new=[(r, [0, 1, 2], 0, len(tokens))]))
+        assert s.get_num_new_matched_tokens(w.request("b", tokens), 0)[0] == 2 * BS
+        assert other.get_num_new_matched_tokens(w.request("c", tokens), 0)[0] == 0
+    finally:
+        for c in (s, wk, other):
+            c.shutdown()
+
+
+def test_dead_store_is_a_miss(world):
+    """A store that dies: lookups answer 0 (vLLM computes), saves are
+    dropped, loads report their blocks; no master at start: an error."""
+    from kvferry.procs import Master, Node
+
+    tokens = list(range(3 * BS + 1))
+    with Master() as m, Node(m.address, pool="16M"):
+        w = world(ns(), "kv_both", m.address)
+        s, wk = w.make(w.scheduler), w.make(w.worker)
+        wk.register_kv_caches(w.caches(6))
+        step(w, s, wk, w.sched_out(new=[(w.request("a", tokens), [0, 1, 2, 3], 0, len(tokens))]))
+        r = w.request("b", tokens)
+        assert s.get_num_new_matched_tokens(r, 0) == (3 * BS, False)
+        s.update_state_after_alloc(r, w.blocks([4, 5, 6, 7]), 3 * BS)
+        m.kill()
+    try:
+        assert s.get_num_new_matched_tokens(w.request("c", tokens), 0) == (0, False)
+        step(w, s, wk, w.sched_out(new=[(r, [4, 5, 6, 7], 3 * BS, 1),
+                                       (w.request("d", tokens[::-1]), [8, 9, 10, 11], 0, len(tokens))]))
+        assert wk.get_block_ids_with_load_errors() == {4, 5, 6}
+    finally:
+        s.shutdown()
+        wk.shutdown()
+    with pytest.raises(kvferry.KvferryError):
+        w.make(w.scheduler)
+
+
+def test_layout_of_shapes():
+    """The byte map of vLLM's layouts: K/V outermost, blocks outermost (MLA)."""
+    a = [np.zeros((2, 8, 16, 2, 4), np.float16)] * 2
+    lay = vc.layout_of(a, 16, 8, "float16", "0" * 32)
+    assert lay.kind == "vllm" and lay.buffer_bytes() == a[0].nbytes and lay.fingerprint() == "0" * 32
+    b = [np.zeros((8, 16, 64), np.float16)]
+    lay = vc.layout_of(b, 16, 8, "float16", "1" * 32)
+    assert lay.kind == "mla" and lay.buffer_bytes() == b[0].nbytes
+    with pytest.raises(ValueError):
+        vc.layout_of([np.zeros((3, 7, 16), np.float16)], 16, 8, "float16", "2" * 32)
+
+
+def test_no_leak(world):
+    """Connectors that saved and loaded, shut down: the library's
+    allocations and the process's descriptors are back where they were."""
+    import gc
+
+    from conftest import open_fds
+
+    w = world(ns(), "kv_both")
+    caches = w.caches(7)
+    gc.collect()
+    base, fds = kvferry.alloc_stats(), open_fds()
+    s, wk = w.make(w.scheduler), w.make(w.worker)
+    wk.register_kv_caches(caches)
+    tokens = list(range(2 * BS + 1))
+    step(w, s, wk, w.sched_out(new=[(w.request("a", tokens), [0, 1, 2], 0, len(tokens))]))
+    r = w.request("b", tokens)
+    n, _ = s.get_num_new_matched_tokens(r, 0)
+    s.update_state_after_alloc(r, w.blocks([3, 4, 5]), n)
+    step(w, s, wk, w.sched_out(new=[(r, [3, 4, 5], n, 1)]))
+    assert wk.stats["loaded_tokens"] == 2 * BS
+    s.shutdown()
+    wk.shutdown()
+    del s, wk
+    gc.collect()
+    assert kvferry.alloc_stats() == base
+    assert open_fds() == fds
