@@ -46,11 +46,12 @@ usage: scripts/hosts.sh [options] [-- COMMAND...]
   --out DIR            logs and outputs (default: a fresh /tmp dir)
   --secret FILE        the cluster secret (default: a new one in --out)
   --kvferry PATH       the binary (default: build/kvferry)
-COMMAND sees: KVF_HOSTS_MASTER, KVF_HOSTS_HTTP (master addresses),
-  KVF_HOSTS_NS (storage hosts' namespaces), KVF_HOSTS_IPS (their
-  addresses), KVF_HOSTS_CLIENT_NS, KVF_HOSTS_CLIENT_IPS, KVF_HOSTS_SW
-  (the bridge's namespace; the veth to storage host i is h<i>, to
-  client host j c<j>), KVF_HOSTS_OUT, KVF_SECRET_FILE, KVF_TRANSPORTS,
+COMMAND sees: HOSTS_MASTER, HOSTS_HTTP (master addresses),
+  HOSTS_NS (storage hosts' namespaces), HOSTS_IPS (their
+  addresses), HOSTS_CLIENT_NS, HOSTS_CLIENT_IPS, HOSTS_SW
+  (the bridge's namespace; the veth to storage host i is vh<i>, to
+  client host j vc<j>), HOSTS_OUT, HOSTS_TOKEN (the bearer
+  token of the master's /status), KVF_SECRET_FILE, KVF_TRANSPORTS,
   KVFERRY (the binary).
 EOF
 }
@@ -218,23 +219,27 @@ if [ -z "$SECRET" ]; then
 fi
 export KVF_SECRET_FILE=$SECRET
 export KVF_TRANSPORTS=tcp
+# the master's /metrics and /status want a token derived from the secret
+TOKEN=$(python3 -c 'import hmac,hashlib,sys
+print(hmac.new(open(sys.argv[1],"rb").read(),b"kvferry-http-v1",
+               hashlib.sha256).hexdigest())' "$SECRET") || die "token failed"
 
 NET=10.214.0
 MNS=$P-m
-add_host "$MNS" m "$NET.1"
+add_host "$MNS" vm "$NET.1"
 HNS=()
 HIPS=()
 for i in $(seq "$HOSTS"); do
     HNS+=("$P-h$i")
     HIPS+=("$NET.$((10 + i))")
-    add_host "$P-h$i" "h$i" "$NET.$((10 + i))"
+    add_host "$P-h$i" "vh$i" "$NET.$((10 + i))"
 done
 CNS=()
 CIPS=()
 for j in $(seq "$CHOSTS"); do
     CNS+=("$P-c$j")
     CIPS+=("$NET.$((100 + j))")
-    add_host "$P-c$j" "c$j" "$NET.$((100 + j))"
+    add_host "$P-c$j" "vc$j" "$NET.$((100 + j))"
 done
 
 MASTER=$NET.1:17800
@@ -255,7 +260,8 @@ for i in $(seq "$HOSTS"); do
 done
 want=$((HOSTS * NPH))
 for i in $(seq 100); do
-    n=$(ip netns exec "$MNS" curl -s "http://$HTTP/metrics" 2>/dev/null |
+    n=$(ip netns exec "$MNS" curl -s --noproxy '*' \
+        -H "Authorization: Bearer $TOKEN" "http://$HTTP/metrics" 2>/dev/null |
         awk '$1 == "kvferry_store_nodes" {print $2}')
     [ "${n:-0}" = "$want" ] && break
     sleep 0.1
@@ -264,10 +270,10 @@ done
 echo "hosts.sh: master $MASTER, $HOSTS storage host(s) x $NPH node(s)," \
     "$CHOSTS client host(s), rate ${RATE:-unlimited}, out $OUT"
 
-export KVF_HOSTS_MASTER=$MASTER KVF_HOSTS_HTTP=$HTTP KVF_HOSTS_SW=$SW
-export KVF_HOSTS_NS="${HNS[*]}" KVF_HOSTS_IPS="${HIPS[*]}"
-export KVF_HOSTS_CLIENT_NS="${CNS[*]}" KVF_HOSTS_CLIENT_IPS="${CIPS[*]}"
-export KVF_HOSTS_OUT=$OUT KVFERRY=$KVF
+export HOSTS_MASTER=$MASTER HOSTS_HTTP=$HTTP HOSTS_SW=$SW
+export HOSTS_NS="${HNS[*]}" HOSTS_IPS="${HIPS[*]}"
+export HOSTS_CLIENT_NS="${CNS[*]}" HOSTS_CLIENT_IPS="${CIPS[*]}"
+export HOSTS_OUT=$OUT HOSTS_TOKEN=$TOKEN KVFERRY=$KVF
 
 if [ ${#CMD[@]} -gt 0 ]; then
     "${CMD[@]}"
@@ -306,8 +312,9 @@ for c in range(1, n + 1):
     for r in doc.get("rows", doc if isinstance(doc, list) else []):
         if r.get("system", "kvferry") != "kvferry":
             continue
-        rows.setdefault((r["op"], r["size_text"]), []).append(r)
+        rows.setdefault((r["op"], r["size"]), []).append(r)
 for (op, size), rs in sorted(rows.items()):
+    size = f"{size >> 10}K" if size < 1 << 20 else f"{size >> 20}M"
     ops = sum(r["ops_per_s"] for r in rs)
     gbs = sum(r["gb_per_s"] for r in rs)
     errs = sum(r["errors"] for r in rs)
