@@ -56,6 +56,7 @@ COMMAND sees: HOSTS_MASTER, HOSTS_HTTP (master addresses),
 EOF
 }
 
+ARGS="$*"
 HOSTS=2
 NPH=1
 CHOSTS=-1
@@ -118,12 +119,15 @@ P=kvfh$$
 SW=$P-sw
 NETS=()  # namespaces made by this run
 PIDS=()  # processes started by this run
+CMDPID= # COMMAND's process group
 [ -n "$OUT" ] || OUT=$(mktemp -d /tmp/kvferry-hosts-XXXXXX)
 mkdir -p "$OUT"
+[ -z "$RECORD" ] || mkdir -p "$RECORD"
 
 cleanup() {
     local pid ns i
     trap - EXIT INT TERM
+    [ -z "$CMDPID" ] || kill -TERM -- "-$CMDPID" 2>/dev/null
     for pid in "${PIDS[@]}"; do
         kill -TERM "$pid" 2>/dev/null
     done
@@ -182,9 +186,9 @@ add_host() {
     if [ -n "$RATE" ]; then
         # what the host sends, and what it receives
         tc -n "$ns" qdisc add dev eth0 root tbf rate "$RATE" burst 256kb \
-            latency 100ms &&
+            latency 1s &&
             tc -n "$SW" qdisc add dev "$veth" root tbf rate "$RATE" \
-                burst 256kb latency 100ms || die "tc tbf on $ns failed"
+                burst 256kb latency 1s || die "tc tbf on $ns failed"
     fi
 }
 
@@ -219,6 +223,8 @@ if [ -z "$SECRET" ]; then
 fi
 export KVF_SECRET_FILE=$SECRET
 export KVF_TRANSPORTS=tcp
+# a connection is a thread on both sides: a few per node and client
+export KVF_NODE_CONNS=${KVF_NODE_CONNS:-4}
 # the master's /metrics and /status want a token derived from the secret
 TOKEN=$(python3 -c 'import hmac,hashlib,sys
 print(hmac.new(open(sys.argv[1],"rb").read(),b"kvferry-http-v1",
@@ -276,12 +282,18 @@ export HOSTS_CLIENT_NS="${CNS[*]}" HOSTS_CLIENT_IPS="${CIPS[*]}"
 export HOSTS_OUT=$OUT HOSTS_TOKEN=$TOKEN KVFERRY=$KVF
 
 if [ ${#CMD[@]} -gt 0 ]; then
-    "${CMD[@]}"
+    # in the background, so that a signal reaches the traps at once; its
+    # own process group, so that the clean-up ends whatever it started
+    setsid "${CMD[@]}" &
+    CMDPID=$!
+    wait $CMDPID
     RC=$?
     exit $RC
 fi
 
-# the clients: one bench process each, all at once
+# the clients: one bench process each, their measured phases starting
+# together once every one has connected and warmed up
+START=$(($(date +%s%3N) + 4000 + 500 * CLIENTS))
 CPIDS=()
 for c in $(seq "$CLIENTS"); do
     if [ "$CHOSTS" -gt 0 ]; then
@@ -293,7 +305,7 @@ for c in $(seq "$CLIENTS"); do
     [ -n "$RECORD" ] && rec=(--record "$RECORD/client-$c")
     # shellcheck disable=SC2086 # BENCH is a list of arguments
     ip netns exec "$ns" "$KVF" bench store --master "$MASTER" --http "$HTTP" \
-        $BENCH "${rec[@]}" --json >"$OUT/client-$c.json" \
+        --start-at "$START" $BENCH "${rec[@]}" --json >"$OUT/client-$c.json" \
         2>"$OUT/client-$c.log" &
     CPIDS+=($!)
     PIDS+=($!)
@@ -303,24 +315,50 @@ for pid in "${CPIDS[@]}"; do
     wait "$pid" || RC=1
 done
 [ $RC -eq 0 ] || echo "hosts.sh: a client failed (see $OUT/client-*.log)" >&2
-python3 - "$OUT" "$CLIENTS" <<'EOF' || RC=1
+SUMMARY=$OUT/summary.json
+python3 - "$OUT" "$CLIENTS" "$SUMMARY" <<'EOF' || RC=1
+# Per operation and size: the clients' operations over the union of
+# their phases' windows (a lower bound of the aggregate rate: clients
+# that did not start at the same instant only lower it), the sum of
+# their own rates, and their P99s (max, median).
 import json, sys
-out, n = sys.argv[1], int(sys.argv[2])
+out, n, summary = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = {}
 for c in range(1, n + 1):
     doc = json.load(open(f"{out}/client-{c}.json"))
-    for r in doc.get("rows", doc if isinstance(doc, list) else []):
-        if r.get("system", "kvferry") != "kvferry":
-            continue
-        rows.setdefault((r["op"], r["size"]), []).append(r)
+    for r in doc["rows"]:
+        if r.get("system", "kvferry") == "kvferry":
+            rows.setdefault((r["op"], r["size"]), []).append(r)
+res = []
 for (op, size), rs in sorted(rows.items()):
-    size = f"{size >> 10}K" if size < 1 << 20 else f"{size >> 20}M"
-    ops = sum(r["ops_per_s"] for r in rs)
-    gbs = sum(r["gb_per_s"] for r in rs)
-    errs = sum(r["errors"] for r in rs)
+    ops = sum(r["ops"] for r in rs)
+    win = (max(r["end_unix_ms"] for r in rs) -
+           min(r["start_unix_ms"] for r in rs)) / 1e3
     p99 = sorted(r["p99_us"] for r in rs)
-    print(f"sum {op:4s} {size:>6s} clients {len(rs)} ops/s {ops:9.1f} "
-          f"GB/s {gbs:6.3f} errors {errs} p99_us max {p99[-1]:.0f} "
-          f"median {p99[len(p99) // 2]:.0f}")
+    e = {"op": op, "size": size, "clients": len(rs), "ops": ops,
+         "window_s": round(win, 3), "ops_per_s": ops / win if win else 0,
+         "mb_per_s": ops * size / win / 1e6 if win else 0,
+         "sum_client_ops_per_s": sum(r["ops_per_s"] for r in rs),
+         "errors": sum(r["errors"] for r in rs),
+         "p99_us_max": p99[-1], "p99_us_median": p99[len(p99) // 2],
+         "p50_us_median": sorted(r["p50_us"] for r in rs)[len(rs) // 2]}
+    res.append(e)
+    sz = f"{size >> 10}K" if size < 1 << 20 else f"{size >> 20}M"
+    print(f"all {op:4s} {sz:>5s} clients {len(rs)} ops/s {e['ops_per_s']:8.1f}"
+          f" MB/s {e['mb_per_s']:7.1f} (window {win:.2f} s) errors "
+          f"{e['errors']} p99_us max {p99[-1]:.0f} median "
+          f"{e['p99_us_median']:.0f}")
+json.dump(res, open(summary, "w"), indent=1)
 EOF
+if [ -n "$RECORD" ]; then
+    {
+        echo "{\"command\": \"scripts/hosts.sh $ARGS\","
+        echo " \"hosts\": $HOSTS, \"nodes_per_host\": $NPH,"
+        echo " \"client_hosts\": $CHOSTS, \"clients\": $CLIENTS,"
+        echo " \"rate\": \"${RATE:-none}\", \"replicas\": $REPLICAS,"
+        echo " \"machine\": \"$(nproc) cores, $(uname -r)\","
+        echo " \"load_avg_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\","
+        echo " \"results\": $(cat "$SUMMARY")}"
+    } >"$RECORD/hosts.json"
+fi
 exit $RC
