@@ -5,7 +5,7 @@
  */
 #include "tools/cli/net.h"
 #include "tools/cli/clock.h"
-#include "core/auth.h"
+#include <kvferry/auth.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -163,7 +163,7 @@ kvf_status_t kvf_net_send_all(int fd, const void *buf, size_t len,
 kvf_status_t kvf_net_http_get(const char *addr, const char *path, char *buf,
                               size_t len, int timeout_ms)
 {
-    char host[KVF_NET_HOST_MAX], req[512], tok[KVF_AUTH_TOKEN_LEN + 1], *body;
+    char host[KVF_NET_HOST_MAX], req[512], tok[KVF_HTTP_TOKEN_LEN + 1], *body;
     uint64_t deadline = kvf_clock_ms() + (uint64_t)timeout_ms;
     size_t got = 0;
     kvf_status_t st;
