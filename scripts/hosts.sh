@@ -124,6 +124,7 @@ CMDPID= # COMMAND's process group
 mkdir -p "$OUT"
 [ -z "$RECORD" ] || mkdir -p "$RECORD"
 
+# shellcheck disable=SC2317 # called by the traps
 cleanup() {
     local pid ns i
     trap - EXIT INT TERM

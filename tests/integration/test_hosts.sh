@@ -164,7 +164,7 @@ left_behind "$OUT/fail"
      for n in $HOSTS_SW $HOSTS_NS; do ip netns pids $n; done \
          >"$HOSTS_OUT/pids"; sleep 60' &
 pid=$!
-for i in $(seq 200); do
+for _ in $(seq 200); do
     [ -s "$OUT/term/pids" ] && break
     sleep 0.1
 done
