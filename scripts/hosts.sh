@@ -306,7 +306,8 @@ for c in $(seq "$CLIENTS"); do
     [ -n "$RECORD" ] && rec=(--record "$RECORD/client-$c")
     # shellcheck disable=SC2086 # BENCH is a list of arguments
     ip netns exec "$ns" "$KVF" bench store --master "$MASTER" --http "$HTTP" \
-        --start-at "$START" $BENCH "${rec[@]}" --json >"$OUT/client-$c.json" \
+        --start-at "$START" --latencies "$OUT/client-$c.lat" \
+        $BENCH "${rec[@]}" --json >"$OUT/client-$c.json" \
         2>"$OUT/client-$c.log" &
     CPIDS+=($!)
     PIDS+=($!)
@@ -321,7 +322,8 @@ python3 - "$OUT" "$CLIENTS" "$SUMMARY" <<'EOF' || RC=1
 # Per operation and size: the clients' operations over the union of
 # their phases' windows (a lower bound of the aggregate rate: clients
 # that did not start at the same instant only lower it), the sum of
-# their own rates, and their P99s (max, median).
+# their own rates, P50 and P99 of every call of every client, and the
+# clients' own P99s (max, median).
 import json, sys
 out, n, summary = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = {}
@@ -330,6 +332,14 @@ for c in range(1, n + 1):
     for r in doc["rows"]:
         if r.get("system", "kvferry") == "kvferry":
             rows.setdefault((r["op"], r["size"]), []).append(r)
+lat = {}
+for c in range(1, n + 1):
+    for line in open(f"{out}/client-{c}.lat"):
+        op, size, us = line.split()
+        lat.setdefault((op, int(size)), []).append(float(us))
+def q(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p * len(v)))] if v else 0
 res = []
 for (op, size), rs in sorted(rows.items()):
     ops = sum(r["ops"] for r in rs)
@@ -342,13 +352,14 @@ for (op, size), rs in sorted(rows.items()):
          "sum_client_ops_per_s": sum(r["ops_per_s"] for r in rs),
          "errors": sum(r["errors"] for r in rs),
          "p99_us_max": p99[-1], "p99_us_median": p99[len(p99) // 2],
-         "p50_us_median": sorted(r["p50_us"] for r in rs)[len(rs) // 2]}
+         "p50_us": q(lat.get((op, size), []), 0.5),
+         "p99_us": q(lat.get((op, size), []), 0.99)}
     res.append(e)
     sz = f"{size >> 10}K" if size < 1 << 20 else f"{size >> 20}M"
     print(f"all {op:4s} {sz:>5s} clients {len(rs)} ops/s {e['ops_per_s']:8.1f}"
           f" MB/s {e['mb_per_s']:7.1f} (window {win:.2f} s) errors "
-          f"{e['errors']} p99_us max {p99[-1]:.0f} median "
-          f"{e['p99_us_median']:.0f}")
+          f"{e['errors']} p50_us {e['p50_us']:.0f} p99_us {e['p99_us']:.0f}"
+          f" (clients' p99 max {p99[-1]:.0f} median {e['p99_us_median']:.0f})")
 json.dump(res, open(summary, "w"), indent=1)
 EOF
 if [ -n "$RECORD" ]; then
@@ -361,5 +372,6 @@ if [ -n "$RECORD" ]; then
         echo " \"load_avg_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\","
         echo " \"results\": $(cat "$SUMMARY")}"
     } >"$RECORD/hosts.json"
+    cat "$OUT"/client-*.lat >"$RECORD/latencies.txt"
 fi
 exit $RC

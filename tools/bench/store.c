@@ -323,6 +323,23 @@ static void kvf_bs_start_at(uint64_t at_ms)
     }
 }
 
+/* --latencies: appends "op size latency_us" per call to path, so that
+ * the latencies of several bench processes make one distribution. */
+static void kvf_bs_lat_dump(const char *path, const char *op, uint64_t size,
+                            const double *lat, size_t n)
+{
+    FILE *f;
+    size_t i;
+
+    if (path == NULL || (f = fopen(path, "a")) == NULL) {
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        fprintf(f, "%s %lu %.1f\n", op, (unsigned long)size, lat[i]);
+    }
+    fclose(f);
+}
+
 /* Runs one phase on all threads; appends its rows. */
 static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
                          int phase, kvf_bs_row_t *rows, unsigned *nrows)
@@ -386,6 +403,8 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
         }
         kvf_bs_fill_row(&rows[*nrows], names[phase][j], c->size, n, all[j],
                         total[j], j == 0 ? errors : 0, secs);
+        kvf_bs_lat_dump(c->o->lat_out, names[phase][j], c->size, all[j],
+                        total[j]);
         rows[*nrows].start_s = wall0;
         rows[*nrows].end_s = wall0 + secs;
         /* a mix phase's hits and misses share its CPU per operation */
@@ -786,6 +805,8 @@ int kvf_cmd_bench_store(int argc, char **argv)
          "start the first measured phase at this Unix time (ms), so\n"
          "that clients on several hosts measure together",
          "at once"},
+        {"latencies", 0, KVF_OPT_STR, &o.lat_out, "FILE",
+         "append each measured call's latency to FILE (op size us)"},
         {"hit-ratio", 0, KVF_OPT_DOUBLE, &o.hit_ratio, "R",
          "share of present keys in the mix phase (1 = no mix)", "0.5", .min = 0,
          .max = 1},

@@ -64,6 +64,7 @@ typedef struct kvf_bs_opts {
     unsigned nclients;
     uint64_t duration_ms;
     uint64_t start_at_ms; /* Unix time of the first measured phase; 0 = now */
+    const char *lat_out;  /* appends every measured call's latency here */
     double hit_ratio;
     unsigned replicas;
     uint64_t mem_budget;
