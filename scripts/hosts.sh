@@ -42,7 +42,9 @@ usage: scripts/hosts.sh [options] [-- COMMAND...]
   --bench 'ARGS'       arguments of each client's `kvferry bench store`
                        (default '--sizes 1M --clients 4 --duration 3s
                        --hit-ratio 1')
-  --record DIR         each client records into DIR/client-N
+  --record DIR         DIR/hosts.json (the run, its summary), each
+                       client's bench record in DIR/client-N
+  --hypothesis TEXT    the hypothesis hosts.json states
   --out DIR            logs and outputs (default: a fresh /tmp dir)
   --secret FILE        the cluster secret (default: a new one in --out)
   --kvferry PATH       the binary (default: build/kvferry)
@@ -56,7 +58,7 @@ COMMAND sees: HOSTS_MASTER, HOSTS_HTTP (master addresses),
 EOF
 }
 
-ARGS="$*"
+
 HOSTS=2
 NPH=1
 CHOSTS=-1
@@ -66,6 +68,7 @@ POOL=256M
 REPLICAS=1
 BENCH='--sizes 1M --clients 4 --duration 3s --hit-ratio 1'
 RECORD=
+HYPOTHESIS="the clients' store gets together: throughput and latency"
 OUT=
 SECRET=
 KVF=build/kvferry
@@ -82,6 +85,7 @@ while [ $# -gt 0 ]; do
     --replicas) REPLICAS=$2; shift 2 ;;
     --bench) BENCH=$2; shift 2 ;;
     --record) RECORD=$2; shift 2 ;;
+    --hypothesis) HYPOTHESIS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --secret) SECRET=$2; shift 2 ;;
     --kvferry) KVF=$2; shift 2 ;;
@@ -303,7 +307,8 @@ for c in $(seq "$CLIENTS"); do
         ns=${HNS[$(((c - 1) % HOSTS))]}
     fi
     rec=()
-    [ -n "$RECORD" ] && rec=(--record "$RECORD/client-$c")
+    [ -n "$RECORD" ] && rec=(--record "$RECORD/client-$c" --hypothesis
+        "client $c of $CLIENTS of scripts/hosts.sh ($HOSTS storage host(s), rate ${RATE:-none}); the run's figures are in hosts.json")
     # shellcheck disable=SC2086 # BENCH is a list of arguments
     ip netns exec "$ns" "$KVF" bench store --master "$MASTER" --http "$HTTP" \
         --start-at "$START" --latencies "$OUT/client-$c.lat" \
@@ -337,9 +342,13 @@ for c in range(1, n + 1):
     for line in open(f"{out}/client-{c}.lat"):
         op, size, us = line.split()
         lat.setdefault((op, int(size)), []).append(float(us))
-def q(v, p):
+def q(v, p):  # interpolated, as bench store's own quantiles
     v = sorted(v)
-    return v[min(len(v) - 1, int(p * len(v)))] if v else 0
+    if not v:
+        return 0
+    pos = p * (len(v) - 1)
+    i = int(pos)
+    return v[-1] if i + 1 >= len(v) else v[i] + (v[i + 1] - v[i]) * (pos - i)
 res = []
 for (op, size), rs in sorted(rows.items()):
     ops = sum(r["ops"] for r in rs)
@@ -363,15 +372,25 @@ for (op, size), rs in sorted(rows.items()):
 json.dump(res, open(summary, "w"), indent=1)
 EOF
 if [ -n "$RECORD" ]; then
-    {
-        echo "{\"command\": \"scripts/hosts.sh $ARGS\","
-        echo " \"hosts\": $HOSTS, \"nodes_per_host\": $NPH,"
-        echo " \"client_hosts\": $CHOSTS, \"clients\": $CLIENTS,"
-        echo " \"rate\": \"${RATE:-none}\", \"replicas\": $REPLICAS,"
-        echo " \"machine\": \"$(nproc) cores, $(uname -r)\","
-        echo " \"load_avg_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\","
-        echo " \"results\": $(cat "$SUMMARY")}"
-    } >"$RECORD/hosts.json"
+    python3 - "$SUMMARY" "$RECORD/hosts.json" "$HYPOTHESIS" "$HOSTS" "$NPH" \
+        "$CHOSTS" "$CLIENTS" "${RATE:-none}" "$REPLICAS" "$BENCH" \
+        "$START" <<'EOF' || RC=1
+import json, os, sys
+(summary, path, hyp, hosts, nph, chosts, clients, rate, replicas, bench,
+ start) = sys.argv[1:]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+            if l.startswith("model name")), "?")
+doc = {"experiment": "store gets over simulated hosts (scripts/hosts.sh)",
+       "hypothesis": hyp, "storage_hosts": int(hosts),
+       "nodes_per_host": int(nph), "client_hosts": int(chosts),
+       "clients": int(clients), "rate_per_host_each_way": rate,
+       "replicas": int(replicas), "bench_store_args": bench,
+       "start_unix_ms": int(start),
+       "machine": f"{os.cpu_count()} cores, {cpu}, kernel {os.uname().release}",
+       "load_avg_after": open("/proc/loadavg").read().split()[:3],
+       "results": json.load(open(summary))}
+json.dump(doc, open(path, "w"), indent=1)
+EOF
     cat "$OUT"/client-*.lat >"$RECORD/latencies.txt"
 fi
 exit $RC
