@@ -34,6 +34,7 @@
 
 #include <jansson.h>
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -316,10 +317,14 @@ static double kvf_bs_unix_s(void)
  * several hosts measure the same seconds. */
 static void kvf_bs_start_at(uint64_t at_ms)
 {
-    double now = kvf_bs_unix_s() * 1e3;
+    double wait_ms = (double)at_ms - kvf_bs_unix_s() * 1e3;
+    struct timespec ts;
 
-    if (at_ms > 0 && (double)at_ms > now) {
-        usleep((useconds_t)(((double)at_ms - now) * 1e3));
+    if (at_ms > 0 && wait_ms > 0) {
+        ts.tv_sec = (time_t)(wait_ms / 1e3);
+        ts.tv_nsec = (long)((wait_ms - (double)ts.tv_sec * 1e3) * 1e6);
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
     }
 }
 
