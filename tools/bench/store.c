@@ -806,7 +806,7 @@ int kvf_cmd_bench_store(int argc, char **argv)
          .fn = kvf_bs_parse_clients},
         {"duration", 0, KVF_OPT_MS64, &o.duration_ms, "DUR",
          "per phase and cell", "1s"},
-        {"start-at", 0, KVF_OPT_MS64, &o.start_at_ms, "UNIX_MS",
+        {"start-at", 0, KVF_OPT_MS64, &o.start_at_ms, "MS",
          "start the first measured phase at this Unix time (ms), so\n"
          "that clients on several hosts measure together",
          "at once"},
