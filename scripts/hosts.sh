@@ -306,6 +306,7 @@ for c in $(seq "$CLIENTS"); do
     else
         ns=${HNS[$(((c - 1) % HOSTS))]}
     fi
+    rm -f "$OUT/client-$c.lat" # --latencies appends
     rec=()
     [ -n "$RECORD" ] && rec=(--record "$RECORD/client-$c" --hypothesis
         "client $c of $CLIENTS of scripts/hosts.sh ($HOSTS storage host(s), rate ${RATE:-none}); the run's figures are in hosts.json")
