@@ -28,13 +28,14 @@ done
 # libmicrohttpd (the master's HTTP endpoint); clang-14 + its runtime
 # (libFuzzer targets); tests: python3 + jsonschema (record checks),
 # python3-venv (python/run-tests.sh's virtual environment),
-# iproute2 + nftables (network fault drills), redis (bench store
+# iproute2 + nftables (network fault drills), curl (scripts/hosts.sh and
+# its test read the master's HTTP endpoint), redis (bench store
 # --vs-redis; redis-py: test_resp), pciutils (bench env's PCIe table)
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev
       libjansson-dev libxxhash-dev libhiredis-dev libmicrohttpd-dev libssl-dev
       clang-14 libclang-rt-14-dev
       python3 python3-pip python3-venv python3-jsonschema python3-redis
-      iproute2 nftables
+      iproute2 nftables curl
       redis-server redis-tools pciutils)
 [ "$browser" -eq 1 ] && pkgs+=(chromium)
 

@@ -569,6 +569,9 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
                   kvf_status_str(status));
         goto err_engine;
     }
+    if (!c->is_unix) {
+        kvf_get_learn_host(st, c->fd);
+    }
     st->idle = c;
     *store_p = st;
     return KVF_OK;

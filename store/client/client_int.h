@@ -98,6 +98,9 @@ struct kvf_store {
     pthread_mutex_t peers_lock;
     uint64_t peer_epoch; /* bumped when a peer fails: reservations from
                             before are not used (its node may be new) */
+    char self_host[64];  /* the address this client reaches the master
+                            from over tcp ("" over unix): gets prefer
+                            replicas on a node of this address */
     kvf_sloc_t loc;
 };
 
@@ -184,6 +187,12 @@ void *kvf_sarena_take(kvf_sarena_t *a, size_t size);
 /* Allocates the bytes the sizing pass counted (zeroed) and rewinds. */
 kvf_status_t kvf_sarena_alloc(kvf_sarena_t *a);
 void kvf_sarena_free(kvf_sarena_t *a);
+
+/* ---- get.c ---- */
+
+/* Learns this client's host address from its tcp connection fd to the
+ * master (get.c prefers replicas on that host). */
+void kvf_get_learn_host(kvf_store_h st, int fd);
 
 /* ---- loc.c: the location cache, and the get strategies it serves ---- */
 

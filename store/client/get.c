@@ -10,8 +10,11 @@
  *            - what the caller learnt from kvf_store_query
  *              (kvf_store_read): no round trip
  *   move     rounds of one engine batch each: round r reads every key
- *            not yet good from its next replica (the first replica
- *            rotates from call to call to spread the reads)
+ *            not yet good from its next replica: replicas on this
+ *            client's host first (a node whose segment address is
+ *            loopback or the address this client reaches the master
+ *            from), then the others; within each group the first
+ *            replica rotates from call to call to spread the reads
  *   verify   each read against the checksum before it counts; a key
  *            whose replicas are all bad fails with KVF_ERR_CHECKSUM (or
  *            the read's error)
@@ -19,10 +22,14 @@
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/log.h"
 #include "core/time.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
 
 static __thread unsigned kvf_get_tl_rr;
 
@@ -215,6 +222,77 @@ static void kvf_get_verify(kvf_get_job_t *j)
     }
 }
 
+void kvf_get_learn_host(kvf_store_h st, int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    const void *a = NULL;
+
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        return;
+    }
+    if (sa.ss_family == AF_INET) {
+        a = &((struct sockaddr_in *)&sa)->sin_addr;
+    } else if (sa.ss_family == AF_INET6) {
+        a = &((struct sockaddr_in6 *)&sa)->sin6_addr;
+    }
+    if (a == NULL || inet_ntop(sa.ss_family, a, st->self_host,
+                               sizeof(st->self_host)) == NULL) {
+        st->self_host[0] = '\0';
+    }
+}
+
+/* Is a node of this segment (host:port, [v6]:port) on this client's
+ * host? Its address is loopback or the one this client reaches the
+ * master from. */
+static int kvf_get_local(kvf_store_h st, const char *seg)
+{
+    char host[KVF_STORE_SEG_MAX];
+    const char *colon = strrchr(seg, ':');
+    size_t n = (colon != NULL) ? (size_t)(colon - seg) : strlen(seg);
+
+    if (n > 1 && seg[0] == '[' && seg[n - 1] == ']') {
+        seg++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof(host)) {
+        return 0;
+    }
+    memcpy(host, seg, n);
+    host[n] = '\0';
+    return kvf_auth_is_loopback(host) ||
+           (st->self_host[0] != '\0' && strcmp(host, st->self_host) == 0);
+}
+
+/* The replica a get reads in round `round` (each round the next one):
+ * those on this client's host first, then the others, each group
+ * rotated by rot to spread the reads. */
+static unsigned kvf_get_pick(kvf_store_h st, const kvf_sreps_t *e,
+                             unsigned round, unsigned rot)
+{
+    uint8_t local[KVF_STORE_REPLICA_MAX];
+    unsigned k, nloc = 0, want, seen = 0;
+
+    if (e->nrep <= 1) {
+        return 0;
+    }
+    for (k = 0; k < e->nrep; k++) {
+        local[k] = (uint8_t)kvf_get_local(st, e->seg[k]);
+        nloc += local[k];
+    }
+    if (nloc == 0 || nloc == e->nrep) {
+        return (rot + round) % e->nrep;
+    }
+    want = (round < nloc) ? (rot + round) % nloc
+                          : (rot + round - nloc) % (e->nrep - nloc);
+    for (k = 0; k < e->nrep; k++) {
+        if (local[k] == (round < nloc) && seen++ == want) {
+            return k;
+        }
+    }
+    return round % e->nrep; /* not reached */
+}
+
 /* Move and verify, round `round`: each key still wanted from its next
  * replica. */
 static void kvf_get_round(kvf_get_job_t *j, unsigned round, unsigned start)
@@ -229,7 +307,7 @@ static void kvf_get_round(kvf_get_job_t *j, unsigned round, unsigned start)
         if (!j->want[i] || round >= j->e[i].nrep) {
             continue;
         }
-        k = (unsigned)((start + i + round) % j->e[i].nrep);
+        k = kvf_get_pick(j->st, &j->e[i], round, (unsigned)(start + i));
         status = kvf_smove_add(j->st, &j->mv, KVF_OP_READ, j->bufs[i], &j->e[i],
                                k, j->e[i].size, (uint32_t)i);
         j->s[i] = (status != KVF_OK) ? status : j->s[i];

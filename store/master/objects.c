@@ -3,9 +3,12 @@
  * table by key; committed ones are also on an LRU list (a get moves an
  * object to the front), pending ones on a list of puts in progress. Space
  * comes from each node's TLSF allocator; replicas of one object go to
- * distinct nodes, most free space first. Eviction walks the LRU list from
- * its cold end and skips pinned objects and objects under a read lease
- * (a get grants a lease of lease_ms). A remove takes the key away at
+ * distinct nodes on distinct hosts where there are enough (a node's host
+ * is the address part of its segment name, host:port), the host with the
+ * most free space first, then its node with the most free space; only
+ * when the hosts run out do two replicas share a host. Eviction walks the LRU
+ * list from its cold end and skips pinned objects and objects under a read
+ * lease (a get grants a lease of lease_ms). A remove takes the key away at
  * once; an object still under a lease keeps its space, off the table,
  * until the lease ends. The periodic tick frees those, reclaims puts
  * never committed by their deadline, drops nodes silent past their TTL
@@ -482,6 +485,117 @@ static kvf_status_t kvf_m_limits(kvf_master_t *m, kvf_mclient_t *cl,
     return KVF_OK;
 }
 
+/* The length of the host part of a segment name: the address before
+ * its ":port" ("10.0.0.2:7000", "[::1]:7000"); a name without a port is
+ * a host of its own. */
+static size_t kvf_m_host_len(const char *seg)
+{
+    const char *colon = strrchr(seg, ':');
+
+    if (colon == NULL || colon == seg ||
+        (strchr(seg, ':') != colon && seg[0] != '[')) {
+        return strlen(seg);
+    }
+    return (size_t)(colon - seg);
+}
+
+static int kvf_m_same_host(const kvf_mnode_t *a, const kvf_mnode_t *b)
+{
+    size_t la = kvf_m_host_len(a->segment);
+
+    return la == kvf_m_host_len(b->segment) &&
+           memcmp(a->segment, b->segment, la) == 0;
+}
+
+/* Free bytes of every node on n's host. */
+static uint64_t kvf_m_host_free(const kvf_master_t *m, const kvf_mnode_t *n)
+{
+    const kvf_mnode_t *x;
+    uint64_t free_b = 0;
+
+    for (x = m->nodes; x != NULL; x = x->next) {
+        if (x == n || kvf_m_same_host(x, n)) {
+            free_b += x->pa.len - x->pa.used;
+        }
+    }
+    return free_b;
+}
+
+/* Orders the candidates: the host with the most free space first, within
+ * a host the node with the most free space first. */
+static void kvf_m_place_order(const kvf_master_t *m, kvf_mnode_t **cand,
+                              size_t ncand)
+{
+    uint64_t hfree[64], hf;
+    kvf_mnode_t *t;
+    size_t i, j;
+
+    for (i = 0; i < ncand; i++) {
+        hfree[i] = kvf_m_host_free(m, cand[i]);
+    }
+    for (i = 1; i < ncand; i++) {
+        for (j = i; j > 0; j--) {
+            if (hfree[j - 1] > hfree[j] ||
+                (hfree[j - 1] == hfree[j] &&
+                 cand[j - 1]->pa.len - cand[j - 1]->pa.used >=
+                     cand[j]->pa.len - cand[j]->pa.used)) {
+                break;
+            }
+            t = cand[j];
+            cand[j] = cand[j - 1];
+            cand[j - 1] = t;
+            hf = hfree[j];
+            hfree[j] = hfree[j - 1];
+            hfree[j - 1] = hf;
+        }
+    }
+}
+
+/* Is a replica of o already on n's host? */
+static int kvf_m_host_taken(const kvf_mobj_t *o, const kvf_mnode_t *n)
+{
+    unsigned i;
+
+    for (i = 0; i < o->nrep; i++) {
+        if (kvf_m_same_host(o->rep[i].node, n)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Takes space for o's replicas from the ordered candidates: first on
+ * hosts without a replica of o (without evicting, then evicting), then
+ * on any node left (likewise). A reservation never evicts. */
+static void kvf_m_place(kvf_master_t *m, kvf_mobj_t *o, kvf_mnode_t **cand,
+                        size_t ncand, uint64_t size, unsigned replicas,
+                        int may_evict, uint64_t now)
+{
+    kvf_pa_block_t *b;
+    int pass, evict, spread;
+    size_t i;
+
+    for (pass = 0; pass < 4 && o->nrep < replicas; pass++) {
+        spread = pass < 2;
+        evict = pass & 1;
+        if (evict && !may_evict) {
+            continue;
+        }
+        for (i = 0; i < ncand && o->nrep < replicas; i++) {
+            if (cand[i] == NULL || (spread && kvf_m_host_taken(o, cand[i]))) {
+                continue;
+            }
+            b = kvf_m_alloc_on(m, cand[i], size, evict, now);
+            if (b != NULL) {
+                o->rep[o->nrep].node = cand[i];
+                o->rep[o->nrep].blk = b;
+                o->nrep++;
+                cand[i] = NULL;
+            }
+        }
+    }
+}
+
 /* Allocates replicas for a pending object (key NULL: a reservation). */
 static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, kvf_mclient_t *cl,
                                     const char *key, uint64_t size,
@@ -489,13 +603,11 @@ static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, kvf_mclient_t *cl,
                                     uint64_t now, kvf_mobj_t **obj_p)
 {
     char esc[KVF_LOG_KEY_MAX];
-    kvf_mnode_t *cand[64], *n, *t;
+    kvf_mnode_t *cand[64], *n;
     uint64_t maxlen = 0;
-    size_t ncand = 0, i, j;
-    kvf_pa_block_t *b;
+    size_t ncand = 0;
     kvf_status_t st;
     kvf_mobj_t *o;
-    int pass;
 
     for (n = m->nodes; n != NULL && ncand < 64; n = n->next) {
         if (n->pa.len > maxlen) {
@@ -519,36 +631,12 @@ static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, kvf_mclient_t *cl,
     if (st != KVF_OK) {
         return st;
     }
-    /* most free space first */
-    for (i = 1; i < ncand; i++) {
-        for (j = i; j > 0 && cand[j - 1]->pa.len - cand[j - 1]->pa.used <
-                                 cand[j]->pa.len - cand[j]->pa.used;
-             j--) {
-            t = cand[j];
-            cand[j] = cand[j - 1];
-            cand[j - 1] = t;
-        }
-    }
+    kvf_m_place_order(m, cand, ncand);
     o = kvf_calloc(1, sizeof(*o));
     if (o == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    /* first without evicting anything, then evicting where needed (a
-     * reservation never evicts) */
-    for (pass = 0; pass < (key ? 2 : 1) && o->nrep < replicas; pass++) {
-        for (i = 0; i < ncand && o->nrep < replicas; i++) {
-            if (cand[i] == NULL) {
-                continue;
-            }
-            b = kvf_m_alloc_on(m, cand[i], size, pass, now);
-            if (b != NULL) {
-                o->rep[o->nrep].node = cand[i];
-                o->rep[o->nrep].blk = b;
-                o->nrep++;
-                cand[i] = NULL;
-            }
-        }
-    }
+    kvf_m_place(m, o, cand, ncand, size, replicas, key != NULL, now);
     if (o->nrep == 0) {
         kvf_free(o);
         m->st.errors++;

@@ -34,11 +34,13 @@
 
 #include <jansson.h>
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -302,6 +304,47 @@ static double kvf_bs_cpu_s(const kvf_bs_cluster_t *cl)
     return s;
 }
 
+/* Now, as Unix time in seconds. */
+static double kvf_bs_unix_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Waits for Unix time at_ms (--start-at), so that bench processes on
+ * several hosts measure the same seconds. */
+static void kvf_bs_start_at(uint64_t at_ms)
+{
+    double wait_ms = (double)at_ms - kvf_bs_unix_s() * 1e3;
+    struct timespec ts;
+
+    if (at_ms > 0 && wait_ms > 0) {
+        ts.tv_sec = (time_t)(wait_ms / 1e3);
+        ts.tv_nsec = (long)((wait_ms - (double)ts.tv_sec * 1e3) * 1e6);
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+}
+
+/* --latencies: appends "op size latency_us" per call to path, so that
+ * the latencies of several bench processes make one distribution. */
+static void kvf_bs_lat_dump(const char *path, const char *op, uint64_t size,
+                            const double *lat, size_t n)
+{
+    FILE *f;
+    size_t i;
+
+    if (path == NULL || (f = fopen(path, "a")) == NULL) {
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        fprintf(f, "%s %lu %.1f\n", op, (unsigned long)size, lat[i]);
+    }
+    fclose(f);
+}
+
 /* Runs one phase on all threads; appends its rows. */
 static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
                          int phase, kvf_bs_row_t *rows, unsigned *nrows)
@@ -309,7 +352,7 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
     static const char *const names[3][2] = {
         {"put", NULL}, {"get", NULL}, {"get-hit", "get-miss"}};
     size_t total[2] = {0, 0}, k;
-    double *all[2] = {NULL, NULL}, secs, cpu0, cpu1;
+    double *all[2] = {NULL, NULL}, secs, cpu0, cpu1, wall0;
     uint64_t end = 0;
     long errors = 0;
     kvf_status_t first = KVF_OK;
@@ -330,6 +373,7 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
     cpu0 = kvf_bs_cpu_s(c->cl);
     pthread_barrier_wait(&c->barrier);
     c->start_ns = kvf_clock_ns();
+    wall0 = kvf_bs_unix_s();
     for (i = 0; i < n; i++) {
         pthread_join(th[i].tid, NULL);
         end = th[i].end_ns > end ? th[i].end_ns : end;
@@ -364,6 +408,10 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
         }
         kvf_bs_fill_row(&rows[*nrows], names[phase][j], c->size, n, all[j],
                         total[j], j == 0 ? errors : 0, secs);
+        kvf_bs_lat_dump(c->o->lat_out, names[phase][j], c->size, all[j],
+                        total[j]);
+        rows[*nrows].start_s = wall0;
+        rows[*nrows].end_s = wall0 + secs;
         /* a mix phase's hits and misses share its CPU per operation */
         rows[(*nrows)++].cpu_us_op =
             (cpu0 >= 0 && cpu1 >= cpu0 && total[0] + total[1] > 0)
@@ -386,6 +434,8 @@ static const kvf_out_col_t kvf_bs_cols[] = {
     {"ops", "ops", NULL, "%9lld", .kind = KVF_OUT_INT, .width = 9},
     {"errors", "errors", NULL, "%6lld", .kind = KVF_OUT_INT, .width = 6},
     {"seconds", NULL, "s", "%.3f"},
+    {"start_unix_ms", NULL, "ms", "%lld", .kind = KVF_OUT_INT},
+    {"end_unix_ms", NULL, "ms", "%lld", .kind = KVF_OUT_INT},
     {"ops_per_s", "ops/s", "ops/s", "%11.0f", .width = 11,
      .fig = "(latency us)", .p50 = "p50_us", .p99 = "p99_us"},
     {"gb_per_s", "GB/s", "GB/s", "%8.3f", .width = 8, .series = ""},
@@ -431,6 +481,8 @@ static void kvf_bs_table_row(kvf_out_table_t *t, const kvf_bs_row_t *r)
     kvf_out_num(t, "ops", (double)r->ops);
     kvf_out_num(t, "errors", (double)r->errors);
     kvf_out_num(t, "seconds", r->seconds);
+    kvf_out_num(t, "start_unix_ms", floor(r->start_s * 1e3));
+    kvf_out_num(t, "end_unix_ms", floor(r->end_s * 1e3));
     kvf_out_num(t, "ops_per_s", r->ops_s);
     kvf_out_num(t, "gb_per_s", r->gb_s);
     kvf_out_num(t, "p50_us", r->p50_us);
@@ -569,6 +621,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
         c.dur_ms = o->duration_ms / 4 > 500 ? 500 : o->duration_ms / 4 + 1;
         kvf_bs_phase(&c, th, clients, 0, warm, &nwarm);
         c.dur_ms = o->duration_ms;
+        kvf_bs_start_at(o->start_at_ms);
         kvf_bs_phase(&c, th, clients, 0, rows, nrows);
         kvf_bs_phase(&c, th, clients, 1, rows, nrows);
         if (o->hit_ratio < 1.0) {
@@ -753,6 +806,12 @@ int kvf_cmd_bench_store(int argc, char **argv)
          .fn = kvf_bs_parse_clients},
         {"duration", 0, KVF_OPT_MS64, &o.duration_ms, "DUR",
          "per phase and cell", "1s"},
+        {"start-at", 0, KVF_OPT_MS64, &o.start_at_ms, "MS",
+         "start the first measured phase at this Unix time (ms), so\n"
+         "that clients on several hosts measure together",
+         "at once"},
+        {"latencies", 0, KVF_OPT_STR, &o.lat_out, "FILE",
+         "append each measured call's latency to FILE (op size us)"},
         {"hit-ratio", 0, KVF_OPT_DOUBLE, &o.hit_ratio, "R",
          "share of present keys in the mix phase (1 = no mix)", "0.5", .min = 0,
          .max = 1},

@@ -40,7 +40,9 @@ typedef struct kvf_bs_row {
     unsigned rep; /* repetition (--repeat) */
     long ops;
     long errors;
-    double seconds; /* wall time */
+    double seconds;        /* wall time */
+    double start_s, end_s; /* the phase's start and end, Unix time (runs
+                              of several processes line up by them) */
     double ops_s;
     double gb_s; /* 10^9 bytes/s of values */
     double p50_us, p99_us, p999_us;
@@ -61,6 +63,8 @@ typedef struct kvf_bs_opts {
     unsigned clients[16];
     unsigned nclients;
     uint64_t duration_ms;
+    uint64_t start_at_ms; /* Unix time of the first measured phase; 0 = now */
+    const char *lat_out;  /* appends every measured call's latency here */
     double hit_ratio;
     unsigned replicas;
     uint64_t mem_budget;

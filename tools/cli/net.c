@@ -5,6 +5,7 @@
  */
 #include "tools/cli/net.h"
 #include "tools/cli/clock.h"
+#include <kvferry/auth.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -162,17 +163,22 @@ kvf_status_t kvf_net_send_all(int fd, const void *buf, size_t len,
 kvf_status_t kvf_net_http_get(const char *addr, const char *path, char *buf,
                               size_t len, int timeout_ms)
 {
-    char host[KVF_NET_HOST_MAX], req[512], *body;
+    char host[KVF_NET_HOST_MAX], req[512], tok[KVF_HTTP_TOKEN_LEN + 1], *body;
     uint64_t deadline = kvf_clock_ms() + (uint64_t)timeout_ms;
     size_t got = 0;
     kvf_status_t st;
     uint16_t port;
     ssize_t r;
-    int fd, n;
+    int fd, n = 0;
 
-    n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
     st = kvf_net_parse_addr(addr, host, sizeof(host), &port);
     if (st == KVF_OK) {
+        /* /metrics and /status want the secret's token ("" when off) */
+        tok[0] = '\0';
+        kvf_auth_http_token(host, tok, sizeof(tok));
+        n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n%s%s%s\r\n", path,
+                     tok[0] ? "Authorization: Bearer " : "", tok,
+                     tok[0] ? "\r\n" : "");
         st = kvf_net_connect(host, port, timeout_ms, &fd);
     }
     if (st != KVF_OK) {
