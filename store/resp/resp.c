@@ -10,6 +10,7 @@
  */
 #include "store/resp/resp.h"
 
+#include "core/auth.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/sock.h"
@@ -52,7 +53,8 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
      KVF_CONFIG_USER},
     {"resp_password_file", "",
      "kvferry resp: a 0600 file holding the password AUTH must give "
-     "(empty: no AUTH)",
+     "(empty: the password derived from the cluster secret, printed by "
+     "kvferry resp --print-password)",
      KVF_CONFIG_USER},
     {"resp_max_value", "512M", "kvferry resp: longest value accepted",
      KVF_CONFIG_TUNING},
@@ -70,6 +72,8 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
 KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 
 #define KVF_RESP_LOOPS_MAX   64
+/* Label of the AUTH password derived from the cluster secret. */
+#define KVF_RESP_TOKEN_LABEL "kvferry-resp-v1"
 #define KVF_RESP_PW_MAX      512
 #define KVF_RESP_OUT_CAP     (KVF_RESP_OUT_HIGH + KVF_RESP_INLINE_MAX + 1024)
 #define KVF_RESP_RECV        (64u << 10)
@@ -1257,17 +1261,30 @@ kvf_status_t kvf_server_resp_defaults(kvf_server_resp_params_t *p)
     return KVF_OK;
 }
 
-/* Reads the password of a 0600 (or stricter) file. */
-static kvf_status_t kvf_resp_load_password(struct kvf_resp *s)
+kvf_status_t kvf_server_resp_password(const char *listen, char *out,
+                                      size_t outlen)
 {
-    const char *path = s->p.password_file;
+    char host[KVF_HOST_MAX];
+    uint16_t port;
+    kvf_status_t st;
+
+    if (listen == NULL || out == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    st = kvf_sock_parse_addr(listen, host, sizeof(host), &port);
+    return st != KVF_OK ? st
+                        : kvf_auth_token(host, KVF_RESP_TOKEN_LABEL, out,
+                                         outlen);
+}
+
+/* Reads the password of a 0600 (or stricter) file. */
+static kvf_status_t kvf_resp_load_password_file(struct kvf_resp *s,
+                                                const char *path)
+{
     struct stat sb;
     ssize_t n;
     int fd;
 
-    if (path == NULL || path[0] == 0) {
-        return KVF_OK;
-    }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &sb) != 0 || (sb.st_mode & 077) != 0) {
         kvf_error("resp: password file %s: %s", path,
@@ -1293,6 +1310,27 @@ static kvf_status_t kvf_resp_load_password(struct kvf_resp *s)
     return n > 0 ? KVF_OK : KVF_ERR_INVALID_PARAM;
 }
 
+/* The password AUTH must give: the password file's when one is set, else
+ * the one derived from the cluster secret (none when authentication is
+ * off: insecure=1 without a secret file). */
+static kvf_status_t kvf_resp_load_password(struct kvf_resp *s)
+{
+    const char *path = s->p.password_file;
+    kvf_status_t st;
+
+    if (path != NULL && path[0] != 0) {
+        return kvf_resp_load_password_file(s, path);
+    }
+    st = kvf_server_resp_password(s->p.listen, s->password,
+                                  sizeof(s->password));
+    s->pwlen = st == KVF_OK ? strlen(s->password) : 0;
+    if (st == KVF_OK && s->pwlen == 0) {
+        kvf_warn("resp: %s serves without AUTH (insecure=1, no secret_file)",
+                 s->p.listen);
+    }
+    return st;
+}
+
 static kvf_status_t kvf_resp_listen(struct kvf_resp *s)
 {
     char host[KVF_HOST_MAX];
@@ -1301,6 +1339,9 @@ static kvf_status_t kvf_resp_listen(struct kvf_resp *s)
     int fl;
 
     st = kvf_sock_parse_addr(s->p.listen, host, sizeof(host), &port);
+    if (st == KVF_OK) {
+        st = kvf_auth_check_bind(host);
+    }
     if (st == KVF_OK) {
         st = kvf_sock_listen(host, port, 511, &s->lfd, &port);
     }
