@@ -76,7 +76,10 @@ KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 #define KVF_RESP_TOKEN_LABEL "kvferry-resp-v1"
 #define KVF_RESP_PW_MAX      512
 #define KVF_RESP_OUT_CAP     (KVF_RESP_OUT_HIGH + KVF_RESP_INLINE_MAX + 1024)
-#define KVF_RESP_RECV        (64u << 10)
+/* One receive into the reader: small, so that most of a long value is
+ * received straight into the pool (see kvf_resp_direct_start) rather
+ * than copied through the reader. */
+#define KVF_RESP_RECV        (8u << 10)
 #define KVF_RESP_SET_STRIPES 64
 #define KVF_RESP_RECENT      4096 /* a multiple of the stripes */
 /* Bulks this long are received straight into the pool. */
@@ -1468,10 +1471,30 @@ static int kvf_resp_read(kvf_resp_conn_t *c)
 }
 
 /* Runs a connection after an event; closes it when done with it. */
+/* Parses, runs and flushes until the connection waits; 0 = closed. */
+static int kvf_resp_run(kvf_resp_conn_t *c)
+{
+    int was_blocked;
+
+    for (;;) {
+        kvf_resp_process(c);
+        was_blocked = kvf_resp_blocked(c);
+        if (kvf_resp_flush(c) < 0) {
+            kvf_resp_close(c);
+            return 0;
+        }
+        /* output drained: parse what the reader still holds */
+        if (!was_blocked || kvf_resp_blocked(c)) {
+            return 1;
+        }
+    }
+}
+
+/* Runs a connection after an event (0: after its batch); closes it when
+ * done with it. */
 static void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev)
 {
     struct epoll_event e;
-    int was_blocked;
     uint32_t want;
 
     if ((ev & (EPOLLERR | EPOLLHUP)) && !(ev & EPOLLIN)) {
@@ -1482,16 +1505,17 @@ static void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev)
         kvf_resp_close(c);
         return;
     }
-    for (;;) {
-        kvf_resp_process(c);
-        was_blocked = kvf_resp_blocked(c);
-        if (kvf_resp_flush(c) < 0) {
+    if (!kvf_resp_run(c)) {
+        return;
+    }
+    /* a long bulk just began: the rest of it has likely arrived too */
+    if ((ev & EPOLLIN) && c->dbuf != NULL && !c->dready) {
+        if (kvf_resp_read(c) < 0) {
             kvf_resp_close(c);
             return;
         }
-        /* output drained: parse what the reader still holds */
-        if (!was_blocked || kvf_resp_blocked(c)) {
-            break;
+        if (!kvf_resp_run(c)) {
+            return;
         }
     }
     if (c->op != KVF_RESP_OP_NONE) {
@@ -1576,25 +1600,35 @@ static void kvf_resp_reap_idle(kvf_resp_loop_t *lp)
     }
 }
 
+/* Serves the connections epoll_wait found ready (waiting wait_ms). */
+static void kvf_resp_poll(kvf_resp_loop_t *lp, int wait_ms)
+{
+    struct epoll_event ev[64];
+    int n, i;
+
+    n = epoll_wait(lp->ep, ev, 64, wait_ms);
+    for (i = 0; i < n; i++) {
+        if (ev[i].data.ptr == &lp->srv->lfd) {
+            kvf_resp_accept(lp);
+        } else if (ev[i].data.ptr != &lp->srv->stopfd) {
+            kvf_resp_serve(ev[i].data.ptr, ev[i].events);
+        }
+    }
+}
+
 static void *kvf_resp_loop_main(void *arg)
 {
     kvf_resp_loop_t *lp = arg;
-    struct epoll_event ev[64];
-    int n, i, wait_ms;
+    int wait_ms;
 
     wait_ms = (lp->srv->p.idle_ms > 0 && lp->srv->p.idle_ms < 1000)
                   ? (int)lp->srv->p.idle_ms
                   : 1000;
     while (!atomic_load(&lp->srv->stop)) {
-        n = epoll_wait(lp->ep, ev, 64, wait_ms);
-        for (i = 0; i < n; i++) {
-            if (ev[i].data.ptr == &lp->srv->lfd) {
-                kvf_resp_accept(lp);
-            } else if (ev[i].data.ptr != &lp->srv->stopfd) {
-                kvf_resp_serve(ev[i].data.ptr, ev[i].events);
-            }
-        }
+        kvf_resp_poll(lp, wait_ms);
         while (lp->nq > 0) {
+            /* commands that arrived meanwhile join the batch */
+            kvf_resp_poll(lp, 0);
             kvf_resp_batch_run(lp);
         }
         kvf_resp_reap_idle(lp);
