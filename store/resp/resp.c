@@ -1392,10 +1392,11 @@ static void kvf_resp_process(kvf_resp_conn_t *c)
 /* Sends what it can; -1 on a broken connection. */
 static int kvf_resp_flush(kvf_resp_conn_t *c)
 {
+    static const char crlf[] = "\r\n";
     struct msghdr msg = {0};
     struct iovec iov[3];
     ssize_t n;
-    size_t k, out;
+    size_t k, out, blen = 0, tail;
 
     for (;;) {
         out = c->out_len - c->out_off;
@@ -1403,9 +1404,14 @@ static int kvf_resp_flush(kvf_resp_conn_t *c)
         if (out > 0) {
             iov[k++] = (struct iovec){c->out + c->out_off, out};
         }
-        if (c->big != NULL) {
-            iov[k++] = (struct iovec){c->big->p + c->big_off,
-                                      c->big->len - c->big_off};
+        if (c->big != NULL) { /* the value, then its "\r\n": one send */
+            blen = c->big->len;
+            if (c->big_off < blen) {
+                iov[k++] = (struct iovec){c->big->p + c->big_off,
+                                          blen - c->big_off};
+            }
+            tail = c->big_off > blen ? c->big_off - blen : 0;
+            iov[k++] = (struct iovec){(char *)crlf + tail, 2 - tail};
         }
         if (k == 0) {
             c->out_len = c->out_off = 0;
@@ -1422,11 +1428,9 @@ static int kvf_resp_flush(kvf_resp_conn_t *c)
         n -= (ssize_t)k;
         if (c->big != NULL) {
             c->big_off += (size_t)n;
-            if (c->big_off == c->big->len) {
+            if (c->big_off == blen + 2) {
                 kvf_resp_val_unref(c->lp->srv, c->big);
                 c->big = NULL;
-                c->out_len = c->out_off = 0;
-                kvf_resp_out(c, "\r\n", 2);
             }
         }
         if (c->out_off == c->out_len && c->big == NULL) {

@@ -287,7 +287,8 @@ def test_auth_secret(port, master, tmp):
                        timeout=30, env=env)
     check(r.returncode != 0 and b"secret" in r.stderr,
           "non-loopback listen without a cluster secret is refused")
-    home = os.path.expanduser("~/.kvferry/secret")
+    home = os.environ.get("KVF_SECRET_FILE") or \
+        os.path.expanduser("~/.kvferry/secret")
     if not os.path.exists(home):
         return
     sec = os.path.join(tmp, "secret")
