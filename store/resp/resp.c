@@ -71,7 +71,7 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
 };
 KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 
-#define KVF_RESP_LOOPS_MAX   64
+#define KVF_RESP_LOOPS_MAX 64
 /* Label of the AUTH password derived from the cluster secret. */
 #define KVF_RESP_TOKEN_LABEL "kvferry-resp-v1"
 #define KVF_RESP_PW_MAX      512
@@ -136,9 +136,9 @@ typedef struct kvf_resp_conn {
     size_t out_len, out_off;
     kvf_resp_val_t *big; /* GET value being sent, then "\r\n" */
     size_t big_off;
-    int op;             /* KVF_RESP_OP_*: queued in the loop's batch */
-    kvf_ro_str_t *oval; /* SET: the value, owned by the op */
-    kvf_status_t ost;   /* the op's outcome */
+    int op;               /* KVF_RESP_OP_*: queued in the loop's batch */
+    kvf_ro_str_t *oval;   /* SET: the value, owned by the op */
+    kvf_status_t ost;     /* the op's outcome */
     kvf_resp_val_t *oget; /* GET: the value read */
     uint64_t ohash;
     char okey[KVF_STORE_KEY_MAX + 1];
@@ -1009,22 +1009,21 @@ static void kvf_resp_put_keys(struct kvf_resp *s, kvf_resp_putset_t *p)
         }
     }
     if (nrm > 0) {
-        (void)kvf_store_remove_batch(s->st, nrm, p->keys + p->n,
-                                     p->st + p->n);
+        (void)kvf_store_remove_batch(s->st, nrm, p->keys + p->n, p->st + p->n);
     }
     for (i = 0; i < p->n; i++) {
         p->st[i] = KVF_ERR_IO;
     }
     if (p->n == 1) { /* one key: the client's reservation path */
-        p->st[0] = kvf_store_put(s->st, p->keys[0], p->bufs[0], p->lens[0],
-                                 NULL);
+        p->st[0] =
+            kvf_store_put(s->st, p->keys[0], p->bufs[0], p->lens[0], NULL);
     } else {
-        (void)kvf_store_put_batch(s->st, p->n, p->keys, p->bufs, p->lens,
-                                  NULL, p->st);
+        (void)kvf_store_put_batch(s->st, p->n, p->keys, p->bufs, p->lens, NULL,
+                                  p->st);
     }
     for (i = 0; i < p->n; i++) {
-        p->st[i] = kvf_resp_put_again(s, p->keys[i], p->bufs[i], p->lens[i],
-                                      p->st[i]);
+        p->st[i] =
+            kvf_resp_put_again(s, p->keys[i], p->bufs[i], p->lens[i], p->st[i]);
         s->set_recent[p->hash[i] % KVF_RESP_RECENT] =
             (p->st[i] == KVF_OK) ? p->hash[i] : 0;
     }
@@ -1407,8 +1406,8 @@ static int kvf_resp_flush(kvf_resp_conn_t *c)
         if (c->big != NULL) { /* the value, then its "\r\n": one send */
             blen = c->big->len;
             if (c->big_off < blen) {
-                iov[k++] = (struct iovec){c->big->p + c->big_off,
-                                          blen - c->big_off};
+                iov[k++] =
+                    (struct iovec){c->big->p + c->big_off, blen - c->big_off};
             }
             tail = c->big_off > blen ? c->big_off - blen : 0;
             iov[k++] = (struct iovec){(char *)crlf + tail, 2 - tail};
@@ -1688,9 +1687,9 @@ kvf_status_t kvf_server_resp_password(const char *listen, char *out,
         return KVF_ERR_INVALID_PARAM;
     }
     st = kvf_sock_parse_addr(listen, host, sizeof(host), &port);
-    return st != KVF_OK ? st
-                        : kvf_auth_token(host, KVF_RESP_TOKEN_LABEL, out,
-                                         outlen);
+    return st != KVF_OK
+               ? st
+               : kvf_auth_token(host, KVF_RESP_TOKEN_LABEL, out, outlen);
 }
 
 /* Reads the password of a 0600 (or stricter) file. */
@@ -1737,8 +1736,8 @@ static kvf_status_t kvf_resp_load_password(struct kvf_resp *s)
     if (path != NULL && path[0] != 0) {
         return kvf_resp_load_password_file(s, path);
     }
-    st = kvf_server_resp_password(s->p.listen, s->password,
-                                  sizeof(s->password));
+    st =
+        kvf_server_resp_password(s->p.listen, s->password, sizeof(s->password));
     s->pwlen = st == KVF_OK ? strlen(s->password) : 0;
     if (st == KVF_OK && s->pwlen == 0) {
         kvf_warn("resp: %s serves without AUTH (insecure=1, no secret_file)",
