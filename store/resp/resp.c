@@ -1156,10 +1156,14 @@ static void kvf_resp_batch_kind(struct kvf_resp *s, kvf_resp_conn_t **ops,
     if (u != NULL && owner != NULL) {
         nu = kvf_resp_distinct(ops, n, kind, u, owner);
     }
-    if (nu > 0 && kind == KVF_RESP_OP_SET) {
-        kvf_resp_set_batch(s, u, nu);
-    } else if (nu > 0) {
-        kvf_resp_get_batch(s, u, nu);
+    for (i = 0; i < nu; i += KVF_STORE_BATCH_MAX) { /* a store batch's cap */
+        size_t k = nu - i < KVF_STORE_BATCH_MAX ? nu - i : KVF_STORE_BATCH_MAX;
+
+        if (kind == KVF_RESP_OP_SET) {
+            kvf_resp_set_batch(s, u + i, k);
+        } else {
+            kvf_resp_get_batch(s, u + i, k);
+        }
     }
     for (i = 0; i < n; i++) {
         if (ops[i] == NULL || ops[i]->op != kind) {
