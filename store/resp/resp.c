@@ -6,7 +6,11 @@
  * pool -> socket. A connection stops reading while its output waits, so a
  * long pipeline is served with bounded memory; a protocol error, an
  * oversize bulk length or an over-long line gets an error reply and the
- * connection is closed. Store calls are synchronous on the loop's thread.
+ * connection is closed. The GETs and SETs of the clients a loop finds
+ * ready run together as store batches on the loop's thread (one master
+ * round trip per phase); each connection has one in flight. AUTH's
+ * password is derived from the cluster secret unless a password file
+ * gives one.
  */
 #include "store/resp/resp.h"
 
