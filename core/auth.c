@@ -593,7 +593,8 @@ kvf_status_t kvf_auth_srv_step(kvf_auth_srv_t *a, int fd, const char *peer,
     return status;
 }
 
-kvf_status_t kvf_auth_http_token(const char *host, char *out, size_t outlen)
+kvf_status_t kvf_auth_token(const char *host, const char *label, char *out,
+                            size_t outlen)
 {
     static const char hex[] = "0123456789abcdef";
     unsigned char mac[KVF_AUTH_MAC_LEN];
@@ -602,7 +603,7 @@ kvf_status_t kvf_auth_http_token(const char *host, char *out, size_t outlen)
     int on = 0;
     size_t i;
 
-    if (outlen < KVF_AUTH_TOKEN_LEN + 1) {
+    if (outlen < KVF_AUTH_TOKEN_LEN + 1 || label == NULL) {
         return KVF_ERR_INVALID_PARAM;
     }
     status = kvf_auth_prepare(host, &on);
@@ -614,12 +615,17 @@ kvf_status_t kvf_auth_http_token(const char *host, char *out, size_t outlen)
         return KVF_OK;
     }
     HMAC(EVP_sha256(), kvf_auth_secret, (int)kvf_auth_secret_len,
-         (const unsigned char *)"kvferry-http-v1", strlen("kvferry-http-v1"),
-         mac, &maclen);
+         (const unsigned char *)label, strlen(label), mac, &maclen);
     for (i = 0; i < sizeof(mac); i++) {
         out[2 * i] = hex[mac[i] >> 4];
         out[2 * i + 1] = hex[mac[i] & 15];
     }
     out[KVF_AUTH_TOKEN_LEN] = '\0';
+    OPENSSL_cleanse(mac, sizeof(mac));
     return KVF_OK;
+}
+
+kvf_status_t kvf_auth_http_token(const char *host, char *out, size_t outlen)
+{
+    return kvf_auth_token(host, "kvferry-http-v1", out, outlen);
 }

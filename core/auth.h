@@ -117,6 +117,13 @@ kvf_status_t kvf_auth_srv_step(kvf_auth_srv_t *a, int fd, const char *peer,
 /* kvf_auth_http_token (public, <kvferry/auth.h>): the HTTP bearer
  * token, hex HMAC-SHA256(secret, "kvferry-http-v1"). */
 
+/* A token for one purpose: hex HMAC-SHA256(secret, label) into out (at
+ * least KVF_AUTH_TOKEN_LEN + 1 bytes), empty when auth is off for host;
+ * distinct labels give unrelated tokens, so holding one reveals no
+ * other. Errors as kvf_auth_http_token. */
+kvf_status_t kvf_auth_token(const char *host, const char *label, char *out,
+                            size_t outlen);
+
 /* "ip:port" of the peer of fd, or "local" for a unix socket. */
 void kvf_auth_peer_name(int fd, char *out, size_t outlen);
 

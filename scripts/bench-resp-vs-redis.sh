@@ -64,6 +64,10 @@ start() {
     ADDR=$(head -1 "$out" | sed -n "s/^$1=\([^ ]*\).*/\1/p")
 }
 
+# both servers ask for the door's AUTH password (derived from the cluster
+# secret), and redis-benchmark gives it to both: same client flags
+PW=$("$BIN" resp --listen 127.0.0.1:0 --print-password)
+export REDISCLI_AUTH=$PW
 start master --listen 127.0.0.1:0 --http off
 MASTER=$ADDR
 start node --master "$MASTER" --pool 2G
@@ -72,7 +76,7 @@ KVF_LEASE_READS=$LEASE start resp --master "$MASTER" --listen 127.0.0.1:0 --pool
 RESP=$ADDR
 RPORT=${RESP##*:}
 RDPORT=$((16000 + $$ % 1000))
-redis-server --bind 127.0.0.1 --port "$RDPORT" --save '' \
+redis-server --bind 127.0.0.1 --port "$RDPORT" --save '' --requirepass "$PW" \
     --appendonly no --dir "$DIR" --daemonize no >"$DIR/redis.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do
@@ -86,7 +90,7 @@ done
 bench() { # port size n
     local r
     for _ in 1 2 3; do
-        r=$(redis-benchmark -p "$1" -t set,get -d "$2" -c "$CLIENTS" -n "$3" \
+        r=$(redis-benchmark -p "$1" -a "$PW" -t set,get -d "$2" -c "$CLIENTS" -n "$3" \
             "${KEYS[@]}" -q 2>&1 | tr '\r' '\n' |
             awk '/^SET: [0-9]/ {s=$2} /^GET: [0-9]/ {g=$2}
                  END {if (s != "" && g != "") print s, g}')

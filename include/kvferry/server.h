@@ -18,6 +18,7 @@
 
 #include <kvferry/status.h>
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -89,7 +90,8 @@ typedef struct kvf_server_resp_params {
     uint64_t max_value;        /* longest value (bulk) accepted */
     uint64_t pool;             /* registered value pool bytes */
     uint64_t idle_ms;          /* idle connections closed (0 = never) */
-    const char *password_file; /* 0600 file: AUTH required; NULL/"" = off */
+    const char *password_file; /* 0600 file with AUTH's password; NULL/""
+                                  = derived from the cluster secret */
     unsigned timeout_ms;       /* bound on every store wait */
 } kvf_server_resp_params_t;
 
@@ -103,6 +105,13 @@ KVF_API kvf_status_t kvf_server_resp_start(
 KVF_API void kvf_server_resp_stop(kvf_resp_h resp);
 /* The address bound ("host:port"). */
 KVF_API const char *kvf_server_resp_address(kvf_resp_h resp);
+/* The password AUTH must give to a door listening on listen ("host:port")
+ * without a password file: hex HMAC-SHA256 of the cluster secret under a
+ * label of its own (so it reveals neither the secret nor the master's
+ * HTTP token), into out (at least 65 bytes); empty when authentication is
+ * off (insecure=1 without secret_file). */
+KVF_API kvf_status_t kvf_server_resp_password(const char *listen, char *out,
+                                              size_t outlen);
 
 #ifdef __cplusplus
 }

@@ -6,10 +6,15 @@
  * pool -> socket. A connection stops reading while its output waits, so a
  * long pipeline is served with bounded memory; a protocol error, an
  * oversize bulk length or an over-long line gets an error reply and the
- * connection is closed. Store calls are synchronous on the loop's thread.
+ * connection is closed. The GETs and SETs of the clients a loop finds
+ * ready run together as store batches on the loop's thread (one master
+ * round trip per phase); each connection has one in flight. AUTH's
+ * password is derived from the cluster secret unless a password file
+ * gives one.
  */
 #include "store/resp/resp.h"
 
+#include "core/auth.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/sock.h"
@@ -52,7 +57,8 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
      KVF_CONFIG_USER},
     {"resp_password_file", "",
      "kvferry resp: a 0600 file holding the password AUTH must give "
-     "(empty: no AUTH)",
+     "(empty: the password derived from the cluster secret, printed by "
+     "kvferry resp --print-password)",
      KVF_CONFIG_USER},
     {"resp_max_value", "512M", "kvferry resp: longest value accepted",
      KVF_CONFIG_TUNING},
@@ -69,10 +75,15 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
 };
 KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 
-#define KVF_RESP_LOOPS_MAX   64
+#define KVF_RESP_LOOPS_MAX 64
+/* Label of the AUTH password derived from the cluster secret. */
+#define KVF_RESP_TOKEN_LABEL "kvferry-resp-v1"
 #define KVF_RESP_PW_MAX      512
 #define KVF_RESP_OUT_CAP     (KVF_RESP_OUT_HIGH + KVF_RESP_INLINE_MAX + 1024)
-#define KVF_RESP_RECV        (64u << 10)
+/* One receive into the reader: small, so that most of a long value is
+ * received straight into the pool (see kvf_resp_direct_start) rather
+ * than copied through the reader. */
+#define KVF_RESP_RECV        (8u << 10)
 #define KVF_RESP_SET_STRIPES 64
 #define KVF_RESP_RECENT      4096 /* a multiple of the stripes */
 /* Bulks this long are received straight into the pool. */
@@ -109,6 +120,17 @@ typedef struct kvf_resp_pool {
 
 typedef struct kvf_resp_loop kvf_resp_loop_t;
 
+/* A value read by a GET, shared by every connection of one batch that
+ * asked for its key (one loop thread: plain reference count). */
+typedef struct kvf_resp_val {
+    char *p; /* in the pool */
+    size_t cap, len;
+    unsigned refs;
+} kvf_resp_val_t;
+
+/* The store command a connection waits on (at most one). */
+enum { KVF_RESP_OP_NONE = 0, KVF_RESP_OP_GET, KVF_RESP_OP_SET };
+
 typedef struct kvf_resp_conn {
     int fd;
     uint32_t events; /* epoll interest now */
@@ -116,8 +138,14 @@ typedef struct kvf_resp_conn {
     redisReader *rd;
     char *out;
     size_t out_len, out_off;
-    char *big; /* pooled GET value being sent, then "\r\n" */
-    size_t big_len, big_off, big_cap;
+    kvf_resp_val_t *big; /* GET value being sent, then "\r\n" */
+    size_t big_off;
+    int op;               /* KVF_RESP_OP_*: queued in the loop's batch */
+    kvf_ro_str_t *oval;   /* SET: the value, owned by the op */
+    kvf_status_t ost;     /* the op's outcome */
+    kvf_resp_val_t *oget; /* GET: the value read */
+    uint64_t ohash;
+    char okey[KVF_STORE_KEY_MAX + 1];
     char *dbuf; /* a long bulk received straight into the pool */
     size_t dlen, dgot;
     int dready; /* dbuf is whole: the reader's next (empty) bulk is it */
@@ -133,6 +161,9 @@ struct kvf_resp_loop {
     pthread_t thr;
     kvf_resp_conn_t *conns;
     char *rbuf;
+    /* connections whose GET or SET waits for the next store batch */
+    kvf_resp_conn_t **q;
+    size_t nq, qcap;
 };
 
 struct kvf_resp {
@@ -423,7 +454,7 @@ static void kvf_resp_err(kvf_resp_conn_t *c, const char *fmt, const char *a)
 
 static int kvf_resp_blocked(const kvf_resp_conn_t *c)
 {
-    return c->big != NULL || c->closing ||
+    return c->big != NULL || c->closing || c->op != KVF_RESP_OP_NONE ||
            c->out_len - c->out_off > KVF_RESP_OUT_HIGH;
 }
 
@@ -458,85 +489,69 @@ static void kvf_resp_store_err(kvf_resp_conn_t *c, kvf_status_t st)
     kvf_resp_err(c, "-ERR store: %s", kvf_status_str(st));
 }
 
-/* Reads key into a fresh pool buffer: one kvf_store_get (a single round
- * trip, or none through the location cache) into a buffer of the last
- * size read, which fits the fixed-size values of KV caches; when the
- * object is larger (or that size is large), its size is asked first. */
+static kvf_resp_val_t *kvf_resp_val_new(struct kvf_resp *s, size_t cap)
+{
+    kvf_resp_val_t *v = malloc(sizeof(*v));
+
+    if (v == NULL) {
+        return NULL;
+    }
+    v->p = kvf_resp_pool_alloc(&s->pool, cap ? cap : 1);
+    if (v->p == NULL) {
+        free(v);
+        return NULL;
+    }
+    v->cap = cap ? cap : 1;
+    v->len = 0;
+    v->refs = 1;
+    return v;
+}
+
+static void kvf_resp_val_unref(struct kvf_resp *s, kvf_resp_val_t *v)
+{
+    if (v != NULL && --v->refs == 0) {
+        kvf_resp_pool_free(&s->pool, v->p, v->cap);
+        free(v);
+    }
+}
+
+/* Reads key into a fresh value: one kvf_store_get (a single round trip,
+ * or none through the location cache) into a buffer of the last size
+ * read, which fits the fixed-size values of KV caches; when the object
+ * is larger (or that size is large), its size is asked first. */
 static kvf_status_t kvf_resp_fetch(struct kvf_resp *s, const char *key,
-                                   char **buf_p, size_t *cap_p, size_t *len_p)
+                                   kvf_resp_val_t **val_p)
 {
     size_t cap = atomic_load(&s->get_hint);
     kvf_store_info_t info;
     kvf_status_t st = KVF_ERR_NO_RESOURCE;
-    char *buf;
+    kvf_resp_val_t *v = NULL;
 
     if (cap <= KVF_RESP_HINT_MAX) {
-        cap = cap ? cap : 1;
-        buf = kvf_resp_pool_alloc(&s->pool, cap);
-        if (buf == NULL) {
+        if ((v = kvf_resp_val_new(s, cap)) == NULL) {
             return KVF_ERR_NO_MEMORY;
         }
-        st = kvf_store_get(s->st, key, buf, cap, len_p, 0);
-        if (st != KVF_OK) {
-            kvf_resp_pool_free(&s->pool, buf, cap);
-        }
+        st = kvf_store_get(s->st, key, v->p, v->cap, &v->len, 0);
     }
     if (st == KVF_ERR_NO_RESOURCE) {
+        kvf_resp_val_unref(s, v);
+        v = NULL;
         st = kvf_store_query(s->st, key, &info);
         if (st != KVF_OK) {
             return st;
         }
-        cap = info.size;
-        buf = kvf_resp_pool_alloc(&s->pool, cap);
-        if (buf == NULL) {
+        if ((v = kvf_resp_val_new(s, info.size)) == NULL) {
             return KVF_ERR_NO_MEMORY;
         }
-        st = kvf_store_read(s->st, key, &info, buf, cap, len_p, 0);
-        if (st != KVF_OK) {
-            kvf_resp_pool_free(&s->pool, buf, cap);
-        }
+        st = kvf_store_read(s->st, key, &info, v->p, v->cap, &v->len, 0);
     }
-    if (st == KVF_OK) {
-        atomic_store(&s->get_hint, *len_p);
-        *buf_p = buf;
-        *cap_p = cap;
+    if (st != KVF_OK) {
+        kvf_resp_val_unref(s, v);
+        return st;
     }
-    return st;
-}
-
-static void kvf_resp_cmd_get(kvf_resp_cmd_t *m)
-{
-    char key[KVF_STORE_KEY_MAX + 1], hdr[32];
-    size_t len = 0, cap = 0;
-    kvf_status_t st;
-    char *buf = NULL;
-
-    if (!kvf_resp_key(m->argv[1], key)) {
-        kvf_resp_outs(m->c, "$-1\r\n");
-        return;
-    }
-    st = kvf_resp_fetch(m->s, key, &buf, &cap, &len);
-    if (st == KVF_ERR_NO_KEY || st == KVF_ERR_NOT_READY) {
-        kvf_resp_outs(m->c, "$-1\r\n");
-        return;
-    } else if (st == KVF_ERR_NO_MEMORY) {
-        kvf_resp_outs(m->c, "-ERR value pool full, try again\r\n");
-        return;
-    } else if (st != KVF_OK) {
-        kvf_resp_store_err(m->c, st);
-        return;
-    }
-    if (len <= KVF_RESP_INLINE_MAX) {
-        kvf_resp_bulk(m->c, buf, len);
-        kvf_resp_pool_free(&m->s->pool, buf, cap);
-        return;
-    }
-    kvf_resp_out(m->c, hdr,
-                 (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", len));
-    m->c->big = buf;
-    m->c->big_len = len;
-    m->c->big_cap = cap;
-    m->c->big_off = 0;
+    atomic_store(&s->get_hint, v->len);
+    *val_p = v;
+    return KVF_OK;
 }
 
 /* FNV-1a of the key (never 0: 0 marks an empty slot of set_recent). */
@@ -550,53 +565,75 @@ static uint64_t kvf_resp_hash(const char *key)
     return h | 1;
 }
 
-/* Stores a value; a short one (parsed outside the pool) is copied into
- * the pool first, since the store moves bytes from registered memory. */
-static kvf_status_t kvf_resp_put(struct kvf_resp *s, const char *key,
-                                 const kvf_ro_str_t *v)
+/* Queues the connection's GET or SET for the loop's next store batch;
+ * the connection parses nothing more until it is answered. */
+static void kvf_resp_enqueue(kvf_resp_conn_t *c, int op, const char *key,
+                             kvf_ro_str_t *val)
 {
-    uint64_t h = kvf_resp_hash(key);
-    pthread_mutex_t *mu = &s->set_mu[h % KVF_RESP_SET_STRIPES];
-    uint64_t *recent = &s->set_recent[h % KVF_RESP_RECENT];
-    char *p = v->p;
-    kvf_status_t st = KVF_ERR_EXISTS;
-    int i;
+    kvf_resp_loop_t *lp = c->lp;
+    kvf_resp_conn_t **q;
+    size_t cap;
 
-    if (!v->pooled) {
-        p = kvf_resp_pool_alloc(&s->pool, v->len);
-        if (p == NULL) {
-            return KVF_ERR_NO_RESOURCE;
+    if (lp->nq == lp->qcap) {
+        cap = lp->qcap ? 2 * lp->qcap : 64;
+        q = realloc(lp->q, cap * sizeof(*q));
+        if (q == NULL) {
+            kvf_resp_outs(c, "-ERR out of memory\r\n");
+            return; /* val stays with the request, freed with it */
         }
-        memcpy(p, v->p, v->len);
+        lp->q = q;
+        lp->qcap = cap;
     }
-    pthread_mutex_lock(mu);
-    if (*recent != h) { /* else: set here before, remove it first */
-        st = kvf_store_put(s->st, key, p, v->len, NULL);
+    c->op = op;
+    c->oval = val;
+    c->oget = NULL;
+    c->ost = KVF_OK;
+    c->ohash = kvf_resp_hash(key);
+    strcpy(c->okey, key);
+    lp->q[lp->nq++] = c;
+}
+
+static void kvf_resp_cmd_get(kvf_resp_cmd_t *m)
+{
+    char key[KVF_STORE_KEY_MAX + 1];
+
+    if (!kvf_resp_key(m->argv[1], key)) {
+        kvf_resp_outs(m->c, "$-1\r\n");
+        return;
     }
-    /* SET overwrites: remove and put again, a few times when other SETs
-     * of the key race with this one */
-    for (i = 0; i < 4 && (st == KVF_ERR_EXISTS || st == KVF_ERR_BUSY); i++) {
-        if (st == KVF_ERR_BUSY) {
-            usleep(200u << i);
-        }
-        st = kvf_store_remove(s->st, key);
-        if (st == KVF_OK || st == KVF_ERR_NO_KEY) {
-            st = kvf_store_put(s->st, key, p, v->len, NULL);
-        }
+    kvf_resp_enqueue(m->c, KVF_RESP_OP_GET, key, NULL);
+}
+
+/* A GET's answer once its batch ran. */
+static void kvf_resp_get_reply(kvf_resp_conn_t *c)
+{
+    kvf_resp_val_t *v = c->oget;
+    kvf_status_t st = c->ost;
+    char hdr[32];
+
+    c->oget = NULL;
+    if (st == KVF_ERR_NO_KEY || st == KVF_ERR_NOT_READY) {
+        kvf_resp_outs(c, "$-1\r\n");
+    } else if (st == KVF_ERR_NO_MEMORY) {
+        kvf_resp_outs(c, "-ERR value pool full, try again\r\n");
+    } else if (st != KVF_OK || v == NULL) {
+        kvf_resp_store_err(c, st != KVF_OK ? st : KVF_ERR_IO);
+    } else if (v->len <= KVF_RESP_INLINE_MAX) {
+        kvf_resp_bulk(c, v->p, v->len);
+    } else {
+        kvf_resp_out(c, hdr,
+                     (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", v->len));
+        v->refs++;
+        c->big = v;
+        c->big_off = 0;
     }
-    *recent = (st == KVF_OK) ? h : 0;
-    pthread_mutex_unlock(mu);
-    if (!v->pooled) {
-        kvf_resp_pool_free(&s->pool, p, v->len);
-    }
-    return st;
+    kvf_resp_val_unref(c->lp->srv, v);
 }
 
 static void kvf_resp_cmd_set(kvf_resp_cmd_t *m)
 {
     char key[KVF_STORE_KEY_MAX + 1];
     kvf_ro_str_t *v = m->argv[2];
-    kvf_status_t st;
     int i;
 
     /* EX/PX/EXAT/PXAT/KEEPTTL are accepted and ignored (no expiry) */
@@ -616,10 +653,23 @@ static void kvf_resp_cmd_set(kvf_resp_cmd_t *m)
         kvf_resp_outs(m->c, "-ERR invalid key\r\n");
     } else if (v->nomem) {
         kvf_resp_outs(m->c, "-ERR value pool full, try again\r\n");
-    } else if ((st = kvf_resp_put(m->s, key, v)) != KVF_OK) {
-        kvf_resp_store_err(m->c, st);
     } else {
-        kvf_resp_outs(m->c, "+OK\r\n");
+        m->argv[2] = NULL; /* the op owns the value now */
+        kvf_resp_enqueue(m->c, KVF_RESP_OP_SET, key, v);
+        if (m->c->op == KVF_RESP_OP_NONE) {
+            m->argv[2] = v;
+        }
+    }
+}
+
+static void kvf_resp_set_reply(kvf_resp_conn_t *c)
+{
+    if (c->ost == KVF_ERR_NO_RESOURCE) {
+        kvf_resp_outs(c, "-ERR value pool full, try again\r\n");
+    } else if (c->ost != KVF_OK) {
+        kvf_resp_store_err(c, c->ost);
+    } else {
+        kvf_resp_outs(c, "+OK\r\n");
     }
 }
 
@@ -843,6 +893,336 @@ static int kvf_resp_dispatch(kvf_resp_conn_t *c, void *obj)
     return 1;
 }
 
+/* ---- store batches ------------------------------------------------- */
+
+/* The GETs and SETs queued while a loop served its ready connections run
+ * as store batches: one master round trip per phase for all of them
+ * instead of one or two per command. Commands of one key are served
+ * once: the GETs share one read; of the SETs, the last queued is stored
+ * and the others answer with its outcome (they are concurrent, so the
+ * store's state is one Redis could reach by running them in some order
+ * with the last one last). */
+
+static void kvf_resp_oval_free(struct kvf_resp *s, kvf_ro_str_t *v)
+{
+    if (v != NULL) {
+        if (v->pooled) {
+            kvf_resp_pool_free(&s->pool, v->p, v->len);
+        }
+        free(v);
+    }
+}
+
+/* Distinct keys of the ops of one kind: u[k] is the op acting for key k
+ * (for SETs the last queued), owner[i] the key of op i. Returns how many
+ * keys (0 when no memory: every op then fails). */
+static size_t kvf_resp_distinct(kvf_resp_conn_t **ops, size_t n, int kind,
+                                kvf_resp_conn_t **u, size_t *owner)
+{
+    size_t tsize = 16, nu = 0, i, j, k;
+    uint32_t *tab;
+    int found;
+
+    while (tsize < 2 * n) {
+        tsize *= 2;
+    }
+    if ((tab = calloc(tsize, sizeof(*tab))) == NULL) {
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        if (ops[i] == NULL || ops[i]->op != kind) {
+            continue;
+        }
+        for (j = ops[i]->ohash & (tsize - 1); tab[j] != 0;
+             j = (j + 1) & (tsize - 1)) {
+            k = tab[j] - 1;
+            if (u[k]->ohash == ops[i]->ohash &&
+                strcmp(u[k]->okey, ops[i]->okey) == 0) {
+                break;
+            }
+        }
+        found = tab[j] != 0;
+        if (!found) {
+            k = nu++;
+            tab[j] = (uint32_t)(k + 1);
+        }
+        owner[i] = k;
+        if (!found || kind == KVF_RESP_OP_SET) {
+            u[k] = ops[i];
+        }
+    }
+    free(tab);
+    return nu;
+}
+
+/* Locks (or unlocks) the SET stripes of the keys, in stripe order. */
+static void kvf_resp_stripes(struct kvf_resp *s, uint64_t mask, int lock)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_RESP_SET_STRIPES; i++) {
+        if (mask & (1ull << i)) {
+            if (lock) {
+                pthread_mutex_lock(&s->set_mu[i]);
+            } else {
+                pthread_mutex_unlock(&s->set_mu[i]);
+            }
+        }
+    }
+}
+
+/* One key the batch could not store at once (stored by another client
+ * meanwhile, or its put raced one): remove and put again, a few times. */
+static kvf_status_t kvf_resp_put_again(struct kvf_resp *s, const char *key,
+                                       const void *buf, size_t len,
+                                       kvf_status_t st)
+{
+    int i;
+
+    for (i = 0; i < 4 && (st == KVF_ERR_EXISTS || st == KVF_ERR_BUSY); i++) {
+        if (st == KVF_ERR_BUSY) {
+            usleep(200u << i);
+        }
+        st = kvf_store_remove(s->st, key);
+        if (st == KVF_OK || st == KVF_ERR_NO_KEY) {
+            st = kvf_store_put(s->st, key, buf, len, NULL);
+        }
+    }
+    return st;
+}
+
+typedef struct kvf_resp_putset {
+    size_t n;
+    const char **keys;
+    const void **bufs;
+    size_t *lens;
+    kvf_status_t *st;
+    uint64_t *hash;
+} kvf_resp_putset_t;
+
+/* Stores n keys (their stripes locked): the ones this door stored lately
+ * are removed first, in one batch (SET overwrites); then one put batch;
+ * keys refused as existing or busy go one by one. */
+static void kvf_resp_put_keys(struct kvf_resp *s, kvf_resp_putset_t *p)
+{
+    size_t i, nrm = 0;
+
+    for (i = 0; i < p->n; i++) {
+        if (s->set_recent[p->hash[i] % KVF_RESP_RECENT] == p->hash[i]) {
+            p->keys[p->n + nrm++] = p->keys[i]; /* scratch past n */
+        }
+    }
+    if (nrm > 0) {
+        (void)kvf_store_remove_batch(s->st, nrm, p->keys + p->n, p->st + p->n);
+    }
+    for (i = 0; i < p->n; i++) {
+        p->st[i] = KVF_ERR_IO;
+    }
+    if (p->n == 1) { /* one key: the client's reservation path */
+        p->st[0] =
+            kvf_store_put(s->st, p->keys[0], p->bufs[0], p->lens[0], NULL);
+    } else {
+        (void)kvf_store_put_batch(s->st, p->n, p->keys, p->bufs, p->lens, NULL,
+                                  p->st);
+    }
+    for (i = 0; i < p->n; i++) {
+        p->st[i] =
+            kvf_resp_put_again(s, p->keys[i], p->bufs[i], p->lens[i], p->st[i]);
+        s->set_recent[p->hash[i] % KVF_RESP_RECENT] =
+            (p->st[i] == KVF_OK) ? p->hash[i] : 0;
+    }
+}
+
+/* Stores the values of u[0..n) (one SET per distinct key); a short value
+ * (parsed outside the pool) is copied into the pool first, since the
+ * store moves bytes from registered memory. Sets each op's ost. */
+static void kvf_resp_set_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
+                               size_t n)
+{
+    kvf_resp_putset_t p = {0};
+    uint64_t stripes = 0;
+    size_t i, m = 0;
+    char **copy;
+    void *mem;
+
+    mem = calloc(n, 2 * sizeof(char *) + sizeof(void *) + sizeof(size_t) +
+                        2 * sizeof(kvf_status_t) + sizeof(uint64_t) +
+                        sizeof(char *));
+    if (mem == NULL) {
+        for (i = 0; i < n; i++) {
+            u[i]->ost = KVF_ERR_NO_MEMORY;
+        }
+        return;
+    }
+    p.keys = mem;
+    p.bufs = (const void **)(p.keys + 2 * n);
+    copy = (char **)(p.bufs + n);
+    p.lens = (size_t *)(copy + n);
+    p.hash = (uint64_t *)(p.lens + n);
+    p.st = (kvf_status_t *)(p.hash + n);
+    for (i = 0; i < n; i++) {
+        kvf_ro_str_t *v = u[i]->oval;
+
+        copy[i] = NULL;
+        u[i]->ost = KVF_OK;
+        if (!v->pooled) {
+            copy[i] = kvf_resp_pool_alloc(&s->pool, v->len);
+            if (copy[i] == NULL) {
+                u[i]->ost = KVF_ERR_NO_RESOURCE;
+                continue;
+            }
+            memcpy(copy[i], v->p, v->len);
+        }
+        p.keys[m] = u[i]->okey;
+        p.bufs[m] = v->pooled ? v->p : copy[i];
+        p.lens[m] = v->len;
+        p.hash[m] = u[i]->ohash;
+        stripes |= 1ull << (u[i]->ohash % KVF_RESP_SET_STRIPES);
+        m++;
+    }
+    p.n = m;
+    if (m > 0) {
+        kvf_resp_stripes(s, stripes, 1);
+        kvf_resp_put_keys(s, &p);
+        kvf_resp_stripes(s, stripes, 0);
+    }
+    for (i = 0, m = 0; i < n; i++) {
+        if (u[i]->ost == KVF_OK) {
+            u[i]->ost = p.st[m++];
+        }
+        kvf_resp_pool_free(&s->pool, copy[i], u[i]->oval->len);
+    }
+    free(mem);
+}
+
+/* Reads u[0..n) (one GET per distinct key) into fresh values: one get
+ * batch into buffers of the last size read; a key that does not fit
+ * (or a size never read yet) is read alone by kvf_resp_fetch. */
+static void kvf_resp_get_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
+                               size_t n)
+{
+    size_t cap = atomic_load(&s->get_hint), i, m = 0;
+    const char **keys = NULL;
+    void **bufs = NULL;
+    size_t *caps = NULL, *lens = NULL;
+    kvf_status_t *st = NULL;
+
+    if (n > 1 && cap > 0 && cap <= KVF_RESP_HINT_MAX) {
+        keys = calloc(n, sizeof(*keys));
+        bufs = calloc(n, sizeof(*bufs));
+        caps = calloc(n, sizeof(*caps));
+        lens = calloc(n, sizeof(*lens));
+        st = calloc(n, sizeof(*st));
+    }
+    for (i = 0; st != NULL && i < n; i++) {
+        u[i]->ost = KVF_ERR_NO_RESOURCE;
+        if ((u[i]->oget = kvf_resp_val_new(s, cap)) != NULL) {
+            keys[m] = u[i]->okey;
+            bufs[m] = u[i]->oget->p;
+            caps[m] = cap;
+            st[m++] = KVF_ERR_IO;
+        }
+    }
+    if (m > 0) {
+        (void)kvf_store_get_batch(s->st, m, keys, bufs, caps, lens, 0, st);
+    }
+    for (i = 0, m = 0; st != NULL && i < n; i++) {
+        if (u[i]->oget != NULL) {
+            u[i]->ost = st[m];
+            u[i]->oget->len = lens[m++];
+        }
+        if (u[i]->ost != KVF_OK) {
+            kvf_resp_val_unref(s, u[i]->oget);
+            u[i]->oget = NULL;
+        } else {
+            atomic_store(&s->get_hint, u[i]->oget->len);
+        }
+    }
+    for (i = 0; i < n; i++) {
+        if (st == NULL || u[i]->ost == KVF_ERR_NO_RESOURCE) {
+            u[i]->ost = kvf_resp_fetch(s, u[i]->okey, &u[i]->oget);
+        }
+    }
+    free(keys);
+    free(bufs);
+    free(caps);
+    free(lens);
+    free(st);
+}
+
+/* Runs one kind of the queued ops and gives each op its outcome. */
+static void kvf_resp_batch_kind(struct kvf_resp *s, kvf_resp_conn_t **ops,
+                                size_t n, int kind)
+{
+    kvf_resp_conn_t **u = calloc(n, sizeof(*u));
+    size_t *owner = calloc(n, sizeof(*owner)), nu = 0, i;
+
+    if (u != NULL && owner != NULL) {
+        nu = kvf_resp_distinct(ops, n, kind, u, owner);
+    }
+    for (i = 0; i < nu; i += KVF_STORE_BATCH_MAX) { /* a store batch's cap */
+        size_t k = nu - i < KVF_STORE_BATCH_MAX ? nu - i : KVF_STORE_BATCH_MAX;
+
+        if (kind == KVF_RESP_OP_SET) {
+            kvf_resp_set_batch(s, u + i, k);
+        } else {
+            kvf_resp_get_batch(s, u + i, k);
+        }
+    }
+    for (i = 0; i < n; i++) {
+        if (ops[i] == NULL || ops[i]->op != kind) {
+            continue;
+        }
+        if (nu == 0) {
+            ops[i]->ost = KVF_ERR_NO_MEMORY;
+        } else if (ops[i] != u[owner[i]]) {
+            ops[i]->ost = u[owner[i]]->ost;
+            ops[i]->oget = u[owner[i]]->oget;
+            if (ops[i]->oget != NULL) {
+                ops[i]->oget->refs++;
+            }
+        }
+    }
+    free(u);
+    free(owner);
+}
+
+static void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev);
+
+/* Runs the loop's queued GETs and SETs, answers them, and serves their
+ * connections again (what they had pipelined may queue the next batch). */
+static void kvf_resp_batch_run(kvf_resp_loop_t *lp)
+{
+    struct kvf_resp *s = lp->srv;
+    kvf_resp_conn_t **ops = lp->q, *c;
+    size_t n = lp->nq, i;
+
+    lp->q = NULL;
+    lp->nq = lp->qcap = 0;
+    kvf_resp_batch_kind(s, ops, n, KVF_RESP_OP_SET);
+    kvf_resp_batch_kind(s, ops, n, KVF_RESP_OP_GET);
+    kvf_resp_cur = NULL;
+    for (i = 0; i < n; i++) {
+        if ((c = ops[i]) == NULL) {
+            continue;
+        }
+        if (c->op == KVF_RESP_OP_SET) {
+            kvf_resp_set_reply(c);
+        } else {
+            kvf_resp_get_reply(c);
+        }
+        kvf_resp_oval_free(s, c->oval);
+        c->oval = NULL;
+        c->op = KVF_RESP_OP_NONE;
+    }
+    for (i = 0; i < n; i++) {
+        if (ops[i] != NULL) {
+            kvf_resp_serve(ops[i], 0);
+        }
+    }
+    free(ops);
+}
+
 /* ---- connections --------------------------------------------------- */
 
 static void kvf_resp_close(kvf_resp_conn_t *c)
@@ -852,8 +1232,13 @@ static void kvf_resp_close(kvf_resp_conn_t *c)
     kvf_resp_cur = c;
     redisReaderFree(c->rd);
     kvf_resp_cur = NULL;
-    if (c->big != NULL) {
-        kvf_resp_pool_free(&lp->srv->pool, c->big, c->big_cap);
+    kvf_resp_val_unref(lp->srv, c->big);
+    if (c->op != KVF_RESP_OP_NONE) { /* leave the batch */
+        for (size_t i = 0; i < lp->nq; i++) {
+            lp->q[i] = (lp->q[i] == c) ? NULL : lp->q[i];
+        }
+        kvf_resp_oval_free(lp->srv, c->oval);
+        kvf_resp_val_unref(lp->srv, c->oget);
     }
     if (c->dbuf != NULL) {
         kvf_resp_pool_free(&lp->srv->pool, c->dbuf, c->dlen);
@@ -1014,10 +1399,11 @@ static void kvf_resp_process(kvf_resp_conn_t *c)
 /* Sends what it can; -1 on a broken connection. */
 static int kvf_resp_flush(kvf_resp_conn_t *c)
 {
+    static const char crlf[] = "\r\n";
     struct msghdr msg = {0};
     struct iovec iov[3];
     ssize_t n;
-    size_t k, out;
+    size_t k, out, blen = 0, tail;
 
     for (;;) {
         out = c->out_len - c->out_off;
@@ -1025,9 +1411,14 @@ static int kvf_resp_flush(kvf_resp_conn_t *c)
         if (out > 0) {
             iov[k++] = (struct iovec){c->out + c->out_off, out};
         }
-        if (c->big != NULL) {
-            iov[k++] =
-                (struct iovec){c->big + c->big_off, c->big_len - c->big_off};
+        if (c->big != NULL) { /* the value, then its "\r\n": one send */
+            blen = c->big->len;
+            if (c->big_off < blen) {
+                iov[k++] =
+                    (struct iovec){c->big->p + c->big_off, blen - c->big_off};
+            }
+            tail = c->big_off > blen ? c->big_off - blen : 0;
+            iov[k++] = (struct iovec){(char *)crlf + tail, 2 - tail};
         }
         if (k == 0) {
             c->out_len = c->out_off = 0;
@@ -1044,11 +1435,9 @@ static int kvf_resp_flush(kvf_resp_conn_t *c)
         n -= (ssize_t)k;
         if (c->big != NULL) {
             c->big_off += (size_t)n;
-            if (c->big_off == c->big_len) {
-                kvf_resp_pool_free(&c->lp->srv->pool, c->big, c->big_cap);
+            if (c->big_off == blen + 2) {
+                kvf_resp_val_unref(c->lp->srv, c->big);
                 c->big = NULL;
-                c->out_len = c->out_off = 0;
-                kvf_resp_out(c, "\r\n", 2);
             }
         }
         if (c->out_off == c->out_len && c->big == NULL) {
@@ -1093,10 +1482,30 @@ static int kvf_resp_read(kvf_resp_conn_t *c)
 }
 
 /* Runs a connection after an event; closes it when done with it. */
+/* Parses, runs and flushes until the connection waits; 0 = closed. */
+static int kvf_resp_run(kvf_resp_conn_t *c)
+{
+    int was_blocked;
+
+    for (;;) {
+        kvf_resp_process(c);
+        was_blocked = kvf_resp_blocked(c);
+        if (kvf_resp_flush(c) < 0) {
+            kvf_resp_close(c);
+            return 0;
+        }
+        /* output drained: parse what the reader still holds */
+        if (!was_blocked || kvf_resp_blocked(c)) {
+            return 1;
+        }
+    }
+}
+
+/* Runs a connection after an event (0: after its batch); closes it when
+ * done with it. */
 static void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev)
 {
     struct epoll_event e;
-    int was_blocked;
     uint32_t want;
 
     if ((ev & (EPOLLERR | EPOLLHUP)) && !(ev & EPOLLIN)) {
@@ -1107,17 +1516,21 @@ static void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev)
         kvf_resp_close(c);
         return;
     }
-    for (;;) {
-        kvf_resp_process(c);
-        was_blocked = kvf_resp_blocked(c);
-        if (kvf_resp_flush(c) < 0) {
+    if (!kvf_resp_run(c)) {
+        return;
+    }
+    /* a long bulk just began: the rest of it has likely arrived too */
+    if ((ev & EPOLLIN) && c->dbuf != NULL && !c->dready) {
+        if (kvf_resp_read(c) < 0) {
             kvf_resp_close(c);
             return;
         }
-        /* output drained: parse what the reader still holds */
-        if (!was_blocked || kvf_resp_blocked(c)) {
-            break;
+        if (!kvf_resp_run(c)) {
+            return;
         }
+    }
+    if (c->op != KVF_RESP_OP_NONE) {
+        return; /* the loop's batch answers it, then serves it again */
     }
     if (c->closing && c->out_len == c->out_off && c->big == NULL) {
         kvf_resp_close(c);
@@ -1198,29 +1611,43 @@ static void kvf_resp_reap_idle(kvf_resp_loop_t *lp)
     }
 }
 
+/* Serves the connections epoll_wait found ready (waiting wait_ms). */
+static void kvf_resp_poll(kvf_resp_loop_t *lp, int wait_ms)
+{
+    struct epoll_event ev[64];
+    int n, i;
+
+    n = epoll_wait(lp->ep, ev, 64, wait_ms);
+    for (i = 0; i < n; i++) {
+        if (ev[i].data.ptr == &lp->srv->lfd) {
+            kvf_resp_accept(lp);
+        } else if (ev[i].data.ptr != &lp->srv->stopfd) {
+            kvf_resp_serve(ev[i].data.ptr, ev[i].events);
+        }
+    }
+}
+
 static void *kvf_resp_loop_main(void *arg)
 {
     kvf_resp_loop_t *lp = arg;
-    struct epoll_event ev[64];
-    int n, i, wait_ms;
+    int wait_ms;
 
     wait_ms = (lp->srv->p.idle_ms > 0 && lp->srv->p.idle_ms < 1000)
                   ? (int)lp->srv->p.idle_ms
                   : 1000;
     while (!atomic_load(&lp->srv->stop)) {
-        n = epoll_wait(lp->ep, ev, 64, wait_ms);
-        for (i = 0; i < n; i++) {
-            if (ev[i].data.ptr == &lp->srv->lfd) {
-                kvf_resp_accept(lp);
-            } else if (ev[i].data.ptr != &lp->srv->stopfd) {
-                kvf_resp_serve(ev[i].data.ptr, ev[i].events);
-            }
+        kvf_resp_poll(lp, wait_ms);
+        while (lp->nq > 0) {
+            /* commands that arrived meanwhile join the batch */
+            kvf_resp_poll(lp, 0);
+            kvf_resp_batch_run(lp);
         }
         kvf_resp_reap_idle(lp);
     }
     while (lp->conns != NULL) {
         kvf_resp_close(lp->conns);
     }
+    free(lp->q);
     return NULL;
 }
 
@@ -1257,17 +1684,30 @@ kvf_status_t kvf_server_resp_defaults(kvf_server_resp_params_t *p)
     return KVF_OK;
 }
 
-/* Reads the password of a 0600 (or stricter) file. */
-static kvf_status_t kvf_resp_load_password(struct kvf_resp *s)
+kvf_status_t kvf_server_resp_password(const char *listen, char *out,
+                                      size_t outlen)
 {
-    const char *path = s->p.password_file;
+    char host[KVF_HOST_MAX];
+    uint16_t port;
+    kvf_status_t st;
+
+    if (listen == NULL || out == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    st = kvf_sock_parse_addr(listen, host, sizeof(host), &port);
+    return st != KVF_OK
+               ? st
+               : kvf_auth_token(host, KVF_RESP_TOKEN_LABEL, out, outlen);
+}
+
+/* Reads the password of a 0600 (or stricter) file. */
+static kvf_status_t kvf_resp_load_password_file(struct kvf_resp *s,
+                                                const char *path)
+{
     struct stat sb;
     ssize_t n;
     int fd;
 
-    if (path == NULL || path[0] == 0) {
-        return KVF_OK;
-    }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &sb) != 0 || (sb.st_mode & 077) != 0) {
         kvf_error("resp: password file %s: %s", path,
@@ -1293,6 +1733,27 @@ static kvf_status_t kvf_resp_load_password(struct kvf_resp *s)
     return n > 0 ? KVF_OK : KVF_ERR_INVALID_PARAM;
 }
 
+/* The password AUTH must give: the password file's when one is set, else
+ * the one derived from the cluster secret (none when authentication is
+ * off: insecure=1 without a secret file). */
+static kvf_status_t kvf_resp_load_password(struct kvf_resp *s)
+{
+    const char *path = s->p.password_file;
+    kvf_status_t st;
+
+    if (path != NULL && path[0] != 0) {
+        return kvf_resp_load_password_file(s, path);
+    }
+    st =
+        kvf_server_resp_password(s->p.listen, s->password, sizeof(s->password));
+    s->pwlen = st == KVF_OK ? strlen(s->password) : 0;
+    if (st == KVF_OK && s->pwlen == 0) {
+        kvf_warn("resp: %s serves without AUTH (insecure=1, no secret_file)",
+                 s->p.listen);
+    }
+    return st;
+}
+
 static kvf_status_t kvf_resp_listen(struct kvf_resp *s)
 {
     char host[KVF_HOST_MAX];
@@ -1301,6 +1762,9 @@ static kvf_status_t kvf_resp_listen(struct kvf_resp *s)
     int fl;
 
     st = kvf_sock_parse_addr(s->p.listen, host, sizeof(host), &port);
+    if (st == KVF_OK) {
+        st = kvf_auth_check_bind(host);
+    }
     if (st == KVF_OK) {
         st = kvf_sock_listen(host, port, 511, &s->lfd, &port);
     }

@@ -3,8 +3,12 @@
 door as real processes on loopback; redis-cli and redis-py round trips, a
 random 1 MiB binary value, malformed input on raw sockets (each answered
 with an error or a closed connection while a real client keeps being
-served), a 10,000-command pipeline, and AUTH with a password file."""
+served), a 10,000-command pipeline, concurrent clients whose commands the
+door batches (values checked byte for byte), AUTH with the password
+derived from the cluster secret and with a password file, and the refusal
+of a non-loopback address without a cluster secret."""
 import os
+import hashlib
 import random
 import shutil
 import signal
@@ -12,10 +16,17 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 BIN = os.environ.get("KVF_BIN", "build/kvferry")
 FAILS = []
+PW = ""  # the door's AUTH password (derived from the cluster secret)
+
+
+def auth_cmd(pw=None):
+    pw = (PW if pw is None else pw).encode()
+    return b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(pw), pw)
 
 
 def check(cond, what):
@@ -43,9 +54,13 @@ def stop(p):
         return -9
 
 
-def cli(port, *args, stdin=None):
+def cli(port, *args, stdin=None, pw=None):
+    env = dict(os.environ)
+    env.pop("REDISCLI_AUTH", None)
+    if (PW if pw is None else pw):
+        env["REDISCLI_AUTH"] = PW if pw is None else pw
     r = subprocess.run(["redis-cli", "-p", str(port)] + list(args),
-                       input=stdin, capture_output=True, timeout=60)
+                       input=stdin, capture_output=True, timeout=60, env=env)
     return r.stdout
 
 
@@ -98,7 +113,7 @@ def test_redis_py(port):
     except ImportError:
         print("skip redis-py: python3-redis is not installed")
         return
-    r = redis.Redis(host="127.0.0.1", port=port)
+    r = redis.Redis(host="127.0.0.1", port=port, password=PW)
     check(r.ping(), "redis-py ping")
     val = os.urandom(1 << 20)
     check(r.set("py:bin", val), "redis-py set 1 MiB")
@@ -154,11 +169,11 @@ def test_split(port):
     """Requests cut at every kind of boundary, long values among them."""
     rng = random.Random(7)
     vals = [rng.randbytes(n) for n in (100000, 16384, 20000, 5, 300000)]
-    req = b"".join(b"*3\r\n$3\r\nSET\r\n$4\r\nsp:%d\r\n$%d\r\n%s\r\n" % (
+    req = auth_cmd() + b"".join(b"*3\r\n$3\r\nSET\r\n$4\r\nsp:%d\r\n$%d\r\n%s\r\n" % (
         i, len(v), v) for i, v in enumerate(vals))
     req += b"".join(b"*2\r\n$3\r\nGET\r\n$4\r\nsp:%d\r\n" % i
                     for i in range(len(vals)))
-    want = b"+OK\r\n" * len(vals) + b"".join(
+    want = b"+OK\r\n" * (len(vals) + 1) + b"".join(
         b"$%d\r\n%s\r\n" % (len(v), v) for v in vals)
     for cut in (1, 2, 3, 7, 4096, 65537):
         s = socket.create_connection(("127.0.0.1", port))
@@ -185,15 +200,18 @@ def test_pipeline(port):
     cmds = b"".join(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
         len(k), k, len(v), v) for k, v in ((b"pipe:%d" % i, b"x" * (i % 97))
                                           for i in range(10000)))
+    env = dict(os.environ)
+    env.pop("REDISCLI_AUTH", None)
     out = subprocess.run(["redis-cli", "-p", str(port), "--pipe"],
-                         input=cmds, capture_output=True, timeout=300).stdout
-    check(b"errors: 0, replies: 10000" in out, "redis-cli --pipe 10000 SETs")
+                         input=auth_cmd() + cmds, capture_output=True,
+                         timeout=300, env=env).stdout
+    check(b"errors: 0, replies: 10001" in out, "redis-cli --pipe 10000 SETs")
     check(cli(port, "GET", "pipe:9999") == b"x" * (9999 % 97) + b"\n",
           "value of the pipeline's last SET")
     # a client that sends 10,000 GETs before reading a reply
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(b"*2\r\n$3\r\nGET\r\n$6\r\npipe:1\r\n" * 10000)
-    want = b"$1\r\nx\r\n" * 10000
+    s.sendall(auth_cmd() + b"*2\r\n$3\r\nGET\r\n$6\r\npipe:1\r\n" * 10000)
+    want = b"+OK\r\n" + b"$1\r\nx\r\n" * 10000
     got = b""
     s.settimeout(60)
     while len(got) < len(want):
@@ -218,13 +236,19 @@ def test_auth(master, tmp):
     p, addr = start(["resp", "--master", master, "--listen", "127.0.0.1:0",
                      "--pool", "16M", "--password-file", pw], "resp")
     port = int(addr.rsplit(":", 1)[1])
-    check(cli(port, "GET", "x").startswith(b"NOAUTH"), "NOAUTH before AUTH")
-    check(cli(port, "PING") == b"PONG\n", "PING before AUTH")
-    check(cli(port, "AUTH", "wrong").startswith(b"WRONGPASS"), "wrong AUTH")
+    check(cli(port, "GET", "x", pw="").startswith(b"NOAUTH"),
+          "NOAUTH before AUTH")
+    check(cli(port, "PING", pw="") == b"PONG\n", "PING before AUTH")
+    check(cli(port, "AUTH", "wrong", pw="").startswith(b"WRONGPASS"),
+          "wrong AUTH")
+    got, _ = raw(port, auth_cmd(PW) + b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n",
+                 1.0)
+    check(got.startswith(b"-WRONGPASS"),
+          "a password file replaces the derived password")
     got, _ = raw(port, b"*2\r\n$4\r\nAUTH\r\n$6\r\ns3cret\r\n"
                  b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n", 1.0)
     check(got == b"+OK\r\n+OK\r\n", "AUTH then SET")
-    check(cli(port, "-a", "s3cret", "--no-auth-warning", "GET", "a")
+    check(cli(port, "-a", "s3cret", "--no-auth-warning", "GET", "a", pw="")
           == b"b\n", "redis-cli -a")
     try:
         import redis
@@ -234,6 +258,124 @@ def test_auth(master, tmp):
     except ImportError:
         pass
     check(stop(p) == 0, "resp (auth) stops cleanly")
+
+
+def test_auth_secret(port, master, tmp):
+    """The password derived from the cluster secret, as Redis's
+    requirepass: every command but AUTH, PING, QUIT, HELLO is refused
+    until AUTH gives it."""
+    check(len(PW) == 64, "kvferry resp --print-password prints a token")
+    for cmd in (("GET", "k"), ("SET", "k", "v"), ("EXISTS", "k"),
+                ("DEL", "k"), ("ECHO", "x")):
+        check(cli(port, *cmd, pw="").startswith(b"NOAUTH"),
+              "NOAUTH for %s before AUTH" % cmd[0])
+    check(cli(port, "PING", pw="") == b"PONG\n", "PING before AUTH")
+    got, _ = raw(port, auth_cmd("x" * 64) + b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+                 1.0)
+    check(got.startswith(b"-WRONGPASS") and b"-NOAUTH" in got,
+          "wrong password: WRONGPASS, then NOAUTH")
+    pw = PW.encode()
+    got, _ = raw(port, b"*3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$%d\r\n%s\r\n"
+                 b"*1\r\n$4\r\nPING\r\n" % (len(pw), pw), 1.0)
+    check(got == b"+OK\r\n+PONG\r\n", "AUTH default <password>")
+    # a non-loopback address needs a cluster secret (or insecure=1)
+    env = dict(os.environ)
+    env.pop("KVF_SECRET_FILE", None)
+    env.pop("KVF_INSECURE", None)
+    r = subprocess.run([BIN, "resp", "--master", master, "--listen",
+                        "0.0.0.0:0", "--pool", "16M"], capture_output=True,
+                       timeout=30, env=env)
+    check(r.returncode != 0 and b"secret" in r.stderr,
+          "non-loopback listen without a cluster secret is refused")
+    home = os.environ.get("KVF_SECRET_FILE") or \
+        os.path.expanduser("~/.kvferry/secret")
+    if not os.path.exists(home):
+        return
+    sec = os.path.join(tmp, "secret")
+    shutil.copyfile(home, sec)
+    os.chmod(sec, 0o600)
+    env["KVF_SECRET_FILE"] = sec
+    pw2 = subprocess.run([BIN, "resp", "--listen", "0.0.0.0:0",
+                          "--print-password"], capture_output=True,
+                         text=True, env=env, timeout=30).stdout.strip()
+    check(pw2 == PW, "the same secret gives the same password")
+    p = subprocess.Popen([BIN, "resp", "--master", master, "--listen",
+                          "0.0.0.0:0", "--pool", "16M"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True)
+    line = p.stdout.readline()
+    check(line.startswith("resp="), "non-loopback listen with a secret")
+    if line.startswith("resp="):
+        port2 = int(line.split()[0].rsplit(":", 1)[1])
+        check(cli(port2, "GET", "k", pw="").startswith(b"NOAUTH"),
+              "non-loopback door: NOAUTH before AUTH")
+        check(cli(port2, "SET", "nl", "v") == b"OK\n",
+              "non-loopback door: served after AUTH")
+    check(stop(p) == 0, "resp (secret file) stops cleanly")
+
+
+def test_concurrent(port):
+    """Many clients at once, so the door batches their SETs and GETs:
+    distinct keys, and one key every client overwrites; every value read
+    is byte for byte one that was written."""
+    try:
+        import redis
+    except ImportError:
+        print("skip concurrent clients: python3-redis is not installed")
+        return
+    errs = []
+    written = set()  # digests of every value SET under the shared key
+    sizes = (0, 1, 5000, 65536, 200000)
+
+    def worker(t):
+        try:
+            r = redis.Redis(host="127.0.0.1", port=port, password=PW)
+            rng = random.Random(t)
+            mine = {}
+            for i in range(60):
+                k = "cc:%d:%d" % (t, i % 7)
+                v = rng.randbytes(sizes[i % len(sizes)])
+                if not r.set(k, v):
+                    errs.append("set %s" % k)
+                mine[k] = v
+                if r.get(k) != v:
+                    errs.append("get %s after its set" % k)
+                shared = b"%d:" % t + rng.randbytes(70000)
+                written.add(hashlib.sha1(shared).digest())
+                r.set("cc:shared", shared)
+                got = r.get("cc:shared")
+                # an overwrite is a remove then a put: a GET in between
+                # misses (as after an eviction), never reads torn bytes
+                if got is not None and \
+                        hashlib.sha1(got).digest() not in written:
+                    errs.append("shared value torn")
+            for k, v in mine.items():
+                if r.get(k) != v:
+                    errs.append("final %s" % k)
+            if r.exists(*mine.keys()) != len(mine):
+                errs.append("exists")
+            r.close()
+        except Exception as e:  # noqa: BLE001
+            errs.append("%d: %r" % (t, e))
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    check(not errs, "16 concurrent clients, values byte for byte %s" %
+          errs[:3])
+    bench = shutil.which("redis-benchmark")
+    if bench:
+        env = dict(os.environ)
+        out = subprocess.run([bench, "-p", str(port), "-a", PW, "-t",
+                              "set,get", "-d", "65536", "-c", "8", "-n",
+                              "2000", "-q"], capture_output=True,
+                             timeout=120, env=env).stdout
+        check(b"SET:" in out and b"GET:" in out,
+              "redis-benchmark -c 8 runs against the door")
+        v = cli(port, "--raw", "GET", "key:__rand_int__")
+        check(len(v) == 65537, "redis-benchmark's value read back")
 
 
 def debian_python():
@@ -289,6 +431,10 @@ def main():
                          "--idle", "3s", "--threads", "2"], "resp")
         procs.append(r)
         port = int(addr.rsplit(":", 1)[1])
+        global PW
+        PW = subprocess.run([BIN, "resp", "--listen", "127.0.0.1:0",
+                             "--print-password"], capture_output=True,
+                            text=True, timeout=30).stdout.strip()
         deadline = time.time() + 20  # until the node has registered
         while cli(port, "SET", "ready", "1") != b"OK\n":
             if time.time() > deadline:
@@ -299,6 +445,8 @@ def main():
         test_bad_input(port)
         test_split(port)
         test_pipeline(port)
+        test_concurrent(port)
+        test_auth_secret(port, master, tmp)
         test_auth(master, tmp)
         test_max_clients(master)
         check(stop(r) == 0, "resp stops cleanly")

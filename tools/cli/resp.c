@@ -6,6 +6,7 @@
 #include "tools/cli/cli.h"
 #include "tools/cli/opts.h"
 
+#include <kvferry/auth.h>
 #include <kvferry/server.h>
 
 #include <pthread.h>
@@ -16,6 +17,7 @@
 int kvf_cmd_resp(int argc, char **argv)
 {
     kvf_server_resp_params_t o;
+    int print_pw = 0;
     const kvf_opt_t opts[] = {
         {"listen", 0, KVF_OPT_STR, &o.listen, "HOST:PORT", "address served",
          "config `resp_listen`, 127.0.0.1:6379"},
@@ -39,6 +41,8 @@ int kvf_cmd_resp(int argc, char **argv)
          "config `resp_password_file`, none"},
         {"timeout", 0, KVF_OPT_MS, &o.timeout_ms, "DUR",
          "bound on every store wait", "config `store_timeout_ms`"},
+        {"print-password", 0, KVF_OPT_FLAG, &print_pw, NULL,
+         "print the AUTH password derived from the cluster secret, exit"},
         {0},
     };
     const kvf_cmd_spec_t spec = {
@@ -62,6 +66,17 @@ int kvf_cmd_resp(int argc, char **argv)
     rc = kvf_opts_parse(&spec, argc, argv, NULL);
     if (rc >= 0) {
         return rc;
+    }
+    if (print_pw) {
+        char pw[KVF_HTTP_TOKEN_LEN + 1];
+
+        st = kvf_server_resp_password(o.listen, pw, sizeof(pw));
+        if (st != KVF_OK) {
+            fprintf(stderr, "kvferry resp: %s\n", kvf_status_str(st));
+            return KVF_CLI_FAIL;
+        }
+        printf("%s\n", pw);
+        return KVF_CLI_OK;
     }
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
