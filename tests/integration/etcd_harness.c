@@ -170,3 +170,158 @@ void kvf_test_http_stop(kvf_test_http_t *h)
     close(h->fd);
     free(h);
 }
+
+#define KVF_PROXY_CONNS 32
+
+struct kvf_test_proxy {
+    int lfd;
+    struct sockaddr_in up;
+    int frozen; /* atomic */
+    int thaw;   /* atomic: drop every connection */
+    int stop;   /* atomic */
+    int fd[KVF_PROXY_CONNS][2]; /* client, upstream; -1 = free */
+    pthread_t thread;
+};
+
+static void kvf_proxy_close(kvf_test_proxy_t *p, int i)
+{
+    close(p->fd[i][0]);
+    close(p->fd[i][1]);
+    p->fd[i][0] = p->fd[i][1] = -1;
+}
+
+static void kvf_proxy_accept(kvf_test_proxy_t *p)
+{
+    int c = accept(p->lfd, NULL, NULL), u, i;
+
+    if (c < 0) {
+        return;
+    }
+    u = socket(AF_INET, SOCK_STREAM, 0);
+    if (u < 0 || connect(u, (struct sockaddr *)&p->up, sizeof(p->up)) != 0) {
+        close(c);
+        if (u >= 0) {
+            close(u);
+        }
+        return;
+    }
+    for (i = 0; i < KVF_PROXY_CONNS; i++) {
+        if (p->fd[i][0] < 0) {
+            p->fd[i][0] = c;
+            p->fd[i][1] = u;
+            return;
+        }
+    }
+    close(c);
+    close(u);
+}
+
+/* Forwards what is readable on pfd (index k of connection i). */
+static void kvf_proxy_move(kvf_test_proxy_t *p, int i, int k)
+{
+    char buf[16384];
+    ssize_t n = read(p->fd[i][k], buf, sizeof(buf));
+
+    if (n <= 0 || write(p->fd[i][1 - k], buf, (size_t)n) != n) {
+        kvf_proxy_close(p, i);
+    }
+}
+
+static void kvf_proxy_round(kvf_test_proxy_t *p)
+{
+    struct pollfd pf[1 + 2 * KVF_PROXY_CONNS];
+    int n = 1, i, k, frozen = __atomic_load_n(&p->frozen, __ATOMIC_RELAXED);
+
+    pf[0] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
+    for (i = 0; i < KVF_PROXY_CONNS; i++) {
+        for (k = 0; k < 2; k++) {
+            pf[n++] = (struct pollfd){.fd = frozen ? -1 : p->fd[i][k],
+                                      .events = POLLIN};
+        }
+    }
+    if (poll(pf, (nfds_t)n, 20) <= 0) {
+        return;
+    }
+    if (pf[0].revents & POLLIN) {
+        kvf_proxy_accept(p);
+    }
+    for (i = 0; i < KVF_PROXY_CONNS; i++) {
+        for (k = 0; k < 2; k++) {
+            if (p->fd[i][k] >= 0 && (pf[1 + 2 * i + k].revents &
+                                     (POLLIN | POLLHUP | POLLERR))) {
+                kvf_proxy_move(p, i, k);
+            }
+        }
+    }
+}
+
+static void *kvf_proxy_main(void *arg)
+{
+    kvf_test_proxy_t *p = arg;
+    int i;
+
+    while (!__atomic_load_n(&p->stop, __ATOMIC_RELAXED)) {
+        if (__atomic_exchange_n(&p->thaw, 0, __ATOMIC_RELAXED)) {
+            for (i = 0; i < KVF_PROXY_CONNS; i++) {
+                if (p->fd[i][0] >= 0) {
+                    kvf_proxy_close(p, i);
+                }
+            }
+        }
+        kvf_proxy_round(p);
+    }
+    for (i = 0; i < KVF_PROXY_CONNS; i++) {
+        if (p->fd[i][0] >= 0) {
+            kvf_proxy_close(p, i);
+        }
+    }
+    return NULL;
+}
+
+kvf_test_proxy_t *kvf_test_proxy_start(const char *upstream, char *addr,
+                                       size_t len)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t sl = sizeof(sa);
+    kvf_test_proxy_t *p = calloc(1, sizeof(*p));
+    const char *colon = strrchr(upstream, ':');
+
+    if (p == NULL || colon == NULL) {
+        free(p);
+        return NULL;
+    }
+    memset(p->fd, -1, sizeof(p->fd));
+    p->up.sin_family = AF_INET;
+    p->up.sin_port = htons((uint16_t)atoi(colon + 1));
+    p->up.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        listen(p->lfd, 64) != 0 ||
+        getsockname(p->lfd, (struct sockaddr *)&sa, &sl) != 0 ||
+        pthread_create(&p->thread, NULL, kvf_proxy_main, p) != 0) {
+        if (p->lfd >= 0) {
+            close(p->lfd);
+        }
+        free(p);
+        return NULL;
+    }
+    snprintf(addr, len, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+    return p;
+}
+
+void kvf_test_proxy_freeze(kvf_test_proxy_t *p, int frozen)
+{
+    if (!frozen) {
+        __atomic_store_n(&p->thaw, 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&p->frozen, frozen, __ATOMIC_RELAXED);
+}
+
+void kvf_test_proxy_stop(kvf_test_proxy_t *p)
+{
+    __atomic_store_n(&p->stop, 1, __ATOMIC_RELAXED);
+    pthread_join(p->thread, NULL);
+    close(p->lfd);
+    free(p);
+}

@@ -31,4 +31,14 @@ typedef struct kvf_test_http kvf_test_http_t;
 kvf_test_http_t *kvf_test_http_start(int mode, char *addr, size_t len);
 void kvf_test_http_stop(kvf_test_http_t *h);
 
+
+/* A TCP proxy in front of etcd (one thread, poll): freeze stops it
+ * forwarding (a partition: requests wait, then time out), thaw drops
+ * the connections it held and forwards again. */
+typedef struct kvf_test_proxy kvf_test_proxy_t;
+
+kvf_test_proxy_t *kvf_test_proxy_start(const char *upstream, char *addr,
+                                       size_t len);
+void kvf_test_proxy_freeze(kvf_test_proxy_t *p, int frozen);
+void kvf_test_proxy_stop(kvf_test_proxy_t *p);
 #endif
