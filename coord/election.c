@@ -23,6 +23,7 @@ struct kvf_elect {
     char value[512];
     unsigned lease_ms;
     unsigned poll_ms;
+    int one_term;
     kvf_etcd_t *etcd;
     pthread_t thread;
     pthread_mutex_t lock;
@@ -158,7 +159,9 @@ static void *kvf_elect_main(void *arg)
     int stop = 0;
 
     while (!stop) {
-        if (el->lease == 0) {
+        if (el->lease == 0 && el->one_term && el->terms > 0) {
+            /* its term is over: no more campaigns */
+        } else if (el->lease == 0) {
             kvf_elect_campaign(el);
         } else {
             kvf_elect_hold(el);
@@ -189,6 +192,7 @@ kvf_status_t kvf_elect_start(const kvf_elect_opts_t *o, kvf_elect_t **el_p)
     snprintf(el->value, sizeof(el->value), "%s", o->value);
     el->lease_ms = o->lease_ms;
     el->poll_ms = o->poll_ms ? o->poll_ms : o->lease_ms / 5;
+    el->one_term = o->one_term;
     /* a call may take a quarter of the lease: a leader still gets two
      * tries before its half lease runs out */
     st = kvf_etcd_open(o->endpoints, o->lease_ms / 4, &el->etcd);

@@ -33,7 +33,7 @@ static kvf_test_etcd_t g_etcd;
 static kvf_elect_t *candidate(const char *eps, const char *key,
                               const char *value)
 {
-    kvf_elect_opts_t o = {eps, key, value, LEASE_MS, 100};
+    kvf_elect_opts_t o = {eps, key, value, LEASE_MS, 100, 0};
     kvf_elect_t *el = NULL;
 
     assert_int_equal(kvf_elect_start(&o, &el), KVF_OK);
@@ -123,9 +123,11 @@ static int partition_round(kvf_elect_t **c, kvf_test_proxy_t **px, int l,
              en = 0;
     int o = 1 - l, a, b;
 
-    assert_true(kvf_elect_is_leader(c[l], &eo));
-    kvf_test_proxy_freeze(px[l], 1);
     memset(out, 0, sizeof(*out));
+    if (!kvf_elect_is_leader(c[l], &eo)) {
+        return l; /* stepped down meanwhile: the caller starts again */
+    }
+    kvf_test_proxy_freeze(px[l], 1);
     while ((now = kvf_time_ms()) - t0 < 8000) {
         a = kvf_elect_is_leader(c[l], NULL);
         b = kvf_elect_is_leader(c[o], &en);
@@ -173,8 +175,16 @@ static void test_partition(void **state)
     l = wait_leader(c, 2, 3000);
     assert_true(l >= 0);
     for (r = 0; r < runs; r++) {
+        /* a loaded machine can make a leader step down on its own (a
+         * keepalive late): start each round from the leader of now */
+        l = wait_leader(c, 2, 5000);
+        assert_true(l >= 0);
         l = partition_round(c, px, l, &out);
         assert_true(l >= 0);
+        if (out.takeover_ms == 0) {
+            r--; /* no round happened */
+            continue;
+        }
         bad += out.deposed_yes;
         min_gap = out.gap_ms < min_gap ? out.gap_ms : min_gap;
         max_take = out.takeover_ms > max_take ? out.takeover_ms : max_take;
