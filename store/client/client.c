@@ -188,9 +188,13 @@ kvf_status_t kvf_store_rpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
                    kvf_sp_msg_name(type), st->host, st->port,
                    kvf_status_str(status));
         kvf_sconn_close(c);
-        return status;
+    } else {
+        status = (kvf_status_t)c->f.hdr.status;
     }
-    return (kvf_status_t)c->f.hdr.status;
+    if (kvf_store_follow_worth(st, status)) {
+        kvf_store_follow(st, kvf_status_str(status)); /* for the next call */
+    }
+    return status;
 }
 
 kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
@@ -386,9 +390,13 @@ kvf_status_t kvf_store_rpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
     if (status != KVF_OK) {
         *closed_p = 1;
         kvf_sconn_close(c);
-        return status;
+    } else {
+        status = (kvf_status_t)c->f.hdr.status;
     }
-    return (kvf_status_t)c->f.hdr.status;
+    if (kvf_store_follow_worth(st, status)) {
+        kvf_store_follow(st, kvf_status_str(status)); /* for the next call */
+    }
+    return status;
 }
 
 int kvf_store_peer_error(kvf_status_t s)

@@ -258,6 +258,7 @@ static void kvf_node_unmap_pool(kvf_node_t *n)
 
 kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
 {
+    uint64_t t_start = kvf_time_ms();
     kvf_engine_params_t ep = {0};
     kvf_status_t st;
     kvf_node_t *n;
@@ -307,6 +308,11 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
         goto err_engine;
     }
     st = kvf_node_register(n);
+    while (st != KVF_OK && kvf_sp_masters_many(&n->masters) &&
+           kvf_time_ms() < t_start + opts->timeout_ms) {
+        usleep(100 * 1000); /* the masters may be electing their leader */
+        st = kvf_node_register(n);
+    }
     if (st != KVF_OK) {
         kvf_error("node %s: registration with master %s failed: %s",
                   kvf_engine_segment_name(n->engine), n->master,
