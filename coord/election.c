@@ -29,7 +29,7 @@ struct kvf_elect {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int stop;
-    int64_t lease; /* the thread's */
+    int64_t lease;           /* the thread's */
     uint64_t valid_until_ms; /* atomic: leader until then; 0 = standby */
     uint64_t epoch;          /* atomic */
     unsigned terms;
@@ -93,8 +93,8 @@ static void kvf_elect_campaign(kvf_elect_t *el)
         return; /* etcd unreachable: logged by the client */
     }
     t0 = kvf_time_ms();
-    st = kvf_etcd_lease_grant(el->etcd, (el->lease_ms + 999) / 1000,
-                              &el->lease);
+    st =
+        kvf_etcd_lease_grant(el->etcd, (el->lease_ms + 999) / 1000, &el->lease);
     if (st != KVF_OK) {
         return;
     }
@@ -118,8 +118,7 @@ static void kvf_elect_step_down(kvf_elect_t *el, const char *why)
     __atomic_store_n(&el->valid_until_ms, 0, __ATOMIC_RELEASE);
     __atomic_add_fetch(&el->stepdowns, 1, __ATOMIC_RELAXED);
     kvf_warn("stepping down as leader of %s (epoch %lu): %s", el->key,
-             (unsigned long)__atomic_load_n(&el->epoch, __ATOMIC_RELAXED),
-             why);
+             (unsigned long)__atomic_load_n(&el->epoch, __ATOMIC_RELAXED), why);
     el->lease = 0;
 }
 
@@ -166,8 +165,8 @@ static void *kvf_elect_main(void *arg)
         } else {
             kvf_elect_hold(el);
         }
-        stop = kvf_elect_wait(el, el->lease != 0 ? el->lease_ms / 8
-                                                 : el->poll_ms);
+        stop =
+            kvf_elect_wait(el, el->lease != 0 ? el->lease_ms / 8 : el->poll_ms);
     }
     return NULL;
 }

@@ -30,8 +30,8 @@ typedef struct kvf_elect_opts {
     const char *value;     /* what the leader writes there (its address) */
     unsigned lease_ms;     /* at least 1000; etcd leases are whole seconds */
     unsigned poll_ms;      /* standby's look at the key; 0 = lease_ms / 5 */
-    int one_term; /* after its first term ends, stop campaigning (a
-                     deposed leader whose state may be stale stays out) */
+    int one_term;          /* after its first term ends, stop campaigning (a
+                              deposed leader whose state may be stale stays out) */
 } kvf_elect_opts_t;
 
 /* Starts campaigning in a thread. Fails only on bad options. */

@@ -166,8 +166,8 @@ const char *kvf_etcd_endpoint(const kvf_etcd_t *e)
 static kvf_status_t kvf_etcd_grpc_status(int64_t code)
 {
     switch (code) {
-    case 3: /* invalid argument */
-    case 9: /* failed precondition */
+    case 3:  /* invalid argument */
+    case 9:  /* failed precondition */
     case 11: /* out of range */
         return KVF_ERR_INVALID_PARAM;
     case 4: /* deadline exceeded */
@@ -314,8 +314,7 @@ kvf_status_t kvf_etcd_unb64(const json_t *s, unsigned char **buf_p,
     int got, pad = 0;
 
     if (n % 4 != 0 || n / 4 * 3 > KVF_ETCD_VAL_MAX) {
-        kvf_error("etcd reply holds a value that is not base64 (%zu chars)",
-                  n);
+        kvf_error("etcd reply holds a value that is not base64 (%zu chars)", n);
         return KVF_ERR_PROTOCOL;
     }
     out = kvf_malloc(n / 4 * 3 + 1);

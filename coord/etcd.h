@@ -87,10 +87,9 @@ kvf_status_t kvf_etcd_delete(kvf_etcd_t *etcd, const char *key,
  * transaction). *created_p: 1 created (*rev_p: its revision), 0 it
  * existed (*cur_p, may be NULL: the existing pair, owned by the caller;
  * *rev_p: its create revision). */
-kvf_status_t kvf_etcd_create(kvf_etcd_t *etcd, const char *key,
-                             const void *val, size_t len, int64_t lease,
-                             int *created_p, int64_t *rev_p,
-                             kvf_etcd_kv_t **cur_p);
+kvf_status_t kvf_etcd_create(kvf_etcd_t *etcd, const char *key, const void *val,
+                             size_t len, int64_t lease, int *created_p,
+                             int64_t *rev_p, kvf_etcd_kv_t **cur_p);
 
 /* Deletes key only while its create revision is create_rev (a leader
  * resigning deletes its own key, never a successor's). */

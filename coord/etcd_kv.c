@@ -46,8 +46,7 @@ static kvf_status_t kvf_etcd_set_b64(json_t *obj, const char *name,
     return KVF_OK;
 }
 
-static kvf_status_t kvf_etcd_set_i64(json_t *obj, const char *name,
-                                     int64_t v)
+static kvf_status_t kvf_etcd_set_i64(json_t *obj, const char *name, int64_t v)
 {
     char buf[24];
 
@@ -128,8 +127,8 @@ static kvf_status_t kvf_etcd_kv_dec(const json_t *j, kvf_etcd_kv_t *kv)
     if (!json_is_object(j)) {
         return KVF_ERR_PROTOCOL;
     }
-    st = kvf_etcd_unb64(json_object_get(j, "key"),
-                        (unsigned char **)&kv->key, &klen);
+    st = kvf_etcd_unb64(json_object_get(j, "key"), (unsigned char **)&kv->key,
+                        &klen);
     if (st != KVF_OK) {
         return st;
     }
@@ -243,8 +242,7 @@ kvf_status_t kvf_etcd_range_prefix(kvf_etcd_t *e, const char *prefix,
     return st;
 }
 
-kvf_status_t kvf_etcd_delete(kvf_etcd_t *e, const char *key,
-                             int64_t *deleted_p)
+kvf_status_t kvf_etcd_delete(kvf_etcd_t *e, const char *key, int64_t *deleted_p)
 {
     json_t *req, *rep;
     kvf_status_t st;
@@ -273,8 +271,8 @@ static json_t *kvf_etcd_cmp(const char *key, const char *target,
 
     snprintf(buf, sizeof(buf), "%lld", (long long)v);
     return json_pack("{s:o, s:s, s:s, s:s}", "key",
-                     kvf_etcd_b64(key, strlen(key)), "target", target,
-                     "result", "EQUAL", field, buf);
+                     kvf_etcd_b64(key, strlen(key)), "target", target, "result",
+                     "EQUAL", field, buf);
 }
 
 /* A transaction: if cmp then success_op else a range of key. */
@@ -386,10 +384,9 @@ kvf_status_t kvf_etcd_delete_if(kvf_etcd_t *e, const char *key,
     if (st != KVF_OK) {
         return st;
     }
-    st = kvf_etcd_txn(e, key,
-                      kvf_etcd_cmp(key, "CREATE", "create_revision",
-                                   create_rev),
-                      "request_delete_range", del, &rep);
+    st = kvf_etcd_txn(
+        e, key, kvf_etcd_cmp(key, "CREATE", "create_revision", create_rev),
+        "request_delete_range", del, &rep);
     if (st != KVF_OK) {
         return st;
     }

@@ -42,8 +42,8 @@ kvf_status_t kvf_meta_sync(struct kvf_engine *e)
     }
     kvf_wr_free(&w);
     if (st != KVF_OK) {
-        kvf_warn("segment %s: publishing its descriptor: %s (retried)",
-                 e->name, kvf_status_str(st));
+        kvf_warn("segment %s: publishing its descriptor: %s (retried)", e->name,
+                 kvf_status_str(st));
     }
     return st;
 }

@@ -62,8 +62,7 @@ static kvf_status_t kvf_meta_etcd_push(kvf_meta_etcd_t *m, kvf_etcd_t *etcd)
         return KVF_OK;
     }
     if (m->lease == 0) {
-        st = kvf_etcd_lease_grant(etcd, (m->lease_ms + 999) / 1000,
-                                  &m->lease);
+        st = kvf_etcd_lease_grant(etcd, (m->lease_ms + 999) / 1000, &m->lease);
         if (st != KVF_OK) {
             return st;
         }

@@ -92,8 +92,8 @@ struct kvf_store {
     uint16_t port;
     kvf_sp_masters_t masters; /* where the master may be (leader.c) */
     uint64_t master_gen;      /* bumped at each switch */
-    char unix_name[96]; /* the master's unix socket to try first, or "" */
-    int last_unix;      /* the last connection opened went over unix */
+    char unix_name[96];       /* the master's unix socket to try first, or "" */
+    int last_unix;            /* the last connection opened went over unix */
     unsigned timeout_ms;
     kvf_engine_h engine;
     int own_engine;

@@ -220,10 +220,9 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
         "\"reclaimed\":%lu,\"aborted\":%lu,\"nodes_lost\":%lu,"
         "\"objects_lost\":%lu,\"node_list\":[%s]}\n",
         (unsigned long)s.epoch, leader, (unsigned long)term, s.nodes,
-        (unsigned long)s.capacity,
-        (unsigned long)s.used, s.objects, s.pending, s.removing,
-        (unsigned long)s.reserved, s.reservations, s.conns_tcp, s.conns_unix,
-        m->ufd >= 0 ? m->unix_name : "", (unsigned long)s.st.hits,
+        (unsigned long)s.capacity, (unsigned long)s.used, s.objects, s.pending,
+        s.removing, (unsigned long)s.reserved, s.reservations, s.conns_tcp,
+        s.conns_unix, m->ufd >= 0 ? m->unix_name : "", (unsigned long)s.st.hits,
         (unsigned long)s.st.misses, (unsigned long)s.st.evictions,
         (unsigned long)s.st.errors, (unsigned long)s.st.puts,
         (unsigned long)s.st.removes, (unsigned long)s.st.reclaimed,

@@ -549,7 +549,24 @@ static kvf_status_t kvf_m_listen(kvf_master_t *m, const char *listen)
         kvf_sp_unix_listen(m->unix_name, 256, &m->ufd) != KVF_OK) {
         m->unix_name[0] = '\0';
     }
-    return KVF_OK;
+    /* with etcd: stand for leader at the address just bound */
+    st = kvf_m_leader_start(m);
+    if (st != KVF_OK) {
+        close(m->lfd);
+        if (m->ufd >= 0) {
+            close(m->ufd);
+        }
+    }
+    return st;
+}
+
+/* A single master's epoch: random, the leader bit clear (leader.c sets
+ * a leader's); put ids start from it so they differ across restarts. */
+static void kvf_m_first_epoch(kvf_master_t *m)
+{
+    m->epoch = kvf_hash64(&m, sizeof(m), kvf_time_ns() ^ (uint64_t)getpid());
+    m->epoch = (m->epoch | 1) & ~KVF_M_HA_EPOCH;
+    m->next_put_id = (m->epoch & 0xffffffffull) << 32;
 }
 
 kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
@@ -579,9 +596,7 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     m->opts.http = NULL;
     m->opts.listen = NULL;
     m->lfd = m->hfd = m->ufd = -1;
-    m->epoch = kvf_hash64(&m, sizeof(m), kvf_time_ns() ^ (uint64_t)getpid());
-    m->epoch = (m->epoch | 1) & ~KVF_M_HA_EPOCH;
-    m->next_put_id = (m->epoch & 0xffffffffull) << 32;
+    kvf_m_first_epoch(m);
     pthread_mutex_init(&m->lock, NULL);
     kvf_cond_init(&m->stop_cond);
     st = kvf_m_init(m);
@@ -601,10 +616,6 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     st = kvf_m_listen(m, opts->listen);
     if (st != KVF_OK) {
         goto err_engine;
-    }
-    st = kvf_m_leader_start(m);
-    if (st != KVF_OK) {
-        goto err_listen;
     }
     if (opts->http != NULL && opts->http[0] != '\0') {
         st = kvf_m_http_start(m, opts->http);
@@ -643,7 +654,6 @@ err_http:
     kvf_m_http_stop(m);
 err_leader:
     kvf_m_leader_stop(m);
-err_listen:
     close(m->lfd);
     if (m->ufd >= 0) {
         close(m->ufd);

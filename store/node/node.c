@@ -32,7 +32,7 @@
 
 struct kvf_node {
     kvf_node_opts_t opts;
-    kvf_sp_masters_t masters; /* where the master may be */
+    kvf_sp_masters_t masters;      /* where the master may be */
     char master[KVF_HOST_MAX + 8]; /* the one registered with (or tried) */
     uint64_t max_epoch; /* newest leader epoch seen (KVF_SM_HA_EPOCH) */
     kvf_engine_h engine;

@@ -29,8 +29,8 @@ kvf_status_t kvf_sp_masters_init(kvf_sp_masters_t *ms, const char *list)
         end = strchr(p, ',');
         n = end ? (size_t)(end - p) : strlen(p);
         if (n == 0 || n >= sizeof(ms->addr[0]) || ms->n == KVF_SP_MASTERS_MAX) {
-            kvf_error("master list '%s': an empty entry, or more than %d",
-                      list, KVF_SP_MASTERS_MAX);
+            kvf_error("master list '%s': an empty entry, or more than %d", list,
+                      KVF_SP_MASTERS_MAX);
             return KVF_ERR_INVALID_PARAM;
         }
         memcpy(ms->addr[ms->n], p, n);
@@ -66,8 +66,7 @@ kvf_status_t kvf_sp_masters_pick(kvf_sp_masters_t *ms, unsigned timeout_ms,
     kvf_status_t st = KVF_ERR_NOT_FOUND;
 
     if (ms->etcd[0] != '\0') {
-        st = kvf_elect_lookup(ms->etcd, timeout_ms, ms->key, addr, len,
-                              &epoch);
+        st = kvf_elect_lookup(ms->etcd, timeout_ms, ms->key, addr, len, &epoch);
         if (st == KVF_OK) {
             if (epoch_p != NULL) {
                 *epoch_p = epoch;

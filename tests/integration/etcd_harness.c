@@ -23,8 +23,8 @@ static int kvf_test_etcd_script(const char *cmd, const char *dir, char *out,
     FILE *p;
     int rc;
 
-    snprintf(line, sizeof(line), "%s/scripts/etcd.sh %s '%s'",
-             src ? src : ".", cmd, dir);
+    snprintf(line, sizeof(line), "%s/scripts/etcd.sh %s '%s'", src ? src : ".",
+             cmd, dir);
     p = popen(line, "r");
     if (p == NULL) {
         return -1;
@@ -45,8 +45,8 @@ int kvf_test_etcd_start(kvf_test_etcd_t *t)
         return -1;
     }
     t->endpoint[0] = '\0';
-    rc = kvf_test_etcd_script("start", t->dir, t->endpoint,
-                              sizeof(t->endpoint));
+    rc =
+        kvf_test_etcd_script("start", t->dir, t->endpoint, sizeof(t->endpoint));
     if (rc == 77) {
         rmdir(t->dir);
         return 77;
@@ -176,9 +176,9 @@ void kvf_test_http_stop(kvf_test_http_t *h)
 struct kvf_test_proxy {
     int lfd;
     struct sockaddr_in up;
-    int frozen; /* atomic */
-    int thaw;   /* atomic: drop every connection */
-    int stop;   /* atomic */
+    int frozen;                 /* atomic */
+    int thaw;                   /* atomic: drop every connection */
+    int stop;                   /* atomic */
     int fd[KVF_PROXY_CONNS][2]; /* client, upstream; -1 = free */
     pthread_t thread;
 };
@@ -247,8 +247,8 @@ static void kvf_proxy_round(kvf_test_proxy_t *p)
     }
     for (i = 0; i < KVF_PROXY_CONNS; i++) {
         for (k = 0; k < 2; k++) {
-            if (p->fd[i][k] >= 0 && (pf[1 + 2 * i + k].revents &
-                                     (POLLIN | POLLHUP | POLLERR))) {
+            if (p->fd[i][k] >= 0 &&
+                (pf[1 + 2 * i + k].revents & (POLLIN | POLLHUP | POLLERR))) {
                 kvf_proxy_move(p, i, k);
             }
         }

@@ -31,7 +31,6 @@ typedef struct kvf_test_http kvf_test_http_t;
 kvf_test_http_t *kvf_test_http_start(int mode, char *addr, size_t len);
 void kvf_test_http_stop(kvf_test_http_t *h);
 
-
 /* A TCP proxy in front of etcd (one thread, poll): freeze stops it
  * forwarding (a partition: requests wait, then time out), thaw drops
  * the connections it held and forwards again. */

@@ -151,8 +151,7 @@ static void test_lease(void **state)
 }
 
 /* Runs one call against eps and checks its status and its time. */
-static void expect_fail(const char *eps, unsigned timeout_ms,
-                        kvf_status_t want)
+static void expect_fail(const char *eps, unsigned timeout_ms, kvf_status_t want)
 {
     kvf_etcd_t *e = open_etcd(eps, timeout_ms);
     kvf_etcd_kv_t *kv;
@@ -179,8 +178,7 @@ static void test_bad_endpoints(void **state)
     assert_int_equal(kvf_etcd_open("", 100, &e), KVF_ERR_INVALID_PARAM);
     assert_int_equal(kvf_etcd_open("etcd://nohost", 100, &e),
                      KVF_ERR_INVALID_PARAM);
-    assert_int_equal(kvf_etcd_open("a:1,,b:2", 100, &e),
-                     KVF_ERR_INVALID_PARAM);
+    assert_int_equal(kvf_etcd_open("a:1,,b:2", 100, &e), KVF_ERR_INVALID_PARAM);
     silent = kvf_test_http_start(KVF_TEST_HTTP_SILENT, a1, sizeof(a1));
     garbage = kvf_test_http_start(KVF_TEST_HTTP_GARBAGE, a2, sizeof(a2));
     notetcd = kvf_test_http_start(KVF_TEST_HTTP_NOTETCD, a3, sizeof(a3));
@@ -282,10 +280,8 @@ static void test_engine_peer(void **state)
     (void)state;
     memset(src, 0x5a, LEN);
     memset(dst, 0, LEN);
-    assert_int_equal(kvf_engine_reg(a, src, LEN, KVF_MEM_HOST, 0, &ra),
-                     KVF_OK);
-    assert_int_equal(kvf_engine_reg(b, dst, LEN, KVF_MEM_HOST, 0, &rb),
-                     KVF_OK);
+    assert_int_equal(kvf_engine_reg(a, src, LEN, KVF_MEM_HOST, 0, &ra), KVF_OK);
+    assert_int_equal(kvf_engine_reg(b, dst, LEN, KVF_MEM_HOST, 0, &rb), KVF_OK);
     for (i = 0; i < OPENS; i++) {
         t0 = kvf_time_ns();
         assert_int_equal(kvf_peer_open(b, kvf_engine_segment_name(a), &peer),

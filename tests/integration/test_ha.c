@@ -65,7 +65,7 @@ static int wait_leader_proc(kvs_proc_t *m, int not, unsigned ms,
 
     while (kvf_time_ms() - t0 < ms) {
         l = leader_of(m, epoch_p);
-        if (l >= 0 && l != not) {
+        if (l >= 0 && l != not ) {
             return l;
         }
         kvs_sleep_ms(20);

@@ -324,9 +324,8 @@ static int kvf_opts_build(const kvf_cmd_spec_t *spec, struct option *lo,
                                 KVF_OPTS_SECRET_VAL};
     lo[k + 4] =
         (struct option){"insecure", no_argument, NULL, KVF_OPTS_INSECURE_VAL};
-    lo[k + 5] =
-        (struct option){"metadata", required_argument, NULL,
-                        KVF_OPTS_METADATA_VAL};
+    lo[k + 5] = (struct option){"metadata", required_argument, NULL,
+                                KVF_OPTS_METADATA_VAL};
     lo[k + 6] = (struct option){NULL, 0, NULL, 0};
     return i;
 }

@@ -105,8 +105,8 @@ static int kvf_ha_etcd_start(kvf_drill_t *d, kvf_ha_t *h)
         kvf_drill_log_to(d, "etcd");
         execl(h->etcd_bin, "etcd", "--name", "kvf-drill", "--data-dir", data,
               "--listen-client-urls", curl, "--advertise-client-urls", curl,
-              "--listen-peer-urls", purl, "--initial-advertise-peer-urls",
-              purl, "--initial-cluster", cluster, "--heartbeat-interval", "20",
+              "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+              "--initial-cluster", cluster, "--heartbeat-interval", "20",
               "--election-timeout", "200", "--log-level", "error",
               (char *)NULL);
         _exit(127);
@@ -313,8 +313,8 @@ static void kvf_ha_report(kvf_drill_t *d, int fault, double lead_ms,
         kvf_drill_check(d, !isnan(stepdown_ms) && stepdown_ms < 2000,
                         "the leader did not step down while etcd was away");
     }
-    kvf_record_figure(d->rec, "objects of the old leader", s0->objects, "",
-                      NAN, NAN);
+    kvf_record_figure(d->rec, "objects of the old leader", s0->objects, "", NAN,
+                      NAN);
     kvf_record_figure(d->rec, "epoch of the old leader", s0->term, "", NAN,
                       NAN);
     kvf_record_figure(d->rec, "epoch of the new leader", s1->term, "", NAN,
