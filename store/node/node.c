@@ -308,8 +308,12 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
         goto err_engine;
     }
     st = kvf_node_register(n);
+    /* with several masters (a list, etcd) a leader may be in the making:
+     * keep trying for 10 s (or the timeout, when longer) */
     while (st != KVF_OK && kvf_sp_masters_many(&n->masters) &&
-           kvf_time_ms() < t_start + opts->timeout_ms) {
+           kvf_time_ms() <
+               t_start +
+                   (opts->timeout_ms > 10000 ? opts->timeout_ms : 10000)) {
         usleep(100 * 1000); /* the masters may be electing their leader */
         st = kvf_node_register(n);
     }

@@ -51,6 +51,9 @@ static const kvf_drill_def_t kvf_drills[] = {
     {"master-failover", kvf_drill_master_failover, 0, 1,
      "two masters over etcd, the leader SIGKILLed: the standby leads, "
      "node and clients follow, no wrong bytes"},
+    {"master-partition", kvf_drill_master_partition, 0, 1,
+     "the leader cut from etcd (not from nodes): steps down in half a "
+     "lease, accepts no write after, the other leads"},
     {"etcd-leader-stop", kvf_drill_etcd_leader_stop, 0, 1,
      "etcd SIGSTOPped under traffic: the leader steps down in half a "
      "lease, no call hangs, the standby leads after"},

@@ -22,6 +22,7 @@
  * served.
  */
 #include "tools/drill/drill.h"
+#include "tools/drill/ha.h"
 #include "tools/drill/store.h"
 
 #include <arpa/inet.h>
@@ -38,23 +39,7 @@
 #include "tools/cli/clock.h"
 #include "tools/cli/net.h"
 
-enum { KVF_HA_KILL_LEADER, KVF_HA_STOP_ETCD, KVF_HA_DOWN_ETCD };
-
-#define KVF_HA_LEASE_MS 1000
-
-typedef struct kvf_ha {
-    char etcd_bin[256];
-    char etcd_dir[600];
-    unsigned cport, pport;
-    pid_t etcd;
-    char uri[64];
-    kvf_drill_cluster_t c;
-    pid_t m[2];
-    char addr[2][64];
-    char http[2][64];
-} kvf_ha_t;
-
-static int kvf_ha_which(const char *name, char *out, size_t len)
+int kvf_ha_which(const char *name, char *out, size_t len)
 {
     const char *path = getenv("PATH"), *p, *e;
     size_t n;
@@ -71,7 +56,7 @@ static int kvf_ha_which(const char *name, char *out, size_t len)
     return -1;
 }
 
-static unsigned kvf_ha_free_port(void)
+unsigned kvf_ha_free_port(void)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET};
     socklen_t sl = sizeof(sa);
@@ -90,7 +75,7 @@ static unsigned kvf_ha_free_port(void)
 }
 
 /* Starts etcd (again, on the same ports and data after a stop). */
-static int kvf_ha_etcd_start(kvf_drill_t *d, kvf_ha_t *h)
+int kvf_ha_etcd_start(kvf_drill_t *d, kvf_ha_t *h)
 {
     char curl[64], purl[64], cluster[96], data[700];
     uint64_t t0;
@@ -125,8 +110,7 @@ static int kvf_ha_etcd_start(kvf_drill_t *d, kvf_ha_t *h)
     return -1;
 }
 
-static int kvf_ha_status(kvf_drill_t *d, kvf_ha_t *h, int i,
-                         kvf_drill_mstatus_t *s)
+int kvf_ha_status(kvf_drill_t *d, kvf_ha_t *h, int i, kvf_drill_mstatus_t *s)
 {
     snprintf(h->c.http_addr, sizeof(h->c.http_addr), "%s", h->http[i]);
     return kvf_drill_status(d, &h->c, s);
@@ -134,8 +118,8 @@ static int kvf_ha_status(kvf_drill_t *d, kvf_ha_t *h, int i,
 
 /* Waits until master i (or, i < 0, any) leads with n nodes: its index,
  * and the ms waited in *ms_p; -1 after max_ms. */
-static int kvf_ha_wait_leader(kvf_drill_t *d, kvf_ha_t *h, int i, unsigned n,
-                              unsigned max_ms, double *ms_p)
+int kvf_ha_wait_leader(kvf_drill_t *d, kvf_ha_t *h, int i, unsigned n,
+                       unsigned max_ms, double *ms_p)
 {
     uint64_t t0 = kvf_clock_ms();
     kvf_drill_mstatus_t s;
@@ -201,13 +185,21 @@ static int kvf_ha_up(kvf_drill_t *d, kvf_ha_t *h)
     return 0;
 }
 
-static void kvf_ha_down(kvf_ha_t *h)
+void kvf_ha_down(kvf_ha_t *h)
 {
     char cmd[700];
+    int i;
 
-    kvf_drill_cluster_stop(&h->c); /* c.master: the first master */
-    if (h->m[1] > 0) {
-        kvf_drill_kill(h->m[1], SIGKILL);
+    h->c.master = 0; /* the masters are killed below */
+    kvf_drill_cluster_stop(&h->c);
+    for (i = 0; i < 2; i++) {
+        if (h->m[i] > 0) {
+            kvf_drill_kill(h->m[i], SIGKILL);
+        }
+        if (h->proxy[i] > 0) {
+            kill(h->proxy[i], SIGCONT);
+            kvf_drill_kill(h->proxy[i], SIGKILL);
+        }
     }
     if (h->etcd > 0) {
         kill(h->etcd, SIGCONT);
@@ -221,7 +213,7 @@ static void kvf_ha_down(kvf_ha_t *h)
     unsetenv("KVF_MASTER_LEASE_MS");
 }
 
-static void kvf_ha_epoch_bump(kvf_drill_t *d)
+void kvf_ha_epoch_bump(kvf_drill_t *d)
 {
     unsigned i;
 

@@ -118,6 +118,7 @@ int kvf_drill_master_restart(kvf_drill_t *d);
 int kvf_drill_master_failover(kvf_drill_t *d);
 int kvf_drill_etcd_leader_stop(kvf_drill_t *d);
 int kvf_drill_etcd_down(kvf_drill_t *d);
+int kvf_drill_master_partition(kvf_drill_t *d);
 int kvf_drill_corruption(kvf_drill_t *d);
 int kvf_drill_cache_clear(kvf_drill_t *d);
 int kvf_drill_capacity_pressure(kvf_drill_t *d);
