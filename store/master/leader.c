@@ -29,7 +29,7 @@ static const kvf_config_entry_t kvf_ha_config_entries[] = {
      "etcd lease of the master leader (metadata = etcd): a dead leader is "
      "replaced about this long after its last keepalive; a leader cut off "
      "from etcd stops serving after half of it",
-     KVF_CONFIG_USER},
+     KVF_CONFIG_TUNING},
 };
 
 KVF_CONFIG_TABLE(kvf_ha_config, "ha", kvf_ha_config_entries)

@@ -5,7 +5,9 @@
  * from etcd while every other path stays up. Expected: the leader steps
  * down within half its lease and accepts nothing more (its put counter
  * stands still from then on), the other master leads with a larger
- * epoch once the lease runs out, the node and the clients follow it,
+ * epoch once the lease runs out (its own way to etcd is held for the
+ * first half lease, so that the drill's version epochs split the two
+ * terms exactly), the node and the clients follow it,
  * no get returns an object written before (version epochs), no wrong
  * bytes, every call within its bound. Then the proxy resumes, the
  * deposed master is restarted as a standby on its address, and the
@@ -208,14 +210,18 @@ static int kvf_px_round(kvf_drill_t *d, kvf_ha_t *h, int l, kvf_px_tally_t *t)
     int o = 1 - l;
 
     kvf_ha_status(d, h, l, &s0);
+    /* the standby's way to etcd is held too until the old leader's
+     * proof has ended (half a lease): objects from the bump on belong
+     * to the next leader, which cannot exist before it however late
+     * this process wakes up */
+    kill(h->proxy[o], SIGSTOP);
     kill(h->proxy[l], SIGSTOP);
-    /* the old leader's proof ends by half a lease; no successor before
-     * a whole lease: objects from now on belong to the next leader */
     kvf_drill_sleep(d, KVF_HA_LEASE_MS * 6 / 10);
     kvf_ha_epoch_bump(d);
     if (kvf_ha_status(d, h, l, &s1) != 0 || s1.leader != 0) {
         kvf_drill_fail(d, "the cut-off leader still says it leads");
     }
+    kill(h->proxy[o], SIGCONT);
     if (kvf_ha_wait_leader(d, h, o, 1, 15000, &ms) != o) {
         kvf_drill_fail(d, "no new leader after the partition");
         return -1;

@@ -22,7 +22,7 @@ static const kvf_config_entry_t kvf_etcd_config_entries[] = {
     {"etcd_prefix", "/kvferry/",
      "etcd key prefix of this cluster (segment descriptors, the master "
      "leader); clusters sharing one etcd use distinct prefixes",
-     KVF_CONFIG_USER},
+     KVF_CONFIG_TUNING},
     {"etcd_lease_ms", "2000",
      "etcd lease of a published segment descriptor: a dead target's "
      "descriptor goes this long after its last keepalive",
