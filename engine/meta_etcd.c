@@ -5,8 +5,10 @@
  * third of the lease); a dead target stops the keepalives and etcd drops
  * its descriptor when the lease runs out. When the lease is lost anyway
  * (etcd was away longer than the lease) the thread takes a new one and
- * publishes again. A peer resolves a name with one range request; the
- * data path never talks to etcd.
+ * publishes again. The first publish (engine create) is synchronous, so
+ * an unreachable etcd fails the create; later ones (region changes) wake
+ * the thread, so a registration never waits for etcd. A peer resolves a
+ * name with one range request; the data path never talks to etcd.
  *
  * The value is an envelope around the descriptor: "KVFS", u32 version,
  * u64 xxh3 of the descriptor, the descriptor. Anything else under the
@@ -40,6 +42,7 @@ typedef struct kvf_meta_etcd {
     int started;
     int stop;
     int dirty;     /* the last publish has not reached etcd */
+    uint64_t gen;  /* publishes so far */
     int64_t lease; /* 0: none yet */
     char key[KVF_SEG_NAME_MAX + 160];
     unsigned char *val; /* the envelope to publish */
@@ -52,49 +55,66 @@ static void kvf_meta_etcd_key(const kvf_meta_etcd_t *m, const char *name,
     snprintf(buf, len, "%sseg/%s", m->prefix, name);
 }
 
-/* Puts the envelope under a live lease, taking a new lease when none is
- * held. Called with m->lock held; the etcd calls are bounded. */
-static kvf_status_t kvf_meta_etcd_push(kvf_meta_etcd_t *m, kvf_etcd_t *etcd)
+/* Puts val under a live lease (m->lease, the thread's after the first
+ * publish), taking a new lease when none is held. No lock held: the
+ * etcd calls are bounded by the handle's timeout. */
+static kvf_status_t kvf_meta_etcd_push(kvf_meta_etcd_t *m, kvf_etcd_t *etcd,
+                                       const char *key,
+                                       const unsigned char *val, size_t len)
 {
     kvf_status_t st;
 
-    if (m->val == NULL) {
-        return KVF_OK;
-    }
     if (m->lease == 0) {
         st = kvf_etcd_lease_grant(etcd, (m->lease_ms + 999) / 1000, &m->lease);
         if (st != KVF_OK) {
             return st;
         }
     }
-    st = kvf_etcd_put(etcd, m->key, m->val, m->len, m->lease, NULL);
+    st = kvf_etcd_put(etcd, key, val, len, m->lease, NULL);
     if (st == KVF_ERR_NOT_FOUND) {
         m->lease = 0; /* the lease expired meanwhile */
     }
-    m->dirty = (st != KVF_OK);
     return st;
 }
 
+/* One round of the thread, called with m->lock held and returning with
+ * it held; the lock is dropped around the etcd calls so that a publish
+ * (a region registration) never waits for etcd. */
 static void kvf_meta_etcd_tick(kvf_meta_etcd_t *m)
 {
+    char key[sizeof(m->key)];
+    unsigned char *val = NULL;
     kvf_status_t st = KVF_OK;
+    uint64_t gen = m->gen;
+    size_t len = m->len;
 
-    if (m->lease != 0 && !m->dirty) {
+    if (m->dirty && m->val != NULL && (val = kvf_malloc(len ? len : 1))) {
+        memcpy(val, m->val, len);
+    }
+    memcpy(key, m->key, sizeof(key));
+    pthread_mutex_unlock(&m->lock);
+    if (m->lease != 0 && val == NULL) {
         st = kvf_etcd_lease_keepalive(m->ka, m->lease, NULL);
         if (st == KVF_ERR_NOT_FOUND) {
             kvf_warn("segment descriptor %s: its etcd lease expired; "
                      "publishing it again",
-                     m->key);
+                     key);
             m->lease = 0;
-            m->dirty = 1;
         }
     }
-    if (m->dirty) {
-        st = kvf_meta_etcd_push(m, m->ka);
+    if (val != NULL) {
+        st = kvf_meta_etcd_push(m, m->ka, key, val, len);
+        kvf_free(val);
     }
     if (st != KVF_OK) {
-        kvf_log_rl(KVF_LOG_WARN, "segment descriptor %s: etcd: %s", m->key,
+        kvf_log_rl(KVF_LOG_WARN, "segment descriptor %s: etcd: %s", key,
                    kvf_status_str(st));
+    }
+    pthread_mutex_lock(&m->lock);
+    if (m->lease == 0) {
+        m->dirty = 1; /* publish again under a new lease */
+    } else if (st == KVF_OK && val != NULL && m->gen == gen) {
+        m->dirty = 0;
     }
 }
 
@@ -105,7 +125,7 @@ static void *kvf_meta_etcd_main(void *arg)
 
     pthread_mutex_lock(&m->lock);
     while (!m->stop) {
-        kvf_time_abs_after(&ts, (int)(m->lease_ms / 3));
+        kvf_time_abs_after(&ts, m->dirty ? 100 : (int)(m->lease_ms / 3));
         pthread_cond_timedwait(&m->cond, &m->lock, &ts);
         if (!m->stop) {
             kvf_meta_etcd_tick(m);
@@ -138,12 +158,20 @@ static kvf_status_t kvf_meta_etcd_publish(kvf_meta_t *meta, const char *name,
     kvf_free(m->val);
     m->val = val;
     m->len = w.len;
+    m->gen++;
     kvf_meta_etcd_key(m, name, m->key, sizeof(m->key));
     m->dirty = 1;
-    st = kvf_meta_etcd_push(m, m->etcd);
-    if (!m->started &&
-        pthread_create(&m->thread, NULL, kvf_meta_etcd_main, m) == 0) {
-        m->started = 1;
+    if (!m->started) {
+        /* the first publish (engine create) is synchronous: it reports
+         * an unreachable etcd; the thread does the later ones */
+        st = kvf_meta_etcd_push(m, m->etcd, m->key, m->val, m->len);
+        m->dirty = (st != KVF_OK);
+        if (st == KVF_OK &&
+            pthread_create(&m->thread, NULL, kvf_meta_etcd_main, m) == 0) {
+            m->started = 1;
+        }
+    } else {
+        pthread_cond_broadcast(&m->cond);
     }
     pthread_mutex_unlock(&m->lock);
     return st;

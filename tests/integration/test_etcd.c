@@ -266,6 +266,29 @@ static void resolve_time(const char *name, int n)
     kvf_etcd_close(e);
 }
 
+/* A region change is published by the backend's thread, within moments
+ * (a registration never waits for etcd): wait until a peer sees it. */
+static void wait_region(kvf_engine_h e, const char *name)
+{
+    uint64_t t0 = kvf_time_ms(), addr;
+    kvf_mem_type_t type;
+    kvf_peer_h peer;
+    size_t len;
+    int seen = 0;
+
+    while (!seen && kvf_time_ms() - t0 < 3000) {
+        assert_int_equal(kvf_peer_open(e, name, &peer), KVF_OK);
+        seen = kvf_peer_region(peer, 0, &addr, &len, &type) == KVF_OK;
+        kvf_peer_close(peer);
+        if (!seen) {
+            usleep(10 * 1000);
+        }
+    }
+    printf("region change published after %lu ms\n",
+           (unsigned long)(kvf_time_ms() - t0));
+    assert_true(seen);
+}
+
 static void test_engine_peer(void **state)
 {
     enum { LEN = 1 << 20, OPENS = 50 };
@@ -282,6 +305,7 @@ static void test_engine_peer(void **state)
     memset(dst, 0, LEN);
     assert_int_equal(kvf_engine_reg(a, src, LEN, KVF_MEM_HOST, 0, &ra), KVF_OK);
     assert_int_equal(kvf_engine_reg(b, dst, LEN, KVF_MEM_HOST, 0, &rb), KVF_OK);
+    wait_region(b, kvf_engine_segment_name(a));
     for (i = 0; i < OPENS; i++) {
         t0 = kvf_time_ns();
         assert_int_equal(kvf_peer_open(b, kvf_engine_segment_name(a), &peer),
