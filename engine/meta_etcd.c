@@ -5,10 +5,12 @@
  * third of the lease); a dead target stops the keepalives and etcd drops
  * its descriptor when the lease runs out. When the lease is lost anyway
  * (etcd was away longer than the lease) the thread takes a new one and
- * publishes again. The first publish (engine create) is synchronous, so
- * an unreachable etcd fails the create; later ones (region changes) wake
- * the thread, so a registration never waits for etcd. A peer resolves a
- * name with one range request; the data path never talks to etcd.
+ * publishes again. Each publish (engine create, a region change) is
+ * synchronous, so an unreachable etcd fails the engine create and a
+ * peer told of a new region finds it published; with etcd down a
+ * registration waits at most the engine timeout, and the thread retries
+ * the publish. A peer resolves a name with one range request; the data
+ * path never talks to etcd.
  *
  * The value is an envelope around the descriptor: "KVFS", u32 version,
  * u64 xxh3 of the descriptor, the descriptor. Anything else under the
@@ -36,7 +38,8 @@ typedef struct kvf_meta_etcd {
     kvf_etcd_t *ka;   /* the keepalive thread's own */
     char prefix[128];
     unsigned lease_ms;
-    pthread_mutex_t lock;
+    pthread_mutex_t lock; /* val, key, gen, dirty, stop */
+    pthread_mutex_t io;   /* lease and the etcd calls that use it */
     pthread_cond_t cond;
     pthread_t thread;
     int started;
@@ -87,12 +90,14 @@ static void kvf_meta_etcd_tick(kvf_meta_etcd_t *m)
     kvf_status_t st = KVF_OK;
     uint64_t gen = m->gen;
     size_t len = m->len;
+    int lost, pushed;
 
     if (m->dirty && m->val != NULL && (val = kvf_malloc(len ? len : 1))) {
         memcpy(val, m->val, len);
     }
     memcpy(key, m->key, sizeof(key));
     pthread_mutex_unlock(&m->lock);
+    pthread_mutex_lock(&m->io);
     if (m->lease != 0 && val == NULL) {
         st = kvf_etcd_lease_keepalive(m->ka, m->lease, NULL);
         if (st == KVF_ERR_NOT_FOUND) {
@@ -102,18 +107,21 @@ static void kvf_meta_etcd_tick(kvf_meta_etcd_t *m)
             m->lease = 0;
         }
     }
-    if (val != NULL) {
+    pushed = (val != NULL);
+    if (pushed) {
         st = kvf_meta_etcd_push(m, m->ka, key, val, len);
         kvf_free(val);
     }
+    lost = (m->lease == 0);
+    pthread_mutex_unlock(&m->io);
     if (st != KVF_OK) {
         kvf_log_rl(KVF_LOG_WARN, "segment descriptor %s: etcd: %s", key,
                    kvf_status_str(st));
     }
     pthread_mutex_lock(&m->lock);
-    if (m->lease == 0) {
+    if (lost) {
         m->dirty = 1; /* publish again under a new lease */
-    } else if (st == KVF_OK && val != NULL && m->gen == gen) {
+    } else if (st == KVF_OK && pushed && m->gen == gen) {
         m->dirty = 0;
     }
 }
@@ -139,8 +147,10 @@ static kvf_status_t kvf_meta_etcd_publish(kvf_meta_t *meta, const char *name,
                                           const void *desc, size_t len)
 {
     kvf_meta_etcd_t *m = (kvf_meta_etcd_t *)meta;
+    char key[sizeof(m->key)];
     unsigned char *val;
     kvf_status_t st;
+    uint64_t gen;
     kvf_wr_t w;
 
     kvf_wr_init(&w);
@@ -153,26 +163,36 @@ static kvf_status_t kvf_meta_etcd_publish(kvf_meta_t *meta, const char *name,
         kvf_wr_free(&w);
         return st;
     }
-    val = w.buf; /* ownership moves to m */
+    val = kvf_malloc(w.len); /* m's copy: the thread republishes it */
+    if (val == NULL) {
+        kvf_wr_free(&w);
+        return KVF_ERR_NO_MEMORY;
+    }
+    memcpy(val, w.buf, w.len);
     pthread_mutex_lock(&m->lock);
     kvf_free(m->val);
     m->val = val;
     m->len = w.len;
-    m->gen++;
+    gen = ++m->gen;
     kvf_meta_etcd_key(m, name, m->key, sizeof(m->key));
+    memcpy(key, m->key, sizeof(key));
     m->dirty = 1;
-    if (!m->started) {
-        /* the first publish (engine create) is synchronous: it reports
-         * an unreachable etcd; the thread does the later ones */
-        st = kvf_meta_etcd_push(m, m->etcd, m->key, m->val, m->len);
-        m->dirty = (st != KVF_OK);
-        if (st == KVF_OK &&
-            pthread_create(&m->thread, NULL, kvf_meta_etcd_main, m) == 0) {
-            m->started = 1;
-        }
-    } else {
-        pthread_cond_broadcast(&m->cond);
+    pthread_mutex_unlock(&m->lock);
+    /* synchronous, so a peer that learns of a region (a master checking a
+     * node's pool) finds it published; bounded by the handle's timeout */
+    pthread_mutex_lock(&m->io);
+    st = kvf_meta_etcd_push(m, m->etcd, key, w.buf, w.len);
+    pthread_mutex_unlock(&m->io);
+    kvf_wr_free(&w);
+    pthread_mutex_lock(&m->lock);
+    /* a newer publish may have reached etcd first: then the thread puts
+     * the newest again */
+    m->dirty = !(st == KVF_OK && m->gen == gen);
+    if (!m->started && st == KVF_OK &&
+        pthread_create(&m->thread, NULL, kvf_meta_etcd_main, m) == 0) {
+        m->started = 1;
     }
+    pthread_cond_broadcast(&m->cond); /* a failure: the thread retries */
     pthread_mutex_unlock(&m->lock);
     return st;
 }
@@ -271,6 +291,7 @@ static void kvf_meta_etcd_close(kvf_meta_t *meta)
     kvf_etcd_close(m->ka);
     kvf_etcd_close(m->etcd);
     pthread_cond_destroy(&m->cond);
+    pthread_mutex_destroy(&m->io);
     pthread_mutex_destroy(&m->lock);
     kvf_free(m->val);
     kvf_free(m);
@@ -315,6 +336,7 @@ kvf_status_t kvf_meta_etcd_open(const char *uri, unsigned timeout_ms,
         return st;
     }
     pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->io, NULL);
     kvf_cond_init(&m->cond);
     *meta_p = &m->base;
     return KVF_OK;

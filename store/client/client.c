@@ -349,19 +349,26 @@ static kvf_status_t kvf_store_rpc_once(kvf_store_h st, uint8_t type,
  * its reply. A pooled connection that fails (it may have died with an
  * earlier master) is closed and the request tried once more on another;
  * a fresh one that fails, or a timeout, ends it. With several masters
- * (a list, etcd), a master that is gone or not the leader sends the
- * request to the leader found next, while the call's time lasts. */
+ * (a list, etcd), a master that is gone or not the leader makes the
+ * handle switch to the leader found next; a read is sent there again
+ * while the call's time lasts. */
 static kvf_status_t kvf_store_rpc_go(kvf_store_h st, uint8_t type,
                                      uint32_t count, const kvf_wr_t *w,
                                      int wait, kvf_sconn_t **conn_p)
 {
     uint64_t deadline = kvf_time_ms() + st->timeout_ms;
+    /* reads are sent again to the new leader; a write fails cleanly
+     * (the next call goes to the new leader): a put is never finished by
+     * a master other than the one that started it */
+    int read =
+        (type == KVF_SP_GET || type == KVF_SP_EXISTS || type == KVF_SP_LIST);
     kvf_status_t status;
 
     for (;;) {
         status = kvf_store_rpc_once(st, type, count, w, wait, conn_p);
-        if (!kvf_store_follow_worth(st, status) || kvf_time_ms() >= deadline ||
-            kvf_store_follow(st, kvf_status_str(status)) != KVF_OK) {
+        if (!kvf_store_follow_worth(st, status) ||
+            kvf_store_follow(st, kvf_status_str(status)) != KVF_OK || !read ||
+            kvf_time_ms() >= deadline) {
             return status;
         }
     }

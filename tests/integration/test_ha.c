@@ -137,6 +137,12 @@ static kvf_status_t put_get(ha_t *h, const char *key, uint64_t seed,
     kvs_fill(want, OBJ, seed);
     memcpy(h->c.buf, want, OBJ);
     st = kvf_store_put(h->c.st, key, h->c.buf, OBJ, NULL);
+    if (st == KVF_ERR_NOT_LEADER) {
+        /* a leader change (a loaded machine can make a leader step down
+         * on its own): the write failed cleanly, the next goes to the
+         * new leader */
+        st = kvf_store_put(h->c.st, key, h->c.buf, OBJ, NULL);
+    }
     if (st == KVF_OK) {
         memset(h->c.buf, 0, OBJ);
         st = kvf_store_get(h->c.st, key, h->c.buf, OBJ, &got, 0);
@@ -188,6 +194,7 @@ static void test_failover(void **state)
 static void test_deposed(void **state)
 {
     uint64_t longest = 0, e0 = 0, e1 = 0;
+    kvf_status_t st;
     ha_t h;
 
     (void)state;
@@ -201,7 +208,10 @@ static void test_deposed(void **state)
     assert_int_equal(raw_status(h.m[0].addr), KVF_ERR_NOT_LEADER);
     assert_int_equal(raw_status(h.m[1].addr), KVF_OK);
     assert_true(e1 > e0);
-    assert_int_equal(put_get(&h, "after-stop", 7, &longest), KVF_OK);
+    /* a write to the deposed master fails cleanly and switches the
+     * handle: put_get's second try goes to the leader */
+    st = put_get(&h, "after-stop", 7, &longest);
+    assert_int_equal(st, KVF_OK);
     ha_down(&h);
 }
 
