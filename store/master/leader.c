@@ -9,10 +9,9 @@
  *
  * Epochs: a term's epoch is the leader key's create revision in etcd,
  * which only grows; the master's epoch becomes KVF_M_HA_EPOCH | revision
- * so nodes can order masters and refuse an older one. A leader's term
- * ends for good (one_term): a master that stepped down may hold stale
- * metadata, so it stays out until restarted (it says so), and the
- * standbys take over.
+ * so nodes can order masters and refuse an older one. A master that
+ * stepped down stands for leader again; each term it wins starts with
+ * no metadata (what it held before may be stale).
  */
 #include "store/master/master_int.h"
 #include "coord/election.h"
@@ -56,7 +55,7 @@ kvf_status_t kvf_m_leader_start(kvf_master_t *m)
     o.value = m->address;
     o.lease_ms = (unsigned)v;
     o.poll_ms = (unsigned)(v / 10);
-    o.one_term = 1;
+    o.one_term = 0; /* a new term starts empty (kvf_m_leader_term) */
     st = kvf_elect_start(&o, &m->elect);
     if (st == KVF_OK) {
         kvf_info("master %s: standing for leader at %s (%s, lease %lu ms)",
@@ -71,13 +70,23 @@ void kvf_m_leader_stop(kvf_master_t *m)
     m->elect = NULL;
 }
 
-/* A new term begins: this master's epoch becomes the term's. */
+/* A new term begins: this master's epoch becomes the term's, and it
+ * starts empty: whatever it held in an earlier term may be stale (the
+ * nodes register again, their pools count empty; every object of before
+ * is a miss, never a stale location). */
 static void kvf_m_leader_term(kvf_master_t *m, uint64_t epoch)
 {
     pthread_mutex_lock(&m->lock);
     if (m->term_epoch != epoch) {
+        if (m->term_epoch != 0) {
+            kvf_info("master %s: leader again: metadata of epoch %lu "
+                     "dropped",
+                     m->address, (unsigned long)m->term_epoch);
+        }
+        kvf_m_clear(m);
         m->term_epoch = epoch;
         m->epoch = KVF_M_HA_EPOCH | epoch;
+        __atomic_store_n(&m->deposed, 0, __ATOMIC_RELAXED);
         kvf_info("master %s: leader, epoch %lu", m->address,
                  (unsigned long)epoch);
     }
@@ -100,7 +109,7 @@ kvf_status_t kvf_m_leader_check(kvf_master_t *m)
     if (__atomic_load_n(&m->term_epoch, __ATOMIC_RELAXED) != 0 &&
         !__atomic_exchange_n(&m->deposed, 1, __ATOMIC_RELAXED)) {
         kvf_error("master %s: no longer the leader (epoch %lu ended); it "
-                  "refuses every request: restart it to stand by again",
+                  "refuses every request and stands for leader again",
                   m->address, (unsigned long)m->term_epoch);
     }
     return KVF_ERR_NOT_LEADER;

@@ -127,6 +127,9 @@ struct kvf_master {
 /* objects.c -- all called with the lock held */
 kvf_status_t kvf_m_init(kvf_master_t *m);
 void kvf_m_fini(kvf_master_t *m);
+/* Drops every object, reservation and node (a new leader's term starts
+ * empty); the tables stay. */
+void kvf_m_clear(kvf_master_t *m);
 /* cl: the client that asks (its limits apply; NULL: none) */
 kvf_status_t kvf_m_put_start(kvf_master_t *m, kvf_mclient_t *cl,
                              const char *key, uint64_t size, unsigned replicas,
