@@ -53,6 +53,8 @@ static const kvf_status_entry_t kvf_status_table[] = {
     {KVF_ERR_STALE, "KVF_ERR_STALE", "stale location"},
     {KVF_ERR_QUOTA, "KVF_ERR_QUOTA",
      "over a per-client or per-request limit of the store"},
+    {KVF_ERR_NOT_LEADER, "KVF_ERR_NOT_LEADER",
+     "this master is not the leader (a standby or a deposed leader)"},
     {KVF_ERR_CHECKSUM, "KVF_ERR_CHECKSUM", "checksum mismatch"},
     {KVF_ERR_SHORT_DATA, "KVF_ERR_SHORT_DATA", "short data"},
 };

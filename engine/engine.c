@@ -25,8 +25,10 @@ static const kvf_config_entry_t kvf_engine_config_entries[] = {
      "transports in preference order (tcp, shm, cuda), or auto (e.g. tcp "
      "to measure the network path on one host)",
      KVF_CONFIG_USER},
-    {"metadata", "p2p", "metadata backend: p2p (embedded, the only one)",
-     KVF_CONFIG_DEBUG},
+    {"metadata", "p2p",
+     "where peers' segment descriptors are found: p2p (embedded: asked of "
+     "the peer) or etcd://host:port[,host:port] (published under leases)",
+     KVF_CONFIG_USER},
     {"chunk_bytes", "1M", "largest single wire request", KVF_CONFIG_TUNING},
 };
 
@@ -227,7 +229,7 @@ kvf_status_t kvf_engine_create(const kvf_engine_params_t *params,
     if (status != KVF_OK) {
         goto err_free;
     }
-    status = kvf_meta_open(e->metadata, &e->meta);
+    status = kvf_meta_open(e->metadata, e->cfg.timeout_ms, &e->meta);
     if (status != KVF_OK) {
         goto err_free;
     }
@@ -245,6 +247,10 @@ kvf_status_t kvf_engine_create(const kvf_engine_params_t *params,
     }
     addr = e->tl[i].ops->iface_address(e->tl[i].iface);
     snprintf(e->name, sizeof(e->name), "%s", addr ? addr : "");
+    status = kvf_meta_sync(e);
+    if (status != KVF_OK) {
+        goto err_transports;
+    }
     kvf_info("engine segment '%s', %u transport(s), %u conns, timeout %u ms",
              e->name, e->ntl, e->cfg.conns, e->cfg.timeout_ms);
     *engine_p = e;

@@ -12,28 +12,9 @@
 
 #include <string.h>
 
-static kvf_status_t kvf_p2p_open(const char *uri, kvf_meta_t **meta_p);
-
 static void kvf_p2p_close(kvf_meta_t *meta)
 {
     kvf_free(meta);
-}
-
-static kvf_status_t kvf_p2p_publish(kvf_meta_t *meta, const char *name,
-                                    const void *desc, size_t len)
-{
-    (void)meta;
-    (void)name;
-    (void)desc;
-    (void)len;
-    return KVF_OK;
-}
-
-static kvf_status_t kvf_p2p_unpublish(kvf_meta_t *meta, const char *name)
-{
-    (void)meta;
-    (void)name;
-    return KVF_OK;
 }
 
 static kvf_status_t kvf_p2p_resolve(kvf_meta_t *meta, const char *name,
@@ -55,18 +36,18 @@ static kvf_status_t kvf_p2p_resolve(kvf_meta_t *meta, const char *name,
 
 static const kvf_meta_ops_t kvf_p2p_ops = {
     .name = "p2p",
-    .open = kvf_p2p_open,
     .close = kvf_p2p_close,
-    .publish = kvf_p2p_publish,
-    .unpublish = kvf_p2p_unpublish,
+    .publish = NULL, /* the target serves its descriptor itself */
     .resolve = kvf_p2p_resolve,
 };
 
-static kvf_status_t kvf_p2p_open(const char *uri, kvf_meta_t **meta_p)
+kvf_status_t kvf_meta_p2p_open(const char *uri, unsigned timeout_ms,
+                               kvf_meta_t **meta_p)
 {
     kvf_meta_t *meta;
 
     (void)uri;
+    (void)timeout_ms;
     meta = kvf_calloc(1, sizeof(*meta));
     if (meta == NULL) {
         return KVF_ERR_NO_MEMORY;
@@ -74,15 +55,4 @@ static kvf_status_t kvf_p2p_open(const char *uri, kvf_meta_t **meta_p)
     meta->ops = &kvf_p2p_ops;
     *meta_p = meta;
     return KVF_OK;
-}
-
-kvf_status_t kvf_meta_open(const char *uri, kvf_meta_t **meta_p)
-{
-    if (uri == NULL || strcmp(uri, "p2p") == 0) {
-        return kvf_p2p_open(uri, meta_p);
-    }
-    kvf_error("metadata backend '%s' is not available in this build "
-              "(known: p2p)",
-              uri);
-    return KVF_ERR_UNSUPPORTED;
 }

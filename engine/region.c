@@ -98,6 +98,7 @@ kvf_status_t kvf_engine_reg(kvf_engine_h engine, void *addr, size_t length,
     engine->nregions++;
     pthread_rwlock_unlock(&engine->regions_lock);
     kvf_debug("registered %p+%zu type %d", addr, length, (int)type);
+    kvf_meta_sync(engine); /* a failure is retried by the backend */
     *region_p = r;
     return KVF_OK;
 
@@ -126,6 +127,7 @@ kvf_status_t kvf_engine_dereg(kvf_engine_h engine, kvf_region_h region)
             pthread_rwlock_unlock(&engine->regions_lock);
             kvf_mem_region_del(region->addr, region->len, region->type);
             kvf_free(region);
+            kvf_meta_sync(engine);
             return KVF_OK;
         }
     }

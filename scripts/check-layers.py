@@ -5,7 +5,8 @@ fails when one breaks the layer rules of docs/design.md.
 Rules (one line per violation: file, included header, rule):
 
   above      a file includes a header of a layer above its own; the order
-             is core < mem < transport < engine < store < tools (tests/
+             is core < mem < transport < coord < engine < store <
+             tools (tests/
              may include anything; public headers in include/kvferry/
              belong to the layer named in PUBLIC below)
   sibling    transport/X/ includes a header of transport/Y/ (the shared
@@ -30,7 +31,7 @@ import os
 import re
 import sys
 
-LAYERS = ["core", "mem", "transport", "engine", "store", "tools"]
+LAYERS = ["core", "mem", "transport", "coord", "engine", "store", "tools"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
 # Public headers and the layer each belongs to; any other public header
@@ -48,7 +49,7 @@ PUBLIC = {
     "perf.h": "store",
 }
 
-SOURCE_DIRS = ["core", "mem", "transport", "engine", "store", "tools",
+SOURCE_DIRS = ["core", "mem", "transport", "coord", "engine", "store", "tools",
                "include", "tests"]
 SOURCE_EXT = (".c", ".h", ".cu", ".cuh")
 # "..." includes, and <kvferry/...> (the public headers)

@@ -30,9 +30,12 @@ done
 # python3-venv (python/run-tests.sh's virtual environment),
 # iproute2 + nftables (network fault drills), curl (scripts/hosts.sh and
 # its test read the master's HTTP endpoint), redis (bench store
-# --vs-redis; redis-py: test_resp), pciutils (bench env's PCIe table)
+# --vs-redis; redis-py: test_resp), pciutils (bench env's PCIe table),
+# libcurl + etcd-server/etcd-client (the etcd client in coord/, and the
+# real etcd its tests and the HA drills start)
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev
       libjansson-dev libxxhash-dev libhiredis-dev libmicrohttpd-dev libssl-dev
+      libcurl4-openssl-dev etcd-server etcd-client
       clang-14 libclang-rt-14-dev
       python3 python3-pip python3-venv python3-jsonschema python3-redis
       iproute2 nftables curl

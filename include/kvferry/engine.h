@@ -55,7 +55,7 @@ typedef struct kvf_engine_params {
     unsigned timeout_ms;    /* bound on any wait for a peer */
     const char *transports; /* "tcp", "shm,tcp", ... in preference order;
                                NULL or "auto" = best available */
-    const char *metadata;   /* "p2p" (embedded default) */
+    const char *metadata;   /* "p2p" (default) or "etcd://h:p[,h:p]" */
     size_t chunk_bytes;     /* largest single wire request */
     int no_listen;          /* initiator only: expose no segment */
 } kvf_engine_params_t;

@@ -58,7 +58,8 @@ typedef enum kvf_status {
     KVF_ERR_LEASED = -63,
     KVF_ERR_NOT_READY = -64,
     KVF_ERR_STALE = -65,
-    KVF_ERR_QUOTA = -66, /* over a per-client or per-request limit */
+    KVF_ERR_QUOTA = -66,      /* over a per-client or per-request limit */
+    KVF_ERR_NOT_LEADER = -67, /* a standby master: ask the leader */
 
     /* data integrity */
     KVF_ERR_CHECKSUM = -80,

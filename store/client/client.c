@@ -35,16 +35,23 @@ __thread kvf_store_timing_t kvf_store_tl_timing;
 
 static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
 {
+    char host[KVF_HOST_MAX], uname[96];
     kvf_status_t status;
     kvf_sconn_t *c;
+    uint16_t port;
 
     c = kvf_calloc(1, sizeof(*c));
     if (c == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    if (st->unix_name[0] != '\0' &&
-        kvf_sp_unix_connect(st->unix_name, &c->fd) == KVF_OK) {
-        status = kvf_auth_client(c->fd, st->host, "store", "master (local)",
+    pthread_mutex_lock(&st->lock); /* the address moves with the leader */
+    memcpy(host, st->host, sizeof(host));
+    memcpy(uname, st->unix_name, sizeof(uname));
+    port = st->port;
+    c->gen = st->master_gen;
+    pthread_mutex_unlock(&st->lock);
+    if (uname[0] != '\0' && kvf_sp_unix_connect(uname, &c->fd) == KVF_OK) {
+        status = kvf_auth_client(c->fd, host, "store", "master (local)",
                                  kvf_time_ms() + st->timeout_ms);
         if (status == KVF_OK) {
             c->is_unix = 1;
@@ -58,8 +65,7 @@ static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
             return status;
         }
     }
-    status = kvf_auth_connect(st->host, st->port, (int)st->timeout_ms, "store",
-                              &c->fd);
+    status = kvf_auth_connect(host, port, (int)st->timeout_ms, "store", &c->fd);
     if (status != KVF_OK) {
         kvf_free(c);
         return status;
@@ -107,6 +113,13 @@ static kvf_status_t kvf_store_pick_link(kvf_store_h st)
     return KVF_OK;
 }
 
+void kvf_store_pick_unix(kvf_store_h st)
+{
+    if (kvf_store_pick_link(st) != KVF_OK) {
+        st->unix_name[0] = '\0';
+    }
+}
+
 /* Whether an idle connection is still clean: nothing to read, no
  * hang-up (a master that went away, e.g. restarted, closed it). */
 static int kvf_sconn_clean(kvf_sconn_t *c)
@@ -150,6 +163,12 @@ static void kvf_sconn_close(kvf_sconn_t *c)
 void kvf_store_release(kvf_store_h st, kvf_sconn_t *c)
 {
     pthread_mutex_lock(&st->lock);
+    if (c->gen != st->master_gen) {
+        /* to a master this handle left: not pooled */
+        pthread_mutex_unlock(&st->lock);
+        kvf_sconn_close(c);
+        return;
+    }
     c->next = st->idle;
     st->idle = c;
     pthread_mutex_unlock(&st->lock);
@@ -169,9 +188,13 @@ kvf_status_t kvf_store_rpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
                    kvf_sp_msg_name(type), st->host, st->port,
                    kvf_status_str(status));
         kvf_sconn_close(c);
-        return status;
+    } else {
+        status = (kvf_status_t)c->f.hdr.status;
     }
-    return (kvf_status_t)c->f.hdr.status;
+    if (kvf_store_follow_worth(st, status)) {
+        kvf_store_follow(st, kvf_status_str(status)); /* for the next call */
+    }
+    return status;
 }
 
 kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
@@ -279,9 +302,9 @@ static kvf_status_t kvf_sconn_take(kvf_store_h st, kvf_sconn_t **c_p,
  * its reply. A pooled connection that fails (it may have died with an
  * earlier master) is closed and the request tried once more on another;
  * a fresh one that fails, or a timeout, ends it. */
-static kvf_status_t kvf_store_rpc_go(kvf_store_h st, uint8_t type,
-                                     uint32_t count, const kvf_wr_t *w,
-                                     int wait, kvf_sconn_t **conn_p)
+static kvf_status_t kvf_store_rpc_once(kvf_store_h st, uint8_t type,
+                                       uint32_t count, const kvf_wr_t *w,
+                                       int wait, kvf_sconn_t **conn_p)
 {
     kvf_status_t status;
     kvf_sconn_t *c;
@@ -322,6 +345,35 @@ static kvf_status_t kvf_store_rpc_go(kvf_store_h st, uint8_t type,
     return status;
 }
 
+/* Sends a request on a pooled (or new) connection and, when wait, reads
+ * its reply. A pooled connection that fails (it may have died with an
+ * earlier master) is closed and the request tried once more on another;
+ * a fresh one that fails, or a timeout, ends it. With several masters
+ * (a list, etcd), a master that is gone or not the leader makes the
+ * handle switch to the leader found next; a read is sent there again
+ * while the call's time lasts. */
+static kvf_status_t kvf_store_rpc_go(kvf_store_h st, uint8_t type,
+                                     uint32_t count, const kvf_wr_t *w,
+                                     int wait, kvf_sconn_t **conn_p)
+{
+    uint64_t deadline = kvf_time_ms() + st->timeout_ms;
+    /* reads are sent again to the new leader; a write fails cleanly
+     * (the next call goes to the new leader): a put is never finished by
+     * a master other than the one that started it */
+    int read =
+        (type == KVF_SP_GET || type == KVF_SP_EXISTS || type == KVF_SP_LIST);
+    kvf_status_t status;
+
+    for (;;) {
+        status = kvf_store_rpc_once(st, type, count, w, wait, conn_p);
+        if (!kvf_store_follow_worth(st, status) ||
+            kvf_store_follow(st, kvf_status_str(status)) != KVF_OK || !read ||
+            kvf_time_ms() >= deadline) {
+            return status;
+        }
+    }
+}
+
 kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
                            const kvf_wr_t *w, kvf_sconn_t **conn_p)
 {
@@ -345,9 +397,13 @@ kvf_status_t kvf_store_rpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
     if (status != KVF_OK) {
         *closed_p = 1;
         kvf_sconn_close(c);
-        return status;
+    } else {
+        status = (kvf_status_t)c->f.hdr.status;
     }
-    return (kvf_status_t)c->f.hdr.status;
+    if (kvf_store_follow_worth(st, status)) {
+        kvf_store_follow(st, kvf_status_str(status)); /* for the next call */
+    }
+    return status;
 }
 
 int kvf_store_peer_error(kvf_status_t s)
@@ -528,6 +584,39 @@ static kvf_status_t kvf_store_open_engine(kvf_store_h st,
     return status;
 }
 
+/* The first connection: to the one master, or to the leader among
+ * several (a standby answers a HEARTBEAT-free probe, an empty EXISTS,
+ * with NOT_LEADER). */
+static kvf_status_t kvf_store_connect_leader(kvf_store_h st, kvf_sconn_t **c_p)
+{
+    unsigned i, tries = st->masters.n + 2;
+    kvf_status_t status = KVF_ERR_NOT_LEADER;
+    kvf_sconn_t *c;
+
+    if (!kvf_sp_masters_many(&st->masters)) {
+        return kvf_sconn_open(st, c_p);
+    }
+    for (i = 0; i < tries; i++) {
+        if (kvf_store_follow(st, NULL) != KVF_OK) {
+            continue;
+        }
+        status = kvf_sconn_open(st, &c);
+        if (status == KVF_OK) {
+            status = kvf_sp_call(c->fd, KVF_SP_EXISTS, ++c->next_id, 0, NULL,
+                                 &c->f, kvf_time_ms() + st->timeout_ms);
+            if (status == KVF_OK) {
+                status = (kvf_status_t)c->f.hdr.status;
+            }
+            if (status == KVF_OK) {
+                *c_p = c;
+                return KVF_OK;
+            }
+            kvf_sconn_close(c);
+        }
+    }
+    return status;
+}
+
 kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
                                kvf_store_h *store_p)
 {
@@ -546,7 +635,11 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
     master = (p && (p->field_mask & KVF_STORE_PARAM_MASTER) && p->master)
                  ? p->master
                  : kvf_config_str(&kvf_store_config, "master");
-    status = kvf_sock_parse_addr(master, st->host, sizeof(st->host), &st->port);
+    status = kvf_sp_masters_init(&st->masters, master);
+    if (status == KVF_OK && st->masters.n > 0) {
+        status = kvf_sock_parse_addr(st->masters.addr[0], st->host,
+                                     sizeof(st->host), &st->port);
+    }
     if (status == KVF_OK) {
         status = kvf_store_settings(st, p);
     }
@@ -563,7 +656,7 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
     if (status != KVF_OK) {
         goto err_engine;
     }
-    status = kvf_sconn_open(st, &c);
+    status = kvf_store_connect_leader(st, &c);
     if (status != KVF_OK) {
         kvf_error("store master %s unreachable: %s", master,
                   kvf_status_str(status));

@@ -11,6 +11,7 @@
 #include <kvferry/perf.h>
 #include <kvferry/store.h>
 
+#include "store/proto/masters.h"
 #include "store/proto/msg.h"
 #include "core/sock.h"
 
@@ -34,6 +35,7 @@ typedef struct kvf_sconn {
     uint64_t next_id;
     kvf_sp_frame_t f; /* the last reply */
     kvf_sresv_t resv;
+    uint64_t gen; /* the handle's master_gen when opened */
     struct kvf_sconn *next;
 } kvf_sconn_t;
 
@@ -84,10 +86,14 @@ typedef struct kvf_sloc {
 } kvf_sloc_t;
 
 struct kvf_store {
+    /* the master now (host, port, unix_name: changed under lock by
+     * kvf_store_follow when the leader moves) */
     char host[KVF_HOST_MAX];
     uint16_t port;
-    char unix_name[96]; /* the master's unix socket to try first, or "" */
-    int last_unix;      /* the last connection opened went over unix */
+    kvf_sp_masters_t masters; /* where the master may be (leader.c) */
+    uint64_t master_gen;      /* bumped at each switch */
+    char unix_name[96];       /* the master's unix socket to try first, or "" */
+    int last_unix;            /* the last connection opened went over unix */
     unsigned timeout_ms;
     kvf_engine_h engine;
     int own_engine;
@@ -103,6 +109,16 @@ struct kvf_store {
                             replicas on a node of this address */
     kvf_sloc_t loc;
 };
+
+/* leader.c: the master to use now, chosen among st->masters (the given
+ * one, the list's next, or etcd's leader); switches st's address, drops
+ * idle connections to the old one and reservations. KVF_OK when an
+ * address was set (it may still be down). */
+kvf_status_t kvf_store_follow(kvf_store_h st, const char *why);
+/* Whether status, from a master call, means "try the leader elsewhere". */
+int kvf_store_follow_worth(kvf_store_h st, kvf_status_t status);
+/* Picks the unix socket to try first for st->host:port (client.c). */
+void kvf_store_pick_unix(kvf_store_h st);
 
 /* One request/reply round trip with the master on a pooled connection.
  * On KVF_OK the caller reads (*conn_p)->f, then kvf_store_release()s it;

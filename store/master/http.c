@@ -200,6 +200,9 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
 {
     kvf_hbuf_t nodes = {0};
     kvf_m_snap_t s;
+    uint64_t term;
+    /* -1: the only master; 0: standby or deposed; 1: the leader */
+    int leader = kvf_m_leader_state(m, &term);
 
     kvf_m_snapshot(m, &s, &nodes);
     if (m->http_token[0] == '\0' && nodes.p != NULL) {
@@ -207,7 +210,8 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
     }
     kvf_hbuf_printf(
         b,
-        "{\"epoch\":\"%016lx\",\"nodes\":%zu,\"capacity\":%lu,"
+        "{\"epoch\":\"%016lx\",\"leader\":%d,\"term\":%lu,"
+        "\"nodes\":%zu,\"capacity\":%lu,"
         "\"used\":%lu,\"objects\":%zu,\"pending\":%zu,\"removing\":%zu,"
         "\"reserved\":%lu,\"reservations\":%zu,"
         "\"connections\":{\"tcp\":%u,\"unix\":%u},\"unix_socket\":\"%s\","
@@ -215,10 +219,10 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
         "\"errors\":%lu,\"puts\":%lu,\"removes\":%lu,"
         "\"reclaimed\":%lu,\"aborted\":%lu,\"nodes_lost\":%lu,"
         "\"objects_lost\":%lu,\"node_list\":[%s]}\n",
-        (unsigned long)s.epoch, s.nodes, (unsigned long)s.capacity,
-        (unsigned long)s.used, s.objects, s.pending, s.removing,
-        (unsigned long)s.reserved, s.reservations, s.conns_tcp, s.conns_unix,
-        m->ufd >= 0 ? m->unix_name : "", (unsigned long)s.st.hits,
+        (unsigned long)s.epoch, leader, (unsigned long)term, s.nodes,
+        (unsigned long)s.capacity, (unsigned long)s.used, s.objects, s.pending,
+        s.removing, (unsigned long)s.reserved, s.reservations, s.conns_tcp,
+        s.conns_unix, m->ufd >= 0 ? m->unix_name : "", (unsigned long)s.st.hits,
         (unsigned long)s.st.misses, (unsigned long)s.st.evictions,
         (unsigned long)s.st.errors, (unsigned long)s.st.puts,
         (unsigned long)s.st.removes, (unsigned long)s.st.reclaimed,

@@ -482,6 +482,10 @@ kvf_status_t kvf_m_serve(kvf_master_t *m, kvf_mclient_t *cl,
         return KVF_ERR_PROTOCOL;
     }
     *rtype_p = f->hdr.type | KVF_SP_REPLY;
+    st = kvf_m_leader_check(m);
+    if (st != KVF_OK) {
+        return st;
+    }
     st = kvf_sm_req_check(f->hdr.type, f->hdr.count, f->body, f->hdr.meta_len);
     if (st == KVF_OK) {
         st = h(m, cl, f, w, count_p, flags_p);
@@ -545,7 +549,24 @@ static kvf_status_t kvf_m_listen(kvf_master_t *m, const char *listen)
         kvf_sp_unix_listen(m->unix_name, 256, &m->ufd) != KVF_OK) {
         m->unix_name[0] = '\0';
     }
-    return KVF_OK;
+    /* with etcd: stand for leader at the address just bound */
+    st = kvf_m_leader_start(m);
+    if (st != KVF_OK) {
+        close(m->lfd);
+        if (m->ufd >= 0) {
+            close(m->ufd);
+        }
+    }
+    return st;
+}
+
+/* A single master's epoch: random, the leader bit clear (leader.c sets
+ * a leader's); put ids start from it so they differ across restarts. */
+static void kvf_m_first_epoch(kvf_master_t *m)
+{
+    m->epoch = kvf_hash64(&m, sizeof(m), kvf_time_ns() ^ (uint64_t)getpid());
+    m->epoch = (m->epoch | 1) & ~KVF_M_HA_EPOCH;
+    m->next_put_id = (m->epoch & 0xffffffffull) << 32;
 }
 
 kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
@@ -575,9 +596,7 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     m->opts.http = NULL;
     m->opts.listen = NULL;
     m->lfd = m->hfd = m->ufd = -1;
-    m->epoch = kvf_hash64(&m, sizeof(m), kvf_time_ns() ^ (uint64_t)getpid());
-    m->epoch |= 1;
-    m->next_put_id = (m->epoch & 0xffffffffull) << 32;
+    kvf_m_first_epoch(m);
     pthread_mutex_init(&m->lock, NULL);
     kvf_cond_init(&m->stop_cond);
     st = kvf_m_init(m);
@@ -601,7 +620,7 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     if (opts->http != NULL && opts->http[0] != '\0') {
         st = kvf_m_http_start(m, opts->http);
         if (st != KVF_OK) {
-            goto err_listen;
+            goto err_leader;
         }
     }
     if (pthread_create(&m->reaper_thread, NULL, kvf_m_reaper_main, m) != 0) {
@@ -633,7 +652,8 @@ err_reaper:
     pthread_join(m->reaper_thread, NULL);
 err_http:
     kvf_m_http_stop(m);
-err_listen:
+err_leader:
+    kvf_m_leader_stop(m);
     close(m->lfd);
     if (m->ufd >= 0) {
         close(m->ufd);
@@ -654,6 +674,7 @@ void kvf_master_stop(kvf_master_t *m)
     if (m == NULL) {
         return;
     }
+    kvf_m_leader_stop(m); /* resign first: a standby takes over */
     pthread_mutex_lock(&m->lock);
     __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&m->stop_cond);

@@ -114,11 +114,22 @@ struct kvf_master {
     int helpers;            /* node registrations in flight (atomic) */
     struct kvf_mcaps *caps; /* connection counts per peer (limits.c) */
     struct kvf_mreg *reg;   /* registration workers (loop.c) */
+    /* high availability (leader.c) */
+    struct kvf_elect *elect; /* NULL: the only master */
+    uint64_t term_epoch;     /* etcd revision of this leader's term */
+    int deposed;             /* its term ended: refuses everything */
 };
+
+/* A leader's epoch: the top bit set, the etcd revision below (a single
+ * master's epochs have it clear; nodes order only epochs with it). */
+#define KVF_M_HA_EPOCH KVF_SM_HA_EPOCH
 
 /* objects.c -- all called with the lock held */
 kvf_status_t kvf_m_init(kvf_master_t *m);
 void kvf_m_fini(kvf_master_t *m);
+/* Drops every object, reservation and node (a new leader's term starts
+ * empty); the tables stay. */
+void kvf_m_clear(kvf_master_t *m);
 /* cl: the client that asks (its limits apply; NULL: none) */
 kvf_status_t kvf_m_put_start(kvf_master_t *m, kvf_mclient_t *cl,
                              const char *key, uint64_t size, unsigned replicas,
@@ -178,6 +189,15 @@ void kvf_m_caps_fini(kvf_master_t *m);
 kvf_status_t kvf_m_caps_admit(kvf_master_t *m, int fd, int is_unix,
                               const struct sockaddr *sa, kvf_mpeer_t **peer_p);
 void kvf_m_caps_release(kvf_master_t *m, kvf_mpeer_t *p, int is_unix);
+
+/* leader.c: campaign when `metadata` is etcd (else nothing); check
+ * before serving a request (KVF_ERR_NOT_LEADER from a standby or a
+ * deposed leader); the state for /status (-1 no HA, 0 standby, 1
+ * leader; *epoch_p the term's). */
+kvf_status_t kvf_m_leader_start(kvf_master_t *m);
+void kvf_m_leader_stop(kvf_master_t *m);
+kvf_status_t kvf_m_leader_check(kvf_master_t *m);
+int kvf_m_leader_state(kvf_master_t *m, uint64_t *epoch_p);
 
 /* http.c */
 kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen);

@@ -79,7 +79,7 @@ kvf_status_t kvf_m_init(kvf_master_t *m)
 static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o);
 static uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o);
 
-void kvf_m_fini(kvf_master_t *m)
+void kvf_m_clear(kvf_master_t *m)
 {
     kvf_mnode_t *n;
     size_t i;
@@ -101,6 +101,12 @@ void kvf_m_fini(kvf_master_t *m)
         kvf_pa_fini(&n->pa);
         kvf_free(n);
     }
+    m->nnodes = 0;
+}
+
+void kvf_m_fini(kvf_master_t *m)
+{
+    kvf_m_clear(m);
     kvf_free(m->table);
     m->table = NULL;
     kvf_free(m->ptable);

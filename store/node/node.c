@@ -15,6 +15,7 @@
  * master is unreachable.
  */
 #include "store/node/node.h"
+#include "store/proto/masters.h"
 #include "store/proto/msg.h"
 #include "core/auth.h"
 #include "core/alloc.h"
@@ -31,7 +32,9 @@
 
 struct kvf_node {
     kvf_node_opts_t opts;
-    char master[KVF_HOST_MAX + 8];
+    kvf_sp_masters_t masters;      /* where the master may be */
+    char master[KVF_HOST_MAX + 8]; /* the one registered with (or tried) */
+    uint64_t max_epoch; /* newest leader epoch seen (KVF_SM_HA_EPOCH) */
     kvf_engine_h engine;
     kvf_region_h region;
     void *pool;
@@ -60,7 +63,7 @@ static void kvf_node_disconnect(kvf_node_t *n)
     }
 }
 
-static kvf_status_t kvf_node_register(kvf_node_t *n)
+static kvf_status_t kvf_node_register_at(kvf_node_t *n)
 {
     uint64_t deadline = kvf_time_ms() + n->opts.timeout_ms;
     char host[KVF_HOST_MAX];
@@ -100,6 +103,20 @@ static kvf_status_t kvf_node_register(kvf_node_t *n)
     }
     kvf_rd_init(&r, n->f.body, n->f.hdr.meta_len);
     kvf_sm_node_reg_rep_dec(&r, &rep);
+    if ((rep.master_epoch & KVF_SM_HA_EPOCH) &&
+        rep.master_epoch < n->max_epoch) {
+        /* fencing: a deposed leader never gets this node back */
+        kvf_warn("node: master %s has epoch %lu, older than %lu: refused",
+                 n->master,
+                 (unsigned long)(rep.master_epoch & ~KVF_SM_HA_EPOCH),
+                 (unsigned long)(n->max_epoch & ~KVF_SM_HA_EPOCH));
+        kvf_node_disconnect(n);
+        return KVF_ERR_STALE;
+    }
+    if ((rep.master_epoch & KVF_SM_HA_EPOCH) &&
+        rep.master_epoch > n->max_epoch) {
+        n->max_epoch = rep.master_epoch;
+    }
     n->epoch = rep.master_epoch;
     n->gen = rep.node_gen;
     n->hb_ms = rep.heartbeat_ms;
@@ -112,6 +129,28 @@ static kvf_status_t kvf_node_register(kvf_node_t *n)
              kvf_engine_segment_name(n->engine), n->master,
              (unsigned long)n->epoch, (unsigned long)n->gen);
     return KVF_OK;
+}
+
+/* Registers with the master: the one given, or, with a list or etcd,
+ * the leader (each candidate once; a standby answers NOT_LEADER). */
+static kvf_status_t kvf_node_register(kvf_node_t *n)
+{
+    unsigned tries = kvf_sp_masters_many(&n->masters) ? n->masters.n + 1 : 1;
+    kvf_status_t st = KVF_ERR_NOT_LEADER;
+    unsigned i;
+
+    for (i = 0; i < tries; i++) {
+        if (kvf_sp_masters_many(&n->masters) &&
+            kvf_sp_masters_pick(&n->masters, n->opts.timeout_ms, n->master,
+                                sizeof(n->master), NULL) != KVF_OK) {
+            continue;
+        }
+        st = kvf_node_register_at(n);
+        if (st == KVF_OK) {
+            return st;
+        }
+    }
+    return st;
 }
 
 static kvf_status_t kvf_node_heartbeat(kvf_node_t *n)
@@ -219,6 +258,7 @@ static void kvf_node_unmap_pool(kvf_node_t *n)
 
 kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
 {
+    uint64_t t_start = kvf_time_ms();
     kvf_engine_params_t ep = {0};
     kvf_status_t st;
     kvf_node_t *n;
@@ -232,7 +272,12 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
     }
     n->opts = *opts;
     n->fd = -1;
-    snprintf(n->master, sizeof(n->master), "%s", opts->master);
+    st = kvf_sp_masters_init(&n->masters, opts->master);
+    if (st != KVF_OK) {
+        kvf_free(n);
+        return st;
+    }
+    snprintf(n->master, sizeof(n->master), "%s", n->masters.addr[0]);
     n->uid = kvf_hash64(&n, sizeof(n), kvf_time_ns() ^ (uint64_t)getpid());
     st = kvf_auth_random(n->instance, sizeof(n->instance));
     if (st != KVF_OK) {
@@ -263,6 +308,15 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
         goto err_engine;
     }
     st = kvf_node_register(n);
+    /* with several masters (a list, etcd) a leader may be in the making:
+     * keep trying for 10 s (or the timeout, when longer) */
+    while (st != KVF_OK && kvf_sp_masters_many(&n->masters) &&
+           kvf_time_ms() <
+               t_start +
+                   (opts->timeout_ms > 10000 ? opts->timeout_ms : 10000)) {
+        usleep(100 * 1000); /* the masters may be electing their leader */
+        st = kvf_node_register(n);
+    }
     if (st != KVF_OK) {
         kvf_error("node %s: registration with master %s failed: %s",
                   kvf_engine_segment_name(n->engine), n->master,

@@ -90,6 +90,11 @@ typedef struct kvf_sm_obj {
 
 #define KVF_SM_INSTANCE_LEN 16
 
+/* master_epoch of a leader elected through etcd: this bit set, its
+ * term's etcd revision below; nodes refuse one older than the newest
+ * they have seen. A single master's epoch has the bit clear. */
+#define KVF_SM_HA_EPOCH (1ull << 63)
+
 typedef struct kvf_sm_node_reg {
     char segment[KVF_STORE_SEG_MAX];
     uint64_t uid;

@@ -22,6 +22,7 @@
 #define KVF_OPTS_LOG_VAL      998
 #define KVF_OPTS_SECRET_VAL   997
 #define KVF_OPTS_INSECURE_VAL 996
+#define KVF_OPTS_METADATA_VAL 995
 
 int kvf_opts_error(const kvf_cmd_spec_t *spec, const char *fmt, ...)
 {
@@ -135,6 +136,8 @@ void kvf_opts_help(const kvf_cmd_spec_t *spec, void *fp)
             "the cluster secret (config `secret_file`; docs/security.md)");
     fprintf(f, "      --insecure%*s%s\n", KVF_OPTS_COL - 16, "",
             "no authentication, allow non-loopback binds without a secret");
+    fprintf(f, "      --metadata URI%*s%s\n", KVF_OPTS_COL - 20, "",
+            "p2p (default) or etcd://host:port[,host:port] (`metadata`)");
     fprintf(f, "  -h, --help%*s%s\n", KVF_OPTS_COL - 12, "", "print this help");
     if (spec->epilog != NULL) {
         fprintf(f, "%s\n", spec->epilog);
@@ -321,7 +324,9 @@ static int kvf_opts_build(const kvf_cmd_spec_t *spec, struct option *lo,
                                 KVF_OPTS_SECRET_VAL};
     lo[k + 4] =
         (struct option){"insecure", no_argument, NULL, KVF_OPTS_INSECURE_VAL};
-    lo[k + 5] = (struct option){NULL, 0, NULL, 0};
+    lo[k + 5] = (struct option){"metadata", required_argument, NULL,
+                                KVF_OPTS_METADATA_VAL};
+    lo[k + 6] = (struct option){NULL, 0, NULL, 0};
     return i;
 }
 
@@ -356,7 +361,7 @@ static int kvf_opts_required(const kvf_cmd_spec_t *spec, const char *given)
 int kvf_opts_parse(const kvf_cmd_spec_t *spec, int argc, char **argv,
                    int *argi_p)
 {
-    struct option lo[KVF_OPTS_MAX + 6];
+    struct option lo[KVF_OPTS_MAX + 7];
     char shorts[3 * KVF_OPTS_MAX + 4], given[KVF_OPTS_MAX] = {0};
     int n, c, i, rc;
 
@@ -376,6 +381,11 @@ int kvf_opts_parse(const kvf_cmd_spec_t *spec, int argc, char **argv,
             /* the key log_file, inherited by the processes it starts */
             setenv("KVF_LOG_FILE", optarg, 1);
             fprintf(stderr, "kvferry: log lines go to %s\n", optarg);
+            continue;
+        }
+        if (c == KVF_OPTS_METADATA_VAL) {
+            /* the key metadata, inherited by the processes it starts */
+            setenv("KVF_METADATA", optarg, 1);
             continue;
         }
         if (c == KVF_OPTS_SECRET_VAL || c == KVF_OPTS_INSECURE_VAL) {

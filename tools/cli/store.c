@@ -45,8 +45,9 @@ static kvf_status_t kvf_scli_probe(const char *master)
     kvf_status_t s;
     int fd;
 
-    if (kvf_net_parse_addr(master, host, sizeof(host), &port) != KVF_OK) {
-        return KVF_OK; /* the library says what is wrong with it */
+    if (strchr(master, ',') != NULL ||
+        kvf_net_parse_addr(master, host, sizeof(host), &port) != KVF_OK) {
+        return KVF_OK; /* a list of masters, or wrong: the library's */
     }
     s = kvf_net_connect(host, port, 2000, &fd);
     if (s == KVF_OK) {

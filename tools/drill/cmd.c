@@ -48,6 +48,18 @@ static const kvf_drill_def_t kvf_drills[] = {
     {"master-restart", kvf_drill_master_restart, 0, 1,
      "the master killed and restarted: nodes re-register, clients "
      "reconnect, nothing served from a stale location"},
+    {"master-failover", kvf_drill_master_failover, 0, 1,
+     "two masters over etcd, the leader SIGKILLed: the standby leads, "
+     "node and clients follow, no wrong bytes"},
+    {"master-partition", kvf_drill_master_partition, 0, 1,
+     "the leader cut from etcd (not from nodes): steps down in half a "
+     "lease, accepts no write after, the other leads"},
+    {"etcd-leader-stop", kvf_drill_etcd_leader_stop, 0, 1,
+     "etcd SIGSTOPped under traffic: the leader steps down in half a "
+     "lease, no call hangs, the standby leads after"},
+    {"etcd-down", kvf_drill_etcd_down, 0, 1,
+     "etcd stopped and started again: bounded waits, a leader again "
+     "after"},
     {"corruption", kvf_drill_corruption, 0, 1,
      "bytes flipped in node pools: checksum catches them, the other "
      "replica serves, never bad bytes"},

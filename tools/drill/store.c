@@ -271,6 +271,8 @@ static int kvf_drill_status_here(const char *http, kvf_drill_mstatus_t *s)
     s->puts = kvf_drill_json_num(body, "puts");
     s->hits = kvf_drill_json_num(body, "hits");
     s->misses = kvf_drill_json_num(body, "misses");
+    s->leader = kvf_drill_json_num(body, "leader");
+    s->term = kvf_drill_json_num(body, "term");
     return isnan(s->objects) ? -1 : 0;
 }
 

@@ -41,6 +41,7 @@ typedef struct kvf_drill_cluster {
 typedef struct kvf_drill_mstatus {
     double nodes, capacity, used, objects, pending, evictions, reclaimed;
     double nodes_lost, objects_lost, puts, hits, misses;
+    double leader, term; /* HA: 1 leader, 0 standby, -1 the only one */
 } kvf_drill_mstatus_t;
 
 /* Store worker workload (copied into the worker at fork). */
@@ -123,6 +124,11 @@ void *kvf_drill_shared_alloc(size_t len);
 int kvf_drill_node_kill(kvf_drill_t *d);
 int kvf_drill_client_kill(kvf_drill_t *d);
 int kvf_drill_master_restart(kvf_drill_t *d);
+/* ha.c: two masters over a real etcd (skipped without etcd) */
+int kvf_drill_master_failover(kvf_drill_t *d);
+int kvf_drill_etcd_leader_stop(kvf_drill_t *d);
+int kvf_drill_etcd_down(kvf_drill_t *d);
+int kvf_drill_master_partition(kvf_drill_t *d);
 int kvf_drill_corruption(kvf_drill_t *d);
 int kvf_drill_cache_clear(kvf_drill_t *d);
 int kvf_drill_capacity_pressure(kvf_drill_t *d);

@@ -1,0 +1,74 @@
+/*
+ * The client following the master leader. A handle given several
+ * masters (config `master` = "h1:p1,h2:p2") or etcd (`metadata` =
+ * etcd://...) sends a request that failed because its master is gone
+ * (connect refused, reset, closed) or is not the leader (a standby, a
+ * deposed leader: KVF_ERR_NOT_LEADER) to the next candidate: etcd's
+ * leader when etcd names one, else the next of the list. Switching
+ * bumps master_gen (connections to the old master are closed, not
+ * pooled) and peer_epoch (reservations made with the old master are
+ * not used). Every call keeps its deadline: the retries stop when it
+ * has passed (client.c).
+ */
+#include "store/client/client_int.h"
+#include "core/alloc.h"
+#include "core/log.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int kvf_store_follow_worth(kvf_store_h st, kvf_status_t status)
+{
+    if (!kvf_sp_masters_many(&st->masters)) {
+        return 0;
+    }
+    return status == KVF_ERR_NOT_LEADER || status == KVF_ERR_CONNECT ||
+           status == KVF_ERR_CONN_RESET || status == KVF_ERR_PEER_CLOSED ||
+           status == KVF_ERR_PEER_UNREACHABLE;
+}
+
+kvf_status_t kvf_store_follow(kvf_store_h st, const char *why)
+{
+    char addr[KVF_HOST_MAX + 8], host[KVF_HOST_MAX];
+    kvf_sconn_t *idle, *c;
+    kvf_status_t status;
+    uint16_t port;
+
+    /* the etcd look-up is bounded by a fraction of the call's time */
+    status = kvf_sp_masters_pick(&st->masters, st->timeout_ms / 4 + 1, addr,
+                                 sizeof(addr), NULL);
+    if (status == KVF_OK) {
+        status = kvf_sock_parse_addr(addr, host, sizeof(host), &port);
+    }
+    if (status != KVF_OK) {
+        usleep(20 * 1000); /* no leader yet: do not spin */
+        return status;
+    }
+    pthread_mutex_lock(&st->lock);
+    if (strcmp(host, st->host) == 0 && port == st->port && why != NULL &&
+        st->masters.n <= 1) {
+        /* etcd still names the master that failed: wait a little */
+        pthread_mutex_unlock(&st->lock);
+        usleep(20 * 1000);
+        return KVF_OK;
+    }
+    memcpy(st->host, host, sizeof(st->host));
+    st->port = port;
+    kvf_store_pick_unix(st);
+    st->master_gen++;
+    idle = st->idle;
+    st->idle = NULL;
+    pthread_mutex_unlock(&st->lock);
+    __atomic_add_fetch(&st->peer_epoch, 1, __ATOMIC_RELEASE);
+    while ((c = idle) != NULL) {
+        idle = c->next;
+        close(c->fd);
+        kvf_sp_frame_free(&c->f);
+        kvf_free(c);
+    }
+    if (why != NULL) {
+        kvf_log_rl(KVF_LOG_WARN, "store: master now %s (%s)", addr, why);
+    }
+    return KVF_OK;
+}
