@@ -566,6 +566,9 @@ class KVCache:
         done = 0
         npc = self.layout.pieces_per_block
         try:
+            if self._stage is not None and self._stage_chunks >= 2:
+                done = self._load_pipelined(keys[:n], block_ids[:n])
+                n = 0
             for a, b in self._slices(n, npc):
                 ok, stop = self._load_slice(keys[a:b], block_ids[a:b])
                 done += ok
@@ -661,12 +664,14 @@ class KVCache:
         for ck in keys[:k]:
             pkeys += self.piece_keys(ck)
         t0 = time.perf_counter()
-        got = self.store.get_batch(pkeys, [(self._stage_region, int(o), int(n))
-                                           for o, n in zip(packed, lens)], check=False)
+        got, rec = self.store.get_batch_sums(pkeys, [(self._stage_region, int(o), int(n))
+                                                    for o, n in zip(packed, lens)])
         t1 = time.perf_counter()
         good, corrupt = k, False
         for i, n in enumerate(got):
-            if n != int(lens[i]):
+            # unhashed by the store: the scatter below verifies the bytes
+            # against the manifest, which must be what the store recorded
+            if n != int(lens[i]) or rec[i] != mans[i // npc][i % npc]:
                 good, corrupt = i // npc, n != ERR_NO_KEY
                 break
         ok = good
@@ -684,6 +689,83 @@ class KVCache:
             if corrupt:
                 self.stats.corrupt_misses += 1
         return ok, ok < len(keys)
+
+    def _read_half(self, keys: List[bytes], half: int) -> Tuple[Any, ...]:
+        """The read stage of a pipelined load (a worker thread): the
+        manifests of keys, then their pieces into half `half` of the
+        stage, unhashed (the scatter verifies them). Returns (manifests,
+        chunks read whole, corrupt, recorded sums, seconds query, read)."""
+        t = self._table
+        npc = self.layout.pieces_per_block
+        t0 = time.perf_counter()
+        mans = self._load_manifests(keys)
+        t1 = time.perf_counter()
+        k = len(mans)
+        if not k:
+            return mans, 0, False, [], t1 - t0, 0.0
+        lens = t.piece_lens(k)
+        packed = t.packed(k, half * self._half_bytes)
+        pkeys = [pk for ck in keys[:k] for pk in self.piece_keys(ck)]
+        got, sums = self.store.get_batch_sums(
+            pkeys, [(self._stage_region, int(o), int(n)) for o, n in zip(packed, lens)])
+        good, corrupt = k, False
+        for i, n in enumerate(got):
+            # the store's recorded checksum must be the manifest's: the
+            # bytes are then verified against both by the scatter
+            if n != int(lens[i]) or sums[i] != mans[i // npc][i % npc]:
+                good, corrupt = i // npc, n != ERR_NO_KEY
+                break
+        return mans, good, corrupt, sums, t1 - t0, time.perf_counter() - t1
+
+    def _load_pipelined(self, keys: List[bytes], blocks: Sequence[int]) -> int:
+        """GPU cache, stage of two halves: while one kernel scatters slice
+        i from one half into the cache and checks every piece against its
+        manifest checksum, a worker thread reads slice i+1's manifests and
+        pieces into the other half. The first chunk with a missing, short
+        or mismatching piece ends the hit. Returns the chunks loaded."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .kv_gpu import first_mismatch
+
+        t = self._table
+        npc = self.layout.pieces_per_block
+        step = self._stage_chunks // 2
+        self._half_bytes = step * t.chunk_bytes
+        bounds = [(a, min(len(keys), a + step)) for a in range(0, len(keys), step)]
+        if not bounds:
+            return 0
+        done = 0
+        with ThreadPoolExecutor(1, thread_name_prefix="kvferry-kv-read") as pool:
+            fut = pool.submit(self._read_half, keys[bounds[0][0]:bounds[0][1]], 0)
+            for i, (a, b) in enumerate(bounds):
+                mans, good, corrupt, _, tq, tr = fut.result()
+                fut = None
+                if good == b - a and not corrupt and i + 1 < len(bounds):
+                    na, nb = bounds[i + 1]
+                    fut = pool.submit(self._read_half, keys[na:nb], (i + 1) % 2)
+                t1 = time.perf_counter()
+                ok = good
+                if good:
+                    m = good * npc
+                    expect = [v for man in mans[:good] for v in man]
+                    st, sums = self._mover.copy(
+                        self._stage.mem(), t.side, t.packed(good, (i % 2) * self._half_bytes),
+                        t.offsets(blocks[a:a + good]), t.piece_lens(good), expect=expect)
+                    if st != OK:
+                        ok, corrupt = first_mismatch(sums, expect) // npc, True
+                with self._lock:
+                    self.stats.t_query += tq
+                    self.stats.t_read += tr
+                    self.stats.t_h2d += time.perf_counter() - t1
+                    self.stats.bytes_loaded += ok * t.chunk_bytes
+                    if corrupt:
+                        self.stats.corrupt_misses += 1
+                done += ok
+                if ok < b - a:
+                    break
+            if fut is not None:
+                fut.result()  # its half is written before the next load
+        return done
 
     # -- housekeeping ------------------------------------------------------
 

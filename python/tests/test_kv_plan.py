@@ -1,0 +1,114 @@
+"""LocalKVCache's planned and layer-wise loads (plan_load, load_planned)
+on the CPU: the cache's pool and GPU side are host arrays and the
+verifying copy kernel is replaced by a host copy that computes
+kvf_checksum of each piece, so the descriptor tables, the layer
+selection and the corruption handling are tested without a GPU (the
+GPU run of test_kv_gpu.py covers the real kernel)."""
+
+import ctypes
+import threading
+from collections import OrderedDict
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+import kvferry  # noqa: E402
+from kvferry import kv_gpu  # noqa: E402
+from kvferry.errors import ERR_CHECKSUM, OK  # noqa: E402
+from kvferry.kv import KVLayout, KVStats, LocalKVCache  # noqa: E402
+
+
+class _Region:
+    def __init__(self, addr, nbytes):
+        self.addr, self.nbytes, self.mem_type, self.device = addr, nbytes, kvferry.MEM_CUDA, 0
+
+
+class _Mem:
+    def __init__(self, base, n):
+        self.base, self.len = base, n
+
+
+class _HostMover:
+    """kvf_gpu_copy_blocks_sum's contract on host memory."""
+
+    def copy_table(self, src, dst, blk, expect, sums, timeout_ms=0, flags=0):
+        lib = kvferry._lib.lib()
+        for i, (so, do, ln) in enumerate(blk):
+            ctypes.memmove(int(dst.base) + int(do), int(src.base) + int(so), int(ln))
+            sums[i] = lib.kvf_checksum(int(dst.base) + int(do), int(ln))
+        return OK if expect is None or (sums == expect).all() else ERR_CHECKSUM
+
+
+def _cache(lay, slots):
+    c = LocalKVCache.__new__(LocalKVCache)
+    c.layout, c.fingerprint, c.stats, c._lock = lay, lay.fingerprint(), KVStats(), threading.Lock()
+    nb = lay.buffer_bytes()
+    c.arena = np.zeros(lay.num_buffers * nb, dtype=np.uint8)
+    base = c.arena.ctypes.data
+    c._table = kv_gpu.BlockTable(lay, [_Region(base + i * nb, nb) for i in range(lay.num_buffers)])
+    c._table.side = _Mem(base, c.arena.nbytes)
+    c.npc, c.slots = lay.pieces_per_block, slots
+    c.pool_bytes = np.random.default_rng(3).integers(0, 255, slots * c._table.chunk_bytes,
+                                                     dtype=np.uint8)
+    c.pool = type("P", (), {})()
+    c.pool.mem = lambda: _Mem(c.pool_bytes.ctypes.data, c.pool_bytes.nbytes)
+    c._mover, c._index, c._free = _HostMover(), OrderedDict(), []
+    c._sums = np.zeros((slots, c.npc), dtype=np.uint64)
+    return c
+
+
+def _hold(c, toks, first_slot):
+    """Marks the chunks of toks held in consecutive slots, with the
+    checksums of the pool's bytes recorded."""
+    lib, t = kvferry._lib.lib(), c._table
+    cb = t.chunk_bytes
+    keys = c.chunk_keys(toks)
+    for j, k in enumerate(keys):
+        slot = first_slot + j
+        c._index[k] = slot
+        for p in range(c.npc):
+            c._sums[slot, p] = lib.kvf_checksum(c.pool_bytes.ctypes.data + slot * cb + t.within[p],
+                                                t.lens[p])
+    return keys
+
+
+def test_planned_and_layer_loads_move_and_verify():
+    lay = KVLayout.vllm("m", "bfloat16", 4, 64, 16, 2, 64)
+    c = _cache(lay, 8)
+    toks = list(range(16 * 5))
+    keys = _hold(c, toks, 2)
+    ids = [9, 3, 40, 7, 22]
+    assert c.load(toks, ids) == 80
+    t, nb = c._table, lay.buffer_bytes()
+    blk = lay.block_size * lay.token_bytes
+    src = 4 * t.chunk_bytes + t.within[3]  # chunk 2 (slot 4), layer 1's V
+    at = nb + 64 * blk + 40 * blk
+    assert (c.arena[at:at + blk] == c.pool_bytes[src:src + blk]).all()
+    plan = c.plan_load(toks, ids)
+    assert plan.tokens == 80
+    c.arena[:] = 0
+    assert c.load_planned(plan, layers=[2, 3]) == 80
+    assert not c.arena[:nb].any() and c.arena[2 * nb:].any()
+    assert c.load_planned(plan, [0]) == 80 and c.load_planned(plan, [0, 2]) == 80
+    # a flipped bit in chunk 1's layer-2 V: layers 0-1 still pass, layer 2
+    # ends the hit there and drops the chunk; later groups load less
+    c.pool_bytes[3 * t.chunk_bytes + t.within[5] + 7] ^= 1
+    assert c.load_planned(plan, [0, 1]) == 80
+    assert c.load_planned(plan, [2]) == 16 and plan.tokens == 16
+    assert c.stats.corrupt_misses == 1 and keys[1] not in c._index
+    assert c.load_planned(plan, [3]) == 16
+    assert c.load(toks, ids) == 16
+    with pytest.raises(ValueError):
+        c.load_planned(plan, [4])
+
+
+def test_layer_loads_need_a_per_layer_layout():
+    lay = KVLayout.sglang("m", "bfloat16", 2, 8, 16, 2, 64)
+    c = _cache(lay, 4)
+    toks = list(range(32))
+    _hold(c, toks, 0)
+    plan = c.plan_load(toks, [1, 2])
+    with pytest.raises(ValueError):
+        c.load_planned(plan, [0])
+    assert c.load_planned(plan) == 32
