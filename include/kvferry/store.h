@@ -168,10 +168,12 @@ KVF_API kvf_status_t kvf_store_get_batch(kvf_store_h store, size_t count,
  * fails tries the next replica; a replica holding wrong bytes is not
  * noticed here. For memory the CPU could hash but should not (a pinned
  * stage whose bytes the GPU verifies anyway). */
-KVF_API kvf_status_t kvf_store_get_batch_sums(
-    kvf_store_h store, size_t count, const char *const *keys,
-    void *const *bufs, const size_t *caps, size_t *lens, unsigned flags,
-    uint64_t *sums, kvf_status_t *statuses);
+KVF_API kvf_status_t kvf_store_get_batch_sums(kvf_store_h store, size_t count,
+                                              const char *const *keys,
+                                              void *const *bufs,
+                                              const size_t *caps, size_t *lens,
+                                              unsigned flags, uint64_t *sums,
+                                              kvf_status_t *statuses);
 KVF_API kvf_status_t kvf_store_remove_batch(kvf_store_h store, size_t count,
                                             const char *const *keys,
                                             kvf_status_t *statuses);

@@ -39,13 +39,13 @@ typedef struct kvf_get_job {
     kvf_status_t *s;
     kvf_store_timing_t *tm;
     const kvf_store_info_t *given; /* kvf_store_read's look-up, or NULL */
-    uint64_t *sums; /* kvf_store_get_batch_sums: recorded checksums out,
-                       no host hashing (the caller verifies) */
-    uint64_t sent_ns;              /* when the look-up left */
-    kvf_sreps_t *e;                /* per key: the look-up's answer */
-    unsigned *mism;                /* per key: replicas with wrong bytes */
-    unsigned char *want;           /* per key: still to read */
-    kvf_smove_t mv;                /* one read per key per round */
+    uint64_t *sums;      /* kvf_store_get_batch_sums: recorded checksums out,
+                            no host hashing (the caller verifies) */
+    uint64_t sent_ns;    /* when the look-up left */
+    kvf_sreps_t *e;      /* per key: the look-up's answer */
+    unsigned *mism;      /* per key: replicas with wrong bytes */
+    unsigned char *want; /* per key: still to read */
+    kvf_smove_t mv;      /* one read per key per round */
     kvf_sarena_t arena;
 } kvf_get_job_t;
 
