@@ -21,9 +21,21 @@ in pinned host memory, split into query (index lookup), read (none:
 local), H2D + verify (one kernel), against the ceiling and ``kvferry
 calc``'s estimate for the same model, length and measured H2D rate.
 
+``remote`` (default 32K tokens): the prefix through a store started
+here (master and node on this host): saved over shm, loaded over shm
+and over tcp (forced) by :class:`kvferry.kv.KVCache` -- store reads into
+one half of the pinned stage while the verifying kernel scatters the
+other half, the store client not hashing (the kernel verifies) -- with
+the split query / read / H2D + verify and the share of the H2D ceiling.
+
+``store-cpu`` (no GPU): the host half of that load, a store get over shm
+of 32 KiB objects with and without the client's CPU checksum, against
+one thread's memcpy.
+
 Each mode prints a table and writes ``--json FILE`` and ``--record DIR``
 (a Markdown and a JSON record: environment, hypothesis, configuration,
-P50/P99, gap to the estimate, conclusion). Exit 77 without a GPU.
+P50/P99, gap to the estimate, conclusion). Exit 77 without a GPU (except
+``store-cpu``).
 """
 
 from __future__ import annotations
