@@ -314,6 +314,15 @@ def _gpu_checksum(addr: int, n: int) -> Optional[int]:
     return out.value
 
 
+class _PipelineStop(Exception):
+    """A pipelined load cut short by a store error, with the chunks it
+    verified before."""
+
+    def __init__(self, done: int):
+        super().__init__(done)
+        self.done = done
+
+
 class KVCache:
     """A paged KV cache bound to a store: save and load by token prefix.
 
@@ -725,17 +734,30 @@ class KVCache:
         or mismatching piece ends the hit. Returns the chunks loaded."""
         from concurrent.futures import ThreadPoolExecutor
 
+        step = self._stage_chunks // 2
+        self._half_bytes = step * self._table.chunk_bytes
+        bounds = [(a, min(len(keys), a + step)) for a in range(0, len(keys), step)]
+        done = 0
+        if not bounds:
+            return 0
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="kvferry-kv-read") as pool:
+                done = self._pipeline(pool, keys, blocks, bounds)
+        except _PipelineStop as e:
+            # a dead node or master: what is verified so far stands
+            with self._lock:
+                self.stats.load_errors += 1
+            done = e.done
+        return done
+
+    def _pipeline(self, pool: Any, keys: List[bytes], blocks: Sequence[int],
+                  bounds: List[Tuple[int, int]]) -> int:
         from .kv_gpu import first_mismatch
 
         t = self._table
         npc = self.layout.pieces_per_block
-        step = self._stage_chunks // 2
-        self._half_bytes = step * t.chunk_bytes
-        bounds = [(a, min(len(keys), a + step)) for a in range(0, len(keys), step)]
-        if not bounds:
-            return 0
         done = 0
-        with ThreadPoolExecutor(1, thread_name_prefix="kvferry-kv-read") as pool:
+        try:
             fut = pool.submit(self._read_half, keys[bounds[0][0]:bounds[0][1]], 0)
             for i, (a, b) in enumerate(bounds):
                 mans, good, corrupt, _, tq, tr = fut.result()
@@ -746,7 +768,6 @@ class KVCache:
                 t1 = time.perf_counter()
                 ok = good
                 if good:
-                    m = good * npc
                     expect = [v for man in mans[:good] for v in man]
                     st, sums = self._mover.copy(
                         self._stage.mem(), t.side, t.packed(good, (i % 2) * self._half_bytes),
@@ -765,6 +786,8 @@ class KVCache:
                     break
             if fut is not None:
                 fut.result()  # its half is written before the next load
+        except KvferryError:
+            raise _PipelineStop(done) from None
         return done
 
     # -- housekeeping ------------------------------------------------------
