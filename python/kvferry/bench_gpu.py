@@ -295,10 +295,12 @@ def _remote_load(c: Any, s: Setup, iters: int, ch: float, name: str) -> Dict[str
     c.stats.t_query = c.stats.t_read = c.stats.t_h2d = 0.0
     got: List[int] = []
     ts = _times(lambda: got.append(c.load(s.tokens, s.load_ids)), iters)
-    if c.stats.corrupt_misses or any(g != len(s.tokens) for g in got):
-        raise SystemExit("bench_gpu: %s: loaded %s of %d tokens, %d corrupt" % (
-            name, got, len(s.tokens), c.stats.corrupt_misses))
     r = _row(name, s.nbytes, ts, ch)
+    if c.stats.corrupt_misses or any(g != len(s.tokens) for g in got):
+        # kept in the record (the other rows still count), marked
+        print("bench_gpu: %s: loaded %s of %d tokens, %d corrupt" % (
+            name, sorted(set(got)), len(s.tokens), c.stats.corrupt_misses), file=sys.stderr)
+        r["name"] += " [INCOMPLETE: %d of %d tokens]" % (min(got), len(s.tokens))
     r["split_ms"] = {"query": c.stats.t_query / iters * 1e3, "read": c.stats.t_read / iters * 1e3,
                      "h2d_verify": c.stats.t_h2d / iters * 1e3}
     return r
@@ -324,8 +326,11 @@ def bench_remote(args: argparse.Namespace) -> Dict[str, Any]:
         with Master() as mst, Node(mst.address, pool="%dG" % pool_gib):
             with Store.connect(mst.address) as st, \
                     KVCache(st, s.lay, s.bufs, namespace="bench-remote", gpu_stage=True) as c:
-                sv = _times(lambda: c.save(s.tokens, s.save_ids), 1)
+                saved: List[int] = []
+                sv = _times(lambda: saved.append(c.save(s.tokens, s.save_ids)), 1)
                 rows.append(_row("store save over shm (D2H + sums, put)", s.nbytes, sv, ceil["d2h"]["gb_s"]))
+                if saved[0] != s.nblk:
+                    rows[-1]["name"] += " [INCOMPLETE: %d of %d chunks]" % (saved[0], s.nblk)
                 rows.append(_remote_load(c, s, args.iters, ch, "store load over shm (pipelined)"))
             with Store.connect(mst.address, transports="tcp") as st, \
                     KVCache(st, s.lay, s.bufs, namespace="bench-remote", gpu_stage=True) as c:
@@ -333,7 +338,7 @@ def bench_remote(args: argparse.Namespace) -> Dict[str, Any]:
                                          "store load over tcp, forced (pipelined)"))
     finally:
         s.free()
-    shm = rows[2]["p50_ms"]
+    shm = rows[2]["p50_ms"] if "INCOMPLETE" not in rows[2]["name"] else float("inf")
     return {"mode": "remote", "tokens": args.tokens, "bytes": s.nbytes, "iters": args.iters,
             "rows": rows, "target": "32K prefix from the store over shm in <= 0.1 s "
             "(TTFT with the remote cache <= 1/10 of no-cache TTFT, 1.39 s)",
