@@ -20,7 +20,9 @@ from the kvferry store, block by block, verified.
   registered with the store: one kernel gathers a batch of scattered
   blocks into it and computes every block's checksum on the way (save),
   one kernel scatters them back and checks each against the manifest
-  (load); see :mod:`kvferry.kv_gpu`. Where the library has no GPU
+  (load: the store reads the next slice into the other half of the
+  stage meanwhile, without hashing it on the host -- the kernel's check
+  is the verification); see :mod:`kvferry.kv_gpu`. Where the library has no GPU
   kernels (or with ``gpu_stage=False``) they go through the store's
   device-memory path (KVF_STORE_DEVICE_MEM), checked with
   ``kvf_gpu_checksum``.
