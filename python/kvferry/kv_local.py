@@ -11,6 +11,10 @@ computes each block's checksum (XXH3-64, as ``kvf_checksum``); a load is
 one kernel that scatters them back and checks every block against the
 checksum recorded at save. A mismatch ends the hit there, counts in
 ``stats.corrupt_misses`` and the slot is dropped: the engine recomputes.
+
+:meth:`LocalKVCache.plan_load` builds a load's descriptor table once;
+:meth:`LocalKVCache.load_planned` then moves all of it, or one group of
+layers per call (layer-wise loading overlapped with compute).
 """
 
 from __future__ import annotations
