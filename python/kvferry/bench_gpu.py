@@ -332,6 +332,19 @@ def bench_remote(args: argparse.Namespace) -> Dict[str, Any]:
                 if saved[0] != s.nblk:
                     rows[-1]["name"] += " [INCOMPLETE: %d of %d chunks]" % (saved[0], s.nblk)
                 rows.append(_remote_load(c, s, args.iters, ch, "store load over shm (pipelined)"))
+            # more shm copy threads (store config node_conns, 8 by default)
+            old = os.environ.get("KVF_NODE_CONNS")
+            os.environ["KVF_NODE_CONNS"] = "16"
+            try:
+                with Store.connect(mst.address) as st, \
+                        KVCache(st, s.lay, s.bufs, namespace="bench-remote", gpu_stage=True) as c:
+                    rows.append(_remote_load(c, s, max(2, args.iters // 2), ch,
+                                             "store load over shm, node_conns=16"))
+            finally:
+                if old is None:
+                    del os.environ["KVF_NODE_CONNS"]
+                else:
+                    os.environ["KVF_NODE_CONNS"] = old
             with Store.connect(mst.address, transports="tcp") as st, \
                     KVCache(st, s.lay, s.bufs, namespace="bench-remote", gpu_stage=True) as c:
                 rows.append(_remote_load(c, s, max(2, args.iters // 3), ch,
