@@ -288,13 +288,16 @@ def bench_prefix(args: argparse.Namespace) -> Dict[str, Any]:
     return res
 
 
-def _remote_load(c: Any, s: Setup, iters: int, ch: float, name: str) -> Dict[str, Any]:
-    """iters verified loads of the prefix through KVCache c, with their
-    split (query: manifests; read: store reads into the stage; H2D+verify:
-    the kernels; read and H2D overlap, so their sum exceeds the wall)."""
+def _remote_load(c: Any, s: Setup, iters: int, ch: float, name: str,
+                 fn: Optional[Callable[[], int]] = None) -> Dict[str, Any]:
+    """iters verified loads of the prefix through KVCache c (c.load, or
+    fn), with their split (query: manifests; read: store reads into the
+    stage; H2D+verify: the kernels; in c.load read and H2D overlap, so
+    their sum exceeds the wall)."""
     c.stats.t_query = c.stats.t_read = c.stats.t_h2d = 0.0
     got: List[int] = []
-    ts = _times(lambda: got.append(c.load(s.tokens, s.load_ids)), iters)
+    one = fn or (lambda: c.load(s.tokens, s.load_ids))
+    ts = _times(lambda: got.append(one()), iters)
     r = _row(name, s.nbytes, ts, ch)
     if c.stats.corrupt_misses or any(g != len(s.tokens) for g in got):
         # kept in the record (the other rows still count), marked
@@ -332,6 +335,17 @@ def bench_remote(args: argparse.Namespace) -> Dict[str, Any]:
                 if saved[0] != s.nblk:
                     rows[-1]["name"] += " [INCOMPLETE: %d of %d chunks]" % (saved[0], s.nblk)
                 rows.append(_remote_load(c, s, args.iters, ch, "store load over shm (pipelined)"))
+                nl = s.lay.num_layers
+
+                def by_layer() -> int:
+                    plan = c.plan_load(s.tokens, s.load_ids)
+                    for i in range(nl):
+                        c.load_planned(plan, [i])
+                    return plan.tokens
+
+                rows.append(_remote_load(c, s, max(2, args.iters // 2), ch,
+                                         "store load over shm, layer by layer (%d calls)" % nl,
+                                         fn=by_layer))
             # more shm copy threads (store config node_conns, 8 by default)
             old = os.environ.get("KVF_NODE_CONNS")
             os.environ["KVF_NODE_CONNS"] = "16"

@@ -316,6 +316,22 @@ def _gpu_checksum(addr: int, n: int) -> Optional[int]:
     return out.value
 
 
+def layer_rows(layout: KVLayout, layers: Optional[Sequence[int]]) -> List[int]:
+    """The pieces of a block (indices into :meth:`KVLayout.spans`) that
+    hold layers (all pieces when None). Only per-layer layouts (vllm,
+    MLA) can be split by layer."""
+    npc = layout.pieces_per_block
+    if layers is None:
+        return list(range(npc))
+    if layout.kind not in ("vllm", "mla"):
+        raise ValueError("kvferry.kv: loading by layer needs a per-layer layout (vllm, mla)")
+    per = 2 if layout.kind == "vllm" else 1
+    ls = sorted(set(int(x) for x in layers))
+    if not ls or ls[0] < 0 or ls[-1] >= layout.num_layers:
+        raise ValueError("kvferry.kv: layers outside [0, %d)" % layout.num_layers)
+    return [layer * per + j for layer in ls for j in range(per)]
+
+
 class _PipelineStop(Exception):
     """A pipelined load cut short by a store error, with the chunks it
     verified before."""
@@ -792,6 +808,110 @@ class KVCache:
             raise _PipelineStop(done) from None
         return done
 
+    # -- planned and layer-wise loads (GPU staged) ---------------------------
+
+    def plan_load(self, tokens: Sequence[int], block_ids: Sequence[int]) -> Any:
+        """Reads the manifests of the stored prefix of tokens (one master
+        round trip per store batch) and returns a plan for
+        :meth:`load_planned`, as :meth:`LocalKVCache.plan_load` does: the
+        pieces are then read per group of layers."""
+        from .kv_local import LoadPlan
+
+        keys = self.chunk_keys(tokens)
+        n = min(len(keys), len(block_ids))
+        mans: List[Tuple[int, ...]] = []
+        t0 = time.perf_counter()
+        with self._lock:
+            self.stats.lookups += 1
+        try:
+            for a in range(0, n, BATCH_MAX):
+                b = min(n, a + BATCH_MAX)
+                got = self._load_manifests(keys[a:b])
+                mans += got
+                if len(got) < b - a:
+                    break
+        except KvferryError:
+            with self._lock:
+                self.stats.load_errors += 1
+        with self._lock:
+            self.stats.t_query += time.perf_counter() - t0
+        k = len(mans)
+        return LoadPlan(keys[:k], list(block_ids[:k]), None, mans, len(keys),
+                        self.layout.block_size)
+
+    def load_planned(self, plan: Any, layers: Optional[Sequence[int]] = None) -> int:
+        """Reads the planned chunks' pieces of layers (all when None; a
+        vllm or MLA layout for a subset) from the store into the pinned
+        stage, unhashed, and scatters them into the GPU cache with the
+        verifying kernel, a stage's worth per call; returns the verified
+        tokens. A missing or mismatching piece ends the hit there and
+        shortens the plan (a mismatch counts in stats.corrupt_misses)."""
+        if self._stage is None:
+            raise ValueError("kvferry.kv: load_planned needs a GPU cache staged through "
+                             "pinned memory (gpu_stage)")
+        rows = layer_rows(self.layout, layers)
+        t = self._table
+        per_chunk = sum(t.lens[p] for p in rows)
+        step = max(1, min(BATCH_MAX // len(rows), self._stage.nbytes // per_chunk))
+        a = 0
+        try:
+            while a < plan.ok:
+                b = min(plan.ok, a + step)
+                bad = self._load_rows(plan, a, b, rows)
+                if bad < b:
+                    plan.ok = bad
+                    break
+                a = b
+        except KvferryError:
+            with self._lock:
+                self.stats.load_errors += 1
+            plan.ok = a
+        return plan.ok * self.layout.block_size
+
+    def _load_rows(self, plan: Any, a: int, b: int, rows: List[int]) -> int:
+        """Chunks a..b of plan, pieces rows: store read into the stage,
+        verifying scatter. Returns the first chunk that failed (b: none)."""
+        t = self._table
+        names = [self.layout.spans(0)[p][0] for p in rows]
+        pkeys, spans, src, dst, lens, expect = [], [], [], [], [], []
+        off = 0
+        for j in range(a, b):
+            pre = self._prefix(plan.keys[j])
+            for p, name in zip(rows, names):
+                ln = t.lens[p]
+                pkeys.append("%s/%s" % (pre, name))
+                spans.append((self._stage_region, off, ln))
+                src.append(off)
+                dst.append(t.rel0[p] + plan.slots[j] * t.stride[p])
+                lens.append(ln)
+                expect.append(plan.expect[j][p])
+                off += ln
+        t0 = time.perf_counter()
+        got, rec = self.store.get_batch_sums(pkeys, spans)
+        t1 = time.perf_counter()
+        npr = len(rows)
+        good, corrupt = b - a, False
+        for i, n in enumerate(got):
+            if n != lens[i] or rec[i] != expect[i]:
+                good, corrupt = i // npr, n != ERR_NO_KEY
+                break
+        ok = good
+        if good:
+            m = good * npr
+            st, sums = self._mover.copy(self._stage.mem(), t.side, src[:m], dst[:m], lens[:m],
+                                        expect=expect[:m])
+            if st != OK:
+                from .kv_gpu import first_mismatch
+
+                ok, corrupt = first_mismatch(sums, expect[:m]) // npr, True
+        with self._lock:
+            self.stats.t_read += t1 - t0
+            self.stats.t_h2d += time.perf_counter() - t1
+            self.stats.bytes_loaded += sum(lens[: ok * npr])
+            if corrupt:
+                self.stats.corrupt_misses += 1
+        return a + ok
+
     # -- housekeeping ------------------------------------------------------
 
     def remove(self, tokens: Sequence[int]) -> int:
@@ -834,5 +954,5 @@ class KVCache:
 
 from .kv_local import LocalKVCache  # noqa: E402  (uses the names above)
 
-__all__ = ["KVLayout", "KVCache", "KVStats", "LocalKVCache", "chunk_keys", "dtype_size",
+__all__ = ["KVLayout", "KVCache", "KVStats", "LocalKVCache", "chunk_keys", "dtype_size", "layer_rows",
            "LAYOUT_VERSION", "LMCACHE_CHUNK", "ERR_CHECKSUM"]

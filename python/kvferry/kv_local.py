@@ -26,7 +26,7 @@ from typing import Any, List, Optional, Sequence
 
 from . import kv_gpu
 from .errors import OK
-from .kv import KVLayout, KVStats, chunk_keys
+from .kv import KVLayout, KVStats, chunk_keys, layer_rows
 
 
 class LocalKVCache:
@@ -197,17 +197,10 @@ class LocalKVCache:
 
     def _layer_pieces(self, layers: Optional[Sequence[int]]) -> Any:
         """The piece rows of layers (a slice for a contiguous range)."""
-        if layers is None:
-            return slice(0, self.npc)
-        if self.layout.kind not in ("vllm", "mla"):
-            raise ValueError("kvferry.kv: loading by layer needs a per-layer layout (vllm, mla)")
-        per = 2 if self.layout.kind == "vllm" else 1
-        ls = sorted(set(int(x) for x in layers))
-        if not ls or ls[0] < 0 or ls[-1] >= self.layout.num_layers:
-            raise ValueError("kvferry.kv: layers outside [0, %d)" % self.layout.num_layers)
-        if ls == list(range(ls[0], ls[-1] + 1)):
-            return slice(ls[0] * per, (ls[-1] + 1) * per)
-        return [layer * per + j for layer in ls for j in range(per)]
+        rows = layer_rows(self.layout, layers)
+        if rows == list(range(rows[0], rows[-1] + 1)):
+            return slice(rows[0], rows[-1] + 1)
+        return rows
 
     def load_planned(self, plan: "LoadPlan", layers: Optional[Sequence[int]] = None) -> int:
         """Moves the planned pieces (of layers only, when given: a vllm or
@@ -331,11 +324,14 @@ class LocalKVCache:
 
 
 class LoadPlan:
-    """A planned load (:meth:`LocalKVCache.plan_load`): the held chunks'
-    keys and pool slots, the descriptor table ``blk`` (pieces x chunks x
-    (pool offset, cache offset, length)) and the recorded checksums
-    ``expect`` (pieces x chunks). ``ok``: chunks still good (a failed
-    verification shortens it); ``tokens``: ``ok`` in tokens."""
+    """A planned load. From :meth:`LocalKVCache.plan_load`: the held
+    chunks' keys and pool slots, the descriptor table ``blk`` (pieces x
+    chunks x (pool offset, cache offset, length)) and the recorded
+    checksums ``expect`` (pieces x chunks). From
+    :meth:`kvferry.kv.KVCache.plan_load`: the stored chunks' keys, their
+    cache blocks (``slots``) and manifests (``expect``, chunk x piece),
+    no table. ``ok``: chunks still good (a failed verification shortens
+    it); ``tokens``: ``ok`` in tokens."""
 
     def __init__(self, keys: List[bytes], slots: List[int], blk: Any, expect: Any,
                  nkeys: int, block_size: int):

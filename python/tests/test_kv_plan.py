@@ -146,7 +146,7 @@ def _staged(store, lay, chunks):
     stage = np.zeros(chunks * c._table.chunk_bytes, dtype=np.uint8)
     c._stage_mem = stage
     c._stage = type("S", (), {"mem": lambda self: _Mem(stage.ctypes.data, stage.nbytes),
-                              "close": lambda self: None})()
+                              "close": lambda self: None, "nbytes": stage.nbytes})()
     c._stage_region = store.register(stage)
     c._stage_chunks = chunks
     c._mover = _HostListMover()
@@ -185,6 +185,53 @@ def test_pipelined_store_load_unhashed(store, chunks):
         # a missing piece: a plain miss from there
         store.remove(c.piece_keys(c.chunk_keys(toks)[2])[0])
         assert c.load(toks, ids) == 16 * 2 and c.stats.corrupt_misses == 1
+    finally:
+        c.remove(toks)
+        c._stage_region.deregister()
+        c.close()
+
+
+def test_store_layer_by_layer(store):
+    from kvferry.kv import KVCache
+
+    lay = KVLayout.vllm("m", "bfloat16", 3, 16, 16, 2, 64)
+    nb = lay.buffer_bytes()
+    src = [np.random.default_rng(10 + i).integers(0, 255, nb, dtype=np.uint8) for i in range(3)]
+    toks = [(i * 13 + 5) % 32000 for i in range(16 * 6)]
+    with KVCache(store, lay, src, namespace="plan-pipe") as w:
+        w.remove(toks)
+        assert w.save(toks, [0, 1, 2, 3, 4, 5]) == 6
+    c = _staged(store, lay, 2)  # a stage of 2 chunks: several calls per group
+    blk = lay.block_size * lay.token_bytes
+    ids = [8, 1, 14, 6, 3, 11]
+
+    def same(layer, j):
+        b = ids[j]
+        for half in (0, 16 * blk):
+            got = c.arena[layer * nb + half + b * blk: layer * nb + half + (b + 1) * blk]
+            if not (got == src[layer][half + j * blk: half + (j + 1) * blk]).all():
+                return False
+        return True
+
+    try:
+        plan = c.plan_load(toks, ids)
+        assert plan.tokens == 96
+        assert c.load_planned(plan, [1]) == 96
+        assert all(same(1, j) for j in range(6)) and not same(0, 0)
+        assert c.load_planned(plan, [0, 2]) == 96
+        assert all(same(layer, j) for layer in (0, 2) for j in range(6))
+        # layer 2's V of chunk 3 replaced: layers 0-1 still load whole
+        key = c.piece_keys(c.chunk_keys(toks)[3])[5]
+        n = store.query(key).size
+        store.remove(key)
+        store.put(key, bytes(n))
+        plan = c.plan_load(toks, ids)
+        assert c.load_planned(plan, [0, 1]) == 96
+        assert c.load_planned(plan, [2]) == 48 and plan.tokens == 48
+        assert c.stats.corrupt_misses == 1
+        assert c.load_planned(plan) == 48
+        with pytest.raises(ValueError):
+            c.load_planned(plan, [3])
     finally:
         c.remove(toks)
         c._stage_region.deregister()
