@@ -171,6 +171,17 @@ def test_store_staged(store):
         store.remove(key)
         store.put(key, os.urandom(n))
         assert b.load(t, [10, 11, 12, 13, 14]) == 32 and b.stats.corrupt_misses == 1
+        # by group of layers: the replaced piece is layer 2's V of chunk 2
+        for layer in range(lay.num_layers):
+            dst[layer].zero_()
+        plan = b.plan_load(t, [10, 11, 12, 13, 14])
+        assert b.load_planned(plan, [0, 1]) == 80
+        torch.cuda.synchronize()
+        assert torch.equal(dst[1][:, 14], src[1][:, 5]) and not dst[2].any()
+        assert b.load_planned(plan, [2]) == 32 and b.stats.corrupt_misses == 2
+        assert b.load_planned(plan, [3]) == 32
+        torch.cuda.synchronize()
+        assert torch.equal(dst[3][:, 11], src[3][:, 2]) and not dst[3][:, 12].any()
 
 
 if __name__ == "__main__":
