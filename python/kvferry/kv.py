@@ -579,25 +579,27 @@ class KVCache:
 
     # -- load --------------------------------------------------------------
 
-    def load(self, tokens: Sequence[int], block_ids: Sequence[int]) -> int:
+    def load(self, tokens: Sequence[int], block_ids: Sequence[int], start: int = 0) -> int:
         """Loads the stored prefix of tokens into cache blocks block_ids
         (block i of the request into block_ids[i]) and returns how many
         tokens were loaded and verified (a multiple of block_size). Blocks
         after the returned prefix may have been written and must be
         recomputed. Never raises for a missing or corrupted chunk: a
-        corrupted one ends the prefix and counts in stats.corrupt_misses."""
-        keys = self.chunk_keys(tokens)
-        n = min(len(keys), len(block_ids))
+        corrupted one ends the prefix and counts in stats.corrupt_misses.
+        start: chunks before it are the engine's already (neither read nor
+        written); the count returned then begins at chunk start."""
+        keys = self.chunk_keys(tokens)[start:]
+        n = min(len(keys), len(block_ids) - start)
         with self._lock:
             self.stats.lookups += 1
         done = 0
         npc = self.layout.pieces_per_block
         try:
-            if self._stage is not None and self._stage_chunks >= 2:
-                done = self._load_pipelined(keys[:n], block_ids[:n])
+            if self._stage is not None and self._stage_chunks >= 2 and n > 0:
+                done = self._load_pipelined(keys[:n], block_ids[start:start + n])
                 n = 0
-            for a, b in self._slices(n, npc):
-                ok, stop = self._load_slice(keys[a:b], block_ids[a:b])
+            for a, b in self._slices(max(n, 0), npc):
+                ok, stop = self._load_slice(keys[a:b], block_ids[start + a:start + b])
                 done += ok
                 if stop:
                     break
