@@ -175,6 +175,10 @@ def test_pipelined_store_load_unhashed(store, chunks):
                     got = c.arena[layer * nb + half + b * blk: layer * nb + half + (b + 1) * blk]
                     assert (got == src[layer][half + j * blk: half + (j + 1) * blk]).all()
         assert c.stats.t_read > 0 and c.stats.corrupt_misses == 0
+        c.arena[:] = 0
+        assert c.load(toks, ids, start=3) == 16 * 4  # chunks 0-2 are the engine's
+        assert not c.arena[ids[0] * blk:(ids[0] + 1) * blk].any()
+        assert (c.arena[ids[3] * blk:(ids[3] + 1) * blk] == src[0][3 * blk:4 * blk]).all()
         # a piece replaced under its key: the store's recorded checksum
         # no longer matches the manifest, the hit ends there
         key = c.piece_keys(c.chunk_keys(toks)[4])[3]
