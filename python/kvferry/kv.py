@@ -410,13 +410,15 @@ class KVCache:
         self._table = kv_gpu.BlockTable(self.layout, self.regions)
         per = max(1, BATCH_MAX // self.layout.pieces_per_block)
         cb = self._table.chunk_bytes
-        size = stage_bytes or min(per * cb, max(cb, 256 << 20))
+        # two store batches of chunks: a load reads one half while the
+        # kernel scatters the other
+        size = stage_bytes or min(2 * per * cb, max(cb, 256 << 20))
         if size < cb:
             raise ValueError("kvferry.kv: stage_bytes %d < one chunk (%d)" % (size, cb))
         self._mover = kv_gpu.GpuMover(self._table.side.device)
         self._stage = kv_gpu.PinnedBuffer(size)
         self._stage_region = self._stage.register(self.store)
-        self._stage_chunks = min(per, size // cb)
+        self._stage_chunks = min(2 * per, size // cb)
 
     # -- keys --------------------------------------------------------------
 
@@ -719,15 +721,18 @@ class KVCache:
                 self.stats.corrupt_misses += 1
         return ok, ok < len(keys)
 
-    def _read_half(self, keys: List[bytes], half: int) -> Tuple[Any, ...]:
+    def _read_half(self, keys: List[bytes], half: int,
+                   mans: Optional[List[Tuple[int, ...]]] = None) -> Tuple[Any, ...]:
         """The read stage of a pipelined load (a worker thread): the
-        manifests of keys, then their pieces into half `half` of the
-        stage, unhashed (the scatter verifies them). Returns (manifests,
-        chunks read whole, corrupt, recorded sums, seconds query, read)."""
+        manifests of keys (unless given), then their pieces into half
+        `half` of the stage, unhashed (the scatter verifies them). Returns
+        (manifests, chunks read whole, corrupt, recorded sums, seconds
+        query, read)."""
         t = self._table
         npc = self.layout.pieces_per_block
         t0 = time.perf_counter()
-        mans = self._load_manifests(keys)
+        if mans is None:
+            mans = self._load_manifests(keys)
         t1 = time.perf_counter()
         k = len(mans)
         if not k:
@@ -749,20 +754,33 @@ class KVCache:
     def _load_pipelined(self, keys: List[bytes], blocks: Sequence[int]) -> int:
         """GPU cache, stage of two halves: while one kernel scatters slice
         i from one half into the cache and checks every piece against its
-        manifest checksum, a worker thread reads slice i+1's manifests and
-        pieces into the other half. The first chunk with a missing, short
-        or mismatching piece ends the hit. Returns the chunks loaded."""
+        manifest checksum, a worker thread reads slice i+1's pieces into
+        the other half (every manifest is read first). The first chunk
+        with a missing, short or mismatching piece ends the hit. Returns
+        the chunks loaded."""
         from concurrent.futures import ThreadPoolExecutor
 
         step = self._stage_chunks // 2
         self._half_bytes = step * self._table.chunk_bytes
-        bounds = [(a, min(len(keys), a + step)) for a in range(0, len(keys), step)]
         done = 0
-        if not bounds:
-            return 0
         try:
+            # every manifest first (one master round trip per store batch),
+            # so the reads of the pieces follow each other without them
+            t0 = time.perf_counter()
+            mans: List[Tuple[int, ...]] = []
+            for a in range(0, len(keys), BATCH_MAX):
+                got = self._load_manifests(keys[a:a + BATCH_MAX])
+                mans += got
+                if len(got) < min(BATCH_MAX, len(keys) - a):
+                    break
+            with self._lock:
+                self.stats.t_query += time.perf_counter() - t0
+            keys = keys[:len(mans)]
+            bounds = [(a, min(len(keys), a + step)) for a in range(0, len(keys), step)]
+            if not bounds:
+                return 0
             with ThreadPoolExecutor(1, thread_name_prefix="kvferry-kv-read") as pool:
-                done = self._pipeline(pool, keys, blocks, bounds)
+                done = self._pipeline(pool, keys, blocks, bounds, mans)
         except _PipelineStop as e:
             # a dead node or master: what is verified so far stands
             with self._lock:
@@ -771,20 +789,21 @@ class KVCache:
         return done
 
     def _pipeline(self, pool: Any, keys: List[bytes], blocks: Sequence[int],
-                  bounds: List[Tuple[int, int]]) -> int:
+                  bounds: List[Tuple[int, int]], mans_all: List[Tuple[int, ...]]) -> int:
         from .kv_gpu import first_mismatch
 
         t = self._table
         npc = self.layout.pieces_per_block
         done = 0
         try:
-            fut = pool.submit(self._read_half, keys[bounds[0][0]:bounds[0][1]], 0)
+            a0, b0 = bounds[0]
+            fut = pool.submit(self._read_half, keys[a0:b0], 0, mans_all[a0:b0])
             for i, (a, b) in enumerate(bounds):
                 mans, good, corrupt, _, tq, tr = fut.result()
                 fut = None
                 if good == b - a and not corrupt and i + 1 < len(bounds):
                     na, nb = bounds[i + 1]
-                    fut = pool.submit(self._read_half, keys[na:nb], (i + 1) % 2)
+                    fut = pool.submit(self._read_half, keys[na:nb], (i + 1) % 2, mans_all[na:nb])
                 t1 = time.perf_counter()
                 ok = good
                 if good:
