@@ -159,6 +159,21 @@ KVF_API kvf_status_t kvf_store_get_batch(kvf_store_h store, size_t count,
                                          void *const *bufs, const size_t *caps,
                                          size_t *lens, unsigned flags,
                                          kvf_status_t *statuses);
+/* kvf_store_get_batch without the host's verification: the bytes are
+ * read into bufs and NOT hashed by the client; sums[i] gets the checksum
+ * the store recorded at put (kvf_checksum() of the object's bytes). The
+ * caller MUST verify each object against sums[i] before using it (e.g.
+ * with kvf_gpu_copy_blocks_sum's expect while moving it to the GPU, which
+ * checks it at no CPU cost) and treat a mismatch as a miss. A read that
+ * fails tries the next replica; a replica holding wrong bytes is not
+ * noticed here. For memory the CPU could hash but should not (a pinned
+ * stage whose bytes the GPU verifies anyway). */
+KVF_API kvf_status_t kvf_store_get_batch_sums(kvf_store_h store, size_t count,
+                                              const char *const *keys,
+                                              void *const *bufs,
+                                              const size_t *caps, size_t *lens,
+                                              unsigned flags, uint64_t *sums,
+                                              kvf_status_t *statuses);
 KVF_API kvf_status_t kvf_store_remove_batch(kvf_store_h store, size_t count,
                                             const char *const *keys,
                                             kvf_status_t *statuses);

@@ -192,6 +192,11 @@ _PROTOS = {
         status_t,
         [c_void_p, c_size_t, c_void_p, c_void_p, c_void_p, c_void_p, c_uint, c_void_p],
     ),
+    "kvf_store_get_batch_sums": (
+        status_t,
+        [c_void_p, c_size_t, c_void_p, c_void_p, c_void_p, c_void_p, c_uint, c_void_p,
+         c_void_p],
+    ),
     "kvf_store_remove_batch": (status_t, [c_void_p, c_size_t, c_void_p, c_void_p]),
     "kvf_store_exists_batch": (status_t, [c_void_p, c_size_t, c_void_p, c_void_p]),
     "kvf_store_list": (status_t, [c_void_p, c_char_p, c_size_t, LIST_FN, c_void_p]),

@@ -20,7 +20,9 @@ from the kvferry store, block by block, verified.
   registered with the store: one kernel gathers a batch of scattered
   blocks into it and computes every block's checksum on the way (save),
   one kernel scatters them back and checks each against the manifest
-  (load); see :mod:`kvferry.kv_gpu`. Where the library has no GPU
+  (load: the store reads the next slice into the other half of the
+  stage meanwhile, without hashing it on the host -- the kernel's check
+  is the verification); see :mod:`kvferry.kv_gpu`. Where the library has no GPU
   kernels (or with ``gpu_stage=False``) they go through the store's
   device-memory path (KVF_STORE_DEVICE_MEM), checked with
   ``kvf_gpu_checksum``.
@@ -314,6 +316,31 @@ def _gpu_checksum(addr: int, n: int) -> Optional[int]:
     return out.value
 
 
+def layer_rows(layout: KVLayout, layers: Optional[Sequence[int]]) -> List[int]:
+    """The pieces of a block (indices into :meth:`KVLayout.spans`) that
+    hold layers (all pieces when None). Only per-layer layouts (vllm,
+    MLA) can be split by layer."""
+    npc = layout.pieces_per_block
+    if layers is None:
+        return list(range(npc))
+    if layout.kind not in ("vllm", "mla"):
+        raise ValueError("kvferry.kv: loading by layer needs a per-layer layout (vllm, mla)")
+    per = 2 if layout.kind == "vllm" else 1
+    ls = sorted(set(int(x) for x in layers))
+    if not ls or ls[0] < 0 or ls[-1] >= layout.num_layers:
+        raise ValueError("kvferry.kv: layers outside [0, %d)" % layout.num_layers)
+    return [layer * per + j for layer in ls for j in range(per)]
+
+
+class _PipelineStop(Exception):
+    """A pipelined load cut short by a store error, with the chunks it
+    verified before."""
+
+    def __init__(self, done: int):
+        super().__init__(done)
+        self.done = done
+
+
 class KVCache:
     """A paged KV cache bound to a store: save and load by token prefix.
 
@@ -383,13 +410,15 @@ class KVCache:
         self._table = kv_gpu.BlockTable(self.layout, self.regions)
         per = max(1, BATCH_MAX // self.layout.pieces_per_block)
         cb = self._table.chunk_bytes
-        size = stage_bytes or min(per * cb, max(cb, 256 << 20))
+        # two store batches of chunks: a load reads one half while the
+        # kernel scatters the other
+        size = stage_bytes or min(2 * per * cb, max(cb, 256 << 20))
         if size < cb:
             raise ValueError("kvferry.kv: stage_bytes %d < one chunk (%d)" % (size, cb))
         self._mover = kv_gpu.GpuMover(self._table.side.device)
         self._stage = kv_gpu.PinnedBuffer(size)
         self._stage_region = self._stage.register(self.store)
-        self._stage_chunks = min(per, size // cb)
+        self._stage_chunks = min(2 * per, size // cb)
 
     # -- keys --------------------------------------------------------------
 
@@ -568,6 +597,9 @@ class KVCache:
         done = 0
         npc = self.layout.pieces_per_block
         try:
+            if self._stage is not None and self._stage_chunks >= 2 and n > 0:
+                done = self._load_pipelined(keys[:n], block_ids[start:start + n])
+                n = 0
             for a, b in self._slices(max(n, 0), npc):
                 ok, stop = self._load_slice(keys[a:b], block_ids[start + a:start + b])
                 done += ok
@@ -663,12 +695,14 @@ class KVCache:
         for ck in keys[:k]:
             pkeys += self.piece_keys(ck)
         t0 = time.perf_counter()
-        got = self.store.get_batch(pkeys, [(self._stage_region, int(o), int(n))
-                                           for o, n in zip(packed, lens)], check=False)
+        got, rec = self.store.get_batch_sums(pkeys, [(self._stage_region, int(o), int(n))
+                                                    for o, n in zip(packed, lens)])
         t1 = time.perf_counter()
         good, corrupt = k, False
         for i, n in enumerate(got):
-            if n != int(lens[i]):
+            # unhashed by the store: the scatter below verifies the bytes
+            # against the manifest, which must be what the store recorded
+            if n != int(lens[i]) or rec[i] != mans[i // npc][i % npc]:
                 good, corrupt = i // npc, n != ERR_NO_KEY
                 break
         ok = good
@@ -686,6 +720,218 @@ class KVCache:
             if corrupt:
                 self.stats.corrupt_misses += 1
         return ok, ok < len(keys)
+
+    def _read_half(self, keys: List[bytes], half: int,
+                   mans: Optional[List[Tuple[int, ...]]] = None) -> Tuple[Any, ...]:
+        """The read stage of a pipelined load (a worker thread): the
+        manifests of keys (unless given), then their pieces into half
+        `half` of the stage, unhashed (the scatter verifies them). Returns
+        (manifests, chunks read whole, corrupt, recorded sums, seconds
+        query, read)."""
+        t = self._table
+        npc = self.layout.pieces_per_block
+        t0 = time.perf_counter()
+        if mans is None:
+            mans = self._load_manifests(keys)
+        t1 = time.perf_counter()
+        k = len(mans)
+        if not k:
+            return mans, 0, False, [], t1 - t0, 0.0
+        lens = t.piece_lens(k)
+        packed = t.packed(k, half * self._half_bytes)
+        pkeys = [pk for ck in keys[:k] for pk in self.piece_keys(ck)]
+        got, sums = self.store.get_batch_sums(
+            pkeys, [(self._stage_region, int(o), int(n)) for o, n in zip(packed, lens)])
+        good, corrupt = k, False
+        for i, n in enumerate(got):
+            # the store's recorded checksum must be the manifest's: the
+            # bytes are then verified against both by the scatter
+            if n != int(lens[i]) or sums[i] != mans[i // npc][i % npc]:
+                good, corrupt = i // npc, n != ERR_NO_KEY
+                break
+        return mans, good, corrupt, sums, t1 - t0, time.perf_counter() - t1
+
+    def _load_pipelined(self, keys: List[bytes], blocks: Sequence[int]) -> int:
+        """GPU cache, stage of two halves: while one kernel scatters slice
+        i from one half into the cache and checks every piece against its
+        manifest checksum, a worker thread reads slice i+1's pieces into
+        the other half (every manifest is read first). The first chunk
+        with a missing, short or mismatching piece ends the hit. Returns
+        the chunks loaded."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        step = self._stage_chunks // 2
+        self._half_bytes = step * self._table.chunk_bytes
+        done = 0
+        try:
+            # every manifest first (one master round trip per store batch),
+            # so the reads of the pieces follow each other without them
+            t0 = time.perf_counter()
+            mans: List[Tuple[int, ...]] = []
+            for a in range(0, len(keys), BATCH_MAX):
+                got = self._load_manifests(keys[a:a + BATCH_MAX])
+                mans += got
+                if len(got) < min(BATCH_MAX, len(keys) - a):
+                    break
+            with self._lock:
+                self.stats.t_query += time.perf_counter() - t0
+            keys = keys[:len(mans)]
+            bounds = [(a, min(len(keys), a + step)) for a in range(0, len(keys), step)]
+            if not bounds:
+                return 0
+            with ThreadPoolExecutor(1, thread_name_prefix="kvferry-kv-read") as pool:
+                done = self._pipeline(pool, keys, blocks, bounds, mans)
+        except _PipelineStop as e:
+            # a dead node or master: what is verified so far stands
+            with self._lock:
+                self.stats.load_errors += 1
+            done = e.done
+        return done
+
+    def _pipeline(self, pool: Any, keys: List[bytes], blocks: Sequence[int],
+                  bounds: List[Tuple[int, int]], mans_all: List[Tuple[int, ...]]) -> int:
+        from .kv_gpu import first_mismatch
+
+        t = self._table
+        npc = self.layout.pieces_per_block
+        done = 0
+        try:
+            a0, b0 = bounds[0]
+            fut = pool.submit(self._read_half, keys[a0:b0], 0, mans_all[a0:b0])
+            for i, (a, b) in enumerate(bounds):
+                mans, good, corrupt, _, tq, tr = fut.result()
+                fut = None
+                if good == b - a and not corrupt and i + 1 < len(bounds):
+                    na, nb = bounds[i + 1]
+                    fut = pool.submit(self._read_half, keys[na:nb], (i + 1) % 2, mans_all[na:nb])
+                t1 = time.perf_counter()
+                ok = good
+                if good:
+                    expect = [v for man in mans[:good] for v in man]
+                    st, sums = self._mover.copy(
+                        self._stage.mem(), t.side, t.packed(good, (i % 2) * self._half_bytes),
+                        t.offsets(blocks[a:a + good]), t.piece_lens(good), expect=expect)
+                    if st != OK:
+                        ok, corrupt = first_mismatch(sums, expect) // npc, True
+                with self._lock:
+                    self.stats.t_query += tq
+                    self.stats.t_read += tr
+                    self.stats.t_h2d += time.perf_counter() - t1
+                    self.stats.bytes_loaded += ok * t.chunk_bytes
+                    if corrupt:
+                        self.stats.corrupt_misses += 1
+                done += ok
+                if ok < b - a:
+                    break
+            if fut is not None:
+                fut.result()  # its half is written before the next load
+        except KvferryError:
+            raise _PipelineStop(done) from None
+        return done
+
+    # -- planned and layer-wise loads (GPU staged) ---------------------------
+
+    def plan_load(self, tokens: Sequence[int], block_ids: Sequence[int]) -> Any:
+        """Reads the manifests of the stored prefix of tokens (one master
+        round trip per store batch) and returns a plan for
+        :meth:`load_planned`, as :meth:`LocalKVCache.plan_load` does: the
+        pieces are then read per group of layers."""
+        from .kv_local import LoadPlan
+
+        keys = self.chunk_keys(tokens)
+        n = min(len(keys), len(block_ids))
+        mans: List[Tuple[int, ...]] = []
+        t0 = time.perf_counter()
+        with self._lock:
+            self.stats.lookups += 1
+        try:
+            for a in range(0, n, BATCH_MAX):
+                b = min(n, a + BATCH_MAX)
+                got = self._load_manifests(keys[a:b])
+                mans += got
+                if len(got) < b - a:
+                    break
+        except KvferryError:
+            with self._lock:
+                self.stats.load_errors += 1
+        with self._lock:
+            self.stats.t_query += time.perf_counter() - t0
+        k = len(mans)
+        return LoadPlan(keys[:k], list(block_ids[:k]), None, mans, len(keys),
+                        self.layout.block_size)
+
+    def load_planned(self, plan: Any, layers: Optional[Sequence[int]] = None) -> int:
+        """Reads the planned chunks' pieces of layers (all when None; a
+        vllm or MLA layout for a subset) from the store into the pinned
+        stage, unhashed, and scatters them into the GPU cache with the
+        verifying kernel, a stage's worth per call; returns the verified
+        tokens. A missing or mismatching piece ends the hit there and
+        shortens the plan (a mismatch counts in stats.corrupt_misses)."""
+        if self._stage is None:
+            raise ValueError("kvferry.kv: load_planned needs a GPU cache staged through "
+                             "pinned memory (gpu_stage)")
+        rows = layer_rows(self.layout, layers)
+        t = self._table
+        per_chunk = sum(t.lens[p] for p in rows)
+        step = max(1, min(BATCH_MAX // len(rows), self._stage.nbytes // per_chunk))
+        a = 0
+        try:
+            while a < plan.ok:
+                b = min(plan.ok, a + step)
+                bad = self._load_rows(plan, a, b, rows)
+                if bad < b:
+                    plan.ok = bad
+                    break
+                a = b
+        except KvferryError:
+            with self._lock:
+                self.stats.load_errors += 1
+            plan.ok = a
+        return plan.ok * self.layout.block_size
+
+    def _load_rows(self, plan: Any, a: int, b: int, rows: List[int]) -> int:
+        """Chunks a..b of plan, pieces rows: store read into the stage,
+        verifying scatter. Returns the first chunk that failed (b: none)."""
+        t = self._table
+        names = [self.layout.spans(0)[p][0] for p in rows]
+        pkeys, spans, src, dst, lens, expect = [], [], [], [], [], []
+        off = 0
+        for j in range(a, b):
+            pre = self._prefix(plan.keys[j])
+            for p, name in zip(rows, names):
+                ln = t.lens[p]
+                pkeys.append("%s/%s" % (pre, name))
+                spans.append((self._stage_region, off, ln))
+                src.append(off)
+                dst.append(t.rel0[p] + plan.slots[j] * t.stride[p])
+                lens.append(ln)
+                expect.append(plan.expect[j][p])
+                off += ln
+        t0 = time.perf_counter()
+        got, rec = self.store.get_batch_sums(pkeys, spans)
+        t1 = time.perf_counter()
+        npr = len(rows)
+        good, corrupt = b - a, False
+        for i, n in enumerate(got):
+            if n != lens[i] or rec[i] != expect[i]:
+                good, corrupt = i // npr, n != ERR_NO_KEY
+                break
+        ok = good
+        if good:
+            m = good * npr
+            st, sums = self._mover.copy(self._stage.mem(), t.side, src[:m], dst[:m], lens[:m],
+                                        expect=expect[:m])
+            if st != OK:
+                from .kv_gpu import first_mismatch
+
+                ok, corrupt = first_mismatch(sums, expect[:m]) // npr, True
+        with self._lock:
+            self.stats.t_read += t1 - t0
+            self.stats.t_h2d += time.perf_counter() - t1
+            self.stats.bytes_loaded += sum(lens[: ok * npr])
+            if corrupt:
+                self.stats.corrupt_misses += 1
+        return a + ok
 
     # -- housekeeping ------------------------------------------------------
 
@@ -729,5 +975,5 @@ class KVCache:
 
 from .kv_local import LocalKVCache  # noqa: E402  (uses the names above)
 
-__all__ = ["KVLayout", "KVCache", "KVStats", "LocalKVCache", "chunk_keys", "dtype_size",
+__all__ = ["KVLayout", "KVCache", "KVStats", "LocalKVCache", "chunk_keys", "dtype_size", "layer_rows",
            "LAYOUT_VERSION", "LMCACHE_CHUNK", "ERR_CHECKSUM"]

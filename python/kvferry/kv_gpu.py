@@ -228,6 +228,21 @@ class GpuMover:
             check(st, "gpu copy")
         return st, sums
 
+    def copy_table(self, src: GpuMem, dst: GpuMem, blk, expect, sums,
+                   timeout_ms: int = 60000, flags: int = 0) -> int:
+        """:meth:`copy` with the descriptors prebuilt: blk a C-contiguous
+        ``(n, 3)`` uint64 numpy array of (src offset, dst offset, length),
+        expect (or None) and sums ``(n,)`` uint64 arrays (sums written).
+        Returns OK or ERR_CHECKSUM; other statuses raise."""
+        n = int(blk.shape[0])
+        st = _dll().kvf_gpu_copy_blocks_sum(
+            self._h, byref(src), byref(dst), int(blk.ctypes.data), n, flags,
+            None if expect is None else int(expect.ctypes.data), int(sums.ctypes.data),
+            timeout_ms)
+        if st not in (OK, ERR_CHECKSUM):
+            check(st, "gpu copy")
+        return st
+
     def close(self) -> None:
         if self._h:
             _dll().kvf_gpu_copier_destroy(self._h)

@@ -11,6 +11,10 @@ computes each block's checksum (XXH3-64, as ``kvf_checksum``); a load is
 one kernel that scatters them back and checks every block against the
 checksum recorded at save. A mismatch ends the hit there, counts in
 ``stats.corrupt_misses`` and the slot is dropped: the engine recomputes.
+
+:meth:`LocalKVCache.plan_load` builds a load's descriptor table once;
+:meth:`LocalKVCache.load_planned` then moves all of it, or one group of
+layers per call (layer-wise loading overlapped with compute).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any, List, Optional, Sequence
 
 from . import kv_gpu
 from .errors import OK
-from .kv import KVLayout, KVStats, chunk_keys
+from .kv import KVLayout, KVStats, chunk_keys, layer_rows
 
 
 class LocalKVCache:
@@ -141,8 +145,100 @@ class LocalKVCache:
     def load(self, tokens: Sequence[int], block_ids: Sequence[int]) -> int:
         """Loads the held prefix of tokens into cache blocks block_ids and
         returns how many tokens were loaded and verified (a multiple of
-        block_size). A chunk whose bytes fail their checksums ends the
-        prefix, is dropped and counts in stats.corrupt_misses."""
+        block_size): one kernel for every piece. A chunk whose bytes fail
+        their checksums ends the prefix, is dropped and counts in
+        stats.corrupt_misses."""
+        if kv_gpu._np is None:
+            return self._load_lists(tokens, block_ids)
+        plan = self.plan_load(tokens, block_ids)
+        got = self.load_planned(plan)
+        with self._lock:
+            ok = got // self.layout.block_size
+            self.stats.hit_chunks += ok
+            self.stats.loaded_chunks += ok
+            self.stats.miss_chunks += plan.nkeys - ok
+        return got
+
+    def plan_load(self, tokens: Sequence[int], block_ids: Sequence[int]) -> "LoadPlan":
+        """Looks up the held prefix of tokens and builds, once, the
+        descriptor table of its pieces into block_ids and their recorded
+        checksums, piece-major (the pieces of one layer are contiguous).
+        :meth:`load_planned` then moves all of it or a group of layers per
+        call. Needs numpy."""
+        np = kv_gpu._np
+        if np is None:
+            raise ValueError("kvferry.kv: plan_load needs numpy")
+        keys = self.chunk_keys(tokens)
+        n = min(len(keys), len(block_ids))
+        t0 = time.perf_counter()
+        with self._lock:
+            self.stats.lookups += 1
+            hits: List[int] = []
+            for k in keys[:n]:
+                e = self._index.get(k)
+                if e is None:
+                    break
+                self._index.move_to_end(k)
+                hits.append(e)
+            ok = len(hits)
+            expect = self._sums[np.asarray(hits, dtype=np.int64)].T.copy() if ok else None
+        t = self._table
+        slots = np.asarray(hits, dtype=np.uint64)
+        blocks = np.asarray(block_ids[:ok], dtype=np.uint64)
+        blk = np.empty((self.npc, ok, 3), dtype=np.uint64)
+        lens = t._lens[:, None]
+        blk[:, :, 0] = slots[None, :] * np.uint64(t.chunk_bytes) + t._within.reshape(-1, 1)
+        blk[:, :, 1] = t._rel0.reshape(-1, 1) + blocks[None, :] * t._stride.reshape(-1, 1)
+        blk[:, :, 2] = lens
+        plan = LoadPlan(keys[:ok], hits, blk, expect, len(keys), self.layout.block_size)
+        with self._lock:
+            self.stats.t_query += time.perf_counter() - t0
+        return plan
+
+    def _layer_pieces(self, layers: Optional[Sequence[int]]) -> Any:
+        """The piece rows of layers (a slice for a contiguous range)."""
+        rows = layer_rows(self.layout, layers)
+        if rows == list(range(rows[0], rows[-1] + 1)):
+            return slice(rows[0], rows[-1] + 1)
+        return rows
+
+    def load_planned(self, plan: "LoadPlan", layers: Optional[Sequence[int]] = None) -> int:
+        """Moves the planned pieces (of layers only, when given: a vllm or
+        MLA layout) into the GPU cache with one verifying kernel, in the
+        calling thread (the GIL is released while the kernel runs; the
+        bytes are in the cache when it returns). Returns the tokens whose
+        pieces (of those layers) are verified: a mismatch drops that chunk,
+        counts in stats.corrupt_misses and shortens the plan, so later
+        groups load only the verified prefix."""
+        np = kv_gpu._np
+        rows = self._layer_pieces(layers)
+        t = self._table
+        with self._lock:
+            ok = plan.ok
+            if ok == 0:
+                return 0
+            t0 = time.perf_counter()
+            if isinstance(rows, slice) and ok == plan.n:
+                blk, expect = plan.blk[rows].reshape(-1, 3), plan.expect[rows].reshape(-1)
+            else:
+                blk = np.ascontiguousarray(plan.blk[rows, :ok]).reshape(-1, 3)
+                expect = np.ascontiguousarray(plan.expect[rows, :ok]).reshape(-1)
+            sums = np.empty(len(expect), dtype=np.uint64)
+            st = self._mover.copy_table(self.pool.mem(), t.side, blk, expect, sums)
+            if st != OK:
+                bad = np.nonzero(sums != expect)[0]
+                ok = int((bad % ok).min()) if len(bad) else 0
+                self.stats.corrupt_misses += 1
+                key, slot = plan.keys[ok], plan.slots[ok]
+                if self._index.get(key) == slot:
+                    self._free.append(self._index.pop(key))
+                plan.ok = ok
+            self.stats.t_h2d += time.perf_counter() - t0
+            self.stats.bytes_loaded += ok * int(t._lens[rows].sum())
+        return ok * self.layout.block_size
+
+    def _load_lists(self, tokens: Sequence[int], block_ids: Sequence[int]) -> int:
+        """load without numpy: descriptor lists built per call."""
         keys = self.chunk_keys(tokens)
         n = min(len(keys), len(block_ids))
         t = self._table
@@ -227,4 +323,25 @@ class LocalKVCache:
         self.close()
 
 
-__all__ = ["LocalKVCache"]
+class LoadPlan:
+    """A planned load. From :meth:`LocalKVCache.plan_load`: the held
+    chunks' keys and pool slots, the descriptor table ``blk`` (pieces x
+    chunks x (pool offset, cache offset, length)) and the recorded
+    checksums ``expect`` (pieces x chunks). From
+    :meth:`kvferry.kv.KVCache.plan_load`: the stored chunks' keys, their
+    cache blocks (``slots``) and manifests (``expect``, chunk x piece),
+    no table. ``ok``: chunks still good (a failed verification shortens
+    it); ``tokens``: ``ok`` in tokens."""
+
+    def __init__(self, keys: List[bytes], slots: List[int], blk: Any, expect: Any,
+                 nkeys: int, block_size: int):
+        self.keys, self.slots, self.blk, self.expect = keys, slots, blk, expect
+        self.n = self.ok = len(slots)
+        self.nkeys, self.block_size = nkeys, block_size
+
+    @property
+    def tokens(self) -> int:
+        return self.ok * self.block_size
+
+
+__all__ = ["LocalKVCache", "LoadPlan"]

@@ -14,7 +14,7 @@ release the GIL.
 from __future__ import annotations
 
 import threading
-from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
+from ctypes import byref, c_char_p, c_int, c_size_t, c_uint64, c_void_p
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _lib
@@ -307,6 +307,35 @@ class Store:
             st = _lib.lib().kvf_store_get_batch(self._handle(), n, karr, bufs, caps, lens, flags, sts)
             statuses = self._finish(st, "get_batch", sts, check)
             return [lens[i] if statuses[i] == OK else statuses[i] for i in range(n)]
+        finally:
+            for s in spans:
+                s.release()
+
+    def get_batch_sums(self, keys: Sequence[Any], intos: Sequence[Any]) -> Tuple[List[int], List[int]]:
+        """Like :meth:`get_batch` (check False) but the client does not hash
+        the bytes: returns (sizes or -status, checksums the store recorded
+        at put). The caller MUST verify every object against its checksum
+        before using it (kvferry.kv does it on the GPU while scattering the
+        bytes into the cache) and treat a mismatch as a miss."""
+        karr, n = self._keys(keys)
+        if len(intos) != n:
+            raise invalid("get_batch_sums", "%d keys but %d buffers" % (n, len(intos)))
+        spans: List[_Span] = []
+        try:
+            flags = 0
+            for d in intos:
+                spans.append(self._span(d, writable=True))
+                flags |= spans[-1].flags
+            bufs = (c_void_p * n)(*[s.addr for s in spans])
+            caps = (c_size_t * n)(*[s.cap for s in spans])
+            lens = (c_size_t * n)()
+            sums = (c_uint64 * n)()
+            sts = (c_int * n)()
+            st = _lib.lib().kvf_store_get_batch_sums(self._handle(), n, karr, bufs, caps, lens,
+                                                     flags, sums, sts)
+            statuses = self._finish(st, "get_batch_sums", sts, False)
+            return ([lens[i] if statuses[i] == OK else statuses[i] for i in range(n)],
+                    [sums[i] if statuses[i] == OK else 0 for i in range(n)])
         finally:
             for s in spans:
                 s.release()

@@ -110,6 +110,38 @@ def test_local_loads_into_blocks():
         assert a.stats.t_h2d > 0 and a.stats.t_d2h > 0
 
 
+def test_local_layer_by_layer():
+    lay = layout()
+    src = cache(lay)
+    t = tokens(16 * 4, seed=4)
+    with LocalKVCache(lay, src, capacity=16 << 20) as a:
+        a.save(t, [3, 5, 7, 9])
+        plan = a.plan_load(t, [20, 21, 22, 23])
+        assert plan.tokens == 64
+        for layer in range(lay.num_layers):
+            src[layer][:, 20:24].zero_()
+        # layers 0 and 1 in one call, then one at a time: each call moves
+        # only its layers' pieces
+        assert a.load_planned(plan, [0, 1]) == 64
+        torch.cuda.synchronize()
+        assert torch.equal(src[1][:, 21], src[1][:, 5])
+        assert not src[2][:, 21].any()
+        for layer in range(2, lay.num_layers):
+            assert a.load_planned(plan, [layer]) == 64
+        torch.cuda.synchronize()
+        for layer in range(lay.num_layers):
+            assert torch.equal(src[layer][:, 23], src[layer][:, 9])
+        # a corrupted byte in chunk 1 of layer 3's pieces: caught by that
+        # layer's call, the plan shrinks to the verified prefix
+        v = a.slot_view(t, 1)
+        cb = len(v)
+        v[cb - 10] ^= 0x11
+        plan = a.plan_load(t, [20, 21, 22, 23])
+        assert a.load_planned(plan, [0, 1, 2]) == 64
+        assert a.load_planned(plan, [3]) == 16 and plan.tokens == 16
+        assert a.stats.corrupt_misses == 1 and a.lookup(t) == 16
+
+
 def test_store_staged(store):
     lay = layout()
     src, dst = cache(lay), cache(lay, zero=True)
@@ -139,6 +171,17 @@ def test_store_staged(store):
         store.remove(key)
         store.put(key, os.urandom(n))
         assert b.load(t, [10, 11, 12, 13, 14]) == 32 and b.stats.corrupt_misses == 1
+        # by group of layers: the replaced piece is layer 2's V of chunk 2
+        for layer in range(lay.num_layers):
+            dst[layer].zero_()
+        plan = b.plan_load(t, [10, 11, 12, 13, 14])
+        assert b.load_planned(plan, [0, 1]) == 80
+        torch.cuda.synchronize()
+        assert torch.equal(dst[1][:, 14], src[1][:, 5]) and not dst[2].any()
+        assert b.load_planned(plan, [2]) == 32 and b.stats.corrupt_misses == 2
+        assert b.load_planned(plan, [3]) == 32
+        torch.cuda.synchronize()
+        assert torch.equal(dst[3][:, 11], src[3][:, 2]) and not dst[3][:, 12].any()
 
 
 if __name__ == "__main__":

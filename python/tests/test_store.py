@@ -121,6 +121,27 @@ def test_batches(store):
         store.exists_batch(["k"] * (kvferry.BATCH_MAX + 1))
 
 
+def test_get_batch_sums_returns_recorded_checksums(store):
+    lib = kvferry._lib.lib()
+    ks = [key("s") for _ in range(20)] + ["t/one-" + uuid.uuid4().hex]
+    vals = [os.urandom(1000 + 97 * i) for i in range(len(ks))]
+    assert store.put_batch(ks, vals) == [0] * len(ks)
+    bufs = [bytearray(4096) for _ in ks]
+    lens, sums = store.get_batch_sums(ks, bufs)
+    assert lens == [len(v) for v in vals]
+    for b, v, s in zip(bufs, vals, sums):
+        assert bytes(b[: len(v)]) == v
+        assert s == lib.kvf_checksum(bytes(v), len(v)) and s != 0
+    # one key alone (no location-cache shortcut) and a missing key
+    lens, sums = store.get_batch_sums([ks[-1], key()], [bytearray(4096), bytearray(4096)])
+    assert lens[0] == len(vals[-1]) and lens[1] == -60 and sums[1] == 0
+    with pytest.raises(kvferry.InvalidParamError):
+        store.get_batch_sums(ks[:2], [bytearray(10)])
+    store.remove_batch(ks)
+    lens, _ = store.get_batch_sums(ks[:1], [bytearray(4096)])
+    assert lens == [-60]
+
+
 def test_batch_bad_key_leaves_nothing(store):
     ks = [key("h"), "k" * (kvferry.KEY_MAX + 1), key("h")]
     try:

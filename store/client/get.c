@@ -46,11 +46,13 @@ typedef struct kvf_get_job {
     kvf_status_t *s;
     kvf_store_timing_t *tm;
     const kvf_store_info_t *given; /* kvf_store_read's look-up, or NULL */
-    uint64_t sent_ns;              /* when the look-up left */
-    kvf_sreps_t *e;                /* per key: the look-up's answer */
-    unsigned *mism;                /* per key: replicas with wrong bytes */
-    unsigned char *want;           /* per key: still to read */
-    kvf_smove_t mv;                /* one read per key per round */
+    uint64_t *sums;      /* kvf_store_get_batch_sums: recorded checksums out,
+                            no host hashing (the caller verifies) */
+    uint64_t sent_ns;    /* when the look-up left */
+    kvf_sreps_t *e;      /* per key: the look-up's answer */
+    unsigned *mism;      /* per key: replicas with wrong bytes */
+    unsigned char *want; /* per key: still to read */
+    kvf_smove_t mv;      /* one read per key per round */
     kvf_sarena_t arena;
 } kvf_get_job_t;
 
@@ -139,7 +141,8 @@ static kvf_status_t kvf_get_lookup(kvf_get_job_t *j, int *done_p)
         kvf_get_given(j->given, &j->e[0]);
         return KVF_OK;
     }
-    if (j->count == 1 && !j->device && kvf_sp_key_check(j->keys[0]) == KVF_OK) {
+    if (j->count == 1 && !j->device && j->sums == NULL &&
+        kvf_sp_key_check(j->keys[0]) == KVF_OK) {
         res = kvf_sloc_get(j->st, j->keys[0], j->bufs[0], j->caps[0], &j->e[0],
                            &j->sent_ns);
     }
@@ -197,8 +200,11 @@ static void kvf_get_verify(kvf_get_job_t *j)
             j->s[key] = mv->st[i];
             continue;
         }
-        if (kvf_store_sum(j->st, j->bufs[key], e->size, j->device, e,
-                          mv->rep[i], &sum) != KVF_OK) {
+        if (j->sums != NULL) {
+            sum = e->checksum; /* the caller verifies against it */
+            j->sums[key] = e->checksum;
+        } else if (kvf_store_sum(j->st, j->bufs[key], e->size, j->device, e,
+                                 mv->rep[i], &sum) != KVF_OK) {
             sum = ~e->checksum;
         }
         if (sum != e->checksum) {
@@ -399,6 +405,29 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
                        .s = statuses,
                        .tm = &kvf_store_tl_timing};
 
+    j.device = (flags & KVF_STORE_DEVICE_MEM) != 0;
+    return kvf_get_entry(&j);
+}
+
+kvf_status_t kvf_store_get_batch_sums(kvf_store_h st, size_t count,
+                                      const char *const *keys,
+                                      void *const *bufs, const size_t *caps,
+                                      size_t *lens, unsigned flags,
+                                      uint64_t *sums, kvf_status_t *statuses)
+{
+    kvf_get_job_t j = {.st = st,
+                       .count = count,
+                       .keys = keys,
+                       .bufs = bufs,
+                       .caps = caps,
+                       .lens = lens,
+                       .s = statuses,
+                       .sums = sums,
+                       .tm = &kvf_store_tl_timing};
+
+    if (sums == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
     j.device = (flags & KVF_STORE_DEVICE_MEM) != 0;
     return kvf_get_entry(&j);
 }

@@ -304,6 +304,13 @@ PY
       --json "$R/bench-kv.json"
     step 150 bench-prefix python3 -m kvferry.bench_gpu prefix --record "$R" \
       --json "$R/bench-prefix.json"
+    # the 32K prefix through a store on this host (master + node): saved
+    # over shm, loaded over shm and over tcp (forced), read and verifying
+    # scatter overlapped; then the host half alone (no GPU involved)
+    step 150 bench-remote python3 -m kvferry.bench_gpu remote --iters 5 \
+      --record "$R" --json "$R/bench-remote.json"
+    step 60 bench-store-cpu python3 -m kvferry.bench_gpu store-cpu --iters 5 \
+      --record "$R" --json "$R/bench-store-cpu.json"
     ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
