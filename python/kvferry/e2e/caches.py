@@ -5,9 +5,10 @@
   host memory of the serving process; chunks verified with kvferry's
   checksum on every load.
 - ``remote``: a kvferry store (``master`` and ``node`` processes) through
-  :class:`kvferry.kv.KVCache`, over shm or, forced, tcp; ``throttle``
-  wraps the client's eps with kvferry's fault transport (``KVF_FAULT``
-  ``delay_ms``), which slows the link down.
+  :class:`kvferry.kv.KVCache`, over shm or, forced, tcp; the throttled
+  variant wraps the client's eps with kvferry's fault transport
+  (``KVF_FAULT`` ``delay_ms``, scaled until a probe reads at about the
+  target speed), which slows the link down.
 - ``gpu``: the KV stays in GPU memory (the upper bound: no transfer).
 
 Every tier keys 256-token chunks with :func:`kvferry.kv.chunk_keys`
@@ -218,30 +219,51 @@ class _TimedKV(KVCache):
 
 class RemoteTier(Tier):
     """A kvferry store in master + node processes on this host, read over
-    ``transport`` ("shm" or "tcp"); with ``throttle_ms`` every request of
-    the client's eps is held that long (kvferry's fault transport)."""
+    ``transport`` ("shm" or "tcp"); with ``throttle_gbs`` the client's
+    eps are slowed to about that speed (kvferry's fault transport)."""
 
     remote = True
 
     def __init__(self, info: Any, max_tokens: int, transport: str = "shm",
-                 node_pool: str = "1G", throttle_ms: float = 0.0, timeout_ms: int = 60000):
+                 node_pool: str = "1G", throttle_gbs: float = 0.0, timeout_ms: int = 60000):
         torch = _torch()
-        self.transport, self.throttle_ms = transport, throttle_ms
-        self.name = "remote-%s%s" % (transport, "-throttled" if throttle_ms else "")
+        self.transport, self.throttle_gbs, self.timeout_ms = transport, throttle_gbs, timeout_ms
+        self.throttle_ms = 0.0
+        self.name = "remote-%s%s" % (transport, "-throttled" if throttle_gbs else "")
         self.blocks = max(1, -(-max_tokens // CHUNK))
         self.bufs = _pool(info, self.blocks, torch.cuda.is_available())
-        self.chunk_bytes = 2 * CHUNK * info.kv_heads * info.head_dim * info.dtype.itemsize \
-            * info.layers
         self.master = Master().start()
         self.node = Node(self.master.address, pool=node_pool, timeout=60.0).start()
         self._fault_old = os.environ.get("KVF_FAULT")
-        if throttle_ms:
-            # read each time an ep opens: the store's eps to the node get it
-            os.environ["KVF_FAULT"] = "delay_ms=%g" % throttle_ms
-        self.store = Store.connect(self.master.address, timeout_ms=timeout_ms,
-                                   transports=transport)
+        self.store = self._connect()
+        if throttle_gbs:
+            self._throttle(throttle_gbs)
         self.kv = _TimedKV(self.store, layout_for(info, self.blocks), self.bufs,
                            namespace="e2e")
+
+    def _connect(self) -> Store:
+        return Store.connect(self.master.address, timeout_ms=self.timeout_ms,
+                             transports=self.transport)
+
+    def _throttle(self, target_gbs: float) -> None:
+        """Slows the client's eps to the node down to about target_gbs
+        with the fault transport's per-request delay (``KVF_FAULT``
+        ``delay_ms``, read when an ep opens): the delay is scaled from a
+        probe until the measured speed is within 20 % of the target."""
+        free = self.probe_gbs()
+        d = 1.0
+        for _ in range(4):
+            os.environ["KVF_FAULT"] = "delay_ms=%g" % d
+            self.store.close()
+            self.store = self._connect()
+            self.throttle_ms = d
+            g = self.probe_gbs()
+            if abs(g - target_gbs) <= 0.2 * target_gbs or g <= 0:
+                break
+            # time per byte = unthrottled + delay share: solve for the delay
+            extra = 1.0 / target_gbs - 1.0 / free
+            now = max(1.0 / g - 1.0 / free, 1e-9)
+            d = max(0.05, d * max(extra, 1e-6) / now)
 
     def probe_gbs(self, nbytes: int = 32 << 20, rounds: int = 3) -> float:
         """Read speed of one object of nbytes from the node through this
@@ -300,14 +322,15 @@ class RemoteTier(Tier):
 
     def describe(self):
         return {"cache": self.name, "transport": self.transport, "link": self.store.master_link,
-                "throttle_delay_ms": self.throttle_ms, "staging_blocks": self.blocks}
+                "throttle_delay_ms": self.throttle_ms,
+                "throttle_target_gbs": self.throttle_gbs, "staging_blocks": self.blocks}
 
     def close(self):
         try:
             self.kv.close()
             self.store.close()
         finally:
-            if self.throttle_ms:
+            if self.throttle_gbs:
                 if self._fault_old is None:
                     os.environ.pop("KVF_FAULT", None)
                 else:
@@ -354,7 +377,7 @@ class GpuTier(Tier):
 
 
 def make(name: str, info: Any, max_tokens: int, host_bytes: int, node_pool: str,
-         throttle_ms: float = 0.0) -> Tier:
+         throttle_gbs: float = 0.0) -> Tier:
     if name == "none":
         return Tier()
     if name == "local":
@@ -364,5 +387,5 @@ def make(name: str, info: Any, max_tokens: int, host_bytes: int, node_pool: str,
     if name.startswith("remote-"):
         parts = name.split("-")
         return RemoteTier(info, max_tokens, parts[1], node_pool,
-                          throttle_ms if "throttled" in parts else 0.0)
+                          throttle_gbs if "throttled" in parts else 0.0)
     raise ValueError("cache is none, local, gpu, remote-shm, remote-tcp or remote-tcp-throttled")
