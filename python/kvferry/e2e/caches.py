@@ -79,6 +79,13 @@ class GpuSource:
         self.layers, self.tokens = layers, tokens
 
 
+def _size(s: str) -> int:
+    """"8G" -> bytes."""
+    s = str(s).strip().upper()
+    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(s[-1:], 1)
+    return int(float(s.rstrip("KMGT")) * m)
+
+
 def _pool(info: Any, blocks: int, pin: bool) -> List[Any]:
     torch = _torch()
     return [torch.empty((2, blocks, CHUNK, info.kv_heads, info.head_dim), dtype=info.dtype,
@@ -234,6 +241,7 @@ class RemoteTier(Tier):
         self.bufs = _pool(info, self.blocks, torch.cuda.is_available())
         self.master = Master().start()
         self.node = Node(self.master.address, pool=node_pool, timeout=60.0).start()
+        self.probe_bytes = min(32 << 20, _size(node_pool) // 16)
         self._fault_old = os.environ.get("KVF_FAULT")
         self.store = self._connect()
         if throttle_gbs:
@@ -248,34 +256,37 @@ class RemoteTier(Tier):
     def _throttle(self, target_gbs: float) -> None:
         """Slows the client's eps to the node down to about target_gbs
         with the fault transport's per-request delay (``KVF_FAULT``
-        ``delay_ms``, read when an ep opens): the delay is scaled from a
-        probe until the measured speed is within 20 % of the target."""
+        ``delay_ms``, whole milliseconds, read when an ep opens): the delay
+        is scaled from a probe until the measured speed is within 20 % of
+        the target (or 1 ms is already slower)."""
         free = self.probe_gbs()
-        d = 1.0
+        d = 1
         for _ in range(4):
-            os.environ["KVF_FAULT"] = "delay_ms=%g" % d
+            os.environ["KVF_FAULT"] = "delay_ms=%d" % d
             self.store.close()
             self.store = self._connect()
             self.throttle_ms = d
             g = self.probe_gbs()
-            if abs(g - target_gbs) <= 0.2 * target_gbs or g <= 0:
+            if abs(g - target_gbs) <= 0.2 * target_gbs or g <= 0 or (d == 1 and g < target_gbs):
                 break
             # time per byte = unthrottled + delay share: solve for the delay
             extra = 1.0 / target_gbs - 1.0 / free
             now = max(1.0 / g - 1.0 / free, 1e-9)
-            d = max(0.05, d * max(extra, 1e-6) / now)
+            nd = max(1, round(d * max(extra, 1e-6) / now))
+            if nd == d:
+                break
+            d = nd
 
-    def probe_gbs(self, nbytes: int = 32 << 20, rounds: int = 3) -> float:
+    def probe_gbs(self, nbytes: int = 0, rounds: int = 3) -> float:
         """Read speed of one object of nbytes from the node through this
         client (best of rounds), in GB/s: the policy's starting link."""
-        key = "e2e-probe/%d" % os.getpid()
+        nbytes = nbytes or self.probe_bytes
+        key = "e2e-probe/%d/%d" % (os.getpid(), nbytes)
         buf = bytearray(nbytes)
         region = self.store.register(buf)
         try:
-            try:
+            if not self.store.exists(key):
                 self.store.put(key, region)
-            except Exception:
-                pass
             best = float("inf")
             for _ in range(rounds):
                 t = time.perf_counter()

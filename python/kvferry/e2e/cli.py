@@ -59,12 +59,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _size(s: str) -> int:
-    s = s.strip().upper()
-    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(s[-1:], 1)
-    return int(float(s.rstrip("KMGT")) * m)
-
-
 def _calibrate(info: Any, length: int) -> Dict[str, float]:
     """Measured host-to-device speed and prefill FLOP rate (warm-up)."""
     import torch
@@ -124,7 +118,7 @@ class Run:
 
     def tier(self, name: str) -> Any:
         a = self.args
-        return caches.make(name, self.info, self.max_tokens, _size(a.host_pool), a.node_pool,
+        return caches.make(name, self.info, self.max_tokens, caches._size(a.host_pool), a.node_pool,
                            a.throttle_gbs)
 
     def one(self, cache: str, sharing: float, overlap: bool, mode: str) -> Optional[Dict]:
@@ -295,7 +289,7 @@ def _check(run: Run, cache: str) -> Optional[Dict[str, Any]]:
     a = run.args
     correctness.deterministic(True)
     tr = run.trace(0.9)
-    reqs = tr.requests[: max(a.check, 2)]
+    reqs = tr.requests[: 2 * max(a.check, 1)]
     tier = run.tier(cache)
     try:
         eng = Engine(run.info, tier, Policy("always", run.info.shape(), 1, 1), True, a.seed,
@@ -357,7 +351,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     info = build(args.model, dev, dtype, args.seed)
     run = Run(args, info, {})
     run.calib = _calibrate(info, min(run.max_tokens, 8192))
-    print("e2e: %s on %s (%s), built in %.1f s; H2D %.2f GB/s, prefill %.2f TFLOPS"
+    print("e2e: %s on %s (%s), built in %.1f s; H2D %.3g GB/s, prefill %.3g TFLOPS"
           % (info.name, dev, dtype, time.perf_counter() - t, run.calib["h2d_gbs"],
              run.calib["flops_per_s"] / 1e12), flush=True)
     cfgs = [c for c in args.caches.split(",") if c]

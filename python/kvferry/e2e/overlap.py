@@ -107,7 +107,14 @@ def make_cache(loader: Loader, overlap: bool) -> Any:
                 self._kvf_loader.wait(layer_idx)
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
-    cache = LayerwiseCache(ddp_cache_data=list(zip(loader.keys, loader.values)))
+    # (None, None) per layer: empty DynamicLayers, filled here with the
+    # loader's tensors without touching their bytes (ddp_cache_data with
+    # tensors would copy them at once, before the loads finish)
+    cache = LayerwiseCache(ddp_cache_data=[(None, None)] * len(loader.keys))
+    for layer, k, v in zip(cache.layers, loader.keys, loader.values):
+        layer.dtype, layer.device = k.dtype, k.device
+        layer.keys, layer.values = k, v
+        layer.is_initialized = True
     if overlap:
         cache._kvf_pending = set(range(len(loader.keys)))
         cache._kvf_loader = loader
