@@ -24,9 +24,10 @@ def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("e2e")
     out = str(d / "summary.json")
     rc = main(["--model", "tiny", "--device", "cpu", "--caches", CACHES, "--sharing", "0.9",
-               "--prefix-lens", "512,1K", "--pool-size", "2", "--requests", "6", "--rate", "0",
-               "--check", "4", "--throttle-gbs", "0.3", "--host-pool", "64M", "--node-pool", "64M",
-               "--record", str(d / "rec"), "--json", out])
+               "--prefix-lens", "256,512", "--pool-size", "1", "--requests", "3", "--rate", "0",
+               "--sequential", "local", "--check", "2", "--throttle-gbs", "0.3",
+               "--host-pool", "64M", "--node-pool", "64M", "--record", str(d / "rec"),
+               "--json", out])
     return rc, json.load(open(out)), str(d / "rec")
 
 

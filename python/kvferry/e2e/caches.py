@@ -259,7 +259,6 @@ class RemoteTier(Tier):
         ``delay_ms``, whole milliseconds, read when an ep opens): the delay
         is scaled from a probe until the measured speed is within 20 % of
         the target (or 1 ms is already slower)."""
-        free = self.probe_gbs()
         d = 1
         for _ in range(4):
             os.environ["KVF_FAULT"] = "delay_ms=%d" % d
@@ -269,10 +268,8 @@ class RemoteTier(Tier):
             g = self.probe_gbs()
             if abs(g - target_gbs) <= 0.2 * target_gbs or g <= 0 or (d == 1 and g < target_gbs):
                 break
-            # time per byte = unthrottled + delay share: solve for the delay
-            extra = 1.0 / target_gbs - 1.0 / free
-            now = max(1.0 / g - 1.0 / free, 1e-9)
-            nd = max(1, round(d * max(extra, 1e-6) / now))
+            # the delay dominates a slowed link: speed ~ 1 / delay
+            nd = int(min(200, max(1, round(d * min(10.0, g / target_gbs)))))
             if nd == d:
                 break
             d = nd
