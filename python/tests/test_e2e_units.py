@@ -204,3 +204,15 @@ def test_kvferry_command_forwards_bench_e2e():
                        timeout=60)
     assert r.returncode == 0, r.stderr.decode()
     assert b"--prefix-lens" in r.stdout
+
+
+def test_closing_table():
+    from kvferry.e2e.cli import table
+    s = {"config": "local share90 overlap", "cache": "local", "ttft_p50_s": 0.1,
+         "ttft_p99_s": 0.2, "service_ttft_p50_s": 0.05, "service_ttft_p99_s": 0.07,
+         "tokens_not_computed": 32768, "bytes_remote": 0, "speedup_by_prefix": {"32768": 12.5}}
+    t = table([s, None, {"config": "check local", "ok": True}])
+    lines = t.strip().split("\n")
+    assert len(lines) == 3
+    assert "| local share90 overlap | 0.100 / 0.200 | 0.050 / 0.070 | 32768 | 0 | 32768: 12.5x |" \
+        == lines[2]

@@ -8,7 +8,8 @@
 # about 1 GB/s) with the policies always / never / calc. Each step has
 # its own timeout and writes its records as it goes (records packed into
 # $OUT/records.tgz after each step), so a run cut short still returns
-# what it measured.
+# what it measured. Each stage also leaves $OUT/<stage>.json (summaries)
+# and $OUT/<stage>.md (the closing table).
 #
 # Needs python3 with torch and transformers (the GPU host has them);
 # kvferry's library and command come from $KVF_GPU_BIN (default .dev/gpu:

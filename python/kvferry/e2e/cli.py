@@ -334,6 +334,23 @@ def _check(run: Run, cache: str) -> Optional[Dict[str, Any]]:
     return res
 
 
+def table(summaries: List[Dict[str, Any]]) -> str:
+    """The closing table in Markdown: configuration -> TTFT P50/P99 (with
+    and without queueing), tokens not computed, remote bytes, speed-up of
+    the service TTFT over no cache by prefix length."""
+    out = ["| configuration | TTFT P50 / P99 (s) | service TTFT P50 / P99 (s) | tokens not "
+           "computed | bytes read remotely | speed-up by prefix |", "|---|---|---|---:|---:|---|"]
+    for s in summaries:
+        if not s or "cache" not in s:
+            continue
+        sp = ", ".join("%d: %.1fx" % (int(p), v) for p, v in
+                       sorted(s["speedup_by_prefix"].items(), key=lambda kv: int(kv[0])))
+        out.append("| %s | %.3f / %.3f | %.3f / %.3f | %d | %d | %s |" % (
+            s["config"], s["ttft_p50_s"], s["ttft_p99_s"], s["service_ttft_p50_s"],
+            s["service_ttft_p99_s"], s["tokens_not_computed"], s["bytes_remote"], sp or "-"))
+    return "\n".join(out) + "\n"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -373,5 +390,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(args.json, "w") as f:
             json.dump({"calibration": run.calib, "summaries": run.summaries}, f, indent=1,
                       default=str)
+        with open(os.path.splitext(args.json)[0] + ".md", "w") as f:
+            f.write(table(run.summaries))
     bad = [s for s in run.summaries if s and s.get("ok") is False]
     return 1 if bad else 0
