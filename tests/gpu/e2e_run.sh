@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The end-to-end comparison (kvferry bench e2e) on the GPU machine, in
-# at most 8 minutes (timeouts 260 + 100 + 100 s): an 8B-shaped Llama with random weights (bf16, sdpa)
+# at most 8 minutes (timeouts 240 + 120 + 100 s): an 8B-shaped Llama with random weights (bf16, sdpa)
 # served with no cache, a local pinned-host cache, the remote store over
 # shm and tcp, and the GPU-resident upper bound; prefixes of 2K, 8K and
 # 32K tokens at 90 % and 0 % sharing; then the correctness check in
@@ -45,12 +45,12 @@ for st in "${stages[@]}"; do
   case "$st" in
   main)
     # the budget stops taking requests in time; records after each config
-    step 260 main "${COMMON[@]}" --sharing 0.9,0 --requests 8 --rate 2 \
-      --check 0 --budget 225
+    step 240 main "${COMMON[@]}" --sharing 0.9,0 --requests 8 --rate 2 \
+      --check 0 --budget 205
     ;;
   check)
-    step 100 check "${COMMON[@]}" --caches local,remote-shm,remote-tcp,gpu \
-      --check 3 --check-only --budget 70
+    step 120 check "${COMMON[@]}" --caches local,remote-shm,gpu,remote-tcp \
+      --check 2 --check-only --budget 90
     ;;
   slow)
     step 100 slow "${COMMON[@]}" --caches "" --sharing 0.9 --requests 4 \
