@@ -45,7 +45,7 @@ for st in "${stages[@]}"; do
   case "$st" in
   main)
     # the budget stops taking requests in time; records after each config
-    step 240 main "${COMMON[@]}" --sharing 0.9,0 --requests 8 --rate 2 \
+    step 240 main "${COMMON[@]}" --sharing 0.9,0 --requests 6 --rate 2 \
       --check 0 --budget 205
     ;;
   check)
