@@ -6,7 +6,9 @@
 #include "tools/cli/cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void kvf_cli_usage(const kvf_cli_cmd_t *cmds, const char *what)
 {
@@ -99,6 +101,41 @@ int kvf_cli_dispatch(const kvf_cli_cmd_t *cmds, const char *what, int argc,
     return KVF_CLI_USAGE;
 }
 
+/* `kvferry bench e2e ...` is the Python package's harness (it needs torch
+ * and transformers): run `python3 -m kvferry bench e2e ...` in its place.
+ * KVFERRY_PYTHON names another interpreter (one whose kvferry package is
+ * installed). */
+static int kvf_cmd_bench_e2e(int argc, char **argv)
+{
+    const char *py = getenv("KVFERRY_PYTHON");
+    char **args = calloc((size_t)argc + 5, sizeof(*args));
+    int i;
+
+    if (args == NULL) {
+        fprintf(stderr, "kvferry bench e2e: out of memory\n");
+        return KVF_CLI_FAIL;
+    }
+    py = (py != NULL && *py != '\0') ? py : "python3";
+    args[0] = (char *)py;
+    args[1] = "-m";
+    args[2] = "kvferry";
+    args[3] = "bench";
+    args[4] = "e2e";
+    for (i = 1; i < argc; i++) {
+        args[i + 4] = argv[i];
+    }
+    fflush(stdout);
+    fflush(stderr);
+    execvp(py, args);
+    fprintf(stderr,
+            "kvferry bench e2e: cannot run %s: %m (the harness is the Python "
+            "package's: pip install the kvferry wheel, or set "
+            "KVFERRY_PYTHON)\n",
+            py);
+    free(args);
+    return 127;
+}
+
 static int kvf_cmd_bench(int argc, char **argv)
 {
     return kvf_cli_dispatch(kvf_cli_bench_commands, "kvferry bench", argc,
@@ -120,6 +157,8 @@ const kvf_cli_cmd_t kvf_cli_bench_commands[] = {
      "seed 003 §1: the environment table, detected (CPU, GPUs, NICs...)"},
     {"h2d", kvf_cmd_bench_h2d,
      "seed 003 §3.1: pinned vs pageable H2D/D2H, 1 GiB contiguous"},
+    {"e2e", kvf_cmd_bench_e2e,
+     "TTFT with no / local / remote cache, outputs checked (Python)"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,399 @@
+"""The cache configurations an end-to-end run compares.
+
+- ``none``: no cache; every request is a full single-shot prefill.
+- ``local``: prefix KV in kvferry-registered (pinned, where CUDA is)
+  host memory of the serving process; chunks verified with kvferry's
+  checksum on every load.
+- ``remote``: a kvferry store (``master`` and ``node`` processes) through
+  :class:`kvferry.kv.KVCache`, over shm or, forced, tcp; the throttled
+  variant wraps the client's eps with kvferry's fault transport
+  (``KVF_FAULT`` ``delay_ms``, scaled until a probe reads at about the
+  target speed), which slows the link down.
+- ``gpu``: the KV stays in GPU memory (the upper bound: no transfer).
+
+Every tier keys 256-token chunks with :func:`kvferry.kv.chunk_keys`
+over the prefix tokens and the layout's fingerprint (a vLLM-style
+per-layer layout ``[2, blocks, 256, kv_heads, head_dim]``), so a chunk
+is found only by the same tokens, model and layout. A tier's
+:meth:`fetch` returns a :class:`Source` whose ``copy_layer`` moves one
+layer into GPU (or CPU) tensors; :mod:`.overlap` schedules those copies.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .. import _lib
+from ..kv import KVCache, KVLayout, chunk_keys
+from ..procs import Master, Node
+from ..store import Store
+
+CHUNK = 256
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def layout_for(info: Any, num_blocks: int) -> KVLayout:
+    return KVLayout.vllm(info.name, str(info.dtype), info.layers, max(1, num_blocks), CHUNK,
+                         info.kv_heads, info.head_dim)
+
+
+def _runs(slots: Sequence[int]) -> List[Tuple[int, int]]:
+    """Consecutive slots grouped: [(first, count), ...] in order."""
+    out: List[Tuple[int, int]] = []
+    for s in slots:
+        if out and out[-1][0] + out[-1][1] == s:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((s, 1))
+    return out
+
+
+class Source:
+    """Verified prefix KV in host buffers, layer by layer: bufs[l] is
+    [2, blocks, 256, H, D]; the prefix is the blocks of ``runs``."""
+
+    def __init__(self, bufs: List[Any], runs: List[Tuple[int, int]], tokens: int):
+        self.bufs, self.runs, self.tokens = bufs, runs, tokens
+
+    def copy_layer(self, layer: int, k_dst: Any, v_dst: Any, non_blocking: bool) -> None:
+        """k_dst, v_dst: [tokens, H, D] (views of the cache's tensors)."""
+        b = self.bufs[layer]
+        t = 0
+        for first, n in self.runs:
+            m = n * CHUNK
+            k_dst[t:t + m].copy_(b[0, first:first + n].flatten(0, 1), non_blocking=non_blocking)
+            v_dst[t:t + m].copy_(b[1, first:first + n].flatten(0, 1), non_blocking=non_blocking)
+            t += m
+
+
+class GpuSource:
+    """Prefix KV already on the device ([1, H, S, D] per layer)."""
+
+    def __init__(self, layers: List[Tuple[Any, Any]], tokens: int):
+        self.layers, self.tokens = layers, tokens
+
+
+def _size(s: str) -> int:
+    """"8G" -> bytes."""
+    s = str(s).strip().upper()
+    m = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(s[-1:], 1)
+    return int(float(s.rstrip("KMGT")) * m)
+
+
+def _pool(info: Any, blocks: int, pin: bool) -> List[Any]:
+    torch = _torch()
+    return [torch.empty((2, blocks, CHUNK, info.kv_heads, info.head_dim), dtype=info.dtype,
+                        pin_memory=pin) for _ in range(info.layers)]
+
+
+def _to_host(cache: Any, bufs: List[Any], chunk: int, slot: int) -> None:
+    """Copies chunk ``chunk`` of every layer of a DynamicCache into block
+    ``slot`` of the host buffers."""
+    a, b = chunk * CHUNK, (chunk + 1) * CHUNK
+    for l, layer in enumerate(cache.layers):
+        bufs[l][0, slot].copy_(layer.keys[0, :, a:b].transpose(0, 1))
+        bufs[l][1, slot].copy_(layer.values[0, :, a:b].transpose(0, 1))
+
+
+class Tier:
+    name = "none"
+    remote = False
+
+    def lookup(self, tokens: Sequence[int]) -> int:
+        return 0
+
+    def fetch(self, tokens: Sequence[int], hit: int) -> Tuple[Any, int, Dict[str, float], int]:
+        """(source, verified tokens, timings, bytes read remotely)."""
+        raise NotImplementedError
+
+    def save(self, tokens: Sequence[int], cache: Any, have: int) -> int:
+        return 0
+
+    def corrupt(self, tokens: Sequence[int], chunk: int) -> bool:
+        return False
+
+    def describe(self) -> Dict[str, Any]:
+        return {"cache": self.name}
+
+    def close(self) -> None:
+        pass
+
+
+class LocalTier(Tier):
+    """Pinned host memory of this process, registered with a kvferry
+    engine; an index from chunk key to block and per-piece checksums."""
+
+    name = "local"
+
+    def __init__(self, info: Any, capacity_bytes: int):
+        from ..engine import Engine
+        torch = _torch()
+        per_block = 2 * CHUNK * info.kv_heads * info.head_dim * info.dtype.itemsize * info.layers
+        self.blocks = max(1, capacity_bytes // per_block)
+        self.bufs = _pool(info, self.blocks, torch.cuda.is_available())
+        self.engine = Engine(no_listen=True)
+        self.regions = [self.engine.register(b) for b in self.bufs]
+        self.fp = layout_for(info, self.blocks).fingerprint()
+        self.index: Dict[bytes, Tuple[int, Tuple[int, ...]]] = {}
+        self.next = 0
+        self.full = 0
+
+    def _keys(self, tokens: Sequence[int]) -> List[bytes]:
+        return chunk_keys(tokens, CHUNK, self.fp)
+
+    def lookup(self, tokens: Sequence[int]) -> int:
+        n = 0
+        for k in self._keys(tokens):
+            if k not in self.index:
+                break
+            n += 1
+        return n * CHUNK
+
+    def _sums(self, slot: int) -> Tuple[int, ...]:
+        ck = _lib.lib().kvf_checksum
+        out = []
+        for b in self.bufs:
+            for kv in (0, 1):
+                t = b[kv, slot]
+                out.append(ck(t.data_ptr(), t.numel() * t.element_size()))
+        return tuple(out)
+
+    def fetch(self, tokens, hit):
+        t0 = time.perf_counter()
+        slots = []
+        for k in self._keys(tokens)[: hit // CHUNK]:
+            slot, sums = self.index[k]
+            if self._sums(slot) != sums:
+                break
+            slots.append(slot)
+        t1 = time.perf_counter()
+        got = len(slots) * CHUNK
+        return Source(self.bufs, _runs(slots), got), got, {"verify": t1 - t0}, 0
+
+    def save(self, tokens, cache, have):
+        written = 0
+        for i, k in enumerate(self._keys(tokens)):
+            if i < have // CHUNK or k in self.index:
+                continue
+            if self.next >= self.blocks:
+                self.full += 1
+                break
+            slot = self.next
+            self.next += 1
+            _to_host(cache, self.bufs, i, slot)
+            self.index[k] = (slot, self._sums(slot))
+            written += 1
+        return written
+
+    def corrupt(self, tokens, chunk):
+        keys = self._keys(tokens)
+        if chunk >= len(keys) or keys[chunk] not in self.index:
+            return False
+        slot = self.index[keys[chunk]][0]
+        t = self.bufs[0][0, slot].view(-1)
+        t[0] = t[0] + 1 if t[0] == 0 else -t[0]
+        return True
+
+    def describe(self):
+        return {"cache": "local", "host_pool_blocks": self.blocks,
+                "host_pool_pinned": str(self.bufs[0].is_pinned())}
+
+    def close(self):
+        for r in self.regions:
+            r.deregister()
+        self.regions = []
+        self.engine.close()
+
+
+class _TimedKV(KVCache):
+    """KVCache that adds up the time of its checksums (the verify stage)."""
+
+    verify_s = 0.0
+
+    def _checksum(self, region, off, n):
+        t = time.perf_counter()
+        try:
+            return super()._checksum(region, off, n)
+        finally:
+            self.verify_s += time.perf_counter() - t
+
+
+class RemoteTier(Tier):
+    """A kvferry store in master + node processes on this host, read over
+    ``transport`` ("shm" or "tcp"); with ``throttle_gbs`` the client's
+    eps are slowed to about that speed (kvferry's fault transport)."""
+
+    remote = True
+
+    def __init__(self, info: Any, max_tokens: int, transport: str = "shm",
+                 node_pool: str = "1G", throttle_gbs: float = 0.0, timeout_ms: int = 60000):
+        torch = _torch()
+        self.transport, self.throttle_gbs, self.timeout_ms = transport, throttle_gbs, timeout_ms
+        self.throttle_ms = 0.0
+        self.name = "remote-%s%s" % (transport, "-throttled" if throttle_gbs else "")
+        self.blocks = max(1, -(-max_tokens // CHUNK))
+        self.bufs = _pool(info, self.blocks, torch.cuda.is_available())
+        self.master = Master().start()
+        self.node = Node(self.master.address, pool=node_pool, timeout=60.0).start()
+        self.probe_bytes = min(32 << 20, _size(node_pool) // 16)
+        self._fault_old = os.environ.get("KVF_FAULT")
+        self.store = self._connect()
+        if throttle_gbs:
+            self._throttle(throttle_gbs)
+        self.kv = _TimedKV(self.store, layout_for(info, self.blocks), self.bufs,
+                           namespace="e2e")
+
+    def _connect(self) -> Store:
+        return Store.connect(self.master.address, timeout_ms=self.timeout_ms,
+                             transports=self.transport)
+
+    def _throttle(self, target_gbs: float) -> None:
+        """Slows the client's eps to the node down to about target_gbs
+        with the fault transport's per-request delay (``KVF_FAULT``
+        ``delay_ms``, whole milliseconds, read when an ep opens): the delay
+        is scaled from a probe until the measured speed is within 20 % of
+        the target (or 1 ms is already slower)."""
+        d = 1
+        for _ in range(4):
+            os.environ["KVF_FAULT"] = "delay_ms=%d" % d
+            self.store.close()
+            self.store = self._connect()
+            self.throttle_ms = d
+            g = self.probe_gbs()
+            if abs(g - target_gbs) <= 0.2 * target_gbs or g <= 0 or (d == 1 and g < target_gbs):
+                break
+            # the delay dominates a slowed link: speed ~ 1 / delay
+            nd = int(min(200, max(1, round(d * min(10.0, g / target_gbs)))))
+            if nd == d:
+                break
+            d = nd
+
+    def probe_gbs(self, nbytes: int = 0, rounds: int = 3) -> float:
+        """Read speed of one object of nbytes from the node through this
+        client (best of rounds), in GB/s: the policy's starting link."""
+        nbytes = nbytes or self.probe_bytes
+        key = "e2e-probe/%d/%d" % (os.getpid(), nbytes)
+        buf = bytearray(nbytes)
+        region = self.store.register(buf)
+        try:
+            if not self.store.exists(key):
+                self.store.put(key, region)
+            best = float("inf")
+            for _ in range(rounds):
+                t = time.perf_counter()
+                self.store.get(key, region)
+                best = min(best, time.perf_counter() - t)
+            self.store.remove(key)
+        finally:
+            region.deregister()
+        return nbytes / best / 1e9
+
+    def lookup(self, tokens):
+        return self.kv.lookup(tokens)
+
+    def fetch(self, tokens, hit):
+        n = hit // CHUNK
+        s = self.kv.stats
+        b0, v0 = s.bytes_loaded, self.kv.verify_s
+        t0 = time.perf_counter()
+        got = self.kv.load(tokens[:hit], list(range(n)))
+        dt = time.perf_counter() - t0
+        ver = self.kv.verify_s - v0
+        nbytes = s.bytes_loaded - b0
+        return (Source(self.bufs, [(0, got // CHUNK)] if got else [], got), got,
+                {"read": dt - ver, "verify": ver}, nbytes)
+
+    def save(self, tokens, cache, have):
+        nk = len(tokens) // CHUNK
+        for i in range(have // CHUNK, min(nk, self.blocks)):
+            _to_host(cache, self.bufs, i, i)
+        return self.kv.save(tokens[: min(nk, self.blocks) * CHUNK], list(range(self.blocks)))
+
+    def corrupt(self, tokens, chunk):
+        keys = self.kv.chunk_keys(tokens)
+        if chunk >= len(keys):
+            return False
+        piece = self.kv.piece_keys(keys[chunk])[0]
+        try:
+            n = self.store.query(piece).size
+            self.store.remove(piece)
+        except Exception:
+            return False
+        self.store.put(piece, os.urandom(n))
+        return True
+
+    def describe(self):
+        return {"cache": self.name, "transport": self.transport, "link": self.store.master_link,
+                "throttle_delay_ms": self.throttle_ms,
+                "throttle_target_gbs": self.throttle_gbs, "staging_blocks": self.blocks}
+
+    def close(self):
+        try:
+            self.kv.close()
+            self.store.close()
+        finally:
+            if self.throttle_gbs:
+                if self._fault_old is None:
+                    os.environ.pop("KVF_FAULT", None)
+                else:
+                    os.environ["KVF_FAULT"] = self._fault_old
+            self.node.close()
+            self.master.close()
+
+
+class GpuTier(Tier):
+    """Prefix KV kept on the device: the upper bound, nothing moves."""
+
+    name = "gpu"
+
+    def __init__(self, info: Any, capacity_bytes: int):
+        self.fp = layout_for(info, 1).fingerprint() + "-gpu"
+        self.cap, self.used = capacity_bytes, 0
+        self.index: Dict[bytes, Tuple[int, List[Tuple[Any, Any]]]] = {}
+        self.per_token = info.kv_bytes_per_token()
+
+    def lookup(self, tokens):
+        best = 0
+        for i, k in enumerate(chunk_keys(tokens, CHUNK, self.fp)):
+            if k not in self.index:
+                break
+            best = i + 1
+        return best * CHUNK
+
+    def fetch(self, tokens, hit):
+        k = chunk_keys(tokens[:hit], CHUNK, self.fp)[-1]
+        _, layers = self.index[k]
+        return GpuSource([(a[:, :, :hit], b[:, :, :hit]) for a, b in layers], hit), hit, {}, 0
+
+    def save(self, tokens, cache, have):
+        keys = chunk_keys(tokens, CHUNK, self.fp)
+        n = len(keys) * CHUNK
+        if not keys or keys[-1] in self.index or self.used + n * self.per_token > self.cap:
+            return 0
+        layers = [(l.keys[:, :, :n].clone(), l.values[:, :, :n].clone()) for l in cache.layers]
+        self.used += n * self.per_token
+        for i, k in enumerate(keys):
+            if k not in self.index:
+                self.index[k] = (i, layers)
+        return len(keys)
+
+
+def make(name: str, info: Any, max_tokens: int, host_bytes: int, node_pool: str,
+         throttle_gbs: float = 0.0) -> Tier:
+    if name == "none":
+        return Tier()
+    if name == "local":
+        return LocalTier(info, host_bytes)
+    if name == "gpu":
+        return GpuTier(info, host_bytes)
+    if name.startswith("remote-"):
+        parts = name.split("-")
+        return RemoteTier(info, max_tokens, parts[1], node_pool,
+                          throttle_gbs if "throttled" in parts else 0.0)
+    raise ValueError("cache is none, local, gpu, remote-shm, remote-tcp or remote-tcp-throttled")
