@@ -182,7 +182,7 @@ static void kvf_ucx_op_done(void *request, ucs_status_t s, void *user_data)
     kvf_ucx_rctx_t *rc = op->rc;
     kvf_tl_ep_t *ep = rc->ep;
 
-    (void)request;
+    ucp_request_free(request);
     if (s != UCS_OK) {
         kvf_ucx_segs_fail(rc, op->first, op->count,
                           ep->failed != KVF_OK ? ep->failed
@@ -213,8 +213,7 @@ static void kvf_ucx_op_issue(kvf_tl_ep_t *ep, kvf_ucx_op_t *op, int write,
         sp = ucp_get_nbx(ep->uep, local, len, remote, rkey, &p);
     }
     if (UCS_PTR_IS_PTR(sp)) {
-        op->rc->pending++;
-        ucp_request_free(sp); /* the callback still comes */
+        op->rc->pending++; /* the callback frees the request */
     } else if (UCS_PTR_STATUS(sp) != UCS_OK) {
         kvf_ucx_segs_fail(op->rc, op->first, op->count,
                           kvf_ucx_status(UCS_PTR_STATUS(sp)));
@@ -426,6 +425,15 @@ static kvf_status_t kvf_ucx_ep_connect(kvf_tl_ep_t *ep)
     p.err_handler.cb = kvf_ucx_ep_err;
     p.err_handler.arg = ep;
     s = ucp_ep_create(ep->worker, &p, &ep->uep);
+    if (s == UCS_ERR_UNREACHABLE) {
+        /* shared memory alone (sysv, posix, cma) has no peer failure
+         * detection: without it the side channel and the timeout tell */
+        kvf_info("ucx: %s:%u: no transport with peer error handling, "
+                 "continuing without it",
+                 ep->host, ep->port);
+        p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        s = ucp_ep_create(ep->worker, &p, &ep->uep);
+    }
     kvf_free(addr);
     if (s != UCS_OK) {
         kvf_error("ucx: ucp_ep_create to %s:%u: %s", ep->host, ep->port,
