@@ -29,13 +29,14 @@ done
 # (libFuzzer targets); tests: python3 + jsonschema (record checks),
 # python3-venv (python/run-tests.sh's virtual environment),
 # iproute2 + nftables (network fault drills), redis (bench store
-# --vs-redis; redis-py: test_resp), pciutils (bench env's PCIe table)
+# --vs-redis; redis-py: test_resp), pciutils (bench env's PCIe table),
+# libucx-dev + ucx-utils (the ucx transport; ucx_info, ucx_perftest)
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev
       libjansson-dev libxxhash-dev libhiredis-dev libmicrohttpd-dev libssl-dev
       clang-14 libclang-rt-14-dev
       python3 python3-pip python3-venv python3-jsonschema python3-redis
       iproute2 nftables
-      redis-server redis-tools pciutils)
+      redis-server redis-tools pciutils libucx-dev ucx-utils)
 [ "$browser" -eq 1 ] && pkgs+=(chromium)
 
 log=$(mktemp /tmp/kvf_setup.XXXXXX)

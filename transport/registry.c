@@ -18,8 +18,7 @@ const kvf_transport_ops_t *const kvf_transports[] = {
     &kvf_cuda_ops, /* no iface: its hook wraps a same-host peer's ep */
     &kvf_shm_ops,  /* same host only: its ep_open fails elsewhere */
     &kvf_ucx_ops,  /* under auto only where UCX has an RDMA device */
-    &kvf_tcp_ops,
-    NULL,
+    &kvf_tcp_ops,  NULL,
 };
 
 /* Innermost first: fault injection sees every request the inner ep

@@ -104,7 +104,8 @@ kvf_status_t kvf_ucx_rkey_dec(const void *buf, size_t n, uint64_t addr,
         kvf_error("ucx: remote key reply of %zu bytes, malformed", n);
         return KVF_ERR_PROTOCOL;
     }
-    if (addr < m.base || addr - m.base > m.len || len > m.len - (addr - m.base)) {
+    if (addr < m.base || addr - m.base > m.len ||
+        len > m.len - (addr - m.base)) {
         kvf_error("ucx: remote key for 0x%lx+%lu does not hold 0x%lx+%lu",
                   (unsigned long)m.base, (unsigned long)m.len,
                   (unsigned long)addr, (unsigned long)len);

@@ -80,9 +80,10 @@ struct kvf_tl_ep {
     pthread_mutex_t lock; /* the posted queue */
     kvf_tl_req_t *head, *tail;
     /* progress thread's own */
-    kvf_ucx_rctx_t *active; /* requests in flight */
+    kvf_ucx_rctx_t *active;  /* requests in flight */
+    kvf_ucx_rctx_t *zombies; /* failed by force, freed at close */
     unsigned nactive;
-    uint64_t last_ms; /* last completion while requests were in flight */
+    uint64_t last_ms;    /* last completion while requests were in flight */
     kvf_status_t failed; /* KVF_OK, or why the ep is dead */
     kvf_ucx_rkey_t *rkeys;
     size_t nrkeys, rkeys_cap;
@@ -107,8 +108,8 @@ void kvf_ucx_worker_destroy(ucp_worker_h worker, int efd, int wake);
 /* Progress until idle, then arm and sleep at most timeout_ms (-1: until
  * an event). With a target, progress runs holding its region set, so a
  * deregistration never overlaps a software RMA writing into the range. */
-void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake,
-                         int timeout_ms, const kvf_tl_target_t *target);
+void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
+                         const kvf_tl_target_t *target);
 void kvf_ucx_wake(int wake);
 kvf_status_t kvf_ucx_status(ucs_status_t s);
 

@@ -240,8 +240,8 @@ void kvf_ucx_wake(int wake)
     }
 }
 
-void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake,
-                         int timeout_ms, const kvf_tl_target_t *target)
+void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
+                         const kvf_tl_target_t *target)
 {
     struct epoll_event ev[2];
     uint64_t v;

@@ -21,6 +21,7 @@
 #include "core/time.h"
 
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 /* One UCP call (or the flush): the segments it covers. */
@@ -35,6 +36,7 @@ struct kvf_ucx_rctx {
     kvf_tl_ep_t *ep;
     unsigned pending;
     kvf_status_t err;
+    int zombie; /* completed by force: late callbacks only count down */
     kvf_ucx_rctx_t *prev, *next;
     kvf_ucx_op_t ops[]; /* nsegs + 1 (the flush) */
 };
@@ -56,9 +58,9 @@ kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
     }
     if (status == KVF_OK && h->meta_len > 0) {
         reply = kvf_malloc(h->meta_len);
-        status = reply == NULL ? KVF_ERR_NO_MEMORY
-                               : kvf_sock_recv_all(ep->fd, reply, h->meta_len,
-                                                   deadline);
+        status = reply == NULL
+                     ? KVF_ERR_NO_MEMORY
+                     : kvf_sock_recv_all(ep->fd, reply, h->meta_len, deadline);
     }
     if (status == KVF_OK && h->status != KVF_OK) {
         status = (kvf_status_t)h->status;
@@ -115,8 +117,8 @@ static kvf_status_t kvf_ucx_rkey_fetch(kvf_tl_ep_t *ep, uint64_t addr,
     kvf_wr_init_fixed(&w, meta, sizeof(meta));
     kvf_ucx_range_enc(&w, addr, len);
     pthread_mutex_lock(&ep->fd_lock);
-    status = kvf_ucx_ep_call(ep, KVF_UCX_RKEY, 0, meta, sizeof(meta), &h,
-                             &reply);
+    status =
+        kvf_ucx_ep_call(ep, KVF_UCX_RKEY, 0, meta, sizeof(meta), &h, &reply);
     pthread_mutex_unlock(&ep->fd_lock);
     if (status == KVF_OK) {
         status = kvf_ucx_rkey_dec(reply, h.meta_len, addr, len, &m);
@@ -183,6 +185,10 @@ static void kvf_ucx_op_done(void *request, ucs_status_t s, void *user_data)
     kvf_tl_ep_t *ep = rc->ep;
 
     ucp_request_free(request);
+    if (rc->zombie) {
+        rc->pending--;
+        return;
+    }
     if (s != UCS_OK) {
         kvf_ucx_segs_fail(rc, op->first, op->count,
                           ep->failed != KVF_OK ? ep->failed
@@ -249,8 +255,8 @@ static void kvf_ucx_req_start(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     uint32_t i, j, nops = 0;
 
     if (ep->failed != KVF_OK || (req->cancel != NULL && *req->cancel)) {
-        kvf_tl_req_fail(req, ep->failed != KVF_OK ? ep->failed
-                                                  : KVF_ERR_CANCELED);
+        kvf_tl_req_fail(req,
+                        ep->failed != KVF_OK ? ep->failed : KVF_ERR_CANCELED);
         return;
     }
     rc = kvf_calloc(1, sizeof(*rc) + (req->nsegs + 1) * sizeof(rc->ops[0]));
@@ -309,7 +315,7 @@ static void kvf_ucx_ep_err(void *arg, ucp_ep_h uep, ucs_status_t s)
         kvf_warn("ucx: peer %s:%u failed: %s", ep->host, ep->port,
                  ucs_status_string(s));
         ep->failed = kvf_ucx_status(s) == KVF_ERR_IO ? KVF_ERR_PEER_CLOSED
-                                                      : kvf_ucx_status(s);
+                                                     : kvf_ucx_status(s);
     }
 }
 
@@ -338,10 +344,21 @@ static void kvf_ucx_ep_abort(kvf_tl_ep_t *ep, kvf_status_t why)
         }
         ucp_request_free(sp);
     }
-    if (ep->nactive > 0) {
-        kvf_error("ucx: %u request(s) to %s:%u left after closing the "
-                  "endpoint",
-                  ep->nactive, ep->host, ep->port);
+    /* operations UCX did not complete (no peer error handling): fail
+     * them here; their memory stays until the worker is gone */
+    while (ep->active != NULL) {
+        kvf_ucx_rctx_t *rc = ep->active;
+        kvf_tl_req_t *req = rc->req;
+
+        ep->active = rc->next;
+        ep->nactive--;
+        rc->zombie = 1;
+        rc->next = ep->zombies;
+        ep->zombies = rc;
+        kvf_ucx_segs_fail(rc, 0, (uint32_t)req->nsegs, ep->failed);
+        req->status = ep->failed;
+        KVF_TL_COUNT(errors, 1);
+        req->complete(req);
     }
 }
 
@@ -369,6 +386,15 @@ static void *kvf_ucx_ep_main(void *arg)
         kvf_ucx_ep_drain(ep);
         kvf_ucx_worker_wait(ep->worker, ep->efd, ep->wake,
                             ep->nactive > 0 ? 50 : -1, NULL);
+        if (ep->failed == KVF_OK && ep->uep != NULL &&
+            pthread_mutex_trylock(&ep->fd_lock) == 0) {
+            if (kvf_tl_peer_gone(ep->fd)) {
+                kvf_warn("ucx: peer %s:%u closed its side channel", ep->host,
+                         ep->port);
+                ep->failed = KVF_ERR_PEER_CLOSED;
+            }
+            pthread_mutex_unlock(&ep->fd_lock);
+        }
         if (ep->failed != KVF_OK && ep->uep != NULL) {
             kvf_ucx_ep_abort(ep, ep->failed);
         } else if (ep->nactive > 0 && kvf_time_ms() - ep->last_ms > tmo) {
@@ -401,6 +427,7 @@ kvf_status_t kvf_ucx_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
 /* HELLO, worker, endpoint (peer error mode), progress thread. */
 static kvf_status_t kvf_ucx_ep_connect(kvf_tl_ep_t *ep)
 {
+    struct epoll_event ev = {.events = EPOLLRDHUP};
     ucp_ep_params_t p = {0};
     kvf_frame_hdr_t h;
     kvf_status_t status;
@@ -411,8 +438,8 @@ static kvf_status_t kvf_ucx_ep_connect(kvf_tl_ep_t *ep)
     if (status != KVF_OK) {
         return status;
     }
-    status = kvf_ucx_worker_create(ep->iface->ctx, &ep->worker, &ep->efd,
-                                   &ep->wake);
+    status =
+        kvf_ucx_worker_create(ep->iface->ctx, &ep->worker, &ep->efd, &ep->wake);
     if (status != KVF_OK) {
         kvf_free(addr);
         return status;
@@ -441,6 +468,9 @@ static kvf_status_t kvf_ucx_ep_connect(kvf_tl_ep_t *ep)
         status = kvf_ucx_status(s);
         goto err_worker;
     }
+    /* a dead target closes the side channel: wake up and tell */
+    ev.data.fd = ep->fd;
+    epoll_ctl(ep->efd, EPOLL_CTL_ADD, ep->fd, &ev);
     if (pthread_create(&ep->thread, NULL, kvf_ucx_ep_main, ep) != 0) {
         status = KVF_ERR_NO_RESOURCE;
         kvf_ucx_ep_abort(ep, status);
@@ -467,11 +497,11 @@ kvf_status_t kvf_ucx_ep_open(kvf_tl_iface_t *iface, const char *address,
     ep->fd = -1;
     pthread_mutex_init(&ep->lock, NULL);
     pthread_mutex_init(&ep->fd_lock, NULL);
-    status = kvf_sock_parse_addr(address, ep->host, sizeof(ep->host),
-                                 &ep->port);
+    status =
+        kvf_sock_parse_addr(address, ep->host, sizeof(ep->host), &ep->port);
     if (status == KVF_OK) {
-        status = kvf_auth_connect(ep->host, ep->port, (int)iface->cfg.timeout_ms,
-                                  "ucx", &ep->fd);
+        status = kvf_auth_connect(ep->host, ep->port,
+                                  (int)iface->cfg.timeout_ms, "ucx", &ep->fd);
     }
     if (status == KVF_OK) {
         status = kvf_ucx_ep_connect(ep);
@@ -537,6 +567,12 @@ void kvf_ucx_ep_close(kvf_tl_ep_t *ep)
     kvf_free(ep->rkeys);
     kvf_ucx_ep_shut(ep);
     kvf_ucx_worker_destroy(ep->worker, ep->efd, ep->wake);
+    while (ep->zombies != NULL) {
+        kvf_ucx_rctx_t *rc = ep->zombies;
+
+        ep->zombies = rc->next;
+        kvf_free(rc);
+    }
     close(ep->fd);
     pthread_mutex_destroy(&ep->lock);
     pthread_mutex_destroy(&ep->fd_lock);

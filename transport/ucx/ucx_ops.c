@@ -129,8 +129,8 @@ static kvf_status_t kvf_ucx_sum_some(kvf_tl_ep_t *ep, const uint64_t *remote,
     }
     status = kvf_wr_status(&w);
     if (status == KVF_OK) {
-        status = kvf_ucx_ep_call(ep, KVF_UCX_SUM, (uint32_t)n, w.buf, w.len,
-                                 &h, &reply);
+        status = kvf_ucx_ep_call(ep, KVF_UCX_SUM, (uint32_t)n, w.buf, w.len, &h,
+                                 &reply);
     }
     if (status == KVF_OK && h.count != n) {
         status = KVF_ERR_PROTOCOL;
@@ -160,8 +160,8 @@ static kvf_status_t kvf_ucx_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
         if (n > KVF_UCX_SUM_MAX) {
             n = KVF_UCX_SUM_MAX;
         }
-        status = kvf_ucx_sum_some(ep, remote + done, lengths + done, n,
-                                  sums + done);
+        status =
+            kvf_ucx_sum_some(ep, remote + done, lengths + done, n, sums + done);
     }
     pthread_mutex_unlock(&ep->fd_lock);
     return status;
@@ -187,8 +187,7 @@ static kvf_status_t kvf_ucx_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
                                          void *local, uint64_t remote,
                                          size_t length, double *seconds_p)
 {
-    kvf_ucx_wait_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-                        0};
+    kvf_ucx_wait_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
     kvf_tl_seg_t seg = {local, remote, length};
     kvf_status_t seg_status, status;
     kvf_tl_req_t req = {0};

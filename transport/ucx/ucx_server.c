@@ -296,8 +296,8 @@ static void *kvf_ucx_sconn_main(void *arg)
     status = kvf_auth_server(c->fd, c->iface->host, "ucx", peer,
                              kvf_time_ms() + c->iface->cfg.timeout_ms);
     while (status == KVF_OK && !srv->stop) {
-        status = kvf_ucx_recv_hdr(
-            c->fd, &h, kvf_time_ms() + srv->lim.idle_timeout_ms);
+        status = kvf_ucx_recv_hdr(c->fd, &h,
+                                  kvf_time_ms() + srv->lim.idle_timeout_ms);
         if (status == KVF_OK) {
             status = kvf_ucx_serve_one(c, &h);
         } else if (status == KVF_ERR_PROTOCOL || status == KVF_ERR_VERSION ||
