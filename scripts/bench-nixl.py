@@ -106,6 +106,9 @@ def nixl_all(args, sizes):
     peer = agent.add_remote_agent(meta)
     out = {}
     try:
+        # connect (NIXL wires up on the first transfer), not timed
+        nixl_run(agent, peer, laddr, raddr, args.pool, args.block,
+                 64 * args.block, "WRITE", 1, 0)
         for op in ("WRITE", "READ"):
             for s in sizes:
                 gbs = nixl_run(agent, peer, laddr, raddr, args.pool,
