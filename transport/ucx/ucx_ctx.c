@@ -111,12 +111,6 @@ static kvf_status_t kvf_ucx_init(const char *net_devices, ucp_context_h *ctx_p)
     if (net_devices != NULL) {
         ucp_config_modify(config, "NET_DEVICES", net_devices);
     }
-    /* UCP's keepalive fails an endpoint whose peer is merely slow to
-     * progress, and an endpoint UCX opened itself (a target's reply path)
-     * has no error handler: UCX then aborts the process. Dead peers are
-     * found by the transports' own errors and the side channel, silent
-     * ones by kvferry's timeout. */
-    ucp_config_modify(config, "KEEPALIVE_INTERVAL", "inf");
     p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     p.mt_workers_shared = 1;
