@@ -7,8 +7,10 @@
  * adjacent blocks merged into few UCP calls, refused out-of-bounds
  * accesses (the target keeps serving), threads and several engines
  * submitting at once, and a target killed in the middle of a batch
- * (every operation ends with a status within the timeout). Skipped
- * (77) in a build without UCX.
+ * (every operation ends with a status within the timeout), and hostile
+ * clients of the side channel that hands out remote keys (no handshake,
+ * keys for unregistered memory, garbage). Skipped (77) in a build
+ * without UCX.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,10 +27,19 @@
 #include <kvferry/kvferry.h>
 #include <kvferry/perf.h>
 
+#include "core/alloc.h"
+#include "core/auth.h"
 #include "core/checksum.h"
 #include "core/rng.h"
 #include "core/time.h"
 #include "test_util.h"
+
+#ifdef KVF_TEST_HAVE_UCX
+#include "engine/engine_int.h"
+#include "transport/ucx/ucx.h"
+
+#include <unistd.h>
+#endif
 
 #define POOL    (64u << 20)
 #define SEED    11
@@ -450,6 +461,120 @@ static void test_target_killed(void **state)
     free(ops);
 }
 
+#ifdef KVF_TEST_HAVE_UCX
+/* The target's ucx side channel address, from its segment descriptor. */
+static void side_address(fixture_t *f, char *host, uint16_t *port)
+{
+    const kvf_transport_ops_t *tcp = kvf_transport_find("tcp");
+    kvf_seg_desc_t d;
+    unsigned i, found = 0;
+    void *buf = NULL;
+    size_t len = 0;
+
+    assert_int_equal(tcp->fetch_descriptor(f->t.segment, 3000, &buf, &len),
+                     KVF_OK);
+    assert_int_equal(kvf_seg_desc_decode(buf, len, &d), KVF_OK);
+    for (i = 0; i < d.ntl; i++) {
+        if (strcmp(d.tl[i].name, "ucx") == 0) {
+            assert_int_equal(
+                kvf_sock_parse_addr(d.tl[i].address, host, KVF_HOST_MAX, port),
+                KVF_OK);
+            found = 1;
+        }
+    }
+    assert_true(found);
+    kvf_seg_desc_release(&d);
+    kvf_free(buf);
+}
+
+/* The server closes fd within 5 s (reads EOF or an error). */
+static void assert_closed(int fd)
+{
+    unsigned char b[64];
+    kvf_status_t st;
+
+    do {
+        st = kvf_sock_recv_all(fd, b, 1, kvf_time_ms() + 5000);
+    } while (st == KVF_OK);
+    assert_int_not_equal(st, KVF_ERR_TIMEOUT);
+    close(fd);
+}
+
+static kvf_status_t rkey_call(int fd, uint64_t addr, uint64_t len,
+                              kvf_frame_hdr_t *h, unsigned char *body,
+                              size_t cap)
+{
+    uint64_t deadline = kvf_time_ms() + 5000;
+    unsigned char meta[KVF_UCX_RANGE_LEN];
+    kvf_status_t st;
+    kvf_wr_t w;
+
+    kvf_wr_init_fixed(&w, meta, sizeof(meta));
+    kvf_ucx_range_enc(&w, addr, len);
+    st =
+        kvf_ucx_send(fd, KVF_UCX_RKEY, KVF_OK, 0, meta, sizeof(meta), deadline);
+    if (st == KVF_OK) {
+        st = kvf_ucx_recv_hdr(fd, h, deadline);
+    }
+    if (st == KVF_OK && h->meta_len > cap) {
+        return KVF_ERR_MSG_TOO_LARGE;
+    }
+    if (st == KVF_OK && h->meta_len > 0) {
+        st = kvf_sock_recv_all(fd, body, h->meta_len, deadline);
+    }
+    return st;
+}
+
+static void test_side_channel_hostile(void **state)
+{
+    fixture_t *f = *state;
+    unsigned char body[KVF_UCX_RKEY_MAX + 64], junk[KVF_WIRE_HDR_LEN];
+    char host[KVF_HOST_MAX];
+    kvf_ucx_rkey_msg_t m;
+    kvf_frame_hdr_t h;
+    uint16_t port;
+    kvf_op_t op;
+    int fd;
+
+    side_address(f, host, &port);
+    /* a protocol message instead of the handshake: closed */
+    assert_int_equal(kvf_sock_connect(host, port, 3000, &fd), KVF_OK);
+    assert_int_equal(kvf_ucx_send(fd, KVF_UCX_HELLO, KVF_OK, 0, NULL, 0,
+                                  kvf_time_ms() + 3000),
+                     KVF_OK);
+    assert_closed(fd);
+    /* authenticated: no key for memory the target never registered,
+     * nor for a range running past its pool */
+    assert_int_equal(kvf_auth_connect(host, port, 3000, "ucx", &fd), KVF_OK);
+    assert_int_equal(rkey_call(fd, 4096, 8192, &h, body, sizeof(body)), KVF_OK);
+    assert_int_equal(h.status, KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(rkey_call(fd, f->t.pool_addr + POOL - 4096, 8192, &h, body,
+                               sizeof(body)),
+                     KVF_OK);
+    assert_int_equal(h.status, KVF_ERR_OUT_OF_BOUNDS);
+    /* a key for the pool names the whole registered region */
+    assert_int_equal(
+        rkey_call(fd, f->t.pool_addr + 8192, 8192, &h, body, sizeof(body)),
+        KVF_OK);
+    assert_int_equal(h.status, KVF_OK);
+    assert_int_equal(
+        kvf_ucx_rkey_dec(body, h.meta_len, f->t.pool_addr + 8192, 8192, &m),
+        KVF_OK);
+    assert_true(m.base == f->t.pool_addr && m.len == POOL);
+    /* garbage instead of a frame: closed */
+    memset(junk, 0xff, sizeof(junk));
+    assert_int_equal(
+        kvf_sock_send_all(fd, junk, sizeof(junk), kvf_time_ms() + 3000),
+        KVF_OK);
+    assert_closed(fd);
+    /* and a real initiator is still served */
+    op =
+        (kvf_op_t){KVF_OP_READ, f->local, f->peer, f->t.pool_addr + 8192, 8192};
+    run_ops(f, &op, 1);
+    assert_memory_equal(f->local, f->expect + 8192, 8192);
+}
+#endif
+
 int main(void)
 {
 #ifndef KVF_TEST_HAVE_UCX
@@ -466,6 +591,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_out_of_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_initiators, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_side_channel_hostile, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_target_killed, setup, teardown),
     };
 
