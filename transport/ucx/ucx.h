@@ -66,6 +66,9 @@ typedef struct kvf_ucx_rkey {
 
 typedef struct kvf_ucx_rctx kvf_ucx_rctx_t;
 
+/* Bytes of requests an ep keeps in flight in UCP. */
+#define KVF_UCX_WINDOW (64ull << 20)
+
 struct kvf_tl_ep {
     kvf_tl_iface_t *iface;
     char host[KVF_HOST_MAX];
@@ -83,6 +86,7 @@ struct kvf_tl_ep {
     kvf_ucx_rctx_t *active;  /* requests in flight */
     kvf_ucx_rctx_t *zombies; /* failed by force, freed at close */
     unsigned nactive;
+    uint64_t inflight;   /* bytes of the active requests */
     uint64_t last_ms;    /* last completion while requests were in flight */
     kvf_status_t failed; /* KVF_OK, or why the ep is dead */
     kvf_ucx_rkey_t *rkeys;

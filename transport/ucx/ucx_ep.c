@@ -168,6 +168,7 @@ static void kvf_ucx_rctx_finish(kvf_ucx_rctx_t *rc)
         rc->next->prev = rc->prev;
     }
     ep->nactive--;
+    ep->inflight -= req->bytes;
     req->status = rc->err;
     if (rc->err == KVF_OK) {
         KVF_TL_COUNT(bytes, req->bytes);
@@ -273,6 +274,7 @@ static void kvf_ucx_req_start(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     }
     ep->active = rc;
     ep->nactive++;
+    ep->inflight += req->bytes;
     if (ep->nactive == 1) {
         ep->last_ms = kvf_time_ms();
     }
@@ -352,6 +354,7 @@ static void kvf_ucx_ep_abort(kvf_tl_ep_t *ep, kvf_status_t why)
 
         ep->active = rc->next;
         ep->nactive--;
+        ep->inflight -= req->bytes;
         rc->zombie = 1;
         rc->next = ep->zombies;
         ep->zombies = rc;
@@ -362,17 +365,27 @@ static void kvf_ucx_ep_abort(kvf_tl_ep_t *ep, kvf_status_t why)
     }
 }
 
-/* Moves the posted queue into UCP (progress thread). */
+/* Moves posted requests into UCP (progress thread) while fewer than
+ * KVF_UCX_WINDOW bytes are in flight (at least one request): a batch of
+ * a million blocks does not become a million queued UCP operations, on
+ * either side (over tcp the target queues a reply per get). */
 static void kvf_ucx_ep_drain(kvf_tl_ep_t *ep)
 {
-    kvf_tl_req_t *req, *next;
+    kvf_tl_req_t *req;
 
-    pthread_mutex_lock(&ep->lock);
-    req = ep->head;
-    ep->head = ep->tail = NULL;
-    pthread_mutex_unlock(&ep->lock);
-    for (; req != NULL; req = next) {
-        next = req->next;
+    while (ep->nactive == 0 || ep->inflight < KVF_UCX_WINDOW) {
+        pthread_mutex_lock(&ep->lock);
+        req = ep->head;
+        if (req != NULL) {
+            ep->head = req->next;
+            if (ep->head == NULL) {
+                ep->tail = NULL;
+            }
+        }
+        pthread_mutex_unlock(&ep->lock);
+        if (req == NULL) {
+            return;
+        }
         kvf_ucx_req_start(ep, req);
     }
 }
