@@ -123,19 +123,28 @@ def nixl_all(args, sizes):
 
 
 def kvferry_all(args, sizes):
+    """One `bench blocks` run per op and size; a failed one is left out
+    of the table (shown as '-') with its last error line."""
     out = {}
     for op in ("write", "read"):
-        cmd = [args.kvferry, "bench", "blocks", "--transport", "ucx",
-               "--pool", str(args.pool), "--block", str(args.block),
-               "--sizes", ",".join(str(s) for s in sizes), "--op", op,
-               "--iters", str(args.iters), "--no-link", "--json", "-",
-               "--quiet"]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        # the text table comes first on stdout, then the JSON document
-        doc = json.loads(res.stdout[res.stdout.index("\n{") + 1:])
-        for row in doc["rows"]:
-            out[(op.upper(), int(row["size_bytes"]))] = (
-                row["gib_s"] * (1 << 30) / 1e9)
+        for s in sizes:
+            cmd = [args.kvferry, "bench", "blocks", "--transport", "ucx",
+                   "--pool", str(args.pool), "--block", str(args.block),
+                   "--sizes", str(s), "--op", op, "--iters",
+                   str(args.iters), "--no-link", "--json", "-", "--quiet"]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0 or "\n{" not in res.stdout:
+                err = (res.stderr.strip().splitlines() or ["?"])[-1]
+                print("kvferry ucx %s %s failed: %s" % (op, fmt(s), err),
+                      file=sys.stderr)
+                continue
+            # the text table comes first on stdout, then the JSON document
+            doc = json.loads(res.stdout[res.stdout.index("\n{") + 1:])
+            for row in doc["rows"]:
+                out[(op.upper(), int(row["size_bytes"]))] = (
+                    row["gib_s"] * (1 << 30) / 1e9)
+            print("kvferry ucx %-5s %9s %7.2f GB/s" % (
+                op, fmt(s), out.get((op.upper(), s), 0)), file=sys.stderr)
     return out
 
 
