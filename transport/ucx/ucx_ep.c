@@ -245,6 +245,23 @@ static uint32_t kvf_ucx_merge(const kvf_tl_req_t *req, uint32_t i,
     return j;
 }
 
+/* Whether every local segment is host memory: this UCX build cannot
+ * touch GPU memory (GPU regions keep kvferry's own paths). */
+static int kvf_ucx_local_host(const kvf_tl_req_t *req)
+{
+    size_t i;
+
+    if (req->local_mem != 0) {
+        return !(req->local_mem & KVF_MEM_BIT(KVF_MEM_CUDA));
+    }
+    for (i = 0; i < req->nsegs; i++) {
+        if (!kvf_mem_is_host(req->segs[i].local)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Turns a request into UCP calls (progress thread). */
 static void kvf_ucx_req_start(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
 {
@@ -258,6 +275,10 @@ static void kvf_ucx_req_start(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     if (ep->failed != KVF_OK || (req->cancel != NULL && *req->cancel)) {
         kvf_tl_req_fail(req,
                         ep->failed != KVF_OK ? ep->failed : KVF_ERR_CANCELED);
+        return;
+    }
+    if (!kvf_ucx_local_host(req)) {
+        kvf_tl_req_fail(req, KVF_ERR_UNSUPPORTED);
         return;
     }
     rc = kvf_calloc(1, sizeof(*rc) + (req->nsegs + 1) * sizeof(rc->ops[0]));
