@@ -45,6 +45,7 @@
 #define SEED    11
 #define TIMEOUT 10000
 
+#ifdef KVF_TEST_HAVE_UCX
 typedef struct {
     kvf_test_target_t t;
     kvf_engine_h e;
@@ -461,7 +462,6 @@ static void test_target_killed(void **state)
     free(ops);
 }
 
-#ifdef KVF_TEST_HAVE_UCX
 /* The target's ucx side channel address, from its segment descriptor. */
 static void side_address(fixture_t *f, char *host, uint16_t *port)
 {
