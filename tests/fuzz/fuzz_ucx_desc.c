@@ -51,8 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t i;
 
     kvf_log_set_level((kvf_log_level_t)-1);
-    if (size < KVF_WIRE_HDR_LEN ||
-        kvf_frame_unpack(data, &h) != KVF_OK ||
+    if (size < KVF_WIRE_HDR_LEN || kvf_frame_unpack(data, &h) != KVF_OK ||
         kvf_ucx_hdr_check(&h) != KVF_OK) {
         return 0;
     }
