@@ -22,8 +22,8 @@ static const kvf_config_entry_t kvf_engine_config_entries[] = {
      "longest wait for a peer before an error (raise on slow links)",
      KVF_CONFIG_USER},
     {"transports", "auto",
-     "transports in preference order (tcp, shm, cuda), or auto (e.g. tcp "
-     "to measure the network path on one host)",
+     "transports in preference order (tcp, shm, cuda, ucx), or auto (e.g. "
+     "tcp to measure the network path on one host)",
      KVF_CONFIG_USER},
     {"metadata", "p2p",
      "where peers' segment descriptors are found: p2p (embedded: asked of "
@@ -190,6 +190,10 @@ static kvf_status_t kvf_engine_open_transports(kvf_engine_h e)
         /* tcp always opens: it carries the p2p handshake */
         if (strcmp(ops->name, "tcp") != 0 &&
             (!kvf_engine_tl_enabled(e, ops->name) || !ops->available())) {
+            continue;
+        }
+        if (strcmp(e->transports, "auto") == 0 && ops->auto_select != NULL &&
+            !ops->auto_select()) {
             continue;
         }
         status = ops->iface_open(&e->cfg, &target, &e->tl[e->ntl].iface);

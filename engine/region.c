@@ -109,6 +109,18 @@ err_unlock:
     return status;
 }
 
+/* Transports that mapped the range for peers (ucx) drop the mapping. */
+static void kvf_region_unmap(kvf_engine_h engine, struct kvf_region *r)
+{
+    unsigned i;
+
+    for (i = 0; i < engine->ntl; i++) {
+        if (engine->tl[i].ops->mem_dereg != NULL) {
+            engine->tl[i].ops->mem_dereg(engine->tl[i].iface, r->addr, r->len);
+        }
+    }
+}
+
 kvf_status_t kvf_engine_dereg(kvf_engine_h engine, kvf_region_h region)
 {
     size_t i;
@@ -125,6 +137,7 @@ kvf_status_t kvf_engine_dereg(kvf_engine_h engine, kvf_region_h region)
                     (engine->nregions - i - 1) * sizeof(*engine->regions));
             engine->nregions--;
             pthread_rwlock_unlock(&engine->regions_lock);
+            kvf_region_unmap(engine, region);
             kvf_mem_region_del(region->addr, region->len, region->type);
             kvf_free(region);
             kvf_meta_sync(engine);

@@ -10,14 +10,15 @@
 extern const kvf_transport_ops_t kvf_cuda_ops;
 extern const kvf_transport_ops_t kvf_shm_ops;
 extern const kvf_transport_ops_t kvf_tcp_ops;
+extern const kvf_transport_ops_t kvf_ucx_ops;
 extern const kvf_tl_hook_t kvf_fault_hook;
 extern const kvf_tl_hook_t kvf_cuda_ipc_hook;
 
 const kvf_transport_ops_t *const kvf_transports[] = {
     &kvf_cuda_ops, /* no iface: its hook wraps a same-host peer's ep */
     &kvf_shm_ops,  /* same host only: its ep_open fails elsewhere */
-    &kvf_tcp_ops,
-    NULL,
+    &kvf_ucx_ops,  /* under auto only where UCX has an RDMA device */
+    &kvf_tcp_ops,  NULL,
 };
 
 /* Innermost first: fault injection sees every request the inner ep

@@ -84,6 +84,9 @@ typedef struct kvf_transport_ops {
     const char *name;
     /* Non-zero if usable in this process (devices, permissions). */
     int (*available)(void);
+    /* Optional: under transports=auto, whether to open this transport at
+     * all (NULL: whenever available); ucx only where an RDMA device is. */
+    int (*auto_select)(void);
     kvf_status_t (*iface_open)(const kvf_tl_config_t *cfg,
                                const kvf_tl_target_t *target,
                                kvf_tl_iface_t **iface_p);
@@ -115,6 +118,11 @@ typedef struct kvf_transport_ops {
      * p2p metadata backend's resolve. */
     kvf_status_t (*fetch_descriptor)(const char *address, int timeout_ms,
                                      void **desc_p, size_t *len_p);
+    /* Optional: the engine deregistered [addr, addr+len) (no remote
+     * access holds it any more); a transport that mapped the range for
+     * peers (ucx: memory handle and remote key) drops the mapping before
+     * this returns, so the range's remote key stops working. */
+    void (*mem_dereg)(kvf_tl_iface_t *iface, uint64_t addr, uint64_t len);
 } kvf_transport_ops_t;
 
 /* Process-wide data-path counters, updated by transports with relaxed

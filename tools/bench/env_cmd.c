@@ -37,6 +37,33 @@ static const char *kvf_env_gib(char *buf, size_t len, uint64_t bytes)
     return buf;
 }
 
+/* UCX's version and its transports/devices, as `ucx_info` reports them
+ * (what the ucx transport may use: UCX_TLS and UCX_NET_DEVICES narrow
+ * it); "ucx_info not found" without ucx-utils. */
+static void kvf_env_ucx(char *buf, size_t len)
+{
+    char line[256], tl[64] = "", ver[64] = "";
+    size_t n = 0;
+    FILE *f;
+
+    snprintf(buf, len, "ucx_info not found");
+    f = popen("(ucx_info -v && ucx_info -d) 2>/dev/null", "r");
+    if (f == NULL) {
+        return;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (n == 0 && sscanf(line, "# Version %63s", ver) == 1) {
+            n = (size_t)snprintf(buf, len, "%s:", ver);
+        } else if (sscanf(line, "# Transport: %63s", tl) == 1) {
+            continue;
+        } else if (n > 0 && n < len && tl[0] != '\0' &&
+                   sscanf(line, "# Device: %63s", line) == 1) {
+            n += (size_t)snprintf(buf + n, len - n, " %s/%s", tl, line);
+        }
+    }
+    pclose(f);
+}
+
 static void kvf_env_transports(char *buf, size_t len)
 {
     const char *names[16];
@@ -171,6 +198,8 @@ void kvf_env_rows(const kvf_env_t *e,
         }
         row(item, v, arg);
     }
+    kvf_env_ucx(v, sizeof(v));
+    row("ucx", v, arg);
     kvf_env_transports(tr, sizeof(tr));
     snprintf(v, sizeof(v),
              "%s (%s, %s %s, transports %s, cuda %s, sanitizers %s, "

@@ -110,10 +110,24 @@ static int kvf_bench_session_vs(const kvf_bench_session_opts_t *o,
     return 0;
 }
 
+/* The spawned target's transports: --transport's, and with --vs the
+ * compared one too (a transport auto leaves closed, ucx, must be offered
+ * for both to reach it); NULL: auto. */
+static const char *kvf_bench_target_tls(const kvf_bench_session_opts_t *o,
+                                        char *both)
+{
+    if (o->vs == NULL || o->transports == NULL) {
+        return o->vs != NULL ? NULL : o->transports;
+    }
+    snprintf(both, 128, "%s,%s", o->transports, o->vs);
+    return both;
+}
+
 int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
                            kvf_bench_session_t *s)
 {
     kvf_engine_params_t p = {0};
+    char both[128];
     kvf_status_t status;
     kvf_mem_type_t type;
     uint64_t addr;
@@ -129,9 +143,9 @@ int kvf_bench_session_open(const kvf_bench_session_opts_t *o,
         (o->transports != NULL && strcmp(o->transports, "tcp") == 0);
     if (o->target != NULL) {
         snprintf(s->segment, sizeof(s->segment), "%s", o->target);
-    } else if (kvf_bench_spawn_target(
-                   o->pool, o->vs != NULL ? NULL : o->transports, &s->child,
-                   s->segment, sizeof(s->segment)) != 0) {
+    } else if (kvf_bench_spawn_target(o->pool, kvf_bench_target_tls(o, both),
+                                      &s->child, s->segment,
+                                      sizeof(s->segment)) != 0) {
         return -1;
     }
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_CONNS |

@@ -1,0 +1,601 @@
+/*
+ * Integration test of the ucx transport with real processes on
+ * 127.0.0.1, run by CTest under UCX_TLS=tcp,self and UCX_TLS=sm,self: a
+ * `kvferry target --transports ucx` child serves a seeded pool; this
+ * process READs and WRITEs random blocks over ucx and verifies them byte
+ * for byte (and by remote checksums), odd sizes and unaligned addresses,
+ * adjacent blocks merged into few UCP calls, refused out-of-bounds
+ * accesses (the target keeps serving), threads and several engines
+ * submitting at once, and a target killed in the middle of a batch
+ * (every operation ends with a status within the timeout), and hostile
+ * clients of the side channel that hands out remote keys (no handshake,
+ * keys for unregistered memory, garbage). Skipped (77) in a build
+ * without UCX.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <kvferry/kvferry.h>
+#include <kvferry/perf.h>
+
+#include "core/alloc.h"
+#include "core/auth.h"
+#include "core/checksum.h"
+#include "core/rng.h"
+#include "core/time.h"
+#include "test_util.h"
+
+#ifdef KVF_TEST_HAVE_UCX
+#include "engine/engine_int.h"
+#include "transport/ucx/ucx.h"
+
+#include <unistd.h>
+#endif
+
+#define POOL    (64u << 20)
+#define SEED    11
+#define TIMEOUT 10000
+
+#ifdef KVF_TEST_HAVE_UCX
+typedef struct {
+    kvf_test_target_t t;
+    kvf_engine_h e;
+    kvf_region_h r;
+    unsigned char *local;
+    unsigned char *expect; /* the target pool's bytes as we know them */
+    kvf_peer_h peer;
+    long blocks0, bytes0;
+} fixture_t;
+
+static kvf_status_t open_engine(kvf_engine_h *e_p)
+{
+    kvf_engine_params_t p = {0};
+
+    p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_CONNS |
+                   KVF_ENGINE_PARAM_TIMEOUT | KVF_ENGINE_PARAM_TRANSPORTS;
+    p.no_listen = 1;
+    p.conns = 2;
+    p.timeout_ms = 3000;
+    p.transports = "ucx";
+    return kvf_engine_create(&p, e_p);
+}
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+
+    kvf_alloc_stats(&f->blocks0, &f->bytes0);
+    assert_int_equal(
+        kvf_test_target_start(&f->t, POOL, SEED, "--transports", "ucx"), 0);
+    assert_int_equal(open_engine(&f->e), KVF_OK);
+    f->local = malloc(POOL);
+    f->expect = malloc(POOL);
+    kvf_test_pool_bytes(f->expect, POOL, SEED);
+    kvf_test_pool_bytes(f->local, POOL, 99);
+    assert_int_equal(
+        kvf_engine_reg(f->e, f->local, POOL, KVF_MEM_HOST, 0, &f->r), KVF_OK);
+    assert_int_equal(kvf_peer_open(f->e, f->t.segment, &f->peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(f->peer), "ucx");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    long blocks, bytes;
+
+    if (f->peer != NULL) {
+        kvf_peer_close(f->peer);
+    }
+    assert_int_equal(kvf_engine_dereg(f->e, f->r), KVF_OK);
+    kvf_engine_destroy(f->e);
+    kvf_alloc_stats(&blocks, &bytes);
+    assert_int_equal(blocks, f->blocks0);
+    assert_int_equal(bytes, f->bytes0);
+    if (f->t.pid > 0) {
+        assert_int_equal(kvf_test_target_stop(&f->t), 0);
+    }
+    free(f->local);
+    free(f->expect);
+    free(f);
+    return 0;
+}
+
+/* n distinct random block indices among nslots. */
+static uint32_t *pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n)
+{
+    uint32_t *perm = malloc(nslots * sizeof(*perm)), i, j, t;
+
+    for (i = 0; i < nslots; i++) {
+        perm[i] = i;
+    }
+    for (i = 0; i < n; i++) {
+        j = i + (uint32_t)kvf_rng_below(rng, nslots - i);
+        t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    return perm;
+}
+
+static void run_ops(fixture_t *f, kvf_op_t *ops, size_t n)
+{
+    kvf_batch_h b;
+    size_t i, bytes;
+
+    assert_int_equal(kvf_batch_submit(f->e, ops, n, &b), KVF_OK);
+    assert_int_equal(kvf_batch_wait(b, TIMEOUT), KVF_OK);
+    for (i = 0; i < n; i++) {
+        assert_int_equal(kvf_batch_op_status(b, i, &bytes), KVF_OK);
+        assert_int_equal(bytes, ops[i].length);
+    }
+    kvf_batch_destroy(b);
+}
+
+static void test_read_random_blocks(void **state)
+{
+    fixture_t *f = *state;
+    const uint32_t bs = 8192, n = 2048, slots = POOL / bs;
+    kvf_op_t *ops = calloc(n, sizeof(*ops));
+    uint32_t *lp, *rp, i;
+    kvf_rng_t rng;
+
+    kvf_rng_seed(&rng, 1);
+    lp = pick(&rng, slots, n);
+    rp = pick(&rng, slots, n);
+    for (i = 0; i < n; i++) {
+        ops[i] = (kvf_op_t){KVF_OP_READ, f->local + (size_t)lp[i] * bs, f->peer,
+                            f->t.pool_addr + (uint64_t)rp[i] * bs, bs};
+    }
+    run_ops(f, ops, n);
+    for (i = 0; i < n; i++) {
+        assert_memory_equal(f->local + (size_t)lp[i] * bs,
+                            f->expect + (size_t)rp[i] * bs, bs);
+    }
+    free(lp);
+    free(rp);
+    free(ops);
+}
+
+static void test_write_then_read_back(void **state)
+{
+    fixture_t *f = *state;
+    const uint32_t bs = 8192, n = 1024, slots = POOL / bs;
+    kvf_op_t *ops = calloc(n, sizeof(*ops));
+    uint64_t *rem = calloc(n, sizeof(*rem)), *sums = calloc(n, 8);
+    size_t *lens = calloc(n, sizeof(*lens));
+    unsigned char *back = malloc((size_t)n * bs);
+    uint32_t *lp, *rp, i;
+    kvf_rng_t rng;
+
+    kvf_rng_seed(&rng, 2);
+    kvf_rng_fill(&rng, f->local, POOL / 2);
+    lp = pick(&rng, slots / 2, n);
+    rp = pick(&rng, slots, n);
+    for (i = 0; i < n; i++) {
+        ops[i] = (kvf_op_t){KVF_OP_WRITE, f->local + (size_t)lp[i] * bs,
+                            f->peer, f->t.pool_addr + (uint64_t)rp[i] * bs, bs};
+        rem[i] = ops[i].remote;
+        lens[i] = bs;
+    }
+    run_ops(f, ops, n);
+    /* remote checksums match the local blocks */
+    assert_int_equal(kvf_peer_checksum(f->peer, rem, lens, n, sums), KVF_OK);
+    for (i = 0; i < n; i++) {
+        assert_true(sums[i] == kvf_checksum(f->local + (size_t)lp[i] * bs, bs));
+        memcpy(f->expect + (size_t)rp[i] * bs, f->local + (size_t)lp[i] * bs,
+               bs);
+    }
+    /* and read back byte for byte into the upper half */
+    for (i = 0; i < n; i++) {
+        ops[i].type = KVF_OP_READ;
+        ops[i].local = f->local + POOL / 2 + (size_t)i * bs;
+    }
+    run_ops(f, ops, n);
+    for (i = 0; i < n; i++) {
+        assert_memory_equal(f->local + POOL / 2 + (size_t)i * bs,
+                            f->expect + (size_t)rp[i] * bs, bs);
+    }
+    free(back);
+    free(lp);
+    free(rp);
+    free(ops);
+    free(rem);
+    free(sums);
+    free(lens);
+}
+
+static void test_odd_sizes_unaligned(void **state)
+{
+    fixture_t *f = *state;
+    const uint32_t n = 600;
+    kvf_op_t ops[600];
+    uint64_t roff = 3, loff = 1;
+    kvf_rng_t rng;
+    uint32_t i;
+
+    kvf_rng_seed(&rng, 3);
+    for (i = 0; i < n; i++) {
+        size_t len = 1 + kvf_rng_below(&rng, 20000);
+
+        ops[i] = (kvf_op_t){KVF_OP_READ, f->local + loff, f->peer,
+                            f->t.pool_addr + roff, len};
+        loff += len + kvf_rng_below(&rng, 3);
+        roff += len + 1 + kvf_rng_below(&rng, 5);
+    }
+    assert_true(roff < POOL && loff < POOL);
+    run_ops(f, ops, n);
+    for (i = 0; i < n; i++) {
+        assert_memory_equal(ops[i].local,
+                            f->expect + (ops[i].remote - f->t.pool_addr),
+                            ops[i].length);
+    }
+}
+
+static void test_out_of_bounds(void **state)
+{
+    fixture_t *f = *state;
+    kvf_op_t ops[5];
+    kvf_batch_h b;
+    size_t bytes;
+    static char unreg[64];
+
+    memset(f->local, 0x5a, 4 * 8192);
+    ops[0] = (kvf_op_t){KVF_OP_READ, f->local, f->peer, f->t.pool_addr, 8192};
+    /* past the end of the pool */
+    ops[1] = (kvf_op_t){KVF_OP_READ, f->local + 8192, f->peer,
+                        f->t.pool_addr + POOL - 100, 8192};
+    /* an address the target never registered */
+    ops[2] = (kvf_op_t){KVF_OP_WRITE, f->local + 16384, f->peer, 4096, 8192};
+    ops[3] = (kvf_op_t){KVF_OP_READ, f->local + 24576, f->peer,
+                        f->t.pool_addr + 8192, 8192};
+    /* local memory that is not registered */
+    ops[4] = (kvf_op_t){KVF_OP_READ, unreg, f->peer, f->t.pool_addr, 64};
+    assert_int_equal(kvf_batch_submit(f->e, ops, 5, &b), KVF_OK);
+    assert_int_equal(kvf_batch_wait(b, TIMEOUT), KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(kvf_batch_op_status(b, 0, &bytes), KVF_OK);
+    assert_int_equal(bytes, 8192);
+    assert_int_equal(kvf_batch_op_status(b, 1, &bytes), KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(bytes, 0);
+    assert_int_equal(kvf_batch_op_status(b, 2, &bytes), KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(kvf_batch_op_status(b, 3, &bytes), KVF_OK);
+    assert_int_equal(kvf_batch_op_status(b, 4, &bytes), KVF_ERR_NOT_REGISTERED);
+    kvf_batch_destroy(b);
+    assert_memory_equal(f->local, f->expect, 8192);
+    assert_memory_equal(f->local + 24576, f->expect + 8192, 8192);
+    /* the refused READ wrote nothing locally */
+    assert_int_equal(f->local[8192], 0x5a);
+    assert_int_equal(f->local[8192 + 8191], 0x5a);
+    /* and the target keeps serving */
+    ops[0].local = f->local + 8192;
+    run_ops(f, ops, 1);
+    assert_memory_equal(f->local + 8192, f->expect, 8192);
+}
+
+typedef struct {
+    fixture_t *f;
+    int id;
+    int ok;
+} thread_arg_t;
+
+static void *submit_thread(void *p)
+{
+    thread_arg_t *a = p;
+    fixture_t *f = a->f;
+    kvf_op_t ops[256];
+    kvf_rng_t rng;
+    int round, i;
+    size_t off = (size_t)a->id * (POOL / 8);
+
+    kvf_rng_seed(&rng, 100 + (uint64_t)a->id);
+    a->ok = 1;
+    for (round = 0; round < 10; round++) {
+        for (i = 0; i < 256; i++) {
+            uint64_t r = kvf_rng_below(&rng, POOL / 4096) * 4096;
+
+            ops[i] = (kvf_op_t){KVF_OP_READ, f->local + off + (size_t)i * 4096,
+                                f->peer, f->t.pool_addr + r, 4096};
+        }
+        if (kvf_transfer_sync(f->e, ops, 256, TIMEOUT) != KVF_OK) {
+            a->ok = 0;
+            return NULL;
+        }
+        for (i = 0; i < 256; i++) {
+            if (memcmp(ops[i].local,
+                       f->expect + (ops[i].remote - f->t.pool_addr),
+                       4096) != 0) {
+                a->ok = 0;
+            }
+        }
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    fixture_t *f = *state;
+    pthread_t th[6];
+    thread_arg_t args[6];
+    int i;
+
+    for (i = 0; i < 6; i++) {
+        args[i] = (thread_arg_t){f, i, 0};
+        pthread_create(&th[i], NULL, submit_thread, &args[i]);
+    }
+    for (i = 0; i < 6; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(args[i].ok);
+    }
+}
+
+static void test_merge_adjacent(void **state)
+{
+    fixture_t *f = *state;
+    kvf_engine_stats_t s0, s1;
+    kvf_op_t ops[512];
+    uint32_t i;
+
+    kvf_engine_stats(f->e, &s0);
+    for (i = 0; i < 512; i++) {
+        ops[i] =
+            (kvf_op_t){KVF_OP_READ, f->local + (size_t)i * 4096, f->peer,
+                       f->t.pool_addr + (1u << 20) + (uint64_t)i * 4096, 4096};
+    }
+    run_ops(f, ops, 512);
+    kvf_engine_stats(f->e, &s1);
+    /* the engine may coalesce first; what reaches UCX is a few calls */
+    assert_true(s1.segments - s0.segments >= 1);
+    assert_true(s1.wire_entries - s0.wire_entries <= 8);
+    assert_memory_equal(f->local, f->expect + (1u << 20), 512 * 4096);
+}
+
+typedef struct {
+    const char *segment;
+    uint64_t pool_addr;
+    const unsigned char *expect;
+    int ok;
+} engine_arg_t;
+
+/* An initiator of its own: engine, region, peer, verified reads. */
+static void *engine_thread(void *p)
+{
+    engine_arg_t *a = p;
+    unsigned char *buf = malloc(1u << 20);
+    kvf_engine_h e = NULL;
+    kvf_region_h r = NULL;
+    kvf_peer_h peer = NULL;
+    kvf_op_t ops[128];
+    int i, round;
+
+    a->ok = open_engine(&e) == KVF_OK &&
+            kvf_engine_reg(e, buf, 1u << 20, KVF_MEM_HOST, 0, &r) == KVF_OK &&
+            kvf_peer_open(e, a->segment, &peer) == KVF_OK;
+    for (round = 0; a->ok && round < 5; round++) {
+        for (i = 0; i < 128; i++) {
+            uint64_t off = (uint64_t)((i * 7919 + round * 31) % 8192) * 8192;
+
+            ops[i] = (kvf_op_t){KVF_OP_READ, buf + (size_t)i * 8192, peer,
+                                a->pool_addr + off, 8192};
+        }
+        a->ok = kvf_transfer_sync(e, ops, 128, TIMEOUT) == KVF_OK;
+        for (i = 0; a->ok && i < 128; i++) {
+            a->ok =
+                memcmp(ops[i].local, a->expect + (ops[i].remote - a->pool_addr),
+                       8192) == 0;
+        }
+    }
+    if (peer != NULL) {
+        kvf_peer_close(peer);
+    }
+    if (r != NULL) {
+        kvf_engine_dereg(e, r);
+    }
+    kvf_engine_destroy(e);
+    free(buf);
+    return NULL;
+}
+
+static void test_many_initiators(void **state)
+{
+    fixture_t *f = *state;
+    engine_arg_t args[4];
+    pthread_t th[4];
+    int i;
+
+    for (i = 0; i < 4; i++) {
+        args[i] = (engine_arg_t){f->t.segment, f->t.pool_addr, f->expect, 0};
+        pthread_create(&th[i], NULL, engine_thread, &args[i]);
+    }
+    for (i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(args[i].ok);
+    }
+}
+
+/* The target dies while a large batch is in flight: every operation
+ * ends, with a status, within the timeout; none hangs. */
+static void test_target_killed(void **state)
+{
+    fixture_t *f = *state;
+    const size_t n = 8192;
+    kvf_op_t *ops = calloc(n, sizeof(*ops));
+    size_t i, bytes, failed = 0;
+    kvf_status_t st;
+    kvf_batch_h b;
+    uint64_t t0;
+    int round;
+
+    for (round = 0; round < 50 && failed == 0; round++) {
+        for (i = 0; i < n; i++) {
+            ops[i] = (kvf_op_t){i % 2 ? KVF_OP_READ : KVF_OP_WRITE,
+                                f->local + i * 8192, f->peer,
+                                f->t.pool_addr + ((i * 7919) % n) * 8192, 8192};
+        }
+        assert_int_equal(kvf_batch_submit(f->e, ops, n, &b), KVF_OK);
+        if (round == 0) {
+            kill(f->t.pid, SIGKILL);
+            waitpid(f->t.pid, NULL, 0);
+            f->t.pid = 0;
+        }
+        t0 = kvf_time_ms();
+        st = kvf_batch_wait(b, 3 * TIMEOUT);
+        assert_true(st != KVF_ERR_TIMEOUT || kvf_time_ms() - t0 < 3 * TIMEOUT);
+        for (i = 0; i < n; i++) {
+            st = kvf_batch_op_status(b, i, &bytes);
+            assert_true(st != KVF_INPROGRESS);
+            failed += st != KVF_OK;
+        }
+        kvf_batch_destroy(b);
+    }
+    /* later batches fail at once: the ep is dead */
+    assert_true(failed > 0);
+    free(ops);
+}
+
+/* The target's ucx side channel address, from its segment descriptor. */
+static void side_address(fixture_t *f, char *host, uint16_t *port)
+{
+    const kvf_transport_ops_t *tcp = kvf_transport_find("tcp");
+    kvf_seg_desc_t d;
+    unsigned i, found = 0;
+    void *buf = NULL;
+    size_t len = 0;
+
+    assert_int_equal(tcp->fetch_descriptor(f->t.segment, 3000, &buf, &len),
+                     KVF_OK);
+    assert_int_equal(kvf_seg_desc_decode(buf, len, &d), KVF_OK);
+    for (i = 0; i < d.ntl; i++) {
+        if (strcmp(d.tl[i].name, "ucx") == 0) {
+            assert_int_equal(
+                kvf_sock_parse_addr(d.tl[i].address, host, KVF_HOST_MAX, port),
+                KVF_OK);
+            found = 1;
+        }
+    }
+    assert_true(found);
+    kvf_seg_desc_release(&d);
+    kvf_free(buf);
+}
+
+/* The server closes fd within 5 s (reads EOF or an error). */
+static void assert_closed(int fd)
+{
+    unsigned char b[64];
+    kvf_status_t st;
+
+    do {
+        st = kvf_sock_recv_all(fd, b, 1, kvf_time_ms() + 5000);
+    } while (st == KVF_OK);
+    assert_int_not_equal(st, KVF_ERR_TIMEOUT);
+    close(fd);
+}
+
+static kvf_status_t rkey_call(int fd, uint64_t addr, uint64_t len,
+                              kvf_frame_hdr_t *h, unsigned char *body,
+                              size_t cap)
+{
+    uint64_t deadline = kvf_time_ms() + 5000;
+    unsigned char meta[KVF_UCX_RANGE_LEN];
+    kvf_status_t st;
+    kvf_wr_t w;
+
+    kvf_wr_init_fixed(&w, meta, sizeof(meta));
+    kvf_ucx_range_enc(&w, addr, len);
+    st =
+        kvf_ucx_send(fd, KVF_UCX_RKEY, KVF_OK, 0, meta, sizeof(meta), deadline);
+    if (st == KVF_OK) {
+        st = kvf_ucx_recv_hdr(fd, h, deadline);
+    }
+    if (st == KVF_OK && h->meta_len > cap) {
+        return KVF_ERR_MSG_TOO_LARGE;
+    }
+    if (st == KVF_OK && h->meta_len > 0) {
+        st = kvf_sock_recv_all(fd, body, h->meta_len, deadline);
+    }
+    return st;
+}
+
+static void test_side_channel_hostile(void **state)
+{
+    fixture_t *f = *state;
+    unsigned char body[KVF_UCX_RKEY_MAX + 64], junk[KVF_WIRE_HDR_LEN];
+    char host[KVF_HOST_MAX];
+    kvf_ucx_rkey_msg_t m;
+    kvf_frame_hdr_t h;
+    uint16_t port;
+    kvf_op_t op;
+    int fd;
+
+    side_address(f, host, &port);
+    /* a protocol message instead of the handshake: closed */
+    assert_int_equal(kvf_sock_connect(host, port, 3000, &fd), KVF_OK);
+    assert_int_equal(kvf_ucx_send(fd, KVF_UCX_HELLO, KVF_OK, 0, NULL, 0,
+                                  kvf_time_ms() + 3000),
+                     KVF_OK);
+    assert_closed(fd);
+    /* authenticated: no key for memory the target never registered,
+     * nor for a range running past its pool */
+    assert_int_equal(kvf_auth_connect(host, port, 3000, "ucx", &fd), KVF_OK);
+    assert_int_equal(rkey_call(fd, 4096, 8192, &h, body, sizeof(body)), KVF_OK);
+    assert_int_equal(h.status, KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(rkey_call(fd, f->t.pool_addr + POOL - 4096, 8192, &h, body,
+                               sizeof(body)),
+                     KVF_OK);
+    assert_int_equal(h.status, KVF_ERR_OUT_OF_BOUNDS);
+    /* a key for the pool names the whole registered region */
+    assert_int_equal(
+        rkey_call(fd, f->t.pool_addr + 8192, 8192, &h, body, sizeof(body)),
+        KVF_OK);
+    assert_int_equal(h.status, KVF_OK);
+    assert_int_equal(
+        kvf_ucx_rkey_dec(body, h.meta_len, f->t.pool_addr + 8192, 8192, &m),
+        KVF_OK);
+    assert_true(m.base == f->t.pool_addr && m.len == POOL);
+    /* garbage instead of a frame: closed */
+    memset(junk, 0xff, sizeof(junk));
+    assert_int_equal(
+        kvf_sock_send_all(fd, junk, sizeof(junk), kvf_time_ms() + 3000),
+        KVF_OK);
+    assert_closed(fd);
+    /* and a real initiator is still served */
+    op =
+        (kvf_op_t){KVF_OP_READ, f->local, f->peer, f->t.pool_addr + 8192, 8192};
+    run_ops(f, &op, 1);
+    assert_memory_equal(f->local, f->expect + 8192, 8192);
+}
+#endif
+
+int main(void)
+{
+#ifndef KVF_TEST_HAVE_UCX
+    return 77; /* built without UCX */
+#else
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_read_random_blocks, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_write_then_read_back, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_odd_sizes_unaligned, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_merge_adjacent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_initiators, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_side_channel_hostile, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_target_killed, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+#endif
+}

@@ -1,0 +1,143 @@
+/*
+ * ucx transport, private: the structures shared by the context and
+ * resource queries (ucx_ctx.c), the target side (ucx_server.c: the
+ * authenticated side channel that hands out the worker address and
+ * remote keys, the target worker's progress thread, the memory
+ * mappings), the initiator side (ucx_ep.c: one worker, one endpoint and
+ * one progress thread per peer) and the ops table (ucx_ops.c).
+ *
+ * Threads: every UCP call on a worker is made by that worker's progress
+ * thread (UCS_THREAD_MODE_SINGLE), except creation and destruction,
+ * which happen while no progress thread runs. The context is shared by
+ * the workers of one iface and maps memory from the side channel's
+ * threads (mt_workers_shared).
+ */
+#ifndef KVF_UCX_H
+#define KVF_UCX_H
+
+#include "transport/transport.h"
+#include "transport/limits.h"
+#include "transport/ucx/msg.h"
+#include "core/sock.h"
+
+#include <pthread.h>
+#include <ucp/api/ucp.h>
+
+/* One registered region mapped for peers: its memory handle and its
+ * packed remote key. */
+typedef struct kvf_ucx_map {
+    uint64_t base;
+    uint64_t len;
+    ucp_mem_h memh;
+    void *rkey_buf;
+    size_t rkey_len;
+} kvf_ucx_map_t;
+
+/* The iface's side channel: listener, one thread per connection. */
+typedef struct kvf_ucx_server kvf_ucx_server_t;
+
+struct kvf_tl_iface {
+    kvf_tl_config_t cfg;
+    kvf_tl_target_t target;
+    char host[KVF_HOST_MAX];
+    char address[KVF_HOST_MAX + 8];
+    ucp_context_h ctx;
+    /* target side (NULL when no_listen) */
+    kvf_ucx_server_t *server;
+    ucp_worker_h worker;
+    void *worker_addr; /* ucp_worker_get_address */
+    size_t worker_addr_len;
+    pthread_t progress;
+    int progress_on;
+    int efd;  /* epoll: the worker's fd and wake */
+    int wake; /* eventfd: stop */
+    volatile int stop;
+    pthread_mutex_t maps_lock;
+    kvf_ucx_map_t *maps;
+    size_t nmaps, maps_cap;
+};
+
+/* An initiator's cached remote key of one region. */
+typedef struct kvf_ucx_rkey {
+    uint64_t base;
+    uint64_t len;
+    ucp_rkey_h rkey;
+} kvf_ucx_rkey_t;
+
+typedef struct kvf_ucx_rctx kvf_ucx_rctx_t;
+
+/* Bytes of requests an ep keeps in flight in UCP. */
+#define KVF_UCX_WINDOW (64ull << 20)
+
+struct kvf_tl_ep {
+    kvf_tl_iface_t *iface;
+    char host[KVF_HOST_MAX];
+    uint16_t port;
+    int fd; /* side channel (remote keys, checksums); fd_lock */
+    pthread_mutex_t fd_lock;
+    ucp_worker_h worker;
+    ucp_ep_h uep;
+    pthread_t thread;
+    int efd, wake;
+    volatile int stop;
+    pthread_mutex_t lock; /* the posted queue */
+    kvf_tl_req_t *head, *tail;
+    /* progress thread's own */
+    kvf_ucx_rctx_t *active;  /* requests in flight */
+    kvf_ucx_rctx_t *zombies; /* failed by force, freed at close */
+    unsigned nactive;
+    uint64_t inflight;   /* bytes of the active requests */
+    uint64_t last_ms;    /* last completion while requests were in flight */
+    kvf_status_t failed; /* KVF_OK, or why the ep is dead */
+    kvf_ucx_rkey_t *rkeys;
+    size_t nrkeys, rkeys_cap;
+};
+
+/* ---- ucx_ctx.c ---------------------------------------------------------- */
+
+/* A context for an iface serving or reaching host (loopback: UCX's
+ * network devices limited to lo, see docs/ucx.md). Refuses, unless
+ * insecure=1, a non-loopback context that would use UCX's tcp transport:
+ * its listener accepts unauthenticated connections. */
+kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p);
+/* UCX's resources ("tl/dev" words separated by spaces) of a context
+ * created from the environment; "" if UCX cannot start. */
+const char *kvf_ucx_resources(void);
+int kvf_ucx_has_rdma(const char *resources);
+/* A worker with a wake-up fd; *efd_p: an epoll fd watching it and
+ * *wake_p (an eventfd created here). */
+kvf_status_t kvf_ucx_worker_create(ucp_context_h ctx, ucp_worker_h *worker_p,
+                                   int *efd_p, int *wake_p);
+void kvf_ucx_worker_destroy(ucp_worker_h worker, int efd, int wake);
+/* Progress until idle, then arm and sleep at most timeout_ms (-1: until
+ * an event). With a target, progress runs holding its region set, so a
+ * deregistration never overlaps a software RMA writing into the range. */
+void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
+                         const kvf_tl_target_t *target);
+void kvf_ucx_wake(int wake);
+kvf_status_t kvf_ucx_status(ucs_status_t s);
+
+/* ---- ucx_server.c ------------------------------------------------------- */
+
+kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface);
+void kvf_ucx_server_stop(kvf_tl_iface_t *iface);
+void kvf_ucx_mem_dereg(kvf_tl_iface_t *iface, uint64_t addr, uint64_t len);
+/* Side channel helpers, both sides. */
+kvf_status_t kvf_ucx_send(int fd, uint8_t type, kvf_status_t status,
+                          uint32_t count, const void *meta, size_t len,
+                          uint64_t deadline_ms);
+kvf_status_t kvf_ucx_recv_hdr(int fd, kvf_frame_hdr_t *h, uint64_t deadline);
+
+/* ---- ucx_ep.c ----------------------------------------------------------- */
+
+kvf_status_t kvf_ucx_ep_open(kvf_tl_iface_t *iface, const char *address,
+                             kvf_tl_ep_t **ep_p);
+void kvf_ucx_ep_close(kvf_tl_ep_t *ep);
+kvf_status_t kvf_ucx_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
+/* Side channel round trip (fd_lock held by the caller): sends type with
+ * meta, receives the reply into *reply_p (kvf_free) after checking it. */
+kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
+                             const void *meta, size_t len, kvf_frame_hdr_t *h,
+                             void **reply_p);
+
+#endif

@@ -1,0 +1,267 @@
+/*
+ * ucx transport: UCP contexts and workers. A context asks for RMA and
+ * wake-ups; on a loopback iface its network devices are limited to lo,
+ * so UCX's own tcp listener is not reachable from other hosts. UCX's tcp
+ * transport accepts connections without any authentication, and its
+ * software RMA and CMA reach any address of the target process: a
+ * context for a non-loopback address that would use tcp is refused
+ * unless insecure=1 (RDMA transports check remote keys in the NIC).
+ *
+ * The resource list (what `bench env` shows and what decides whether an
+ * RDMA device exists) is read from ucp_context_print_info's "resource"
+ * lines, the one place UCX 1.13 names its transports.
+ */
+#include "transport/ucx/ucx.h"
+#include "core/auth.h"
+#include "core/config.h"
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+kvf_status_t kvf_ucx_status(ucs_status_t s)
+{
+    switch (s) {
+    case UCS_OK:
+        return KVF_OK;
+    case UCS_INPROGRESS:
+        return KVF_INPROGRESS;
+    case UCS_ERR_NO_MEMORY:
+        return KVF_ERR_NO_MEMORY;
+    case UCS_ERR_CANCELED:
+        return KVF_ERR_CANCELED;
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+        return KVF_ERR_TIMEOUT;
+    case UCS_ERR_UNREACHABLE:
+        return KVF_ERR_PEER_UNREACHABLE;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_NOT_CONNECTED:
+        return KVF_ERR_PEER_CLOSED;
+    case UCS_ERR_NO_DEVICE:
+    case UCS_ERR_UNSUPPORTED:
+        return KVF_ERR_UNAVAILABLE;
+    default:
+        return KVF_ERR_IO;
+    }
+}
+
+/* The "tl/dev" names of a context's resources, space separated. */
+static void kvf_ucx_ctx_resources(ucp_context_h ctx, char *out, size_t outlen)
+{
+    char *text = NULL, *line, *save, *p;
+    size_t len = 0, n = 0;
+    FILE *f;
+
+    out[0] = '\0';
+    f = open_memstream(&text, &len);
+    if (f == NULL) {
+        return;
+    }
+    ucp_context_print_info(ctx, f);
+    fclose(f);
+    for (line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        p = strstr(line, "flags -- ");
+        if (strstr(line, "resource") == NULL || p == NULL || n >= outlen) {
+            continue;
+        }
+        p += strlen("flags -- ");
+        p[strcspn(p, " \t")] = '\0';
+        n += (size_t)snprintf(out + n, outlen - n, "%s%s", n ? " " : "", p);
+    }
+    free(text);
+}
+
+int kvf_ucx_has_rdma(const char *res)
+{
+    static const char *const rdma[] = {" rc_", " dc_", " ud_", " srd"};
+    char buf[1024];
+    size_t i;
+
+    snprintf(buf, sizeof(buf), " %s", res);
+    for (i = 0; i < sizeof(rdma) / sizeof(rdma[0]); i++) {
+        if (strstr(buf, rdma[i]) != NULL) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static char kvf_ucx_res[1024];
+static int kvf_ucx_res_ok;
+static pthread_once_t kvf_ucx_res_once = PTHREAD_ONCE_INIT;
+
+static kvf_status_t kvf_ucx_init(const char *net_devices, ucp_context_h *ctx_p)
+{
+    ucp_params_t p = {0};
+    ucp_config_t *config;
+    ucs_status_t s;
+
+    s = ucp_config_read(NULL, NULL, &config);
+    if (s != UCS_OK) {
+        kvf_error("ucx: cannot read UCX's configuration: %s",
+                  ucs_status_string(s));
+        return KVF_ERR_UNAVAILABLE;
+    }
+    if (net_devices != NULL) {
+        ucp_config_modify(config, "NET_DEVICES", net_devices);
+    }
+    p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    p.mt_workers_shared = 1;
+    s = ucp_init(&p, config, ctx_p);
+    ucp_config_release(config);
+    if (s != UCS_OK) {
+        kvf_error("ucx: ucp_init failed: %s", ucs_status_string(s));
+        return KVF_ERR_UNAVAILABLE;
+    }
+    return KVF_OK;
+}
+
+static void kvf_ucx_res_probe(void)
+{
+    ucp_context_h ctx;
+
+    if (kvf_ucx_init(NULL, &ctx) != KVF_OK) {
+        return;
+    }
+    kvf_ucx_ctx_resources(ctx, kvf_ucx_res, sizeof(kvf_ucx_res));
+    ucp_cleanup(ctx);
+    kvf_ucx_res_ok = 1;
+}
+
+const char *kvf_ucx_resources(void)
+{
+    pthread_once(&kvf_ucx_res_once, kvf_ucx_res_probe);
+    return kvf_ucx_res_ok ? kvf_ucx_res : "";
+}
+
+kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p)
+{
+    int loop = kvf_auth_is_loopback(host);
+    char res[1024], buf[1030];
+    ucp_context_h ctx;
+    kvf_status_t status;
+    uint64_t insecure = 0;
+
+    status = kvf_ucx_init(loop ? "lo" : NULL, &ctx);
+    if (status != KVF_OK) {
+        return status;
+    }
+    kvf_ucx_ctx_resources(ctx, res, sizeof(res));
+    snprintf(buf, sizeof(buf), " %s", res);
+    kvf_config_u64(&kvf_auth_config, "insecure", &insecure);
+    if (!loop && strstr(buf, " tcp/") != NULL && !insecure) {
+        kvf_error("ucx: UCX would use its tcp transport on %s (%s), which "
+                  "accepts unauthenticated peers that may read and write "
+                  "any memory of this process; leave tcp out (e.g. "
+                  "UCX_TLS=rc,ud,sm,self), or set insecure=1",
+                  host, res);
+        ucp_cleanup(ctx);
+        return KVF_ERR_AUTH;
+    }
+    kvf_debug("ucx: context for %s with %s", host, res);
+    *ctx_p = ctx;
+    return KVF_OK;
+}
+
+kvf_status_t kvf_ucx_worker_create(ucp_context_h ctx, ucp_worker_h *worker_p,
+                                   int *efd_p, int *wake_p)
+{
+    ucp_worker_params_t wp = {0};
+    struct epoll_event ev = {.events = EPOLLIN};
+    kvf_status_t status = KVF_ERR_NO_RESOURCE;
+    ucp_worker_h worker;
+    int ufd, efd = -1, wake = -1;
+    ucs_status_t s;
+
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    s = ucp_worker_create(ctx, &wp, &worker);
+    if (s != UCS_OK) {
+        kvf_error("ucx: ucp_worker_create: %s", ucs_status_string(s));
+        return kvf_ucx_status(s);
+    }
+    s = ucp_worker_get_efd(worker, &ufd);
+    if (s != UCS_OK) {
+        kvf_error("ucx: ucp_worker_get_efd: %s", ucs_status_string(s));
+        status = kvf_ucx_status(s);
+        goto err_worker;
+    }
+    efd = epoll_create1(EPOLL_CLOEXEC);
+    wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (efd < 0 || wake < 0) {
+        kvf_error("ucx: epoll/eventfd: %m");
+        goto err_fds;
+    }
+    ev.data.fd = ufd;
+    if (epoll_ctl(efd, EPOLL_CTL_ADD, ufd, &ev) != 0) {
+        goto err_fds;
+    }
+    ev.data.fd = wake;
+    if (epoll_ctl(efd, EPOLL_CTL_ADD, wake, &ev) != 0) {
+        goto err_fds;
+    }
+    *worker_p = worker;
+    *efd_p = efd;
+    *wake_p = wake;
+    return KVF_OK;
+
+err_fds:
+    if (efd >= 0) {
+        close(efd);
+    }
+    if (wake >= 0) {
+        close(wake);
+    }
+err_worker:
+    ucp_worker_destroy(worker);
+    return status;
+}
+
+void kvf_ucx_worker_destroy(ucp_worker_h worker, int efd, int wake)
+{
+    ucp_worker_destroy(worker);
+    close(efd);
+    close(wake);
+}
+
+void kvf_ucx_wake(int wake)
+{
+    uint64_t one = 1;
+
+    if (write(wake, &one, sizeof(one)) < 0) {
+        /* the counter is full: the thread is awake anyway */
+    }
+}
+
+void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
+                         const kvf_tl_target_t *target)
+{
+    struct epoll_event ev[2];
+    uint64_t v;
+    ucs_status_t s;
+
+    if (target != NULL) {
+        target->acquire(target->arg);
+    }
+    while (ucp_worker_progress(worker) != 0) {
+    }
+    if (target != NULL) {
+        target->release(target->arg);
+    }
+    s = ucp_worker_arm(worker);
+    if (s == UCS_ERR_BUSY) {
+        return; /* events arrived meanwhile: progress again */
+    }
+    if (epoll_wait(efd, ev, 2, timeout_ms) > 0) {
+        if (read(wake, &v, sizeof(v)) < 0) {
+            /* nothing to read: the wake-up was the worker's */
+        }
+    }
+}

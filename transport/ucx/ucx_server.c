@@ -1,0 +1,483 @@
+/*
+ * ucx transport, target side. The iface's UCX worker receives the peers'
+ * RMA (with UCX's tcp transport it moves the bytes itself, in its
+ * progress thread, which sleeps on the worker's fd when idle). A tcp
+ * side channel, authenticated with the cluster secret like every other
+ * connection, hands each initiator the worker's address (HELLO) and, per
+ * registered region it asks for, a remote key (RKEY): a range is mapped
+ * with ucp_mem_map on its first request only if the engine's access
+ * check finds it inside one registered host region, and the mapping
+ * (memory handle and key) is dropped when the region is deregistered.
+ * It also answers checksum requests (SUM) for verification.
+ */
+#include "transport/ucx/ucx.h"
+#include "core/alloc.h"
+#include "core/auth.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef struct kvf_ucx_sconn {
+    kvf_tl_iface_t *iface;
+    int fd;
+    pthread_t thread;
+    int done;
+    struct kvf_ucx_sconn *next;
+} kvf_ucx_sconn_t;
+
+struct kvf_ucx_server {
+    int lfd;
+    int wake[2];
+    volatile int stop;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    kvf_ucx_sconn_t *conns;
+    unsigned nconns;
+    kvf_tl_limits_t lim;
+};
+
+kvf_status_t kvf_ucx_send(int fd, uint8_t type, kvf_status_t status,
+                          uint32_t count, const void *meta, size_t len,
+                          uint64_t deadline_ms)
+{
+    unsigned char hdr[KVF_WIRE_HDR_LEN];
+    kvf_frame_hdr_t h = {0};
+    kvf_status_t s;
+
+    h.magic = KVF_WIRE_MAGIC;
+    h.version = KVF_WIRE_VERSION;
+    h.type = type;
+    h.meta_len = (uint32_t)len;
+    h.count = count;
+    h.status = status;
+    kvf_frame_pack(&h, hdr);
+    s = kvf_sock_send_all(fd, hdr, sizeof(hdr), deadline_ms);
+    if (s == KVF_OK && len > 0) {
+        s = kvf_sock_send_all(fd, meta, len, deadline_ms);
+    }
+    return s;
+}
+
+kvf_status_t kvf_ucx_recv_hdr(int fd, kvf_frame_hdr_t *h, uint64_t deadline)
+{
+    unsigned char hdr[KVF_WIRE_HDR_LEN];
+    kvf_status_t s;
+
+    s = kvf_sock_recv_all(fd, hdr, sizeof(hdr), deadline);
+    if (s == KVF_OK) {
+        s = kvf_frame_unpack(hdr, h);
+    }
+    if (s == KVF_OK) {
+        s = kvf_ucx_hdr_check(h);
+    }
+    return s;
+}
+
+/* The mapping of exactly [base, base+len), or NULL; maps_lock held. */
+static kvf_ucx_map_t *kvf_ucx_map_find(kvf_tl_iface_t *iface, uint64_t base,
+                                       uint64_t len)
+{
+    size_t i;
+
+    for (i = 0; i < iface->nmaps; i++) {
+        if (iface->maps[i].base == base && iface->maps[i].len == len) {
+            return &iface->maps[i];
+        }
+    }
+    return NULL;
+}
+
+/* Maps a registered region for peers; maps_lock held. */
+static kvf_status_t kvf_ucx_map_add(kvf_tl_iface_t *iface, uint64_t base,
+                                    uint64_t len, kvf_ucx_map_t **map_p)
+{
+    ucp_mem_map_params_t mp = {0};
+    kvf_ucx_map_t m = {.base = base, .len = len}, *grown;
+    uint64_t t0 = kvf_time_ns();
+    ucs_status_t s;
+
+    if (iface->nmaps == iface->maps_cap) {
+        size_t cap = iface->maps_cap ? iface->maps_cap * 2 : 8;
+
+        grown = kvf_realloc(iface->maps, cap * sizeof(*grown));
+        if (grown == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        iface->maps = grown;
+        iface->maps_cap = cap;
+    }
+    mp.field_mask =
+        UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = (void *)(uintptr_t)base;
+    mp.length = len;
+    s = ucp_mem_map(iface->ctx, &mp, &m.memh);
+    if (s != UCS_OK) {
+        kvf_error("ucx: ucp_mem_map of 0x%lx+%lu: %s", (unsigned long)base,
+                  (unsigned long)len, ucs_status_string(s));
+        return kvf_ucx_status(s);
+    }
+    s = ucp_rkey_pack(iface->ctx, m.memh, &m.rkey_buf, &m.rkey_len);
+    if (s != UCS_OK || m.rkey_len == 0 || m.rkey_len > KVF_UCX_RKEY_MAX) {
+        kvf_error("ucx: ucp_rkey_pack: %s (%zu bytes)", ucs_status_string(s),
+                  m.rkey_len);
+        if (s == UCS_OK) {
+            ucp_rkey_buffer_release(m.rkey_buf);
+        }
+        ucp_mem_unmap(iface->ctx, m.memh);
+        return KVF_ERR_INTERNAL;
+    }
+    kvf_debug("ucx: mapped 0x%lx+%lu in %.3f ms, key %zu bytes",
+              (unsigned long)base, (unsigned long)len,
+              (double)(kvf_time_ns() - t0) / 1e6, m.rkey_len);
+    iface->maps[iface->nmaps] = m;
+    *map_p = &iface->maps[iface->nmaps++];
+    return KVF_OK;
+}
+
+static void kvf_ucx_map_drop(kvf_tl_iface_t *iface, size_t i)
+{
+    ucp_rkey_buffer_release(iface->maps[i].rkey_buf);
+    ucp_mem_unmap(iface->ctx, iface->maps[i].memh);
+    iface->maps[i] = iface->maps[--iface->nmaps];
+}
+
+void kvf_ucx_mem_dereg(kvf_tl_iface_t *iface, uint64_t addr, uint64_t len)
+{
+    size_t i;
+
+    pthread_mutex_lock(&iface->maps_lock);
+    for (i = 0; i < iface->nmaps; i++) {
+        if (iface->maps[i].base == addr && iface->maps[i].len == len) {
+            kvf_ucx_map_drop(iface, i);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&iface->maps_lock);
+}
+
+/* RKEY: the key of the registered host region holding [addr, addr+len),
+ * mapped on first use, encoded into w. */
+static kvf_status_t kvf_ucx_rkey_reply(kvf_tl_iface_t *iface, uint64_t addr,
+                                       uint64_t len, kvf_wr_t *w)
+{
+    const kvf_tl_target_t *t = &iface->target;
+    kvf_ucx_map_t *m = NULL;
+    kvf_tl_mem_t mem;
+    kvf_status_t status;
+
+    t->acquire(t->arg);
+    status = t->access(t->arg, addr, len, &mem);
+    if (status == KVF_OK && mem.type == KVF_MEM_CUDA) {
+        status = KVF_ERR_UNSUPPORTED; /* GPU memory: kvferry's own paths */
+    }
+    if (status == KVF_OK) {
+        pthread_mutex_lock(&iface->maps_lock);
+        m = kvf_ucx_map_find(iface, mem.base, mem.len);
+        if (m == NULL) {
+            status = kvf_ucx_map_add(iface, mem.base, mem.len, &m);
+        }
+        if (status == KVF_OK) {
+            kvf_ucx_rkey_enc(w, m->base, m->len, m->rkey_buf,
+                             (uint32_t)m->rkey_len);
+            status = kvf_wr_status(w);
+        }
+        pthread_mutex_unlock(&iface->maps_lock);
+    }
+    t->release(t->arg);
+    return status;
+}
+
+/* SUM: checksums of registered ranges, bounded by the target limits. */
+static kvf_status_t kvf_ucx_sum_reply(kvf_ucx_sconn_t *c, kvf_rd_t *r,
+                                      uint32_t count, kvf_wr_t *w)
+{
+    const kvf_tl_target_t *t = &c->iface->target;
+    kvf_ucx_server_t *srv = c->iface->server;
+    kvf_status_t status = KVF_OK;
+    kvf_mem_stage_t *stage = NULL;
+    uint64_t addr, len, total = 0, h = 0;
+    kvf_tl_mem_t mem;
+    uint32_t i;
+
+    if (count > srv->lim.sum_max_entries) {
+        return KVF_ERR_QUOTA;
+    }
+    t->acquire(t->arg);
+    for (i = 0; i < count && status == KVF_OK; i++) {
+        status = kvf_ucx_range_dec(r, &addr, &len);
+        total += len;
+        if (status == KVF_OK && total > srv->lim.sum_max_bytes) {
+            status = KVF_ERR_QUOTA;
+        }
+        if (status == KVF_OK) {
+            status = t->access(t->arg, addr, len, &mem);
+        }
+        if (status == KVF_OK) {
+            status = kvf_mem_hash(&stage, mem.type, addr, len, &h,
+                                  kvf_time_ms() + c->iface->cfg.timeout_ms);
+        }
+        kvf_wr_u64(w, h);
+    }
+    t->release(t->arg);
+    kvf_mem_stage_free(stage);
+    return status == KVF_OK ? kvf_wr_status(w) : status;
+}
+
+/* One request on the side channel: reads its body, answers. */
+static kvf_status_t kvf_ucx_serve_one(kvf_ucx_sconn_t *c,
+                                      const kvf_frame_hdr_t *h)
+{
+    kvf_tl_iface_t *iface = c->iface;
+    uint64_t deadline = kvf_time_ms() + iface->cfg.timeout_ms;
+    unsigned char *meta = NULL;
+    kvf_status_t status, st;
+    uint64_t addr, len;
+    uint8_t type;
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    if (h->meta_len > 0) {
+        meta = kvf_malloc(h->meta_len);
+        if (meta == NULL) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        status = kvf_sock_recv_all(c->fd, meta, h->meta_len, deadline);
+        if (status != KVF_OK) {
+            kvf_free(meta);
+            return status;
+        }
+    }
+    kvf_wr_init(&w);
+    kvf_rd_init(&r, meta, h->meta_len);
+    switch (h->type) {
+    case KVF_UCX_HELLO:
+        type = KVF_UCX_HELLO_RESP;
+        kvf_wr_bytes(&w, iface->worker_addr, iface->worker_addr_len);
+        st = kvf_wr_status(&w);
+        break;
+    case KVF_UCX_RKEY:
+        type = KVF_UCX_RKEY_RESP;
+        st = kvf_ucx_range_dec(&r, &addr, &len);
+        if (st == KVF_OK) {
+            st = kvf_ucx_rkey_reply(iface, addr, len, &w);
+        }
+        break;
+    case KVF_UCX_SUM:
+        type = KVF_UCX_SUM_RESP;
+        st = kvf_ucx_sum_reply(c, &r, h->count, &w);
+        break;
+    default: /* a reply type sent to the target */
+        kvf_free(meta);
+        kvf_wr_free(&w);
+        return KVF_ERR_PROTOCOL;
+    }
+    status = kvf_ucx_send(c->fd, type, st, st == KVF_OK ? h->count : 0, w.buf,
+                          st == KVF_OK ? w.len : 0, deadline);
+    kvf_wr_free(&w);
+    kvf_free(meta);
+    return status;
+}
+
+static void *kvf_ucx_sconn_main(void *arg)
+{
+    kvf_ucx_sconn_t *c = arg;
+    kvf_ucx_server_t *srv = c->iface->server;
+    kvf_frame_hdr_t h;
+    kvf_status_t status;
+    char peer[64];
+
+    kvf_auth_peer_name(c->fd, peer, sizeof(peer));
+    status = kvf_auth_server(c->fd, c->iface->host, "ucx", peer,
+                             kvf_time_ms() + c->iface->cfg.timeout_ms);
+    while (status == KVF_OK && !srv->stop) {
+        status = kvf_ucx_recv_hdr(c->fd, &h,
+                                  kvf_time_ms() + srv->lim.idle_timeout_ms);
+        if (status == KVF_OK) {
+            status = kvf_ucx_serve_one(c, &h);
+        } else if (status == KVF_ERR_PROTOCOL || status == KVF_ERR_VERSION ||
+                   status == KVF_ERR_MSG_TOO_LARGE) {
+            kvf_warn("ucx: closing side channel of %s: %s", peer,
+                     kvf_status_str(status));
+        }
+    }
+    __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Joins finished connection threads (all of them with all set). */
+static void kvf_ucx_reap(kvf_ucx_server_t *srv, int all)
+{
+    kvf_ucx_sconn_t **pp, *c;
+
+    pthread_mutex_lock(&srv->lock);
+    for (pp = &srv->conns; (c = *pp) != NULL;) {
+        if (!all && !__atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        srv->nconns--;
+        pthread_mutex_unlock(&srv->lock);
+        pthread_join(c->thread, NULL);
+        close(c->fd);
+        kvf_free(c);
+        pthread_mutex_lock(&srv->lock);
+    }
+    pthread_mutex_unlock(&srv->lock);
+}
+
+static void kvf_ucx_accept_one(kvf_tl_iface_t *iface)
+{
+    kvf_ucx_server_t *srv = iface->server;
+    kvf_ucx_sconn_t *c;
+    int fd;
+
+    fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+        kvf_tl_accept_backoff(errno);
+        return;
+    }
+    c = kvf_calloc(1, sizeof(*c));
+    if (c == NULL || srv->nconns >= srv->lim.conns_max) {
+        kvf_warn("ucx: refusing a side channel connection (%u open)",
+                 srv->nconns);
+        kvf_free(c);
+        close(fd);
+        return;
+    }
+    c->iface = iface;
+    c->fd = fd;
+    pthread_mutex_lock(&srv->lock);
+    if (pthread_create(&c->thread, NULL, kvf_ucx_sconn_main, c) != 0) {
+        pthread_mutex_unlock(&srv->lock);
+        close(fd);
+        kvf_free(c);
+        return;
+    }
+    c->next = srv->conns;
+    srv->conns = c;
+    srv->nconns++;
+    pthread_mutex_unlock(&srv->lock);
+}
+
+static void *kvf_ucx_accept_main(void *arg)
+{
+    kvf_tl_iface_t *iface = arg;
+    kvf_ucx_server_t *srv = iface->server;
+    struct pollfd pfd[2] = {{.fd = srv->lfd, .events = POLLIN},
+                            {.fd = srv->wake[0], .events = POLLIN}};
+
+    while (!srv->stop) {
+        if (poll(pfd, 2, 1000) > 0 && (pfd[0].revents & POLLIN)) {
+            kvf_ucx_accept_one(iface);
+        }
+        kvf_ucx_reap(srv, 0);
+    }
+    return NULL;
+}
+
+static void *kvf_ucx_target_progress(void *arg)
+{
+    kvf_tl_iface_t *iface = arg;
+
+    while (!iface->stop) {
+        kvf_ucx_worker_wait(iface->worker, iface->efd, iface->wake, -1,
+                            &iface->target);
+    }
+    return NULL;
+}
+
+kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface)
+{
+    kvf_ucx_server_t *srv;
+    kvf_status_t status;
+    uint16_t port;
+
+    srv = kvf_calloc(1, sizeof(*srv));
+    if (srv == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    pthread_mutex_init(&srv->lock, NULL);
+    status = kvf_tl_limits_load(&srv->lim);
+    if (status == KVF_OK) {
+        status = kvf_auth_check_bind(iface->host);
+    }
+    if (status == KVF_OK) {
+        status = kvf_sock_listen(iface->host, 0, 512, &srv->lfd, &port);
+    }
+    if (status != KVF_OK) {
+        goto err_free;
+    }
+    if (pipe2(srv->wake, O_CLOEXEC) < 0) {
+        status = KVF_ERR_IO;
+        goto err_close;
+    }
+    snprintf(iface->address, sizeof(iface->address), "%s:%u",
+             strcmp(iface->host, "0.0.0.0") == 0 ? "127.0.0.1" : iface->host,
+             port);
+    iface->server = srv;
+    if (pthread_create(&iface->progress, NULL, kvf_ucx_target_progress,
+                       iface) != 0) {
+        status = KVF_ERR_NO_RESOURCE;
+        goto err_pipe;
+    }
+    iface->progress_on = 1;
+    if (pthread_create(&srv->thread, NULL, kvf_ucx_accept_main, iface) != 0) {
+        status = KVF_ERR_NO_RESOURCE;
+        goto err_progress;
+    }
+    return KVF_OK;
+
+err_progress:
+    iface->stop = 1;
+    kvf_ucx_wake(iface->wake);
+    pthread_join(iface->progress, NULL);
+    iface->progress_on = 0;
+err_pipe:
+    iface->server = NULL;
+    close(srv->wake[0]);
+    close(srv->wake[1]);
+err_close:
+    close(srv->lfd);
+err_free:
+    pthread_mutex_destroy(&srv->lock);
+    kvf_free(srv);
+    return status;
+}
+
+void kvf_ucx_server_stop(kvf_tl_iface_t *iface)
+{
+    kvf_ucx_server_t *srv = iface->server;
+    kvf_ucx_sconn_t *c;
+
+    if (srv == NULL) {
+        return;
+    }
+    srv->stop = 1;
+    if (write(srv->wake[1], "x", 1) < 0) {
+        /* the accept thread notices stop within its poll period */
+    }
+    pthread_join(srv->thread, NULL);
+    pthread_mutex_lock(&srv->lock);
+    for (c = srv->conns; c != NULL; c = c->next) {
+        shutdown(c->fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    kvf_ucx_reap(srv, 1);
+    iface->stop = 1;
+    kvf_ucx_wake(iface->wake);
+    pthread_join(iface->progress, NULL);
+    iface->progress_on = 0;
+    close(srv->lfd);
+    close(srv->wake[0]);
+    close(srv->wake[1]);
+    pthread_mutex_destroy(&srv->lock);
+    kvf_free(srv);
+    iface->server = NULL;
+}
