@@ -517,7 +517,8 @@ def _from_cache(cache: Any, bufs: List[Any], a: int, n: int) -> None:
     for l, layer in enumerate(cache.layers):
         bufs[l][0].flatten(0, 1)[a:n].copy_(layer.keys[0, :, a:n].transpose(0, 1))
         bufs[l][1].flatten(0, 1)[a:n].copy_(layer.values[0, :, a:n].transpose(0, 1))
-    _torch().cuda.synchronize(bufs[0].device)
+    if bufs[0].device.type == "cuda":
+        _torch().cuda.synchronize(bufs[0].device)
 
 
 class GpuLocalTier(Tier):

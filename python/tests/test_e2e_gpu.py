@@ -1,0 +1,224 @@
+"""The end-to-end harness's GPU tiers (kvferry.kv's paged GPU paths).
+
+On a GPU (skipped elsewhere): with a tiny model, the local tier
+(LocalKVCache, verifying scatter kernel) and the remote tier (KVCache over
+GPU buffers with gpu_stage, store over shm and tcp) load a saved prefix
+bitwise equal to the computed one, layer by layer and in one call; a
+corrupted chunk is refused by the kernel's checksums (shortened load,
+corrupt_misses) and the engine recomputes to the same output.
+
+Everywhere: the paged source's control flow (layer-wise loader thread,
+sequential load, a verification failure in the middle of an overlapped
+pass) runs on CPU against a stand-in for LocalKVCache that compares
+bytes instead of checksums.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kvferry.e2e import caches  # noqa: E402
+from kvferry.e2e.caches import CHUNK, PagedSource  # noqa: E402
+from kvferry.e2e.engine import Engine  # noqa: E402
+from kvferry.e2e.model import build  # noqa: E402
+from kvferry.e2e.policy import Policy  # noqa: E402
+from kvferry.kv import KVStats  # noqa: E402
+
+
+def _gpu() -> bool:
+    try:
+        from kvferry import kv_gpu
+        return torch.cuda.is_available() and kv_gpu.gpu_count() > 0
+    except Exception:
+        return False
+
+
+def _tokens(n, seed=1, vocab=256):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (n,), generator=g).tolist()
+
+
+def _computed(info, tokens):
+    """A DynamicCache of tokens computed by the model."""
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    with torch.no_grad():
+        t = torch.tensor([tokens], device=info.device)
+        info.model(input_ids=t, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return cache
+
+
+def _same(src, cache, n):
+    for l, layer in enumerate(cache.layers):
+        k, v = src.views(l)
+        assert torch.equal(k[:, :, :n], layer.keys[:, :, :n]), l
+        assert torch.equal(v[:, :, :n], layer.values[:, :, :n]), l
+
+
+def _serve(info, tier, overlap, toks):
+    """Serves one request of toks (prefix = all but the last 64)."""
+    class Req:
+        rid, prefix_id, out_tokens, arrival_s = 0, 0, 4, 0.0
+        prefix_len = len(toks) - 64
+
+        def tokens(self, seed):
+            return toks
+    eng = Engine(info, tier, Policy("always", info.shape(), 1, 1), overlap, realtime=False)
+    return eng.serve_one(Req(), 0.0, 0.0)
+
+
+# -- a stand-in for LocalKVCache on CPU -----------------------------------
+
+
+class _Plan:
+    def __init__(self, keys, ok, bs):
+        self.keys, self.n, self.ok, self.block_size = keys, ok, ok, bs
+
+    @property
+    def tokens(self):
+        return self.ok * self.block_size
+
+
+class _FakeLocal:
+    """Chunks kept as tensors; a load copies them into the paged buffers
+    and compares them with the copy recorded at save (the checksum)."""
+
+    def __init__(self, bufs):
+        self.bufs, self.stats, self.held = bufs, KVStats(), {}
+
+    def chunk_keys(self, tokens):
+        return [tuple(tokens[: (i + 1) * CHUNK]) for i in range(len(tokens) // CHUNK)]
+
+    def lookup(self, tokens):
+        n = 0
+        for k in self.chunk_keys(tokens):
+            if k not in self.held:
+                break
+            n += 1
+        return n * CHUNK
+
+    def save(self, tokens, block_ids):
+        w = 0
+        for i, k in enumerate(self.chunk_keys(tokens)[: len(block_ids)]):
+            if k not in self.held:
+                data = [b[:, block_ids[i]].clone() for b in self.bufs]
+                self.held[k] = (data, [d.clone() for d in data])
+                w += 1
+        return w
+
+    def plan_load(self, tokens, block_ids):
+        keys = self.chunk_keys(tokens)[: len(block_ids)]
+        ok = 0
+        while ok < len(keys) and keys[ok] in self.held:
+            ok += 1
+        return _Plan(keys[:ok], ok, CHUNK)
+
+    def load_planned(self, plan, layers=None):
+        for l in range(len(self.bufs)) if layers is None else layers:
+            for j in range(plan.ok):
+                data, sums = self.held[plan.keys[j]]
+                self.bufs[l][:, j].copy_(data[l])
+                if not torch.equal(data[l], sums[l]):
+                    self.stats.corrupt_misses += 1
+                    del self.held[plan.keys[j]]
+                    plan.ok = j
+                    break
+        self.stats.bytes_loaded += plan.ok
+        return plan.tokens
+
+    def slot_view(self, tokens, chunk):
+        k = self.chunk_keys(tokens)[chunk]
+        return self.held[k][0][0].view(-1).view(torch.uint8).numpy().data if k in self.held else None
+
+    def close(self):
+        pass
+
+
+class _FakeLocalTier(caches.GpuLocalTier):
+    def __init__(self, info, max_tokens):
+        self.blocks = max_tokens // CHUNK
+        self.bufs = caches._gpu_bufs(info, self.blocks)
+        self.kv = _FakeLocal(self.bufs)
+
+
+@pytest.fixture(scope="module")
+def cpu_info():
+    return build("tiny", "cpu", "float32", 0)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_paged_source_loads_and_recomputes_a_corrupted_chunk(cpu_info, overlap):
+    info = cpu_info
+    tokens = _tokens(4 * CHUNK + 64, vocab=info.vocab)
+    tier = _FakeLocalTier(info, 4 * CHUNK)
+    first = _serve(info, tier, overlap, tokens)
+    assert first.decision == "miss" and tier.lookup(tokens[: 4 * CHUNK]) == 4 * CHUNK
+    hit = _serve(info, tier, overlap, tokens)
+    assert hit.decision == "load" and hit.loaded_tokens == 4 * CHUNK
+    assert hit.output == first.output
+    src, got, _, _ = tier.fetch(tokens[: 4 * CHUNK], 4 * CHUNK)
+    assert got == 4 * CHUNK and src.load_all() == got
+    _same(src, _computed(info, tokens[: 4 * CHUNK]), 4 * CHUNK)
+    assert tier.corrupt(tokens[: 4 * CHUNK], 2)
+    bad = _serve(info, tier, overlap, tokens)
+    assert bad.decision == "corrupt" and bad.loaded_tokens == 0
+    assert bad.output == first.output and tier.kv.stats.corrupt_misses == 1
+    # the dropped chunk was saved again from the recompute
+    again = _serve(info, tier, overlap, tokens)
+    assert again.decision == "load" and again.output == first.output
+
+
+# -- the real tiers on a GPU ----------------------------------------------
+
+gpu = pytest.mark.skipif(not _gpu(), reason="needs a GPU and kvferry's GPU kernels")
+
+
+@pytest.fixture(scope="module")
+def gpu_info():
+    return build("tiny", "cuda", "float32", 0)
+
+
+@gpu
+@pytest.mark.parametrize("name", ["local", "remote-shm", "remote-tcp"])
+def test_gpu_tier_load_verify_corrupt(gpu_info, name):
+    info = gpu_info
+    n = 8 * CHUNK
+    tokens = _tokens(n + 64, vocab=info.vocab)
+    tier = caches.make(name, info, n, 64 << 20, "256M")
+    try:
+        assert isinstance(tier, (caches.GpuLocalTier, caches.GpuRemoteTier)), type(tier)
+        first = _serve(info, tier, True, tokens)
+        assert first.decision == "miss"
+        assert tier.lookup(tokens[:n]) == n
+        ref = _computed(info, tokens[:n])
+        # one call (sequential), then layer by layer (overlapped)
+        src, got, _, _ = tier.fetch(tokens[:n], n)
+        assert src.load_all() == n
+        _same(src, ref, n)
+        for b in tier.bufs:
+            b.zero_()
+        src, _, _, _ = tier.fetch(tokens[:n], n)
+        for l in range(info.layers):
+            assert src.load_layer(l) == n
+        _same(src, ref, n)
+        times, nbytes = src.done()
+        assert times["kv_h2d_verify"] > 0
+        if tier.remote:
+            assert nbytes > 0 and times["kv_read"] > 0
+        for overlap in (True, False):
+            hit = _serve(info, tier, overlap, tokens)
+            assert hit.decision == "load" and hit.loaded_tokens == n, overlap
+            assert hit.output == first.output
+        # a damaged chunk: refused by the kernel, recomputed, same output
+        for overlap in (True, False):
+            before = tier.kv.stats.corrupt_misses
+            assert tier.corrupt(tokens[:n], 3)
+            bad = _serve(info, tier, overlap, tokens)
+            assert bad.decision == "corrupt" and bad.loaded_tokens == 0, overlap
+            assert bad.output == first.output
+            assert tier.kv.stats.corrupt_misses == before + 1
+            again = _serve(info, tier, overlap, tokens)  # saved again after the recompute
+            assert again.output == first.output
+    finally:
+        tier.close()
