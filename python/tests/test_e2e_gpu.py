@@ -140,7 +140,9 @@ class _FakeLocal:
 
     def slot_view(self, tokens, chunk):
         k = self.chunk_keys(tokens)[chunk]
-        return self.held[k][0][0].view(-1).view(torch.uint8).numpy().data if k in self.held else None
+        if k not in self.held:
+            return None
+        return self.held[k][0][0].view(-1).view(torch.uint8).numpy().data
 
     def close(self):
         pass

@@ -481,8 +481,9 @@ class PagedSource:
         return n
 
     def load_all(self) -> int:
-        if self.plan is None and hasattr(self.kv, "store"):
-            # the store's pipelined load: reads overlap the verifying scatter
+        if self.plan is None:
+            # remote: the store's pipelined load (reads overlap the
+            # verifying scatter); local without numpy: kv.load
             return self._got(self.kv.load(self.ids, list(range(self.tokens // CHUNK))))
         return self._got(self.kv.load_planned(self._plan()))
 
@@ -539,9 +540,11 @@ class GpuLocalTier(Tier):
         return self.kv.lookup(tokens)
 
     def fetch(self, tokens, hit):
-        n = hit // CHUNK
+        from .. import kv_gpu
         src = PagedSource(self, self.kv, tokens, hit)
-        src.plan = self.kv.plan_load(list(tokens[:hit]), list(range(n)))
+        if kv_gpu._np is None:  # plan_load needs numpy
+            return src, hit, {}, 0
+        src.plan = self.kv.plan_load(list(tokens[:hit]), list(range(hit // CHUNK)))
         return src, src.plan.tokens, {}, 0
 
     def save(self, tokens, cache, have):
