@@ -179,6 +179,23 @@ def check_paged_source(info, overlap):
     assert again.decision == "load" and again.output == first.output
 
 
+def check_verified_speed(info, _=None):
+    """The record's verified-load speed: bytes of the largest loaded prefix
+    over the scatter kernel's mean time, and its fraction of the H2D."""
+    from kvferry.e2e.cli import _verified_speed
+
+    class S:
+        def __init__(self, tokens, t, decision="load"):
+            self.loaded_tokens, self.decision = tokens, decision
+            self.split = {"kv_h2d_verify": t}
+    per = info.kv_bytes_per_token()
+    got = _verified_speed([S(512, 1.0), S(1024, 2.0), S(1024, 4.0), S(0, 9.0, "miss")], info, 1e-9)
+    assert got["verified_load_tokens"] == 1024
+    assert abs(got["verified_load_gbs"] - 1024 * per / 3.0 / 1e9) < 1e-12
+    assert abs(got["verified_load_vs_h2d"] - 1024 * per / 3.0) < 1e-6
+    assert _verified_speed([S(0, 1.0, "miss")], info, 1.0) == {}
+
+
 # -- the real tiers on a GPU ----------------------------------------------
 
 GPU_TIERS = ["local", "remote-shm", "remote-tcp"]
@@ -245,6 +262,9 @@ if pytest is not None:
     def test_paged_source_loads_and_recomputes_a_corrupted_chunk(cpu_info, overlap):
         check_paged_source(cpu_info, overlap)
 
+    def test_verified_speed(cpu_info):
+        check_verified_speed(cpu_info)
+
     @pytest.mark.skipif(not _gpu(), reason="needs a GPU and kvferry's GPU kernels")
     @pytest.mark.parametrize("name", GPU_TIERS)
     def test_gpu_tier_load_verify_corrupt(gpu_info, name):
@@ -257,6 +277,7 @@ if __name__ == "__main__":
 
     failed = 0
     runs = [("paged source overlap=%s" % o, check_paged_source, "cpu", o) for o in (True, False)]
+    runs.append(("verified speed", check_verified_speed, "cpu", None))
     if _gpu():
         runs += [("gpu tier %s" % n, check_gpu_tier, "cuda", n) for n in GPU_TIERS]
     else:

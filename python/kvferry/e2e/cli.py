@@ -158,6 +158,7 @@ class Run:
                      "breakeven_tokens": pol.breakeven() if cache != "none" else None,
                      "speedup_by_prefix": speed, "service_ttft_p50_by_prefix": med})
         summ["load_split_s"] = _mean_split(served)
+        summ.update(_verified_speed(served, self.info, self.calib.get("h2d_gbs", 0.0)))
         if "throttled" in cache and served:
             self.throttled[mode] = sum(x.service_ttft_s for x in served) / len(served)
             summ["mean_service_ttft_s"] = self.throttled[mode]
@@ -170,6 +171,23 @@ class Run:
             rec = _record(self, label, summ, tr, served, pol, desc, speed)
             record.write(rec, a.record, {"summary": summ, "requests": [s.__dict__ for s in served]})
         return summ
+
+
+def _verified_speed(served: List[Any], info: Any, h2d_gbs: float) -> Dict[str, float]:
+    """GPU tiers: the verifying scatter's speed over the loads of the
+    largest loaded prefix (bytes over the kernel's time, checksums
+    included) and its fraction of the H2D ceiling measured in this run."""
+    loads = [s for s in served if s.decision == "load" and "kv_h2d_verify" in s.split]
+    if not loads:
+        return {}
+    top = max(s.loaded_tokens for s in loads)
+    loads = [s for s in loads if s.loaded_tokens == top]
+    t = sum(s.split["kv_h2d_verify"] for s in loads) / len(loads)
+    if t <= 0:
+        return {}
+    gbs = top * info.kv_bytes_per_token() / t / 1e9
+    return {"verified_load_tokens": top, "verified_load_gbs": gbs,
+            "verified_load_vs_h2d": gbs / h2d_gbs if h2d_gbs else 0.0}
 
 
 def _load_s(split: Dict[str, float]) -> float:
@@ -233,6 +251,12 @@ def _record(run: Run, label: str, summ: Dict, tr: Any, served: List[Any], pol: P
             f("hits recomputed by the policy", summ["recomputed_hits"], "requests")]
     for k, v in summ["load_split_s"].items():
         figs.append(f("load split: %s (mean of loads)" % k, v, "s"))
+    if "verified_load_gbs" in summ:
+        n = summ["verified_load_tokens"]
+        figs.append(f("verified load speed at %d tokens (scatter kernel)" % n,
+                      summ["verified_load_gbs"], "GB/s"))
+        figs.append(f("verified load over the H2D ceiling at %d tokens" % n,
+                      summ["verified_load_vs_h2d"], "ratio"))
     for p, v in sorted(speed.items()):
         figs.append(f("speed-up of service TTFT at %d tokens" % p, v, "x"))
     ttfts = [s.ttft_s for s in served]
