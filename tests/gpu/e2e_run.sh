@@ -16,8 +16,11 @@
 #           never / calc.
 # Each step has its own timeout and writes its records as it goes
 # (records packed into $OUT/records.tgz after each step), so a run cut
-# short still returns what it measured. Each bench stage also leaves
-# $OUT/<stage>.json (summaries) and $OUT/<stage>.md (the closing table).
+# short still returns what it measured. A budget counts from after the
+# model is built, so each timeout leaves it about 20 s; pools are sized
+# to each stage's prefixes (pinned and shm pools cost time to allocate).
+# Each bench stage also leaves $OUT/<stage>.json (summaries) and
+# $OUT/<stage>.md (the closing table).
 #
 # Needs python3 with torch and transformers (the GPU host has them);
 # kvferry's library and command come from $KVF_GPU_BIN (default .dev/gpu:
@@ -61,22 +64,24 @@ for st in "${stages[@]}"; do
     # every request after the first reuses the one 32K prefix
     step 150 main32 "${COMMON[@]}" --caches none,local,remote-shm,gpu \
       --sequential local,remote-shm --prefix-lens 32K --pool-lens 32K \
-      --pool-size 1 --sharing 1 --requests 4 --rate 0 --check 0 --budget 120
+      --pool-size 1 --sharing 1 --requests 4 --rate 0 --check 0 --budget 100 \
+      --host-pool 5G --node-pool 6G
     ;;
   main)
     # the budget stops taking requests in time; records after each config
     step 95 main "${COMMON[@]}" --prefix-lens 2K,8K --pool-lens 2K,8K \
-      --pool-size 2 --sharing 0.9,0 --requests 4 --rate 2 --check 0 --budget 75
+      --pool-size 2 --sharing 0.9,0 --requests 4 --rate 2 --check 0 --budget 65 \
+      --host-pool 2G --node-pool 4G
     ;;
   check)
     step 90 check "${COMMON[@]}" --caches local,remote-shm,gpu,remote-tcp \
       --prefix-lens 2K,8K --pool-lens 2K,8K --pool-size 2 --check 2 \
-      --check-only --budget 65
+      --check-only --budget 60 --host-pool 2G --node-pool 4G
     ;;
   slow)
     step 70 slow "${COMMON[@]}" --caches "" --sharing 1 --requests 3 \
-      --rate 0 --prefix-lens 32K --pool-lens 32K --pool-size 1 \
-      --throttle-gbs 1.0 --check 0 --budget 50
+      --rate 0 --prefix-lens 8K --pool-lens 8K --pool-size 1 \
+      --throttle-gbs 1.0 --check 0 --budget 45 --node-pool 4G
     ;;
   *) echo "e2e_run.sh: unknown stage $st" >&2 ;;
   esac
