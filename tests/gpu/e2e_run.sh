@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
 # The end-to-end comparison (kvferry bench e2e) on the GPU machine, in
-# at most 8 minutes (timeouts 240 + 120 + 100 s): an 8B-shaped Llama with random weights (bf16, sdpa)
-# served with no cache, a local pinned-host cache, the remote store over
-# shm and tcp, and the GPU-resident upper bound; prefixes of 2K, 8K and
-# 32K tokens at 90 % and 0 % sharing; then the correctness check in
-# deterministic mode; then the slow-link scenario (remote tcp slowed to
-# about 1 GB/s) with the policies always / never / calc. Each step has
-# its own timeout and writes its records as it goes (records packed into
-# $OUT/records.tgz after each step), so a run cut short still returns
-# what it measured. Each stage also leaves $OUT/<stage>.json (summaries)
-# and $OUT/<stage>.md (the closing table).
+# at most 8 minutes (timeouts 50 + 150 + 95 + 90 + 70 s, each killed 5 s
+# after): an 8B-shaped Llama with random weights (bf16, sdpa).
+#   test:   python/tests/test_e2e_gpu.py as a script (no pytest needed): the
+#           GPU tiers' load, layer-wise load, verification and a corrupted
+#           chunk on a tiny model, so a broken GPU path shows in a minute;
+#   main32: the 32K shared prefix first (so the budget never cuts it): no
+#           cache, local (LocalKVCache: pinned pool, verifying scatter
+#           kernel), remote over shm (KVCache with gpu_stage), the
+#           GPU-resident bound; local and remote-shm overlapped and
+#           sequential;
+#   main:   2K and 8K prefixes at 90 % and 0 % sharing, remote tcp too;
+#   check:  the correctness check in deterministic mode;
+#   slow:   remote tcp slowed to about 1 GB/s with the policies always /
+#           never / calc.
+# Each step has its own timeout and writes its records as it goes
+# (records packed into $OUT/records.tgz after each step), so a run cut
+# short still returns what it measured. A budget counts from after the
+# model is built, so each timeout leaves it about 20 s; pools are sized
+# to each stage's prefixes (pinned and shm pools cost time to allocate).
+# Each bench stage also leaves $OUT/<stage>.json (summaries) and
+# $OUT/<stage>.md (the closing table).
 #
 # Needs python3 with torch and transformers (the GPU host has them);
 # kvferry's library and command come from $KVF_GPU_BIN (default .dev/gpu:
 # libkvferry.so and kvferry), else build/.
 #
-#   OUT=/tmp/out tests/gpu/e2e_run.sh [main|check|slow ...]   (default: all)
+#   OUT=/tmp/out tests/gpu/e2e_run.sh [test|main32|main|check|slow ...]   (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 D="${KVF_GPU_BIN:-.dev/gpu}"
@@ -32,7 +43,7 @@ step() { # step SECONDS NAME ARGS... (of kvferry bench e2e)
   local t="$1" n="$2"; shift 2
   echo "=== $n: $*"
   local s=$(date +%s)
-  timeout -k 10 "$t" python3 -m kvferry bench e2e --record "$R" \
+  timeout -k 5 "$t" python3 -m kvferry bench e2e --record "$R" \
     --json "$OUT/$n.json" "$@" 2>&1 | tee "$OUT/$n.log"
   echo "=== $n rc=${PIPESTATUS[0]} ($(( $(date +%s) - s )) s)"
   pack
@@ -40,22 +51,37 @@ step() { # step SECONDS NAME ARGS... (of kvferry bench e2e)
 COMMON=(--model 8b --prefix-lens 2K,8K,32K --pool-lens 2K,8K,32K --pool-size 3
   --host-pool 8G --node-pool 16G --slo 0.5)
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(main check slow)
+[ ${#stages[@]} -eq 0 ] && stages=(test main32 main check slow)
 for st in "${stages[@]}"; do
   case "$st" in
+  test)
+    echo "=== test: python/tests/test_e2e_gpu.py"
+    s=$(date +%s)
+    timeout -k 5 50 python3 python/tests/test_e2e_gpu.py 2>&1 | tee "$OUT/test.log"
+    echo "=== test rc=${PIPESTATUS[0]} ($(( $(date +%s) - s )) s)"
+    ;;
+  main32)
+    # every request after the first reuses the one 32K prefix
+    step 150 main32 "${COMMON[@]}" --caches none,local,remote-shm,gpu \
+      --sequential local,remote-shm --prefix-lens 32K --pool-lens 32K \
+      --pool-size 1 --sharing 1 --requests 4 --rate 0 --check 0 --budget 100 \
+      --host-pool 5G --node-pool 6G
+    ;;
   main)
     # the budget stops taking requests in time; records after each config
-    step 240 main "${COMMON[@]}" --sharing 0.9,0 --requests 6 --rate 2 \
-      --check 0 --budget 205
+    step 95 main "${COMMON[@]}" --prefix-lens 2K,8K --pool-lens 2K,8K \
+      --pool-size 2 --sharing 0.9,0 --requests 4 --rate 2 --check 0 --budget 65 \
+      --host-pool 2G --node-pool 4G
     ;;
   check)
-    step 120 check "${COMMON[@]}" --caches local,remote-shm,gpu,remote-tcp \
-      --check 2 --check-only --budget 90
+    step 90 check "${COMMON[@]}" --caches local,remote-shm,gpu,remote-tcp \
+      --prefix-lens 2K,8K --pool-lens 2K,8K --pool-size 2 --check 2 \
+      --check-only --budget 60 --host-pool 2G --node-pool 4G
     ;;
   slow)
-    step 100 slow "${COMMON[@]}" --caches "" --sharing 0.9 --requests 4 \
-      --rate 0 --prefix-lens 8K,32K --pool-lens 8K,32K --pool-size 2 \
-      --throttle-gbs 1.0 --check 0 --budget 75
+    step 70 slow "${COMMON[@]}" --caches "" --sharing 1 --requests 3 \
+      --rate 0 --prefix-lens 8K --pool-lens 8K --pool-size 1 \
+      --throttle-gbs 1.0 --check 0 --budget 45 --node-pool 4G
     ;;
   *) echo "e2e_run.sh: unknown stage $st" >&2 ;;
   esac

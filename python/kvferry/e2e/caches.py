@@ -11,6 +11,21 @@
   target speed), which slows the link down.
 - ``gpu``: the KV stays in GPU memory (the upper bound: no transfer).
 
+On a GPU (torch sees CUDA and kvferry's library has its GPU kernels:
+:func:`gpu_paths`), ``local`` and ``remote`` bind kvferry.kv to a paged
+GPU cache instead: :class:`GpuLocalTier` is a
+:class:`kvferry.kv_local.LocalKVCache` (one scatter kernel from pinned
+host memory with the checksums computed in the kernel) and
+:class:`GpuRemoteTier` a :class:`kvferry.kv.KVCache` over GPU buffers
+with ``gpu_stage`` (store reads into pinned staging, verifying scatter).
+The paged cache's block is the 256-token chunk and a request's blocks
+are blocks 0, 1, ... of one buffer per layer, so layer l's loaded keys
+are ``buf[0]`` seen as ``[S, H, D]`` and reach the model as a
+``[1, H, S, D]`` view: the kernel writes the bytes the model reads, no
+copy after it. :class:`PagedSource` loads all layers in one call
+(sequential) or one layer per call (overlapped, see :mod:`.overlap`).
+Elsewhere (CPU) the host tiers below are used.
+
 Every tier keys 256-token chunks with :func:`kvferry.kv.chunk_keys`
 over the prefix tokens and the layout's fingerprint (a vLLM-style
 per-layer layout ``[2, blocks, 256, kv_heads, head_dim]``), so a chunk
@@ -238,7 +253,7 @@ class RemoteTier(Tier):
         self.throttle_ms = 0.0
         self.name = "remote-%s%s" % (transport, "-throttled" if throttle_gbs else "")
         self.blocks = max(1, -(-max_tokens // CHUNK))
-        self.bufs = _pool(info, self.blocks, torch.cuda.is_available())
+        self.bufs = self._buffers(info, torch)
         self.master = Master().start()
         self.node = Node(self.master.address, pool=node_pool, timeout=60.0).start()
         self.probe_bytes = min(32 << 20, _size(node_pool) // 16)
@@ -246,8 +261,13 @@ class RemoteTier(Tier):
         self.store = self._connect()
         if throttle_gbs:
             self._throttle(throttle_gbs)
-        self.kv = _TimedKV(self.store, layout_for(info, self.blocks), self.bufs,
-                           namespace="e2e")
+        self.kv = self._cache(info)
+
+    def _buffers(self, info: Any, torch: Any) -> List[Any]:
+        return _pool(info, self.blocks, torch.cuda.is_available())
+
+    def _cache(self, info: Any) -> KVCache:
+        return _TimedKV(self.store, layout_for(info, self.blocks), self.bufs, namespace="e2e")
 
     def _connect(self) -> Store:
         return Store.connect(self.master.address, timeout_ms=self.timeout_ms,
@@ -347,6 +367,36 @@ class RemoteTier(Tier):
             self.master.close()
 
 
+class GpuRemoteTier(RemoteTier):
+    """RemoteTier bound to a paged GPU cache: kvferry.kv.KVCache with
+    ``gpu_stage`` (pinned staging registered with the store; the store's
+    reads skip host hashing and the scatter kernel verifies). A
+    sequential load is the pipelined :meth:`KVCache.load`; an overlapped
+    one reads and scatters one layer per call."""
+
+    def _buffers(self, info: Any, torch: Any) -> List[Any]:
+        return _gpu_bufs(info, self.blocks)
+
+    def _cache(self, info: Any) -> KVCache:
+        return KVCache(self.store, layout_for(info, self.blocks), self.bufs, namespace="e2e",
+                       gpu_stage=True)
+
+    def fetch(self, tokens, hit):
+        return PagedSource(self, self.kv, tokens, hit), hit, {}, 0
+
+    def save(self, tokens, cache, have):
+        n = min(len(tokens) // CHUNK, self.blocks)
+        _from_cache(cache, self.bufs, have, n * CHUNK)
+        return self.kv.save(tokens[: n * CHUNK], list(range(n)))
+
+    def describe(self):
+        d = super().describe()
+        d.update({"path": "KVCache over GPU buffers, gpu_stage: store reads into pinned "
+                          "staging, GPU scatter kernel with fused checksums",
+                  "corrupt_misses": self.kv.stats.corrupt_misses})
+        return d
+
+
 class GpuTier(Tier):
     """Prefix KV kept on the device: the upper bound, nothing moves."""
 
@@ -384,16 +434,155 @@ class GpuTier(Tier):
         return len(keys)
 
 
+def gpu_paths(info: Any) -> bool:
+    """True when the tiers can use kvferry.kv's GPU paths: the model is
+    on a CUDA device and kvferry's library has GPU kernels and a GPU."""
+    try:
+        from .. import kv_gpu
+        return (info.device.type == "cuda" and _torch().cuda.is_available()
+                and kv_gpu.gpu_count() > 0 and kv_gpu.has_fused_checksums())
+    except Exception:
+        return False
+
+
+def _gpu_bufs(info: Any, blocks: int) -> List[Any]:
+    """One paged buffer per layer, [2, blocks, 256, H, D] on the device."""
+    torch = _torch()
+    return [torch.empty((2, blocks, CHUNK, info.kv_heads, info.head_dim), dtype=info.dtype,
+                        device=info.device) for _ in range(info.layers)]
+
+
+def _stats(kv: Any) -> Tuple[float, float, float, int, int]:
+    s = kv.stats
+    return s.t_query, s.t_read, s.t_h2d, s.bytes_loaded, s.corrupt_misses
+
+
+class PagedSource:
+    """A prefix held by a kvferry.kv cache bound to the paged GPU buffers
+    ``bufs`` (request block i = cache block i). :meth:`load_all` loads
+    every layer (one call), :meth:`load_layer` one layer; both return the
+    tokens verified by the GPU kernels, and :attr:`verified` keeps the
+    smallest: below ``tokens`` a chunk failed verification and the
+    forward pass that used these buffers must be recomputed."""
+
+    def __init__(self, tier: "Tier", kv: Any, tokens: Sequence[int], hit: int,
+                 plan: Any = None):
+        self.tier, self.kv, self.ids, self.tokens = tier, kv, list(tokens[:hit]), hit
+        self.bufs, self.plan, self.verified = tier.bufs, plan, hit
+        self._s0 = _stats(kv)
+
+    def _plan(self) -> Any:
+        if self.plan is None:
+            self.plan = self.kv.plan_load(self.ids, list(range(self.tokens // CHUNK)))
+        return self.plan
+
+    def _got(self, n: int) -> int:
+        self.verified = min(self.verified, n)
+        return n
+
+    def load_all(self) -> int:
+        if self.plan is None:
+            # remote: the store's pipelined load (reads overlap the
+            # verifying scatter); local without numpy: kv.load
+            return self._got(self.kv.load(self.ids, list(range(self.tokens // CHUNK))))
+        return self._got(self.kv.load_planned(self._plan()))
+
+    def load_layer(self, layer: int) -> int:
+        return self._got(self.kv.load_planned(self._plan(), layers=[layer]))
+
+    def views(self, layer: int) -> Tuple[Any, Any]:
+        """Layer's prefix keys and values as [1, H, S, D] views of the
+        paged buffer (its blocks 0.. seen as one [S, H, D] tensor)."""
+        b = self.bufs[layer]
+        k = b[0].flatten(0, 1)[: self.tokens]
+        v = b[1].flatten(0, 1)[: self.tokens]
+        return k.permute(1, 0, 2).unsqueeze(0), v.permute(1, 0, 2).unsqueeze(0)
+
+    def done(self) -> Tuple[Dict[str, float], int]:
+        """The load's split from kvferry.kv's stats (query: manifests or
+        plan; read: store reads; h2d_verify: the verifying scatter) and
+        the bytes it moved."""
+        q, r, h, nb, _ = (a - b for a, b in zip(_stats(self.kv), self._s0))
+        t = {"kv_query": q, "kv_h2d_verify": h}
+        if self.tier.remote:
+            t["kv_read"] = r
+        return t, nb if self.tier.remote else 0
+
+
+def _from_cache(cache: Any, bufs: List[Any], a: int, n: int) -> None:
+    """Copies tokens a..n of every layer of a DynamicCache into the paged
+    buffers' blocks 0.. (D2D), then waits for the copies: kvferry's
+    kernels read the buffers on their own stream."""
+    if n <= a:
+        return
+    for l, layer in enumerate(cache.layers):
+        bufs[l][0].flatten(0, 1)[a:n].copy_(layer.keys[0, :, a:n].transpose(0, 1))
+        bufs[l][1].flatten(0, 1)[a:n].copy_(layer.values[0, :, a:n].transpose(0, 1))
+    if bufs[0].device.type == "cuda":
+        _torch().cuda.synchronize(bufs[0].device)
+
+
+class GpuLocalTier(Tier):
+    """kvferry.kv_local.LocalKVCache over a paged GPU cache: chunks in
+    this process's pinned memory, loaded by one verifying scatter kernel
+    (per call: all layers, or one layer when overlapped)."""
+
+    name = "local"
+
+    def __init__(self, info: Any, max_tokens: int, capacity_bytes: int):
+        from ..kv_local import LocalKVCache
+        self.blocks = max(1, -(-max_tokens // CHUNK))
+        self.bufs = _gpu_bufs(info, self.blocks)
+        self.kv = LocalKVCache(layout_for(info, self.blocks), self.bufs, capacity_bytes,
+                               device=info.device.index or 0)
+
+    def lookup(self, tokens):
+        return self.kv.lookup(tokens)
+
+    def fetch(self, tokens, hit):
+        from .. import kv_gpu
+        src = PagedSource(self, self.kv, tokens, hit)
+        if kv_gpu._np is None:  # plan_load needs numpy
+            return src, hit, {}, 0
+        src.plan = self.kv.plan_load(list(tokens[:hit]), list(range(hit // CHUNK)))
+        return src, src.plan.tokens, {}, 0
+
+    def save(self, tokens, cache, have):
+        n = min(len(tokens) // CHUNK, self.blocks)
+        _from_cache(cache, self.bufs, have, n * CHUNK)
+        return self.kv.save(tokens[: n * CHUNK], list(range(n)))
+
+    def corrupt(self, tokens, chunk):
+        keys = self.kv.chunk_keys(tokens)
+        if chunk >= len(keys):
+            return False
+        mv = self.kv.slot_view(tokens, chunk)
+        if mv is None:
+            return False
+        mv[0] ^= 0xFF
+        return True
+
+    def describe(self):
+        return {"cache": "local", "path": "LocalKVCache: pinned host pool, GPU scatter kernel "
+                "with fused checksums", "pool_slots": self.kv.slots, "paged_blocks": self.blocks,
+                "corrupt_misses": self.kv.stats.corrupt_misses}
+
+    def close(self):
+        self.kv.close()
+
+
 def make(name: str, info: Any, max_tokens: int, host_bytes: int, node_pool: str,
          throttle_gbs: float = 0.0) -> Tier:
     if name == "none":
         return Tier()
+    gpu = gpu_paths(info)
     if name == "local":
-        return LocalTier(info, host_bytes)
+        return GpuLocalTier(info, max_tokens, host_bytes) if gpu else LocalTier(info, host_bytes)
     if name == "gpu":
         return GpuTier(info, host_bytes)
     if name.startswith("remote-"):
         parts = name.split("-")
-        return RemoteTier(info, max_tokens, parts[1], node_pool,
-                          throttle_gbs if "throttled" in parts else 0.0)
+        cls = GpuRemoteTier if gpu else RemoteTier
+        return cls(info, max_tokens, parts[1], node_pool,
+                   throttle_gbs if "throttled" in parts else 0.0)
     raise ValueError("cache is none, local, gpu, remote-shm, remote-tcp or remote-tcp-throttled")

@@ -158,6 +158,7 @@ class Run:
                      "breakeven_tokens": pol.breakeven() if cache != "none" else None,
                      "speedup_by_prefix": speed, "service_ttft_p50_by_prefix": med})
         summ["load_split_s"] = _mean_split(served)
+        summ.update(_verified_speed(served, self.info, self.calib.get("h2d_gbs", 0.0)))
         if "throttled" in cache and served:
             self.throttled[mode] = sum(x.service_ttft_s for x in served) / len(served)
             summ["mean_service_ttft_s"] = self.throttled[mode]
@@ -170,6 +171,31 @@ class Run:
             rec = _record(self, label, summ, tr, served, pol, desc, speed)
             record.write(rec, a.record, {"summary": summ, "requests": [s.__dict__ for s in served]})
         return summ
+
+
+def _verified_speed(served: List[Any], info: Any, h2d_gbs: float) -> Dict[str, float]:
+    """GPU tiers: the verifying scatter's speed over the loads of the
+    largest loaded prefix (bytes over the kernel's time, checksums
+    included) and its fraction of the H2D ceiling measured in this run."""
+    loads = [s for s in served if s.decision == "load" and "kv_h2d_verify" in s.split]
+    if not loads:
+        return {}
+    top = max(s.loaded_tokens for s in loads)
+    loads = [s for s in loads if s.loaded_tokens == top]
+    t = sum(s.split["kv_h2d_verify"] for s in loads) / len(loads)
+    if t <= 0:
+        return {}
+    gbs = top * info.kv_bytes_per_token() / t / 1e9
+    return {"verified_load_tokens": top, "verified_load_gbs": gbs,
+            "verified_load_vs_h2d": gbs / h2d_gbs if h2d_gbs else 0.0}
+
+
+def _load_s(split: Dict[str, float]) -> float:
+    """A load's time from its split: the stages other than compute; a
+    sequential GPU load's wall time ("h2d") already holds its kv_* stages."""
+    wall = "h2d" in split
+    return sum(v for k, v in split.items()
+               if k != "compute" and not (wall and k.startswith("kv_")))
 
 
 def _mean_split(served: List[Any]) -> Dict[str, float]:
@@ -225,6 +251,12 @@ def _record(run: Run, label: str, summ: Dict, tr: Any, served: List[Any], pol: P
             f("hits recomputed by the policy", summ["recomputed_hits"], "requests")]
     for k, v in summ["load_split_s"].items():
         figs.append(f("load split: %s (mean of loads)" % k, v, "s"))
+    if "verified_load_gbs" in summ:
+        n = summ["verified_load_tokens"]
+        figs.append(f("verified load speed at %d tokens (scatter kernel)" % n,
+                      summ["verified_load_gbs"], "GB/s"))
+        figs.append(f("verified load over the H2D ceiling at %d tokens" % n,
+                      summ["verified_load_vs_h2d"], "ratio"))
     for p, v in sorted(speed.items()):
         figs.append(f("speed-up of service TTFT at %d tokens" % p, v, "x"))
     ttfts = [s.ttft_s for s in served]
@@ -244,11 +276,13 @@ def _record(run: Run, label: str, summ: Dict, tr: Any, served: List[Any], pol: P
                "source": "kvferry calc's load time for %d tokens with the measured link %.3g GB/s "
                          "and H2D %.3g GB/s" % (loads[0].loaded_tokens, pol.link_gbs or 0,
                                                pol.h2d_gbs)}
-        meas = sum(sum(v for k, v in s.split.items() if k != "compute") for s in loads) / len(loads)
+        meas = sum(_load_s(s.split) for s in loads) / len(loads)
         gap = {"ratio": record._num(meas / e["load_s"]) if e["load_s"] else None,
                "explanation": "measured query + read + verify + H2D (sequential) of the largest "
-                              "prefix over calc's estimate; the verify stage (CPU checksum) and "
-                              "per-chunk calls are not in calc's model"}
+                              "prefix over calc's estimate; on CPU the verify stage (CPU "
+                              "checksum) and per-chunk calls are not in calc's model; on a GPU "
+                              "(kv_* stages) verification is inside the scatter kernel and the "
+                              "overlapped load is one call per layer"}
     concl, why = _conclusion(cache, speed, largest, summ)
     if "throttled" in cache:
         r = summ.get("policy_vs_best")

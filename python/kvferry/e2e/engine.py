@@ -13,6 +13,11 @@ different output. With a cache tier, a prefix that is not loaded is
 prefilled on its own and the suffix after it (the computation a later
 hit replaces, so hit and recompute are compared like for like); the
 ``none`` configuration prefills prompt in one pass.
+
+On a GPU the local and remote tiers verify inside the load's kernels
+(:class:`.caches.PagedSource`), so a damaged chunk is found while (or,
+sequential, before) the forward pass runs: that pass is thrown away and
+the request recomputed, decision "corrupt", like a refused fetch.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from typing import Any, Callable, List, Optional
 from .caches import CHUNK, Tier
 from .overlap import Loader, make_cache
 from .stats import Served
+
+
+class _Refused(Exception):
+    """A paged load verified less than it planned: recompute."""
 
 
 class Engine:
@@ -50,12 +59,17 @@ class Engine:
         now = time.perf_counter
         if src is not None:
             t0 = now()
-            loader = Loader(src, self.info).start()
+            loader = Loader(src, self.info, self.overlap).start()
             cache = make_cache(loader, self.overlap)
             if not self.overlap:
                 self._sync()
                 split["h2d"] = now() - t0
+            if loader.short:
+                raise _Refused()
             logits = self.forward(tokens[src.tokens:], cache)
+            loader.wait_all()
+            if loader.short:
+                raise _Refused()
             return cache, logits
         cache = DynamicCache()
         if self.tier.name == "none" or nprefix == 0:
@@ -82,7 +96,19 @@ class Engine:
                 decision, src = "corrupt", None
         with torch.no_grad():
             t1 = now()
-            cache, logits = self.prefill(tokens, nprefix, src, split)
+            try:
+                cache, logits = self.prefill(tokens, nprefix, src, split)
+            except _Refused:
+                decision, paged, src = "corrupt", src, None
+                self._sync()
+                cache, logits = self.prefill(tokens, nprefix, None, split)
+            else:
+                paged = src
+            if paged is not None and hasattr(paged, "done"):
+                times, nbytes = paged.done()
+                split.update(times)
+                if self.tier.remote and times.get("kv_read", 0) > 0:
+                    self.policy.observe_link(nbytes, times["kv_read"])
             tok = int(torch.argmax(logits))
             self._sync()
             first = now()

@@ -11,6 +11,14 @@ The sequential variant waits for every layer before the forward pass.
 
 Sequence lengths and masks come from the pre-sized tensors, so the
 model sees a cache of ``hit`` tokens from the first layer on.
+
+A paged GPU source (:class:`.caches.PagedSource`: kvferry.kv's verifying
+kernels write straight into the buffers the model reads) is loaded by a
+loader thread, one ``load_planned(plan, layers=[i])`` per layer with a
+threading.Event each (overlapped), or by one call before the forward
+pass (sequential). A layer whose chunks fail verification marks the
+load :attr:`Loader.short`: the forward pass that used it is discarded
+and the engine recomputes.
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ from typing import Any, List, Optional
 class Loader:
     """Queues a source's per-layer copies into fresh cache tensors."""
 
-    def __init__(self, src: Any, info: Any):
+    def __init__(self, src: Any, info: Any, overlap: bool = True):
         import torch
+        self.overlap = overlap
         self.torch = torch
         self.src, self.info = src, info
         self.cuda = info.device.type == "cuda"
@@ -40,6 +49,8 @@ class Loader:
                 self.keys.append(k)
                 self.values.append(v)
             return self
+        if hasattr(src, "load_layer"):  # paged GPU buffers, kvferry.kv kernels
+            return self._start_paged()
         s = src.tokens
         raw = []
         for _ in range(info.layers):
@@ -78,11 +89,43 @@ class Loader:
             self._thread.start()
         return self
 
+    @property
+    def short(self) -> bool:
+        """True when a paged load verified fewer tokens than planned."""
+        return getattr(self.src, "verified", self.src.tokens) < self.src.tokens
+
+    def _start_paged(self) -> "Loader":
+        src = self.src
+        for l in range(self.info.layers):
+            k, v = src.views(l)
+            self.keys.append(k)
+            self.values.append(v)
+        if not self.overlap:
+            src.load_all()
+            return self
+        self._events = [threading.Event() for _ in range(self.info.layers)]
+
+        def run() -> None:
+            try:
+                for l in range(self.info.layers):
+                    if src.load_layer(l) < src.tokens:
+                        break  # verification failed: the pass is redone
+                    self._events[l].set()
+            except BaseException as e:  # surfaced by wait()
+                self.error = e
+            finally:
+                for ev in self._events:
+                    ev.set()
+
+        self._thread = threading.Thread(target=run, daemon=True, name="kvferry-e2e-load")
+        self._thread.start()
+        return self
+
     def wait(self, layer: int) -> None:
         if not self._events:
             return
         ev = self._events[layer]
-        if self.cuda:
+        if self.cuda and self._thread is None:
             self.torch.cuda.current_stream(self.info.device).wait_event(ev)
         else:
             ev.wait()
@@ -92,6 +135,10 @@ class Loader:
     def wait_all(self) -> None:
         for l in range(len(self._events)):
             self.wait(l)
+        if self._thread is not None:
+            self._thread.join()
+            if self.error is not None:
+                raise self.error
 
 
 def make_cache(loader: Loader, overlap: bool) -> Any:
