@@ -284,6 +284,44 @@ void kvf_sm_list_ent_dec(kvf_rd_t *r, kvf_sm_list_ent_t *e)
     e->nrep = kvf_rd_u8(r);
 }
 
+void kvf_sm_inv_ent_enc(kvf_wr_t *w, const kvf_sm_inv_ent_t *e)
+{
+    kvf_wr_str(w, e->key);
+    kvf_wr_u64(w, e->off);
+    kvf_wr_u64(w, e->size);
+    kvf_wr_u64(w, e->checksum);
+    kvf_wr_u64(w, e->epoch);
+}
+
+void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e)
+{
+    kvf_rd_str(r, e->keybuf, sizeof(e->keybuf));
+    e->key = e->keybuf;
+    e->off = kvf_rd_u64(r);
+    e->size = kvf_rd_u64(r);
+    e->checksum = kvf_rd_u64(r);
+    e->epoch = kvf_rd_u64(r);
+}
+
+kvf_status_t kvf_sm_inv_check(uint32_t count, const void *body, size_t len)
+{
+    kvf_sm_inv_ent_t e;
+    kvf_rd_t r;
+    uint32_t i;
+
+    if (count == 0 || count > KVF_STORE_BATCH_MAX) {
+        return KVF_ERR_PROTOCOL;
+    }
+    kvf_rd_init(&r, body, len);
+    for (i = 0; i < count; i++) {
+        kvf_sm_inv_ent_dec(&r, &e);
+        if (kvf_rd_status(&r) != KVF_OK || e.keybuf[0] == '\0') {
+            return KVF_ERR_PROTOCOL;
+        }
+    }
+    return kvf_rd_left(&r) == 0 ? KVF_OK : KVF_ERR_PROTOCOL;
+}
+
 /* ---- shape checks ---- */
 
 /* Decodes one whole-body request into scratch space; 0 if type has

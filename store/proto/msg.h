@@ -42,6 +42,9 @@
  *   LIST       kvf_sm_list_t                    count x kvf_sm_list_ent_t
  *              str prefix, u32 max              str key, u64 size,
  *                                               u8 committed, u8 nrep
+ *   INV_ADD,   count x kvf_sm_inv_ent_t         count x status
+ *   INV_DEL,   str key, u64 off, u64 size,
+ *   INV_REPORT u64 checksum, u64 epoch
  *
  * Fixed part of an entry after its key (bytes): PUT_START 10, PUT_END
  * 17, COMMIT 35, GET/REMOVE/EXISTS 0. A PUT_END or COMMIT mask of 0
@@ -132,6 +135,21 @@ typedef struct kvf_sm_list_ent {
     char keybuf[KVF_STORE_KEY_MAX + 1];
 } kvf_sm_list_ent_t;
 
+/* One inventory entry (inv.h): an object's key, its place in the
+ * node's pool (offset from the pool's base), size, checksum, and the
+ * epoch of the leader that committed it. */
+typedef struct kvf_sm_inv_ent {
+    const char *key; /* encode: the caller's; decode: keybuf */
+    uint64_t off;
+    uint64_t size;
+    uint64_t checksum;
+    uint64_t epoch;
+    char keybuf[KVF_STORE_KEY_MAX + 1];
+} kvf_sm_inv_ent_t;
+
+/* Bytes an inventory entry takes besides its key. */
+#define KVF_SM_INV_ENT_FIXED (2 + 4 * 8)
+
 /* Bytes a LIST reply entry takes besides its key. */
 #define KVF_SM_LIST_ENT_FIXED (2 + 8 + 1 + 1)
 
@@ -171,6 +189,12 @@ void kvf_sm_list_enc(kvf_wr_t *w, const kvf_sm_list_t *m);
 void kvf_sm_list_dec(kvf_rd_t *r, kvf_sm_list_t *m);
 void kvf_sm_list_ent_enc(kvf_wr_t *w, const kvf_sm_list_ent_t *e);
 void kvf_sm_list_ent_dec(kvf_rd_t *r, kvf_sm_list_ent_t *e);
+
+void kvf_sm_inv_ent_enc(kvf_wr_t *w, const kvf_sm_inv_ent_t *e);
+void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e);
+/* An INV_* body: exactly `count` (1..KVF_STORE_BATCH_MAX) entries, each
+ * key 1..KVF_STORE_KEY_MAX bytes; KVF_ERR_PROTOCOL otherwise. */
+kvf_status_t kvf_sm_inv_check(uint32_t count, const void *body, size_t len);
 
 /* Checks a request body against its type's schema: `count` (at most
  * KVF_STORE_BATCH_MAX) keyed entries, or one whole-body message, and not
