@@ -204,6 +204,9 @@ void kvf_sm_node_reg_enc(kvf_wr_t *w, const kvf_sm_node_reg_t *m)
     kvf_wr_u64(w, m->pool_addr);
     kvf_wr_u64(w, m->pool_len);
     kvf_wr_bytes(w, m->instance, KVF_SM_INSTANCE_LEN);
+    if (m->inv_addr[0] != '\0') {
+        kvf_wr_str(w, m->inv_addr);
+    }
 }
 
 void kvf_sm_node_reg_dec(kvf_rd_t *r, kvf_sm_node_reg_t *m)
@@ -222,6 +225,10 @@ void kvf_sm_node_reg_dec(kvf_rd_t *r, kvf_sm_node_reg_t *m)
             memcpy(m->instance, inst, KVF_SM_INSTANCE_LEN);
             m->has_instance = 1;
         }
+    }
+    m->inv_addr[0] = '\0';
+    if (kvf_rd_left(r) > 0) { /* absent: a node without an inventory */
+        kvf_rd_str(r, m->inv_addr, sizeof(m->inv_addr));
     }
 }
 
@@ -303,16 +310,27 @@ void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e)
     e->epoch = kvf_rd_u64(r);
 }
 
-kvf_status_t kvf_sm_inv_check(uint32_t count, const void *body, size_t len)
+kvf_status_t kvf_sm_inv_check(uint8_t type, uint32_t count, const void *body,
+                              size_t len)
 {
     kvf_sm_inv_ent_t e;
     kvf_rd_t r;
     uint32_t i;
 
-    if (count == 0 || count > KVF_STORE_BATCH_MAX) {
+    if (count > KVF_STORE_BATCH_MAX ||
+        (type != KVF_SP_INV_ADD && type != KVF_SP_INV_DEL &&
+         type != KVF_SP_INV_REPORT) ||
+        (count == 0 && type != KVF_SP_INV_REPORT)) {
         return KVF_ERR_PROTOCOL;
     }
     kvf_rd_init(&r, body, len);
+    if (type == KVF_SP_INV_REPORT) {
+        (void)kvf_rd_u64(&r); /* uid */
+        (void)kvf_rd_u64(&r); /* node_gen */
+        if (kvf_rd_status(&r) != KVF_OK) {
+            return KVF_ERR_PROTOCOL;
+        }
+    }
     for (i = 0; i < count; i++) {
         kvf_sm_inv_ent_dec(&r, &e);
         if (kvf_rd_status(&r) != KVF_OK || e.keybuf[0] == '\0') {
@@ -357,6 +375,9 @@ kvf_status_t kvf_sm_req_check(uint8_t type, uint32_t count, const void *body,
     kvf_rd_t r;
     uint32_t i;
 
+    if (type >= KVF_SP_INV_ADD && type <= KVF_SP_INV_REPORT) {
+        return kvf_sm_inv_check(type, count, body, len);
+    }
     kvf_rd_init(&r, body, len);
     if (!kvf_sm_whole_dec(&r, type)) {
         if (count > KVF_STORE_BATCH_MAX ||

@@ -103,7 +103,7 @@ static void kvf_fz_inv(const uint8_t *body, size_t len, uint32_t count)
         }
         n++;
     }
-    if (kvf_sm_inv_check(count, body, len) == KVF_OK &&
+    if (kvf_sm_inv_check(KVF_SP_INV_ADD, count, body, len) == KVF_OK &&
         (n != count || kvf_rd_left(&r) != 0)) {
         abort();
     }

@@ -176,7 +176,7 @@ static void test_replies_round_trip(void **state)
 
 static void test_whole_bodies(void **state)
 {
-    kvf_sm_node_reg_t reg = {"tcp://10.0.0.1:5", 1, 0x7f00, 1 << 20, {7}, 1};
+    kvf_sm_node_reg_t reg = {"tcp://10.0.0.1:5", 1, 0x7f00, 1 << 20, {7}, 1, ""};
     kvf_sm_node_reg_t reg2;
     kvf_sm_node_reg_rep_t rr = {9, 3, 500, 3000}, rr2;
     kvf_sm_heartbeat_t hb = {1, 3, 9}, hb2;
@@ -295,18 +295,33 @@ static void test_inventory(void **state)
     assert_int_equal(d.size, e.size);
     assert_int_equal(d.checksum, e.checksum);
     assert_int_equal(d.epoch, e.epoch);
-    assert_int_equal(kvf_sm_inv_check(2, w.buf, w.len), KVF_OK);
-    assert_int_equal(kvf_sm_inv_check(1, w.buf, w.len), KVF_ERR_PROTOCOL);
-    assert_int_equal(kvf_sm_inv_check(3, w.buf, w.len), KVF_ERR_PROTOCOL);
-    assert_int_equal(kvf_sm_inv_check(0, w.buf, 0), KVF_ERR_PROTOCOL);
-    assert_int_equal(kvf_sm_inv_check(2, w.buf, w.len - 1), KVF_ERR_PROTOCOL);
-    assert_int_equal(kvf_sm_inv_check(KVF_STORE_BATCH_MAX + 1, w.buf, w.len),
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 2, w.buf, w.len), KVF_OK);
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 1, w.buf, w.len),
+                     KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 3, w.buf, w.len),
+                     KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 0, w.buf, 0),
+                     KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 2, w.buf, w.len - 1),
+                     KVF_ERR_PROTOCOL);
+    assert_int_equal(
+        kvf_sm_inv_check(KVF_SP_INV_ADD, KVF_STORE_BATCH_MAX + 1, w.buf, w.len),
+        KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_GET, 2, w.buf, w.len),
+                     KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sm_req_check(KVF_SP_INV_DEL, 2, w.buf, w.len), KVF_OK);
+    /* a report: uid and node_gen first; count 0 ends it */
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_REPORT, 0, w.buf, 16), KVF_OK);
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_REPORT, 0, w.buf, 15),
+                     KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_DEL, 0, w.buf, 0),
                      KVF_ERR_PROTOCOL);
     kvf_wr_free(&w);
     e.key = "";
     kvf_wr_init(&w);
     kvf_sm_inv_ent_enc(&w, &e);
-    assert_int_equal(kvf_sm_inv_check(1, w.buf, w.len), KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 1, w.buf, w.len),
+                     KVF_ERR_PROTOCOL);
     kvf_wr_free(&w);
 }
 
