@@ -170,16 +170,18 @@ static kvf_mi_batch_t *kvf_mi_batch(kvf_mi_batch_t *bs, unsigned *nb,
 /* Adds the replicas of committed object `key` to the batches (lock
  * held); 0, or -1 if it could not be (the entry fails). */
 static int kvf_mi_add(kvf_master_t *m, kvf_mi_batch_t *bs, unsigned *nb,
-                      const char *key, uint32_t idx, uint32_t count)
+                      const kvf_sm_req_t *q, uint32_t idx, uint32_t count)
 {
-    kvf_mobj_t *o = kvf_m_find(m, key);
+    kvf_mobj_t *o = kvf_m_find(m, q->key);
     kvf_sm_inv_ent_t e;
     kvf_mi_batch_t *b;
     unsigned i;
 
-    if (o == NULL || o->state != KVF_OBJ_COMMITTED) {
-        return 0; /* gone already: nothing to record */
+    if (o == NULL || o->state != KVF_OBJ_COMMITTED || o->put_id != q->put_id) {
+        return 0; /* gone already (removed, evicted): nothing to record */
     }
+    o->inv_epoch = m->epoch;
+    o->inv_seq = ++m->inv_seq;
     for (i = 0; i < o->nrep; i++) {
         if (o->rep[i].node->inv_addr[0] == '\0') {
             continue; /* a node without an inventory */
@@ -188,11 +190,12 @@ static int kvf_mi_add(kvf_master_t *m, kvf_mi_batch_t *bs, unsigned *nb,
         if (b == NULL) {
             return -1;
         }
-        e.key = key;
+        e.key = q->key;
         e.off = o->rep[i].blk->off;
         e.size = o->size;
         e.checksum = o->checksum;
-        e.epoch = m->epoch;
+        e.epoch = o->inv_epoch;
+        e.seq = o->inv_seq;
         kvf_sm_inv_ent_enc(&b->w, &e);
         b->ent[b->n++] = idx;
     }
@@ -266,7 +269,7 @@ void kvf_m_inv_record(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
     n = kvf_mi_committed(f, w, q, ok);
     pthread_mutex_lock(&m->lock);
     for (k = 0; k < n; k++) {
-        if (ok[k] && kvf_mi_add(m, bs, &nb, q[k].key, k, f->hdr.count) != 0) {
+        if (ok[k] && kvf_mi_add(m, bs, &nb, &q[k], k, f->hdr.count) != 0) {
             failed[k] = 1;
         }
     }

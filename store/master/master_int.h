@@ -55,8 +55,9 @@ typedef struct kvf_mobj {
     uint64_t size;
     uint64_t checksum;
     uint64_t put_id;
-    uint64_t deadline_ms;    /* PENDING: reclaimed after */
-    uint64_t lease_until_ms; /* neither evicted nor removed before */
+    uint64_t deadline_ms;        /* PENDING: reclaimed after */
+    uint64_t lease_until_ms;     /* neither evicted nor removed before */
+    uint64_t inv_epoch, inv_seq; /* as recorded in node inventories */
     uint8_t state;
     uint8_t flags; /* KVF_STORE_PIN */
     uint8_t nrep;
@@ -123,6 +124,7 @@ struct kvf_master {
     struct kvf_elect *elect; /* NULL: the only master */
     uint64_t term_epoch;     /* etcd revision of this leader's term */
     int deposed;             /* its term ended: refuses everything */
+    uint64_t inv_seq;        /* commits recorded in node inventories */
 };
 
 /* A leader's epoch: the top bit set, the etcd revision below (a single

@@ -1089,6 +1089,13 @@ static int kvf_m_rep_at(const kvf_mobj_t *o, const kvf_mnode_t *n, uint64_t off)
     return 0;
 }
 
+/* Was o committed before the entry e (its epoch, then its seq)? */
+static int kvf_m_rebuild_older(const kvf_mobj_t *o, const kvf_sm_inv_ent_t *e)
+{
+    return o->inv_epoch < e->epoch ||
+           (o->inv_epoch == e->epoch && o->inv_seq < e->seq);
+}
+
 /* A committed object of one replica, blk on n, under e's key. */
 static kvf_status_t kvf_m_rebuild_new(kvf_master_t *m, kvf_mnode_t *n,
                                       kvf_pa_block_t *blk,
@@ -1102,6 +1109,8 @@ static kvf_status_t kvf_m_rebuild_new(kvf_master_t *m, kvf_mnode_t *n,
     }
     o->size = e->size;
     o->checksum = e->checksum;
+    o->inv_epoch = e->epoch;
+    o->inv_seq = e->seq;
     o->state = KVF_OBJ_COMMITTED;
     o->nrep = 1;
     o->rep[0].node = n;
@@ -1120,6 +1129,14 @@ kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
     if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
         kvf_m_rep_at(o, n, e->off)) {
         return KVF_OK; /* known already: a report sent again */
+    }
+    if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
+        (o->size != e->size || o->checksum != e->checksum) &&
+        kvf_m_rebuild_older(o, e)) {
+        /* an older commit of the key (removed or evicted, then put
+         * again, with its entry still on a node): the newer one wins */
+        kvf_m_obj_free(m, o);
+        o = NULL;
     }
     if (o != NULL &&
         (o->state != KVF_OBJ_COMMITTED || o->size != e->size ||

@@ -76,13 +76,18 @@ static kvf_status_t kvf_inv_check(const kvf_inv_t *inv, const char *key,
     return KVF_OK;
 }
 
-/* Whether entries [i, j) let an entry of `epoch` in under `mode`. */
+/* Whether entries [i, j) let an entry of (epoch, seq) in under mode. */
 static kvf_status_t kvf_inv_may_replace(const kvf_inv_t *inv, int mode,
-                                        size_t i, size_t j, uint64_t epoch)
+                                        size_t i, size_t j, uint64_t epoch,
+                                        uint64_t seq)
 {
+    const kvf_inv_ent_t *e;
+
     for (; i < j; i++) {
-        if (mode == KVF_INV_REPORT ? inv->ent[i].epoch >= epoch
-                                   : inv->ent[i].epoch > epoch) {
+        e = &inv->ent[i];
+        if (mode == KVF_INV_REPORT
+                ? (e->epoch > epoch || (e->epoch == epoch && e->seq >= seq))
+                : e->epoch > epoch) {
             return KVF_ERR_EXISTS;
         }
     }
@@ -91,7 +96,7 @@ static kvf_status_t kvf_inv_may_replace(const kvf_inv_t *inv, int mode,
 
 kvf_status_t kvf_inv_put(kvf_inv_t *inv, int mode, const char *key,
                          uint64_t off, uint64_t size, uint64_t checksum,
-                         uint64_t epoch)
+                         uint64_t epoch, uint64_t seq)
 {
     kvf_inv_ent_t *grown, e;
     size_t i, j, k;
@@ -104,7 +109,7 @@ kvf_status_t kvf_inv_put(kvf_inv_t *inv, int mode, const char *key,
         return KVF_ERR_STALE;
     }
     kvf_inv_overlaps(inv, off, size, &i, &j);
-    st = kvf_inv_may_replace(inv, mode, i, j, epoch);
+    st = kvf_inv_may_replace(inv, mode, i, j, epoch, seq);
     if (st != KVF_OK) {
         return st;
     }
@@ -125,6 +130,7 @@ kvf_status_t kvf_inv_put(kvf_inv_t *inv, int mode, const char *key,
     e.size = size;
     e.checksum = checksum;
     e.epoch = epoch;
+    e.seq = seq;
     for (k = i; k < j; k++) {
         kvf_free(inv->ent[k].key);
         inv->dropped++;

@@ -15,9 +15,8 @@
  *    leader); an entry overlapping older or equal-epoch ones replaces
  *    them (the leader reused that space, so they are gone);
  *  - KVF_INV_REPORT (a leader, from a node's report): an entry
- *    overlapping one of a newer epoch is refused (KVF_ERR_EXISTS);
- *    overlapping only older ones, it replaces them; overlapping one of
- *    the same epoch, the first stays and this one is refused.
+ *    overlapping one as new or newer (epoch, then seq) is refused
+ *    (KVF_ERR_EXISTS); overlapping only older ones, it replaces them.
  * Entries never overlap one another; they are kept in offset order.
  * Not thread-safe: the owner locks.
  */
@@ -35,6 +34,7 @@ typedef struct kvf_inv_ent {
     uint64_t size;
     uint64_t checksum;
     uint64_t epoch;
+    uint64_t seq; /* the leader's commit number: orders one epoch's */
 } kvf_inv_ent_t;
 
 typedef struct kvf_inv {
@@ -57,7 +57,7 @@ kvf_status_t kvf_inv_fence(kvf_inv_t *inv, uint64_t epoch);
 /* Adds an entry (the key is copied) under the rules above. */
 kvf_status_t kvf_inv_put(kvf_inv_t *inv, int mode, const char *key,
                          uint64_t off, uint64_t size, uint64_t checksum,
-                         uint64_t epoch);
+                         uint64_t epoch, uint64_t seq);
 
 /* Removes the entry at off if its key is key (a remove or an eviction
  * by the leader of epoch `epoch`, fenced as kvf_inv_fence).

@@ -298,6 +298,7 @@ void kvf_sm_inv_ent_enc(kvf_wr_t *w, const kvf_sm_inv_ent_t *e)
     kvf_wr_u64(w, e->size);
     kvf_wr_u64(w, e->checksum);
     kvf_wr_u64(w, e->epoch);
+    kvf_wr_u64(w, e->seq);
 }
 
 void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e)
@@ -308,6 +309,7 @@ void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e)
     e->size = kvf_rd_u64(r);
     e->checksum = kvf_rd_u64(r);
     e->epoch = kvf_rd_u64(r);
+    e->seq = kvf_rd_u64(r);
 }
 
 kvf_status_t kvf_sm_inv_check(uint8_t type, uint32_t count, const void *body,

@@ -46,7 +46,7 @@
  *                                               u8 committed, u8 nrep
  *   INV_ADD,   count x kvf_sm_inv_ent_t         count x status
  *   INV_DEL    str key, u64 off, u64 size,
- *              u64 checksum, u64 epoch
+ *              u64 checksum, u64 epoch, u64 seq
  *   INV_REPORT u64 uid, u64 node_gen, then      empty
  *              count x kvf_sm_inv_ent_t (a
  *              page; count 0: the report ends)
@@ -144,19 +144,21 @@ typedef struct kvf_sm_list_ent {
 } kvf_sm_list_ent_t;
 
 /* One inventory entry (inv.h): an object's key, its place in the
- * node's pool (offset from the pool's base), size, checksum, and the
- * epoch of the leader that committed it. */
+ * node's pool (offset from the pool's base), size, checksum, the epoch
+ * of the leader that committed it and that leader's sequence number of
+ * the commit (later commits of a key have larger ones). */
 typedef struct kvf_sm_inv_ent {
     const char *key; /* encode: the caller's; decode: keybuf */
     uint64_t off;
     uint64_t size;
     uint64_t checksum;
     uint64_t epoch;
+    uint64_t seq;
     char keybuf[KVF_STORE_KEY_MAX + 1];
 } kvf_sm_inv_ent_t;
 
 /* Bytes an inventory entry takes besides its key. */
-#define KVF_SM_INV_ENT_FIXED (2 + 4 * 8)
+#define KVF_SM_INV_ENT_FIXED (2 + 5 * 8)
 
 /* Bytes a LIST reply entry takes besides its key. */
 #define KVF_SM_LIST_ENT_FIXED (2 + 8 + 1 + 1)

@@ -176,7 +176,8 @@ static void test_replies_round_trip(void **state)
 
 static void test_whole_bodies(void **state)
 {
-    kvf_sm_node_reg_t reg = {"tcp://10.0.0.1:5", 1, 0x7f00, 1 << 20, {7}, 1, ""};
+    kvf_sm_node_reg_t reg = {
+        "tcp://10.0.0.1:5", 1, 0x7f00, 1 << 20, {7}, 1, ""};
     kvf_sm_node_reg_t reg2;
     kvf_sm_node_reg_rep_t rr = {9, 3, 500, 3000}, rr2;
     kvf_sm_heartbeat_t hb = {1, 3, 9}, hb2;
@@ -277,7 +278,8 @@ static void test_inventory(void **state)
                           .off = 4096,
                           .size = 1000,
                           .checksum = 0x1122334455667788ull,
-                          .epoch = (1ull << 63) | 42};
+                          .epoch = (1ull << 63) | 42,
+                          .seq = 9};
     kvf_sm_inv_ent_t d;
     kvf_wr_t w;
     kvf_rd_t r;
@@ -295,6 +297,7 @@ static void test_inventory(void **state)
     assert_int_equal(d.size, e.size);
     assert_int_equal(d.checksum, e.checksum);
     assert_int_equal(d.epoch, e.epoch);
+    assert_int_equal(d.seq, e.seq);
     assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 2, w.buf, w.len), KVF_OK);
     assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 1, w.buf, w.len),
                      KVF_ERR_PROTOCOL);
