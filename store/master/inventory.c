@@ -196,6 +196,7 @@ static int kvf_mi_add(kvf_master_t *m, kvf_mi_batch_t *bs, unsigned *nb,
         e.checksum = o->checksum;
         e.epoch = o->inv_epoch;
         e.seq = o->inv_seq;
+        e.flags = o->flags;
         kvf_sm_inv_ent_enc(&b->w, &e);
         b->ent[b->n++] = idx;
     }

@@ -1111,6 +1111,7 @@ static kvf_status_t kvf_m_rebuild_new(kvf_master_t *m, kvf_mnode_t *n,
     o->checksum = e->checksum;
     o->inv_epoch = e->epoch;
     o->inv_seq = e->seq;
+    o->flags = (uint8_t)(e->flags & KVF_STORE_PIN);
     o->state = KVF_OBJ_COMMITTED;
     o->nrep = 1;
     o->rep[0].node = n;

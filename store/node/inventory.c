@@ -70,7 +70,7 @@ static kvf_status_t kvf_ni_apply(kvf_node_inv_t *ni, uint8_t type,
 
     if (type == KVF_SP_INV_ADD) {
         st = kvf_inv_put(&ni->inv, KVF_INV_RECORD, e->key, e->off, e->size,
-                         e->checksum, e->epoch, e->seq);
+                         e->checksum, e->epoch, e->seq, e->flags);
     } else {
         st = kvf_inv_del(&ni->inv, e->key, e->off, e->epoch);
     }
@@ -260,6 +260,7 @@ static uint32_t kvf_ni_page(kvf_node_inv_t *ni, kvf_wr_t *w, uint64_t *from)
         e.checksum = ni->inv.ent[i].checksum;
         e.epoch = ni->inv.ent[i].epoch;
         e.seq = ni->inv.ent[i].seq;
+        e.flags = ni->inv.ent[i].flags;
         kvf_sm_inv_ent_enc(w, &e);
         *from = e.off + 1;
     }

@@ -96,7 +96,7 @@ static kvf_status_t kvf_inv_may_replace(const kvf_inv_t *inv, int mode,
 
 kvf_status_t kvf_inv_put(kvf_inv_t *inv, int mode, const char *key,
                          uint64_t off, uint64_t size, uint64_t checksum,
-                         uint64_t epoch, uint64_t seq)
+                         uint64_t epoch, uint64_t seq, uint8_t flags)
 {
     kvf_inv_ent_t *grown, e;
     size_t i, j, k;
@@ -131,6 +131,7 @@ kvf_status_t kvf_inv_put(kvf_inv_t *inv, int mode, const char *key,
     e.checksum = checksum;
     e.epoch = epoch;
     e.seq = seq;
+    e.flags = flags;
     for (k = i; k < j; k++) {
         kvf_free(inv->ent[k].key);
         inv->dropped++;

@@ -34,7 +34,8 @@ typedef struct kvf_inv_ent {
     uint64_t size;
     uint64_t checksum;
     uint64_t epoch;
-    uint64_t seq; /* the leader's commit number: orders one epoch's */
+    uint64_t seq;  /* the leader's commit number: orders one epoch's */
+    uint8_t flags; /* KVF_STORE_PIN */
 } kvf_inv_ent_t;
 
 typedef struct kvf_inv {
@@ -57,7 +58,7 @@ kvf_status_t kvf_inv_fence(kvf_inv_t *inv, uint64_t epoch);
 /* Adds an entry (the key is copied) under the rules above. */
 kvf_status_t kvf_inv_put(kvf_inv_t *inv, int mode, const char *key,
                          uint64_t off, uint64_t size, uint64_t checksum,
-                         uint64_t epoch, uint64_t seq);
+                         uint64_t epoch, uint64_t seq, uint8_t flags);
 
 /* Removes the entry at off if its key is key (a remove or an eviction
  * by the leader of epoch `epoch`, fenced as kvf_inv_fence).

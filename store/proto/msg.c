@@ -299,6 +299,7 @@ void kvf_sm_inv_ent_enc(kvf_wr_t *w, const kvf_sm_inv_ent_t *e)
     kvf_wr_u64(w, e->checksum);
     kvf_wr_u64(w, e->epoch);
     kvf_wr_u64(w, e->seq);
+    kvf_wr_u8(w, e->flags);
 }
 
 void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e)
@@ -310,6 +311,7 @@ void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e)
     e->checksum = kvf_rd_u64(r);
     e->epoch = kvf_rd_u64(r);
     e->seq = kvf_rd_u64(r);
+    e->flags = kvf_rd_u8(r);
 }
 
 kvf_status_t kvf_sm_inv_check(uint8_t type, uint32_t count, const void *body,

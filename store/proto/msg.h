@@ -46,7 +46,8 @@
  *                                               u8 committed, u8 nrep
  *   INV_ADD,   count x kvf_sm_inv_ent_t         count x status
  *   INV_DEL    str key, u64 off, u64 size,
- *              u64 checksum, u64 epoch, u64 seq
+ *              u64 checksum, u64 epoch, u64 seq,
+ *              u8 flags (KVF_STORE_PIN)
  *   INV_REPORT u64 uid, u64 node_gen, then      empty
  *              count x kvf_sm_inv_ent_t (a
  *              page; count 0: the report ends)
@@ -154,11 +155,12 @@ typedef struct kvf_sm_inv_ent {
     uint64_t checksum;
     uint64_t epoch;
     uint64_t seq;
+    uint8_t flags; /* KVF_STORE_PIN */
     char keybuf[KVF_STORE_KEY_MAX + 1];
 } kvf_sm_inv_ent_t;
 
 /* Bytes an inventory entry takes besides its key. */
-#define KVF_SM_INV_ENT_FIXED (2 + 5 * 8)
+#define KVF_SM_INV_ENT_FIXED (2 + 5 * 8 + 1)
 
 /* Bytes a LIST reply entry takes besides its key. */
 #define KVF_SM_LIST_ENT_FIXED (2 + 8 + 1 + 1)

@@ -41,22 +41,24 @@ static void test_bounds(void **state)
     kvf_inv_init(&inv, 4096);
     memset(longkey, 'k', sizeof(longkey) - 1);
     longkey[sizeof(longkey) - 1] = '\0';
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "a", 4000, 97, 1, E1, 1),
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_RECORD, "a", 4000, 97, 1, E1, 1, 0),
+        KVF_ERR_INVALID_PARAM);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_RECORD, "a", 4097, 1, 1, E1, 1, 0),
+        KVF_ERR_INVALID_PARAM);
+    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "a", 64, UINT64_MAX - 10,
+                                 1, E1, 1, 0),
                      KVF_ERR_INVALID_PARAM);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "a", 4097, 1, 1, E1, 1),
+    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "a", 0, 0, 1, E1, 1, 0),
+                     KVF_ERR_INVALID_PARAM);
+    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "", 0, 64, 1, E1, 1, 0),
                      KVF_ERR_INVALID_PARAM);
     assert_int_equal(
-        kvf_inv_put(&inv, KVF_INV_RECORD, "a", 64, UINT64_MAX - 10, 1, E1, 1),
+        kvf_inv_put(&inv, KVF_INV_RECORD, longkey, 0, 64, 1, E1, 1, 0),
         KVF_ERR_INVALID_PARAM);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "a", 0, 0, 1, E1, 1),
-                     KVF_ERR_INVALID_PARAM);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "", 0, 64, 1, E1, 1),
-                     KVF_ERR_INVALID_PARAM);
     assert_int_equal(
-        kvf_inv_put(&inv, KVF_INV_RECORD, longkey, 0, 64, 1, E1, 1),
-        KVF_ERR_INVALID_PARAM);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "a", 4000, 96, 1, E1, 1),
-                     KVF_OK);
+        kvf_inv_put(&inv, KVF_INV_RECORD, "a", 4000, 96, 1, E1, 1, 0), KVF_OK);
     assert_int_equal(inv.n, 1);
     kvf_inv_fini(&inv);
 }
@@ -67,11 +69,12 @@ static void test_fencing(void **state)
 
     (void)state;
     kvf_inv_init(&inv, 1 << 20);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "a", 0, 64, 1, E2, 1),
+    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "a", 0, 64, 1, E2, 1, 0),
                      KVF_OK);
     /* a deposed leader: refused, nothing changed */
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "b", 128, 64, 2, E1, 1),
-                     KVF_ERR_STALE);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_RECORD, "b", 128, 64, 2, E1, 1, 0),
+        KVF_ERR_STALE);
     assert_int_equal(kvf_inv_del(&inv, "a", 0, E1), KVF_ERR_STALE);
     assert_int_equal(kvf_inv_fence(&inv, E1), KVF_ERR_STALE);
     assert_int_equal(inv.n, 1);
@@ -89,23 +92,23 @@ static void test_record_overlap(void **state)
 
     (void)state;
     kvf_inv_init(&inv, 1 << 20);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "a", 0, 100, 1, E1, 1),
-                     KVF_OK);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "b", 128, 64, 2, E1, 1),
-                     KVF_OK);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "c", 256, 64, 3, E1, 1),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_RECORD, "a", 0, 100, 1, E1, 1, 0), KVF_OK);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_RECORD, "b", 128, 64, 2, E1, 1, 0), KVF_OK);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_RECORD, "c", 256, 64, 3, E1, 1, 0), KVF_OK);
     /* the space of a and b reused (their removal never arrived) */
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "d", 64, 128, 4, E2, 1),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_RECORD, "d", 64, 128, 4, E2, 1, 0), KVF_OK);
     assert_int_equal(inv.n, 2);
     assert_string_equal(inv.ent[0].key, "d");
     assert_string_equal(inv.ent[1].key, "c");
     assert_int_equal(inv.dropped, 2);
     check_sorted(&inv);
     /* touching is not overlapping */
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_RECORD, "e", 192, 64, 5, E2, 1),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_RECORD, "e", 192, 64, 5, E2, 1, 0), KVF_OK);
     assert_int_equal(inv.n, 3);
     check_sorted(&inv);
     kvf_inv_fini(&inv);
@@ -117,25 +120,27 @@ static void test_report_overlap(void **state)
 
     (void)state;
     kvf_inv_init(&inv, 1 << 20);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_REPORT, "a", 0, 128, 1, E2, 1),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_REPORT, "a", 0, 128, 1, E2, 1, 0), KVF_OK);
     /* older, or as old, over a newer one: refused */
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_REPORT, "b", 64, 128, 2, E1, 1),
-                     KVF_ERR_EXISTS);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_REPORT, "b", 64, 128, 2, E2, 1),
-                     KVF_ERR_EXISTS);
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_REPORT, "c", 512, 64, 3, E1, 1),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_REPORT, "b", 64, 128, 2, E1, 1, 0),
+        KVF_ERR_EXISTS);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_REPORT, "b", 64, 128, 2, E2, 1, 0),
+        KVF_ERR_EXISTS);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_REPORT, "c", 512, 64, 3, E1, 1, 0), KVF_OK);
     /* newer over older: the older goes */
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_REPORT, "d", 500, 64, 4, E2, 1),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_REPORT, "d", 500, 64, 4, E2, 1, 0), KVF_OK);
     assert_int_equal(inv.n, 2);
     assert_string_equal(inv.ent[1].key, "d");
     /* a report is not fenced */
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_REPORT, "e", 4096, 64, 5, E1, 1),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_inv_put(&inv, KVF_INV_REPORT, "e", 4096, 64, 5, E1, 1, 0), KVF_OK);
     /* same epoch, a later commit: it replaces the earlier */
-    assert_int_equal(kvf_inv_put(&inv, KVF_INV_REPORT, "f", 0, 64, 6, E2, 2),
+    assert_int_equal(kvf_inv_put(&inv, KVF_INV_REPORT, "f", 0, 64, 6, E2, 2, 0),
                      KVF_OK);
     assert_int_equal(inv.n, 3);
     assert_string_equal(inv.ent[0].key, "f");
@@ -156,7 +161,7 @@ static void test_many_and_pages(void **state)
     for (i = 1000; i-- > 0;) {
         snprintf(key, sizeof(key), "k%zu", i);
         assert_int_equal(
-            kvf_inv_put(&inv, KVF_INV_RECORD, key, i * 4096, 4000, i, E1, 1),
+            kvf_inv_put(&inv, KVF_INV_RECORD, key, i * 4096, 4000, i, E1, 1, 0),
             KVF_OK);
     }
     assert_int_equal(inv.n, 1000);

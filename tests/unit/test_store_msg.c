@@ -279,7 +279,8 @@ static void test_inventory(void **state)
                           .size = 1000,
                           .checksum = 0x1122334455667788ull,
                           .epoch = (1ull << 63) | 42,
-                          .seq = 9};
+                          .seq = 9,
+                          .flags = 1};
     kvf_sm_inv_ent_t d;
     kvf_wr_t w;
     kvf_rd_t r;
@@ -298,6 +299,7 @@ static void test_inventory(void **state)
     assert_int_equal(d.checksum, e.checksum);
     assert_int_equal(d.epoch, e.epoch);
     assert_int_equal(d.seq, e.seq);
+    assert_int_equal(d.flags, e.flags);
     assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 2, w.buf, w.len), KVF_OK);
     assert_int_equal(kvf_sm_inv_check(KVF_SP_INV_ADD, 1, w.buf, w.len),
                      KVF_ERR_PROTOCOL);
