@@ -276,7 +276,8 @@ static void kvf_ha_expect(kvf_drill_t *d, int fault, uint64_t bound)
     snprintf(text, sizeof(text),
              "%s; a master leads again within about a lease (%d ms) plus "
              "its poll (after a kill the standby; after an etcd outage "
-             "either, a new term starting empty); the node and the clients "
+             "either, a new term rebuilt from the node's inventory); the node "
+             "and the clients "
              "follow it through etcd with "
              "no restart; every call ends within its bound (%lu ms); no "
              "wrong bytes; the objects of the old leader are rebuilt from "
