@@ -336,6 +336,11 @@ static kvf_status_t kvf_reg_start(kvf_master_t *m)
     pthread_mutex_init(&r->lock, NULL);
     kvf_cond_init(&r->cond);
     r->max_queued = n * KVF_REG_QUEUE_PER_WORKER;
+    if (m->elect != NULL) {
+        /* commits go to the workers too: a connection has at most one
+         * frame there, so the connection caps bound the queue */
+        r->max_queued += m->opts.conn_max_tcp + m->opts.conn_max_unix;
+    }
     m->reg = r;
     for (r->nthreads = 0; r->nthreads < n; r->nthreads++) {
         if (pthread_create(&r->threads[r->nthreads], NULL, kvf_reg_main, r) !=

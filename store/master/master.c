@@ -437,6 +437,7 @@ static kvf_status_t kvf_m_h_inv_report(kvf_master_t *m, kvf_mclient_t *cl,
                                        const kvf_sp_frame_t *f, kvf_wr_t *w,
                                        uint32_t *count_p, uint16_t *flags_p)
 {
+    kvf_pa_block_t *hint = NULL;
     kvf_sm_inv_ent_t e;
     kvf_mnode_t *n;
     uint64_t uid, gen;
@@ -459,7 +460,7 @@ static kvf_status_t kvf_m_h_inv_report(kvf_master_t *m, kvf_mclient_t *cl,
     }
     for (i = 0; i < f->hdr.count; i++) {
         kvf_sm_inv_ent_dec(&r, &e);
-        refused += kvf_m_rebuild_add(m, n, &e) != KVF_OK;
+        refused += kvf_m_rebuild_add(m, n, &e, &hint) != KVF_OK;
     }
     if (f->hdr.count == 0 && n->rebuilding) {
         n->rebuilding = 0;

@@ -170,9 +170,13 @@ kvf_mnode_t *kvf_m_node_find(kvf_master_t *m, uint64_t uid, uint64_t gen);
 /* Rebuilds one entry of node n's inventory report: the block at its
  * offset, and the committed object (a replica merged into the object of
  * the same key, size and checksum). KVF_ERR_EXISTS: the space or the key
- * is taken otherwise (logged, refused). */
+ * is taken otherwise (logged, refused). *hint: a block of n at or before
+ * e's offset where the search starts (NULL: the lowest); set to the
+ * block taken (or NULL when a block was freed), so that a page in
+ * offset order costs one walk. */
 kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
-                               const kvf_sm_inv_ent_t *e);
+                               const kvf_sm_inv_ent_t *e,
+                               kvf_pa_block_t **hint);
 kvf_status_t kvf_m_heartbeat(kvf_master_t *m, uint64_t uid, uint64_t gen,
                              uint64_t epoch);
 /* Reaps zombie puts and dead nodes, evicts above the watermark. */

@@ -1121,7 +1121,7 @@ static kvf_status_t kvf_m_rebuild_new(kvf_master_t *m, kvf_mnode_t *n,
 }
 
 kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
-                               const kvf_sm_inv_ent_t *e)
+                               const kvf_sm_inv_ent_t *e, kvf_pa_block_t **hint)
 {
     kvf_mobj_t *o = kvf_m_find(m, e->key);
     char esc[KVF_LOG_KEY_MAX];
@@ -1138,6 +1138,7 @@ kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
          * again, with its entry still on a node): the newer one wins */
         kvf_m_obj_free(m, o);
         o = NULL;
+        *hint = NULL; /* it may have been that block */
     }
     if (o != NULL &&
         (o->state != KVF_OBJ_COMMITTED || o->size != e->size ||
@@ -1149,7 +1150,7 @@ kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
                    (unsigned long)e->size);
         return KVF_ERR_EXISTS;
     }
-    blk = kvf_pa_alloc_at(&n->pa, NULL, e->off, e->size);
+    blk = kvf_pa_alloc_at(&n->pa, *hint, e->off, e->size);
     if (blk == NULL) {
         kvf_log_rl(KVF_LOG_WARN,
                    "rebuild: node %s reports %s at %lu+%lu, outside its "
@@ -1162,11 +1163,14 @@ kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
         o->rep[o->nrep].node = n;
         o->rep[o->nrep].blk = blk;
         o->nrep++;
+        *hint = blk;
         return KVF_OK;
     }
     if (kvf_m_rebuild_new(m, n, blk, e) != KVF_OK) {
         kvf_pa_free(&n->pa, blk);
+        *hint = NULL;
         return KVF_ERR_NO_MEMORY;
     }
+    *hint = blk;
     return KVF_OK;
 }

@@ -159,8 +159,9 @@ static void *kvf_ni_main(void *arg)
     return NULL;
 }
 
-kvf_status_t kvf_node_inv_start(const char *host, uint64_t pool_len,
-                                unsigned timeout_ms, kvf_node_inv_t **inv_p)
+kvf_status_t kvf_node_inv_start(const char *host, const char *adv_host,
+                                uint64_t pool_len, unsigned timeout_ms,
+                                kvf_node_inv_t **inv_p)
 {
     kvf_node_inv_t *ni = kvf_calloc(1, sizeof(*ni));
     kvf_status_t st;
@@ -186,7 +187,7 @@ kvf_status_t kvf_node_inv_start(const char *host, uint64_t pool_len,
         kvf_free(ni);
         return st;
     }
-    snprintf(ni->addr, sizeof(ni->addr), "%s:%u", host, port);
+    snprintf(ni->addr, sizeof(ni->addr), "%s:%u", adv_host, port);
     if (pthread_create(&ni->thread, NULL, kvf_ni_main, ni) != 0) {
         close(ni->lfd);
         pthread_mutex_destroy(&ni->lock);

@@ -17,9 +17,11 @@
 typedef struct kvf_node_inv kvf_node_inv_t;
 
 /* Listens on host (port chosen by the system) for up to a few leader
- * connections; timeout_ms bounds each exchange. */
-kvf_status_t kvf_node_inv_start(const char *host, uint64_t pool_len,
-                                unsigned timeout_ms, kvf_node_inv_t **inv_p);
+ * connections, and names itself adv_host:port (the host masters reach
+ * the node by); timeout_ms bounds each exchange. */
+kvf_status_t kvf_node_inv_start(const char *host, const char *adv_host,
+                                uint64_t pool_len, unsigned timeout_ms,
+                                kvf_node_inv_t **inv_p);
 void kvf_node_inv_stop(kvf_node_inv_t *ni);
 /* "host:port" the server listens on. */
 const char *kvf_node_inv_addr(const kvf_node_inv_t *ni);

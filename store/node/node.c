@@ -280,19 +280,25 @@ static void kvf_node_unmap_pool(kvf_node_t *n)
     }
 }
 
-/* The inventory server, on the host the engine listens on. */
+/* The inventory server, on the host the engine listens on, named by the
+ * host of the engine's segment (how masters reach this node). */
 static kvf_status_t kvf_node_inv_listen(kvf_node_t *n)
 {
     const char *listen = n->opts.listen ? n->opts.listen : "127.0.0.1:0";
-    char host[KVF_HOST_MAX];
+    char host[KVF_HOST_MAX], adv[KVF_HOST_MAX];
     uint16_t port;
     kvf_status_t st;
 
     st = kvf_sock_parse_addr(listen, host, sizeof(host), &port);
+    if (st == KVF_OK) {
+        st = kvf_sock_parse_addr(kvf_engine_segment_name(n->engine), adv,
+                                 sizeof(adv), &port);
+    }
     if (st != KVF_OK) {
         return st;
     }
-    st = kvf_node_inv_start(host, n->opts.claim ? n->opts.claim : n->opts.pool,
+    st = kvf_node_inv_start(host, adv,
+                            n->opts.claim ? n->opts.claim : n->opts.pool,
                             n->opts.timeout_ms, &n->inv);
     if (st != KVF_OK) {
         kvf_error("node: inventory server on %s: %s", host, kvf_status_str(st));

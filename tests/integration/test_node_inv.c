@@ -81,8 +81,9 @@ static void test_node_server(void **state)
     int fd;
 
     (void)state;
-    assert_int_equal(kvf_node_inv_start("127.0.0.1", 1 << 20, 2000, &ni),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_node_inv_start("127.0.0.1", "127.0.0.1", 1 << 20, 2000, &ni),
+        KVF_OK);
     fd = conn(ni);
     assert_int_equal(add(fd, "a", 0, 4096, E_OLD), KVF_OK);
     assert_int_equal(add(fd, "b", 8192, 4096, E_OLD), KVF_OK);
