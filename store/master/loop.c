@@ -22,7 +22,9 @@
  * fixed pool of registration workers (store config `reg_workers`) while the
  * connection leaves the epoll set, and comes back when the reply is sent;
  * past a bounded queue a registration is refused busy at once, so frames in
- * flight never cost a thread each.
+ * flight never cost a thread each. On an elected leader COMMIT and PUT_END
+ * frames go the same way: their reply waits until the nodes holding the
+ * objects have recorded them in their inventories (inventory.c).
  *
  * Limits (docs/security.md): connections are capped per peer and in all
  * (limits.c), a connection idle for master_idle_ms is closed, and out of
@@ -254,6 +256,7 @@ static void kvf_reg_run(kvf_loop_job_t *j)
 
     kvf_wr_init(&w);
     st = kvf_m_serve(m, c->cl, &j->f, &w, &count, &flags, &rtype);
+    kvf_m_inv_record(m, &j->f, &w, &count, &st);
     st = kvf_sp_send(c->fd, rtype, j->f.hdr.id, st, count, flags, &w,
                      kvf_time_ms() + m->opts.io_timeout_ms);
     if (st != KVF_OK) {
@@ -280,6 +283,7 @@ static void *kvf_reg_main(void *arg)
         }
         if (r->stop) {
             pthread_mutex_unlock(&r->lock);
+            kvf_m_inv_thread_end();
             return NULL;
         }
         j = r->head;
@@ -332,6 +336,11 @@ static kvf_status_t kvf_reg_start(kvf_master_t *m)
     pthread_mutex_init(&r->lock, NULL);
     kvf_cond_init(&r->cond);
     r->max_queued = n * KVF_REG_QUEUE_PER_WORKER;
+    if (m->elect != NULL) {
+        /* commits go to the workers too: a connection has at most one
+         * frame there, so the connection caps bound the queue */
+        r->max_queued += m->opts.conn_max_tcp + m->opts.conn_max_unix;
+    }
     m->reg = r;
     for (r->nthreads = 0; r->nthreads < n; r->nthreads++) {
         if (pthread_create(&r->threads[r->nthreads], NULL, kvf_reg_main, r) !=
@@ -389,6 +398,16 @@ static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
     return 0;
 }
 
+/* Does a worker serve this frame? Node registrations (they call the
+ * node's engine), and, on an elected leader, commits (they wait for the
+ * nodes' inventories). */
+static int kvf_loop_to_worker(const kvf_master_t *m, uint8_t type)
+{
+    return type == KVF_SP_NODE_REG ||
+           (m->elect != NULL &&
+            (type == KVF_SP_COMMIT || type == KVF_SP_PUT_END));
+}
+
 /* Serves every whole frame in c->in. 0 to go on, -1 to close, 1 when the
  * connection went to a registration worker. */
 static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
@@ -420,7 +439,7 @@ static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
         if (c->in_len - used < need) {
             break;
         }
-        if (f.hdr.type == KVF_SP_NODE_REG) {
+        if (kvf_loop_to_worker(m, f.hdr.type)) {
             if (used > 0) {
                 memmove(c->in, c->in + used, c->in_len - used);
                 c->in_len -= used;

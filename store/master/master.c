@@ -398,7 +398,7 @@ static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, kvf_mclient_t *cl,
     }
     pthread_mutex_lock(&m->lock);
     st = kvf_m_node_register(m, q.segment, q.uid, q.instance, q.pool_addr,
-                             q.pool_len, &gen);
+                             q.pool_len, q.inv_addr, &gen);
     pthread_mutex_unlock(&m->lock);
     if (st != KVF_OK) {
         return st;
@@ -431,6 +431,50 @@ static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m, kvf_mclient_t *cl,
     return st;
 }
 
+/* A page of a node's inventory report: each entry rebuilt (or refused,
+ * logged); the empty page ends the report and the node takes new puts. */
+static kvf_status_t kvf_m_h_inv_report(kvf_master_t *m, kvf_mclient_t *cl,
+                                       const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                       uint32_t *count_p, uint16_t *flags_p)
+{
+    kvf_pa_block_t *hint = NULL;
+    kvf_sm_inv_ent_t e;
+    kvf_mnode_t *n;
+    uint64_t uid, gen;
+    size_t refused = 0;
+    kvf_rd_t r;
+    uint32_t i;
+
+    (void)cl;
+    (void)w;
+    (void)count_p;
+    (void)flags_p;
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    uid = kvf_rd_u64(&r);
+    gen = kvf_rd_u64(&r);
+    pthread_mutex_lock(&m->lock);
+    n = kvf_m_node_find(m, uid, gen);
+    if (n == NULL) {
+        pthread_mutex_unlock(&m->lock);
+        return KVF_ERR_STALE;
+    }
+    for (i = 0; i < f->hdr.count; i++) {
+        kvf_sm_inv_ent_dec(&r, &e);
+        refused += kvf_m_rebuild_add(m, n, &e, &hint) != KVF_OK;
+    }
+    if (f->hdr.count == 0 && n->rebuilding) {
+        n->rebuilding = 0;
+        kvf_info("node %s: inventory rebuilt, %zu object(s) in all", n->segment,
+                 m->nobjs);
+    }
+    if (refused > 0) {
+        kvf_warn("node %s: %zu inventory entr%s refused", n->segment, refused,
+                 refused == 1 ? "y" : "ies");
+    }
+    pthread_mutex_unlock(&m->lock);
+    return KVF_OK;
+}
+
 static kvf_m_handler_t kvf_m_handler(uint8_t type)
 {
     switch (type) {
@@ -451,6 +495,8 @@ static kvf_m_handler_t kvf_m_handler(uint8_t type)
         return kvf_m_h_keys;
     case KVF_SP_LIST:
         return kvf_m_h_list;
+    case KVF_SP_INV_REPORT:
+        return kvf_m_h_inv_report;
     default:
         return NULL;
     }

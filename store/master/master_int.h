@@ -26,6 +26,11 @@ typedef struct kvf_mnode {
     uint64_t base; /* pool address in the node's engine */
     kvf_pool_alloc_t pa;
     uint64_t last_hb_ms;
+    /* its inventory server ("" = none: commits are not recorded) */
+    char inv_addr[KVF_SM_INV_ADDR_MAX];
+    /* a leader's: its inventory report has not ended, so nothing new is
+     * placed on it (its space may hold objects not rebuilt yet) */
+    int rebuilding;
     struct kvf_mnode *next;
 } kvf_mnode_t;
 
@@ -50,8 +55,9 @@ typedef struct kvf_mobj {
     uint64_t size;
     uint64_t checksum;
     uint64_t put_id;
-    uint64_t deadline_ms;    /* PENDING: reclaimed after */
-    uint64_t lease_until_ms; /* neither evicted nor removed before */
+    uint64_t deadline_ms;        /* PENDING: reclaimed after */
+    uint64_t lease_until_ms;     /* neither evicted nor removed before */
+    uint64_t inv_epoch, inv_seq; /* as recorded in node inventories */
     uint8_t state;
     uint8_t flags; /* KVF_STORE_PIN */
     uint8_t nrep;
@@ -118,6 +124,7 @@ struct kvf_master {
     struct kvf_elect *elect; /* NULL: the only master */
     uint64_t term_epoch;     /* etcd revision of this leader's term */
     int deposed;             /* its term ended: refuses everything */
+    uint64_t inv_seq;        /* commits recorded in node inventories */
 };
 
 /* A leader's epoch: the top bit set, the etcd revision below (a single
@@ -156,7 +163,20 @@ kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key);
 kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key);
 kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
                                  uint64_t uid, const unsigned char *instance,
-                                 uint64_t base, uint64_t len, uint64_t *gen_p);
+                                 uint64_t base, uint64_t len,
+                                 const char *inv_addr, uint64_t *gen_p);
+/* The node (uid, gen), or NULL. */
+kvf_mnode_t *kvf_m_node_find(kvf_master_t *m, uint64_t uid, uint64_t gen);
+/* Rebuilds one entry of node n's inventory report: the block at its
+ * offset, and the committed object (a replica merged into the object of
+ * the same key, size and checksum). KVF_ERR_EXISTS: the space or the key
+ * is taken otherwise (logged, refused). *hint: a block of n at or before
+ * e's offset where the search starts (NULL: the lowest); set to the
+ * block taken (or NULL when a block was freed), so that a page in
+ * offset order costs one walk. */
+kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
+                               const kvf_sm_inv_ent_t *e,
+                               kvf_pa_block_t **hint);
 kvf_status_t kvf_m_heartbeat(kvf_master_t *m, uint64_t uid, uint64_t gen,
                              uint64_t epoch);
 /* Reaps zombie puts and dead nodes, evicts above the watermark. */
@@ -177,6 +197,17 @@ kvf_status_t kvf_m_serve(kvf_master_t *m, kvf_mclient_t *cl,
                          uint32_t *count_p, uint16_t *flags_p,
                          uint8_t *rtype_p);
 void kvf_m_count_error(kvf_master_t *m);
+
+/* inventory.c: a leader's side of the node inventories. After a COMMIT
+ * or PUT_END frame f was served into reply w (status *st_p), records
+ * each object committed in the inventories of the nodes that hold it;
+ * where that fails, the object is removed and the whole reply becomes
+ * an error. Called by a worker, never by an event loop. Does nothing
+ * unless the master is an elected leader. */
+void kvf_m_inv_record(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
+                      uint32_t *count_p, kvf_status_t *st_p);
+/* Closes the calling worker's inventory connections. */
+void kvf_m_inv_thread_end(void);
 
 /* loop.c: the connection event loop */
 kvf_status_t kvf_m_loop_start(kvf_master_t *m);

@@ -616,6 +616,9 @@ static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, kvf_mclient_t *cl,
     kvf_mobj_t *o;
 
     for (n = m->nodes; n != NULL && ncand < 64; n = n->next) {
+        if (n->rebuilding) {
+            continue;
+        }
         if (n->pa.len > maxlen) {
             maxlen = n->pa.len;
         }
@@ -962,7 +965,8 @@ static kvf_status_t kvf_m_node_admit(kvf_master_t *m, const char *segment,
 
 kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
                                  uint64_t uid, const unsigned char *instance,
-                                 uint64_t base, uint64_t len, uint64_t *gen_p)
+                                 uint64_t base, uint64_t len,
+                                 const char *inv_addr, uint64_t *gen_p)
 {
     char esc[KVF_LOG_KEY_MAX];
     kvf_mnode_t *n;
@@ -987,6 +991,8 @@ kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
     n->base = base;
     n->last_hb_ms = kvf_time_ms();
     snprintf(n->segment, sizeof(n->segment), "%s", segment);
+    snprintf(n->inv_addr, sizeof(n->inv_addr), "%s", inv_addr);
+    n->rebuilding = m->elect != NULL && inv_addr[0] != '\0';
     n->next = m->nodes;
     m->nodes = n;
     m->nnodes++;
@@ -1056,4 +1062,115 @@ void kvf_m_tick(kvf_master_t *m)
         }
     }
     kvf_m_evict_watermark(m, now);
+}
+
+kvf_mnode_t *kvf_m_node_find(kvf_master_t *m, uint64_t uid, uint64_t gen)
+{
+    kvf_mnode_t *n;
+
+    for (n = m->nodes; n != NULL; n = n->next) {
+        if (n->uid == uid && n->gen == gen) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+/* A replica of o at offset off of node n? */
+static int kvf_m_rep_at(const kvf_mobj_t *o, const kvf_mnode_t *n, uint64_t off)
+{
+    unsigned i;
+
+    for (i = 0; i < o->nrep; i++) {
+        if (o->rep[i].node == n && o->rep[i].blk->off == off) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Was o committed before the entry e (its epoch, then its seq)? */
+static int kvf_m_rebuild_older(const kvf_mobj_t *o, const kvf_sm_inv_ent_t *e)
+{
+    return o->inv_epoch < e->epoch ||
+           (o->inv_epoch == e->epoch && o->inv_seq < e->seq);
+}
+
+/* A committed object of one replica, blk on n, under e's key. */
+static kvf_status_t kvf_m_rebuild_new(kvf_master_t *m, kvf_mnode_t *n,
+                                      kvf_pa_block_t *blk,
+                                      const kvf_sm_inv_ent_t *e)
+{
+    kvf_mobj_t *o = kvf_calloc(1, sizeof(*o));
+
+    if (o == NULL || kvf_m_obj_name(m, o, e->key) != KVF_OK) {
+        kvf_free(o);
+        return KVF_ERR_NO_MEMORY;
+    }
+    o->size = e->size;
+    o->checksum = e->checksum;
+    o->inv_epoch = e->epoch;
+    o->inv_seq = e->seq;
+    o->flags = (uint8_t)(e->flags & KVF_STORE_PIN);
+    o->state = KVF_OBJ_COMMITTED;
+    o->nrep = 1;
+    o->rep[0].node = n;
+    o->rep[0].blk = blk;
+    kvf_m_list_push(&m->lru, o);
+    return KVF_OK;
+}
+
+kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
+                               const kvf_sm_inv_ent_t *e, kvf_pa_block_t **hint)
+{
+    kvf_mobj_t *o = kvf_m_find(m, e->key);
+    char esc[KVF_LOG_KEY_MAX];
+    kvf_pa_block_t *blk;
+
+    if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
+        kvf_m_rep_at(o, n, e->off)) {
+        return KVF_OK; /* known already: a report sent again */
+    }
+    if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
+        (o->size != e->size || o->checksum != e->checksum) &&
+        kvf_m_rebuild_older(o, e)) {
+        /* an older commit of the key (removed or evicted, then put
+         * again, with its entry still on a node): the newer one wins */
+        kvf_m_obj_free(m, o);
+        o = NULL;
+        *hint = NULL; /* it may have been that block */
+    }
+    if (o != NULL &&
+        (o->state != KVF_OBJ_COMMITTED || o->size != e->size ||
+         o->checksum != e->checksum || o->nrep >= KVF_STORE_REPLICA_MAX)) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "rebuild: node %s reports %s (%lu bytes) but the key "
+                   "holds other bytes: entry refused",
+                   n->segment, kvf_log_key(esc, sizeof(esc), e->key),
+                   (unsigned long)e->size);
+        return KVF_ERR_EXISTS;
+    }
+    blk = kvf_pa_alloc_at(&n->pa, *hint, e->off, e->size);
+    if (blk == NULL) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "rebuild: node %s reports %s at %lu+%lu, outside its "
+                   "pool or over another object: entry refused",
+                   n->segment, kvf_log_key(esc, sizeof(esc), e->key),
+                   (unsigned long)e->off, (unsigned long)e->size);
+        return KVF_ERR_EXISTS;
+    }
+    if (o != NULL) {
+        o->rep[o->nrep].node = n;
+        o->rep[o->nrep].blk = blk;
+        o->nrep++;
+        *hint = blk;
+        return KVF_OK;
+    }
+    if (kvf_m_rebuild_new(m, n, blk, e) != KVF_OK) {
+        kvf_pa_free(&n->pa, blk);
+        *hint = NULL;
+        return KVF_ERR_NO_MEMORY;
+    }
+    *hint = blk;
+    return KVF_OK;
 }

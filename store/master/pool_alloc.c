@@ -176,6 +176,75 @@ kvf_pa_block_t *kvf_pa_alloc(kvf_pool_alloc_t *pa, uint64_t size)
     return b;
 }
 
+/* A free block of `size` bytes at `off` linked after b (out of any bin
+ * yet), or NULL without memory. */
+static kvf_pa_block_t *kvf_pa_split_after(kvf_pool_alloc_t *pa,
+                                          kvf_pa_block_t *b, uint64_t off,
+                                          uint64_t size)
+{
+    kvf_pa_block_t *n = kvf_calloc(1, sizeof(*n));
+
+    if (n == NULL) {
+        return NULL;
+    }
+    n->off = off;
+    n->size = size;
+    n->aprev = b;
+    n->anext = b->anext;
+    if (b->anext != NULL) {
+        b->anext->aprev = n;
+    }
+    b->anext = n;
+    pa->nblocks++;
+    return n;
+}
+
+kvf_pa_block_t *kvf_pa_alloc_at(kvf_pool_alloc_t *pa, kvf_pa_block_t *from,
+                                uint64_t off, uint64_t size)
+{
+    uint64_t u = (size + KVF_PA_GRANULE - 1) / KVF_PA_GRANULE;
+    kvf_pa_block_t *b, *mid, *tail;
+    uint64_t end;
+
+    if (u == 0) {
+        u = 1;
+    }
+    end = off + u * KVF_PA_GRANULE;
+    if (off % KVF_PA_GRANULE != 0 || end < off || end > pa->len) {
+        return NULL;
+    }
+    b = (from != NULL && from->off <= off) ? from : pa->head;
+    while (b != NULL && b->off + b->size <= off) {
+        b = b->anext;
+    }
+    if (b == NULL || !b->free || b->off > off || b->off + b->size < end) {
+        return NULL;
+    }
+    kvf_pa_bin_remove(pa, b);
+    mid = b;
+    if (off > b->off) {
+        mid = kvf_pa_split_after(pa, b, off, b->off + b->size - off);
+        if (mid == NULL) {
+            kvf_pa_bin_insert(pa, b);
+            return NULL;
+        }
+        b->size = off - b->off;
+        kvf_pa_bin_insert(pa, b);
+    }
+    if (mid->off + mid->size > end) {
+        tail = kvf_pa_split_after(pa, mid, end, mid->off + mid->size - end);
+        if (tail == NULL) {
+            /* the block is handed out whole, as kvf_pa_alloc does */
+            pa->used += mid->size;
+            return mid;
+        }
+        mid->size = end - mid->off;
+        kvf_pa_bin_insert(pa, tail);
+    }
+    pa->used += mid->size;
+    return mid;
+}
+
 /* Merges b's successor into b (both free, successor out of its bin). */
 static void kvf_pa_absorb_next(kvf_pool_alloc_t *pa, kvf_pa_block_t *b)
 {

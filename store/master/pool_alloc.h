@@ -49,6 +49,13 @@ void kvf_pa_fini(kvf_pool_alloc_t *pa);
 /* A block of at least size bytes (size 0 takes one granule), or NULL. */
 kvf_pa_block_t *kvf_pa_alloc(kvf_pool_alloc_t *pa, uint64_t size);
 void kvf_pa_free(kvf_pool_alloc_t *pa, kvf_pa_block_t *b);
+/* The block [off, off + size) exactly (size rounded up to the granule;
+ * off must be a multiple of it), for a leader that rebuilds a node's
+ * objects at the offsets they hold; NULL if any byte of it is not free.
+ * from: a block at or before off where the search may start (NULL: the
+ * lowest), so that ascending offsets cost one walk in all. */
+kvf_pa_block_t *kvf_pa_alloc_at(kvf_pool_alloc_t *pa, kvf_pa_block_t *from,
+                                uint64_t off, uint64_t size);
 
 /* Largest free block (bytes), for fragmentation figures. */
 uint64_t kvf_pa_largest_free(const kvf_pool_alloc_t *pa);

@@ -13,8 +13,15 @@
  * restarted or dropped the node after its TTL) or a broken connection
  * leads to a new registration, retried every heartbeat interval while the
  * master is unreachable.
+ *
+ * With several masters (a list, etcd) the node also keeps an inventory
+ * of its committed objects (inventory.h): the leader records each entry
+ * there before it acknowledges the commit, and after each registration
+ * with a leader the node reports it, so a new leader rebuilds the
+ * objects this node holds.
  */
 #include "store/node/node.h"
+#include "store/node/inventory.h"
 #include "store/proto/masters.h"
 #include "store/proto/msg.h"
 #include "core/auth.h"
@@ -37,6 +44,7 @@ struct kvf_node {
     uint64_t max_epoch; /* newest leader epoch seen (KVF_SM_HA_EPOCH) */
     kvf_engine_h engine;
     kvf_region_h region;
+    kvf_node_inv_t *inv; /* NULL with a single master */
     void *pool;
     int shared; /* pool from kvf_mem_alloc */
     uint64_t uid;
@@ -89,6 +97,8 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
     q.pool_addr = (uint64_t)(uintptr_t)n->pool;
     q.pool_len = n->opts.claim ? n->opts.claim : n->opts.pool;
     memcpy(q.instance, n->instance, sizeof(q.instance));
+    snprintf(q.inv_addr, sizeof(q.inv_addr), "%s",
+             n->inv != NULL ? kvf_node_inv_addr(n->inv) : "");
     kvf_wr_init(&w);
     kvf_sm_node_reg_enc(&w, &q);
     st = kvf_sp_call(n->fd, KVF_SP_NODE_REG, ++n->next_id, 0, &w, &n->f,
@@ -123,6 +133,20 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
     if (kvf_rd_status(&r) != KVF_OK || n->hb_ms == 0) {
         kvf_node_disconnect(n);
         return KVF_ERR_PROTOCOL;
+    }
+    if (n->inv != NULL && (n->epoch & KVF_SM_HA_EPOCH)) {
+        st = kvf_node_inv_fence(n->inv, n->epoch);
+        if (st == KVF_OK) {
+            st = kvf_node_inv_report(n->inv, n->fd, n->uid, n->gen, &n->next_id,
+                                     &n->f, n->opts.timeout_ms);
+        }
+        if (st != KVF_OK) {
+            kvf_warn("node %s: inventory report to master %s: %s",
+                     kvf_engine_segment_name(n->engine), n->master,
+                     kvf_status_str(st));
+            kvf_node_disconnect(n);
+            return st;
+        }
     }
     n->registrations++;
     kvf_info("node %s registered with master %s: epoch %016lx, gen %lu",
@@ -256,6 +280,32 @@ static void kvf_node_unmap_pool(kvf_node_t *n)
     }
 }
 
+/* The inventory server, on the host the engine listens on, named by the
+ * host of the engine's segment (how masters reach this node). */
+static kvf_status_t kvf_node_inv_listen(kvf_node_t *n)
+{
+    const char *listen = n->opts.listen ? n->opts.listen : "127.0.0.1:0";
+    char host[KVF_HOST_MAX], adv[KVF_HOST_MAX];
+    uint16_t port;
+    kvf_status_t st;
+
+    st = kvf_sock_parse_addr(listen, host, sizeof(host), &port);
+    if (st == KVF_OK) {
+        st = kvf_sock_parse_addr(kvf_engine_segment_name(n->engine), adv,
+                                 sizeof(adv), &port);
+    }
+    if (st != KVF_OK) {
+        return st;
+    }
+    st = kvf_node_inv_start(host, adv,
+                            n->opts.claim ? n->opts.claim : n->opts.pool,
+                            n->opts.timeout_ms, &n->inv);
+    if (st != KVF_OK) {
+        kvf_error("node: inventory server on %s: %s", host, kvf_status_str(st));
+    }
+    return st;
+}
+
 kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
 {
     uint64_t t_start = kvf_time_ms();
@@ -307,6 +357,12 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
     if (st != KVF_OK) {
         goto err_engine;
     }
+    if (kvf_sp_masters_many(&n->masters)) {
+        st = kvf_node_inv_listen(n);
+        if (st != KVF_OK) {
+            goto err_dereg;
+        }
+    }
     st = kvf_node_register(n);
     /* with several masters (a list, etcd) a leader may be in the making:
      * keep trying for 10 s (or the timeout, when longer) */
@@ -332,6 +388,7 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
 
 err_dereg:
     kvf_node_disconnect(n);
+    kvf_node_inv_stop(n->inv);
     kvf_engine_dereg(n->engine, n->region);
 err_engine:
     kvf_engine_destroy(n->engine);
@@ -356,6 +413,7 @@ void kvf_node_stop(kvf_node_t *n)
     pthread_mutex_unlock(&n->lock);
     pthread_join(n->thread, NULL);
     kvf_node_disconnect(n);
+    kvf_node_inv_stop(n->inv);
     kvf_engine_dereg(n->engine, n->region);
     kvf_engine_destroy(n->engine);
     kvf_node_unmap_pool(n);
@@ -373,6 +431,11 @@ const char *kvf_node_segment(const kvf_node_t *n)
 void *kvf_node_pool(const kvf_node_t *n)
 {
     return n->pool;
+}
+
+size_t kvf_node_inventory(const kvf_node_t *n)
+{
+    return n->inv != NULL ? kvf_node_inv_count(n->inv) : 0;
 }
 
 unsigned kvf_node_registrations(const kvf_node_t *n)

@@ -37,6 +37,8 @@ void kvf_node_stop(kvf_node_t *node);
 const char *kvf_node_segment(const kvf_node_t *node);
 void *kvf_node_pool(const kvf_node_t *node);
 /* Registrations so far (1 after start; more after master restarts). */
+/* Objects in the node's inventory (0 with a single master). */
+size_t kvf_node_inventory(const kvf_node_t *n);
 unsigned kvf_node_registrations(const kvf_node_t *node);
 
 #endif

@@ -204,6 +204,9 @@ void kvf_sm_node_reg_enc(kvf_wr_t *w, const kvf_sm_node_reg_t *m)
     kvf_wr_u64(w, m->pool_addr);
     kvf_wr_u64(w, m->pool_len);
     kvf_wr_bytes(w, m->instance, KVF_SM_INSTANCE_LEN);
+    if (m->inv_addr[0] != '\0') {
+        kvf_wr_str(w, m->inv_addr);
+    }
 }
 
 void kvf_sm_node_reg_dec(kvf_rd_t *r, kvf_sm_node_reg_t *m)
@@ -222,6 +225,10 @@ void kvf_sm_node_reg_dec(kvf_rd_t *r, kvf_sm_node_reg_t *m)
             memcpy(m->instance, inst, KVF_SM_INSTANCE_LEN);
             m->has_instance = 1;
         }
+    }
+    m->inv_addr[0] = '\0';
+    if (kvf_rd_left(r) > 0) { /* absent: a node without an inventory */
+        kvf_rd_str(r, m->inv_addr, sizeof(m->inv_addr));
     }
 }
 
@@ -284,6 +291,59 @@ void kvf_sm_list_ent_dec(kvf_rd_t *r, kvf_sm_list_ent_t *e)
     e->nrep = kvf_rd_u8(r);
 }
 
+void kvf_sm_inv_ent_enc(kvf_wr_t *w, const kvf_sm_inv_ent_t *e)
+{
+    kvf_wr_str(w, e->key);
+    kvf_wr_u64(w, e->off);
+    kvf_wr_u64(w, e->size);
+    kvf_wr_u64(w, e->checksum);
+    kvf_wr_u64(w, e->epoch);
+    kvf_wr_u64(w, e->seq);
+    kvf_wr_u8(w, e->flags);
+}
+
+void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e)
+{
+    kvf_rd_str(r, e->keybuf, sizeof(e->keybuf));
+    e->key = e->keybuf;
+    e->off = kvf_rd_u64(r);
+    e->size = kvf_rd_u64(r);
+    e->checksum = kvf_rd_u64(r);
+    e->epoch = kvf_rd_u64(r);
+    e->seq = kvf_rd_u64(r);
+    e->flags = kvf_rd_u8(r);
+}
+
+kvf_status_t kvf_sm_inv_check(uint8_t type, uint32_t count, const void *body,
+                              size_t len)
+{
+    kvf_sm_inv_ent_t e;
+    kvf_rd_t r;
+    uint32_t i;
+
+    if (count > KVF_STORE_BATCH_MAX ||
+        (type != KVF_SP_INV_ADD && type != KVF_SP_INV_DEL &&
+         type != KVF_SP_INV_REPORT) ||
+        (count == 0 && type != KVF_SP_INV_REPORT)) {
+        return KVF_ERR_PROTOCOL;
+    }
+    kvf_rd_init(&r, body, len);
+    if (type == KVF_SP_INV_REPORT) {
+        (void)kvf_rd_u64(&r); /* uid */
+        (void)kvf_rd_u64(&r); /* node_gen */
+        if (kvf_rd_status(&r) != KVF_OK) {
+            return KVF_ERR_PROTOCOL;
+        }
+    }
+    for (i = 0; i < count; i++) {
+        kvf_sm_inv_ent_dec(&r, &e);
+        if (kvf_rd_status(&r) != KVF_OK || e.keybuf[0] == '\0') {
+            return KVF_ERR_PROTOCOL;
+        }
+    }
+    return kvf_rd_left(&r) == 0 ? KVF_OK : KVF_ERR_PROTOCOL;
+}
+
 /* ---- shape checks ---- */
 
 /* Decodes one whole-body request into scratch space; 0 if type has
@@ -319,6 +379,9 @@ kvf_status_t kvf_sm_req_check(uint8_t type, uint32_t count, const void *body,
     kvf_rd_t r;
     uint32_t i;
 
+    if (type >= KVF_SP_INV_ADD && type <= KVF_SP_INV_REPORT) {
+        return kvf_sm_inv_check(type, count, body, len);
+    }
     kvf_rd_init(&r, body, len);
     if (!kvf_sm_whole_dec(&r, type)) {
         if (count > KVF_STORE_BATCH_MAX ||

@@ -16,7 +16,9 @@
  *              u64 pool_addr, u64 pool_len,     u64 node_gen,
  *              16 bytes instance (a body
  *              without it is the older format,
- *              which the master refuses)
+ *              which the master refuses),
+ *              str inv_addr (optional: where
+ *              the node's inventory listens)
  *                                               u32 heartbeat_ms,
  *                                               u32 ttl_ms
  *   HEARTBEAT  kvf_sm_heartbeat_t               empty (frame status
@@ -42,6 +44,13 @@
  *   LIST       kvf_sm_list_t                    count x kvf_sm_list_ent_t
  *              str prefix, u32 max              str key, u64 size,
  *                                               u8 committed, u8 nrep
+ *   INV_ADD,   count x kvf_sm_inv_ent_t         count x status
+ *   INV_DEL    str key, u64 off, u64 size,
+ *              u64 checksum, u64 epoch, u64 seq,
+ *              u8 flags (KVF_STORE_PIN)
+ *   INV_REPORT u64 uid, u64 node_gen, then      empty
+ *              count x kvf_sm_inv_ent_t (a
+ *              page; count 0: the report ends)
  *
  * Fixed part of an entry after its key (bytes): PUT_START 10, PUT_END
  * 17, COMMIT 35, GET/REMOVE/EXISTS 0. A PUT_END or COMMIT mask of 0
@@ -89,6 +98,7 @@ typedef struct kvf_sm_obj {
 } kvf_sm_obj_t;
 
 #define KVF_SM_INSTANCE_LEN 16
+#define KVF_SM_INV_ADDR_MAX 128
 
 /* master_epoch of a leader elected through etcd: this bit set, its
  * term's etcd revision below; nodes refuse one older than the newest
@@ -104,6 +114,8 @@ typedef struct kvf_sm_node_reg {
      * a live segment is accepted only from the same instance */
     unsigned char instance[KVF_SM_INSTANCE_LEN];
     int has_instance; /* decoded: 0 for the older format */
+    /* host:port of the node's inventory server ("" = none) */
+    char inv_addr[KVF_SM_INV_ADDR_MAX];
 } kvf_sm_node_reg_t;
 
 typedef struct kvf_sm_node_reg_rep {
@@ -131,6 +143,24 @@ typedef struct kvf_sm_list_ent {
     uint8_t nrep;
     char keybuf[KVF_STORE_KEY_MAX + 1];
 } kvf_sm_list_ent_t;
+
+/* One inventory entry (inv.h): an object's key, its place in the
+ * node's pool (offset from the pool's base), size, checksum, the epoch
+ * of the leader that committed it and that leader's sequence number of
+ * the commit (later commits of a key have larger ones). */
+typedef struct kvf_sm_inv_ent {
+    const char *key; /* encode: the caller's; decode: keybuf */
+    uint64_t off;
+    uint64_t size;
+    uint64_t checksum;
+    uint64_t epoch;
+    uint64_t seq;
+    uint8_t flags; /* KVF_STORE_PIN */
+    char keybuf[KVF_STORE_KEY_MAX + 1];
+} kvf_sm_inv_ent_t;
+
+/* Bytes an inventory entry takes besides its key. */
+#define KVF_SM_INV_ENT_FIXED (2 + 5 * 8 + 1)
 
 /* Bytes a LIST reply entry takes besides its key. */
 #define KVF_SM_LIST_ENT_FIXED (2 + 8 + 1 + 1)
@@ -171,6 +201,15 @@ void kvf_sm_list_enc(kvf_wr_t *w, const kvf_sm_list_t *m);
 void kvf_sm_list_dec(kvf_rd_t *r, kvf_sm_list_t *m);
 void kvf_sm_list_ent_enc(kvf_wr_t *w, const kvf_sm_list_ent_t *e);
 void kvf_sm_list_ent_dec(kvf_rd_t *r, kvf_sm_list_ent_t *e);
+
+void kvf_sm_inv_ent_enc(kvf_wr_t *w, const kvf_sm_inv_ent_t *e);
+void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e);
+/* An INV_* body: exactly `count` entries (INV_ADD, INV_DEL: 1 to
+ * KVF_STORE_BATCH_MAX; INV_REPORT: 0 to KVF_STORE_BATCH_MAX after its
+ * uid and node_gen), each key 1..KVF_STORE_KEY_MAX bytes;
+ * KVF_ERR_PROTOCOL otherwise (another type included). */
+kvf_status_t kvf_sm_inv_check(uint8_t type, uint32_t count, const void *body,
+                              size_t len);
 
 /* Checks a request body against its type's schema: `count` (at most
  * KVF_STORE_BATCH_MAX) keyed entries, or one whole-body message, and not

@@ -386,6 +386,12 @@ const char *kvf_sp_msg_name(uint8_t type)
         return "list";
     case KVF_SP_COMMIT:
         return "commit";
+    case KVF_SP_INV_ADD:
+        return "inv_add";
+    case KVF_SP_INV_DEL:
+        return "inv_del";
+    case KVF_SP_INV_REPORT:
+        return "inv_report";
     case KVF_SP_ERROR:
         return "error";
     default:

@@ -25,7 +25,13 @@ enum kvf_sp_msg {
     KVF_SP_EXISTS = 0x47,
     KVF_SP_LIST = 0x48,
     KVF_SP_COMMIT = 0x49,
-    KVF_SP_MSG_LAST = 0x49,
+    /* node inventory (inv.h): leader -> node on the leader's own
+     * connection (INV_ADD, INV_DEL), node -> new leader after it
+     * registers (INV_REPORT, in pages); count x kvf_sm_inv_ent_t */
+    KVF_SP_INV_ADD = 0x4a,
+    KVF_SP_INV_DEL = 0x4b,
+    KVF_SP_INV_REPORT = 0x4c,
+    KVF_SP_MSG_LAST = 0x4c,
     KVF_SP_ERROR = 0x7f /* reply to a frame that could not be served */
 };
 

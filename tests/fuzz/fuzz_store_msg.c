@@ -2,9 +2,9 @@
  * libFuzzer target of the store RPC codec (store/proto/msg.c). An input
  * is a message type (1 byte), an entry count (u16, little-endian) and a
  * body; every decoder of the codec reads the body: the request check the
- * master runs before serving, each keyed request and reply entry decoder
- * until the body ends or fails, and each whole-body decoder. None may
- * read outside the body or crash; a check that accepts a body must have
+ * master runs before serving, the inventory check, each keyed request and reply
+ * entry decoder until the body ends or fails, and each whole-body decoder. None
+ * may read outside the body or crash; a check that accepts a body must have
  * consumed it exactly.
  */
 #include "store/proto/msg.h"
@@ -87,6 +87,28 @@ static void kvf_fz_whole(const uint8_t *body, size_t len)
     }
 }
 
+/* Inventory entries until the body ends or fails; an accepted body
+ * holds exactly count non-empty keys. */
+static void kvf_fz_inv(const uint8_t *body, size_t len, uint32_t count)
+{
+    static kvf_sm_inv_ent_t e;
+    kvf_rd_t r;
+    uint32_t i, n = 0;
+
+    kvf_rd_init(&r, body, len);
+    for (i = 0; i < KVF_STORE_BATCH_MAX && kvf_rd_left(&r) > 0; i++) {
+        kvf_sm_inv_ent_dec(&r, &e);
+        if (kvf_rd_status(&r) != KVF_OK) {
+            break;
+        }
+        n++;
+    }
+    if (kvf_sm_inv_check(KVF_SP_INV_ADD, count, body, len) == KVF_OK &&
+        (n != count || kvf_rd_left(&r) != 0)) {
+        abort();
+    }
+}
+
 /* A keyed body the check accepted holds exactly count entries. */
 static void kvf_fz_accepted(const uint8_t *body, size_t len, uint8_t type,
                             uint32_t count)
@@ -134,5 +156,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kvf_fz_objs(body, len, kvf_sm_commit_rep_dec);
     kvf_fz_statuses(body, len);
     kvf_fz_whole(body, len);
+    kvf_fz_inv(body, len, count);
     return 0;
 }

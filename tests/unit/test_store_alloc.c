@@ -4,7 +4,9 @@
  * freed block merges with its free neighbours (freeing everything leaves
  * one block of the whole pool), small requests take small holes and leave
  * large ones intact (good fit), exhaustion is a NULL not a crash, and a
- * long random alloc/free run keeps every invariant and leaks nothing.
+ * long random alloc/free run keeps every invariant and leaks nothing;
+ * a block taken at a given offset (a leader's rebuild) is exactly there,
+ * and a range not wholly free is refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -119,6 +121,46 @@ static void test_good_fit(void **state)
     kvf_pa_fini(&pa);
 }
 
+static void test_alloc_at(void **state)
+{
+    kvf_pool_alloc_t pa;
+    kvf_pa_block_t *a, *b, *c, *f;
+
+    (void)state;
+    assert_int_equal(kvf_pa_init(&pa, 1 * MiB), KVF_OK);
+    a = kvf_pa_alloc_at(&pa, NULL, 4 * KiB, 100);
+    assert_non_null(a);
+    assert_int_equal(a->off, 4 * KiB);
+    assert_int_equal(a->size, 128);
+    check_invariants(&pa);
+    b = kvf_pa_alloc_at(&pa, a, 64 * KiB, 8 * KiB);
+    assert_non_null(b);
+    assert_int_equal(b->off, 64 * KiB);
+    check_invariants(&pa);
+    /* overlapping a live block, unaligned, past the end: refused */
+    assert_null(kvf_pa_alloc_at(&pa, NULL, 4 * KiB + 64, 64));
+    assert_null(kvf_pa_alloc_at(&pa, NULL, 60 * KiB, 8 * KiB));
+    assert_null(kvf_pa_alloc_at(&pa, NULL, 100, 64));
+    assert_null(kvf_pa_alloc_at(&pa, NULL, 1 * MiB - 64, 128));
+    assert_null(kvf_pa_alloc_at(&pa, NULL, UINT64_MAX - 63, 128));
+    /* the very start, adjacent to nothing; the very end */
+    c = kvf_pa_alloc_at(&pa, NULL, 0, 64);
+    assert_non_null(c);
+    f = kvf_pa_alloc_at(&pa, b, 1 * MiB - 64, 64);
+    assert_non_null(f);
+    assert_int_equal(pa.used, 128 + 8 * KiB + 64 + 64);
+    check_invariants(&pa);
+    /* the rebuilt blocks free and merge like any other */
+    kvf_pa_free(&pa, a);
+    kvf_pa_free(&pa, b);
+    kvf_pa_free(&pa, c);
+    kvf_pa_free(&pa, f);
+    check_invariants(&pa);
+    assert_int_equal(pa.nblocks, 1);
+    assert_int_equal(pa.used, 0);
+    kvf_pa_fini(&pa);
+}
+
 static void test_random_run(void **state)
 {
     enum { SLOTS = 512, STEPS = 200000 };
@@ -176,6 +218,7 @@ int main(void)
         cmocka_unit_test(test_basic_and_coalesce),
         cmocka_unit_test(test_good_fit),
         cmocka_unit_test(test_random_run),
+        cmocka_unit_test(test_alloc_at),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

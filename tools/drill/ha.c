@@ -15,15 +15,19 @@
  *
  * Recorded: time to the new leader, first successful call after the
  * fault, the epochs, objects the old leader held and how many the new
- * one serves, wrong bytes (must be 0), the longest call (within its
- * bound). A new leader does not rebuild the old one's objects (not
- * implemented): they are clean misses, refilled by the clients'
- * read-through, and the object versions prove no stale location is ever
- * served.
+ * one serves (rebuilt from the node's inventory), wrong bytes (must be
+ * 0), the longest call (within its bound). Before the fault a helper
+ * puts KVF_HA_PROBES objects of its own; after it every one must read
+ * back byte for byte from the new leader: "committed objects lost" is
+ * checked to be 0.
  */
 #include "tools/drill/drill.h"
 #include "tools/drill/ha.h"
+
+#define KVF_HA_PROBES 100
 #include "tools/drill/store.h"
+
+#include <kvferry/store.h>
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -33,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -234,7 +239,6 @@ static int kvf_ha_inject(kvf_drill_t *d, kvf_ha_t *h, int fault,
         kvf_drill_kill(h->m[0], SIGKILL);
         h->m[0] = 0;
         h->c.master = 0;
-        kvf_ha_epoch_bump(d); /* what the new leader serves is new */
         kvf_drill_injected(d, "SIGKILL to the leading master under traffic "
                               "of 2 clients");
         return 0;
@@ -255,9 +259,8 @@ static int kvf_ha_inject(kvf_drill_t *d, kvf_ha_t *h, int fault,
         }
         kvf_drill_sleep(d, 10);
     }
-    /* the old leader stopped serving half a lease in; no successor can
-     * exist before etcd is back: objects from now on are new ones */
-    kvf_ha_epoch_bump(d);
+    /* the old leader stopped serving half a lease in; what it committed
+     * before is in the node's inventory and survives into the new term */
     if (fault == KVF_HA_STOP_ETCD) {
         kill(h->etcd, SIGCONT);
     } else if (kvf_ha_etcd_start(d, h) != 0) {
@@ -273,11 +276,12 @@ static void kvf_ha_expect(kvf_drill_t *d, int fault, uint64_t bound)
     snprintf(text, sizeof(text),
              "%s; a master leads again within about a lease (%d ms) plus "
              "its poll (after a kill the standby; after an etcd outage "
-             "either, a new term starting empty); the node and the clients "
+             "either, a new term rebuilt from the node's inventory); the node "
+             "and the clients "
              "follow it through etcd with "
              "no restart; every call ends within its bound (%lu ms); no "
-             "wrong bytes; objects of the old leader are clean misses "
-             "(no state rebuild yet), refilled by read-through",
+             "wrong bytes; the objects of the old leader are rebuilt from "
+             "the node's inventory: 0 committed objects lost",
              fault == KVF_HA_KILL_LEADER
                  ? "the leader dies"
                  : "the leader cannot reach etcd and steps down within half "
@@ -290,7 +294,8 @@ static void kvf_ha_expect(kvf_drill_t *d, int fault, uint64_t bound)
 static void kvf_ha_report(kvf_drill_t *d, int fault, double lead_ms,
                           double rec_ms, double stepdown_ms,
                           const kvf_drill_mstatus_t *s0,
-                          const kvf_drill_mstatus_t *s1, uint64_t bound)
+                          const kvf_drill_mstatus_t *s1, uint64_t bound,
+                          int lost)
 {
     char text[768];
 
@@ -314,21 +319,102 @@ static void kvf_ha_report(kvf_drill_t *d, int fault, double lead_ms,
     kvf_record_figure(d->rec, "epoch of the new leader", s1->term, "", NAN,
                       NAN);
     kvf_drill_check(d, s1->term > s0->term, "the new epoch is not larger");
+    kvf_record_figure(d->rec, "objects served by the new leader", s1->objects,
+                      "", NAN, NAN);
+    kvf_record_figure(d->rec, "committed objects lost", lost, "", NAN, NAN);
+    kvf_drill_check(d, lost == 0, "%d of %d committed objects lost", lost,
+                    KVF_HA_PROBES);
     kvf_drill_traffic_report(d, bound);
     snprintf(text, sizeof(text),
              "new leader after %.0f ms (epoch %.0f -> %.0f); every client "
-             "served again after %.0f ms; %.0f objects of the old leader "
-             "not carried over (clean misses); %lu wrong bytes; longest call "
-             "%.0f ms (bound %lu)",
-             lead_ms, s0->term, s1->term, rec_ms, s0->objects,
-             (unsigned long)d->wrong_bytes, d->max_wait_ms,
+             "served again after %.0f ms; %.0f objects of the old leader, "
+             "%.0f served by the new one; %d of %d probe objects lost; %lu "
+             "wrong bytes; longest call %.0f ms (bound %lu)",
+             lead_ms, s0->term, s1->term, rec_ms, s0->objects, s1->objects,
+             lost, KVF_HA_PROBES, (unsigned long)d->wrong_bytes, d->max_wait_ms,
              (unsigned long)bound);
     kvf_record_drill_text(d->rec, "observed", text);
     kvf_record_drill_text(d->rec, "recovery",
                           "no action: the standby took the leader key, the "
                           "node registered with it, the clients followed");
-    kvf_record_not_verified(d->rec, "state rebuild from node inventories "
-                                    "(not implemented)");
+    kvf_record_not_verified(d->rec,
+                            "removes and evictions are not sent to the "
+                            "node inventories: a key removed under the old "
+                            "leader may be served again after a failover");
+}
+
+/* The probe objects: put (phase 0) or read back (phase 1) by a helper
+ * process, in memory shared with the conductor. */
+typedef struct kvf_ha_probe {
+    char masters[200];
+    unsigned timeout_ms;
+    int phase;
+    int put, lost, wrong;
+    int status; /* the last failure's */
+} kvf_ha_probe_t;
+
+#define KVF_HA_PROBE_SIZE (16 * 1024)
+
+static int kvf_ha_probe_run(kvf_drill_t *d, void *arg)
+{
+    static unsigned char buf[KVF_HA_PROBE_SIZE], scratch[KVF_HA_PROBE_SIZE];
+    kvf_ha_probe_t *p = arg;
+    kvf_store_params_t sp = {0};
+    /* pinned: the traffic's evictions must not take them */
+    kvf_store_put_opts_t po = {1, KVF_STORE_PIN};
+    kvf_region_h reg;
+    kvf_status_t s;
+    kvf_store_h st;
+    char key[64];
+    size_t len;
+    int i;
+
+    (void)d;
+    sp.field_mask = KVF_STORE_PARAM_MASTER | KVF_STORE_PARAM_TIMEOUT;
+    sp.master = p->masters;
+    sp.timeout_ms = p->timeout_ms;
+    if (kvf_store_connect(&sp, &st) != KVF_OK) {
+        return 1;
+    }
+    /* the buffers registered, as every drill client's */
+    if (kvf_engine_reg(kvf_store_engine(st), buf, sizeof(buf), KVF_MEM_HOST, 0,
+                       &reg) != KVF_OK) {
+        kvf_store_disconnect(st);
+        return 1;
+    }
+    for (i = 0; i < KVF_HA_PROBES; i++) {
+        snprintf(key, sizeof(key), "ha-probe/%d", i);
+        if (p->phase == 0) {
+            kvf_drill_obj_fill(buf, key, 1, sizeof(buf));
+            s = kvf_store_put(st, key, buf, sizeof(buf), &po);
+            p->put += s == KVF_OK;
+            p->status = s != KVF_OK ? s : p->status;
+            continue;
+        }
+        len = 0;
+        s = kvf_store_get(st, key, buf, sizeof(buf), &len, 0);
+        if (s != KVF_OK) {
+            p->lost++;
+            p->status = s;
+        } else if (kvf_drill_obj_check(buf, len, key, 0, scratch) != 0) {
+            p->wrong++;
+        }
+    }
+    kvf_engine_dereg(kvf_store_engine(st), reg);
+    kvf_store_disconnect(st);
+    return 0;
+}
+
+/* Puts (phase 0) or reads back (phase 1) the probe objects. */
+static void kvf_ha_probe(kvf_drill_t *d, kvf_ha_t *h, kvf_ha_probe_t *p,
+                         int phase)
+{
+    snprintf(p->masters, sizeof(p->masters), "%s,%s", h->addr[0], h->addr[1]);
+    p->timeout_ms = d->timeout_ms;
+    p->phase = phase;
+    if (kvf_drill_oneshot(d, NULL, kvf_ha_probe_run, p, 30000) != 0) {
+        kvf_drill_fail(d, "the probe client failed (phase %d)", phase);
+    }
 }
 
 static int kvf_ha_drill(kvf_drill_t *d, int fault)
@@ -338,15 +424,25 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
     uint64_t bound = kvf_drill_store_bound(d, 1), t_fault;
     kvf_drill_mstatus_t s0, s1;
     double lead = -1, rec, stepdown;
+    kvf_ha_probe_t *probe = kvf_drill_shared_alloc(sizeof(*probe));
     kvf_ha_t h;
     int rc = -1, nl;
 
     memset(&h, 0, sizeof(h));
+    if (probe == NULL) {
+        kvf_drill_fail(d, "no shared memory for the probe");
+        return -1;
+    }
     kvf_ha_expect(d, fault, bound);
     if (kvf_ha_up(d, &h) != 0 || kvf_drill_kv_workers(d, &h.c, NULL, &a, 2)) {
         goto out;
     }
     kvf_drill_phase(d, KVF_DRILL_BASE);
+    kvf_ha_probe(d, &h, probe, 0);
+    kvf_drill_check(d, probe->put == KVF_HA_PROBES,
+                    "%d of %d probe puts failed before the fault (%s)",
+                    KVF_HA_PROBES - probe->put, KVF_HA_PROBES,
+                    kvf_status_name((kvf_status_t)probe->status));
     kvf_drill_sleep(d, d->phase_ms);
     kvf_ha_status(d, &h, 0, &s0);
     d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
@@ -369,10 +465,19 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
     kvf_ha_status(d, &h, nl, &s1);
     d->phase_secs[KVF_DRILL_RECOVER] = d->phase_ms / 1000.0 + rec / 1000.0;
     kvf_drill_workers_stop(d);
-    kvf_ha_report(d, fault, lead, rec, stepdown, &s0, &s1, bound);
+    kvf_ha_probe(d, &h, probe, 1);
+    if (probe->lost > 0) {
+        kvf_drill_log(d, "a probe get failed: %s",
+                      kvf_status_name((kvf_status_t)probe->status));
+    }
+    kvf_drill_check(d, probe->wrong == 0,
+                    "%d probe objects read back with wrong bytes",
+                    probe->wrong);
+    kvf_ha_report(d, fault, lead, rec, stepdown, &s0, &s1, bound, probe->lost);
     rc = 0;
 out:
     kvf_ha_down(&h);
+    munmap(probe, sizeof(*probe));
     return rc;
 }
 
