@@ -54,6 +54,21 @@ int kvf_test_etcd_start(kvf_test_etcd_t *t)
     return (rc == 0 && t->endpoint[0] != '\0') ? 0 : -1;
 }
 
+int kvf_test_etcd_up(kvf_test_etcd_t *t)
+{
+    int rc = kvf_test_etcd_start(t);
+
+    if (rc == 77) {
+        printf("etcd is not installed: skipped\n");
+        return 77;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "could not start etcd\n");
+        return 1;
+    }
+    return 0;
+}
+
 void kvf_test_etcd_stop(kvf_test_etcd_t *t)
 {
     char cmd[400];

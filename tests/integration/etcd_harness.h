@@ -15,6 +15,9 @@ typedef struct kvf_test_etcd {
 
 /* 0 started, 77 etcd is not installed, -1 failure. */
 int kvf_test_etcd_start(kvf_test_etcd_t *t);
+/* kvf_test_etcd_start for a test's main: 0 started, else the exit code
+ * (77 skipped, 1 failure) after saying why. */
+int kvf_test_etcd_up(kvf_test_etcd_t *t);
 void kvf_test_etcd_stop(kvf_test_etcd_t *t);
 /* SIGSTOP / SIGCONT of the etcd process. */
 int kvf_test_etcd_signal(kvf_test_etcd_t *t, int sig);

@@ -430,14 +430,9 @@ int main(void)
     };
     int rc;
 
-    rc = kvf_test_etcd_start(&g_etcd);
-    if (rc == 77) {
-        printf("etcd is not installed: skipped\n");
-        return 77;
-    }
+    rc = kvf_test_etcd_up(&g_etcd);
     if (rc != 0) {
-        fprintf(stderr, "could not start etcd\n");
-        return 1;
+        return rc;
     }
     rc = cmocka_run_group_tests(tests, NULL, NULL);
     kvf_test_etcd_stop(&g_etcd);

@@ -258,14 +258,9 @@ int main(void)
     int rc;
 
     kvs_bin();
-    rc = kvf_test_etcd_start(&g_etcd);
-    if (rc == 77) {
-        printf("etcd is not installed: skipped\n");
-        return 77;
-    }
+    rc = kvf_test_etcd_up(&g_etcd);
     if (rc != 0) {
-        fprintf(stderr, "could not start etcd\n");
-        return 1;
+        return rc;
     }
     snprintf(uri, sizeof(uri), "etcd://%s", g_etcd.endpoint);
     setenv("KVF_METADATA", uri, 1);

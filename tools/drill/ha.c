@@ -144,11 +144,10 @@ int kvf_ha_wait_leader(kvf_drill_t *d, kvf_ha_t *h, int i, unsigned n,
     return -1;
 }
 
-/* etcd, the masters, the node; the first master leads. */
-static int kvf_ha_up(kvf_drill_t *d, kvf_ha_t *h)
+/* Finds etcd (a skip when absent), picks its dir and ports, and points
+ * KVF_METADATA at it: -1 after the skip. */
+int kvf_ha_etcd_env(kvf_drill_t *d, kvf_ha_t *h)
 {
-    double ms;
-
     if (kvf_ha_which("etcd", h->etcd_bin, sizeof(h->etcd_bin)) != 0) {
         kvf_drill_skip(d, "etcd is not installed (scripts/setup.sh)");
         return -1;
@@ -161,7 +160,15 @@ static int kvf_ha_up(kvf_drill_t *d, kvf_ha_t *h)
     /* inherited by every process the drill starts */
     setenv("KVF_METADATA", h->uri, 1);
     setenv("KVF_MASTER_LEASE_MS", "1000", 1);
-    if (kvf_ha_etcd_start(d, h) != 0) {
+    return 0;
+}
+
+/* etcd, the masters, the node; the first master leads. */
+static int kvf_ha_up(kvf_drill_t *d, kvf_ha_t *h)
+{
+    double ms;
+
+    if (kvf_ha_etcd_env(d, h) != 0 || kvf_ha_etcd_start(d, h) != 0) {
         return -1;
     }
     h->c.replicas = 1;

@@ -28,6 +28,9 @@ typedef struct kvf_ha {
 
 int kvf_ha_which(const char *name, char *out, size_t len);
 unsigned kvf_ha_free_port(void);
+/* Finds etcd (a skip when absent), picks its dir and ports, and points
+ * KVF_METADATA at it: -1 after the skip. */
+int kvf_ha_etcd_env(kvf_drill_t *d, kvf_ha_t *h);
 /* Starts etcd (again, on the same ports and data after a stop). */
 int kvf_ha_etcd_start(kvf_drill_t *d, kvf_ha_t *h);
 /* Master i's /status. */

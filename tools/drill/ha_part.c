@@ -133,17 +133,9 @@ static int kvf_px_up(kvf_drill_t *d, kvf_ha_t *h)
 {
     double ms;
 
-    if (kvf_ha_which("etcd", h->etcd_bin, sizeof(h->etcd_bin)) != 0) {
-        kvf_drill_skip(d, "etcd is not installed (scripts/setup.sh)");
+    if (kvf_ha_etcd_env(d, h) != 0) {
         return -1;
     }
-    snprintf(h->etcd_dir, sizeof(h->etcd_dir), "%s/etcd-%d", d->logdir,
-             (int)getpid());
-    h->cport = kvf_ha_free_port();
-    h->pport = kvf_ha_free_port();
-    snprintf(h->uri, sizeof(h->uri), "etcd://127.0.0.1:%u", h->cport);
-    setenv("KVF_METADATA", h->uri, 1);
-    setenv("KVF_MASTER_LEASE_MS", "1000", 1);
     h->c.replicas = 1;
     h->c.node_ttl_ms = 1500;
     h->c.put_timeout_ms = 3000;
