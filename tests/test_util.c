@@ -151,6 +151,23 @@ void kvf_test_pool_bytes(void *buf, size_t len, uint64_t seed)
     kvf_rng_fill(&rng, buf, len);
 }
 
+/* n distinct random block indices among nslots. */
+uint32_t *kvf_test_pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n)
+{
+    uint32_t *perm = malloc(nslots * sizeof(*perm)), i, j, t;
+
+    for (i = 0; i < nslots; i++) {
+        perm[i] = i;
+    }
+    for (i = 0; i < n; i++) {
+        j = i + (uint32_t)kvf_rng_below(rng, nslots - i);
+        t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    return perm;
+}
+
 int kvf_test_fd_count(void)
 {
     DIR *d = opendir("/proc/self/fd");

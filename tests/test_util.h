@@ -1,11 +1,11 @@
 /*
  * Helpers shared by integration tests: spawn `kvferry target` (path from
  * $KVF_BIN) and read its segment line, regenerate a target pool's bytes
- * from its seed, count open file descriptors, and give every test binary
- * (and the processes it starts) a cluster secret of its own: unless
- * KVF_SECRET_FILE is set, a 0600 temporary file is created at load time,
- * named in KVF_SECRET_FILE and removed at exit, so tests never read or
- * create the user's $HOME/.kvferry/secret.
+ * from its seed, pick random block indices, count open file descriptors,
+ * and give every test binary (and the processes it starts) a cluster
+ * secret of its own: unless KVF_SECRET_FILE is set, a 0600 temporary
+ * file is created at load time, named in KVF_SECRET_FILE and removed at
+ * exit, so tests never read or create the user's $HOME/.kvferry/secret.
  */
 #ifndef KVF_TEST_UTIL_H
 #define KVF_TEST_UTIL_H
@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "core/rng.h"
 
 typedef struct kvf_test_target {
     pid_t pid;
@@ -33,6 +35,9 @@ int kvf_test_target_stop(kvf_test_target_t *t);
 void kvf_test_pool_bytes(void *buf, size_t len, uint64_t seed);
 
 int kvf_test_fd_count(void);
+
+/* n distinct random block indices among nslots (malloc'd). */
+uint32_t *kvf_test_pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n);
 
 /* Writes a fresh 0600 secret file of 32 random bytes at a temporary
  * path (out, outlen). 0, or -1. */

@@ -19,23 +19,6 @@
 
 #include "core/checksum.h"
 
-/* n distinct random block indices among nslots. */
-uint32_t *pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n)
-{
-    uint32_t *perm = malloc(nslots * sizeof(*perm)), i, j, t;
-
-    for (i = 0; i < nslots; i++) {
-        perm[i] = i;
-    }
-    for (i = 0; i < n; i++) {
-        j = i + (uint32_t)kvf_rng_below(rng, nslots - i);
-        t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-    return perm;
-}
-
 void run_ops(fixture_t *f, kvf_op_t *ops, size_t n)
 {
     kvf_batch_h b;
@@ -59,8 +42,8 @@ void test_read_random_blocks(void **state)
     kvf_rng_t rng;
 
     kvf_rng_seed(&rng, 1);
-    lp = pick(&rng, slots, n);
-    rp = pick(&rng, slots, n);
+    lp = kvf_test_pick(&rng, slots, n);
+    rp = kvf_test_pick(&rng, slots, n);
     for (i = 0; i < n; i++) {
         ops[i] = (kvf_op_t){KVF_OP_READ, f->local + (size_t)lp[i] * bs, f->peer,
                             f->t.pool_addr + (uint64_t)rp[i] * bs, bs};
@@ -88,8 +71,8 @@ void test_write_then_read_back(void **state)
 
     kvf_rng_seed(&rng, 2);
     kvf_rng_fill(&rng, f->local, POOL / 2);
-    lp = pick(&rng, slots / 2, n);
-    rp = pick(&rng, slots, n);
+    lp = kvf_test_pick(&rng, slots / 2, n);
+    rp = kvf_test_pick(&rng, slots, n);
     for (i = 0; i < n; i++) {
         ops[i] = (kvf_op_t){KVF_OP_WRITE, f->local + (size_t)lp[i] * bs,
                             f->peer, f->t.pool_addr + (uint64_t)rp[i] * bs, bs};

@@ -31,8 +31,6 @@ typedef struct {
     int fds0;
 } fixture_t;
 
-/* n distinct random block indices among nslots (malloc'd). */
-uint32_t *pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n);
 /* Submits n operations and asserts that each moved all its bytes. */
 void run_ops(fixture_t *f, kvf_op_t *ops, size_t n);
 

@@ -129,23 +129,6 @@ static void free_all(int n, ...)
     va_end(ap);
 }
 
-/* n distinct random block indices among nslots. */
-static uint32_t *pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n)
-{
-    uint32_t *perm = malloc(nslots * sizeof(*perm)), i, j, t;
-
-    for (i = 0; i < nslots; i++) {
-        perm[i] = i;
-    }
-    for (i = 0; i < n; i++) {
-        j = i + (uint32_t)kvf_rng_below(rng, nslots - i);
-        t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-    return perm;
-}
-
 /* Submits (with flags), waits, gives each op's status; *done_p: whether
  * the batch was complete when submit returned (moved inline). */
 static kvf_status_t run_flags(kvf_engine_h e, kvf_op_t *ops, size_t n,
@@ -192,8 +175,8 @@ static void round_trip(kvf_engine_h e, kvf_peer_h peer, unsigned char *local,
     kvf_rng_t rng;
 
     kvf_rng_seed(&rng, seed);
-    lp = pick(&rng, slots, n);
-    rp = pick(&rng, slots, n);
+    lp = kvf_test_pick(&rng, slots, n);
+    rp = kvf_test_pick(&rng, slots, n);
     for (i = 0; i < n; i++) {
         ops[i] = (kvf_op_t){KVF_OP_READ, local + (size_t)lp[i] * BS, peer,
                             raddr + (uint64_t)rp[i] * BS, BS};
@@ -206,7 +189,7 @@ static void round_trip(kvf_engine_h e, kvf_peer_h peer, unsigned char *local,
     /* WRITE new bytes to other random blocks */
     kvf_rng_fill(&rng, local, POOL);
     free(rp);
-    rp = pick(&rng, slots, n);
+    rp = kvf_test_pick(&rng, slots, n);
     for (i = 0; i < n; i++) {
         ops[i].type = KVF_OP_WRITE;
         ops[i].remote = raddr + (uint64_t)rp[i] * BS;
@@ -975,8 +958,8 @@ static void stream_pairs(session_t *ss, unsigned char *local,
 
     kvf_rng_seed(&rng, seed);
     kvf_rng_fill(&rng, local, POOL);
-    lp = pick(&rng, slots, n);
-    rp = pick(&rng, slots, n);
+    lp = kvf_test_pick(&rng, slots, n);
+    rp = kvf_test_pick(&rng, slots, n);
     for (i = 0; i < n; i++) {
         k = i % (sizeof(kinds) / sizeof(kinds[0]));
         ops[i] = (kvf_op_t){
@@ -994,7 +977,7 @@ static void stream_pairs(session_t *ss, unsigned char *local,
     /* back into other places of a cleared buffer, same kinds */
     memset(back, 0, POOL);
     free(lp);
-    lp = pick(&rng, slots, n);
+    lp = kvf_test_pick(&rng, slots, n);
     for (i = 0; i < n; i++) {
         k = i % (sizeof(kinds) / sizeof(kinds[0]));
         ops[i].type = KVF_OP_READ;
@@ -1075,8 +1058,8 @@ static void *inliner_main(void *arg)
     kvf_rng_seed(&rng, t->seed);
     for (it = 0; it < 40 && !t->bad; it++) {
         kvf_rng_fill(&rng, t->src, 8u << 20);
-        lp = pick(&rng, slots, 32);
-        rp = pick(&rng, slots, 32);
+        lp = kvf_test_pick(&rng, slots, 32);
+        rp = kvf_test_pick(&rng, slots, 32);
         for (i = 0; i < 32; i++) {
             ops[i] =
                 (kvf_op_t){KVF_OP_WRITE, t->src + (size_t)lp[i] * blk, t->peer,
