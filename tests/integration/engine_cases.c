@@ -19,6 +19,41 @@
 
 #include "core/checksum.h"
 
+void fixture_open(fixture_t *f, const char *transport)
+{
+    f->local = malloc(POOL);
+    f->expect = malloc(POOL);
+    kvf_test_pool_bytes(f->expect, POOL, SEED);
+    kvf_test_pool_bytes(f->local, POOL, 99);
+    assert_int_equal(
+        kvf_engine_reg(f->e, f->local, POOL, KVF_MEM_HOST, 0, &f->r), KVF_OK);
+    assert_int_equal(kvf_peer_open(f->e, f->t.segment, &f->peer), KVF_OK);
+    assert_string_equal(kvf_peer_transport(f->peer), transport);
+}
+
+void fixture_close(fixture_t *f, int check_fds)
+{
+    long blocks, bytes;
+
+    if (f->peer != NULL) {
+        kvf_peer_close(f->peer);
+    }
+    assert_int_equal(kvf_engine_dereg(f->e, f->r), KVF_OK);
+    kvf_engine_destroy(f->e);
+    kvf_alloc_stats(&blocks, &bytes);
+    assert_int_equal(blocks, f->blocks0);
+    assert_int_equal(bytes, f->bytes0);
+    if (check_fds) {
+        assert_int_equal(kvf_test_fd_count(), f->fds0 + 0);
+    }
+    if (f->t.pid > 0) {
+        assert_int_equal(kvf_test_target_stop(&f->t), 0);
+    }
+    free(f->local);
+    free(f->expect);
+    free(f);
+}
+
 void run_ops(fixture_t *f, kvf_op_t *ops, size_t n)
 {
     kvf_batch_h b;

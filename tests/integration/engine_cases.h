@@ -31,6 +31,14 @@ typedef struct {
     int fds0;
 } fixture_t;
 
+/* After the test's setup started f->t and created f->e: allocates and
+ * registers local, fills expect with the pool's bytes, opens the peer
+ * and asserts that it uses transport. */
+void fixture_open(fixture_t *f, const char *transport);
+/* Closes the peer (unless NULL) and the engine, asserts that every
+ * allocation (and, with check_fds, every file descriptor) came back,
+ * stops the target (unless gone, pid 0) and frees f. */
+void fixture_close(fixture_t *f, int check_fds);
 /* Submits n operations and asserts that each moved all its bytes. */
 void run_ops(fixture_t *f, kvf_op_t *ops, size_t n);
 

@@ -39,34 +39,15 @@ static int setup(void **state)
     p.conns = 3;
     p.timeout_ms = 3000;
     assert_int_equal(kvf_engine_create(&p, &f->e), KVF_OK);
-    f->local = malloc(POOL);
-    f->expect = malloc(POOL);
-    kvf_test_pool_bytes(f->expect, POOL, SEED);
-    kvf_test_pool_bytes(f->local, POOL, 99);
-    assert_int_equal(
-        kvf_engine_reg(f->e, f->local, POOL, KVF_MEM_HOST, 0, &f->r), KVF_OK);
-    assert_int_equal(kvf_peer_open(f->e, f->t.segment, &f->peer), KVF_OK);
-    assert_string_equal(kvf_peer_transport(f->peer), "tcp");
+    fixture_open(f, "tcp");
     *state = f;
     return 0;
 }
 
+/* every allocation and file descriptor is returned */
 static int teardown(void **state)
 {
-    fixture_t *f = *state;
-    long blocks, bytes;
-
-    kvf_peer_close(f->peer);
-    assert_int_equal(kvf_engine_dereg(f->e, f->r), KVF_OK);
-    kvf_engine_destroy(f->e);
-    kvf_alloc_stats(&blocks, &bytes);
-    assert_int_equal(blocks, f->blocks0);
-    assert_int_equal(bytes, f->bytes0);
-    assert_int_equal(kvf_test_fd_count(), f->fds0 + 0);
-    assert_int_equal(kvf_test_target_stop(&f->t), 0);
-    free(f->local);
-    free(f->expect);
-    free(f);
+    fixture_close(*state, 1);
     return 0;
 }
 

@@ -61,37 +61,15 @@ static int setup(void **state)
     assert_int_equal(
         kvf_test_target_start(&f->t, POOL, SEED, "--transports", "ucx"), 0);
     assert_int_equal(open_engine(&f->e), KVF_OK);
-    f->local = malloc(POOL);
-    f->expect = malloc(POOL);
-    kvf_test_pool_bytes(f->expect, POOL, SEED);
-    kvf_test_pool_bytes(f->local, POOL, 99);
-    assert_int_equal(
-        kvf_engine_reg(f->e, f->local, POOL, KVF_MEM_HOST, 0, &f->r), KVF_OK);
-    assert_int_equal(kvf_peer_open(f->e, f->t.segment, &f->peer), KVF_OK);
-    assert_string_equal(kvf_peer_transport(f->peer), "ucx");
+    fixture_open(f, "ucx");
     *state = f;
     return 0;
 }
 
+/* every allocation is returned (a killed target leaves no peer) */
 static int teardown(void **state)
 {
-    fixture_t *f = *state;
-    long blocks, bytes;
-
-    if (f->peer != NULL) {
-        kvf_peer_close(f->peer);
-    }
-    assert_int_equal(kvf_engine_dereg(f->e, f->r), KVF_OK);
-    kvf_engine_destroy(f->e);
-    kvf_alloc_stats(&blocks, &bytes);
-    assert_int_equal(blocks, f->blocks0);
-    assert_int_equal(bytes, f->bytes0);
-    if (f->t.pid > 0) {
-        assert_int_equal(kvf_test_target_stop(&f->t), 0);
-    }
-    free(f->local);
-    free(f->expect);
-    free(f);
+    fixture_close(*state, 0);
     return 0;
 }
 
