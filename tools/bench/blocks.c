@@ -380,8 +380,7 @@ static void kvf_blocks_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
     char sstr[32];
     double wrong = kvf_out_get(t, i, "mismatches");
 
-    kvf_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
-                     sizeof(sstr));
+    kvf_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr, sizeof(sstr));
     fprintf(f,
             "size=%8s | WRs=%7lu (block=%s) | lat=%8.3f ms | "
             "BW=%7.2f GB/s (%6.2f Gbps)",

@@ -34,8 +34,7 @@ static void kvf_link_row_fmt(const kvf_out_table_t *t, unsigned i, FILE *f,
     char sstr[32];
 
     (void)ctx;
-    kvf_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr,
-                     sizeof(sstr));
+    kvf_fmt_size((uint64_t)kvf_out_get(t, i, "size_bytes"), sstr, sizeof(sstr));
     fprintf(f,
             "link transport=%s conns=%u op=%s size=%s | lat=%8.3f ms | "
             "BW=%7.2f GB/s (%6.2f Gbps) | min lat=%8.3f ms",

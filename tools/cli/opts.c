@@ -195,8 +195,7 @@ static int kvf_opt_sizes(const kvf_cmd_spec_t *spec, const kvf_opt_t *o,
     for (;;) {
         len = strcspn(v, ",");
         snprintf(tok, sizeof(tok), "%.*s", (int)len, v);
-        if (len >= sizeof(tok) || kvf_parse_size(tok, &u) != KVF_OK ||
-            u == 0) {
+        if (len >= sizeof(tok) || kvf_parse_size(tok, &u) != KVF_OK || u == 0) {
             return kvf_opts_error(spec,
                                   "--%s: '%s' is not a size > 0 (8K, "
                                   "16M, 8G)",
