@@ -285,41 +285,13 @@ class Store:
             for s in spans:
                 s.release()
 
-    def get_batch(self, keys: Sequence[Any], intos: Sequence[Any], *,
-                  check: bool = True) -> List[int]:
-        """Gets many keys at once into buffers (as :meth:`get` takes them).
-        Returns each object's size (-status for a key that failed when
-        check is False); raises :class:`BatchError` when one failed and
-        check is True."""
+    def _get_into(self, what: str, keys: Sequence[Any], intos: Sequence[Any],
+                  check: bool, with_sums: bool) -> Tuple[List[int], List[int]]:
+        """One batch get into buffers: (sizes or -status, recorded checksums
+        or zeros); with_sums asks for the checksums instead of hashing."""
         karr, n = self._keys(keys)
         if len(intos) != n:
-            raise invalid("get_batch", "%d keys but %d buffers" % (n, len(intos)))
-        spans: List[_Span] = []
-        try:
-            flags = 0
-            for d in intos:
-                spans.append(self._span(d, writable=True))
-                flags |= spans[-1].flags
-            bufs = (c_void_p * n)(*[s.addr for s in spans])
-            caps = (c_size_t * n)(*[s.cap for s in spans])
-            lens = (c_size_t * n)()
-            sts = (c_int * n)()
-            st = _lib.lib().kvf_store_get_batch(self._handle(), n, karr, bufs, caps, lens, flags, sts)
-            statuses = self._finish(st, "get_batch", sts, check)
-            return [lens[i] if statuses[i] == OK else statuses[i] for i in range(n)]
-        finally:
-            for s in spans:
-                s.release()
-
-    def get_batch_sums(self, keys: Sequence[Any], intos: Sequence[Any]) -> Tuple[List[int], List[int]]:
-        """Like :meth:`get_batch` (check False) but the client does not hash
-        the bytes: returns (sizes or -status, checksums the store recorded
-        at put). The caller MUST verify every object against its checksum
-        before using it (kvferry.kv does it on the GPU while scattering the
-        bytes into the cache) and treat a mismatch as a miss."""
-        karr, n = self._keys(keys)
-        if len(intos) != n:
-            raise invalid("get_batch_sums", "%d keys but %d buffers" % (n, len(intos)))
+            raise invalid(what, "%d keys but %d buffers" % (n, len(intos)))
         spans: List[_Span] = []
         try:
             flags = 0
@@ -331,14 +303,34 @@ class Store:
             lens = (c_size_t * n)()
             sums = (c_uint64 * n)()
             sts = (c_int * n)()
-            st = _lib.lib().kvf_store_get_batch_sums(self._handle(), n, karr, bufs, caps, lens,
-                                                     flags, sums, sts)
-            statuses = self._finish(st, "get_batch_sums", sts, False)
+            lib = _lib.lib()
+            if with_sums:
+                st = lib.kvf_store_get_batch_sums(self._handle(), n, karr, bufs, caps, lens,
+                                                  flags, sums, sts)
+            else:
+                st = lib.kvf_store_get_batch(self._handle(), n, karr, bufs, caps, lens, flags, sts)
+            statuses = self._finish(st, what, sts, check)
             return ([lens[i] if statuses[i] == OK else statuses[i] for i in range(n)],
                     [sums[i] if statuses[i] == OK else 0 for i in range(n)])
         finally:
             for s in spans:
                 s.release()
+
+    def get_batch(self, keys: Sequence[Any], intos: Sequence[Any], *,
+                  check: bool = True) -> List[int]:
+        """Gets many keys at once into buffers (as :meth:`get` takes them).
+        Returns each object's size (-status for a key that failed when
+        check is False); raises :class:`BatchError` when one failed and
+        check is True."""
+        return self._get_into("get_batch", keys, intos, check, False)[0]
+
+    def get_batch_sums(self, keys: Sequence[Any], intos: Sequence[Any]) -> Tuple[List[int], List[int]]:
+        """Like :meth:`get_batch` (check False) but the client does not hash
+        the bytes: returns (sizes or -status, checksums the store recorded
+        at put). The caller MUST verify every object against its checksum
+        before using it (kvferry.kv does it on the GPU while scattering the
+        bytes into the cache) and treat a mismatch as a miss."""
+        return self._get_into("get_batch_sums", keys, intos, False, True)
 
     def exists_batch(self, keys: Sequence[Any]) -> List[bool]:
         """Whether each key is stored and committed."""
