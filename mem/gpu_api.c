@@ -347,14 +347,16 @@ kvf_status_t kvf_gpu_copy_blocks_sum(kvf_gpu_copier_t *c,
     }
     if (c == NULL || src == NULL || dst == NULL ||
         (n > 0 && (blocks == NULL || (sums == NULL && expect == NULL))) ||
-        (flags & ~(KVF_GPU_SUM_FUSED | KVF_GPU_SUM_AFTER)) != 0 ||
-        flags == (KVF_GPU_SUM_FUSED | KVF_GPU_SUM_AFTER)) {
+        (flags != 0 && flags != KVF_GPU_SUM_FUSED &&
+         flags != KVF_GPU_SUM_AFTER && flags != KVF_GPU_SUM_ENGINES)) {
         return KVF_ERR_INVALID_PARAM;
     }
-    if (flags & KVF_GPU_SUM_FUSED) {
+    if (flags == KVF_GPU_SUM_FUSED) {
         mode = KVF_CUDA_SUM_FUSED;
-    } else if (flags & KVF_GPU_SUM_AFTER) {
+    } else if (flags == KVF_GPU_SUM_AFTER) {
         mode = KVF_CUDA_SUM_AFTER;
+    } else if (flags == KVF_GPU_SUM_ENGINES) {
+        mode = KVF_CUDA_SUM_ENGINES;
     }
     if (out == NULL) {
         out = kvf_malloc(n * sizeof(*out) + 1);

@@ -185,6 +185,11 @@ KVF_API kvf_status_t kvf_gpu_copy_blocks(
 /* The blocks copied by the usual kernels, then checksummed by a second,
  * read-only pass over the side in GPU memory (HBM, not the link). */
 #define KVF_GPU_SUM_AFTER 0x2u
+/* Like KVF_GPU_SUM_AFTER, but the blocks move through the copy engines
+ * (DMA, no multiprocessor time), so a load overlapped with compute
+ * kernels leaves them the multiprocessors; only the short checksum pass
+ * over GPU memory runs as a kernel. */
+#define KVF_GPU_SUM_ENGINES 0x4u
 
 /* Copies n blocks from src to dst like kvf_gpu_copy_blocks and computes
  * kvf_checksum() of each block on the GPU (see the flags), bit-identical

@@ -114,20 +114,21 @@ static kvf_status_t kvf_cuda_sum_launch(kvf_cuda_copy_t *cp,
     return status;
 }
 
-/* KVF_CUDA_SUM_AFTER: the batch through the tuned copy path, then the
- * checksums of the side in GPU memory by a read-only pass there. */
-static kvf_status_t kvf_cuda_copy_then_sum(kvf_cuda_copy_t *cp,
-                                           const kvf_cuda_mem_t *src,
-                                           const kvf_cuda_mem_t *dst,
-                                           const kvf_cuda_blk_t *blks, size_t n,
-                                           uint64_t *sums, int timeout_ms)
+/* KVF_CUDA_SUM_AFTER / _ENGINES: the batch through the tuned copy path
+ * or the copy engines, then the checksums of the side in GPU memory by a
+ * read-only pass there. */
+static kvf_status_t
+kvf_cuda_copy_then_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
+                       const kvf_cuda_mem_t *dst, const kvf_cuda_blk_t *blks,
+                       size_t n, uint64_t *sums, int engines, int timeout_ms)
 {
     int on_src = src->type == KVF_MEM_CUDA;
     kvf_cuda_blk_t *h;
     kvf_status_t status;
     size_t i;
 
-    status = kvf_cuda_copy_blocks(cp, src, dst, blks, n, timeout_ms);
+    status = engines ? kvf_cuda_copy_engines(cp, src, dst, blks, n, timeout_ms)
+                     : kvf_cuda_copy_blocks(cp, src, dst, blks, n, timeout_ms);
     if (status == KVF_ERR_OUT_OF_BOUNDS) {
         /* error path: the fused kernel says which blocks (sum 0) */
         return kvf_cuda_copy_sum(cp, src, dst, blks, n, sums,
@@ -191,8 +192,10 @@ kvf_status_t kvf_cuda_copy_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
     if (status != KVF_OK || n == 0) {
         return status;
     }
-    if (kvf_cuda_sum_mode(mode, src, dst) == KVF_CUDA_SUM_AFTER) {
-        return kvf_cuda_copy_then_sum(cp, src, dst, blks, n, sums, timeout_ms);
+    mode = kvf_cuda_sum_mode(mode, src, dst);
+    if (mode == KVF_CUDA_SUM_AFTER || mode == KVF_CUDA_SUM_ENGINES) {
+        return kvf_cuda_copy_then_sum(cp, src, dst, blks, n, sums,
+                                      mode == KVF_CUDA_SUM_ENGINES, timeout_ms);
     }
     status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
     if (status == KVF_OK) {

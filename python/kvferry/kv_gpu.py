@@ -18,9 +18,10 @@ loop per piece); torch is never imported.
 
 from __future__ import annotations
 
+import os
 from array import array
 from ctypes import POINTER, Structure, byref, c_char, c_int, c_size_t, c_uint, c_uint64, c_void_p
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _lib
 from .engine import MEM_CUDA, MEM_HOST, MEM_PINNED, Region
@@ -55,6 +56,21 @@ _PROTOS = {
 #: library's choice)
 SUM_FUSED = 0x1
 SUM_AFTER = 0x2
+#: ... or by the copy engines, then the pass over the GPU side (leaves the
+#: multiprocessors to compute kernels that overlap the copy)
+SUM_ENGINES = 0x4
+_SUM_MODES = {"auto": 0, "fused": SUM_FUSED, "after": SUM_AFTER, "engines": SUM_ENGINES}
+
+
+def sum_mode_flags(name: Optional[str] = None) -> int:
+    """The copy flags of a checksum mode name (auto, fused, after,
+    engines); None reads ``KVF_GPU_SUM`` (default auto)."""
+    if name is None:
+        name = os.environ.get("KVF_GPU_SUM", "auto")
+    try:
+        return _SUM_MODES[name]
+    except KeyError:
+        raise ValueError(f"KVF_GPU_SUM: unknown mode {name!r} (one of {', '.join(_SUM_MODES)})") from None
 _declared = False
 
 
@@ -199,7 +215,8 @@ class GpuMover:
     """A GPU copier (kvf_gpu_copier_t) moving batches of pieces with the
     checksumming kernel. Used by one thread at a time."""
 
-    def __init__(self, device: int = 0):
+    def __init__(self, device: int = 0, sum_mode: Optional[str] = None):
+        self.flags = sum_mode_flags(sum_mode)
         h = c_void_p()
         check(_dll().kvf_gpu_copier_create(device, byref(h)), "gpu copier")
         self._h = h.value
@@ -222,7 +239,7 @@ class GpuMover:
             sums = array("Q", bytes(8 * n))
             exp = None if expect is None else array("Q", expect)
         st = _dll().kvf_gpu_copy_blocks_sum(
-            self._h, byref(src), byref(dst), _addr(blk), n, flags,
+            self._h, byref(src), byref(dst), _addr(blk), n, flags or self.flags,
             None if exp is None else _addr(exp), _addr(sums), timeout_ms)
         if st not in (OK, ERR_CHECKSUM):
             check(st, "gpu copy")
@@ -236,7 +253,7 @@ class GpuMover:
         Returns OK or ERR_CHECKSUM; other statuses raise."""
         n = int(blk.shape[0])
         st = _dll().kvf_gpu_copy_blocks_sum(
-            self._h, byref(src), byref(dst), int(blk.ctypes.data), n, flags,
+            self._h, byref(src), byref(dst), int(blk.ctypes.data), n, flags or self.flags,
             None if expect is None else int(expect.ctypes.data), int(sums.ctypes.data),
             timeout_ms)
         if st not in (OK, ERR_CHECKSUM):
@@ -267,4 +284,5 @@ def first_mismatch(sums, expect) -> int:
 
 
 __all__ = ["PinnedBuffer", "BlockTable", "GpuMover", "GpuMem", "gpu_count", "first_mismatch",
-           "has_fused_checksums", "SUM_FUSED", "SUM_AFTER", "ERR_OUT_OF_BOUNDS", "MEM_HOST"]
+           "has_fused_checksums", "SUM_FUSED", "SUM_AFTER", "SUM_ENGINES",
+           "sum_mode_flags", "ERR_OUT_OF_BOUNDS", "MEM_HOST"]

@@ -106,6 +106,13 @@ static int bytes_match(const char *a, const char *c, const kvf_gpu_block_t *b,
     return 1;
 }
 
+static const char *mode_name(unsigned fl)
+{
+    return fl == KVF_GPU_SUM_AFTER     ? "after"
+           : fl == KVF_GPU_SUM_ENGINES ? "engines"
+                                       : "fused";
+}
+
 /* Host -> GPU -> host with the checksumming kernel, at one alignment. */
 static void round_trip(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin,
                        kvf_gpu_mem_t *pout, kvf_gpu_mem_t *gpu, unsigned smis,
@@ -122,7 +129,7 @@ static void round_trip(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin,
     st = kvf_gpu_copy_blocks_sum(c, pin, gpu, up, n, fl, NULL, sums, TMO);
     snprintf(what, sizeof(what),
              "H2D sums equal kvf_checksum (%s, src +%u, dst +%u)",
-             fl == KVF_GPU_SUM_AFTER ? "after" : "fused", smis, dmis);
+             mode_name(fl), smis, dmis);
     check(st == KVF_OK && sums_match(pin->base, up, 0, n, sums), what, st);
     for (i = 0; i < n; i++) {
         down[i].src_off = up[i].dst_off;
@@ -139,7 +146,7 @@ static void round_trip(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin,
     st = kvf_gpu_copy_blocks_sum(c, gpu, pout, down, n, fl, NULL, sums, TMO);
     snprintf(what, sizeof(what),
              "D2H sums equal kvf_checksum and bytes round-trip (%s, +%u, +%u)",
-             fl == KVF_GPU_SUM_AFTER ? "after" : "fused", dmis, smis);
+             mode_name(fl), dmis, smis);
     check(st == KVF_OK && sums_match(pout->base, down, 1, n, sums) &&
               bytes_match(pin->base, pout->base, down, n),
           what, st);
@@ -208,9 +215,12 @@ int main(void)
         for (i = 0; i < POOL / 8; i++) {
             ((uint64_t *)pin.base)[i] = rng_next(&rs);
         }
-        unsigned f;
+        static const unsigned modes[] = {KVF_GPU_SUM_FUSED, KVF_GPU_SUM_AFTER,
+                                         KVF_GPU_SUM_ENGINES};
+        unsigned k, f;
 
-        for (f = KVF_GPU_SUM_FUSED; f <= KVF_GPU_SUM_AFTER; f++) {
+        for (k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
+            f = modes[k];
             round_trip(c, &pin, &pout, &gpu, 0, 0, f, &rs);
             round_trip(c, &pin, &pout, &gpu, 16, 48, f, &rs);
             round_trip(c, &pin, &pout, &gpu, 3, 0, f, &rs);
@@ -221,6 +231,9 @@ int main(void)
         st =
             kvf_gpu_copy_blocks_sum(c, &pin, &gpu, NULL, 0, 3, NULL, NULL, TMO);
         check(st == KVF_ERR_INVALID_PARAM, "both modes at once refused", st);
+        st = kvf_gpu_copy_blocks_sum(c, &pin, &gpu, NULL, 0, 0x8, NULL, NULL,
+                                     TMO);
+        check(st == KVF_ERR_INVALID_PARAM, "an unknown mode refused", st);
     }
     kvf_gpu_copier_destroy(c);
     kvf_gpu_free(KVF_MEM_CUDA, gpu.base);

@@ -48,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     a("--throttle-gbs", type=float, default=0.0,
       help="also run remote-tcp slowed to about this many GB/s by the fault transport, "
            "with the policies always, never and calc")
+    a("--gpu-sum", default=None,
+      help="checksum modes of the GPU loads, comma-separated (auto, fused, after, engines; "
+           "default: KVF_GPU_SUM or auto); with several, each caching configuration runs once "
+           "per mode")
     a("--slo", type=float, default=1.0, help="TTFT SLO for goodput, seconds")
     a("--host-pool", default="8G", help="local cache (and GPU-resident) capacity")
     a("--node-pool", default="8G", help="the remote store node's pool")
@@ -95,6 +99,7 @@ class Run:
     def __init__(self, args: argparse.Namespace, info: Any, calib: Dict[str, float]):
         self.args, self.info, self.calib = args, info, calib
         self.summaries: List[Dict[str, Any]] = []
+        self.gpu_sum = ""
         self.throttled: Dict[str, float] = {}  # policy -> mean service TTFT
         self.baseline: Dict[float, Dict[int, float]] = {}  # sharing -> prefix -> TTFT P50
         self.env = record.environment() if args.record else {}
@@ -121,8 +126,12 @@ class Run:
         return caches.make(name, self.info, self.max_tokens, caches._size(a.host_pool), a.node_pool,
                            a.throttle_gbs)
 
-    def one(self, cache: str, sharing: float, overlap: bool, mode: str) -> Optional[Dict]:
+    def one(self, cache: str, sharing: float, overlap: bool, mode: str,
+            gpu_sum: str = "") -> Optional[Dict]:
         from .engine import Engine
+        if gpu_sum:
+            os.environ["KVF_GPU_SUM"] = gpu_sum  # read by the tier's GPU copier
+        self.gpu_sum = gpu_sum
         if self.t_end is not None and time.perf_counter() > self.t_end:
             print("e2e: budget spent, skipping %s" % cache, file=sys.stderr)
             return None
@@ -141,9 +150,10 @@ class Run:
     def report(self, cache, sharing, overlap, mode, tr, served, pol, link0, desc) -> Dict:
         a = self.args
         summ = stats.summary(served, a.slo)
-        label = "%s share%d %s%s" % (cache, round(sharing * 100),
-                                     "overlap" if overlap else "sequential",
-                                     "" if mode == "always" else " policy-" + mode)
+        label = "%s share%d %s%s%s" % (cache, round(sharing * 100),
+                                       "overlap" if overlap else "sequential",
+                                       "" if mode == "always" else " policy-" + mode,
+                                       " sum-" + self.gpu_sum if self.gpu_sum else "")
         by_len: Dict[int, List[float]] = {}
         for s in served:
             if cache == "none" or s.decision == "load":
@@ -230,6 +240,7 @@ def _record(run: Run, label: str, summ: Dict, tr: Any, served: List[Any], pol: P
     conf = dict(tr.describe())
     conf.update({"model": run.info.name, "dtype": str(run.info.dtype), "device": str(run.info.device),
                  "overlap": str(summ["overlap"]), "policy": summ["policy"],
+                 "gpu_checksum_mode": os.environ.get("KVF_GPU_SUM", "auto"),
                  "deterministic": "off (timing run)", "ttft_slo_s": a.slo,
                  "h2d_gbs_measured": run.calib["h2d_gbs"],
                  "prefill_tflops_measured": run.calib["flops_per_s"] / 1e12,
@@ -395,6 +406,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 77
     if args.check:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    sums = [m for m in (args.gpu_sum or "").split(",") if m]
+    for m in sums:
+        if m not in ("auto", "fused", "after", "engines"):
+            print("kvferry bench e2e: --gpu-sum: unknown mode %r" % m, file=sys.stderr)
+            return 2
     from .model import build
     dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("bfloat16" if dev == "cuda" else "float32")
@@ -409,9 +425,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     seq = set(args.sequential.split(","))
     for sh in [] if args.check_only else [float(x) for x in args.sharing.split(",")]:
         for c in cfgs:
-            run.one(c, sh, True, args.policy if c != "none" else "never")
-            if c in seq:
-                run.one(c, sh, False, args.policy)
+            for m in (sums if c != "none" and len(sums) > 1 else sums[:1] or [""]):
+                run.one(c, sh, True, args.policy if c != "none" else "never", m)
+                if c in seq:
+                    run.one(c, sh, False, args.policy, m)
     if args.throttle_gbs and not args.check_only:
         sh = max(float(x) for x in args.sharing.split(","))
         for mode in ("always", "never", "calc"):
