@@ -1,4 +1,5 @@
-"""Start kvferry daemons for tests and notebooks: Master, Node, Target.
+"""Start kvferry daemons for tests and notebooks: Master, Node, Target,
+Resp.
 
 Each is a context manager that spawns the bundled ``kvferry`` command on
 a free loopback port (port 0: the daemon picks it and prints it), waits
@@ -181,3 +182,20 @@ class Target(_Daemon):
     @property
     def pool_len(self) -> int:
         return int(self.fields["pool"].split("+")[1])
+
+
+class Resp(_Daemon):
+    """``kvferry resp``: the RESP2 door on the store of the master at
+    ``master``; ``address`` is its "host:port"."""
+
+    _ready_prefix = "resp="
+
+    def __init__(self, master: str, *extra: str, listen: str = "127.0.0.1:0",
+                 env: Optional[Mapping[str, str]] = None, timeout: float = 20.0,
+                 binary: Optional[str] = None):
+        super().__init__(["resp", "--listen", listen, "--master", master] + list(extra),
+                         env, timeout, binary)
+
+    @property
+    def address(self) -> str:
+        return self.fields["resp"]

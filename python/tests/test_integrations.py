@@ -20,6 +20,7 @@ import kvferry
 from kvferry import lmcache as kl
 from kvferry import sglang as ks
 from kvferry import vllm_tier as kv
+from kvferry.procs import Resp
 
 
 def ns():
@@ -250,6 +251,109 @@ def test_lmcache_plugin_via_create_connector(master):
         obj.ref_count_down()
     finally:
         loop.close()
+
+
+def test_lmcache_resp_door_via_create_connector(master, tmp_path):
+    """LMCache's built-in resp:// connector (its C++ client, lmcache_redis)
+    built by its own CreateConnector against ``kvferry resp`` with a
+    password, its event loop in a thread as LMCache runs it: batched puts
+    and gets of LMCache's memory objects come back byte for byte; a
+    wrong password gets no data through."""
+    pytest.importorskip("lmcache")
+    torch = pytest.importorskip("torch")
+    import threading
+
+    from lmcache.utils import CacheEngineKey
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.memory_allocators.ad_hoc_memory_allocator import AdHocMemoryAllocator
+    from lmcache.v1.metadata import LMCacheMetadata
+    from lmcache.v1.storage_backend.connector import CreateConnector
+    from lmcache.v1.storage_backend.native_clients import resp_client
+
+    if not resp_client.REDIS_AVAILABLE:
+        pytest.skip("this LMCache has no lmcache_redis extension")
+    pw = uuid.uuid4().hex
+    pw_file = tmp_path / "resp.pw"
+    pw_file.write_text(pw + "\n")
+    pw_file.chmod(0o600)
+    meta = LMCacheMetadata(model_name=ns(), world_size=1, local_world_size=1, worker_id=0,
+                           local_worker_id=0, kv_dtype=torch.bfloat16,
+                           kv_shape=(2, 2, 256, 2, 16))
+    alloc = AdHocMemoryAllocator(device="cpu")
+
+    class Backend:
+        metadata = meta
+
+        def __init__(self, password):
+            self.config = LMCacheEngineConfig.from_defaults(
+                chunk_size=256, remote_url="resp://" + door.address, remote_serde="naive",
+                save_unfull_chunk=False,
+                extra_config={"password": password, "resp_num_threads": 2})
+
+        def allocate(self, shapes, dtypes, fmt=None, *a, **k):
+            return alloc.allocate(shapes, dtypes, fmt) if fmt is not None else \
+                alloc.allocate(shapes, dtypes)
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def on_loop(coro, timeout=20):
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+    def connect(password):
+        b = Backend(password)
+        return CreateConnector("resp://" + door.address, loop, b, b.config, meta)
+
+    def close(c):
+        # RESPConnector.close() of LMCache 0.5.6 blocks its own loop (a
+        # synchronous executor shutdown awaited on the loop): close the
+        # native client as that method would after it
+        c._connector.client.close()
+
+    objs = []
+    try:
+        with Resp(master, "--password-file", str(pw_file)) as door:
+            keys = [CacheEngineKey(meta.model_name, 1, 0, 1000 + i, torch.bfloat16)
+                    for i in range(6)]
+            for _ in keys:
+                obj = alloc.allocate(meta.get_shapes(), meta.get_dtypes())
+                raw = obj.raw_data.view(torch.uint8).view(-1)
+                raw.copy_(torch.randint(0, 255, (raw.numel(),), dtype=torch.uint8))
+                objs.append(obj)
+            want = [bytes(o.byte_array) for o in objs]
+            conn = connect(pw)
+            assert not on_loop(conn.exists(keys[0]))
+            on_loop(conn.batched_put(keys[:4], objs[:4]))
+            on_loop(conn.put(keys[4], objs[4]))
+            assert [on_loop(conn.exists(k)) for k in keys] == [True] * 5 + [False]
+            got = on_loop(conn.batched_get(keys[:5]))
+            assert [bytes(g.byte_array) for g in got] == want[:5]
+            one = on_loop(conn.get(keys[2]))
+            assert bytes(one.byte_array) == want[2]
+            for g in got + [one]:
+                g.ref_count_down()
+            close(conn)
+
+            # a wrong password: refused at connect or on the first command
+            bad = None
+            try:
+                bad = connect("not-the-password")
+                res = on_loop(bad.get(keys[0]))
+            except Exception:
+                res = None
+            assert res is None or bytes(res.byte_array) != want[0]
+            if bad is not None:
+                close(bad)
+            # the door keeps serving clients with the password
+            conn = connect(pw)
+            assert on_loop(conn.exists(keys[1]))
+            close(conn)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        for o in objs:
+            o.ref_count_down()
 
 
 # -- SGLang ---------------------------------------------------------------
