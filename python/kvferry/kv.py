@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import sys
 import threading
@@ -57,7 +58,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import _lib
 from .engine import Region
-from .errors import ERR_CHECKSUM, ERR_EXISTS, ERR_NO_KEY, OK, KvferryError
+from .errors import ERR_CHECKSUM, ERR_EXISTS, ERR_NO_KEY, ERR_UNSUPPORTED, OK, KvferryError
 from .store import BATCH_MAX, Store
 
 #: Version of the key and manifest format and of the layouts' byte maps.
@@ -293,6 +294,9 @@ class KVStats:
     bytes_loaded: int = 0
     save_errors: int = 0
     load_errors: int = 0
+    #: pieces a GPU load read in place from a node's pool (store views),
+    #: without the copy into the pinned stage
+    viewed_pieces: int = 0
     #: seconds spent, GPU staging path: manifests / index (query), store
     #: reads into the stage (read), the verifying H2D scatter (h2d), the
     #: checksumming D2H gather (d2h), store writes from the stage (write)
@@ -416,6 +420,10 @@ class KVCache:
         if size < cb:
             raise ValueError("kvferry.kv: stage_bytes %d < one chunk (%d)" % (size, cb))
         self._mover = kv_gpu.GpuMover(self._table.side.device)
+        # loads read the node's pool in place where the store can view it
+        # (a node of this host over shm; KVF_KV_VIEWS=0: always staged)
+        self._views = (os.environ.get("KVF_KV_VIEWS", "1") != "0"
+                       and hasattr(self.store, "view_get"))
         self._stage = kv_gpu.PinnedBuffer(size)
         self._stage_region = self._stage.register(self.store)
         self._stage_chunks = min(2 * per, size // cb)
@@ -597,7 +605,12 @@ class KVCache:
         done = 0
         npc = self.layout.pieces_per_block
         try:
-            if self._stage is not None and self._stage_chunks >= 2 and n > 0:
+            if self._stage is not None and self._views and n > 0:
+                # manifests, then the pieces read in place by the scatter
+                plan = self._plan(keys[:n], block_ids[start:start + n])
+                done = self.load_planned(plan) // self.layout.block_size
+                n = 0
+            elif self._stage is not None and self._stage_chunks >= 2 and n > 0:
                 done = self._load_pipelined(keys[:n], block_ids[start:start + n])
                 n = 0
             for a, b in self._slices(max(n, 0), npc):
@@ -836,14 +849,16 @@ class KVCache:
         round trip per store batch) and returns a plan for
         :meth:`load_planned`, as :meth:`LocalKVCache.plan_load` does: the
         pieces are then read per group of layers."""
+        with self._lock:
+            self.stats.lookups += 1
+        return self._plan(self.chunk_keys(tokens), block_ids)
+
+    def _plan(self, keys: List[bytes], block_ids: Sequence[int]) -> Any:
         from .kv_local import LoadPlan
 
-        keys = self.chunk_keys(tokens)
         n = min(len(keys), len(block_ids))
         mans: List[Tuple[int, ...]] = []
         t0 = time.perf_counter()
-        with self._lock:
-            self.stats.lookups += 1
         try:
             for a in range(0, n, BATCH_MAX):
                 b = min(n, a + BATCH_MAX)
@@ -891,22 +906,19 @@ class KVCache:
 
     def _load_rows(self, plan: Any, a: int, b: int, rows: List[int]) -> int:
         """Chunks a..b of plan, pieces rows: store read into the stage,
-        verifying scatter. Returns the first chunk that failed (b: none)."""
+        verifying scatter (or, with views, the scatter reads the node's
+        pool in place). Returns the first chunk that failed (b: none)."""
+        if self._views:
+            got = self._load_rows_viewed(plan, a, b, rows)
+            if got is not None:
+                return got
         t = self._table
-        names = [self.layout.spans(0)[p][0] for p in rows]
-        pkeys, spans, src, dst, lens, expect = [], [], [], [], [], []
-        off = 0
-        for j in range(a, b):
-            pre = self._prefix(plan.keys[j])
-            for p, name in zip(rows, names):
-                ln = t.lens[p]
-                pkeys.append("%s/%s" % (pre, name))
-                spans.append((self._stage_region, off, ln))
-                src.append(off)
-                dst.append(t.rel0[p] + plan.slots[j] * t.stride[p])
-                lens.append(ln)
-                expect.append(plan.expect[j][p])
-                off += ln
+        pkeys, dst, lens, expect = self._row_pieces(plan, a, b, rows)
+        src, off = [], 0
+        for ln in lens:
+            src.append(off)
+            off += ln
+        spans = [(self._stage_region, o, ln) for o, ln in zip(src, lens)]
         t0 = time.perf_counter()
         got, rec = self.store.get_batch_sums(pkeys, spans)
         t1 = time.perf_counter()
@@ -929,6 +941,98 @@ class KVCache:
             self.stats.t_read += t1 - t0
             self.stats.t_h2d += time.perf_counter() - t1
             self.stats.bytes_loaded += sum(lens[: ok * npr])
+            if corrupt:
+                self.stats.corrupt_misses += 1
+        return a + ok
+
+    def warm(self, tokens: Sequence[int]) -> int:
+        """Registers with the GPU, ahead of the first load, the node
+        mappings the stored chunks of tokens lie in (a GPU cache whose
+        loads read the store in place; a no-op otherwise): e.g. after a
+        save or at start-up, since registering pins a whole pool window
+        (about a second per few GiB, once). Returns the mappings now
+        registered for them."""
+        if self._stage is None or not self._views:
+            return 0
+        from .kv_gpu import host_mappings
+
+        keys = [pk for ck in self.chunk_keys(tokens) for pk in self.piece_keys(ck)][:BATCH_MAX]
+        if not keys:
+            return 0
+        maps = host_mappings(self.store)
+        bases = set()
+        with self.store.view_get(keys) as views:
+            for v in views:
+                if v.status == OK and v.map_base and v.map_base not in bases:
+                    if not maps.ensure(v.map_base, v.map_len):
+                        self._views = False
+                        return 0
+                    bases.add(v.map_base)
+        return len(bases)
+
+    def _row_pieces(self, plan: Any, a: int, b: int, rows: List[int]):
+        """Keys, cache offsets, lengths and manifest checksums of the pieces
+        rows of chunks a..b, chunk-major."""
+        t = self._table
+        names = [self.layout.spans(0)[p][0] for p in rows]
+        pkeys, dst, lens, expect = [], [], [], []
+        for j in range(a, b):
+            pre = self._prefix(plan.keys[j])
+            for p, name in zip(rows, names):
+                pkeys.append("%s/%s" % (pre, name))
+                dst.append(t.rel0[p] + plan.slots[j] * t.stride[p])
+                lens.append(t.lens[p])
+                expect.append(plan.expect[j][p])
+        return pkeys, dst, lens, expect
+
+    def _load_rows_viewed(self, plan: Any, a: int, b: int, rows: List[int]) -> Optional[int]:
+        """:meth:`_load_rows` without the host copy: the pieces' views (the
+        node's pool mapped in this process, registered with the GPU once)
+        are scattered into the cache by the verifying copy, which checks
+        each against its manifest checksum; the views are released after
+        it. None: a piece cannot be viewed (a node over tcp, or the GPU
+        refused the registration): the caller reads them into the stage
+        (and views stay off when the registration failed)."""
+        from .kv_gpu import GpuMem, MEM_PINNED, first_mismatch, host_mappings
+
+        pkeys, dst, lens, expect = self._row_pieces(plan, a, b, rows)
+        npr = len(rows)
+        t0 = time.perf_counter()
+        with self.store.view_get(pkeys) as views:
+            t1 = time.perf_counter()
+            good, corrupt = b - a, False
+            for i, v in enumerate(views):
+                if v.status == ERR_UNSUPPORTED:
+                    return None
+                if v.status != OK or v.length != lens[i] or v.checksum != expect[i]:
+                    good, corrupt = i // npr, v.status != ERR_NO_KEY
+                    break
+            m = good * npr
+            maps = host_mappings(self.store)
+            groups: Dict[int, List[int]] = {}
+            for i in range(m):
+                groups.setdefault(views[i].map_base, []).append(i)
+            for base, idx in groups.items():
+                if not maps.ensure(base, views[idx[0]].map_len):
+                    self._views = False
+                    return None
+            sums = [0] * m
+            for base, idx in groups.items():
+                src = GpuMem(base, views[idx[0]].map_len, MEM_PINNED, 0)
+                _, got = self._mover.copy(src, self._table.side, [views[i].addr - base for i in idx],
+                                          [dst[i] for i in idx], [lens[i] for i in idx],
+                                          expect=[expect[i] for i in idx])
+                for j, i in enumerate(idx):
+                    sums[i] = int(got[j])
+            ok = good
+            if m and sums != expect[:m]:
+                ok, corrupt = first_mismatch(sums, expect[:m]) // npr, True
+        t2 = time.perf_counter()
+        with self._lock:
+            self.stats.t_read += t1 - t0
+            self.stats.t_h2d += t2 - t1
+            self.stats.bytes_loaded += sum(lens[: ok * npr])
+            self.stats.viewed_pieces += ok * npr
             if corrupt:
                 self.stats.corrupt_misses += 1
         return a + ok

@@ -19,6 +19,7 @@ loop per piece); torch is never imported.
 from __future__ import annotations
 
 import os
+import threading
 from array import array
 from ctypes import POINTER, Structure, byref, c_char, c_int, c_size_t, c_uint, c_uint64, c_void_p
 from typing import Any, List, Optional, Sequence, Tuple
@@ -50,6 +51,8 @@ _PROTOS = {
     "kvf_gpu_copy_blocks_sum": (_lib.status_t, [c_void_p, POINTER(GpuMem), POINTER(GpuMem),
                                                 c_void_p, c_size_t, c_uint, c_void_p, c_void_p,
                                                 c_int]),
+    "kvf_gpu_host_register": (_lib.status_t, [c_void_p, c_size_t]),
+    "kvf_gpu_host_unregister": (None, [c_void_p]),
 }
 #: kvf_gpu_copy_blocks_sum flags: checksums by the copying kernel, or by
 #: a pass over the GPU side after the tuned copy (0: per direction, the
@@ -211,6 +214,64 @@ class BlockTable:
         return array("Q", [start + s * cb + w for s in slots for w in self.within])
 
 
+class HostMappings:
+    """Host mappings registered with the GPU driver (cudaHostRegister), so
+    kernels and copy engines read them in place as pinned memory: the
+    mappings of nodes' pools that store views lie in (kvferry.Store's
+    view_get). Each is registered once, the first time a view of it is
+    used, and unregistered just before the store unmaps it (the store's
+    unmap hook), or at :meth:`close`. Registering pins the pages: about a
+    second per few GiB, once per mapping."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict = {}  # base -> length
+        self.failed = False    # a registration failed: callers copy instead
+
+    def ensure(self, base: int, length: int) -> bool:
+        """True when [base, base + length) is registered (now or before)."""
+        with self._lock:
+            if self._held.get(base) == length:
+                return True
+            if self.failed:
+                return False
+        if _dll().kvf_gpu_host_register(base, length) != OK:
+            self.failed = True
+            return False
+        with self._lock:
+            self._held[base] = length
+        return True
+
+    def forget(self, base: int, length: int) -> None:
+        """The store is about to unmap base: unregister it (hook-safe:
+        no store call)."""
+        with self._lock:
+            held = self._held.pop(base, None)
+        if held is not None:
+            _dll().kvf_gpu_host_unregister(base)
+
+    def close(self) -> None:
+        with self._lock:
+            bases, self._held = list(self._held), {}
+        for b in bases:
+            _dll().kvf_gpu_host_unregister(b)
+
+
+_mappings: Optional[HostMappings] = None
+_mappings_lock = threading.Lock()
+
+
+def host_mappings(store: Any) -> HostMappings:
+    """The process's registry of view mappings, hooked to the store's
+    unmap notice on first use."""
+    global _mappings
+    with _mappings_lock:
+        if _mappings is None:
+            _mappings = HostMappings()
+            store.view_unmap_hook(_mappings.forget)
+        return _mappings
+
+
 class GpuMover:
     """A GPU copier (kvf_gpu_copier_t) moving batches of pieces with the
     checksumming kernel. Used by one thread at a time."""
@@ -285,4 +346,4 @@ def first_mismatch(sums, expect) -> int:
 
 __all__ = ["PinnedBuffer", "BlockTable", "GpuMover", "GpuMem", "gpu_count", "first_mismatch",
            "has_fused_checksums", "SUM_FUSED", "SUM_AFTER", "SUM_ENGINES",
-           "sum_mode_flags", "ERR_OUT_OF_BOUNDS", "MEM_HOST"]
+           "sum_mode_flags", "HostMappings", "host_mappings", "ERR_OUT_OF_BOUNDS", "MEM_HOST"]

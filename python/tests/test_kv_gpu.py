@@ -142,7 +142,10 @@ def test_local_layer_by_layer():
         assert a.stats.corrupt_misses == 1 and a.lookup(t) == 16
 
 
-def test_store_staged(store):
+def _store_round_trip(store, views):
+    """Save through the stage, load through the stage (views False) or
+    from the node's pool in place (views True), then the corruption and
+    layer-group cases."""
     lay = layout()
     src, dst = cache(lay), cache(lay, zero=True)
     t = tokens(16 * 5, seed=5)
@@ -150,7 +153,10 @@ def test_store_staged(store):
     with KVCache(store, lay, src, namespace=name, gpu_stage=True) as a, \
             KVCache(store, lay, dst, namespace=name, gpu_stage=True, stage_bytes=2 * 4 * 2 * 4096) as b:
         assert a._stage is not None and b._stage_chunks == 2
+        b._views = views
         assert a.save(t, [1, 2, 3, 4, 5]) == 5
+        if views:
+            assert b.warm(t) >= 1
         assert b.load(t, [10, 11, 12, 13, 14]) == 80
         torch.cuda.synchronize()
         for layer in range(lay.num_layers):
@@ -182,6 +188,17 @@ def test_store_staged(store):
         assert b.load_planned(plan, [3]) == 32
         torch.cuda.synchronize()
         assert torch.equal(dst[3][:, 11], src[3][:, 2]) and not dst[3][:, 12].any()
+        assert (b.stats.viewed_pieces > 0) == views
+
+
+def test_store_staged(store):
+    _store_round_trip(store, views=False)
+
+
+def test_store_viewed(store):
+    """Loads that read the node's pool in place (store views registered
+    with the GPU): same bytes, same verification."""
+    _store_round_trip(store, views=True)
 
 
 if __name__ == "__main__":

@@ -387,13 +387,19 @@ class GpuRemoteTier(RemoteTier):
     def save(self, tokens, cache, have):
         n = min(len(tokens) // CHUNK, self.blocks)
         _from_cache(cache, self.bufs, have, n * CHUNK)
-        return self.kv.save(tokens[: n * CHUNK], list(range(n)))
+        saved = self.kv.save(tokens[: n * CHUNK], list(range(n)))
+        if self.transport == "shm":
+            self.kv.warm(tokens[: n * CHUNK])  # the node's pool registered once, not in a TTFT
+        return saved
 
     def describe(self):
         d = super().describe()
-        d.update({"path": "KVCache over GPU buffers, gpu_stage: store reads into pinned "
-                          "staging, GPU scatter kernel with fused checksums",
-                  "corrupt_misses": self.kv.stats.corrupt_misses})
+        viewed = self.kv.stats.viewed_pieces
+        d.update({"path": "KVCache over GPU buffers: %s, GPU verifying copy (checksum mode %s)"
+                          % ("the node's pool read in place (store views)" if viewed else
+                             "store reads into pinned staging",
+                             os.environ.get("KVF_GPU_SUM", "auto")),
+                  "viewed_pieces": viewed, "corrupt_misses": self.kv.stats.corrupt_misses})
         return d
 
 
