@@ -394,6 +394,7 @@ class KVCache:
         self._man_buf = bytearray(self._man_len * BATCH_MAX)
         self._man_region = store.register(self._man_buf)
         self._stage = self._mover = self._table = None
+        self._views = False
         if self._gpu and gpu_stage is not False:
             try:
                 self._stage_init(stage_bytes, required=bool(gpu_stage))
