@@ -281,10 +281,32 @@ class Peer:
         p = self._handle()
         if not isinstance(ops, (list, tuple)):
             ops = list(ops)
+        pack = _lib.pyops()
+        if pack is not None:
+            packed = self._ops_array_c(pack, typ, p, ops)
+            if packed is not None:
+                return packed
         fast = self._ops_array_fast(typ, p, ops)
         if fast is not None:
             return fast
         return self._ops_array_slow(typ, p, ops)
+
+    def _ops_array_c(self, pack: Any, typ: int, p: int,
+                     ops: Sequence[OpTuple]) -> Optional[Tuple[array, int, int]]:
+        """The op array built by libkvferry_pyops.so in one call, into a
+        reused array of this thread (kvf_batch_submit copies the
+        operations); None when it declines (the Python paths then build
+        it, or raise)."""
+        tls = self._tls
+        out = getattr(tls, "words", None)
+        if out is None or len(out) < 5 * len(ops):
+            out = array("Q", bytes(40 * max(len(ops), 1024)))
+            tls.words, tls.total = out, c_uint64()
+            tls.out_addr, tls.total_ref = out.buffer_info()[0], byref(tls.total)
+        n = pack(ops, Region, typ, p, tls.out_addr, len(out) // 5, tls.total_ref)
+        if n < 0:
+            return None
+        return out, n, tls.total.value
 
     @staticmethod
     def _ops_array_fast(typ: int, p: int, ops: Sequence[OpTuple]) -> Optional[Tuple[array, int, int]]:
