@@ -12,7 +12,10 @@ the same process, interleaved round by round on the same engine and peer:
   it is loaded, and then also a fourth way, "list, in Python", with the
   package's pure-Python conversion);
 - Python arrays: ``peer.read_blocks(region, offsets, addrs, 8192).result()``
-  with numpy arrays (array.array without numpy).
+  with numpy arrays (array.array without numpy);
+- Python prebuilt: the C way's prebuilt op array submitted through the
+  Python Batch (submit, result, close): the package's cost per batch
+  without any conversion, what the other Python ways add to.
 
 It prints each way's median and best time, GiB/s, Python as a percentage
 of C (of the medians, and of the best rounds: the figure least moved by
@@ -137,8 +140,15 @@ def blocks(args: argparse.Namespace) -> int:
             b.result(30)
             b.close()
 
+        def run_prebuilt() -> None:
+            b = peer._submit(cops_words, count, total)
+            b.result(30)
+            b.close()
+
         helper = _lib.pyops() is not None
-        ways = [("C API", run_c), ("Python list", run_list), ("Python %s" % arr_kind, run_arrays)]
+        cops_words = array("Q", bytes(cops))  # the same operations, as _submit takes them
+        ways = [("C API", run_c), ("Python list", run_list), ("Python %s" % arr_kind, run_arrays),
+                ("Python prebuilt", run_prebuilt)]
         if helper:
             ways.append(("list, in Python", run_list_python))
         times: dict = {name: [] for name, _ in ways}
