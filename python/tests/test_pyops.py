@@ -213,3 +213,16 @@ def test_helper_not_linked_against_libpython():
     with open(_lib.pyops_path(), "rb") as f:
         data = f.read()
     assert b"libpython" not in data
+
+
+def test_overhead_bench_runs(capsys):
+    """python -m kvferry.bench blocks, tiny: every way runs and is reported."""
+    from kvferry import bench
+
+    assert bench.main(["blocks", "--count", "64", "--rounds", "2", "--calls", "100",
+                       "--pool", "16M", "--local-pool", "4M", "--transport", "tcp"]) == 0
+    out = capsys.readouterr().out
+    for way in ("C API", "Python list", "Python prebuilt", "op array build"):
+        assert way in out, out
+    if _lib.pyops() is not None:
+        assert "list, in Python" in out
