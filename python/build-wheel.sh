@@ -8,6 +8,12 @@
 # glibc >= 2.34 Linux, no compiler where it is installed. Tools go into
 # build-py/wheel-venv; the wheel into build-py/dist/ (or $1).
 #
+# Built without the ucx transport: a UCX copied into the wheel loads its
+# transport modules (ib, rdmacm, cma) from the system's UCX, which link
+# the system's libucs, and two libucs in one process abort at start; a
+# UCX without those modules adds nothing to kvferry's own tcp and shm.
+# `pip install ./python` on the machine itself keeps the system's UCX.
+#
 #   python/build-wheel.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +27,8 @@ raw=$(mktemp -d /tmp/kvf_wheel.XXXXXX)
 trap 'rm -rf "$raw"' EXIT
 "$venv/bin/python" -m pip -q --disable-pip-version-check wheel \
   --no-build-isolation --no-deps -w "$raw" \
-  -C build-dir="$root/build-py/wheel" ./python
+  -C build-dir="$root/build-py/wheel-portable" \
+  -C cmake.define.KVF_UCX=OFF ./python
 mkdir -p "$out"
 PATH=$venv/bin:$PATH "$venv/bin/auditwheel" repair \
   --plat manylinux_2_34_x86_64 -w "$out" "$raw"/kvferry-*.whl

@@ -27,7 +27,8 @@ done
 # (JSON), xxHash (checksums), hiredis (bench store's Redis client),
 # libmicrohttpd (the master's HTTP endpoint); clang-14 + its runtime
 # (libFuzzer targets); tests: python3 + jsonschema (record checks),
-# python3-venv (python/run-tests.sh's virtual environment),
+# python3-venv (python/run-tests.sh's virtual environment), python3-dev
+# (CPython's headers: the package's compiled op-list converter),
 # iproute2 + nftables (network fault drills), curl (scripts/hosts.sh and
 # its test read the master's HTTP endpoint), redis (bench store
 # --vs-redis; redis-py: test_resp), pciutils (bench env's PCIe table),
@@ -38,7 +39,7 @@ pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev
       libjansson-dev libxxhash-dev libhiredis-dev libmicrohttpd-dev libssl-dev
       libcurl4-openssl-dev etcd-server etcd-client
       clang-14 libclang-rt-14-dev
-      python3 python3-pip python3-venv python3-jsonschema python3-redis
+      python3 python3-pip python3-venv python3-dev python3-jsonschema python3-redis
       iproute2 nftables curl
       redis-server redis-tools pciutils libucx-dev ucx-utils)
 [ "$browser" -eq 1 ] && pkgs+=(chromium)

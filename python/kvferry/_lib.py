@@ -5,12 +5,19 @@ next to this file), then at the path in the ``KVFERRY_LIB`` environment
 variable. ctypes' CDLL releases the GIL around every foreign call, so a
 blocking C call (a wait, a store round trip) lets other Python threads
 run.
+
+``libkvferry_pyops.so`` (python/ext/pyops.c), found the same way (or
+next to ``$KVFERRY_LIB``), converts lists of operations in one call; it
+is loaded with ctypes.PyDLL, which keeps the GIL. Without it (a source
+tree without the build, a free-threaded CPython, ``KVFERRY_PYOPS=0``)
+the package converts them in Python, with the same results.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sysconfig
 from ctypes import (
     POINTER,
     Structure,
@@ -23,7 +30,7 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
-from typing import Optional
+from typing import Any, Optional
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -243,7 +250,21 @@ def _is_console_script(path: str) -> bool:
         return False
 
 
+def pyops_path() -> Optional[str]:
+    """Path of libkvferry_pyops.so (bundled, else next to $KVFERRY_LIB), or None."""
+    dirs = [_HERE]
+    env = os.environ.get("KVFERRY_LIB")
+    if env:
+        dirs.append(os.path.dirname(os.path.abspath(env)))
+    for d in dirs:
+        path = os.path.join(d, "libkvferry_pyops.so")
+        if os.path.exists(path):
+            return path
+    return None
+
+
 _lib: Optional[ctypes.CDLL] = None
+_pyops: Any = None  # the converter, False once found absent
 
 
 def lib() -> ctypes.CDLL:
@@ -257,3 +278,28 @@ def lib() -> ctypes.CDLL:
             fn.argtypes = args
         _lib = dll
     return _lib
+
+
+def pyops() -> Any:
+    """kvf_pyops_pack of libkvferry_pyops.so, or None when absent or off.
+
+    kvf_pyops_pack(ops, Region, type, peer, out, cap, byref(total))
+    fills out with the kvf_op_t words of the list ops and returns their
+    count, or -1 when the Python path must convert them (see pyops.c).
+    Off where its stable-ABI build cannot run: a free-threaded CPython.
+    """
+    global _pyops
+    if _pyops is None:
+        _pyops = False
+        path = pyops_path()
+        off = os.environ.get("KVFERRY_PYOPS", "1") == "0"
+        if path is not None and not off and not sysconfig.get_config_var("Py_GIL_DISABLED"):
+            try:  # an interpreter without CPython's ABI (PyPy) cannot load it
+                fn = ctypes.PyDLL(path).kvf_pyops_pack
+            except (OSError, AttributeError):
+                return None
+            fn.restype = ctypes.c_ssize_t
+            fn.argtypes = [ctypes.py_object, ctypes.py_object, c_uint, c_uint64,
+                           c_void_p, ctypes.c_ssize_t, POINTER(c_uint64)]
+            _pyops = fn
+    return _pyops or None

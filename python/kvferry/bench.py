@@ -8,9 +8,14 @@ the same process, interleaved round by round on the same engine and peer:
   kvf_batch_destroy called directly (the C API's cost plus three ctypes
   calls);
 - Python list: ``peer.read([(region, off), remote, length] ...)).result()``,
-  the op array built from a list of tuples;
+  the op array built from a list of tuples (by libkvferry_pyops.so where
+  it is loaded, and then also a fourth way, "list, in Python", with the
+  package's pure-Python conversion);
 - Python arrays: ``peer.read_blocks(region, offsets, addrs, 8192).result()``
-  with numpy arrays (array.array without numpy).
+  with numpy arrays (array.array without numpy);
+- Python prebuilt: the C way's prebuilt op array submitted through the
+  Python Batch (submit, result, close): the package's cost per batch
+  without any conversion, what the other Python ways add to.
 
 It prints each way's median and best time, GiB/s, Python as a percentage
 of C (of the medians, and of the best rounds: the figure least moved by
@@ -68,6 +73,14 @@ def ctypes_overhead(n: int = 200000) -> dict:
     }
 
 
+def _build_cpu(fn: Callable[[], object], rounds: int) -> float:
+    """Seconds of this thread's CPU time per call of fn."""
+    t0 = time.thread_time()
+    for _ in range(rounds):
+        fn()
+    return (time.thread_time() - t0) / rounds
+
+
 def blocks(args: argparse.Namespace) -> int:
     block, count = _size(args.block), args.count
     total = block * count
@@ -115,12 +128,29 @@ def blocks(args: argparse.Namespace) -> int:
             b.result(30)
             b.close()
 
+        def run_list_python() -> None:
+            saved, _lib._pyops = _lib._pyops, False  # the pure-Python conversion
+            try:
+                run_list()
+            finally:
+                _lib._pyops = saved
+
         def run_arrays() -> None:
             b = peer.read_blocks(local, lo_a, ra_a, block)
             b.result(30)
             b.close()
 
-        ways = [("C API", run_c), ("Python list", run_list), ("Python %s" % arr_kind, run_arrays)]
+        def run_prebuilt() -> None:
+            b = peer._submit(cops_words, count, total)
+            b.result(30)
+            b.close()
+
+        helper = _lib.pyops() is not None
+        cops_words = array("Q", bytes(cops))  # the same operations, as _submit takes them
+        ways = [("C API", run_c), ("Python list", run_list), ("Python %s" % arr_kind, run_arrays),
+                ("Python prebuilt", run_prebuilt)]
+        if helper:
+            ways.append(("list, in Python", run_list_python))
         times: dict = {name: [] for name, _ in ways}
         for name, fn in ways:  # warm-up
             fn()
@@ -133,26 +163,33 @@ def blocks(args: argparse.Namespace) -> int:
         # Python-side build cost alone (no submit): what the ratio pays
         # for, in this thread's CPU time (other load on the machine moves
         # it less than wall time)
-        t0 = time.thread_time()
-        for _ in range(args.rounds):
-            peer._ops_array(_lib.OP_READ, ops_list)
-        build_list = (time.thread_time() - t0) / args.rounds
-        t0 = time.thread_time()
-        for _ in range(args.rounds):
-            peer._blocks_array(_lib.OP_READ, local, lo_a, ra_a, block)
-        build_arr = (time.thread_time() - t0) / args.rounds
+        build_list = _build_cpu(lambda: peer._ops_array(_lib.OP_READ, ops_list), args.rounds)
+        build_py = None
+        if helper:
+            saved, _lib._pyops = _lib._pyops, False
+            try:
+                build_py = _build_cpu(lambda: peer._ops_array(_lib.OP_READ, ops_list), args.rounds)
+            finally:
+                _lib._pyops = saved
+        build_arr = _build_cpu(lambda: peer._blocks_array(_lib.OP_READ, local, lo_a, ra_a, block),
+                               args.rounds)
         print("kvferry bench blocks (python): %d x %s random blocks (%s) via %s, %d rounds"
               % (count, args.block, _fmt(total), peer.transport, args.rounds))
-        print("  %-14s %9s  %11s  %9s    %9s  %9s" % ("", "median", "", "% of C", "best", "% of C"))
+        print("  Python %s, op-list converter: %s"
+              % (sys.version.split()[0], _lib.pyops_path() if helper else "none (pure Python)"))
+        print("  %-15s %9s  %11s  %9s    %9s  %9s" % ("", "median", "", "% of C", "best", "% of C"))
         c_med, c_min = statistics.median(times["C API"]), min(times["C API"])
         for name in times:
             med, best = statistics.median(times[name]), min(times[name])
-            print("  %-14s %9.3f ms  %6.2f GiB/s  %6.1f %%    %6.3f ms  %6.1f %%"
+            print("  %-15s %9.3f ms  %6.2f GiB/s  %6.1f %%    %6.3f ms  %6.1f %%"
                   % (name, med * 1e3, total / med / (1 << 30), 100.0 * c_med / med,
                      best * 1e3, 100.0 * c_min / best))
         print("  op array build (CPU): list %.3f ms (%.0f ns/op), %s %.3f ms (%.0f ns/op)"
               % (build_list * 1e3, build_list * 1e9 / count, arr_kind, build_arr * 1e3,
                  build_arr * 1e9 / count))
+        if build_py is not None:
+            print("  op array build (CPU): list, in Python %.3f ms (%.0f ns/op)"
+                  % (build_py * 1e3, build_py * 1e9 / count))
         print("ctypes per-call cost (ns):")
         for k, v in ctypes_overhead(args.calls).items():
             print("  %-38s %7.0f" % (k, v))

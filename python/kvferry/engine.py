@@ -281,10 +281,32 @@ class Peer:
         p = self._handle()
         if not isinstance(ops, (list, tuple)):
             ops = list(ops)
+        pack = _lib.pyops()
+        if pack is not None:
+            packed = self._ops_array_c(pack, typ, p, ops)
+            if packed is not None:
+                return packed
         fast = self._ops_array_fast(typ, p, ops)
         if fast is not None:
             return fast
         return self._ops_array_slow(typ, p, ops)
+
+    def _ops_array_c(self, pack: Any, typ: int, p: int,
+                     ops: Sequence[OpTuple]) -> Optional[Tuple[array, int, int]]:
+        """The op array built by libkvferry_pyops.so in one call, into a
+        reused array of this thread (kvf_batch_submit copies the
+        operations); None when it declines (the Python paths then build
+        it, or raise)."""
+        tls = self._tls
+        out = getattr(tls, "words", None)
+        if out is None or len(out) < 5 * len(ops):
+            out = array("Q", bytes(40 * max(len(ops), 1024)))
+            tls.words, tls.total = out, c_uint64()
+            tls.out_addr, tls.total_ref = out.buffer_info()[0], byref(tls.total)
+        n = pack(ops, Region, typ, p, tls.out_addr, len(out) // 5, tls.total_ref)
+        if n < 0:
+            return None
+        return out, n, tls.total.value
 
     @staticmethod
     def _ops_array_fast(typ: int, p: int, ops: Sequence[OpTuple]) -> Optional[Tuple[array, int, int]]:
@@ -331,34 +353,63 @@ class Peer:
         return arr, n, total
 
     def _ops_array_slow(self, typ: int, p: int, ops: Sequence[OpTuple]) -> Tuple[array, int, int]:
+        """The op array built operation by operation: any mix of local
+        forms, and the error that names the first bad operation."""
         vals: List[int] = []
         ext = vals.extend
-        total = 0
-        for op in ops:
+        for i, op in enumerate(ops):
             try:
                 local, remote, length = op
             except (TypeError, ValueError):
-                raise invalid("op", "an operation is (local, remote_addr, length), got %r" % (op,)) from None
+                raise invalid("op", "operation %d is not (local, remote_addr, length): %r"
+                              % (i, op)) from None
             if type(local) is int:
                 addr = local
             else:
-                try:
-                    region, off = local
-                    addr, _ = region.span(off, length)
-                except (TypeError, ValueError, AttributeError):
-                    raise invalid("op", "local must be an address or (region, offset), got %r" % (local,),
-                                  BufferTypeError) from None
-                if typ == _lib.OP_READ and region.readonly:
-                    raise invalid("op", "read into a read-only buffer (%r)" % (region,))
+                addr = self._local_addr(typ, i, local, length)
             ext((typ, addr, p, remote, length))
-            total += length
         if not vals:
             raise invalid("op", "empty batch")
         try:
             arr = array("Q", vals)
-        except OverflowError:
-            raise invalid("op", "negative or too large address or length") from None
-        return arr, len(vals) // 5, total
+        except (TypeError, OverflowError):
+            raise self._bad_words(ops) from None
+        return arr, len(vals) // 5, sum(arr[4::5])
+
+    @staticmethod
+    def _local_addr(typ: int, i: int, local: Any, length: Any) -> int:
+        """The address of a (region, offset) local, checked against the region."""
+        try:
+            region, off = local
+            span = region.span
+        except (TypeError, ValueError, AttributeError):
+            raise invalid("op", "operation %d: local must be an address or (region, offset), got %r"
+                          % (i, local), BufferTypeError) from None
+        try:
+            addr, _ = span(operator.index(off), operator.index(length))
+        except TypeError:
+            raise invalid("op", "operation %d: offset and length must be ints, got %r, %r"
+                          % (i, off, length), BufferTypeError) from None
+        if typ == _lib.OP_READ and region.readonly:
+            raise invalid("op", "read into a read-only buffer (%r)" % (region,))
+        return addr
+
+    @staticmethod
+    def _bad_words(ops: Sequence[OpTuple]) -> Exception:
+        """The error for the first operation whose address, remote address
+        or length is not an int in [0, 2**64)."""
+        for i, (local, remote, length) in enumerate(ops):
+            for name, v in (("address", local), ("remote address", remote), ("length", length)):
+                if type(local) is not int and name == "address":
+                    continue
+                try:
+                    array("Q", [v])
+                except TypeError:
+                    return invalid("op", "operation %d: %s must be an int, got %r" % (i, name, v),
+                                   BufferTypeError)
+                except OverflowError:
+                    return invalid("op", "operation %d: %s %d outside [0, 2**64)" % (i, name, v))
+        return invalid("op", "an address or length is not an int in [0, 2**64)")
 
     def _blocks_array(self, typ: int, region: "Region", local_offsets: Any,
                       remote_addrs: Any, length: Any) -> Tuple[Any, int, int]:

@@ -1,0 +1,228 @@
+"""The compiled op-list converter (libkvferry_pyops.so) against the
+Python path: the same operations for every input the package accepts,
+the same exception (class, status, message) for every bad one, and the
+helper bundled and loaded where the package is installed from a wheel."""
+
+import collections
+import os
+import random
+import sysconfig
+
+import pytest
+
+import kvferry
+from kvferry import _lib
+
+BLK = 8192
+READ, WRITE = _lib.OP_READ, _lib.OP_WRITE
+
+OpT = collections.namedtuple("OpT", "local remote length")
+
+needs_helper = pytest.mark.skipif(_lib.pyops() is None,
+                                  reason="libkvferry_pyops.so not built or not loadable here")
+
+
+def bundled() -> bool:
+    """True when the package is an installed wheel (the library inside it)."""
+    return os.path.exists(os.path.join(os.path.dirname(_lib.__file__), "libkvferry.so"))
+
+
+def outcome(peer, typ, ops):
+    """What _ops_array makes of ops: the words, count and total, or the error."""
+    try:
+        arr, n, total = peer._ops_array(typ, ops)
+    except Exception as e:  # every kind is compared, not only ours
+        return ("error", type(e), str(e), getattr(e, "code", None))
+    return ("ok", list(arr[: 5 * n]), n, total)
+
+
+def both(peer, typ, ops, monkeypatch):
+    """(with the helper, without it) for one input."""
+    with_c = outcome(peer, typ, ops)
+    with monkeypatch.context() as m:
+        m.setattr(_lib, "_pyops", False)
+        assert _lib.pyops() is None
+        without = outcome(peer, typ, ops)
+    return with_c, without
+
+
+@pytest.fixture()
+def setup(engine, target):
+    p = engine.open(target.segment)
+    r = engine.alloc(64 * BLK)
+    r2 = engine.register(bytearray(16 * BLK))
+    ro = engine.register(b"read only bytes")
+    shut = engine.register(bytearray(BLK))
+    shut.deregister()
+    yield p, r, r2, ro, shut, target.pool_addr
+    for x in (r, r2, ro):
+        x.deregister()
+    p.close()
+
+
+def valid_inputs(r, r2, ro, base):
+    """(name, ops, the helper converts it itself)."""
+    n = 64
+    rnd = random.Random(3)
+    offs = [i * BLK for i in rnd.sample(range(n), n)]
+    lens = [rnd.randrange(0, BLK + 1) for _ in range(n)]
+    return [
+        ("int locals", [(r.addr + o, base + o, BLK) for o in offs], True),
+        ("region locals", [((r, o), base + 2 * o, BLK) for o in offs], True),
+        ("lengths vary", [((r, o), base + o, ln) for o, ln in zip(offs, lens)], True),
+        ("mixed locals", [((r, o), base, BLK) if i % 2 else (r.addr + o, base, BLK)
+                          for i, o in enumerate(offs)], True),
+        ("two regions", [((r2 if i % 3 else r, (i % 16) * BLK), base, BLK)
+                         for i in range(n)], True),
+        ("tuple of ops", tuple((r.addr + o, base + o, BLK) for o in offs), True),
+        ("namedtuples", [OpT((r, o), base + o, BLK) for o in offs], True),
+        ("one op", [((r, 0), base, 1)], True),
+        ("zero length", [((r, r.nbytes), base, 0)], True),
+        ("largest ints", [(2**64 - 1, 2**64 - 1, 2**64 - 1)], True),
+        ("bool remote", [((r, 0), True, 8)], True),
+        ("fills region", [((r, 0), base, r.nbytes)], True),
+        ("generator", (((r, o), base + o, BLK) for o in offs[:4]), True),
+        ("ops as lists", [[(r, o), base + o, BLK] for o in offs], False),
+        ("bool local", [(True, base, 8), (0, base, 8)], False),
+        ("total past 2**64", [(1, 2, 2**64 - 1), (1, 2, 2**64 - 1)], False),
+        ("write from bytes", [((ro, 0), base, 4)], True),  # WRITE only
+    ]
+
+
+def bad_inputs(r, ro, shut, base):
+    good = ((r, 0), base, 8)
+    return [
+        ("empty", []),
+        ("two items", [(1, 2)]),
+        ("four items", [(1, 2, 3, 4)]),
+        ("not a tuple", [5]),
+        ("None op", [None]),
+        ("float local", [(1.5, 2, 3)]),
+        ("str local", [("1", 2, 3)]),
+        ("float remote", [(1, 2.0, 3)]),
+        ("str length", [(1, 2, "3")]),
+        ("None length", [((r, 0), base, None)]),
+        ("negative local", [(-1, 2, 3)]),
+        ("negative remote", [(1, -2, 3)]),
+        ("negative length", [(1, 2, -3)]),
+        ("local over 2**64", [(2**64, 2, 3)]),
+        ("remote over 2**64", [(1, 2**64, 3)]),
+        ("length over 2**64", [(1, 2, 2**64)]),
+        ("negative offset", [((r, -1), base, 8)]),
+        ("offset over 2**64", [((r, 2**64), base, 8)]),
+        ("past the region", [((r, 0), base, r.nbytes + 1)]),
+        ("past the end", [((r, r.nbytes - 4), base, 8)]),
+        ("negative region length", [((r, 0), base, -1)]),
+        ("float offset", [((r, 0.5), base, 8)]),
+        ("short local", [((r,), base, 8)]),
+        ("long local", [((r, 0, 1), base, 8)]),
+        ("not a region", [(("x", 0), base, 8)]),
+        ("closed region", [((shut, 0), base, 8)]),
+        ("read into bytes", [((ro, 0), base, 4)]),
+        ("bool local among regions", [good, (True, base, 8)]),
+        ("last op bad", [good] * 100 + [((r, 0), -1, 8)]),
+        ("middle op bad", [good] * 50 + [(1, 2)] + [good] * 50),
+    ]
+
+
+@pytest.mark.parametrize("typ", [READ, WRITE])
+def test_same_ops_as_python(setup, typ, monkeypatch):
+    p, r, r2, ro, shut, base = setup
+    pack = _lib.pyops()
+    for name, ops, converts in valid_inputs(r, r2, ro, base):
+        if name == "write from bytes" and typ == READ:
+            continue
+        if not isinstance(ops, (list, tuple)):
+            ops = list(ops)
+        with_c, without = both(p, typ, ops, monkeypatch)
+        assert with_c[0] == "ok", (name, with_c)
+        assert with_c == without, name
+        if pack is not None:
+            took = p._ops_array_c(pack, typ, p._h, ops) is not None
+            assert took == converts, name
+
+
+@pytest.mark.parametrize("typ", [READ, WRITE])
+def test_same_errors_as_python(setup, typ, monkeypatch):
+    p, r, r2, ro, shut, base = setup
+    for name, ops in bad_inputs(r, ro, shut, base):
+        with_c, without = both(p, typ, ops, monkeypatch)
+        if name == "read into bytes" and typ == WRITE:
+            assert with_c[0] == "ok"
+            continue
+        assert with_c[0] == "error", (name, with_c)
+        assert with_c == without, name
+        # every argument error is the package's, with its status
+        assert issubclass(with_c[1], kvferry.KvferryError), (name, with_c)
+
+
+def test_clear_messages(setup):
+    p, r, r2, ro, shut, base = setup
+    cases = [
+        ([(1, 2)], kvferry.InvalidParamError, "operation 0 is not (local, remote_addr, length)"),
+        ([(1, 2.0, 3)], kvferry.BufferTypeError, "operation 0: remote address must be an int"),
+        ([(1, 2, 3)] * 3 + [(1, 2, -3)], kvferry.InvalidParamError,
+         "operation 3: length -3 outside [0, 2**64)"),
+        ([((r, 0), 2, "8")], kvferry.BufferTypeError, "operation 0: offset and length must be ints"),
+        ([(("x", 0), 2, 8)], kvferry.BufferTypeError, "operation 0: local must be an address"),
+        ([((r, 0.5), 2, 8)], kvferry.BufferTypeError, "operation 0: offset and length must be ints"),
+        ([((r, 0), 2, r.nbytes + 1)], kvferry.NotRegisteredError, "outside a region"),
+    ]
+    for ops, cls, text in cases:
+        with pytest.raises(cls) as ei:
+            p.read(ops)
+        assert text in str(ei.value), str(ei.value)
+        assert ei.value.code < 0
+
+
+def test_batches_in_flight_keep_their_ops(setup, target, monkeypatch):
+    """The helper's output array is reused: a batch must not see the next one's ops."""
+    p, r, r2, ro, shut, base = setup
+    n = 32
+    rnd = random.Random(5)
+    remote = [base + BLK * i for i in rnd.sample(range(target.pool_len // BLK), 2 * n)]
+    b1 = p.read([((r, i * BLK), remote[i], BLK) for i in range(n)])
+    b2 = p.read([((r, (n + i) * BLK), remote[n + i], BLK) for i in range(n)])
+    assert b1.result(10) == b2.result(10) == n * BLK
+    b1.close()
+    b2.close()
+    got = bytes(r.memoryview()[: 2 * n * BLK])
+    check = kvferry.Engine()
+    try:
+        c = check.alloc(2 * n * BLK)
+        with monkeypatch.context() as m:
+            m.setattr(_lib, "_pyops", False)  # the Python path reads the same blocks
+            check.open(target.segment).read(
+                [((c, i * BLK), remote[i], BLK) for i in range(2 * n)]).result(10)
+        assert bytes(c.memoryview()) == got
+    finally:
+        check.close()
+
+
+@pytest.mark.skipif(not bundled(), reason="package not installed from a wheel")
+def test_wheel_bundles_the_helper():
+    if os.environ.get("KVFERRY_PYOPS") == "0" or sysconfig.get_config_var("Py_GIL_DISABLED"):
+        pytest.skip("helper switched off here")
+    path = _lib.pyops_path()
+    assert path == os.path.join(os.path.dirname(_lib.__file__), "libkvferry_pyops.so")
+    assert _lib.pyops() is not None
+
+
+@needs_helper
+def test_helper_not_linked_against_libpython():
+    with open(_lib.pyops_path(), "rb") as f:
+        data = f.read()
+    assert b"libpython" not in data
+
+
+def test_overhead_bench_runs(capsys):
+    """python -m kvferry.bench blocks, tiny: every way runs and is reported."""
+    from kvferry import bench
+
+    assert bench.main(["blocks", "--count", "64", "--rounds", "2", "--calls", "100",
+                       "--pool", "16M", "--local-pool", "4M", "--transport", "tcp"]) == 0
+    out = capsys.readouterr().out
+    for way in ("C API", "Python list", "Python prebuilt", "op array build"):
+        assert way in out, out
+    if _lib.pyops() is not None:
+        assert "list, in Python" in out
