@@ -936,6 +936,7 @@ kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
     kvf_status_t st;
     uint64_t id, epoch;
     size_t i, j, n;
+    int dropped;
     kvf_wr_t w;
     kvf_rd_t r;
 
@@ -967,10 +968,10 @@ kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
         for (j = 0; j < ep->nmaps; j++) {
             if (ep->maps[j].id == id && !ep->maps[j].dead) {
                 ep->maps[j].dead = 1;
+                dropped = kvf_shm_map_drop(ep, j);
                 kvf_debug("shm: target released allocation %lu, %s",
                           (unsigned long)id,
-                          kvf_shm_map_drop(ep, j) ? "unmapped"
-                                                  : "kept for its views");
+                          dropped ? "unmapped" : "kept for its views");
                 break;
             }
         }
