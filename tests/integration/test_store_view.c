@@ -15,7 +15,11 @@
  *   release says so (KVF_ERR_CONN_RESET), the mapping stays readable
  *   until then and is unmapped (the unmap hook told) after; with the
  *   views released, a stop does not wait;
- * - views held past their lease: the release says KVF_ERR_TIMEOUT.
+ * - views held past their lease: the release says KVF_ERR_TIMEOUT;
+ * - the shm view lease under the store, two engines of this process:
+ *   a deregistration waits for a held view (lease_break_ms), then breaks
+ *   it; a range deregistered is never granted again; with the view
+ *   closed a deregistration does not wait.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,8 +28,10 @@
 #include <cmocka.h>
 
 #include "test_store_harness.h"
+#include "engine/view.h"
 #include "core/time.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -328,6 +334,111 @@ static void test_view_expired(void **state)
     free(tmp);
 }
 
+typedef struct dereg_arg {
+    kvf_engine_h e;
+    kvf_region_h r;
+    kvf_status_t st;
+    uint64_t ms;
+} dereg_arg_t;
+
+static void *dereg_main(void *p)
+{
+    dereg_arg_t *a = p;
+    uint64_t t0 = kvf_time_ms();
+
+    a->st = kvf_engine_dereg(a->e, a->r);
+    a->ms = kvf_time_ms() - t0;
+    return NULL;
+}
+
+/* One view of [remote, remote + len) on peer: its verdict; *vl_p the
+ * lease when the call worked. */
+static kvf_status_t view_one(kvf_peer_h peer, uint64_t remote, uint64_t len,
+                             kvf_tl_view_t *v, kvf_tl_vlease_t **vl_p)
+{
+    uint64_t until = 0;
+    kvf_status_t st;
+
+    *vl_p = NULL;
+    st = kvf_peer_view_open(peer, 1, &remote, &len, v, &until, vl_p);
+    if (st == KVF_OK) {
+        assert_true(until > kvf_time_ms());
+    }
+    return st;
+}
+
+static void test_view_engine_dereg(void **state)
+{
+    kvf_engine_params_t tp = {0}, ip = {0};
+    const size_t pool_len = 4 * MiB;
+    kvf_engine_h te, ie;
+    kvf_tl_vlease_t *vl;
+    kvf_region_h r;
+    kvf_peer_h peer;
+    kvf_tl_view_t v;
+    dereg_arg_t da;
+    pthread_t th;
+    unsigned char *pool;
+    uint64_t at;
+
+    (void)state;
+    setenv("KVF_LEASE_BREAK_MS", "1500", 1);
+    tp.field_mask = KVF_ENGINE_PARAM_LISTEN;
+    tp.listen = "127.0.0.1:0";
+    assert_int_equal(kvf_engine_create(&tp, &te), KVF_OK);
+    unsetenv("KVF_LEASE_BREAK_MS");
+    ip.field_mask = KVF_ENGINE_PARAM_NO_LISTEN;
+    ip.no_listen = 1;
+    assert_int_equal(kvf_engine_create(&ip, &ie), KVF_OK);
+    assert_int_equal(kvf_mem_alloc(pool_len, KVF_MEM_HOST, 0, (void **)&pool),
+                     KVF_OK);
+    kvs_fill(pool, pool_len, 42);
+    assert_int_equal(kvf_engine_reg(te, pool, pool_len, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(ie, kvf_engine_segment_name(te), &peer),
+                     KVF_OK);
+    assert_string_equal(kvf_peer_transport(peer), "shm");
+    at = (uint64_t)(uintptr_t)pool + 4096;
+
+    /* held: the deregistration waits for the lease, then breaks it */
+    assert_int_equal(view_one(peer, at, 8192, &v, &vl), KVF_OK);
+    assert_int_equal(v.status, KVF_OK);
+    assert_ptr_not_equal(v.ptr, pool + 4096); /* a mapping of its own */
+    assert_memory_equal(v.ptr, pool + 4096, 8192);
+    da = (dereg_arg_t){.e = te, .r = r};
+    assert_int_equal(pthread_create(&th, NULL, dereg_main, &da), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(da.st, KVF_OK);
+    assert_true(da.ms >= 1300 && da.ms < 5000);
+    assert_int_equal(kvf_peer_view_close(peer, vl), KVF_ERR_CONN_RESET);
+    /* deregistered: never granted again */
+    assert_int_equal(view_one(peer, at, 8192, &v, &vl), KVF_OK);
+    assert_int_not_equal(v.status, KVF_OK);
+    assert_null(v.ptr);
+    assert_int_equal(kvf_peer_view_close(peer, vl), KVF_OK);
+
+    /* registered again, viewed, closed: a deregistration does not wait */
+    assert_int_equal(kvf_engine_reg(te, pool, pool_len, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(view_one(peer, at, 8192, &v, &vl), KVF_OK);
+    assert_int_equal(v.status, KVF_OK);
+    assert_memory_equal(v.ptr, pool + 4096, 8192);
+    assert_int_equal(kvf_peer_view_close(peer, vl), KVF_OK);
+    da = (dereg_arg_t){.e = te, .r = r};
+    dereg_main(&da);
+    assert_int_equal(da.st, KVF_OK);
+    assert_true(da.ms < 1000);
+    /* bad input to the engine's view calls */
+    assert_int_equal(view_one(NULL, at, 8192, &v, &vl), KVF_ERR_INVALID_PARAM);
+    assert_int_equal(view_one(peer, at, 0, &v, &vl), KVF_ERR_INVALID_PARAM);
+    assert_int_equal(kvf_peer_view_close(peer, NULL), KVF_ERR_INVALID_PARAM);
+
+    kvf_peer_close(peer);
+    kvf_engine_destroy(ie);
+    kvf_engine_destroy(te);
+    kvf_mem_free(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_view_bad_input),
         cmocka_unit_test(test_view_node_stop),
         cmocka_unit_test(test_view_expired),
+        cmocka_unit_test(test_view_engine_dereg),
     };
 
     kvs_bin();
