@@ -7,6 +7,8 @@
  *   each view inside the mapping it names, one mapping per node; missing
  *   keys give KVF_ERR_NO_KEY, bad keys their status; the lease has a
  *   bounded life and its release says it held;
+ * - four threads viewing all keys in a loop on one handle next to two
+ *   getting them: every view byte for byte, every release KVF_OK;
  * - a client whose engine reaches the nodes over tcp gets
  *   KVF_ERR_UNSUPPORTED per key, with size and checksum (copy it);
  * - bad input: NULL arguments, count 0 or too large: clear statuses;
@@ -334,6 +336,92 @@ static void test_view_expired(void **state)
     free(tmp);
 }
 
+/* Threads sharing one handle: views in a loop, each checked byte for
+ * byte, next to threads copying the same keys with gets. */
+typedef struct thr_arg {
+    kvs_client_t *c;
+    const char *const *keys;
+    size_t n;
+    int views; /* 1: view_get loop, 0: get loop */
+    int errors;
+} thr_arg_t;
+
+static void *thr_main(void *p)
+{
+    thr_arg_t *a = p;
+    kvf_store_view_lease_h lease;
+    unsigned char *tmp = malloc(4 * MiB), *buf = malloc(4 * MiB);
+    kvf_store_view_t v[2 * NSIZES];
+    kvf_region_h r = NULL;
+    size_t i, got;
+    int it;
+
+    if (buf == NULL || kvf_engine_reg(kvf_store_engine(a->c->st), buf, 4 * MiB,
+                                      KVF_MEM_HOST, 0, &r) != KVF_OK) {
+        a->errors++;
+    }
+    for (it = 0; it < 40 && tmp != NULL && r != NULL; it++) {
+        if (!a->views) {
+            i = (size_t)it % a->n;
+            kvs_fill(tmp, sizes[i % NSIZES], 100 + i);
+            a->errors += kvf_store_get(a->c->st, a->keys[i], buf, 4 * MiB, &got,
+                                       0) != KVF_OK ||
+                         memcmp(buf, tmp, got) != 0;
+            continue;
+        }
+        if (kvf_store_view_get(a->c->st, a->n, a->keys, v, &lease) != KVF_OK) {
+            a->errors++;
+            continue;
+        }
+        for (i = 0; i < a->n; i++) {
+            kvs_fill(tmp, sizes[i % NSIZES], 100 + i);
+            a->errors +=
+                v[i].status != KVF_OK || memcmp(v[i].ptr, tmp, v[i].len) != 0;
+        }
+        a->errors += kvf_store_view_release(lease) != KVF_OK;
+    }
+    if (r != NULL) {
+        kvf_engine_dereg(kvf_store_engine(a->c->st), r);
+    }
+    free(tmp);
+    free(buf);
+    return NULL;
+}
+
+static void test_view_threads(void **state)
+{
+    const char *keys[2 * NSIZES];
+    char names[2 * NSIZES][32];
+    thr_arg_t args[6];
+    pthread_t th[6];
+    kvs_proc_t m, n1, n2;
+    kvs_client_t c;
+    size_t i, n = 2 * NSIZES;
+
+    (void)state;
+    assert_int_equal(kvs_master(&m, 0, NULL), 0);
+    assert_int_equal(kvs_node(&n1, m.addr, "32M", NULL), 0);
+    assert_int_equal(kvs_node(&n2, m.addr, "32M", NULL), 0);
+    assert_int_equal(kvs_client_open(&c, m.addr, 4 * MiB), 0);
+    for (i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "thr/%zu", i);
+        keys[i] = names[i];
+        put_seeded(&c, keys[i], sizes[i % NSIZES], 100 + i);
+    }
+    for (i = 0; i < 6; i++) {
+        args[i] = (thr_arg_t){.c = &c, .keys = keys, .n = n, .views = i < 4};
+        assert_int_equal(pthread_create(&th[i], NULL, thr_main, &args[i]), 0);
+    }
+    for (i = 0; i < 6; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].errors, 0);
+    }
+    kvs_client_close(&c);
+    kvs_stop(&n1, 0);
+    kvs_stop(&n2, 0);
+    kvs_stop(&m, 0);
+}
+
 typedef struct dereg_arg {
     kvf_engine_h e;
     kvf_region_h r;
@@ -443,6 +531,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_view_bytes),
+        cmocka_unit_test(test_view_threads),
         cmocka_unit_test(test_view_tcp),
         cmocka_unit_test(test_view_bad_input),
         cmocka_unit_test(test_view_node_stop),

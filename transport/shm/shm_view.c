@@ -256,6 +256,13 @@ kvf_status_t kvf_shm_view_close(kvf_tl_vlease_t *vl)
     }
     ep = vl->ep;
     /* judged first: after END the target may reuse the ranges */
+    if (kvf_time_ms() + 1 >= vl->l.valid_until_ms) {
+        st = KVF_ERR_TIMEOUT; /* held past its time: the caller's error */
+    } else {
+        st = kvf_shm_lease_held(vl->conn, &vl->l);
+    }
+    vl->l.state = KVF_SHM_L_OPEN; /* judged: END only if it held */
+    vl->l.end_status = st;
     st = kvf_shm_post_end(ep, vl->conn, &vl->l);
     pthread_rwlock_wrlock(&ep->map_lock);
     for (k = 0; k < vl->nids; k++) {
