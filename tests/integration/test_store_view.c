@@ -5,7 +5,8 @@
  * - objects of various sizes on two nodes are viewed in one call: byte
  *   for byte the bytes put, the checksum equals kvf_checksum of them,
  *   each view inside the mapping it names, one mapping per node; missing
- *   keys give KVF_ERR_NO_KEY, bad keys their status; the lease has a
+ *   keys give KVF_ERR_NO_KEY, bad keys their status, an empty object
+ *   KVF_OK with no pointer; the lease has a
  *   bounded life and its release says it held;
  * - four threads viewing all keys in a loop on one handle next to two
  *   getting them: every view byte for byte, every release KVF_OK;
@@ -121,6 +122,17 @@ static void test_view_bytes(void **state)
     for (i = 0; i < n; i++) {
         check_view(&v[i], sizes[i % NSIZES], 100 + i, tmp);
     }
+    assert_int_equal(kvf_store_view_release(lease), KVF_OK);
+
+    /* an empty object: KVF_OK, nothing to point at */
+    assert_int_equal(kvf_store_put(c.st, "view/empty", c.buf, 0, NULL), KVF_OK);
+    keys[n + 2] = "view/empty";
+    assert_int_equal(kvf_store_view_get(c.st, 1, &keys[n + 2], v, &lease),
+                     KVF_OK);
+    assert_int_equal(v[0].status, KVF_OK);
+    assert_int_equal(v[0].len, 0);
+    assert_null(v[0].ptr);
+    assert_true(v[0].checksum == kvf_checksum(c.buf, 0));
     assert_int_equal(kvf_store_view_release(lease), KVF_OK);
 
     /* a call of only missing keys still gives a lease to release */
