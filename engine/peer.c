@@ -6,9 +6,11 @@
  * fault injection, the same-host GPU path) is then offered the open ep
  * and may wrap it. A hook named in the transports list (or "auto") is
  * told so; with a hook listed, tcp stays the fallback even when the list
- * names no other transport.
+ * names no other transport. Views of a peer's memory (engine/view.h)
+ * forward to its ep.
  */
 #include "engine/engine_int.h"
+#include "engine/view.h"
 #include "transport/hook.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -255,4 +257,28 @@ kvf_status_t kvf_peer_region(kvf_peer_h peer, size_t index, uint64_t *addr_p,
         *type_p = peer->regions[index].type;
     }
     return KVF_OK;
+}
+
+kvf_status_t kvf_peer_view_open(kvf_peer_h peer, size_t count,
+                                const uint64_t *remote, const uint64_t *lens,
+                                kvf_tl_view_t *views, uint64_t *until_ms_p,
+                                kvf_tl_vlease_t **lease_p)
+{
+    if (peer == NULL || count == 0 || remote == NULL || lens == NULL ||
+        views == NULL || until_ms_p == NULL || lease_p == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (peer->ops->ep_view_open == NULL) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    return peer->ops->ep_view_open(peer->ep, count, remote, lens, views,
+                                   until_ms_p, lease_p);
+}
+
+kvf_status_t kvf_peer_view_close(kvf_peer_h peer, kvf_tl_vlease_t *lease)
+{
+    if (peer == NULL || lease == NULL || peer->ops->ep_view_close == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    return peer->ops->ep_view_close(lease);
 }

@@ -1,10 +1,11 @@
 /*
  * The transports compiled into this build, in default preference order
  * (the engine takes the first one both sides have), and the hooks laid
- * over every ep the engine opens.
+ * over every ep the engine opens; the process's unmap hook for views.
  */
 #include "transport/hook.h"
 
+#include <pthread.h>
 #include <string.h>
 
 extern const kvf_transport_ops_t kvf_cuda_ops;
@@ -67,4 +68,32 @@ void kvf_tl_req_fail(kvf_tl_req_t *req, kvf_status_t status)
         }
     }
     req->complete(req);
+}
+
+/* The unmap hook (kvf_tl_unmap_hook): set and read under a lock, called
+ * outside it. */
+static pthread_mutex_t kvf_tl_unmap_lock = PTHREAD_MUTEX_INITIALIZER;
+static kvf_tl_unmap_fn kvf_tl_unmap_cb;
+static void *kvf_tl_unmap_arg;
+
+void kvf_tl_unmap_hook(kvf_tl_unmap_fn fn, void *arg)
+{
+    pthread_mutex_lock(&kvf_tl_unmap_lock);
+    kvf_tl_unmap_cb = fn;
+    kvf_tl_unmap_arg = arg;
+    pthread_mutex_unlock(&kvf_tl_unmap_lock);
+}
+
+void kvf_tl_unmap_notify(const void *base, uint64_t len)
+{
+    kvf_tl_unmap_fn fn;
+    void *arg;
+
+    pthread_mutex_lock(&kvf_tl_unmap_lock);
+    fn = kvf_tl_unmap_cb;
+    arg = kvf_tl_unmap_arg;
+    pthread_mutex_unlock(&kvf_tl_unmap_lock);
+    if (fn != NULL) {
+        fn(arg, base, len);
+    }
 }

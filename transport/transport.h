@@ -48,6 +48,27 @@ typedef struct kvf_tl_req {
     uint64_t deadline_ms;    /* transport's */
 } kvf_tl_req_t;
 
+/* A view of a remote range: where it lies in this process's mapping of
+ * the target's memory (shm), read in place instead of copied. */
+typedef struct kvf_tl_view {
+    const void *ptr;      /* the range here; NULL unless status is KVF_OK */
+    const void *map_base; /* the whole mapping holding it (NULL: none) */
+    uint64_t map_len;
+    kvf_status_t status;
+} kvf_tl_view_t;
+
+/* The lease views of one ep_view_open call hold (transport's). */
+typedef struct kvf_tl_vlease kvf_tl_vlease_t;
+
+/* Called just before a mapping that views lay in is unmapped (no view
+ * into it is held any more), from the thread that unmaps it; it must not
+ * call into kvferry. One per process: a later call replaces it, NULL
+ * removes it. */
+typedef void (*kvf_tl_unmap_fn)(void *arg, const void *base, uint64_t len);
+void kvf_tl_unmap_hook(kvf_tl_unmap_fn fn, void *arg);
+/* Calls the hook (transports, before they unmap a mapping). */
+void kvf_tl_unmap_notify(const void *base, uint64_t len);
+
 /* Memory description the target hook returns for a remote range. */
 typedef struct kvf_tl_mem {
     kvf_mem_type_t type;
@@ -123,6 +144,24 @@ typedef struct kvf_transport_ops {
      * peers (ucx: memory handle and remote key) drops the mapping before
      * this returns, so the range's remote key stops working. */
     void (*mem_dereg)(kvf_tl_iface_t *iface, uint64_t addr, uint64_t len);
+    /* Optional (shm): opens a lease on the target over count ranges
+     * [remote[i], remote[i] + lens[i]) and sets views[i] to where each
+     * lies in this process's mapping of it, or its status (refused, or
+     * not mappable: KVF_ERR_UNSUPPORTED). The views stay valid (the
+     * target keeps the ranges registered, the mappings stay) until
+     * ep_view_close, at most until *until_ms_p (kvf_time_ms clock); the
+     * target revokes the lease then, or earlier when a deregistration
+     * has waited for it for its lease_break_ms. Any other return than
+     * KVF_OK: no lease, views untouched. */
+    kvf_status_t (*ep_view_open)(kvf_tl_ep_t *ep, size_t count,
+                                 const uint64_t *remote, const uint64_t *lens,
+                                 kvf_tl_view_t *views, uint64_t *until_ms_p,
+                                 kvf_tl_vlease_t **lease_p);
+    /* Ends the lease; the views are gone. KVF_OK when it held until now
+     * (every read made through its views saw the target's registered
+     * memory), else why not (KVF_ERR_TIMEOUT: held past its time,
+     * KVF_ERR_CONN_RESET: revoked, or the target is gone). */
+    kvf_status_t (*ep_view_close)(kvf_tl_vlease_t *lease);
 } kvf_transport_ops_t;
 
 /* Process-wide data-path counters, updated by transports with relaxed

@@ -181,6 +181,99 @@ KVF_API kvf_status_t kvf_store_exists_batch(kvf_store_h store, size_t count,
                                             const char *const *keys,
                                             kvf_status_t *statuses);
 
+/* ---- views: objects read in place, without a copy ----------------------
+ *
+ * A view is an object's bytes where they lie: inside this process's
+ * mapping of a node's pool (a node of this host reached over shm). The
+ * caller reads them in place (e.g. a GPU kernel through one
+ * cudaHostRegister of the whole mapping), instead of having them copied
+ * into its buffer.
+ *
+ *   kvf_store_view_t v[2];
+ *   kvf_store_view_lease_h lease;
+ *   const char *keys[2] = {"a", "b"};
+ *   if (kvf_store_view_get(st, 2, keys, v, &lease) == KVF_OK) {
+ *       for each i: v[i].status == KVF_OK ? use v[i].ptr, v[i].len and
+ *                   check v[i].checksum : copy it with kvf_store_get
+ *       kvf_store_view_release(lease);    // KVF_OK: the views held
+ *   }
+ *
+ * Lifetime: one look-up on the master takes each key's read lease
+ * (config key lease_ms, 2 s by default: the object's space is not reused
+ * meanwhile, even if it is removed), and each node involved grants the
+ * ranges under a shm lease (its timeout_ms, 5 s by default: the node's
+ * pool stays registered; its deregistration waits for the lease, at most
+ * its lease_break_ms, 500 ms by default, before it breaks it). The views
+ * are valid until kvf_store_view_left_ms() reaches 0 or the release,
+ * whichever comes first. Holding views longer is the caller's error:
+ * reads after that may see the space reused by another object (never a
+ * fault: the mapping stays until the release), which verifying the
+ * bytes against checksum catches. So verify every view you use, and
+ * release as soon as its bytes are consumed (a GPU kernel reading a view
+ * must have finished before the release).
+ *
+ * Mappings: a view's pointer lies in [map_base, map_base + map_len), one
+ * mapping of a node's pool window, the same for every view of that pool
+ * while it stays mapped. It stays mapped at least until every view into
+ * it is released; afterwards it may be unmapped at any time (the node
+ * freed or deregistered its pool, the node went away, the store
+ * disconnected). kvf_store_view_unmap_hook() tells a caller that
+ * registered a mapping elsewhere (cudaHostRegister) when to undo it. */
+
+/* One key's view. */
+typedef struct kvf_store_view {
+    const void *ptr;      /* the object's first byte here; NULL unless
+                             status is KVF_OK (or the object is empty) */
+    uint64_t len;         /* the object's size (when the key was found) */
+    uint64_t checksum;    /* kvf_checksum() of its bytes, recorded at put */
+    kvf_status_t status;  /* see kvf_store_view_get */
+    const void *map_base; /* the whole mapping ptr lies in (NULL: none) */
+    uint64_t map_len;
+} kvf_store_view_t;
+
+/* The leases the views of one kvf_store_view_get hold. */
+typedef struct kvf_store_view_lease *kvf_store_view_lease_h;
+
+/* Looks count keys up (one master round trip, taking the read leases)
+ * and views each through a replica on a node reached over shm. Returns
+ * KVF_OK when the look-up worked; then *lease_p is set (release it, even
+ * when no view is usable) and views[i].status says, per key:
+ * KVF_OK (ptr, len, checksum, map_base, map_len set), KVF_ERR_NO_KEY
+ * (absent), KVF_ERR_NOT_READY (its put is not committed),
+ * KVF_ERR_UNSUPPORTED (no replica can be viewed: its nodes are reached
+ * over tcp or do not share that memory; len and checksum are set: copy
+ * it with kvf_store_get), KVF_ERR_INVALID_PARAM or
+ * KVF_ERR_KEY_TOO_LARGE (a bad key), or the error of its nodes
+ * (KVF_ERR_PEER_UNREACHABLE ...). Any other return: no lease, and every
+ * views[i].status holds that error: KVF_ERR_INVALID_PARAM (store, keys,
+ * views or lease_p NULL, count 0 or over KVF_STORE_BATCH_MAX: then views
+ * is left untouched), or the master's failure. An empty object gets KVF_OK with
+ * ptr NULL, len 0. */
+KVF_API kvf_status_t kvf_store_view_get(kvf_store_h store, size_t count,
+                                        const char *const *keys,
+                                        kvf_store_view_t *views,
+                                        kvf_store_view_lease_h *lease_p);
+/* Milliseconds the views of lease stay valid (0: expired). */
+KVF_API unsigned kvf_store_view_left_ms(kvf_store_view_lease_h lease);
+/* Ends the leases; the views are gone (their pointers must not be read
+ * any more). KVF_OK when every lease held until now, so reads made
+ * through the views before this call saw the objects' bytes (still:
+ * verify them); KVF_ERR_TIMEOUT when released after the views expired,
+ * KVF_ERR_CONN_RESET when a node revoked its lease (it deregistered its
+ * pool or stopped). NULL: KVF_ERR_INVALID_PARAM. Release every lease
+ * before kvf_store_disconnect (which ends leases still open, logging an
+ * error: their handles are then invalid). */
+KVF_API kvf_status_t kvf_store_view_release(kvf_store_view_lease_h lease);
+
+/* The process's hook told just before a mapping that views were handed
+ * out of is unmapped (no view into it is held any more): base and len
+ * are a map_base and map_len views carried. Called from whichever
+ * kvferry thread unmaps it, under that ep's mapping lock: it must return
+ * quickly and call no kvferry function (cudaHostUnregister is fine). One
+ * per process; a later call replaces it; fn NULL removes it. */
+typedef void (*kvf_store_unmap_fn)(void *arg, const void *base, uint64_t len);
+KVF_API void kvf_store_view_unmap_hook(kvf_store_unmap_fn fn, void *arg);
+
 /* Calls fn for each object whose key starts with prefix (NULL = all), at
  * most max of them (0 = no limit other than one reply's size). */
 KVF_API kvf_status_t

@@ -6,6 +6,8 @@ buffer (bytes, bytearray, numpy array, tensor) is registered for the call
 and deregistered after it, still without a copy; :meth:`Store.get_bytes`
 returns a new ``bytes``. GPU memory (a CUDA tensor or a region of one) is
 passed with KVF_STORE_DEVICE_MEM: the node computes its checksum.
+:meth:`Store.view_get` reads objects in place instead: their addresses in
+this process's mapping of a node's pool (same host, shm), under a lease.
 
 A Store is safe to use from several threads at once; blocking calls
 release the GIL.
@@ -14,12 +16,33 @@ release the GIL.
 from __future__ import annotations
 
 import threading
-from ctypes import byref, c_char_p, c_int, c_size_t, c_uint64, c_void_p
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    byref,
+    c_char,
+    c_char_p,
+    c_int,
+    c_size_t,
+    c_uint,
+    c_uint64,
+    c_void_p,
+)
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _lib
 from .engine import Engine, Region, _closed
-from .errors import ERR_NO_KEY, OK, BatchError, BufferTypeError, check, invalid, make_error
+from .errors import (
+    ERR_CANCELED,
+    ERR_NO_KEY,
+    OK,
+    BatchError,
+    BufferTypeError,
+    check,
+    invalid,
+    make_error,
+)
 
 KEY_MAX = _lib.KEY_MAX
 BATCH_MAX = _lib.BATCH_MAX
@@ -56,6 +79,150 @@ def _key(key: Any) -> bytes:
     if not b:
         raise invalid("key", "empty key")
     return b
+
+
+class _ViewC(Structure):
+    """kvf_store_view_t."""
+
+    _fields_ = [
+        ("ptr", c_void_p),
+        ("len", c_uint64),
+        ("checksum", c_uint64),
+        ("status", c_int),
+        ("map_base", c_void_p),
+        ("map_len", c_uint64),
+    ]
+
+
+_UNMAP_FN = CFUNCTYPE(None, c_void_p, c_void_p, c_uint64)
+_unmap_keep: List[Any] = []  # the hook's C wrapper, kept alive
+_view_lock = threading.Lock()
+
+
+def _vlib() -> Any:
+    """The library with the view functions declared (once)."""
+    lib = _lib.lib()
+    with _view_lock:
+        if not getattr(lib, "_kvf_views_declared", False):
+            protos = {
+                "kvf_store_view_get": (c_int, [c_void_p, c_size_t, c_void_p, c_void_p,
+                                               POINTER(c_void_p)]),
+                "kvf_store_view_left_ms": (c_uint, [c_void_p]),
+                "kvf_store_view_release": (c_int, [c_void_p]),
+                "kvf_store_view_unmap_hook": (None, [_UNMAP_FN, c_void_p]),
+            }
+            for name, (res, args) in protos.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = res, args
+            lib._kvf_views_declared = True
+    return lib
+
+
+class View(NamedTuple):
+    """One key's view (kvf_store_view_t): the object's bytes where they lie,
+    in this process's mapping of a node's pool. ``status`` is 0 (OK) or a
+    negative kvferry status: ``ERR_NO_KEY`` (absent), ``ERR_UNSUPPORTED``
+    (no replica can be viewed: copy it with :meth:`Store.get`; length and
+    checksum are set), or another error. ``addr`` is 0 unless OK (and for
+    an empty object)."""
+
+    addr: int
+    length: int
+    checksum: int
+    status: int
+    map_base: int
+    map_len: int
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+class ViewLease:
+    """The views of one :meth:`Store.view_get` call and the leases that keep
+    them valid: a sequence of :class:`View` and a context manager that
+    releases them on exit (also when an exception leaves the block).
+
+    The views are valid until :attr:`left_ms` reaches 0 or the release,
+    whichever comes first; reading after that may see another object's
+    bytes, which the checksum catches. Verify what you use, release soon.
+    """
+
+    def __init__(self, store: "Store", handle: int, views: List[View]):
+        self._store = store
+        self._h: Optional[int] = handle
+        self._views = views
+        self.status: Optional[int] = None  # the release's, once released
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._views[i]
+
+    def __iter__(self) -> Any:
+        return iter(self._views)
+
+    @property
+    def released(self) -> bool:
+        return self._h is None
+
+    @property
+    def left_ms(self) -> int:
+        """Milliseconds the views stay valid (0: expired or released)."""
+        h = self._h
+        if h is None or self._store.closed:
+            return 0
+        return int(_vlib().kvf_store_view_left_ms(h))
+
+    def memoryview(self, i: int) -> memoryview:
+        """A read-only memoryview of view i's bytes, usable only until the
+        release (reading it afterwards may crash the process)."""
+        v = self._views[i]
+        if self._h is None:
+            raise _closed("view lease")
+        if v.status != OK:
+            raise make_error(v.status, "view")
+        if v.length == 0:
+            return memoryview(b"")
+        arr = (c_char * v.length).from_address(v.addr)
+        return memoryview(arr).cast("B").toreadonly()
+
+    def tobytes(self, i: int) -> bytes:
+        """A copy of view i's bytes."""
+        return self.memoryview(i).tobytes()
+
+    def release(self) -> int:
+        """Ends the leases (idempotent): returns 0 when they held until now,
+        else the status saying why not (ERR_TIMEOUT: held past their time,
+        ERR_CONN_RESET: a node revoked its lease). After this the views'
+        addresses must not be read."""
+        with _view_lock:
+            h, self._h = self._h, None
+        if h is None:
+            return self.status if self.status is not None else OK
+        if self._store.closed:  # the disconnect ended the leases already
+            self.status = ERR_CANCELED
+            return self.status
+        self.status = int(_vlib().kvf_store_view_release(h))
+        return self.status
+
+    def __enter__(self) -> "ViewLease":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        ok = sum(1 for v in self._views if v.status == OK)
+        return "<kvferry.ViewLease %d/%d viewed%s>" % (ok, len(self._views),
+                                                        " released" if self._h is None else "")
 
 
 class _Span:
@@ -352,6 +519,53 @@ class Store:
         sts = (c_int * n)()
         st = _lib.lib().kvf_store_remove_batch(self._handle(), n, karr, sts)
         return self._finish(st, "remove_batch", sts, check)
+
+    # -- views -------------------------------------------------------------
+
+    def view_get(self, keys: Sequence[Any]) -> ViewLease:
+        """Views of many keys (kvf_store_view_get): one master round trip,
+        then each object's bytes where they lie on a node of this host
+        reached over shm, read in place without a copy. Returns a
+        :class:`ViewLease` (a sequence of :class:`View`, one per key; use it
+        in a ``with`` block, which releases it). A key that cannot be viewed
+        gets its status in its View (copy it with :meth:`get`). Raises
+        :class:`InvalidParamError` for 0 or more than BATCH_MAX keys, the
+        master's error when the look-up fails."""
+        karr, n = self._keys(keys)
+        views = (_ViewC * n)()
+        h = c_void_p()
+        lib = _vlib()
+        check(lib.kvf_store_view_get(self._handle(), n, karr, views, byref(h)), "view_get")
+        try:
+            out = [View(v.ptr or 0, v.len, v.checksum, v.status, v.map_base or 0, v.map_len)
+                   for v in views]
+            return ViewLease(self, h.value, out)
+        except BaseException:
+            lib.kvf_store_view_release(h)
+            raise
+
+    @staticmethod
+    def view_unmap_hook(fn: Optional[Callable[[int, int], None]]) -> None:
+        """Sets the process's hook told (base, length) just before a mapping
+        views lay in is unmapped (e.g. to cudaHostUnregister it); None
+        removes it. It runs on a kvferry thread under a lock: it must be
+        quick and call no kvferry function."""
+        lib = _vlib()
+        if fn is None:
+            lib.kvf_store_view_unmap_hook(_UNMAP_FN(), None)
+            return
+        if len(_unmap_keep) > 16:  # replaced long ago: no call runs them
+            del _unmap_keep[:-16]
+
+        def call(_arg: Any, base: Any, length: int) -> None:
+            try:
+                fn(base or 0, length)
+            except Exception:  # never unwind into C
+                pass
+
+        cb = _UNMAP_FN(call)
+        _unmap_keep.append(cb)  # alive while C may call it
+        lib.kvf_store_view_unmap_hook(cb, None)
 
     # -- life --------------------------------------------------------------
 

@@ -2,7 +2,7 @@
  * Store client, private: the handle (a pool of master connections, the
  * engine, a cache of opened peers, the location cache) and what the
  * client's files share: client.c (handle, connections, peers), put.c,
- * get.c, keys.c (the operations), move.c (engine batches and the
+ * get.c, keys.c, view.c (the operations), move.c (engine batches and the
  * per-batch arena), loc.c (the location cache and its get strategies).
  */
 #ifndef KVF_STORE_CLIENT_INT_H
@@ -108,6 +108,8 @@ struct kvf_store {
                             from over tcp ("" over unix): gets prefer
                             replicas on a node of this address */
     kvf_sloc_t loc;
+    struct kvf_store_view_lease *vleases; /* open view leases (view.c),
+                                             under lock */
 };
 
 /* leader.c: the master to use now, chosen among st->masters (the given
@@ -247,6 +249,11 @@ kvf_sloc_res_t kvf_sloc_get(kvf_store_h st, const char *key, void *buf,
  * included). */
 kvf_status_t kvf_store_lookup(kvf_store_h st, size_t count,
                               const char *const *keys, kvf_sreps_t *e);
+
+/* ---- view.c ---- */
+
+/* Ends the view leases still open (disconnect), logging an error. */
+void kvf_store_view_end_all(kvf_store_h st);
 
 extern __thread kvf_store_timing_t kvf_store_tl_timing;
 

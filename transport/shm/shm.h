@@ -2,9 +2,9 @@
  * shm transport, private: the protocol on the local channel and the
  * structures shared by the target side (shm_server.c), the initiator side
  * (shm_lease.c: connections and leases, shm_ep.c: the ep and its
- * workers), the ops and side channels (shm_ops.c) and the socket and
- * identity helpers (shm_sock.c). See shm_ops.c for the design and the
- * measurements behind it.
+ * workers, shm_view.c: leases whose ranges are read in place), the ops and side
+ * channels (shm_ops.c) and the socket and identity helpers (shm_sock.c). See
+ * shm_ops.c for the design and the measurements behind it.
  *
  * Local channel: a unix stream socket in the abstract namespace, named
  * after a 128-bit random nonce, so it is reachable only from the same
@@ -190,6 +190,9 @@ typedef struct kvf_shm_map {
     uint64_t base; /* in the target */
     uint64_t len;
     unsigned char *ptr;
+    unsigned views; /* view leases pointing into it (atomic under the
+                       read side of map_lock): it stays mapped */
+    int dead;       /* no longer stands: unmapped at its last view */
 } kvf_shm_map_t;
 
 typedef struct kvf_shm_lease kvf_shm_lease_t;
@@ -253,6 +256,8 @@ struct kvf_shm_lease {
 
 typedef struct kvf_shm_worker kvf_shm_worker_t;
 
+#define KVF_SHM_VIDLE_MAX 4 /* idle view connections an ep keeps */
+
 struct kvf_tl_ep {
     kvf_tl_iface_t *iface;
     unsigned char nonce[KVF_SHM_NONCE_LEN];
@@ -281,6 +286,11 @@ struct kvf_tl_ep {
     int ride_fd;                 /* its connection */
     unsigned ride_owner;         /* its worker */
     uint64_t ride_used_ns;       /* last inline copy in it */
+    /* views (shm_view.c): idle connections of closed view leases (under
+     * lock), view leases open */
+    kvf_shm_conn_t *vidle[KVF_SHM_VIDLE_MAX];
+    unsigned nvidle;
+    unsigned nvleases;
 };
 
 kvf_status_t kvf_shm_ep_open(kvf_tl_iface_t *iface, const char *address,
@@ -349,7 +359,22 @@ kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                                 kvf_shm_lease_t *l, int stream);
 /* SYNC: unmaps windows that no longer stand. Nothing else in flight. */
 kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c);
-/* Unmaps everything (target gone, ep closing). */
+/* Unmaps everything (target gone, ep closing); a mapping views lie in
+ * stays until its last view is released. */
 void kvf_shm_drop_maps(kvf_tl_ep_t *ep);
+/* Drops a view lease's reference on mapping id, unmapping it when it no
+ * longer stands and this was the last. Caller holds map_lock's write
+ * side. */
+void kvf_shm_map_unview(kvf_tl_ep_t *ep, uint64_t id);
+
+/* ---- views (shm_view.c) ------------------------------------------------ */
+
+kvf_status_t kvf_shm_view_open(kvf_tl_ep_t *ep, size_t count,
+                               const uint64_t *remote, const uint64_t *lens,
+                               kvf_tl_view_t *views, uint64_t *until_ms_p,
+                               kvf_tl_vlease_t **lease_p);
+kvf_status_t kvf_shm_view_close(kvf_tl_vlease_t *vl);
+/* Frees the ep's idle view connections (ep closing). */
+void kvf_shm_view_fini(kvf_tl_ep_t *ep);
 
 #endif

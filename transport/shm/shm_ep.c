@@ -748,6 +748,7 @@ void kvf_shm_ep_close(kvf_tl_ep_t *ep)
     for (i = 0; i < ep->nworkers; i++) {
         kvf_shm_worker_free(&ep->workers[i]);
     }
+    kvf_shm_view_fini(ep);
     kvf_shm_drop_maps(ep);
     kvf_free(ep->workers);
     pthread_rwlock_destroy(&ep->map_lock);

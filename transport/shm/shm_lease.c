@@ -19,7 +19,9 @@
  * the copy (the target alive, the lease not revoked): no round trip.
  *
  * Mappings are the ep's, shared by its workers: read-locked while
- * copying, write-locked to add or drop one.
+ * copying, write-locked to add or drop one. A mapping that view leases
+ * point into (shm_view.c) is not unmapped while one does: it is marked
+ * dead and unmapped when the last of them is released.
  */
 #include "transport/shm/shm.h"
 #include "core/alloc.h"
@@ -79,27 +81,65 @@ unsigned char *kvf_shm_map_ptr(kvf_tl_ep_t *ep, uint64_t id)
     size_t i;
 
     for (i = 0; i < ep->nmaps; i++) {
-        if (ep->maps[i].id == id) {
+        if (ep->maps[i].id == id && !ep->maps[i].dead) {
             return ep->maps[i].ptr;
         }
     }
     return NULL;
 }
 
-void kvf_shm_drop_maps(kvf_tl_ep_t *ep)
+/* Unmaps mapping i, or, while views lie in it, marks it dead (unmapped
+ * at its last view: kvf_shm_map_unview). 1 when it left the table.
+ * Caller holds map_lock's write side. */
+static int kvf_shm_map_drop(kvf_tl_ep_t *ep, size_t i)
+{
+    kvf_shm_map_t *m = &ep->maps[i];
+
+    if (m->views > 0) {
+        m->dead = 1;
+        return 0;
+    }
+    kvf_tl_unmap_notify(m->ptr, m->len); /* e.g. a GPU registration */
+    munmap(m->ptr, m->len);
+    ep->maps[i] = ep->maps[ep->nmaps - 1];
+    __atomic_store_n(&ep->nmaps, ep->nmaps - 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+void kvf_shm_map_unview(kvf_tl_ep_t *ep, uint64_t id)
 {
     size_t i;
 
-    pthread_rwlock_wrlock(&ep->map_lock);
     for (i = 0; i < ep->nmaps; i++) {
-        munmap(ep->maps[i].ptr, ep->maps[i].len);
+        if (ep->maps[i].id == id && ep->maps[i].views > 0) {
+            if (--ep->maps[i].views == 0 && ep->maps[i].dead) {
+                kvf_shm_map_drop(ep, i);
+            }
+            return;
+        }
     }
-    if (ep->nmaps > 0) {
-        kvf_debug("shm: dropped %zu mapping(s) of a target", ep->nmaps);
+}
+
+void kvf_shm_drop_maps(kvf_tl_ep_t *ep)
+{
+    size_t i, n;
+
+    pthread_rwlock_wrlock(&ep->map_lock);
+    n = ep->nmaps;
+    for (i = ep->nmaps; i-- > 0;) {
+        ep->maps[i].dead = 1; /* whatever is viewed goes at its last view */
+        kvf_shm_map_drop(ep, i);
     }
-    kvf_free(ep->maps);
-    ep->maps = NULL;
-    ep->nmaps = ep->maps_cap = 0;
+    if (n > 0) {
+        kvf_debug("shm: dropped %zu mapping(s) of a target, %zu kept for "
+                  "views",
+                  n - ep->nmaps, ep->nmaps);
+    }
+    if (ep->nmaps == 0) {
+        kvf_free(ep->maps);
+        ep->maps = NULL;
+        ep->maps_cap = 0;
+    }
     pthread_rwlock_unlock(&ep->map_lock);
 }
 
@@ -130,6 +170,8 @@ static kvf_status_t kvf_shm_map_add(kvf_tl_ep_t *ep, uint64_t id, uint64_t base,
     ep->maps[ep->nmaps].base = base;
     ep->maps[ep->nmaps].len = len;
     ep->maps[ep->nmaps].ptr = p;
+    ep->maps[ep->nmaps].views = 0;
+    ep->maps[ep->nmaps].dead = 0;
     __atomic_store_n(&ep->nmaps, ep->nmaps + 1, __ATOMIC_RELAXED);
     pthread_rwlock_unlock(&ep->map_lock);
     kvf_debug("shm: mapped target allocation %lu (%lu bytes)",
@@ -894,6 +936,7 @@ kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
     kvf_status_t st;
     uint64_t id, epoch;
     size_t i, j, n;
+    int dropped;
     kvf_wr_t w;
     kvf_rd_t r;
 
@@ -923,12 +966,12 @@ kvf_status_t kvf_shm_sync(kvf_tl_ep_t *ep, kvf_shm_conn_t *c)
     for (i = 0; i < h.count; i++) {
         id = kvf_shm_id_dec(&r);
         for (j = 0; j < ep->nmaps; j++) {
-            if (ep->maps[j].id == id) {
-                munmap(ep->maps[j].ptr, ep->maps[j].len);
-                ep->maps[j] = ep->maps[ep->nmaps - 1];
-                __atomic_store_n(&ep->nmaps, ep->nmaps - 1, __ATOMIC_RELAXED);
-                kvf_debug("shm: target released allocation %lu, unmapped",
-                          (unsigned long)id);
+            if (ep->maps[j].id == id && !ep->maps[j].dead) {
+                ep->maps[j].dead = 1;
+                dropped = kvf_shm_map_drop(ep, j);
+                kvf_debug("shm: target released allocation %lu, %s",
+                          (unsigned long)id,
+                          dropped ? "unmapped" : "kept for its views");
                 break;
             }
         }

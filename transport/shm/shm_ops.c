@@ -249,4 +249,6 @@ const kvf_transport_ops_t kvf_shm_ops = {
     .inline_batch = 1,
     .ep_checksum = kvf_shm_ep_checksum,
     .ep_link_test = kvf_shm_ep_link_test,
+    .ep_view_open = kvf_shm_view_open,
+    .ep_view_close = kvf_shm_view_close,
 };

@@ -821,6 +821,10 @@ static void *kvf_shm_sconn_main(void *arg)
         }
     }
     if (c->nopen > 0) {
+        /* hang up before the region lock goes: an initiator that finds
+         * no hang-up after its copy (or at a view's release) knows its
+         * lease held, no deregistration got in meanwhile */
+        shutdown(c->fd, SHUT_RDWR);
         c->nopen = 0;
         kvf_shm_unhold(c);
     }
