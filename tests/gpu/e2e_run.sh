@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The end-to-end comparison (kvferry bench e2e) on the GPU machine, in
-# at most 8 minutes (timeouts 50 + 150 + 95 + 90 + 70 s, each killed 5 s
-# after): an 8B-shaped Llama with random weights (bf16, sdpa).
+# at most 9 minutes (timeouts 50 + 220 + 95 + 90 + 70 s, each killed 5 s
+# after; staged32, 90 s, only when named): an 8B-shaped Llama with random weights (bf16, sdpa).
 #   test:   python/tests/test_e2e_gpu.py as a script (no pytest needed): the
 #           GPU tiers' load, layer-wise load, verification and a corrupted
 #           chunk on a tiny model, so a broken GPU path shows in a minute;
 #   main32: the 32K shared prefix first (so the budget never cuts it): no
 #           cache, local (LocalKVCache: pinned pool, verifying scatter
-#           kernel), remote over shm (KVCache with gpu_stage), the
-#           GPU-resident bound; local and remote-shm overlapped and
-#           sequential;
+#           kernel), remote over shm (KVCache reading the node's pool in
+#           place through store views), the GPU-resident bound; local and
+#           remote-shm overlapped and sequential, each with the fused and
+#           the copy-engine checksum modes;
+#   staged32: (only when named) remote-shm through the pinned stage
+#           (KVF_KV_VIEWS=0), for comparison with the views;
 #   main:   2K and 8K prefixes at 90 % and 0 % sharing, remote tcp too;
 #   check:  the correctness check in deterministic mode;
 #   slow:   remote tcp slowed to about 1 GB/s with the policies always /
@@ -62,10 +65,19 @@ for st in "${stages[@]}"; do
     ;;
   main32)
     # every request after the first reuses the one 32K prefix
-    step 150 main32 "${COMMON[@]}" --caches none,local,remote-shm,gpu \
+    # each caching configuration with the kernel's fused checksums and
+    # with the copy engines (then a checksum pass over GPU memory)
+    step 220 main32 "${COMMON[@]}" --caches none,local,remote-shm,gpu \
       --sequential local,remote-shm --prefix-lens 32K --pool-lens 32K \
-      --pool-size 1 --sharing 1 --requests 4 --rate 0 --check 0 --budget 100 \
-      --host-pool 5G --node-pool 6G
+      --pool-size 1 --sharing 1 --requests 4 --rate 0 --check 0 --budget 170 \
+      --host-pool 5G --node-pool 6G --gpu-sum fused,engines
+    ;;
+  staged32)
+    # remote-shm through the pinned stage instead of store views
+    KVF_KV_VIEWS=0 step 90 staged32 "${COMMON[@]}" --caches none,remote-shm \
+      --sequential remote-shm --prefix-lens 32K --pool-lens 32K \
+      --pool-size 1 --sharing 1 --requests 4 --rate 0 --check 0 --budget 60 \
+      --host-pool 1G --node-pool 6G
     ;;
   main)
     # the budget stops taking requests in time; records after each config
