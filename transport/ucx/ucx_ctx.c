@@ -23,6 +23,34 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+static const kvf_config_entry_t kvf_ucx_config_entries[] = {
+    {"ucx_workers", "2",
+     "ucx: UCX workers per peer on an initiator (each with its own "
+     "endpoint and progress thread; a batch's requests are spread over "
+     "them) and serving on a target, 1..16",
+     KVF_CONFIG_TUNING},
+};
+
+KVF_CONFIG_TABLE(kvf_ucx_config, "ucx", kvf_ucx_config_entries)
+
+kvf_status_t kvf_ucx_workers(unsigned *n_p)
+{
+    kvf_status_t status;
+    uint64_t v;
+
+    status = kvf_config_u64(&kvf_ucx_config, "ucx_workers", &v);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (v == 0 || v > KVF_UCX_WORKERS_MAX) {
+        kvf_error("ucx: ucx_workers %lu out of range (1..%u)", (unsigned long)v,
+                  KVF_UCX_WORKERS_MAX);
+        return KVF_ERR_INVALID_PARAM;
+    }
+    *n_p = (unsigned)v;
+    return KVF_OK;
+}
+
 kvf_status_t kvf_ucx_status(ucs_status_t s)
 {
     switch (s) {

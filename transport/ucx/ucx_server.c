@@ -1,9 +1,10 @@
 /*
- * ucx transport, target side. The iface's UCX worker receives the peers'
- * RMA (with UCX's tcp transport it moves the bytes itself, in its
- * progress thread, which sleeps on the worker's fd when idle). A tcp
- * side channel, authenticated with the cluster secret like every other
- * connection, hands each initiator the worker's address (HELLO) and, per
+ * ucx transport, target side. The iface's UCX workers (ucx_workers of
+ * them) receive the peers' RMA (with UCX's tcp transport they move the
+ * bytes themselves, each in its progress thread, which sleeps on the
+ * worker's fd when idle). A tcp side channel, authenticated with the
+ * cluster secret like every other connection, hands each initiator's
+ * lane n the address of worker n modulo their number (HELLO) and, per
  * registered region it asks for, a remote key (RKEY): a range is mapped
  * with ucp_mem_map on its first request only if the engine's access
  * check finds it inside one registered host region, and the mapping
@@ -256,11 +257,14 @@ static kvf_status_t kvf_ucx_serve_one(kvf_ucx_sconn_t *c,
     kvf_wr_init(&w);
     kvf_rd_init(&r, meta, h->meta_len);
     switch (h->type) {
-    case KVF_UCX_HELLO:
+    case KVF_UCX_HELLO: {
+        const kvf_ucx_tworker_t *tw = &iface->tw[h->count % iface->nworkers];
+
         type = KVF_UCX_HELLO_RESP;
-        kvf_wr_bytes(&w, iface->worker_addr, iface->worker_addr_len);
+        kvf_wr_bytes(&w, tw->addr, tw->addr_len);
         st = kvf_wr_status(&w);
         break;
+    }
     case KVF_UCX_RKEY:
         type = KVF_UCX_RKEY_RESP;
         st = kvf_ucx_range_dec(&r, &addr, &len);
@@ -384,13 +388,47 @@ static void *kvf_ucx_accept_main(void *arg)
 
 static void *kvf_ucx_target_progress(void *arg)
 {
-    kvf_tl_iface_t *iface = arg;
+    kvf_ucx_tworker_t *tw = arg;
 
-    while (!iface->stop) {
-        kvf_ucx_worker_wait(iface->worker, iface->efd, iface->wake, -1,
-                            &iface->target);
+    while (!tw->stop) {
+        kvf_ucx_worker_wait(tw->worker, tw->efd, tw->wake, -1,
+                            &tw->iface->target);
     }
     return NULL;
+}
+
+static void kvf_ucx_progress_stop(kvf_tl_iface_t *iface)
+{
+    unsigned i;
+
+    for (i = 0; i < iface->nworkers; i++) {
+        kvf_ucx_tworker_t *tw = &iface->tw[i];
+
+        if (tw->thread_on) {
+            tw->stop = 1;
+            kvf_ucx_wake(tw->wake);
+            pthread_join(tw->thread, NULL);
+            tw->thread_on = 0;
+        }
+    }
+}
+
+static kvf_status_t kvf_ucx_progress_start(kvf_tl_iface_t *iface)
+{
+    unsigned i;
+
+    for (i = 0; i < iface->nworkers; i++) {
+        kvf_ucx_tworker_t *tw = &iface->tw[i];
+
+        tw->stop = 0;
+        if (pthread_create(&tw->thread, NULL, kvf_ucx_target_progress, tw) !=
+            0) {
+            kvf_ucx_progress_stop(iface);
+            return KVF_ERR_NO_RESOURCE;
+        }
+        tw->thread_on = 1;
+    }
+    return KVF_OK;
 }
 
 kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface)
@@ -422,12 +460,10 @@ kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface)
              strcmp(iface->host, "0.0.0.0") == 0 ? "127.0.0.1" : iface->host,
              port);
     iface->server = srv;
-    if (pthread_create(&iface->progress, NULL, kvf_ucx_target_progress,
-                       iface) != 0) {
-        status = KVF_ERR_NO_RESOURCE;
+    status = kvf_ucx_progress_start(iface);
+    if (status != KVF_OK) {
         goto err_pipe;
     }
-    iface->progress_on = 1;
     if (pthread_create(&srv->thread, NULL, kvf_ucx_accept_main, iface) != 0) {
         status = KVF_ERR_NO_RESOURCE;
         goto err_progress;
@@ -435,10 +471,7 @@ kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface)
     return KVF_OK;
 
 err_progress:
-    iface->stop = 1;
-    kvf_ucx_wake(iface->wake);
-    pthread_join(iface->progress, NULL);
-    iface->progress_on = 0;
+    kvf_ucx_progress_stop(iface);
 err_pipe:
     iface->server = NULL;
     close(srv->wake[0]);
@@ -470,10 +503,7 @@ void kvf_ucx_server_stop(kvf_tl_iface_t *iface)
     }
     pthread_mutex_unlock(&srv->lock);
     kvf_ucx_reap(srv, 1);
-    iface->stop = 1;
-    kvf_ucx_wake(iface->wake);
-    pthread_join(iface->progress, NULL);
-    iface->progress_on = 0;
+    kvf_ucx_progress_stop(iface);
     close(srv->lfd);
     close(srv->wake[0]);
     close(srv->wake[1]);
