@@ -37,6 +37,12 @@ typedef struct kvf_ucx_map {
 /* The iface's side channel: listener, one thread per connection. */
 typedef struct kvf_ucx_server kvf_ucx_server_t;
 
+/* A progress thread's polling before it sleeps (ucx_spin_us). */
+typedef struct kvf_ucx_spin {
+    uint64_t ns;      /* 0: sleep as soon as idle */
+    uint64_t busy_ns; /* last progress that found events */
+} kvf_ucx_spin_t;
+
 /* One target worker: peers' endpoints connect to it (HELLO names which);
  * its progress thread moves the bytes of UCX's software RMA. */
 typedef struct kvf_ucx_tworker {
@@ -49,6 +55,7 @@ typedef struct kvf_ucx_tworker {
     int efd;  /* epoll: the worker's fd and wake */
     int wake; /* eventfd: stop */
     volatile int stop;
+    kvf_ucx_spin_t spin;
 } kvf_ucx_tworker_t;
 
 struct kvf_tl_iface {
@@ -58,6 +65,7 @@ struct kvf_tl_iface {
     char address[KVF_HOST_MAX + 8];
     ucp_context_h ctx;
     unsigned nworkers; /* ucx_workers: lanes per ep, target workers */
+    uint64_t spin_ns;  /* ucx_spin_us */
     /* target side (NULL when no_listen) */
     kvf_ucx_server_t *server;
     kvf_ucx_tworker_t *tw; /* nworkers of them */
@@ -97,9 +105,10 @@ typedef struct kvf_ucx_lane {
     kvf_ucx_rctx_t *active;  /* requests in flight */
     kvf_ucx_rctx_t *zombies; /* failed by force, freed at close */
     unsigned nactive;
-    uint64_t inflight;   /* bytes of the active requests */
-    uint64_t last_ms;    /* last completion while requests were in flight */
-    uint64_t peer_ms;    /* last look at the side channel */
+    uint64_t inflight; /* bytes of the active requests */
+    uint64_t last_ms;  /* last completion while requests were in flight */
+    uint64_t peer_ms;  /* last look at the side channel */
+    kvf_ucx_spin_t spin;
     kvf_status_t failed; /* KVF_OK, or why the lane is dead */
     kvf_ucx_rkey_t *rkeys;
     size_t nrkeys, rkeys_cap;
@@ -128,18 +137,20 @@ kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p);
  * created from the environment; "" if UCX cannot start. */
 const char *kvf_ucx_resources(void);
 int kvf_ucx_has_rdma(const char *resources);
-/* The ucx_workers key (1..KVF_UCX_WORKERS_MAX). */
-kvf_status_t kvf_ucx_workers(unsigned *n_p);
+/* The ucx_workers (1..KVF_UCX_WORKERS_MAX) and ucx_spin_us keys. */
+kvf_status_t kvf_ucx_tuning(unsigned *n_p, uint64_t *spin_ns_p);
 /* A worker with a wake-up fd; *efd_p: an epoll fd watching it and
  * *wake_p (an eventfd created here). */
 kvf_status_t kvf_ucx_worker_create(ucp_context_h ctx, ucp_worker_h *worker_p,
                                    int *efd_p, int *wake_p);
 void kvf_ucx_worker_destroy(ucp_worker_h worker, int efd, int wake);
 /* Progress until idle, then arm and sleep at most timeout_ms (-1: until
- * an event). With a target, progress runs holding its region set, so a
- * deregistration never overlaps a software RMA writing into the range. */
+ * an event), unless the worker had events less than spin->ns ago: then
+ * return at once (the caller polls again). With a target, progress runs
+ * holding its region set, so a deregistration never overlaps a software
+ * RMA writing into the range. */
 void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
-                         const kvf_tl_target_t *target);
+                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin);
 void kvf_ucx_wake(int wake);
 kvf_status_t kvf_ucx_status(ucs_status_t s);
 

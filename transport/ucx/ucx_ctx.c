@@ -15,6 +15,7 @@
 #include "core/auth.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/time.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,19 +30,33 @@ static const kvf_config_entry_t kvf_ucx_config_entries[] = {
      "endpoint and progress thread; a batch's requests are spread over "
      "them) and serving on a target, 1..16",
      KVF_CONFIG_TUNING},
+    {"ucx_spin_us", "0",
+     "ucx: how long a progress thread keeps polling its worker after the "
+     "last event before it sleeps (0: sleeps at once; more: fewer "
+     "wake-ups, a core busy meanwhile)",
+     KVF_CONFIG_TUNING},
 };
 
 KVF_CONFIG_TABLE(kvf_ucx_config, "ucx", kvf_ucx_config_entries)
 
-kvf_status_t kvf_ucx_workers(unsigned *n_p)
+kvf_status_t kvf_ucx_tuning(unsigned *n_p, uint64_t *spin_ns_p)
 {
     kvf_status_t status;
-    uint64_t v;
+    uint64_t v, spin;
 
     status = kvf_config_u64(&kvf_ucx_config, "ucx_workers", &v);
+    if (status == KVF_OK) {
+        status = kvf_config_u64(&kvf_ucx_config, "ucx_spin_us", &spin);
+    }
     if (status != KVF_OK) {
         return status;
     }
+    if (spin > 1000000) {
+        kvf_error("ucx: ucx_spin_us %lu out of range (0..1000000)",
+                  (unsigned long)spin);
+        return KVF_ERR_INVALID_PARAM;
+    }
+    *spin_ns_p = spin * 1000;
     if (v == 0 || v > KVF_UCX_WORKERS_MAX) {
         kvf_error("ucx: ucx_workers %lu out of range (1..%u)", (unsigned long)v,
                   KVF_UCX_WORKERS_MAX);
@@ -269,19 +284,30 @@ void kvf_ucx_wake(int wake)
 }
 
 void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
-                         const kvf_tl_target_t *target)
+                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin)
 {
     struct epoll_event ev[2];
-    uint64_t v;
+    unsigned n = 0, c;
+    uint64_t v, now;
     ucs_status_t s;
 
     if (target != NULL) {
         target->acquire(target->arg);
     }
-    while (ucp_worker_progress(worker) != 0) {
+    while ((c = ucp_worker_progress(worker)) != 0) {
+        n += c;
     }
     if (target != NULL) {
         target->release(target->arg);
+    }
+    if (spin->ns > 0) {
+        now = kvf_time_ns();
+        if (n > 0) {
+            spin->busy_ns = now;
+        }
+        if (now - spin->busy_ns < spin->ns) {
+            return; /* busy lately: poll again instead of sleeping */
+        }
     }
     s = ucp_worker_arm(worker);
     if (s == UCS_ERR_BUSY) {

@@ -500,7 +500,7 @@ static void *kvf_ucx_lane_main(void *arg)
     while (!ln->stop) {
         kvf_ucx_lane_drain(ln);
         kvf_ucx_worker_wait(ln->worker, ln->efd, ln->wake,
-                            ln->nactive > 0 ? 50 : -1, NULL);
+                            ln->nactive > 0 ? 50 : -1, NULL, &ln->spin);
         if (ln->uep == NULL) {
             continue;
         }
@@ -672,6 +672,7 @@ static kvf_status_t kvf_ucx_lanes_open(kvf_tl_ep_t *ep)
 
         ln->ep = ep;
         ln->idx = i;
+        ln->spin.ns = ep->iface->spin_ns;
         pthread_mutex_init(&ln->lock, NULL);
         ep->nlanes++;
         status = kvf_ucx_lane_connect(ln);

@@ -52,6 +52,7 @@ static kvf_status_t kvf_ucx_tw_create(kvf_tl_iface_t *iface,
     ucs_status_t s;
 
     tw->iface = iface;
+    tw->spin.ns = iface->spin_ns;
     status =
         kvf_ucx_worker_create(iface->ctx, &tw->worker, &tw->efd, &tw->wake);
     if (status != KVF_OK) {
@@ -108,7 +109,7 @@ static kvf_status_t kvf_ucx_iface_open(const kvf_tl_config_t *cfg,
     status = kvf_sock_parse_addr(cfg->listen, iface->host, sizeof(iface->host),
                                  &port);
     if (status == KVF_OK) {
-        status = kvf_ucx_workers(&iface->nworkers);
+        status = kvf_ucx_tuning(&iface->nworkers, &iface->spin_ns);
     }
     if (status == KVF_OK) {
         status = kvf_ucx_ctx_create(iface->host, &iface->ctx);

@@ -392,7 +392,7 @@ static void *kvf_ucx_target_progress(void *arg)
 
     while (!tw->stop) {
         kvf_ucx_worker_wait(tw->worker, tw->efd, tw->wake, -1,
-                            &tw->iface->target);
+                            &tw->iface->target, &tw->spin);
     }
     return NULL;
 }
