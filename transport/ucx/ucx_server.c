@@ -12,6 +12,7 @@
  * It also answers checksum requests (SUM) for verification.
  */
 #include "transport/ucx/ucx.h"
+#include "transport/listener.h"
 #include "core/alloc.h"
 #include "core/auth.h"
 #include "core/log.h"
@@ -26,20 +27,12 @@
 
 typedef struct kvf_ucx_sconn {
     kvf_tl_iface_t *iface;
+    kvf_tl_conn_t *conn; /* the listener's */
     int fd;
-    pthread_t thread;
-    int done;
-    struct kvf_ucx_sconn *next;
 } kvf_ucx_sconn_t;
 
 struct kvf_ucx_server {
-    int lfd;
-    int wake[2];
-    volatile int stop;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    kvf_ucx_sconn_t *conns;
-    unsigned nconns;
+    kvf_tl_listener_t *listener;
     kvf_tl_limits_t lim;
 };
 
@@ -288,102 +281,30 @@ static kvf_status_t kvf_ucx_serve_one(kvf_ucx_sconn_t *c,
     return status;
 }
 
-static void *kvf_ucx_sconn_main(void *arg)
+/* A side channel connection's thread (the listener's serve function). */
+static void kvf_ucx_serve_conn(kvf_tl_conn_t *tc)
 {
-    kvf_ucx_sconn_t *c = arg;
-    kvf_ucx_server_t *srv = c->iface->server;
+    kvf_tl_iface_t *iface = tc->arg;
+    kvf_ucx_server_t *srv = iface->server;
+    kvf_ucx_sconn_t c = {iface, tc, tc->fd};
     kvf_frame_hdr_t h;
     kvf_status_t status;
     char peer[64];
 
-    kvf_auth_peer_name(c->fd, peer, sizeof(peer));
-    status = kvf_auth_server(c->fd, c->iface->host, "ucx", peer,
-                             kvf_time_ms() + c->iface->cfg.timeout_ms);
-    while (status == KVF_OK && !srv->stop) {
-        status = kvf_ucx_recv_hdr(c->fd, &h,
+    kvf_auth_peer_name(c.fd, peer, sizeof(peer));
+    status = kvf_auth_server(c.fd, iface->host, "ucx", peer,
+                             kvf_time_ms() + iface->cfg.timeout_ms);
+    while (status == KVF_OK && !kvf_tl_listener_stopping(tc->listener)) {
+        status = kvf_ucx_recv_hdr(c.fd, &h,
                                   kvf_time_ms() + srv->lim.idle_timeout_ms);
         if (status == KVF_OK) {
-            status = kvf_ucx_serve_one(c, &h);
+            status = kvf_ucx_serve_one(&c, &h);
         } else if (status == KVF_ERR_PROTOCOL || status == KVF_ERR_VERSION ||
                    status == KVF_ERR_MSG_TOO_LARGE) {
             kvf_warn("ucx: closing side channel of %s: %s", peer,
                      kvf_status_str(status));
         }
     }
-    __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
-    return NULL;
-}
-
-/* Joins finished connection threads (all of them with all set). */
-static void kvf_ucx_reap(kvf_ucx_server_t *srv, int all)
-{
-    kvf_ucx_sconn_t **pp, *c;
-
-    pthread_mutex_lock(&srv->lock);
-    for (pp = &srv->conns; (c = *pp) != NULL;) {
-        if (!all && !__atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
-            pp = &c->next;
-            continue;
-        }
-        *pp = c->next;
-        srv->nconns--;
-        pthread_mutex_unlock(&srv->lock);
-        pthread_join(c->thread, NULL);
-        close(c->fd);
-        kvf_free(c);
-        pthread_mutex_lock(&srv->lock);
-    }
-    pthread_mutex_unlock(&srv->lock);
-}
-
-static void kvf_ucx_accept_one(kvf_tl_iface_t *iface)
-{
-    kvf_ucx_server_t *srv = iface->server;
-    kvf_ucx_sconn_t *c;
-    int fd;
-
-    fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) {
-        kvf_tl_accept_backoff(errno);
-        return;
-    }
-    c = kvf_calloc(1, sizeof(*c));
-    if (c == NULL || srv->nconns >= srv->lim.conns_max) {
-        kvf_warn("ucx: refusing a side channel connection (%u open)",
-                 srv->nconns);
-        kvf_free(c);
-        close(fd);
-        return;
-    }
-    c->iface = iface;
-    c->fd = fd;
-    pthread_mutex_lock(&srv->lock);
-    if (pthread_create(&c->thread, NULL, kvf_ucx_sconn_main, c) != 0) {
-        pthread_mutex_unlock(&srv->lock);
-        close(fd);
-        kvf_free(c);
-        return;
-    }
-    c->next = srv->conns;
-    srv->conns = c;
-    srv->nconns++;
-    pthread_mutex_unlock(&srv->lock);
-}
-
-static void *kvf_ucx_accept_main(void *arg)
-{
-    kvf_tl_iface_t *iface = arg;
-    kvf_ucx_server_t *srv = iface->server;
-    struct pollfd pfd[2] = {{.fd = srv->lfd, .events = POLLIN},
-                            {.fd = srv->wake[0], .events = POLLIN}};
-
-    while (!srv->stop) {
-        if (poll(pfd, 2, 1000) > 0 && (pfd[0].revents & POLLIN)) {
-            kvf_ucx_accept_one(iface);
-        }
-        kvf_ucx_reap(srv, 0);
-    }
-    return NULL;
 }
 
 static void *kvf_ucx_target_progress(void *arg)
@@ -433,6 +354,7 @@ static kvf_status_t kvf_ucx_progress_start(kvf_tl_iface_t *iface)
 
 kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface)
 {
+    kvf_tl_listener_params_t lp = {0};
     kvf_ucx_server_t *srv;
     kvf_status_t status;
     uint16_t port;
@@ -441,73 +363,45 @@ kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface)
     if (srv == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    pthread_mutex_init(&srv->lock, NULL);
     status = kvf_tl_limits_load(&srv->lim);
-    if (status == KVF_OK) {
-        status = kvf_auth_check_bind(iface->host);
+    if (status != KVF_OK) {
+        kvf_free(srv);
+        return status;
     }
+    iface->server = srv;
+    status = kvf_ucx_progress_start(iface);
     if (status == KVF_OK) {
-        status = kvf_sock_listen(iface->host, 0, 512, &srv->lfd, &port);
+        lp.name = "ucx";
+        lp.host = iface->host;
+        lp.port = 0;
+        lp.lim = srv->lim;
+        lp.serve = kvf_ucx_serve_conn;
+        lp.arg = iface;
+        status = kvf_tl_listener_start(&lp, &srv->listener, &port);
+        if (status != KVF_OK) {
+            kvf_ucx_progress_stop(iface);
+        }
     }
     if (status != KVF_OK) {
-        goto err_free;
-    }
-    if (pipe2(srv->wake, O_CLOEXEC) < 0) {
-        status = KVF_ERR_IO;
-        goto err_close;
+        iface->server = NULL;
+        kvf_free(srv);
+        return status;
     }
     snprintf(iface->address, sizeof(iface->address), "%s:%u",
              strcmp(iface->host, "0.0.0.0") == 0 ? "127.0.0.1" : iface->host,
              port);
-    iface->server = srv;
-    status = kvf_ucx_progress_start(iface);
-    if (status != KVF_OK) {
-        goto err_pipe;
-    }
-    if (pthread_create(&srv->thread, NULL, kvf_ucx_accept_main, iface) != 0) {
-        status = KVF_ERR_NO_RESOURCE;
-        goto err_progress;
-    }
     return KVF_OK;
-
-err_progress:
-    kvf_ucx_progress_stop(iface);
-err_pipe:
-    iface->server = NULL;
-    close(srv->wake[0]);
-    close(srv->wake[1]);
-err_close:
-    close(srv->lfd);
-err_free:
-    pthread_mutex_destroy(&srv->lock);
-    kvf_free(srv);
-    return status;
 }
 
 void kvf_ucx_server_stop(kvf_tl_iface_t *iface)
 {
     kvf_ucx_server_t *srv = iface->server;
-    kvf_ucx_sconn_t *c;
 
     if (srv == NULL) {
         return;
     }
-    srv->stop = 1;
-    if (write(srv->wake[1], "x", 1) < 0) {
-        /* the accept thread notices stop within its poll period */
-    }
-    pthread_join(srv->thread, NULL);
-    pthread_mutex_lock(&srv->lock);
-    for (c = srv->conns; c != NULL; c = c->next) {
-        shutdown(c->fd, SHUT_RDWR);
-    }
-    pthread_mutex_unlock(&srv->lock);
-    kvf_ucx_reap(srv, 1);
+    kvf_tl_listener_stop(srv->listener);
     kvf_ucx_progress_stop(iface);
-    close(srv->lfd);
-    close(srv->wake[0]);
-    close(srv->wake[1]);
-    pthread_mutex_destroy(&srv->lock);
     kvf_free(srv);
     iface->server = NULL;
 }
