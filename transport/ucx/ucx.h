@@ -137,8 +137,10 @@ kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p);
  * created from the environment; "" if UCX cannot start. */
 const char *kvf_ucx_resources(void);
 int kvf_ucx_has_rdma(const char *resources);
-/* The ucx_workers (1..KVF_UCX_WORKERS_MAX) and ucx_spin_us keys. */
-kvf_status_t kvf_ucx_tuning(unsigned *n_p, uint64_t *spin_ns_p);
+/* The worker count (workers, the engine's parameter, or else the
+ * ucx_workers key; 1..KVF_UCX_WORKERS_MAX) and the ucx_spin_us key. */
+kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
+                            uint64_t *spin_ns_p);
 /* A worker with a wake-up fd; *efd_p: an epoll fd watching it and
  * *wake_p (an eventfd created here). */
 kvf_status_t kvf_ucx_worker_create(ucp_context_h ctx, ucp_worker_h *worker_p,

@@ -39,7 +39,8 @@ static const kvf_config_entry_t kvf_ucx_config_entries[] = {
 
 KVF_CONFIG_TABLE(kvf_ucx_config, "ucx", kvf_ucx_config_entries)
 
-kvf_status_t kvf_ucx_tuning(unsigned *n_p, uint64_t *spin_ns_p)
+kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
+                            uint64_t *spin_ns_p)
 {
     kvf_status_t status;
     uint64_t v, spin;
@@ -50,6 +51,9 @@ kvf_status_t kvf_ucx_tuning(unsigned *n_p, uint64_t *spin_ns_p)
     }
     if (status != KVF_OK) {
         return status;
+    }
+    if (workers != 0) {
+        v = workers;
     }
     if (spin > 1000000) {
         kvf_error("ucx: ucx_spin_us %lu out of range (0..1000000)",

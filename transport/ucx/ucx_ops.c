@@ -109,7 +109,8 @@ static kvf_status_t kvf_ucx_iface_open(const kvf_tl_config_t *cfg,
     status = kvf_sock_parse_addr(cfg->listen, iface->host, sizeof(iface->host),
                                  &port);
     if (status == KVF_OK) {
-        status = kvf_ucx_tuning(&iface->nworkers, &iface->spin_ns);
+        status =
+            kvf_ucx_tuning(cfg->ucx_workers, &iface->nworkers, &iface->spin_ns);
     }
     if (status == KVF_OK) {
         status = kvf_ucx_ctx_create(iface->host, &iface->ctx);
