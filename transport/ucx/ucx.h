@@ -83,7 +83,7 @@ typedef struct kvf_ucx_rkey {
 
 typedef struct kvf_ucx_rctx kvf_ucx_rctx_t;
 
-/* Bytes of requests a lane keeps in flight in UCP. */
+/* Bytes of requests an ep keeps in flight in UCP, shared by its lanes. */
 #define KVF_UCX_WINDOW (64ull << 20)
 /* Most workers (lanes) per ep and per target. */
 #define KVF_UCX_WORKERS_MAX 16

@@ -431,14 +431,16 @@ static void kvf_ucx_lane_abort(kvf_ucx_lane_t *ln, kvf_status_t why)
 }
 
 /* Moves posted requests into UCP (progress thread) while fewer than
- * KVF_UCX_WINDOW bytes are in flight (at least one request): a batch of
- * a million blocks does not become a million queued UCP operations, on
- * either side (over tcp the target queues a reply per get). */
+ * the lane's share of KVF_UCX_WINDOW bytes are in flight (at least one
+ * request): a batch of a million blocks does not become a million
+ * queued UCP operations, on either side (over tcp the target queues a
+ * reply per get), however many lanes the peer has. */
 static void kvf_ucx_lane_drain(kvf_ucx_lane_t *ln)
 {
+    uint64_t window = KVF_UCX_WINDOW / ln->ep->nlanes;
     kvf_tl_req_t *req;
 
-    while (ln->nactive == 0 || ln->inflight < KVF_UCX_WINDOW) {
+    while (ln->nactive == 0 || ln->inflight < window) {
         pthread_mutex_lock(&ln->lock);
         req = ln->head;
         if (req != NULL) {
@@ -657,6 +659,36 @@ static void kvf_ucx_lane_destroy(kvf_ucx_lane_t *ln)
     pthread_mutex_destroy(&ln->lock);
 }
 
+/* Stops every lane's thread, then fails (CANCELED) and frees what each
+ * holds. The ep is marked failed while no lane thread runs, so a lane
+ * closing by force wakes nobody (the lanes' fds go one by one). */
+static void kvf_ucx_lanes_close(kvf_tl_ep_t *ep)
+{
+    kvf_status_t ok = KVF_OK;
+    unsigned i;
+
+    for (i = 0; i < ep->nlanes; i++) {
+        ep->lanes[i].stop = 1;
+        if (ep->lanes[i].worker != NULL) {
+            kvf_ucx_wake(ep->lanes[i].wake);
+        }
+    }
+    for (i = 0; i < ep->nlanes; i++) {
+        if (ep->lanes[i].thread_on) {
+            pthread_join(ep->lanes[i].thread, NULL);
+            ep->lanes[i].thread_on = 0;
+        }
+    }
+    __atomic_compare_exchange_n(&ep->failed, &ok, KVF_ERR_CANCELED, 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    for (i = 0; i < ep->nlanes; i++) {
+        kvf_ucx_lane_destroy(&ep->lanes[i]);
+    }
+    kvf_free(ep->lanes);
+    ep->lanes = NULL;
+    ep->nlanes = 0;
+}
+
 /* Connects every lane, then starts their threads. */
 static kvf_status_t kvf_ucx_lanes_open(kvf_tl_ep_t *ep)
 {
@@ -686,12 +718,7 @@ static kvf_status_t kvf_ucx_lanes_open(kvf_tl_ep_t *ep)
         ep->lanes[i].thread_on = 1;
     }
     if (status != KVF_OK) {
-        for (i = 0; i < ep->nlanes; i++) {
-            kvf_ucx_lane_destroy(&ep->lanes[i]);
-        }
-        kvf_free(ep->lanes);
-        ep->lanes = NULL;
-        ep->nlanes = 0;
+        kvf_ucx_lanes_close(ep);
     }
     return status;
 }
@@ -732,18 +759,7 @@ kvf_status_t kvf_ucx_ep_open(kvf_tl_iface_t *iface, const char *address,
 
 void kvf_ucx_ep_close(kvf_tl_ep_t *ep)
 {
-    unsigned i;
-
-    /* failed before any lane goes: no lane wakes one already freed */
-    kvf_ucx_ep_fail(ep, KVF_ERR_CANCELED);
-    for (i = 0; i < ep->nlanes; i++) {
-        ep->lanes[i].stop = 1;
-        kvf_ucx_wake(ep->lanes[i].wake);
-    }
-    for (i = 0; i < ep->nlanes; i++) {
-        kvf_ucx_lane_destroy(&ep->lanes[i]);
-    }
-    kvf_free(ep->lanes);
+    kvf_ucx_lanes_close(ep);
     close(ep->fd);
     pthread_mutex_destroy(&ep->fd_lock);
     kvf_free(ep);
