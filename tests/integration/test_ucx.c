@@ -66,6 +66,17 @@ static int setup(void **state)
     return 0;
 }
 
+/* A target that closes connections idle for 2 s (its side channel too). */
+static int setup_idle(void **state)
+{
+    int rc;
+
+    setenv("KVF_IDLE_TIMEOUT_MS", "2000", 1);
+    rc = setup(state);
+    unsetenv("KVF_IDLE_TIMEOUT_MS");
+    return rc;
+}
+
 /* every allocation is returned (a killed target leaves no peer) */
 static int teardown(void **state)
 {
@@ -265,6 +276,23 @@ static void test_workers(void **state)
     free(buf);
 }
 
+/* The side channel is quiet while blocks move over UCX: the initiator
+ * keeps it alive, so a target's idle timeout does not fail the peer. */
+static void test_side_channel_idle(void **state)
+{
+    fixture_t *f = *state;
+    kvf_op_t op;
+    int i;
+
+    for (i = 0; i < 2; i++) {
+        op = (kvf_op_t){KVF_OP_READ, f->local, f->peer,
+                        f->t.pool_addr + 8192 * (uint64_t)(i + 1), 8192};
+        run_ops(f, &op, 1);
+        assert_memory_equal(f->local, f->expect + 8192 * (i + 1), 8192);
+        usleep(3500 * 1000);
+    }
+}
+
 /* The target's ucx side channel address, from its segment descriptor. */
 static void side_address(fixture_t *f, char *host, uint16_t *port)
 {
@@ -395,6 +423,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_initiators, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_side_channel_idle, setup_idle,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_side_channel_hostile, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_target_killed, setup, teardown),

@@ -120,6 +120,7 @@ struct kvf_tl_ep {
     uint16_t port;
     int fd; /* side channel (remote keys, checksums); fd_lock */
     pthread_mutex_t fd_lock;
+    uint64_t side_ms;    /* last call on the side channel (fd_lock) */
     kvf_status_t failed; /* atomic: set once by the first lane that fails */
     unsigned next;       /* atomic: round-robin lane of the next post */
     unsigned nlanes;

@@ -55,6 +55,7 @@ kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
     kvf_status_t status;
     void *reply = NULL;
 
+    ep->side_ms = kvf_time_ms();
     status = kvf_ucx_send(ep->fd, type, KVF_OK, count, meta, len, deadline);
     if (status == KVF_OK) {
         status = kvf_ucx_recv_hdr(ep->fd, h, deadline);
@@ -461,6 +462,8 @@ static void kvf_ucx_lane_drain(kvf_ucx_lane_t *ln)
  * that closed it: the transports without peer error handling (shared
  * memory) learn of a dead target that way. */
 #define KVF_UCX_PEER_CHECK_MS 20
+/* Longest silence on the side channel (see kvf_ucx_keepalive_ms). */
+#define KVF_UCX_KEEPALIVE_MS 10000
 
 /* Why the lane should stop, after a wait: the ep failed (another lane
  * saw it), the side channel closed, or nothing completed for too long. */
@@ -494,19 +497,58 @@ static kvf_status_t kvf_ucx_lane_check(kvf_ucx_lane_t *ln)
     return why;
 }
 
+/* How often the side channel carries something: a target closes a
+ * connection idle for its idle_timeout_ms (60 s by default), and a
+ * closed side channel fails the peer. Lane 0 sends a HELLO (answered
+ * with a worker address) when nothing else went for this long. */
+static unsigned kvf_ucx_keepalive_ms(const kvf_tl_ep_t *ep)
+{
+    unsigned half = ep->iface->cfg.timeout_ms / 2;
+
+    return half < KVF_UCX_KEEPALIVE_MS ? (half ? half : 1)
+                                       : KVF_UCX_KEEPALIVE_MS;
+}
+
+static kvf_status_t kvf_ucx_keepalive(kvf_ucx_lane_t *ln)
+{
+    kvf_tl_ep_t *ep = ln->ep;
+    kvf_status_t status = KVF_OK;
+    void *reply = NULL;
+    kvf_frame_hdr_t h;
+
+    if (ln->idx != 0 ||
+        kvf_time_ms() - ep->side_ms < kvf_ucx_keepalive_ms(ep) ||
+        pthread_mutex_trylock(&ep->fd_lock) != 0) {
+        return KVF_OK;
+    }
+    status = kvf_ucx_ep_call(ep, KVF_UCX_HELLO, 0, NULL, 0, &h, &reply);
+    pthread_mutex_unlock(&ep->fd_lock);
+    kvf_free(reply);
+    if (status != KVF_OK) {
+        kvf_warn("ucx: peer %s:%u: side channel keepalive: %s", ep->host,
+                 ep->port, kvf_status_str(status));
+        return KVF_ERR_PEER_CLOSED;
+    }
+    return KVF_OK;
+}
+
 static void *kvf_ucx_lane_main(void *arg)
 {
     kvf_ucx_lane_t *ln = arg;
+    int idle_ms = ln->idx == 0 ? (int)kvf_ucx_keepalive_ms(ln->ep) : -1;
     kvf_status_t why;
 
     while (!ln->stop) {
         kvf_ucx_lane_drain(ln);
         kvf_ucx_worker_wait(ln->worker, ln->efd, ln->wake,
-                            ln->nactive > 0 ? 50 : -1, NULL, &ln->spin);
+                            ln->nactive > 0 ? 50 : idle_ms, NULL, &ln->spin);
         if (ln->uep == NULL) {
             continue;
         }
         why = kvf_ucx_lane_check(ln);
+        if (why == KVF_OK) {
+            why = kvf_ucx_keepalive(ln);
+        }
         if (why != KVF_OK) {
             kvf_ucx_lane_abort(ln, why);
         }
