@@ -16,7 +16,7 @@
 # and the segment size).
 # UCX_TLS defaults to tcp,self (UCX's tcp transport on loopback).
 # KVF_BIN overrides the binary, KVF_BENCH_ARGS adds bench blocks options
-# (default --pool 2G), BUDGET_S (default 210) is the time after which no
+# (default --pool 2G), BUDGET_S (default 180) is the time after which no
 # further run starts (the summary covers the runs done).
 set -eu
 
@@ -25,7 +25,7 @@ rounds=${2:-1}
 configs=${3:-"1:0:0 1:0:9K 2:0:9K 4:0:9K 8:0:9K 4:50:9K"}
 bin=${KVF_BIN:-build/kvferry}
 args=${KVF_BENCH_ARGS:---pool 2G}
-budget=${BUDGET_S:-210}
+budget=${BUDGET_S:-180}
 export UCX_TLS="${UCX_TLS:-tcp,self}"
 start=$(date +%s)
 
@@ -84,6 +84,25 @@ for key in sorted(runs):
     lines.append("| %d | %d | %s | %s | %d MB | %.2f | %.2f | %.0f %% | %d |"
                  % (key[0], key[1], key[2], key[3], key[4] >> 20, g, l,
                     100 * p, len(rows)))
+# the same, one row per op and size, one column per configuration
+confs = sorted({k[:3] for k in runs})
+cells = sorted({k[3:] for k in runs}, key=lambda k: (k[0] != "write", k[1]))
+lines += ["", "blocks GB/s / ceiling GB/s = share, per configuration "
+          "(workers:spin_us:tcp_seg):", "",
+          "| op | size | " + " | ".join("%d:%d:%s" % c for c in confs) + " |",
+          "|---|---|" + "---|" * len(confs)]
+for op, size in cells:
+    row = []
+    for c in confs:
+        rows = runs.get(c + (op, size), [])
+        if not rows:
+            row.append("-")
+            continue
+        row.append("%.2f / %.2f = %.0f %%" % (
+            statistics.median(r["gib_s"] for r in rows),
+            statistics.median(r["link_gib_s"] for r in rows),
+            100 * statistics.median(r["link_ratio"] for r in rows)))
+    lines.append("| %s | %d MB | %s |" % (op, size >> 20, " | ".join(row)))
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
