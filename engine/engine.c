@@ -112,6 +112,8 @@ static kvf_status_t kvf_engine_resolve_params(kvf_engine_h e,
     e->cfg.chunk_bytes =
         (m & KVF_ENGINE_PARAM_CHUNK) ? p->chunk_bytes : (size_t)v;
     e->cfg.no_listen = (m & KVF_ENGINE_PARAM_NO_LISTEN) ? p->no_listen : 0;
+    e->cfg.ucx_workers =
+        (m & KVF_ENGINE_PARAM_UCX_WORKERS) ? p->ucx_workers : 0;
     e->cfg.listen = e->listen;
     if (e->cfg.conns == 0 || e->cfg.conns > 64 || e->cfg.timeout_ms == 0 ||
         e->cfg.chunk_bytes < 4096) {

@@ -99,6 +99,7 @@ typedef struct kvf_tl_config {
     unsigned timeout_ms;
     size_t chunk_bytes;
     int no_listen;
+    unsigned ucx_workers; /* 0: the ucx_workers key */
 } kvf_tl_config_t;
 
 typedef struct kvf_transport_ops {

@@ -42,7 +42,8 @@ enum kvf_engine_params_field {
     KVF_ENGINE_PARAM_TRANSPORTS = 1u << 3,
     KVF_ENGINE_PARAM_METADATA = 1u << 4,
     KVF_ENGINE_PARAM_CHUNK = 1u << 5,
-    KVF_ENGINE_PARAM_NO_LISTEN = 1u << 6
+    KVF_ENGINE_PARAM_NO_LISTEN = 1u << 6,
+    KVF_ENGINE_PARAM_UCX_WORKERS = 1u << 7
 };
 
 /* Engine parameters. Only the fields named in field_mask are read; the
@@ -58,6 +59,8 @@ typedef struct kvf_engine_params {
     const char *metadata;   /* "p2p" (default) or "etcd://h:p[,h:p]" */
     size_t chunk_bytes;     /* largest single wire request */
     int no_listen;          /* initiator only: expose no segment */
+    unsigned ucx_workers;   /* UCX workers per peer and on the target,
+                               1..16 (key ucx_workers) */
 } kvf_engine_params_t;
 
 KVF_API kvf_status_t kvf_engine_create(const kvf_engine_params_t *params,

@@ -6,11 +6,11 @@
  * for byte (and by remote checksums), odd sizes and unaligned addresses,
  * adjacent blocks merged into few UCP calls, refused out-of-bounds
  * accesses (the target keeps serving), threads and several engines
- * submitting at once, and a target killed in the middle of a batch
- * (every operation ends with a status within the timeout), and hostile
- * clients of the side channel that hands out remote keys (no handshake,
- * keys for unregistered memory, garbage). Skipped (77) in a build
- * without UCX.
+ * submitting at once, several UCX workers per peer, a target killed in
+ * the middle of a batch (every operation ends with a status within the
+ * timeout), and hostile clients of the side channel that hands out
+ * remote keys (no handshake, keys for unregistered memory, garbage).
+ * Skipped (77) in a build without UCX.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -64,6 +64,17 @@ static int setup(void **state)
     fixture_open(f, "ucx");
     *state = f;
     return 0;
+}
+
+/* A target that closes connections idle for 2 s (its side channel too). */
+static int setup_idle(void **state)
+{
+    int rc;
+
+    setenv("KVF_IDLE_TIMEOUT_MS", "2000", 1);
+    rc = setup(state);
+    unsetenv("KVF_IDLE_TIMEOUT_MS");
+    return rc;
 }
 
 /* every allocation is returned (a killed target leaves no peer) */
@@ -197,6 +208,91 @@ static void test_target_killed(void **state)
     free(ops);
 }
 
+static kvf_status_t open_engine_workers(unsigned workers, kvf_engine_h *e_p)
+{
+    kvf_engine_params_t p = {0};
+
+    p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_TIMEOUT |
+                   KVF_ENGINE_PARAM_TRANSPORTS | KVF_ENGINE_PARAM_UCX_WORKERS;
+    p.no_listen = 1;
+    p.timeout_ms = 3000;
+    p.transports = "ucx";
+    p.ucx_workers = workers;
+    return kvf_engine_create(&p, e_p);
+}
+
+/* Four workers per peer (the engine's parameter) against a target of
+ * the default count: a batch of random blocks spread over all of them,
+ * written and read back byte for byte; the link test cuts an odd length
+ * over them; a count out of range is refused. */
+static void test_workers(void **state)
+{
+    fixture_t *f = *state;
+    const size_t n = 2048, len = n * 8192;
+    unsigned char *buf = malloc(2 * len);
+    kvf_engine_h e = NULL;
+    kvf_region_h r = NULL;
+    kvf_peer_h peer = NULL;
+    kvf_op_t *ops = calloc(n, sizeof(*ops));
+    double secs = 0;
+    size_t i;
+
+    /* out of range: the ucx iface does not open, the peer is refused */
+    if (open_engine_workers(17, &e) == KVF_OK) {
+        assert_int_not_equal(kvf_peer_open(e, f->t.segment, &peer), KVF_OK);
+        kvf_engine_destroy(e);
+    }
+    assert_int_equal(open_engine_workers(4, &e), KVF_OK);
+    assert_int_equal(kvf_engine_reg(e, buf, 2 * len, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(e, f->t.segment, &peer), KVF_OK);
+    for (i = 0; i < len; i++) {
+        buf[i] = (unsigned char)(i * 131 + (i >> 13));
+    }
+    for (i = 0; i < n; i++) {
+        ops[i] = (kvf_op_t){KVF_OP_WRITE, buf + i * 8192, peer,
+                            f->t.pool_addr + ((i * 7919) % n) * 8192, 8192};
+    }
+    assert_int_equal(kvf_transfer_sync(e, ops, n, TIMEOUT), KVF_OK);
+    for (i = 0; i < n; i++) {
+        ops[i].type = KVF_OP_READ;
+        ops[i].local = buf + len + i * 8192;
+    }
+    assert_int_equal(kvf_transfer_sync(e, ops, n, TIMEOUT), KVF_OK);
+    assert_memory_equal(buf, buf + len, len);
+    memset(buf + len, 0, len);
+    assert_int_equal(kvf_peer_link_test(peer, KVF_OP_WRITE, buf, f->t.pool_addr,
+                                        len - 4095, &secs),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_link_test(peer, KVF_OP_READ, buf + len,
+                                        f->t.pool_addr, len - 4095, &secs),
+                     KVF_OK);
+    assert_true(secs > 0);
+    assert_memory_equal(buf + len, buf, len - 4095);
+    kvf_peer_close(peer);
+    kvf_engine_dereg(e, r);
+    kvf_engine_destroy(e);
+    free(ops);
+    free(buf);
+}
+
+/* The side channel is quiet while blocks move over UCX: the initiator
+ * keeps it alive, so a target's idle timeout does not fail the peer. */
+static void test_side_channel_idle(void **state)
+{
+    fixture_t *f = *state;
+    kvf_op_t op;
+    int i;
+
+    for (i = 0; i < 2; i++) {
+        op = (kvf_op_t){KVF_OP_READ, f->local, f->peer,
+                        f->t.pool_addr + 8192 * (uint64_t)(i + 1), 8192};
+        run_ops(f, &op, 1);
+        assert_memory_equal(f->local, f->expect + 8192 * (i + 1), 8192);
+        usleep(3500 * 1000);
+    }
+}
+
 /* The target's ucx side channel address, from its segment descriptor. */
 static void side_address(fixture_t *f, char *host, uint16_t *port)
 {
@@ -326,6 +422,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_out_of_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_initiators, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_workers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_side_channel_idle, setup_idle,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_side_channel_hostile, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_target_killed, setup, teardown),

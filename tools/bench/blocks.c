@@ -546,6 +546,10 @@ static int kvf_blocks_record(const kvf_blocks_out_t *bo,
     kvf_record_config(rec, "sizes_bytes", text);
     kvf_record_config_num(rec, "iters", o->iters);
     kvf_record_config_num(rec, "conns", o->s.conns);
+    if (strcmp(kvf_peer_transport(s->peer), "ucx") == 0) {
+        kvf_record_config(rec, "ucx_workers", kvf_config_get("ucx_workers"));
+        kvf_record_config(rec, "ucx_spin_us", kvf_config_get("ucx_spin_us"));
+    }
     kvf_record_config(rec, "verify", o->verify ? "yes" : "no");
     kvf_record_config(rec, "link", o->link ? "interleaved" : "not measured");
     kvf_record_config(rec, "vs", s->vs_peer != NULL ? o->s.vs : "not measured");
@@ -795,8 +799,12 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
         if (o.link) {
             printf("link = raw ceiling of the same bytes on this transport "
                    "(tcp: contiguous streams over the same %u connections; "
-                   "shm: memcpy), measured before each iteration\n",
-                   o.s.conns);
+                   "ucx: contiguous puts or gets cut over the same %s "
+                   "workers; shm: memcpy), measured before each iteration\n",
+                   o.s.conns,
+                   kvf_config_get("ucx_workers") != NULL
+                       ? kvf_config_get("ucx_workers")
+                       : "1");
         }
         if (s.vs_peer != NULL) {
             printf("%s = the same random-block batches over %s through a "

@@ -102,6 +102,10 @@ static int kvf_link_record(const char *dir, const char *hypothesis,
     kvf_record_config_num(rec, "size_bytes", (double)size);
     kvf_record_config_num(rec, "iters", iters);
     kvf_record_config_num(rec, "conns", so->conns);
+    if (strcmp(kvf_peer_transport(s->peer), "ucx") == 0) {
+        /* the contiguous bytes are cut over this many workers */
+        kvf_record_config(rec, "ucx_workers", kvf_config_get("ucx_workers"));
+    }
     kvf_record_config_num(rec, "pool_bytes", (double)so->pool);
     kvf_record_config(rec, "target",
                       so->target ? so->target : "spawned on 127.0.0.1");

@@ -10,6 +10,7 @@
  * regions go through pinned staging buffers (mem/mem.h), pipelined.
  */
 #include "transport/tcp/tcp.h"
+#include "transport/listener.h"
 #include "core/alloc.h"
 #include "core/auth.h"
 #include "core/checksum.h"
@@ -17,10 +18,8 @@
 #include "core/time.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,11 +30,8 @@
 
 typedef struct kvf_tcp_sconn {
     struct kvf_tcp_server *srv;
+    kvf_tl_conn_t *conn; /* the listener's */
     int fd;
-    pthread_t thread;
-    int done;
-    struct kvf_tcp_sconn *next;
-    struct sockaddr_storage peer; /* for the per-address cap */
     kvf_tcp_scratch_t scratch;
     unsigned char *refuse; /* reply metadata: refused entries */
     size_t refuse_cap;
@@ -45,13 +41,7 @@ typedef struct kvf_tcp_sconn {
 
 struct kvf_tcp_server {
     kvf_tl_iface_t *iface;
-    int lfd;
-    int wake[2];
-    pthread_t thread;
-    pthread_mutex_t lock;
-    kvf_tcp_sconn_t *conns;
-    unsigned nconns;
-    int stop;
+    kvf_tl_listener_t *listener;
     kvf_tl_limits_t lim;
 };
 
@@ -293,7 +283,7 @@ static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
  * peer went away (nobody would read the answer). */
 static int kvf_tcp_abandoned(kvf_tcp_sconn_t *c)
 {
-    return __atomic_load_n(&c->srv->stop, __ATOMIC_ACQUIRE) ||
+    return kvf_tl_listener_stopping(c->conn->listener) ||
            kvf_tl_peer_gone(c->fd);
 }
 
@@ -482,7 +472,7 @@ static int kvf_tcp_wait_request(kvf_tcp_sconn_t *c)
     uint64_t idle_end = kvf_time_ms() + c->srv->lim.idle_timeout_ms;
     int ret, wait_ms;
 
-    while (!__atomic_load_n(&c->srv->stop, __ATOMIC_ACQUIRE)) {
+    while (!kvf_tl_listener_stopping(c->conn->listener)) {
         wait_ms = kvf_time_left_ms(idle_end);
         if (wait_ms == 0) {
             kvf_debug("closing a connection idle for %u ms",
@@ -512,9 +502,8 @@ static kvf_status_t kvf_tcp_sconn_auth(kvf_tcp_sconn_t *c)
     return kvf_auth_server(c->fd, NULL, "tcp", peer, kvf_tcp_deadline(c));
 }
 
-static void *kvf_tcp_sconn_main(void *arg)
+static void kvf_tcp_sconn_main(kvf_tcp_sconn_t *c)
 {
-    kvf_tcp_sconn_t *c = arg;
     kvf_frame_hdr_t hdr;
     kvf_status_t status;
 
@@ -570,171 +559,40 @@ err_reply:
     kvf_tcp_send_hdr(c->fd, KVF_TCP_ERROR, 0, status, 0, 0,
                      kvf_time_ms() + 100);
 out:
-    shutdown(c->fd, SHUT_RDWR);
-    __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
-    return NULL;
+    return;
 }
 
-static void kvf_tcp_sconn_free(kvf_tcp_sconn_t *c)
+/* A connection's thread (the listener's serve function). */
+static void kvf_tcp_serve_conn(kvf_tl_conn_t *tc)
 {
-    pthread_join(c->thread, NULL);
-    close(c->fd);
+    kvf_tcp_sconn_t *c;
+
+    c = kvf_calloc(1, sizeof(*c));
+    if (c == NULL) {
+        kvf_error("no memory for a new connection");
+        return;
+    }
+    c->srv = tc->arg;
+    c->conn = tc;
+    c->fd = tc->fd;
+    kvf_tcp_sconn_main(c);
     kvf_tcp_scratch_free(&c->scratch);
     kvf_mem_stage_free(c->stage);
     kvf_free(c->refuse);
     kvf_free(c);
 }
 
-/* Joins connections whose thread has finished. */
-static void kvf_tcp_reap(kvf_tcp_server_t *srv, int all)
+static void kvf_tcp_conn_setup(int fd)
 {
-    kvf_tcp_sconn_t **pp, *c;
+    int one = 1;
 
-    pthread_mutex_lock(&srv->lock);
-    pp = &srv->conns;
-    while ((c = *pp) != NULL) {
-        if (all || __atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
-            *pp = c->next;
-            srv->nconns--;
-            pthread_mutex_unlock(&srv->lock);
-            kvf_tcp_sconn_free(c);
-            pthread_mutex_lock(&srv->lock);
-            pp = &srv->conns;
-        } else {
-            pp = &c->next;
-        }
-    }
-    pthread_mutex_unlock(&srv->lock);
-}
-
-/* 1 if a and b are the same host (port ignored). */
-static int kvf_tcp_same_host(const struct sockaddr_storage *a,
-                             const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family) {
-        return 0;
-    }
-    if (a->ss_family == AF_INET) {
-        return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
-    }
-    if (a->ss_family == AF_INET6) {
-        return memcmp(
-                   &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
-                   &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr,
-                   sizeof(struct in6_addr)) == 0;
-    }
-    return 0;
-}
-
-/* Whether a new connection from peer fits under the caps (the global
- * one, then the per-address one); logs a refusal, rate-limited. Caller
- * holds srv->lock. */
-static int kvf_tcp_admit(kvf_tcp_server_t *srv,
-                         const struct sockaddr_storage *peer)
-{
-    const kvf_tcp_sconn_t *c;
-    char host[64] = "?";
-    unsigned same = 0;
-
-    if (srv->nconns >= srv->lim.conns_max) {
-        kvf_log_rl(KVF_LOG_WARN,
-                   "refusing a connection: %u already open (conns_max)",
-                   srv->nconns);
-        return 0;
-    }
-    for (c = srv->conns; c != NULL; c = c->next) {
-        if (!__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) &&
-            kvf_tcp_same_host(&c->peer, peer)) {
-            same++;
-        }
-    }
-    if (same < srv->lim.conns_per_addr) {
-        return 1;
-    }
-    if (peer->ss_family == AF_INET) {
-        inet_ntop(AF_INET,
-                  &((const struct sockaddr_in *)(const void *)peer)->sin_addr,
-                  host, sizeof(host));
-    } else if (peer->ss_family == AF_INET6) {
-        inet_ntop(AF_INET6,
-                  &((const struct sockaddr_in6 *)(const void *)peer)->sin6_addr,
-                  host, sizeof(host));
-    }
-    kvf_log_rl(KVF_LOG_WARN,
-               "refusing a connection from %s: %u already open from there "
-               "(conns_per_addr)",
-               host, same);
-    return 0;
-}
-
-static void kvf_tcp_accept_one(kvf_tcp_server_t *srv)
-{
-    struct sockaddr_storage peer;
-    socklen_t plen = sizeof(peer);
-    kvf_tcp_sconn_t *c;
-    int fd, one = 1, ok;
-
-    memset(&peer, 0, sizeof(peer));
-    fd = accept4(srv->lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC);
-    if (fd < 0) {
-        if (errno != EAGAIN && errno != EINTR &&
-            !kvf_tl_accept_backoff(errno)) {
-            kvf_log_rl(KVF_LOG_WARN, "accept failed: %m");
-        }
-        return;
-    }
-    pthread_mutex_lock(&srv->lock);
-    ok = kvf_tcp_admit(srv, &peer);
-    pthread_mutex_unlock(&srv->lock);
-    if (!ok) {
-        close(fd);
-        return;
-    }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     kvf_sock_set_bufs(fd, KVF_TCP_SOCKBUF);
-    c = kvf_calloc(1, sizeof(*c));
-    if (c == NULL) {
-        kvf_error("no memory for a new connection");
-        close(fd);
-        return;
-    }
-    c->srv = srv;
-    c->fd = fd;
-    c->peer = peer;
-    if (pthread_create(&c->thread, NULL, kvf_tcp_sconn_main, c) != 0) {
-        kvf_log_rl(KVF_LOG_ERROR, "cannot start a connection thread");
-        kvf_free(c);
-        close(fd);
-        return;
-    }
-    pthread_mutex_lock(&srv->lock);
-    c->next = srv->conns;
-    srv->conns = c;
-    srv->nconns++;
-    pthread_mutex_unlock(&srv->lock);
-}
-
-static void *kvf_tcp_accept_main(void *arg)
-{
-    kvf_tcp_server_t *srv = arg;
-    struct pollfd pfd[2];
-
-    pfd[0].fd = srv->lfd;
-    pfd[0].events = POLLIN;
-    pfd[1].fd = srv->wake[0];
-    pfd[1].events = POLLIN;
-    while (!__atomic_load_n(&srv->stop, __ATOMIC_ACQUIRE)) {
-        if (poll(pfd, 2, 1000) > 0 && (pfd[0].revents & POLLIN)) {
-            kvf_tcp_accept_one(srv);
-        }
-        kvf_tcp_reap(srv, 0);
-    }
-    return NULL;
 }
 
 kvf_status_t kvf_tcp_server_start(kvf_tl_iface_t *iface)
 {
+    kvf_tl_listener_params_t lp = {0};
     char host[KVF_HOST_MAX];
     kvf_tcp_server_t *srv;
     kvf_status_t status;
@@ -750,70 +608,36 @@ kvf_status_t kvf_tcp_server_start(kvf_tl_iface_t *iface)
     }
     srv->iface = iface;
     status = kvf_tl_limits_load(&srv->lim);
+    if (status == KVF_OK) {
+        lp.name = "tcp";
+        lp.host = host;
+        lp.port = port;
+        lp.lim = srv->lim;
+        lp.setup = kvf_tcp_conn_setup;
+        lp.serve = kvf_tcp_serve_conn;
+        lp.arg = srv;
+        status = kvf_tl_listener_start(&lp, &srv->listener, &port);
+    }
     if (status != KVF_OK) {
         kvf_free(srv);
         return status;
-    }
-    pthread_mutex_init(&srv->lock, NULL);
-    status = kvf_auth_check_bind(host);
-    if (status == KVF_OK) {
-        status = kvf_sock_listen(host, port, 512, &srv->lfd, &port);
-    }
-    if (status != KVF_OK) {
-        goto err_free;
-    }
-    if (pipe2(srv->wake, O_CLOEXEC) < 0) {
-        kvf_error("pipe failed: %m");
-        status = KVF_ERR_IO;
-        goto err_close;
     }
     if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "*") == 0) {
         snprintf(host, sizeof(host), "127.0.0.1");
     }
     snprintf(iface->address, sizeof(iface->address), "%s:%u", host, port);
     iface->server = srv;
-    if (pthread_create(&srv->thread, NULL, kvf_tcp_accept_main, srv) != 0) {
-        kvf_error("cannot start the accept thread");
-        status = KVF_ERR_NO_RESOURCE;
-        goto err_pipe;
-    }
     return KVF_OK;
-
-err_pipe:
-    iface->server = NULL;
-    close(srv->wake[0]);
-    close(srv->wake[1]);
-err_close:
-    close(srv->lfd);
-err_free:
-    pthread_mutex_destroy(&srv->lock);
-    kvf_free(srv);
-    return status;
 }
 
 void kvf_tcp_server_stop(kvf_tl_iface_t *iface)
 {
     kvf_tcp_server_t *srv = iface->server;
-    kvf_tcp_sconn_t *c;
 
     if (srv == NULL) {
         return;
     }
-    __atomic_store_n(&srv->stop, 1, __ATOMIC_RELEASE);
-    if (write(srv->wake[1], "x", 1) < 0) {
-        /* the accept thread notices stop within its poll period */
-    }
-    pthread_join(srv->thread, NULL);
-    pthread_mutex_lock(&srv->lock);
-    for (c = srv->conns; c != NULL; c = c->next) {
-        shutdown(c->fd, SHUT_RDWR);
-    }
-    pthread_mutex_unlock(&srv->lock);
-    kvf_tcp_reap(srv, 1);
-    close(srv->lfd);
-    close(srv->wake[0]);
-    close(srv->wake[1]);
-    pthread_mutex_destroy(&srv->lock);
+    kvf_tl_listener_stop(srv->listener);
     kvf_free(srv);
     iface->server = NULL;
 }

@@ -1,10 +1,11 @@
 /*
  * ucx transport, private: the structures shared by the context and
  * resource queries (ucx_ctx.c), the target side (ucx_server.c: the
- * authenticated side channel that hands out the worker address and
- * remote keys, the target worker's progress thread, the memory
- * mappings), the initiator side (ucx_ep.c: one worker, one endpoint and
- * one progress thread per peer) and the ops table (ucx_ops.c).
+ * authenticated side channel that hands out the workers' addresses and
+ * remote keys, the target workers' progress threads, the memory
+ * mappings), the initiator side (ucx_ep.c: ucx_workers lanes per
+ * peer, each a worker, an endpoint and a progress thread) and the ops
+ * table (ucx_ops.c).
  *
  * Threads: every UCP call on a worker is made by that worker's progress
  * thread (UCS_THREAD_MODE_SINGLE), except creation and destruction,
@@ -36,22 +37,38 @@ typedef struct kvf_ucx_map {
 /* The iface's side channel: listener, one thread per connection. */
 typedef struct kvf_ucx_server kvf_ucx_server_t;
 
+/* A progress thread's polling before it sleeps (ucx_spin_us). */
+typedef struct kvf_ucx_spin {
+    uint64_t ns;      /* 0: sleep as soon as idle */
+    uint64_t busy_ns; /* last progress that found events */
+} kvf_ucx_spin_t;
+
+/* One target worker: peers' endpoints connect to it (HELLO names which);
+ * its progress thread moves the bytes of UCX's software RMA. */
+typedef struct kvf_ucx_tworker {
+    kvf_tl_iface_t *iface;
+    ucp_worker_h worker;
+    void *addr; /* ucp_worker_get_address */
+    size_t addr_len;
+    pthread_t thread;
+    int thread_on;
+    int efd;  /* epoll: the worker's fd and wake */
+    int wake; /* eventfd: stop */
+    volatile int stop;
+    kvf_ucx_spin_t spin;
+} kvf_ucx_tworker_t;
+
 struct kvf_tl_iface {
     kvf_tl_config_t cfg;
     kvf_tl_target_t target;
     char host[KVF_HOST_MAX];
     char address[KVF_HOST_MAX + 8];
     ucp_context_h ctx;
+    unsigned nworkers; /* ucx_workers: lanes per ep, target workers */
+    uint64_t spin_ns;  /* ucx_spin_us */
     /* target side (NULL when no_listen) */
     kvf_ucx_server_t *server;
-    ucp_worker_h worker;
-    void *worker_addr; /* ucp_worker_get_address */
-    size_t worker_addr_len;
-    pthread_t progress;
-    int progress_on;
-    int efd;  /* epoll: the worker's fd and wake */
-    int wake; /* eventfd: stop */
-    volatile int stop;
+    kvf_ucx_tworker_t *tw; /* nworkers of them */
     pthread_mutex_t maps_lock;
     kvf_ucx_map_t *maps;
     size_t nmaps, maps_cap;
@@ -66,18 +83,20 @@ typedef struct kvf_ucx_rkey {
 
 typedef struct kvf_ucx_rctx kvf_ucx_rctx_t;
 
-/* Bytes of requests an ep keeps in flight in UCP. */
+/* Bytes of requests an ep keeps in flight in UCP, shared by its lanes. */
 #define KVF_UCX_WINDOW (64ull << 20)
+/* Most workers (lanes) per ep and per target. */
+#define KVF_UCX_WORKERS_MAX 16
 
-struct kvf_tl_ep {
-    kvf_tl_iface_t *iface;
-    char host[KVF_HOST_MAX];
-    uint16_t port;
-    int fd; /* side channel (remote keys, checksums); fd_lock */
-    pthread_mutex_t fd_lock;
+/* One lane of an ep: a UCX worker, its endpoint to one target worker,
+ * its progress thread and the requests posted to it. */
+typedef struct kvf_ucx_lane {
+    kvf_tl_ep_t *ep;
+    unsigned idx;
     ucp_worker_h worker;
     ucp_ep_h uep;
     pthread_t thread;
+    int thread_on;
     int efd, wake;
     volatile int stop;
     pthread_mutex_t lock; /* the posted queue */
@@ -86,11 +105,26 @@ struct kvf_tl_ep {
     kvf_ucx_rctx_t *active;  /* requests in flight */
     kvf_ucx_rctx_t *zombies; /* failed by force, freed at close */
     unsigned nactive;
-    uint64_t inflight;   /* bytes of the active requests */
-    uint64_t last_ms;    /* last completion while requests were in flight */
-    kvf_status_t failed; /* KVF_OK, or why the ep is dead */
+    uint64_t inflight; /* bytes of the active requests */
+    uint64_t last_ms;  /* last completion while requests were in flight */
+    uint64_t peer_ms;  /* last look at the side channel */
+    kvf_ucx_spin_t spin;
+    kvf_status_t failed; /* KVF_OK, or why the lane is dead */
     kvf_ucx_rkey_t *rkeys;
     size_t nrkeys, rkeys_cap;
+} kvf_ucx_lane_t;
+
+struct kvf_tl_ep {
+    kvf_tl_iface_t *iface;
+    char host[KVF_HOST_MAX];
+    uint16_t port;
+    int fd; /* side channel (remote keys, checksums); fd_lock */
+    pthread_mutex_t fd_lock;
+    uint64_t side_ms;    /* last call on the side channel (fd_lock) */
+    kvf_status_t failed; /* atomic: set once by the first lane that fails */
+    unsigned next;       /* atomic: round-robin lane of the next post */
+    unsigned nlanes;
+    kvf_ucx_lane_t *lanes;
 };
 
 /* ---- ucx_ctx.c ---------------------------------------------------------- */
@@ -104,16 +138,22 @@ kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p);
  * created from the environment; "" if UCX cannot start. */
 const char *kvf_ucx_resources(void);
 int kvf_ucx_has_rdma(const char *resources);
+/* The worker count (workers, the engine's parameter, or else the
+ * ucx_workers key; 1..KVF_UCX_WORKERS_MAX) and the ucx_spin_us key. */
+kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
+                            uint64_t *spin_ns_p);
 /* A worker with a wake-up fd; *efd_p: an epoll fd watching it and
  * *wake_p (an eventfd created here). */
 kvf_status_t kvf_ucx_worker_create(ucp_context_h ctx, ucp_worker_h *worker_p,
                                    int *efd_p, int *wake_p);
 void kvf_ucx_worker_destroy(ucp_worker_h worker, int efd, int wake);
 /* Progress until idle, then arm and sleep at most timeout_ms (-1: until
- * an event). With a target, progress runs holding its region set, so a
- * deregistration never overlaps a software RMA writing into the range. */
+ * an event), unless the worker had events less than spin->ns ago: then
+ * return at once (the caller polls again). With a target, progress runs
+ * holding its region set, so a deregistration never overlaps a software
+ * RMA writing into the range. */
 void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
-                         const kvf_tl_target_t *target);
+                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin);
 void kvf_ucx_wake(int wake);
 kvf_status_t kvf_ucx_status(ucs_status_t s);
 
@@ -134,6 +174,9 @@ kvf_status_t kvf_ucx_ep_open(kvf_tl_iface_t *iface, const char *address,
                              kvf_tl_ep_t **ep_p);
 void kvf_ucx_ep_close(kvf_tl_ep_t *ep);
 kvf_status_t kvf_ucx_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
+/* Queues req on one lane (lane < ep->nlanes). */
+kvf_status_t kvf_ucx_lane_post(kvf_tl_ep_t *ep, unsigned lane,
+                               kvf_tl_req_t *req);
 /* Side channel round trip (fd_lock held by the caller): sends type with
  * meta, receives the reply into *reply_p (kvf_free) after checking it. */
 kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,

@@ -15,6 +15,7 @@
 #include "core/auth.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/time.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,59 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+static const kvf_config_entry_t kvf_ucx_config_entries[] = {
+    {"ucx_workers", "2",
+     "ucx: UCX workers per peer on an initiator (each with its own "
+     "endpoint and progress thread; a batch's requests are spread over "
+     "them) and serving on a target, 1..16",
+     KVF_CONFIG_TUNING},
+    {"ucx_tcp_seg", "9K",
+     "ucx: segment size kvferry gives UCX's tcp transport "
+     "(TCP_TX_SEG_SIZE): over tcp every put and get is a message, and a "
+     "block with its headers must fit one or it costs two messages and "
+     "two acknowledgements; block size + 1K (0: UCX's own; "
+     "UCX_TCP_TX_SEG_SIZE, when set, wins)",
+     KVF_CONFIG_TUNING},
+    {"ucx_spin_us", "0",
+     "ucx: how long a progress thread keeps polling its worker after the "
+     "last event before it sleeps (0: sleeps at once; more: fewer "
+     "wake-ups, a core busy meanwhile)",
+     KVF_CONFIG_TUNING},
+};
+
+KVF_CONFIG_TABLE(kvf_ucx_config, "ucx", kvf_ucx_config_entries)
+
+kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
+                            uint64_t *spin_ns_p)
+{
+    kvf_status_t status;
+    uint64_t v, spin;
+
+    status = kvf_config_u64(&kvf_ucx_config, "ucx_workers", &v);
+    if (status == KVF_OK) {
+        status = kvf_config_u64(&kvf_ucx_config, "ucx_spin_us", &spin);
+    }
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (workers != 0) {
+        v = workers;
+    }
+    if (spin > 1000000) {
+        kvf_error("ucx: ucx_spin_us %lu out of range (0..1000000)",
+                  (unsigned long)spin);
+        return KVF_ERR_INVALID_PARAM;
+    }
+    *spin_ns_p = spin * 1000;
+    if (v == 0 || v > KVF_UCX_WORKERS_MAX) {
+        kvf_error("ucx: ucx_workers %lu out of range (1..%u)", (unsigned long)v,
+                  KVF_UCX_WORKERS_MAX);
+        return KVF_ERR_INVALID_PARAM;
+    }
+    *n_p = (unsigned)v;
+    return KVF_OK;
+}
 
 kvf_status_t kvf_ucx_status(ucs_status_t s)
 {
@@ -96,12 +150,71 @@ static char kvf_ucx_res[1024];
 static int kvf_ucx_res_ok;
 static pthread_once_t kvf_ucx_res_once = PTHREAD_ONCE_INIT;
 
+/* Whether UCX's configuration (UCX_TLS) lets it use its tcp transport:
+ * "all" (the default), a list naming tcp, or an exclusion list that does
+ * not. */
+static int kvf_ucx_tls_tcp(void)
+{
+    char *text = NULL, *p, *end;
+    ucp_config_t *config;
+    size_t len = 0;
+    int tcp = 0;
+    FILE *f;
+
+    if (ucp_config_read(NULL, NULL, &config) != UCS_OK) {
+        return 0;
+    }
+    f = open_memstream(&text, &len);
+    if (f != NULL) {
+        ucp_config_print(config, f, NULL, UCS_CONFIG_PRINT_CONFIG);
+        fclose(f);
+    }
+    ucp_config_release(config);
+    p = text != NULL ? strstr(text, "UCX_TLS=") : NULL;
+    if (p != NULL) {
+        p += strlen("UCX_TLS=");
+        end = p + strcspn(p, "\n");
+        *end = '\0';
+        if (*p == '^') {
+            tcp = strstr(p, "tcp") == NULL;
+        } else {
+            tcp = strstr(p, "all") != NULL || strstr(p, "tcp") != NULL;
+        }
+    }
+    free(text);
+    return tcp;
+}
+
+/* The ucx_tcp_seg key for UCX's tcp transport, once, before the first
+ * context. UCX 1.13 reads a transport's settings from the environment
+ * only (ucp_config_modify does not reach them: it answers "invalid
+ * configuration"), so this sets UCX_TCP_TX_SEG_SIZE for the process when
+ * UCX may use tcp (elsewhere UCX warns of an unused variable), unless
+ * the user set it. */
+static void kvf_ucx_tcp_seg(void)
+{
+    uint64_t seg = 0;
+    char text[32];
+
+    if (kvf_config_u64(&kvf_ucx_config, "ucx_tcp_seg", &seg) != KVF_OK ||
+        seg == 0 || !kvf_ucx_tls_tcp()) {
+        return;
+    }
+    snprintf(text, sizeof(text), "%lu", (unsigned long)seg);
+    if (setenv("UCX_TCP_TX_SEG_SIZE", text, 0) != 0) {
+        kvf_warn("ucx: cannot set UCX_TCP_TX_SEG_SIZE: %m");
+    }
+}
+
+static pthread_once_t kvf_ucx_seg_once = PTHREAD_ONCE_INIT;
+
 static kvf_status_t kvf_ucx_init(const char *net_devices, ucp_context_h *ctx_p)
 {
     ucp_params_t p = {0};
     ucp_config_t *config;
     ucs_status_t s;
 
+    pthread_once(&kvf_ucx_seg_once, kvf_ucx_tcp_seg);
     s = ucp_config_read(NULL, NULL, &config);
     if (s != UCS_OK) {
         kvf_error("ucx: cannot read UCX's configuration: %s",
@@ -241,19 +354,30 @@ void kvf_ucx_wake(int wake)
 }
 
 void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
-                         const kvf_tl_target_t *target)
+                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin)
 {
     struct epoll_event ev[2];
-    uint64_t v;
+    unsigned n = 0, c;
+    uint64_t v, now;
     ucs_status_t s;
 
     if (target != NULL) {
         target->acquire(target->arg);
     }
-    while (ucp_worker_progress(worker) != 0) {
+    while ((c = ucp_worker_progress(worker)) != 0) {
+        n += c;
     }
     if (target != NULL) {
         target->release(target->arg);
+    }
+    if (spin->ns > 0) {
+        now = kvf_time_ns();
+        if (n > 0) {
+            spin->busy_ns = now;
+        }
+        if (now - spin->busy_ns < spin->ns) {
+            return; /* busy lately: poll again instead of sleeping */
+        }
     }
     s = ucp_worker_arm(worker);
     if (s == UCS_ERR_BUSY) {

@@ -1,18 +1,24 @@
 /*
- * ucx transport, initiator side: one UCX worker, one endpoint and one
- * progress thread per peer. ep_post queues a request and wakes the
- * thread; the thread turns its segments into ucp_put_nbx / ucp_get_nbx
- * calls (segments adjacent on both sides merged into one call), each
- * under the remote key of the region holding it, fetched once per
- * region over the authenticated side channel. A WRITE completes after
- * an endpoint flush (the bytes are at the target); a READ when its gets
- * have landed. The thread sleeps on the worker's fd when idle.
+ * ucx transport, initiator side: an ep is one authenticated side
+ * channel and ucx_workers lanes, each a UCX worker, an endpoint to one
+ * of the target's workers and a progress thread. ep_post hands each
+ * request to the next lane (round robin: the engine cuts batches into
+ * requests of at most chunk_bytes, so a batch spreads over all lanes)
+ * and wakes its thread; the thread turns the request's segments into
+ * ucp_put_nbx / ucp_get_nbx calls (segments adjacent on both sides
+ * merged into one call), each under the remote key of the region
+ * holding it, fetched once per region and lane over the side channel.
+ * A WRITE completes after an endpoint flush (the bytes are at the
+ * target); a READ when its gets have landed. A thread sleeps on its
+ * worker's fd when idle.
  *
- * Failures: the endpoint runs in UCP's peer error mode, so a dead peer
+ * Failures: endpoints run in UCP's peer error mode, so a dead peer
  * fails every outstanding operation; requests in flight that see no
  * completion for timeout_ms fail with KVF_ERR_TIMEOUT (the endpoint is
- * closed by force). Either way the ep stays failed: later requests fail
- * at once and the caller reopens the peer.
+ * closed by force). The first lane that fails marks the ep failed and
+ * wakes the others, which close their endpoints by force too: the ep
+ * stays failed, later requests fail at once and the caller reopens the
+ * peer.
  */
 #include "transport/ucx/ucx.h"
 #include "core/alloc.h"
@@ -33,7 +39,7 @@ typedef struct kvf_ucx_op {
 
 struct kvf_ucx_rctx {
     kvf_tl_req_t *req;
-    kvf_tl_ep_t *ep;
+    kvf_ucx_lane_t *ln;
     unsigned pending;
     kvf_status_t err;
     int zombie; /* completed by force: late callbacks only count down */
@@ -49,6 +55,7 @@ kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
     kvf_status_t status;
     void *reply = NULL;
 
+    ep->side_ms = kvf_time_ms();
     status = kvf_ucx_send(ep->fd, type, KVF_OK, count, meta, len, deadline);
     if (status == KVF_OK) {
         status = kvf_ucx_recv_hdr(ep->fd, h, deadline);
@@ -73,15 +80,37 @@ kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
     return KVF_OK;
 }
 
+/* Marks the ep failed (the first cause wins) and wakes every lane, so
+ * each closes its endpoint and fails what it holds. */
+static void kvf_ucx_ep_fail(kvf_tl_ep_t *ep, kvf_status_t why)
+{
+    kvf_status_t ok = KVF_OK;
+    unsigned i;
+
+    if (__atomic_compare_exchange_n(&ep->failed, &ok, why, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        for (i = 0; i < ep->nlanes; i++) {
+            if (ep->lanes[i].worker != NULL) {
+                kvf_ucx_wake(ep->lanes[i].wake);
+            }
+        }
+    }
+}
+
+static kvf_status_t kvf_ucx_ep_failed(kvf_tl_ep_t *ep)
+{
+    return __atomic_load_n(&ep->failed, __ATOMIC_ACQUIRE);
+}
+
 /* The cached key whose region holds [addr, addr+len), or NULL. */
-static kvf_ucx_rkey_t *kvf_ucx_rkey_find(kvf_tl_ep_t *ep, uint64_t addr,
+static kvf_ucx_rkey_t *kvf_ucx_rkey_find(kvf_ucx_lane_t *ln, uint64_t addr,
                                          uint64_t len)
 {
     kvf_ucx_rkey_t *k;
     size_t i;
 
-    for (i = 0; i < ep->nrkeys; i++) {
-        k = &ep->rkeys[i];
+    for (i = 0; i < ln->nrkeys; i++) {
+        k = &ln->rkeys[i];
         if (addr >= k->base && addr - k->base <= k->len &&
             len <= k->len - (addr - k->base)) {
             return k;
@@ -91,10 +120,11 @@ static kvf_ucx_rkey_t *kvf_ucx_rkey_find(kvf_tl_ep_t *ep, uint64_t addr,
 }
 
 /* Asks the target for the key of the region holding [addr, addr+len). */
-static kvf_status_t kvf_ucx_rkey_fetch(kvf_tl_ep_t *ep, uint64_t addr,
+static kvf_status_t kvf_ucx_rkey_fetch(kvf_ucx_lane_t *ln, uint64_t addr,
                                        uint64_t len, kvf_ucx_rkey_t **k_p)
 {
     unsigned char meta[KVF_UCX_RANGE_LEN];
+    kvf_tl_ep_t *ep = ln->ep;
     kvf_ucx_rkey_msg_t m;
     kvf_ucx_rkey_t *grown;
     kvf_frame_hdr_t h;
@@ -104,15 +134,15 @@ static kvf_status_t kvf_ucx_rkey_fetch(kvf_tl_ep_t *ep, uint64_t addr,
     ucs_status_t s;
     kvf_wr_t w;
 
-    if (ep->nrkeys == ep->rkeys_cap) {
-        size_t cap = ep->rkeys_cap ? ep->rkeys_cap * 2 : 4;
+    if (ln->nrkeys == ln->rkeys_cap) {
+        size_t cap = ln->rkeys_cap ? ln->rkeys_cap * 2 : 4;
 
-        grown = kvf_realloc(ep->rkeys, cap * sizeof(*grown));
+        grown = kvf_realloc(ln->rkeys, cap * sizeof(*grown));
         if (grown == NULL) {
             return KVF_ERR_NO_MEMORY;
         }
-        ep->rkeys = grown;
-        ep->rkeys_cap = cap;
+        ln->rkeys = grown;
+        ln->rkeys_cap = cap;
     }
     kvf_wr_init_fixed(&w, meta, sizeof(meta));
     kvf_ucx_range_enc(&w, addr, len);
@@ -124,7 +154,7 @@ static kvf_status_t kvf_ucx_rkey_fetch(kvf_tl_ep_t *ep, uint64_t addr,
         status = kvf_ucx_rkey_dec(reply, h.meta_len, addr, len, &m);
     }
     if (status == KVF_OK) {
-        s = ucp_ep_rkey_unpack(ep->uep, m.rkey, &rkey);
+        s = ucp_ep_rkey_unpack(ln->uep, m.rkey, &rkey);
         if (s != UCS_OK) {
             kvf_error("ucx: peer %s:%u sent a remote key UCX refuses: %s",
                       ep->host, ep->port, ucs_status_string(s));
@@ -132,10 +162,10 @@ static kvf_status_t kvf_ucx_rkey_fetch(kvf_tl_ep_t *ep, uint64_t addr,
         }
     }
     if (status == KVF_OK) {
-        ep->rkeys[ep->nrkeys].base = m.base;
-        ep->rkeys[ep->nrkeys].len = m.len;
-        ep->rkeys[ep->nrkeys].rkey = rkey;
-        *k_p = &ep->rkeys[ep->nrkeys++];
+        ln->rkeys[ln->nrkeys].base = m.base;
+        ln->rkeys[ln->nrkeys].len = m.len;
+        ln->rkeys[ln->nrkeys].rkey = rkey;
+        *k_p = &ln->rkeys[ln->nrkeys++];
     }
     kvf_free(reply);
     return status;
@@ -156,19 +186,19 @@ static void kvf_ucx_segs_fail(kvf_ucx_rctx_t *rc, uint32_t first,
 
 static void kvf_ucx_rctx_finish(kvf_ucx_rctx_t *rc)
 {
-    kvf_tl_ep_t *ep = rc->ep;
+    kvf_ucx_lane_t *ln = rc->ln;
     kvf_tl_req_t *req = rc->req;
 
     if (rc->prev != NULL) {
         rc->prev->next = rc->next;
-    } else if (ep->active == rc) {
-        ep->active = rc->next;
+    } else if (ln->active == rc) {
+        ln->active = rc->next;
     }
     if (rc->next != NULL) {
         rc->next->prev = rc->prev;
     }
-    ep->nactive--;
-    ep->inflight -= req->bytes;
+    ln->nactive--;
+    ln->inflight -= req->bytes;
     req->status = rc->err;
     if (rc->err == KVF_OK) {
         KVF_TL_COUNT(bytes, req->bytes);
@@ -183,7 +213,7 @@ static void kvf_ucx_op_done(void *request, ucs_status_t s, void *user_data)
 {
     kvf_ucx_op_t *op = user_data;
     kvf_ucx_rctx_t *rc = op->rc;
-    kvf_tl_ep_t *ep = rc->ep;
+    kvf_ucx_lane_t *ln = rc->ln;
 
     ucp_request_free(request);
     if (rc->zombie) {
@@ -192,17 +222,17 @@ static void kvf_ucx_op_done(void *request, ucs_status_t s, void *user_data)
     }
     if (s != UCS_OK) {
         kvf_ucx_segs_fail(rc, op->first, op->count,
-                          ep->failed != KVF_OK ? ep->failed
+                          ln->failed != KVF_OK ? ln->failed
                                                : kvf_ucx_status(s));
     }
-    ep->last_ms = kvf_time_ms();
+    ln->last_ms = kvf_time_ms();
     if (--rc->pending == 0) {
         kvf_ucx_rctx_finish(rc);
     }
 }
 
 /* Issues one UCP call for op (or a flush when len is 0). */
-static void kvf_ucx_op_issue(kvf_tl_ep_t *ep, kvf_ucx_op_t *op, int write,
+static void kvf_ucx_op_issue(kvf_ucx_lane_t *ln, kvf_ucx_op_t *op, int write,
                              void *local, uint64_t remote, uint64_t len,
                              ucp_rkey_h rkey)
 {
@@ -213,11 +243,11 @@ static void kvf_ucx_op_issue(kvf_tl_ep_t *ep, kvf_ucx_op_t *op, int write,
     p.cb.send = kvf_ucx_op_done;
     p.user_data = op;
     if (len == 0) {
-        sp = ucp_ep_flush_nbx(ep->uep, &p);
+        sp = ucp_ep_flush_nbx(ln->uep, &p);
     } else if (write) {
-        sp = ucp_put_nbx(ep->uep, local, len, remote, rkey, &p);
+        sp = ucp_put_nbx(ln->uep, local, len, remote, rkey, &p);
     } else {
-        sp = ucp_get_nbx(ep->uep, local, len, remote, rkey, &p);
+        sp = ucp_get_nbx(ln->uep, local, len, remote, rkey, &p);
     }
     if (UCS_PTR_IS_PTR(sp)) {
         op->rc->pending++; /* the callback frees the request */
@@ -262,8 +292,33 @@ static int kvf_ucx_local_host(const kvf_tl_req_t *req)
     return 1;
 }
 
+/* A request's context, linked into the lane's active list. */
+static kvf_ucx_rctx_t *kvf_ucx_rctx_new(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
+{
+    kvf_ucx_rctx_t *rc;
+
+    rc = kvf_calloc(1, sizeof(*rc) + (req->nsegs + 1) * sizeof(rc->ops[0]));
+    if (rc == NULL) {
+        return NULL;
+    }
+    rc->req = req;
+    rc->ln = ln;
+    rc->pending = 1; /* the starter's own, dropped when all is issued */
+    rc->next = ln->active;
+    if (ln->active != NULL) {
+        ln->active->prev = rc;
+    }
+    ln->active = rc;
+    ln->nactive++;
+    ln->inflight += req->bytes;
+    if (ln->nactive == 1) {
+        ln->last_ms = kvf_time_ms();
+    }
+    return rc;
+}
+
 /* Turns a request into UCP calls (progress thread). */
-static void kvf_ucx_req_start(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
+static void kvf_ucx_req_start(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
 {
     int write = req->type == KVF_OP_WRITE;
     kvf_ucx_rctx_t *rc;
@@ -272,32 +327,19 @@ static void kvf_ucx_req_start(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     uint64_t len;
     uint32_t i, j, nops = 0;
 
-    if (ep->failed != KVF_OK || (req->cancel != NULL && *req->cancel)) {
+    if (ln->failed != KVF_OK || (req->cancel != NULL && *req->cancel)) {
         kvf_tl_req_fail(req,
-                        ep->failed != KVF_OK ? ep->failed : KVF_ERR_CANCELED);
+                        ln->failed != KVF_OK ? ln->failed : KVF_ERR_CANCELED);
         return;
     }
     if (!kvf_ucx_local_host(req)) {
         kvf_tl_req_fail(req, KVF_ERR_UNSUPPORTED);
         return;
     }
-    rc = kvf_calloc(1, sizeof(*rc) + (req->nsegs + 1) * sizeof(rc->ops[0]));
+    rc = kvf_ucx_rctx_new(ln, req);
     if (rc == NULL) {
         kvf_tl_req_fail(req, KVF_ERR_NO_MEMORY);
         return;
-    }
-    rc->req = req;
-    rc->ep = ep;
-    rc->pending = 1; /* this function's own, dropped at the end */
-    rc->next = ep->active;
-    if (ep->active != NULL) {
-        ep->active->prev = rc;
-    }
-    ep->active = rc;
-    ep->nactive++;
-    ep->inflight += req->bytes;
-    if (ep->nactive == 1) {
-        ep->last_ms = kvf_time_ms();
     }
     KVF_TL_COUNT(requests, 1);
     KVF_TL_COUNT(segments, req->nsegs);
@@ -306,9 +348,9 @@ static void kvf_ucx_req_start(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     }
     for (i = 0; i < req->nsegs; i = j) {
         j = i + 1;
-        k = kvf_ucx_rkey_find(ep, req->segs[i].remote, req->segs[i].len);
+        k = kvf_ucx_rkey_find(ln, req->segs[i].remote, req->segs[i].len);
         st = (k != NULL) ? KVF_OK
-                         : kvf_ucx_rkey_fetch(ep, req->segs[i].remote,
+                         : kvf_ucx_rkey_fetch(ln, req->segs[i].remote,
                                               req->segs[i].len, &k);
         if (st != KVF_OK) {
             kvf_ucx_segs_fail(rc, i, 1, st);
@@ -316,13 +358,13 @@ static void kvf_ucx_req_start(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
         }
         j = kvf_ucx_merge(req, i, k, &len);
         rc->ops[nops] = (kvf_ucx_op_t){rc, i, j - i};
-        kvf_ucx_op_issue(ep, &rc->ops[nops++], write, req->segs[i].local,
+        kvf_ucx_op_issue(ln, &rc->ops[nops++], write, req->segs[i].local,
                          req->segs[i].remote, len, k->rkey);
     }
     KVF_TL_COUNT(wire_entries, nops);
     if (write && nops > 0) {
         rc->ops[nops] = (kvf_ucx_op_t){rc, 0, (uint32_t)req->nsegs};
-        kvf_ucx_op_issue(ep, &rc->ops[nops], write, NULL, 0, 0, NULL);
+        kvf_ucx_op_issue(ln, &rc->ops[nops], write, NULL, 0, 0, NULL);
     }
     if (--rc->pending == 0) {
         kvf_ucx_rctx_finish(rc);
@@ -331,136 +373,222 @@ static void kvf_ucx_req_start(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
 
 static void kvf_ucx_ep_err(void *arg, ucp_ep_h uep, ucs_status_t s)
 {
-    kvf_tl_ep_t *ep = arg;
+    kvf_ucx_lane_t *ln = arg;
+    kvf_tl_ep_t *ep = ln->ep;
 
     (void)uep;
-    if (ep->failed == KVF_OK) {
-        kvf_warn("ucx: peer %s:%u failed: %s", ep->host, ep->port,
-                 ucs_status_string(s));
-        ep->failed = kvf_ucx_status(s) == KVF_ERR_IO ? KVF_ERR_PEER_CLOSED
+    if (ln->failed == KVF_OK) {
+        kvf_warn("ucx: peer %s:%u failed (lane %u): %s", ep->host, ep->port,
+                 ln->idx, ucs_status_string(s));
+        ln->failed = kvf_ucx_status(s) == KVF_ERR_IO ? KVF_ERR_PEER_CLOSED
                                                      : kvf_ucx_status(s);
+        kvf_ucx_ep_fail(ep, ln->failed);
     }
 }
 
-/* Closes the UCP endpoint by force (outstanding operations complete
- * with an error) and waits, bounded, for the close to finish. */
-static void kvf_ucx_ep_abort(kvf_tl_ep_t *ep, kvf_status_t why)
+/* Closes the lane's UCP endpoint by force (outstanding operations
+ * complete with an error) and waits, bounded, for the close to finish. */
+static void kvf_ucx_lane_abort(kvf_ucx_lane_t *ln, kvf_status_t why)
 {
     ucp_request_param_t p = {0};
     ucs_status_ptr_t sp;
     uint64_t end = kvf_time_ms() + 2000;
 
-    if (ep->failed == KVF_OK) {
-        ep->failed = why;
+    if (ln->failed == KVF_OK) {
+        ln->failed = why;
     }
-    if (ep->uep == NULL) {
+    kvf_ucx_ep_fail(ln->ep, ln->failed);
+    if (ln->uep == NULL) {
         return;
     }
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    sp = ucp_ep_close_nbx(ep->uep, &p);
-    ep->uep = NULL;
+    sp = ucp_ep_close_nbx(ln->uep, &p);
+    ln->uep = NULL;
     if (UCS_PTR_IS_PTR(sp)) {
         while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
                kvf_time_ms() < end) {
-            ucp_worker_progress(ep->worker);
+            ucp_worker_progress(ln->worker);
         }
         ucp_request_free(sp);
     }
     /* operations UCX did not complete (no peer error handling): fail
      * them here; their memory stays until the worker is gone */
-    while (ep->active != NULL) {
-        kvf_ucx_rctx_t *rc = ep->active;
+    while (ln->active != NULL) {
+        kvf_ucx_rctx_t *rc = ln->active;
         kvf_tl_req_t *req = rc->req;
 
-        ep->active = rc->next;
-        ep->nactive--;
-        ep->inflight -= req->bytes;
+        ln->active = rc->next;
+        ln->nactive--;
+        ln->inflight -= req->bytes;
         rc->zombie = 1;
-        rc->next = ep->zombies;
-        ep->zombies = rc;
-        kvf_ucx_segs_fail(rc, 0, (uint32_t)req->nsegs, ep->failed);
-        req->status = ep->failed;
+        rc->next = ln->zombies;
+        ln->zombies = rc;
+        kvf_ucx_segs_fail(rc, 0, (uint32_t)req->nsegs, ln->failed);
+        req->status = ln->failed;
         KVF_TL_COUNT(errors, 1);
         req->complete(req);
     }
 }
 
 /* Moves posted requests into UCP (progress thread) while fewer than
- * KVF_UCX_WINDOW bytes are in flight (at least one request): a batch of
- * a million blocks does not become a million queued UCP operations, on
- * either side (over tcp the target queues a reply per get). */
-static void kvf_ucx_ep_drain(kvf_tl_ep_t *ep)
+ * the lane's share of KVF_UCX_WINDOW bytes are in flight (at least one
+ * request): a batch of a million blocks does not become a million
+ * queued UCP operations, on either side (over tcp the target queues a
+ * reply per get), however many lanes the peer has. */
+static void kvf_ucx_lane_drain(kvf_ucx_lane_t *ln)
 {
+    uint64_t window = KVF_UCX_WINDOW / ln->ep->nlanes;
     kvf_tl_req_t *req;
 
-    while (ep->nactive == 0 || ep->inflight < KVF_UCX_WINDOW) {
-        pthread_mutex_lock(&ep->lock);
-        req = ep->head;
+    while (ln->nactive == 0 || ln->inflight < window) {
+        pthread_mutex_lock(&ln->lock);
+        req = ln->head;
         if (req != NULL) {
-            ep->head = req->next;
-            if (ep->head == NULL) {
-                ep->tail = NULL;
+            ln->head = req->next;
+            if (ln->head == NULL) {
+                ln->tail = NULL;
             }
         }
-        pthread_mutex_unlock(&ep->lock);
+        pthread_mutex_unlock(&ln->lock);
         if (req == NULL) {
             return;
         }
-        kvf_ucx_req_start(ep, req);
+        kvf_ucx_req_start(ln, req);
     }
 }
 
-static void *kvf_ucx_ep_main(void *arg)
-{
-    kvf_tl_ep_t *ep = arg;
-    unsigned tmo = ep->iface->cfg.timeout_ms;
+/* How often a lane looks at the side channel (a syscall) for a peer
+ * that closed it: the transports without peer error handling (shared
+ * memory) learn of a dead target that way. */
+#define KVF_UCX_PEER_CHECK_MS 20
+/* Longest silence on the side channel (see kvf_ucx_keepalive_ms). */
+#define KVF_UCX_KEEPALIVE_MS 10000
 
-    while (!ep->stop) {
-        kvf_ucx_ep_drain(ep);
-        kvf_ucx_worker_wait(ep->worker, ep->efd, ep->wake,
-                            ep->nactive > 0 ? 50 : -1, NULL);
-        if (ep->failed == KVF_OK && ep->uep != NULL &&
-            pthread_mutex_trylock(&ep->fd_lock) == 0) {
-            if (kvf_tl_peer_gone(ep->fd)) {
-                kvf_warn("ucx: peer %s:%u closed its side channel", ep->host,
-                         ep->port);
-                ep->failed = KVF_ERR_PEER_CLOSED;
-            }
-            pthread_mutex_unlock(&ep->fd_lock);
+/* Why the lane should stop, after a wait: the ep failed (another lane
+ * saw it), the side channel closed, or nothing completed for too long. */
+static kvf_status_t kvf_ucx_lane_check(kvf_ucx_lane_t *ln)
+{
+    kvf_tl_ep_t *ep = ln->ep;
+    unsigned tmo = ep->iface->cfg.timeout_ms;
+    kvf_status_t why = kvf_ucx_ep_failed(ep);
+
+    if (ln->failed != KVF_OK) {
+        return ln->failed;
+    }
+    if (why != KVF_OK) {
+        return why;
+    }
+    if (kvf_time_ms() - ln->peer_ms >= KVF_UCX_PEER_CHECK_MS &&
+        pthread_mutex_trylock(&ep->fd_lock) == 0) {
+        ln->peer_ms = kvf_time_ms();
+        if (kvf_tl_peer_gone(ep->fd)) {
+            kvf_warn("ucx: peer %s:%u closed its side channel", ep->host,
+                     ep->port);
+            why = KVF_ERR_PEER_CLOSED;
         }
-        if (ep->failed != KVF_OK && ep->uep != NULL) {
-            kvf_ucx_ep_abort(ep, ep->failed);
-        } else if (ep->nactive > 0 && kvf_time_ms() - ep->last_ms > tmo) {
-            kvf_warn("ucx: no completion from %s:%u for %u ms", ep->host,
-                     ep->port, tmo);
-            kvf_ucx_ep_abort(ep, KVF_ERR_TIMEOUT);
+        pthread_mutex_unlock(&ep->fd_lock);
+    }
+    if (why == KVF_OK && ln->nactive > 0 && kvf_time_ms() - ln->last_ms > tmo) {
+        kvf_warn("ucx: no completion from %s:%u for %u ms (lane %u)", ep->host,
+                 ep->port, tmo, ln->idx);
+        why = KVF_ERR_TIMEOUT;
+    }
+    return why;
+}
+
+/* How often the side channel carries something: a target closes a
+ * connection idle for its idle_timeout_ms (60 s by default), and a
+ * closed side channel fails the peer. Lane 0 sends a HELLO (answered
+ * with a worker address) when nothing else went for this long. */
+static unsigned kvf_ucx_keepalive_ms(const kvf_tl_ep_t *ep)
+{
+    unsigned half = ep->iface->cfg.timeout_ms / 2;
+
+    return half < KVF_UCX_KEEPALIVE_MS ? (half ? half : 1)
+                                       : KVF_UCX_KEEPALIVE_MS;
+}
+
+static kvf_status_t kvf_ucx_keepalive(kvf_ucx_lane_t *ln)
+{
+    kvf_tl_ep_t *ep = ln->ep;
+    kvf_status_t status = KVF_OK;
+    void *reply = NULL;
+    kvf_frame_hdr_t h;
+
+    if (ln->idx != 0 ||
+        kvf_time_ms() - ep->side_ms < kvf_ucx_keepalive_ms(ep) ||
+        pthread_mutex_trylock(&ep->fd_lock) != 0) {
+        return KVF_OK;
+    }
+    status = kvf_ucx_ep_call(ep, KVF_UCX_HELLO, 0, NULL, 0, &h, &reply);
+    pthread_mutex_unlock(&ep->fd_lock);
+    kvf_free(reply);
+    if (status != KVF_OK) {
+        kvf_warn("ucx: peer %s:%u: side channel keepalive: %s", ep->host,
+                 ep->port, kvf_status_str(status));
+        return KVF_ERR_PEER_CLOSED;
+    }
+    return KVF_OK;
+}
+
+static void *kvf_ucx_lane_main(void *arg)
+{
+    kvf_ucx_lane_t *ln = arg;
+    int idle_ms = ln->idx == 0 ? (int)kvf_ucx_keepalive_ms(ln->ep) : -1;
+    kvf_status_t why;
+
+    while (!ln->stop) {
+        kvf_ucx_lane_drain(ln);
+        kvf_ucx_worker_wait(ln->worker, ln->efd, ln->wake,
+                            ln->nactive > 0 ? 50 : idle_ms, NULL, &ln->spin);
+        if (ln->uep == NULL) {
+            continue;
+        }
+        why = kvf_ucx_lane_check(ln);
+        if (why == KVF_OK) {
+            why = kvf_ucx_keepalive(ln);
+        }
+        if (why != KVF_OK) {
+            kvf_ucx_lane_abort(ln, why);
         }
     }
     return NULL;
 }
 
-kvf_status_t kvf_ucx_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
+kvf_status_t kvf_ucx_lane_post(kvf_tl_ep_t *ep, unsigned lane,
+                               kvf_tl_req_t *req)
 {
+    kvf_ucx_lane_t *ln = &ep->lanes[lane];
+
     if (req->nsegs == 0 || req->nsegs > UINT32_MAX - 1) {
         return KVF_ERR_INVALID_PARAM;
     }
     req->next = NULL;
-    pthread_mutex_lock(&ep->lock);
-    if (ep->tail != NULL) {
-        ep->tail->next = req;
+    pthread_mutex_lock(&ln->lock);
+    if (ln->tail != NULL) {
+        ln->tail->next = req;
     } else {
-        ep->head = req;
+        ln->head = req;
     }
-    ep->tail = req;
-    pthread_mutex_unlock(&ep->lock);
-    kvf_ucx_wake(ep->wake);
+    ln->tail = req;
+    pthread_mutex_unlock(&ln->lock);
+    kvf_ucx_wake(ln->wake);
     return KVF_OK;
 }
 
-/* HELLO, worker, endpoint (peer error mode), progress thread. */
-static kvf_status_t kvf_ucx_ep_connect(kvf_tl_ep_t *ep)
+kvf_status_t kvf_ucx_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
 {
+    unsigned lane = __atomic_fetch_add(&ep->next, 1, __ATOMIC_RELAXED);
+
+    return kvf_ucx_lane_post(ep, lane % ep->nlanes, req);
+}
+
+/* HELLO for lane ln's target worker, the lane's worker and endpoint
+ * (peer error mode). */
+static kvf_status_t kvf_ucx_lane_connect(kvf_ucx_lane_t *ln)
+{
+    kvf_tl_ep_t *ep = ln->ep;
     struct epoll_event ev = {.events = EPOLLRDHUP};
     ucp_ep_params_t p = {0};
     kvf_frame_hdr_t h;
@@ -468,12 +596,12 @@ static kvf_status_t kvf_ucx_ep_connect(kvf_tl_ep_t *ep)
     void *addr = NULL;
     ucs_status_t s;
 
-    status = kvf_ucx_ep_call(ep, KVF_UCX_HELLO, 0, NULL, 0, &h, &addr);
+    status = kvf_ucx_ep_call(ep, KVF_UCX_HELLO, ln->idx, NULL, 0, &h, &addr);
     if (status != KVF_OK) {
         return status;
     }
     status =
-        kvf_ucx_worker_create(ep->iface->ctx, &ep->worker, &ep->efd, &ep->wake);
+        kvf_ucx_worker_create(ep->iface->ctx, &ln->worker, &ln->efd, &ln->wake);
     if (status != KVF_OK) {
         kvf_free(addr);
         return status;
@@ -484,36 +612,156 @@ static kvf_status_t kvf_ucx_ep_connect(kvf_tl_ep_t *ep)
     p.address = addr;
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = kvf_ucx_ep_err;
-    p.err_handler.arg = ep;
-    s = ucp_ep_create(ep->worker, &p, &ep->uep);
+    p.err_handler.arg = ln;
+    s = ucp_ep_create(ln->worker, &p, &ln->uep);
     if (s == UCS_ERR_UNREACHABLE) {
         /* shared memory alone (sysv, posix, cma) has no peer failure
          * detection: without it the side channel and the timeout tell */
-        kvf_info("ucx: %s:%u: no transport with peer error handling, "
-                 "continuing without it",
-                 ep->host, ep->port);
+        if (ln->idx == 0) {
+            kvf_info("ucx: %s:%u: no transport with peer error handling, "
+                     "continuing without it",
+                     ep->host, ep->port);
+        }
         p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-        s = ucp_ep_create(ep->worker, &p, &ep->uep);
+        s = ucp_ep_create(ln->worker, &p, &ln->uep);
     }
     kvf_free(addr);
     if (s != UCS_OK) {
         kvf_error("ucx: ucp_ep_create to %s:%u: %s", ep->host, ep->port,
                   ucs_status_string(s));
-        status = kvf_ucx_status(s);
-        goto err_worker;
+        kvf_ucx_worker_destroy(ln->worker, ln->efd, ln->wake);
+        ln->worker = NULL;
+        return kvf_ucx_status(s);
     }
     /* a dead target closes the side channel: wake up and tell */
     ev.data.fd = ep->fd;
-    epoll_ctl(ep->efd, EPOLL_CTL_ADD, ep->fd, &ev);
-    if (pthread_create(&ep->thread, NULL, kvf_ucx_ep_main, ep) != 0) {
-        status = KVF_ERR_NO_RESOURCE;
-        kvf_ucx_ep_abort(ep, status);
-        goto err_worker;
-    }
+    epoll_ctl(ln->efd, EPOLL_CTL_ADD, ep->fd, &ev);
     return KVF_OK;
+}
 
-err_worker:
-    kvf_ucx_worker_destroy(ep->worker, ep->efd, ep->wake);
+/* Flushes and closes the lane's endpoint, by force when it does not
+ * finish within the timeout (its progress thread is not running). */
+static void kvf_ucx_lane_shut(kvf_ucx_lane_t *ln)
+{
+    ucp_request_param_t p = {0};
+    uint64_t end = kvf_time_ms() + ln->ep->iface->cfg.timeout_ms;
+    ucs_status_ptr_t sp;
+
+    if (ln->uep == NULL) {
+        return;
+    }
+    sp = ucp_ep_close_nbx(ln->uep, &p);
+    if (UCS_PTR_IS_PTR(sp)) {
+        while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
+               kvf_time_ms() < end) {
+            ucp_worker_progress(ln->worker);
+        }
+        if (ucp_request_check_status(sp) == UCS_INPROGRESS) {
+            ucp_request_cancel(ln->worker, sp);
+        }
+        ucp_request_free(sp);
+    }
+    ln->uep = NULL;
+}
+
+/* Stops the lane's thread, fails what it still holds, frees it all. */
+static void kvf_ucx_lane_destroy(kvf_ucx_lane_t *ln)
+{
+    size_t i;
+
+    if (ln->thread_on) {
+        ln->stop = 1;
+        kvf_ucx_wake(ln->wake);
+        pthread_join(ln->thread, NULL);
+    }
+    /* queued requests never started: fail them */
+    while (ln->head != NULL) {
+        kvf_tl_req_t *req = ln->head;
+
+        ln->head = req->next;
+        kvf_tl_req_fail(req, KVF_ERR_CANCELED);
+    }
+    if (ln->worker != NULL) {
+        if (ln->nactive > 0) {
+            kvf_ucx_lane_abort(ln, KVF_ERR_CANCELED);
+        }
+        for (i = 0; i < ln->nrkeys; i++) {
+            ucp_rkey_destroy(ln->rkeys[i].rkey);
+        }
+        kvf_ucx_lane_shut(ln);
+        kvf_ucx_worker_destroy(ln->worker, ln->efd, ln->wake);
+    }
+    kvf_free(ln->rkeys);
+    while (ln->zombies != NULL) {
+        kvf_ucx_rctx_t *rc = ln->zombies;
+
+        ln->zombies = rc->next;
+        kvf_free(rc);
+    }
+    pthread_mutex_destroy(&ln->lock);
+}
+
+/* Stops every lane's thread, then fails (CANCELED) and frees what each
+ * holds. The ep is marked failed while no lane thread runs, so a lane
+ * closing by force wakes nobody (the lanes' fds go one by one). */
+static void kvf_ucx_lanes_close(kvf_tl_ep_t *ep)
+{
+    kvf_status_t ok = KVF_OK;
+    unsigned i;
+
+    for (i = 0; i < ep->nlanes; i++) {
+        ep->lanes[i].stop = 1;
+        if (ep->lanes[i].worker != NULL) {
+            kvf_ucx_wake(ep->lanes[i].wake);
+        }
+    }
+    for (i = 0; i < ep->nlanes; i++) {
+        if (ep->lanes[i].thread_on) {
+            pthread_join(ep->lanes[i].thread, NULL);
+            ep->lanes[i].thread_on = 0;
+        }
+    }
+    __atomic_compare_exchange_n(&ep->failed, &ok, KVF_ERR_CANCELED, 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    for (i = 0; i < ep->nlanes; i++) {
+        kvf_ucx_lane_destroy(&ep->lanes[i]);
+    }
+    kvf_free(ep->lanes);
+    ep->lanes = NULL;
+    ep->nlanes = 0;
+}
+
+/* Connects every lane, then starts their threads. */
+static kvf_status_t kvf_ucx_lanes_open(kvf_tl_ep_t *ep)
+{
+    kvf_status_t status = KVF_OK;
+    unsigned i;
+
+    ep->lanes = kvf_calloc(ep->iface->nworkers, sizeof(*ep->lanes));
+    if (ep->lanes == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < ep->iface->nworkers && status == KVF_OK; i++) {
+        kvf_ucx_lane_t *ln = &ep->lanes[i];
+
+        ln->ep = ep;
+        ln->idx = i;
+        ln->spin.ns = ep->iface->spin_ns;
+        pthread_mutex_init(&ln->lock, NULL);
+        ep->nlanes++;
+        status = kvf_ucx_lane_connect(ln);
+    }
+    for (i = 0; i < ep->nlanes && status == KVF_OK; i++) {
+        if (pthread_create(&ep->lanes[i].thread, NULL, kvf_ucx_lane_main,
+                           &ep->lanes[i]) != 0) {
+            status = KVF_ERR_NO_RESOURCE;
+            break;
+        }
+        ep->lanes[i].thread_on = 1;
+    }
+    if (status != KVF_OK) {
+        kvf_ucx_lanes_close(ep);
+    }
     return status;
 }
 
@@ -529,7 +777,6 @@ kvf_status_t kvf_ucx_ep_open(kvf_tl_iface_t *iface, const char *address,
     }
     ep->iface = iface;
     ep->fd = -1;
-    pthread_mutex_init(&ep->lock, NULL);
     pthread_mutex_init(&ep->fd_lock, NULL);
     status =
         kvf_sock_parse_addr(address, ep->host, sizeof(ep->host), &ep->port);
@@ -538,13 +785,12 @@ kvf_status_t kvf_ucx_ep_open(kvf_tl_iface_t *iface, const char *address,
                                   (int)iface->cfg.timeout_ms, "ucx", &ep->fd);
     }
     if (status == KVF_OK) {
-        status = kvf_ucx_ep_connect(ep);
+        status = kvf_ucx_lanes_open(ep);
     }
     if (status != KVF_OK) {
         if (ep->fd >= 0) {
             close(ep->fd);
         }
-        pthread_mutex_destroy(&ep->lock);
         pthread_mutex_destroy(&ep->fd_lock);
         kvf_free(ep);
         return status;
@@ -553,62 +799,10 @@ kvf_status_t kvf_ucx_ep_open(kvf_tl_iface_t *iface, const char *address,
     return KVF_OK;
 }
 
-/* Flushes and closes the endpoint, by force when it does not finish
- * within the timeout (no progress thread runs). */
-static void kvf_ucx_ep_shut(kvf_tl_ep_t *ep)
-{
-    ucp_request_param_t p = {0};
-    uint64_t end = kvf_time_ms() + ep->iface->cfg.timeout_ms;
-    ucs_status_ptr_t sp;
-
-    if (ep->uep == NULL) {
-        return;
-    }
-    sp = ucp_ep_close_nbx(ep->uep, &p);
-    if (UCS_PTR_IS_PTR(sp)) {
-        while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
-               kvf_time_ms() < end) {
-            ucp_worker_progress(ep->worker);
-        }
-        if (ucp_request_check_status(sp) == UCS_INPROGRESS) {
-            ucp_request_cancel(ep->worker, sp);
-        }
-        ucp_request_free(sp);
-    }
-    ep->uep = NULL;
-}
-
 void kvf_ucx_ep_close(kvf_tl_ep_t *ep)
 {
-    size_t i;
-
-    ep->stop = 1;
-    kvf_ucx_wake(ep->wake);
-    pthread_join(ep->thread, NULL);
-    /* queued requests never started: fail them */
-    while (ep->head != NULL) {
-        kvf_tl_req_t *req = ep->head;
-
-        ep->head = req->next;
-        kvf_tl_req_fail(req, KVF_ERR_CANCELED);
-    }
-    if (ep->nactive > 0) {
-        kvf_ucx_ep_abort(ep, KVF_ERR_CANCELED);
-    }
-    for (i = 0; i < ep->nrkeys; i++) {
-        ucp_rkey_destroy(ep->rkeys[i].rkey);
-    }
-    kvf_free(ep->rkeys);
-    kvf_ucx_ep_shut(ep);
-    kvf_ucx_worker_destroy(ep->worker, ep->efd, ep->wake);
-    while (ep->zombies != NULL) {
-        kvf_ucx_rctx_t *rc = ep->zombies;
-
-        ep->zombies = rc->next;
-        kvf_free(rc);
-    }
+    kvf_ucx_lanes_close(ep);
     close(ep->fd);
-    pthread_mutex_destroy(&ep->lock);
     pthread_mutex_destroy(&ep->fd_lock);
     kvf_free(ep);
 }

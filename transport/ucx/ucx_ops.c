@@ -2,8 +2,8 @@
  * ucx transport ops table: the iface (a UCP context, and on a listening
  * engine the target worker and its side channel), remote checksums over
  * the side channel, and the link test (one contiguous put or get of the
- * whole length through the same endpoint: the ceiling `bench link`
- * reports for the blocks).
+ * whole length, cut into one piece per lane, through the same lanes as
+ * the blocks: the ceiling `bench link` reports for them).
  */
 #include "transport/ucx/ucx.h"
 #include "core/alloc.h"
@@ -24,33 +24,70 @@ static int kvf_ucx_auto_select(void)
     return kvf_ucx_has_rdma(kvf_ucx_resources());
 }
 
-static kvf_status_t kvf_ucx_target_open(kvf_tl_iface_t *iface)
+/* Releases the target workers that exist (no progress thread runs). */
+static void kvf_ucx_tw_destroy(kvf_tl_iface_t *iface)
+{
+    unsigned i;
+
+    for (i = 0; i < iface->nworkers; i++) {
+        kvf_ucx_tworker_t *tw = &iface->tw[i];
+
+        if (tw->worker == NULL) {
+            continue;
+        }
+        if (tw->addr != NULL) {
+            ucp_worker_release_address(tw->worker, tw->addr);
+        }
+        kvf_ucx_worker_destroy(tw->worker, tw->efd, tw->wake);
+    }
+    kvf_free(iface->tw);
+    iface->tw = NULL;
+}
+
+static kvf_status_t kvf_ucx_tw_create(kvf_tl_iface_t *iface,
+                                      kvf_ucx_tworker_t *tw)
 {
     ucp_address_t *addr;
     kvf_status_t status;
     ucs_status_t s;
 
-    status = kvf_ucx_worker_create(iface->ctx, &iface->worker, &iface->efd,
-                                   &iface->wake);
+    tw->iface = iface;
+    tw->spin.ns = iface->spin_ns;
+    status =
+        kvf_ucx_worker_create(iface->ctx, &tw->worker, &tw->efd, &tw->wake);
     if (status != KVF_OK) {
+        tw->worker = NULL;
         return status;
     }
-    s = ucp_worker_get_address(iface->worker, &addr, &iface->worker_addr_len);
-    if (s != UCS_OK || kvf_ucx_addr_check(iface->worker_addr_len) != KVF_OK) {
-        status = KVF_ERR_INTERNAL;
-        goto err_worker;
+    s = ucp_worker_get_address(tw->worker, &addr, &tw->addr_len);
+    if (s != UCS_OK) {
+        kvf_error("ucx: ucp_worker_get_address: %s", ucs_status_string(s));
+        return KVF_ERR_INTERNAL;
     }
-    iface->worker_addr = addr;
-    status = kvf_ucx_server_start(iface);
-    if (status != KVF_OK) {
-        ucp_worker_release_address(iface->worker, addr);
-        goto err_worker;
-    }
-    return KVF_OK;
+    tw->addr = addr;
+    return kvf_ucx_addr_check(tw->addr_len) == KVF_OK ? KVF_OK
+                                                      : KVF_ERR_INTERNAL;
+}
 
-err_worker:
-    kvf_ucx_worker_destroy(iface->worker, iface->efd, iface->wake);
-    iface->worker = NULL;
+/* The target's workers, then its side channel and progress threads. */
+static kvf_status_t kvf_ucx_target_open(kvf_tl_iface_t *iface)
+{
+    kvf_status_t status = KVF_OK;
+    unsigned i;
+
+    iface->tw = kvf_calloc(iface->nworkers, sizeof(*iface->tw));
+    if (iface->tw == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < iface->nworkers && status == KVF_OK; i++) {
+        status = kvf_ucx_tw_create(iface, &iface->tw[i]);
+    }
+    if (status == KVF_OK) {
+        status = kvf_ucx_server_start(iface);
+    }
+    if (status != KVF_OK) {
+        kvf_ucx_tw_destroy(iface);
+    }
     return status;
 }
 
@@ -72,6 +109,10 @@ static kvf_status_t kvf_ucx_iface_open(const kvf_tl_config_t *cfg,
     status = kvf_sock_parse_addr(cfg->listen, iface->host, sizeof(iface->host),
                                  &port);
     if (status == KVF_OK) {
+        status =
+            kvf_ucx_tuning(cfg->ucx_workers, &iface->nworkers, &iface->spin_ns);
+    }
+    if (status == KVF_OK) {
         status = kvf_ucx_ctx_create(iface->host, &iface->ctx);
     }
     if (status == KVF_OK && !cfg->no_listen) {
@@ -91,16 +132,15 @@ static kvf_status_t kvf_ucx_iface_open(const kvf_tl_config_t *cfg,
 
 static void kvf_ucx_iface_close(kvf_tl_iface_t *iface)
 {
-    if (iface->worker != NULL) {
+    if (iface->tw != NULL) {
         kvf_ucx_server_stop(iface);
     }
     while (iface->nmaps > 0) {
         kvf_ucx_mem_dereg(iface, iface->maps[0].base, iface->maps[0].len);
     }
     kvf_free(iface->maps);
-    if (iface->worker != NULL) {
-        ucp_worker_release_address(iface->worker, iface->worker_addr);
-        kvf_ucx_worker_destroy(iface->worker, iface->efd, iface->wake);
+    if (iface->tw != NULL) {
+        kvf_ucx_tw_destroy(iface);
     }
     ucp_cleanup(iface->ctx);
     pthread_mutex_destroy(&iface->maps_lock);
@@ -109,7 +149,7 @@ static void kvf_ucx_iface_close(kvf_tl_iface_t *iface)
 
 static const char *kvf_ucx_iface_address(kvf_tl_iface_t *iface)
 {
-    return iface->worker != NULL ? iface->address : NULL;
+    return iface->tw != NULL ? iface->address : NULL;
 }
 
 static kvf_status_t kvf_ucx_sum_some(kvf_tl_ep_t *ep, const uint64_t *remote,
@@ -170,7 +210,7 @@ static kvf_status_t kvf_ucx_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
 typedef struct kvf_ucx_wait {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int done;
+    unsigned left;
 } kvf_ucx_wait_t;
 
 static void kvf_ucx_link_done(kvf_tl_req_t *req)
@@ -178,42 +218,60 @@ static void kvf_ucx_link_done(kvf_tl_req_t *req)
     kvf_ucx_wait_t *w = req->arg;
 
     pthread_mutex_lock(&w->lock);
-    w->done = 1;
-    pthread_cond_signal(&w->cond);
+    if (--w->left == 0) {
+        pthread_cond_signal(&w->cond);
+    }
     pthread_mutex_unlock(&w->lock);
 }
 
+/* One contiguous transfer of length bytes cut into one piece per lane
+ * (page-aligned cuts), all posted at once: the ceiling the blocks are
+ * measured against uses the same workers and endpoints they do. */
 static kvf_status_t kvf_ucx_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
                                          void *local, uint64_t remote,
                                          size_t length, double *seconds_p)
 {
     kvf_ucx_wait_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-    kvf_tl_seg_t seg = {local, remote, length};
-    kvf_status_t seg_status, status;
-    kvf_tl_req_t req = {0};
-    uint64_t t0;
+    kvf_tl_seg_t seg[KVF_UCX_WORKERS_MAX];
+    kvf_status_t seg_status[KVF_UCX_WORKERS_MAX], status = KVF_OK;
+    kvf_tl_req_t req[KVF_UCX_WORKERS_MAX];
+    uint64_t t0, off = 0, piece;
+    unsigned i, n = 0;
 
-    req.type = type;
-    req.segs = &seg;
-    req.nsegs = 1;
-    req.bytes = length;
-    req.seg_status = &seg_status;
-    req.complete = kvf_ucx_link_done;
-    req.arg = &w;
+    piece = (length / ep->nlanes + 4095) & ~(uint64_t)4095;
+    memset(req, 0, sizeof(req));
+    for (i = 0; i < ep->nlanes && off < length; i++, n++) {
+        seg[i] = (kvf_tl_seg_t){(char *)local + off, remote + off,
+                                piece < length - off ? piece : length - off};
+        off += seg[i].len;
+        req[i].type = type;
+        req[i].segs = &seg[i];
+        req[i].nsegs = 1;
+        req[i].bytes = seg[i].len;
+        req[i].seg_status = &seg_status[i];
+        req[i].complete = kvf_ucx_link_done;
+        req[i].arg = &w;
+    }
+    w.left = n;
     t0 = kvf_time_ns();
-    status = kvf_ucx_ep_post(ep, &req);
-    if (status != KVF_OK) {
-        return status;
+    for (i = 0; i < n; i++) {
+        if (kvf_ucx_lane_post(ep, i, &req[i]) != KVF_OK) {
+            kvf_ucx_link_done(&req[i]); /* not posted: counted down here */
+            req[i].status = KVF_ERR_INVALID_PARAM;
+        }
     }
     pthread_mutex_lock(&w.lock);
-    while (!w.done) {
+    while (w.left > 0) {
         pthread_cond_wait(&w.cond, &w.lock);
     }
     pthread_mutex_unlock(&w.lock);
-    if (req.status == KVF_OK) {
+    for (i = 0; i < n && status == KVF_OK; i++) {
+        status = req[i].status;
+    }
+    if (status == KVF_OK) {
         *seconds_p = (double)(kvf_time_ns() - t0) / 1e9;
     }
-    return req.status;
+    return status;
 }
 
 const kvf_transport_ops_t kvf_ucx_ops = {

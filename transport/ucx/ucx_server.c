@@ -1,9 +1,10 @@
 /*
- * ucx transport, target side. The iface's UCX worker receives the peers'
- * RMA (with UCX's tcp transport it moves the bytes itself, in its
- * progress thread, which sleeps on the worker's fd when idle). A tcp
- * side channel, authenticated with the cluster secret like every other
- * connection, hands each initiator the worker's address (HELLO) and, per
+ * ucx transport, target side. The iface's UCX workers (ucx_workers of
+ * them) receive the peers' RMA (with UCX's tcp transport they move the
+ * bytes themselves, each in its progress thread, which sleeps on the
+ * worker's fd when idle). A tcp side channel, authenticated with the
+ * cluster secret like every other connection, hands each initiator's
+ * lane n the address of worker n modulo their number (HELLO) and, per
  * registered region it asks for, a remote key (RKEY): a range is mapped
  * with ucp_mem_map on its first request only if the engine's access
  * check finds it inside one registered host region, and the mapping
@@ -11,6 +12,7 @@
  * It also answers checksum requests (SUM) for verification.
  */
 #include "transport/ucx/ucx.h"
+#include "transport/listener.h"
 #include "core/alloc.h"
 #include "core/auth.h"
 #include "core/log.h"
@@ -25,20 +27,12 @@
 
 typedef struct kvf_ucx_sconn {
     kvf_tl_iface_t *iface;
+    kvf_tl_conn_t *conn; /* the listener's */
     int fd;
-    pthread_t thread;
-    int done;
-    struct kvf_ucx_sconn *next;
 } kvf_ucx_sconn_t;
 
 struct kvf_ucx_server {
-    int lfd;
-    int wake[2];
-    volatile int stop;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    kvf_ucx_sconn_t *conns;
-    unsigned nconns;
+    kvf_tl_listener_t *listener;
     kvf_tl_limits_t lim;
 };
 
@@ -256,11 +250,14 @@ static kvf_status_t kvf_ucx_serve_one(kvf_ucx_sconn_t *c,
     kvf_wr_init(&w);
     kvf_rd_init(&r, meta, h->meta_len);
     switch (h->type) {
-    case KVF_UCX_HELLO:
+    case KVF_UCX_HELLO: {
+        const kvf_ucx_tworker_t *tw = &iface->tw[h->count % iface->nworkers];
+
         type = KVF_UCX_HELLO_RESP;
-        kvf_wr_bytes(&w, iface->worker_addr, iface->worker_addr_len);
+        kvf_wr_bytes(&w, tw->addr, tw->addr_len);
         st = kvf_wr_status(&w);
         break;
+    }
     case KVF_UCX_RKEY:
         type = KVF_UCX_RKEY_RESP;
         st = kvf_ucx_range_dec(&r, &addr, &len);
@@ -284,117 +281,80 @@ static kvf_status_t kvf_ucx_serve_one(kvf_ucx_sconn_t *c,
     return status;
 }
 
-static void *kvf_ucx_sconn_main(void *arg)
+/* A side channel connection's thread (the listener's serve function). */
+static void kvf_ucx_serve_conn(kvf_tl_conn_t *tc)
 {
-    kvf_ucx_sconn_t *c = arg;
-    kvf_ucx_server_t *srv = c->iface->server;
+    kvf_tl_iface_t *iface = tc->arg;
+    kvf_ucx_server_t *srv = iface->server;
+    kvf_ucx_sconn_t c = {iface, tc, tc->fd};
     kvf_frame_hdr_t h;
     kvf_status_t status;
     char peer[64];
 
-    kvf_auth_peer_name(c->fd, peer, sizeof(peer));
-    status = kvf_auth_server(c->fd, c->iface->host, "ucx", peer,
-                             kvf_time_ms() + c->iface->cfg.timeout_ms);
-    while (status == KVF_OK && !srv->stop) {
-        status = kvf_ucx_recv_hdr(c->fd, &h,
+    kvf_auth_peer_name(c.fd, peer, sizeof(peer));
+    status = kvf_auth_server(c.fd, iface->host, "ucx", peer,
+                             kvf_time_ms() + iface->cfg.timeout_ms);
+    while (status == KVF_OK && !kvf_tl_listener_stopping(tc->listener)) {
+        status = kvf_ucx_recv_hdr(c.fd, &h,
                                   kvf_time_ms() + srv->lim.idle_timeout_ms);
         if (status == KVF_OK) {
-            status = kvf_ucx_serve_one(c, &h);
+            status = kvf_ucx_serve_one(&c, &h);
         } else if (status == KVF_ERR_PROTOCOL || status == KVF_ERR_VERSION ||
                    status == KVF_ERR_MSG_TOO_LARGE) {
             kvf_warn("ucx: closing side channel of %s: %s", peer,
                      kvf_status_str(status));
         }
     }
-    __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
-    return NULL;
-}
-
-/* Joins finished connection threads (all of them with all set). */
-static void kvf_ucx_reap(kvf_ucx_server_t *srv, int all)
-{
-    kvf_ucx_sconn_t **pp, *c;
-
-    pthread_mutex_lock(&srv->lock);
-    for (pp = &srv->conns; (c = *pp) != NULL;) {
-        if (!all && !__atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
-            pp = &c->next;
-            continue;
-        }
-        *pp = c->next;
-        srv->nconns--;
-        pthread_mutex_unlock(&srv->lock);
-        pthread_join(c->thread, NULL);
-        close(c->fd);
-        kvf_free(c);
-        pthread_mutex_lock(&srv->lock);
-    }
-    pthread_mutex_unlock(&srv->lock);
-}
-
-static void kvf_ucx_accept_one(kvf_tl_iface_t *iface)
-{
-    kvf_ucx_server_t *srv = iface->server;
-    kvf_ucx_sconn_t *c;
-    int fd;
-
-    fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) {
-        kvf_tl_accept_backoff(errno);
-        return;
-    }
-    c = kvf_calloc(1, sizeof(*c));
-    if (c == NULL || srv->nconns >= srv->lim.conns_max) {
-        kvf_warn("ucx: refusing a side channel connection (%u open)",
-                 srv->nconns);
-        kvf_free(c);
-        close(fd);
-        return;
-    }
-    c->iface = iface;
-    c->fd = fd;
-    pthread_mutex_lock(&srv->lock);
-    if (pthread_create(&c->thread, NULL, kvf_ucx_sconn_main, c) != 0) {
-        pthread_mutex_unlock(&srv->lock);
-        close(fd);
-        kvf_free(c);
-        return;
-    }
-    c->next = srv->conns;
-    srv->conns = c;
-    srv->nconns++;
-    pthread_mutex_unlock(&srv->lock);
-}
-
-static void *kvf_ucx_accept_main(void *arg)
-{
-    kvf_tl_iface_t *iface = arg;
-    kvf_ucx_server_t *srv = iface->server;
-    struct pollfd pfd[2] = {{.fd = srv->lfd, .events = POLLIN},
-                            {.fd = srv->wake[0], .events = POLLIN}};
-
-    while (!srv->stop) {
-        if (poll(pfd, 2, 1000) > 0 && (pfd[0].revents & POLLIN)) {
-            kvf_ucx_accept_one(iface);
-        }
-        kvf_ucx_reap(srv, 0);
-    }
-    return NULL;
 }
 
 static void *kvf_ucx_target_progress(void *arg)
 {
-    kvf_tl_iface_t *iface = arg;
+    kvf_ucx_tworker_t *tw = arg;
 
-    while (!iface->stop) {
-        kvf_ucx_worker_wait(iface->worker, iface->efd, iface->wake, -1,
-                            &iface->target);
+    while (!tw->stop) {
+        kvf_ucx_worker_wait(tw->worker, tw->efd, tw->wake, -1,
+                            &tw->iface->target, &tw->spin);
     }
     return NULL;
 }
 
+static void kvf_ucx_progress_stop(kvf_tl_iface_t *iface)
+{
+    unsigned i;
+
+    for (i = 0; i < iface->nworkers; i++) {
+        kvf_ucx_tworker_t *tw = &iface->tw[i];
+
+        if (tw->thread_on) {
+            tw->stop = 1;
+            kvf_ucx_wake(tw->wake);
+            pthread_join(tw->thread, NULL);
+            tw->thread_on = 0;
+        }
+    }
+}
+
+static kvf_status_t kvf_ucx_progress_start(kvf_tl_iface_t *iface)
+{
+    unsigned i;
+
+    for (i = 0; i < iface->nworkers; i++) {
+        kvf_ucx_tworker_t *tw = &iface->tw[i];
+
+        tw->stop = 0;
+        if (pthread_create(&tw->thread, NULL, kvf_ucx_target_progress, tw) !=
+            0) {
+            kvf_ucx_progress_stop(iface);
+            return KVF_ERR_NO_RESOURCE;
+        }
+        tw->thread_on = 1;
+    }
+    return KVF_OK;
+}
+
 kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface)
 {
+    kvf_tl_listener_params_t lp = {0};
     kvf_ucx_server_t *srv;
     kvf_status_t status;
     uint16_t port;
@@ -403,81 +363,45 @@ kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface)
     if (srv == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    pthread_mutex_init(&srv->lock, NULL);
     status = kvf_tl_limits_load(&srv->lim);
-    if (status == KVF_OK) {
-        status = kvf_auth_check_bind(iface->host);
+    if (status != KVF_OK) {
+        kvf_free(srv);
+        return status;
     }
+    iface->server = srv;
+    status = kvf_ucx_progress_start(iface);
     if (status == KVF_OK) {
-        status = kvf_sock_listen(iface->host, 0, 512, &srv->lfd, &port);
+        lp.name = "ucx";
+        lp.host = iface->host;
+        lp.port = 0;
+        lp.lim = srv->lim;
+        lp.serve = kvf_ucx_serve_conn;
+        lp.arg = iface;
+        status = kvf_tl_listener_start(&lp, &srv->listener, &port);
+        if (status != KVF_OK) {
+            kvf_ucx_progress_stop(iface);
+        }
     }
     if (status != KVF_OK) {
-        goto err_free;
-    }
-    if (pipe2(srv->wake, O_CLOEXEC) < 0) {
-        status = KVF_ERR_IO;
-        goto err_close;
+        iface->server = NULL;
+        kvf_free(srv);
+        return status;
     }
     snprintf(iface->address, sizeof(iface->address), "%s:%u",
              strcmp(iface->host, "0.0.0.0") == 0 ? "127.0.0.1" : iface->host,
              port);
-    iface->server = srv;
-    if (pthread_create(&iface->progress, NULL, kvf_ucx_target_progress,
-                       iface) != 0) {
-        status = KVF_ERR_NO_RESOURCE;
-        goto err_pipe;
-    }
-    iface->progress_on = 1;
-    if (pthread_create(&srv->thread, NULL, kvf_ucx_accept_main, iface) != 0) {
-        status = KVF_ERR_NO_RESOURCE;
-        goto err_progress;
-    }
     return KVF_OK;
-
-err_progress:
-    iface->stop = 1;
-    kvf_ucx_wake(iface->wake);
-    pthread_join(iface->progress, NULL);
-    iface->progress_on = 0;
-err_pipe:
-    iface->server = NULL;
-    close(srv->wake[0]);
-    close(srv->wake[1]);
-err_close:
-    close(srv->lfd);
-err_free:
-    pthread_mutex_destroy(&srv->lock);
-    kvf_free(srv);
-    return status;
 }
 
 void kvf_ucx_server_stop(kvf_tl_iface_t *iface)
 {
     kvf_ucx_server_t *srv = iface->server;
-    kvf_ucx_sconn_t *c;
 
     if (srv == NULL) {
         return;
     }
-    srv->stop = 1;
-    if (write(srv->wake[1], "x", 1) < 0) {
-        /* the accept thread notices stop within its poll period */
-    }
-    pthread_join(srv->thread, NULL);
-    pthread_mutex_lock(&srv->lock);
-    for (c = srv->conns; c != NULL; c = c->next) {
-        shutdown(c->fd, SHUT_RDWR);
-    }
-    pthread_mutex_unlock(&srv->lock);
-    kvf_ucx_reap(srv, 1);
-    iface->stop = 1;
-    kvf_ucx_wake(iface->wake);
-    pthread_join(iface->progress, NULL);
-    iface->progress_on = 0;
-    close(srv->lfd);
-    close(srv->wake[0]);
-    close(srv->wake[1]);
-    pthread_mutex_destroy(&srv->lock);
+    kvf_tl_listener_stop(srv->listener);
+    kvf_ucx_progress_stop(iface);
     kvf_free(srv);
     iface->server = NULL;
 }
