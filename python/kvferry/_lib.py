@@ -57,6 +57,7 @@ ENGINE_PARAM_TRANSPORTS = 1 << 3
 ENGINE_PARAM_METADATA = 1 << 4
 ENGINE_PARAM_CHUNK = 1 << 5
 ENGINE_PARAM_NO_LISTEN = 1 << 6
+ENGINE_PARAM_UCX_WORKERS = 1 << 7
 
 STORE_PARAM_MASTER = 1 << 0
 STORE_PARAM_ENGINE = 1 << 1
@@ -76,6 +77,7 @@ class EngineParams(Structure):
         ("metadata", c_char_p),
         ("chunk_bytes", c_size_t),
         ("no_listen", c_int),
+        ("ucx_workers", c_uint),
     ]
 
 

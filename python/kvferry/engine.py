@@ -542,13 +542,15 @@ class Engine:
     Parameters left None come from configuration (``kvferry config``,
     ``KVF_<KEY>`` environment variables). ``listen`` is the "host:port" to
     serve on (default 127.0.0.1:0); ``no_listen`` makes an initiator that
-    exposes no segment.
+    exposes no segment; ``ucx_workers`` sets the UCX workers per peer and
+    on the target (1..16) where the ucx transport is built.
     """
 
     def __init__(self, listen: Optional[str] = None, transports: Optional[str] = None,
                  timeout_ms: Optional[int] = None, conns: Optional[int] = None,
                  chunk_bytes: Optional[int] = None, no_listen: bool = False,
-                 metadata: Optional[str] = None, _handle: Optional[int] = None):
+                 metadata: Optional[str] = None, ucx_workers: Optional[int] = None,
+                 _handle: Optional[int] = None):
         self._regions: "weakref.WeakSet[Region]" = weakref.WeakSet()
         self._peers: "weakref.WeakSet[Peer]" = weakref.WeakSet()
         self._batches: "weakref.WeakSet[Batch]" = weakref.WeakSet()
@@ -570,7 +572,8 @@ class Engine:
                 p.field_mask |= bit
         for field, bit, val in (("timeout_ms", _lib.ENGINE_PARAM_TIMEOUT, timeout_ms),
                                 ("conns", _lib.ENGINE_PARAM_CONNS, conns),
-                                ("chunk_bytes", _lib.ENGINE_PARAM_CHUNK, chunk_bytes)):
+                                ("chunk_bytes", _lib.ENGINE_PARAM_CHUNK, chunk_bytes),
+                                ("ucx_workers", _lib.ENGINE_PARAM_UCX_WORKERS, ucx_workers)):
             if val is not None:
                 setattr(p, field, val)
                 p.field_mask |= bit

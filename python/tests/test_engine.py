@@ -38,6 +38,34 @@ def test_engine_properties(engine):
     assert "Engine" in repr(engine)
 
 
+def test_ucx_workers_over_ucx():
+    """ucx_workers reaches the ucx transport: 3 lanes move verified blocks
+    from a target of the same process; out of range, the engine leaves
+    the ucx transport out (with an error in the log)."""
+    try:
+        tgt = kvferry.Engine(transports="ucx", ucx_workers=3)
+    except kvferry.KvferryError as e:
+        pytest.skip("no ucx transport here: %s" % e)
+    src = bytearray(random.randbytes(8 * BLK))
+    with tgt, kvferry.Engine(transports="ucx", ucx_workers=3, no_listen=True) as ini:
+        assert "ucx" in tgt.transports
+        r = tgt.register(src)
+        dst = bytearray(8 * BLK)
+        rd = ini.register(dst)
+        with ini.open(tgt.segment_name) as p:
+            assert p.transport == "ucx"
+            with p.read([(rd.addr + i * BLK, r.addr + (7 - i) * BLK, BLK) for i in range(8)]) as b:
+                assert b.result(10) == 8 * BLK
+        assert dst == b"".join(src[(7 - i) * BLK:(8 - i) * BLK] for i in range(8))
+        rd.deregister()
+        r.deregister()
+    try:
+        with kvferry.Engine(transports="ucx", ucx_workers=99) as bad:
+            assert "ucx" not in bad.transports
+    except kvferry.KvferryError:
+        pass  # no transport left at all: refused
+
+
 def test_read_write_roundtrip(engine, target):
     p = engine.open(target.segment)
     assert p.transport in ("tcp", "shm")
