@@ -40,8 +40,7 @@ def test_engine_properties(engine):
 
 def test_ucx_workers_over_ucx():
     """ucx_workers reaches the ucx transport: 3 lanes move verified blocks
-    from a target of the same process; out of range, the engine leaves
-    the ucx transport out (with an error in the log)."""
+    from a target of the same process."""
     try:
         tgt = kvferry.Engine(transports="ucx", ucx_workers=3)
     except kvferry.KvferryError as e:
@@ -59,11 +58,6 @@ def test_ucx_workers_over_ucx():
         assert dst == b"".join(src[(7 - i) * BLK:(8 - i) * BLK] for i in range(8))
         rd.deregister()
         r.deregister()
-    try:
-        with kvferry.Engine(transports="ucx", ucx_workers=99) as bad:
-            assert "ucx" not in bad.transports
-    except kvferry.KvferryError:
-        pass  # no transport left at all: refused
 
 
 def test_read_write_roundtrip(engine, target):
