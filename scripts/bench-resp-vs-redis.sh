@@ -9,10 +9,20 @@
 #   scripts/bench-resp-vs-redis.sh [-b build/kvferry] [-s "65536 1048576"]
 #                                  [-c 8] [-r 3] [-t resp-threads]
 #                                  [-n "N-for-64K N-for-1M ..."] [-l]
-#                                  [-k KEYSPACE]
+#                                  [-k KEYSPACE] [-T BENCH-THREADS]
+#                                  [-R REDIS-DIR] [-o OUT-FILE]
 #
 # -k: random keys out of KEYSPACE (redis-benchmark -r); by default every
 # request uses one key, so each SET overwrites it.
+#
+# -T: redis-benchmark runs with --threads N (the same for both servers;
+# by default it is single-threaded, which can be what limits 1 MiB runs).
+#
+# -R: a folder holding redis-server, redis-benchmark and redis-cli (and
+# the libraries they need), e.g. binaries extracted from Debian packages;
+# by default they are found on PATH.
+#
+# -o: the record is also written to OUT-FILE (its folder is created).
 #
 # -l: the door's GETs use lease reads (KVF_LEASE_READS=1: a key read
 # again within its read lease is read without asking the master; for
@@ -26,7 +36,9 @@ ROUNDS=3
 THREADS=2
 LEASE=0
 KEYS=()
-while getopts "b:s:c:r:t:n:lk:" o; do
+BTHREADS=0
+OUTFILE=
+while getopts "b:s:c:r:t:n:lk:T:R:o:" o; do
     case $o in
     b) BIN=$OPTARG ;;
     s) SIZES=$OPTARG ;;
@@ -36,9 +48,18 @@ while getopts "b:s:c:r:t:n:lk:" o; do
     n) COUNTS=$OPTARG ;;
     l) LEASE=1 ;;
     k) KEYS=(-r "$OPTARG") ;;
+    T) BTHREADS=$OPTARG ;;
+    R) export PATH=$OPTARG:$PATH LD_LIBRARY_PATH=$OPTARG:${LD_LIBRARY_PATH:-} ;;
+    o) OUTFILE=$OPTARG ;;
     *) exit 2 ;;
     esac
 done
+if [ -n "$OUTFILE" ]; then
+    mkdir -p "$(dirname "$OUTFILE")"
+    exec > >(tee "$OUTFILE")
+fi
+BOPTS=()
+[ "$BTHREADS" -gt 0 ] && BOPTS=(--threads "$BTHREADS")
 for t in redis-server redis-benchmark redis-cli; do
     command -v $t >/dev/null || { echo "$t is not installed" >&2; exit 2; }
 done
@@ -91,7 +112,7 @@ bench() { # port size n
     local r
     for _ in 1 2 3; do
         r=$(redis-benchmark -p "$1" -a "$PW" -t set,get -d "$2" -c "$CLIENTS" -n "$3" \
-            "${KEYS[@]}" -q 2>&1 | tr '\r' '\n' |
+            "${KEYS[@]}" "${BOPTS[@]}" -q 2>&1 | tr '\r' '\n' |
             awk '/^SET: [0-9]/ {s=$2} /^GET: [0-9]/ {g=$2}
                  END {if (s != "" && g != "") print s, g}')
         [ -n "$r" ] && break
@@ -110,6 +131,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS;" \
     "lease reads $LEASE; keys ${KEYS[*]:-one};" \
+    "redis-benchmark threads ${BTHREADS/#0/1 (default)};" \
     "$(redis-server --version | cut -d' ' -f3)"
 i=0
 for size in $SIZES; do

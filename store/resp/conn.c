@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -181,23 +182,13 @@ void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev)
     }
 }
 
-static void kvf_resp_accept(kvf_resp_loop_t *lp)
+/* Makes an accepted socket one of the loop's connections. */
+static void kvf_resp_adopt(kvf_resp_loop_t *lp, int fd)
 {
-    static const char full[] = "-ERR max number of clients reached\r\n";
     struct epoll_event e;
     kvf_resp_conn_t *c;
-    int fd, one = 1;
+    int one = 1;
 
-    fd = accept4(lp->srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-        return;
-    }
-    if (atomic_fetch_add(&lp->srv->nclients, 1) >= lp->srv->p.max_clients) {
-        atomic_fetch_sub(&lp->srv->nclients, 1);
-        (void)!write(fd, full, sizeof(full) - 1);
-        close(fd);
-        return;
-    }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c = calloc(1, sizeof(*c));
     if (c != NULL) {
@@ -230,6 +221,79 @@ static void kvf_resp_accept(kvf_resp_loop_t *lp)
     epoll_ctl(lp->ep, EPOLL_CTL_ADD, fd, &e);
 }
 
+/* Hands an accepted socket to another loop; 0 when its queue is full. */
+static int kvf_resp_hand(kvf_resp_loop_t *to, int fd)
+{
+    uint64_t one = 1;
+    int ok;
+
+    pthread_mutex_lock(&to->hmu);
+    ok = to->nhand < KVF_RESP_HAND_MAX;
+    if (ok) {
+        to->hand[to->nhand++] = fd;
+    }
+    pthread_mutex_unlock(&to->hmu);
+    if (ok) {
+        (void)!write(to->wakefd, &one, sizeof(one));
+    }
+    return ok;
+}
+
+/* Takes over the sockets other loops accepted for this one. */
+static void kvf_resp_take_hand(kvf_resp_loop_t *lp)
+{
+    int fds[KVF_RESP_HAND_MAX];
+    unsigned n, i;
+    uint64_t v;
+
+    (void)!read(lp->wakefd, &v, sizeof(v));
+    pthread_mutex_lock(&lp->hmu);
+    n = lp->nhand;
+    memcpy(fds, lp->hand, n * sizeof(int));
+    lp->nhand = 0;
+    pthread_mutex_unlock(&lp->hmu);
+    for (i = 0; i < n; i++) {
+        kvf_resp_adopt(lp, fds[i]);
+    }
+}
+
+void kvf_resp_loop_drop_hand(kvf_resp_loop_t *lp)
+{
+    unsigned i;
+
+    for (i = 0; i < lp->nhand; i++) {
+        close(lp->hand[i]);
+        atomic_fetch_sub(&lp->srv->nclients, 1);
+    }
+    lp->nhand = 0;
+}
+
+/* Accepts one connection and gives it to the loops in turn: the kernel
+ * wakes the loops unevenly (a few loops would serve most clients), and
+ * a client's requests run on its loop's thread. */
+static void kvf_resp_accept(kvf_resp_loop_t *lp)
+{
+    static const char full[] = "-ERR max number of clients reached\r\n";
+    struct kvf_resp *s = lp->srv;
+    kvf_resp_loop_t *to;
+    int fd;
+
+    fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        return;
+    }
+    if (atomic_fetch_add(&s->nclients, 1) >= s->p.max_clients) {
+        atomic_fetch_sub(&s->nclients, 1);
+        (void)!write(fd, full, sizeof(full) - 1);
+        close(fd);
+        return;
+    }
+    to = &s->loops[atomic_fetch_add(&s->next_loop, 1) % s->nloops];
+    if (to == lp || !kvf_resp_hand(to, fd)) {
+        kvf_resp_adopt(lp, fd);
+    }
+}
+
 static void kvf_resp_reap_idle(kvf_resp_loop_t *lp)
 {
     uint64_t now = kvf_time_ms(), idle = lp->srv->p.idle_ms;
@@ -256,6 +320,8 @@ static void kvf_resp_poll(kvf_resp_loop_t *lp, int wait_ms)
     for (i = 0; i < n; i++) {
         if (ev[i].data.ptr == &lp->srv->lfd) {
             kvf_resp_accept(lp);
+        } else if (ev[i].data.ptr == &lp->wakefd) {
+            kvf_resp_take_hand(lp);
         } else if (ev[i].data.ptr != &lp->srv->stopfd) {
             kvf_resp_serve(ev[i].data.ptr, ev[i].events);
         }

@@ -176,6 +176,8 @@ static kvf_status_t kvf_resp_listen(struct kvf_resp *s)
     return KVF_OK;
 }
 
+/* Sets every loop up, then starts their threads (a loop may hand a
+ * connection to any other as soon as it runs). */
 static kvf_status_t kvf_resp_start_loops(struct kvf_resp *s)
 {
     struct epoll_event e;
@@ -184,10 +186,10 @@ static kvf_status_t kvf_resp_start_loops(struct kvf_resp *s)
     for (i = 0; i < s->nloops; i++) {
         kvf_resp_loop_t *lp = &s->loops[i];
 
-        lp->srv = s;
         lp->rbuf = malloc(KVF_RESP_RECV);
         lp->ep = epoll_create1(EPOLL_CLOEXEC);
-        if (lp->rbuf == NULL || lp->ep < 0) {
+        lp->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (lp->rbuf == NULL || lp->ep < 0 || lp->wakefd < 0) {
             return KVF_ERR_NO_MEMORY;
         }
         e.events = EPOLLIN | EPOLLEXCLUSIVE;
@@ -196,6 +198,12 @@ static kvf_status_t kvf_resp_start_loops(struct kvf_resp *s)
         e.events = EPOLLIN;
         e.data.ptr = &s->stopfd;
         epoll_ctl(lp->ep, EPOLL_CTL_ADD, s->stopfd, &e);
+        e.data.ptr = &lp->wakefd;
+        epoll_ctl(lp->ep, EPOLL_CTL_ADD, lp->wakefd, &e);
+    }
+    for (i = 0; i < s->nloops; i++) {
+        kvf_resp_loop_t *lp = &s->loops[i];
+
         if (pthread_create(&lp->thr, NULL, kvf_resp_loop_main, lp) != 0) {
             lp->thr = 0;
             return KVF_ERR_NO_MEMORY;
@@ -256,6 +264,11 @@ kvf_status_t kvf_server_resp_start(const kvf_server_resp_params_t *params,
     if (s->p.max_clients == 0) {
         s->p.max_clients = 1;
     }
+    for (unsigned i = 0; i < s->nloops; i++) {
+        s->loops[i].srv = s;
+        s->loops[i].ep = s->loops[i].wakefd = -1;
+        pthread_mutex_init(&s->loops[i].hmu, NULL);
+    }
     st = kvf_resp_open(s);
     if (st != KVF_OK) {
         kvf_server_resp_stop(s);
@@ -281,10 +294,19 @@ void kvf_server_resp_stop(kvf_resp_h s)
         if (s->loops[i].thr != 0) {
             pthread_join(s->loops[i].thr, NULL);
         }
-        if (s->loops[i].ep > 0) {
-            close(s->loops[i].ep);
+    }
+    for (i = 0; i < s->nloops; i++) {
+        kvf_resp_loop_t *lp = &s->loops[i];
+
+        kvf_resp_loop_drop_hand(lp);
+        if (lp->ep >= 0) {
+            close(lp->ep);
         }
-        free(s->loops[i].rbuf);
+        if (lp->wakefd >= 0) {
+            close(lp->wakefd);
+        }
+        free(lp->rbuf);
+        pthread_mutex_destroy(&lp->hmu);
     }
     if (s->stopfd >= 0) {
         close(s->stopfd);

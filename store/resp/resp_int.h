@@ -39,6 +39,8 @@
 #define KVF_RESP_ARGS_MAX 4096
 
 #define KVF_RESP_LOOPS_MAX 64
+/* Accepted sockets waiting to be taken over by their loop. */
+#define KVF_RESP_HAND_MAX 64
 /* Label of the AUTH password derived from the cluster secret. */
 #define KVF_RESP_TOKEN_LABEL "kvferry-resp-v1"
 #define KVF_RESP_PW_MAX      512
@@ -136,6 +138,12 @@ struct kvf_resp_loop {
     /* connections whose GET or SET waits for the next store batch */
     kvf_resp_conn_t **q;
     size_t nq, qcap;
+    /* sockets another loop accepted for this one (under hmu); wakefd
+     * tells the loop they are there */
+    int wakefd;
+    pthread_mutex_t hmu;
+    int hand[KVF_RESP_HAND_MAX];
+    unsigned nhand;
 };
 
 struct kvf_resp {
@@ -146,6 +154,7 @@ struct kvf_resp {
     int stopfd;
     atomic_int stop;
     atomic_uint nclients;
+    atomic_uint next_loop;  /* the loop the next connection goes to */
     atomic_size_t get_hint; /* size of the last value read */
     /* SETs of one key run one at a time (by stripe), so an overwrite's
      * remove and put do not race another SET of this door */
@@ -247,5 +256,8 @@ void kvf_resp_batch_run(kvf_resp_loop_t *lp);
 void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev);
 /* A loop's thread: serves its connections until the server stops. */
 void *kvf_resp_loop_main(void *arg);
+/* Closes the sockets handed to a loop that it never took over (after
+ * its thread ended). */
+void kvf_resp_loop_drop_hand(kvf_resp_loop_t *lp);
 
 #endif
