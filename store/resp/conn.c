@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static void kvf_resp_close(kvf_resp_conn_t *c)
@@ -83,6 +84,34 @@ static void kvf_resp_process(kvf_resp_conn_t *c)
     }
     kvf_resp_cur = NULL;
 }
+/* Receives the rest of a direct bulk, and in the same call what follows
+ * it (its "\r\n", the next request) into the reader; -1 = EOF or error. */
+static int kvf_resp_read_direct(kvf_resp_conn_t *c)
+{
+    size_t want = c->dlen - c->dgot;
+    struct iovec iov[2] = {{c->dbuf + c->dgot, want},
+                           {c->lp->rbuf, KVF_RESP_RECV}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t n;
+
+    n = recvmsg(c->fd, &msg, 0);
+    if (n <= 0) {
+        return (n < 0 && (errno == EAGAIN || errno == EINTR)) ? 0 : -1;
+    }
+    c->last_ms = kvf_time_ms();
+    if ((size_t)n < want) {
+        c->dgot += (size_t)n;
+        return 0;
+    }
+    c->dgot = c->dlen;
+    kvf_resp_direct_done(c);
+    if ((size_t)n > want &&
+        redisReaderFeed(c->rd, c->lp->rbuf, (size_t)n - want) != REDIS_OK) {
+        return -1;
+    }
+    return 0;
+}
+
 /* Reads once (unless blocked) and feeds the reader; -1 = EOF or error. */
 static int kvf_resp_read(kvf_resp_conn_t *c)
 {
@@ -92,16 +121,7 @@ static int kvf_resp_read(kvf_resp_conn_t *c)
         return 0;
     }
     if (c->dbuf != NULL && !c->dready) {
-        n = recv(c->fd, c->dbuf + c->dgot, c->dlen - c->dgot, 0);
-        if (n > 0) {
-            c->last_ms = kvf_time_ms();
-            c->dgot += (size_t)n;
-            if (c->dgot == c->dlen) {
-                kvf_resp_direct_done(c);
-            }
-            return 0;
-        }
-        return (n < 0 && (errno == EAGAIN || errno == EINTR)) ? 0 : -1;
+        return kvf_resp_read_direct(c);
     }
     n = recv(c->fd, c->lp->rbuf, KVF_RESP_RECV, 0);
     if (n == 0) {
