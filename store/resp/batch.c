@@ -240,64 +240,185 @@ static void kvf_resp_put_keys(struct kvf_resp *s, kvf_resp_putset_t *p)
     }
 }
 
-/* Stores the values of u[0..n) (one SET per distinct key); a short value
- * (parsed outside the pool) is copied into the pool first, since the
- * store moves bytes from registered memory. Sets each op's ost. */
+/* Scratch of one SET batch: the put set (see kvf_resp_put_keys), and per
+ * op its short value's pool copy, the in-flight store it watches, and its
+ * index in the put set. */
+typedef struct kvf_resp_setjob {
+    kvf_resp_putset_t p;
+    char **copy;
+    uint64_t *watch;
+    size_t *own;
+    size_t fidx[KVF_RESP_SET_STRIPES]; /* put-set index of a flight */
+    uint64_t claimed;                  /* stripes whose flight is ours */
+} kvf_resp_setjob_t;
+
+#define KVF_RESP_NOT_OWN SIZE_MAX
+
+static void *kvf_resp_setjob_init(kvf_resp_setjob_t *j, size_t n)
+{
+    void *mem =
+        calloc(n, 2 * sizeof(char *) + sizeof(void *) + sizeof(size_t) +
+                      2 * sizeof(kvf_status_t) + sizeof(uint64_t) +
+                      sizeof(char *) + sizeof(uint64_t) + sizeof(size_t));
+
+    if (mem == NULL) {
+        return NULL;
+    }
+    memset(j, 0, sizeof(*j));
+    j->p.keys = mem;
+    j->p.bufs = (const void **)(j->p.keys + 2 * n);
+    j->copy = (char **)(j->p.bufs + n);
+    j->p.lens = (size_t *)(j->copy + n);
+    j->p.hash = (uint64_t *)(j->p.lens + n);
+    j->watch = j->p.hash + n;
+    j->own = (size_t *)(j->watch + n);
+    j->p.st = (kvf_status_t *)(j->own + n);
+    return mem;
+}
+
+/* Copies the short values (parsed outside the pool) into the pool, since
+ * the store moves bytes from registered memory; returns the stripes of
+ * the ops that can go on. */
+static uint64_t kvf_resp_set_prepare(struct kvf_resp *s, kvf_resp_conn_t **u,
+                                     size_t n, kvf_resp_setjob_t *j)
+{
+    uint64_t stripes = 0;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        kvf_ro_str_t *v = u[i]->oval;
+
+        u[i]->ost = KVF_OK;
+        j->own[i] = KVF_RESP_NOT_OWN;
+        if (!v->pooled) {
+            j->copy[i] = kvf_resp_pool_alloc(&s->pool, v->len);
+            if (j->copy[i] == NULL) {
+                u[i]->ost = KVF_ERR_NO_RESOURCE;
+                continue;
+            }
+            memcpy(j->copy[i], v->p, v->len);
+        }
+        stripes |= 1ull << (u[i]->ohash % KVF_RESP_SET_STRIPES);
+    }
+    return stripes;
+}
+
+/* Notes, for each op, the store of its key another loop has in flight. */
+static void kvf_resp_flight_watch(struct kvf_resp *s, kvf_resp_conn_t **u,
+                                  size_t n, kvf_resp_setjob_t *j)
+{
+    const kvf_resp_flight_t *f;
+    size_t i;
+
+    pthread_mutex_lock(&s->fmu);
+    for (i = 0; i < n; i++) {
+        f = &s->flight[u[i]->ohash % KVF_RESP_SET_STRIPES];
+        j->watch[i] =
+            (u[i]->ost == KVF_OK && f->active && f->hash == u[i]->ohash &&
+             strcmp(f->key, u[i]->okey) == 0)
+                ? f->gen
+                : 0;
+    }
+    pthread_mutex_unlock(&s->fmu);
+}
+
+/* With the key's stripe locked: whether the watched store, or a later
+ * store of the same key (begun after it ended, so also after this SET
+ * came), stored the key. Such a SET can be answered OK unstored: Redis
+ * could have run it just before that store. */
+static int kvf_resp_flight_covers(const kvf_resp_flight_t *f, uint64_t watch,
+                                  const kvf_resp_conn_t *c)
+{
+    return watch != 0 && f->gen >= watch && !f->active && f->ok &&
+           f->hash == c->ohash && strcmp(f->key, c->okey) == 0;
+}
+
+/* With the stripes locked (so the watched stores are done): an op whose
+ * watched store succeeded is answered OK; the others join the put set,
+ * and the first key of each stripe becomes that stripe's flight. */
+static void kvf_resp_flight_begin(struct kvf_resp *s, kvf_resp_conn_t **u,
+                                  size_t n, kvf_resp_setjob_t *j)
+{
+    kvf_resp_flight_t *f;
+    unsigned stripe;
+    size_t i, m = 0;
+
+    pthread_mutex_lock(&s->fmu);
+    for (i = 0; i < n; i++) {
+        stripe = (unsigned)(u[i]->ohash % KVF_RESP_SET_STRIPES);
+        f = &s->flight[stripe];
+        if (u[i]->ost != KVF_OK ||
+            kvf_resp_flight_covers(f, j->watch[i], u[i])) {
+            continue;
+        }
+        j->own[i] = m;
+        j->p.keys[m] = u[i]->okey;
+        j->p.bufs[m] = u[i]->oval->pooled ? u[i]->oval->p : j->copy[i];
+        j->p.lens[m] = u[i]->oval->len;
+        j->p.hash[m] = u[i]->ohash;
+        if (!(j->claimed & (1ull << stripe))) {
+            j->claimed |= 1ull << stripe;
+            j->fidx[stripe] = m;
+            f->gen = ++s->fgen;
+            f->hash = u[i]->ohash;
+            f->active = 1;
+            f->ok = 0;
+            strcpy(f->key, u[i]->okey);
+        }
+        m++;
+    }
+    j->p.n = m;
+    pthread_mutex_unlock(&s->fmu);
+}
+
+/* Publishes the outcome of this batch's flights. */
+static void kvf_resp_flight_end(struct kvf_resp *s, kvf_resp_setjob_t *j)
+{
+    unsigned i;
+
+    pthread_mutex_lock(&s->fmu);
+    for (i = 0; i < KVF_RESP_SET_STRIPES; i++) {
+        if (j->claimed & (1ull << i)) {
+            s->flight[i].ok = j->p.st[j->fidx[i]] == KVF_OK;
+            s->flight[i].active = 0;
+        }
+    }
+    pthread_mutex_unlock(&s->fmu);
+}
+
+/* Stores the values of u[0..n) (one SET per distinct key) and sets each
+ * op's ost. A key another loop is storing meanwhile is not stored again
+ * when that store succeeds (see kvf_resp_flight_t). */
 static void kvf_resp_set_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
                                size_t n)
 {
-    kvf_resp_putset_t p = {0};
-    uint64_t stripes = 0;
-    size_t i, m = 0;
-    char **copy;
+    kvf_resp_setjob_t j;
+    uint64_t stripes;
+    size_t i;
     void *mem;
 
-    mem = calloc(n, 2 * sizeof(char *) + sizeof(void *) + sizeof(size_t) +
-                        2 * sizeof(kvf_status_t) + sizeof(uint64_t) +
-                        sizeof(char *));
-    if (mem == NULL) {
+    if ((mem = kvf_resp_setjob_init(&j, n)) == NULL) {
         for (i = 0; i < n; i++) {
             u[i]->ost = KVF_ERR_NO_MEMORY;
         }
         return;
     }
-    p.keys = mem;
-    p.bufs = (const void **)(p.keys + 2 * n);
-    copy = (char **)(p.bufs + n);
-    p.lens = (size_t *)(copy + n);
-    p.hash = (uint64_t *)(p.lens + n);
-    p.st = (kvf_status_t *)(p.hash + n);
-    for (i = 0; i < n; i++) {
-        kvf_ro_str_t *v = u[i]->oval;
-
-        copy[i] = NULL;
-        u[i]->ost = KVF_OK;
-        if (!v->pooled) {
-            copy[i] = kvf_resp_pool_alloc(&s->pool, v->len);
-            if (copy[i] == NULL) {
-                u[i]->ost = KVF_ERR_NO_RESOURCE;
-                continue;
-            }
-            memcpy(copy[i], v->p, v->len);
-        }
-        p.keys[m] = u[i]->okey;
-        p.bufs[m] = v->pooled ? v->p : copy[i];
-        p.lens[m] = v->len;
-        p.hash[m] = u[i]->ohash;
-        stripes |= 1ull << (u[i]->ohash % KVF_RESP_SET_STRIPES);
-        m++;
-    }
-    p.n = m;
-    if (m > 0) {
+    stripes = kvf_resp_set_prepare(s, u, n, &j);
+    if (stripes != 0) {
+        kvf_resp_flight_watch(s, u, n, &j);
         kvf_resp_stripes(s, stripes, 1);
-        kvf_resp_put_keys(s, &p);
+        kvf_resp_flight_begin(s, u, n, &j);
+        if (j.p.n > 0) {
+            kvf_resp_put_keys(s, &j.p);
+        }
+        kvf_resp_flight_end(s, &j);
         kvf_resp_stripes(s, stripes, 0);
     }
-    for (i = 0, m = 0; i < n; i++) {
-        if (u[i]->ost == KVF_OK) {
-            u[i]->ost = p.st[m++];
+    for (i = 0; i < n; i++) {
+        if (u[i]->ost == KVF_OK && j.own[i] != KVF_RESP_NOT_OWN) {
+            u[i]->ost = j.p.st[j.own[i]];
         }
-        kvf_resp_pool_free(&s->pool, copy[i], u[i]->oval->len);
+        kvf_resp_pool_free(&s->pool, j.copy[i], u[i]->oval->len);
     }
     free(mem);
 }

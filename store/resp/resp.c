@@ -257,6 +257,7 @@ kvf_status_t kvf_server_resp_start(const kvf_server_resp_params_t *params,
     for (int i = 0; i < KVF_RESP_SET_STRIPES; i++) {
         pthread_mutex_init(&s->set_mu[i], NULL);
     }
+    pthread_mutex_init(&s->fmu, NULL);
     s->nloops = params->threads == 0 ? 1 : params->threads;
     if (s->nloops > KVF_RESP_LOOPS_MAX) {
         s->nloops = KVF_RESP_LOOPS_MAX;
@@ -322,6 +323,7 @@ void kvf_server_resp_stop(kvf_resp_h s)
     for (i = 0; i < KVF_RESP_SET_STRIPES; i++) {
         pthread_mutex_destroy(&s->set_mu[i]);
     }
+    pthread_mutex_destroy(&s->fmu);
     free(s);
 }
 

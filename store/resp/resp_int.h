@@ -105,6 +105,18 @@ typedef struct kvf_resp_val {
 /* The store command a connection waits on (at most one). */
 enum { KVF_RESP_OP_NONE = 0, KVF_RESP_OP_GET, KVF_RESP_OP_SET };
 
+/* A SET a loop is storing while it holds the key's stripe lock. A SET of
+ * the same key on another loop, received meanwhile, can be answered with
+ * its outcome instead of being stored after it: the two are concurrent,
+ * and Redis could have run the other one first. */
+typedef struct kvf_resp_flight {
+    uint64_t gen; /* which store this is (0: none yet) */
+    uint64_t hash;
+    int active; /* being stored now */
+    int ok;     /* once done: it was stored */
+    char key[KVF_STORE_KEY_MAX + 1];
+} kvf_resp_flight_t;
+
 typedef struct kvf_resp_conn {
     int fd;
     uint32_t events; /* epoll interest now */
@@ -163,6 +175,10 @@ struct kvf_resp {
      * the stripe's lock): a SET of one of them removes before it puts,
      * one master round trip fewer than a put refused with "exists" */
     uint64_t set_recent[KVF_RESP_RECENT];
+    /* per stripe, one key its lock holder is storing (under fmu) */
+    pthread_mutex_t fmu;
+    uint64_t fgen;
+    kvf_resp_flight_t flight[KVF_RESP_SET_STRIPES];
     unsigned nloops;
     kvf_resp_loop_t loops[KVF_RESP_LOOPS_MAX];
     char password[KVF_RESP_PW_MAX];
