@@ -18,7 +18,10 @@
 # -T: redis-benchmark's threads, a list ("1 4": every size is measured
 # single-threaded, then with --threads 4); the same for both servers. By
 # default it runs single-threaded, which can be what limits the 1 MiB
-# runs (the client, not the server, is then measured).
+# runs (the client, not the server, is then measured). With --threads,
+# redis-benchmark notices the end of a run on a 250 ms tick, so a run's
+# rate is only as good as its length: give -n so that each run lasts
+# several seconds.
 #
 # -R: a folder holding redis-server, redis-benchmark and redis-cli (and
 # the libraries they need), e.g. binaries extracted from Debian packages;
@@ -67,7 +70,7 @@ DIR=$(mktemp -d /tmp/kvf-resp-bench-XXXXXX)
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    wait "${PIDS[@]}" 2>/dev/null || true
     rm -rf "$DIR"
 }
 trap cleanup EXIT
