@@ -29,6 +29,10 @@
 #
 # -o: the record is also written to OUT-FILE (its folder is created).
 #
+# The door's configuration keys reach it through the environment, e.g.
+# KVF_RESP_SPREAD=1 (connections given to its loops in turn), printed in
+# the record's header.
+#
 # -l: the door's GETs use lease reads (KVF_LEASE_READS=1: a key read
 # again within its read lease is read without asking the master; for
 # keys whose value never changes, as LMCache's chunk keys).
@@ -133,7 +137,8 @@ per_op() { awk -v a="$1" -v b="$2" -v n="$3" -v t="$TCK" \
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS;" \
+echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS" \
+    "(resp_spread ${KVF_RESP_SPREAD:-0});" \
     "lease reads $LEASE; keys ${KEYS[*]:-one};" \
     "redis-benchmark threads $BTHREADS;" \
     "$(redis-server --version | cut -d' ' -f3)"

@@ -288,9 +288,9 @@ void kvf_resp_loop_drop_hand(kvf_resp_loop_t *lp)
     lp->nhand = 0;
 }
 
-/* Accepts one connection and gives it to the loops in turn: the kernel
- * wakes the loops unevenly (a few loops would serve most clients), and
- * a client's requests run on its loop's thread. */
+/* Accepts one connection and gives it to the loops in turn (resp_spread):
+ * the kernel wakes the loops unevenly (a few loops would serve most
+ * clients), and a client's requests run on its loop's thread. */
 static void kvf_resp_accept(kvf_resp_loop_t *lp)
 {
     static const char full[] = "-ERR max number of clients reached\r\n";
@@ -308,7 +308,8 @@ static void kvf_resp_accept(kvf_resp_loop_t *lp)
         close(fd);
         return;
     }
-    to = &s->loops[atomic_fetch_add(&s->next_loop, 1) % s->nloops];
+    to = s->spread ? &s->loops[atomic_fetch_add(&s->next_loop, 1) % s->nloops]
+                   : lp;
     if (to == lp || !kvf_resp_hand(to, fd)) {
         kvf_resp_adopt(lp, fd);
     }

@@ -45,6 +45,11 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
      KVF_CONFIG_TUNING},
     {"resp_threads", "1", "kvferry resp: event loops (threads)",
      KVF_CONFIG_TUNING},
+    {"resp_spread", "0",
+     "kvferry resp: 1 = connections are given to the loops in turn; 0 = "
+     "each stays on the loop the kernel woke to accept it (uneven: more "
+     "clients share one loop's batches)",
+     KVF_CONFIG_TUNING},
 };
 KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 
@@ -218,6 +223,7 @@ static kvf_status_t kvf_resp_open(struct kvf_resp *s)
                                            KVF_STORE_PARAM_TIMEOUT,
                              .master = s->p.master,
                              .timeout_ms = s->p.timeout_ms};
+    uint64_t spread;
     kvf_status_t st;
 
     if ((st = kvf_resp_load_password(s)) != KVF_OK ||
@@ -228,6 +234,11 @@ static kvf_status_t kvf_resp_open(struct kvf_resp *s)
         (st = kvf_resp_listen(s)) != KVF_OK) {
         return st;
     }
+    if ((st = kvf_config_u64(&kvf_resp_config, "resp_spread", &spread)) !=
+        KVF_OK) {
+        return st;
+    }
+    s->spread = spread != 0;
     if (s->p.max_value > s->pool.len) {
         s->p.max_value = s->pool.len; /* a value must fit the pool */
     }

@@ -166,7 +166,8 @@ struct kvf_resp {
     int stopfd;
     atomic_int stop;
     atomic_uint nclients;
-    atomic_uint next_loop;  /* the loop the next connection goes to */
+    atomic_uint next_loop; /* the loop the next connection goes to */
+    int spread; /* resp_spread: connections go to the loops in turn */
     atomic_size_t get_hint; /* size of the last value read */
     /* SETs of one key run one at a time (by stripe), so an overwrite's
      * remove and put do not race another SET of this door */
