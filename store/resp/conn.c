@@ -84,6 +84,7 @@ static void kvf_resp_process(kvf_resp_conn_t *c)
     }
     kvf_resp_cur = NULL;
 }
+
 /* Receives the rest of a direct bulk, and in the same call what follows
  * it (its "\r\n", the next request) into the reader; -1 = EOF or error. */
 static int kvf_resp_read_direct(kvf_resp_conn_t *c)
