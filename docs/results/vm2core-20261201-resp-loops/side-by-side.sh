@@ -7,7 +7,7 @@
 B=${NEW:-build/kvferry}
 D=$(mktemp -d /tmp/kvf-ab-XXXXXX)
 PIDS=()
-st() { local n=$1 bin=$2; shift 2; "$bin" "$@" >$D/$n.out 2>$D/$n.err & PIDS+=($!)
+st() { local n=$1 bin=$2; shift 2; "$bin" "$@" >$D/$n.out 2>$D/$n.err & echo $! >$D/$n.pid
   for _ in $(seq 100); do [ -s $D/$n.out ] && break; sleep 0.1; done
   head -1 $D/$n.out | sed -n "s/^[a-z]*=\([^ ]*\).*/\1/p"; }
 M=$(st master $B master --listen 127.0.0.1:0 --http off)
@@ -26,4 +26,4 @@ for r in $(seq $3); do
     redis-benchmark -p ${x##*:} -a $PW -t set,get -d $1 -c 8 -n $2 "${BT[@]}" -q 2>/dev/null | tr '\r' '\n' | grep -a "^[SG]ET: [0-9]" | awk '{printf "%s %s  ", $1, $2}'; echo
   done
 done
-[ -n "$KEEP" ] || { kill ${PIDS[@]}; wait; }
+kill ${PIDS[@]} $(cat $D/*.pid); wait
