@@ -9,10 +9,29 @@
 #   scripts/bench-resp-vs-redis.sh [-b build/kvferry] [-s "65536 1048576"]
 #                                  [-c 8] [-r 3] [-t resp-threads]
 #                                  [-n "N-for-64K N-for-1M ..."] [-l]
-#                                  [-k KEYSPACE]
+#                                  [-k KEYSPACE] [-T BENCH-THREADS]
+#                                  [-R REDIS-DIR] [-o OUT-FILE]
 #
 # -k: random keys out of KEYSPACE (redis-benchmark -r); by default every
 # request uses one key, so each SET overwrites it.
+#
+# -T: redis-benchmark's threads, a list ("1 4": every size is measured
+# single-threaded, then with --threads 4); the same for both servers. By
+# default it runs single-threaded, which can be what limits the 1 MiB
+# runs (the client, not the server, is then measured). With --threads,
+# redis-benchmark notices the end of a run on a 250 ms tick, so a run's
+# rate is only as good as its length: give -n so that each run lasts
+# several seconds.
+#
+# -R: a folder holding redis-server, redis-benchmark and redis-cli (and
+# the libraries they need), e.g. binaries extracted from Debian packages;
+# by default they are found on PATH.
+#
+# -o: the record is also written to OUT-FILE (its folder is created).
+#
+# The door's configuration keys reach it through the environment, e.g.
+# KVF_RESP_SPREAD=1 (connections given to its loops in turn), printed in
+# the record's header.
 #
 # -l: the door's GETs use lease reads (KVF_LEASE_READS=1: a key read
 # again within its read lease is read without asking the master; for
@@ -26,7 +45,9 @@ ROUNDS=3
 THREADS=2
 LEASE=0
 KEYS=()
-while getopts "b:s:c:r:t:n:lk:" o; do
+BTHREADS=1
+OUTFILE=
+while getopts "b:s:c:r:t:n:lk:T:R:o:" o; do
     case $o in
     b) BIN=$OPTARG ;;
     s) SIZES=$OPTARG ;;
@@ -36,9 +57,16 @@ while getopts "b:s:c:r:t:n:lk:" o; do
     n) COUNTS=$OPTARG ;;
     l) LEASE=1 ;;
     k) KEYS=(-r "$OPTARG") ;;
+    T) BTHREADS=$OPTARG ;;
+    R) export PATH=$OPTARG:$PATH LD_LIBRARY_PATH=$OPTARG:${LD_LIBRARY_PATH:-} ;;
+    o) OUTFILE=$OPTARG ;;
     *) exit 2 ;;
     esac
 done
+if [ -n "$OUTFILE" ]; then
+    mkdir -p "$(dirname "$OUTFILE")"
+    exec > >(tee "$OUTFILE")
+fi
 for t in redis-server redis-benchmark redis-cli; do
     command -v $t >/dev/null || { echo "$t is not installed" >&2; exit 2; }
 done
@@ -46,7 +74,7 @@ DIR=$(mktemp -d /tmp/kvf-resp-bench-XXXXXX)
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    wait "${PIDS[@]}" 2>/dev/null || true
     rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -87,11 +115,12 @@ done
 
 # requests/s of SET and GET: prints "SET GET" (a run that printed no
 # figures, as redis-benchmark at times does on a loaded host, is redone).
-bench() { # port size n
-    local r
+bench() { # port size n bench-threads
+    local r bopts=()
+    [ "$4" -gt 1 ] && bopts=(--threads "$4")
     for _ in 1 2 3; do
         r=$(redis-benchmark -p "$1" -a "$PW" -t set,get -d "$2" -c "$CLIENTS" -n "$3" \
-            "${KEYS[@]}" -q 2>&1 | tr '\r' '\n' |
+            "${KEYS[@]}" "${bopts[@]}" -q 2>&1 | tr '\r' '\n' |
             awk '/^SET: [0-9]/ {s=$2} /^GET: [0-9]/ {g=$2}
                  END {if (s != "" && g != "") print s, g}')
         [ -n "$r" ] && break
@@ -108,37 +137,41 @@ per_op() { awk -v a="$1" -v b="$2" -v n="$3" -v t="$TCK" \
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS;" \
+echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS" \
+    "(resp_spread ${KVF_RESP_SPREAD:-0});" \
     "lease reads $LEASE; keys ${KEYS[*]:-one};" \
+    "redis-benchmark threads $BTHREADS;" \
     "$(redis-server --version | cut -d' ' -f3)"
 i=0
 for size in $SIZES; do
     i=$((i + 1))
     n=$(echo "$COUNTS" | cut -d' ' -f$i)
     [ -n "$n" ] || n=$((size >= 1048576 ? 2000 : 10000))
-    : >"$DIR/k" && : >"$DIR/r"
-    for r in $(seq "$ROUNDS"); do
-        t0=(); for p in "${PIDS[@]}"; do t0+=("$(ticks "$p")"); done
-        k=$(bench "$RPORT" "$size" "$n")
-        t1=(); for p in "${PIDS[@]}"; do t1+=("$(ticks "$p")"); done
-        d=$(bench "$RDPORT" "$size" "$n")
-        t2=$(ticks "${PIDS[3]}")
-        echo "$k" >>"$DIR/k"
-        echo "$d" >>"$DIR/r"
-        printf "size %-8s round %s  kvferry SET %10s GET %10s | redis SET %10s GET %10s\n" \
-            "$size" "$r" $k $d
-        # CPU per request (SET and GET together) of each server process
-        printf "    cpu/request: resp %s us, master %s us, node %s us | redis-server %s us\n" \
-            "$(per_op "${t0[2]}" "${t1[2]}" $((2 * n)))" \
-            "$(per_op "${t0[0]}" "${t1[0]}" $((2 * n)))" \
-            "$(per_op "${t0[1]}" "${t1[1]}" $((2 * n)))" \
-            "$(per_op "${t1[3]}" "$t2" $((2 * n)))"
+    for bt in $BTHREADS; do
+        : >"$DIR/k" && : >"$DIR/r"
+        for r in $(seq "$ROUNDS"); do
+            t0=(); for p in "${PIDS[@]}"; do t0+=("$(ticks "$p")"); done
+            k=$(bench "$RPORT" "$size" "$n" "$bt")
+            t1=(); for p in "${PIDS[@]}"; do t1+=("$(ticks "$p")"); done
+            d=$(bench "$RDPORT" "$size" "$n" "$bt")
+            t2=$(ticks "${PIDS[3]}")
+            echo "$k" >>"$DIR/k"
+            echo "$d" >>"$DIR/r"
+            printf "size %-8s bench-threads %s round %s  kvferry SET %10s GET %10s | redis SET %10s GET %10s\n" \
+                "$size" "$bt" "$r" $k $d
+            # CPU per request (SET and GET together) of each server process
+            printf "    cpu/request: resp %s us, master %s us, node %s us | redis-server %s us\n" \
+                "$(per_op "${t0[2]}" "${t1[2]}" $((2 * n)))" \
+                "$(per_op "${t0[0]}" "${t1[0]}" $((2 * n)))" \
+                "$(per_op "${t0[1]}" "${t1[1]}" $((2 * n)))" \
+                "$(per_op "${t1[3]}" "$t2" $((2 * n)))"
+        done
+        ks=$(cut -d' ' -f1 "$DIR/k" | median)
+        kg=$(cut -d' ' -f2 "$DIR/k" | median)
+        rs=$(cut -d' ' -f1 "$DIR/r" | median)
+        rg=$(cut -d' ' -f2 "$DIR/r" | median)
+        awk -v s="$size" -v bt="$bt" -v ks="$ks" -v kg="$kg" -v rs="$rs" -v rg="$rg" 'BEGIN {
+            printf "size %-8s bench-threads %s median rps: kvferry SET %.0f GET %.0f, redis SET %.0f GET %.0f; ratio SET %.2fx GET %.2fx\n",
+                s, bt, ks, kg, rs, rg, ks / rs, kg / rg }'
     done
-    ks=$(cut -d' ' -f1 "$DIR/k" | median)
-    kg=$(cut -d' ' -f2 "$DIR/k" | median)
-    rs=$(cut -d' ' -f1 "$DIR/r" | median)
-    rg=$(cut -d' ' -f2 "$DIR/r" | median)
-    awk -v s="$size" -v ks="$ks" -v kg="$kg" -v rs="$rs" -v rg="$rg" 'BEGIN {
-        printf "size %-8s median rps: kvferry SET %.0f GET %.0f, redis SET %.0f GET %.0f; ratio SET %.2fx GET %.2fx\n",
-            s, ks, kg, rs, rg, ks / rs, kg / rg }'
 done

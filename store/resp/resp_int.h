@@ -1,0 +1,280 @@
+/*
+ * Private header of the RESP2 front door (`kvferry resp`): its limits, the
+ * server, loop and connection structures, and the calls its modules make
+ * of one another. Nothing outside store/resp/ includes it; the public
+ * entry points are in kvferry/server.h.
+ *
+ * The modules: pool.c (the registered value pool and shared GET values),
+ * reader.c (the objects hiredis's redisReader builds, and long bulks
+ * received straight into the pool), reply.c (replies and sending them),
+ * cmd.c (the commands), batch.c (the GETs and SETs of a loop run as store
+ * batches), conn.c (connections and event loops), resp.c (configuration,
+ * AUTH password, start and stop).
+ */
+#ifndef KVF_STORE_RESP_INT_H
+#define KVF_STORE_RESP_INT_H
+
+#include "core/sock.h"
+
+#include <kvferry/server.h>
+#include <kvferry/store.h>
+
+#include <hiredis/hiredis.h>
+#include <hiredis/read.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Allocation unit of the value pool. */
+#define KVF_RESP_GRANULE (64u << 10)
+/* Values at most this long are copied into a connection's output buffer;
+ * longer ones are sent from the pool. */
+#define KVF_RESP_INLINE_MAX 4096u
+/* A connection stops reading and parsing while this much output waits. */
+#define KVF_RESP_OUT_HIGH (32u << 10)
+/* Longest request line (array or bulk header) accepted. */
+#define KVF_RESP_LINE_MAX (64u << 10)
+/* Most arguments of one command. */
+#define KVF_RESP_ARGS_MAX 4096
+
+#define KVF_RESP_LOOPS_MAX 64
+/* Accepted sockets waiting to be taken over by their loop. */
+#define KVF_RESP_HAND_MAX 64
+/* Label of the AUTH password derived from the cluster secret. */
+#define KVF_RESP_TOKEN_LABEL "kvferry-resp-v1"
+#define KVF_RESP_PW_MAX      512
+#define KVF_RESP_OUT_CAP     (KVF_RESP_OUT_HIGH + KVF_RESP_INLINE_MAX + 1024)
+/* One receive into the reader: small, so that most of a long value is
+ * received straight into the pool (see kvf_resp_direct_start) rather
+ * than copied through the reader. */
+#define KVF_RESP_RECV        (8u << 10)
+#define KVF_RESP_SET_STRIPES 64
+#define KVF_RESP_RECENT      4096 /* a multiple of the stripes */
+/* Bulks this long are received straight into the pool. */
+#define KVF_RESP_DIRECT_MIN (16u << 10)
+/* GETs read into a buffer of the last size read up to this size. */
+#define KVF_RESP_HINT_MAX (8u << 20)
+
+/* The type of the item the reader is in (its task stack changed form in
+ * hiredis 1.0). The reader's public fields used here (buf, pos, len,
+ * ridx) are the same in 0.14 (Debian 12) and 1.x. */
+#if HIREDIS_MAJOR >= 1
+#define KVF_RESP_TASK_TYPE(rd) ((rd)->task[(rd)->ridx]->type)
+#else
+#define KVF_RESP_TASK_TYPE(rd) ((rd)->rstack[(rd)->ridx].type)
+#endif
+
+/* Objects the redisReader builds for us. */
+enum { KVF_RO_STR = 1, KVF_RO_ARR, KVF_RO_OTHER };
+
+typedef struct kvf_ro_str {
+    int kind;
+    int pooled; /* p lies in the value pool */
+    int nomem;  /* the pool had no room: p is NULL */
+    size_t len;
+    char *p;
+} kvf_ro_str_t;
+
+typedef struct kvf_ro_arr {
+    int kind;
+    int argc;
+    void *argv[];
+} kvf_ro_arr_t;
+
+typedef struct kvf_resp_pool {
+    char *base;
+    size_t len;
+    size_t granules;
+    uint8_t *used; /* one byte per granule */
+    size_t low;    /* no free granule below */
+    pthread_mutex_t mu;
+    kvf_region_h region;
+} kvf_resp_pool_t;
+
+typedef struct kvf_resp_loop kvf_resp_loop_t;
+
+/* A value read by a GET, shared by every connection of one batch that
+ * asked for its key (one loop thread: plain reference count). */
+typedef struct kvf_resp_val {
+    char *p; /* in the pool */
+    size_t cap, len;
+    unsigned refs;
+} kvf_resp_val_t;
+
+/* The store command a connection waits on (at most one). */
+enum { KVF_RESP_OP_NONE = 0, KVF_RESP_OP_GET, KVF_RESP_OP_SET };
+
+/* A SET a loop is storing while it holds the key's stripe lock. A SET of
+ * the same key on another loop, received meanwhile, can be answered with
+ * its outcome instead of being stored after it: the two are concurrent,
+ * and Redis could have run the other one first. */
+typedef struct kvf_resp_flight {
+    uint64_t gen; /* which store this is (0: none yet) */
+    uint64_t hash;
+    int active; /* being stored now */
+    int ok;     /* once done: it was stored */
+    char key[KVF_STORE_KEY_MAX + 1];
+} kvf_resp_flight_t;
+
+typedef struct kvf_resp_conn {
+    int fd;
+    uint32_t events; /* epoll interest now */
+    kvf_resp_loop_t *lp;
+    redisReader *rd;
+    char *out;
+    size_t out_len, out_off;
+    kvf_resp_val_t *big; /* GET value being sent, then "\r\n" */
+    size_t big_off;
+    int op;               /* KVF_RESP_OP_*: queued in the loop's batch */
+    kvf_ro_str_t *oval;   /* SET: the value, owned by the op */
+    kvf_status_t ost;     /* the op's outcome */
+    kvf_resp_val_t *oget; /* GET: the value read */
+    uint64_t ohash;
+    char okey[KVF_STORE_KEY_MAX + 1];
+    char *dbuf; /* a long bulk received straight into the pool */
+    size_t dlen, dgot;
+    int dready; /* dbuf is whole: the reader's next (empty) bulk is it */
+    uint64_t last_ms;
+    int authed;
+    int closing; /* close once the output is flushed */
+    struct kvf_resp_conn *prev, *next;
+} kvf_resp_conn_t;
+
+struct kvf_resp_loop {
+    struct kvf_resp *srv;
+    int ep;
+    pthread_t thr;
+    kvf_resp_conn_t *conns;
+    char *rbuf;
+    /* connections whose GET or SET waits for the next store batch */
+    kvf_resp_conn_t **q;
+    size_t nq, qcap;
+    /* sockets another loop accepted for this one (under hmu); wakefd
+     * tells the loop they are there */
+    int wakefd;
+    pthread_mutex_t hmu;
+    int hand[KVF_RESP_HAND_MAX];
+    unsigned nhand;
+};
+
+struct kvf_resp {
+    kvf_server_resp_params_t p;
+    kvf_store_h st;
+    kvf_resp_pool_t pool;
+    int lfd;
+    int stopfd;
+    atomic_int stop;
+    atomic_uint nclients;
+    atomic_uint next_loop; /* the loop the next connection goes to */
+    int spread; /* resp_spread: connections go to the loops in turn */
+    atomic_size_t get_hint; /* size of the last value read */
+    /* SETs of one key run one at a time (by stripe), so an overwrite's
+     * remove and put do not race another SET of this door */
+    pthread_mutex_t set_mu[KVF_RESP_SET_STRIPES];
+    /* hashes of keys this door stored lately (slot = hash % size, under
+     * the stripe's lock): a SET of one of them removes before it puts,
+     * one master round trip fewer than a put refused with "exists" */
+    uint64_t set_recent[KVF_RESP_RECENT];
+    /* per stripe, one key its lock holder is storing (under fmu) */
+    pthread_mutex_t fmu;
+    uint64_t fgen;
+    kvf_resp_flight_t flight[KVF_RESP_SET_STRIPES];
+    unsigned nloops;
+    kvf_resp_loop_t loops[KVF_RESP_LOOPS_MAX];
+    char password[KVF_RESP_PW_MAX];
+    size_t pwlen;
+    char addr[KVF_HOST_MAX + 8];
+};
+
+/* The connection whose reader is parsing (objects go to its pool). */
+extern __thread kvf_resp_conn_t *kvf_resp_cur;
+
+/* One command being run: its connection, server and arguments. */
+typedef struct kvf_resp_cmd {
+    kvf_resp_conn_t *c;
+    struct kvf_resp *s;
+    int argc;
+    kvf_ro_str_t **argv;
+} kvf_resp_cmd_t;
+
+/* ---- pool.c: the value pool and shared GET values ------------------ */
+
+/* Maps the pool (s->p.pool bytes) and registers it with the store
+ * client's engine; kvf_resp_pool_fini undoes what was done. */
+kvf_status_t kvf_resp_pool_init(struct kvf_resp *s);
+void kvf_resp_pool_fini(struct kvf_resp *s);
+/* A buffer of len bytes (whole granules) or NULL when the pool is full;
+ * any thread. */
+char *kvf_resp_pool_alloc(kvf_resp_pool_t *pl, size_t len);
+void kvf_resp_pool_free(kvf_resp_pool_t *pl, char *p, size_t len);
+/* A value of cap bytes in the pool, one reference; NULL when full. */
+kvf_resp_val_t *kvf_resp_val_new(struct kvf_resp *s, size_t cap);
+void kvf_resp_val_unref(struct kvf_resp *s, kvf_resp_val_t *v);
+
+/* ---- reader.c: request parsing ------------------------------------- */
+
+/* A redisReader building the door's request objects. */
+redisReader *kvf_resp_reader_new(void);
+/* Frees a request object (its pooled value goes back to the pool of
+ * kvf_resp_cur's server). */
+void kvf_ro_free(void *obj);
+/* Checks what the reader holds unparsed; 0 = the connection must close. */
+int kvf_resp_check_pending(kvf_resp_conn_t *c);
+/* Takes a long bulk the reader waits for out of its hands (see reader.c);
+ * 1 when the bulk is already whole and the reader can go on. */
+int kvf_resp_direct_start(kvf_resp_conn_t *c);
+/* The direct bulk is whole: the reader sees its length line as "0". */
+void kvf_resp_direct_done(kvf_resp_conn_t *c);
+/* Skips empty lines between requests, as Redis does. */
+void kvf_resp_skip_blank(redisReader *rd);
+
+/* ---- reply.c: replies and sending ---------------------------------- */
+
+void kvf_resp_out(kvf_resp_conn_t *c, const void *p, size_t len);
+void kvf_resp_outs(kvf_resp_conn_t *c, const char *s);
+void kvf_resp_int(kvf_resp_conn_t *c, long long v);
+void kvf_resp_bulk(kvf_resp_conn_t *c, const void *p, size_t len);
+/* An error line from fmt and a (CR and LF replaced by spaces). */
+void kvf_resp_err(kvf_resp_conn_t *c, const char *fmt, const char *a);
+void kvf_resp_store_err(kvf_resp_conn_t *c, kvf_status_t st);
+/* 1 while the connection must not parse more (output backed up, a store
+ * op or a long GET value in flight, closing). */
+int kvf_resp_blocked(const kvf_resp_conn_t *c);
+/* A GET's (SET's) answer once its batch ran. */
+void kvf_resp_get_reply(kvf_resp_conn_t *c);
+void kvf_resp_set_reply(kvf_resp_conn_t *c);
+/* Sends what it can; -1 on a broken connection. */
+int kvf_resp_flush(kvf_resp_conn_t *c);
+
+/* ---- cmd.c: commands ----------------------------------------------- */
+
+/* Runs one parsed request; 0 when it is not a command (protocol error). */
+int kvf_resp_dispatch(kvf_resp_conn_t *c, void *obj);
+
+/* ---- batch.c: store batches ---------------------------------------- */
+
+/* Queues the connection's GET or SET for the loop's next store batch;
+ * the connection parses nothing more until it is answered. */
+void kvf_resp_enqueue(kvf_resp_conn_t *c, int op, const char *key,
+                      kvf_ro_str_t *val);
+/* A key about to be removed is no longer one this door stored. */
+void kvf_resp_forget(struct kvf_resp *s, const char *key);
+/* Frees a SET's value (and its pool buffer). */
+void kvf_resp_oval_free(struct kvf_resp *s, kvf_ro_str_t *v);
+/* Runs the loop's queued GETs and SETs, answers them, and serves their
+ * connections again (what they had pipelined may queue the next batch). */
+void kvf_resp_batch_run(kvf_resp_loop_t *lp);
+
+/* ---- conn.c: connections and event loops --------------------------- */
+
+/* Runs a connection after an event (0: after its batch); closes it when
+ * done with it. */
+void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev);
+/* A loop's thread: serves its connections until the server stops. */
+void *kvf_resp_loop_main(void *arg);
+/* Closes the sockets handed to a loop that it never took over (after
+ * its thread ended). */
+void kvf_resp_loop_drop_hand(kvf_resp_loop_t *lp);
+
+#endif
