@@ -10,12 +10,16 @@
  *    entry for each replica, and the space stays taken until the node
  *    has forgotten the entry (kvf_m_released), so no new put writes over
  *    bytes a node could still report.
- * The sender takes everything queued at once and sends it as one INV_ADD
- * frame and one INV_DEL frame (group commit: one round trip carries the
- * commits of a store batch and of every client that committed
- * meanwhile). ADDs go before DELs: a DEL queued before an ADD of the same
- * place cannot share a batch with it, since that space is not reused
- * until the DEL is answered.
+ * Whoever sends takes everything queued at once and sends it as one
+ * INV_ADD frame and one INV_DEL frame (group commit: one round trip
+ * carries the commits of a store batch and of every client that
+ * committed while the previous batch was on its way). The sender is a
+ * worker waiting for its own entries when the channel is idle (no
+ * hand-off to another thread), else the next waiting worker once the
+ * batch on its way is answered; the channel's thread sends only the
+ * entries nobody waits for (evictions, DELs of a rebuild). ADDs go before DELs:
+ * a DEL queued before an ADD of the same place cannot share a batch with it,
+ * since that space is not reused until the DEL is answered.
  *
  * A worker serving a COMMIT, PUT_END or REMOVE frame waits until every
  * entry the frame queued is answered before it replies: a commit is
@@ -42,6 +46,7 @@
 /* What a worker's frame waits for: entries not answered yet, the worst
  * answer, and the commits that a node did not record (to undo). */
 typedef struct kvf_mi_wait {
+    pthread_cond_t cond; /* signalled when left is 0 or it should send */
     unsigned left;
     kvf_status_t st;
     int stale;
@@ -70,7 +75,9 @@ typedef struct kvf_mi_q {
 typedef struct kvf_mi_chan {
     kvf_master_t *m;
     char addr[KVF_SM_INV_ADDR_MAX];
-    kvf_mi_q_t q; /* queued, under m->lock */
+    kvf_mi_q_t q;  /* queued, under m->lock */
+    size_t nowait; /* of q, entries nobody waits for */
+    int busy;      /* a batch is on its way: fd is in use */
     pthread_cond_t cond;
     pthread_t thread;
     int fd;
@@ -80,8 +87,7 @@ typedef struct kvf_mi_chan {
 struct kvf_minv {
     kvf_mi_chan_t *chans[KVF_MI_CHANS];
     unsigned nchans;
-    pthread_cond_t done; /* an answer came: waiters look again */
-    uint64_t term;       /* bumped by kvf_m_inv_clear */
+    uint64_t term; /* bumped by kvf_m_inv_clear */
     int stop;
 };
 
@@ -283,7 +289,9 @@ static void kvf_mi_finish(kvf_master_t *m, kvf_mi_q_t *b)
         if (w == NULL) {
             continue;
         }
-        w->left--;
+        if (--w->left == 0) {
+            pthread_cond_signal(&w->cond);
+        }
         if (r->st == KVF_OK) {
             continue;
         }
@@ -293,30 +301,71 @@ static void kvf_mi_finish(kvf_master_t *m, kvf_mi_q_t *b)
             kvf_mi_fail(w, r);
         }
     }
-    pthread_cond_broadcast(&m->inv->done);
+}
+
+/* What c queued while a batch was on its way goes next: its first
+ * waiting worker sends it, else c's thread (lock held). */
+static void kvf_mi_next(kvf_mi_chan_t *c)
+{
+    size_t i;
+
+    for (i = 0; i < c->q.n; i++) {
+        if (c->q.r[i].w != NULL) {
+            pthread_cond_signal(&c->q.r[i].w->cond);
+            return;
+        }
+    }
+    if (c->nowait > 0) {
+        pthread_cond_signal(&c->cond);
+    }
+}
+
+/* Sends everything c has queued as one batch (lock held, dropped
+ * meanwhile). Run by a worker waiting for answers from c (so a commit
+ * costs no hand-off to another thread, and the commits queued while a
+ * batch was on its way go together in the next), or by c's thread for
+ * entries nobody waits for. */
+static void kvf_mi_run(kvf_master_t *m, kvf_mi_chan_t *c)
+{
+    kvf_mi_q_t b = c->q;
+
+    memset(&c->q, 0, sizeof(c->q));
+    c->nowait = 0;
+    c->busy = 1;
+    pthread_mutex_unlock(&m->lock);
+    kvf_mi_send_all(c, &b);
+    pthread_mutex_lock(&m->lock);
+    c->busy = 0;
+    kvf_mi_finish(m, &b);
+    kvf_mi_q_free(&b);
+    kvf_mi_next(c);
+}
+
+/* A channel with entries queued and no batch on its way, or NULL. */
+static kvf_mi_chan_t *kvf_mi_idle(kvf_master_t *m)
+{
+    unsigned i;
+
+    for (i = 0; i < m->inv->nchans; i++) {
+        if (m->inv->chans[i]->q.n > 0 && !m->inv->chans[i]->busy) {
+            return m->inv->chans[i];
+        }
+    }
+    return NULL;
 }
 
 static void *kvf_mi_main(void *arg)
 {
     kvf_mi_chan_t *c = arg;
     kvf_master_t *m = c->m;
-    kvf_mi_q_t b;
 
     pthread_mutex_lock(&m->lock);
-    for (;;) {
-        while (!m->inv->stop && c->q.n == 0) {
+    while (!m->inv->stop) {
+        if (c->nowait > 0 && !c->busy) {
+            kvf_mi_run(m, c);
+        } else {
             pthread_cond_wait(&c->cond, &m->lock);
         }
-        if (m->inv->stop) {
-            break;
-        }
-        b = c->q;
-        memset(&c->q, 0, sizeof(c->q));
-        pthread_mutex_unlock(&m->lock);
-        kvf_mi_send_all(c, &b);
-        pthread_mutex_lock(&m->lock);
-        kvf_mi_finish(m, &b);
-        kvf_mi_q_free(&b);
     }
     pthread_mutex_unlock(&m->lock);
     if (c->fd >= 0) {
@@ -326,6 +375,30 @@ static void *kvf_mi_main(void *arg)
 }
 
 /* ---- queueing (lock held) ---- */
+
+/* A channel no node uses any more, with nothing queued or on its way
+ * (a node that went, or came back with another inventory address), to
+ * serve another address; or NULL. */
+static kvf_mi_chan_t *kvf_mi_spare(kvf_master_t *m)
+{
+    kvf_mi_chan_t *c;
+    kvf_mnode_t *n;
+    unsigned i;
+
+    for (i = 0; i < m->inv->nchans; i++) {
+        c = m->inv->chans[i];
+        for (n = m->nodes; n != NULL && n->chan != c; n = n->next) {
+        }
+        if (n == NULL && c->q.n == 0 && !c->busy) {
+            if (c->fd >= 0) {
+                close(c->fd);
+                c->fd = -1;
+            }
+            return c;
+        }
+    }
+    return NULL;
+}
 
 /* The channel of node n (started now if need be), or NULL. */
 static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n)
@@ -342,6 +415,11 @@ static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n)
             n->chan = inv->chans[i];
             return n->chan;
         }
+    }
+    if (inv->nchans == KVF_MI_CHANS && (c = kvf_mi_spare(m)) != NULL) {
+        snprintf(c->addr, sizeof(c->addr), "%s", n->inv_addr);
+        n->chan = c;
+        return c;
     }
     if (inv->nchans == KVF_MI_CHANS || inv->stop ||
         (c = kvf_calloc(1, sizeof(*c))) == NULL) {
@@ -391,10 +469,11 @@ static kvf_status_t kvf_mi_queue(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
     r->obj = del ? o : NULL;
     r->term = m->inv->term;
     r->w = kvf_mi_cur;
+    c->q.n++;
     if (r->w != NULL) {
-        r->w->left++;
-    }
-    if (c->q.n++ == 0) {
+        r->w->left++; /* that worker sends it */
+    } else {
+        c->nowait++; /* c's thread sends it */
         pthread_cond_signal(&c->cond);
     }
     return KVF_OK;
@@ -478,22 +557,30 @@ kvf_status_t kvf_m_inv_serve(kvf_master_t *m, kvf_mclient_t *cl,
                              uint8_t *rtype_p)
 {
     kvf_mi_wait_t wt = {0};
+    kvf_mi_chan_t *c;
     kvf_status_t st;
 
     if (m->inv == NULL) {
         return kvf_m_serve(m, cl, f, w, count_p, flags_p, rtype_p);
     }
+    pthread_cond_init(&wt.cond, NULL);
     kvf_mi_cur = &wt;
     st = kvf_m_serve(m, cl, f, w, count_p, flags_p, rtype_p);
     kvf_mi_cur = NULL;
     pthread_mutex_lock(&m->lock);
     while (wt.left > 0) {
-        pthread_cond_wait(&m->inv->done, &m->lock);
+        c = kvf_mi_idle(m);
+        if (c != NULL) {
+            kvf_mi_run(m, c); /* ours, and whatever else is queued */
+        } else {
+            pthread_cond_wait(&wt.cond, &m->lock);
+        }
     }
     if (wt.st != KVF_OK) {
         kvf_mi_undo(m, &wt); /* its DELs: nobody waits for them */
     }
     pthread_mutex_unlock(&m->lock);
+    pthread_cond_destroy(&wt.cond);
     if (wt.st != KVF_OK && st == KVF_OK) {
         kvf_log_rl(KVF_LOG_WARN,
                    "leader: a node did not apply a %s to its inventory "
@@ -520,7 +607,6 @@ kvf_status_t kvf_m_inv_start(kvf_master_t *m)
     if (m->inv == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    kvf_cond_init(&m->inv->done);
     return KVF_OK;
 }
 
@@ -551,6 +637,5 @@ void kvf_m_inv_stop(kvf_master_t *m)
     }
     m->inv = NULL;
     pthread_mutex_unlock(&m->lock);
-    pthread_cond_destroy(&inv->done);
     kvf_free(inv);
 }
