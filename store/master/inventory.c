@@ -128,126 +128,155 @@ static kvf_mi_rec_t *kvf_mi_q_push(kvf_mi_q_t *q)
 
 /* ---- the sender ---- */
 
-/* The channel's connection (made now if need be), or -1. */
-static int kvf_mi_conn(kvf_mi_chan_t *c, unsigned timeout_ms)
-{
-    char host[KVF_HOST_MAX];
-    uint16_t port;
-
-    if (c->fd < 0 &&
-        (kvf_sock_parse_addr(c->addr, host, sizeof(host), &port) != KVF_OK ||
-         kvf_auth_connect(host, port, (int)timeout_ms, "store", &c->fd) !=
-             KVF_OK)) {
-        c->fd = -1;
-    }
-    return c->fd;
-}
-
-/* Sends entries [i, j) of b, all ADDs or all DELs, as one frame; sets
- * each one's st. */
-static void kvf_mi_send(kvf_mi_chan_t *c, kvf_mi_rec_t *r, uint32_t n,
-                        uint8_t type)
-{
-    kvf_master_t *m = c->m;
-    uint64_t deadline = kvf_time_ms() + m->opts.io_timeout_ms;
-    kvf_sp_frame_t f = {0};
-    kvf_status_t st = KVF_ERR_CONN_RESET;
-    kvf_sm_inv_ent_t e;
+/* One frame of a batch: its entries (indexes into the batch). */
+typedef struct kvf_mi_frame {
+    uint8_t type;
+    uint32_t n;
+    size_t *idx;
     kvf_wr_t w;
-    kvf_rd_t rd;
-    uint32_t i;
-    int tries;
+    uint64_t id;
+} kvf_mi_frame_t;
 
-    kvf_wr_init(&w);
-    for (i = 0; i < n; i++) {
-        e.key = r[i].key;
-        e.off = r[i].off;
-        e.size = r[i].size;
-        e.checksum = r[i].checksum;
-        e.epoch = r[i].epoch;
-        e.seq = r[i].seq;
-        e.flags = r[i].flags;
-        kvf_sm_inv_ent_enc(&w, &e);
-    }
-    for (tries = 0; tries < 2 && st != KVF_OK; tries++) {
-        if (kvf_mi_conn(c, m->opts.io_timeout_ms) < 0) {
-            st = KVF_ERR_UNAVAILABLE;
-            break;
-        }
-        st = kvf_sp_call(c->fd, type, ++c->next_id, n, &w, &f, deadline);
-        if (st == KVF_OK && f.hdr.status == KVF_OK && f.hdr.count != n) {
-            st = KVF_ERR_PROTOCOL;
-        }
-        if (st != KVF_OK) {
-            close(c->fd); /* a new one on the second try */
-            c->fd = -1;
-        }
-    }
-    if (st == KVF_OK) {
-        st = f.hdr.status;
-    }
-    if (st != KVF_OK) {
-        kvf_log_rl(KVF_LOG_WARN, "leader: node inventory %s: %s", c->addr,
-                   kvf_status_str(st));
-    }
-    kvf_rd_init(&rd, f.body, f.hdr.meta_len);
-    for (i = 0; i < n; i++) {
-        r[i].st = st != KVF_OK ? st : kvf_sm_status_dec(&rd);
-        if (r[i].st == KVF_OK && kvf_rd_status(&rd) != KVF_OK) {
-            r[i].st = KVF_ERR_PROTOCOL;
-        }
-    }
-    kvf_sp_frame_free(&f);
-    kvf_wr_free(&w);
-}
-
-/* Sends part[0..n) (entries idx[] of b) as one frame; answers into b. */
-static void kvf_mi_flush(kvf_mi_chan_t *c, kvf_mi_q_t *b, kvf_mi_rec_t *part,
-                         const size_t *idx, size_t n, int del)
+/* Splits batch b into frames: the ADDs, then the DELs, each at most
+ * KVF_STORE_BATCH_MAX entries and KVF_SP_BODY_MAX bytes. Returns the
+ * number of frames (in fr[], at most b->n), 0 without memory. */
+static size_t kvf_mi_frames(kvf_mi_q_t *b, kvf_mi_frame_t *fr, size_t *idx)
 {
-    size_t k;
-
-    kvf_mi_send(c, part, (uint32_t)n, del ? KVF_SP_INV_DEL : KVF_SP_INV_ADD);
-    for (k = 0; k < n; k++) {
-        b->r[idx[k]].st = part[k].st;
-    }
-}
-
-/* Sends the ADDs, then the DELs of b, in frames of at most
- * KVF_STORE_BATCH_MAX entries and KVF_SP_BODY_MAX bytes. */
-static void kvf_mi_send_all(kvf_mi_chan_t *c, kvf_mi_q_t *b)
-{
-    kvf_mi_rec_t *part = kvf_calloc(b->n, sizeof(*part));
-    size_t *idx = kvf_calloc(b->n, sizeof(*idx));
-    size_t i, n, bytes, len;
+    kvf_sm_inv_ent_t e;
+    size_t i, nf = 0, bytes = 0, len, k = 0;
     int del;
 
-    for (i = 0; (part == NULL || idx == NULL) && i < b->n; i++) {
-        b->r[i].st = KVF_ERR_NO_MEMORY;
-    }
-    for (del = 0; part != NULL && idx != NULL && del < 2; del++) {
-        n = 0;
-        bytes = 0;
+    for (del = 0; del < 2; del++) {
         for (i = 0; i < b->n; i++) {
             if (b->r[i].del != del) {
                 continue;
             }
             len = KVF_SM_INV_ENT_FIXED + strlen(b->r[i].key);
-            if (n == KVF_STORE_BATCH_MAX || bytes + len > KVF_SP_BODY_MAX) {
-                kvf_mi_flush(c, b, part, idx, n, del);
-                n = 0;
+            if (nf == 0 ||
+                fr[nf - 1].type != (del ? KVF_SP_INV_DEL : KVF_SP_INV_ADD) ||
+                fr[nf - 1].n == KVF_STORE_BATCH_MAX ||
+                bytes + len > KVF_SP_BODY_MAX) {
+                fr[nf].type = del ? KVF_SP_INV_DEL : KVF_SP_INV_ADD;
+                fr[nf].n = 0;
+                fr[nf].idx = &idx[k];
+                kvf_wr_init(&fr[nf].w);
+                nf++;
                 bytes = 0;
             }
-            part[n] = b->r[i];
-            idx[n++] = i;
+            e.key = b->r[i].key;
+            e.off = b->r[i].off;
+            e.size = b->r[i].size;
+            e.checksum = b->r[i].checksum;
+            e.epoch = b->r[i].epoch;
+            e.seq = b->r[i].seq;
+            e.flags = b->r[i].flags;
+            kvf_sm_inv_ent_enc(&fr[nf - 1].w, &e);
+            fr[nf - 1].idx[fr[nf - 1].n++] = i; /* idx[k] */
+            k++;
             bytes += len;
         }
-        if (n > 0) {
-            kvf_mi_flush(c, b, part, idx, n, del);
+    }
+    return nf;
+}
+
+/* The answer to frame fr (reply f, or st when there is none) into its
+ * entries of b. */
+static void kvf_mi_answer(kvf_mi_q_t *b, const kvf_mi_frame_t *fr,
+                          const kvf_sp_frame_t *f, kvf_status_t st)
+{
+    kvf_rd_t rd;
+    uint32_t i;
+
+    if (st == KVF_OK && f->hdr.status == KVF_OK && f->hdr.count != fr->n) {
+        st = KVF_ERR_PROTOCOL;
+    }
+    if (st == KVF_OK) {
+        st = f->hdr.status;
+    }
+    kvf_rd_init(&rd, f->body, f->hdr.meta_len);
+    for (i = 0; i < fr->n; i++) {
+        b->r[fr->idx[i]].st = st != KVF_OK ? st : kvf_sm_status_dec(&rd);
+        if (st == KVF_OK && kvf_rd_status(&rd) != KVF_OK) {
+            b->r[fr->idx[i]].st = KVF_ERR_PROTOCOL;
         }
     }
+}
+
+/* Sends frames fr[0..nf) on c's connection, all before reading the
+ * first answer (one round trip for ADDs and DELs together); answers
+ * into b. KVF_OK, or why the connection failed. */
+static kvf_status_t kvf_mi_pipe(kvf_mi_chan_t *c, kvf_mi_q_t *b,
+                                kvf_mi_frame_t *fr, size_t nf)
+{
+    kvf_master_t *m = c->m;
+    uint64_t deadline = kvf_time_ms() + m->opts.io_timeout_ms;
+    kvf_sp_frame_t f = {0};
+    kvf_status_t st = KVF_OK;
+    size_t i;
+
+    if (c->fd < 0) {
+        char host[KVF_HOST_MAX];
+        uint16_t port;
+
+        if (kvf_sock_parse_addr(c->addr, host, sizeof(host), &port) != KVF_OK ||
+            kvf_auth_connect(host, port, (int)m->opts.io_timeout_ms, "store",
+                             &c->fd) != KVF_OK) {
+            c->fd = -1;
+            return KVF_ERR_UNAVAILABLE;
+        }
+    }
+    for (i = 0; i < nf && st == KVF_OK; i++) {
+        fr[i].id = ++c->next_id;
+        st = kvf_sp_send(c->fd, fr[i].type, fr[i].id, KVF_OK, fr[i].n, 0,
+                         &fr[i].w, deadline);
+    }
+    for (i = 0; i < nf && st == KVF_OK; i++) {
+        st = kvf_sp_call_end(c->fd, fr[i].type, fr[i].id, &f, deadline);
+        if (st == KVF_OK) {
+            kvf_mi_answer(b, &fr[i], &f, KVF_OK);
+        }
+    }
+    kvf_sp_frame_free(&f);
+    if (st != KVF_OK) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    return st;
+}
+
+/* Sends batch b (ADDs, then DELs) and sets each entry's st. A pooled
+ * connection that fails is replaced once: the node applies an entry
+ * sent twice the same way (an ADD replaces its own entry, a DEL of a
+ * gone entry is NOT_FOUND, which counts as done). */
+static void kvf_mi_send_all(kvf_mi_chan_t *c, kvf_mi_q_t *b)
+{
+    kvf_mi_frame_t *fr = kvf_calloc(b->n, sizeof(*fr));
+    size_t *idx = kvf_calloc(b->n, sizeof(*idx));
+    kvf_status_t st = KVF_ERR_NO_MEMORY;
+    size_t i, nf = 0;
+    int tries;
+
+    if (fr != NULL && idx != NULL) {
+        nf = kvf_mi_frames(b, fr, idx);
+        for (tries = 0; tries < 2; tries++) {
+            st = kvf_mi_pipe(c, b, fr, nf);
+            if (st == KVF_OK || st == KVF_ERR_UNAVAILABLE) {
+                break;
+            }
+        }
+    }
+    if (st != KVF_OK) {
+        kvf_log_rl(KVF_LOG_WARN, "leader: node inventory %s: %s", c->addr,
+                   kvf_status_str(st));
+        for (i = 0; i < b->n; i++) {
+            b->r[i].st = st;
+        }
+    }
+    for (i = 0; i < nf; i++) {
+        kvf_wr_free(&fr[i].w);
+    }
     kvf_free(idx);
-    kvf_free(part); /* the keys are b's */
+    kvf_free(fr);
 }
 
 /* A commit of w's frame that a node did not record: kept for the undo
@@ -505,12 +534,16 @@ void kvf_m_inv_add(kvf_master_t *m, kvf_mobj_t *o)
     }
 }
 
-unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o)
+unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o, int wait)
 {
+    kvf_mi_wait_t *cur = kvf_mi_cur;
     unsigned i, n = 0;
 
     if (m->inv == NULL || o->inv_epoch == 0) {
         return 0;
+    }
+    if (!wait) {
+        kvf_mi_cur = NULL; /* the frame served does not wait for these */
     }
     for (i = 0; i < o->nrep; i++) {
         if (o->rep[i].node->inv_addr[0] == '\0') {
@@ -522,6 +555,7 @@ unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o)
             kvf_mi_cur->st = KVF_ERR_NO_RESOURCE;
         }
     }
+    kvf_mi_cur = cur;
     return n;
 }
 

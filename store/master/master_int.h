@@ -212,13 +212,14 @@ void kvf_m_count_error(kvf_master_t *m);
  * none, as with a single master; then these do nothing). Lock held:
  * kvf_m_inv_add records committed object o (its epoch and commit
  * number set now) in its nodes' inventories; kvf_m_inv_del makes them
- * forget released object o, returns the number of answers its space
- * waits for (kvf_m_released is called as each comes);
+ * forget released object o (wait: the frame served waits for it, as a
+ * remove; else not, as an eviction), returns the number of answers its
+ * space waits for (kvf_m_released is called as each comes);
  * kvf_m_inv_clear forgets the objects of the term that ends. */
 kvf_status_t kvf_m_inv_start(kvf_master_t *m);
 void kvf_m_inv_stop(kvf_master_t *m);
 void kvf_m_inv_add(kvf_master_t *m, kvf_mobj_t *o);
-unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o);
+unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o, int wait);
 void kvf_m_inv_clear(kvf_master_t *m);
 /* Serves frame f as kvf_m_serve (a worker, never an event loop), then
  * waits until the nodes answered every inventory entry it queued: a

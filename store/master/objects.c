@@ -387,8 +387,9 @@ static int kvf_m_obj_on(const kvf_mobj_t *o, const kvf_mnode_t *n)
  * left on it and, where nodes record inventories, once each of its
  * nodes has forgotten it (so no new put writes over bytes a node could
  * still report to a new leader). Until then it waits on the doomed
- * list, freed by kvf_m_released or the reaper. */
-static void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o)
+ * list, freed by kvf_m_released or the reaper. wait: the frame served
+ * is answered only once the nodes forgot o (a remove). */
+static void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o, int wait)
 {
     kvf_mobj_t **pp;
 
@@ -401,7 +402,7 @@ static void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o)
     }
     o->hnext = NULL;
     kvf_m_list_unlink(o);
-    o->inv_rel = kvf_m_inv_del(m, o);
+    o->inv_rel = kvf_m_inv_del(m, o, wait);
     if (o->inv_rel > 0) {
         o->rel_bytes = kvf_m_obj_bytes(o);
         m->releasing += o->rel_bytes;
@@ -432,7 +433,7 @@ static void kvf_m_evict(kvf_master_t *m, kvf_mobj_t *o)
     kvf_debug("evicting '%s' (%lu bytes)",
               kvf_log_key(esc, sizeof(esc), o->key), (unsigned long)o->size);
     m->st.evictions++;
-    kvf_m_release(m, o);
+    kvf_m_release(m, o, 0);
 }
 
 /* Allocates size bytes on n, evicting cold objects that live on n when
@@ -884,7 +885,7 @@ kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key)
         return KVF_ERR_BUSY;
     }
     m->st.removes++;
-    kvf_m_release(m, o);
+    kvf_m_release(m, o, 1);
     return KVF_OK;
 }
 
@@ -1187,7 +1188,7 @@ kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
         /* an older commit of the key (removed or evicted, then put
          * again, with its entry still on a node): the newer one wins,
          * and the nodes forget the older one */
-        kvf_m_release(m, o);
+        kvf_m_release(m, o, 0);
         o = NULL;
         *hint = NULL; /* it may have been that block */
     }
