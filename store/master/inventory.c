@@ -3,23 +3,22 @@
  * every change of what a node holds goes to that node's inventory
  * server, in the order the master made it, through one channel per node
  * (a queue and a sender thread):
- *  - a commit queues an INV_ADD entry for each replica (key, offset,
- *    size, checksum, the leader's epoch and commit number);
+ *  - a commit queues an ADD entry for each replica (key, offset, size,
+ *    checksum, the leader's epoch and commit number);
  *  - a release of a recorded object's space (remove, eviction, an older
- *    commit dropped by a rebuild, an undone commit) queues an INV_DEL
- *    entry for each replica, and the space stays taken until the node
- *    has forgotten the entry (kvf_m_released), so no new put writes over
+ *    commit dropped by a rebuild, an undone commit) queues a DEL entry
+ *    for each replica, and the space stays taken until the node has
+ *    forgotten the entry (kvf_m_released), so no new put writes over
  *    bytes a node could still report.
  * Whoever sends takes everything queued at once and sends it as one
- * INV_ADD frame and one INV_DEL frame (group commit: one round trip
- * carries the commits of a store batch and of every client that
- * committed while the previous batch was on its way). The sender is a
- * worker waiting for its own entries when the channel is idle (no
- * hand-off to another thread), else the next waiting worker once the
- * batch on its way is answered; the channel's thread sends only the
- * entries nobody waits for (evictions, DELs of a rebuild). ADDs go before DELs:
- * a DEL queued before an ADD of the same place cannot share a batch with it,
- * since that space is not reused until the DEL is answered.
+ * INV_ADD frame, in queue order (a DEL is an entry flagged
+ * KVF_SM_INV_FORGET): group commit, one round trip carries the commits
+ * of a store batch and of every client that committed while the
+ * previous batch was on its way. The sender is a worker waiting for its
+ * own entries when the channel is idle (no hand-off to another thread),
+ * else the next waiting worker once the batch on its way is answered;
+ * the channel's thread sends only the entries nobody waits for
+ * (evictions, DELs of a rebuild).
  *
  * A worker serving a COMMIT, PUT_END or REMOVE frame waits until every
  * entry the frame queued is answered before it replies: a commit is
@@ -137,44 +136,36 @@ typedef struct kvf_mi_frame {
     uint64_t id;
 } kvf_mi_frame_t;
 
-/* Splits batch b into frames: the ADDs, then the DELs, each at most
- * KVF_STORE_BATCH_MAX entries and KVF_SP_BODY_MAX bytes. Returns the
- * number of frames (in fr[], at most b->n), 0 without memory. */
+/* Splits batch b into INV_ADD frames, in queue order (a DEL as an entry
+ * flagged KVF_SM_INV_FORGET), each at most KVF_STORE_BATCH_MAX entries
+ * and KVF_SP_BODY_MAX bytes. Returns the number of frames (in fr[], at
+ * most b->n). */
 static size_t kvf_mi_frames(kvf_mi_q_t *b, kvf_mi_frame_t *fr, size_t *idx)
 {
     kvf_sm_inv_ent_t e;
-    size_t i, nf = 0, bytes = 0, len, k = 0;
-    int del;
+    size_t i, nf = 0, bytes = 0, len;
 
-    for (del = 0; del < 2; del++) {
-        for (i = 0; i < b->n; i++) {
-            if (b->r[i].del != del) {
-                continue;
-            }
-            len = KVF_SM_INV_ENT_FIXED + strlen(b->r[i].key);
-            if (nf == 0 ||
-                fr[nf - 1].type != (del ? KVF_SP_INV_DEL : KVF_SP_INV_ADD) ||
-                fr[nf - 1].n == KVF_STORE_BATCH_MAX ||
-                bytes + len > KVF_SP_BODY_MAX) {
-                fr[nf].type = del ? KVF_SP_INV_DEL : KVF_SP_INV_ADD;
-                fr[nf].n = 0;
-                fr[nf].idx = &idx[k];
-                kvf_wr_init(&fr[nf].w);
-                nf++;
-                bytes = 0;
-            }
-            e.key = b->r[i].key;
-            e.off = b->r[i].off;
-            e.size = b->r[i].size;
-            e.checksum = b->r[i].checksum;
-            e.epoch = b->r[i].epoch;
-            e.seq = b->r[i].seq;
-            e.flags = b->r[i].flags;
-            kvf_sm_inv_ent_enc(&fr[nf - 1].w, &e);
-            fr[nf - 1].idx[fr[nf - 1].n++] = i; /* idx[k] */
-            k++;
-            bytes += len;
+    for (i = 0; i < b->n; i++) {
+        len = KVF_SM_INV_ENT_FIXED + strlen(b->r[i].key);
+        if (nf == 0 || fr[nf - 1].n == KVF_STORE_BATCH_MAX ||
+            bytes + len > KVF_SP_BODY_MAX) {
+            fr[nf].type = KVF_SP_INV_ADD;
+            fr[nf].n = 0;
+            fr[nf].idx = &idx[i];
+            kvf_wr_init(&fr[nf].w);
+            nf++;
+            bytes = 0;
         }
+        e.key = b->r[i].key;
+        e.off = b->r[i].off;
+        e.size = b->r[i].size;
+        e.checksum = b->r[i].checksum;
+        e.epoch = b->r[i].epoch;
+        e.seq = b->r[i].seq;
+        e.flags = b->r[i].flags | (b->r[i].del ? KVF_SM_INV_FORGET : 0);
+        kvf_sm_inv_ent_enc(&fr[nf - 1].w, &e);
+        fr[nf - 1].idx[fr[nf - 1].n++] = i; /* idx[i] */
+        bytes += len;
     }
     return nf;
 }
@@ -203,8 +194,8 @@ static void kvf_mi_answer(kvf_mi_q_t *b, const kvf_mi_frame_t *fr,
 }
 
 /* Sends frames fr[0..nf) on c's connection, all before reading the
- * first answer (one round trip for ADDs and DELs together); answers
- * into b. KVF_OK, or why the connection failed. */
+ * first answer (one round trip for a batch larger than a frame);
+ * answers into b. KVF_OK, or why the connection failed. */
 static kvf_status_t kvf_mi_pipe(kvf_mi_chan_t *c, kvf_mi_q_t *b,
                                 kvf_mi_frame_t *fr, size_t nf)
 {
@@ -230,8 +221,14 @@ static kvf_status_t kvf_mi_pipe(kvf_mi_chan_t *c, kvf_mi_q_t *b,
         st = kvf_sp_send(c->fd, fr[i].type, fr[i].id, KVF_OK, fr[i].n, 0,
                          &fr[i].w, deadline);
     }
+    /* exact reads (kvf_sp_recv): the next answer may follow in the same
+     * segment */
     for (i = 0; i < nf && st == KVF_OK; i++) {
-        st = kvf_sp_call_end(c->fd, fr[i].type, fr[i].id, &f, deadline);
+        st = kvf_sp_recv(c->fd, &f, deadline, deadline);
+        if (st == KVF_OK && (f.hdr.type != (fr[i].type | KVF_SP_REPLY) ||
+                             f.hdr.id != fr[i].id)) {
+            st = KVF_ERR_PROTOCOL;
+        }
         if (st == KVF_OK) {
             kvf_mi_answer(b, &fr[i], &f, KVF_OK);
         }
@@ -244,7 +241,7 @@ static kvf_status_t kvf_mi_pipe(kvf_mi_chan_t *c, kvf_mi_q_t *b,
     return st;
 }
 
-/* Sends batch b (ADDs, then DELs) and sets each entry's st. A pooled
+/* Sends batch b and sets each entry's st. A pooled
  * connection that fails is replaced once: the node applies an entry
  * sent twice the same way (an ADD replaces its own entry, a DEL of a
  * gone entry is NOT_FOUND, which counts as done). */
