@@ -10,7 +10,8 @@
  * object committed before the SIGKILL is read back byte for byte from
  * the new leader (rebuilt from the node's inventory: 0 lost). Removes
  * and overwrites before a SIGKILL: exactly the expected keys exist after
- * it, byte for byte (the nodes forgot the removed ones). etcd
+ * it, byte for byte (the nodes forgot the removed ones); the same for
+ * keys evicted by the watermark. etcd
  * SIGSTOPped: no master leads, and gets still end by their deadline.
  * SIGSTOP of
  * a leader until it is replaced: once resumed it is deposed and refuses
@@ -342,6 +343,82 @@ static void test_deposed(void **state)
     ha_down(&h);
 }
 
+/* Evictions survive a failover: 1 MiB objects put into the 16 MiB pool
+ * until the watermark evicts the oldest; after the leader's SIGKILL
+ * every key the old leader had evicted stays a miss, and every key it
+ * held reads back byte for byte. */
+static void test_evict(void **state)
+{
+    enum { BIG = 1 << 20, N = 28 };
+    int present[N], i, n_evicted = 0, bad = 0, tries;
+    uint64_t longest = 0, t_kill;
+    unsigned char *want;
+    kvs_client_t big;
+    kvf_status_t st;
+    char key[64];
+    size_t got;
+    ha_t h;
+
+    (void)state;
+    ha_up(&h);
+    assert_int_equal(kvs_client_open(&big, h.list, BIG), 0);
+    want = malloc(BIG);
+    assert_non_null(want);
+    for (i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "big/%d", i);
+        kvs_fill(big.buf, BIG, 300 + (uint64_t)i);
+        /* room comes back once the node forgot what was evicted */
+        for (tries = 0; tries < 50; tries++) {
+            st = kvf_store_put(big.st, key, big.buf, BIG, NULL);
+            if (st != KVF_ERR_NO_SPACE) {
+                break;
+            }
+            kvs_sleep_ms(20);
+        }
+        assert_int_equal(st, KVF_OK);
+    }
+    kvs_sleep_ms(300); /* every delete answered */
+    for (i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "big/%d", i);
+        present[i] = kvf_store_exists(big.st, key) == KVF_OK;
+        n_evicted += !present[i];
+    }
+    assert_true(n_evicted > 0);
+    t_kill = kvf_time_ms();
+    kvs_stop(&h.m[0], SIGKILL);
+    for (i = 0; kvf_time_ms() - t_kill < 15000; i++) {
+        snprintf(key, sizeof(key), "after-evict/%d", i);
+        if (put_get(&h, key, 9500 + (uint64_t)i, &longest) == KVF_OK) {
+            break;
+        }
+    }
+    assert_int_equal(leader_of(h.m, NULL), 1);
+    for (i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "big/%d", i);
+        got = 0;
+        st = kvf_store_get(big.st, key, big.buf, BIG, &got, 0);
+        if (!present[i]) {
+            bad += st != KVF_ERR_NO_KEY;
+            continue;
+        }
+        kvs_fill(want, BIG, 300 + (uint64_t)i);
+        if (st != KVF_OK) {
+            printf("%s: %s\n", key, kvf_status_str(st));
+            bad++;
+            continue;
+        }
+        assert_int_equal(got, BIG);
+        assert_memory_equal(big.buf, want, BIG);
+    }
+    printf("evictions: %d of %d keys evicted before the SIGKILL; after the "
+           "failover %d key(s) not as expected\n",
+           n_evicted, N, bad);
+    assert_int_equal(bad, 0);
+    free(want);
+    kvs_client_close(&big);
+    ha_down(&h);
+}
+
 /* etcd SIGSTOPped: the leader steps down within half a lease and no
  * master leads; each get sent again from master to master while the
  * look-ups of the leader in etcd time out still ends by its deadline
@@ -385,9 +462,8 @@ static void test_etcd_stopped(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_failover),
-        cmocka_unit_test(test_churn),
-        cmocka_unit_test(test_deposed),
+        cmocka_unit_test(test_failover),     cmocka_unit_test(test_churn),
+        cmocka_unit_test(test_evict),        cmocka_unit_test(test_deposed),
         cmocka_unit_test(test_etcd_stopped),
     };
     char uri[128];
