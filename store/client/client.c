@@ -33,7 +33,17 @@
 
 __thread kvf_store_timing_t kvf_store_tl_timing;
 
-static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
+/* Milliseconds left until deadline_ms (at least 1). */
+static int kvf_sconn_left(uint64_t deadline_ms)
+{
+    uint64_t now = kvf_time_ms();
+
+    return now + 1 < deadline_ms ? (int)(deadline_ms - now) : 1;
+}
+
+/* A new connection to the master, made by deadline_ms. */
+static kvf_status_t kvf_sconn_open_by(kvf_store_h st, kvf_sconn_t **c_p,
+                                      uint64_t deadline_ms)
 {
     char host[KVF_HOST_MAX], uname[96];
     kvf_status_t status;
@@ -52,7 +62,7 @@ static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
     pthread_mutex_unlock(&st->lock);
     if (uname[0] != '\0' && kvf_sp_unix_connect(uname, &c->fd) == KVF_OK) {
         status = kvf_auth_client(c->fd, host, "store", "master (local)",
-                                 kvf_time_ms() + st->timeout_ms);
+                                 deadline_ms);
         if (status == KVF_OK) {
             c->is_unix = 1;
             __atomic_store_n(&st->last_unix, 1, __ATOMIC_RELAXED);
@@ -65,7 +75,8 @@ static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
             return status;
         }
     }
-    status = kvf_auth_connect(host, port, (int)st->timeout_ms, "store", &c->fd);
+    status = kvf_auth_connect(host, port, kvf_sconn_left(deadline_ms), "store",
+                              &c->fd);
     if (status != KVF_OK) {
         kvf_free(c);
         return status;
@@ -73,6 +84,11 @@ static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
     __atomic_store_n(&st->last_unix, 0, __ATOMIC_RELAXED);
     *c_p = c;
     return KVF_OK;
+}
+
+static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
+{
+    return kvf_sconn_open_by(st, c_p, kvf_time_ms() + st->timeout_ms);
 }
 
 /* May the engine use a same-host transport? ("auto", or any name but
@@ -192,7 +208,8 @@ kvf_status_t kvf_store_rpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
         status = (kvf_status_t)c->f.hdr.status;
     }
     if (kvf_store_follow_worth(st, status)) {
-        kvf_store_follow(st, kvf_status_str(status)); /* for the next call */
+        /* the next call looks for the leader, within its own time */
+        __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
     }
     return status;
 }
@@ -278,9 +295,10 @@ kvf_sconn_t *kvf_store_take_plain(kvf_store_h st, int *may_reserve_p)
     }
 }
 
-/* An idle connection of the pool, else a new one (*fresh_p = 1). */
+/* An idle connection of the pool, else a new one (*fresh_p = 1) made by
+ * deadline_ms. */
 static kvf_status_t kvf_sconn_take(kvf_store_h st, kvf_sconn_t **c_p,
-                                   int *fresh_p)
+                                   int *fresh_p, uint64_t deadline_ms)
 {
     kvf_sconn_t *c;
 
@@ -292,26 +310,27 @@ static kvf_status_t kvf_sconn_take(kvf_store_h st, kvf_sconn_t **c_p,
     pthread_mutex_unlock(&st->lock);
     *fresh_p = (c == NULL);
     if (c == NULL) {
-        return kvf_sconn_open(st, c_p);
+        return kvf_sconn_open_by(st, c_p, deadline_ms);
     }
     *c_p = c;
     return KVF_OK;
 }
 
 /* Sends a request on a pooled (or new) connection and, when wait, reads
- * its reply. A pooled connection that fails (it may have died with an
- * earlier master) is closed and the request tried once more on another;
- * a fresh one that fails, or a timeout, ends it. */
+ * its reply, both by deadline_ms. A pooled connection that fails (it may
+ * have died with an earlier master) is closed and the request tried once
+ * more on another; a fresh one that fails, or a timeout, ends it. */
 static kvf_status_t kvf_store_rpc_once(kvf_store_h st, uint8_t type,
                                        uint32_t count, const kvf_wr_t *w,
-                                       int wait, kvf_sconn_t **conn_p)
+                                       int wait, kvf_sconn_t **conn_p,
+                                       uint64_t deadline_ms)
 {
     kvf_status_t status;
     kvf_sconn_t *c;
     int fresh, attempt;
 
     for (attempt = 0; attempt < 2; attempt++) {
-        status = kvf_sconn_take(st, &c, &fresh);
+        status = kvf_sconn_take(st, &c, &fresh, deadline_ms);
         if (status != KVF_OK) {
             if (wait) {
                 kvf_log_rl(KVF_LOG_ERROR, "store master %s:%u unreachable: %s",
@@ -320,9 +339,9 @@ static kvf_status_t kvf_store_rpc_once(kvf_store_h st, uint8_t type,
             return status;
         }
         status = wait ? kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
-                                    kvf_time_ms() + st->timeout_ms)
+                                    deadline_ms)
                       : kvf_sp_send(c->fd, type, ++c->next_id, KVF_OK, count, 0,
-                                    w, kvf_time_ms() + st->timeout_ms);
+                                    w, deadline_ms);
         if (status == KVF_OK) {
             if (wait && c->f.hdr.status != KVF_OK) {
                 status = (kvf_status_t)c->f.hdr.status;
@@ -351,7 +370,9 @@ static kvf_status_t kvf_store_rpc_once(kvf_store_h st, uint8_t type,
  * a fresh one that fails, or a timeout, ends it. With several masters
  * (a list, etcd), a master that is gone or not the leader makes the
  * handle switch to the leader found next; a read is sent there again
- * while the call's time lasts. */
+ * while the call's time lasts. Every attempt and every look-up of the
+ * leader ends by the call's deadline, so a leader change (or a slow
+ * etcd) never makes the call wait longer than its timeout. */
 static kvf_status_t kvf_store_rpc_go(kvf_store_h st, uint8_t type,
                                      uint32_t count, const kvf_wr_t *w,
                                      int wait, kvf_sconn_t **conn_p)
@@ -364,11 +385,22 @@ static kvf_status_t kvf_store_rpc_go(kvf_store_h st, uint8_t type,
         (type == KVF_SP_GET || type == KVF_SP_EXISTS || type == KVF_SP_LIST);
     kvf_status_t status;
 
+    if (__atomic_exchange_n(&st->follow_due, 0, __ATOMIC_ACQ_REL)) {
+        (void)kvf_store_follow_by(st, "an earlier call found it gone",
+                                  deadline);
+    }
     for (;;) {
-        status = kvf_store_rpc_once(st, type, count, w, wait, conn_p);
-        if (!kvf_store_follow_worth(st, status) ||
-            kvf_store_follow(st, kvf_status_str(status)) != KVF_OK || !read ||
-            kvf_time_ms() >= deadline) {
+        status = kvf_store_rpc_once(st, type, count, w, wait, conn_p, deadline);
+        if (!kvf_store_follow_worth(st, status)) {
+            return status;
+        }
+        if (kvf_time_ms() >= deadline) {
+            __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
+            return status;
+        }
+        if (kvf_store_follow_by(st, kvf_status_str(status), deadline) !=
+                KVF_OK ||
+            !read || kvf_time_ms() >= deadline) {
             return status;
         }
     }
@@ -401,7 +433,8 @@ kvf_status_t kvf_store_rpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
         status = (kvf_status_t)c->f.hdr.status;
     }
     if (kvf_store_follow_worth(st, status)) {
-        kvf_store_follow(st, kvf_status_str(status)); /* for the next call */
+        /* the next call looks for the leader, within its own time */
+        __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
     }
     return status;
 }

@@ -92,6 +92,8 @@ struct kvf_store {
     uint16_t port;
     kvf_sp_masters_t masters; /* where the master may be (leader.c) */
     uint64_t master_gen;      /* bumped at each switch */
+    int follow_due;           /* a call saw its master fail: the next one looks
+                               * for the leader first, within its own deadline */
     char unix_name[96];       /* the master's unix socket to try first, or "" */
     int last_unix;            /* the last connection opened went over unix */
     unsigned timeout_ms;
@@ -117,6 +119,9 @@ struct kvf_store {
  * idle connections to the old one and reservations. KVF_OK when an
  * address was set (it may still be down). */
 kvf_status_t kvf_store_follow(kvf_store_h st, const char *why);
+/* The same, its etcd look-up and pauses ending by deadline_ms. */
+kvf_status_t kvf_store_follow_by(kvf_store_h st, const char *why,
+                                 uint64_t deadline_ms);
 /* Whether status, from a master call, means "try the leader elsewhere". */
 int kvf_store_follow_worth(kvf_store_h st, kvf_status_t status);
 /* Picks the unix socket to try first for st->host:port (client.c). */

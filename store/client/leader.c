@@ -13,6 +13,7 @@
 #include "store/client/client_int.h"
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/time.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -28,21 +29,47 @@ int kvf_store_follow_worth(kvf_store_h st, kvf_status_t status)
            status == KVF_ERR_PEER_UNREACHABLE;
 }
 
+/* Sleeps up to ms, not past deadline_ms. */
+static void kvf_store_pause(unsigned ms, uint64_t deadline_ms)
+{
+    uint64_t now = kvf_time_ms();
+
+    if (now < deadline_ms) {
+        usleep((useconds_t)((deadline_ms - now < ms ? deadline_ms - now : ms) *
+                            1000));
+    }
+}
+
 kvf_status_t kvf_store_follow(kvf_store_h st, const char *why)
 {
+    return kvf_store_follow_by(st, why, kvf_time_ms() + st->timeout_ms);
+}
+
+kvf_status_t kvf_store_follow_by(kvf_store_h st, const char *why,
+                                 uint64_t deadline_ms)
+{
     char addr[KVF_HOST_MAX + 8], host[KVF_HOST_MAX];
+    uint64_t now = kvf_time_ms();
+    unsigned lookup_ms = st->timeout_ms / 4 + 1;
     kvf_sconn_t *idle, *c;
     kvf_status_t status;
     uint16_t port;
 
-    /* the etcd look-up is bounded by a fraction of the call's time */
-    status = kvf_sp_masters_pick(&st->masters, st->timeout_ms / 4 + 1, addr,
-                                 sizeof(addr), NULL);
+    /* the etcd look-up is bounded by a fraction of the call's time, and
+     * by what is left of it */
+    if (now >= deadline_ms) {
+        return KVF_ERR_TIMEOUT;
+    }
+    if (deadline_ms - now < lookup_ms) {
+        lookup_ms = (unsigned)(deadline_ms - now);
+    }
+    status =
+        kvf_sp_masters_pick(&st->masters, lookup_ms, addr, sizeof(addr), NULL);
     if (status == KVF_OK) {
         status = kvf_sock_parse_addr(addr, host, sizeof(host), &port);
     }
     if (status != KVF_OK) {
-        usleep(20 * 1000); /* no leader yet: do not spin */
+        kvf_store_pause(20, deadline_ms); /* no leader yet: do not spin */
         return status;
     }
     pthread_mutex_lock(&st->lock);
@@ -50,7 +77,7 @@ kvf_status_t kvf_store_follow(kvf_store_h st, const char *why)
         st->masters.n <= 1) {
         /* etcd still names the master that failed: wait a little */
         pthread_mutex_unlock(&st->lock);
-        usleep(20 * 1000);
+        kvf_store_pause(20, deadline_ms);
         return KVF_OK;
     }
     memcpy(st->host, host, sizeof(st->host));

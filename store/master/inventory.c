@@ -1,15 +1,34 @@
 /*
  * A leader's side of the node inventories (see inventory.h of the node):
- * after a COMMIT or PUT_END frame is served, a worker sends each object
- * committed by it (key, offset, size, checksum, the leader's epoch) to
- * the inventory server of every node holding a replica, one INV_ADD
- * frame per node, and only then lets the reply go to the client. The
- * connections to the nodes are the worker thread's own (a small cache),
- * so no lock is held and no event loop waits while a node answers. A
- * node that does not record an entry (unreachable, or refusing the epoch
- * as older than a leader it has seen) fails the frame: its objects are
- * removed and the client gets an error, never an acknowledgement of an
- * object a new leader could not rebuild.
+ * every change of what a node holds goes to that node's inventory
+ * server, in the order the master made it, through one channel per node
+ * (a queue and a sender thread):
+ *  - a commit queues an ADD entry for each replica (key, offset, size,
+ *    checksum, the leader's epoch and commit number);
+ *  - a release of a recorded object's space (remove, eviction, an older
+ *    commit dropped by a rebuild, an undone commit) queues a DEL entry
+ *    for each replica, and the space stays taken until the node has
+ *    forgotten the entry (kvf_m_released), so no new put writes over
+ *    bytes a node could still report.
+ * Whoever sends takes everything queued at once and sends it as one
+ * INV_ADD frame, in queue order (a DEL is an entry flagged
+ * KVF_SM_INV_FORGET): group commit, one round trip carries the commits
+ * of a store batch and of every client that committed while the
+ * previous batch was on its way. The sender is a worker waiting for its
+ * own entries when the channel is idle (no hand-off to another thread),
+ * else the next waiting worker once the batch on its way is answered;
+ * the channel's thread sends only the entries nobody waits for
+ * (evictions, DELs of a rebuild).
+ *
+ * A worker serving a COMMIT, PUT_END or REMOVE frame waits until every
+ * entry the frame queued is answered before it replies: a commit is
+ * acknowledged only once each replica's inventory holds it, a remove
+ * only once each has forgotten it. An entry a node does not take
+ * (unreachable within io_timeout_ms, or refusing the epoch as older than
+ * a leader it has seen) fails the frame: committed objects are removed
+ * again, and the client gets KVF_ERR_UNAVAILABLE or KVF_ERR_NOT_LEADER.
+ * Channels live as long as the master; the master's lock guards their
+ * queues.
  */
 #include "store/master/master_int.h"
 #include "core/alloc.h"
@@ -21,286 +40,633 @@
 #include <string.h>
 #include <unistd.h>
 
-#define KVF_MI_CONNS 8  /* connections a worker keeps */
-#define KVF_MI_NODES 64 /* nodes one frame may touch */
+#define KVF_MI_CHANS 64 /* nodes with an inventory a master can reach */
 
-typedef struct kvf_mi_conn {
+/* What a worker's frame waits for: entries not answered yet, the worst
+ * answer, and the commits that a node did not record (to undo). */
+typedef struct kvf_mi_wait {
+    pthread_cond_t cond; /* signalled when left is 0 or it should send */
+    unsigned left;
+    kvf_status_t st;
+    int stale;
+    struct kvf_mi_rec *failed;
+    size_t nfailed, capfailed;
+} kvf_mi_wait_t;
+
+/* One queued entry. */
+typedef struct kvf_mi_rec {
+    uint8_t del;
+    uint8_t flags;
+    char *key; /* owned */
+    uint64_t off, size, checksum, epoch, seq;
+    uint64_t put_id;  /* ADD: the commit's, for an undo */
+    kvf_mobj_t *obj;  /* DEL: the object whose space waits for it */
+    uint64_t term;    /* m->inv->term when queued: obj still valid? */
+    kvf_mi_wait_t *w; /* who waits (NULL: nobody) */
+    kvf_status_t st;  /* the node's answer */
+} kvf_mi_rec_t;
+
+typedef struct kvf_mi_q {
+    kvf_mi_rec_t *r;
+    size_t n, cap;
+} kvf_mi_q_t;
+
+typedef struct kvf_mi_chan {
+    kvf_master_t *m;
     char addr[KVF_SM_INV_ADDR_MAX];
+    kvf_mi_q_t q;  /* queued, under m->lock */
+    size_t nowait; /* of q, entries nobody waits for */
+    int busy;      /* a batch is on its way: fd is in use */
+    pthread_cond_t cond;
+    pthread_t thread;
     int fd;
-} kvf_mi_conn_t;
+    uint64_t next_id;
+} kvf_mi_chan_t;
 
-static __thread kvf_mi_conn_t kvf_mi_conns[KVF_MI_CONNS];
-static __thread unsigned kvf_mi_nconns;
-static __thread uint64_t kvf_mi_next_id;
+struct kvf_minv {
+    kvf_mi_chan_t *chans[KVF_MI_CHANS];
+    unsigned nchans;
+    uint64_t term; /* bumped by kvf_m_inv_clear */
+    int stop;
+};
 
-/* One node's share of a frame: its INV_ADD body and which entries of
- * the frame each of its lines is. */
-typedef struct kvf_mi_batch {
-    char addr[KVF_SM_INV_ADDR_MAX];
-    kvf_wr_t w;
+/* The waiter of the frame this thread serves (NULL: nobody waits, as on
+ * an event loop). */
+static __thread kvf_mi_wait_t *kvf_mi_cur;
+
+static void kvf_mi_q_free(kvf_mi_q_t *q)
+{
+    size_t i;
+
+    for (i = 0; i < q->n; i++) {
+        kvf_free(q->r[i].key);
+    }
+    kvf_free(q->r);
+    q->r = NULL;
+    q->n = q->cap = 0;
+}
+
+static kvf_mi_rec_t *kvf_mi_q_push(kvf_mi_q_t *q)
+{
+    kvf_mi_rec_t *r;
+    size_t cap;
+
+    if (q->n == q->cap) {
+        cap = q->cap ? q->cap * 2 : 64;
+        r = kvf_realloc(q->r, cap * sizeof(*r));
+        if (r == NULL) {
+            return NULL;
+        }
+        q->r = r;
+        q->cap = cap;
+    }
+    r = &q->r[q->n];
+    memset(r, 0, sizeof(*r));
+    return r;
+}
+
+/* ---- the sender ---- */
+
+/* One frame of a batch: its entries (indexes into the batch). */
+typedef struct kvf_mi_frame {
+    uint8_t type;
     uint32_t n;
-    uint32_t *ent;
-} kvf_mi_batch_t;
+    size_t *idx;
+    kvf_wr_t w;
+    uint64_t id;
+} kvf_mi_frame_t;
 
-void kvf_m_inv_thread_end(void)
+/* Splits batch b into INV_ADD frames, in queue order (a DEL as an entry
+ * flagged KVF_SM_INV_FORGET), each at most KVF_STORE_BATCH_MAX entries
+ * and KVF_SP_BODY_MAX bytes. Returns the number of frames (in fr[], at
+ * most b->n). */
+static size_t kvf_mi_frames(kvf_mi_q_t *b, kvf_mi_frame_t *fr, size_t *idx)
 {
-    unsigned i;
+    kvf_sm_inv_ent_t e;
+    size_t i, nf = 0, bytes = 0, len;
 
-    for (i = 0; i < kvf_mi_nconns; i++) {
-        close(kvf_mi_conns[i].fd);
-    }
-    kvf_mi_nconns = 0;
-}
-
-static void kvf_mi_drop(unsigned i)
-{
-    close(kvf_mi_conns[i].fd);
-    kvf_mi_conns[i] = kvf_mi_conns[--kvf_mi_nconns];
-}
-
-/* The worker's connection to addr (made now if need be), or -1. */
-static int kvf_mi_conn(const char *addr, unsigned timeout_ms)
-{
-    char host[KVF_HOST_MAX];
-    uint16_t port;
-    unsigned i;
-    int fd;
-
-    for (i = 0; i < kvf_mi_nconns; i++) {
-        if (strcmp(kvf_mi_conns[i].addr, addr) == 0) {
-            return kvf_mi_conns[i].fd;
+    for (i = 0; i < b->n; i++) {
+        len = KVF_SM_INV_ENT_FIXED + strlen(b->r[i].key);
+        if (nf == 0 || fr[nf - 1].n == KVF_STORE_BATCH_MAX ||
+            bytes + len > KVF_SP_BODY_MAX) {
+            fr[nf].type = KVF_SP_INV_ADD;
+            fr[nf].n = 0;
+            fr[nf].idx = &idx[i];
+            kvf_wr_init(&fr[nf].w);
+            nf++;
+            bytes = 0;
         }
+        e.key = b->r[i].key;
+        e.off = b->r[i].off;
+        e.size = b->r[i].size;
+        e.checksum = b->r[i].checksum;
+        e.epoch = b->r[i].epoch;
+        e.seq = b->r[i].seq;
+        e.flags = b->r[i].flags | (b->r[i].del ? KVF_SM_INV_FORGET : 0);
+        kvf_sm_inv_ent_enc(&fr[nf - 1].w, &e);
+        fr[nf - 1].idx[fr[nf - 1].n++] = i; /* idx[i] */
+        bytes += len;
     }
-    if (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK ||
-        kvf_auth_connect(host, port, (int)timeout_ms, "store", &fd) != KVF_OK) {
-        return -1;
-    }
-    if (kvf_mi_nconns == KVF_MI_CONNS) {
-        kvf_mi_drop(0);
-    }
-    snprintf(kvf_mi_conns[kvf_mi_nconns].addr, KVF_SM_INV_ADDR_MAX, "%s", addr);
-    kvf_mi_conns[kvf_mi_nconns++].fd = fd;
-    return fd;
+    return nf;
 }
 
-static void kvf_mi_forget(int fd)
+/* The answer to frame fr (reply f, or st when there is none) into its
+ * entries of b. */
+static void kvf_mi_answer(kvf_mi_q_t *b, const kvf_mi_frame_t *fr,
+                          const kvf_sp_frame_t *f, kvf_status_t st)
 {
-    unsigned i;
-
-    for (i = 0; i < kvf_mi_nconns; i++) {
-        if (kvf_mi_conns[i].fd == fd) {
-            kvf_mi_drop(i);
-            return;
-        }
-    }
-}
-
-/* Sends batch b; marks in failed[] each entry the node did not record
- * (all of them if it cannot be reached). Returns KVF_ERR_STALE if the
- * node refused this leader's epoch, else KVF_OK. */
-static kvf_status_t kvf_mi_send(kvf_master_t *m, kvf_mi_batch_t *b,
-                                uint8_t *failed)
-{
-    uint64_t deadline = kvf_time_ms() + m->opts.io_timeout_ms;
-    kvf_sp_frame_t f = {0};
-    kvf_status_t st = KVF_ERR_CONN_RESET, est, ret = KVF_OK;
-    int fd, tries;
-    kvf_rd_t r;
+    kvf_rd_t rd;
     uint32_t i;
 
-    for (tries = 0; tries < 2 && st != KVF_OK; tries++) {
-        fd = kvf_mi_conn(b->addr, m->opts.io_timeout_ms);
-        if (fd < 0) {
-            break;
+    if (st == KVF_OK && f->hdr.status == KVF_OK && f->hdr.count != fr->n) {
+        st = KVF_ERR_PROTOCOL;
+    }
+    if (st == KVF_OK) {
+        st = f->hdr.status;
+    }
+    kvf_rd_init(&rd, f->body, f->hdr.meta_len);
+    for (i = 0; i < fr->n; i++) {
+        b->r[fr->idx[i]].st = st != KVF_OK ? st : kvf_sm_status_dec(&rd);
+        if (st == KVF_OK && kvf_rd_status(&rd) != KVF_OK) {
+            b->r[fr->idx[i]].st = KVF_ERR_PROTOCOL;
         }
-        st = kvf_sp_call(fd, KVF_SP_INV_ADD, ++kvf_mi_next_id, b->n, &b->w, &f,
-                         deadline);
-        if (st == KVF_OK && f.hdr.status == KVF_OK && f.hdr.count != b->n) {
+    }
+}
+
+/* Sends frames fr[0..nf) on c's connection, all before reading the
+ * first answer (one round trip for a batch larger than a frame);
+ * answers into b. KVF_OK, or why the connection failed. */
+static kvf_status_t kvf_mi_pipe(kvf_mi_chan_t *c, kvf_mi_q_t *b,
+                                kvf_mi_frame_t *fr, size_t nf)
+{
+    kvf_master_t *m = c->m;
+    uint64_t deadline = kvf_time_ms() + m->opts.io_timeout_ms;
+    kvf_sp_frame_t f = {0};
+    kvf_status_t st = KVF_OK;
+    size_t i;
+
+    if (c->fd < 0) {
+        char host[KVF_HOST_MAX];
+        uint16_t port;
+
+        if (kvf_sock_parse_addr(c->addr, host, sizeof(host), &port) != KVF_OK ||
+            kvf_auth_connect(host, port, (int)m->opts.io_timeout_ms, "store",
+                             &c->fd) != KVF_OK) {
+            c->fd = -1;
+            return KVF_ERR_UNAVAILABLE;
+        }
+    }
+    for (i = 0; i < nf && st == KVF_OK; i++) {
+        fr[i].id = ++c->next_id;
+        st = kvf_sp_send(c->fd, fr[i].type, fr[i].id, KVF_OK, fr[i].n, 0,
+                         &fr[i].w, deadline);
+    }
+    /* exact reads (kvf_sp_recv): the next answer may follow in the same
+     * segment */
+    for (i = 0; i < nf && st == KVF_OK; i++) {
+        st = kvf_sp_recv(c->fd, &f, deadline, deadline);
+        if (st == KVF_OK && (f.hdr.type != (fr[i].type | KVF_SP_REPLY) ||
+                             f.hdr.id != fr[i].id)) {
             st = KVF_ERR_PROTOCOL;
         }
-        if (st != KVF_OK) {
-            kvf_mi_forget(fd); /* a new one on the second try */
-        }
-    }
-    if (st != KVF_OK || f.hdr.status != KVF_OK) {
-        kvf_log_rl(KVF_LOG_WARN, "leader: node inventory %s: %s", b->addr,
-                   kvf_status_str(st != KVF_OK ? st : f.hdr.status));
-        for (i = 0; i < b->n; i++) {
-            failed[b->ent[i]] = 1;
-        }
-        kvf_sp_frame_free(&f);
-        return KVF_OK;
-    }
-    kvf_rd_init(&r, f.body, f.hdr.meta_len);
-    for (i = 0; i < b->n; i++) {
-        est = kvf_sm_status_dec(&r);
-        if (est != KVF_OK || kvf_rd_status(&r) != KVF_OK) {
-            failed[b->ent[i]] = 1;
-            ret = (est == KVF_ERR_STALE) ? est : ret;
+        if (st == KVF_OK) {
+            kvf_mi_answer(b, &fr[i], &f, KVF_OK);
         }
     }
     kvf_sp_frame_free(&f);
-    return ret;
+    if (st != KVF_OK) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    return st;
 }
 
-/* The batch of node n (added to *nb if new), or NULL past the limit. */
-static kvf_mi_batch_t *kvf_mi_batch(kvf_mi_batch_t *bs, unsigned *nb,
-                                    const kvf_mnode_t *n, uint32_t count)
+/* Sends batch b and sets each entry's st. A pooled
+ * connection that fails is replaced once: the node applies an entry
+ * sent twice the same way (an ADD replaces its own entry, a DEL of a
+ * gone entry is NOT_FOUND, which counts as done). */
+static void kvf_mi_send_all(kvf_mi_chan_t *c, kvf_mi_q_t *b)
 {
-    unsigned i;
+    kvf_mi_frame_t *fr = kvf_calloc(b->n, sizeof(*fr));
+    size_t *idx = kvf_calloc(b->n, sizeof(*idx));
+    kvf_status_t st = KVF_ERR_NO_MEMORY;
+    size_t i, nf = 0;
+    int tries;
 
-    for (i = 0; i < *nb; i++) {
-        if (strcmp(bs[i].addr, n->inv_addr) == 0) {
-            return &bs[i];
+    if (fr != NULL && idx != NULL) {
+        nf = kvf_mi_frames(b, fr, idx);
+        for (tries = 0; tries < 2; tries++) {
+            st = kvf_mi_pipe(c, b, fr, nf);
+            if (st == KVF_OK || st == KVF_ERR_UNAVAILABLE) {
+                break;
+            }
         }
     }
-    if (*nb == KVF_MI_NODES) {
-        return NULL;
+    if (st != KVF_OK) {
+        kvf_log_rl(KVF_LOG_WARN, "leader: node inventory %s: %s", c->addr,
+                   kvf_status_str(st));
+        for (i = 0; i < b->n; i++) {
+            b->r[i].st = st;
+        }
     }
-    bs[*nb].ent = kvf_calloc(count, sizeof(uint32_t));
-    if (bs[*nb].ent == NULL) {
-        return NULL;
+    for (i = 0; i < nf; i++) {
+        kvf_wr_free(&fr[i].w);
     }
-    snprintf(bs[*nb].addr, sizeof(bs[*nb].addr), "%s", n->inv_addr);
-    kvf_wr_init(&bs[*nb].w);
-    bs[*nb].n = 0;
-    return &bs[(*nb)++];
+    kvf_free(idx);
+    kvf_free(fr);
 }
 
-/* Adds the replicas of committed object `key` to the batches (lock
- * held); 0, or -1 if it could not be (the entry fails). */
-static int kvf_mi_add(kvf_master_t *m, kvf_mi_batch_t *bs, unsigned *nb,
-                      const kvf_sm_req_t *q, uint32_t idx, uint32_t count)
+/* A commit of w's frame that a node did not record: kept for the undo
+ * (r's key becomes the waiter's). */
+static void kvf_mi_fail(kvf_mi_wait_t *w, kvf_mi_rec_t *r)
 {
-    kvf_mobj_t *o = kvf_m_find(m, q->key);
-    kvf_sm_inv_ent_t e;
-    kvf_mi_batch_t *b;
+    kvf_mi_rec_t *fr;
+    size_t cap;
+
+    if (w->nfailed == w->capfailed) {
+        cap = w->capfailed ? w->capfailed * 2 : 8;
+        fr = kvf_realloc(w->failed, cap * sizeof(*fr));
+        if (fr == NULL) {
+            return; /* the frame fails; this object is not undone */
+        }
+        w->failed = fr;
+        w->capfailed = cap;
+    }
+    w->failed[w->nfailed++] = *r;
+    r->key = NULL;
+}
+
+/* The answers of batch b reach their waiters and objects (lock held). */
+static void kvf_mi_finish(kvf_master_t *m, kvf_mi_q_t *b)
+{
+    kvf_mi_rec_t *r;
+    kvf_mi_wait_t *w;
+    size_t i;
+
+    for (i = 0; i < b->n; i++) {
+        r = &b->r[i];
+        if (r->del && r->st == KVF_ERR_NOT_FOUND) {
+            r->st = KVF_OK; /* forgotten already */
+        }
+        if (r->del && r->obj != NULL && r->term == m->inv->term) {
+            kvf_m_released(m, r->obj);
+        }
+        w = r->w;
+        if (w == NULL) {
+            continue;
+        }
+        if (--w->left == 0) {
+            pthread_cond_signal(&w->cond);
+        }
+        if (r->st == KVF_OK) {
+            continue;
+        }
+        w->stale |= r->st == KVF_ERR_STALE;
+        w->st = r->st;
+        if (!r->del) {
+            kvf_mi_fail(w, r);
+        }
+    }
+}
+
+/* What c queued while a batch was on its way goes next: its first
+ * waiting worker sends it, else c's thread (lock held). */
+static void kvf_mi_next(kvf_mi_chan_t *c)
+{
+    size_t i;
+
+    for (i = 0; i < c->q.n; i++) {
+        if (c->q.r[i].w != NULL) {
+            pthread_cond_signal(&c->q.r[i].w->cond);
+            return;
+        }
+    }
+    if (c->nowait > 0) {
+        pthread_cond_signal(&c->cond);
+    }
+}
+
+/* Sends everything c has queued as one batch (lock held, dropped
+ * meanwhile). Run by a worker waiting for answers from c (so a commit
+ * costs no hand-off to another thread, and the commits queued while a
+ * batch was on its way go together in the next), or by c's thread for
+ * entries nobody waits for. */
+static void kvf_mi_run(kvf_master_t *m, kvf_mi_chan_t *c)
+{
+    kvf_mi_q_t b = c->q;
+
+    memset(&c->q, 0, sizeof(c->q));
+    c->nowait = 0;
+    c->busy = 1;
+    pthread_mutex_unlock(&m->lock);
+    kvf_mi_send_all(c, &b);
+    pthread_mutex_lock(&m->lock);
+    c->busy = 0;
+    kvf_mi_finish(m, &b);
+    kvf_mi_q_free(&b);
+    kvf_mi_next(c);
+}
+
+/* A channel with entries queued and no batch on its way, or NULL. */
+static kvf_mi_chan_t *kvf_mi_idle(kvf_master_t *m)
+{
     unsigned i;
 
-    if (o == NULL || o->state != KVF_OBJ_COMMITTED || o->put_id != q->put_id) {
-        return 0; /* gone already (removed, evicted): nothing to record */
+    for (i = 0; i < m->inv->nchans; i++) {
+        if (m->inv->chans[i]->q.n > 0 && !m->inv->chans[i]->busy) {
+            return m->inv->chans[i];
+        }
+    }
+    return NULL;
+}
+
+static void *kvf_mi_main(void *arg)
+{
+    kvf_mi_chan_t *c = arg;
+    kvf_master_t *m = c->m;
+
+    pthread_mutex_lock(&m->lock);
+    while (!m->inv->stop) {
+        if (c->nowait > 0 && !c->busy) {
+            kvf_mi_run(m, c);
+        } else {
+            pthread_cond_wait(&c->cond, &m->lock);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (c->fd >= 0) {
+        close(c->fd);
+    }
+    return NULL;
+}
+
+/* ---- queueing (lock held) ---- */
+
+/* A channel no node uses any more, with nothing queued or on its way
+ * (a node that went, or came back with another inventory address), to
+ * serve another address; or NULL. */
+static kvf_mi_chan_t *kvf_mi_spare(kvf_master_t *m)
+{
+    kvf_mi_chan_t *c;
+    kvf_mnode_t *n;
+    unsigned i;
+
+    for (i = 0; i < m->inv->nchans; i++) {
+        c = m->inv->chans[i];
+        for (n = m->nodes; n != NULL && n->chan != c; n = n->next) {
+        }
+        if (n == NULL && c->q.n == 0 && !c->busy) {
+            if (c->fd >= 0) {
+                close(c->fd);
+                c->fd = -1;
+            }
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* The channel of node n (started now if need be), or NULL. */
+static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n)
+{
+    struct kvf_minv *inv = m->inv;
+    kvf_mi_chan_t *c;
+    unsigned i;
+
+    if (n->chan != NULL) {
+        return n->chan;
+    }
+    for (i = 0; i < inv->nchans; i++) {
+        if (strcmp(inv->chans[i]->addr, n->inv_addr) == 0) {
+            n->chan = inv->chans[i];
+            return n->chan;
+        }
+    }
+    if (inv->nchans == KVF_MI_CHANS && (c = kvf_mi_spare(m)) != NULL) {
+        snprintf(c->addr, sizeof(c->addr), "%s", n->inv_addr);
+        n->chan = c;
+        return c;
+    }
+    if (inv->nchans == KVF_MI_CHANS || inv->stop ||
+        (c = kvf_calloc(1, sizeof(*c))) == NULL) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "leader: no channel to the inventory of node %s",
+                   n->segment);
+        return NULL;
+    }
+    c->m = m;
+    c->fd = -1;
+    snprintf(c->addr, sizeof(c->addr), "%s", n->inv_addr);
+    kvf_cond_init(&c->cond);
+    if (pthread_create(&c->thread, NULL, kvf_mi_main, c) != 0) {
+        pthread_cond_destroy(&c->cond);
+        kvf_free(c);
+        kvf_log_rl(KVF_LOG_WARN, "leader: cannot start an inventory sender");
+        return NULL;
+    }
+    inv->chans[inv->nchans++] = c;
+    n->chan = c;
+    return c;
+}
+
+/* Queues one entry for replica i of o; KVF_OK, or why not. */
+static kvf_status_t kvf_mi_queue(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
+                                 int del)
+{
+    kvf_mnode_t *n = o->rep[i].node;
+    kvf_mi_chan_t *c = kvf_mi_chan(m, n);
+    kvf_mi_rec_t *r;
+
+    if (c == NULL || (r = kvf_mi_q_push(&c->q)) == NULL) {
+        return KVF_ERR_NO_RESOURCE;
+    }
+    r->key = kvf_strdup(o->key);
+    if (r->key == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    r->del = (uint8_t)del;
+    r->off = o->rep[i].blk->off;
+    r->size = o->size;
+    r->checksum = o->checksum;
+    r->flags = o->flags;
+    r->epoch = del ? m->epoch : o->inv_epoch;
+    r->seq = del ? 0 : o->inv_seq;
+    r->put_id = o->put_id;
+    r->obj = del ? o : NULL;
+    r->term = m->inv->term;
+    r->w = kvf_mi_cur;
+    c->q.n++;
+    if (r->w != NULL) {
+        r->w->left++; /* that worker sends it */
+    } else {
+        c->nowait++; /* c's thread sends it */
+        pthread_cond_signal(&c->cond);
+    }
+    return KVF_OK;
+}
+
+void kvf_m_inv_add(kvf_master_t *m, kvf_mobj_t *o)
+{
+    kvf_mi_rec_t r = {0};
+    unsigned i;
+
+    if (m->inv == NULL) {
+        return;
     }
     o->inv_epoch = m->epoch;
     o->inv_seq = ++m->inv_seq;
     for (i = 0; i < o->nrep; i++) {
+        if (o->rep[i].node->inv_addr[0] == '\0' ||
+            kvf_mi_queue(m, o, i, 0) == KVF_OK || kvf_mi_cur == NULL) {
+            continue;
+        }
+        /* not recorded: the frame fails and the object is undone */
+        r.key = kvf_strdup(o->key);
+        r.put_id = o->put_id;
+        kvf_mi_cur->st = KVF_ERR_NO_RESOURCE;
+        if (r.key != NULL) {
+            kvf_mi_fail(kvf_mi_cur, &r);
+        }
+        kvf_free(r.key);
+    }
+}
+
+unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o, int wait)
+{
+    kvf_mi_wait_t *cur = kvf_mi_cur;
+    unsigned i, n = 0;
+
+    if (m->inv == NULL || o->inv_epoch == 0) {
+        return 0;
+    }
+    if (!wait) {
+        kvf_mi_cur = NULL; /* the frame served does not wait for these */
+    }
+    for (i = 0; i < o->nrep; i++) {
         if (o->rep[i].node->inv_addr[0] == '\0') {
-            continue; /* a node without an inventory */
+            continue;
         }
-        b = kvf_mi_batch(bs, nb, o->rep[i].node, count);
-        if (b == NULL) {
-            return -1;
+        if (kvf_mi_queue(m, o, i, 1) == KVF_OK) {
+            n++;
+        } else if (kvf_mi_cur != NULL) {
+            kvf_mi_cur->st = KVF_ERR_NO_RESOURCE;
         }
-        e.key = q->key;
-        e.off = o->rep[i].blk->off;
-        e.size = o->size;
-        e.checksum = o->checksum;
-        e.epoch = o->inv_epoch;
-        e.seq = o->inv_seq;
-        e.flags = o->flags;
-        kvf_sm_inv_ent_enc(&b->w, &e);
-        b->ent[b->n++] = idx;
     }
-    return 0;
+    kvf_mi_cur = cur;
+    return n;
 }
 
-/* Which entries of f committed an object: their keys in q[], ok[i] set.
- * Returns the number of entries decoded. */
-static uint32_t kvf_mi_committed(const kvf_sp_frame_t *f, const kvf_wr_t *w,
-                                 kvf_sm_req_t *q, uint8_t *ok)
+void kvf_m_inv_clear(kvf_master_t *m)
 {
-    static __thread kvf_sm_obj_t o;
-    kvf_rd_t rq, rr;
+    if (m->inv != NULL) {
+        m->inv->term++; /* queued DELs no longer name live objects */
+    }
+}
+
+/* ---- a worker's frame ---- */
+
+/* Removes the objects of the commits a node did not record. */
+static void kvf_mi_undo(kvf_master_t *m, kvf_mi_wait_t *w)
+{
+    kvf_mobj_t *o;
+    size_t i;
+
+    for (i = 0; i < w->nfailed; i++) {
+        o = kvf_m_find(m, w->failed[i].key);
+        if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
+            o->put_id == w->failed[i].put_id) {
+            (void)kvf_m_remove(m, w->failed[i].key);
+        }
+        kvf_free(w->failed[i].key);
+    }
+    kvf_free(w->failed);
+}
+
+kvf_status_t kvf_m_inv_serve(kvf_master_t *m, kvf_mclient_t *cl,
+                             const kvf_sp_frame_t *f, kvf_wr_t *w,
+                             uint32_t *count_p, uint16_t *flags_p,
+                             uint8_t *rtype_p)
+{
+    kvf_mi_wait_t wt = {0};
+    kvf_mi_chan_t *c;
     kvf_status_t st;
-    uint32_t i;
 
-    kvf_rd_init(&rq, f->body, f->hdr.meta_len);
-    kvf_rd_init(&rr, w->buf, w->len);
-    for (i = 0; i < f->hdr.count; i++) {
-        (void)kvf_sm_req_dec(&rq, f->hdr.type, &q[i]);
-        if (f->hdr.type == KVF_SP_COMMIT) {
-            kvf_sm_commit_rep_dec(&rr, &o);
-            st = o.status;
+    if (m->inv == NULL) {
+        return kvf_m_serve(m, cl, f, w, count_p, flags_p, rtype_p);
+    }
+    pthread_cond_init(&wt.cond, NULL);
+    kvf_mi_cur = &wt;
+    st = kvf_m_serve(m, cl, f, w, count_p, flags_p, rtype_p);
+    kvf_mi_cur = NULL;
+    pthread_mutex_lock(&m->lock);
+    while (wt.left > 0) {
+        c = kvf_mi_idle(m);
+        if (c != NULL) {
+            kvf_mi_run(m, c); /* ours, and whatever else is queued */
         } else {
-            st = kvf_sm_status_dec(&rr);
+            pthread_cond_wait(&wt.cond, &m->lock);
         }
-        ok[i] = st == KVF_OK && q[i].key_status == KVF_OK && q[i].mask != 0 &&
-                kvf_rd_status(&rr) == KVF_OK;
     }
-    return i;
-}
-
-/* Removes the objects of the failed entries (lock taken here). */
-static void kvf_mi_undo(kvf_master_t *m, const kvf_sm_req_t *q,
-                        const uint8_t *ok, const uint8_t *failed, uint32_t n)
-{
-    uint32_t i;
-
-    pthread_mutex_lock(&m->lock);
-    for (i = 0; i < n; i++) {
-        if (ok[i] && failed[i]) {
-            (void)kvf_m_remove(m, q[i].key);
-        }
+    if (wt.st != KVF_OK) {
+        kvf_mi_undo(m, &wt); /* its DELs: nobody waits for them */
     }
     pthread_mutex_unlock(&m->lock);
-}
-
-void kvf_m_inv_record(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
-                      uint32_t *count_p, kvf_status_t *st_p)
-{
-    kvf_mi_batch_t *bs = NULL;
-    kvf_sm_req_t *q = NULL;
-    uint8_t *ok = NULL, *failed = NULL;
-    kvf_status_t stale = KVF_OK;
-    unsigned nb = 0, i;
-    uint32_t n = 0, k, nfail = 0;
-
-    if (m->elect == NULL || *st_p != KVF_OK ||
-        (f->hdr.type != KVF_SP_COMMIT && f->hdr.type != KVF_SP_PUT_END) ||
-        f->hdr.count == 0) {
-        return;
-    }
-    q = kvf_calloc(f->hdr.count, sizeof(*q));
-    ok = kvf_calloc(f->hdr.count, 2);
-    bs = kvf_calloc(KVF_MI_NODES, sizeof(*bs));
-    if (q == NULL || ok == NULL || bs == NULL) {
-        *st_p = KVF_ERR_NO_MEMORY;
-        goto out;
-    }
-    failed = ok + f->hdr.count;
-    n = kvf_mi_committed(f, w, q, ok);
-    pthread_mutex_lock(&m->lock);
-    for (k = 0; k < n; k++) {
-        if (ok[k] && kvf_mi_add(m, bs, &nb, &q[k], k, f->hdr.count) != 0) {
-            failed[k] = 1;
-        }
-    }
-    pthread_mutex_unlock(&m->lock);
-    for (i = 0; i < nb; i++) {
-        if (kvf_mi_send(m, &bs[i], failed) == KVF_ERR_STALE) {
-            stale = KVF_ERR_STALE;
-        }
-    }
-    for (k = 0; k < n; k++) {
-        nfail += ok[k] && failed[k];
-    }
-    if (nfail > 0) {
-        kvf_mi_undo(m, q, ok, failed, n);
+    pthread_cond_destroy(&wt.cond);
+    if (wt.st != KVF_OK && st == KVF_OK) {
         kvf_log_rl(KVF_LOG_WARN,
-                   "leader: %u object(s) not recorded by their nodes: "
-                   "removed, the %s fails%s",
-                   nfail, kvf_sp_msg_name(f->hdr.type),
-                   stale != KVF_OK ? " (a node has seen a newer leader)" : "");
+                   "leader: a node did not apply a %s to its inventory "
+                   "(%s): the %s fails%s",
+                   f->hdr.type == KVF_SP_REMOVE ? "remove" : "commit",
+                   kvf_status_str(wt.st), kvf_sp_msg_name(f->hdr.type),
+                   wt.stale ? " (a node has seen a newer leader)" : "");
         /* a node that has seen a newer leader: send the client there */
-        *st_p = stale != KVF_OK ? KVF_ERR_NOT_LEADER : KVF_ERR_UNAVAILABLE;
+        st = wt.stale ? KVF_ERR_NOT_LEADER : KVF_ERR_UNAVAILABLE;
         w->len = 0;
         *count_p = 0;
     }
-out:
-    for (i = 0; i < nb; i++) {
-        kvf_wr_free(&bs[i].w);
-        kvf_free(bs[i].ent);
+    return st;
+}
+
+/* ---- start, stop ---- */
+
+kvf_status_t kvf_m_inv_start(kvf_master_t *m)
+{
+    if (m->elect == NULL) {
+        return KVF_OK; /* the only master: no inventories */
     }
-    kvf_free(bs);
-    kvf_free(ok);
-    kvf_free(q);
+    m->inv = kvf_calloc(1, sizeof(*m->inv));
+    if (m->inv == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    return KVF_OK;
+}
+
+void kvf_m_inv_stop(kvf_master_t *m)
+{
+    struct kvf_minv *inv = m->inv;
+    kvf_mnode_t *n;
+    unsigned i;
+
+    if (inv == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&m->lock);
+    inv->stop = 1;
+    for (i = 0; i < inv->nchans; i++) {
+        pthread_cond_signal(&inv->chans[i]->cond);
+    }
+    pthread_mutex_unlock(&m->lock);
+    for (i = 0; i < inv->nchans; i++) {
+        pthread_join(inv->chans[i]->thread, NULL);
+        kvf_mi_q_free(&inv->chans[i]->q);
+        pthread_cond_destroy(&inv->chans[i]->cond);
+        kvf_free(inv->chans[i]);
+    }
+    pthread_mutex_lock(&m->lock);
+    for (n = m->nodes; n != NULL; n = n->next) {
+        n->chan = NULL;
+    }
+    m->inv = NULL;
+    pthread_mutex_unlock(&m->lock);
+    kvf_free(inv);
 }

@@ -255,8 +255,7 @@ static void kvf_reg_run(kvf_loop_job_t *j)
     kvf_wr_t w;
 
     kvf_wr_init(&w);
-    st = kvf_m_serve(m, c->cl, &j->f, &w, &count, &flags, &rtype);
-    kvf_m_inv_record(m, &j->f, &w, &count, &st);
+    st = kvf_m_inv_serve(m, c->cl, &j->f, &w, &count, &flags, &rtype);
     st = kvf_sp_send(c->fd, rtype, j->f.hdr.id, st, count, flags, &w,
                      kvf_time_ms() + m->opts.io_timeout_ms);
     if (st != KVF_OK) {
@@ -283,7 +282,6 @@ static void *kvf_reg_main(void *arg)
         }
         if (r->stop) {
             pthread_mutex_unlock(&r->lock);
-            kvf_m_inv_thread_end();
             return NULL;
         }
         j = r->head;
@@ -336,7 +334,7 @@ static kvf_status_t kvf_reg_start(kvf_master_t *m)
     pthread_mutex_init(&r->lock, NULL);
     kvf_cond_init(&r->cond);
     r->max_queued = n * KVF_REG_QUEUE_PER_WORKER;
-    if (m->elect != NULL) {
+    if (m->inv != NULL) {
         /* commits go to the workers too: a connection has at most one
          * frame there, so the connection caps bound the queue */
         r->max_queued += m->opts.conn_max_tcp + m->opts.conn_max_unix;
@@ -399,13 +397,14 @@ static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
 }
 
 /* Does a worker serve this frame? Node registrations (they call the
- * node's engine), and, on an elected leader, commits (they wait for the
- * nodes' inventories). */
+ * node's engine), and, where nodes keep inventories, commits and
+ * removes (they wait for the nodes' answers). */
 static int kvf_loop_to_worker(const kvf_master_t *m, uint8_t type)
 {
     return type == KVF_SP_NODE_REG ||
-           (m->elect != NULL &&
-            (type == KVF_SP_COMMIT || type == KVF_SP_PUT_END));
+           (m->inv != NULL &&
+            (type == KVF_SP_COMMIT || type == KVF_SP_PUT_END ||
+             type == KVF_SP_REMOVE));
 }
 
 /* Serves every whole frame in c->in. 0 to go on, -1 to close, 1 when the

@@ -615,6 +615,24 @@ static void kvf_m_first_epoch(kvf_master_t *m)
     m->next_put_id = (m->epoch & 0xffffffffull) << 32;
 }
 
+/* The connection caps, the inventory channels and the event loops. */
+static kvf_status_t kvf_m_serving_start(kvf_master_t *m)
+{
+    kvf_status_t st = kvf_m_caps_init(m);
+
+    if (st == KVF_OK) {
+        st = kvf_m_inv_start(m);
+    }
+    if (st == KVF_OK) {
+        st = kvf_m_loop_start(m);
+    }
+    if (st != KVF_OK) {
+        kvf_m_inv_stop(m);
+        kvf_m_caps_fini(m);
+    }
+    return st;
+}
+
 kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
                               kvf_master_t **master_p)
 {
@@ -673,12 +691,8 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
         st = KVF_ERR_NO_RESOURCE;
         goto err_http;
     }
-    st = kvf_m_caps_init(m);
-    if (st == KVF_OK) {
-        st = kvf_m_loop_start(m);
-    }
+    st = kvf_m_serving_start(m);
     if (st != KVF_OK) {
-        kvf_m_caps_fini(m);
         goto err_reaper;
     }
     kvf_info("store master on %s (unix %s%s, http %s), %u loop(s), epoch "
@@ -727,6 +741,7 @@ void kvf_master_stop(kvf_master_t *m)
     pthread_mutex_unlock(&m->lock);
     pthread_join(m->reaper_thread, NULL);
     kvf_m_loop_stop(m);
+    kvf_m_inv_stop(m); /* after the workers: they wait on it */
     kvf_m_caps_fini(m);
     kvf_m_http_stop(m);
     close(m->lfd);

@@ -31,6 +31,7 @@ typedef struct kvf_mnode {
     /* a leader's: its inventory report has not ended, so nothing new is
      * placed on it (its space may hold objects not rebuilt yet) */
     int rebuilding;
+    struct kvf_mi_chan *chan; /* to its inventory (inventory.c), or NULL */
     struct kvf_mnode *next;
 } kvf_mnode_t;
 
@@ -58,6 +59,10 @@ typedef struct kvf_mobj {
     uint64_t deadline_ms;        /* PENDING: reclaimed after */
     uint64_t lease_until_ms;     /* neither evicted nor removed before */
     uint64_t inv_epoch, inv_seq; /* as recorded in node inventories */
+    /* released: INV_DELs not answered yet; its space stays taken until
+     * they are (the bytes, counted in kvf_master.releasing) */
+    unsigned inv_rel;
+    uint64_t rel_bytes;
     uint8_t state;
     uint8_t flags; /* KVF_STORE_PIN */
     uint8_t nrep;
@@ -125,6 +130,8 @@ struct kvf_master {
     uint64_t term_epoch;     /* etcd revision of this leader's term */
     int deposed;             /* its term ended: refuses everything */
     uint64_t inv_seq;        /* commits recorded in node inventories */
+    struct kvf_minv *inv;    /* inventory channels (NULL: none) */
+    uint64_t releasing;      /* bytes waiting for nodes' INV_DELs */
 };
 
 /* A leader's epoch: the top bit set, the etcd revision below (a single
@@ -159,6 +166,9 @@ kvf_status_t kvf_m_commit(kvf_master_t *m, const char *key, uint64_t put_id,
                           unsigned flags);
 kvf_status_t kvf_m_get(kvf_master_t *m, const char *key, kvf_mobj_t **obj_p);
 kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key);
+/* A node answered one INV_DEL of released object o: once all have and
+ * its lease is over, its space is free. */
+void kvf_m_released(kvf_master_t *m, kvf_mobj_t *o);
 kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key);
 kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key);
 kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
@@ -198,16 +208,28 @@ kvf_status_t kvf_m_serve(kvf_master_t *m, kvf_mclient_t *cl,
                          uint8_t *rtype_p);
 void kvf_m_count_error(kvf_master_t *m);
 
-/* inventory.c: a leader's side of the node inventories. After a COMMIT
- * or PUT_END frame f was served into reply w (status *st_p), records
- * each object committed in the inventories of the nodes that hold it;
- * where that fails, the object is removed and the whole reply becomes
- * an error. Called by a worker, never by an event loop. Does nothing
- * unless the master is an elected leader. */
-void kvf_m_inv_record(kvf_master_t *m, const kvf_sp_frame_t *f, kvf_wr_t *w,
-                      uint32_t *count_p, kvf_status_t *st_p);
-/* Closes the calling worker's inventory connections. */
-void kvf_m_inv_thread_end(void);
+/* inventory.c: a leader's side of the node inventories (NULL m->inv:
+ * none, as with a single master; then these do nothing). Lock held:
+ * kvf_m_inv_add records committed object o (its epoch and commit
+ * number set now) in its nodes' inventories; kvf_m_inv_del makes them
+ * forget released object o (wait: the frame served waits for it, as a
+ * remove; else not, as an eviction), returns the number of answers its
+ * space waits for (kvf_m_released is called as each comes);
+ * kvf_m_inv_clear forgets the objects of the term that ends. */
+kvf_status_t kvf_m_inv_start(kvf_master_t *m);
+void kvf_m_inv_stop(kvf_master_t *m);
+void kvf_m_inv_add(kvf_master_t *m, kvf_mobj_t *o);
+unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o, int wait);
+void kvf_m_inv_clear(kvf_master_t *m);
+/* Serves frame f as kvf_m_serve (a worker, never an event loop), then
+ * waits until the nodes answered every inventory entry it queued: a
+ * commit is acknowledged once each replica's inventory holds it, a
+ * remove once each forgot it; where a node did not, the committed
+ * objects are removed again and the whole reply becomes an error. */
+kvf_status_t kvf_m_inv_serve(kvf_master_t *m, kvf_mclient_t *cl,
+                             const kvf_sp_frame_t *f, kvf_wr_t *w,
+                             uint32_t *count_p, uint16_t *flags_p,
+                             uint8_t *rtype_p);
 
 /* loop.c: the connection event loop */
 kvf_status_t kvf_m_loop_start(kvf_master_t *m);

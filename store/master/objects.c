@@ -102,6 +102,8 @@ void kvf_m_clear(kvf_master_t *m)
         kvf_free(n);
     }
     m->nnodes = 0;
+    m->releasing = 0;
+    kvf_m_inv_clear(m);
 }
 
 void kvf_m_fini(kvf_master_t *m)
@@ -324,9 +326,9 @@ static uint64_t kvf_m_held(const kvf_master_t *m)
 
 uint64_t kvf_m_used(const kvf_master_t *m)
 {
-    uint64_t u = kvf_m_held(m);
+    uint64_t u = kvf_m_held(m), r = m->reserved + m->releasing;
 
-    return u > m->reserved ? u - m->reserved : 0;
+    return u > r ? u - r : 0;
 }
 
 size_t kvf_m_pending(const kvf_master_t *m)
@@ -380,6 +382,50 @@ static int kvf_m_obj_on(const kvf_mobj_t *o, const kvf_mnode_t *n)
     return 0;
 }
 
+/* Committed object o leaves (a remove, an eviction): its key goes now
+ * (gets miss, a new put may take it); its space once no read lease is
+ * left on it and, where nodes record inventories, once each of its
+ * nodes has forgotten it (so no new put writes over bytes a node could
+ * still report to a new leader). Until then it waits on the doomed
+ * list, freed by kvf_m_released or the reaper. wait: the frame served
+ * is answered only once the nodes forgot o (a remove). */
+static void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o, int wait)
+{
+    kvf_mobj_t **pp;
+
+    for (pp = &m->table[o->hash & (m->nbuckets - 1)]; *pp != NULL;
+         pp = &(*pp)->hnext) {
+        if (*pp == o) {
+            *pp = o->hnext;
+            break;
+        }
+    }
+    o->hnext = NULL;
+    kvf_m_list_unlink(o);
+    o->inv_rel = kvf_m_inv_del(m, o, wait);
+    if (o->inv_rel > 0) {
+        o->rel_bytes = kvf_m_obj_bytes(o);
+        m->releasing += o->rel_bytes;
+    }
+    if (o->inv_rel == 0 && o->lease_until_ms <= kvf_time_ms()) {
+        kvf_m_obj_free(m, o);
+        return;
+    }
+    kvf_m_list_push(&m->doomed, o);
+}
+
+void kvf_m_released(kvf_master_t *m, kvf_mobj_t *o)
+{
+    if (o->inv_rel == 0 || --o->inv_rel > 0) {
+        return;
+    }
+    m->releasing -= o->rel_bytes;
+    o->rel_bytes = 0;
+    if (o->lease_until_ms <= kvf_time_ms()) {
+        kvf_m_obj_free(m, o);
+    }
+}
+
 static void kvf_m_evict(kvf_master_t *m, kvf_mobj_t *o)
 {
     char esc[KVF_LOG_KEY_MAX];
@@ -387,7 +433,7 @@ static void kvf_m_evict(kvf_master_t *m, kvf_mobj_t *o)
     kvf_debug("evicting '%s' (%lu bytes)",
               kvf_log_key(esc, sizeof(esc), o->key), (unsigned long)o->size);
     m->st.evictions++;
-    kvf_m_obj_free(m, o);
+    kvf_m_release(m, o, 0);
 }
 
 /* Allocates size bytes on n, evicting cold objects that live on n when
@@ -397,15 +443,21 @@ static kvf_pa_block_t *kvf_m_alloc_on(kvf_master_t *m, kvf_mnode_t *n,
 {
     kvf_pa_block_t *b = kvf_pa_alloc(&n->pa, size);
     kvf_mobj_t *o, *prev;
+    uint64_t freed = 0;
 
     if (b != NULL || !evict || size > n->pa.len) {
         return b;
     }
-    for (o = m->lru.lprev; o != &m->lru && b == NULL; o = prev) {
+    /* where nodes must first forget an evicted object, its space comes
+     * later: evict about `size` bytes, and this put goes elsewhere or
+     * fails (KVF_ERR_NO_SPACE) rather than emptying the node */
+    for (o = m->lru.lprev; o != &m->lru && b == NULL && freed < size;
+         o = prev) {
         prev = o->lprev;
         if (!kvf_m_evictable(o, now) || !kvf_m_obj_on(o, n)) {
             continue;
         }
+        freed += (m->inv != NULL) ? o->size : 0;
         kvf_m_evict(m, o);
         b = kvf_pa_alloc(&n->pa, size);
     }
@@ -755,6 +807,7 @@ static kvf_status_t kvf_m_obj_commit(kvf_master_t *m, kvf_mobj_t *o,
     kvf_m_list_unlink(o);
     kvf_m_list_push(&m->lru, o);
     m->st.puts++;
+    kvf_m_inv_add(m, o);
     kvf_m_evict_watermark(m, kvf_time_ms());
     return KVF_OK;
 }
@@ -823,7 +876,7 @@ kvf_status_t kvf_m_get(kvf_master_t *m, const char *key, kvf_mobj_t **obj_p)
 
 kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key)
 {
-    kvf_mobj_t *o = kvf_m_find(m, key), **pp;
+    kvf_mobj_t *o = kvf_m_find(m, key);
 
     if (o == NULL) {
         return KVF_ERR_NO_KEY;
@@ -832,22 +885,7 @@ kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key)
         return KVF_ERR_BUSY;
     }
     m->st.removes++;
-    if (o->lease_until_ms <= kvf_time_ms()) {
-        kvf_m_obj_free(m, o);
-        return KVF_OK;
-    }
-    /* under a read lease: the key goes now (gets miss, a new put may
-     * reuse it), the space when the lease ends (reaper) */
-    for (pp = &m->table[o->hash & (m->nbuckets - 1)]; *pp != NULL;
-         pp = &(*pp)->hnext) {
-        if (*pp == o) {
-            *pp = o->hnext;
-            break;
-        }
-    }
-    o->hnext = NULL;
-    kvf_m_list_unlink(o);
-    kvf_m_list_push(&m->doomed, o);
+    kvf_m_release(m, o, 1);
     return KVF_OK;
 }
 
@@ -859,6 +897,15 @@ kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key)
         return KVF_ERR_NO_KEY;
     }
     return (o->state == KVF_OBJ_COMMITTED) ? KVF_OK : KVF_ERR_NOT_READY;
+}
+
+/* A replica of size bytes of o is dropped: no longer released space. */
+static void kvf_m_rel_drop(kvf_master_t *m, kvf_mobj_t *o, uint64_t bytes)
+{
+    if (o->rel_bytes >= bytes) {
+        o->rel_bytes -= bytes;
+        m->releasing -= bytes;
+    }
 }
 
 /* Drops node n: its replicas go, objects left with none are lost. */
@@ -880,9 +927,13 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
                     o->rep[k++] = o->rep[r];
                 } else {
                     dropped++;
+                    kvf_m_rel_drop(m, o, o->rep[r].blk->size);
                 }
             }
             o->nrep = (uint8_t)k;
+            if (k == 0 && o->inv_rel > 0) {
+                continue; /* freed once its other nodes answered */
+            }
             if (k == 0) {
                 lost += (o->state == KVF_OBJ_COMMITTED && i < m->nbuckets);
                 kvf_m_obj_free(m, o);
@@ -1051,7 +1102,7 @@ void kvf_m_tick(kvf_master_t *m)
     }
     for (o = m->doomed.lprev; o != &m->doomed; o = prev) {
         prev = o->lprev;
-        if (o->lease_until_ms <= now) {
+        if (o->lease_until_ms <= now && o->inv_rel == 0) {
             kvf_m_obj_free(m, o); /* removed, its last lease over */
         }
     }
@@ -1135,8 +1186,9 @@ kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
         (o->size != e->size || o->checksum != e->checksum) &&
         kvf_m_rebuild_older(o, e)) {
         /* an older commit of the key (removed or evicted, then put
-         * again, with its entry still on a node): the newer one wins */
-        kvf_m_obj_free(m, o);
+         * again, with its entry still on a node): the newer one wins,
+         * and the nodes forget the older one */
+        kvf_m_release(m, o, 0);
         o = NULL;
         *hint = NULL; /* it may have been that block */
     }

@@ -15,6 +15,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,10 +41,14 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
     char peer[64];
     int fd = accept4(ni->lfd, NULL, NULL, SOCK_CLOEXEC);
     unsigned i;
+    int one = 1;
 
     if (fd < 0) {
         return;
     }
+    /* answers go out at once: a leader sends ADDs and DELs back to back
+     * and waits for both */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     kvf_auth_peer_name(fd, peer, sizeof(peer));
     if (kvf_auth_server(fd, ni->host, "store", peer,
                         kvf_time_ms() + ni->timeout_ms) != KVF_OK) {
@@ -68,7 +74,7 @@ static kvf_status_t kvf_ni_apply(kvf_node_inv_t *ni, uint8_t type,
 {
     kvf_status_t st;
 
-    if (type == KVF_SP_INV_ADD) {
+    if (type == KVF_SP_INV_ADD && !(e->flags & KVF_SM_INV_FORGET)) {
         st = kvf_inv_put(&ni->inv, KVF_INV_RECORD, e->key, e->off, e->size,
                          e->checksum, e->epoch, e->seq, e->flags);
     } else {

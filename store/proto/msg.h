@@ -47,7 +47,10 @@
  *   INV_ADD,   count x kvf_sm_inv_ent_t         count x status
  *   INV_DEL    str key, u64 off, u64 size,
  *              u64 checksum, u64 epoch, u64 seq,
- *              u8 flags (KVF_STORE_PIN)
+ *              u8 flags (KVF_STORE_PIN; in an
+ *              INV_ADD, KVF_SM_INV_FORGET:
+ *              the entry is deleted, as by
+ *              INV_DEL; applied in order)
  *   INV_REPORT u64 uid, u64 node_gen, then      empty
  *              count x kvf_sm_inv_ent_t (a
  *              page; count 0: the report ends)
@@ -155,9 +158,13 @@ typedef struct kvf_sm_inv_ent {
     uint64_t checksum;
     uint64_t epoch;
     uint64_t seq;
-    uint8_t flags; /* KVF_STORE_PIN */
+    uint8_t flags; /* KVF_STORE_PIN, KVF_SM_INV_FORGET */
     char keybuf[KVF_STORE_KEY_MAX + 1];
 } kvf_sm_inv_ent_t;
+
+/* An INV_ADD entry with this flag is a delete (as INV_DEL's): a leader
+ * sends its adds and deletes in one frame, in the order it made them. */
+#define KVF_SM_INV_FORGET 0x80
 
 /* Bytes an inventory entry takes besides its key. */
 #define KVF_SM_INV_ENT_FIXED (2 + 5 * 8 + 1)

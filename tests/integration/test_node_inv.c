@@ -5,7 +5,9 @@
  * of an epoch older than the newest it has seen (a deposed leader) is
  * refused with KVF_ERR_STALE, one outside the pool with
  * KVF_ERR_INVALID_PARAM, and neither changes what it holds; a newer
- * leader's entry over an older one replaces it; a frame it does not
+ * leader's entry over an older one replaces it; an entry flagged
+ * KVF_SM_INV_FORGET deletes the entry of its key at its offset; a frame
+ * it does not
  * serve closes that connection only, and the server goes on. A real
  * master refuses an inventory report from a node it does not know
  * (KVF_ERR_STALE) and a malformed one (KVF_ERR_PROTOCOL), and goes on.
@@ -44,16 +46,18 @@ static int conn(const kvf_node_inv_t *ni)
     return fd;
 }
 
-/* One INV_ADD entry; its status. */
-static kvf_status_t add(int fd, const char *key, uint64_t off, uint64_t size,
-                        uint64_t epoch)
+/* One INV_ADD entry (flags: KVF_SM_INV_FORGET for a delete); its
+ * status. */
+static kvf_status_t add_fl(int fd, const char *key, uint64_t off, uint64_t size,
+                           uint64_t epoch, uint8_t flags)
 {
     kvf_sm_inv_ent_t e = {.key = key,
                           .off = off,
                           .size = size,
                           .checksum = 7,
                           .epoch = epoch,
-                          .seq = 1};
+                          .seq = 1,
+                          .flags = flags};
     kvf_sp_frame_t f = {0};
     kvf_status_t st;
     kvf_wr_t w;
@@ -71,6 +75,12 @@ static kvf_status_t add(int fd, const char *key, uint64_t off, uint64_t size,
     assert_int_equal(kvf_rd_status(&r), KVF_OK);
     kvf_sp_frame_free(&f);
     return st;
+}
+
+static kvf_status_t add(int fd, const char *key, uint64_t off, uint64_t size,
+                        uint64_t epoch)
+{
+    return add_fl(fd, key, off, size, epoch, 0);
 }
 
 static void test_node_server(void **state)
@@ -115,6 +125,16 @@ static void test_node_server(void **state)
     fd = conn(ni);
     assert_int_equal(add(fd, "f", 65536, 64, E_NEW), KVF_OK);
     assert_int_equal(kvf_node_inv_count(ni), 3);
+    /* a delete in an INV_ADD frame: only the entry of that key at that
+     * offset goes; a deposed leader's is refused */
+    assert_int_equal(add_fl(fd, "x", 65536, 64, E_NEW, KVF_SM_INV_FORGET),
+                     KVF_ERR_NOT_FOUND);
+    assert_int_equal(add_fl(fd, "f", 65536, 64, E_OLD, KVF_SM_INV_FORGET),
+                     KVF_ERR_STALE);
+    assert_int_equal(kvf_node_inv_count(ni), 3);
+    assert_int_equal(add_fl(fd, "f", 65536, 64, E_NEW, KVF_SM_INV_FORGET),
+                     KVF_OK);
+    assert_int_equal(kvf_node_inv_count(ni), 2);
     close(fd);
     kvf_node_inv_stop(ni);
 }
