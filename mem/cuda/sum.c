@@ -170,6 +170,26 @@ static int kvf_cuda_sum_mode(int mode, const kvf_cuda_mem_t *src,
     return mode;
 }
 
+/* kvf_cuda_copy_blocks' wait: both descriptor buffers (the first error
+ * kept: status, then the waits'). */
+static kvf_status_t kvf_cuda_sum_wait(kvf_cuda_copy_t *cp, kvf_status_t status,
+                                      uint64_t deadline)
+{
+    unsigned k;
+
+    for (k = 0; k < 2; k++) {
+        if (cp->dbuf[k].busy) {
+            kvf_status_t w = kvf_cuda_event_wait(cp->dbuf[k].ev, deadline);
+
+            status = status == KVF_OK ? w : status;
+            if (w == KVF_OK) {
+                cp->dbuf[k].busy = 0;
+            }
+        }
+    }
+    return status;
+}
+
 kvf_status_t kvf_cuda_copy_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
                                const kvf_cuda_mem_t *dst,
                                const kvf_cuda_blk_t *blks, size_t n,
@@ -215,21 +235,7 @@ kvf_status_t kvf_cuda_copy_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
     *(volatile unsigned *)cp->err = 0;
     status =
         kvf_cuda_sum_launch(cp, &l, blks, n, dst != NULL, tail_dst, deadline);
-    /* kvf_cuda_copy_blocks' wait: both buffers, then the error word */
-    {
-        unsigned k;
-
-        for (k = 0; k < 2; k++) {
-            if (cp->dbuf[k].busy) {
-                kvf_status_t w = kvf_cuda_event_wait(cp->dbuf[k].ev, deadline);
-
-                status = status == KVF_OK ? w : status;
-                if (w == KVF_OK) {
-                    cp->dbuf[k].busy = 0;
-                }
-            }
-        }
-    }
+    status = kvf_cuda_sum_wait(cp, status, deadline);
     if (status == KVF_OK && *(volatile unsigned *)cp->err != 0) {
         kvf_log_rl(KVF_LOG_ERROR, "block(s) outside their memory refused");
         status = KVF_ERR_OUT_OF_BOUNDS;
