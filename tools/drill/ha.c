@@ -345,9 +345,10 @@ static void kvf_ha_report(kvf_drill_t *d, int fault, double lead_ms,
                           "no action: the standby took the leader key, the "
                           "node registered with it, the clients followed");
     kvf_record_not_verified(d->rec,
-                            "removes and evictions are not sent to the "
-                            "node inventories: a key removed under the old "
-                            "leader may be served again after a failover");
+                            "removed keys staying removed across the kill: "
+                            "this drill checks committed probes; test_ha "
+                            "(test_churn, test_evict) checks removes and "
+                            "evictions");
 }
 
 /* The probe objects: put (phase 0) or read back (phase 1) by a helper
