@@ -223,9 +223,8 @@ kvf_status_t kvf_cuda_checksum_blocks(kvf_cuda_copy_t *cp,
  * the other sums are still filled in. */
 #define KVF_CUDA_SUM_AUTO    0 /* AFTER for GPU -> pinned, else FUSED */
 #define KVF_CUDA_SUM_FUSED   1 /* checksummed by the kernel that copies */
-#define KVF_CUDA_SUM_AFTER   2 /* tuned copy, then a pass over the GPU side */
-#define KVF_CUDA_SUM_ENGINES 3 /* copy engines, then a pass over the GPU side  \
-                                */
+#define KVF_CUDA_SUM_AFTER   2 /* tuned copy, then a pass on the GPU side */
+#define KVF_CUDA_SUM_ENGINES 3 /* copy engines, then that pass */
 kvf_status_t kvf_cuda_copy_sum(kvf_cuda_copy_t *cp, const kvf_cuda_mem_t *src,
                                const kvf_cuda_mem_t *dst,
                                const kvf_cuda_blk_t *blks, size_t n,

@@ -53,6 +53,38 @@ static void put_seeded(kvs_client_t *c, const char *key, size_t len,
     assert_int_equal(kvf_store_put(c->st, key, c->buf, len, NULL), KVF_OK);
 }
 
+/* A master, two nodes of 32 MiB and a client holding 2 * NSIZES
+ * objects named prefix/i (sizes[i % NSIZES], seed 100 + i); keys[i]
+ * points at names[i]. */
+typedef struct two_nodes {
+    kvs_proc_t m, n1, n2;
+    kvs_client_t c;
+} two_nodes_t;
+
+static void two_nodes_start(two_nodes_t *t, const char *prefix,
+                            char (*names)[32], const char **keys)
+{
+    size_t i;
+
+    assert_int_equal(kvs_master(&t->m, 0, NULL), 0);
+    assert_int_equal(kvs_node(&t->n1, t->m.addr, "32M", NULL), 0);
+    assert_int_equal(kvs_node(&t->n2, t->m.addr, "32M", NULL), 0);
+    assert_int_equal(kvs_client_open(&t->c, t->m.addr, 4 * MiB), 0);
+    for (i = 0; i < 2 * NSIZES; i++) {
+        snprintf(names[i], 32, "%s/%zu", prefix, i);
+        keys[i] = names[i];
+        put_seeded(&t->c, keys[i], sizes[i % NSIZES], 100 + i);
+    }
+}
+
+static void two_nodes_stop(two_nodes_t *t)
+{
+    kvs_client_close(&t->c);
+    kvs_stop(&t->n1, 0);
+    kvs_stop(&t->n2, 0);
+    kvs_stop(&t->m, 0);
+}
+
 /* v holds the bytes of seed, and lies inside its mapping. */
 static void check_view(const kvf_store_view_t *v, size_t len, uint64_t seed,
                        unsigned char *tmp)
@@ -77,29 +109,21 @@ static void test_view_bytes(void **state)
     kvf_store_view_lease_h lease;
     unsigned char *tmp = malloc(4 * MiB);
     char longkey[KVF_STORE_KEY_MAX + 2];
-    kvs_proc_t m, n1, n2;
-    kvs_client_t c;
+    two_nodes_t t;
     size_t i, n = 2 * NSIZES;
     unsigned left;
 
     (void)state;
     assert_non_null(tmp);
-    assert_int_equal(kvs_master(&m, 0, NULL), 0);
-    assert_int_equal(kvs_node(&n1, m.addr, "32M", NULL), 0);
-    assert_int_equal(kvs_node(&n2, m.addr, "32M", NULL), 0);
-    assert_int_equal(kvs_client_open(&c, m.addr, 4 * MiB), 0);
-    for (i = 0; i < n; i++) {
-        snprintf(names[i], sizeof(names[i]), "view/%zu", i);
-        keys[i] = names[i];
-        put_seeded(&c, keys[i], sizes[i % NSIZES], 100 + i);
-    }
+    two_nodes_start(&t, "view", names, keys);
     memset(longkey, 'k', sizeof(longkey) - 1);
     longkey[sizeof(longkey) - 1] = '\0';
     keys[n] = "view/missing";
     keys[n + 1] = longkey;
     keys[n + 2] = NULL;
 
-    assert_int_equal(kvf_store_view_get(c.st, n + 3, keys, v, &lease), KVF_OK);
+    assert_int_equal(kvf_store_view_get(t.c.st, n + 3, keys, v, &lease),
+                     KVF_OK);
     for (i = 0; i < n; i++) {
         check_view(&v[i], sizes[i % NSIZES], 100 + i, tmp);
     }
@@ -125,31 +149,31 @@ static void test_view_bytes(void **state)
     assert_int_equal(kvf_store_view_release(lease), KVF_OK);
 
     /* an empty object: KVF_OK, nothing to point at */
-    assert_int_equal(kvf_store_put(c.st, "view/empty", c.buf, 0, NULL), KVF_OK);
+    assert_int_equal(kvf_store_put(t.c.st, "view/empty", t.c.buf, 0, NULL),
+                     KVF_OK);
     keys[n + 2] = "view/empty";
-    assert_int_equal(kvf_store_view_get(c.st, 1, &keys[n + 2], v, &lease),
+    assert_int_equal(kvf_store_view_get(t.c.st, 1, &keys[n + 2], v, &lease),
                      KVF_OK);
     assert_int_equal(v[0].status, KVF_OK);
     assert_int_equal(v[0].len, 0);
     assert_null(v[0].ptr);
-    assert_true(v[0].checksum == kvf_checksum(c.buf, 0));
+    assert_true(v[0].checksum == kvf_checksum(t.c.buf, 0));
     assert_int_equal(kvf_store_view_release(lease), KVF_OK);
 
     /* a call of only missing keys still gives a lease to release */
-    assert_int_equal(kvf_store_view_get(c.st, 1, &keys[n], v, &lease), KVF_OK);
+    assert_int_equal(kvf_store_view_get(t.c.st, 1, &keys[n], v, &lease),
+                     KVF_OK);
     assert_int_equal(v[0].status, KVF_ERR_NO_KEY);
     assert_int_equal(kvf_store_view_release(lease), KVF_OK);
 
     /* many leases in a row reuse the view connections */
     for (i = 0; i < 50; i++) {
-        assert_int_equal(kvf_store_view_get(c.st, 2, keys, v, &lease), KVF_OK);
+        assert_int_equal(kvf_store_view_get(t.c.st, 2, keys, v, &lease),
+                         KVF_OK);
         check_view(&v[1], sizes[1], 101, tmp);
         assert_int_equal(kvf_store_view_release(lease), KVF_OK);
     }
-    kvs_client_close(&c);
-    kvs_stop(&n1, 0);
-    kvs_stop(&n2, 0);
-    kvs_stop(&m, 0);
+    two_nodes_stop(&t);
     free(tmp);
 }
 
@@ -406,32 +430,20 @@ static void test_view_threads(void **state)
     char names[2 * NSIZES][32];
     thr_arg_t args[6];
     pthread_t th[6];
-    kvs_proc_t m, n1, n2;
-    kvs_client_t c;
+    two_nodes_t t;
     size_t i, n = 2 * NSIZES;
 
     (void)state;
-    assert_int_equal(kvs_master(&m, 0, NULL), 0);
-    assert_int_equal(kvs_node(&n1, m.addr, "32M", NULL), 0);
-    assert_int_equal(kvs_node(&n2, m.addr, "32M", NULL), 0);
-    assert_int_equal(kvs_client_open(&c, m.addr, 4 * MiB), 0);
-    for (i = 0; i < n; i++) {
-        snprintf(names[i], sizeof(names[i]), "thr/%zu", i);
-        keys[i] = names[i];
-        put_seeded(&c, keys[i], sizes[i % NSIZES], 100 + i);
-    }
+    two_nodes_start(&t, "thr", names, keys);
     for (i = 0; i < 6; i++) {
-        args[i] = (thr_arg_t){.c = &c, .keys = keys, .n = n, .views = i < 4};
+        args[i] = (thr_arg_t){.c = &t.c, .keys = keys, .n = n, .views = i < 4};
         assert_int_equal(pthread_create(&th[i], NULL, thr_main, &args[i]), 0);
     }
     for (i = 0; i < 6; i++) {
         pthread_join(th[i], NULL);
         assert_int_equal(args[i].errors, 0);
     }
-    kvs_client_close(&c);
-    kvs_stop(&n1, 0);
-    kvs_stop(&n2, 0);
-    kvs_stop(&m, 0);
+    two_nodes_stop(&t);
 }
 
 typedef struct dereg_arg {

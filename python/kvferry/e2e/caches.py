@@ -374,6 +374,8 @@ class GpuRemoteTier(RemoteTier):
     sequential load is the pipelined :meth:`KVCache.load`; an overlapped
     one reads and scatters one layer per call."""
 
+    _warmed = False
+
     def _buffers(self, info: Any, torch: Any) -> List[Any]:
         return _gpu_bufs(info, self.blocks)
 
@@ -388,8 +390,9 @@ class GpuRemoteTier(RemoteTier):
         n = min(len(tokens) // CHUNK, self.blocks)
         _from_cache(cache, self.bufs, have, n * CHUNK)
         saved = self.kv.save(tokens[: n * CHUNK], list(range(n)))
-        if self.transport == "shm":
-            self.kv.warm(tokens[: n * CHUNK])  # the node's pool registered once, not in a TTFT
+        if self.transport == "shm" and not self._warmed:
+            # the node's pool registered with the GPU once, outside any TTFT
+            self._warmed = self.kv.warm(tokens[: n * CHUNK]) > 0
         return saved
 
     def describe(self):

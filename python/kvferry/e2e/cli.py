@@ -407,10 +407,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.check:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     sums = [m for m in (args.gpu_sum or "").split(",") if m]
-    for m in sums:
-        if m not in ("auto", "fused", "after", "engines"):
-            print("kvferry bench e2e: --gpu-sum: unknown mode %r" % m, file=sys.stderr)
-            return 2
+    from ..kv_gpu import sum_mode_flags
+    try:
+        for m in sums:
+            sum_mode_flags(m)
+    except ValueError as e:
+        print("kvferry bench e2e: --gpu-sum: %s" % e, file=sys.stderr)
+        return 2
     from .model import build
     dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("bfloat16" if dev == "cuda" else "float32")
