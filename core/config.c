@@ -35,9 +35,12 @@ static const kvf_config_entry_t kvf_core_config_entries[] = {
 KVF_CONFIG_TABLE(kvf_core_config, "core", kvf_core_config_entries)
 
 /* KVF_* variables that are not keys: the file name, what the test
- * harness hands to the programs it starts, and set-up's switch. */
+ * harness hands to the programs it starts, set-up's switch, the drills'
+ * round counts and the Python package's GPU switches (kvferry.kv). */
 static const char *const kvf_config_env_other[] = {
-    "KVF_CONFIG", "KVF_BIN", "KVF_SRC", "KVF_TEST_OUT", "KVF_NO_HOST_TUNING"};
+    "KVF_CONFIG",         "KVF_BIN",          "KVF_SRC",        "KVF_TEST_OUT",
+    "KVF_NO_HOST_TUNING", "KVF_DRILL_ROUNDS", "KVF_ELECT_RUNS", "KVF_GPU_SUM",
+    "KVF_KV_VIEWS"};
 
 static const kvf_config_table_t *kvf_config_tables[KVF_CONFIG_TABLES_MAX];
 static size_t kvf_config_ntables;

@@ -202,8 +202,9 @@ static void test_unknown_env(void **state)
     assert_non_null(strstr(err, "did you mean KVF_TRANSPORTS?"));
     run_cli_env("KVF_LEASE_READ=1 KVF_LOG_LEVEL=warn", err, sizeof(err));
     assert_non_null(strstr(err, "did you mean KVF_LEASE_READS?"));
-    run_cli_env("KVF_TRANSPORTS=tcp KVF_SHM_WARM_MS=0 KVF_BIN=x", err,
-                sizeof(err));
+    run_cli_env(
+        "KVF_TRANSPORTS=tcp KVF_SHM_WARM_MS=0 KVF_BIN=x KVF_GPU_SUM=auto", err,
+        sizeof(err));
     assert_null(strstr(err, "not a kvferry key"));
     run_cli_env("KVF_FOO=1 KVF_LOG_LEVEL=error", err, sizeof(err));
     assert_null(strstr(err, "KVF_FOO")); /* the level applies */
