@@ -70,6 +70,15 @@ for stage in "$@"; do
     blk d2h-pageable --path d2h --pageable --verify --each-iters 0 \
       --json "$R/d2h-pageable.json"
     ;;
+  ucx)
+    # local GPU memory over the ucx transport (UCX's tcp on loopback),
+    # through the lanes' pinned buffers: the test, then seed 000's
+    # workload from a GPU pool to a host pool, verified
+    step 240 test_gpu_ucx env UCX_TLS=tcp,self "$D/test_gpu_ucx"
+    step 200 ucx-gpu env UCX_TLS=tcp,self "$B" bench blocks --device gpu \
+      --transport ucx,tcp --pool 2G --op both --verify --record "$R" \
+      --json "$R/ucx-gpu.json"
+    ;;
   net)
     blk tcp --pool 4G --op both --verify --record "$R" --json "$R/tcp.json"
     ;;

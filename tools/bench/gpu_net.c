@@ -12,7 +12,9 @@
  * CUDA IPC, moved by the copy kernels, NVLink between GPUs): GPU pools
  * only, each size compared with one contiguous copy of the same bytes
  * between the same two pools (the peer's link test: cudaMemcpyAsync,
- * i.e. cudaMemcpyPeer's copy engines), measured right after it.
+ * i.e. cudaMemcpyPeer's copy engines), measured right after it. Over
+ * "ucx" the target's pool stays in host memory (ucx serves host regions
+ * only): the local GPU pool's bytes go through the lane's pinned buffers.
  */
 #include "tools/bench/gpu.h"
 #include "tools/bench/env.h"
@@ -116,6 +118,13 @@ int kvf_gpu_serve(const kvf_gpu_opts_t *o)
     return KVF_CLI_OK;
 }
 
+/* Whether the spawned target serves a GPU pool: GPU runs do, except
+ * over ucx, which serves host memory only. */
+static int kvf_net_remote_gpu(const kvf_net_run_t *r)
+{
+    return r->gpu && strcmp(r->transport, "ucx") != 0;
+}
+
 static int kvf_net_spawn(kvf_net_run_t *r)
 {
     const kvf_gpu_opts_t *o = r->o;
@@ -144,8 +153,9 @@ static int kvf_net_spawn(kvf_net_run_t *r)
         close(fds[0]);
         close(fds[1]);
         execl(kvf_cli_self, kvf_cli_self, "bench", "blocks", "--device", "gpu",
-              "--serve", r->gpu ? "gpu" : "host", "--pool", pool, "--peer-gpu",
-              gpu, "--transport", r->transport, "--seed", seed, (char *)NULL);
+              "--serve", kvf_net_remote_gpu(r) ? "gpu" : "host", "--pool", pool,
+              "--peer-gpu", gpu, "--transport", r->transport, "--seed", seed,
+              (char *)NULL);
         perror("kvferry: exec");
         _exit(127);
     }

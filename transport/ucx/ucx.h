@@ -82,6 +82,8 @@ typedef struct kvf_ucx_rkey {
 } kvf_ucx_rkey_t;
 
 typedef struct kvf_ucx_rctx kvf_ucx_rctx_t;
+/* A lane's pinned buffers and GPU copy contexts (ucx_stage.c). */
+typedef struct kvf_ucx_stage kvf_ucx_stage_t;
 
 /* Bytes of requests an ep keeps in flight in UCP, shared by its lanes. */
 #define KVF_UCX_WINDOW (64ull << 20)
@@ -112,6 +114,7 @@ typedef struct kvf_ucx_lane {
     kvf_status_t failed; /* KVF_OK, or why the lane is dead */
     kvf_ucx_rkey_t *rkeys;
     size_t nrkeys, rkeys_cap;
+    kvf_ucx_stage_t *stage; /* GPU requests' buffers (NULL: none yet) */
 } kvf_ucx_lane_t;
 
 struct kvf_tl_ep {
@@ -182,5 +185,15 @@ kvf_status_t kvf_ucx_lane_post(kvf_tl_ep_t *ep, unsigned lane,
 kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
                              const void *meta, size_t len, kvf_frame_hdr_t *h,
                              void **reply_p);
+
+/* ---- ucx_stage.c -------------------------------------------------------- */
+
+/* A request with local GPU memory, on its lane's progress thread: the
+ * host request (over a pinned buffer) to move in its place, a WRITE's
+ * bytes already gathered into it; req completes when that one does (a
+ * READ after its scatter to the GPU). NULL: req was failed. */
+kvf_tl_req_t *kvf_ucx_stage(kvf_ucx_lane_t *ln, kvf_tl_req_t *req);
+/* Frees the lane's buffers and contexts (after its worker is gone). */
+void kvf_ucx_stage_fini(kvf_ucx_lane_t *ln);
 
 #endif

@@ -276,7 +276,7 @@ static uint32_t kvf_ucx_merge(const kvf_tl_req_t *req, uint32_t i,
 }
 
 /* Whether every local segment is host memory: this UCX build cannot
- * touch GPU memory (GPU regions keep kvferry's own paths). */
+ * touch GPU memory, whose requests go through pinned buffers. */
 static int kvf_ucx_local_host(const kvf_tl_req_t *req)
 {
     size_t i;
@@ -332,9 +332,8 @@ static void kvf_ucx_req_start(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
                         ln->failed != KVF_OK ? ln->failed : KVF_ERR_CANCELED);
         return;
     }
-    if (!kvf_ucx_local_host(req)) {
-        kvf_tl_req_fail(req, KVF_ERR_UNSUPPORTED);
-        return;
+    if (!kvf_ucx_local_host(req) && (req = kvf_ucx_stage(ln, req)) == NULL) {
+        return; /* GPU memory goes through a pinned buffer, or failed */
     }
     rc = kvf_ucx_rctx_new(ln, req);
     if (rc == NULL) {
@@ -691,6 +690,7 @@ static void kvf_ucx_lane_destroy(kvf_ucx_lane_t *ln)
         kvf_ucx_lane_shut(ln);
         kvf_ucx_worker_destroy(ln->worker, ln->efd, ln->wake);
     }
+    kvf_ucx_stage_fini(ln);
     kvf_free(ln->rkeys);
     while (ln->zombies != NULL) {
         kvf_ucx_rctx_t *rc = ln->zombies;
