@@ -212,6 +212,7 @@ static int kvf_net_open(kvf_net_run_t *r)
 {
     const kvf_gpu_opts_t *o = r->o;
     kvf_mem_type_t want = r->gpu ? KVF_MEM_CUDA : KVF_MEM_HOST, type;
+    kvf_mem_type_t rwant = kvf_net_remote_gpu(r) ? KVF_MEM_CUDA : KVF_MEM_HOST;
     kvf_engine_params_t p = {0};
     kvf_status_t status;
     uint64_t addr;
@@ -249,14 +250,14 @@ static int kvf_net_open(kvf_net_run_t *r)
     }
     for (i = 0; kvf_peer_region(r->peer, i, &addr, &len, &type) == KVF_OK;
          i++) {
-        if (type == want && len > r->remote_len) {
+        if (type == rwant && len > r->remote_len) {
             r->remote = addr;
             r->remote_len = len;
         }
     }
     if (r->remote_len == 0) {
         fprintf(stderr, "kvferry: the target offers no %s region\n",
-                r->gpu ? "GPU" : "host");
+                rwant == KVF_MEM_CUDA ? "GPU" : "host");
         return -1;
     }
     return 0;
