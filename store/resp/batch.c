@@ -426,8 +426,7 @@ static void kvf_resp_set_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
 /* Reads u[0..n) (one GET per distinct key) into fresh values: one get
  * batch into buffers of the last size read; a key that does not fit
  * (or a size never read yet) is read alone by kvf_resp_fetch. */
-static void kvf_resp_get_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
-                               size_t n)
+static void kvf_resp_get_copy(struct kvf_resp *s, kvf_resp_conn_t **u, size_t n)
 {
     size_t cap = atomic_load(&s->get_hint), i, m = 0;
     const char **keys = NULL;
@@ -476,6 +475,44 @@ static void kvf_resp_get_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
     free(caps);
     free(lens);
     free(st);
+}
+
+/* Serves u[0..n) from store views where their nodes are reached over
+ * shm (view.c), and reads the others into the pool. */
+static void kvf_resp_get_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
+                               size_t n)
+{
+    kvf_resp_conn_t **rest;
+    size_t i, m = 0;
+
+    kvf_resp_view_batch(s, u, n);
+    for (i = 0; i < n; i++) {
+        m += u[i]->ost == KVF_INPROGRESS;
+    }
+    if (m == 0) {
+        return;
+    }
+    if (m == n) {
+        kvf_resp_get_copy(s, u, n);
+        atomic_fetch_add(&s->ncopy, n);
+        return;
+    }
+    rest = malloc(m * sizeof(*rest));
+    for (i = 0, m = 0; i < n; i++) {
+        if (u[i]->ost != KVF_INPROGRESS) {
+            continue;
+        }
+        if (rest == NULL) {
+            u[i]->ost = KVF_ERR_NO_MEMORY;
+        } else {
+            rest[m++] = u[i];
+        }
+    }
+    if (rest != NULL) {
+        kvf_resp_get_copy(s, rest, m);
+    }
+    atomic_fetch_add(&s->ncopy, m);
+    free(rest);
 }
 
 /* Runs one kind of the queued ops and gives each op its outcome. */
