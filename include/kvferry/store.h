@@ -253,6 +253,19 @@ KVF_API kvf_status_t kvf_store_view_get(kvf_store_h store, size_t count,
                                         const char *const *keys,
                                         kvf_store_view_t *views,
                                         kvf_store_view_lease_h *lease_p);
+/* Flags of kvf_store_view_get_flags. KVF_STORE_VIEW_SHARED: the views
+ * may lie under a node's lease shared with other views of this handle
+ * (kept open and renewed before it ends: a view call then costs the
+ * master's look-up alone, no node round trip). Their lifetime is the
+ * same (kvf_store_view_left_ms); a node's revocation of a shared lease
+ * is reported by the release that ends it, not by every release. */
+#define KVF_STORE_VIEW_SHARED 1u
+/* kvf_store_view_get with flags (0: the same call). */
+KVF_API kvf_status_t kvf_store_view_get_flags(kvf_store_h store, size_t count,
+                                              const char *const *keys,
+                                              unsigned flags,
+                                              kvf_store_view_t *views,
+                                              kvf_store_view_lease_h *lease_p);
 /* Milliseconds the views of lease stay valid (0: expired). */
 KVF_API unsigned kvf_store_view_left_ms(kvf_store_view_lease_h lease);
 /* Ends the leases; the views are gone (their pointers must not be read

@@ -197,7 +197,8 @@ static kvf_resp_vlease_t *kvf_resp_view_get(struct kvf_resp *s,
     for (i = 0; i < n; i++) {
         keys[i] = u[i]->okey;
     }
-    if (kvf_store_view_get(s->st, n, keys, w, &vl->h) != KVF_OK) {
+    if (kvf_store_view_get_flags(s->st, n, keys, KVF_STORE_VIEW_SHARED, w,
+                                 &vl->h) != KVF_OK) {
         goto fail;
     }
     free(keys);
