@@ -6,7 +6,7 @@
 # interleaved rounds and prints requests/s per round and the ratio of the
 # medians (kvferry / redis).
 #
-#   scripts/bench-resp-vs-redis.sh [-b build/kvferry] [-s "65536 1048576"]
+#   scripts/bench-resp-vs-redis.sh [-b build/kvferry (or $KVF_BIN)] [-s "65536 1048576"]
 #                                  [-c 8] [-r 3] [-t resp-threads]
 #                                  [-n "N-for-64K N-for-1M ..."] [-l]
 #                                  [-k KEYSPACE] [-T BENCH-THREADS]
@@ -43,7 +43,7 @@
 # again within its read lease is read without asking the master; for
 # keys whose value never changes, as LMCache's chunk keys).
 set -eu
-BIN=build/kvferry
+BIN=${KVF_BIN:-build/kvferry}
 SIZES="65536 1048576"
 COUNTS=""
 CLIENTS=8
@@ -107,8 +107,10 @@ export REDISCLI_AUTH=$PW
 start master --listen 127.0.0.1:0 --http off
 MASTER=$ADDR
 start node --master "$MASTER" --pool 2G
-KVF_LEASE_READS=$LEASE start resp --master "$MASTER" --listen 127.0.0.1:0 --pool 1G \
-    --threads "$THREADS"
+# info: the door logs, when it stops, how many GETs it sent from store
+# views and how many through the copy path (printed at the end)
+KVF_LOG_LEVEL=${KVF_LOG_LEVEL:-info} KVF_LEASE_READS=$LEASE start resp \
+    --master "$MASTER" --listen 127.0.0.1:0 --pool 1G --threads "$THREADS"
 RESP=$ADDR
 RPORT=${RESP##*:}
 RDPORT=$((16000 + $$ % 1000))
@@ -122,7 +124,7 @@ for _ in $(seq 100); do
 done
 if [ -n "$BENV" ]; then # door B: index 4 of PIDS
     # shellcheck disable=SC2086
-    env $BENV KVF_LEASE_READS=$LEASE "$BIN" resp --master "$MASTER" \
+    env KVF_LOG_LEVEL="${KVF_LOG_LEVEL:-info}" $BENV KVF_LEASE_READS=$LEASE "$BIN" resp --master "$MASTER" \
         --listen 127.0.0.1:0 --pool 1G --threads "$THREADS" \
         >"$DIR/respb.out" 2>"$DIR/respb.err" &
     PIDS+=($!)
@@ -219,3 +221,10 @@ for size in $SIZES; do
         fi
     done
 done
+# the doors' own counts: GETs sent from store views / through the copy path
+kill "${PIDS[2]}" 2>/dev/null && wait "${PIDS[2]}" 2>/dev/null || true
+echo "# door A: $(sed -n 's/.*resp: \(GETs sent.*\)/\1/p' "$DIR/resp.err")"
+if [ -n "$BENV" ]; then
+    kill "${PIDS[4]}" 2>/dev/null && wait "${PIDS[4]}" 2>/dev/null || true
+    echo "# door B: $(sed -n 's/.*resp: \(GETs sent.*\)/\1/p' "$DIR/respb.err")"
+fi
