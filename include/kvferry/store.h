@@ -63,10 +63,15 @@ typedef struct kvf_store_params {
 /* Flags of puts and gets. */
 #define KVF_STORE_PIN        (1u << 0) /* put: never evicted */
 #define KVF_STORE_DEVICE_MEM (1u << 1) /* buffer is not CPU-readable (GPU) */
+/* put: an existing key is replaced at commit, atomically: until the
+ * commit its readers get the old value, after it the new one (never a
+ * miss, never a mix); the old object's space is freed once its read
+ * leases end. Without it a put of an existing key is KVF_ERR_EXISTS. */
+#define KVF_STORE_REPLACE (1u << 2)
 
 typedef struct kvf_store_put_opts {
     unsigned replicas; /* 0 = the master's default; distinct nodes */
-    unsigned flags;    /* KVF_STORE_PIN, KVF_STORE_DEVICE_MEM */
+    unsigned flags; /* KVF_STORE_PIN, KVF_STORE_DEVICE_MEM, KVF_STORE_REPLACE */
 } kvf_store_put_opts_t;
 
 /* What the master knows of one object. */

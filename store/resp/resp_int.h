@@ -50,7 +50,6 @@
  * than copied through the reader. */
 #define KVF_RESP_RECV        (8u << 10)
 #define KVF_RESP_SET_STRIPES 64
-#define KVF_RESP_RECENT      4096 /* a multiple of the stripes */
 /* Bulks this long are received straight into the pool. */
 #define KVF_RESP_DIRECT_MIN (16u << 10)
 /* GETs read into a buffer of the last size read up to this size. */
@@ -199,13 +198,10 @@ struct kvf_resp {
     /* GETs sent from views, values copied out of a view whose lease was
      * ending, GETs read through the copy path (logged at stop) */
     atomic_uint_fast64_t nview, nrescue, ncopy;
-    /* SETs of one key run one at a time (by stripe), so an overwrite's
-     * remove and put do not race another SET of this door */
+    /* SETs of one key run one at a time (by stripe), so they do not race
+     * one another's puts (refused as busy) and one being stored can
+     * answer the others (kvf_resp_flight_t) */
     pthread_mutex_t set_mu[KVF_RESP_SET_STRIPES];
-    /* hashes of keys this door stored lately (slot = hash % size, under
-     * the stripe's lock): a SET of one of them removes before it puts,
-     * one master round trip fewer than a put refused with "exists" */
-    uint64_t set_recent[KVF_RESP_RECENT];
     /* per stripe, one key its lock holder is storing (under fmu) */
     pthread_mutex_t fmu;
     uint64_t fgen;
@@ -288,8 +284,6 @@ int kvf_resp_dispatch(kvf_resp_conn_t *c, void *obj);
  * the connection parses nothing more until it is answered. */
 void kvf_resp_enqueue(kvf_resp_conn_t *c, int op, const char *key,
                       kvf_ro_str_t *val);
-/* A key about to be removed is no longer one this door stored. */
-void kvf_resp_forget(struct kvf_resp *s, const char *key);
 /* Frees a SET's value (and its pool buffer). */
 void kvf_resp_oval_free(struct kvf_resp *s, kvf_ro_str_t *v);
 /* Runs the loop's queued GETs and SETs, answers them, and serves their
