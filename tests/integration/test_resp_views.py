@@ -331,6 +331,8 @@ def main():
         check("held too long" not in text and
               "view lease released: timed out" not in text,
               "no view lease held past its time")
+        check("never released" not in text,
+              "every view lease released before the door stopped")
     finally:
         for p in reversed(procs):
             stop(p)
