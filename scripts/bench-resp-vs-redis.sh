@@ -6,11 +6,12 @@
 # interleaved rounds and prints requests/s per round and the ratio of the
 # medians (kvferry / redis).
 #
-#   scripts/bench-resp-vs-redis.sh [-b build/kvferry] [-s "65536 1048576"]
+#   scripts/bench-resp-vs-redis.sh [-b build/kvferry (or $KVF_BIN)] [-s "65536 1048576"]
 #                                  [-c 8] [-r 3] [-t resp-threads]
 #                                  [-n "N-for-64K N-for-1M ..."] [-l]
 #                                  [-k KEYSPACE] [-T BENCH-THREADS]
 #                                  [-R REDIS-DIR] [-o OUT-FILE]
+#                                  [-B "KEY=VALUE ..."]
 #
 # -k: random keys out of KEYSPACE (redis-benchmark -r); by default every
 # request uses one key, so each SET overwrites it.
@@ -33,11 +34,16 @@
 # KVF_RESP_SPREAD=1 (connections given to its loops in turn), printed in
 # the record's header.
 #
+# -B: a second door (B) on the same master and node, started with these
+# environment settings added (e.g. -B KVF_RESP_VIEWS=0, or -B
+# KVF_RESP_THREADS=4 for other loops), measured in the same rounds
+# (door A, door B, Redis, in turn): an A/B of one setting in one run.
+#
 # -l: the door's GETs use lease reads (KVF_LEASE_READS=1: a key read
 # again within its read lease is read without asking the master; for
 # keys whose value never changes, as LMCache's chunk keys).
 set -eu
-BIN=build/kvferry
+BIN=${KVF_BIN:-build/kvferry}
 SIZES="65536 1048576"
 COUNTS=""
 CLIENTS=8
@@ -47,7 +53,8 @@ LEASE=0
 KEYS=()
 BTHREADS=1
 OUTFILE=
-while getopts "b:s:c:r:t:n:lk:T:R:o:" o; do
+BENV=
+while getopts "b:s:c:r:t:n:lk:T:R:o:B:" o; do
     case $o in
     b) BIN=$OPTARG ;;
     s) SIZES=$OPTARG ;;
@@ -60,6 +67,7 @@ while getopts "b:s:c:r:t:n:lk:T:R:o:" o; do
     T) BTHREADS=$OPTARG ;;
     R) export PATH=$OPTARG:$PATH LD_LIBRARY_PATH=$OPTARG:${LD_LIBRARY_PATH:-} ;;
     o) OUTFILE=$OPTARG ;;
+    B) BENV=$OPTARG ;;
     *) exit 2 ;;
     esac
 done
@@ -99,8 +107,10 @@ export REDISCLI_AUTH=$PW
 start master --listen 127.0.0.1:0 --http off
 MASTER=$ADDR
 start node --master "$MASTER" --pool 2G
-KVF_LEASE_READS=$LEASE start resp --master "$MASTER" --listen 127.0.0.1:0 --pool 1G \
-    --threads "$THREADS"
+# info: the door logs, when it stops, how many GETs it sent from store
+# views and how many through the copy path (printed at the end)
+KVF_LOG_LEVEL=${KVF_LOG_LEVEL:-info} KVF_LEASE_READS=$LEASE start resp \
+    --master "$MASTER" --listen 127.0.0.1:0 --pool 1G --threads "$THREADS"
 RESP=$ADDR
 RPORT=${RESP##*:}
 RDPORT=$((16000 + $$ % 1000))
@@ -112,6 +122,22 @@ for _ in $(seq 100); do
         [ "$(redis-cli -p "$RPORT" SET ready 1 2>/dev/null)" = OK ] && break
     sleep 0.2
 done
+if [ -n "$BENV" ]; then # door B: index 4 of PIDS
+    # shellcheck disable=SC2086
+    env KVF_LOG_LEVEL="${KVF_LOG_LEVEL:-info}" $BENV KVF_LEASE_READS=$LEASE "$BIN" resp --master "$MASTER" \
+        --listen 127.0.0.1:0 --pool 1G --threads "$THREADS" \
+        >"$DIR/respb.out" 2>"$DIR/respb.err" &
+    PIDS+=($!)
+    for _ in $(seq 100); do
+        [ -s "$DIR/respb.out" ] && break
+        sleep 0.1
+    done
+    BPORT=$(head -1 "$DIR/respb.out" | sed -n 's/^resp=[^ ]*:\([0-9]*\).*/\1/p')
+    for _ in $(seq 100); do
+        [ "$(redis-cli -p "$BPORT" SET ready 1 2>/dev/null)" = OK ] && break
+        sleep 0.2
+    done
+fi
 
 # requests/s of SET and GET: prints "SET GET" (a run that printed no
 # figures, as redis-benchmark at times does on a loaded host, is redone).
@@ -141,6 +167,7 @@ echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS" \
     "(resp_spread ${KVF_RESP_SPREAD:-0});" \
     "lease reads $LEASE; keys ${KEYS[*]:-one};" \
     "redis-benchmark threads $BTHREADS;" \
+    "${BENV:+door B: $BENV;}" \
     "$(redis-server --version | cut -d' ' -f3)"
 i=0
 for size in $SIZES; do
@@ -148,23 +175,35 @@ for size in $SIZES; do
     n=$(echo "$COUNTS" | cut -d' ' -f$i)
     [ -n "$n" ] || n=$((size >= 1048576 ? 2000 : 10000))
     for bt in $BTHREADS; do
-        : >"$DIR/k" && : >"$DIR/r"
+        : >"$DIR/k" && : >"$DIR/r" && : >"$DIR/b"
         for r in $(seq "$ROUNDS"); do
             t0=(); for p in "${PIDS[@]}"; do t0+=("$(ticks "$p")"); done
             k=$(bench "$RPORT" "$size" "$n" "$bt")
             t1=(); for p in "${PIDS[@]}"; do t1+=("$(ticks "$p")"); done
-            d=$(bench "$RDPORT" "$size" "$n" "$bt")
+            b=""
+            if [ -n "$BENV" ]; then
+                tb0=$(ticks "${PIDS[4]}")
+                b=$(bench "$BPORT" "$size" "$n" "$bt")
+                tb1=$(ticks "${PIDS[4]}")
+                echo "$b" >>"$DIR/b"
+            fi
             t2=$(ticks "${PIDS[3]}")
+            d=$(bench "$RDPORT" "$size" "$n" "$bt")
+            t3=$(ticks "${PIDS[3]}")
             echo "$k" >>"$DIR/k"
             echo "$d" >>"$DIR/r"
             printf "size %-8s bench-threads %s round %s  kvferry SET %10s GET %10s | redis SET %10s GET %10s\n" \
                 "$size" "$bt" "$r" $k $d
+            if [ -n "$b" ]; then
+                printf "    door B SET %10s GET %10s, cpu/request %s us\n" \
+                    $b "$(per_op "$tb0" "$tb1" $((2 * n)))"
+            fi
             # CPU per request (SET and GET together) of each server process
             printf "    cpu/request: resp %s us, master %s us, node %s us | redis-server %s us\n" \
                 "$(per_op "${t0[2]}" "${t1[2]}" $((2 * n)))" \
                 "$(per_op "${t0[0]}" "${t1[0]}" $((2 * n)))" \
                 "$(per_op "${t0[1]}" "${t1[1]}" $((2 * n)))" \
-                "$(per_op "${t1[3]}" "$t2" $((2 * n)))"
+                "$(per_op "$t2" "$t3" $((2 * n)))"
         done
         ks=$(cut -d' ' -f1 "$DIR/k" | median)
         kg=$(cut -d' ' -f2 "$DIR/k" | median)
@@ -173,5 +212,19 @@ for size in $SIZES; do
         awk -v s="$size" -v bt="$bt" -v ks="$ks" -v kg="$kg" -v rs="$rs" -v rg="$rg" 'BEGIN {
             printf "size %-8s bench-threads %s median rps: kvferry SET %.0f GET %.0f, redis SET %.0f GET %.0f; ratio SET %.2fx GET %.2fx\n",
                 s, bt, ks, kg, rs, rg, ks / rs, kg / rg }'
+        if [ -n "$BENV" ]; then
+            bs=$(cut -d' ' -f1 "$DIR/b" | median)
+            bg=$(cut -d' ' -f2 "$DIR/b" | median)
+            awk -v s="$size" -v bt="$bt" -v bs="$bs" -v bg="$bg" -v rs="$rs" -v rg="$rg" -v ks="$ks" -v kg="$kg" 'BEGIN {
+                printf "size %-8s bench-threads %s median rps: door B SET %.0f GET %.0f; B/redis SET %.2fx GET %.2fx; A/B SET %.2fx GET %.2fx\n",
+                    s, bt, bs, bg, bs / rs, bg / rg, ks / bs, kg / bg }'
+        fi
     done
 done
+# the doors' own counts: GETs sent from store views / through the copy path
+kill "${PIDS[2]}" 2>/dev/null && wait "${PIDS[2]}" 2>/dev/null || true
+echo "# door A: $(sed -n 's/.*resp: \(GETs sent.*\)/\1/p' "$DIR/resp.err")"
+if [ -n "$BENV" ]; then
+    kill "${PIDS[4]}" 2>/dev/null && wait "${PIDS[4]}" 2>/dev/null || true
+    echo "# door B: $(sed -n 's/.*resp: \(GETs sent.*\)/\1/p' "$DIR/respb.err")"
+fi

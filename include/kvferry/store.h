@@ -63,10 +63,15 @@ typedef struct kvf_store_params {
 /* Flags of puts and gets. */
 #define KVF_STORE_PIN        (1u << 0) /* put: never evicted */
 #define KVF_STORE_DEVICE_MEM (1u << 1) /* buffer is not CPU-readable (GPU) */
+/* put: an existing key is replaced at commit, atomically: until the
+ * commit its readers get the old value, after it the new one (never a
+ * miss, never a mix); the old object's space is freed once its read
+ * leases end. Without it a put of an existing key is KVF_ERR_EXISTS. */
+#define KVF_STORE_REPLACE (1u << 2)
 
 typedef struct kvf_store_put_opts {
     unsigned replicas; /* 0 = the master's default; distinct nodes */
-    unsigned flags;    /* KVF_STORE_PIN, KVF_STORE_DEVICE_MEM */
+    unsigned flags; /* KVF_STORE_PIN, KVF_STORE_DEVICE_MEM, KVF_STORE_REPLACE */
 } kvf_store_put_opts_t;
 
 /* What the master knows of one object. */
@@ -253,6 +258,19 @@ KVF_API kvf_status_t kvf_store_view_get(kvf_store_h store, size_t count,
                                         const char *const *keys,
                                         kvf_store_view_t *views,
                                         kvf_store_view_lease_h *lease_p);
+/* Flags of kvf_store_view_get_flags. KVF_STORE_VIEW_SHARED: the views
+ * may lie under a node's lease shared with other views of this handle
+ * (kept open and renewed before it ends: a view call then costs the
+ * master's look-up alone, no node round trip). Their lifetime is the
+ * same (kvf_store_view_left_ms); a node's revocation of a shared lease
+ * is reported by the release that ends it, not by every release. */
+#define KVF_STORE_VIEW_SHARED 1u
+/* kvf_store_view_get with flags (0: the same call). */
+KVF_API kvf_status_t kvf_store_view_get_flags(kvf_store_h store, size_t count,
+                                              const char *const *keys,
+                                              unsigned flags,
+                                              kvf_store_view_t *views,
+                                              kvf_store_view_lease_h *lease_p);
 /* Milliseconds the views of lease stay valid (0: expired). */
 KVF_API unsigned kvf_store_view_left_ms(kvf_store_view_lease_h lease);
 /* Ends the leases; the views are gone (their pointers must not be read

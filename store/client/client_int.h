@@ -112,6 +112,8 @@ struct kvf_store {
     kvf_sloc_t loc;
     struct kvf_store_view_lease *vleases; /* open view leases (view.c),
                                              under lock */
+    struct kvf_svshare *vshares;          /* nodes' leases kept for shared views
+                                             (view.c), under lock */
 };
 
 /* leader.c: the master to use now, chosen among st->masters (the given

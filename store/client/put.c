@@ -156,7 +156,7 @@ static void kvf_put_commit_req(kvf_sm_req_t *q, const char *key,
     q->size = len;
     q->checksum = sum;
     q->mask = (uint8_t)mask;
-    q->flags = (uint8_t)(flags & KVF_STORE_PIN);
+    q->flags = (uint8_t)(flags & (KVF_STORE_PIN | KVF_STORE_REPLACE));
     q->next_size = next_size;
     q->next_replicas = (uint8_t)replicas;
 }
@@ -263,7 +263,7 @@ static kvf_status_t kvf_put_alloc(kvf_put_job_t *j)
 
     kvf_wr_init(&w);
     q.replicas = (uint8_t)j->replicas;
-    q.flags = (uint8_t)(j->flags & KVF_STORE_PIN);
+    q.flags = (uint8_t)(j->flags & (KVF_STORE_PIN | KVF_STORE_REPLACE));
     for (i = 0; i < j->count; i++) {
         s[i] = kvf_sp_key_check(j->keys[i]);
         if (s[i] == KVF_OK && j->bufs[i] == NULL && j->lens[i] > 0) {

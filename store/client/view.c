@@ -27,10 +27,34 @@
 
 #include <string.h>
 
-/* One node's view lease. */
+/* A node's view lease kept open for the views of several calls
+ * (KVF_STORE_VIEW_SHARED): the node grants a lease over the whole
+ * registered region a range lies in, so while it is open every object
+ * of that region [rbase, rbase + rlen) is viewed at mbase + offset with
+ * no node round trip (the master's read lease of each call keeps the
+ * object's bytes; this lease keeps the region registered). One is
+ * listed per node; it is not reused with less than KVF_SVSHARE_MIN_MS
+ * left, and is closed by the last view handle using it. */
+typedef struct kvf_svshare {
+    kvf_speer_t *sp; /* its reference on the node's peer */
+    kvf_tl_vlease_t *tl;
+    uint64_t until_ms;
+    uint64_t rbase, rlen;
+    const unsigned char *mbase;
+    const void *map_base;
+    uint64_t map_len;
+    unsigned refs; /* view handles using it, plus one while listed */
+    int listed;
+    struct kvf_svshare *next; /* st->vshares */
+} kvf_svshare_t;
+
+#define KVF_SVSHARE_MIN_MS 1000
+
+/* One node's view lease (tl, holding a reference on sp), or a share. */
 typedef struct kvf_svpart {
     kvf_speer_t *sp;
     kvf_tl_vlease_t *tl;
+    kvf_svshare_t *sh;
 } kvf_svpart_t;
 
 struct kvf_store_view_lease {
@@ -54,6 +78,7 @@ typedef struct kvf_view_job {
     uint32_t *idx;        /* a group's keys */
     uint64_t *remote, *lens;
     kvf_tl_view_t *tv;
+    unsigned flags;
     kvf_sarena_t arena;
 } kvf_view_job_t;
 
@@ -80,9 +105,8 @@ static void kvf_view_verdict(kvf_store_view_t *v, kvf_status_t st)
     }
 }
 
-static kvf_status_t kvf_view_add_part(kvf_store_view_lease_h vl,
-                                      kvf_speer_t *sp, kvf_tl_vlease_t *tl,
-                                      uint64_t until_ms)
+/* Room in vl for one more part. */
+static kvf_status_t kvf_view_room(kvf_store_view_lease_h vl)
 {
     kvf_svpart_t *grown;
     size_t cap;
@@ -96,13 +120,216 @@ static kvf_status_t kvf_view_add_part(kvf_store_view_lease_h vl,
         vl->parts = grown;
         vl->cap = cap;
     }
+    return KVF_OK;
+}
+
+static kvf_status_t kvf_view_add_part(kvf_store_view_lease_h vl,
+                                      kvf_speer_t *sp, kvf_tl_vlease_t *tl,
+                                      kvf_svshare_t *sh, uint64_t until_ms)
+{
+    if (kvf_view_room(vl) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
     vl->parts[vl->nparts].sp = sp;
     vl->parts[vl->nparts].tl = tl;
+    vl->parts[vl->nparts].sh = sh;
     vl->nparts++;
     if (until_ms < vl->until_ms) {
         vl->until_ms = until_ms;
     }
     return KVF_OK;
+}
+
+static void kvf_svshare_close(kvf_store_h st, kvf_svshare_t *sh)
+{
+    (void)kvf_peer_view_close(sh->sp->peer, sh->tl);
+    kvf_store_peer_unref(st, sh->sp, 0);
+    kvf_free(sh);
+}
+
+/* Drops a reference on sh; the last one closes its lease, and says
+ * whether it held (KVF_OK otherwise). */
+static kvf_status_t kvf_svshare_put(kvf_store_h st, kvf_svshare_t *sh)
+{
+    kvf_status_t s;
+    int last;
+
+    pthread_mutex_lock(&st->lock);
+    last = --sh->refs == 0;
+    pthread_mutex_unlock(&st->lock);
+    if (!last) {
+        return KVF_OK;
+    }
+    s = kvf_peer_view_close(sh->sp->peer, sh->tl);
+    kvf_store_peer_unref(st, sh->sp, 0);
+    kvf_free(sh);
+    return s;
+}
+
+/* Takes sh off st's list (st->lock held); 1 when that was its last
+ * reference (the caller closes it, unlocked). */
+static int kvf_svshare_unlist(kvf_store_h st, kvf_svshare_t *sh)
+{
+    kvf_svshare_t **pp;
+
+    for (pp = &st->vshares; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == sh) {
+            *pp = sh->next;
+            break;
+        }
+    }
+    sh->listed = 0;
+    return --sh->refs == 0;
+}
+
+/* The listed share of node sp with time left, one reference taken (or
+ * NULL); a listed share of its segment that is no longer good (too
+ * little time left, another peer) is unlisted. */
+static kvf_svshare_t *kvf_svshare_find(kvf_store_h st, kvf_speer_t *sp)
+{
+    kvf_svshare_t *sh, *gone = NULL;
+
+    pthread_mutex_lock(&st->lock);
+    for (sh = st->vshares; sh != NULL; sh = sh->next) {
+        if (strcmp(sh->sp->name, sp->name) == 0) {
+            break;
+        }
+    }
+    if (sh != NULL && (sh->sp != sp || sp->dead ||
+                       kvf_time_ms() + KVF_SVSHARE_MIN_MS >= sh->until_ms)) {
+        gone = kvf_svshare_unlist(st, sh) ? sh : NULL;
+        sh = NULL;
+    }
+    if (sh != NULL) {
+        sh->refs++;
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (gone != NULL) {
+        kvf_svshare_close(st, gone);
+    }
+    return sh;
+}
+
+/* Whether [remote, remote + len) lies in sh's region. */
+static int kvf_svshare_covers(const kvf_svshare_t *sh, uint64_t remote,
+                              uint64_t len)
+{
+    return remote >= sh->rbase && len <= sh->rlen &&
+           remote - sh->rbase <= sh->rlen - len;
+}
+
+/* The n keys of j->idx that lie in node sp's listed share are viewed
+ * through it; the others are moved to the front of j->idx (remote,
+ * lens), their count returned. */
+static size_t kvf_view_shared(kvf_view_job_t *j, kvf_speer_t *sp, size_t n)
+{
+    kvf_svshare_t *sh = kvf_svshare_find(j->st, sp);
+    size_t i, m = 0, good = 0;
+
+    if (sh == NULL) {
+        return n;
+    }
+    for (i = 0; i < n; i++) {
+        good += (size_t)kvf_svshare_covers(sh, j->remote[i], j->lens[i]);
+    }
+    if (good == 0 ||
+        kvf_view_add_part(j->vl, NULL, NULL, sh, sh->until_ms) != KVF_OK) {
+        (void)kvf_svshare_put(j->st, sh);
+        return n; /* they take a lease of their own */
+    }
+    for (i = 0; i < n; i++) {
+        kvf_store_view_t *v = &j->views[j->idx[i]];
+
+        if (!kvf_svshare_covers(sh, j->remote[i], j->lens[i])) {
+            j->idx[m] = j->idx[i];
+            j->remote[m] = j->remote[i];
+            j->lens[m++] = j->lens[i];
+            continue;
+        }
+        v->ptr = sh->mbase + (j->remote[i] - sh->rbase);
+        v->map_base = sh->map_base;
+        v->map_len = sh->map_len;
+        v->status = KVF_OK;
+        j->want[j->idx[i]] = 0;
+    }
+    return m;
+}
+
+/* A lease just opened on sp (tl, until) becomes sp's listed share when
+ * the region of its view v (of remote address remote) is registered
+ * whole from the start of its mapping, as a node's pool is: then the
+ * node's grant covers that whole region. Returns the share (one
+ * reference for the caller, one for the list; it holds sp's reference
+ * and tl), or NULL (tl stays the caller's). */
+static kvf_svshare_t *kvf_svshare_make(kvf_store_h st, kvf_speer_t *sp,
+                                       kvf_tl_vlease_t *tl, uint64_t until,
+                                       const kvf_tl_view_t *v, uint64_t remote)
+{
+    const unsigned char *ptr = v->ptr, *mb = v->map_base;
+    uint64_t rb = remote - (uint64_t)(ptr - mb), ra;
+    kvf_svshare_t *sh, *old = NULL;
+    size_t k, rl;
+
+    for (k = 0; kvf_peer_region(sp->peer, k, &ra, &rl, NULL) == KVF_OK; k++) {
+        if (ra == rb && remote - ra < rl) {
+            break;
+        }
+    }
+    if (kvf_peer_region(sp->peer, k, NULL, NULL, NULL) != KVF_OK ||
+        (sh = kvf_calloc(1, sizeof(*sh))) == NULL) {
+        return NULL;
+    }
+    *sh = (kvf_svshare_t){.sp = sp,
+                          .tl = tl,
+                          .until_ms = until,
+                          .rbase = ra,
+                          .rlen = rl < v->map_len ? rl : v->map_len,
+                          .mbase = mb,
+                          .map_base = v->map_base,
+                          .map_len = v->map_len,
+                          .refs = 2,
+                          .listed = 1};
+    pthread_mutex_lock(&st->lock);
+    for (old = st->vshares; old != NULL; old = old->next) {
+        if (strcmp(old->sp->name, sp->name) == 0) {
+            break;
+        }
+    }
+    if (old != NULL && !kvf_svshare_unlist(st, old)) {
+        old = NULL;
+    }
+    sh->next = st->vshares;
+    st->vshares = sh;
+    pthread_mutex_unlock(&st->lock);
+    if (old != NULL) {
+        kvf_svshare_close(st, old);
+    }
+    return sh;
+}
+
+/* Keeps the lease just opened on sp for this call's handle: as sp's
+ * listed share when the call asked for shared views and it can be one,
+ * else as a lease of the handle's own. */
+static kvf_status_t kvf_view_keep(kvf_view_job_t *j, kvf_speer_t *sp,
+                                  kvf_tl_vlease_t *tl, uint64_t until, size_t n)
+{
+    kvf_svshare_t *sh = NULL;
+    size_t i;
+
+    if (kvf_view_room(j->vl) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < n && (j->flags & KVF_STORE_VIEW_SHARED); i++) {
+        if (j->tv[i].status == KVF_OK) {
+            sh =
+                kvf_svshare_make(j->st, sp, tl, until, &j->tv[i], j->remote[i]);
+            break;
+        }
+    }
+    if (sh == NULL) {
+        return kvf_view_add_part(j->vl, sp, tl, NULL, until);
+    }
+    return kvf_view_add_part(j->vl, NULL, NULL, sh, until); /* has room */
 }
 
 /* The n keys of j->idx, all on node seg this round: one view lease.
@@ -116,6 +343,13 @@ static void kvf_view_node(kvf_view_job_t *j, const char *seg, size_t n)
     size_t i, good = 0;
 
     st = kvf_store_peer_ref(j->st, seg, &sp);
+    if (st == KVF_OK && (j->flags & KVF_STORE_VIEW_SHARED)) {
+        n = kvf_view_shared(j, sp, n);
+        if (n == 0) {
+            kvf_store_peer_unref(j->st, sp, 0);
+            return;
+        }
+    }
     if (st == KVF_OK) {
         st = kvf_peer_view_open(sp->peer, n, j->remote, j->lens, j->tv, &until,
                                 &tl);
@@ -140,7 +374,7 @@ static void kvf_view_node(kvf_view_job_t *j, const char *seg, size_t n)
     if (st != KVF_OK) {
         return;
     }
-    if (good > 0 && kvf_view_add_part(j->vl, sp, tl, until) == KVF_OK) {
+    if (good > 0 && kvf_view_keep(j, sp, tl, until, n) == KVF_OK) {
         return;
     }
     for (i = 0; i < n && good > 0; i++) { /* no room to keep it */
@@ -260,7 +494,16 @@ kvf_status_t kvf_store_view_get(kvf_store_h st, size_t count,
                                 kvf_store_view_t *views,
                                 kvf_store_view_lease_h *lease_p)
 {
-    kvf_view_job_t j = {.st = st, .count = count, .keys = keys, .views = views};
+    return kvf_store_view_get_flags(st, count, keys, 0, views, lease_p);
+}
+
+kvf_status_t kvf_store_view_get_flags(kvf_store_h st, size_t count,
+                                      const char *const *keys, unsigned flags,
+                                      kvf_store_view_t *views,
+                                      kvf_store_view_lease_h *lease_p)
+{
+    kvf_view_job_t j = {
+        .st = st, .count = count, .keys = keys, .views = views, .flags = flags};
     kvf_status_t status;
     size_t i;
 
@@ -319,8 +562,12 @@ static kvf_status_t kvf_view_end(kvf_store_view_lease_h vl)
     size_t i;
 
     for (i = 0; i < vl->nparts; i++) {
-        s = kvf_peer_view_close(vl->parts[i].sp->peer, vl->parts[i].tl);
-        kvf_store_peer_unref(vl->st, vl->parts[i].sp, 0);
+        if (vl->parts[i].sh != NULL) {
+            s = kvf_svshare_put(vl->st, vl->parts[i].sh);
+        } else {
+            s = kvf_peer_view_close(vl->parts[i].sp->peer, vl->parts[i].tl);
+            kvf_store_peer_unref(vl->st, vl->parts[i].sp, 0);
+        }
         st = (st == KVF_OK) ? s : st;
     }
     if (st == KVF_OK && expired && vl->nparts > 0) {
@@ -345,7 +592,9 @@ kvf_status_t kvf_store_view_release(kvf_store_view_lease_h vl)
 void kvf_store_view_end_all(kvf_store_h st)
 {
     kvf_store_view_lease_h vl;
+    kvf_svshare_t *sh;
     size_t n = 0;
+    int gone;
 
     pthread_mutex_lock(&st->lock);
     while ((vl = st->vleases) != NULL) {
@@ -353,6 +602,14 @@ void kvf_store_view_end_all(kvf_store_h st)
         pthread_mutex_unlock(&st->lock);
         kvf_view_end(vl);
         n++;
+        pthread_mutex_lock(&st->lock);
+    }
+    while ((sh = st->vshares) != NULL) { /* no handle uses them now */
+        gone = kvf_svshare_unlist(st, sh);
+        pthread_mutex_unlock(&st->lock);
+        if (gone) {
+            kvf_svshare_close(st, sh);
+        }
         pthread_mutex_lock(&st->lock);
     }
     pthread_mutex_unlock(&st->lock);

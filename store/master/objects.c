@@ -697,14 +697,15 @@ static kvf_status_t kvf_m_alloc_obj(kvf_master_t *m, kvf_mclient_t *cl,
     if (o == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    kvf_m_place(m, o, cand, ncand, size, replicas, key != NULL, now);
+    kvf_m_place(m, o, cand, ncand, size, replicas,
+                key != NULL || (flags & KVF_STORE_REPLACE), now);
     if (o->nrep == 0) {
         kvf_free(o);
         m->st.errors++;
         return KVF_ERR_NO_SPACE;
     }
     o->size = size;
-    o->flags = (uint8_t)(flags & KVF_STORE_PIN);
+    o->flags = (uint8_t)(flags & (KVF_STORE_PIN | KVF_STORE_REPLACE));
     o->state = KVF_OBJ_PENDING;
     o->put_id = m->next_put_id++;
     o->deadline_ms = now + m->opts.put_timeout_ms;
@@ -734,6 +735,10 @@ kvf_status_t kvf_m_put_start(kvf_master_t *m, kvf_mclient_t *cl,
         return KVF_ERR_INVALID_PARAM;
     }
     st = kvf_m_key_free(m, key, now);
+    if (st == KVF_ERR_EXISTS && (flags & KVF_STORE_REPLACE)) {
+        /* unnamed until its commit replaces the object (kvf_m_commit) */
+        return kvf_m_alloc_obj(m, cl, NULL, size, replicas, flags, now, obj_p);
+    }
     if (st != KVF_OK) {
         return st;
     }
@@ -818,6 +823,12 @@ kvf_status_t kvf_m_put_end(kvf_master_t *m, const char *key, uint64_t put_id,
     kvf_mobj_t *o = kvf_m_find(m, key);
 
     if (o == NULL || o->state != KVF_OBJ_PENDING || o->put_id != put_id) {
+        /* a replacing put is unnamed until its commit */
+        o = kvf_m_pfind(m, put_id);
+        if (o != NULL && o->key == NULL && (o->flags & KVF_STORE_REPLACE)) {
+            return kvf_m_commit(m, key, put_id, o->size, checksum, mask,
+                                o->flags);
+        }
         /* reclaimed after its deadline, or its node died */
         return KVF_ERR_STALE;
     }
@@ -843,6 +854,13 @@ kvf_status_t kvf_m_commit(kvf_master_t *m, const char *key, uint64_t put_id,
         return KVF_ERR_INVALID_PARAM;
     }
     st = kvf_m_key_free(m, key, kvf_time_ms());
+    if (st == KVF_ERR_EXISTS && (flags & KVF_STORE_REPLACE)) {
+        /* the old object leaves the table in the same step the new one
+         * enters it: readers see one or the other */
+        m->st.removes++;
+        kvf_m_release(m, kvf_m_find(m, key), 0);
+        st = KVF_OK;
+    }
     if (st == KVF_OK) {
         st = kvf_m_obj_name(m, o, key);
     }

@@ -2,9 +2,9 @@
  * Store batches: the GETs and SETs a loop queued while it served its
  * ready connections run together on the loop's thread, one store batch
  * per kind, so one master round trip per phase serves them all. SETs of
- * one key are serialised across loops by striped locks; a key this door
- * stored lately is removed before it is put again (Redis's SET
- * overwrites, the store's put does not).
+ * one key are serialised across loops by striped locks; a SET's put
+ * replaces an existing key at commit (KVF_STORE_REPLACE), as Redis's SET
+ * overwrites.
  */
 #include "store/resp/resp_int.h"
 
@@ -51,7 +51,7 @@ static kvf_status_t kvf_resp_fetch(struct kvf_resp *s, const char *key,
     return KVF_OK;
 }
 
-/* FNV-1a of the key (never 0: 0 marks an empty slot of set_recent). */
+/* FNV-1a of the key (never 0). */
 static uint64_t kvf_resp_hash(const char *key)
 {
     uint64_t h = 14695981039346656037ull;
@@ -89,19 +89,6 @@ void kvf_resp_enqueue(kvf_resp_conn_t *c, int op, const char *key,
     strcpy(c->okey, key);
     lp->q[lp->nq++] = c;
 }
-/* A key about to be removed is no longer one this door stored. */
-void kvf_resp_forget(struct kvf_resp *s, const char *key)
-{
-    uint64_t h = kvf_resp_hash(key);
-    pthread_mutex_t *mu = &s->set_mu[h % KVF_RESP_SET_STRIPES];
-
-    pthread_mutex_lock(mu);
-    if (s->set_recent[h % KVF_RESP_RECENT] == h) {
-        s->set_recent[h % KVF_RESP_RECENT] = 0;
-    }
-    pthread_mutex_unlock(mu);
-}
-
 /* The GETs and SETs queued while a loop served its ready connections run
  * as store batches: one master round trip per phase for all of them
  * instead of one or two per command. Commands of one key are served
@@ -184,15 +171,16 @@ static kvf_status_t kvf_resp_put_again(struct kvf_resp *s, const char *key,
                                        const void *buf, size_t len,
                                        kvf_status_t st)
 {
+    kvf_store_put_opts_t opts = {.flags = KVF_STORE_REPLACE};
     int i;
 
     for (i = 0; i < 4 && (st == KVF_ERR_EXISTS || st == KVF_ERR_BUSY); i++) {
         if (st == KVF_ERR_BUSY) {
             usleep(200u << i);
         }
-        st = kvf_store_remove(s->st, key);
+        st = (st == KVF_ERR_EXISTS) ? kvf_store_remove(s->st, key) : KVF_OK;
         if (st == KVF_OK || st == KVF_ERR_NO_KEY) {
-            st = kvf_store_put(s->st, key, buf, len, NULL);
+            st = kvf_store_put(s->st, key, buf, len, &opts);
         }
     }
     return st;
@@ -207,36 +195,28 @@ typedef struct kvf_resp_putset {
     uint64_t *hash;
 } kvf_resp_putset_t;
 
-/* Stores n keys (their stripes locked): the ones this door stored lately
- * are removed first, in one batch (SET overwrites); then one put batch;
- * keys refused as existing or busy go one by one. */
+/* Stores n keys (their stripes locked) in one put batch that replaces
+ * existing keys at commit (SET overwrites: readers see the old value or
+ * the new, never a miss); keys refused as existing (a master without
+ * replacing puts) or busy go one by one. */
 static void kvf_resp_put_keys(struct kvf_resp *s, kvf_resp_putset_t *p)
 {
-    size_t i, nrm = 0;
+    kvf_store_put_opts_t opts = {.flags = KVF_STORE_REPLACE};
+    size_t i;
 
-    for (i = 0; i < p->n; i++) {
-        if (s->set_recent[p->hash[i] % KVF_RESP_RECENT] == p->hash[i]) {
-            p->keys[p->n + nrm++] = p->keys[i]; /* scratch past n */
-        }
-    }
-    if (nrm > 0) {
-        (void)kvf_store_remove_batch(s->st, nrm, p->keys + p->n, p->st + p->n);
-    }
     for (i = 0; i < p->n; i++) {
         p->st[i] = KVF_ERR_IO;
     }
     if (p->n == 1) { /* one key: the client's reservation path */
         p->st[0] =
-            kvf_store_put(s->st, p->keys[0], p->bufs[0], p->lens[0], NULL);
+            kvf_store_put(s->st, p->keys[0], p->bufs[0], p->lens[0], &opts);
     } else {
-        (void)kvf_store_put_batch(s->st, p->n, p->keys, p->bufs, p->lens, NULL,
+        (void)kvf_store_put_batch(s->st, p->n, p->keys, p->bufs, p->lens, &opts,
                                   p->st);
     }
     for (i = 0; i < p->n; i++) {
         p->st[i] =
             kvf_resp_put_again(s, p->keys[i], p->bufs[i], p->lens[i], p->st[i]);
-        s->set_recent[p->hash[i] % KVF_RESP_RECENT] =
-            (p->st[i] == KVF_OK) ? p->hash[i] : 0;
     }
 }
 
@@ -426,8 +406,7 @@ static void kvf_resp_set_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
 /* Reads u[0..n) (one GET per distinct key) into fresh values: one get
  * batch into buffers of the last size read; a key that does not fit
  * (or a size never read yet) is read alone by kvf_resp_fetch. */
-static void kvf_resp_get_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
-                               size_t n)
+static void kvf_resp_get_copy(struct kvf_resp *s, kvf_resp_conn_t **u, size_t n)
 {
     size_t cap = atomic_load(&s->get_hint), i, m = 0;
     const char **keys = NULL;
@@ -476,6 +455,44 @@ static void kvf_resp_get_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
     free(caps);
     free(lens);
     free(st);
+}
+
+/* Serves u[0..n) from store views where their nodes are reached over
+ * shm (view.c), and reads the others into the pool. */
+static void kvf_resp_get_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
+                               size_t n)
+{
+    kvf_resp_conn_t **rest;
+    size_t i, m = 0;
+
+    kvf_resp_view_batch(s, u, n);
+    for (i = 0; i < n; i++) {
+        m += u[i]->ost == KVF_INPROGRESS;
+    }
+    if (m == 0) {
+        return;
+    }
+    if (m == n) {
+        kvf_resp_get_copy(s, u, n);
+        atomic_fetch_add(&s->ncopy, n);
+        return;
+    }
+    rest = malloc(m * sizeof(*rest));
+    for (i = 0, m = 0; i < n; i++) {
+        if (u[i]->ost != KVF_INPROGRESS) {
+            continue;
+        }
+        if (rest == NULL) {
+            u[i]->ost = KVF_ERR_NO_MEMORY;
+        } else {
+            rest[m++] = u[i];
+        }
+    }
+    if (rest != NULL) {
+        kvf_resp_get_copy(s, rest, m);
+    }
+    atomic_fetch_add(&s->ncopy, m);
+    free(rest);
 }
 
 /* Runs one kind of the queued ops and gives each op its outcome. */

@@ -83,9 +83,6 @@ static void kvf_resp_cmd_keys(kvf_resp_cmd_t *m, int del)
         if (!kvf_resp_key(m->argv[i], key)) {
             continue;
         }
-        if (del) {
-            kvf_resp_forget(m->s, key);
-        }
         st = del ? kvf_store_remove(m->s->st, key)
                  : kvf_store_exists(m->s->st, key);
         if (st == KVF_OK) {

@@ -359,11 +359,12 @@ void *kvf_resp_loop_main(void *arg)
                   ? (int)lp->srv->p.idle_ms
                   : 1000;
     while (!atomic_load(&lp->srv->stop)) {
-        kvf_resp_poll(lp, wait_ms);
+        kvf_resp_poll(lp, kvf_resp_views_tick(lp, wait_ms));
         while (lp->nq > 0) {
             /* commands that arrived meanwhile join the batch */
             kvf_resp_poll(lp, 0);
             kvf_resp_batch_run(lp);
+            (void)kvf_resp_views_tick(lp, 0);
         }
         kvf_resp_reap_idle(lp);
     }

@@ -112,7 +112,7 @@ void kvf_resp_pool_free(kvf_resp_pool_t *pl, char *p, size_t len)
 
 kvf_resp_val_t *kvf_resp_val_new(struct kvf_resp *s, size_t cap)
 {
-    kvf_resp_val_t *v = malloc(sizeof(*v));
+    kvf_resp_val_t *v = calloc(1, sizeof(*v));
 
     if (v == NULL) {
         return NULL;
@@ -130,8 +130,15 @@ kvf_resp_val_t *kvf_resp_val_new(struct kvf_resp *s, size_t cap)
 
 void kvf_resp_val_unref(struct kvf_resp *s, kvf_resp_val_t *v)
 {
-    if (v != NULL && --v->refs == 0) {
-        kvf_resp_pool_free(&s->pool, v->p, v->cap);
-        free(v);
+    if (v == NULL || --v->refs > 0) {
+        return;
     }
+    if (v->vl != NULL) {
+        kvf_resp_vlease_drop(v->vl, v);
+    } else if (v->heap) {
+        free(v->p);
+    } else {
+        kvf_resp_pool_free(&s->pool, v->p, v->cap);
+    }
+    free(v);
 }

@@ -129,6 +129,9 @@ int kvf_resp_flush(kvf_resp_conn_t *c)
             iov[k++] = (struct iovec){c->out + c->out_off, out};
         }
         if (c->big != NULL) { /* the value, then its "\r\n": one send */
+            if (kvf_resp_val_ready(c->big) < 0) {
+                return -1; /* its bytes were lost: cut the reply */
+            }
             blen = c->big->len;
             if (c->big_off < blen) {
                 iov[k++] =

@@ -50,6 +50,11 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
      "each stays on the loop the kernel woke to accept it (uneven: more "
      "clients share one loop's batches)",
      KVF_CONFIG_TUNING},
+    {"resp_views", "1",
+     "kvferry resp: 1 = a GET's value is sent straight from the node's "
+     "memory when the node is reached over shm (a store view, checked "
+     "against its checksum); 0 = always copied into the door's pool first",
+     KVF_CONFIG_TUNING},
 };
 KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 
@@ -239,6 +244,11 @@ static kvf_status_t kvf_resp_open(struct kvf_resp *s)
         return st;
     }
     s->spread = spread != 0;
+    if ((st = kvf_config_u64(&kvf_resp_config, "resp_views", &spread)) !=
+        KVF_OK) {
+        return st;
+    }
+    s->views = spread != 0;
     if (s->p.max_value > s->pool.len) {
         s->p.max_value = s->pool.len; /* a value must fit the pool */
     }
@@ -327,6 +337,12 @@ void kvf_server_resp_stop(kvf_resp_h s)
         close(s->lfd);
     }
     if (s->st != NULL) {
+        kvf_info("resp: GETs sent from store views %llu (copied out of "
+                 "views whose lease was ending %llu), read through the "
+                 "copy path %llu",
+                 (unsigned long long)atomic_load(&s->nview),
+                 (unsigned long long)atomic_load(&s->nrescue),
+                 (unsigned long long)atomic_load(&s->ncopy));
         kvf_resp_pool_fini(s);
         kvf_store_disconnect(s->st);
     }

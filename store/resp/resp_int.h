@@ -50,7 +50,6 @@
  * than copied through the reader. */
 #define KVF_RESP_RECV        (8u << 10)
 #define KVF_RESP_SET_STRIPES 64
-#define KVF_RESP_RECENT      4096 /* a multiple of the stripes */
 /* Bulks this long are received straight into the pool. */
 #define KVF_RESP_DIRECT_MIN (16u << 10)
 /* GETs read into a buffer of the last size read up to this size. */
@@ -94,13 +93,35 @@ typedef struct kvf_resp_pool {
 
 typedef struct kvf_resp_loop kvf_resp_loop_t;
 
+typedef struct kvf_resp_vlease kvf_resp_vlease_t;
+
 /* A value read by a GET, shared by every connection of one batch that
- * asked for its key (one loop thread: plain reference count). */
+ * asked for its key (one loop thread: plain reference count). Its bytes
+ * lie in the pool, or in a store view (vl set: the node's memory, held
+ * under vl's lease), or in memory of its own (heap: a view's bytes
+ * copied before its lease ran out). */
 typedef struct kvf_resp_val {
-    char *p; /* in the pool */
+    char *p;
     size_t cap, len;
     unsigned refs;
+    kvf_resp_vlease_t *vl; /* the view's lease, or NULL */
+    size_t vidx;           /* its slot in vl->vals */
+    uint64_t sum;          /* a view's recorded checksum */
+    int heap;              /* p is malloc'd */
+    int broken;            /* its bytes were lost: connections close */
 } kvf_resp_val_t;
+
+/* The views of one batch's GETs (one kvf_store_view_get), held while
+ * their values are sent; released when the last is, or copied out of
+ * the views and released before the lease runs out. */
+struct kvf_resp_vlease {
+    kvf_store_view_lease_h h;
+    kvf_resp_loop_t *lp;
+    unsigned refs; /* values still in views */
+    size_t nvals;
+    kvf_resp_val_t **vals;          /* NULL once a value left the view */
+    kvf_resp_vlease_t *prev, *next; /* lp->vleases */
+};
 
 /* The store command a connection waits on (at most one). */
 enum { KVF_RESP_OP_NONE = 0, KVF_RESP_OP_GET, KVF_RESP_OP_SET };
@@ -153,6 +174,7 @@ struct kvf_resp_loop {
     /* sockets another loop accepted for this one (under hmu); wakefd
      * tells the loop they are there */
     int wakefd;
+    kvf_resp_vlease_t *vleases; /* views being sent from */
     pthread_mutex_t hmu;
     int hand[KVF_RESP_HAND_MAX];
     unsigned nhand;
@@ -169,13 +191,17 @@ struct kvf_resp {
     atomic_uint next_loop; /* the loop the next connection goes to */
     int spread; /* resp_spread: connections go to the loops in turn */
     atomic_size_t get_hint; /* size of the last value read */
-    /* SETs of one key run one at a time (by stripe), so an overwrite's
-     * remove and put do not race another SET of this door */
+    int views;              /* resp_views: GETs sent from store views */
+    /* no views tried before this (kvf_time_ms): the last batch had no
+     * node reached over shm */
+    atomic_uint_fast64_t views_off_until;
+    /* GETs sent from views, values copied out of a view whose lease was
+     * ending, GETs read through the copy path (logged at stop) */
+    atomic_uint_fast64_t nview, nrescue, ncopy;
+    /* SETs of one key run one at a time (by stripe), so they do not race
+     * one another's puts (refused as busy) and one being stored can
+     * answer the others (kvf_resp_flight_t) */
     pthread_mutex_t set_mu[KVF_RESP_SET_STRIPES];
-    /* hashes of keys this door stored lately (slot = hash % size, under
-     * the stripe's lock): a SET of one of them removes before it puts,
-     * one master round trip fewer than a put refused with "exists" */
-    uint64_t set_recent[KVF_RESP_RECENT];
     /* per stripe, one key its lock holder is storing (under fmu) */
     pthread_mutex_t fmu;
     uint64_t fgen;
@@ -258,13 +284,27 @@ int kvf_resp_dispatch(kvf_resp_conn_t *c, void *obj);
  * the connection parses nothing more until it is answered. */
 void kvf_resp_enqueue(kvf_resp_conn_t *c, int op, const char *key,
                       kvf_ro_str_t *val);
-/* A key about to be removed is no longer one this door stored. */
-void kvf_resp_forget(struct kvf_resp *s, const char *key);
 /* Frees a SET's value (and its pool buffer). */
 void kvf_resp_oval_free(struct kvf_resp *s, kvf_ro_str_t *v);
 /* Runs the loop's queued GETs and SETs, answers them, and serves their
  * connections again (what they had pipelined may queue the next batch). */
 void kvf_resp_batch_run(kvf_resp_loop_t *lp);
+
+/* ---- view.c: GETs sent from store views -------------------------- */
+
+/* Serves the GETs of u[0..n) it can from store views (one
+ * kvf_store_view_get): those get ost and oget; the others are left with
+ * ost KVF_INPROGRESS, for the copy path. */
+void kvf_resp_view_batch(struct kvf_resp *s, kvf_resp_conn_t **u, size_t n);
+/* A value of lease vl is freed (its last reference went). */
+void kvf_resp_vlease_drop(kvf_resp_vlease_t *vl, kvf_resp_val_t *v);
+/* Copies the values still in views whose leases end within the margin
+ * and releases those leases; returns how long (ms) the loop may wait,
+ * at most wait_ms, before the next check is due. */
+int kvf_resp_views_tick(kvf_resp_loop_t *lp, int wait_ms);
+/* 0 when the value's bytes may be sent now (copied out of its view
+ * first if its lease is about to end); -1 when they were lost. */
+int kvf_resp_val_ready(kvf_resp_val_t *v);
 
 /* ---- conn.c: connections and event loops --------------------------- */
 

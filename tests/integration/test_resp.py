@@ -344,10 +344,11 @@ def test_concurrent(port):
                 written.add(hashlib.sha1(shared).digest())
                 r.set("cc:shared", shared)
                 got = r.get("cc:shared")
-                # an overwrite is a remove then a put: a GET in between
-                # misses (as after an eviction), never reads torn bytes
-                if got is not None and \
-                        hashlib.sha1(got).digest() not in written:
+                # an overwrite replaces the key at commit: a GET reads
+                # the old value or the new, never a miss or torn bytes
+                if got is None:
+                    errs.append("shared value missing during overwrites")
+                elif hashlib.sha1(got).digest() not in written:
                     errs.append("shared value torn")
             for k, v in mine.items():
                 if r.get(k) != v:
