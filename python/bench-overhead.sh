@@ -62,7 +62,7 @@ for i in $(seq 1 "$repeat"); do
     "$py" -m kvferry.bench blocks --transport "$t" --rounds "$rounds" \
       --calls 50000 > "$out/py-$t-$i.txt" 2>&1
     echo "rc=$?" >> "$out/py-$t-$i.txt"
-    sed -n '3,10p' "$out/py-$t-$i.txt" | tee -a "$out/summary.txt"
+    sed -n '3,11p' "$out/py-$t-$i.txt" | tee -a "$out/summary.txt"
   done
 done
 for t in shm tcp; do
