@@ -302,9 +302,12 @@ def pyops() -> Any:
             try:  # an interpreter without CPython's ABI (PyPy) cannot load it
                 dll = ctypes.PyDLL(path)
                 fn = dll.kvf_pyops_pack
-                submit = _load_submit(dll)
             except (OSError, AttributeError):
                 return None
+            try:  # a helper older than the package converts, and does not submit
+                submit = _load_submit(dll)
+            except AttributeError:
+                submit = None
             fn.restype = ctypes.c_ssize_t
             fn.argtypes = [ctypes.py_object, ctypes.py_object, c_uint, c_uint64,
                            c_void_p, ctypes.c_ssize_t, POINTER(c_uint64)]
@@ -322,7 +325,7 @@ def pyops_submit() -> Any:
     batches), 0 when a submit failed (res[2] its status), -1 when the
     Python path must convert ops instead; nothing is left submitted then.
     """
-    return _pyops_submit if pyops() is not None else None
+    return _pyops_submit if pyops() is not None else None  # None when that helper lacks it
 
 
 def _load_submit(dll: ctypes.PyDLL) -> Any:
