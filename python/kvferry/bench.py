@@ -165,6 +165,8 @@ def blocks(args: argparse.Namespace) -> int:
         times: dict = {name: [] for name, _ in ways}
         for name, fn in ways:  # warm-up
             fn()
+        if args.pin:
+            _pin(tgt)
         for _ in range(args.rounds):
             rng.shuffle(ways)  # no way always runs right after another
             for name, fn in ways:
@@ -212,6 +214,26 @@ def blocks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pin(tgt: "Target") -> None:
+    """The calling thread on the first CPU, every other thread of this
+    process (the engine's) and the target started here on the others: a
+    caller with a core of its own, as on a host with cores to spare."""
+    import os
+    import threading
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs two CPUs")
+    me, rest = threading.get_native_id(), set(cpus[1:])
+    for t in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(t), {cpus[0]} if int(t) == me else rest)
+    if tgt is not None:
+        for t in os.listdir("/proc/%d/task" % tgt.proc.pid):
+            os.sched_setaffinity(int(t), rest)
+    print("  pinned: this thread on CPU %d, the engine's threads and the target on %s"
+          % (cpus[0], ",".join(map(str, sorted(rest)))))
+
+
 def _fmt(n: int) -> str:
     for unit, d in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= d and n % d == 0:
@@ -232,6 +254,8 @@ def main(argv: List[str] = None) -> int:
     b.add_argument("--rounds", type=int, default=30)
     b.add_argument("--calls", type=int, default=200000)
     b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--pin", action="store_true",
+                   help="this thread on one CPU, the engine and the target on the others")
     args = ap.parse_args(argv)
     return blocks(args)
 
