@@ -306,7 +306,7 @@ def pyops() -> Any:
                 return None
             try:  # a helper older than the package converts, and does not submit
                 submit = _load_submit(dll)
-            except AttributeError:
+            except (OSError, AttributeError):
                 submit = None
             fn.restype = ctypes.c_ssize_t
             fn.argtypes = [ctypes.py_object, ctypes.py_object, c_uint, c_uint64,
