@@ -5,8 +5,12 @@
  *
  * CPython reading thousands of tuples and their ints one by one costs
  * more per operation than the engine takes to move a small block over
- * shm; here each item is a few stable-ABI calls. Built against the
- * limited API of CPython 3.8 and not linked against libpython: the
+ * shm; here exact tuples, lists and ints are read from their memory (at
+ * offsets probed at load, the stable-ABI calls where the probe fails)
+ * with the objects of operations ahead prefetched, and a list of reads
+ * is submitted in slices as it converts (kvf_pyops_submit), so the
+ * engine moves the first slice while the next converts. Built against
+ * the limited API of CPython 3.8 and not linked against libpython: the
  * symbols resolve in the interpreter that loads it with ctypes.PyDLL
  * (which keeps the GIL and passes py_object arguments), so one build
  * serves every CPython 3 with a GIL and the wheel stays py3-none.
