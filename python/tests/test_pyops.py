@@ -267,6 +267,11 @@ def test_sliced_read_moves_what_the_python_path_moves(engine, target, monkeypatc
         b2.result(10)
         b2.close()
     assert bytes(r.memoryview()) == bytes(r2.memoryview())
+    # a tuple of operations, and a generator (made a list), slice too
+    for ops in (tuple(sliced_ops(r, target, n, seed=12)), iter(sliced_ops(r, target, n, seed=13))):
+        with p.read(ops) as b3:
+            assert len(b3._hs) > 1
+            assert b3.result(10) == n * SMALL
 
 
 @needs_helper
