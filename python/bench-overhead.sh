@@ -47,7 +47,8 @@ bin=$("$py" -c 'from kvferry import _lib; print(_lib.binary_path())') || exit 1
   "$py" -c 'import sys, kvferry; from kvferry import _lib
 print("python", sys.version.split()[0], "kvferry", kvferry.__file__)
 print("libkvferry", _lib.library_path())
-print("op-list converter", _lib.pyops_path() if _lib.pyops() else "none (pure Python)")
+print("op-list converter", _lib.pyops_path() if _lib.pyops() else "none (pure Python)",
+      "direct reads %d, slices %s" % (_lib.pyops_direct, _lib.pyops_submit() is not None))
 try:
     import numpy; print("numpy", numpy.__version__)
 except ImportError:
@@ -62,7 +63,7 @@ for i in $(seq 1 "$repeat"); do
     "$py" -m kvferry.bench blocks --transport "$t" --rounds "$rounds" \
       --calls 50000 > "$out/py-$t-$i.txt" 2>&1
     echo "rc=$?" >> "$out/py-$t-$i.txt"
-    sed -n '3,10p' "$out/py-$t-$i.txt" | tee -a "$out/summary.txt"
+    sed -n '3,11p' "$out/py-$t-$i.txt" | tee -a "$out/summary.txt"
   done
 done
 for t in shm tcp; do

@@ -5,8 +5,12 @@
  *
  * CPython reading thousands of tuples and their ints one by one costs
  * more per operation than the engine takes to move a small block over
- * shm; here each item is a few stable-ABI calls. Built against the
- * limited API of CPython 3.8 and not linked against libpython: the
+ * shm; here exact tuples, lists and ints are read from their memory (at
+ * offsets probed at load, the stable-ABI calls where the probe fails)
+ * with the objects of operations ahead prefetched, and a list of reads
+ * is submitted in slices as it converts (kvf_pyops_submit), so the
+ * engine moves the first slice while the next converts. Built against
+ * the limited API of CPython 3.8 and not linked against libpython: the
  * symbols resolve in the interpreter that loads it with ctypes.PyDLL
  * (which keeps the GIL and passes py_object arguments), so one build
  * serves every CPython 3 with a GIL and the wheel stays py3-none.
@@ -49,14 +53,111 @@ PYOPS_EXPORT Py_ssize_t kvf_pyops_pack(PyObject *ops, PyObject *region_cls,
                                        uint64_t *out, Py_ssize_t cap,
                                        uint64_t *total_p);
 
+/*
+ * Direct reads. The limited API reads a tuple's item, a list's item and
+ * an int's value through a call each, most of the converter's time. For
+ * exact tuples, lists and ints, the converter reads the objects' memory
+ * instead, at offsets kvf_pyops_init finds by probing objects it makes
+ * and checks against the API calls; where a layout differs from what the
+ * probe expects (a CPython to come), it keeps the calls.
+ */
+static struct {
+    int tuple_off; /* offset of a tuple's first item; 0: use the API */
+    int list_ok;   /* a list's item array follows its PyVarObject */
+    int long_mode; /* ints: 1 signed digit count in ob_size, 2 in a tag;
+                      0: use the API */
+} pyops_fast;
+
+#define PYOPS_DIGIT_BITS 30
+#define PYOPS_DIGIT_MASK ((1u << PYOPS_DIGIT_BITS) - 1)
+
+struct pyops_list {
+    PyVarObject head;
+    PyObject **items;
+};
+
+/* Item i of an exact tuple or any tuple subclass; NULL out of range. */
+static PyObject *pyops_titem(PyObject *t, Py_ssize_t i)
+{
+    if (pyops_fast.tuple_off && Py_TYPE(t) == &PyTuple_Type) {
+        if (i >= Py_SIZE(t))
+            return NULL;
+        return ((PyObject **)((char *)t + pyops_fast.tuple_off))[i];
+    }
+    return PyTuple_GetItem(t, i);
+}
+
+static Py_ssize_t pyops_tsize(PyObject *t)
+{
+    if (pyops_fast.tuple_off && Py_TYPE(t) == &PyTuple_Type)
+        return Py_SIZE(t);
+    return PyTuple_Check(t) ? PyTuple_Size(t) : -1;
+}
+
+static PyObject *pyops_litem(PyObject *l, Py_ssize_t i)
+{
+    if (pyops_fast.list_ok && Py_TYPE(l) == &PyList_Type) {
+        if (i >= Py_SIZE(l))
+            return NULL;
+        return ((struct pyops_list *)l)->items[i];
+    }
+    return PyList_GetItem(l, i);
+}
+
+/* An exact int's value from its digits: 1 when it is in [0, 2**64), 0
+ * when the API must read it (negative, too large, or no direct reads). */
+static int pyops_long_read(PyObject *o, uint64_t *v)
+{
+    const uint32_t *d = (const uint32_t *)((const char *)o + 24);
+    Py_ssize_t nd;
+
+    if (pyops_fast.long_mode == 2) { /* tag: digits << 3 | sign (1 zero) */
+        uintptr_t tag = *(const uintptr_t *)((const char *)o + 16);
+
+        if ((tag & 3) == 1) {
+            *v = 0;
+            return 1;
+        }
+        if ((tag & 3) != 0)
+            return 0;
+        nd = (Py_ssize_t)(tag >> 3);
+    } else if (pyops_fast.long_mode == 1) {
+        nd = Py_SIZE(o);
+    } else {
+        return 0;
+    }
+    switch (nd) {
+    case 0:
+        *v = 0;
+        return 1;
+    case 1:
+        *v = d[0];
+        return 1;
+    case 2:
+        *v = d[0] | (uint64_t)d[1] << PYOPS_DIGIT_BITS;
+        return 1;
+    case 3:
+        if (d[2] >> (64 - 2 * PYOPS_DIGIT_BITS))
+            return 0;
+        *v = d[0] | (uint64_t)d[1] << PYOPS_DIGIT_BITS |
+             (uint64_t)d[2] << (2 * PYOPS_DIGIT_BITS);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* An int in [0, 2**64) (int subclasses such as bool included, as the
  * Python path takes them); -1 for anything else. PyLong_AsUnsignedLong
  * (64 bits here) reads the digits directly, where some CPythons'
  * PyLong_AsUnsignedLongLong goes through a byte-array conversion. */
 static int pyops_u64(PyObject *o, uint64_t *v)
 {
-    unsigned long x = PyLong_AsUnsignedLong(o);
+    unsigned long x;
 
+    if (Py_TYPE(o) == &PyLong_Type && pyops_long_read(o, v))
+        return 0;
+    x = PyLong_AsUnsignedLong(o);
     if (x == (unsigned long)-1 && PyErr_Occurred())
         return -1;
     *v = x;
@@ -118,10 +219,10 @@ static int pyops_local_region(struct pyops_ctx *c, PyObject *local,
     PyObject *reg;
     uint64_t off;
 
-    if (PyTuple_Size(local) != 2)
+    if (pyops_tsize(local) != 2)
         return -1;
-    reg = PyTuple_GetItem(local, 0);
-    if (reg == NULL || pyops_u64(PyTuple_GetItem(local, 1), &off) != 0)
+    reg = pyops_titem(local, 0);
+    if (reg == NULL || pyops_u64(pyops_titem(local, 1), &off) != 0)
         return -1;
     if (reg != c->reg.obj && pyops_region_load(c, reg) != 0)
         return -1;
@@ -136,7 +237,7 @@ static int pyops_local_region(struct pyops_ctx *c, PyObject *local,
 static int pyops_item_u64(PyObject *t, Py_ssize_t i, PyObject **last,
                           uint64_t *v)
 {
-    PyObject *o = PyTuple_GetItem(t, i);
+    PyObject *o = pyops_titem(t, i);
 
     if (o == *last && o != NULL)
         return 0;
@@ -151,10 +252,10 @@ static int pyops_one(struct pyops_ctx *c, PyObject *op, uint64_t *w)
 {
     PyObject *local;
 
-    if (op == NULL || PyTuple_Size(op) != 3)
+    if (op == NULL || pyops_tsize(op) != 3)
         return -1;
-    local = PyTuple_GetItem(op, 0);
-    if (pyops_u64(PyTuple_GetItem(op, 1), &w[3]) != 0 ||
+    local = pyops_titem(op, 0);
+    if (pyops_u64(pyops_titem(op, 1), &w[3]) != 0 ||
         pyops_item_u64(op, 2, &c->last_len, &c->len) != 0)
         return -1;
     w[4] = c->len;
@@ -164,6 +265,97 @@ static int pyops_one(struct pyops_ctx *c, PyObject *op, uint64_t *w)
     if (Py_TYPE(local) == &PyTuple_Type || PyTuple_Check(local))
         return pyops_local_region(c, local, w[4], &w[1]);
     return -1;
+}
+
+/* Item i of an exact tuple of n items, else NULL (for prefetches). */
+static PyObject *pyops_peek(PyObject *t, Py_ssize_t n, Py_ssize_t i)
+{
+    if (t == NULL || Py_TYPE(t) != &PyTuple_Type || Py_SIZE(t) != n)
+        return NULL;
+    return ((PyObject **)((char *)t + pyops_fast.tuple_off))[i];
+}
+
+/*
+ * Prefetches for operation i of a list the objects the converter reads
+ * next, in stages: the operation PYOPS_AHEAD ahead, the local and remote
+ * of the one half as far, the offset of the one a quarter as far. After
+ * a batch has moved megabytes, the list's objects are out of the caches
+ * and each operation is a chain of three dependent misses (operation,
+ * local pair, offset); staged, the misses of several operations overlap.
+ */
+#define PYOPS_AHEAD 32
+
+/* gcc drops __builtin_prefetch here, an asm it keeps */
+#if defined(__x86_64__)
+#define PYOPS_PREFETCH(p)                                                      \
+    __asm__ volatile("prefetcht0 %0" ::"m"(*(const char *)(p)))
+#else
+#define PYOPS_PREFETCH(p) __builtin_prefetch(p)
+#endif
+
+static inline void pyops_prefetch(PyObject *const *items, Py_ssize_t i,
+                                  Py_ssize_t n)
+{
+    PyObject *op, *o;
+
+    if (i + PYOPS_AHEAD < n)
+        PYOPS_PREFETCH(items[i + PYOPS_AHEAD]);
+    if (i + PYOPS_AHEAD / 2 < n) {
+        op = items[i + PYOPS_AHEAD / 2];
+        if ((o = pyops_peek(op, 3, 0)) != NULL)
+            PYOPS_PREFETCH(o);
+        if ((o = pyops_peek(op, 3, 1)) != NULL)
+            PYOPS_PREFETCH(o);
+    }
+    if (i + PYOPS_AHEAD / 4 < n) {
+        op = items[i + PYOPS_AHEAD / 4];
+        if ((o = pyops_peek(pyops_peek(op, 3, 0), 2, 1)) != NULL)
+            PYOPS_PREFETCH(o);
+    }
+}
+
+/* Operations [i0, i1) of ops into out (five words each); adds their
+ * lengths to *total. -1 to decline, with no exception set. */
+static int pyops_range(struct pyops_ctx *c, PyObject *ops, int is_list,
+                       Py_ssize_t i0, Py_ssize_t i1, uint64_t peer,
+                       uint64_t *out, uint64_t *total)
+{
+    Py_ssize_t i;
+
+    /* an exact list, read directly (its size holds: the GIL is held) */
+    PyObject *const *items = is_list && pyops_fast.list_ok &&
+                                     Py_TYPE(ops) == &PyList_Type &&
+                                     i1 <= Py_SIZE(ops)
+                                 ? ((struct pyops_list *)ops)->items
+                                 : NULL;
+
+    for (i = i0; i < i1; i++) {
+        uint64_t *w = out + i * PYOPS_WORDS;
+        PyObject *op = items != NULL ? items[i]
+                       : is_list     ? pyops_litem(ops, i)
+                                     : pyops_titem(ops, i);
+
+        if (items != NULL)
+            pyops_prefetch(items, i, i1);
+
+        if (pyops_one(c, op, w) != 0 || *total + w[4] < *total) {
+            PyErr_Clear();
+            return -1;
+        }
+        w[0] = c->type;
+        w[2] = peer;
+        *total += w[4];
+    }
+    return 0;
+}
+
+/* The number of operations of ops, a list or tuple, or -1. */
+static Py_ssize_t pyops_len(PyObject *ops, int *is_list)
+{
+    *is_list = PyList_Check(ops);
+    if (*is_list)
+        return PyList_Size(ops);
+    return PyTuple_Check(ops) ? PyTuple_Size(ops) : -1;
 }
 
 /*
@@ -178,28 +370,206 @@ Py_ssize_t kvf_pyops_pack(PyObject *ops, PyObject *region_cls, unsigned type,
                           uint64_t *total_p)
 {
     struct pyops_ctx c = {.region_cls = region_cls, .type = type};
-    int is_list = PyList_Check(ops);
-    Py_ssize_t n, i;
     uint64_t total = 0;
+    int is_list;
+    Py_ssize_t n = pyops_len(ops, &is_list);
 
-    if (!is_list && !PyTuple_Check(ops))
+    if (n <= 0 || n > cap ||
+        pyops_range(&c, ops, is_list, 0, n, peer, out, &total) != 0)
         return -1;
-    n = is_list ? PyList_Size(ops) : PyTuple_Size(ops);
-    if (n <= 0 || n > cap)
-        return -1;
-    for (i = 0; i < n; i++) {
-        uint64_t *w = out + i * PYOPS_WORDS;
-        PyObject *op =
-            is_list ? PyList_GetItem(ops, i) : PyTuple_GetItem(ops, i);
+    *total_p = total;
+    return n;
+}
 
-        if (pyops_one(&c, op, w) != 0 || total + w[4] < total) {
-            PyErr_Clear();
+/* The library's batch calls, set once by kvf_pyops_init. */
+typedef int (*pyops_submit_fn)(void *engine, const void *ops, size_t count,
+                               unsigned flags, void **batch_p);
+typedef void (*pyops_batch_fn)(void *batch);
+
+static pyops_submit_fn pyops_submit_ex;
+static pyops_batch_fn pyops_cancel, pyops_destroy;
+
+PYOPS_EXPORT int kvf_pyops_init(void *submit_ex, void *cancel, void *destroy);
+PYOPS_EXPORT Py_ssize_t kvf_pyops_submit(PyObject *ops, PyObject *region_cls,
+                                         unsigned type, uint64_t peer,
+                                         void *engine, Py_ssize_t first,
+                                         uint64_t *out, Py_ssize_t cap,
+                                         void **batches, Py_ssize_t maxb,
+                                         uint64_t *res);
+
+/* 1 when mode reads every probe int as the API does and declines the
+ * negative and the too large one. */
+static int pyops_probe_longs(int mode)
+{
+    static const uint64_t vals[] = {0,
+                                    1,
+                                    5,
+                                    PYOPS_DIGIT_MASK,
+                                    PYOPS_DIGIT_MASK + 1ull,
+                                    (1ull << 31) + 7,
+                                    (1ull << 60) - 1,
+                                    1ull << 60,
+                                    (1ull << 63) + 12345,
+                                    UINT64_MAX};
+    PyObject *o, *one, *big;
+    size_t i;
+    uint64_t v;
+    int ok = 1, took;
+
+    pyops_fast.long_mode = mode;
+    for (i = 0; ok && i < sizeof(vals) / sizeof(vals[0]); i++) {
+        o = PyLong_FromUnsignedLongLong(vals[i]);
+        if (o == NULL)
+            return 0;
+        ok = Py_TYPE(o) == &PyLong_Type && pyops_long_read(o, &v) &&
+             v == vals[i] && PyLong_AsUnsignedLong(o) == vals[i];
+        if (ok) { /* 2**64 is too large */
+            one = PyLong_FromLong(1);
+            big = one != NULL ? PyNumber_Add(o, one) : NULL;
+            ok = big != NULL &&
+                 (vals[i] != UINT64_MAX || !pyops_long_read(big, &v));
+            Py_XDECREF(big);
+            Py_XDECREF(one);
+        }
+        Py_XDECREF(o);
+    }
+    o = PyLong_FromLong(-5);
+    took = o != NULL && pyops_long_read(o, &v);
+    Py_XDECREF(o);
+    pyops_fast.long_mode = 0;
+    return ok && !took;
+}
+
+/* 1 when a tuple's items lie at off, a list's where pyops_list says. */
+static int pyops_probe_seq(PyObject *t, PyObject *l, int off)
+{
+    Py_ssize_t i;
+
+    pyops_fast.tuple_off = off;
+    pyops_fast.list_ok = 1;
+    for (i = 0; i < 3; i++) {
+        if (pyops_titem(t, i) != PyTuple_GetItem(t, i) ||
+            pyops_litem(l, i) != PyList_GetItem(l, i) ||
+            PyTuple_GetItem(t, i) == NULL)
+            break;
+    }
+    pyops_fast.tuple_off = 0;
+    pyops_fast.list_ok = 0;
+    return i == 3;
+}
+
+/* Finds the layouts pyops_fast reads directly (GIL held). */
+static void pyops_probe(void)
+{
+    PyObject *t = PyTuple_New(4), *l = PyList_New(4), *o;
+    int off = 0, mode = 0, k;
+    Py_ssize_t i;
+
+    for (i = 0; t != NULL && l != NULL && i < 4; i++) {
+        o = PyLong_FromLong(1000 + (long)i); /* distinct objects */
+        if (o == NULL)
+            break;
+        Py_INCREF(o);
+        PyTuple_SetItem(t, i, o); /* each steals one reference */
+        PyList_SetItem(l, i, o);
+    }
+    if (t != NULL && l != NULL && i == 4) {
+        for (k = 24; off == 0 && k <= 32; k += 8)
+            off = pyops_probe_seq(t, l, k) ? k : 0;
+        for (k = 1; mode == 0 && k <= 2; k++)
+            mode = pyops_probe_longs(k) ? k : 0;
+    }
+    Py_XDECREF(t);
+    Py_XDECREF(l);
+    PyErr_Clear();
+    pyops_fast.tuple_off = off;
+    pyops_fast.list_ok = off != 0;
+    pyops_fast.long_mode = mode;
+}
+
+/* submit_ex, cancel and destroy: kvf_batch_submit_ex, kvf_batch_cancel
+ * and kvf_batch_destroy of the libkvferry.so the package loaded. Also
+ * probes the objects' layouts for direct reads; returns what it found:
+ * 1 tuples and lists, 2 ints, 3 both, 0 neither (the API then). Called
+ * once, with the GIL (ctypes.PyDLL). */
+int kvf_pyops_init(void *submit_ex, void *cancel, void *destroy)
+{
+    pyops_submit_ex = (pyops_submit_fn)submit_ex;
+    pyops_cancel = (pyops_batch_fn)cancel;
+    pyops_destroy = (pyops_batch_fn)destroy;
+    pyops_probe();
+    return (pyops_fast.tuple_off ? 1 : 0) | (pyops_fast.long_mode ? 2 : 0);
+}
+
+/* Ends the nb batches already submitted (cancel, then destroy, which
+ * waits for what had started), without the GIL. */
+static void pyops_undo(void **batches, Py_ssize_t nb)
+{
+    PyThreadState *ts = PyEval_SaveThread();
+    Py_ssize_t i;
+
+    for (i = 0; i < nb; i++)
+        pyops_cancel(batches[i]);
+    for (i = 0; i < nb; i++)
+        pyops_destroy(batches[i]);
+    PyEval_RestoreThread(ts);
+}
+
+/* One slice, out[i0, i1), submitted without the GIL; its status. */
+static int pyops_post(struct pyops_ctx *c, void *engine, const uint64_t *out,
+                      Py_ssize_t i0, Py_ssize_t i1, void **batch_p)
+{
+    PyThreadState *ts = PyEval_SaveThread();
+    int st = pyops_submit_ex(engine, out + i0 * PYOPS_WORDS, (size_t)(i1 - i0),
+                             0, batch_p);
+
+    PyEval_RestoreThread(ts);
+    /* other threads ran: what the borrowed cache points at may be gone */
+    c->reg.obj = NULL;
+    c->last_len = NULL;
+    return st;
+}
+
+/*
+ * Converts ops as kvf_pyops_pack does and submits them in slices, each
+ * as soon as it is converted, so the engine moves the first while the
+ * next converts: first operations, then four times more each slice, at
+ * most maxb slices (the last takes the rest). engine is the engine
+ * handle; batches receives the slices' batch handles. Returns the number
+ * of operations, with res[0] their total length and res[1] the number of
+ * batches; 0 when a submit failed (res[2] its status); -1 with no
+ * exception set when the Python path must convert ops instead. On 0 and
+ * -1 no batch is left: those submitted are canceled and destroyed.
+ */
+Py_ssize_t kvf_pyops_submit(PyObject *ops, PyObject *region_cls, unsigned type,
+                            uint64_t peer, void *engine, Py_ssize_t first,
+                            uint64_t *out, Py_ssize_t cap, void **batches,
+                            Py_ssize_t maxb, uint64_t *res)
+{
+    struct pyops_ctx c = {.region_cls = region_cls, .type = type};
+    uint64_t total = 0;
+    int is_list, st;
+    Py_ssize_t n = pyops_len(ops, &is_list), i0 = 0, step, nb = 0;
+
+    if (pyops_submit_ex == NULL || n <= 0 || n > cap || maxb <= 0)
+        return -1;
+    for (step = first > 0 ? first : n; i0 < n; step *= 4) {
+        Py_ssize_t i1 = (nb == maxb - 1 || step >= n - i0) ? n : i0 + step;
+
+        if (pyops_range(&c, ops, is_list, i0, i1, peer, out, &total) != 0) {
+            pyops_undo(batches, nb);
             return -1;
         }
-        w[0] = type;
-        w[2] = peer;
-        total += w[4];
+        st = pyops_post(&c, engine, out, i0, i1, &batches[nb]);
+        if (st != 0) {
+            pyops_undo(batches, nb);
+            res[2] = (uint64_t)(int64_t)st;
+            return 0;
+        }
+        nb++;
+        i0 = i1;
     }
-    *total_p = total;
+    res[0] = total;
+    res[1] = (uint64_t)nb;
     return n;
 }

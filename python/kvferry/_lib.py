@@ -267,6 +267,9 @@ def pyops_path() -> Optional[str]:
 
 _lib: Optional[ctypes.CDLL] = None
 _pyops: Any = None  # the converter, False once found absent
+_pyops_submit: Any = None  # its converting submit, False once found absent
+# what the helper reads without API calls: 1 tuples and lists, 2 ints, 3 both
+pyops_direct = 0
 
 
 def lib() -> ctypes.CDLL:
@@ -290,18 +293,53 @@ def pyops() -> Any:
     count, or -1 when the Python path must convert them (see pyops.c).
     Off where its stable-ABI build cannot run: a free-threaded CPython.
     """
-    global _pyops
+    global _pyops, _pyops_submit
     if _pyops is None:
         _pyops = False
         path = pyops_path()
         off = os.environ.get("KVFERRY_PYOPS", "1") == "0"
         if path is not None and not off and not sysconfig.get_config_var("Py_GIL_DISABLED"):
             try:  # an interpreter without CPython's ABI (PyPy) cannot load it
-                fn = ctypes.PyDLL(path).kvf_pyops_pack
+                dll = ctypes.PyDLL(path)
+                fn = dll.kvf_pyops_pack
             except (OSError, AttributeError):
                 return None
+            try:  # a helper older than the package converts, and does not submit
+                submit = _load_submit(dll)
+            except (OSError, AttributeError):
+                submit = None
             fn.restype = ctypes.c_ssize_t
             fn.argtypes = [ctypes.py_object, ctypes.py_object, c_uint, c_uint64,
                            c_void_p, ctypes.c_ssize_t, POINTER(c_uint64)]
-            _pyops = fn
+            _pyops, _pyops_submit = fn, submit
     return _pyops or None
+
+
+def pyops_submit() -> Any:
+    """kvf_pyops_submit of libkvferry_pyops.so, or None where pyops() is.
+
+    kvf_pyops_submit(ops, Region, type, peer, engine, first, out, cap,
+    batches, maxb, res) converts ops as kvf_pyops_pack does and submits
+    them in slices while it converts (see pyops.c): the number of
+    operations (res[0] their total length, res[1] the batches in
+    batches), 0 when a submit failed (res[2] its status), -1 when the
+    Python path must convert ops instead; nothing is left submitted then.
+    """
+    return _pyops_submit if pyops() is not None else None  # None when that helper lacks it
+
+
+def _load_submit(dll: ctypes.PyDLL) -> Any:
+    """kvf_pyops_submit of dll, given the library's batch calls."""
+    l, addr = lib(), ctypes.cast
+    global pyops_direct
+    init = dll.kvf_pyops_init
+    init.restype = c_int
+    init.argtypes = [c_void_p, c_void_p, c_void_p]
+    pyops_direct = init(addr(l.kvf_batch_submit_ex, c_void_p),
+                        addr(l.kvf_batch_cancel, c_void_p), addr(l.kvf_batch_destroy, c_void_p))
+    fn = dll.kvf_pyops_submit
+    fn.restype = ctypes.c_ssize_t
+    fn.argtypes = [ctypes.py_object, ctypes.py_object, c_uint, c_uint64, c_void_p,
+                   ctypes.c_ssize_t, c_void_p, ctypes.c_ssize_t, c_void_p, ctypes.c_ssize_t,
+                   c_void_p]
+    return fn

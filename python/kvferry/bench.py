@@ -15,7 +15,11 @@ the same process, interleaved round by round on the same engine and peer:
   with numpy arrays (array.array without numpy);
 - Python prebuilt: the C way's prebuilt op array submitted through the
   Python Batch (submit, result, close): the package's cost per batch
-  without any conversion, what the other Python ways add to.
+  without any conversion, what the other Python ways add to;
+- list, one slice (where the helper is loaded): the list converted whole
+  by the helper, then submitted as one batch, where ``peer.read``
+  submits it in slices as it converts (the engine starts on the first
+  while the next converts).
 
 It prints each way's median and best time, GiB/s, Python as a percentage
 of C (of the medians, and of the best rounds: the figure least moved by
@@ -140,6 +144,12 @@ def blocks(args: argparse.Namespace) -> int:
             b.result(30)
             b.close()
 
+        def run_list_whole() -> None:
+            arr, n, tot = peer._ops_array(_lib.OP_READ, ops_list)
+            b = peer._submit(arr, n, tot)
+            b.result(30)
+            b.close()
+
         def run_prebuilt() -> None:
             b = peer._submit(cops_words, count, total)
             b.result(30)
@@ -151,9 +161,12 @@ def blocks(args: argparse.Namespace) -> int:
                 ("Python prebuilt", run_prebuilt)]
         if helper:
             ways.append(("list, in Python", run_list_python))
+            ways.append(("list, one slice", run_list_whole))
         times: dict = {name: [] for name, _ in ways}
         for name, fn in ways:  # warm-up
             fn()
+        if args.pin:
+            _pin(tgt)
         for _ in range(args.rounds):
             rng.shuffle(ways)  # no way always runs right after another
             for name, fn in ways:
@@ -175,8 +188,9 @@ def blocks(args: argparse.Namespace) -> int:
                                args.rounds)
         print("kvferry bench blocks (python): %d x %s random blocks (%s) via %s, %d rounds"
               % (count, args.block, _fmt(total), peer.transport, args.rounds))
-        print("  Python %s, op-list converter: %s"
-              % (sys.version.split()[0], _lib.pyops_path() if helper else "none (pure Python)"))
+        print("  Python %s, op-list converter: %s%s"
+              % (sys.version.split()[0], _lib.pyops_path() if helper else "none (pure Python)",
+                 " (direct reads %d)" % _lib.pyops_direct if helper else ""))
         print("  %-15s %9s  %11s  %9s    %9s  %9s" % ("", "median", "", "% of C", "best", "% of C"))
         c_med, c_min = statistics.median(times["C API"]), min(times["C API"])
         for name in times:
@@ -200,6 +214,26 @@ def blocks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pin(tgt: "Target") -> None:
+    """The calling thread on the first CPU, every other thread of this
+    process (the engine's) and the target started here on the others: a
+    caller with a core of its own, as on a host with cores to spare."""
+    import os
+    import threading
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs two CPUs")
+    me, rest = threading.get_native_id(), set(cpus[1:])
+    for t in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(t), {cpus[0]} if int(t) == me else rest)
+    if tgt is not None:
+        for t in os.listdir("/proc/%d/task" % tgt.proc.pid):
+            os.sched_setaffinity(int(t), rest)
+    print("  pinned: this thread on CPU %d, the engine's threads and the target on %s"
+          % (cpus[0], ",".join(map(str, sorted(rest)))))
+
+
 def _fmt(n: int) -> str:
     for unit, d in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= d and n % d == 0:
@@ -220,6 +254,8 @@ def main(argv: List[str] = None) -> int:
     b.add_argument("--rounds", type=int, default=30)
     b.add_argument("--calls", type=int, default=200000)
     b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--pin", action="store_true",
+                   help="this thread on one CPU, the engine and the target on the others")
     args = ap.parse_args(argv)
     return blocks(args)
 

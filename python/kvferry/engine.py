@@ -7,11 +7,13 @@ peer opens.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import itertools
 import operator
 import sys
 import threading
+import time
 import weakref
 from array import array
 from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
@@ -155,11 +157,18 @@ class Batch:
     ``statuses()`` gives each operation's status; ``cancel()`` ends
     operations not yet started with KVF_ERR_CANCELED. The C batch is freed
     by :meth:`close` (or the context manager, or garbage collection).
+
+    A list submitted while it converts is several C batches (slices of
+    the operations, in order); the object behaves as one batch.
     """
 
-    def __init__(self, engine: "Engine", handle: int, count: int, nbytes: int):
+    def __init__(self, engine: "Engine", handle: int, count: int, nbytes: int,
+                 slices: Optional[Sequence[int]] = None, starts: Sequence[int] = (0,)):
         self._engine = engine
         self._h: Optional[int] = handle
+        self._hs = tuple(slices) if slices is not None else (handle,)
+        self._starts = starts  # index of each slice's first operation
+        self._ended = False  # a wait saw every slice done
         self.count = count
         self.nbytes = nbytes
         engine._batches.add(self)
@@ -169,32 +178,61 @@ class Batch:
             raise _closed("batch")
         return self._h
 
+    def _handles(self) -> Tuple[int, ...]:
+        if self._h is None:
+            raise _closed("batch")
+        return self._hs
+
     def test(self) -> int:
         """kvf_batch_test: INPROGRESS (1), OK (0) or the first error."""
-        return _lib.lib().kvf_batch_test(self._handle())
+        test = _lib.lib().kvf_batch_test
+        first = OK
+        for h in self._handles():
+            st = test(h)
+            if st == INPROGRESS:
+                return st
+            if first == OK:
+                first = st
+        return first
 
     def done(self) -> bool:
         """True once every operation ended (well or not)."""
         return self.test() != INPROGRESS
 
+    def _wait(self, timeout: Optional[float]) -> Tuple[bool, int]:
+        """(done, status): kvf_batch_wait on each slice in turn, which
+        returns the slice's first error once it is done (ERR_TIMEOUT is
+        also a status an operation can end with: kvf_batch_test tells)."""
+        hs = self._handles()
+        lib = _lib.lib()
+        wait, test = lib.kvf_batch_wait, lib.kvf_batch_test
+        first = OK
+        end = None if timeout is None or len(hs) == 1 else time.monotonic() + timeout
+        for h in hs:
+            if timeout is None:
+                st = wait(h, 1000)
+                while st == ERR_TIMEOUT and test(h) == INPROGRESS:
+                    st = wait(h, 1000)
+            else:
+                ms = timeout if end is None else end - time.monotonic()
+                st = wait(h, max(0, int(ms * 1000)))
+                if st == ERR_TIMEOUT and test(h) == INPROGRESS:
+                    return False, INPROGRESS
+            if first == OK:
+                first = st
+        self._ended = True
+        return True, first
+
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits at most timeout seconds (None: until done); True when done."""
-        h = self._handle()
-        wait = _lib.lib().kvf_batch_wait
-        if timeout is not None:
-            ms = max(0, int(timeout * 1000))
-            return wait(h, ms) != ERR_TIMEOUT or self.test() != INPROGRESS
-        while True:
-            st = wait(h, 1000)
-            if st != ERR_TIMEOUT or self.test() != INPROGRESS:
-                return True
+        return self._wait(timeout)[0]
 
     def result(self, timeout: Optional[float] = None) -> int:
         """Waits, then returns the bytes moved or raises the first error
         (:class:`TimeoutError_` when not done within timeout)."""
-        if not self.wait(timeout):
+        done, st = self._wait(timeout)
+        if not done:
             raise make_error(ERR_TIMEOUT, "batch", "not done within %.3f s" % timeout)
-        st = self.test()
         if st != OK:
             raise make_error(st, "batch")
         return self.nbytes
@@ -203,8 +241,10 @@ class Batch:
         """(status, bytes moved) of operation index."""
         if not 0 <= index < self.count:
             raise IndexError(index)
+        hs = self._handles()
+        k = bisect.bisect_right(self._starts, index) - 1
         n = c_size_t(0)
-        st = _lib.lib().kvf_batch_op_status(self._handle(), index, byref(n))
+        st = _lib.lib().kvf_batch_op_status(hs[k], index - self._starts[k], byref(n))
         return st, n.value
 
     def statuses(self) -> List[int]:
@@ -213,13 +253,19 @@ class Batch:
 
     def cancel(self) -> None:
         """Ends operations not yet started with KVF_ERR_CANCELED."""
-        _lib.lib().kvf_batch_cancel(self._handle())
+        for h in self._handles():
+            _lib.lib().kvf_batch_cancel(h)
 
     def close(self) -> None:
         """Frees the batch (cancels and waits if it still runs)."""
         h, self._h = self._h, None
         if h is not None:
-            _lib.lib().kvf_batch_destroy(h)
+            lib = _lib.lib()
+            if len(self._hs) > 1 and not self._ended:
+                for x in self._hs:  # stop the later slices before waiting for any
+                    lib.kvf_batch_cancel(x)
+            for x in self._hs:
+                lib.kvf_batch_destroy(x)
             self._engine._batches.discard(self)
 
     def __enter__(self) -> "Batch":
@@ -233,6 +279,25 @@ class Batch:
             self.close()
         except Exception:
             pass
+
+
+# A list read through the helper goes in slices of _FIRST_SLICE
+# operations, then four times more each (at most _MAX_SLICES): the first
+# is small so the engine starts at once, the later ones convert while the
+# engine moves the earlier.
+_FIRST_SLICE = 256
+_MAX_SLICES = 8
+
+
+def _slice_starts(n: int, nb: int) -> Tuple[int, ...]:
+    """First operation of each of the nb slices of n operations, as
+    kvf_pyops_submit cuts them."""
+    starts, i, step = [], 0, _FIRST_SLICE
+    for _ in range(nb):
+        starts.append(i)
+        i += step
+        step *= 4
+    return tuple(starts)
 
 
 def _is_numpy(x: Any) -> bool:
@@ -300,13 +365,11 @@ class Peer:
         tls = self._tls
         out = getattr(tls, "words", None)
         if out is None or len(out) < 5 * len(ops):
-            out = array("Q", bytes(40 * max(len(ops), 1024)))
-            tls.words, tls.total = out, c_uint64()
-            tls.out_addr, tls.total_ref = out.buffer_info()[0], byref(tls.total)
-        n = pack(ops, Region, typ, p, tls.out_addr, len(out) // 5, tls.total_ref)
+            self._grow_words(len(ops))
+        n = pack(ops, Region, typ, p, tls.out_addr, tls.cap, tls.total_ref)
         if n < 0:
             return None
-        return out, n, tls.total.value
+        return tls.words, n, tls.total.value
 
     @staticmethod
     def _ops_array_fast(typ: int, p: int, ops: Sequence[OpTuple]) -> Optional[Tuple[array, int, int]]:
@@ -489,11 +552,55 @@ class Peer:
         check(st, "submit")
         return Batch(eng, h.value, n, total)
 
+    def _read_sliced(self, submit: Any, ops: Sequence[OpTuple]) -> Optional[Batch]:
+        """A READ of ops converted by libkvferry_pyops.so and submitted
+        slice by slice as it converts (the engine moves the first slice
+        while the next converts); None when it declines (nothing was left
+        submitted: the Python path then converts or raises)."""
+        p = self._handle()
+        eng = self._engine
+        tls = self._tls
+        out = getattr(tls, "words", None)
+        if out is None or len(out) < 5 * len(ops):
+            self._grow_words(len(ops))
+        n = submit(ops, Region, _lib.OP_READ, p, eng._handle(), _FIRST_SLICE, tls.out_addr,
+                   tls.cap, tls.slices_addr, _MAX_SLICES, tls.res_addr)
+        if n < 0:
+            return None
+        res = tls.res
+        if n == 0:
+            check(res[2] - (1 << 64) if res[2] >> 63 else res[2], "submit")
+        nb = res[1]
+        if nb == 1:
+            return Batch(eng, tls.slices[0], n, res[0])
+        hs = tls.slices[:nb]
+        return Batch(eng, hs[0], n, res[0], hs, _slice_starts(n, nb))
+
+    def _grow_words(self, n: int) -> None:
+        """This thread's reused op array (kvf_batch_submit copies the
+        operations) for at least n operations, and the helper's outputs."""
+        tls = self._tls
+        out = array("Q", bytes(40 * max(n, 1024)))
+        tls.words, tls.total, tls.cap = out, c_uint64(), len(out) // 5
+        tls.out_addr, tls.total_ref = out.buffer_info()[0], byref(tls.total)
+        if getattr(tls, "slices", None) is None:
+            tls.slices = array("Q", bytes(8 * _MAX_SLICES))
+            tls.res = array("Q", bytes(8 * 3))
+            tls.slices_addr, tls.res_addr = tls.slices.buffer_info()[0], tls.res.buffer_info()[0]
+
     def read(self, ops: Iterable[OpTuple], inline: bool = False) -> Batch:
         """Submits READ operations (remote -> local) at once; returns the Batch.
 
         inline=True: the caller waits right away, and the calling thread
         may move requests itself (KVF_BATCH_INLINE)."""
+        if not isinstance(ops, (list, tuple)):
+            ops = list(ops)
+        if not inline:
+            submit = _lib.pyops_submit()
+            if submit is not None and len(ops) > _FIRST_SLICE:
+                b = self._read_sliced(submit, ops)
+                if b is not None:
+                    return b
         arr, n, total = self._ops_array(_lib.OP_READ, ops)
         return self._submit(arr, n, total, _lib.BATCH_INLINE if inline else 0)
 

@@ -7,6 +7,7 @@ import collections
 import os
 import random
 import sysconfig
+import threading
 
 import pytest
 
@@ -226,3 +227,139 @@ def test_overhead_bench_runs(capsys):
         assert way in out, out
     if _lib.pyops() is not None:
         assert "list, in Python" in out
+
+
+# Reads of more than one slice: the helper submits the first slice
+# before it converts the next (Peer._read_sliced).
+SMALL = 4096
+
+
+def sliced_ops(region, target, n, seed=11):
+    rnd = random.Random(seed)
+    locs = rnd.sample(range(region.nbytes // SMALL), n)
+    rems = rnd.sample(range(target.pool_len // SMALL), n)
+    return [((region, lo * SMALL), target.pool_addr + re * SMALL, SMALL)
+            for lo, re in zip(locs, rems)]
+
+
+@needs_helper
+def test_sliced_read_moves_what_the_python_path_moves(engine, target, monkeypatch):
+    n = 3000  # more than three slices' worth at first, then the rest
+    p = engine.open(target.segment)
+    r = engine.alloc(n * SMALL)
+    b = p.read(sliced_ops(r, target, n))
+    assert len(b._hs) > 1, "not submitted in slices"
+    assert b.result(10) == n * SMALL
+    assert b.statuses() == [0] * n
+    for i in (0, 255, 256, 1279, 1280, n - 1):  # both sides of each cut
+        assert b.op_status(i) == (0, SMALL)
+    with pytest.raises(IndexError):
+        b.op_status(n)
+    assert b.done() and b.wait(0)
+    b.close()
+    with pytest.raises(kvferry.ClosedError):
+        b.wait(0)
+    r2 = engine.alloc(n * SMALL)
+    with monkeypatch.context() as m:
+        m.setattr(_lib, "_pyops", False)
+        b2 = p.read([((r2, off), rem, ln) for (_, off), rem, ln in sliced_ops(r, target, n)])
+        assert len(b2._hs) == 1
+        b2.result(10)
+        b2.close()
+    assert bytes(r.memoryview()) == bytes(r2.memoryview())
+    # a tuple of operations, and a generator (made a list), slice too
+    for ops in (tuple(sliced_ops(r, target, n, seed=12)), iter(sliced_ops(r, target, n, seed=13))):
+        with p.read(ops) as b3:
+            assert len(b3._hs) > 1
+            assert b3.result(10) == n * SMALL
+
+
+@needs_helper
+def test_sliced_read_errors_are_the_python_paths(target, monkeypatch):
+    """A bad operation far into the list, after slices went: the same
+    exception as the Python path, no batch left behind, nothing leaked."""
+
+    def cycle(positions, check):
+        with kvferry.Engine() as engine:
+            p = engine.open(target.segment)
+            r = engine.alloc(2048 * SMALL)
+            ro = engine.register(b"read only bytes")
+            shut = engine.register(bytearray(SMALL))
+            shut.deregister()
+            good = sliced_ops(r, target, 1500)
+            bads = [(name, ops[-1]) for name, ops in bad_inputs(r, ro, shut, target.pool_addr)
+                    if ops and name not in ("bool local among regions", "last op bad",
+                                            "middle op bad")]
+            bads.append(("no region there", (8, target.pool_addr, SMALL)))  # fails in the batch
+            for at in positions:
+                for name, bad in bads:
+                    ops = good[:at] + [bad] + good[at:]
+                    with_c = outcome_read(p, ops)
+                    if not check:
+                        continue
+                    with monkeypatch.context() as m:
+                        m.setattr(_lib, "_pyops", False)
+                        without = outcome_read(p, ops)
+                    assert with_c[0] == ("ok" if name == "no region there" else "error"), (name, at)
+                    assert with_c == without, (name, at)
+                    assert not engine._batches, (name, at)
+
+    cycle((1, 300, 1499), True)
+    base = kvferry.alloc_stats()
+    cycle((300, 1499), False)
+    assert kvferry.alloc_stats() == base
+
+
+def outcome_read(peer, ops):
+    """The exception of peer.read(ops), or its batch's error and statuses."""
+    try:
+        b = peer.read(ops)
+    except Exception as e:
+        return ("error", type(e), str(e), getattr(e, "code", None))
+    with b:
+        with pytest.raises(kvferry.KvferryError) as ei:
+            b.result(10)
+        return ("ok", type(ei.value), ei.value.code, b.statuses())
+
+
+@needs_helper
+def test_sliced_read_timeout_cancel_and_threads(engine, target):
+    p = engine.open(target.segment)
+    r = engine.alloc(2048 * SMALL)
+    ops = sliced_ops(r, target, 2048)
+    b = p.read(ops)
+    assert b.wait(10) and b.wait(None)
+    b.cancel()  # all done: nothing to cancel
+    assert b.result(0) == 2048 * SMALL
+    b.close()
+    b = p.read(ops)
+    b.close()  # in flight: cancels the slices, then waits for them
+    assert not engine._batches
+    # the GIL is let go around each slice's submit: other threads read too
+    errs = []
+
+    def reader():
+        try:
+            for _ in range(5):
+                with p.read(ops) as x:
+                    x.result(10)
+        except Exception as e:  # reported below
+            errs.append(e)
+
+    ts = [threading.Thread(target=reader) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs
+
+
+@needs_helper
+def test_direct_reads_found():
+    """The helper reads tuples, lists and ints without API calls on every
+    CPython it was checked on (a later one may keep the calls: 0)."""
+    import sys
+
+    if sys.version_info[:2] <= (3, 13):
+        assert _lib.pyops_direct == 3
+    assert _lib.pyops_direct in (0, 1, 2, 3)
