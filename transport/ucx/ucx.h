@@ -5,7 +5,8 @@
  * remote keys, the target workers' progress threads, the memory
  * mappings), the initiator side (ucx_ep.c: ucx_workers lanes per
  * peer, each a worker, an endpoint and a progress thread) and the ops
- * table (ucx_ops.c).
+ * table (ucx_ops.c), and READs served by the target's pushes where UCP
+ * has no hardware RMA (ucx_push.c).
  *
  * Threads: every UCP call on a worker is made by that worker's progress
  * thread (UCS_THREAD_MODE_SINGLE), except creation and destruction,
@@ -64,8 +65,9 @@ struct kvf_tl_iface {
     char host[KVF_HOST_MAX];
     char address[KVF_HOST_MAX + 8];
     ucp_context_h ctx;
-    unsigned nworkers; /* ucx_workers: lanes per ep, target workers */
-    uint64_t spin_ns;  /* ucx_spin_us */
+    unsigned nworkers;  /* ucx_workers: lanes per ep, target workers */
+    unsigned read_mode; /* ucx_read_mode: KVF_UCX_READ_* */
+    uint64_t spin_ns;   /* ucx_spin_us */
     /* target side (NULL when no_listen) */
     kvf_ucx_server_t *server;
     kvf_ucx_tworker_t *tw; /* nworkers of them */
@@ -82,6 +84,40 @@ typedef struct kvf_ucx_rkey {
 } kvf_ucx_rkey_t;
 
 typedef struct kvf_ucx_rctx kvf_ucx_rctx_t;
+typedef struct kvf_ucx_push kvf_ucx_push_t;
+
+/* One UCP call (or the flush): the segments it covers. */
+typedef struct kvf_ucx_op {
+    kvf_ucx_rctx_t *rc;
+    uint32_t first;
+    uint32_t count;
+} kvf_ucx_op_t;
+
+/* A request in flight on a lane (progress thread's). */
+struct kvf_ucx_rctx {
+    kvf_tl_req_t *req;
+    struct kvf_ucx_lane *ln;
+    unsigned pending;
+    kvf_status_t err;
+    int zombie; /* completed by force: late callbacks only count down */
+    kvf_ucx_rctx_t *prev, *next;
+    kvf_ucx_push_t *pushes; /* READ requests a target serves (push mode) */
+    kvf_ucx_op_t ops[];     /* nsegs + 1 (the flush) */
+};
+
+/* How a lane reads: ucp_get_nbx per block, or the target pushes the
+ * blocks (ucx_read_mode; auto: push where the endpoint has no RMA
+ * lane, i.e. UCX would emulate gets in software). */
+enum {
+    KVF_UCX_READ_AUTO = 0,
+    KVF_UCX_READ_GET = 1,
+    KVF_UCX_READ_PUSH = 2,
+};
+/* Active message ids: a READ request to a target worker, its reply. */
+#define KVF_UCX_AM_READ  1
+#define KVF_UCX_AM_BLOCK 2
+/* Most (address, length) entries in one READ request. */
+#define KVF_UCX_PUSH_MAX 1024
 
 /* Bytes of requests an ep keeps in flight in UCP, shared by its lanes. */
 #define KVF_UCX_WINDOW (64ull << 20)
@@ -112,6 +148,8 @@ typedef struct kvf_ucx_lane {
     kvf_status_t failed; /* KVF_OK, or why the lane is dead */
     kvf_ucx_rkey_t *rkeys;
     size_t nrkeys, rkeys_cap;
+    int push;          /* READs served by the target (KVF_UCX_READ_PUSH) */
+    uint64_t push_seq; /* id of the next READ request */
 } kvf_ucx_lane_t;
 
 struct kvf_tl_ep {
@@ -142,6 +180,8 @@ int kvf_ucx_has_rdma(const char *resources);
  * ucx_workers key; 1..KVF_UCX_WORKERS_MAX) and the ucx_spin_us key. */
 kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
                             uint64_t *spin_ns_p);
+/* The ucx_read_mode key: KVF_UCX_READ_AUTO, _GET or _PUSH. */
+kvf_status_t kvf_ucx_read_mode(unsigned *mode_p);
 /* A worker with a wake-up fd; *efd_p: an epoll fd watching it and
  * *wake_p (an eventfd created here). */
 kvf_status_t kvf_ucx_worker_create(ucp_context_h ctx, ucp_worker_h *worker_p,
@@ -182,5 +222,28 @@ kvf_status_t kvf_ucx_lane_post(kvf_tl_ep_t *ep, unsigned lane,
 kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
                              const void *meta, size_t len, kvf_frame_hdr_t *h,
                              void **reply_p);
+
+/* Fails segments [first, first+count) of rc with status (the first
+ * failure is the request's). */
+void kvf_ucx_segs_fail(kvf_ucx_rctx_t *rc, uint32_t first, uint32_t count,
+                       kvf_status_t status);
+/* Completes rc once nothing of it is pending (progress thread). */
+void kvf_ucx_rctx_finish(kvf_ucx_rctx_t *rc);
+
+/* ---- ucx_push.c --------------------------------------------------------- */
+
+/* Target: serve READ requests on a target worker (before its thread). */
+kvf_status_t kvf_ucx_push_serve(kvf_ucx_tworker_t *tw);
+/* Initiator: receive pushed blocks on a lane's worker; and whether the
+ * lane reads by push (mode, and for auto the endpoint's lanes). */
+kvf_status_t kvf_ucx_push_lane_init(kvf_ucx_lane_t *ln, unsigned mode);
+/* Adds segments [first, first+count) of rc's READ, merged into one
+ * entry (len bytes, contiguous on both sides), to rc's request being
+ * built, sending it when full; push_send sends what is built. */
+void kvf_ucx_push_add(kvf_ucx_rctx_t *rc, uint32_t first, uint32_t count,
+                      void *local, uint64_t remote, uint64_t len);
+void kvf_ucx_push_send(kvf_ucx_rctx_t *rc);
+/* Frees rc's push records (rctx freed, or a zombie at lane destroy). */
+void kvf_ucx_push_free(kvf_ucx_rctx_t *rc);
 
 #endif

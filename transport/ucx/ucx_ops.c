@@ -65,8 +65,10 @@ static kvf_status_t kvf_ucx_tw_create(kvf_tl_iface_t *iface,
         return KVF_ERR_INTERNAL;
     }
     tw->addr = addr;
-    return kvf_ucx_addr_check(tw->addr_len) == KVF_OK ? KVF_OK
-                                                      : KVF_ERR_INTERNAL;
+    if (kvf_ucx_addr_check(tw->addr_len) != KVF_OK) {
+        return KVF_ERR_INTERNAL;
+    }
+    return kvf_ucx_push_serve(tw);
 }
 
 /* The target's workers, then its side channel and progress threads. */
@@ -111,6 +113,9 @@ static kvf_status_t kvf_ucx_iface_open(const kvf_tl_config_t *cfg,
     if (status == KVF_OK) {
         status =
             kvf_ucx_tuning(cfg->ucx_workers, &iface->nworkers, &iface->spin_ns);
+    }
+    if (status == KVF_OK) {
+        status = kvf_ucx_read_mode(&iface->read_mode);
     }
     if (status == KVF_OK) {
         status = kvf_ucx_ctx_create(iface->host, &iface->ctx);
