@@ -116,8 +116,14 @@ enum {
 /* Active message ids: a READ request to a target worker, its reply. */
 #define KVF_UCX_AM_READ  1
 #define KVF_UCX_AM_BLOCK 2
-/* Most (address, length) entries in one READ request. */
-#define KVF_UCX_PUSH_MAX 1024
+/* Most (address, length) entries and bytes in one READ request (the
+ * initiator cuts larger ones, the target refuses them). */
+#define KVF_UCX_PUSH_MAX   1024
+#define KVF_UCX_PUSH_BYTES (4ull << 20)
+/* A request whose deadline_ms (the transport's field) is this moves by
+ * one-sided gets in every read mode: the link test's contiguous
+ * ceiling does not change with the mode it is compared with. */
+#define KVF_UCX_REQ_ONE_SIDED UINT64_MAX
 
 /* Bytes of requests an ep keeps in flight in UCP, shared by its lanes. */
 #define KVF_UCX_WINDOW (64ull << 20)

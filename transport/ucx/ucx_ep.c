@@ -305,6 +305,7 @@ static kvf_ucx_rctx_t *kvf_ucx_rctx_new(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
 static void kvf_ucx_req_start(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
 {
     int write = req->type == KVF_OP_WRITE;
+    int push = !write && ln->push && req->deadline_ms != KVF_UCX_REQ_ONE_SIDED;
     kvf_ucx_rctx_t *rc;
     kvf_ucx_rkey_t *k;
     kvf_status_t st;
@@ -341,7 +342,7 @@ static void kvf_ucx_req_start(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
             continue;
         }
         j = kvf_ucx_merge(req, i, k, &len);
-        if (!write && ln->push) {
+        if (push) {
             kvf_ucx_push_add(rc, i, j - i, req->segs[i].local,
                              req->segs[i].remote, len);
             nops++;
@@ -352,7 +353,7 @@ static void kvf_ucx_req_start(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
                          req->segs[i].remote, len, k->rkey);
     }
     KVF_TL_COUNT(wire_entries, nops);
-    if (!write && ln->push) {
+    if (push) {
         kvf_ucx_push_send(rc);
     }
     if (write && nops > 0) {

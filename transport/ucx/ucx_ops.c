@@ -3,7 +3,8 @@
  * engine the target worker and its side channel), remote checksums over
  * the side channel, and the link test (one contiguous put or get of the
  * whole length, cut into one piece per lane, through the same lanes as
- * the blocks: the ceiling `bench link` reports for them).
+ * the blocks, one-sided in every read mode: the ceiling `bench link`
+ * reports for them).
  */
 #include "transport/ucx/ucx.h"
 #include "core/alloc.h"
@@ -256,6 +257,7 @@ static kvf_status_t kvf_ucx_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
         req[i].seg_status = &seg_status[i];
         req[i].complete = kvf_ucx_link_done;
         req[i].arg = &w;
+        req[i].deadline_ms = KVF_UCX_REQ_ONE_SIDED;
     }
     w.left = n;
     t0 = kvf_time_ns();

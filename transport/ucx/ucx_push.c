@@ -100,7 +100,7 @@ static kvf_status_t kvf_ucx_push_check(kvf_ucx_tworker_t *tw, const void *data,
     kvf_rd_init(&r, data, length);
     for (i = 0; i < count && status == KVF_OK; i++) {
         status = kvf_ucx_range_dec(&r, &addr, &len);
-        if (status == KVF_OK && len > KVF_UCX_WINDOW - total) {
+        if (status == KVF_OK && len > KVF_UCX_PUSH_BYTES - total) {
             status = KVF_ERR_QUOTA;
         }
         total += status == KVF_OK ? len : 0;
@@ -420,34 +420,53 @@ void kvf_ucx_push_send(kvf_ucx_rctx_t *rc)
     }
 }
 
-void kvf_ucx_push_add(kvf_ucx_rctx_t *rc, uint32_t first, uint32_t count,
-                      void *local, uint64_t remote, uint64_t len)
+/* rc's request being built, or a new one when there is none, it was
+ * sent or it is full (NULL: no memory). */
+static kvf_ucx_push_t *kvf_ucx_push_room(kvf_ucx_rctx_t *rc, uint32_t first)
 {
     kvf_ucx_push_t *p = rc->pushes;
     uint32_t cap;
+
+    if (p != NULL && !p->sent && p->nent < p->cap &&
+        p->total < KVF_UCX_PUSH_BYTES) {
+        return p;
+    }
+    kvf_ucx_push_send(rc);
+    cap = (uint32_t)(rc->req->nsegs - first);
+    return kvf_ucx_push_new(rc,
+                            cap < KVF_UCX_PUSH_MAX ? cap : KVF_UCX_PUSH_MAX);
+}
+
+void kvf_ucx_push_add(kvf_ucx_rctx_t *rc, uint32_t first, uint32_t count,
+                      void *local, uint64_t remote, uint64_t len)
+{
+    kvf_ucx_push_t *p;
+    uint64_t piece;
     kvf_wr_t w;
 
-    if (p == NULL || p->sent || p->nent == p->cap) {
-        kvf_ucx_push_send(rc);
-        cap = (uint32_t)(rc->req->nsegs - first);
-        p = kvf_ucx_push_new(rc,
-                             cap < KVF_UCX_PUSH_MAX ? cap : KVF_UCX_PUSH_MAX);
+    while (len > 0) {
+        p = kvf_ucx_push_room(rc, first);
         if (p == NULL) {
             kvf_ucx_segs_fail(rc, first, count, KVF_ERR_NO_MEMORY);
             return;
         }
+        piece = KVF_UCX_PUSH_BYTES - p->total;
+        piece = piece < len ? piece : len;
+        if (p->first == UINT32_MAX) {
+            p->first = first;
+        }
+        p->last = first + count;
+        p->iov[p->nent].buffer = local;
+        p->iov[p->nent].length = piece;
+        kvf_wr_init_fixed(&w, p->ent + (size_t)p->nent * KVF_UCX_PUSH_ENT,
+                          KVF_UCX_PUSH_ENT);
+        kvf_ucx_range_enc(&w, remote, piece);
+        p->total += piece;
+        p->nent++;
+        local = (char *)local + piece;
+        remote += piece;
+        len -= piece;
     }
-    if (p->first == UINT32_MAX) {
-        p->first = first;
-    }
-    p->last = first + count;
-    p->iov[p->nent].buffer = local;
-    p->iov[p->nent].length = len;
-    kvf_wr_init_fixed(&w, p->ent + (size_t)p->nent * KVF_UCX_PUSH_ENT,
-                      KVF_UCX_PUSH_ENT);
-    kvf_ucx_range_enc(&w, remote, len);
-    p->total += len;
-    p->nent++;
 }
 
 void kvf_ucx_push_free(kvf_ucx_rctx_t *rc)
