@@ -119,6 +119,9 @@ enum {
 /* Most (address, length) entries and bytes in one READ request (the
  * initiator cuts larger ones, the target refuses them). */
 #define KVF_UCX_PUSH_MAX   1024
+#define KVF_UCX_PUSH_MAGIC 0x4b564650u /* "KVFP": both headers' first u32 */
+#define KVF_UCX_PUSH_HDR   16          /* u32 magic, u32 count|status, u64 id */
+#define KVF_UCX_PUSH_ENT   16          /* u64 addr, u64 len */
 #define KVF_UCX_PUSH_BYTES (4ull << 20)
 /* A request whose deadline_ms (the transport's field) is this moves by
  * one-sided gets in every read mode: the link test's contiguous

@@ -40,10 +40,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KVF_UCX_PUSH_MAGIC 0x4b564650u /* "KVFP" */
-#define KVF_UCX_PUSH_HDR   16
-#define KVF_UCX_PUSH_ENT   16
-
 /* One READ request sent to the target, until its reply is in place. */
 struct kvf_ucx_push {
     kvf_ucx_rctx_t *rc;
