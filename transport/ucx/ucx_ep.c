@@ -9,7 +9,9 @@
  * merged into one call), each under the remote key of the region
  * holding it, fetched once per region and lane over the side channel.
  * A WRITE completes after an endpoint flush (the bytes are at the
- * target); a READ when its gets have landed. A thread sleeps on its
+ * target); a READ when its gets have landed, or, on a lane without an
+ * RMA lane for gets (ucx_read_mode, ucx_push.c), when the target's reply
+ * to the request has been copied into place. A thread sleeps on its
  * worker's fd when idle.
  *
  * Failures: endpoints run in UCP's peer error mode, so a dead peer

@@ -18,7 +18,9 @@
  * that the reply's id is one of its requests in flight and that its
  * length is the request's. Replies with unknown ids (a late reply to a
  * request failed by timeout, or a stranger on UCX's unauthenticated tcp
- * listener) are dropped.
+ * listener) are dropped. A reply still queued in UCX reads the target's
+ * memory after its check, as a software get's reply does: deregistering
+ * a region while a peer reads it is unsafe over UCX's tcp in both modes.
  *
  * Wire (little-endian, fixed size headers):
  *   READ   header: u32 magic, u32 count, u64 id; data: count x (u64
