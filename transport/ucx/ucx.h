@@ -200,9 +200,13 @@ void kvf_ucx_worker_destroy(ucp_worker_h worker, int efd, int wake);
  * an event), unless the worker had events less than spin->ns ago: then
  * return at once (the caller polls again). With a target, progress runs
  * holding its region set, so a deregistration never overlaps a software
- * RMA writing into the range. */
+ * RMA writing into the range. busy (optional) runs after each progress
+ * call that found events: a lane refills its window there, so requests
+ * completed while replies keep streaming in are replaced at once, not
+ * when the worker falls idle. */
 void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
-                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin);
+                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin,
+                         void (*busy)(void *arg), void *arg);
 void kvf_ucx_wake(int wake);
 kvf_status_t kvf_ucx_status(ucs_status_t s);
 

@@ -376,22 +376,35 @@ void kvf_ucx_wake(int wake)
     }
 }
 
+/* Longest a worker_wait with a busy hook keeps progressing (a lane's
+ * peer checks, timeouts and keepalive run between calls). */
+#define KVF_UCX_BUSY_NS (10 * 1000000ull)
+
 void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
-                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin)
+                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin,
+                         void (*busy)(void *arg), void *arg)
 {
     struct epoll_event ev[2];
+    uint64_t v, now, t0 = kvf_time_ns();
     unsigned n = 0, c;
-    uint64_t v, now;
     ucs_status_t s;
+    int more = 0;
 
     if (target != NULL) {
         target->acquire(target->arg);
     }
-    while ((c = ucp_worker_progress(worker)) != 0) {
+    while (!more && (c = ucp_worker_progress(worker)) != 0) {
         n += c;
+        if (busy != NULL) {
+            busy(arg);
+            more = kvf_time_ns() - t0 > KVF_UCX_BUSY_NS;
+        }
     }
     if (target != NULL) {
         target->release(target->arg);
+    }
+    if (more) {
+        return; /* the caller's checks run, then it comes back */
     }
     if (spin->ns > 0) {
         now = kvf_time_ns();

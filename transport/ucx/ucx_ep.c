@@ -432,8 +432,9 @@ static void kvf_ucx_lane_abort(kvf_ucx_lane_t *ln, kvf_status_t why)
  * request): a batch of a million blocks does not become a million
  * queued UCP operations, on either side (over tcp the target queues a
  * reply per get), however many lanes the peer has. */
-static void kvf_ucx_lane_drain(kvf_ucx_lane_t *ln)
+static void kvf_ucx_lane_drain(void *arg)
 {
+    kvf_ucx_lane_t *ln = arg;
     uint64_t window = KVF_UCX_WINDOW / ln->ep->nlanes;
     kvf_tl_req_t *req;
 
@@ -537,7 +538,8 @@ static void *kvf_ucx_lane_main(void *arg)
     while (!ln->stop) {
         kvf_ucx_lane_drain(ln);
         kvf_ucx_worker_wait(ln->worker, ln->efd, ln->wake,
-                            ln->nactive > 0 ? 50 : idle_ms, NULL, &ln->spin);
+                            ln->nactive > 0 ? 50 : idle_ms, NULL, &ln->spin,
+                            kvf_ucx_lane_drain, ln);
         if (ln->uep == NULL) {
             continue;
         }
