@@ -1,8 +1,9 @@
 #!/bin/sh
 # Seed 000's workload over the ucx transport (`kvferry bench blocks
 # --transport ucx --op both`) for several worker counts (ucx_workers),
-# progress-thread polling times (ucx_spin_us) and UCX tcp segment sizes
-# (ucx_tcp_seg, 0: UCX's own 8K), in interleaved rounds of
+# progress-thread polling times (ucx_spin_us), UCX tcp segment sizes
+# (ucx_tcp_seg, 0: UCX's own 8K) and read modes (ucx_read_mode: get,
+# push or auto), in interleaved rounds of
 # one run, each block figure next to its own ceiling (`bench link`'s
 # contiguous transfer of the same bytes over the same workers, measured
 # before each iteration). Writes one JSON and one record per run, and
@@ -11,9 +12,11 @@
 #
 # Usage, from the repository root, with a built build/kvferry:
 #   scripts/bench-ucx-workers.sh OUTDIR [ROUNDS] [CONFIGS]
-# CONFIGS: "workers:spin_us:tcp_seg ..." (default "1:0:0 1:0:9K 2:0:9K
-# 4:0:9K 8:0:9K 4:50:9K"; 1:0:0 is the transport before several workers
-# and the segment size).
+# CONFIGS: "workers:spin_us:tcp_seg[:read_mode] ..." (read_mode: auto
+# when left out; default "1:0:0:get 2:0:9K:get 2:0:9K:push 4:0:9K:push
+# 8:0:9K:push"; 1:0:0:get is the transport before several workers, the
+# segment size and the target's pushes), e.g. "2:0:9K:get 2:0:9K:push
+# 4:0:9K:push" compares the read modes.
 # UCX_TLS defaults to tcp,self (UCX's tcp transport on loopback).
 # KVF_BIN overrides the binary, KVF_BENCH_ARGS adds bench blocks options
 # (default --pool 2G), BUDGET_S (default 180) is the time after which no
@@ -22,7 +25,7 @@ set -eu
 
 out=${1:?usage: $0 OUTDIR [ROUNDS] [CONFIGS]}
 rounds=${2:-1}
-configs=${3:-"1:0:0 1:0:9K 2:0:9K 4:0:9K 8:0:9K 4:50:9K"}
+configs=${3:-"1:0:0:get 2:0:9K:get 2:0:9K:push 4:0:9K:push 8:0:9K:push"}
 bin=${KVF_BIN:-build/kvferry}
 args=${KVF_BENCH_ARGS:---pool 2G}
 budget=${BUDGET_S:-180}
@@ -38,14 +41,22 @@ while [ "$r" -le "$rounds" ]; do
         s=${c#*:}
         g=${s#*:}
         s=${s%%:*}
-        name="w$w-s$s-g$g-r$r"
+        m=auto
+        case $g in *:*)
+            m=${g#*:}
+            g=${g%%:*}
+            ;;
+        esac
+        name="w$w-s$s-g$g-m$m-r$r"
         if [ $(($(date +%s) - start)) -ge "$budget" ]; then
             echo "time budget of ${budget}s spent: $name not run" >&2
             continue
         fi
-        echo "round $r: ucx_workers=$w ucx_spin_us=$s ucx_tcp_seg=$g" >&2
+        echo "round $r: ucx_workers=$w ucx_spin_us=$s ucx_tcp_seg=$g" \
+            "ucx_read_mode=$m" >&2
         # shellcheck disable=SC2086
         KVF_UCX_WORKERS=$w KVF_UCX_SPIN_US=$s KVF_UCX_TCP_SEG=$g \
+            KVF_UCX_READ_MODE=$m \
             "$bin" bench blocks \
             --transport ucx --op both $args --quiet \
             --json "$out/$name.json" --record "$out/records" \
@@ -59,37 +70,39 @@ import glob, json, os, re, statistics, sys
 out = sys.argv[1]
 runs = {}
 for f in sorted(glob.glob(os.path.join(out, "w*-s*-g*-r*.json"))):
-    m = re.match(r"w(\d+)-s(\d+)-g(\w+)-r\d+\.json", os.path.basename(f))
+    m = re.match(r"w(\d+)-s(\d+)-g(\w+)(?:-m(\w+))?-r\d+\.json",
+                 os.path.basename(f))
     try:
         d = json.load(open(f))
     except ValueError:
         continue
     for row in d.get("rows", []):
-        key = (int(m.group(1)), int(m.group(2)), m.group(3), row["op"],
-               row["size_bytes"])
+        key = (int(m.group(1)), int(m.group(2)), m.group(3),
+               m.group(4) or "auto", row["op"], row["size_bytes"])
         runs.setdefault(key, []).append(row)
 lines = ["# ucx: blocks vs ceiling per worker count",
          "",
          "UCX_TLS=%s; median over rounds; GB/s = GiB/s as bench prints"
          % os.environ.get("UCX_TLS", ""),
          "",
-         "| workers | spin us | tcp seg | op | size | blocks GB/s "
+         "| workers | spin us | tcp seg | read mode | op | size | blocks GB/s "
          "| ceiling GB/s | % of ceiling | rounds |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "|---|---|---|---|---|---|---|---|---|---|"]
 for key in sorted(runs):
     rows = runs[key]
     g = statistics.median(r["gib_s"] for r in rows)
     l = statistics.median(r["link_gib_s"] for r in rows)
     p = statistics.median(r["link_ratio"] for r in rows)
-    lines.append("| %d | %d | %s | %s | %d MB | %.2f | %.2f | %.0f %% | %d |"
-                 % (key[0], key[1], key[2], key[3], key[4] >> 20, g, l,
-                    100 * p, len(rows)))
+    lines.append("| %d | %d | %s | %s | %s | %d MB | %.2f | %.2f | %.0f %% "
+                 "| %d |" % (key[0], key[1], key[2], key[3], key[4],
+                            key[5] >> 20, g, l, 100 * p, len(rows)))
 # the same, one row per op and size, one column per configuration
-confs = sorted({k[:3] for k in runs})
-cells = sorted({k[3:] for k in runs}, key=lambda k: (k[0] != "write", k[1]))
+confs = sorted({k[:4] for k in runs})
+cells = sorted({k[4:] for k in runs}, key=lambda k: (k[0] != "write", k[1]))
 lines += ["", "blocks GB/s / ceiling GB/s = share, per configuration "
-          "(workers:spin_us:tcp_seg):", "",
-          "| op | size | " + " | ".join("%d:%d:%s" % c for c in confs) + " |",
+          "(workers:spin_us:tcp_seg:read_mode):", "",
+          "| op | size | " + " | ".join("%d:%d:%s:%s" % c for c in confs)
+          + " |",
           "|---|---|" + "---|" * len(confs)]
 for op, size in cells:
     row = []

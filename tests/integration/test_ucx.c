@@ -10,6 +10,11 @@
  * the middle of a batch (every operation ends with a status within the
  * timeout), and hostile clients of the side channel that hands out
  * remote keys (no handshake, keys for unregistered memory, garbage).
+ * CTest runs it with each read mode (ucx_read_mode get and push, under
+ * both UCX_TLS settings), so READs are verified over one-sided gets and
+ * over the target's pushes; it also sends the target hostile READ
+ * requests of the push protocol (out of bounds, malformed, too large)
+ * and reads single operations larger than one push request.
  * Skipped (77) in a build without UCX.
  */
 #include <stdarg.h>
@@ -404,6 +409,210 @@ static void test_side_channel_hostile(void **state)
     run_ops(f, &op, 1);
     assert_memory_equal(f->local, f->expect + 8192, 8192);
 }
+/* One READ larger than a push request (4 MiB), at odd offsets and
+ * lengths, with requests of up to 16 MiB: cut into pieces, verified. */
+static void test_large_read(void **state)
+{
+    fixture_t *f = *state;
+    kvf_engine_h e = NULL;
+    kvf_region_h r = NULL;
+    kvf_peer_h peer = NULL;
+    const size_t len = (9u << 20) + 4097;
+    unsigned char *buf = malloc(len + 64);
+    kvf_op_t op;
+
+    setenv("KVF_CHUNK_BYTES", "16M", 1);
+    assert_int_equal(open_engine(&e), KVF_OK);
+    unsetenv("KVF_CHUNK_BYTES");
+    assert_int_equal(kvf_engine_reg(e, buf, len + 64, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(e, f->t.segment, &peer), KVF_OK);
+    memset(buf, 0, len + 64);
+    op = (kvf_op_t){KVF_OP_READ, buf + 3, peer, f->t.pool_addr + 12345, len};
+    assert_int_equal(kvf_transfer_sync(e, &op, 1, TIMEOUT), KVF_OK);
+    assert_memory_equal(buf + 3, f->expect + 12345, len);
+    assert_true(buf[2] == 0 && buf[len + 3] == 0);
+    kvf_peer_close(peer);
+    kvf_engine_dereg(e, r);
+    kvf_engine_destroy(e);
+    free(buf);
+}
+
+/* A hostile initiator of the push protocol: its own UCX worker sends
+ * READ requests straight to a target worker. */
+typedef struct {
+    int got;
+    uint32_t magic;
+    kvf_status_t status;
+    uint64_t id;
+    size_t len;
+    unsigned char data[16384];
+} am_reply_t;
+
+static ucs_status_t am_reply_cb(void *arg, const void *header, size_t hlen,
+                                void *data, size_t length,
+                                const ucp_am_recv_param_t *param)
+{
+    am_reply_t *a = arg;
+    kvf_rd_t r;
+
+    (void)param;
+    if (hlen != KVF_UCX_PUSH_HDR) {
+        return UCS_OK; /* not a reply: the test sees none */
+    }
+    kvf_rd_init(&r, header, hlen);
+    a->magic = kvf_rd_u32(&r);
+    a->status = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
+    a->id = kvf_rd_u64(&r);
+    a->len = length;
+    if (length <= sizeof(a->data)) {
+        memcpy(a->data, data, length);
+    }
+    a->got = 1;
+    return UCS_OK;
+}
+
+/* Sends a READ request (header count, n entries) and waits for the
+ * reply, at most 5 s; returns whether one came. */
+static int am_read(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a, uint32_t count,
+                   uint64_t id, const uint64_t *ents, size_t n)
+{
+    unsigned char hdr[KVF_UCX_PUSH_HDR], body[8 * KVF_UCX_PUSH_ENT];
+    ucp_request_param_t p = {0};
+    uint64_t end = kvf_time_ms() + 5000;
+    ucs_status_ptr_t sp;
+    kvf_wr_t wr;
+    size_t i;
+
+    kvf_wr_init_fixed(&wr, hdr, sizeof(hdr));
+    kvf_wr_u32(&wr, KVF_UCX_PUSH_MAGIC);
+    kvf_wr_u32(&wr, count);
+    kvf_wr_u64(&wr, id);
+    kvf_wr_init_fixed(&wr, body, sizeof(body));
+    for (i = 0; i < 2 * n; i++) {
+        kvf_wr_u64(&wr, ents[i]);
+    }
+    memset(a, 0, sizeof(*a));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    sp = ucp_am_send_nbx(ep, KVF_UCX_AM_READ, hdr, sizeof(hdr), body,
+                         n * KVF_UCX_PUSH_ENT, &p);
+    while (!a->got && kvf_time_ms() < end) {
+        ucp_worker_progress(w);
+    }
+    if (UCS_PTR_IS_PTR(sp)) {
+        while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
+               kvf_time_ms() < end) {
+            ucp_worker_progress(w);
+        }
+        ucp_request_free(sp);
+    }
+    return a->got;
+}
+
+static void ep_close(ucp_worker_h w, ucp_ep_h ep)
+{
+    ucp_request_param_t p = {0};
+    uint64_t end = kvf_time_ms() + 3000;
+    ucs_status_ptr_t sp;
+
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    sp = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(sp)) {
+        while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
+               kvf_time_ms() < end) {
+            ucp_worker_progress(w);
+        }
+        ucp_request_free(sp);
+    }
+}
+
+static void test_push_hostile(void **state)
+{
+    fixture_t *f = *state;
+    static am_reply_t a;
+    ucp_am_handler_param_t hp = {0};
+    ucp_worker_params_t wp = {0};
+    ucp_ep_params_t ep_p = {0};
+    char host[KVF_HOST_MAX];
+    uint64_t base = f->t.pool_addr, e[4];
+    ucp_context_h ctx;
+    ucp_worker_h w;
+    void *addr = NULL;
+    kvf_frame_hdr_t h;
+    ucp_ep_h ep;
+    uint16_t port;
+    kvf_op_t op;
+    int fd;
+
+    side_address(f, host, &port);
+    assert_int_equal(kvf_auth_connect(host, port, 3000, "ucx", &fd), KVF_OK);
+    assert_int_equal(kvf_ucx_send(fd, KVF_UCX_HELLO, KVF_OK, 0, NULL, 0,
+                                  kvf_time_ms() + 3000),
+                     KVF_OK);
+    assert_int_equal(kvf_ucx_recv_hdr(fd, &h, kvf_time_ms() + 3000), KVF_OK);
+    addr = malloc(h.meta_len);
+    assert_int_equal(
+        kvf_sock_recv_all(fd, addr, h.meta_len, kvf_time_ms() + 3000), KVF_OK);
+    assert_int_equal(kvf_ucx_ctx_create("127.0.0.1", &ctx), KVF_OK);
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    assert_int_equal(ucp_worker_create(ctx, &wp, &w), UCS_OK);
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = KVF_UCX_AM_BLOCK;
+    hp.cb = am_reply_cb;
+    hp.arg = &a;
+    assert_int_equal(ucp_worker_set_am_recv_handler(w, &hp), UCS_OK);
+    ep_p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep_p.address = addr;
+    assert_int_equal(ucp_ep_create(w, &ep_p, &ep), UCS_OK);
+
+    /* two blocks of the pool: gathered in order, byte for byte */
+    e[0] = base + 8192, e[1] = 100, e[2] = base + 3, e[3] = 8190;
+    assert_true(am_read(w, ep, &a, 2, 7, e, 2));
+    assert_int_equal(a.magic, KVF_UCX_PUSH_MAGIC);
+    assert_int_equal(a.status, KVF_OK);
+    assert_int_equal(a.id, 7);
+    assert_int_equal(a.len, 8290);
+    assert_memory_equal(a.data, f->expect + 8192, 100);
+    assert_memory_equal(a.data + 100, f->expect + 3, 8190);
+    /* memory the target never registered, and past the pool's end */
+    e[0] = 4096, e[1] = 8192;
+    assert_true(am_read(w, ep, &a, 1, 8, e, 1));
+    assert_int_equal(a.status, KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(a.len, 0);
+    e[0] = base + 8192, e[1] = 8192, e[2] = base + POOL - 4096, e[3] = 8192;
+    assert_true(am_read(w, ep, &a, 2, 9, e, 2));
+    assert_int_equal(a.status, KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(a.len, 0);
+    /* more bytes than one request may ask, a wrapping range, a count
+     * that is not the entries sent, no entries */
+    e[0] = base, e[1] = 5u << 20;
+    assert_true(am_read(w, ep, &a, 1, 10, e, 1));
+    assert_int_equal(a.status, KVF_ERR_QUOTA);
+    e[0] = UINT64_MAX - 10, e[1] = 100;
+    assert_true(am_read(w, ep, &a, 1, 11, e, 1));
+    assert_int_equal(a.status, KVF_ERR_PROTOCOL);
+    e[0] = base, e[1] = 100;
+    assert_true(am_read(w, ep, &a, 3, 12, e, 1));
+    assert_int_equal(a.status, KVF_ERR_PROTOCOL);
+    assert_true(am_read(w, ep, &a, 0, 13, e, 0));
+    assert_int_equal(a.status, KVF_ERR_PROTOCOL);
+
+    ep_close(w, ep);
+    ucp_worker_destroy(w);
+    ucp_cleanup(ctx);
+    free(addr);
+    close(fd);
+    /* and a real initiator is still served */
+    op =
+        (kvf_op_t){KVF_OP_READ, f->local, f->peer, f->t.pool_addr + 8192, 8192};
+    run_ops(f, &op, 1);
+    assert_memory_equal(f->local, f->expect + 8192, 8192);
+}
 #endif
 
 int main(void)
@@ -427,6 +636,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_side_channel_hostile, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_large_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_push_hostile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_target_killed, setup, teardown),
     };
 

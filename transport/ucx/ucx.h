@@ -5,7 +5,8 @@
  * remote keys, the target workers' progress threads, the memory
  * mappings), the initiator side (ucx_ep.c: ucx_workers lanes per
  * peer, each a worker, an endpoint and a progress thread) and the ops
- * table (ucx_ops.c).
+ * table (ucx_ops.c), and READs served by the target's pushes where UCP
+ * has no hardware RMA (ucx_push.c).
  *
  * Threads: every UCP call on a worker is made by that worker's progress
  * thread (UCS_THREAD_MODE_SINGLE), except creation and destruction,
@@ -64,8 +65,9 @@ struct kvf_tl_iface {
     char host[KVF_HOST_MAX];
     char address[KVF_HOST_MAX + 8];
     ucp_context_h ctx;
-    unsigned nworkers; /* ucx_workers: lanes per ep, target workers */
-    uint64_t spin_ns;  /* ucx_spin_us */
+    unsigned nworkers;  /* ucx_workers: lanes per ep, target workers */
+    unsigned read_mode; /* ucx_read_mode: KVF_UCX_READ_* */
+    uint64_t spin_ns;   /* ucx_spin_us */
     /* target side (NULL when no_listen) */
     kvf_ucx_server_t *server;
     kvf_ucx_tworker_t *tw; /* nworkers of them */
@@ -84,6 +86,49 @@ typedef struct kvf_ucx_rkey {
 typedef struct kvf_ucx_rctx kvf_ucx_rctx_t;
 /* A lane's pinned buffers and GPU copy contexts (ucx_stage.c). */
 typedef struct kvf_ucx_stage kvf_ucx_stage_t;
+typedef struct kvf_ucx_push kvf_ucx_push_t;
+
+/* One UCP call (or the flush): the segments it covers. */
+typedef struct kvf_ucx_op {
+    kvf_ucx_rctx_t *rc;
+    uint32_t first;
+    uint32_t count;
+} kvf_ucx_op_t;
+
+/* A request in flight on a lane (progress thread's). */
+struct kvf_ucx_rctx {
+    kvf_tl_req_t *req;
+    struct kvf_ucx_lane *ln;
+    unsigned pending;
+    kvf_status_t err;
+    int zombie; /* completed by force: late callbacks only count down */
+    kvf_ucx_rctx_t *prev, *next;
+    kvf_ucx_push_t *pushes; /* READ requests a target serves (push mode) */
+    kvf_ucx_op_t ops[];     /* nsegs + 1 (the flush) */
+};
+
+/* How a lane reads: ucp_get_nbx per block, or the target pushes the
+ * blocks (ucx_read_mode; auto: push where the endpoint has no RMA
+ * lane, i.e. UCX would emulate gets in software). */
+enum {
+    KVF_UCX_READ_AUTO = 0,
+    KVF_UCX_READ_GET = 1,
+    KVF_UCX_READ_PUSH = 2,
+};
+/* Active message ids: a READ request to a target worker, its reply. */
+#define KVF_UCX_AM_READ  1
+#define KVF_UCX_AM_BLOCK 2
+/* Most (address, length) entries and bytes in one READ request (the
+ * initiator cuts larger ones, the target refuses them). */
+#define KVF_UCX_PUSH_MAX   1024
+#define KVF_UCX_PUSH_MAGIC 0x4b564650u /* "KVFP": both headers' first u32 */
+#define KVF_UCX_PUSH_HDR   16          /* u32 magic, u32 count|status, u64 id */
+#define KVF_UCX_PUSH_ENT   16          /* u64 addr, u64 len */
+#define KVF_UCX_PUSH_BYTES (4ull << 20)
+/* A request whose deadline_ms (the transport's field) is this moves by
+ * one-sided gets in every read mode: the link test's contiguous
+ * ceiling does not change with the mode it is compared with. */
+#define KVF_UCX_REQ_ONE_SIDED UINT64_MAX
 
 /* Bytes of requests an ep keeps in flight in UCP, shared by its lanes. */
 #define KVF_UCX_WINDOW (64ull << 20)
@@ -115,6 +160,8 @@ typedef struct kvf_ucx_lane {
     kvf_ucx_rkey_t *rkeys;
     size_t nrkeys, rkeys_cap;
     kvf_ucx_stage_t *stage; /* GPU requests' buffers (NULL: none yet) */
+    int push;               /* READs served by the target (KVF_UCX_READ_PUSH) */
+    uint64_t push_seq;      /* id of the next READ request */
 } kvf_ucx_lane_t;
 
 struct kvf_tl_ep {
@@ -145,6 +192,8 @@ int kvf_ucx_has_rdma(const char *resources);
  * ucx_workers key; 1..KVF_UCX_WORKERS_MAX) and the ucx_spin_us key. */
 kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
                             uint64_t *spin_ns_p);
+/* The ucx_read_mode key: KVF_UCX_READ_AUTO, _GET or _PUSH. */
+kvf_status_t kvf_ucx_read_mode(unsigned *mode_p);
 /* A worker with a wake-up fd; *efd_p: an epoll fd watching it and
  * *wake_p (an eventfd created here). */
 kvf_status_t kvf_ucx_worker_create(ucp_context_h ctx, ucp_worker_h *worker_p,
@@ -154,9 +203,13 @@ void kvf_ucx_worker_destroy(ucp_worker_h worker, int efd, int wake);
  * an event), unless the worker had events less than spin->ns ago: then
  * return at once (the caller polls again). With a target, progress runs
  * holding its region set, so a deregistration never overlaps a software
- * RMA writing into the range. */
+ * RMA writing into the range. busy (optional) runs after each progress
+ * call that found events: a lane refills its window there, so requests
+ * completed while replies keep streaming in are replaced at once, not
+ * when the worker falls idle. */
 void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
-                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin);
+                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin,
+                         void (*busy)(void *arg), void *arg);
 void kvf_ucx_wake(int wake);
 kvf_status_t kvf_ucx_status(ucs_status_t s);
 
@@ -186,6 +239,13 @@ kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
                              const void *meta, size_t len, kvf_frame_hdr_t *h,
                              void **reply_p);
 
+/* Fails segments [first, first+count) of rc with status (the first
+ * failure is the request's). */
+void kvf_ucx_segs_fail(kvf_ucx_rctx_t *rc, uint32_t first, uint32_t count,
+                       kvf_status_t status);
+/* Completes rc once nothing of it is pending (progress thread). */
+void kvf_ucx_rctx_finish(kvf_ucx_rctx_t *rc);
+
 /* ---- ucx_stage.c -------------------------------------------------------- */
 
 /* A request with local GPU memory, on its lane's progress thread: the
@@ -195,5 +255,21 @@ kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
 kvf_tl_req_t *kvf_ucx_stage(kvf_ucx_lane_t *ln, kvf_tl_req_t *req);
 /* Frees the lane's buffers and contexts (after its worker is gone). */
 void kvf_ucx_stage_fini(kvf_ucx_lane_t *ln);
+
+/* ---- ucx_push.c --------------------------------------------------------- */
+
+/* Target: serve READ requests on a target worker (before its thread). */
+kvf_status_t kvf_ucx_push_serve(kvf_ucx_tworker_t *tw);
+/* Initiator: receive pushed blocks on a lane's worker; and whether the
+ * lane reads by push (mode, and for auto the endpoint's lanes). */
+kvf_status_t kvf_ucx_push_lane_init(kvf_ucx_lane_t *ln, unsigned mode);
+/* Adds segments [first, first+count) of rc's READ, merged into one
+ * entry (len bytes, contiguous on both sides), to rc's request being
+ * built, sending it when full; push_send sends what is built. */
+void kvf_ucx_push_add(kvf_ucx_rctx_t *rc, uint32_t first, uint32_t count,
+                      void *local, uint64_t remote, uint64_t len);
+void kvf_ucx_push_send(kvf_ucx_rctx_t *rc);
+/* Frees rc's push records (rctx freed, or a zombie at lane destroy). */
+void kvf_ucx_push_free(kvf_ucx_rctx_t *rc);
 
 #endif

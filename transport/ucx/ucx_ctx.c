@@ -1,11 +1,11 @@
 /*
- * ucx transport: UCP contexts and workers. A context asks for RMA and
- * wake-ups; on a loopback iface its network devices are limited to lo,
- * so UCX's own tcp listener is not reachable from other hosts. UCX's tcp
- * transport accepts connections without any authentication, and its
- * software RMA and CMA reach any address of the target process: a
- * context for a non-loopback address that would use tcp is refused
- * unless insecure=1 (RDMA transports check remote keys in the NIC).
+ * ucx transport: UCP contexts and workers. A context asks for RMA,
+ * active messages (READs served by the target) and wake-ups; on a loopback
+ * iface its network devices are limited to lo, so UCX's own tcp listener is not
+ * reachable from other hosts. UCX's tcp transport accepts connections without
+ * any authentication, and its software RMA and CMA reach any address of the
+ * target process: a context for a non-loopback address that would use tcp is
+ * refused unless insecure=1 (RDMA transports check remote keys in the NIC).
  *
  * The resource list (what `bench env` shows and what decides whether an
  * RDMA device exists) is read from ucp_context_print_info's "resource"
@@ -36,6 +36,12 @@ static const kvf_config_entry_t kvf_ucx_config_entries[] = {
      "block with its headers must fit one or it costs two messages and "
      "two acknowledgements; block size + 1K (0: UCX's own; "
      "UCX_TCP_TX_SEG_SIZE, when set, wins)",
+     KVF_CONFIG_TUNING},
+    {"ucx_read_mode", "auto",
+     "ucx: how READs move: get (one-sided ucp_get_nbx per block), push "
+     "(the target answers one message per request with the blocks "
+     "gathered), or auto: push where UCP has no RMA lane to the peer "
+     "(UCX's tcp emulates gets with a message per block), get otherwise",
      KVF_CONFIG_TUNING},
     {"ucx_spin_us", "0",
      "ucx: how long a progress thread keeps polling its worker after the "
@@ -75,6 +81,23 @@ kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
     }
     *n_p = (unsigned)v;
     return KVF_OK;
+}
+
+kvf_status_t kvf_ucx_read_mode(unsigned *mode_p)
+{
+    static const char *const names[] = {"auto", "get", "push"};
+    const char *v = kvf_config_str(&kvf_ucx_config, "ucx_read_mode");
+    unsigned i;
+
+    for (i = 0; v != NULL && i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(v, names[i]) == 0) {
+            *mode_p = i; /* KVF_UCX_READ_AUTO, _GET, _PUSH */
+            return KVF_OK;
+        }
+    }
+    kvf_error("ucx: ucx_read_mode '%s' is not one of auto, get, push",
+              v != NULL ? v : "");
+    return KVF_ERR_INVALID_PARAM;
 }
 
 kvf_status_t kvf_ucx_status(ucs_status_t s)
@@ -225,7 +248,7 @@ static kvf_status_t kvf_ucx_init(const char *net_devices, ucp_context_h *ctx_p)
         ucp_config_modify(config, "NET_DEVICES", net_devices);
     }
     p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-    p.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    p.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     p.mt_workers_shared = 1;
     s = ucp_init(&p, config, ctx_p);
     ucp_config_release(config);
@@ -353,22 +376,35 @@ void kvf_ucx_wake(int wake)
     }
 }
 
+/* Longest a worker_wait with a busy hook keeps progressing (a lane's
+ * peer checks, timeouts and keepalive run between calls). */
+#define KVF_UCX_BUSY_NS (10 * 1000000ull)
+
 void kvf_ucx_worker_wait(ucp_worker_h worker, int efd, int wake, int timeout_ms,
-                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin)
+                         const kvf_tl_target_t *target, kvf_ucx_spin_t *spin,
+                         void (*busy)(void *arg), void *arg)
 {
     struct epoll_event ev[2];
+    uint64_t v, now, t0 = kvf_time_ns();
     unsigned n = 0, c;
-    uint64_t v, now;
     ucs_status_t s;
+    int more = 0;
 
     if (target != NULL) {
         target->acquire(target->arg);
     }
-    while ((c = ucp_worker_progress(worker)) != 0) {
+    while (!more && (c = ucp_worker_progress(worker)) != 0) {
         n += c;
+        if (busy != NULL) {
+            busy(arg);
+            more = kvf_time_ns() - t0 > KVF_UCX_BUSY_NS;
+        }
     }
     if (target != NULL) {
         target->release(target->arg);
+    }
+    if (more) {
+        return; /* the caller's checks run, then it comes back */
     }
     if (spin->ns > 0) {
         now = kvf_time_ns();

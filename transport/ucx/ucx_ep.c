@@ -9,7 +9,9 @@
  * merged into one call), each under the remote key of the region
  * holding it, fetched once per region and lane over the side channel.
  * A WRITE completes after an endpoint flush (the bytes are at the
- * target); a READ when its gets have landed. A thread sleeps on its
+ * target); a READ when its gets have landed, or, on a lane without an
+ * RMA lane for gets (ucx_read_mode, ucx_push.c), when the target's reply
+ * to the request has been copied into place. A thread sleeps on its
  * worker's fd when idle.
  *
  * Failures: endpoints run in UCP's peer error mode, so a dead peer
@@ -29,23 +31,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
-
-/* One UCP call (or the flush): the segments it covers. */
-typedef struct kvf_ucx_op {
-    kvf_ucx_rctx_t *rc;
-    uint32_t first;
-    uint32_t count;
-} kvf_ucx_op_t;
-
-struct kvf_ucx_rctx {
-    kvf_tl_req_t *req;
-    kvf_ucx_lane_t *ln;
-    unsigned pending;
-    kvf_status_t err;
-    int zombie; /* completed by force: late callbacks only count down */
-    kvf_ucx_rctx_t *prev, *next;
-    kvf_ucx_op_t ops[]; /* nsegs + 1 (the flush) */
-};
 
 kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
                              const void *meta, size_t len, kvf_frame_hdr_t *h,
@@ -171,8 +156,8 @@ static kvf_status_t kvf_ucx_rkey_fetch(kvf_ucx_lane_t *ln, uint64_t addr,
     return status;
 }
 
-static void kvf_ucx_segs_fail(kvf_ucx_rctx_t *rc, uint32_t first,
-                              uint32_t count, kvf_status_t status)
+void kvf_ucx_segs_fail(kvf_ucx_rctx_t *rc, uint32_t first, uint32_t count,
+                       kvf_status_t status)
 {
     uint32_t i;
 
@@ -184,7 +169,7 @@ static void kvf_ucx_segs_fail(kvf_ucx_rctx_t *rc, uint32_t first,
     }
 }
 
-static void kvf_ucx_rctx_finish(kvf_ucx_rctx_t *rc)
+void kvf_ucx_rctx_finish(kvf_ucx_rctx_t *rc)
 {
     kvf_ucx_lane_t *ln = rc->ln;
     kvf_tl_req_t *req = rc->req;
@@ -205,6 +190,7 @@ static void kvf_ucx_rctx_finish(kvf_ucx_rctx_t *rc)
     } else {
         KVF_TL_COUNT(errors, 1);
     }
+    kvf_ucx_push_free(rc);
     kvf_free(rc);
     req->complete(req);
 }
@@ -321,6 +307,7 @@ static kvf_ucx_rctx_t *kvf_ucx_rctx_new(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
 static void kvf_ucx_req_start(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
 {
     int write = req->type == KVF_OP_WRITE;
+    int push = !write && ln->push && req->deadline_ms != KVF_UCX_REQ_ONE_SIDED;
     kvf_ucx_rctx_t *rc;
     kvf_ucx_rkey_t *k;
     kvf_status_t st;
@@ -356,11 +343,20 @@ static void kvf_ucx_req_start(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
             continue;
         }
         j = kvf_ucx_merge(req, i, k, &len);
+        if (push) {
+            kvf_ucx_push_add(rc, i, j - i, req->segs[i].local,
+                             req->segs[i].remote, len);
+            nops++;
+            continue;
+        }
         rc->ops[nops] = (kvf_ucx_op_t){rc, i, j - i};
         kvf_ucx_op_issue(ln, &rc->ops[nops++], write, req->segs[i].local,
                          req->segs[i].remote, len, k->rkey);
     }
     KVF_TL_COUNT(wire_entries, nops);
+    if (push) {
+        kvf_ucx_push_send(rc);
+    }
     if (write && nops > 0) {
         rc->ops[nops] = (kvf_ucx_op_t){rc, 0, (uint32_t)req->nsegs};
         kvf_ucx_op_issue(ln, &rc->ops[nops], write, NULL, 0, 0, NULL);
@@ -435,8 +431,9 @@ static void kvf_ucx_lane_abort(kvf_ucx_lane_t *ln, kvf_status_t why)
  * request): a batch of a million blocks does not become a million
  * queued UCP operations, on either side (over tcp the target queues a
  * reply per get), however many lanes the peer has. */
-static void kvf_ucx_lane_drain(kvf_ucx_lane_t *ln)
+static void kvf_ucx_lane_drain(void *arg)
 {
+    kvf_ucx_lane_t *ln = arg;
     uint64_t window = KVF_UCX_WINDOW / ln->ep->nlanes;
     kvf_tl_req_t *req;
 
@@ -540,7 +537,8 @@ static void *kvf_ucx_lane_main(void *arg)
     while (!ln->stop) {
         kvf_ucx_lane_drain(ln);
         kvf_ucx_worker_wait(ln->worker, ln->efd, ln->wake,
-                            ln->nactive > 0 ? 50 : idle_ms, NULL, &ln->spin);
+                            ln->nactive > 0 ? 50 : idle_ms, NULL, &ln->spin,
+                            kvf_ucx_lane_drain, ln);
         if (ln->uep == NULL) {
             continue;
         }
@@ -635,7 +633,7 @@ static kvf_status_t kvf_ucx_lane_connect(kvf_ucx_lane_t *ln)
     /* a dead target closes the side channel: wake up and tell */
     ev.data.fd = ep->fd;
     epoll_ctl(ln->efd, EPOLL_CTL_ADD, ep->fd, &ev);
-    return KVF_OK;
+    return kvf_ucx_push_lane_init(ln, ep->iface->read_mode);
 }
 
 /* Flushes and closes the lane's endpoint, by force when it does not
@@ -696,6 +694,7 @@ static void kvf_ucx_lane_destroy(kvf_ucx_lane_t *ln)
         kvf_ucx_rctx_t *rc = ln->zombies;
 
         ln->zombies = rc->next;
+        kvf_ucx_push_free(rc);
         kvf_free(rc);
     }
     pthread_mutex_destroy(&ln->lock);

@@ -3,7 +3,8 @@
  * engine the target worker and its side channel), remote checksums over
  * the side channel, and the link test (one contiguous put or get of the
  * whole length, cut into one piece per lane, through the same lanes as
- * the blocks: the ceiling `bench link` reports for them).
+ * the blocks, one-sided in every read mode: the ceiling `bench link`
+ * reports for them).
  */
 #include "transport/ucx/ucx.h"
 #include "core/alloc.h"
@@ -65,8 +66,10 @@ static kvf_status_t kvf_ucx_tw_create(kvf_tl_iface_t *iface,
         return KVF_ERR_INTERNAL;
     }
     tw->addr = addr;
-    return kvf_ucx_addr_check(tw->addr_len) == KVF_OK ? KVF_OK
-                                                      : KVF_ERR_INTERNAL;
+    if (kvf_ucx_addr_check(tw->addr_len) != KVF_OK) {
+        return KVF_ERR_INTERNAL;
+    }
+    return kvf_ucx_push_serve(tw);
 }
 
 /* The target's workers, then its side channel and progress threads. */
@@ -111,6 +114,9 @@ static kvf_status_t kvf_ucx_iface_open(const kvf_tl_config_t *cfg,
     if (status == KVF_OK) {
         status =
             kvf_ucx_tuning(cfg->ucx_workers, &iface->nworkers, &iface->spin_ns);
+    }
+    if (status == KVF_OK) {
+        status = kvf_ucx_read_mode(&iface->read_mode);
     }
     if (status == KVF_OK) {
         status = kvf_ucx_ctx_create(iface->host, &iface->ctx);
@@ -251,6 +257,7 @@ static kvf_status_t kvf_ucx_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
         req[i].seg_status = &seg_status[i];
         req[i].complete = kvf_ucx_link_done;
         req[i].arg = &w;
+        req[i].deadline_ms = KVF_UCX_REQ_ONE_SIDED;
     }
     w.left = n;
     t0 = kvf_time_ns();

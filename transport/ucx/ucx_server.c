@@ -313,7 +313,7 @@ static void *kvf_ucx_target_progress(void *arg)
 
     while (!tw->stop) {
         kvf_ucx_worker_wait(tw->worker, tw->efd, tw->wake, -1,
-                            &tw->iface->target, &tw->spin);
+                            &tw->iface->target, &tw->spin, NULL, NULL);
     }
     return NULL;
 }

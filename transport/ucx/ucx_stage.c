@@ -256,7 +256,8 @@ static kvf_ucx_staged_t *kvf_ucx_staged_new(kvf_ucx_lane_t *ln,
                               .seg_status = s->statuses,
                               .local_mem = KVF_MEM_BIT(KVF_MEM_PINNED),
                               .complete = kvf_ucx_staged_done,
-                              .arg = s};
+                              .arg = s,
+                              .deadline_ms = req->deadline_ms};
     return s;
 }
 

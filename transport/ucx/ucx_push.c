@@ -1,0 +1,478 @@
+/*
+ * ucx transport, READs served by the target ("push" mode). Where UCP has
+ * no RMA lane to the peer (UCX's tcp transport: a get there is a software
+ * request message per block and a reply), a lane sends the target one
+ * active message per request of up to KVF_UCX_PUSH_MAX entries, each
+ * (remote address, length) with adjacent blocks merged; the target's
+ * worker checks every entry against its registered regions, exactly as
+ * the side channel does before it hands out a key, and answers with one
+ * active message that gathers the entries (an iov, packed by UCX into its
+ * segments); the lane scatters the reply into the request's local
+ * blocks. So a READ costs what a WRITE costs: messages of full segments,
+ * not a request and a reply per block.
+ *
+ * Trust: the target only reads its own registered regions (each entry is
+ * checked; a bad one fails the request with the target's status) and
+ * never writes into the initiator: the initiator copies each reply into
+ * the local ranges it recorded when it sent the request, after checking
+ * that the reply's id is one of its requests in flight and that its
+ * length is the request's. Replies with unknown ids (a late reply to a
+ * request failed by timeout, or a stranger on UCX's unauthenticated tcp
+ * listener) are dropped. A reply still queued in UCX reads the target's
+ * memory after its check, as a software get's reply does: deregistering
+ * a region while a peer reads it is unsafe over UCX's tcp in both modes.
+ *
+ * Wire (little-endian, fixed size headers):
+ *   READ   header: u32 magic, u32 count, u64 id; data: count x (u64
+ *          addr, u64 len)
+ *   BLOCK  header: u32 magic, i32 status, u64 id; data: the entries'
+ *          bytes in order (nothing when status is not KVF_OK)
+ * Both are eager: a target never waits on an initiator's receive.
+ *
+ * Where the endpoint has an RMA lane (RDMA, and CMA on one host), auto
+ * mode keeps one-sided gets: the NIC or the kernel moves the bytes and
+ * the target's CPU is not involved.
+ */
+#include "transport/ucx/ucx.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One READ request sent to the target, until its reply is in place. */
+struct kvf_ucx_push {
+    kvf_ucx_rctx_t *rc;
+    kvf_ucx_push_t *next; /* rc's */
+    uint64_t id;
+    uint32_t first, last; /* segments [first, last) of the request */
+    uint32_t nent, cap;
+    uint64_t total;
+    int sent; /* posted to UCP: no more entries */
+    int done; /* the reply was handled, or the request failed */
+    unsigned char hdr[KVF_UCX_PUSH_HDR];
+    ucp_dt_iov_t *iov;  /* cap: local ranges, in request order */
+    unsigned char *ent; /* cap x KVF_UCX_PUSH_ENT: the wire entries */
+};
+
+/* A target's reply in flight: its header and the gathered ranges. */
+typedef struct kvf_ucx_push_reply {
+    unsigned char hdr[KVF_UCX_PUSH_HDR];
+    ucp_dt_iov_t iov[];
+} kvf_ucx_push_reply_t;
+
+/* ---- target ------------------------------------------------------------ */
+
+static void kvf_ucx_push_reply_done(void *request, ucs_status_t s, void *arg)
+{
+    (void)s;
+    ucp_request_free(request);
+    kvf_free(arg);
+}
+
+static void kvf_ucx_push_hdr(unsigned char *buf, uint32_t v, uint64_t id)
+{
+    kvf_wr_t w;
+
+    kvf_wr_init_fixed(&w, buf, KVF_UCX_PUSH_HDR);
+    kvf_wr_u32(&w, KVF_UCX_PUSH_MAGIC);
+    kvf_wr_u32(&w, v);
+    kvf_wr_u64(&w, id);
+}
+
+/* Checks each entry against the registered regions (the progress thread
+ * holds the region set) and fills rp's iov: KVF_OK or the first refusal. */
+static kvf_status_t kvf_ucx_push_check(kvf_ucx_tworker_t *tw, const void *data,
+                                       size_t length, uint32_t count,
+                                       kvf_ucx_push_reply_t *rp)
+{
+    const kvf_tl_target_t *t = &tw->iface->target;
+    kvf_status_t status = KVF_OK;
+    uint64_t addr, len, total = 0;
+    kvf_tl_mem_t mem;
+    kvf_rd_t r;
+    uint32_t i;
+
+    kvf_rd_init(&r, data, length);
+    for (i = 0; i < count && status == KVF_OK; i++) {
+        status = kvf_ucx_range_dec(&r, &addr, &len);
+        if (status == KVF_OK && len > KVF_UCX_PUSH_BYTES - total) {
+            status = KVF_ERR_QUOTA;
+        }
+        total += status == KVF_OK ? len : 0;
+        if (status == KVF_OK) {
+            status = t->access(t->arg, addr, len, &mem);
+        }
+        if (status == KVF_OK && mem.type == KVF_MEM_CUDA) {
+            status = KVF_ERR_UNSUPPORTED; /* GPU memory: kvferry's own paths */
+        }
+        rp->iov[i].buffer = (void *)(uintptr_t)addr;
+        rp->iov[i].length = len;
+    }
+    if (status == KVF_OK) {
+        status = kvf_rd_end(&r);
+    }
+    return status;
+}
+
+/* Sends rp (owned by the send from here) on ep: the blocks, or the
+ * status alone. */
+static void kvf_ucx_push_reply(ucp_ep_h ep, kvf_ucx_push_reply_t *rp,
+                               kvf_status_t status, uint64_t id, uint32_t count)
+{
+    ucp_request_param_t p = {0};
+    ucs_status_ptr_t sp;
+
+    kvf_ucx_push_hdr(rp->hdr, (uint32_t)status, id);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_FLAGS;
+    p.cb.send = kvf_ucx_push_reply_done;
+    p.user_data = rp;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    if (status == KVF_OK) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        p.datatype = ucp_dt_make_iov();
+    }
+    sp = ucp_am_send_nbx(ep, KVF_UCX_AM_BLOCK, rp->hdr, KVF_UCX_PUSH_HDR,
+                         status == KVF_OK ? (void *)rp->iov : NULL,
+                         status == KVF_OK ? count : 0, &p);
+    if (!UCS_PTR_IS_PTR(sp)) {
+        if (UCS_PTR_STATUS(sp) != UCS_OK) {
+            kvf_log_rl(KVF_LOG_WARN, "ucx: reply to a read request: %s",
+                       ucs_status_string(UCS_PTR_STATUS(sp)));
+        }
+        kvf_free(rp);
+    }
+}
+
+/* A READ request on a target worker (its progress thread, holding the
+ * region set): checked, then answered with the gathered blocks. */
+static ucs_status_t kvf_ucx_push_am_read(void *arg, const void *header,
+                                         size_t header_length, void *data,
+                                         size_t length,
+                                         const ucp_am_recv_param_t *param)
+{
+    kvf_ucx_tworker_t *tw = arg;
+    kvf_ucx_push_reply_t *rp;
+    kvf_status_t status;
+    uint32_t magic, count;
+    uint64_t id;
+    kvf_rd_t r;
+
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+        header_length != KVF_UCX_PUSH_HDR) {
+        kvf_log_rl(KVF_LOG_WARN, "ucx: malformed read request dropped");
+        return UCS_OK;
+    }
+    kvf_rd_init(&r, header, header_length);
+    magic = kvf_rd_u32(&r);
+    count = kvf_rd_u32(&r);
+    id = kvf_rd_u64(&r);
+    status = KVF_OK;
+    if (magic != KVF_UCX_PUSH_MAGIC || count == 0 || count > KVF_UCX_PUSH_MAX ||
+        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
+        length != (size_t)count * KVF_UCX_PUSH_ENT) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "ucx: read request refused: magic 0x%x, %u entries, %zu "
+                   "bytes",
+                   magic, count, length);
+        status = KVF_ERR_PROTOCOL;
+        count = 0;
+    }
+    rp = kvf_malloc(sizeof(*rp) + (size_t)count * sizeof(rp->iov[0]));
+    if (rp == NULL) {
+        kvf_log_rl(KVF_LOG_WARN, "ucx: no memory for a read reply");
+        return UCS_OK; /* the initiator times out */
+    }
+    if (status == KVF_OK) {
+        status = kvf_ucx_push_check(tw, data, length, count, rp);
+    }
+    kvf_ucx_push_reply(param->reply_ep, rp, status, id, count);
+    return UCS_OK;
+}
+
+kvf_status_t kvf_ucx_push_serve(kvf_ucx_tworker_t *tw)
+{
+    ucp_am_handler_param_t p = {0};
+    ucs_status_t s;
+
+    p.field_mask =
+        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    p.id = KVF_UCX_AM_READ;
+    p.cb = kvf_ucx_push_am_read;
+    p.arg = tw;
+    p.flags = UCP_AM_FLAG_WHOLE_MSG;
+    s = ucp_worker_set_am_recv_handler(tw->worker, &p);
+    if (s != UCS_OK) {
+        kvf_error("ucx: ucp_worker_set_am_recv_handler: %s",
+                  ucs_status_string(s));
+        return kvf_ucx_status(s);
+    }
+    return KVF_OK;
+}
+
+/* ---- initiator ---------------------------------------------------------- */
+
+/* The request in flight with this id on the lane, or NULL. */
+static kvf_ucx_push_t *kvf_ucx_push_find(kvf_ucx_lane_t *ln, uint64_t id)
+{
+    kvf_ucx_push_t *p;
+    kvf_ucx_rctx_t *rc;
+
+    for (rc = ln->active; rc != NULL; rc = rc->next) {
+        for (p = rc->pushes; p != NULL; p = p->next) {
+            if (p->id == id) {
+                return p->done ? NULL : p;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* One of rc's pending counts is over (the reply or the send). */
+static void kvf_ucx_push_settle(kvf_ucx_rctx_t *rc)
+{
+    if (--rc->pending == 0 && !rc->zombie) {
+        kvf_ucx_rctx_finish(rc);
+    }
+}
+
+/* The request p failed: its segments fail, its reply is not awaited. */
+static void kvf_ucx_push_fail(kvf_ucx_push_t *p, kvf_status_t status)
+{
+    p->done = 1;
+    kvf_ucx_segs_fail(p->rc, p->first, p->last - p->first, status);
+}
+
+static void kvf_ucx_push_scatter(const kvf_ucx_push_t *p, const void *data)
+{
+    const char *src = data;
+    uint32_t i;
+
+    for (i = 0; i < p->nent; i++) {
+        memcpy(p->iov[i].buffer, src, p->iov[i].length);
+        src += p->iov[i].length;
+    }
+}
+
+/* A reply on a lane's worker (its progress thread). */
+static ucs_status_t kvf_ucx_push_am_block(void *arg, const void *header,
+                                          size_t header_length, void *data,
+                                          size_t length,
+                                          const ucp_am_recv_param_t *param)
+{
+    kvf_ucx_lane_t *ln = arg;
+    kvf_status_t status;
+    kvf_ucx_push_t *p;
+    uint32_t magic;
+    uint64_t id;
+    kvf_rd_t r;
+
+    if (header_length != KVF_UCX_PUSH_HDR) {
+        kvf_log_rl(KVF_LOG_WARN, "ucx: malformed read reply dropped");
+        return UCS_OK;
+    }
+    kvf_rd_init(&r, header, header_length);
+    magic = kvf_rd_u32(&r);
+    status = (kvf_status_t)(int32_t)kvf_rd_u32(&r);
+    id = kvf_rd_u64(&r);
+    p = magic == KVF_UCX_PUSH_MAGIC ? kvf_ucx_push_find(ln, id) : NULL;
+    if (p == NULL) {
+        kvf_debug("ucx: read reply %lu for no request in flight dropped",
+                  (unsigned long)id);
+        return UCS_OK;
+    }
+    ln->last_ms = kvf_time_ms();
+    if (status == KVF_OK && ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
+                             length != p->total)) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "ucx: peer %s:%u sent %zu bytes for a read of %lu",
+                   ln->ep->host, ln->ep->port, length, (unsigned long)p->total);
+        status = KVF_ERR_PROTOCOL;
+    } else if (status > 0) {
+        status = KVF_ERR_PROTOCOL; /* no status a target sends */
+    }
+    if (status == KVF_OK) {
+        kvf_ucx_push_scatter(p, data);
+        p->done = 1;
+    } else {
+        kvf_ucx_push_fail(p, status);
+    }
+    kvf_ucx_push_settle(p->rc);
+    return UCS_OK;
+}
+
+static void kvf_ucx_push_sent(void *request, ucs_status_t s, void *arg)
+{
+    kvf_ucx_push_t *p = arg;
+    kvf_ucx_rctx_t *rc = p->rc;
+
+    ucp_request_free(request);
+    if (!rc->zombie && s != UCS_OK && !p->done) {
+        kvf_ucx_push_fail(p, rc->ln->failed != KVF_OK ? rc->ln->failed
+                                                      : kvf_ucx_status(s));
+        kvf_ucx_push_settle(rc); /* the reply's share */
+    }
+    kvf_ucx_push_settle(rc);
+}
+
+/* Whether UCP gave the endpoint an RMA lane for gets: ucp_ep_print_info
+ * lists one "get[n]" protocol line per such lane (RDMA, CMA, shared
+ * memory); over UCX's tcp there is none (its "rma_bw" lane serves
+ * rendezvous only, and gets are emulated with messages). UCX 1.13 has no
+ * query for it. */
+static int kvf_ucx_ep_has_rma(ucp_ep_h uep)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rma = 0;
+    FILE *f;
+
+    f = open_memstream(&text, &len);
+    if (f == NULL) {
+        return 1;
+    }
+    ucp_ep_print_info(uep, f);
+    fclose(f);
+    rma = text != NULL && strstr(text, " get[") != NULL;
+    kvf_trace("ucx: endpoint lanes:\n%s", text != NULL ? text : "");
+    free(text);
+    return rma;
+}
+
+kvf_status_t kvf_ucx_push_lane_init(kvf_ucx_lane_t *ln, unsigned mode)
+{
+    ucp_am_handler_param_t p = {0};
+    ucs_status_t s;
+
+    p.field_mask =
+        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    p.id = KVF_UCX_AM_BLOCK;
+    p.cb = kvf_ucx_push_am_block;
+    p.arg = ln;
+    p.flags = UCP_AM_FLAG_WHOLE_MSG;
+    s = ucp_worker_set_am_recv_handler(ln->worker, &p);
+    if (s != UCS_OK) {
+        kvf_error("ucx: ucp_worker_set_am_recv_handler: %s",
+                  ucs_status_string(s));
+        return kvf_ucx_status(s);
+    }
+    ln->push = mode == KVF_UCX_READ_PUSH ||
+               (mode == KVF_UCX_READ_AUTO && !kvf_ucx_ep_has_rma(ln->uep));
+    if (ln->idx == 0) {
+        kvf_debug("ucx: %s:%u: reads by %s", ln->ep->host, ln->ep->port,
+                  ln->push ? "the target's pushes" : "gets");
+    }
+    return KVF_OK;
+}
+
+/* A new request of at most cap entries, linked to rc (NULL: no memory). */
+static kvf_ucx_push_t *kvf_ucx_push_new(kvf_ucx_rctx_t *rc, uint32_t cap)
+{
+    kvf_ucx_push_t *p;
+
+    p = kvf_calloc(1, sizeof(*p) +
+                          (size_t)cap * (sizeof(p->iov[0]) + KVF_UCX_PUSH_ENT));
+    if (p == NULL) {
+        return NULL;
+    }
+    p->rc = rc;
+    p->cap = cap;
+    p->iov = (ucp_dt_iov_t *)(p + 1);
+    p->ent = (unsigned char *)(p->iov + cap);
+    p->id = rc->ln->push_seq++;
+    p->first = UINT32_MAX;
+    p->next = rc->pushes;
+    rc->pushes = p;
+    return p;
+}
+
+void kvf_ucx_push_send(kvf_ucx_rctx_t *rc)
+{
+    kvf_ucx_push_t *p = rc->pushes;
+    ucp_request_param_t rp = {0};
+    ucs_status_ptr_t sp;
+
+    if (p == NULL || p->nent == 0 || p->sent) {
+        return; /* nothing built, or already sent */
+    }
+    p->sent = 1;
+    kvf_ucx_push_hdr(p->hdr, p->nent, p->id);
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                      UCP_OP_ATTR_FIELD_FLAGS;
+    rp.cb.send = kvf_ucx_push_sent;
+    rp.user_data = p;
+    rp.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    rc->pending++; /* the reply */
+    sp = ucp_am_send_nbx(rc->ln->uep, KVF_UCX_AM_READ, p->hdr, KVF_UCX_PUSH_HDR,
+                         p->ent, (size_t)p->nent * KVF_UCX_PUSH_ENT, &rp);
+    if (UCS_PTR_IS_PTR(sp)) {
+        rc->pending++; /* the send's callback */
+    } else if (UCS_PTR_STATUS(sp) != UCS_OK) {
+        kvf_ucx_push_fail(p, kvf_ucx_status(UCS_PTR_STATUS(sp)));
+        rc->pending--;
+    }
+}
+
+/* rc's request being built, or a new one when there is none, it was
+ * sent or it is full (NULL: no memory). */
+static kvf_ucx_push_t *kvf_ucx_push_room(kvf_ucx_rctx_t *rc, uint32_t first)
+{
+    kvf_ucx_push_t *p = rc->pushes;
+    uint32_t cap;
+
+    if (p != NULL && !p->sent && p->nent < p->cap &&
+        p->total < KVF_UCX_PUSH_BYTES) {
+        return p;
+    }
+    kvf_ucx_push_send(rc);
+    cap = (uint32_t)(rc->req->nsegs - first);
+    return kvf_ucx_push_new(rc,
+                            cap < KVF_UCX_PUSH_MAX ? cap : KVF_UCX_PUSH_MAX);
+}
+
+void kvf_ucx_push_add(kvf_ucx_rctx_t *rc, uint32_t first, uint32_t count,
+                      void *local, uint64_t remote, uint64_t len)
+{
+    kvf_ucx_push_t *p;
+    uint64_t piece;
+    kvf_wr_t w;
+
+    while (len > 0) {
+        p = kvf_ucx_push_room(rc, first);
+        if (p == NULL) {
+            kvf_ucx_segs_fail(rc, first, count, KVF_ERR_NO_MEMORY);
+            return;
+        }
+        piece = KVF_UCX_PUSH_BYTES - p->total;
+        piece = piece < len ? piece : len;
+        if (p->first == UINT32_MAX) {
+            p->first = first;
+        }
+        p->last = first + count;
+        p->iov[p->nent].buffer = local;
+        p->iov[p->nent].length = piece;
+        kvf_wr_init_fixed(&w, p->ent + (size_t)p->nent * KVF_UCX_PUSH_ENT,
+                          KVF_UCX_PUSH_ENT);
+        kvf_ucx_range_enc(&w, remote, piece);
+        p->total += piece;
+        p->nent++;
+        local = (char *)local + piece;
+        remote += piece;
+        len -= piece;
+    }
+}
+
+void kvf_ucx_push_free(kvf_ucx_rctx_t *rc)
+{
+    kvf_ucx_push_t *p;
+
+    while ((p = rc->pushes) != NULL) {
+        rc->pushes = p->next;
+        kvf_free(p);
+    }
+}
