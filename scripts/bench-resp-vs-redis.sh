@@ -164,7 +164,7 @@ per_op() { awk -v a="$1" -v b="$2" -v n="$3" -v t="$TCK" \
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "# $(nproc) CPUs; clients $CLIENTS; resp threads $THREADS" \
-    "(resp_spread ${KVF_RESP_SPREAD:-0});" \
+    "(resp_spread ${KVF_RESP_SPREAD:-1});" \
     "lease reads $LEASE; keys ${KEYS[*]:-one};" \
     "redis-benchmark threads $BTHREADS;" \
     "${BENV:+door B: $BENV;}" \

@@ -45,10 +45,10 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
      KVF_CONFIG_TUNING},
     {"resp_threads", "1", "kvferry resp: event loops (threads)",
      KVF_CONFIG_TUNING},
-    {"resp_spread", "0",
+    {"resp_spread", "1",
      "kvferry resp: 1 = connections are given to the loops in turn; 0 = "
      "each stays on the loop the kernel woke to accept it (uneven: more "
-     "clients share one loop's batches)",
+     "clients share one loop's batches, which can win on two cores)",
      KVF_CONFIG_TUNING},
     {"resp_views", "1",
      "kvferry resp: 1 = a GET's value is sent straight from the node's "

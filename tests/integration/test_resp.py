@@ -452,9 +452,10 @@ def main():
         procs.append(m)
         n, _ = start(["node", "--master", master, "--pool", "256M"], "node")
         procs.append(n)
-        # this door gives its connections to its two loops in turn (the
-        # others started below keep the kernel's choice, the default)
-        os.environ["KVF_RESP_SPREAD"] = "1"
+        # this door keeps each connection on the loop that accepted it
+        # (the others started below give them to the loops in turn, the
+        # default)
+        os.environ["KVF_RESP_SPREAD"] = "0"
         r, addr = start(["resp", "--master", master, "--listen",
                          "127.0.0.1:0", "--pool", "64M", "--max-value", "8M",
                          "--idle", "3s", "--threads", "2"], "resp")
