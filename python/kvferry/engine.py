@@ -11,6 +11,7 @@ import bisect
 import ctypes
 import itertools
 import operator
+import os
 import sys
 import threading
 import time
@@ -284,8 +285,20 @@ class Batch:
 # A list read through the helper goes in slices of _FIRST_SLICE
 # operations, then four times more each (at most _MAX_SLICES): the first
 # is small so the engine starts at once, the later ones convert while the
-# engine moves the earlier.
-_FIRST_SLICE = 256
+# engine moves the earlier. KVFERRY_FIRST_SLICE (16..65536) tunes the
+# first one for a host.
+def _first_slice() -> int:
+    text = os.environ.get("KVFERRY_FIRST_SLICE", "256")
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 16 <= n <= 65536:
+        raise ValueError(f"KVFERRY_FIRST_SLICE={text!r}: want an integer in 16..65536")
+    return n
+
+
+_FIRST_SLICE = _first_slice()
 _MAX_SLICES = 8
 
 

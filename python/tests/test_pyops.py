@@ -363,3 +363,36 @@ def test_direct_reads_found():
     if sys.version_info[:2] <= (3, 13):
         assert _lib.pyops_direct == 3
     assert _lib.pyops_direct in (0, 1, 2, 3)
+
+
+@needs_helper
+def test_first_slice_setting(engine, target, monkeypatch):
+    """Another first slice (KVFERRY_FIRST_SLICE) cuts the list elsewhere
+    and moves the same bytes; a value out of range stops the import."""
+    import subprocess
+    import sys
+
+    from kvferry import engine as engine_mod
+
+    n = 1500
+    p = engine.open(target.segment)
+    r = engine.alloc(n * SMALL)
+    monkeypatch.setattr(engine_mod, "_FIRST_SLICE", 16)
+    with p.read(sliced_ops(r, target, n, seed=21)) as b:
+        assert engine_mod._slice_starts(n, len(b._hs))[:3] == (0, 16, 80)
+        assert len(b._hs) > 3
+        assert b.result(10) == n * SMALL
+    monkeypatch.setattr(_lib, "_pyops", False)
+    r2 = engine.alloc(n * SMALL)
+    with p.read([((r2, off), rem, ln) for (_, off), rem, ln in sliced_ops(r, target, n, seed=21)]) as b2:
+        b2.result(10)
+    assert bytes(r.memoryview()) == bytes(r2.memoryview())
+    for bad in ("3", "x", "100000"):
+        env = dict(os.environ, KVFERRY_FIRST_SLICE=bad)
+        out = subprocess.run([sys.executable, "-c", "import kvferry.engine"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and "KVFERRY_FIRST_SLICE" in out.stderr
+    env = dict(os.environ, KVFERRY_FIRST_SLICE="64")
+    out = subprocess.run([sys.executable, "-c", "from kvferry import engine; print(engine._FIRST_SLICE)"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "64", out.stderr
