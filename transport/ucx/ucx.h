@@ -65,10 +65,10 @@ struct kvf_tl_iface {
     char host[KVF_HOST_MAX];
     char address[KVF_HOST_MAX + 8];
     ucp_context_h ctx;
-    unsigned nworkers;  /* ucx_workers: lanes per ep, target workers */
+    unsigned nworkers;   /* ucx_workers: lanes per ep, target workers */
     unsigned read_mode;  /* ucx_read_mode: KVF_UCX_MODE_* */
     unsigned write_mode; /* ucx_write_mode: KVF_UCX_MODE_* */
-    uint64_t spin_ns;   /* ucx_spin_us */
+    uint64_t spin_ns;    /* ucx_spin_us */
     /* target side (NULL when no_listen) */
     kvf_ucx_server_t *server;
     kvf_ucx_tworker_t *tw; /* nworkers of them */
