@@ -5,8 +5,8 @@
  * remote keys, the target workers' progress threads, the memory
  * mappings), the initiator side (ucx_ep.c: ucx_workers lanes per
  * peer, each a worker, an endpoint and a progress thread) and the ops
- * table (ucx_ops.c), and READs served by the target's pushes where UCP
- * has no hardware RMA (ucx_push.c).
+ * table (ucx_ops.c), and READs served by the target's pushes and WRITEs
+ * by active message where UCP has no hardware RMA (ucx_push.c).
  *
  * Threads: every UCP call on a worker is made by that worker's progress
  * thread (UCS_THREAD_MODE_SINGLE), except creation and destruction,

@@ -1,5 +1,6 @@
 /*
- * ucx transport, READs served by the target ("push" mode). Where UCP has
+ * ucx transport, READs served by the target and WRITEs by active message
+ * ("push" modes). Where UCP has
  * no RMA lane to the peer (UCX's tcp transport: a get there is a software
  * request message per block and a reply), a lane sends the target one
  * active message per request of up to KVF_UCX_PUSH_MAX entries, each
@@ -11,12 +12,21 @@
  * blocks. So a READ costs what a WRITE costs: messages of full segments,
  * not a request and a reply per block.
  *
- * Trust: the target only reads its own registered regions (each entry is
- * checked; a bad one fails the request with the target's status) and
- * never writes into the initiator: the initiator copies each reply into
- * the local ranges it recorded when it sent the request, after checking
- * that the reply's id is one of its requests in flight and that its
- * length is the request's. Replies with unknown ids (a late reply to a
+ * A WRITE in push mode is the mirror: one active message per request
+ * (the same cut) whose data is the entries followed by the blocks, sent
+ * from the local pieces as an iov (no copy here); the target checks
+ * every entry and that the payload is exactly their bytes, copies the
+ * blocks into place (all or nothing) and answers with a status alone.
+ * The request completes from that status: the bytes are in place, as
+ * after a put's flush.
+ *
+ * Trust: the target only reads and writes its own registered regions,
+ * and writes only where a WRITE's entries say (each entry is checked; a
+ * bad one fails the request with the target's status, and nothing of a
+ * refused WRITE is written); it never writes into the initiator: the initiator
+ * copies each reply into the local ranges it recorded when it sent the request,
+ * after checking that the reply's id is one of its requests in flight and that
+ * its length is the request's. Replies with unknown ids (a late reply to a
  * request failed by timeout, or a stranger on UCX's unauthenticated tcp
  * listener) are dropped. A reply still queued in UCX reads the target's
  * memory after its check, as a software get's reply does: deregistering
@@ -25,13 +35,18 @@
  * Wire (little-endian, fixed size headers):
  *   READ   header: u32 magic, u32 count, u64 id; data: count x (u64
  *          addr, u64 len)
- *   BLOCK  header: u32 magic, i32 status, u64 id; data: the entries'
- *          bytes in order (nothing when status is not KVF_OK)
- * Both are eager: a target never waits on an initiator's receive.
+ *   BLOCK  header: u32 magic, i32 status, u64 id; data: a READ's
+ *          entries' bytes in order (nothing for a WRITE, nothing when
+ *          status is not KVF_OK)
+ *   WRITE  header: as READ's; data: count x (u64 addr, u64 len), then
+ *          the entries' bytes in order
+ * All are eager: a target never waits on an initiator's receive, and
+ * holds at most one request's data per message (a rendezvous request is
+ * refused as malformed).
  *
  * Where the endpoint has an RMA lane (RDMA, and CMA on one host), auto
- * mode keeps one-sided gets: the NIC or the kernel moves the bytes and
- * the target's CPU is not involved.
+ * mode keeps one-sided gets and puts: the NIC or the kernel moves the
+ * bytes and the target's CPU is not involved.
  */
 #include "transport/ucx/ucx.h"
 #include "core/alloc.h"
