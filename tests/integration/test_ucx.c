@@ -613,11 +613,12 @@ static int am_read(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a, uint32_t count,
 }
 
 /* Sends a WRITE request (header count, n entries, then plen bytes of
- * payload) and waits for the reply, at most 5 s; returns whether one
- * came. */
-static int am_write(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a, uint32_t count,
-                    uint64_t id, const uint64_t *ents, size_t n,
-                    const void *payload, size_t plen)
+ * payload) with UCP's send flags and waits for the reply, at most 5 s;
+ * returns whether one came. */
+static int am_write_flags(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a,
+                          uint32_t count, uint64_t id, const uint64_t *ents,
+                          size_t n, const void *payload, size_t plen,
+                          uint32_t flags)
 {
     unsigned char hdr[KVF_UCX_PUSH_HDR], body[8 * KVF_UCX_PUSH_ENT + 16384];
     ucp_request_param_t p = {0};
@@ -638,7 +639,7 @@ static int am_write(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a, uint32_t count,
     memcpy(body + n * KVF_UCX_PUSH_ENT, payload, plen);
     memset(a, 0, sizeof(*a));
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | flags;
     sp = ucp_am_send_nbx(ep, KVF_UCX_AM_WRITE, hdr, sizeof(hdr), body,
                          n * KVF_UCX_PUSH_ENT + plen, &p);
     while (!a->got && kvf_time_ms() < end) {
@@ -652,6 +653,14 @@ static int am_write(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a, uint32_t count,
         ucp_request_free(sp);
     }
     return a->got;
+}
+
+static int am_write(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a, uint32_t count,
+                    uint64_t id, const uint64_t *ents, size_t n,
+                    const void *payload, size_t plen)
+{
+    return am_write_flags(w, ep, a, count, id, ents, n, payload, plen,
+                          UCP_AM_SEND_FLAG_EAGER);
 }
 
 /* The pool's bytes at [off, off+len) as the target holds them now
@@ -718,6 +727,12 @@ static void push_hostile_writes(fixture_t *f, ucp_worker_h w, ucp_ep_h ep,
     assert_int_equal(a->status, KVF_ERR_PROTOCOL);
     assert_true(am_write(w, ep, a, KVF_UCX_PUSH_MAX + 1, 29, e, 1, pay, 10));
     assert_int_equal(a->status, KVF_ERR_PROTOCOL);
+    /* a well-formed request sent by rendezvous (kvferry sends eager) */
+    e[0] = base + 65536, e[1] = 8192;
+    assert_true(am_write_flags(w, ep, a, 1, 30, e, 1, pay, 8192,
+                               UCP_AM_SEND_FLAG_RNDV));
+    assert_int_equal(a->status, KVF_ERR_PROTOCOL);
+    am_expect(w, ep, a, base + 65536, f->expect + 65536, 8192);
     am_expect(w, ep, a, base + 65536, f->expect + 65536, 100);
 }
 
