@@ -10,11 +10,13 @@
  * the middle of a batch (every operation ends with a status within the
  * timeout), and hostile clients of the side channel that hands out
  * remote keys (no handshake, keys for unregistered memory, garbage).
- * CTest runs it with each read mode (ucx_read_mode get and push, under
- * both UCX_TLS settings), so READs are verified over one-sided gets and
- * over the target's pushes; it also sends the target hostile READ
- * requests of the push protocol (out of bounds, malformed, too large)
- * and reads single operations larger than one push request.
+ * CTest runs it with each mode (ucx_read_mode get and push,
+ * ucx_write_mode put and push, under both UCX_TLS settings), so READs
+ * and WRITEs are verified over one-sided gets and puts and over active
+ * messages; it also sends the target hostile READ and WRITE requests of
+ * the push protocol (out of bounds, malformed, lengths that do not match
+ * the payload, too large: refused, nothing written) and moves single
+ * operations larger than one push request.
  * Skipped (77) in a build without UCX.
  */
 #include <stdarg.h>
@@ -438,6 +440,106 @@ static void test_large_read(void **state)
     free(buf);
 }
 
+/* One WRITE larger than a push request, at odd offsets and lengths,
+ * read back and verified; the bytes around it are untouched. */
+static void test_large_write(void **state)
+{
+    fixture_t *f = *state;
+    kvf_engine_h e = NULL;
+    kvf_region_h r = NULL;
+    kvf_peer_h peer = NULL;
+    const size_t len = (9u << 20) + 4097;
+    unsigned char *buf = malloc(len + 64), *back = malloc(len + 64);
+    kvf_op_t op;
+    size_t i;
+
+    setenv("KVF_CHUNK_BYTES", "16M", 1);
+    assert_int_equal(open_engine(&e), KVF_OK);
+    unsetenv("KVF_CHUNK_BYTES");
+    assert_int_equal(kvf_engine_reg(e, buf, len + 64, KVF_MEM_HOST, 0, &r),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(e, f->t.segment, &peer), KVF_OK);
+    for (i = 0; i < len + 64; i++) {
+        buf[i] = (unsigned char)(i * 131 + 7);
+    }
+    op = (kvf_op_t){KVF_OP_WRITE, buf + 5, peer, f->t.pool_addr + 54321, len};
+    assert_int_equal(kvf_transfer_sync(e, &op, 1, TIMEOUT), KVF_OK);
+    memcpy(back, buf, len + 64); /* the source, before the read lands */
+    op = (kvf_op_t){KVF_OP_READ, buf, peer, f->t.pool_addr + 54320, len + 2};
+    assert_int_equal(kvf_transfer_sync(e, &op, 1, TIMEOUT), KVF_OK);
+    assert_memory_equal(buf + 1, back + 5, len);
+    assert_int_equal(buf[0], f->expect[54320]);
+    assert_int_equal(buf[len + 1], f->expect[54321 + len]);
+    kvf_peer_close(peer);
+    kvf_engine_dereg(e, r);
+    kvf_engine_destroy(e);
+    free(buf);
+    free(back);
+}
+
+/* An initiator of its own WRITEs into its own quarter of the pool, read
+ * back and verified. */
+static void *writer_thread(void *p)
+{
+    engine_arg_t *a = p;
+    unsigned char *buf = malloc(2u << 20);
+    kvf_engine_h e = NULL;
+    kvf_region_h r = NULL;
+    kvf_peer_h peer = NULL;
+    kvf_op_t ops[128];
+    /* a->ok comes in as the thread's index */
+    uint64_t base = a->pool_addr + (uint64_t)a->ok * (POOL / 4);
+    int i, round;
+
+    a->ok = open_engine(&e) == KVF_OK &&
+            kvf_engine_reg(e, buf, 2u << 20, KVF_MEM_HOST, 0, &r) == KVF_OK &&
+            kvf_peer_open(e, a->segment, &peer) == KVF_OK;
+    for (round = 0; a->ok && round < 3; round++) {
+        for (i = 0; i < (1 << 20); i++) {
+            buf[i] = (unsigned char)(i * 17 + round * 5 + base);
+        }
+        for (i = 0; i < 128; i++) {
+            uint64_t off = (uint64_t)((i * 7919 + round * 31) % 256) * 8192;
+
+            ops[i] = (kvf_op_t){KVF_OP_WRITE, buf + (size_t)i * 8192, peer,
+                                base + off, 8192};
+        }
+        a->ok = kvf_transfer_sync(e, ops, 128, TIMEOUT) == KVF_OK;
+        for (i = 0; i < 128; i++) {
+            ops[i].type = KVF_OP_READ;
+            ops[i].local = buf + (1u << 20) + (size_t)i * 8192;
+        }
+        a->ok = a->ok && kvf_transfer_sync(e, ops, 128, TIMEOUT) == KVF_OK;
+        a->ok = a->ok && memcmp(buf, buf + (1u << 20), 1u << 20) == 0;
+    }
+    if (peer != NULL) {
+        kvf_peer_close(peer);
+    }
+    if (r != NULL) {
+        kvf_engine_dereg(e, r);
+    }
+    kvf_engine_destroy(e);
+    free(buf);
+    return NULL;
+}
+
+static void test_many_writers(void **state)
+{
+    fixture_t *f = *state;
+    engine_arg_t args[4];
+    pthread_t th[4];
+    int i;
+
+    for (i = 0; i < 4; i++) {
+        args[i] = (engine_arg_t){f->t.segment, f->t.pool_addr, f->expect, i};
+        pthread_create(&th[i], NULL, writer_thread, &args[i]);
+    }
+    for (i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(args[i].ok);
+    }
+}
+
 /* A hostile initiator of the push protocol: its own UCX worker sends
  * READ requests straight to a target worker. */
 typedef struct {
@@ -508,6 +610,130 @@ static int am_read(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a, uint32_t count,
         ucp_request_free(sp);
     }
     return a->got;
+}
+
+/* Sends a WRITE request (header count, n entries, then plen bytes of
+ * payload) with UCP's send flags and waits for the reply, at most 5 s;
+ * returns whether one came. */
+static int am_write_flags(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a,
+                          uint32_t count, uint64_t id, const uint64_t *ents,
+                          size_t n, const void *payload, size_t plen,
+                          uint32_t flags)
+{
+    unsigned char hdr[KVF_UCX_PUSH_HDR], body[8 * KVF_UCX_PUSH_ENT + 16384];
+    ucp_request_param_t p = {0};
+    uint64_t end = kvf_time_ms() + 5000;
+    ucs_status_ptr_t sp;
+    kvf_wr_t wr;
+    size_t i;
+
+    assert_true(plen <= 16384 && n <= 8);
+    kvf_wr_init_fixed(&wr, hdr, sizeof(hdr));
+    kvf_wr_u32(&wr, KVF_UCX_PUSH_MAGIC);
+    kvf_wr_u32(&wr, count);
+    kvf_wr_u64(&wr, id);
+    kvf_wr_init_fixed(&wr, body, sizeof(body));
+    for (i = 0; i < 2 * n; i++) {
+        kvf_wr_u64(&wr, ents[i]);
+    }
+    memcpy(body + n * KVF_UCX_PUSH_ENT, payload, plen);
+    memset(a, 0, sizeof(*a));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | flags;
+    sp = ucp_am_send_nbx(ep, KVF_UCX_AM_WRITE, hdr, sizeof(hdr), body,
+                         n * KVF_UCX_PUSH_ENT + plen, &p);
+    while (!a->got && kvf_time_ms() < end) {
+        ucp_worker_progress(w);
+    }
+    if (UCS_PTR_IS_PTR(sp)) {
+        while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
+               kvf_time_ms() < end) {
+            ucp_worker_progress(w);
+        }
+        ucp_request_free(sp);
+    }
+    return a->got;
+}
+
+static int am_write(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a, uint32_t count,
+                    uint64_t id, const uint64_t *ents, size_t n,
+                    const void *payload, size_t plen)
+{
+    return am_write_flags(w, ep, a, count, id, ents, n, payload, plen,
+                          UCP_AM_SEND_FLAG_EAGER);
+}
+
+/* The pool's bytes at [off, off+len) as the target holds them now
+ * equal want (read by a READ request). */
+static void am_expect(ucp_worker_h w, ucp_ep_h ep, am_reply_t *a, uint64_t addr,
+                      const void *want, size_t len)
+{
+    uint64_t e[2] = {addr, len};
+
+    assert_true(am_read(w, ep, a, 1, 99, e, 1));
+    assert_int_equal(a->status, KVF_OK);
+    assert_int_equal(a->len, len);
+    assert_memory_equal(a->data, want, len);
+}
+
+/* Hostile WRITE requests: each refused with its status, nothing of it
+ * written (the entries before a bad one included). */
+static void push_hostile_writes(fixture_t *f, ucp_worker_h w, ucp_ep_h ep,
+                                am_reply_t *a)
+{
+    uint64_t base = f->t.pool_addr, e[4];
+    unsigned char pay[8292];
+    size_t i;
+
+    for (i = 0; i < sizeof(pay); i++) {
+        pay[i] = (unsigned char)(i * 29 + 3);
+    }
+    /* two blocks: written in order, acknowledged with no data */
+    e[0] = base + 24576, e[1] = 100, e[2] = base + 3, e[3] = 8190;
+    assert_true(am_write(w, ep, a, 2, 20, e, 2, pay, 8290));
+    assert_int_equal(a->status, KVF_OK);
+    assert_int_equal(a->id, 20);
+    assert_int_equal(a->len, 0);
+    am_expect(w, ep, a, base + 24576, pay, 100);
+    am_expect(w, ep, a, base + 3, pay + 100, 8190);
+    /* a good entry then one past the pool's end: nothing written */
+    e[0] = base + 65536, e[1] = 100, e[2] = base + POOL - 4096, e[3] = 8192;
+    assert_true(am_write(w, ep, a, 2, 21, e, 2, pay, 8292));
+    assert_int_equal(a->status, KVF_ERR_OUT_OF_BOUNDS);
+    am_expect(w, ep, a, base + 65536, f->expect + 65536, 100);
+    /* memory the target never registered */
+    e[0] = 4096, e[1] = 100;
+    assert_true(am_write(w, ep, a, 1, 22, e, 1, pay, 100));
+    assert_int_equal(a->status, KVF_ERR_OUT_OF_BOUNDS);
+    /* more bytes than one request may carry, a wrapping range */
+    e[0] = base + 65536, e[1] = 5u << 20;
+    assert_true(am_write(w, ep, a, 1, 23, e, 1, pay, 100));
+    assert_int_equal(a->status, KVF_ERR_QUOTA);
+    e[0] = UINT64_MAX - 10, e[1] = 100;
+    assert_true(am_write(w, ep, a, 1, 24, e, 1, pay, 100));
+    assert_int_equal(a->status, KVF_ERR_PROTOCOL);
+    /* a payload shorter or longer than its entries: nothing written */
+    e[0] = base + 65536, e[1] = 100;
+    assert_true(am_write(w, ep, a, 1, 25, e, 1, pay, 99));
+    assert_int_equal(a->status, KVF_ERR_PROTOCOL);
+    assert_true(am_write(w, ep, a, 1, 26, e, 1, pay, 101));
+    assert_int_equal(a->status, KVF_ERR_PROTOCOL);
+    am_expect(w, ep, a, base + 65536, f->expect + 65536, 100);
+    /* counts that are not the entries sent, none, too many */
+    e[0] = base + 65536, e[1] = 10;
+    assert_true(am_write(w, ep, a, 3, 27, e, 1, pay, 10));
+    assert_int_equal(a->status, KVF_ERR_PROTOCOL);
+    assert_true(am_write(w, ep, a, 0, 28, e, 0, pay, 10));
+    assert_int_equal(a->status, KVF_ERR_PROTOCOL);
+    assert_true(am_write(w, ep, a, KVF_UCX_PUSH_MAX + 1, 29, e, 1, pay, 10));
+    assert_int_equal(a->status, KVF_ERR_PROTOCOL);
+    /* a well-formed request sent by rendezvous (kvferry sends eager) */
+    e[0] = base + 65536, e[1] = 8192;
+    assert_true(am_write_flags(w, ep, a, 1, 30, e, 1, pay, 8192,
+                               UCP_AM_SEND_FLAG_RNDV));
+    assert_int_equal(a->status, KVF_ERR_PROTOCOL);
+    am_expect(w, ep, a, base + 65536, f->expect + 65536, 8192);
+    am_expect(w, ep, a, base + 65536, f->expect + 65536, 100);
 }
 
 static void ep_close(ucp_worker_h w, ucp_ep_h ep)
@@ -601,17 +827,25 @@ static void test_push_hostile(void **state)
     assert_int_equal(a.status, KVF_ERR_PROTOCOL);
     assert_true(am_read(w, ep, &a, 0, 13, e, 0));
     assert_int_equal(a.status, KVF_ERR_PROTOCOL);
+    push_hostile_writes(f, w, ep, &a);
 
     ep_close(w, ep);
     ucp_worker_destroy(w);
     ucp_cleanup(ctx);
     free(addr);
     close(fd);
-    /* and a real initiator is still served */
-    op =
-        (kvf_op_t){KVF_OP_READ, f->local, f->peer, f->t.pool_addr + 8192, 8192};
+    /* and a real initiator is still served, READ and WRITE */
+    op = (kvf_op_t){KVF_OP_READ, f->local, f->peer, f->t.pool_addr + 16384,
+                    8192};
     run_ops(f, &op, 1);
-    assert_memory_equal(f->local, f->expect + 8192, 8192);
+    assert_memory_equal(f->local, f->expect + 16384, 8192);
+    op.type = KVF_OP_WRITE;
+    op.remote = f->t.pool_addr + 32768;
+    run_ops(f, &op, 1);
+    op.type = KVF_OP_READ;
+    op.local = f->local + 8192;
+    run_ops(f, &op, 1);
+    assert_memory_equal(f->local + 8192, f->expect + 16384, 8192);
 }
 #endif
 
@@ -637,6 +871,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_side_channel_hostile, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_large_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_writers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_push_hostile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_target_killed, setup, teardown),
     };

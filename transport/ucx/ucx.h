@@ -5,8 +5,8 @@
  * remote keys, the target workers' progress threads, the memory
  * mappings), the initiator side (ucx_ep.c: ucx_workers lanes per
  * peer, each a worker, an endpoint and a progress thread) and the ops
- * table (ucx_ops.c), and READs served by the target's pushes where UCP
- * has no hardware RMA (ucx_push.c).
+ * table (ucx_ops.c), and READs served by the target's pushes and WRITEs
+ * by active message where UCP has no hardware RMA (ucx_push.c).
  *
  * Threads: every UCP call on a worker is made by that worker's progress
  * thread (UCS_THREAD_MODE_SINGLE), except creation and destruction,
@@ -65,9 +65,10 @@ struct kvf_tl_iface {
     char host[KVF_HOST_MAX];
     char address[KVF_HOST_MAX + 8];
     ucp_context_h ctx;
-    unsigned nworkers;  /* ucx_workers: lanes per ep, target workers */
-    unsigned read_mode; /* ucx_read_mode: KVF_UCX_READ_* */
-    uint64_t spin_ns;   /* ucx_spin_us */
+    unsigned nworkers;   /* ucx_workers: lanes per ep, target workers */
+    unsigned read_mode;  /* ucx_read_mode: KVF_UCX_MODE_* */
+    unsigned write_mode; /* ucx_write_mode: KVF_UCX_MODE_* */
+    uint64_t spin_ns;    /* ucx_spin_us */
     /* target side (NULL when no_listen) */
     kvf_ucx_server_t *server;
     kvf_ucx_tworker_t *tw; /* nworkers of them */
@@ -107,26 +108,30 @@ struct kvf_ucx_rctx {
     kvf_ucx_op_t ops[];     /* nsegs + 1 (the flush) */
 };
 
-/* How a lane reads: ucp_get_nbx per block, or the target pushes the
- * blocks (ucx_read_mode; auto: push where the endpoint has no RMA
- * lane, i.e. UCX would emulate gets in software). */
+/* How a lane reads and writes: ucp_get_nbx / ucp_put_nbx per block, or
+ * one active message per request (the target pushes a READ's blocks, a
+ * WRITE's blocks travel in the request); ucx_read_mode and
+ * ucx_write_mode; auto: push where the endpoint has no RMA lane, i.e.
+ * UCX would emulate gets and puts in software. */
 enum {
-    KVF_UCX_READ_AUTO = 0,
-    KVF_UCX_READ_GET = 1,
-    KVF_UCX_READ_PUSH = 2,
+    KVF_UCX_MODE_AUTO = 0,
+    KVF_UCX_MODE_ONE_SIDED = 1, /* get, put */
+    KVF_UCX_MODE_PUSH = 2,
 };
-/* Active message ids: a READ request to a target worker, its reply. */
+/* Active message ids: a READ request to a target worker, its reply
+ * (the blocks, or a WRITE's status), a WRITE request with its blocks. */
 #define KVF_UCX_AM_READ  1
 #define KVF_UCX_AM_BLOCK 2
-/* Most (address, length) entries and bytes in one READ request (the
- * initiator cuts larger ones, the target refuses them). */
+#define KVF_UCX_AM_WRITE 3
+/* Most (address, length) entries and bytes in one READ or WRITE
+ * request (the initiator cuts larger ones, the target refuses them). */
 #define KVF_UCX_PUSH_MAX   1024
 #define KVF_UCX_PUSH_MAGIC 0x4b564650u /* "KVFP": both headers' first u32 */
 #define KVF_UCX_PUSH_HDR   16          /* u32 magic, u32 count|status, u64 id */
 #define KVF_UCX_PUSH_ENT   16          /* u64 addr, u64 len */
 #define KVF_UCX_PUSH_BYTES (4ull << 20)
 /* A request whose deadline_ms (the transport's field) is this moves by
- * one-sided gets in every read mode: the link test's contiguous
+ * one-sided gets or puts in every mode: the link test's contiguous
  * ceiling does not change with the mode it is compared with. */
 #define KVF_UCX_REQ_ONE_SIDED UINT64_MAX
 
@@ -160,7 +165,8 @@ typedef struct kvf_ucx_lane {
     kvf_ucx_rkey_t *rkeys;
     size_t nrkeys, rkeys_cap;
     kvf_ucx_stage_t *stage; /* GPU requests' buffers (NULL: none yet) */
-    int push;               /* READs served by the target (KVF_UCX_READ_PUSH) */
+    int push;               /* READs served by the target (push mode) */
+    int wpush;              /* WRITEs by active message (push mode) */
     uint64_t push_seq;      /* id of the next READ request */
 } kvf_ucx_lane_t;
 
@@ -192,8 +198,9 @@ int kvf_ucx_has_rdma(const char *resources);
  * ucx_workers key; 1..KVF_UCX_WORKERS_MAX) and the ucx_spin_us key. */
 kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
                             uint64_t *spin_ns_p);
-/* The ucx_read_mode key: KVF_UCX_READ_AUTO, _GET or _PUSH. */
+/* The ucx_read_mode and ucx_write_mode keys: KVF_UCX_MODE_*. */
 kvf_status_t kvf_ucx_read_mode(unsigned *mode_p);
+kvf_status_t kvf_ucx_write_mode(unsigned *mode_p);
 /* A worker with a wake-up fd; *efd_p: an epoll fd watching it and
  * *wake_p (an eventfd created here). */
 kvf_status_t kvf_ucx_worker_create(ucp_context_h ctx, ucp_worker_h *worker_p,
@@ -258,12 +265,15 @@ void kvf_ucx_stage_fini(kvf_ucx_lane_t *ln);
 
 /* ---- ucx_push.c --------------------------------------------------------- */
 
-/* Target: serve READ requests on a target worker (before its thread). */
+/* Target: serve READ and WRITE requests on a target worker (before its
+ * thread). */
 kvf_status_t kvf_ucx_push_serve(kvf_ucx_tworker_t *tw);
-/* Initiator: receive pushed blocks on a lane's worker; and whether the
- * lane reads by push (mode, and for auto the endpoint's lanes). */
-kvf_status_t kvf_ucx_push_lane_init(kvf_ucx_lane_t *ln, unsigned mode);
-/* Adds segments [first, first+count) of rc's READ, merged into one
+/* Initiator: receive replies on a lane's worker; and whether the lane
+ * reads and writes by push (the modes, and for auto the endpoint's
+ * lanes). */
+kvf_status_t kvf_ucx_push_lane_init(kvf_ucx_lane_t *ln, unsigned read_mode,
+                                    unsigned write_mode);
+/* Adds segments [first, first+count) of rc's request, merged into one
  * entry (len bytes, contiguous on both sides), to rc's request being
  * built, sending it when full; push_send sends what is built. */
 void kvf_ucx_push_add(kvf_ucx_rctx_t *rc, uint32_t first, uint32_t count,

@@ -43,6 +43,12 @@ static const kvf_config_entry_t kvf_ucx_config_entries[] = {
      "gathered), or auto: push where UCP has no RMA lane to the peer "
      "(UCX's tcp emulates gets with a message per block), get otherwise",
      KVF_CONFIG_TUNING},
+    {"ucx_write_mode", "auto",
+     "ucx: how WRITEs move: put (one-sided ucp_put_nbx per block and a "
+     "flush), push (one active message per request carrying the blocks, "
+     "which the target checks, writes into place and acknowledges), or "
+     "auto: push where UCP has no RMA lane to the peer, put otherwise",
+     KVF_CONFIG_TUNING},
     {"ucx_spin_us", "0",
      "ucx: how long a progress thread keeps polling its worker after the "
      "last event before it sleeps (0: sleeps at once; more: fewer "
@@ -83,21 +89,34 @@ kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
     return KVF_OK;
 }
 
-kvf_status_t kvf_ucx_read_mode(unsigned *mode_p)
+/* A mode key whose names are, in order, KVF_UCX_MODE_AUTO, the
+ * one-sided mode and KVF_UCX_MODE_PUSH. */
+static kvf_status_t kvf_ucx_mode(const char *key, const char *one_sided,
+                                 unsigned *mode_p)
 {
-    static const char *const names[] = {"auto", "get", "push"};
-    const char *v = kvf_config_str(&kvf_ucx_config, "ucx_read_mode");
+    const char *names[] = {"auto", one_sided, "push"};
+    const char *v = kvf_config_str(&kvf_ucx_config, key);
     unsigned i;
 
     for (i = 0; v != NULL && i < sizeof(names) / sizeof(names[0]); i++) {
         if (strcmp(v, names[i]) == 0) {
-            *mode_p = i; /* KVF_UCX_READ_AUTO, _GET, _PUSH */
+            *mode_p = i;
             return KVF_OK;
         }
     }
-    kvf_error("ucx: ucx_read_mode '%s' is not one of auto, get, push",
-              v != NULL ? v : "");
+    kvf_error("ucx: %s '%s' is not one of auto, %s, push", key,
+              v != NULL ? v : "", one_sided);
     return KVF_ERR_INVALID_PARAM;
+}
+
+kvf_status_t kvf_ucx_read_mode(unsigned *mode_p)
+{
+    return kvf_ucx_mode("ucx_read_mode", "get", mode_p);
+}
+
+kvf_status_t kvf_ucx_write_mode(unsigned *mode_p)
+{
+    return kvf_ucx_mode("ucx_write_mode", "put", mode_p);
 }
 
 kvf_status_t kvf_ucx_status(ucs_status_t s)

@@ -9,10 +9,11 @@
  * merged into one call), each under the remote key of the region
  * holding it, fetched once per region and lane over the side channel.
  * A WRITE completes after an endpoint flush (the bytes are at the
- * target); a READ when its gets have landed, or, on a lane without an
- * RMA lane for gets (ucx_read_mode, ucx_push.c), when the target's reply
- * to the request has been copied into place. A thread sleeps on its
- * worker's fd when idle.
+ * target); a READ when its gets have landed. On a lane without an RMA
+ * lane (ucx_read_mode, ucx_write_mode, ucx_push.c) a request is active
+ * messages instead: a READ completes when the target's reply has been
+ * copied into place, a WRITE when the target acknowledged that its bytes
+ * are in place. A thread sleeps on its worker's fd when idle.
  *
  * Failures: endpoints run in UCP's peer error mode, so a dead peer
  * fails every outstanding operation; requests in flight that see no
@@ -307,7 +308,8 @@ static kvf_ucx_rctx_t *kvf_ucx_rctx_new(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
 static void kvf_ucx_req_start(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
 {
     int write = req->type == KVF_OP_WRITE;
-    int push = !write && ln->push && req->deadline_ms != KVF_UCX_REQ_ONE_SIDED;
+    int push = (write ? ln->wpush : ln->push) &&
+               req->deadline_ms != KVF_UCX_REQ_ONE_SIDED;
     kvf_ucx_rctx_t *rc;
     kvf_ucx_rkey_t *k;
     kvf_status_t st;
@@ -357,7 +359,7 @@ static void kvf_ucx_req_start(kvf_ucx_lane_t *ln, kvf_tl_req_t *req)
     if (push) {
         kvf_ucx_push_send(rc);
     }
-    if (write && nops > 0) {
+    if (write && !push && nops > 0) {
         rc->ops[nops] = (kvf_ucx_op_t){rc, 0, (uint32_t)req->nsegs};
         kvf_ucx_op_issue(ln, &rc->ops[nops], write, NULL, 0, 0, NULL);
     }
@@ -633,7 +635,8 @@ static kvf_status_t kvf_ucx_lane_connect(kvf_ucx_lane_t *ln)
     /* a dead target closes the side channel: wake up and tell */
     ev.data.fd = ep->fd;
     epoll_ctl(ln->efd, EPOLL_CTL_ADD, ep->fd, &ev);
-    return kvf_ucx_push_lane_init(ln, ep->iface->read_mode);
+    return kvf_ucx_push_lane_init(ln, ep->iface->read_mode,
+                                  ep->iface->write_mode);
 }
 
 /* Flushes and closes the lane's endpoint, by force when it does not

@@ -119,6 +119,9 @@ static kvf_status_t kvf_ucx_iface_open(const kvf_tl_config_t *cfg,
         status = kvf_ucx_read_mode(&iface->read_mode);
     }
     if (status == KVF_OK) {
+        status = kvf_ucx_write_mode(&iface->write_mode);
+    }
+    if (status == KVF_OK) {
         status = kvf_ucx_ctx_create(iface->host, &iface->ctx);
     }
     if (status == KVF_OK && !cfg->no_listen) {

@@ -1,5 +1,6 @@
 /*
- * ucx transport, READs served by the target ("push" mode). Where UCP has
+ * ucx transport, READs served by the target and WRITEs by active message
+ * ("push" modes). Where UCP has
  * no RMA lane to the peer (UCX's tcp transport: a get there is a software
  * request message per block and a reply), a lane sends the target one
  * active message per request of up to KVF_UCX_PUSH_MAX entries, each
@@ -11,12 +12,21 @@
  * blocks. So a READ costs what a WRITE costs: messages of full segments,
  * not a request and a reply per block.
  *
- * Trust: the target only reads its own registered regions (each entry is
- * checked; a bad one fails the request with the target's status) and
- * never writes into the initiator: the initiator copies each reply into
- * the local ranges it recorded when it sent the request, after checking
- * that the reply's id is one of its requests in flight and that its
- * length is the request's. Replies with unknown ids (a late reply to a
+ * A WRITE in push mode is the mirror: one active message per request
+ * (the same cut) whose data is the entries followed by the blocks, sent
+ * from the local pieces as an iov (no copy here); the target checks
+ * every entry and that the payload is exactly their bytes, copies the
+ * blocks into place (all or nothing) and answers with a status alone.
+ * The request completes from that status: the bytes are in place, as
+ * after a put's flush.
+ *
+ * Trust: the target only reads and writes its own registered regions,
+ * and writes only where a WRITE's entries say (each entry is checked; a
+ * bad one fails the request with the target's status, and nothing of a
+ * refused WRITE is written); it never writes into the initiator: the initiator
+ * copies each reply into the local ranges it recorded when it sent the request,
+ * after checking that the reply's id is one of its requests in flight and that
+ * its length is the request's. Replies with unknown ids (a late reply to a
  * request failed by timeout, or a stranger on UCX's unauthenticated tcp
  * listener) are dropped. A reply still queued in UCX reads the target's
  * memory after its check, as a software get's reply does: deregistering
@@ -25,13 +35,18 @@
  * Wire (little-endian, fixed size headers):
  *   READ   header: u32 magic, u32 count, u64 id; data: count x (u64
  *          addr, u64 len)
- *   BLOCK  header: u32 magic, i32 status, u64 id; data: the entries'
- *          bytes in order (nothing when status is not KVF_OK)
- * Both are eager: a target never waits on an initiator's receive.
+ *   BLOCK  header: u32 magic, i32 status, u64 id; data: a READ's
+ *          entries' bytes in order (nothing for a WRITE, nothing when
+ *          status is not KVF_OK)
+ *   WRITE  header: as READ's; data: count x (u64 addr, u64 len), then
+ *          the entries' bytes in order
+ * All are eager: a target never waits on an initiator's receive, and
+ * holds at most one request's data per message (a rendezvous request is
+ * refused as malformed).
  *
  * Where the endpoint has an RMA lane (RDMA, and CMA on one host), auto
- * mode keeps one-sided gets: the NIC or the kernel moves the bytes and
- * the target's CPU is not involved.
+ * mode keeps one-sided gets and puts: the NIC or the kernel moves the
+ * bytes and the target's CPU is not involved.
  */
 #include "transport/ucx/ucx.h"
 #include "core/alloc.h"
@@ -42,7 +57,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One READ request sent to the target, until its reply is in place. */
+/* One READ or WRITE request sent to the target, until its reply is
+ * handled. */
 struct kvf_ucx_push {
     kvf_ucx_rctx_t *rc;
     kvf_ucx_push_t *next; /* rc's */
@@ -50,9 +66,11 @@ struct kvf_ucx_push {
     uint32_t first, last; /* segments [first, last) of the request */
     uint32_t nent, cap;
     uint64_t total;
-    int sent; /* posted to UCP: no more entries */
-    int done; /* the reply was handled, or the request failed */
+    int sent;  /* posted to UCP: no more entries */
+    int done;  /* the reply was handled, or the request failed */
+    int write; /* a WRITE: the blocks go with the entries */
     unsigned char hdr[KVF_UCX_PUSH_HDR];
+    ucp_dt_iov_t *wiov; /* cap + 1: the entries, then iov (a WRITE's) */
     ucp_dt_iov_t *iov;  /* cap: local ranges, in request order */
     unsigned char *ent; /* cap x KVF_UCX_PUSH_ENT: the wire entries */
 };
@@ -117,8 +135,8 @@ static kvf_status_t kvf_ucx_push_check(kvf_ucx_tworker_t *tw, const void *data,
     return status;
 }
 
-/* Sends rp (owned by the send from here) on ep: the blocks, or the
- * status alone. */
+/* Sends rp (owned by the send from here) on ep: the status, with the
+ * count blocks of rp's iov (a READ's) when it is KVF_OK. */
 static void kvf_ucx_push_reply(ucp_ep_h ep, kvf_ucx_push_reply_t *rp,
                                kvf_status_t status, uint64_t id, uint32_t count)
 {
@@ -131,13 +149,15 @@ static void kvf_ucx_push_reply(ucp_ep_h ep, kvf_ucx_push_reply_t *rp,
     p.cb.send = kvf_ucx_push_reply_done;
     p.user_data = rp;
     p.flags = UCP_AM_SEND_FLAG_EAGER;
-    if (status == KVF_OK) {
+    if (status != KVF_OK) {
+        count = 0;
+    }
+    if (count > 0) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         p.datatype = ucp_dt_make_iov();
     }
     sp = ucp_am_send_nbx(ep, KVF_UCX_AM_BLOCK, rp->hdr, KVF_UCX_PUSH_HDR,
-                         status == KVF_OK ? (void *)rp->iov : NULL,
-                         status == KVF_OK ? count : 0, &p);
+                         count > 0 ? (void *)rp->iov : NULL, count, &p);
     if (!UCS_PTR_IS_PTR(sp)) {
         if (UCS_PTR_STATUS(sp) != UCS_OK) {
             kvf_log_rl(KVF_LOG_WARN, "ucx: reply to a read request: %s",
@@ -193,7 +213,81 @@ static ucs_status_t kvf_ucx_push_am_read(void *arg, const void *header,
     return UCS_OK;
 }
 
-kvf_status_t kvf_ucx_push_serve(kvf_ucx_tworker_t *tw)
+/* Checks a WRITE request's entries (data: count entries, then their
+ * bytes in order) and copies the bytes into place, all or nothing. */
+static kvf_status_t kvf_ucx_push_write(kvf_ucx_tworker_t *tw, const void *data,
+                                       size_t length, uint32_t count,
+                                       kvf_ucx_push_reply_t *rp)
+{
+    size_t ents = (size_t)count * KVF_UCX_PUSH_ENT, total = 0;
+    const char *src = (const char *)data + ents;
+    kvf_status_t status;
+    uint32_t i;
+
+    status = kvf_ucx_push_check(tw, data, ents, count, rp);
+    for (i = 0; i < count && status == KVF_OK; i++) {
+        total += rp->iov[i].length;
+    }
+    if (status == KVF_OK && total != length - ents) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "ucx: write request refused: %zu bytes for entries of %zu",
+                   length - ents, total);
+        status = KVF_ERR_PROTOCOL;
+    }
+    for (i = 0; i < count && status == KVF_OK; i++) {
+        memcpy(rp->iov[i].buffer, src, rp->iov[i].length);
+        src += rp->iov[i].length;
+    }
+    return status;
+}
+
+/* A WRITE request on a target worker (its progress thread, holding the
+ * region set): checked, written into place, answered with its status. */
+static ucs_status_t kvf_ucx_push_am_write(void *arg, const void *header,
+                                          size_t header_length, void *data,
+                                          size_t length,
+                                          const ucp_am_recv_param_t *param)
+{
+    kvf_ucx_tworker_t *tw = arg;
+    kvf_ucx_push_reply_t *rp;
+    kvf_status_t status = KVF_OK;
+    uint32_t magic, count;
+    uint64_t id;
+    kvf_rd_t r;
+
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+        header_length != KVF_UCX_PUSH_HDR) {
+        kvf_log_rl(KVF_LOG_WARN, "ucx: malformed write request dropped");
+        return UCS_OK;
+    }
+    kvf_rd_init(&r, header, header_length);
+    magic = kvf_rd_u32(&r);
+    count = kvf_rd_u32(&r);
+    id = kvf_rd_u64(&r);
+    if (magic != KVF_UCX_PUSH_MAGIC || count == 0 || count > KVF_UCX_PUSH_MAX ||
+        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
+        length < (size_t)count * KVF_UCX_PUSH_ENT) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "ucx: write request refused: magic 0x%x, %u entries, %zu "
+                   "bytes",
+                   magic, count, length);
+        status = KVF_ERR_PROTOCOL;
+        count = 0;
+    }
+    rp = kvf_malloc(sizeof(*rp) + (size_t)count * sizeof(rp->iov[0]));
+    if (rp == NULL) {
+        kvf_log_rl(KVF_LOG_WARN, "ucx: no memory for a write reply");
+        return UCS_OK; /* the initiator times out */
+    }
+    if (status == KVF_OK) {
+        status = kvf_ucx_push_write(tw, data, length, count, rp);
+    }
+    kvf_ucx_push_reply(param->reply_ep, rp, status, id, 0);
+    return UCS_OK;
+}
+
+static kvf_status_t kvf_ucx_push_handler(ucp_worker_h worker, unsigned id,
+                                         ucp_am_recv_callback_t cb, void *arg)
 {
     ucp_am_handler_param_t p = {0};
     ucs_status_t s;
@@ -201,17 +295,30 @@ kvf_status_t kvf_ucx_push_serve(kvf_ucx_tworker_t *tw)
     p.field_mask =
         UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
         UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    p.id = KVF_UCX_AM_READ;
-    p.cb = kvf_ucx_push_am_read;
-    p.arg = tw;
+    p.id = id;
+    p.cb = cb;
+    p.arg = arg;
     p.flags = UCP_AM_FLAG_WHOLE_MSG;
-    s = ucp_worker_set_am_recv_handler(tw->worker, &p);
+    s = ucp_worker_set_am_recv_handler(worker, &p);
     if (s != UCS_OK) {
         kvf_error("ucx: ucp_worker_set_am_recv_handler: %s",
                   ucs_status_string(s));
         return kvf_ucx_status(s);
     }
     return KVF_OK;
+}
+
+kvf_status_t kvf_ucx_push_serve(kvf_ucx_tworker_t *tw)
+{
+    kvf_status_t status;
+
+    status = kvf_ucx_push_handler(tw->worker, KVF_UCX_AM_READ,
+                                  kvf_ucx_push_am_read, tw);
+    if (status == KVF_OK) {
+        status = kvf_ucx_push_handler(tw->worker, KVF_UCX_AM_WRITE,
+                                      kvf_ucx_push_am_write, tw);
+    }
+    return status;
 }
 
 /* ---- initiator ---------------------------------------------------------- */
@@ -287,17 +394,20 @@ static ucs_status_t kvf_ucx_push_am_block(void *arg, const void *header,
     }
     ln->last_ms = kvf_time_ms();
     if (status == KVF_OK && ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
-                             length != p->total)) {
+                             length != (p->write ? 0 : p->total))) {
         kvf_log_rl(KVF_LOG_WARN,
-                   "ucx: peer %s:%u sent %zu bytes for a read of %lu",
-                   ln->ep->host, ln->ep->port, length, (unsigned long)p->total);
+                   "ucx: peer %s:%u sent %zu bytes for a %s of %lu",
+                   ln->ep->host, ln->ep->port, length,
+                   p->write ? "write" : "read", (unsigned long)p->total);
         status = KVF_ERR_PROTOCOL;
     } else if (status > 0) {
         status = KVF_ERR_PROTOCOL; /* no status a target sends */
     }
-    if (status == KVF_OK) {
+    if (status == KVF_OK && !p->write) {
         kvf_ucx_push_scatter(p, data);
         p->done = 1;
+    } else if (status == KVF_OK) {
+        p->done = 1; /* a WRITE's bytes are in place */
     } else {
         kvf_ucx_push_fail(p, status);
     }
@@ -343,29 +453,28 @@ static int kvf_ucx_ep_has_rma(ucp_ep_h uep)
     return rma;
 }
 
-kvf_status_t kvf_ucx_push_lane_init(kvf_ucx_lane_t *ln, unsigned mode)
+kvf_status_t kvf_ucx_push_lane_init(kvf_ucx_lane_t *ln, unsigned read_mode,
+                                    unsigned write_mode)
 {
-    ucp_am_handler_param_t p = {0};
-    ucs_status_t s;
+    kvf_status_t status;
+    int rma = 1;
 
-    p.field_mask =
-        UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    p.id = KVF_UCX_AM_BLOCK;
-    p.cb = kvf_ucx_push_am_block;
-    p.arg = ln;
-    p.flags = UCP_AM_FLAG_WHOLE_MSG;
-    s = ucp_worker_set_am_recv_handler(ln->worker, &p);
-    if (s != UCS_OK) {
-        kvf_error("ucx: ucp_worker_set_am_recv_handler: %s",
-                  ucs_status_string(s));
-        return kvf_ucx_status(s);
+    status = kvf_ucx_push_handler(ln->worker, KVF_UCX_AM_BLOCK,
+                                  kvf_ucx_push_am_block, ln);
+    if (status != KVF_OK) {
+        return status;
     }
-    ln->push = mode == KVF_UCX_READ_PUSH ||
-               (mode == KVF_UCX_READ_AUTO && !kvf_ucx_ep_has_rma(ln->uep));
+    if (read_mode == KVF_UCX_MODE_AUTO || write_mode == KVF_UCX_MODE_AUTO) {
+        rma = kvf_ucx_ep_has_rma(ln->uep);
+    }
+    ln->push = read_mode == KVF_UCX_MODE_PUSH ||
+               (read_mode == KVF_UCX_MODE_AUTO && !rma);
+    ln->wpush = write_mode == KVF_UCX_MODE_PUSH ||
+                (write_mode == KVF_UCX_MODE_AUTO && !rma);
     if (ln->idx == 0) {
-        kvf_debug("ucx: %s:%u: reads by %s", ln->ep->host, ln->ep->port,
-                  ln->push ? "the target's pushes" : "gets");
+        kvf_debug("ucx: %s:%u: reads by %s, writes by %s", ln->ep->host,
+                  ln->ep->port, ln->push ? "the target's pushes" : "gets",
+                  ln->wpush ? "active messages" : "puts");
     }
     return KVF_OK;
 }
@@ -375,14 +484,16 @@ static kvf_ucx_push_t *kvf_ucx_push_new(kvf_ucx_rctx_t *rc, uint32_t cap)
 {
     kvf_ucx_push_t *p;
 
-    p = kvf_calloc(1, sizeof(*p) +
+    p = kvf_calloc(1, sizeof(*p) + sizeof(p->iov[0]) +
                           (size_t)cap * (sizeof(p->iov[0]) + KVF_UCX_PUSH_ENT));
     if (p == NULL) {
         return NULL;
     }
     p->rc = rc;
     p->cap = cap;
-    p->iov = (ucp_dt_iov_t *)(p + 1);
+    p->write = rc->req->type == KVF_OP_WRITE;
+    p->wiov = (ucp_dt_iov_t *)(p + 1);
+    p->iov = p->wiov + 1;
     p->ent = (unsigned char *)(p->iov + cap);
     p->id = rc->ln->push_seq++;
     p->first = UINT32_MAX;
@@ -408,8 +519,19 @@ void kvf_ucx_push_send(kvf_ucx_rctx_t *rc)
     rp.user_data = p;
     rp.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
     rc->pending++; /* the reply */
-    sp = ucp_am_send_nbx(rc->ln->uep, KVF_UCX_AM_READ, p->hdr, KVF_UCX_PUSH_HDR,
-                         p->ent, (size_t)p->nent * KVF_UCX_PUSH_ENT, &rp);
+    if (p->write) {
+        /* the entries, then the blocks from where they lie */
+        p->wiov[0].buffer = p->ent;
+        p->wiov[0].length = (size_t)p->nent * KVF_UCX_PUSH_ENT;
+        rp.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        rp.datatype = ucp_dt_make_iov();
+        sp = ucp_am_send_nbx(rc->ln->uep, KVF_UCX_AM_WRITE, p->hdr,
+                             KVF_UCX_PUSH_HDR, p->wiov, p->nent + 1, &rp);
+    } else {
+        sp = ucp_am_send_nbx(rc->ln->uep, KVF_UCX_AM_READ, p->hdr,
+                             KVF_UCX_PUSH_HDR, p->ent,
+                             (size_t)p->nent * KVF_UCX_PUSH_ENT, &rp);
+    }
     if (UCS_PTR_IS_PTR(sp)) {
         rc->pending++; /* the send's callback */
     } else if (UCS_PTR_STATUS(sp) != UCS_OK) {
