@@ -27,6 +27,7 @@
 #include "core/checksum.h"
 #include "core/rng.h"
 #include "mem/cuda/cuda.h"
+#include "tests/gpu/pool_model.h"
 
 #define POOL    (24u << 20)
 #define TIMEOUT 20000
@@ -128,19 +129,7 @@ static int teardown(void **state)
 /* Pool p equals its model. */
 static void check_pool(fixture_t *f, int p)
 {
-    unsigned char *h = malloc(POOL);
-    size_t i, first = POOL;
-
-    assert_int_equal(kvf_cuda_memcpy(h, f->base[p], POOL), KVF_OK);
-    if (memcmp(h, f->model[p], POOL) != 0) {
-        for (i = 0; i < POOL && first == POOL; i++) {
-            if (h[i] != f->model[p][i]) {
-                first = i;
-            }
-        }
-        fail_msg("pool %d differs from its model at byte %zu", p, first);
-    }
-    free(h);
+    pool_model_check(f->base[p], f->model[p], POOL, p);
 }
 
 /*
@@ -151,19 +140,11 @@ static void check_pool(fixture_t *f, int p)
 static void batch(fixture_t *f, kvf_op_type_t op, int lp, int rp, size_t n,
                   int mode)
 {
-    uint64_t slot = POOL / n, i, *ls = malloc(n * 8), *rs = malloc(n * 8);
+    uint64_t slot = POOL / n, i, *ls = pool_model_shuffled(&f->rng, n);
+    uint64_t *rs = pool_model_shuffled(&f->rng, n);
     kvf_op_t *ops = calloc(n, sizeof(*ops));
-    uint64_t rbase = (uint64_t)(uintptr_t)f->base[rp], k, t;
+    uint64_t rbase = (uint64_t)(uintptr_t)f->base[rp];
 
-    for (i = 0; i < n; i++) {
-        ls[i] = rs[i] = i;
-    }
-    for (i = n - 1; i > 0; i--) {
-        k = kvf_rng_below(&f->rng, i + 1);
-        t = ls[i], ls[i] = ls[k], ls[k] = t;
-        k = kvf_rng_below(&f->rng, i + 1);
-        t = rs[i], rs[i] = rs[k], rs[k] = t;
-    }
     for (i = 0; i < n; i++) {
         uint64_t len = 8192, lo = ls[i] * slot, ro = rs[i] * slot;
 
@@ -187,21 +168,7 @@ static void batch(fixture_t *f, kvf_op_type_t op, int lp, int rp, size_t n,
     check_pool(f, lp);
     check_pool(f, rp);
     /* the target's checksums of remote ranges agree with the model */
-    {
-        uint64_t rem[16], sums[16];
-        size_t lens[16], m = n < 16 ? n : 16;
-
-        for (i = 0; i < m; i++) {
-            rem[i] = ops[i].remote;
-            lens[i] = ops[i].length;
-        }
-        assert_int_equal(kvf_peer_checksum(f->peer, rem, lens, m, sums),
-                         KVF_OK);
-        for (i = 0; i < m; i++) {
-            assert_true(sums[i] ==
-                        kvf_checksum(f->model[rp] + (rem[i] - rbase), lens[i]));
-        }
-    }
+    pool_model_check_sums(f->peer, ops, n, f->model[rp], rbase);
     free(ls);
     free(rs);
     free(ops);

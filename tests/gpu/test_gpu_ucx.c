@@ -27,6 +27,7 @@
 #include "core/checksum.h"
 #include "core/rng.h"
 #include "mem/cuda/cuda.h"
+#include "tests/gpu/pool_model.h"
 
 #define POOL    (24u << 20)
 #define TIMEOUT 20000
@@ -131,31 +132,7 @@ static int teardown(void **state)
 /* Pool p equals its model. */
 static void check_pool(fixture_t *f, int p)
 {
-    unsigned char *h = malloc(POOL);
-    size_t i;
-
-    assert_int_equal(kvf_cuda_memcpy(h, f->base[p], POOL), KVF_OK);
-    for (i = 0; i < POOL; i++) {
-        if (h[i] != f->model[p][i]) {
-            fail_msg("pool %d differs from its model at byte %zu", p, i);
-        }
-    }
-    free(h);
-}
-
-/* A random permutation of 0..n-1. */
-static uint64_t *shuffled(fixture_t *f, size_t n)
-{
-    uint64_t *s = malloc(n * sizeof(*s)), i, k, t;
-
-    for (i = 0; i < n; i++) {
-        s[i] = i;
-    }
-    for (i = n - 1; i > 0; i--) {
-        k = kvf_rng_below(&f->rng, i + 1);
-        t = s[i], s[i] = s[k], s[k] = t;
-    }
-    return s;
+    pool_model_check(f->base[p], f->model[p], POOL, p);
 }
 
 /*
@@ -167,7 +144,8 @@ static uint64_t *shuffled(fixture_t *f, size_t n)
 static void batch(fixture_t *f, kvf_op_type_t op, size_t n, int mode,
                   size_t host_every)
 {
-    uint64_t slot = POOL / n, i, *ls = shuffled(f, n), *rs = shuffled(f, n);
+    uint64_t slot = POOL / n, i, *ls = pool_model_shuffled(&f->rng, n);
+    uint64_t *rs = pool_model_shuffled(&f->rng, n);
     uint64_t rbase = (uint64_t)(uintptr_t)f->base[R_HOST];
     kvf_op_t *ops = calloc(n, sizeof(*ops));
 
@@ -191,22 +169,7 @@ static void batch(fixture_t *f, kvf_op_type_t op, size_t n, int mode,
     for (i = 0; i < NPOOLS; i++) {
         check_pool(f, (int)i);
     }
-    {
-        uint64_t rem[16], sums[16];
-        size_t lens[16], m = n < 16 ? n : 16;
-
-        for (i = 0; i < m; i++) {
-            rem[i] = ops[i].remote;
-            lens[i] = ops[i].length;
-        }
-        assert_int_equal(kvf_peer_checksum(f->peer, rem, lens, m, sums),
-                         KVF_OK);
-        for (i = 0; i < m; i++) {
-            assert_true(
-                sums[i] ==
-                kvf_checksum(f->model[R_HOST] + (rem[i] - rbase), lens[i]));
-        }
-    }
+    pool_model_check_sums(f->peer, ops, n, f->model[R_HOST], rbase);
     free(ls);
     free(rs);
     free(ops);
