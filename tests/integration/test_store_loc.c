@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define KiB 1024
 
@@ -390,6 +391,12 @@ static void loc_churn(int lease_reads)
         fill_version(w.buf, CHURN_LEN, 100 * v + (uint64_t)k);
         st = kvf_store_put(w.st, key, w.buf, CHURN_LEN, NULL);
         assert_true(st == KVF_OK || st == KVF_ERR_NO_SPACE);
+    }
+    /* the readers go on over the last versions until one got a whole
+     * value (at most 5 s): a fast writer can end its churn first */
+    for (i = 0; i < 500 && __atomic_load_n(&ch.ok, __ATOMIC_RELAXED) == 0;
+         i++) {
+        usleep(10000);
     }
     __atomic_store_n(&ch.done, 1, __ATOMIC_RELEASE);
     for (i = 0; i < CHURN_READERS; i++) {
