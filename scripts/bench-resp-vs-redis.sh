@@ -24,6 +24,10 @@
 # rate is only as good as its length: give -n so that each run lasts
 # several seconds.
 #
+# Each round also prints how busy redis-benchmark was (its CPU time over
+# the time its requests took at the rates it reported, per thread): near
+# 100 % the client, not the server, set the pace of that round.
+#
 # -R: a folder holding redis-server, redis-benchmark and redis-cli (and
 # the libraries they need), e.g. binaries extracted from Debian packages;
 # by default they are found on PATH.
@@ -139,19 +143,29 @@ if [ -n "$BENV" ]; then # door B: index 4 of PIDS
     done
 fi
 
-# requests/s of SET and GET: prints "SET GET" (a run that printed no
-# figures, as redis-benchmark at times does on a loaded host, is redone).
+# requests/s of SET and GET, and the CPU seconds redis-benchmark itself
+# used: prints "SET GET CPU" (a run that printed no figures, as
+# redis-benchmark at times does on a loaded host, is redone).
 bench() { # port size n bench-threads
-    local r bopts=()
+    local r bopts=() TIMEFORMAT='cpu %U %S'
     [ "$4" -gt 1 ] && bopts=(--threads "$4")
     for _ in 1 2 3; do
-        r=$(redis-benchmark -p "$1" -a "$PW" -t set,get -d "$2" -c "$CLIENTS" -n "$3" \
-            "${KEYS[@]}" "${bopts[@]}" -q 2>&1 | tr '\r' '\n' |
-            awk '/^SET: [0-9]/ {s=$2} /^GET: [0-9]/ {g=$2}
-                 END {if (s != "" && g != "") print s, g}')
+        r=$( { time redis-benchmark -p "$1" -a "$PW" -t set,get -d "$2" -c "$CLIENTS" \
+            -n "$3" "${KEYS[@]}" "${bopts[@]}" -q 2>&1; } 2>&1 | tr '\r' '\n' |
+            awk '/^SET: [0-9]/ {s=$2} /^GET: [0-9]/ {g=$2} /^cpu / {c=$2 + $3}
+                 END {if (s != "" && g != "") print s, g, c}')
         [ -n "$r" ] && break
     done
-    echo "${r:-0 0}"
+    echo "${r:-0 0 0}"
+}
+
+# The client's share of the run: its CPU time over the time the requests
+# took at the measured rates (n/SET + n/GET), in percent per client
+# thread. Near 100 % the client, not the server, sets the pace.
+client_busy() { # "SET GET CPU" n bench-threads
+    echo "$1" | awk -v n="$2" -v t="$3" '{
+        w = ($1 > 0 && $2 > 0) ? n / $1 + n / $2 : 0
+        printf "%.0f", (w > 0 ? 100 * $3 / w / t : 0) }'
 }
 
 # CPU time (ticks) a process has used.
@@ -193,11 +207,14 @@ for size in $SIZES; do
             echo "$k" >>"$DIR/k"
             echo "$d" >>"$DIR/r"
             printf "size %-8s bench-threads %s round %s  kvferry SET %10s GET %10s | redis SET %10s GET %10s\n" \
-                "$size" "$bt" "$r" $k $d
+                "$size" "$bt" "$r" $(echo "$k" | cut -d' ' -f1,2) $(echo "$d" | cut -d' ' -f1,2)
             if [ -n "$b" ]; then
-                printf "    door B SET %10s GET %10s, cpu/request %s us\n" \
-                    $b "$(per_op "$tb0" "$tb1" $((2 * n)))"
+                printf "    door B SET %10s GET %10s, cpu/request %s us, client busy %s %%\n" \
+                    $(echo "$b" | cut -d' ' -f1,2) "$(per_op "$tb0" "$tb1" $((2 * n)))" \
+                    "$(client_busy "$b" "$n" "$bt")"
             fi
+            printf "    client busy (redis-benchmark CPU over the requests' time, per thread): against kvferry %s %%, redis %s %%\n" \
+                "$(client_busy "$k" "$n" "$bt")" "$(client_busy "$d" "$n" "$bt")"
             # CPU per request (SET and GET together) of each server process
             printf "    cpu/request: resp %s us, master %s us, node %s us | redis-server %s us\n" \
                 "$(per_op "${t0[2]}" "${t1[2]}" $((2 * n)))" \

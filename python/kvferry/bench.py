@@ -1,8 +1,13 @@
 """Python overhead benchmark: ``python -m kvferry.bench blocks``.
 
-Moves a batch of random blocks (default 4096 x 8 KiB = 32 MiB, random
-offsets on both sides) from a ``kvferry target`` it starts, three ways in
-the same process, interleaved round by round on the same engine and peer:
+Moves batches of random blocks (default 4096 x 8 KiB = 32 MiB, random
+offsets on both sides of 1 GiB pools) from a ``kvferry target`` it
+starts, several ways in the same process, interleaved round by round on
+the same engine and peer. As ``kvferry bench blocks`` does, every batch
+moves other blocks than the batches just before it: ``--sets`` random
+block sets (16) are taken in turn, so a batch does not find its blocks
+(or its Python objects) still in the CPU caches from the last round
+(``--sets 1``: the same blocks every batch). The ways:
 
 - C: one prebuilt kvf_op_t array, kvf_batch_submit + kvf_batch_wait +
   kvf_batch_destroy called directly (the C API's cost plus three ctypes
@@ -36,7 +41,7 @@ import sys
 import time
 from array import array
 from ctypes import byref, c_void_p
-from typing import Callable, List
+from typing import Any, Callable, List, Tuple
 
 from . import Engine, _lib
 from .procs import Target
@@ -77,6 +82,57 @@ def ctypes_overhead(n: int = 200000) -> dict:
     }
 
 
+class _BlockSet:
+    """One batch's random blocks: slot numbers on each side, and the
+    kvf_op_t array of the C way. The Python ways' lists and arrays are
+    made from the slots right before their batch (outside the timed
+    part), as a serving engine makes them from its block table: their
+    objects are new and in the CPU caches, the blocks are not."""
+
+    def __init__(self, rng: random.Random, local: Any, peer: Any, raddr: int, nloc: int,
+                 nrem: int, block: int, count: int):
+        self.local, self.raddr, self.block = local, raddr, block
+        self.lslots, self.rslots = rng.sample(range(nloc), count), rng.sample(range(nrem), count)
+        self.cops = (_lib.Op * count)()
+        for i, (ls, rs) in enumerate(zip(self.lslots, self.rslots)):
+            op = self.cops[i]
+            op.type, op.local, op.peer = _lib.OP_READ, local.addr + ls * block, peer._h
+            op.remote, op.length = raddr + rs * block, block
+        self.cops_words = array("Q", bytes(self.cops))  # the same operations, as _submit takes them
+        try:
+            import numpy as np
+
+            self.np: Any = np
+            self.ls_a = np.array(self.lslots, dtype=np.uint64)
+            self.rs_a = np.array(self.rslots, dtype=np.uint64)
+            self.arr_kind = "numpy"
+        except ImportError:
+            self.np, self.arr_kind = None, "array"
+
+    def make_list(self) -> list:
+        """[((local, offset), remote address, length)] of new objects."""
+        local, raddr, block = self.local, self.raddr, self.block
+        return [((local, ls * block), raddr + rs * block, block)
+                for ls, rs in zip(self.lslots, self.rslots)]
+
+    def make_arrays(self) -> Tuple[Any, Any]:
+        """(local offsets, remote addresses) as new arrays."""
+        block = self.block
+        if self.np is not None:
+            np = self.np
+            return self.ls_a * np.uint64(block), self.rs_a * np.uint64(block) + np.uint64(self.raddr)
+        return (array("Q", [ls * block for ls in self.lslots]),
+                array("Q", [self.raddr + rs * block for rs in self.rslots]))
+
+
+def _finish(b: Any) -> float:
+    """Waits for b and closes it; returns when the wait began."""
+    t = time.perf_counter()
+    b.result(30)
+    b.close()
+    return t
+
+
 def _build_cpu(fn: Callable[[], object], rounds: int) -> float:
     """Seconds of this thread's CPU time per call of fn."""
     t0 = time.thread_time()
@@ -102,92 +158,86 @@ def blocks(args: argparse.Namespace) -> int:
             raddr, rlen, _ = peer.regions()[0]
         local = eng.alloc(max(total, _size(args.local_pool)))
         nloc, nrem = local.nbytes // block, rlen // block
-        loffs = [i * block for i in rng.sample(range(nloc), count)]
-        raddrs = [raddr + i * block for i in rng.sample(range(nrem), count)]
-        ops_list = [((local, o), r, block) for o, r in zip(loffs, raddrs)]
-        try:
-            import numpy as np
-
-            lo_a, ra_a = np.array(loffs, dtype=np.uint64), np.array(raddrs, dtype=np.uint64)
-            arr_kind = "numpy"
-        except ImportError:
-            lo_a, ra_a = array("Q", loffs), array("Q", raddrs)
-            arr_kind = "array"
-        # C: the prebuilt kvf_op_t array
-        cops = (_lib.Op * count)()
-        for i, (o, r) in enumerate(zip(loffs, raddrs)):
-            cops[i].type, cops[i].local, cops[i].peer = _lib.OP_READ, local.addr + o, peer._h
-            cops[i].remote, cops[i].length = r, block
+        sets = [_BlockSet(rng, local, peer, raddr, nloc, nrem, block, count)
+                for _ in range(max(1, args.sets))]
+        arr_kind = sets[0].arr_kind
         lib, eh = _lib.lib(), eng._h
         h = c_void_p()
 
-        def run_c() -> None:
+        def run_c(cops: Any) -> float:
             st = lib.kvf_batch_submit(eh, cops, count, byref(h))
+            t = time.perf_counter()
             if st != 0 or lib.kvf_batch_wait(h, 30000) != 0:
                 raise RuntimeError("C batch failed")
             lib.kvf_batch_destroy(h)
+            return t
 
-        def run_list() -> None:
-            b = peer.read(ops_list)
-            b.result(30)
-            b.close()
+        def run_list(ops: list) -> float:
+            return _finish(peer.read(ops))
 
-        def run_list_python() -> None:
+        def run_list_python(ops: list) -> float:
             saved, _lib._pyops = _lib._pyops, False  # the pure-Python conversion
             try:
-                run_list()
+                return run_list(ops)
             finally:
                 _lib._pyops = saved
 
-        def run_arrays() -> None:
-            b = peer.read_blocks(local, lo_a, ra_a, block)
-            b.result(30)
-            b.close()
+        def run_arrays(arrs: Tuple[Any, Any]) -> float:
+            return _finish(peer.read_blocks(local, arrs[0], arrs[1], block))
 
-        def run_list_whole() -> None:
-            arr, n, tot = peer._ops_array(_lib.OP_READ, ops_list)
-            b = peer._submit(arr, n, tot)
-            b.result(30)
-            b.close()
+        def run_list_whole(ops: list) -> float:
+            arr, n, tot = peer._ops_array(_lib.OP_READ, ops)
+            return _finish(peer._submit(arr, n, tot))
 
-        def run_prebuilt() -> None:
-            b = peer._submit(cops_words, count, total)
-            b.result(30)
-            b.close()
+        def run_prebuilt(words: Any) -> float:
+            return _finish(peer._submit(words, count, total))
 
         helper = _lib.pyops() is not None
-        cops_words = array("Q", bytes(cops))  # the same operations, as _submit takes them
-        ways = [("C API", run_c), ("Python list", run_list), ("Python %s" % arr_kind, run_arrays),
-                ("Python prebuilt", run_prebuilt)]
+        # (name, what its batch is made of, taken from a block set untimed, the timed call)
+        ways: List[Tuple[str, Callable[[_BlockSet], Any], Callable[[Any], float]]] = [
+            ("C API", lambda bs: bs.cops, run_c),
+            ("Python list", _BlockSet.make_list, run_list),
+            ("Python %s" % arr_kind, _BlockSet.make_arrays, run_arrays),
+            ("Python prebuilt", lambda bs: bs.cops_words, run_prebuilt)]
         if helper:
-            ways.append(("list, in Python", run_list_python))
-            ways.append(("list, one slice", run_list_whole))
-        times: dict = {name: [] for name, _ in ways}
-        for name, fn in ways:  # warm-up
-            fn()
+            ways.append(("list, in Python", _BlockSet.make_list, run_list_python))
+            ways.append(("list, one slice", _BlockSet.make_list, run_list_whole))
+        times: dict = {name: [] for name, _, _ in ways}
+        posted: dict = {name: [] for name, _, _ in ways}  # until the submit call returned
+        for bs in sets:  # warm-up: every set's pages touched once
+            run_c(bs.cops)
+        k = 0  # batches so far: each takes the next block set in turn
+        for name, make, fn in ways:
+            fn(make(sets[k % len(sets)]))
+            k += 1
         if args.pin:
             _pin(tgt)
         for _ in range(args.rounds):
             rng.shuffle(ways)  # no way always runs right after another
-            for name, fn in ways:
+            for name, make, fn in ways:
+                batch = make(sets[k % len(sets)])
+                k += 1
                 t0 = time.perf_counter()
-                fn()
+                tp = fn(batch)
                 times[name].append(time.perf_counter() - t0)
+                posted[name].append(tp - t0)
         # Python-side build cost alone (no submit): what the ratio pays
         # for, in this thread's CPU time (other load on the machine moves
         # it less than wall time)
-        build_list = _build_cpu(lambda: peer._ops_array(_lib.OP_READ, ops_list), args.rounds)
+        ops0, arrs0 = sets[0].make_list(), sets[0].make_arrays()
+        build_list = _build_cpu(lambda: peer._ops_array(_lib.OP_READ, ops0), args.rounds)
         build_py = None
         if helper:
             saved, _lib._pyops = _lib._pyops, False
             try:
-                build_py = _build_cpu(lambda: peer._ops_array(_lib.OP_READ, ops_list), args.rounds)
+                build_py = _build_cpu(lambda: peer._ops_array(_lib.OP_READ, ops0), args.rounds)
             finally:
                 _lib._pyops = saved
-        build_arr = _build_cpu(lambda: peer._blocks_array(_lib.OP_READ, local, lo_a, ra_a, block),
+        build_arr = _build_cpu(lambda: peer._blocks_array(_lib.OP_READ, local, arrs0[0], arrs0[1], block),
                                args.rounds)
-        print("kvferry bench blocks (python): %d x %s random blocks (%s) via %s, %d rounds"
-              % (count, args.block, _fmt(total), peer.transport, args.rounds))
+        print("kvferry bench blocks (python): %d x %s random blocks (%s) via %s, %d rounds, "
+              "%d block sets in turn" % (count, args.block, _fmt(total), peer.transport,
+                                         args.rounds, len(sets)))
         print("  Python %s, op-list converter: %s%s"
               % (sys.version.split()[0], _lib.pyops_path() if helper else "none (pure Python)",
                  " (direct reads %d)" % _lib.pyops_direct if helper else ""))
@@ -198,6 +248,9 @@ def blocks(args: argparse.Namespace) -> int:
             print("  %-15s %9.3f ms  %6.2f GiB/s  %6.1f %%    %6.3f ms  %6.1f %%"
                   % (name, med * 1e3, total / med / (1 << 30), 100.0 * c_med / med,
                      best * 1e3, 100.0 * c_min / best))
+        print("  submit call (median; the rest is waiting for the copies):")
+        print("    " + ", ".join("%s %.3f ms" % (name, statistics.median(posted[name]) * 1e3)
+                                 for name in posted))
         print("  op array build (CPU): list %.3f ms (%.0f ns/op), %s %.3f ms (%.0f ns/op)"
               % (build_list * 1e3, build_list * 1e9 / count, arr_kind, build_arr * 1e3,
                  build_arr * 1e9 / count))
@@ -248,7 +301,9 @@ def main(argv: List[str] = None) -> int:
     b.add_argument("--block", default="8K")
     b.add_argument("--count", type=int, default=4096)
     b.add_argument("--pool", default="1G", help="target pool (started here)")
-    b.add_argument("--local-pool", default="64M")
+    b.add_argument("--local-pool", default="1G")
+    b.add_argument("--sets", type=int, default=16,
+                   help="block sets taken in turn, one per batch (1: the same blocks every batch)")
     b.add_argument("--transport", default=None, help="tcp, shm (default: auto)")
     b.add_argument("--target", default=None, help="HOST:PORT of a running target")
     b.add_argument("--rounds", type=int, default=30)
