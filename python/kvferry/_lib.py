@@ -49,6 +49,8 @@ OP_WRITE = 1
 BATCH_INLINE = 0x1
 STORE_PIN = 1 << 0
 STORE_DEVICE_MEM = 1 << 1
+STORE_REPLACE = 1 << 2  # a put takes the place of the stored object
+STORE_VIEW_SHARED = 1  # kvf_store_view_get_flags: views share one lease per node
 
 ENGINE_PARAM_LISTEN = 1 << 0
 ENGINE_PARAM_CONNS = 1 << 1

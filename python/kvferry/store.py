@@ -107,6 +107,8 @@ def _vlib() -> Any:
             protos = {
                 "kvf_store_view_get": (c_int, [c_void_p, c_size_t, c_void_p, c_void_p,
                                                POINTER(c_void_p)]),
+                "kvf_store_view_get_flags": (c_int, [c_void_p, c_size_t, c_void_p, c_uint,
+                                                     c_void_p, POINTER(c_void_p)]),
                 "kvf_store_view_left_ms": (c_uint, [c_void_p]),
                 "kvf_store_view_release": (c_int, [c_void_p]),
                 "kvf_store_view_unmap_hook": (None, [_UNMAP_FN, c_void_p]),
@@ -327,22 +329,25 @@ class Store:
         return _Span(addr, n, _lib.STORE_DEVICE_MEM if region.is_gpu else 0, None)
 
     @staticmethod
-    def _opts(replicas: int, pin: bool, flags: int) -> _lib.PutOpts:
+    def _opts(replicas: int, pin: bool, flags: int, replace: bool = False) -> _lib.PutOpts:
         o = _lib.PutOpts()
         o.replicas = replicas
-        o.flags = flags | (_lib.STORE_PIN if pin else 0)
+        o.flags = flags | (_lib.STORE_PIN if pin else 0) | (_lib.STORE_REPLACE if replace else 0)
         return o
 
     # -- one key -----------------------------------------------------------
 
-    def put(self, key: Any, data: Any, *, replicas: int = 0, pin: bool = False) -> None:
+    def put(self, key: Any, data: Any, *, replicas: int = 0, pin: bool = False,
+            replace: bool = False) -> None:
         """Stores data under key. data: a Region, (region, offset, length),
         or any buffer (registered for the call). Raises :class:`ExistsError`
-        if the key is stored, :class:`BusyError` while another put of it runs."""
+        if the key is stored (unless replace: the new object then takes
+        the old one's place at commit, and readers see one or the other,
+        never neither), :class:`BusyError` while another put of it runs."""
         k = _key(key)
         sp = self._span(data, writable=False)
         try:
-            opts = self._opts(replicas, pin, sp.flags)
+            opts = self._opts(replicas, pin, sp.flags, replace)
             check(_lib.lib().kvf_store_put(self._handle(), k, sp.addr, sp.cap, byref(opts)), "put")
         finally:
             sp.release()
@@ -429,10 +434,10 @@ class Store:
         return out
 
     def put_batch(self, keys: Sequence[Any], datas: Sequence[Any], *, replicas: int = 0,
-                  pin: bool = False, check: bool = True) -> List[int]:
+                  pin: bool = False, check: bool = True, replace: bool = False) -> List[int]:
         """Puts many keys at once (one master round trip per phase). Returns
         each key's status; raises :class:`BatchError` when one failed and
-        check is True."""
+        check is True. replace: as for :meth:`put`."""
         karr, n = self._keys(keys)
         if len(datas) != n:
             raise invalid("put_batch", "%d keys but %d buffers" % (n, len(datas)))
@@ -445,7 +450,7 @@ class Store:
             bufs = (c_void_p * n)(*[s.addr for s in spans])
             lens = (c_size_t * n)(*[s.cap for s in spans])
             sts = (c_int * n)()
-            opts = self._opts(replicas, pin, flags)
+            opts = self._opts(replicas, pin, flags, replace)
             st = _lib.lib().kvf_store_put_batch(self._handle(), n, karr, bufs, lens, byref(opts), sts)
             return self._finish(st, "put_batch", sts, check)
         finally:
@@ -522,7 +527,7 @@ class Store:
 
     # -- views -------------------------------------------------------------
 
-    def view_get(self, keys: Sequence[Any]) -> ViewLease:
+    def view_get(self, keys: Sequence[Any], shared: bool = False) -> ViewLease:
         """Views of many keys (kvf_store_view_get): one master round trip,
         then each object's bytes where they lie on a node of this host
         reached over shm, read in place without a copy. Returns a
@@ -530,12 +535,20 @@ class Store:
         in a ``with`` block, which releases it). A key that cannot be viewed
         gets its status in its View (copy it with :meth:`get`). Raises
         :class:`InvalidParamError` for 0 or more than BATCH_MAX keys, the
-        master's error when the look-up fails."""
+        master's error when the look-up fails.
+
+        shared: the views may lie under one lease per node shared with
+        other shared views of this store (KVF_STORE_VIEW_SHARED), kept open
+        and renewed before it ends: a call then costs the master's look-up
+        alone, no node round trip (for callers taking many small batches).
+        Their lifetime is the same (:meth:`ViewLease.left_ms`)."""
         karr, n = self._keys(keys)
         views = (_ViewC * n)()
         h = c_void_p()
         lib = _vlib()
-        check(lib.kvf_store_view_get(self._handle(), n, karr, views, byref(h)), "view_get")
+        flags = _lib.STORE_VIEW_SHARED if shared else 0
+        check(lib.kvf_store_view_get_flags(self._handle(), n, karr, flags, views, byref(h)),
+              "view_get")
         try:
             out = [View(v.ptr or 0, v.len, v.checksum, v.status, v.map_base or 0, v.map_len)
                    for v in views]

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 import kvferry
+from kvferry.errors import ERR_EXISTS
 from kvferry.procs import Master, Node
 
 
@@ -63,6 +64,29 @@ def test_exists_and_busy_errors(store):
     with pytest.raises(kvferry.ExistsError):
         store.put(k, b"two")
     assert store.get_bytes(k) == b"one"
+
+
+def test_replace(store):
+    """put(replace=True) takes the stored object's place; without it the
+    key stays as it was; put_batch(replace=True) likewise, per key."""
+    k = key()
+    store.put(k, b"one" * 1000)
+    store.put(k, b"two" * 500, replace=True)
+    assert store.get_bytes(k) == b"two" * 500
+    with pytest.raises(kvferry.ExistsError):
+        store.put(k, b"three")
+    assert store.get_bytes(k) == b"two" * 500
+    fresh = key()
+    store.put(fresh, b"new", replace=True)  # nothing to replace: a plain put
+    assert store.get_bytes(fresh) == b"new"
+    ks = [k, fresh, key()]
+    datas = [os.urandom(n) for n in (10, 70000, 1)]
+    assert store.put_batch(ks, datas, replace=True) == [0, 0, 0]
+    for kk, d in zip(ks, datas):
+        assert store.get_bytes(kk) == d
+    sts = store.put_batch(ks[:2], [b"x", b"y"], check=False)
+    assert sts == [ERR_EXISTS, ERR_EXISTS], sts
+    assert [store.get_bytes(kk) for kk in ks] == datas
 
 
 def test_too_small_and_bad_buffers(store):
