@@ -201,15 +201,19 @@ class Batch:
         return self.test() != INPROGRESS
 
     def _wait(self, timeout: Optional[float]) -> Tuple[bool, int]:
-        """(done, status): kvf_batch_wait on each slice in turn, which
-        returns the slice's first error once it is done (ERR_TIMEOUT is
-        also a status an operation can end with: kvf_batch_test tells)."""
+        """(done, status): kvf_batch_wait on each slice, which returns the
+        slice's first error once it is done (ERR_TIMEOUT is also a status
+        an operation can end with: kvf_batch_test tells). The last slice
+        is waited for first: slices end in about the order they went
+        out, so the caller sleeps once and the engine's threads wake
+        nobody when the earlier ones end."""
         hs = self._handles()
         lib = _lib.lib()
         wait, test = lib.kvf_batch_wait, lib.kvf_batch_test
         first = OK
         end = None if timeout is None or len(hs) == 1 else time.monotonic() + timeout
-        for h in hs:
+        sts = []
+        for h in reversed(hs):
             if timeout is None:
                 st = wait(h, 1000)
                 while st == ERR_TIMEOUT and test(h) == INPROGRESS:
@@ -219,8 +223,11 @@ class Batch:
                 st = wait(h, max(0, int(ms * 1000)))
                 if st == ERR_TIMEOUT and test(h) == INPROGRESS:
                     return False, INPROGRESS
-            if first == OK:
+            sts.append(st)
+        for st in reversed(sts):  # the first error in the operations' order
+            if st != OK:
                 first = st
+                break
         self._ended = True
         return True, first
 

@@ -3,7 +3,8 @@
 The connector's scheduler side (lookup, allocation, per-step metadata,
 request end) and worker side (KV tensor registration, load, save, load
 errors) are driven the way vLLM's scheduler and model runner call them,
-with caches in vLLM's per-layer layout, and every loaded byte compared.
+with caches in vLLM's per-layer layout (in host memory, and in GPU memory
+where torch sees a GPU), and every loaded byte compared.
 Where vLLM is importable (python/integrations/install.sh vllm), the
 connector is built by vLLM's own KVConnectorFactory from a real
 VllmConfig with ``kv_connector_module_path``, and driven with vLLM's real
@@ -39,7 +40,7 @@ class Blocks:
         return (self.ids,)
 
 
-def plain_world(master, namespace, role):
+def plain_world(master, namespace, role, device=None):
     spec = types.SimpleNamespace(block_size=BS, num_kv_heads=HEADS, head_size=HD, dtype="float16")
     names = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
     kvcc = types.SimpleNamespace(num_blocks=NBLK, kv_cache_groups=[
@@ -54,8 +55,21 @@ def plain_world(master, namespace, role):
 
     def caches(seed):
         rng = np.random.default_rng(seed)
-        return {n: rng.integers(0, 1 << 16, (2, NBLK, BS, HEADS, HD), dtype=np.uint16)
+        arrs = {n: rng.integers(0, 1 << 16, (2, NBLK, BS, HEADS, HD), dtype=np.uint16)
                 .view(np.float16) for n in names}
+        if device is None:
+            return arrs
+        import torch  # GPU caches: the same bytes in torch tensors on the device
+
+        return {n: torch.from_numpy(a.view(np.int16)).to(device).view(torch.float16)
+                for n, a in arrs.items()}
+
+    def same(a, b):
+        if device is None:
+            return np.array_equal(a.view(np.uint16), b.view(np.uint16))
+        import torch
+
+        return torch.equal(a.view(torch.int16), b.view(torch.int16))
 
     def request(rid, tokens):
         return types.SimpleNamespace(request_id=rid, prompt_token_ids=list(tokens))
@@ -74,8 +88,7 @@ def plain_world(master, namespace, role):
 
     return types.SimpleNamespace(make=make, caches=caches, request=request, sched_out=sched_out,
                                  blocks=Blocks, scheduler=0, worker=1, names=names,
-                                 block=lambda t, x: t[:, x],
-                                 same=lambda a, b: np.array_equal(a.view(np.uint16), b.view(np.uint16)))
+                                 block=lambda t, x: t[:, x], same=same)
 
 
 # -- the real vLLM world -----------------------------------------------------
@@ -159,11 +172,18 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
                                  same=lambda a, b: torch.equal(a.view(torch.int16), b.view(torch.int16)))
 
 
-@pytest.fixture(params=["plain", "vllm-LBHNC", "vllm-LBNHC", "vllm-BLHNC"])
+@pytest.fixture(params=["plain", "plain-cuda", "vllm-LBHNC", "vllm-LBNHC", "vllm-BLHNC"])
 def world(request, master):
     """world(namespace, kv_role, master=...) -> the objects of one
-    connector configuration: plain objects, or vLLM's real ones with
-    caches in one of vLLM's layouts (layer-compact, or block-outermost)."""
+    connector configuration: plain objects (caches in host memory, or in
+    GPU memory where torch sees a GPU: the connector's direct GPU save
+    and load), or vLLM's real ones with caches in one of vLLM's layouts
+    (layer-compact, or block-outermost)."""
+    if request.param == "plain-cuda":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("no GPU that torch sees")
+        return lambda name, role, m=master: plain_world(m, name, role, "cuda")
     if request.param.startswith("vllm"):
         pytest.importorskip("vllm")
         assert vc.HAVE_VLLM
