@@ -127,9 +127,12 @@ for _ in $(seq 100); do
     sleep 0.2
 done
 if [ -n "$BENV" ]; then # door B: index 4 of PIDS
+    # its loops: -t, unless -B sets KVF_RESP_THREADS (the flag would win)
+    bthreads=(--threads "$THREADS")
+    case " $BENV" in *" KVF_RESP_THREADS="*) bthreads=() ;; esac
     # shellcheck disable=SC2086
     env KVF_LOG_LEVEL="${KVF_LOG_LEVEL:-info}" $BENV KVF_LEASE_READS=$LEASE "$BIN" resp --master "$MASTER" \
-        --listen 127.0.0.1:0 --pool 1G --threads "$THREADS" \
+        --listen 127.0.0.1:0 --pool 1G "${bthreads[@]}" \
         >"$DIR/respb.out" 2>"$DIR/respb.err" &
     PIDS+=($!)
     for _ in $(seq 100); do
