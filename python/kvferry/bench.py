@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import random
 import statistics
 import sys
@@ -212,14 +213,23 @@ def blocks(args: argparse.Namespace) -> int:
             k += 1
         if args.pin:
             _pin(tgt)
+        # As timeit does, the garbage collector is off during the timed
+        # calls (--gc: on): making a batch's list allocates thousands of
+        # objects untimed, and the collections they owe would otherwise
+        # fall into whichever way is timed next.
+        gc_off = not args.gc and gc.isenabled()
         for _ in range(args.rounds):
             rng.shuffle(ways)  # no way always runs right after another
             for name, make, fn in ways:
                 batch = make(sets[k % len(sets)])
                 k += 1
+                if gc_off:
+                    gc.disable()
                 t0 = time.perf_counter()
                 tp = fn(batch)
                 times[name].append(time.perf_counter() - t0)
+                if gc_off:
+                    gc.enable()
                 posted[name].append(tp - t0)
         # Python-side build cost alone (no submit): what the ratio pays
         # for, in this thread's CPU time (other load on the machine moves
@@ -236,8 +246,9 @@ def blocks(args: argparse.Namespace) -> int:
         build_arr = _build_cpu(lambda: peer._blocks_array(_lib.OP_READ, local, arrs0[0], arrs0[1], block),
                                args.rounds)
         print("kvferry bench blocks (python): %d x %s random blocks (%s) via %s, %d rounds, "
-              "%d block sets in turn" % (count, args.block, _fmt(total), peer.transport,
-                                         args.rounds, len(sets)))
+              "%d block sets in turn, garbage collector %s during the timed calls"
+              % (count, args.block, _fmt(total), peer.transport, args.rounds, len(sets),
+                 "off" if gc_off else "on"))
         print("  Python %s, op-list converter: %s%s"
               % (sys.version.split()[0], _lib.pyops_path() if helper else "none (pure Python)",
                  " (direct reads %d)" % _lib.pyops_direct if helper else ""))
@@ -302,6 +313,8 @@ def main(argv: List[str] = None) -> int:
     b.add_argument("--count", type=int, default=4096)
     b.add_argument("--pool", default="1G", help="target pool (started here)")
     b.add_argument("--local-pool", default="1G")
+    b.add_argument("--gc", action="store_true",
+                   help="keep the garbage collector on during the timed calls")
     b.add_argument("--sets", type=int, default=16,
                    help="block sets taken in turn, one per batch (1: the same blocks every batch)")
     b.add_argument("--transport", default=None, help="tcp, shm (default: auto)")
