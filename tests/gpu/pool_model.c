@@ -63,3 +63,40 @@ uint64_t *pool_model_shuffled(kvf_rng_t *rng, size_t n)
     }
     return s;
 }
+
+void pool_model_open(kvf_engine_h e, int gpu, int dev, size_t len,
+                     kvf_rng_t *rng, char **base_p, unsigned char **model_p,
+                     kvf_region_h *reg_p)
+{
+    unsigned char *model = malloc(len);
+    void *base = NULL;
+
+    assert_non_null(model);
+    kvf_rng_fill(rng, model, len);
+    if (gpu) {
+        assert_int_equal(kvf_cuda_mem_alloc(KVF_MEM_CUDA, dev, len, &base),
+                         KVF_OK);
+    } else {
+        base = malloc(len);
+        assert_non_null(base);
+    }
+    assert_int_equal(kvf_cuda_memcpy(base, model, len), KVF_OK);
+    assert_int_equal(kvf_engine_reg(e, base, len,
+                                    gpu ? KVF_MEM_CUDA : KVF_MEM_HOST, dev,
+                                    reg_p),
+                     KVF_OK);
+    *base_p = base;
+    *model_p = model;
+}
+
+void pool_model_close(kvf_engine_h e, int gpu, char *base, unsigned char *model,
+                      kvf_region_h reg)
+{
+    assert_int_equal(kvf_engine_dereg(e, reg), KVF_OK);
+    if (gpu) {
+        kvf_cuda_mem_free(KVF_MEM_CUDA, base);
+    } else {
+        free(base);
+    }
+    free(model);
+}

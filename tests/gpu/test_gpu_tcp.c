@@ -49,6 +49,12 @@ static int is_gpu(int p)
     return p == L_GPU || p == R_GPU;
 }
 
+/* The engine pool p belongs to. */
+static kvf_engine_h engine_of(const fixture_t *f, int p)
+{
+    return (p == L_GPU || p == L_HOST) ? f->ini : f->tgt;
+}
+
 static int setup(void **state)
 {
     kvf_engine_params_t p = {0};
@@ -72,24 +78,8 @@ static int setup(void **state)
     assert_int_equal(kvf_engine_create(&p, &f->ini), KVF_OK);
     kvf_rng_seed(&f->rng, 1234);
     for (i = 0; i < NPOOLS; i++) {
-        kvf_engine_h e = (i == L_GPU || i == L_HOST) ? f->ini : f->tgt;
-        int dev = (i == R_GPU) ? rdev : 0;
-
-        f->model[i] = malloc(POOL);
-        kvf_rng_fill(&f->rng, f->model[i], POOL);
-        if (is_gpu(i)) {
-            assert_int_equal(kvf_cuda_mem_alloc(KVF_MEM_CUDA, dev, POOL,
-                                                (void **)&f->base[i]),
-                             KVF_OK);
-        } else {
-            f->base[i] = malloc(POOL);
-        }
-        assert_int_equal(kvf_cuda_memcpy(f->base[i], f->model[i], POOL),
-                         KVF_OK);
-        assert_int_equal(kvf_engine_reg(e, f->base[i], POOL,
-                                        is_gpu(i) ? KVF_MEM_CUDA : KVF_MEM_HOST,
-                                        dev, &f->reg[i]),
-                         KVF_OK);
+        pool_model_open(engine_of(f, i), is_gpu(i), i == R_GPU ? rdev : 0, POOL,
+                        &f->rng, &f->base[i], &f->model[i], &f->reg[i]);
     }
     assert_int_equal(
         kvf_peer_open(f->ini, kvf_engine_segment_name(f->tgt), &f->peer),
@@ -107,15 +97,8 @@ static int teardown(void **state)
 
     kvf_peer_close(f->peer);
     for (i = 0; i < NPOOLS; i++) {
-        kvf_engine_h e = (i == L_GPU || i == L_HOST) ? f->ini : f->tgt;
-
-        assert_int_equal(kvf_engine_dereg(e, f->reg[i]), KVF_OK);
-        if (is_gpu(i)) {
-            kvf_cuda_mem_free(KVF_MEM_CUDA, f->base[i]);
-        } else {
-            free(f->base[i]);
-        }
-        free(f->model[i]);
+        pool_model_close(engine_of(f, i), is_gpu(i), f->base[i], f->model[i],
+                         f->reg[i]);
     }
     kvf_engine_destroy(f->ini);
     kvf_engine_destroy(f->tgt);

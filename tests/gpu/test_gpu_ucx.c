@@ -76,24 +76,8 @@ static int setup(void **state)
     assert_int_equal(engines(f), KVF_OK);
     kvf_rng_seed(&f->rng, 4321);
     for (i = 0; i < NPOOLS; i++) {
-        kvf_engine_h e = i == R_HOST ? f->tgt : f->ini;
-
-        f->model[i] = malloc(POOL);
-        kvf_rng_fill(&f->rng, f->model[i], POOL);
-        if (i == L_GPU) {
-            assert_int_equal(
-                kvf_cuda_mem_alloc(KVF_MEM_CUDA, 0, POOL, (void **)&f->base[i]),
-                KVF_OK);
-        } else {
-            f->base[i] = malloc(POOL);
-        }
-        assert_int_equal(kvf_cuda_memcpy(f->base[i], f->model[i], POOL),
-                         KVF_OK);
-        assert_int_equal(
-            kvf_engine_reg(e, f->base[i], POOL,
-                           i == L_GPU ? KVF_MEM_CUDA : KVF_MEM_HOST, 0,
-                           &f->reg[i]),
-            KVF_OK);
+        pool_model_open(i == R_HOST ? f->tgt : f->ini, i == L_GPU, 0, POOL,
+                        &f->rng, &f->base[i], &f->model[i], &f->reg[i]);
     }
     assert_int_equal(
         kvf_peer_open(f->ini, kvf_engine_segment_name(f->tgt), &f->peer),
@@ -111,14 +95,8 @@ static int teardown(void **state)
 
     kvf_peer_close(f->peer);
     for (i = 0; i < NPOOLS; i++) {
-        assert_int_equal(
-            kvf_engine_dereg(i == R_HOST ? f->tgt : f->ini, f->reg[i]), KVF_OK);
-        if (i == L_GPU) {
-            kvf_cuda_mem_free(KVF_MEM_CUDA, f->base[i]);
-        } else {
-            free(f->base[i]);
-        }
-        free(f->model[i]);
+        pool_model_close(i == R_HOST ? f->tgt : f->ini, i == L_GPU, f->base[i],
+                         f->model[i], f->reg[i]);
     }
     kvf_engine_destroy(f->ini);
     kvf_engine_destroy(f->tgt);

@@ -167,6 +167,53 @@ static void kvf_ucx_push_reply(ucp_ep_h ep, kvf_ucx_push_reply_t *rp,
     }
 }
 
+/*
+ * The header of a request AM (what: "read" or "write") and its reply,
+ * allocated for count iov entries: NULL when the request is dropped
+ * unanswered (no reply ep, a header of another size, no memory; the
+ * initiator times out). *status_p is KVF_ERR_PROTOCOL (and *count_p 0)
+ * for a request refused: bad magic or count, a rendezvous payload, or a
+ * payload shorter than the entries (other than them exactly when exact).
+ */
+static kvf_ucx_push_reply_t *
+kvf_ucx_push_open(const char *what, const void *header, size_t header_length,
+                  size_t length, int exact, const ucp_am_recv_param_t *param,
+                  uint64_t *id_p, uint32_t *count_p, kvf_status_t *status_p)
+{
+    kvf_ucx_push_reply_t *rp;
+    uint32_t magic, count;
+    size_t ents;
+    kvf_rd_t r;
+
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+        header_length != KVF_UCX_PUSH_HDR) {
+        kvf_log_rl(KVF_LOG_WARN, "ucx: malformed %s request dropped", what);
+        return NULL;
+    }
+    kvf_rd_init(&r, header, header_length);
+    magic = kvf_rd_u32(&r);
+    count = kvf_rd_u32(&r);
+    *id_p = kvf_rd_u64(&r);
+    ents = (size_t)count * KVF_UCX_PUSH_ENT;
+    *status_p = KVF_OK;
+    if (magic != KVF_UCX_PUSH_MAGIC || count == 0 || count > KVF_UCX_PUSH_MAX ||
+        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || length < ents ||
+        (exact && length != ents)) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "ucx: %s request refused: magic 0x%x, %u entries, %zu "
+                   "bytes",
+                   what, magic, count, length);
+        *status_p = KVF_ERR_PROTOCOL;
+        count = 0;
+    }
+    rp = kvf_malloc(sizeof(*rp) + (size_t)count * sizeof(rp->iov[0]));
+    if (rp == NULL) {
+        kvf_log_rl(KVF_LOG_WARN, "ucx: no memory for a %s reply", what);
+    }
+    *count_p = count;
+    return rp;
+}
+
 /* A READ request on a target worker (its progress thread, holding the
  * region set): checked, then answered with the gathered blocks. */
 static ucs_status_t kvf_ucx_push_am_read(void *arg, const void *header,
@@ -174,40 +221,18 @@ static ucs_status_t kvf_ucx_push_am_read(void *arg, const void *header,
                                          size_t length,
                                          const ucp_am_recv_param_t *param)
 {
-    kvf_ucx_tworker_t *tw = arg;
     kvf_ucx_push_reply_t *rp;
     kvf_status_t status;
-    uint32_t magic, count;
+    uint32_t count;
     uint64_t id;
-    kvf_rd_t r;
 
-    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
-        header_length != KVF_UCX_PUSH_HDR) {
-        kvf_log_rl(KVF_LOG_WARN, "ucx: malformed read request dropped");
+    rp = kvf_ucx_push_open("read", header, header_length, length, 1, param, &id,
+                           &count, &status);
+    if (rp == NULL) {
         return UCS_OK;
     }
-    kvf_rd_init(&r, header, header_length);
-    magic = kvf_rd_u32(&r);
-    count = kvf_rd_u32(&r);
-    id = kvf_rd_u64(&r);
-    status = KVF_OK;
-    if (magic != KVF_UCX_PUSH_MAGIC || count == 0 || count > KVF_UCX_PUSH_MAX ||
-        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
-        length != (size_t)count * KVF_UCX_PUSH_ENT) {
-        kvf_log_rl(KVF_LOG_WARN,
-                   "ucx: read request refused: magic 0x%x, %u entries, %zu "
-                   "bytes",
-                   magic, count, length);
-        status = KVF_ERR_PROTOCOL;
-        count = 0;
-    }
-    rp = kvf_malloc(sizeof(*rp) + (size_t)count * sizeof(rp->iov[0]));
-    if (rp == NULL) {
-        kvf_log_rl(KVF_LOG_WARN, "ucx: no memory for a read reply");
-        return UCS_OK; /* the initiator times out */
-    }
     if (status == KVF_OK) {
-        status = kvf_ucx_push_check(tw, data, length, count, rp);
+        status = kvf_ucx_push_check(arg, data, length, count, rp);
     }
     kvf_ucx_push_reply(param->reply_ep, rp, status, id, count);
     return UCS_OK;
@@ -248,39 +273,18 @@ static ucs_status_t kvf_ucx_push_am_write(void *arg, const void *header,
                                           size_t length,
                                           const ucp_am_recv_param_t *param)
 {
-    kvf_ucx_tworker_t *tw = arg;
     kvf_ucx_push_reply_t *rp;
-    kvf_status_t status = KVF_OK;
-    uint32_t magic, count;
+    kvf_status_t status;
+    uint32_t count;
     uint64_t id;
-    kvf_rd_t r;
 
-    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
-        header_length != KVF_UCX_PUSH_HDR) {
-        kvf_log_rl(KVF_LOG_WARN, "ucx: malformed write request dropped");
+    rp = kvf_ucx_push_open("write", header, header_length, length, 0, param,
+                           &id, &count, &status);
+    if (rp == NULL) {
         return UCS_OK;
     }
-    kvf_rd_init(&r, header, header_length);
-    magic = kvf_rd_u32(&r);
-    count = kvf_rd_u32(&r);
-    id = kvf_rd_u64(&r);
-    if (magic != KVF_UCX_PUSH_MAGIC || count == 0 || count > KVF_UCX_PUSH_MAX ||
-        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
-        length < (size_t)count * KVF_UCX_PUSH_ENT) {
-        kvf_log_rl(KVF_LOG_WARN,
-                   "ucx: write request refused: magic 0x%x, %u entries, %zu "
-                   "bytes",
-                   magic, count, length);
-        status = KVF_ERR_PROTOCOL;
-        count = 0;
-    }
-    rp = kvf_malloc(sizeof(*rp) + (size_t)count * sizeof(rp->iov[0]));
-    if (rp == NULL) {
-        kvf_log_rl(KVF_LOG_WARN, "ucx: no memory for a write reply");
-        return UCS_OK; /* the initiator times out */
-    }
     if (status == KVF_OK) {
-        status = kvf_ucx_push_write(tw, data, length, count, rp);
+        status = kvf_ucx_push_write(arg, data, length, count, rp);
     }
     kvf_ucx_push_reply(param->reply_ep, rp, status, id, 0);
     return UCS_OK;
