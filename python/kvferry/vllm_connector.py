@@ -6,7 +6,12 @@ vLLM loads it from ``--kv-transfer-config``::
     {"kv_connector": "KvferryConnector",
      "kv_connector_module_path": "kvferry.vllm_connector",
      "kv_role": "kv_both",
+     "kv_load_failure_policy": "recompute",
      "kv_connector_extra_config": {"master": "127.0.0.1:7700"}}
+
+(``kv_load_failure_policy`` is vLLM's: ``recompute`` computes a block
+that did not load again; its default, ``fail``, ends that request with
+an error.)
 
 ``KVConnectorFactory`` imports ``kv_connector_module_path`` and takes the
 class named by ``kv_connector``; it builds one instance in the scheduler
@@ -27,7 +32,9 @@ process (role SCHEDULER) and one in each worker (role WORKER).
   :meth:`wait_for_save` saves the step's blocks once the forward pass
   has written every layer. A block that fails to load (missing, wrong
   checksum, dead store) is reported by
-  :meth:`get_block_ids_with_load_errors`, so vLLM recomputes it.
+  :meth:`get_block_ids_with_load_errors`, so vLLM recomputes it; when
+  vLLM schedules the request again from that block, the scheduler side
+  saves the recomputed blocks again.
 
 Keys are :mod:`kvferry.kv`'s: a chained hash of the prompt's token
 chunks (vLLM's block size) under a fingerprint of everything that decides
@@ -410,7 +417,12 @@ class KvferryConnector(KVConnectorBase_V1):
                 tr.block_ids, tr.saved_chunks = list(new_ids[0]) if new_ids else [], 0
             elif new_ids:
                 tr.block_ids += list(new_ids[0])
-            self._note_progress(meta, rid, cached.num_computed_tokens[i] + sched.get(rid, 0))
+            done = cached.num_computed_tokens[i]
+            if done < tr.saved_chunks * self.block_size:
+                # vLLM computes blocks again (a load of them failed, under
+                # kv_load_failure_policy "recompute"): save them again
+                tr.saved_chunks = done // self.block_size
+            self._note_progress(meta, rid, done + sched.get(rid, 0))
         return meta
 
     def request_finished(self, request: Any, block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:

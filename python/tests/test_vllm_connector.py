@@ -88,7 +88,9 @@ def plain_world(master, namespace, role, device=None):
 
     return types.SimpleNamespace(make=make, caches=caches, request=request, sched_out=sched_out,
                                  blocks=Blocks, scheduler=0, worker=1, names=names,
-                                 block=lambda t, x: t[:, x], same=same)
+                                 block=lambda t, x: t[:, x], same=same,
+                                 copy_block=lambda t, dst, src: t.__setitem__(
+                                     (slice(None), dst), t[:, src]))
 
 
 # -- the real vLLM world -----------------------------------------------------
@@ -169,6 +171,7 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
                                  blocks=blocks, scheduler=KVConnectorRole.SCHEDULER,
                                  worker=KVConnectorRole.WORKER, names=names,
                                  block=lambda t, x: t[x],
+                                 copy_block=lambda t, dst, src: t[dst].copy_(t[src]),
                                  same=lambda a, b: torch.equal(a.view(torch.int16), b.view(torch.int16)))
 
 
@@ -319,10 +322,21 @@ def test_corrupt_and_missing_blocks_are_load_errors(world, store):
         # the failed chunks left the store, and the step's save did not
         # write the failed blocks back under their keys
         assert s.get_num_new_matched_tokens(w.request("c", tokens), 0) == (2 * BS, False)
-        # a request that computes them saves them anew, and they load
-        r3 = w.request("d", tokens)
-        step(w, s, wk, w.sched_out(new=[(r3, [0, 1, 2, 3, 4], 0, len(tokens))]))
+        # vLLM (kv_load_failure_policy "recompute") computes the request
+        # again from its first failed block: the next step schedules it
+        # with fewer computed tokens, and the recomputed blocks are saved
+        for n in w.names:  # what the forward pass writes
+            w.copy_block(kv[n], 12, 2)
+            w.copy_block(kv[n], 13, 3)
+        m = step(w, s, wk, w.sched_out(cached=[(r2, [], 2 * BS, 2 * BS + 1)]))
+        assert [len(x.block_ids) for x in m.saves] == [4]
         assert s.get_num_new_matched_tokens(w.request("e", tokens), 0) == (4 * BS, False)
+        r3 = w.request("f", tokens)
+        n, _ = s.get_num_new_matched_tokens(r3, 0)
+        s.update_state_after_alloc(r3, w.blocks([20, 21, 22, 23, 24]), n)
+        step(w, s, wk, w.sched_out(new=[(r3, [20, 21, 22, 23, 24], n, 1)]))
+        assert wk.get_block_ids_with_load_errors() == set()
+        assert blocks_equal(w, kv, kv, [0, 1, 2, 3], [20, 21, 22, 23])
     finally:
         s.shutdown()
         wk.shutdown()
