@@ -21,6 +21,9 @@ block sets (16) are taken in turn, so a batch does not find its blocks
 - Python prebuilt: the C way's prebuilt op array submitted through the
   Python Batch (submit, result, close): the package's cost per batch
   without any conversion, what the other Python ways add to;
+- C API, sliced: the C way's array submitted in the slices ``peer.read``
+  cuts a list into (one kvf_batch_submit each, then a wait on each):
+  what slicing costs by itself, without converting anything;
 - list, one slice (where the helper is loaded): the list converted whole
   by the helper, then submitted as one batch, where ``peer.read``
   submits it in slices as it converts (the engine starts on the first
@@ -45,6 +48,7 @@ from ctypes import byref, c_void_p
 from typing import Any, Callable, List, Tuple
 
 from . import Engine, _lib
+from . import engine as engine_mod
 from .procs import Target
 
 
@@ -173,6 +177,26 @@ def blocks(args: argparse.Namespace) -> int:
             lib.kvf_batch_destroy(h)
             return t
 
+        # the list path's slices, cut from the C array: what slicing
+        # costs by itself, without any conversion
+        starts = [i for i in engine_mod._slice_starts(count, engine_mod._MAX_SLICES) if i < count]
+        bounds = list(zip(starts, starts[1:] + [count]))
+        hs = [c_void_p() for _ in bounds]
+        opsz = ctypes.sizeof(_lib.Op)
+
+        def run_c_sliced(cops: Any) -> float:
+            base = ctypes.addressof(cops)
+            for (a, b), hx in zip(bounds, hs):
+                if lib.kvf_batch_submit(eh, c_void_p(base + a * opsz), b - a, byref(hx)) != 0:
+                    raise RuntimeError("C batch failed")
+            t = time.perf_counter()
+            for hx in reversed(hs):
+                if lib.kvf_batch_wait(hx, 30000) != 0:
+                    raise RuntimeError("C batch failed")
+            for hx in hs:
+                lib.kvf_batch_destroy(hx)
+            return t
+
         def run_list(ops: list) -> float:
             return _finish(peer.read(ops))
 
@@ -199,7 +223,8 @@ def blocks(args: argparse.Namespace) -> int:
             ("C API", lambda bs: bs.cops, run_c),
             ("Python list", _BlockSet.make_list, run_list),
             ("Python %s" % arr_kind, _BlockSet.make_arrays, run_arrays),
-            ("Python prebuilt", lambda bs: bs.cops_words, run_prebuilt)]
+            ("Python prebuilt", lambda bs: bs.cops_words, run_prebuilt),
+            ("C API, sliced", lambda bs: bs.cops, run_c_sliced)]
         if helper:
             ways.append(("list, in Python", _BlockSet.make_list, run_list_python))
             ways.append(("list, one slice", _BlockSet.make_list, run_list_whole))

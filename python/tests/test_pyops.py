@@ -223,7 +223,8 @@ def test_overhead_bench_runs(capsys):
     assert bench.main(["blocks", "--count", "64", "--rounds", "2", "--calls", "100",
                        "--pool", "16M", "--local-pool", "4M", "--transport", "tcp"]) == 0
     out = capsys.readouterr().out
-    for way in ("C API", "Python list", "Python prebuilt", "op array build", "submit call",
+    for way in ("C API", "Python list", "Python prebuilt", "C API, sliced", "op array build",
+                "submit call",
                 "16 block sets in turn"):
         assert way in out, out
     if _lib.pyops() is not None:
