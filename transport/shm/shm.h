@@ -52,7 +52,7 @@
            while idle, renewed every KVF_SHM_RIDE_MS (key shm_warm_ms) */
 #define KVF_SHM_STAGE_LEN    (4u << 20) /* staging buffer per connection */
 #define KVF_SHM_LEASE_BYTES  (8u << 20) /* a lease covers at most this */
-#define KVF_SHM_LEASE_MIN    (1u << 20) /* ... and takes its share above this */
+#define KVF_SHM_LEASE_MIN    (1u << 19) /* ... and takes its share above this */
 #define KVF_SHM_LEASE_SEGS   4096       /* ... and this many entries */
 #define KVF_SHM_STREAM_MIN   (1u << 20) /* leases from this size stream */
 #define KVF_SHM_PREFETCH_LEN 1024       /* WRITEs, see kvf_shm_lease_copy */

@@ -192,7 +192,10 @@ static int kvf_shm_in_flight(kvf_shm_worker_t *w)
  * worker also takes a second lease for its pipeline, and without the
  * share the first worker awake took a 16 MB batch whole and copied it
  * alone while the other slept; and a worker the scheduler sets aside
- * holds back only its share, not the rest of the batch.
+ * holds back only its share, not the rest of the batch. The least share
+ * is small (512 KiB) so that a batch submitted in slices as its caller
+ * builds it (the Python package's lists) keeps every worker busy from
+ * its first slice on; 1 MiB left half of them idle until the next.
  */
 static size_t kvf_shm_take(kvf_shm_worker_t *w, kvf_shm_lease_t *l)
 {
