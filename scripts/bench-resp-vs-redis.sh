@@ -241,10 +241,12 @@ for size in $SIZES; do
         fi
     done
 done
-# the doors' own counts: GETs sent from store views / through the copy path
+# the doors' own counts: GETs sent from store views / through the copy
+# path; SETs stored / answered by another loop's store of their key
+counts() { sed -n 's/.*resp: \(GETs sent.*\|SETs stored.*\)/\1/p' "$1" | paste -sd ';' -; }
 kill "${PIDS[2]}" 2>/dev/null && wait "${PIDS[2]}" 2>/dev/null || true
-echo "# door A: $(sed -n 's/.*resp: \(GETs sent.*\)/\1/p' "$DIR/resp.err")"
+echo "# door A: $(counts "$DIR/resp.err")"
 if [ -n "$BENV" ]; then
     kill "${PIDS[4]}" 2>/dev/null && wait "${PIDS[4]}" 2>/dev/null || true
-    echo "# door B: $(sed -n 's/.*resp: \(GETs sent.*\)/\1/p' "$DIR/respb.err")"
+    echo "# door B: $(counts "$DIR/respb.err")"
 fi

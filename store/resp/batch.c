@@ -327,8 +327,11 @@ static void kvf_resp_flight_begin(struct kvf_resp *s, kvf_resp_conn_t **u,
     for (i = 0; i < n; i++) {
         stripe = (unsigned)(u[i]->ohash % KVF_RESP_SET_STRIPES);
         f = &s->flight[stripe];
-        if (u[i]->ost != KVF_OK ||
-            kvf_resp_flight_covers(f, j->watch[i], u[i])) {
+        if (u[i]->ost != KVF_OK) {
+            continue;
+        }
+        if (kvf_resp_flight_covers(f, j->watch[i], u[i])) {
+            atomic_fetch_add(&s->ncovered, 1);
             continue;
         }
         j->own[i] = m;
@@ -349,6 +352,7 @@ static void kvf_resp_flight_begin(struct kvf_resp *s, kvf_resp_conn_t **u,
     }
     j->p.n = m;
     pthread_mutex_unlock(&s->fmu);
+    atomic_fetch_add(&s->nstored, m);
 }
 
 /* Publishes the outcome of this batch's flights. */

@@ -343,6 +343,10 @@ void kvf_server_resp_stop(kvf_resp_h s)
                  (unsigned long long)atomic_load(&s->nview),
                  (unsigned long long)atomic_load(&s->nrescue),
                  (unsigned long long)atomic_load(&s->ncopy));
+        kvf_info("resp: SETs stored %llu, answered by another loop's "
+                 "store of their key %llu",
+                 (unsigned long long)atomic_load(&s->nstored),
+                 (unsigned long long)atomic_load(&s->ncovered));
         kvf_resp_pool_fini(s);
         kvf_store_disconnect(s->st);
     }

@@ -198,6 +198,9 @@ struct kvf_resp {
     /* GETs sent from views, values copied out of a view whose lease was
      * ending, GETs read through the copy path (logged at stop) */
     atomic_uint_fast64_t nview, nrescue, ncopy;
+    /* SETs stored, and SETs answered by another loop's store of their
+     * key (kvf_resp_flight_t; logged at stop) */
+    atomic_uint_fast64_t nstored, ncovered;
     /* SETs of one key run one at a time (by stripe), so they do not race
      * one another's puts (refused as busy) and one being stored can
      * answer the others (kvf_resp_flight_t) */
