@@ -7,6 +7,7 @@
  * overwrites.
  */
 #include "store/resp/resp_int.h"
+#include "core/time.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -367,7 +368,58 @@ static void kvf_resp_flight_end(struct kvf_resp *s, kvf_resp_setjob_t *j)
             s->flight[i].active = 0;
         }
     }
+    if (j->claimed != 0) {
+        pthread_cond_broadcast(&s->fend);
+    }
     pthread_mutex_unlock(&s->fmu);
+}
+
+/*
+ * When every op of the batch watches a store of its key under way on
+ * another loop (one key written from every loop): waits for those stores
+ * to end, without taking their stripe locks, and answers the ops they
+ * cover. Waiting on the locks instead woke the waiting loops one at a
+ * time, each taking and giving back the lock just to read the outcome.
+ * Returns 1 when every op was answered so; 0 leaves the batch to the
+ * locked path (a store failed, another began, or the wait ran past the
+ * store timeout).
+ */
+static int kvf_resp_flight_join(struct kvf_resp *s, kvf_resp_conn_t **u,
+                                size_t n, const kvf_resp_setjob_t *j)
+{
+    const kvf_resp_flight_t *f;
+    struct timespec until;
+    size_t i, busy;
+    int rc = 0;
+
+    for (i = 0; i < n; i++) {
+        if (u[i]->ost != KVF_OK || j->watch[i] == 0) {
+            return 0;
+        }
+    }
+    kvf_time_abs_after(&until, (int)s->p.timeout_ms);
+    pthread_mutex_lock(&s->fmu);
+    for (;;) {
+        for (i = 0, busy = 0; i < n; i++) {
+            f = &s->flight[u[i]->ohash % KVF_RESP_SET_STRIPES];
+            busy += f->active && f->gen == j->watch[i];
+        }
+        if (busy == 0 || rc != 0) {
+            break;
+        }
+        rc = pthread_cond_timedwait(&s->fend, &s->fmu, &until);
+    }
+    for (i = 0; busy == 0 && i < n; i++) {
+        f = &s->flight[u[i]->ohash % KVF_RESP_SET_STRIPES];
+        if (!kvf_resp_flight_covers(f, j->watch[i], u[i])) {
+            busy = 1;
+        }
+    }
+    if (busy == 0) {
+        atomic_fetch_add(&s->ncovered, n);
+    }
+    pthread_mutex_unlock(&s->fmu);
+    return busy == 0;
 }
 
 /* Stores the values of u[0..n) (one SET per distinct key) and sets each
@@ -390,6 +442,8 @@ static void kvf_resp_set_batch(struct kvf_resp *s, kvf_resp_conn_t **u,
     stripes = kvf_resp_set_prepare(s, u, n, &j);
     if (stripes != 0) {
         kvf_resp_flight_watch(s, u, n, &j);
+    }
+    if (stripes != 0 && !kvf_resp_flight_join(s, u, n, &j)) {
         kvf_resp_stripes(s, stripes, 1);
         kvf_resp_flight_begin(s, u, n, &j);
         if (j.p.n > 0) {

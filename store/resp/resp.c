@@ -10,6 +10,7 @@
  * are listed in resp_int.h.
  */
 #include "store/resp/resp_int.h"
+#include "core/time.h"
 
 #include "core/auth.h"
 #include "core/config.h"
@@ -279,6 +280,7 @@ kvf_status_t kvf_server_resp_start(const kvf_server_resp_params_t *params,
         pthread_mutex_init(&s->set_mu[i], NULL);
     }
     pthread_mutex_init(&s->fmu, NULL);
+    kvf_cond_init(&s->fend);
     s->nloops = params->threads == 0 ? 1 : params->threads;
     if (s->nloops > KVF_RESP_LOOPS_MAX) {
         s->nloops = KVF_RESP_LOOPS_MAX;
@@ -355,6 +357,7 @@ void kvf_server_resp_stop(kvf_resp_h s)
         pthread_mutex_destroy(&s->set_mu[i]);
     }
     pthread_mutex_destroy(&s->fmu);
+    pthread_cond_destroy(&s->fend);
     free(s);
 }
 

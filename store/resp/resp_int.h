@@ -207,6 +207,7 @@ struct kvf_resp {
     pthread_mutex_t set_mu[KVF_RESP_SET_STRIPES];
     /* per stripe, one key its lock holder is storing (under fmu) */
     pthread_mutex_t fmu;
+    pthread_cond_t fend; /* a flight ended (broadcast, under fmu) */
     uint64_t fgen;
     kvf_resp_flight_t flight[KVF_RESP_SET_STRIPES];
     unsigned nloops;
