@@ -214,30 +214,6 @@ kvf_ucx_push_open(const char *what, const void *header, size_t header_length,
     return rp;
 }
 
-/* A READ request on a target worker (its progress thread, holding the
- * region set): checked, then answered with the gathered blocks. */
-static ucs_status_t kvf_ucx_push_am_read(void *arg, const void *header,
-                                         size_t header_length, void *data,
-                                         size_t length,
-                                         const ucp_am_recv_param_t *param)
-{
-    kvf_ucx_push_reply_t *rp;
-    kvf_status_t status;
-    uint32_t count;
-    uint64_t id;
-
-    rp = kvf_ucx_push_open("read", header, header_length, length, 1, param, &id,
-                           &count, &status);
-    if (rp == NULL) {
-        return UCS_OK;
-    }
-    if (status == KVF_OK) {
-        status = kvf_ucx_push_check(arg, data, length, count, rp);
-    }
-    kvf_ucx_push_reply(param->reply_ep, rp, status, id, count);
-    return UCS_OK;
-}
-
 /* Checks a WRITE request's entries (data: count entries, then their
  * bytes in order) and copies the bytes into place, all or nothing. */
 static kvf_status_t kvf_ucx_push_write(kvf_ucx_tworker_t *tw, const void *data,
@@ -266,28 +242,46 @@ static kvf_status_t kvf_ucx_push_write(kvf_ucx_tworker_t *tw, const void *data,
     return status;
 }
 
-/* A WRITE request on a target worker (its progress thread, holding the
- * region set): checked, written into place, answered with its status. */
-static ucs_status_t kvf_ucx_push_am_write(void *arg, const void *header,
-                                          size_t header_length, void *data,
-                                          size_t length,
-                                          const ucp_am_recv_param_t *param)
+/* A READ or WRITE request on a target worker (its progress thread,
+ * holding the region set): checked, then answered with the gathered
+ * blocks (READ) or written into place and answered with its status. */
+static ucs_status_t kvf_ucx_push_am(kvf_ucx_tworker_t *tw, int read,
+                                    const void *header, size_t header_length,
+                                    void *data, size_t length,
+                                    const ucp_am_recv_param_t *param)
 {
     kvf_ucx_push_reply_t *rp;
     kvf_status_t status;
     uint32_t count;
     uint64_t id;
 
-    rp = kvf_ucx_push_open("write", header, header_length, length, 0, param,
-                           &id, &count, &status);
+    rp = kvf_ucx_push_open(read ? "read" : "write", header, header_length,
+                           length, read, param, &id, &count, &status);
     if (rp == NULL) {
         return UCS_OK;
     }
     if (status == KVF_OK) {
-        status = kvf_ucx_push_write(arg, data, length, count, rp);
+        status = read ? kvf_ucx_push_check(tw, data, length, count, rp)
+                      : kvf_ucx_push_write(tw, data, length, count, rp);
     }
-    kvf_ucx_push_reply(param->reply_ep, rp, status, id, 0);
+    kvf_ucx_push_reply(param->reply_ep, rp, status, id, read ? count : 0);
     return UCS_OK;
+}
+
+static ucs_status_t kvf_ucx_push_am_read(void *arg, const void *header,
+                                         size_t header_length, void *data,
+                                         size_t length,
+                                         const ucp_am_recv_param_t *param)
+{
+    return kvf_ucx_push_am(arg, 1, header, header_length, data, length, param);
+}
+
+static ucs_status_t kvf_ucx_push_am_write(void *arg, const void *header,
+                                          size_t header_length, void *data,
+                                          size_t length,
+                                          const ucp_am_recv_param_t *param)
+{
+    return kvf_ucx_push_am(arg, 0, header, header_length, data, length, param);
 }
 
 static kvf_status_t kvf_ucx_push_handler(ucp_worker_h worker, unsigned id,
