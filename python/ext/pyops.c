@@ -15,6 +15,11 @@
  * (which keeps the GIL and passes py_object arguments), so one build
  * serves every CPython 3 with a GIL and the wheel stays py3-none.
  *
+ * kvf_pyops_blocks builds the array of a block batch given as uint64
+ * arrays (Peer.read_blocks and write_blocks with numpy or array.array):
+ * plain memory, no Python objects, the bounds checked as the Python path
+ * checks them.
+ *
  * The converter only accepts what the pure-Python path accepts with the
  * same result: each operation a tuple of three; local an address (of
  * type int itself) or a (region, offset) tuple whose region is exactly
@@ -377,6 +382,43 @@ Py_ssize_t kvf_pyops_pack(PyObject *ops, PyObject *region_cls, unsigned type,
     if (n <= 0 || n > cap ||
         pyops_range(&c, ops, is_list, 0, n, peer, out, &total) != 0)
         return -1;
+    *total_p = total;
+    return n;
+}
+
+/*
+ * The op array of n blocks given as arrays: block i moves lens[i] bytes
+ * (len for every block when lens is NULL) between base + offs[i] (a
+ * region of nbytes at base) and addrs[i]. Returns n with the total in
+ * *total_p, or -1 when a block lies outside the region or the total
+ * overflows (the caller raises; out is then garbage).
+ */
+PYOPS_EXPORT Py_ssize_t kvf_pyops_blocks(
+    const uint64_t *offs, const uint64_t *addrs, const uint64_t *lens,
+    uint64_t len, Py_ssize_t n, uint64_t base, uint64_t nbytes, unsigned type,
+    uint64_t peer, uint64_t *out, uint64_t *total_p);
+
+Py_ssize_t kvf_pyops_blocks(const uint64_t *offs, const uint64_t *addrs,
+                            const uint64_t *lens, uint64_t len, Py_ssize_t n,
+                            uint64_t base, uint64_t nbytes, unsigned type,
+                            uint64_t peer, uint64_t *out, uint64_t *total_p)
+{
+    uint64_t total = 0, ln;
+    Py_ssize_t i;
+
+    for (i = 0; i < n; i++) {
+        uint64_t *w = out + i * PYOPS_WORDS;
+
+        ln = lens != NULL ? lens[i] : len;
+        if (offs[i] > nbytes || ln > nbytes - offs[i] || total + ln < total)
+            return -1;
+        w[0] = type;
+        w[1] = base + offs[i];
+        w[2] = peer;
+        w[3] = addrs[i];
+        w[4] = ln;
+        total += ln;
+    }
     *total_p = total;
     return n;
 }

@@ -330,6 +330,34 @@ def pyops_submit() -> Any:
     return _pyops_submit if pyops() is not None else None  # None when that helper lacks it
 
 
+_pyops_blocks: Any = None  # kvf_pyops_blocks, False once found absent
+
+
+def pyops_blocks() -> Any:
+    """kvf_pyops_blocks of libkvferry_pyops.so, or None where pyops() is
+    (or that helper lacks it).
+
+    kvf_pyops_blocks(offs, addrs, lens, len, n, base, nbytes, type, peer,
+    out, byref(total)) fills out with the kvf_op_t words of n blocks given
+    as uint64 arrays (lens NULL: len for every block): n, or -1 when a
+    block lies outside the region of nbytes at base.
+    """
+    global _pyops_blocks
+    if pyops() is None:
+        return None
+    if _pyops_blocks is None:
+        _pyops_blocks = False
+        try:
+            fn = ctypes.PyDLL(pyops_path()).kvf_pyops_blocks
+        except (OSError, AttributeError, TypeError):
+            return None
+        fn.restype = ctypes.c_ssize_t
+        fn.argtypes = [c_void_p, c_void_p, c_void_p, c_uint64, ctypes.c_ssize_t, c_uint64,
+                       c_uint64, c_uint, c_uint64, c_void_p, POINTER(c_uint64)]
+        _pyops_blocks = fn
+    return _pyops_blocks or None
+
+
 def _load_submit(dll: ctypes.PyDLL) -> Any:
     """kvf_pyops_submit of dll, given the library's batch calls."""
     l, addr = lib(), ctypes.cast

@@ -121,6 +121,53 @@ def test_numpy_buffers(engine, target):
     r.deregister()
 
 
+@pytest.mark.parametrize("builder", ["helper", "numpy"])
+def test_numpy_blocks_forms(engine, target, monkeypatch, builder):
+    """read_blocks/write_blocks with numpy arrays build the same batch
+    through libkvferry_pyops.so's builder and through numpy alone: bytes
+    verified, strided and int64 inputs, per-block lengths, and a block
+    one byte past the region refused with nothing moved."""
+    np = pytest.importorskip("numpy")
+    from kvferry import _lib
+
+    if builder == "numpy":
+        monkeypatch.setattr(_lib, "_pyops_blocks", False)
+    elif _lib.pyops_blocks() is None:
+        pytest.skip("no libkvferry_pyops.so with kvf_pyops_blocks")
+    p = engine.open(target.segment)
+    n = 96
+    a = np.zeros(n * BLK, dtype=np.uint8)
+    r = engine.register(a)
+    slots = np.random.default_rng(7).permutation(target.pool_len // BLK)[: 2 * n].astype(np.int64)
+    remote = target.pool_addr + slots * BLK  # int64: converted
+    offs = np.arange(2 * n, dtype=np.uint64)[::2] // 2 * BLK  # strided view: made contiguous
+    p.read_blocks(r, offs, remote[:n], np.uint64(BLK)).result(10)
+    for i in (0, 41, n - 1):
+        assert bytes(a[i * BLK:(i + 1) * BLK]) == remote_bytes(target, int(slots[i]) * BLK, BLK)
+    # per-block lengths: the first half of each block, written to a scratch area
+    lens = np.full(n, BLK // 2, dtype=np.uint64)
+    scratch = target.pool_addr + (12 << 20) + np.arange(n, dtype=np.uint64) * BLK
+    b = p.write_blocks(r, offs, scratch, lens)
+    assert b.result(10) == n * BLK // 2
+    got = remote_bytes(target, 12 << 20, n * BLK)
+    for i in (0, n - 1):
+        assert got[i * BLK:i * BLK + BLK // 2] == bytes(a[i * BLK:i * BLK + BLK // 2])
+    # a block one byte past the region: refused before anything moves
+    a[:] = 0
+    bad = offs.copy()
+    bad[-1] = n * BLK - BLK + 1
+    with pytest.raises(kvferry.NotRegisteredError):
+        p.read_blocks(r, bad, remote[:n], BLK)
+    with pytest.raises(kvferry.NotRegisteredError):
+        p.read_blocks(r, offs, remote[:n], np.full(n, BLK + 1, dtype=np.uint64))
+    with pytest.raises(kvferry.InvalidParamError):
+        p.read_blocks(r, offs, remote[: n - 1], BLK)
+    with pytest.raises(kvferry.InvalidParamError):
+        p.read_blocks(r, offs, remote[:n], lens[:-1])
+    assert not a.any()
+    r.deregister()
+
+
 def test_torch_cpu(engine, target):
     torch = pytest.importorskip("torch")
     t = torch.zeros(4 * BLK, dtype=torch.uint8)
