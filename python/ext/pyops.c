@@ -386,12 +386,55 @@ Py_ssize_t kvf_pyops_pack(PyObject *ops, PyObject *region_cls, unsigned type,
     return n;
 }
 
+/* A block batch given as arrays: block i moves lens[i] bytes (len for
+ * every block when lens is NULL) between base + offs[i], in a region of
+ * nbytes at base, and addrs[i]. */
+struct pyops_blocks {
+    const uint64_t *offs, *addrs, *lens;
+    uint64_t len, base, nbytes, peer;
+    unsigned type;
+};
+
+/* 0 when every one of the n blocks lies inside the region and their
+ * total fits in 64 bits (in *total_p); -1 otherwise. */
+static int pyops_blocks_check(const struct pyops_blocks *b, Py_ssize_t n,
+                              uint64_t *total_p)
+{
+    uint64_t total = 0, ln;
+    Py_ssize_t i;
+
+    for (i = 0; i < n; i++) {
+        ln = b->lens != NULL ? b->lens[i] : b->len;
+        if (b->offs[i] > b->nbytes || ln > b->nbytes - b->offs[i] ||
+            total + ln < total)
+            return -1;
+        total += ln;
+    }
+    *total_p = total;
+    return 0;
+}
+
+/* Blocks [i0, i1) into out (checked before by pyops_blocks_check). */
+static void pyops_blocks_fill(const struct pyops_blocks *b, Py_ssize_t i0,
+                              Py_ssize_t i1, uint64_t *out)
+{
+    Py_ssize_t i;
+
+    for (i = i0; i < i1; i++) {
+        uint64_t *w = out + i * PYOPS_WORDS;
+
+        w[0] = b->type;
+        w[1] = b->base + b->offs[i];
+        w[2] = b->peer;
+        w[3] = b->addrs[i];
+        w[4] = b->lens != NULL ? b->lens[i] : b->len;
+    }
+}
+
 /*
- * The op array of n blocks given as arrays: block i moves lens[i] bytes
- * (len for every block when lens is NULL) between base + offs[i] (a
- * region of nbytes at base) and addrs[i]. Returns n with the total in
- * *total_p, or -1 when a block lies outside the region or the total
- * overflows (the caller raises; out is then garbage).
+ * The op array of n blocks given as arrays (struct pyops_blocks) into
+ * out. Returns n with the total in *total_p, or -1 when a block lies
+ * outside the region or the total overflows (the caller raises).
  */
 PYOPS_EXPORT Py_ssize_t kvf_pyops_blocks(
     const uint64_t *offs, const uint64_t *addrs, const uint64_t *lens,
@@ -403,23 +446,11 @@ Py_ssize_t kvf_pyops_blocks(const uint64_t *offs, const uint64_t *addrs,
                             uint64_t base, uint64_t nbytes, unsigned type,
                             uint64_t peer, uint64_t *out, uint64_t *total_p)
 {
-    uint64_t total = 0, ln;
-    Py_ssize_t i;
+    struct pyops_blocks b = {offs, addrs, lens, len, base, nbytes, peer, type};
 
-    for (i = 0; i < n; i++) {
-        uint64_t *w = out + i * PYOPS_WORDS;
-
-        ln = lens != NULL ? lens[i] : len;
-        if (offs[i] > nbytes || ln > nbytes - offs[i] || total + ln < total)
-            return -1;
-        w[0] = type;
-        w[1] = base + offs[i];
-        w[2] = peer;
-        w[3] = addrs[i];
-        w[4] = ln;
-        total += ln;
-    }
-    *total_p = total;
+    if (n <= 0 || pyops_blocks_check(&b, n, total_p) != 0)
+        return -1;
+    pyops_blocks_fill(&b, 0, n, out);
     return n;
 }
 
@@ -558,51 +589,68 @@ static void pyops_undo(void **batches, Py_ssize_t nb)
 }
 
 /* One slice, out[i0, i1), submitted without the GIL; its status. */
-static int pyops_post(struct pyops_ctx *c, void *engine, const uint64_t *out,
-                      Py_ssize_t i0, Py_ssize_t i1, void **batch_p)
+static int pyops_post(void *engine, const uint64_t *out, Py_ssize_t i0,
+                      Py_ssize_t i1, void **batch_p)
 {
     PyThreadState *ts = PyEval_SaveThread();
     int st = pyops_submit_ex(engine, out + i0 * PYOPS_WORDS, (size_t)(i1 - i0),
                              0, batch_p);
 
     PyEval_RestoreThread(ts);
-    /* other threads ran: what the borrowed cache points at may be gone */
-    c->reg.obj = NULL;
-    c->last_len = NULL;
     return st;
 }
 
-/*
- * Converts ops as kvf_pyops_pack does and submits them in slices, each
- * as soon as it is converted, so the engine moves the first while the
- * next converts: first operations, then four times more each slice, at
- * most maxb slices (the last takes the rest). engine is the engine
- * handle; batches receives the slices' batch handles. Returns the number
- * of operations, with res[0] their total length and res[1] the number of
- * batches; 0 when a submit failed (res[2] its status); -1 with no
- * exception set when the Python path must convert ops instead. On 0 and
- * -1 no batch is left: those submitted are canceled and destroyed.
- */
-Py_ssize_t kvf_pyops_submit(PyObject *ops, PyObject *region_cls, unsigned type,
-                            uint64_t peer, void *engine, Py_ssize_t first,
-                            uint64_t *out, Py_ssize_t cap, void **batches,
-                            Py_ssize_t maxb, uint64_t *res)
-{
-    struct pyops_ctx c = {.region_cls = region_cls, .type = type};
-    uint64_t total = 0;
-    int is_list, st;
-    Py_ssize_t n = pyops_len(ops, &is_list), i0 = 0, step, nb = 0;
+/* What a sliced submit converts: a list of operations (ctx, ops) or
+ * block arrays (blocks). */
+struct pyops_src {
+    struct pyops_ctx *ctx;
+    PyObject *ops;
+    int is_list;
+    uint64_t peer;
+    const struct pyops_blocks *blocks;
+};
 
-    if (pyops_submit_ex == NULL || n <= 0 || n > cap || maxb <= 0)
-        return -1;
+/* Operations [i0, i1) of src into out; -1 to decline. */
+static int pyops_src_fill(struct pyops_src *src, Py_ssize_t i0, Py_ssize_t i1,
+                          uint64_t *out, uint64_t *total)
+{
+    if (src->blocks != NULL) {
+        pyops_blocks_fill(src->blocks, i0, i1, out);
+        return 0;
+    }
+    /* other threads ran since the last slice went out: what the borrowed
+     * cache points at may be gone */
+    src->ctx->reg.obj = NULL;
+    src->ctx->last_len = NULL;
+    return pyops_range(src->ctx, src->ops, src->is_list, i0, i1, src->peer, out,
+                       total);
+}
+
+/*
+ * Submits the n operations of src in slices, each as soon as it is
+ * converted, so the engine moves the first while the next converts:
+ * first operations, then four times more each slice, at most maxb slices
+ * (the last takes the rest). Returns n with res[1] the number of batches
+ * (their handles in batches); 0 when a submit failed (res[2] its status);
+ * -1 when src declined. On 0 and -1 no batch is left: those submitted
+ * are canceled and destroyed.
+ */
+static Py_ssize_t pyops_sliced(struct pyops_src *src, Py_ssize_t n,
+                               void *engine, Py_ssize_t first, uint64_t *out,
+                               void **batches, Py_ssize_t maxb, uint64_t *res,
+                               uint64_t *total)
+{
+    Py_ssize_t i0 = 0, step, nb = 0;
+    int st;
+
     for (step = first > 0 ? first : n; i0 < n; step *= 4) {
         Py_ssize_t i1 = (nb == maxb - 1 || step >= n - i0) ? n : i0 + step;
 
-        if (pyops_range(&c, ops, is_list, i0, i1, peer, out, &total) != 0) {
+        if (pyops_src_fill(src, i0, i1, out, total) != 0) {
             pyops_undo(batches, nb);
             return -1;
         }
-        st = pyops_post(&c, engine, out, i0, i1, &batches[nb]);
+        st = pyops_post(engine, out, i0, i1, &batches[nb]);
         if (st != 0) {
             pyops_undo(batches, nb);
             res[2] = (uint64_t)(int64_t)st;
@@ -611,7 +659,64 @@ Py_ssize_t kvf_pyops_submit(PyObject *ops, PyObject *region_cls, unsigned type,
         nb++;
         i0 = i1;
     }
-    res[0] = total;
     res[1] = (uint64_t)nb;
     return n;
+}
+
+/*
+ * Converts ops as kvf_pyops_pack does and submits them in slices as
+ * pyops_sliced does. engine is the engine handle; batches receives the
+ * slices' batch handles. Returns the number of operations, with res[0]
+ * their total length and res[1] the number of batches; 0 when a submit
+ * failed (res[2] its status); -1 with no exception set when the Python
+ * path must convert ops instead. On 0 and -1 no batch is left.
+ */
+Py_ssize_t kvf_pyops_submit(PyObject *ops, PyObject *region_cls, unsigned type,
+                            uint64_t peer, void *engine, Py_ssize_t first,
+                            uint64_t *out, Py_ssize_t cap, void **batches,
+                            Py_ssize_t maxb, uint64_t *res)
+{
+    struct pyops_ctx c = {.region_cls = region_cls, .type = type};
+    struct pyops_src src = {.ctx = &c, .ops = ops, .peer = peer};
+    uint64_t total = 0;
+    Py_ssize_t n = pyops_len(ops, &src.is_list);
+
+    if (pyops_submit_ex == NULL || n <= 0 || n > cap || maxb <= 0)
+        return -1;
+    n = pyops_sliced(&src, n, engine, first, out, batches, maxb, res, &total);
+    res[0] = total;
+    return n;
+}
+
+/*
+ * Submits n blocks given as arrays (kvf_pyops_blocks) in slices as
+ * kvf_pyops_submit does, every block checked first: nothing is submitted
+ * when one lies outside the region. Returns n (res[0] the total length,
+ * res[1] the batches), 0 when a submit failed (res[2] its status), -1
+ * for a block outside the region (or no library calls).
+ */
+PYOPS_EXPORT Py_ssize_t kvf_pyops_blocks_submit(
+    const uint64_t *offs, const uint64_t *addrs, const uint64_t *lens,
+    uint64_t len, Py_ssize_t n, uint64_t base, uint64_t nbytes, unsigned type,
+    uint64_t peer, void *engine, Py_ssize_t first, uint64_t *out,
+    void **batches, Py_ssize_t maxb, uint64_t *res);
+
+Py_ssize_t kvf_pyops_blocks_submit(const uint64_t *offs, const uint64_t *addrs,
+                                   const uint64_t *lens, uint64_t len,
+                                   Py_ssize_t n, uint64_t base, uint64_t nbytes,
+                                   unsigned type, uint64_t peer, void *engine,
+                                   Py_ssize_t first, uint64_t *out,
+                                   void **batches, Py_ssize_t maxb,
+                                   uint64_t *res)
+{
+    struct pyops_blocks b = {offs, addrs, lens, len, base, nbytes, peer, type};
+    struct pyops_src src = {.blocks = &b};
+    uint64_t total = 0;
+
+    if (pyops_submit_ex == NULL || n <= 0 || maxb <= 0 ||
+        pyops_blocks_check(&b, n, &total) != 0)
+        return -1;
+    res[0] = total;
+    return pyops_sliced(&src, n, engine, first, out, batches, maxb, res,
+                        &total);
 }

@@ -330,7 +330,28 @@ def pyops_submit() -> Any:
     return _pyops_submit if pyops() is not None else None  # None when that helper lacks it
 
 
-_pyops_blocks: Any = None  # kvf_pyops_blocks, False once found absent
+_pyops_blocks: Any = None  # (kvf_pyops_blocks, kvf_pyops_blocks_submit); False once absent
+
+
+def _blocks_helpers() -> Any:
+    global _pyops_blocks
+    if pyops() is None:
+        return None
+    if _pyops_blocks is None:
+        _pyops_blocks = False
+        try:
+            dll = ctypes.PyDLL(pyops_path())
+            pack, submit = dll.kvf_pyops_blocks, dll.kvf_pyops_blocks_submit
+        except (OSError, AttributeError, TypeError):
+            return None  # a helper older than the package
+        arrays = [c_void_p, c_void_p, c_void_p, c_uint64, ctypes.c_ssize_t, c_uint64, c_uint64,
+                  c_uint, c_uint64]
+        pack.restype = submit.restype = ctypes.c_ssize_t
+        pack.argtypes = arrays + [c_void_p, POINTER(c_uint64)]
+        submit.argtypes = arrays + [c_void_p, ctypes.c_ssize_t, c_void_p, c_void_p,
+                                    ctypes.c_ssize_t, c_void_p]
+        _pyops_blocks = (pack, submit)
+    return _pyops_blocks or None
 
 
 def pyops_blocks() -> Any:
@@ -342,20 +363,21 @@ def pyops_blocks() -> Any:
     as uint64 arrays (lens NULL: len for every block): n, or -1 when a
     block lies outside the region of nbytes at base.
     """
-    global _pyops_blocks
-    if pyops() is None:
-        return None
-    if _pyops_blocks is None:
-        _pyops_blocks = False
-        try:
-            fn = ctypes.PyDLL(pyops_path()).kvf_pyops_blocks
-        except (OSError, AttributeError, TypeError):
-            return None
-        fn.restype = ctypes.c_ssize_t
-        fn.argtypes = [c_void_p, c_void_p, c_void_p, c_uint64, ctypes.c_ssize_t, c_uint64,
-                       c_uint64, c_uint, c_uint64, c_void_p, POINTER(c_uint64)]
-        _pyops_blocks = fn
-    return _pyops_blocks or None
+    h = _blocks_helpers()
+    return h[0] if h else None
+
+
+def pyops_blocks_submit() -> Any:
+    """kvf_pyops_blocks_submit of libkvferry_pyops.so, or None as above.
+
+    kvf_pyops_blocks_submit(offs, addrs, lens, len, n, base, nbytes, type,
+    peer, engine, first, out, batches, maxb, res) checks every block, then
+    builds and submits them in slices as kvf_pyops_submit does: n (res[0]
+    the total length, res[1] the batches), 0 when a submit failed (res[2]
+    its status), -1 for a block outside the region (nothing submitted).
+    """
+    h = _blocks_helpers()
+    return h[1] if h else None
 
 
 def _load_submit(dll: ctypes.PyDLL) -> Any:

@@ -494,9 +494,9 @@ class Peer:
                     return invalid("op", "operation %d: %s %d outside [0, 2**64)" % (i, name, v))
         return invalid("op", "an address or length is not an int in [0, 2**64)")
 
-    def _blocks_array(self, typ: int, region: "Region", local_offsets: Any,
-                      remote_addrs: Any, length: Any) -> Tuple[Any, int, int]:
-        p = self._handle()
+    @staticmethod
+    def _blocks_check(typ: int, region: "Region", local_offsets: Any, remote_addrs: Any) -> int:
+        """The number of blocks, once the arrays and region may take them."""
         n = len(local_offsets)
         if n == 0 or len(remote_addrs) != n:
             raise invalid("op", "offsets and addresses must be non-empty and of one length")
@@ -504,6 +504,12 @@ class Peer:
             raise _closed("region")
         if typ == _lib.OP_READ and region.readonly:
             raise invalid("op", "read into a read-only buffer (%r)" % (region,))
+        return n
+
+    def _blocks_array(self, typ: int, region: "Region", local_offsets: Any,
+                      remote_addrs: Any, length: Any) -> Tuple[Any, int, int]:
+        p = self._handle()
+        n = self._blocks_check(typ, region, local_offsets, remote_addrs)
         if any(_is_numpy(x) for x in (local_offsets, remote_addrs, length)):
             packed = self._blocks_c(typ, p, region, local_offsets, remote_addrs, length, n)
             if packed is not None:
@@ -521,6 +527,27 @@ class Peer:
         arr[4::5] = array("Q", lens)
         return arr, n, sum(lens)
 
+    @staticmethod
+    def _blocks_u64(local_offsets: Any, remote_addrs: Any, length: Any,
+                    n: int) -> Tuple[Any, Any, Any, int]:
+        """(offsets, addresses, lengths or None, length) as contiguous
+        uint64 numpy arrays for libkvferry_pyops.so, which reads their
+        memory; the caller keeps them alive over the call."""
+        import numpy as np
+
+        lo = np.ascontiguousarray(local_offsets, dtype=np.uint64)
+        ra = np.ascontiguousarray(remote_addrs, dtype=np.uint64)
+        if lo.shape != (n,) or ra.shape != (n,):
+            raise invalid("op", "offsets and addresses must be 1-D arrays of one length")
+        if isinstance(length, (int, np.integer)):
+            if int(length) < 0:
+                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+            return lo, ra, None, int(length)
+        lens = np.ascontiguousarray(length, dtype=np.uint64)
+        if lens.shape != (n,):
+            raise invalid("op", "lengths and offsets differ in count")
+        return lo, ra, lens, 0
+
     def _blocks_c(self, typ: int, p: int, region: "Region", local_offsets: Any,
                   remote_addrs: Any, length: Any, n: int) -> Optional[Tuple[array, int, int]]:
         """The op array of numpy blocks built by libkvferry_pyops.so in one
@@ -530,30 +557,35 @@ class Peer:
         fn = _lib.pyops_blocks()
         if fn is None:
             return None
-        import numpy as np
-
-        lo = np.ascontiguousarray(local_offsets, dtype=np.uint64)
-        ra = np.ascontiguousarray(remote_addrs, dtype=np.uint64)
-        if lo.shape != (n,) or ra.shape != (n,):
-            raise invalid("op", "offsets and addresses must be 1-D arrays of one length")
-        lens, ln = None, 0
-        if isinstance(length, (int, np.integer)):
-            ln = int(length)
-            if ln < 0:
-                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
-        else:
-            lens = np.ascontiguousarray(length, dtype=np.uint64)
-            if lens.shape != (n,):
-                raise invalid("op", "lengths and offsets differ in count")
+        lo, ra, lens, ln = self._blocks_u64(local_offsets, remote_addrs, length, n)
+        self._grow_words(n)
         tls = self._tls
-        out = getattr(tls, "words", None)
-        if out is None or len(out) < 5 * n:
-            self._grow_words(n)
         got = fn(lo.ctypes.data, ra.ctypes.data, None if lens is None else lens.ctypes.data, ln, n,
                  region.addr, region.nbytes, typ, p, tls.out_addr, tls.total_ref)
         if got < 0:
             raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
         return tls.words, n, tls.total.value
+
+    def _blocks_sliced(self, typ: int, region: "Region", local_offsets: Any,
+                       remote_addrs: Any, length: Any) -> Optional[Batch]:
+        """Numpy blocks checked, built and submitted in slices by
+        libkvferry_pyops.so (the engine moves the first slice while the
+        next is built); None when the arrays are not numpy or there is no
+        helper (the caller builds the whole array then)."""
+        fn = _lib.pyops_blocks_submit()
+        if fn is None or not (_is_numpy(local_offsets) or _is_numpy(remote_addrs) or _is_numpy(length)):
+            return None
+        p = self._handle()
+        n = self._blocks_check(typ, region, local_offsets, remote_addrs)
+        lo, ra, lens, ln = self._blocks_u64(local_offsets, remote_addrs, length, n)
+        self._grow_words(n)
+        tls, eng = self._tls, self._engine
+        got = fn(lo.ctypes.data, ra.ctypes.data, None if lens is None else lens.ctypes.data, ln, n,
+                 region.addr, region.nbytes, typ, p, eng._handle(), _FIRST_SLICE, tls.out_addr,
+                 tls.slices_addr, _MAX_SLICES, tls.res_addr)
+        if got < 0:
+            raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+        return self._sliced_batch(got, n)
 
     def _scratch(self, n: int) -> Any:
         """A reused (n, 5) uint64 numpy array of this thread (kvf_batch_submit
@@ -617,26 +649,31 @@ class Peer:
         p = self._handle()
         eng = self._engine
         tls = self._tls
-        out = getattr(tls, "words", None)
-        if out is None or len(out) < 5 * len(ops):
-            self._grow_words(len(ops))
+        self._grow_words(len(ops))
         n = submit(ops, Region, _lib.OP_READ, p, eng._handle(), _FIRST_SLICE, tls.out_addr,
                    tls.cap, tls.slices_addr, _MAX_SLICES, tls.res_addr)
         if n < 0:
             return None
-        res = tls.res
+        return self._sliced_batch(n, len(ops))
+
+    def _sliced_batch(self, n: int, count: int) -> Batch:
+        """The Batch of a sliced submit that returned n (0: a submit
+        failed, raised here) for count operations."""
+        eng, res = self._engine, self._tls.res
         if n == 0:
             check(res[2] - (1 << 64) if res[2] >> 63 else res[2], "submit")
-        nb = res[1]
+        nb, slices = res[1], self._tls.slices
         if nb == 1:
-            return Batch(eng, tls.slices[0], n, res[0])
-        hs = tls.slices[:nb]
-        return Batch(eng, hs[0], n, res[0], hs, _slice_starts(n, nb))
+            return Batch(eng, slices[0], count, res[0])
+        hs = slices[:nb]
+        return Batch(eng, hs[0], count, res[0], hs, _slice_starts(count, nb))
 
     def _grow_words(self, n: int) -> None:
         """This thread's reused op array (kvf_batch_submit copies the
         operations) for at least n operations, and the helper's outputs."""
         tls = self._tls
+        if getattr(tls, "words", None) is not None and tls.cap >= n:
+            return
         out = array("Q", bytes(40 * max(n, 1024)))
         tls.words, tls.total, tls.cap = out, c_uint64(), len(out) // 5
         tls.out_addr, tls.total_ref = out.buffer_info()[0], byref(tls.total)
@@ -671,15 +708,22 @@ class Peer:
                     inline: bool = False) -> Batch:
         """READ of many blocks given as arrays (lists, array.array or numpy):
         block i goes from remote_addrs[i] to region + local_offsets[i]."""
-        arr, n, total = self._blocks_array(_lib.OP_READ, region, local_offsets, remote_addrs, length)
-        return self._submit(arr, n, total, _lib.BATCH_INLINE if inline else 0)
+        return self._blocks(_lib.OP_READ, region, local_offsets, remote_addrs, length, inline)
 
     def write_blocks(self, region: Region, local_offsets: Sequence[int],
                      remote_addrs: Sequence[int], length: Union[int, Sequence[int]],
                      inline: bool = False) -> Batch:
         """WRITE of many blocks given as arrays: region + local_offsets[i]
         goes to remote_addrs[i]."""
-        arr, n, total = self._blocks_array(_lib.OP_WRITE, region, local_offsets, remote_addrs, length)
+        return self._blocks(_lib.OP_WRITE, region, local_offsets, remote_addrs, length, inline)
+
+    def _blocks(self, typ: int, region: Region, local_offsets: Any, remote_addrs: Any,
+                length: Any, inline: bool) -> Batch:
+        if not inline:
+            b = self._blocks_sliced(typ, region, local_offsets, remote_addrs, length)
+            if b is not None:
+                return b
+        arr, n, total = self._blocks_array(typ, region, local_offsets, remote_addrs, length)
         return self._submit(arr, n, total, _lib.BATCH_INLINE if inline else 0)
 
     def close(self) -> None:

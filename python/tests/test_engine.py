@@ -121,49 +121,55 @@ def test_numpy_buffers(engine, target):
     r.deregister()
 
 
-@pytest.mark.parametrize("builder", ["helper", "numpy"])
-def test_numpy_blocks_forms(engine, target, monkeypatch, builder):
-    """read_blocks/write_blocks with numpy arrays build the same batch
-    through libkvferry_pyops.so's builder and through numpy alone: bytes
-    verified, strided and int64 inputs, per-block lengths, and a block
-    one byte past the region refused with nothing moved."""
+@pytest.mark.parametrize("mode", ["sliced", "packed", "numpy"])
+def test_numpy_blocks_forms(engine, target, monkeypatch, mode):
+    """read_blocks/write_blocks with numpy arrays move the same bytes
+    whether libkvferry_pyops.so checks, builds and submits them in slices
+    (sliced), builds the whole array for an inline batch (packed), or
+    numpy builds it (no helper): strided and int64 inputs, per-block
+    lengths, and a block one byte past the region refused before
+    anything moves."""
     np = pytest.importorskip("numpy")
     from kvferry import _lib
 
-    if builder == "numpy":
+    if mode == "numpy":
         monkeypatch.setattr(_lib, "_pyops_blocks", False)
-    elif _lib.pyops_blocks() is None:
-        pytest.skip("no libkvferry_pyops.so with kvf_pyops_blocks")
+    elif _lib.pyops_blocks_submit() is None:
+        pytest.skip("no libkvferry_pyops.so with kvf_pyops_blocks_submit")
+    inline = mode == "packed"
     p = engine.open(target.segment)
-    n = 96
+    n = 600  # more than the first slice (256): the sliced mode makes two
     a = np.zeros(n * BLK, dtype=np.uint8)
     r = engine.register(a)
-    slots = np.random.default_rng(7).permutation(target.pool_len // BLK)[: 2 * n].astype(np.int64)
+    slots = np.random.default_rng(7).permutation((12 << 20) // BLK)[:n].astype(np.int64)
     remote = target.pool_addr + slots * BLK  # int64: converted
     offs = np.arange(2 * n, dtype=np.uint64)[::2] // 2 * BLK  # strided view: made contiguous
-    p.read_blocks(r, offs, remote[:n], np.uint64(BLK)).result(10)
-    for i in (0, 41, n - 1):
+    b = p.read_blocks(r, offs, remote, np.uint64(BLK), inline=inline)
+    assert b.result(10) == n * BLK and set(b.statuses()) == {0}
+    assert len(b._hs) == (2 if mode == "sliced" else 1)
+    for i in (0, 255, 256, n - 1):
         assert bytes(a[i * BLK:(i + 1) * BLK]) == remote_bytes(target, int(slots[i]) * BLK, BLK)
-    # per-block lengths: the first half of each block, written to a scratch area
-    lens = np.full(n, BLK // 2, dtype=np.uint64)
-    scratch = target.pool_addr + (12 << 20) + np.arange(n, dtype=np.uint64) * BLK
-    b = p.write_blocks(r, offs, scratch, lens)
-    assert b.result(10) == n * BLK // 2
-    got = remote_bytes(target, 12 << 20, n * BLK)
-    for i in (0, n - 1):
-        assert got[i * BLK:i * BLK + BLK // 2] == bytes(a[i * BLK:i * BLK + BLK // 2])
-    # a block one byte past the region: refused before anything moves
+    # per-block lengths: the first half of each block, packed into a scratch area
+    half = BLK // 2
+    lens = np.full(n, half, dtype=np.uint64)
+    scratch = target.pool_addr + (12 << 20) + np.arange(n, dtype=np.uint64) * half
+    assert p.write_blocks(r, offs, scratch, lens, inline=inline).result(10) == n * half
+    got = remote_bytes(target, 12 << 20, n * half)
+    for i in (0, 300, n - 1):
+        assert got[i * half:(i + 1) * half] == bytes(a[i * BLK:i * BLK + half])
+    # a block one byte past the region, or a length past it: refused, nothing moved
     a[:] = 0
     bad = offs.copy()
     bad[-1] = n * BLK - BLK + 1
     with pytest.raises(kvferry.NotRegisteredError):
-        p.read_blocks(r, bad, remote[:n], BLK)
+        p.read_blocks(r, bad, remote, BLK, inline=inline)
     with pytest.raises(kvferry.NotRegisteredError):
-        p.read_blocks(r, offs, remote[:n], np.full(n, BLK + 1, dtype=np.uint64))
+        p.read_blocks(r, offs, remote, np.full(n, BLK + 1, dtype=np.uint64), inline=inline)
     with pytest.raises(kvferry.InvalidParamError):
-        p.read_blocks(r, offs, remote[: n - 1], BLK)
+        p.read_blocks(r, offs, remote[: n - 1], BLK, inline=inline)
     with pytest.raises(kvferry.InvalidParamError):
-        p.read_blocks(r, offs, remote[:n], lens[:-1])
+        p.read_blocks(r, offs, remote, lens[:-1], inline=inline)
+    time.sleep(0.1)
     assert not a.any()
     r.deregister()
 
