@@ -15,10 +15,12 @@
  * (which keeps the GIL and passes py_object arguments), so one build
  * serves every CPython 3 with a GIL and the wheel stays py3-none.
  *
- * kvf_pyops_blocks builds the array of a block batch given as uint64
- * arrays (Peer.read_blocks and write_blocks with numpy or array.array):
- * plain memory, no Python objects, the bounds checked as the Python path
- * checks them.
+ * Block batches given as numpy arrays (Peer.read_blocks and write_blocks)
+ * come as plain uint64 memory, no Python objects:
+ * kvf_pyops_blocks_submit checks every block against the region first
+ * (as the Python path does; nothing is submitted when one is outside),
+ * then builds and submits them in the same slices as a list;
+ * kvf_pyops_blocks builds the whole array (inline batches).
  *
  * The converter only accepts what the pure-Python path accepts with the
  * same result: each operation a tuple of three; local an address (of
