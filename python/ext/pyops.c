@@ -435,22 +435,26 @@ static void pyops_blocks_fill(const struct pyops_blocks *b, Py_ssize_t i0,
 
 /*
  * The op array of n blocks given as arrays (struct pyops_blocks) into
- * out. Returns n with the total in *total_p, or -1 when a block lies
- * outside the region or the total overflows (the caller raises).
+ * out (cap operations). Returns n with the total in *total_p, -1 when a
+ * block lies outside the region or the total overflows (the caller
+ * raises), -2 when n does not fit out or is not positive.
  */
 PYOPS_EXPORT Py_ssize_t kvf_pyops_blocks(
     const uint64_t *offs, const uint64_t *addrs, const uint64_t *lens,
     uint64_t len, Py_ssize_t n, uint64_t base, uint64_t nbytes, unsigned type,
-    uint64_t peer, uint64_t *out, uint64_t *total_p);
+    uint64_t peer, uint64_t *out, Py_ssize_t cap, uint64_t *total_p);
 
 Py_ssize_t kvf_pyops_blocks(const uint64_t *offs, const uint64_t *addrs,
                             const uint64_t *lens, uint64_t len, Py_ssize_t n,
                             uint64_t base, uint64_t nbytes, unsigned type,
-                            uint64_t peer, uint64_t *out, uint64_t *total_p)
+                            uint64_t peer, uint64_t *out, Py_ssize_t cap,
+                            uint64_t *total_p)
 {
     struct pyops_blocks b = {offs, addrs, lens, len, base, nbytes, peer, type};
 
-    if (n <= 0 || pyops_blocks_check(&b, n, total_p) != 0)
+    if (n <= 0 || n > cap)
+        return -2;
+    if (pyops_blocks_check(&b, n, total_p) != 0)
         return -1;
     pyops_blocks_fill(&b, 0, n, out);
     return n;
@@ -609,12 +613,13 @@ struct pyops_src {
     PyObject *ops;
     int is_list;
     uint64_t peer;
+    uint64_t total; /* the list's lengths so far */
     const struct pyops_blocks *blocks;
 };
 
 /* Operations [i0, i1) of src into out; -1 to decline. */
 static int pyops_src_fill(struct pyops_src *src, Py_ssize_t i0, Py_ssize_t i1,
-                          uint64_t *out, uint64_t *total)
+                          uint64_t *out)
 {
     if (src->blocks != NULL) {
         pyops_blocks_fill(src->blocks, i0, i1, out);
@@ -625,7 +630,7 @@ static int pyops_src_fill(struct pyops_src *src, Py_ssize_t i0, Py_ssize_t i1,
     src->ctx->reg.obj = NULL;
     src->ctx->last_len = NULL;
     return pyops_range(src->ctx, src->ops, src->is_list, i0, i1, src->peer, out,
-                       total);
+                       &src->total);
 }
 
 /*
@@ -639,8 +644,7 @@ static int pyops_src_fill(struct pyops_src *src, Py_ssize_t i0, Py_ssize_t i1,
  */
 static Py_ssize_t pyops_sliced(struct pyops_src *src, Py_ssize_t n,
                                void *engine, Py_ssize_t first, uint64_t *out,
-                               void **batches, Py_ssize_t maxb, uint64_t *res,
-                               uint64_t *total)
+                               void **batches, Py_ssize_t maxb, uint64_t *res)
 {
     Py_ssize_t i0 = 0, step, nb = 0;
     int st;
@@ -648,7 +652,7 @@ static Py_ssize_t pyops_sliced(struct pyops_src *src, Py_ssize_t n,
     for (step = first > 0 ? first : n; i0 < n; step *= 4) {
         Py_ssize_t i1 = (nb == maxb - 1 || step >= n - i0) ? n : i0 + step;
 
-        if (pyops_src_fill(src, i0, i1, out, total) != 0) {
+        if (pyops_src_fill(src, i0, i1, out) != 0) {
             pyops_undo(batches, nb);
             return -1;
         }
@@ -680,45 +684,44 @@ Py_ssize_t kvf_pyops_submit(PyObject *ops, PyObject *region_cls, unsigned type,
 {
     struct pyops_ctx c = {.region_cls = region_cls, .type = type};
     struct pyops_src src = {.ctx = &c, .ops = ops, .peer = peer};
-    uint64_t total = 0;
     Py_ssize_t n = pyops_len(ops, &src.is_list);
 
     if (pyops_submit_ex == NULL || n <= 0 || n > cap || maxb <= 0)
         return -1;
-    n = pyops_sliced(&src, n, engine, first, out, batches, maxb, res, &total);
-    res[0] = total;
+    n = pyops_sliced(&src, n, engine, first, out, batches, maxb, res);
+    res[0] = src.total;
     return n;
 }
 
 /*
  * Submits n blocks given as arrays (kvf_pyops_blocks) in slices as
- * kvf_pyops_submit does, every block checked first: nothing is submitted
- * when one lies outside the region. Returns n (res[0] the total length,
- * res[1] the batches), 0 when a submit failed (res[2] its status), -1
- * for a block outside the region (or no library calls).
+ * kvf_pyops_submit does, into out (cap operations), every block checked
+ * first: nothing is submitted when one lies outside the region. Returns n
+ * (res[0] the total length, res[1] the batches), 0 when a submit failed
+ * (res[2] its status), -1 for a block outside the region, -2 when it
+ * cannot (n does not fit out, no library calls): the caller submits the
+ * whole array then.
  */
 PYOPS_EXPORT Py_ssize_t kvf_pyops_blocks_submit(
     const uint64_t *offs, const uint64_t *addrs, const uint64_t *lens,
     uint64_t len, Py_ssize_t n, uint64_t base, uint64_t nbytes, unsigned type,
     uint64_t peer, void *engine, Py_ssize_t first, uint64_t *out,
-    void **batches, Py_ssize_t maxb, uint64_t *res);
+    Py_ssize_t cap, void **batches, Py_ssize_t maxb, uint64_t *res);
 
 Py_ssize_t kvf_pyops_blocks_submit(const uint64_t *offs, const uint64_t *addrs,
                                    const uint64_t *lens, uint64_t len,
                                    Py_ssize_t n, uint64_t base, uint64_t nbytes,
                                    unsigned type, uint64_t peer, void *engine,
                                    Py_ssize_t first, uint64_t *out,
-                                   void **batches, Py_ssize_t maxb,
-                                   uint64_t *res)
+                                   Py_ssize_t cap, void **batches,
+                                   Py_ssize_t maxb, uint64_t *res)
 {
     struct pyops_blocks b = {offs, addrs, lens, len, base, nbytes, peer, type};
     struct pyops_src src = {.blocks = &b};
-    uint64_t total = 0;
 
-    if (pyops_submit_ex == NULL || n <= 0 || maxb <= 0 ||
-        pyops_blocks_check(&b, n, &total) != 0)
+    if (pyops_submit_ex == NULL || n <= 0 || n > cap || maxb <= 0)
+        return -2;
+    if (pyops_blocks_check(&b, n, &res[0]) != 0)
         return -1;
-    res[0] = total;
-    return pyops_sliced(&src, n, engine, first, out, batches, maxb, res,
-                        &total);
+    return pyops_sliced(&src, n, engine, first, out, batches, maxb, res);
 }

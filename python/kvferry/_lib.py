@@ -347,9 +347,9 @@ def _blocks_helpers() -> Any:
         arrays = [c_void_p, c_void_p, c_void_p, c_uint64, ctypes.c_ssize_t, c_uint64, c_uint64,
                   c_uint, c_uint64]
         pack.restype = submit.restype = ctypes.c_ssize_t
-        pack.argtypes = arrays + [c_void_p, POINTER(c_uint64)]
-        submit.argtypes = arrays + [c_void_p, ctypes.c_ssize_t, c_void_p, c_void_p,
-                                    ctypes.c_ssize_t, c_void_p]
+        pack.argtypes = arrays + [c_void_p, ctypes.c_ssize_t, POINTER(c_uint64)]
+        submit.argtypes = arrays + [c_void_p, ctypes.c_ssize_t, c_void_p, ctypes.c_ssize_t,
+                                    c_void_p, ctypes.c_ssize_t, c_void_p]
         _pyops_blocks = (pack, submit)
     return _pyops_blocks or None
 
@@ -359,9 +359,10 @@ def pyops_blocks() -> Any:
     (or that helper lacks it).
 
     kvf_pyops_blocks(offs, addrs, lens, len, n, base, nbytes, type, peer,
-    out, byref(total)) fills out with the kvf_op_t words of n blocks given
-    as uint64 arrays (lens NULL: len for every block): n, or -1 when a
-    block lies outside the region of nbytes at base.
+    out, cap, byref(total)) fills out with the kvf_op_t words of n blocks
+    given as uint64 arrays (lens NULL: len for every block): n, -1 when a
+    block lies outside the region of nbytes at base, -2 when n does not
+    fit out.
     """
     h = _blocks_helpers()
     return h[0] if h else None
@@ -371,10 +372,11 @@ def pyops_blocks_submit() -> Any:
     """kvf_pyops_blocks_submit of libkvferry_pyops.so, or None as above.
 
     kvf_pyops_blocks_submit(offs, addrs, lens, len, n, base, nbytes, type,
-    peer, engine, first, out, batches, maxb, res) checks every block, then
-    builds and submits them in slices as kvf_pyops_submit does: n (res[0]
-    the total length, res[1] the batches), 0 when a submit failed (res[2]
-    its status), -1 for a block outside the region (nothing submitted).
+    peer, engine, first, out, cap, batches, maxb, res) checks every block,
+    then builds and submits them in slices as kvf_pyops_submit does: n
+    (res[0] the total length, res[1] the batches), 0 when a submit failed
+    (res[2] its status), -1 for a block outside the region, -2 when it
+    cannot (nothing submitted for either).
     """
     h = _blocks_helpers()
     return h[1] if h else None

@@ -320,6 +320,10 @@ def _slice_starts(n: int, nb: int) -> Tuple[int, ...]:
     return tuple(starts)
 
 
+def _outside() -> NotRegisteredError:
+    return NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+
+
 def _is_numpy(x: Any) -> bool:
     return (type(x).__module__ or "").startswith("numpy")
 
@@ -520,33 +524,39 @@ class Peer:
             raise invalid("op", "lengths and offsets differ in count")
         base = region.addr
         if max(o + ln for o, ln in zip(local_offsets, lens)) > region.nbytes or min(local_offsets) < 0:
-            raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+            raise _outside()
         arr = array("Q", [typ, 0, p, 0, 0]) * n
         arr[1::5] = array("Q", [base + o for o in local_offsets])
         arr[3::5] = array("Q", remote_addrs)
         arr[4::5] = array("Q", lens)
         return arr, n, sum(lens)
 
-    @staticmethod
-    def _blocks_u64(local_offsets: Any, remote_addrs: Any, length: Any,
-                    n: int) -> Tuple[Any, Any, Any, int]:
-        """(offsets, addresses, lengths or None, length) as contiguous
-        uint64 numpy arrays for libkvferry_pyops.so, which reads their
-        memory; the caller keeps them alive over the call."""
+    def _blocks_args(self, typ: int, p: int, region: "Region", local_offsets: Any,
+                     remote_addrs: Any, length: Any, n: int) -> Tuple[Any, tuple]:
+        """The arguments both block helpers of libkvferry_pyops.so begin
+        with (offsets, addresses, lengths, length, n, base, nbytes, type,
+        peer), and the contiguous uint64 numpy arrays whose memory they
+        point at (keep them alive over the call). This thread's op array
+        is made large enough for n."""
         import numpy as np
 
         lo = np.ascontiguousarray(local_offsets, dtype=np.uint64)
         ra = np.ascontiguousarray(remote_addrs, dtype=np.uint64)
         if lo.shape != (n,) or ra.shape != (n,):
             raise invalid("op", "offsets and addresses must be 1-D arrays of one length")
+        lens, ln = None, 0
         if isinstance(length, (int, np.integer)):
-            if int(length) < 0:
-                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
-            return lo, ra, None, int(length)
-        lens = np.ascontiguousarray(length, dtype=np.uint64)
-        if lens.shape != (n,):
-            raise invalid("op", "lengths and offsets differ in count")
-        return lo, ra, lens, 0
+            ln = int(length)
+            if ln < 0:
+                raise _outside()
+        else:
+            lens = np.ascontiguousarray(length, dtype=np.uint64)
+            if lens.shape != (n,):
+                raise invalid("op", "lengths and offsets differ in count")
+        self._grow_words(n)
+        args = (lo.ctypes.data, ra.ctypes.data, None if lens is None else lens.ctypes.data, ln, n,
+                region.addr, region.nbytes, typ, p)
+        return (lo, ra, lens), args
 
     def _blocks_c(self, typ: int, p: int, region: "Region", local_offsets: Any,
                   remote_addrs: Any, length: Any, n: int) -> Optional[Tuple[array, int, int]]:
@@ -557,35 +567,31 @@ class Peer:
         fn = _lib.pyops_blocks()
         if fn is None:
             return None
-        lo, ra, lens, ln = self._blocks_u64(local_offsets, remote_addrs, length, n)
-        self._grow_words(n)
+        keep, args = self._blocks_args(typ, p, region, local_offsets, remote_addrs, length, n)
         tls = self._tls
-        got = fn(lo.ctypes.data, ra.ctypes.data, None if lens is None else lens.ctypes.data, ln, n,
-                 region.addr, region.nbytes, typ, p, tls.out_addr, tls.total_ref)
-        if got < 0:
-            raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
-        return tls.words, n, tls.total.value
+        got = fn(*args, tls.out_addr, tls.cap, tls.total_ref)
+        if got == -1:
+            raise _outside()
+        return (tls.words, n, tls.total.value) if got > 0 else None
 
     def _blocks_sliced(self, typ: int, region: "Region", local_offsets: Any,
                        remote_addrs: Any, length: Any) -> Optional[Batch]:
         """Numpy blocks checked, built and submitted in slices by
         libkvferry_pyops.so (the engine moves the first slice while the
-        next is built); None when the arrays are not numpy or there is no
-        helper (the caller builds the whole array then)."""
+        next is built); None when the arrays are not numpy or the helper
+        is absent or cannot (the caller builds the whole array then)."""
         fn = _lib.pyops_blocks_submit()
         if fn is None or not (_is_numpy(local_offsets) or _is_numpy(remote_addrs) or _is_numpy(length)):
             return None
         p = self._handle()
         n = self._blocks_check(typ, region, local_offsets, remote_addrs)
-        lo, ra, lens, ln = self._blocks_u64(local_offsets, remote_addrs, length, n)
-        self._grow_words(n)
-        tls, eng = self._tls, self._engine
-        got = fn(lo.ctypes.data, ra.ctypes.data, None if lens is None else lens.ctypes.data, ln, n,
-                 region.addr, region.nbytes, typ, p, eng._handle(), _FIRST_SLICE, tls.out_addr,
+        keep, args = self._blocks_args(typ, p, region, local_offsets, remote_addrs, length, n)
+        tls = self._tls
+        got = fn(*args, self._engine._handle(), _FIRST_SLICE, tls.out_addr, tls.cap,
                  tls.slices_addr, _MAX_SLICES, tls.res_addr)
-        if got < 0:
-            raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
-        return self._sliced_batch(got, n)
+        if got == -1:
+            raise _outside()
+        return self._sliced_batch(got, n) if got >= 0 else None
 
     def _scratch(self, n: int) -> Any:
         """A reused (n, 5) uint64 numpy array of this thread (kvf_batch_submit
@@ -612,14 +618,14 @@ class Peer:
         if isinstance(length, (int, np.integer)):
             ln: Any = int(length)
             if ln < 0 or int(lo.max()) + ln > region.nbytes:
-                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+                raise _outside()
             total = ln * n
         else:
             ln = np.asarray(length, dtype=np.uint64)
             if ln.shape != (n,):
                 raise invalid("op", "lengths and offsets differ in count")
             if int((lo + ln).max()) > region.nbytes:
-                raise NotRegisteredError(ERR_OUT_OF_BOUNDS, "op", "block outside the local region")
+                raise _outside()
             total = int(ln.sum())
         arr = self._scratch(n)
         tls = self._tls

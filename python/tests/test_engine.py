@@ -1,6 +1,7 @@
 """Engine, Region, Peer and Batch against a real `kvferry target`."""
 
 import array
+import ctypes
 import random
 import threading
 import time
@@ -171,6 +172,36 @@ def test_numpy_blocks_forms(engine, target, monkeypatch, mode):
         p.read_blocks(r, offs, remote, lens[:-1], inline=inline)
     time.sleep(0.1)
     assert not a.any()
+    r.deregister()
+
+
+def test_block_helpers_refuse_what_does_not_fit(engine, target):
+    """The block helpers of libkvferry_pyops.so refuse (-2) a batch larger
+    than the op array they are given, and submit nothing, rather than
+    write past it; a block outside the region is -1."""
+    np = pytest.importorskip("numpy")
+    from kvferry import _lib
+
+    pack, submit = _lib.pyops_blocks(), _lib.pyops_blocks_submit()
+    if submit is None:
+        pytest.skip("no libkvferry_pyops.so with kvf_pyops_blocks_submit")
+    p = engine.open(target.segment)
+    r = engine.alloc(4 * BLK)
+    offs = np.arange(4, dtype=np.uint64) * BLK
+    addrs = target.pool_addr + offs
+    out = np.zeros(5 * 4, dtype=np.uint64)
+    slices, res, total = np.zeros(8, dtype=np.uint64), np.zeros(3, dtype=np.uint64), ctypes.c_uint64()
+    head = (offs.ctypes.data, addrs.ctypes.data, None, BLK, 4, r.addr, r.nbytes, _lib.OP_READ, p._h)
+    tail = (slices.ctypes.data, 8, res.ctypes.data)
+    eh = engine._handle()
+    assert pack(*head, out.ctypes.data, 3, ctypes.byref(total)) == -2
+    assert submit(*head, eh, 256, out.ctypes.data, 3, *tail) == -2
+    assert not out.any() and not slices.any()
+    bad = (offs.ctypes.data, addrs.ctypes.data, None, BLK + 1) + head[4:]
+    assert pack(*bad, out.ctypes.data, 4, ctypes.byref(total)) == -1
+    assert submit(*bad, eh, 256, out.ctypes.data, 4, *tail) == -1
+    assert not slices.any()
+    assert pack(*head, out.ctypes.data, 4, ctypes.byref(total)) == 4 and total.value == 4 * BLK
     r.deregister()
 
 
