@@ -20,6 +20,13 @@ are token ids, so no tokenizer is needed.
 
     python serve_vllm.py [--out FILE] [--prompts 4] [--prompt-len 480]
                          [--new-tokens 24] [--layers 4] [--dtype float32]
+                         [--hidden 256] [--heads 4] [--kv-heads 2] [--vocab 4096]
+                         [--block-size 32] [--gpu-memory-utilization F]
+                         [--attention-backend NAME]
+
+On a machine with a GPU vLLM's CUDA build runs it there (the KV caches
+are GPU tensors, saved and loaded through ``kvferry.kv``'s GPU path);
+``--gpu-memory-utilization`` bounds the share of the GPU it takes.
 
 The kvferry master and node are started here (``kvferry.procs``);
 ``KVFERRY_BIN``/``KVFERRY_LIB`` point at a build as for the tests.
@@ -38,10 +45,9 @@ import time
 from typing import Any, Dict, List
 
 MODES = ("baseline", "producer", "consumer", "tampered", "tampered-fail")
-BLOCK = 32  # vLLM's block size here (tokens; its CPU attention takes multiples of 32)
 
 
-def make_model(path: str, layers: int, dtype: str) -> None:
+def make_model(path: str, args: argparse.Namespace) -> None:
     """A small Llama with random weights (seeded), saved to path. The
     weights are drawn wider than a trained model's initialisation
     (initializer_range 0.2) so that its greedy tokens depend on the
@@ -50,12 +56,19 @@ def make_model(path: str, layers: int, dtype: str) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=4096, hidden_size=256, intermediate_size=512,
-                      num_hidden_layers=layers, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
-                      initializer_range=0.2,
-                      torch_dtype=dtype)
-    LlamaForCausalLM(cfg).to(getattr(torch, dtype)).save_pretrained(path)
+    cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden,
+                      intermediate_size=2 * args.hidden, num_hidden_layers=args.layers,
+                      num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                      head_dim=args.hidden // args.heads,
+                      max_position_embeddings=max_model_len(args),
+                      initializer_range=0.2, torch_dtype=args.dtype)
+    LlamaForCausalLM(cfg).to(getattr(torch, args.dtype)).save_pretrained(path)
+
+
+def max_model_len(args: argparse.Namespace) -> int:
+    """The context vLLM is given: the prompt and its new tokens, rounded
+    up to 1024."""
+    return (args.prompt_len + args.new_tokens + 1023) // 1024 * 1024
 
 
 def child(args: argparse.Namespace) -> Dict[str, Any]:
@@ -74,10 +87,17 @@ def child(args: argparse.Namespace) -> Dict[str, Any]:
             # vLLM's default, "fail", ends a request whose blocks did not
             # load with an error; "recompute" computes those blocks again
             kv_load_failure_policy="fail" if args.child == "tampered-fail" else "recompute")
+    if args.gpu_memory_utilization:
+        kw["gpu_memory_utilization"] = args.gpu_memory_utilization
+    if args.attention_backend:
+        kw["attention_config"] = {"backend": args.attention_backend}
+    if args.async_scheduling != "auto":
+        kw["async_scheduling"] = args.async_scheduling == "on"
     llm = LLM(model=args.model, skip_tokenizer_init=True, dtype=args.dtype,
-              block_size=BLOCK, max_model_len=2048, enforce_eager=True,
-              max_num_seqs=8, max_num_batched_tokens=4096, enable_prefix_caching=True,
-              seed=0, **kw)
+              block_size=args.block_size, max_model_len=max_model_len(args),
+              enforce_eager=True, max_num_seqs=8,
+              max_num_batched_tokens=max(4096, max_model_len(args)),
+              enable_prefix_caching=True, seed=0, **kw)
     with open(args.prompts_file) as f:
         prompts = json.load(f)
     if args.child.startswith("tampered"):
@@ -93,6 +113,7 @@ def child(args: argparse.Namespace) -> Dict[str, Any]:
         "finish_reasons": [str(o.outputs[0].finish_reason) for o in outs],
         "num_cached_tokens": [int(o.num_cached_tokens or 0) for o in outs],
         "generate_s": elapsed,
+        "device": device_name(),
     }
     if args.child != "baseline":
         from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
@@ -103,6 +124,12 @@ def child(args: argparse.Namespace) -> Dict[str, Any]:
             rec["worker_stats"] = dict(getattr(conn, "stats", {}))
             rec["corrupt_misses"] = conn.cache.stats.corrupt_misses
     return rec
+
+
+def device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
 def tamper(prompts: List[List[int]]) -> None:
@@ -125,8 +152,7 @@ def run_child(mode: str, args: argparse.Namespace, model: str, prompts_file: str
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the worker in this process
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--model", model,
-           "--prompts-file", prompts_file, "--master", master, "--namespace", args.namespace,
-           "--dtype", args.dtype, "--new-tokens", str(args.new_tokens)]
+           "--prompts-file", prompts_file, "--master", master] + child_args(args)
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=args.timeout)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -136,16 +162,38 @@ def run_child(mode: str, args: argparse.Namespace, model: str, prompts_file: str
     return json.loads(lines[-1])
 
 
-def check(recs: Dict[str, Dict[str, Any]], prompt_len: int) -> List[str]:
+def child_args(args: argparse.Namespace) -> List[str]:
+    """The options a child run takes from its parent's."""
+    out = ["--namespace", args.namespace]
+    for name in ("dtype", "new_tokens", "prompt_len", "block_size",
+                 "gpu_memory_utilization", "attention_backend", "async_scheduling"):
+        value = getattr(args, name)
+        if value:
+            out += ["--" + name.replace("_", "-"), str(value)]
+    return out
+
+
+def same_prefix(tokens: List[List[int]], base: List[List[int]]) -> List[int]:
+    """Per prompt, how many leading tokens equal the baseline's."""
+    out = []
+    for a, b in zip(tokens, base):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        out.append(n)
+    return out
+
+
+def check(recs: Dict[str, Dict[str, Any]], prompt_len: int, block: int) -> List[str]:
     """What is wrong with the three runs' records (empty: all is well)."""
     bad = []
     base = recs["baseline"]["tokens"]
-    for mode in MODES[1:-1]:
-        if recs[mode]["tokens"] != base:
+    for mode in ("producer", "consumer", "tampered"):
+        if mode in recs and recs[mode]["tokens"] != base:
             bad.append("%s's tokens differ from the baseline's" % mode)
     # vLLM computes at least a prompt's last token itself: a store hit is
     # every full block before it
-    want = (prompt_len - 1) // BLOCK * BLOCK
+    want = (prompt_len - 1) // block * block
     if any(n != 0 for n in recs["producer"]["num_cached_tokens"]):
         bad.append("producer had cached tokens on an empty store")
     if any(n != want for n in recs["consumer"]["num_cached_tokens"]):
@@ -158,6 +206,8 @@ def check(recs: Dict[str, Dict[str, Any]], prompt_len: int) -> List[str]:
         bad.append("producer's connector saved nothing")
     if recs["consumer"].get("corrupt_misses") != 0:
         bad.append("consumer met corrupt blocks")
+    if "tampered" not in recs:
+        return bad
     if recs["tampered"].get("corrupt_misses") != len(base):
         bad.append("tampered run caught %s corrupt blocks, want %d"
                    % (recs["tampered"].get("corrupt_misses"), len(base)))
@@ -182,9 +232,25 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=24)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--block-size", type=int, default=32,
+                    help="vLLM's block size in tokens (its CPU attention takes multiples of 32)")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.0)
+    ap.add_argument("--attention-backend", default="")
+    ap.add_argument("--async-scheduling", choices=("auto", "on", "off"), default="auto",
+                    help="vLLM's async scheduling (auto: vLLM's choice, on with a GPU)")
+    ap.add_argument("--node-pool", default="1G")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="the runs, in order (baseline, producer and consumer at least)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--out")
     args = ap.parse_args()
+    if not {"baseline", "producer", "consumer"} <= set(args.modes.split(",")) \
+            or not set(args.modes.split(",")) <= set(MODES):
+        ap.error("--modes: baseline, producer and consumer, and any of %s" % ", ".join(MODES))
     if args.child:
         print(json.dumps(child(args)), flush=True)
         return 0
@@ -193,23 +259,28 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="kvferry-serve-vllm-") as tmp:
         model = os.path.join(tmp, "model")
-        make_model(model, args.layers, args.dtype)
+        make_model(model, args)
         rng = random.Random(1)
-        prompts = [[rng.randrange(4, 4096) for _ in range(args.prompt_len)]
+        prompts = [[rng.randrange(4, args.vocab) for _ in range(args.prompt_len)]
                    for _ in range(args.prompts)]
         prompts_file = os.path.join(tmp, "prompts.json")
         with open(prompts_file, "w") as f:
             json.dump(prompts, f)
-        with Master() as m, Node(m.address, pool="1G"):
+        with Master() as m, Node(m.address, pool=args.node_pool):
             recs = {mode: run_child(mode, args, model, prompts_file, m.address)
-                    for mode in MODES}
+                    for mode in args.modes.split(",")}
     import vllm
 
-    bad = check(recs, args.prompt_len)
-    out = {"vllm": vllm.__version__, "prompts": args.prompts, "prompt_len": args.prompt_len,
-           "new_tokens": args.new_tokens, "layers": args.layers, "dtype": args.dtype,
-           "block_size": BLOCK, "ok": not bad, "problems": bad,
-           "runs": {k: {kk: vv for kk, vv in v.items() if kk != "tokens"}
+    bad = check(recs, args.prompt_len, args.block_size)
+    out = {"vllm": vllm.__version__, "device": recs["baseline"]["device"],
+           "prompts": args.prompts, "prompt_len": args.prompt_len,
+           "new_tokens": args.new_tokens, "layers": args.layers, "hidden": args.hidden,
+           "heads": args.heads, "kv_heads": args.kv_heads, "vocab": args.vocab,
+           "dtype": args.dtype, "block_size": args.block_size,
+           "attention_backend": args.attention_backend or "auto",
+           "async_scheduling": args.async_scheduling, "ok": not bad, "problems": bad,
+           "runs": {k: dict({kk: vv for kk, vv in v.items() if kk != "tokens"},
+                            same_prefix=same_prefix(v["tokens"], recs["baseline"]["tokens"]))
                     for k, v in recs.items()},
            "first_tokens": [t[:8] for t in recs["baseline"]["tokens"]]}
     text = json.dumps(out, indent=1)

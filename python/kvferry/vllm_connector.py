@@ -6,12 +6,12 @@ vLLM loads it from ``--kv-transfer-config``::
     {"kv_connector": "KvferryConnector",
      "kv_connector_module_path": "kvferry.vllm_connector",
      "kv_role": "kv_both",
-     "kv_load_failure_policy": "recompute",
      "kv_connector_extra_config": {"master": "127.0.0.1:7700"}}
 
-(``kv_load_failure_policy`` is vLLM's: ``recompute`` computes a block
-that did not load again; its default, ``fail``, ends that request with
-an error.)
+(``kv_load_failure_policy`` is vLLM's: its default, ``fail``, ends a
+request whose blocks did not load with an error; ``recompute`` computes
+them again, which vLLM does correctly only on its V1 model runner with
+async scheduling off: see :func:`recompute_hazard`.)
 
 ``KVConnectorFactory`` imports ``kv_connector_module_path`` and takes the
 class named by ``kv_connector``; it builds one instance in the scheduler
@@ -208,6 +208,32 @@ class _ConnectorLayout(KVLayout):
         return self.ident
 
 
+def recompute_hazard(vllm_config: Any) -> Optional[str]:
+    """Why vLLM's ``recompute`` load-failure policy is unsafe in this
+    configuration, or None. Measured on an H200 with vLLM 0.26.0 (and the
+    code is the same in 0.33.0): after a failed load its V2 GPU model
+    runner recomputes from a stale token count and makes wrong tokens
+    (vLLM issue 49250), and async scheduling with a synchronous load
+    crashes the V1 runner (vLLM issue 34484). vLLM's CPU build recomputes
+    correctly."""
+    cfg = getattr(vllm_config, "kv_transfer_config", None)
+    if str(getattr(cfg, "kv_load_failure_policy", "fail")) != "recompute":
+        return None
+    why = []
+    try:
+        if getattr(vllm_config, "use_v2_model_runner", False) is True:
+            why.append("vLLM's V2 model runner (VLLM_USE_V2_MODEL_RUNNER=0 selects V1)")
+    except Exception:  # the property reads the model config; absent in tests
+        pass
+    if _get(vllm_config, "scheduler_config.async_scheduling") is True:
+        why.append("async scheduling (async_scheduling=False turns it off)")
+    if not why:
+        return None
+    return ("kvferry connector: kv_load_failure_policy 'recompute' with %s: vLLM recomputes "
+            "a block that failed to load wrongly there; use 'fail' (vLLM's default) or "
+            "change that" % " and ".join(why))
+
+
 def _tp_rank(vllm_config: Any) -> int:
     try:
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
@@ -312,6 +338,9 @@ class KvferryConnector(KVConnectorBase_V1):
         self._kv_cache_cfg = kv_cache_config
         spec, _ = _group(kv_cache_config)
         self.block_size = int(spec.block_size)
+        hazard = recompute_hazard(vllm_config)
+        if hazard:
+            log.warning("%s", hazard)
         self._lock = threading.Lock()
         self.store: Optional[Store] = Store.connect(extra.get("master"), extra.get("timeout_ms"))
         # scheduler side

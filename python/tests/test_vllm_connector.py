@@ -425,3 +425,32 @@ def test_no_leak(world):
     gc.collect()
     assert kvferry.alloc_stats() == base
     assert open_fds() == fds
+
+
+def test_recompute_hazard_named_and_logged(master, caplog):
+    """vLLM's recompute after a failed load is wrong on its V2 GPU model
+    runner and with async scheduling (measured on an H200, vLLM 0.26.0):
+    the connector names the hazard and logs it when it is built so."""
+    def cfg(policy, v2, async_sched):
+        return types.SimpleNamespace(
+            kv_transfer_config=types.SimpleNamespace(kv_load_failure_policy=policy),
+            use_v2_model_runner=v2,
+            scheduler_config=types.SimpleNamespace(async_scheduling=async_sched))
+
+    assert vc.recompute_hazard(cfg("fail", True, True)) is None
+    assert vc.recompute_hazard(cfg("recompute", False, False)) is None
+    only_v2 = vc.recompute_hazard(cfg("recompute", True, False))
+    assert "V2 model runner" in only_v2 and "async" not in only_v2
+    only_async = vc.recompute_hazard(cfg("recompute", False, True))
+    assert "async scheduling" in only_async and "V2" not in only_async
+    assert vc.recompute_hazard(types.SimpleNamespace()) is None
+
+    w = plain_world(master, ns(), "kv_both")
+    conn = w.make(w.scheduler)
+    conn.shutdown()
+    assert "recompute" not in caplog.text
+    conn._vllm_config.kv_transfer_config.kv_load_failure_policy = "recompute"
+    conn._vllm_config.scheduler_config = types.SimpleNamespace(async_scheduling=True)
+    with caplog.at_level("WARNING", logger="kvferry.vllm_connector"):
+        w.make(w.scheduler).shutdown()
+    assert "kv_load_failure_policy 'recompute' with async scheduling" in caplog.text

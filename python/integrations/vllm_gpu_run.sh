@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# On the GPU machine: puts together the parts made by vllm_gpu_pack.sh and
+# runs python/integrations/serve_vllm.py with vLLM's CUDA build.
+#
+#   vllm_gpu_run.sh stash DIR        keep DIR/part-* for a later call (/tmp)
+#   vllm_gpu_run.sh unpack [DIR]     the kept parts and DIR/part-*, unpacked
+#   vllm_gpu_run.sh serve VARIANT OUTDIR
+#
+# VARIANT (a Llama of 8 layers, hidden 1024, 8 heads, 2 KV heads, random
+# weights; 4 prompts of 2000 token ids, 24 greedy tokens, block size 16):
+#   bf16       bfloat16, vLLM's defaults (FlashAttention 3, V2 model
+#              runner, async scheduling)
+#   fp32       float32 with the Triton attention backend (same arithmetic
+#              for a whole prompt and for its last block: tokens comparable)
+#   fp32-sync  fp32, async scheduling off
+#   fp32-v1    fp32, vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0)
+#   8k         hidden 2048, 16 layers, 8 KV heads, 4 prompts of 8000 ids,
+#              one new token: baseline, producer, consumer (time to the
+#              first token with and without the store)
+# Binaries: KVFERRY_LIB / KVFERRY_BIN, default .dev/gpu (staged by
+# tests/gpu/stage-binaries.sh).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+parts=/tmp/kvferry-vllm-parts
+site=/tmp/kvferry-vllm-site
+
+case "${1:-}" in
+  stash)
+    mkdir -p "$parts"
+    cp "$2"/part-* "$parts/"
+    ls -l "$parts"
+    ;;
+  unpack)
+    [ -n "${2:-}" ] && cp "$2"/part-* "$parts/"
+    mkdir -p "$site"
+    cat "$parts"/part-* | xz -d -T0 | tar -x -C "$site"
+    du -sh "$site"
+    ;;
+  serve)
+    variant=$2 out=$3
+    [ -d "$site/vllm" ] || { echo "vllm-gpu-run: unpack first" >&2; exit 2; }
+    mkdir -p "$out"
+    gpu=$PWD/.dev/gpu
+    export KVFERRY_LIB=${KVFERRY_LIB:-$gpu/libkvferry.so} KVFERRY_BIN=${KVFERRY_BIN:-$gpu/kvferry}
+    libdir=$(dirname "$KVFERRY_LIB")
+    export LD_LIBRARY_PATH="$libdir:${LD_LIBRARY_PATH:-}"
+    export PYTHONPATH="$site:$PWD/python" VLLM_USE_FLASHINFER_SAMPLER=0
+    small=(--hidden 1024 --layers 8 --heads 8 --kv-heads 2 --vocab 32000 --prompt-len 2000
+      --block-size 16 --gpu-memory-utilization 0.3)
+    fp32=(--dtype float32 --attention-backend TRITON_ATTN)
+    case "$variant" in
+      bf16) args=(--dtype bfloat16 "${small[@]}") ;;
+      fp32) args=("${fp32[@]}" "${small[@]}") ;;
+      fp32-sync) args=("${fp32[@]}" --async-scheduling off "${small[@]}") ;;
+      fp32-v1) export VLLM_USE_V2_MODEL_RUNNER=0; args=("${fp32[@]}" "${small[@]}") ;;
+      8k) args=(--dtype bfloat16 --hidden 2048 --layers 16 --heads 16 --kv-heads 8 --vocab 32000
+        --prompt-len 8000 --new-tokens 1 --block-size 16 --gpu-memory-utilization 0.4
+        --node-pool 4G --modes "baseline,producer,consumer") ;;
+      *) echo "vllm-gpu-run: unknown variant $variant" >&2; exit 2 ;;
+    esac
+    rc=0
+    python3 python/integrations/serve_vllm.py "${args[@]}" \
+      --out "$out/serve-vllm-gpu-$variant.json" >"$out/serve-vllm-gpu-$variant.log" 2>&1 || rc=$?
+    echo "vllm-gpu-run: $variant rc $rc"
+    exit "$rc"
+    ;;
+  *)
+    sed -n '2,24p' "$0"
+    exit 2
+    ;;
+esac
