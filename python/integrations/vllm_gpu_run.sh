@@ -14,6 +14,8 @@
 #              for a whole prompt and for its last block: tokens comparable)
 #   fp32-sync  fp32, async scheduling off
 #   fp32-v1    fp32, vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0)
+#   fp32-v1-sync  fp32-v1 with async scheduling off; baseline, producer
+#              and tampered runs only
 #   8k         hidden 2048, 16 layers, 8 KV heads, 4 prompts of 8000 ids,
 #              one new token: baseline, producer, consumer (time to the
 #              first token with and without the store)
@@ -53,6 +55,8 @@ case "${1:-}" in
       fp32) args=("${fp32[@]}" "${small[@]}") ;;
       fp32-sync) args=("${fp32[@]}" --async-scheduling off "${small[@]}") ;;
       fp32-v1) export VLLM_USE_V2_MODEL_RUNNER=0; args=("${fp32[@]}" "${small[@]}") ;;
+      fp32-v1-sync) export VLLM_USE_V2_MODEL_RUNNER=0
+        args=("${fp32[@]}" --async-scheduling off "${small[@]}" --modes "baseline,producer,tampered") ;;
       8k) args=(--dtype bfloat16 --hidden 2048 --layers 16 --heads 16 --kv-heads 8 --vocab 32000
         --prompt-len 8000 --new-tokens 1 --block-size 16 --gpu-memory-utilization 0.4
         --node-pool 4G --modes "baseline,producer,consumer") ;;
@@ -65,7 +69,7 @@ case "${1:-}" in
     exit "$rc"
     ;;
   *)
-    sed -n '2,24p' "$0"
+    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"
     exit 2
     ;;
 esac

@@ -214,8 +214,8 @@ def recompute_hazard(vllm_config: Any) -> Optional[str]:
     code is the same in 0.33.0): after a failed load its V2 GPU model
     runner recomputes from a stale token count and makes wrong tokens
     (vLLM issue 49250), and async scheduling with a synchronous load
-    crashes the V1 runner (vLLM issue 34484). vLLM's CPU build recomputes
-    correctly."""
+    crashes the V1 runner (vLLM issue 34484). The V1 runner with async
+    scheduling off recomputed correctly there, as vLLM's CPU build does."""
     cfg = getattr(vllm_config, "kv_transfer_config", None)
     if str(getattr(cfg, "kv_load_failure_policy", "fail")) != "recompute":
         return None
