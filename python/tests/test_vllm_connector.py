@@ -96,6 +96,57 @@ def plain_world(master, namespace, role, device=None):
 # -- the real vLLM world -----------------------------------------------------
 
 
+def vllm_caches(torch, names, spec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, layout_name):
+    """vLLM's KV cache config, a caches(seed) that allocates the caches
+    as its model runner does, and the axis of a layer's tensor that
+    indexes blocks: with vLLM's own allocator in one of its layouts
+    (vLLM 0.32 and later; per-layer ``[B, H, N, C]`` views, blocks
+    first), else (vLLM 0.26, the release run on the GPU machine) one
+    ``[2, blocks, block_size, heads, head_dim]`` tensor per layer, its
+    attention backend's shape."""
+    page = spec.page_size_bytes
+    try:
+        from vllm.v1.kv_cache_layout import KVCacheLayout
+        from vllm.v1.worker.utils import allocate_kv_cache
+    except ImportError:
+        if layout_name != "LBHNC":
+            pytest.skip("this vLLM has one KV cache layout")
+        kvcc = KVCacheConfig(num_blocks=NBLK,
+                             kv_cache_tensors=[KVCacheTensor(size=page * NBLK, shared_by=[n])
+                                               for n in names],
+                             kv_cache_groups=[KVCacheGroupSpec(names, spec)])
+
+        def allocate():
+            return {n: torch.zeros((2, NBLK, BS, HEADS, HD), dtype=torch.float16) for n in names}
+        axis = 1
+    else:
+        lay = KVCacheLayout[layout_name]
+        if lay.is_layer_compact:
+            strides = dict(layer_stride=page * NBLK, block_stride=page)
+        else:
+            strides = dict(layer_stride=page, block_stride=page * LAYERS)
+        kvcc = KVCacheConfig(num_blocks=NBLK,
+                             kv_cache_tensors=[KVCacheTensor(size=page * NBLK * LAYERS,
+                                                             layers=names, **strides)],
+                             kv_cache_groups=[KVCacheGroupSpec(names, spec)])
+        kvcc.kv_cache_layout = layout_name
+
+        def allocate():
+            # vLLM's own allocator: per-layer [B, H, N, C] views of one buffer
+            return allocate_kv_cache(kvcc, torch.device("cpu"), lay)
+        axis = 0
+
+    def caches(seed):
+        kv = allocate()
+        g = torch.Generator().manual_seed(seed)
+        for t in kv.values():
+            t.view(torch.int16).copy_(torch.randint(-(1 << 15), 1 << 15, tuple(t.shape),
+                                                    generator=g, dtype=torch.int16))
+        return kv
+
+    return kvcc, caches, axis
+
+
 def vllm_world(master, namespace, role, layout_name="LBHNC"):
     torch = pytest.importorskip("torch")
     from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, VllmConfig
@@ -107,23 +158,15 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
     from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
     from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
                                             KVCacheTensor)
-    from vllm.v1.kv_cache_layout import KVCacheLayout
     from vllm.v1.request import Request
-    from vllm.v1.worker.utils import allocate_kv_cache
 
     names = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
     spec = FullAttentionSpec(block_size=BS, num_kv_heads=HEADS, head_size=HD, dtype=torch.float16)
-    page = spec.page_size_bytes
-    lay = KVCacheLayout[layout_name]
-    if lay.is_layer_compact:
-        strides = dict(layer_stride=page * NBLK, block_stride=page)
-    else:
-        strides = dict(layer_stride=page, block_stride=page * LAYERS)
-    kvcc = KVCacheConfig(num_blocks=NBLK,
-                         kv_cache_tensors=[KVCacheTensor(size=page * NBLK * LAYERS, layers=names,
-                                                         **strides)],
-                         kv_cache_groups=[KVCacheGroupSpec(names, spec)])
-    kvcc.kv_cache_layout = layout_name
+    kvcc, caches, axis = vllm_caches(torch, names, spec, KVCacheConfig, KVCacheGroupSpec,
+                                     KVCacheTensor, layout_name)
+
+    def block(t, x):
+        return t.select(axis, x)
     tcfg = KVTransferConfig(kv_connector="KvferryConnector",
                             kv_connector_module_path="kvferry.vllm_connector", kv_role=role,
                             kv_connector_extra_config={"master": master, "namespace": namespace,
@@ -133,15 +176,6 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
 
     def make(r):
         return KVConnectorFactory.create_connector(config=vcfg, role=r, kv_cache_config=kvcc)
-
-    def caches(seed):
-        # vLLM's own allocator: per-layer [B, H, N, C] views of one buffer
-        kv = allocate_kv_cache(kvcc, torch.device("cpu"), lay)
-        g = torch.Generator().manual_seed(seed)
-        for t in kv.values():
-            t.view(torch.int16).copy_(torch.randint(-(1 << 15), 1 << 15, tuple(t.shape),
-                                                    generator=g, dtype=torch.int16))
-        return kv
 
     def request(rid, tokens):
         return Request(request_id=rid, prompt_token_ids=list(tokens),
@@ -170,8 +204,8 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
     return types.SimpleNamespace(make=make, caches=caches, request=request, sched_out=sched_out,
                                  blocks=blocks, scheduler=KVConnectorRole.SCHEDULER,
                                  worker=KVConnectorRole.WORKER, names=names,
-                                 block=lambda t, x: t[x],
-                                 copy_block=lambda t, dst, src: t[dst].copy_(t[src]),
+                                 block=block,
+                                 copy_block=lambda t, dst, src: block(t, dst).copy_(block(t, src)),
                                  same=lambda a, b: torch.equal(a.view(torch.int16), b.view(torch.int16)))
 
 
