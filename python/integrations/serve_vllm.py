@@ -22,7 +22,8 @@ are token ids, so no tokenizer is needed.
                          [--new-tokens 24] [--layers 4] [--dtype float32]
                          [--hidden 256] [--heads 4] [--kv-heads 2] [--vocab 4096]
                          [--block-size 32] [--gpu-memory-utilization F]
-                         [--attention-backend NAME]
+                         [--attention-backend NAME] [--async-scheduling auto|on|off]
+                         [--node-pool 1G] [--modes baseline,producer,...]
 
 On a machine with a GPU vLLM's CUDA build runs it there (the KV caches
 are GPU tensors, saved and loaded through ``kvferry.kv``'s GPU path);

@@ -10,8 +10,8 @@
 # weights; 4 prompts of 2000 token ids, 24 greedy tokens, block size 16):
 #   bf16       bfloat16, vLLM's defaults (FlashAttention 3, V2 model
 #              runner, async scheduling)
-#   fp32       float32 with the Triton attention backend (same arithmetic
-#              for a whole prompt and for its last block: tokens comparable)
+#   fp32       float32 with the Triton attention backend (rounding small
+#              enough that a run's tokens compare with the baseline's)
 #   fp32-sync  fp32, async scheduling off
 #   fp32-v1    fp32, vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0)
 #   fp32-v1-sync  fp32-v1 with async scheduling off; baseline, producer
