@@ -16,10 +16,13 @@ release the GIL.
 from __future__ import annotations
 
 import threading
+from array import array
+from itertools import accumulate
 from ctypes import (
     CFUNCTYPE,
     POINTER,
     Structure,
+    addressof,
     byref,
     c_char,
     c_char_p,
@@ -28,6 +31,7 @@ from ctypes import (
     c_uint,
     c_uint64,
     c_void_p,
+    cast,
 )
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -241,6 +245,79 @@ class _Span:
             tmp.deregister()
 
 
+class _KeyArray:
+    """A batch's keys as the C array of NUL-terminated strings the batch
+    calls take (passed to ctypes as ``_as_parameter_``). A batch of ASCII
+    str keys (what kvferry.kv and the integrations make) is encoded in one
+    join, the pointers summed from the lengths; other keys one by one
+    through _key, with its checks."""
+
+    __slots__ = ("_as_parameter_", "_keep")
+
+    def __init__(self, keys: Sequence[Any]):
+        joined = None
+        if all(type(k) is str for k in keys):
+            text = "\0".join(keys)
+            if text.isascii() and text.count("\0") == len(keys) - 1 and "" not in keys:
+                joined = (text + "\0").encode()
+        if joined is None:
+            arr: Any = (c_char_p * len(keys))(*[_key(k) for k in keys])
+            self._keep, self._as_parameter_ = arr, addressof(arr)
+            return
+        base = c_char_p(joined)
+        start = cast(base, c_void_p).value or 0
+        ptrs = array("Q", accumulate([len(k) + 1 for k in keys[:-1]], initial=start))
+        self._keep = (joined, base, ptrs)
+        self._as_parameter_ = ptrs.buffer_info()[0]
+
+
+class _BatchSpans:
+    """The buffers of one batch call as the C arrays of their addresses and
+    capacities (addrs_p, caps_p), the flags they need and the regions
+    registered for the call (dropped by release). A run of
+    ``(region, offset, length)`` spans of one region, the form kvferry.kv
+    and the engine integrations pass thousands at a time, is checked
+    against the region once and then per span by its bounds only; any
+    other buffer goes through Store._span as a single call's would."""
+
+    __slots__ = ("addrs", "caps", "addrs_p", "caps_p", "flags", "tmps")
+
+    def __init__(self, store: "Store", datas: Sequence[Any], writable: bool):
+        n = len(datas)
+        self.addrs = addrs = array("Q", bytes(8 * n))
+        self.caps = caps = array("Q", bytes(8 * n))
+        self.addrs_p, self.caps_p = addrs.buffer_info()[0], caps.buffer_info()[0]
+        self.flags = 0
+        self.tmps: List[_Span] = []
+        last: Any = None
+        base = size = 0
+        try:
+            for i, d in enumerate(datas):
+                if type(d) is tuple and len(d) == 3:
+                    reg, off, ln = d
+                    if reg is not last and type(reg) is Region:
+                        base, size = store._span((reg, 0, 0), writable).addr, reg.nbytes
+                        self.flags |= _lib.STORE_DEVICE_MEM if reg.is_gpu else 0
+                        last = reg
+                    if (reg is last and type(off) is int and type(ln) is int and off >= 0
+                            and ln >= 0 and off + ln <= size):
+                        addrs[i], caps[i] = base + off, ln
+                        continue
+                sp = store._span(d, writable)
+                if sp.tmp is not None:
+                    self.tmps.append(sp)
+                addrs[i], caps[i] = sp.addr, sp.cap
+                self.flags |= sp.flags
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        for sp in self.tmps:
+            sp.release()
+        self.tmps = []
+
+
 class Store:
     """A connection to a store master (kvf_store_connect); a context manager.
 
@@ -424,8 +501,7 @@ class Store:
         n = len(keys)
         if n == 0 or n > BATCH_MAX:
             raise invalid("batch", "1 to %d keys, got %d" % (BATCH_MAX, n))
-        arr = (c_char_p * n)(*[_key(k) for k in keys])
-        return arr, n
+        return _KeyArray(keys), n
 
     def _finish(self, st: int, what: str, statuses: Any, check_all: bool) -> List[int]:
         out = list(statuses)
@@ -441,21 +517,15 @@ class Store:
         karr, n = self._keys(keys)
         if len(datas) != n:
             raise invalid("put_batch", "%d keys but %d buffers" % (n, len(datas)))
-        spans: List[_Span] = []
+        bs = _BatchSpans(self, datas, writable=False)
         try:
-            flags = 0
-            for d in datas:
-                spans.append(self._span(d, writable=False))
-                flags |= spans[-1].flags
-            bufs = (c_void_p * n)(*[s.addr for s in spans])
-            lens = (c_size_t * n)(*[s.cap for s in spans])
-            sts = (c_int * n)()
-            opts = self._opts(replicas, pin, flags, replace)
-            st = _lib.lib().kvf_store_put_batch(self._handle(), n, karr, bufs, lens, byref(opts), sts)
+            sts = array("i", bytes(4 * n))
+            opts = self._opts(replicas, pin, bs.flags, replace)
+            st = _lib.lib().kvf_store_put_batch(self._handle(), n, karr, bs.addrs_p, bs.caps_p,
+                                                byref(opts), sts.buffer_info()[0])
             return self._finish(st, "put_batch", sts, check)
         finally:
-            for s in spans:
-                s.release()
+            bs.release()
 
     def _get_into(self, what: str, keys: Sequence[Any], intos: Sequence[Any],
                   check: bool, with_sums: bool) -> Tuple[List[int], List[int]]:
@@ -464,29 +534,26 @@ class Store:
         karr, n = self._keys(keys)
         if len(intos) != n:
             raise invalid(what, "%d keys but %d buffers" % (n, len(intos)))
-        spans: List[_Span] = []
+        bs = _BatchSpans(self, intos, writable=True)
         try:
-            flags = 0
-            for d in intos:
-                spans.append(self._span(d, writable=True))
-                flags |= spans[-1].flags
-            bufs = (c_void_p * n)(*[s.addr for s in spans])
-            caps = (c_size_t * n)(*[s.cap for s in spans])
-            lens = (c_size_t * n)()
-            sums = (c_uint64 * n)()
-            sts = (c_int * n)()
+            lens = array("Q", bytes(8 * n))
+            sums = array("Q", bytes(8 * n))
+            sts = array("i", bytes(4 * n))
             lib = _lib.lib()
+            lens_p, sts_p = lens.buffer_info()[0], sts.buffer_info()[0]
             if with_sums:
-                st = lib.kvf_store_get_batch_sums(self._handle(), n, karr, bufs, caps, lens,
-                                                  flags, sums, sts)
+                st = lib.kvf_store_get_batch_sums(self._handle(), n, karr, bs.addrs_p, bs.caps_p,
+                                                  lens_p, bs.flags, sums.buffer_info()[0], sts_p)
             else:
-                st = lib.kvf_store_get_batch(self._handle(), n, karr, bufs, caps, lens, flags, sts)
+                st = lib.kvf_store_get_batch(self._handle(), n, karr, bs.addrs_p, bs.caps_p,
+                                             lens_p, bs.flags, sts_p)
             statuses = self._finish(st, what, sts, check)
-            return ([lens[i] if statuses[i] == OK else statuses[i] for i in range(n)],
-                    [sums[i] if statuses[i] == OK else 0 for i in range(n)])
+            if st == OK:
+                return lens.tolist(), (sums.tolist() if with_sums else [0] * n)
+            return ([ln if s == OK else s for ln, s in zip(lens, statuses)],
+                    [c if s == OK else 0 for c, s in zip(sums, statuses)])
         finally:
-            for s in spans:
-                s.release()
+            bs.release()
 
     def get_batch(self, keys: Sequence[Any], intos: Sequence[Any], *,
                   check: bool = True) -> List[int]:

@@ -177,6 +177,51 @@ def test_batch_bad_key_leaves_nothing(store):
     assert not store.exists(ks[1][: kvferry.KEY_MAX])
 
 
+def test_batch_spans_mixed_and_checked(store):
+    """A batch's buffers: runs of (region, offset, length) of one region
+    (checked once, then by bounds), spans of a second region, plain
+    buffers registered for the call and non-ASCII or bytes keys all land
+    where they should; a span out of bounds anywhere in the batch raises
+    before anything is stored and leaves no region registered."""
+    n = 64
+    src = bytearray(os.urandom(n * 512))
+    other = bytearray(os.urandom(4096))
+    rs, ro = store.register(src), store.register(other)
+    ks = [key("mix%d-" % i) for i in range(n)] + [key("é"), key().encode(), key()]
+    datas = [(rs, i * 512, 512) for i in range(n)] + [(ro, 100, 300), b"plain", (rs, 7, 9)]
+    assert store.put_batch(ks, datas) == [0] * len(ks)
+    dst = bytearray(n * 512 + 4096)
+    rd = store.register(dst)
+    intos = [(rd, i * 512, 512) for i in range(n)] + [(rd, n * 512, 300), bytearray(16),
+                                                     (rd, n * 512 + 1000, 9)]
+    assert store.get_batch(ks, intos) == [512] * n + [300, 5, 9]
+    assert dst[: n * 512] == src
+    assert dst[n * 512:n * 512 + 300] == other[100:400]
+    assert dst[n * 512 + 1000:n * 512 + 1009] == src[7:16]
+    assert store.get_bytes(ks[n + 1].decode()) == b"plain"
+
+    def bad_batches():
+        for bad in ((rs, n * 512 - 10, 11), (rs, -1, 4), (rs, 2**64, 1)):
+            k2 = [key("oob"), key("oob"), key("oob")]
+            with pytest.raises((kvferry.NotRegisteredError, kvferry.InvalidParamError)):
+                store.put_batch(k2, [(rs, 0, 8), b"tmp", bad])
+            assert not any(store.exists(k) for k in k2)
+        readonly = store.register(b"read only bytes")
+        with pytest.raises(kvferry.InvalidParamError):
+            store.get_batch(ks[:2], [bytearray(8), (readonly, 0, 4)])
+        readonly.deregister()
+
+    bad_batches()
+    base = kvferry.alloc_stats()
+    for _ in range(3):
+        bad_batches()
+    assert kvferry.alloc_stats() == base  # the call's temporary regions dropped
+    rd.deregister()
+    store.remove_batch(ks)
+    rs.deregister()
+    ro.deregister()
+
+
 def test_numpy_put_get(store):
     np = pytest.importorskip("numpy")
     a = np.random.default_rng(0).integers(0, 255, (64, 1024), dtype=np.uint8)
