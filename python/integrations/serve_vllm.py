@@ -124,6 +124,8 @@ def child(args: argparse.Namespace) -> Dict[str, Any]:
             rec["connector"] = type(conn).__module__ + "." + type(conn).__name__
             rec["worker_stats"] = dict(getattr(conn, "stats", {}))
             rec["corrupt_misses"] = conn.cache.stats.corrupt_misses
+            # the cache's counters and the seconds of each phase (t_d2h, t_write, ...)
+            rec["cache_stats"] = dict(vars(conn.cache.stats))
     return rec
 
 

@@ -1,4 +1,5 @@
-"""Python overhead benchmark: ``python -m kvferry.bench blocks``.
+"""Python overhead benchmarks: ``python -m kvferry.bench blocks`` (the
+engine) and ``python -m kvferry.bench store`` (the store's batch calls).
 
 Moves batches of random blocks (default 4096 x 8 KiB = 32 MiB, random
 offsets on both sides of 1 GiB pools) from a ``kvferry target`` it
@@ -32,6 +33,13 @@ block sets (16) are taken in turn, so a batch does not find its blocks
 It prints each way's median and best time, GiB/s, Python as a percentage
 of C (of the medians, and of the best rounds: the figure least moved by
 other load on the machine), and the per-call cost of ctypes.
+
+``store`` starts a ``kvferry master`` and ``kvferry node`` and times, round
+by round, one batch of ``--count`` objects of ``--size`` put and got
+through ``Store.put_batch``/``get_batch`` with ``(region, offset, length)``
+spans (what kvferry.kv passes) against the same batch through
+kvf_store_put_batch/kvf_store_get_batch called with arrays built before
+the clock starts; each round's keys are new and removed after it.
 """
 
 from __future__ import annotations
@@ -49,7 +57,8 @@ from typing import Any, Callable, List, Tuple
 
 from . import Engine, _lib
 from . import engine as engine_mod
-from .procs import Target
+from .procs import Master, Node, Target
+from .store import Store
 
 
 def _size(s: str) -> int:
@@ -303,6 +312,66 @@ def blocks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_round(st: Store, lib: Any, reg: Any, spans: List[Tuple[Any, int, int]],
+                 keys: List[str], size: int, way: str) -> Tuple[float, float]:
+    """(put, get) seconds of one batch, through the package or the C calls."""
+    n = len(keys)
+    if way == "Python":
+        t0 = time.perf_counter()
+        st.put_batch(keys, spans)
+        t1 = time.perf_counter()
+        st.get_batch(keys, spans)
+        return t1 - t0, time.perf_counter() - t1
+    karr = (ctypes.c_char_p * n)(*[k.encode() for k in keys])
+    bufs = (c_void_p * n)(*[reg.addr + off for _, off, _ in spans])
+    lens = (ctypes.c_size_t * n)(*([size] * n))
+    got = (ctypes.c_size_t * n)()
+    sts = (ctypes.c_int * n)()
+    opts = _lib.PutOpts()
+    h = st._handle()
+    t0 = time.perf_counter()
+    r1 = lib.kvf_store_put_batch(h, n, karr, bufs, lens, byref(opts), sts)
+    t1 = time.perf_counter()
+    r2 = lib.kvf_store_get_batch(h, n, karr, bufs, lens, got, 0, sts)
+    t2 = time.perf_counter()
+    if r1 != 0 or r2 != 0:
+        raise SystemExit("C batch failed: put %d, get %d" % (r1, r2))
+    return t1 - t0, t2 - t1
+
+
+def store(args: argparse.Namespace) -> int:
+    size, n = _size(args.size), args.count
+    ways = ("C", "Python")
+    times = {(w, op): [] for w in ways for op in ("put", "get")}
+    with Master() as m, Node(m.address, pool=args.pool), Store.connect(m.address) as st:
+        buf = bytearray(random.Random(args.seed).randbytes(size * n))
+        reg = st.register(buf)
+        spans = [(reg, i * size, size) for i in range(n)]
+        lib = _lib.lib()
+        gc.disable()
+        try:
+            for r in range(args.rounds + 1):  # round 0 warms up, untimed
+                for w in (ways if r % 2 else ways[::-1]):
+                    keys = ["bench/%d/%s/%d" % (r, w, i) for i in range(n)]
+                    tp, tg = _store_round(st, lib, reg, spans, keys, size, w)
+                    st.remove_batch(keys)
+                    if r:
+                        times[(w, "put")].append(tp)
+                        times[(w, "get")].append(tg)
+        finally:
+            gc.enable()
+            reg.deregister()
+    print("store batch: %d objects of %s, %d rounds (master and node started here)"
+          % (n, _fmt(size), args.rounds))
+    for op in ("put", "get"):
+        c, py = (statistics.median(times[(w, op)]) for w in ways)
+        print("  %s: C %.2f us/key (%.2f GB/s), Python %.2f us/key (%.2f GB/s): "
+              "Python %.1f %% of C, %.2f us/key more"
+              % (op, c / n * 1e6, n * size / c / 1e9, py / n * 1e6, n * size / py / 1e9,
+                 100 * c / py, (py - c) / n * 1e6))
+    return 0
+
+
 def _pin(tgt: "Target") -> None:
     """The calling thread on the first CPU, every other thread of this
     process (the engine's) and the target started here on the others: a
@@ -349,8 +418,14 @@ def main(argv: List[str] = None) -> int:
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--pin", action="store_true",
                    help="this thread on one CPU, the engine and the target on the others")
+    s = sub.add_parser("store", help="Python vs C on store batches (starts master and node)")
+    s.add_argument("--size", default="32K")
+    s.add_argument("--count", type=int, default=4096)
+    s.add_argument("--pool", default="4G", help="the node's pool (removed objects keep their space while a read lease holds it)")
+    s.add_argument("--rounds", type=int, default=20)
+    s.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
-    return blocks(args)
+    return store(args) if args.cmd == "store" else blocks(args)
 
 
 if __name__ == "__main__":

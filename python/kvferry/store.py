@@ -504,7 +504,7 @@ class Store:
         return _KeyArray(keys), n
 
     def _finish(self, st: int, what: str, statuses: Any, check_all: bool) -> List[int]:
-        out = list(statuses)
+        out = statuses.tolist() if isinstance(statuses, array) else list(statuses)
         if st != OK and check_all:
             raise BatchError(st, what, out)
         return out
@@ -547,9 +547,9 @@ class Store:
             else:
                 st = lib.kvf_store_get_batch(self._handle(), n, karr, bs.addrs_p, bs.caps_p,
                                              lens_p, bs.flags, sts_p)
-            statuses = self._finish(st, what, sts, check)
             if st == OK:
                 return lens.tolist(), (sums.tolist() if with_sums else [0] * n)
+            statuses = self._finish(st, what, sts, check)
             return ([ln if s == OK else s for ln, s in zip(lens, statuses)],
                     [c if s == OK else 0 for c, s in zip(sums, statuses)])
         finally:

@@ -369,3 +369,16 @@ def test_daemon_log_and_failure():
     assert m.stop() == 0  # SIGTERM: an orderly, quiet stop
     assert "error" not in m.log()
     m.close()
+
+
+def test_store_bench_runs(capsys):
+    """python -m kvferry.bench store, tiny: both ways put and get the batch
+    (the C way checks its calls' status) and each phase is reported."""
+    from kvferry import bench
+
+    assert bench.main(["store", "--count", "64", "--size", "4K", "--rounds", "2",
+                       "--pool", "16M"]) == 0
+    out = capsys.readouterr().out
+    assert "64 objects of 4 KiB, 2 rounds" in out, out
+    for op in ("put: C", "get: C"):
+        assert op in out and "% of C" in out, out
