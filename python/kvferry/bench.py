@@ -39,7 +39,8 @@ by round, one batch of ``--count`` objects of ``--size`` put and got
 through ``Store.put_batch``/``get_batch`` with ``(region, offset, length)``
 spans (what kvferry.kv passes) against the same batch through
 kvf_store_put_batch/kvf_store_get_batch called with arrays built before
-the clock starts; each round's keys are new and removed after it.
+the clock starts; each round's keys are new and removed after it (the
+master's read lease is 50 ms, and the next round waits that long).
 """
 
 from __future__ import annotations
@@ -343,8 +344,12 @@ def store(args: argparse.Namespace) -> int:
     size, n = _size(args.size), args.count
     ways = ("C", "Python")
     times = {(w, op): [] for w in ways for op in ("put", "get")}
-    with Master() as m, Node(m.address, pool=args.pool), Store.connect(m.address) as st:
-        buf = bytearray(random.Random(args.seed).randbytes(size * n))
+    # a get's read lease keeps a removed object's space: short leases and a
+    # pause after each round's removal leave the pool free for the next
+    with Master("--lease", "50ms") as m, Node(m.address, pool=args.pool), \
+            Store.connect(m.address) as st:
+        unit = random.Random(args.seed).randbytes(1 << 20)
+        buf = bytearray((unit * (size * n // len(unit) + 1))[:size * n])
         reg = st.register(buf)
         spans = [(reg, i * size, size) for i in range(n)]
         lib = _lib.lib()
@@ -355,6 +360,7 @@ def store(args: argparse.Namespace) -> int:
                     keys = ["bench/%d/%s/%d" % (r, w, i) for i in range(n)]
                     tp, tg = _store_round(st, lib, reg, spans, keys, size, w)
                     st.remove_batch(keys)
+                    time.sleep(0.06)
                     if r:
                         times[(w, "put")].append(tp)
                         times[(w, "get")].append(tg)
@@ -421,7 +427,7 @@ def main(argv: List[str] = None) -> int:
     s = sub.add_parser("store", help="Python vs C on store batches (starts master and node)")
     s.add_argument("--size", default="32K")
     s.add_argument("--count", type=int, default=4096)
-    s.add_argument("--pool", default="4G", help="the node's pool (removed objects keep their space while a read lease holds it)")
+    s.add_argument("--pool", default="1G", help="the node's pool")
     s.add_argument("--rounds", type=int, default=20)
     s.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
