@@ -199,6 +199,16 @@ def _store_rows(s: Setup, iters: int, ceil: Dict[str, float], node_pool: str) ->
         rows.append(_row("store load via kv (get, H2D+verify)", s.nbytes, ld, ceil["h2d"]))
         split = {k: getattr(c.stats, k) / iters * 1e3 for k in ("t_query", "t_read", "t_h2d")}
         rows[-1]["split_ms"] = split
+        # each save in turn: the first writes into a fresh node pool through
+        # fresh mappings; then a second client (its own engine, so its own
+        # mappings) saves into the pool the first one warmed
+        rows[-2]["each_ms"] = [t * 1e3 for t in sv]
+        with Store.connect(mst.address) as st2, \
+                KVCache(st2, s.lay, s.bufs, namespace="bench-gpu") as c2:
+            again = _times(lambda: c2.save(s.tokens, s.save_ids), 2, before=clear)
+        rows[-2]["second_client_ms"] = [t * 1e3 for t in again]
+        print("  store save, each in turn (ms): %s; a second client: %s"
+              % (" ".join("%.0f" % (t * 1e3) for t in sv), " ".join("%.0f" % (t * 1e3) for t in again)))
     return rows
 
 
