@@ -344,6 +344,7 @@ def store(args: argparse.Namespace) -> int:
     size, n = _size(args.size), args.count
     ways = ("C", "Python")
     times = {(w, op): [] for w in ways for op in ("put", "get")}
+    first: dict = {}  # round 0, untimed: a new client's first batch
     # a get's read lease keeps a removed object's space: short leases and a
     # pause after each round's removal leave the pool free for the next
     with Master("--lease", "50ms") as m, Node(m.address, pool=args.pool), \
@@ -364,11 +365,15 @@ def store(args: argparse.Namespace) -> int:
                     if r:
                         times[(w, "put")].append(tp)
                         times[(w, "get")].append(tg)
+                    else:
+                        first[w] = (tp, tg)
         finally:
             gc.enable()
             reg.deregister()
     print("store batch: %d objects of %s, %d rounds (master and node started here)"
           % (n, _fmt(size), args.rounds))
+    print("  a new client's first batch (round 0, not in the medians): put %.1f ms, get %.1f ms"
+          % tuple(t * 1e3 for t in first[ways[1]]))
     for op in ("put", "get"):
         c, py = (statistics.median(times[(w, op)]) for w in ways)
         print("  %s: C %.2f us/key (%.2f GB/s), Python %.2f us/key (%.2f GB/s): "

@@ -193,6 +193,9 @@ typedef struct kvf_shm_map {
     unsigned views; /* view leases pointing into it (atomic under the
                        read side of map_lock): it stays mapped */
     int dead;       /* no longer stands: unmapped at its last view */
+    uint64_t filled; /* bytes from ptr whose page tables the populator
+                        has filled (it alone writes it, under the read
+                        side of map_lock) */
 } kvf_shm_map_t;
 
 typedef struct kvf_shm_lease kvf_shm_lease_t;
@@ -274,6 +277,13 @@ struct kvf_tl_ep {
     pthread_rwlock_t map_lock;
     kvf_shm_map_t *maps;
     size_t nmaps, maps_cap;
+    /* the populator (shm_lease.c): fills new mappings' page tables in the
+     * background, so no copy waits for a whole pool's */
+    pthread_t populator;
+    int populator_on;
+    pthread_mutex_t pop_lock;
+    pthread_cond_t pop_cond;
+    int pop_work; /* a mapping came since the populator last looked */
     uint64_t down_until; /* after a connection failure: fail fast */
     uint64_t epoch_seen; /* target's epoch (frees, deregistrations) at the
                             last SYNC */
@@ -296,6 +306,11 @@ struct kvf_tl_ep {
 kvf_status_t kvf_shm_ep_open(kvf_tl_iface_t *iface, const char *address,
                              kvf_tl_ep_t **ep_p);
 void kvf_shm_ep_close(kvf_tl_ep_t *ep);
+/* The ep's populator thread (shm_lease.c): started once the ep stands
+ * (none if it cannot start: pages then fault in as copies touch them),
+ * stopped and joined before the mappings go. */
+void kvf_shm_populator_start(kvf_tl_ep_t *ep);
+void kvf_shm_populator_stop(kvf_tl_ep_t *ep);
 kvf_status_t kvf_shm_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
 
 /* ---- requests moved on the caller's thread (shm_inline.c) -------------- */

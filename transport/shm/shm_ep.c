@@ -708,6 +708,7 @@ kvf_status_t kvf_shm_ep_open(kvf_tl_iface_t *iface, const char *address,
         }
         started++;
     }
+    kvf_shm_populator_start(ep);
     kvf_debug("shm: ep to %s with %u worker(s)", address, ep->nworkers);
     *ep_p = ep;
     return KVF_OK;
@@ -751,6 +752,7 @@ void kvf_shm_ep_close(kvf_tl_ep_t *ep)
     for (i = 0; i < ep->nworkers; i++) {
         kvf_shm_worker_free(&ep->workers[i]);
     }
+    kvf_shm_populator_stop(ep);
     kvf_shm_view_fini(ep);
     kvf_shm_drop_maps(ep);
     kvf_free(ep->workers);

@@ -11,7 +11,7 @@
  *
  * A lease's life: BEGIN (entries) -> GRANT (target's verdicts and the
  * shareable allocations holding the entries) -> prepare (MAP the
- * allocations not mapped yet: fd over the socket, MAP_POPULATE) -> copy
+ * allocations not mapped yet: fd over the socket) -> copy
  * (memcpy straight to or from the mapping; STAGE for entries the target
  * moves itself) -> END. The results count when the copy ended within the
  * validity the GRANT announced (measured on this side from before BEGIN,
@@ -44,36 +44,115 @@
  * Page tables of a fresh mapping of the target's allocation. Huge pages
  * first: the target's shmem pages are 2 MiB folios when it asked for
  * them (shm_mem.c) and shmem_enabled allows it, but this mapping maps
- * them with 2 MiB entries only if it asks too, before it is populated
- * (MAP_POPULATE would fill 4 KiB entries first): random 8 KiB blocks
- * spread over gigabytes then cost a TLB miss per block instead of two.
- * Populating up front keeps page faults out of the copies, but it runs
- * inside the lease that needed the mapping: with 4 KiB pages a 16 GiB
- * allocation takes seconds, longer than a lease. So it goes in steps
- * until `until_ms` (half the lease) and the rest faults in lazily, as on
- * a kernel without MADV_POPULATE_WRITE (< 5.14).
+ * them with 2 MiB entries only if it asks too, before anything touches
+ * it: random 8 KiB blocks spread over gigabytes then cost a TLB miss per
+ * block instead of two. Filling the page tables ahead keeps page faults
+ * out of later copies, but with 4 KiB pages (shmem_enabled "never") a
+ * 16 GiB pool takes seconds, so no copy waits for it: the copy that
+ * needed the mapping faults in the pages it touches, and the ep's
+ * populator thread fills the rest in steps, one step per hold of
+ * map_lock's read side (a mapping added or dropped waits one step at
+ * most). Without MADV_POPULATE_WRITE (kernels < 5.14) pages fault in as
+ * copies touch them.
  */
-#define KVF_SHM_POPULATE_STEP (256ul << 20)
+#define KVF_SHM_POPULATE_STEP (16ul << 20)
+#define KVF_SHM_POPULATOR_NAP_MS 1000 /* longest sleep between checks */
 
-static void kvf_shm_map_populate(void *p, size_t len, uint64_t until_ms)
+static int kvf_shm_stopping(kvf_tl_ep_t *ep)
 {
-    size_t off, n;
+    return __atomic_load_n(&ep->stop, __ATOMIC_RELAXED);
+}
 
-    madvise(p, len, MADV_HUGEPAGE);
-    for (off = 0; off < len; off += n) {
-        n = len - off < KVF_SHM_POPULATE_STEP ? len - off
-                                              : KVF_SHM_POPULATE_STEP;
-        if (kvf_time_ms() >= until_ms) {
-            kvf_debug("shm: %lu of %lu bytes populated within the lease; "
-                      "the rest faults in lazily",
-                      (unsigned long)off, (unsigned long)len);
-            return;
+/* One step of the first mapping still short of page tables; 1 when
+ * there was one. */
+static int kvf_shm_populate_step(kvf_tl_ep_t *ep)
+{
+    kvf_shm_map_t *m;
+    uint64_t n;
+    size_t i;
+    int did = 0;
+
+    pthread_rwlock_rdlock(&ep->map_lock);
+    for (i = 0; i < ep->nmaps && !did; i++) {
+        m = &ep->maps[i];
+        if (m->dead || m->filled >= m->len) {
+            continue;
         }
-        if (madvise((char *)p + off, n, MADV_POPULATE_WRITE) != 0) {
+        n = m->len - m->filled < KVF_SHM_POPULATE_STEP
+                ? m->len - m->filled
+                : KVF_SHM_POPULATE_STEP;
+        if (madvise(m->ptr + m->filled, n, MADV_POPULATE_WRITE) != 0) {
             kvf_debug("shm: MADV_POPULATE_WRITE: %m; pages fault in lazily");
-            return;
+            n = m->len - m->filled; /* give this mapping up */
+        }
+        m->filled += n;
+        did = 1;
+    }
+    pthread_rwlock_unlock(&ep->map_lock);
+    return did;
+}
+
+/* Sleeps until a mapping comes, the ep stops, or the nap ends. */
+static void kvf_shm_populator_nap(kvf_tl_ep_t *ep)
+{
+    struct timespec ts;
+
+    pthread_mutex_lock(&ep->pop_lock);
+    kvf_time_abs_after(&ts, KVF_SHM_POPULATOR_NAP_MS);
+    while (!ep->pop_work && !kvf_shm_stopping(ep)) {
+        if (pthread_cond_timedwait(&ep->pop_cond, &ep->pop_lock, &ts) != 0) {
+            break;
         }
     }
+    ep->pop_work = 0;
+    pthread_mutex_unlock(&ep->pop_lock);
+}
+
+static void *kvf_shm_populator_main(void *arg)
+{
+    kvf_tl_ep_t *ep = arg;
+
+    while (!kvf_shm_stopping(ep)) {
+        if (!kvf_shm_populate_step(ep)) {
+            kvf_shm_populator_nap(ep);
+        }
+    }
+    return NULL;
+}
+
+static void kvf_shm_populator_wake(kvf_tl_ep_t *ep)
+{
+    if (!ep->populator_on) {
+        return;
+    }
+    pthread_mutex_lock(&ep->pop_lock);
+    ep->pop_work = 1;
+    pthread_cond_signal(&ep->pop_cond);
+    pthread_mutex_unlock(&ep->pop_lock);
+}
+
+void kvf_shm_populator_start(kvf_tl_ep_t *ep)
+{
+    pthread_mutex_init(&ep->pop_lock, NULL);
+    kvf_cond_init(&ep->pop_cond);
+    ep->populator_on = pthread_create(&ep->populator, NULL,
+                                      kvf_shm_populator_main, ep) == 0;
+    if (!ep->populator_on) {
+        kvf_debug("shm: no populator thread; pages fault in lazily");
+    }
+}
+
+void kvf_shm_populator_stop(kvf_tl_ep_t *ep)
+{
+    if (ep->populator_on) {
+        pthread_mutex_lock(&ep->pop_lock);
+        pthread_cond_broadcast(&ep->pop_cond); /* ep->stop is set */
+        pthread_mutex_unlock(&ep->pop_lock);
+        pthread_join(ep->populator, NULL);
+        ep->populator_on = 0;
+    }
+    pthread_cond_destroy(&ep->pop_cond);
+    pthread_mutex_destroy(&ep->pop_lock);
 }
 
 unsigned char *kvf_shm_map_ptr(kvf_tl_ep_t *ep, uint64_t id)
@@ -172,8 +251,10 @@ static kvf_status_t kvf_shm_map_add(kvf_tl_ep_t *ep, uint64_t id, uint64_t base,
     ep->maps[ep->nmaps].ptr = p;
     ep->maps[ep->nmaps].views = 0;
     ep->maps[ep->nmaps].dead = 0;
+    ep->maps[ep->nmaps].filled = 0;
     __atomic_store_n(&ep->nmaps, ep->nmaps + 1, __ATOMIC_RELAXED);
     pthread_rwlock_unlock(&ep->map_lock);
+    kvf_shm_populator_wake(ep);
     kvf_debug("shm: mapped target allocation %lu (%lu bytes)",
               (unsigned long)id, (unsigned long)len);
     return KVF_OK;
@@ -620,12 +701,7 @@ static kvf_status_t kvf_shm_map_in(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
                   (unsigned long)l->alens[k]);
         return KVF_ERR_NO_RESOURCE;
     }
-    /* half the lease for the page tables, the other half for the copy */
-    kvf_shm_map_populate(p, l->alens[k],
-                         l->valid_until_ms > l->begin_ms
-                             ? l->begin_ms +
-                                   (l->valid_until_ms - l->begin_ms) / 2
-                             : l->begin_ms);
+    madvise(p, l->alens[k], MADV_HUGEPAGE); /* before any touch */
     return kvf_shm_map_add(ep, l->ids[k], l->bases[k], l->alens[k], p);
 }
 
