@@ -12,8 +12,10 @@
  * checksums; out-of-bounds entries refused while the rest of the batch
  * moves and the target keeps serving; deregistration revokes access and
  * a freed allocation is unmapped by the initiator; a killed target turns
- * transfers into errors within the timeout; every test returns its
- * allocations, file descriptors and mappings.
+ * transfers into errors within the timeout; the populator thread fills
+ * the page tables of a target's whole pool after a first copy and is
+ * joined when its engine goes; every test returns its allocations, file
+ * descriptors and mappings.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1158,6 +1161,132 @@ static void test_dead_target(void **state)
     baseline_check(&b);
 }
 
+
+/* Threads of this process. */
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    int n = 0;
+
+    if (d == NULL) {
+        return -1;
+    }
+    while ((de = readdir(d)) != NULL) {
+        n += de->d_name[0] != '.';
+    }
+    closedir(d);
+    return n;
+}
+
+/* Bytes of this process's page tables over its mapping of a kvferry memfd
+ * of len bytes (smaps' Rss, hugetlb pages included); -1: no such mapping. */
+static long memfd_mapped(uint64_t len)
+{
+    unsigned long start, end;
+    char line[512], perms[8];
+    FILE *f = fopen("/proc/self/smaps", "r");
+    long kb, total = -1;
+    int in = 0;
+
+    if (f == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "%lx-%lx %7s ", &start, &end, perms) == 3) {
+            /* a mapping's first line; its fields follow */
+            in = strstr(line, "memfd:kvferry") != NULL && end - start == len;
+            total = (in && total < 0) ? 0 : total;
+        } else if (in && (sscanf(line, "Rss: %ld kB", &kb) == 1 ||
+                          sscanf(line, "Shared_Hugetlb: %ld kB", &kb) == 1 ||
+                          sscanf(line, "Private_Hugetlb: %ld kB", &kb) == 1)) {
+            total += kb * 1024;
+        }
+    }
+    fclose(f);
+    return total;
+}
+
+/* An engine with one shm peer on target t that has read block 0. */
+static kvf_engine_h populator_engine(kvf_test_target_t *t, unsigned char *local,
+                                     const unsigned char *expect,
+                                     kvf_peer_h *peer_p, kvf_region_h *r_p)
+{
+    kvf_engine_h e = initiator(NULL);
+    kvf_status_t st[1];
+    kvf_op_t op[1];
+
+    assert_int_equal(kvf_engine_reg(e, local, POOL, KVF_MEM_HOST, 0, r_p), KVF_OK);
+    assert_int_equal(kvf_peer_open(e, t->segment, peer_p), KVF_OK);
+    assert_string_equal(kvf_peer_transport(*peer_p), "shm");
+    op[0] = (kvf_op_t){KVF_OP_READ, local, *peer_p, t->pool_addr, BS};
+    assert_int_equal(run(e, op, 1, st), KVF_OK);
+    assert_memory_equal(local, expect, BS);
+    return e;
+}
+
+static void populator_close(kvf_engine_h e, kvf_peer_h peer, kvf_region_h r)
+{
+    kvf_peer_close(peer);
+    assert_int_equal(kvf_engine_dereg(e, r), KVF_OK);
+    kvf_engine_destroy(e);
+}
+
+/*
+ * The shm populator: after a peer's first copy maps a target's pool, the
+ * ep's thread fills the page tables of the whole mapping in the
+ * background (this process's Rss over it reaches its size, where the one
+ * 8 KiB READ alone maps a page or a huge page); random blocks read
+ * meanwhile are right byte for byte; an engine destroyed right after its
+ * first copy, the populator mid-way, returns within a second; threads,
+ * descriptors, mappings and allocations back to where they were.
+ */
+static void test_populator(void **state)
+{
+    const uint64_t pool = 256u << 20;
+    unsigned char *local = malloc(POOL), *expect = malloc(pool);
+    kvf_test_target_t t;
+    kvf_region_h r;
+    kvf_peer_h peer;
+    kvf_engine_h e;
+    baseline_t b;
+    double t0, t1;
+    long mapped = -1;
+    int threads0;
+
+    (void)state;
+    baseline_take(&b);
+    threads0 = thread_count();
+    assert_int_equal(kvf_test_target_start(&t, pool, SEED, NULL, NULL), 0);
+    kvf_test_pool_bytes(expect, pool, SEED);
+
+    e = populator_engine(&t, local, expect, &peer, &r);
+    t0 = now_s();
+    populator_close(e, peer, r);
+    t1 = now_s();
+    print_message("populator: engine destroyed %.1f ms after its first copy\n",
+                  (t1 - t0) * 1e3);
+    assert_true(t1 - t0 < 1.0);
+    assert_int_equal(thread_count(), threads0);
+    assert_int_equal(memfd_mapped(pool), -1);
+
+    e = populator_engine(&t, local, expect, &peer, &r);
+    round_trip(e, peer, local, t.pool_addr, expect, 7);
+    t0 = now_s();
+    while (now_s() - t0 < 20.0 && (mapped = memfd_mapped(pool)) < (long)pool) {
+        usleep(10000);
+    }
+    print_message("populator: %ld of %lu bytes mapped after %.0f ms\n", mapped,
+                  (unsigned long)pool, (now_s() - t0) * 1e3);
+    assert_int_equal(mapped, (long)pool);
+    populator_close(e, peer, r);
+    assert_int_equal(thread_count(), threads0);
+    assert_int_equal(kvf_test_target_stop(&t), 0);
+    free(local);
+    free(expect);
+    baseline_check(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1179,6 +1308,7 @@ int main(void)
         cmocka_unit_test(test_stream_pairs),
         cmocka_unit_test(test_concurrent_inline),
         cmocka_unit_test(test_dead_target),
+        cmocka_unit_test(test_populator),
     };
 
     signal(SIGPIPE, SIG_IGN);
