@@ -131,6 +131,17 @@ class StoreEntry(Structure):
 
 LIST_FN = ctypes.CFUNCTYPE(None, POINTER(StoreEntry), c_void_p)
 
+
+class StoreTiming(Structure):
+    """kvf_store_timing_t (kvferry/perf.h)."""
+
+    _fields_ = [
+        ("query_ns", c_uint64),
+        ("read_ns", c_uint64),
+        ("verify_ns", c_uint64),
+        ("commit_ns", c_uint64),
+    ]
+
 # name: (restype, argtypes)
 _PROTOS = {
     "kvf_version": (c_char_p, []),
@@ -211,6 +222,7 @@ _PROTOS = {
     "kvf_store_remove_batch": (status_t, [c_void_p, c_size_t, c_void_p, c_void_p]),
     "kvf_store_exists_batch": (status_t, [c_void_p, c_size_t, c_void_p, c_void_p]),
     "kvf_store_list": (status_t, [c_void_p, c_char_p, c_size_t, LIST_FN, c_void_p]),
+    "kvf_store_last_timing": (None, [POINTER(StoreTiming)]),
 }
 
 

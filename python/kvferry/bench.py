@@ -59,7 +59,7 @@ from typing import Any, Callable, List, Tuple
 from . import Engine, _lib
 from . import engine as engine_mod
 from .procs import Master, Node, Target
-from .store import Store
+from .store import Store, Timing, last_timing
 
 
 def _size(s: str) -> int:
@@ -314,15 +314,19 @@ def blocks(args: argparse.Namespace) -> int:
 
 
 def _store_round(st: Store, lib: Any, reg: Any, spans: List[Tuple[Any, int, int]],
-                 keys: List[str], size: int, way: str) -> Tuple[float, float]:
-    """(put, get) seconds of one batch, through the package or the C calls."""
+                 keys: List[str], size: int, way: str) -> Tuple[float, float, Timing, Timing]:
+    """(put, get) seconds of one batch, through the package or the C calls,
+    and each one's stages (last_timing)."""
     n = len(keys)
     if way == "Python":
         t0 = time.perf_counter()
         st.put_batch(keys, spans)
         t1 = time.perf_counter()
+        sp = last_timing()
+        t1b = time.perf_counter()
         st.get_batch(keys, spans)
-        return t1 - t0, time.perf_counter() - t1
+        t2 = time.perf_counter()
+        return t1 - t0, t2 - t1b, sp, last_timing()
     karr = (ctypes.c_char_p * n)(*[k.encode() for k in keys])
     bufs = (c_void_p * n)(*[reg.addr + off for _, off, _ in spans])
     lens = (ctypes.c_size_t * n)(*([size] * n))
@@ -333,17 +337,30 @@ def _store_round(st: Store, lib: Any, reg: Any, spans: List[Tuple[Any, int, int]
     t0 = time.perf_counter()
     r1 = lib.kvf_store_put_batch(h, n, karr, bufs, lens, byref(opts), sts)
     t1 = time.perf_counter()
+    sp = last_timing()
+    t1b = time.perf_counter()
     r2 = lib.kvf_store_get_batch(h, n, karr, bufs, lens, got, 0, sts)
     t2 = time.perf_counter()
     if r1 != 0 or r2 != 0:
         raise SystemExit("C batch failed: put %d, get %d" % (r1, r2))
-    return t1 - t0, t2 - t1
+    return t1 - t0, t2 - t1b, sp, last_timing()
+
+
+def _stages(t: Timing) -> str:
+    """A call's stages in ms (query, transfer, checksum, commit)."""
+    return "master %.1f, transfer %.1f, checksums %.1f, commit %.1f ms" % (
+        t.query * 1e3, t.transfer * 1e3, t.checksum * 1e3, t.commit * 1e3)
+
+
+def _median_timing(ts: List[Timing]) -> Timing:
+    return Timing(*(statistics.median(col) for col in zip(*ts)))
 
 
 def store(args: argparse.Namespace) -> int:
     size, n = _size(args.size), args.count
     ways = ("C", "Python")
     times = {(w, op): [] for w in ways for op in ("put", "get")}
+    stages: dict = {op: [] for op in ("put", "get")}  # the C calls' stages
     first: dict = {}  # round 0, untimed: a new client's first batch
     # a get's read lease keeps a removed object's space: short leases and a
     # pause after each round's removal leave the pool free for the next
@@ -359,21 +376,28 @@ def store(args: argparse.Namespace) -> int:
             for r in range(args.rounds + 1):  # round 0 warms up, untimed
                 for w in (ways if r % 2 else ways[::-1]):
                     keys = ["bench/%d/%s/%d" % (r, w, i) for i in range(n)]
-                    tp, tg = _store_round(st, lib, reg, spans, keys, size, w)
+                    tp, tg, sp, sg = _store_round(st, lib, reg, spans, keys, size, w)
                     st.remove_batch(keys)
                     time.sleep(0.06)
                     if r:
                         times[(w, "put")].append(tp)
                         times[(w, "get")].append(tg)
+                        if w == "C":
+                            stages["put"].append(sp)
+                            stages["get"].append(sg)
                     else:
-                        first[w] = (tp, tg)
+                        first[w] = (tp, tg, sp, sg)
         finally:
             gc.enable()
             reg.deregister()
     print("store batch: %d objects of %s, %d rounds (master and node started here)"
           % (n, _fmt(size), args.rounds))
+    tp, tg, sp, sg = first[ways[1]]
     print("  a new client's first batch (round 0, not in the medians): put %.1f ms, get %.1f ms"
-          % tuple(t * 1e3 for t in first[ways[1]]))
+          % (tp * 1e3, tg * 1e3))
+    print("    its put: %s; its get: %s" % (_stages(sp), _stages(sg)))
+    print("  the C calls' stages (medians): put: %s; get: %s"
+          % (_stages(_median_timing(stages["put"])), _stages(_median_timing(stages["get"]))))
     for op in ("put", "get"):
         c, py = (statistics.median(times[(w, op)]) for w in ways)
         print("  %s: C %.2f us/key (%.2f GB/s), Python %.2f us/key (%.2f GB/s): "

@@ -62,6 +62,24 @@ class Info(NamedTuple):
     segments: Tuple[str, ...]
 
 
+class Timing(NamedTuple):
+    """Seconds of the calling thread's last get or put (or batch of
+    them) by stage (kvf_store_last_timing)."""
+
+    query: float  #: master round trip: a get's lookup, a put's allocation
+    transfer: float  #: the engine's reads (get) or writes (put)
+    checksum: float  #: a get's verification, a put's checksums (during its writes)
+    commit: float  #: a put's commit round trip (0 for a get)
+
+
+def last_timing() -> Timing:
+    """Stage times of this thread's last store get or put: where a slow
+    call spent its time. All zeros before any."""
+    t = _lib.StoreTiming()
+    _lib.lib().kvf_store_last_timing(byref(t))
+    return Timing(t.query_ns / 1e9, t.read_ns / 1e9, t.verify_ns / 1e9, t.commit_ns / 1e9)
+
+
 class Entry(NamedTuple):
     """One object of :meth:`Store.list`."""
 

@@ -117,6 +117,30 @@ def test_key_limit(store):
     assert not store.exists(big[:kvferry.KEY_MAX])
 
 
+def test_last_timing(store):
+    """last_timing: the stages of this thread's last put or get batch, as
+    the C library measured them (a put commits, a get has no commit), and
+    each thread its own."""
+    from kvferry.store import last_timing
+
+    ks = [key("lt") for _ in range(64)]
+    vals = [os.urandom(65536) for _ in ks]
+    store.put_batch(ks, vals)
+    put = last_timing()
+    assert put.query > 0 and put.transfer > 0 and put.checksum > 0 and put.commit > 0
+    outs = [bytearray(65536) for _ in ks]
+    store.get_batch(ks, outs)
+    got = last_timing()
+    assert outs == [bytearray(v) for v in vals]
+    assert got.query > 0 and got.transfer > 0 and got.checksum > 0 and got.commit == 0
+    other = []
+    t = threading.Thread(target=lambda: other.append(last_timing()))
+    t.start()
+    t.join()
+    assert other == [(0.0, 0.0, 0.0, 0.0)]  # no store call on that thread
+    store.remove_batch(ks)
+
+
 def test_batches(store):
     ks = [key("b") for _ in range(50)]
     vals = [os.urandom(100 + i) for i in range(50)]
@@ -382,3 +406,4 @@ def test_store_bench_runs(capsys):
     assert "64 objects of 4 KiB, 2 rounds" in out, out
     for op in ("put: C", "get: C"):
         assert op in out and "% of C" in out, out
+    assert "its put: master" in out and "the C calls' stages (medians): put: master" in out, out
