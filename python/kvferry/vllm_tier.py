@@ -40,7 +40,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Collection, Dict, Iterable, List, Optional, Set
+from typing import Any, Collection, Iterable, List, Optional, Set
 
 from .errors import ERR_EXISTS, OK, KvferryError
 from .store import BATCH_MAX, Store
