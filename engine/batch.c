@@ -102,8 +102,10 @@ static void kvf_chunk_complete(kvf_tl_req_t *req)
     for (i = 0; i < req->nsegs; i++) {
         st = (req->status == KVF_OK) ? KVF_OK : c->seg_status[i];
         if (st == KVF_OK) {
+            /* release: whoever reads an op's full count (acquire, in
+             * kvf_batch_op_status) sees its bytes in place */
             __atomic_add_fetch(&b->op_bytes[c->seg_op[i]], c->segs[i].len,
-                               __ATOMIC_RELAXED);
+                               __ATOMIC_RELEASE);
         } else {
             kvf_batch_op_fail(b, c->seg_op[i], st);
         }
@@ -493,7 +495,7 @@ kvf_status_t kvf_batch_op_status(kvf_batch_h b, size_t index, size_t *bytes_p)
     status = __atomic_load_n(&b->op_status[index], __ATOMIC_RELAXED);
     if (bytes_p != NULL) {
         *bytes_p =
-            (size_t)__atomic_load_n(&b->op_bytes[index], __ATOMIC_RELAXED);
+            (size_t)__atomic_load_n(&b->op_bytes[index], __ATOMIC_ACQUIRE);
     }
     return status;
 }

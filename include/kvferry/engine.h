@@ -139,7 +139,9 @@ KVF_API kvf_status_t kvf_batch_test(kvf_batch_h batch);
 KVF_API kvf_status_t kvf_batch_wait(kvf_batch_h batch, int timeout_ms);
 /* Operations not yet started finish with KVF_ERR_CANCELED. */
 KVF_API void kvf_batch_cancel(kvf_batch_h batch);
-/* Status and bytes moved of operation index. */
+/* Status and bytes moved of operation index. KVF_INPROGRESS until the
+ * whole batch ends; once its bytes moved equal its length, its bytes are
+ * in place for the caller to read (a read) while the batch runs on. */
 KVF_API kvf_status_t kvf_batch_op_status(kvf_batch_h batch, size_t index,
                                          size_t *bytes_p);
 /* Cancels and waits (bounded by the engine timeout) if still running. */

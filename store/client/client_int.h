@@ -181,6 +181,7 @@ typedef struct kvf_smove {
     uint32_t *key;
     unsigned *rep;
     size_t n;
+    kvf_batch_h batch; /* the engine batch while during() runs, or NULL */
 } kvf_smove_t;
 
 /* Adds an op moving len bytes between local and replica k of e (for key
@@ -190,7 +191,8 @@ kvf_status_t kvf_smove_add(kvf_store_h st, kvf_smove_t *mv, kvf_op_type_t type,
                            size_t len, uint32_t key);
 /* Runs mv's ops as one engine batch (inline where the transport can);
  * mv->st gets each op's status; during(arg), when given, runs while the
- * batch is in flight. Drops the peers' references. */
+ * batch is in flight (mv->batch is the batch then, NULL when the submit
+ * failed). Drops the peers' references. */
 void kvf_smove_run(kvf_store_h st, kvf_smove_t *mv, void (*during)(void *arg),
                    void *arg);
 /* *sum_p: the checksum of len bytes at buf; device != 0: the node's

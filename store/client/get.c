@@ -28,6 +28,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -52,6 +53,8 @@ typedef struct kvf_get_job {
     kvf_sreps_t *e;      /* per key: the look-up's answer */
     unsigned *mism;      /* per key: replicas with wrong bytes */
     unsigned char *want; /* per key: still to read */
+    uint64_t *opsum;     /* per op of a round: its buffer's checksum, */
+    unsigned char *summed; /* computed while the batch ran (1) or not */
     kvf_smove_t mv;      /* one read per key per round */
     kvf_sarena_t arena;
 } kvf_get_job_t;
@@ -64,6 +67,8 @@ static void kvf_get_layout(kvf_get_job_t *j)
     j->e = kvf_sarena_take(a, n * sizeof(*j->e));
     j->mism = kvf_sarena_take(a, n * sizeof(*j->mism));
     j->want = kvf_sarena_take(a, n * sizeof(*j->want));
+    j->opsum = kvf_sarena_take(a, n * sizeof(*j->opsum));
+    j->summed = kvf_sarena_take(a, n * sizeof(*j->summed));
     j->mv.ops = kvf_sarena_take(a, n * sizeof(*j->mv.ops));
     j->mv.sps = kvf_sarena_take(a, n * sizeof(*j->mv.sps));
     j->mv.st = kvf_sarena_take(a, n * sizeof(*j->mv.st));
@@ -203,6 +208,8 @@ static void kvf_get_verify(kvf_get_job_t *j)
         if (j->sums != NULL) {
             sum = e->checksum; /* the caller verifies against it */
             j->sums[key] = e->checksum;
+        } else if (j->summed[i]) {
+            sum = j->opsum[i]; /* hashed as it landed */
         } else if (kvf_store_sum(j->st, j->bufs[key], e->size, j->device, e,
                                  mv->rep[i], &sum) != KVF_OK) {
             sum = ~e->checksum;
@@ -224,6 +231,41 @@ static void kvf_get_verify(kvf_get_job_t *j)
                       kvf_sloc_lease_end(&j->st->loc, j->sent_ns, e->lease_ms));
         if (j->lens != NULL) {
             j->lens[key] = e->size;
+        }
+    }
+}
+
+/*
+ * Verification overlapped with the reads: while the round's batch runs,
+ * the calling thread hashes each op's buffer once all its bytes are in
+ * (kvf_batch_op_status: bytes moved = length), in op order, yielding
+ * while the next has not landed. Stops when every op is hashed, at a
+ * batch that ended (kvf_get_verify hashes what is left) or after the
+ * store's timeout. Host memory only, and batches of several ops (a lone
+ * op gains nothing from it).
+ */
+static void kvf_get_sum_landed(void *arg)
+{
+    kvf_get_job_t *j = arg;
+    kvf_smove_t *mv = &j->mv;
+    uint64_t end = kvf_time_ns() + (uint64_t)j->st->timeout_ms * 1000000u;
+    const kvf_sreps_t *e;
+    kvf_status_t s;
+    size_t i = 0, got;
+
+    while (i < mv->n && mv->batch != NULL) {
+        e = &j->e[mv->key[i]];
+        s = kvf_batch_op_status(mv->batch, i, &got);
+        if (s == KVF_INPROGRESS && got == e->size) {
+            j->summed[i] = kvf_store_sum(j->st, j->bufs[mv->key[i]], e->size, 0, e,
+                                         mv->rep[i], &j->opsum[i]) == KVF_OK;
+            i++;
+        } else if (s != KVF_INPROGRESS && s != KVF_OK) {
+            i++; /* this op failed; verify reports it */
+        } else if (s == KVF_OK || kvf_time_ns() > end) {
+            return; /* the batch ended (or is late): verify does the rest */
+        } else {
+            sched_yield();
         }
     }
 }
@@ -307,6 +349,7 @@ static void kvf_get_round(kvf_get_job_t *j, unsigned round, unsigned start)
     uint64_t t0;
     size_t i;
     unsigned k;
+    int overlap;
 
     j->mv.n = 0;
     for (i = 0; i < j->count; i++) {
@@ -321,8 +364,10 @@ static void kvf_get_round(kvf_get_job_t *j, unsigned round, unsigned start)
     if (j->mv.n == 0) {
         return;
     }
+    memset(j->summed, 0, j->mv.n * sizeof(*j->summed));
+    overlap = !j->device && j->sums == NULL && j->mv.n > 1;
     t0 = kvf_time_ns();
-    kvf_smove_run(j->st, &j->mv, NULL, NULL);
+    kvf_smove_run(j->st, &j->mv, overlap ? kvf_get_sum_landed : NULL, j);
     j->tm->read_ns += kvf_time_ns() - t0;
     t0 = kvf_time_ns();
     kvf_get_verify(j);

@@ -226,7 +226,7 @@ static kvf_status_t kvf_store_spec_read(kvf_store_h st, const kvf_sloc_ent_t *l,
     uint32_t key = 0;
     unsigned rep = 0;
     kvf_op_t op;
-    kvf_smove_t mv = {&op, &sp, &op_st, &key, &rep, 0};
+    kvf_smove_t mv = {&op, &sp, &op_st, &key, &rep, 0, NULL};
 
     if (kvf_store_peer_ref(st, st->loc.segs[l->seg], &sp) == KVF_OK) {
         memset(&op, 0, sizeof(op));

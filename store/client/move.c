@@ -82,9 +82,11 @@ void kvf_smove_run(kvf_store_h st, kvf_smove_t *mv, void (*during)(void *arg),
     status = (n > 0) ? kvf_batch_submit_ex(st->engine, mv->ops, n,
                                            KVF_BATCH_INLINE, &b)
                      : KVF_OK;
+    mv->batch = (n > 0 && status == KVF_OK) ? b : NULL;
     if (during != NULL) {
         during(arg);
     }
+    mv->batch = NULL;
     if (n > 0 && status == KVF_OK) {
         status = kvf_batch_wait(b, (int)st->timeout_ms);
         for (i = 0; i < n; i++) {

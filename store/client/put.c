@@ -174,7 +174,7 @@ static unsigned kvf_put_write_one(kvf_store_h st, const kvf_sreps_t *e,
     kvf_op_t ops[KVF_STORE_REPLICA_MAX];
     unsigned rep[KVF_STORE_REPLICA_MAX], mask = 0, k;
     uint32_t key[KVF_STORE_REPLICA_MAX];
-    kvf_smove_t mv = {ops, sps, op_st, key, rep, 0};
+    kvf_smove_t mv = {ops, sps, op_st, key, rep, 0, NULL};
     size_t i;
 
     *err = KVF_OK;
