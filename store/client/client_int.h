@@ -189,10 +189,11 @@ typedef struct kvf_smove {
 kvf_status_t kvf_smove_add(kvf_store_h st, kvf_smove_t *mv, kvf_op_type_t type,
                            void *local, const kvf_sreps_t *e, unsigned k,
                            size_t len, uint32_t key);
-/* Runs mv's ops as one engine batch (inline where the transport can);
- * mv->st gets each op's status; during(arg), when given, runs while the
- * batch is in flight (mv->batch is the batch then, NULL when the submit
- * failed). Drops the peers' references. */
+/* Runs mv's ops as one engine batch (inline where the transport can),
+ * within the store's timeout in all; mv->st gets each op's status;
+ * during(arg), when given, runs while the batch is in flight (mv->batch
+ * is the batch then, NULL when the submit failed). Drops the peers'
+ * references. */
 void kvf_smove_run(kvf_store_h st, kvf_smove_t *mv, void (*during)(void *arg),
                    void *arg);
 /* *sum_p: the checksum of len bytes at buf; device != 0: the node's

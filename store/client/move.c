@@ -8,6 +8,7 @@
 #include "store/client/client_int.h"
 #include "core/alloc.h"
 #include "core/checksum.h"
+#include "core/time.h"
 
 #include <string.h>
 
@@ -75,6 +76,7 @@ kvf_status_t kvf_smove_add(kvf_store_h st, kvf_smove_t *mv, kvf_op_type_t type,
 void kvf_smove_run(kvf_store_h st, kvf_smove_t *mv, void (*during)(void *arg),
                    void *arg)
 {
+    uint64_t t0 = kvf_time_ms(), spent;
     kvf_status_t status;
     size_t i, n = mv->n;
     kvf_batch_h b;
@@ -88,7 +90,10 @@ void kvf_smove_run(kvf_store_h st, kvf_smove_t *mv, void (*during)(void *arg),
     }
     mv->batch = NULL;
     if (n > 0 && status == KVF_OK) {
-        status = kvf_batch_wait(b, (int)st->timeout_ms);
+        /* one timeout for the whole move, the time during() took included */
+        spent = kvf_time_ms() - t0;
+        status = kvf_batch_wait(
+            b, spent < st->timeout_ms ? (int)(st->timeout_ms - spent) : 0);
         for (i = 0; i < n; i++) {
             mv->st[i] = (status == KVF_ERR_TIMEOUT)
                             ? KVF_ERR_TIMEOUT
