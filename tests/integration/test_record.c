@@ -79,7 +79,9 @@ static void validate(const char *sub)
     assert_int_equal(rc, 0);
 }
 
-/* The text of the single file matching dir/sub/pattern. */
+/* The text of the first file (in name order, so the oldest record) matching
+ * dir/sub/pattern: two writes of one record may straddle a second and
+ * then both names match. */
 static char *slurp(const char *sub, const char *pattern)
 {
     char pat[256], *text;
@@ -89,7 +91,7 @@ static char *slurp(const char *sub, const char *pattern)
 
     snprintf(pat, sizeof(pat), "%s/%s/%s", dir, sub, pattern);
     assert_int_equal(glob(pat, 0, NULL, &g), 0);
-    assert_int_equal(g.gl_pathc, 1);
+    assert_true(g.gl_pathc >= 1);
     f = fopen(g.gl_pathv[0], "r");
     assert_non_null(f);
     fseek(f, 0, SEEK_END);
