@@ -20,7 +20,9 @@
  * kvf_pyops_blocks_submit checks every block against the region first
  * (as the Python path does; nothing is submitted when one is outside),
  * then builds and submits them in the same slices as a list;
- * kvf_pyops_blocks builds the whole array (inline batches).
+ * kvf_pyops_blocks builds the whole array (inline batches). Their
+ * common form comes in one call through the buffer protocol
+ * (pyops_buf.c).
  *
  * The converter only accepts what the pure-Python path accepts with the
  * same result: each operation a tuple of three; local an address (of
@@ -36,24 +38,7 @@
 
 #include <stdint.h>
 
-#define PYOPS_WORDS 5 /* kvf_op_t: type, local, peer, remote, length */
-
-#define PYOPS_EXPORT __attribute__((visibility("default")))
-
-/* The last region seen: most batches use one region for every op. */
-struct pyops_region {
-    PyObject *obj; /* borrowed (the ops list holds it) */
-    uint64_t addr;
-    uint64_t nbytes;
-};
-
-struct pyops_ctx {
-    PyObject *region_cls;
-    unsigned type;
-    struct pyops_region reg;
-    PyObject *last_len; /* borrowed: the last length object read */
-    uint64_t len;       /* its value */
-};
+#include "pyops_int.h"
 
 PYOPS_EXPORT Py_ssize_t kvf_pyops_pack(PyObject *ops, PyObject *region_cls,
                                        unsigned type, uint64_t peer,
@@ -158,7 +143,7 @@ static int pyops_long_read(PyObject *o, uint64_t *v)
  * Python path takes them); -1 for anything else. PyLong_AsUnsignedLong
  * (64 bits here) reads the digits directly, where some CPythons'
  * PyLong_AsUnsignedLongLong goes through a byte-array conversion. */
-static int pyops_u64(PyObject *o, uint64_t *v)
+int pyops_u64(PyObject *o, uint64_t *v)
 {
     unsigned long x;
 
@@ -186,9 +171,8 @@ static int pyops_attr_u64(PyObject *o, const char *name, uint64_t *v)
     return rc;
 }
 
-/* Reads a Region's address and size once; -1 when it is not exactly a
- * Region, is closed, or is read-only while the batch reads into it. */
-static int pyops_region_load(struct pyops_ctx *c, PyObject *reg)
+/* Reads a Region's address and size once (pyops_int.h). */
+int pyops_region_load(struct pyops_ctx *c, PyObject *reg)
 {
     PyObject *a;
     int bad;
@@ -702,11 +686,6 @@ Py_ssize_t kvf_pyops_submit(PyObject *ops, PyObject *region_cls, unsigned type,
  * cannot (n does not fit out, no library calls): the caller submits the
  * whole array then.
  */
-PYOPS_EXPORT Py_ssize_t kvf_pyops_blocks_submit(
-    const uint64_t *offs, const uint64_t *addrs, const uint64_t *lens,
-    uint64_t len, Py_ssize_t n, uint64_t base, uint64_t nbytes, unsigned type,
-    uint64_t peer, void *engine, Py_ssize_t first, uint64_t *out,
-    Py_ssize_t cap, void **batches, Py_ssize_t maxb, uint64_t *res);
 
 Py_ssize_t kvf_pyops_blocks_submit(const uint64_t *offs, const uint64_t *addrs,
                                    const uint64_t *lens, uint64_t len,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import sysconfig
 from ctypes import (
     POINTER,
@@ -392,6 +393,53 @@ def pyops_blocks_submit() -> Any:
     """
     h = _blocks_helpers()
     return h[1] if h else None
+
+
+class PyopsCall(Structure):
+    """struct pyops_call of python/ext/pyops_buf.c: what a peer's thread
+    passes to every kvf_pyops_blocks_buffers call."""
+
+    _fields_ = [
+        ("region_cls", ctypes.py_object),
+        ("engine", c_void_p),
+        ("peer", c_uint64),
+        ("first", ctypes.c_ssize_t),
+        ("out", c_void_p),
+        ("cap", ctypes.c_ssize_t),
+        ("batches", c_void_p),
+        ("maxb", ctypes.c_ssize_t),
+        ("res", c_void_p),
+    ]
+
+
+_pyops_buffers: Any = None  # kvf_pyops_blocks_buffers; False once absent
+
+
+def pyops_blocks_buffers() -> Any:
+    """kvf_pyops_blocks_buffers of libkvferry_pyops.so, or None where
+    pyops_blocks_submit() is, before CPython 3.11 (its limited API has no
+    buffer protocol), or where the helper was built without it.
+
+    kvf_pyops_blocks_buffers(offs, addrs, length, region, type,
+    byref(PyopsCall)) takes two contiguous uint64 arrays (numpy uint64,
+    array('Q')), an int length and a Region, and checks, builds and
+    submits the blocks as kvf_pyops_blocks_submit does: n, 0 when a
+    submit failed (res[2] its status), -1 for a block outside the region,
+    -2 when it declines (another form), -3 when the op array has no room
+    for them (nothing submitted for -1, -2, -3, and no exception set).
+    """
+    global _pyops_buffers
+    if _pyops_buffers is None:
+        _pyops_buffers = False
+        if sys.version_info >= (3, 11) and pyops_blocks_submit() is not None:
+            try:
+                fn = ctypes.PyDLL(pyops_path()).kvf_pyops_blocks_buffers
+            except (OSError, AttributeError, TypeError):
+                return None  # built against older headers, or an older helper
+            fn.restype = ctypes.c_ssize_t
+            fn.argtypes = [ctypes.py_object] * 4 + [c_uint, c_void_p]
+            _pyops_buffers = fn
+    return _pyops_buffers or None
 
 
 def _load_submit(dll: ctypes.PyDLL) -> Any:

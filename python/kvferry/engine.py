@@ -574,6 +574,42 @@ class Peer:
             raise _outside()
         return (tls.words, n, tls.total.value) if got > 0 else None
 
+    def _blocks_buffers(self, typ: int, region: "Region", local_offsets: Any,
+                        remote_addrs: Any, length: Any) -> Optional[Batch]:
+        """The common form (two contiguous uint64 arrays, an int length)
+        checked, built and submitted in slices by one call of
+        libkvferry_pyops.so, which reads the arrays through the buffer
+        protocol: no Python work before the first slice goes out. None
+        when it declines (another form, or no such helper): the other
+        paths take the batch and raise what they raise."""
+        fn = _lib.pyops_blocks_buffers()
+        if fn is None:
+            return None
+        self._handle()  # a closed peer or engine raises here
+        call = getattr(self._tls, "call_addr", None)
+        if call is None:
+            call = self._buffers_call()
+        got = fn(local_offsets, remote_addrs, length, region, typ, call)
+        if got == -3:  # no room for them in this thread's op array: grow it, once
+            self._grow_words(len(local_offsets))
+            got = fn(local_offsets, remote_addrs, length, region, typ, self._buffers_call())
+        if got < -1:
+            return None
+        if got == -1:
+            raise _outside()
+        return self._sliced_batch(got, got)
+
+    def _buffers_call(self) -> int:
+        """This thread's PyopsCall for kvf_pyops_blocks_buffers (made
+        again when the op array grows); its address."""
+        tls = self._tls
+        if getattr(tls, "words", None) is None:
+            self._grow_words(1)
+        call = _lib.PyopsCall(Region, self._engine._handle(), self._handle(), _FIRST_SLICE,
+                              tls.out_addr, tls.cap, tls.slices_addr, _MAX_SLICES, tls.res_addr)
+        tls.call, tls.call_addr = call, ctypes.addressof(call)
+        return tls.call_addr
+
     def _blocks_sliced(self, typ: int, region: "Region", local_offsets: Any,
                        remote_addrs: Any, length: Any) -> Optional[Batch]:
         """Numpy blocks checked, built and submitted in slices by
@@ -682,6 +718,7 @@ class Peer:
             return
         out = array("Q", bytes(40 * max(n, 1024)))
         tls.words, tls.total, tls.cap = out, c_uint64(), len(out) // 5
+        tls.call = tls.call_addr = None  # kvf_pyops_blocks_buffers' view of the old array
         tls.out_addr, tls.total_ref = out.buffer_info()[0], byref(tls.total)
         if getattr(tls, "slices", None) is None:
             tls.slices = array("Q", bytes(8 * _MAX_SLICES))
@@ -726,6 +763,9 @@ class Peer:
     def _blocks(self, typ: int, region: Region, local_offsets: Any, remote_addrs: Any,
                 length: Any, inline: bool) -> Batch:
         if not inline:
+            b = self._blocks_buffers(typ, region, local_offsets, remote_addrs, length)
+            if b is not None:
+                return b
             b = self._blocks_sliced(typ, region, local_offsets, remote_addrs, length)
             if b is not None:
                 return b

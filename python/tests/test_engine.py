@@ -133,6 +133,7 @@ def test_numpy_blocks_forms(engine, target, monkeypatch, mode):
     np = pytest.importorskip("numpy")
     from kvferry import _lib
 
+    monkeypatch.setattr(_lib, "_pyops_buffers", False)  # its own test below
     if mode == "numpy":
         monkeypatch.setattr(_lib, "_pyops_blocks", False)
     elif _lib.pyops_blocks_submit() is None:
@@ -173,6 +174,114 @@ def test_numpy_blocks_forms(engine, target, monkeypatch, mode):
     time.sleep(0.1)
     assert not a.any()
     r.deregister()
+
+
+def _counted_buffers(monkeypatch):
+    """kvf_pyops_blocks_buffers wrapped to record what each call returned
+    (the test skips where the helper lacks it: before CPython 3.11)."""
+    from kvferry import _lib
+
+    real = _lib.pyops_blocks_buffers()
+    if real is None:
+        pytest.skip("no kvf_pyops_blocks_buffers here (CPython < 3.11 or no helper)")
+    got = []
+
+    def counted(*args):
+        got.append(real(*args))
+        return got[-1]
+
+    monkeypatch.setattr(_lib, "_pyops_buffers", counted)
+    return got
+
+
+def test_blocks_through_buffers(engine, target, monkeypatch):
+    """Contiguous uint64 arrays (numpy, array('Q')) and an int length go
+    through kvf_pyops_blocks_buffers, which reads them through the buffer
+    protocol and submits in slices: the blocks arrive byte for byte, a
+    first batch larger than the thread's op array grows it (-3, then n),
+    and a block outside the region is refused with nothing moved."""
+    np = pytest.importorskip("numpy")
+    got = _counted_buffers(monkeypatch)
+    p = engine.open(target.segment)
+    n = 1500  # more than a new thread's op array (1024): grown once
+    a = np.zeros(n * BLK, dtype=np.uint8)
+    r = engine.register(a)
+    slots = np.random.default_rng(11).permutation((16 << 20) // BLK)[:n].astype(np.uint64)
+    offs = np.arange(n, dtype=np.uint64) * np.uint64(BLK)
+    remote = np.uint64(target.pool_addr) + slots * np.uint64(BLK)
+    b = p.read_blocks(r, offs, remote, BLK)
+    assert b.result(10) == n * BLK and set(b.statuses()) == {0}
+    assert got == [-3, n] and len(b._hs) == 3  # 256, 1024, the rest
+    for i in (0, 255, 256, 1279, 1280, n - 1):
+        assert bytes(a[i * BLK:(i + 1) * BLK]) == remote_bytes(target, int(slots[i]) * BLK, BLK)
+    # array('Q') takes the path too: half blocks into a scratch area
+    half, m = BLK // 2, 300
+    scratch = [target.pool_addr + (12 << 20) + i * half for i in range(m)]
+    assert p.write_blocks(r, array.array("Q", range(0, m * BLK, BLK)), array.array("Q", scratch),
+                          half).result(10) == m * half
+    assert got[-1] == m
+    back = remote_bytes(target, 12 << 20, m * half)
+    for i in (0, 150, m - 1):
+        assert back[i * half:(i + 1) * half] == bytes(a[i * BLK:i * BLK + half])
+    # one block one byte past the region: -1, refused, nothing moved
+    a[:] = 0
+    bad = offs.copy()
+    bad[-1] = n * BLK - BLK + 1
+    with pytest.raises(kvferry.NotRegisteredError):
+        p.read_blocks(r, bad, remote, BLK)
+    assert got[-1] == -1
+    time.sleep(0.1)
+    assert not a.any()
+    r.deregister()
+
+
+def _blocks_outcome(p, r, a, args):
+    """What read_blocks(r, *args) does: the bytes it moved, or the error."""
+    a[:] = 0
+    try:
+        p.read_blocks(r, *args).result(10)
+    except Exception as e:
+        return ("error", type(e), str(e))
+    return ("ok", bytes(a))
+
+
+def test_blocks_buffers_declines_to_the_other_paths(engine, target, monkeypatch):
+    """Every other form (int64 or strided arrays, lists, a numpy length,
+    arrays of two lengths, a read-only or closed region) is declined by
+    kvf_pyops_blocks_buffers (-2) and ends as it ends without it: the
+    same bytes moved, or the same exception."""
+    np = pytest.importorskip("numpy")
+    from kvferry import _lib
+
+    got = _counted_buffers(monkeypatch)
+    counted = _lib._pyops_buffers
+    p = engine.open(target.segment)
+    n = 64
+    a = np.zeros(n * BLK, dtype=np.uint8)
+    r = engine.register(a)
+    ro = engine.register(bytes(n * BLK))
+    closed = engine.alloc(n * BLK)
+    closed.deregister()
+    offs = np.arange(n, dtype=np.uint64) * np.uint64(BLK)
+    remote = np.uint64(target.pool_addr) + offs[::-1].copy()
+    forms = [
+        (r, (offs.astype(np.int64), remote, BLK)),
+        (r, (np.repeat(offs, 2)[::2], remote, BLK)),  # a strided view
+        (r, ([int(x) for x in offs], remote, BLK)),
+        (r, (offs, remote, np.uint64(BLK))),
+        (r, (offs, remote[:-1], BLK)),
+        (ro, (offs, remote, BLK)),
+        (closed, (offs, remote, BLK)),
+    ]
+    for region, args in forms:
+        del got[:]
+        monkeypatch.setattr(_lib, "_pyops_buffers", counted)
+        with_it = _blocks_outcome(p, region, a, args)
+        assert got == [-2], (region, got)
+        monkeypatch.setattr(_lib, "_pyops_buffers", False)
+        assert _blocks_outcome(p, region, a, args) == with_it
+    r.deregister()
+    ro.deregister()
 
 
 def test_block_helpers_refuse_what_does_not_fit(engine, target):

@@ -1,0 +1,45 @@
+/*
+ * What the two sources of libkvferry_pyops.so share: the region a batch
+ * lands in, the int and Region readers of pyops.c, and the sliced block
+ * submit that pyops_buf.c calls. Each source includes Python.h first,
+ * under its own limited API version.
+ */
+#ifndef KVF_PYOPS_INT_H
+#define KVF_PYOPS_INT_H
+
+#include <stdint.h>
+
+#define PYOPS_WORDS 5 /* kvf_op_t: type, local, peer, remote, length */
+
+#define PYOPS_EXPORT __attribute__((visibility("default")))
+
+/* The last region seen: most batches use one region for every op. */
+struct pyops_region {
+    PyObject *obj; /* borrowed (the ops list holds it) */
+    uint64_t addr;
+    uint64_t nbytes;
+};
+
+struct pyops_ctx {
+    PyObject *region_cls;
+    unsigned type;
+    struct pyops_region reg;
+    PyObject *last_len; /* borrowed: the last length object read */
+    uint64_t len;       /* its value */
+};
+
+/* An int in [0, 2**64) into *v; -1 (an exception set) for anything else. */
+int pyops_u64(PyObject *o, uint64_t *v);
+
+/* Reads a Region's address and size into c->reg; -1 (an exception may be
+ * set) when it is not exactly c->region_cls, is closed, or is read-only
+ * while the batch reads into it. */
+int pyops_region_load(struct pyops_ctx *c, PyObject *reg);
+
+PYOPS_EXPORT Py_ssize_t kvf_pyops_blocks_submit(
+    const uint64_t *offs, const uint64_t *addrs, const uint64_t *lens,
+    uint64_t len, Py_ssize_t n, uint64_t base, uint64_t nbytes, unsigned type,
+    uint64_t peer, void *engine, Py_ssize_t first, uint64_t *out,
+    Py_ssize_t cap, void **batches, Py_ssize_t maxb, uint64_t *res);
+
+#endif
