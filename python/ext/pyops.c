@@ -8,7 +8,7 @@
  * shm; here exact tuples, lists and ints are read from their memory (at
  * offsets probed at load, the stable-ABI calls where the probe fails)
  * with the objects of operations ahead prefetched, and a list of reads
- * is submitted in slices as it converts (kvf_pyops_submit), so the
+ * is submitted in slices as it converts (kvf_pyops_submit_call), so the
  * engine moves the first slice while the next converts. Built against
  * the limited API of CPython 3.8 and not linked against libpython: the
  * symbols resolve in the interpreter that loads it with ctypes.PyDLL
@@ -453,12 +453,8 @@ static pyops_submit_fn pyops_submit_ex;
 static pyops_batch_fn pyops_cancel, pyops_destroy;
 
 PYOPS_EXPORT int kvf_pyops_init(void *submit_ex, void *cancel, void *destroy);
-PYOPS_EXPORT Py_ssize_t kvf_pyops_submit(PyObject *ops, PyObject *region_cls,
-                                         unsigned type, uint64_t peer,
-                                         void *engine, Py_ssize_t first,
-                                         uint64_t *out, Py_ssize_t cap,
-                                         void **batches, Py_ssize_t maxb,
-                                         uint64_t *res);
+PYOPS_EXPORT Py_ssize_t kvf_pyops_submit_call(PyObject *ops, unsigned type,
+                                              const struct pyops_call *call);
 
 /* 1 when mode reads every probe int as the API does and declines the
  * negative and the too large one. */
@@ -655,31 +651,34 @@ static Py_ssize_t pyops_sliced(struct pyops_src *src, Py_ssize_t n,
 
 /*
  * Converts ops as kvf_pyops_pack does and submits them in slices as
- * pyops_sliced does. engine is the engine handle; batches receives the
- * slices' batch handles. Returns the number of operations, with res[0]
- * their total length and res[1] the number of batches; 0 when a submit
- * failed (res[2] its status); -1 with no exception set when the Python
- * path must convert ops instead. On 0 and -1 no batch is left.
+ * pyops_sliced does, with the engine, peer, op array and outputs of
+ * *call. Returns the number of operations, with call->res[0] their total
+ * length and res[1] the number of batches (their handles in
+ * call->batches); 0 when a submit failed (res[2] its status); -2 with no
+ * exception set when the Python path must convert ops instead; -3 when
+ * call->out has no room for them (the package grows it and calls again).
+ * On 0, -2 and -3 no batch is left.
  */
-Py_ssize_t kvf_pyops_submit(PyObject *ops, PyObject *region_cls, unsigned type,
-                            uint64_t peer, void *engine, Py_ssize_t first,
-                            uint64_t *out, Py_ssize_t cap, void **batches,
-                            Py_ssize_t maxb, uint64_t *res)
+Py_ssize_t kvf_pyops_submit_call(PyObject *ops, unsigned type,
+                                 const struct pyops_call *call)
 {
-    struct pyops_ctx c = {.region_cls = region_cls, .type = type};
-    struct pyops_src src = {.ctx = &c, .ops = ops, .peer = peer};
+    struct pyops_ctx c = {.region_cls = call->region_cls, .type = type};
+    struct pyops_src src = {.ctx = &c, .ops = ops, .peer = call->peer};
     Py_ssize_t n = pyops_len(ops, &src.is_list);
 
-    if (pyops_submit_ex == NULL || n <= 0 || n > cap || maxb <= 0)
-        return -1;
-    n = pyops_sliced(&src, n, engine, first, out, batches, maxb, res);
-    res[0] = src.total;
-    return n;
+    if (pyops_submit_ex == NULL || n <= 0 || call->maxb <= 0)
+        return -2;
+    if (n > call->cap)
+        return -3;
+    n = pyops_sliced(&src, n, call->engine, call->first, call->out,
+                     call->batches, call->maxb, call->res);
+    call->res[0] = src.total;
+    return n < 0 ? -2 : n;
 }
 
 /*
  * Submits n blocks given as arrays (kvf_pyops_blocks) in slices as
- * kvf_pyops_submit does, into out (cap operations), every block checked
+ * kvf_pyops_submit_call does, into out (cap operations), every block checked
  * first: nothing is submitted when one lies outside the region. Returns n
  * (res[0] the total length, res[1] the batches), 0 when a submit failed
  * (res[2] its status), -1 for a block outside the region, -2 when it

@@ -25,20 +25,6 @@
 
 #include "pyops_int.h"
 
-/* What stays from one call to the next for one peer and thread (a ctypes
- * Structure of the package, rebuilt when its op array grows). */
-struct pyops_call {
-    PyObject *region_cls;
-    void *engine;
-    uint64_t peer;
-    Py_ssize_t first; /* operations in the first slice */
-    uint64_t *out;    /* the op array, cap operations */
-    Py_ssize_t cap;
-    void **batches; /* maxb batch handles */
-    Py_ssize_t maxb;
-    uint64_t *res; /* total length, batches, submit status */
-};
-
 PYOPS_EXPORT Py_ssize_t kvf_pyops_blocks_buffers(
     PyObject *offs, PyObject *addrs, PyObject *length, PyObject *region,
     unsigned type, const struct pyops_call *call);

@@ -1,7 +1,8 @@
 /*
  * What the two sources of libkvferry_pyops.so share: the region a batch
  * lands in, the int and Region readers of pyops.c, and the sliced block
- * submit that pyops_buf.c calls. Each source includes Python.h first,
+ * submit that pyops_buf.c calls, the arguments that stay from call to
+ * call. Each source includes Python.h first,
  * under its own limited API version.
  */
 #ifndef KVF_PYOPS_INT_H
@@ -26,6 +27,22 @@ struct pyops_ctx {
     struct pyops_region reg;
     PyObject *last_len; /* borrowed: the last length object read */
     uint64_t len;       /* its value */
+};
+
+/* What stays from one call to the next for one peer and thread (a ctypes
+ * Structure of the package, rebuilt when its op array grows): the
+ * arguments of kvf_pyops_submit_call and kvf_pyops_blocks_buffers but
+ * the batch's own. */
+struct pyops_call {
+    PyObject *region_cls;
+    void *engine;
+    uint64_t peer;
+    Py_ssize_t first; /* operations in the first slice */
+    uint64_t *out;    /* the op array, cap operations */
+    Py_ssize_t cap;
+    void **batches; /* maxb batch handles */
+    Py_ssize_t maxb;
+    uint64_t *res; /* total length, batches, submit status */
 };
 
 /* An int in [0, 2**64) into *v; -1 (an exception set) for anything else. */

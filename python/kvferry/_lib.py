@@ -331,14 +331,14 @@ def pyops() -> Any:
 
 
 def pyops_submit() -> Any:
-    """kvf_pyops_submit of libkvferry_pyops.so, or None where pyops() is.
+    """kvf_pyops_submit_call of libkvferry_pyops.so, or None where pyops() is.
 
-    kvf_pyops_submit(ops, Region, type, peer, engine, first, out, cap,
-    batches, maxb, res) converts ops as kvf_pyops_pack does and submits
-    them in slices while it converts (see pyops.c): the number of
-    operations (res[0] their total length, res[1] the batches in
-    batches), 0 when a submit failed (res[2] its status), -1 when the
-    Python path must convert ops instead; nothing is left submitted then.
+    kvf_pyops_submit_call(ops, type, byref(PyopsCall)) converts ops as
+    kvf_pyops_pack does and submits them in slices while it converts
+    (see pyops.c): the number of operations (res[0] their total length,
+    res[1] the batches in batches), 0 when a submit failed (res[2] its
+    status), -2 when the Python path must convert ops instead, -3 when
+    the op array has no room for them; nothing is left submitted then.
     """
     return _pyops_submit if pyops() is not None else None  # None when that helper lacks it
 
@@ -386,7 +386,7 @@ def pyops_blocks_submit() -> Any:
 
     kvf_pyops_blocks_submit(offs, addrs, lens, len, n, base, nbytes, type,
     peer, engine, first, out, cap, batches, maxb, res) checks every block,
-    then builds and submits them in slices as kvf_pyops_submit does: n
+    then builds and submits them in slices as kvf_pyops_submit_call does: n
     (res[0] the total length, res[1] the batches), 0 when a submit failed
     (res[2] its status), -1 for a block outside the region, -2 when it
     cannot (nothing submitted for either).
@@ -396,8 +396,9 @@ def pyops_blocks_submit() -> Any:
 
 
 class PyopsCall(Structure):
-    """struct pyops_call of python/ext/pyops_buf.c: what a peer's thread
-    passes to every kvf_pyops_blocks_buffers call."""
+    """struct pyops_call of python/ext/pyops_int.h: what a peer's thread
+    passes to every kvf_pyops_submit_call and kvf_pyops_blocks_buffers
+    call."""
 
     _fields_ = [
         ("region_cls", ctypes.py_object),
@@ -443,7 +444,7 @@ def pyops_blocks_buffers() -> Any:
 
 
 def _load_submit(dll: ctypes.PyDLL) -> Any:
-    """kvf_pyops_submit of dll, given the library's batch calls."""
+    """kvf_pyops_submit_call of dll, given the library's batch calls."""
     l, addr = lib(), ctypes.cast
     global pyops_direct
     init = dll.kvf_pyops_init
@@ -451,9 +452,7 @@ def _load_submit(dll: ctypes.PyDLL) -> Any:
     init.argtypes = [c_void_p, c_void_p, c_void_p]
     pyops_direct = init(addr(l.kvf_batch_submit_ex, c_void_p),
                         addr(l.kvf_batch_cancel, c_void_p), addr(l.kvf_batch_destroy, c_void_p))
-    fn = dll.kvf_pyops_submit
+    fn = dll.kvf_pyops_submit_call
     fn.restype = ctypes.c_ssize_t
-    fn.argtypes = [ctypes.py_object, ctypes.py_object, c_uint, c_uint64, c_void_p,
-                   ctypes.c_ssize_t, c_void_p, ctypes.c_ssize_t, c_void_p, ctypes.c_ssize_t,
-                   c_void_p]
+    fn.argtypes = [ctypes.py_object, c_uint, c_void_p]
     return fn

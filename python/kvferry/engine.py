@@ -311,7 +311,7 @@ _MAX_SLICES = 8
 
 def _slice_starts(n: int, nb: int) -> Tuple[int, ...]:
     """First operation of each of the nb slices of n operations, as
-    kvf_pyops_submit cuts them."""
+    kvf_pyops_submit_call cuts them."""
     starts, i, step = [], 0, _FIRST_SLICE
     for _ in range(nb):
         starts.append(i)
@@ -588,20 +588,21 @@ class Peer:
         self._handle()  # a closed peer or engine raises here
         call = getattr(self._tls, "call_addr", None)
         if call is None:
-            call = self._buffers_call()
+            call = self._helper_call()
         got = fn(local_offsets, remote_addrs, length, region, typ, call)
         if got == -3:  # no room for them in this thread's op array: grow it, once
             self._grow_words(len(local_offsets))
-            got = fn(local_offsets, remote_addrs, length, region, typ, self._buffers_call())
+            got = fn(local_offsets, remote_addrs, length, region, typ, self._helper_call())
         if got < -1:
             return None
         if got == -1:
             raise _outside()
         return self._sliced_batch(got, got)
 
-    def _buffers_call(self) -> int:
-        """This thread's PyopsCall for kvf_pyops_blocks_buffers (made
-        again when the op array grows); its address."""
+    def _helper_call(self) -> int:
+        """This thread's PyopsCall for kvf_pyops_submit_call and
+        kvf_pyops_blocks_buffers (made again when the op array grows);
+        its address."""
         tls = self._tls
         if getattr(tls, "words", None) is None:
             self._grow_words(1)
@@ -688,12 +689,14 @@ class Peer:
         slice by slice as it converts (the engine moves the first slice
         while the next converts); None when it declines (nothing was left
         submitted: the Python path then converts or raises)."""
-        p = self._handle()
-        eng = self._engine
-        tls = self._tls
-        self._grow_words(len(ops))
-        n = submit(ops, Region, _lib.OP_READ, p, eng._handle(), _FIRST_SLICE, tls.out_addr,
-                   tls.cap, tls.slices_addr, _MAX_SLICES, tls.res_addr)
+        self._handle()  # a closed peer or engine raises here
+        call = getattr(self._tls, "call_addr", None)
+        if call is None:
+            call = self._helper_call()
+        n = submit(ops, _lib.OP_READ, call)
+        if n == -3:  # no room for them in this thread's op array: grow it, once
+            self._grow_words(len(ops))
+            n = submit(ops, _lib.OP_READ, self._helper_call())
         if n < 0:
             return None
         return self._sliced_batch(n, len(ops))
@@ -718,7 +721,7 @@ class Peer:
             return
         out = array("Q", bytes(40 * max(n, 1024)))
         tls.words, tls.total, tls.cap = out, c_uint64(), len(out) // 5
-        tls.call = tls.call_addr = None  # kvf_pyops_blocks_buffers' view of the old array
+        tls.call = tls.call_addr = None  # the helper's view of the old array
         tls.out_addr, tls.total_ref = out.buffer_info()[0], byref(tls.total)
         if getattr(tls, "slices", None) is None:
             tls.slices = array("Q", bytes(8 * _MAX_SLICES))
