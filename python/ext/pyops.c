@@ -685,7 +685,6 @@ Py_ssize_t kvf_pyops_submit_call(PyObject *ops, unsigned type,
  * cannot (n does not fit out, no library calls): the caller submits the
  * whole array then.
  */
-
 Py_ssize_t kvf_pyops_blocks_submit(const uint64_t *offs, const uint64_t *addrs,
                                    const uint64_t *lens, uint64_t len,
                                    Py_ssize_t n, uint64_t base, uint64_t nbytes,

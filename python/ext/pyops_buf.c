@@ -84,13 +84,15 @@ Py_ssize_t kvf_pyops_blocks_buffers(PyObject *offs, PyObject *addrs,
     if (pyops_u64_vector(offs, &vo) != 0)
         return -2;
     if (pyops_u64_vector(addrs, &va) == 0) {
-        if (vo.len > 0 && va.len == vo.len && vo.len / 8 > call->cap)
+        Py_ssize_t n = va.len == vo.len ? vo.len / 8 : 0;
+
+        if (n > call->cap)
             got = -3;
-        else if (vo.len > 0 && va.len == vo.len)
+        else if (n > 0)
             got = kvf_pyops_blocks_submit(
-                vo.buf, va.buf, NULL, len, vo.len / 8, c.reg.addr, c.reg.nbytes,
-                type, call->peer, call->engine, call->first, call->out,
-                call->cap, call->batches, call->maxb, call->res);
+                vo.buf, va.buf, NULL, len, n, c.reg.addr, c.reg.nbytes, type,
+                call->peer, call->engine, call->first, call->out, call->cap,
+                call->batches, call->maxb, call->res);
         PyBuffer_Release(&va);
     }
     PyBuffer_Release(&vo);

@@ -1,9 +1,9 @@
 /*
  * What the two sources of libkvferry_pyops.so share: the region a batch
- * lands in, the int and Region readers of pyops.c, and the sliced block
- * submit that pyops_buf.c calls, the arguments that stay from call to
- * call. Each source includes Python.h first,
- * under its own limited API version.
+ * lands in, the int and Region readers of pyops.c, the sliced block
+ * submit that pyops_buf.c calls, and the arguments that stay from call
+ * to call. Each source includes Python.h first, under its own limited
+ * API version.
  */
 #ifndef KVF_PYOPS_INT_H
 #define KVF_PYOPS_INT_H

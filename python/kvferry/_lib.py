@@ -333,7 +333,7 @@ def pyops() -> Any:
 def pyops_submit() -> Any:
     """kvf_pyops_submit_call of libkvferry_pyops.so, or None where pyops() is.
 
-    kvf_pyops_submit_call(ops, type, byref(PyopsCall)) converts ops as
+    kvf_pyops_submit_call(ops, type, PyopsCall address) converts ops as
     kvf_pyops_pack does and submits them in slices while it converts
     (see pyops.c): the number of operations (res[0] their total length,
     res[1] the batches in batches), 0 when a submit failed (res[2] its
@@ -422,7 +422,7 @@ def pyops_blocks_buffers() -> Any:
     buffer protocol), or where the helper was built without it.
 
     kvf_pyops_blocks_buffers(offs, addrs, length, region, type,
-    byref(PyopsCall)) takes two contiguous uint64 arrays (numpy uint64,
+    PyopsCall address) takes two contiguous uint64 arrays (numpy uint64,
     array('Q')), an int length and a Region, and checks, builds and
     submits the blocks as kvf_pyops_blocks_submit does: n, 0 when a
     submit failed (res[2] its status), -1 for a block outside the region,

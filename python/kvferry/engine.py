@@ -585,19 +585,24 @@ class Peer:
         fn = _lib.pyops_blocks_buffers()
         if fn is None:
             return None
-        self._handle()  # a closed peer or engine raises here
-        call = getattr(self._tls, "call_addr", None)
-        if call is None:
-            call = self._helper_call()
-        got = fn(local_offsets, remote_addrs, length, region, typ, call)
-        if got == -3:  # no room for them in this thread's op array: grow it, once
-            self._grow_words(len(local_offsets))
-            got = fn(local_offsets, remote_addrs, length, region, typ, self._helper_call())
+        got = self._call_helper(fn, len(local_offsets), local_offsets, remote_addrs, length,
+                                region, typ)
         if got < -1:
             return None
         if got == -1:
             raise _outside()
         return self._sliced_batch(got, got)
+
+    def _call_helper(self, fn: Any, count: int, *args: Any) -> int:
+        """fn(*args, call) of libkvferry_pyops.so with this thread's
+        PyopsCall for count operations; when it answers -3 (no room in the
+        op array), the array grows and fn is called once more."""
+        self._handle()  # a closed peer or engine raises here
+        got = fn(*args, getattr(self._tls, "call_addr", None) or self._helper_call())
+        if got == -3:
+            self._grow_words(count)
+            got = fn(*args, self._helper_call())
+        return got
 
     def _helper_call(self) -> int:
         """This thread's PyopsCall for kvf_pyops_submit_call and
@@ -689,14 +694,7 @@ class Peer:
         slice by slice as it converts (the engine moves the first slice
         while the next converts); None when it declines (nothing was left
         submitted: the Python path then converts or raises)."""
-        self._handle()  # a closed peer or engine raises here
-        call = getattr(self._tls, "call_addr", None)
-        if call is None:
-            call = self._helper_call()
-        n = submit(ops, _lib.OP_READ, call)
-        if n == -3:  # no room for them in this thread's op array: grow it, once
-            self._grow_words(len(ops))
-            n = submit(ops, _lib.OP_READ, self._helper_call())
+        n = self._call_helper(submit, len(ops), ops, _lib.OP_READ)
         if n < 0:
             return None
         return self._sliced_batch(n, len(ops))
