@@ -45,11 +45,16 @@ static kvf_status_t kvf_cuda_ipc_hook_wrap(const kvf_tl_peer_info_t *peer,
     kvf_status_t status;
     size_t n;
 
-    if (!listed || !peer->same_host || kvf_mem_gpu_count() == 0) {
+    if (!listed || !peer->same_host) {
         return KVF_OK;
     }
+    /* regions first: a peer with none (a node's host pool) must not
+     * start CUDA in this process, which takes 0.1-0.2 s on a GPU host */
     n = kvf_cuda_ipc_collect(peer, NULL);
-    rem = n > 0 ? kvf_calloc(n, sizeof(*rem)) : NULL;
+    if (n == 0 || kvf_mem_gpu_count() == 0) {
+        return KVF_OK;
+    }
+    rem = kvf_calloc(n, sizeof(*rem));
     if (rem == NULL) {
         return KVF_OK;
     }
