@@ -1,5 +1,6 @@
 """Python overhead benchmarks: ``python -m kvferry.bench blocks`` (the
-engine) and ``python -m kvferry.bench store`` (the store's batch calls).
+engine), ``python -m kvferry.bench store`` (the store's batch calls) and
+``python -m kvferry.bench first`` (a new store client's first batches).
 
 Moves batches of random blocks (default 4096 x 8 KiB = 32 MiB, random
 offsets on both sides of 1 GiB pools) from a ``kvferry target`` it
@@ -41,6 +42,11 @@ spans (what kvferry.kv passes) against the same batch through
 kvf_store_put_batch/kvf_store_get_batch called with arrays built before
 the clock starts; each round's keys are new and removed after it (the
 master's read lease is 50 ms, and the next round waits that long).
+
+``first`` starts a master and a node and times new clients (``--clients``,
+one after the other, each its own engine) from connect: register, then
+``--batches`` put and get batches with each call's stages: where a
+client's first batch pays what later ones do not.
 """
 
 from __future__ import annotations
@@ -407,6 +413,41 @@ def store(args: argparse.Namespace) -> int:
     return 0
 
 
+def first(args: argparse.Namespace) -> int:
+    """A new store client's first batches against later ones: what a
+    client pays once (connect, register, the node's first mapping)."""
+    size, n = _size(args.size), args.count
+    ms = 1e3
+    print("store first batches: %d objects of %s, %d clients in turn, %d batches each"
+          % (n, _fmt(size), args.clients, args.batches))
+    with Master("--lease", "50ms") as m, Node(m.address, pool=args.pool):
+        for c in range(args.clients):
+            buf = bytearray(size * n)  # zeroed here: its pages are touched
+            t0 = time.perf_counter()
+            st = Store.connect(m.address)
+            t1 = time.perf_counter()
+            reg = st.register(buf)
+            print("client %d: connect %.1f ms, register %s %.1f ms"
+                  % (c, (t1 - t0) * ms, _fmt(size * n), (time.perf_counter() - t1) * ms))
+            spans = [(reg, i * size, size) for i in range(n)]
+            try:
+                for r in range(args.batches):
+                    keys = ["first/%d/%d/%d" % (c, r, i) for i in range(n)]
+                    for op, call in (("put", st.put_batch), ("get", st.get_batch)):
+                        t0 = time.perf_counter()
+                        call(keys, spans)
+                        print("  batch %d %s %.1f ms: %s"
+                              % (r, op, (time.perf_counter() - t0) * ms, _stages(last_timing())))
+                    st.remove_batch(keys)
+                    time.sleep(0.06)  # the read leases end
+            finally:
+                t0 = time.perf_counter()
+                reg.deregister()
+                st.close()
+                print("  deregister and close %.1f ms" % ((time.perf_counter() - t0) * ms))
+    return 0
+
+
 def _pin(tgt: "Target") -> None:
     """The calling thread on the first CPU, every other thread of this
     process (the engine's) and the target started here on the others: a
@@ -459,8 +500,14 @@ def main(argv: List[str] = None) -> int:
     s.add_argument("--pool", default="1G", help="the node's pool")
     s.add_argument("--rounds", type=int, default=20)
     s.add_argument("--seed", type=int, default=1)
+    f = sub.add_parser("first", help="a new store client's first batches, stage by stage")
+    f.add_argument("--size", default="32K")
+    f.add_argument("--count", type=int, default=4096)
+    f.add_argument("--pool", default="1G", help="the node's pool")
+    f.add_argument("--clients", type=int, default=2, help="clients in turn, each new")
+    f.add_argument("--batches", type=int, default=3, help="put and get batches a client")
     args = ap.parse_args(argv)
-    return store(args) if args.cmd == "store" else blocks(args)
+    return {"store": store, "first": first}.get(args.cmd, blocks)(args)
 
 
 if __name__ == "__main__":

@@ -407,3 +407,19 @@ def test_store_bench_runs(capsys):
     for op in ("put: C", "get: C"):
         assert op in out and "% of C" in out, out
     assert "its put: master" in out and "the C calls' stages (medians): put: master" in out, out
+
+
+def test_store_bench_first_runs(capsys):
+    """python -m kvferry.bench first, tiny: two new clients each put and
+    get their batches (a failed key raises) and every step is reported."""
+    from kvferry import bench
+
+    assert bench.main(["first", "--count", "64", "--size", "4K", "--pool", "16M",
+                       "--batches", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "64 objects of 4 KiB, 2 clients in turn, 2 batches each" in out, out
+    for c in (0, 1):
+        assert "client %d: connect" % c in out, out
+    for line in ("batch 0 put", "batch 1 get"):
+        assert out.count(line) == 2 and "transfer" in out, out
+    assert out.count("deregister and close") == 2, out

@@ -50,7 +50,7 @@ typedef struct kvf_drill_res {
     double alloc_bytes; /* kvf_alloc_stats bytes (in-process) */
     double conns;       /* sockets open */
     double fds;         /* /proc/PID/fd entries */
-    double rss_kb;      /* VmRSS */
+    double rss_kb;      /* VmRSS less RssShmem (shared memory mapped) */
 } kvf_drill_res_t;
 
 /* Shared between the conductor and one worker (MAP_SHARED). Flags and

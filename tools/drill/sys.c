@@ -327,9 +327,14 @@ void kvf_drill_proc_res(pid_t pid, kvf_drill_res_t *res)
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
     f = fopen(path, "r");
     if (f != NULL) {
+        /* VmRSS less RssShmem: a node's pool mapped here (shm) fills in
+         * as copies and the populator touch it, bounded by the pool, and
+         * is not the process's own growth */
         while (fgets(line, sizeof(line), f) != NULL) {
             if (strncmp(line, "VmRSS:", 6) == 0) {
-                res->rss_kb = strtod(line + 6, NULL);
+                res->rss_kb += strtod(line + 6, NULL);
+            } else if (strncmp(line, "RssShmem:", 9) == 0) {
+                res->rss_kb -= strtod(line + 9, NULL);
             }
         }
         fclose(f);

@@ -780,5 +780,6 @@ kvf_status_t kvf_shm_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     ep->qbytes += req->bytes;
     pthread_cond_signal(&ep->cond);
     pthread_mutex_unlock(&ep->lock);
+    kvf_shm_copy_posted(ep);
     return KVF_OK;
 }

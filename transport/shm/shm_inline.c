@@ -180,6 +180,7 @@ kvf_status_t kvf_shm_ep_post_inline(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     if (copy == kvf_shm_copy_stream) {
         kvf_shm_fence();
     }
+    kvf_shm_copy_stamp(ep);
     pthread_rwlock_unlock(&ep->map_lock);
     if (st == KVF_OK) {
         st = kvf_shm_ride_held(ep);

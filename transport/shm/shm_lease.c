@@ -48,15 +48,19 @@
  * it: random 8 KiB blocks spread over gigabytes then cost a TLB miss per
  * block instead of two. Filling the page tables ahead keeps page faults
  * out of later copies, but with 4 KiB pages (shmem_enabled "never") a
- * 16 GiB pool takes seconds, so no copy waits for it: the copy that
- * needed the mapping faults in the pages it touches, and the ep's
- * populator thread fills the rest in steps, one step per hold of
- * map_lock's read side (a mapping added or dropped waits one step at
- * most). Without MADV_POPULATE_WRITE (kernels < 5.14) pages fault in as
- * copies touch them.
+ * 16 GiB pool takes seconds, so no copy waits for it: copies fault in
+ * the pages they touch, and the ep's populator thread fills the rest in
+ * steps while no copy runs. Filling beside running copies slows them
+ * several-fold (their faults and the fill contend in the kernel), so
+ * the populator waits until the ep has seen no copy and no new request
+ * for KVF_SHM_POPULATOR_QUIET_MS, and a copy that starts meanwhile waits
+ * for one step at most. One step per hold of map_lock's read side (a mapping
+ * added or dropped waits one step at most). Without MADV_POPULATE_WRITE
+ * (kernels < 5.14) pages fault in as copies touch them.
  */
-#define KVF_SHM_POPULATE_STEP (16ul << 20)
-#define KVF_SHM_POPULATOR_NAP_MS 1000 /* longest sleep between checks */
+#define KVF_SHM_POPULATE_STEP      (4ul << 20)
+#define KVF_SHM_POPULATOR_NAP_MS   1000 /* longest sleep between checks */
+#define KVF_SHM_POPULATOR_QUIET_MS 10
 
 static int kvf_shm_stopping(kvf_tl_ep_t *ep)
 {
@@ -78,9 +82,8 @@ static int kvf_shm_populate_step(kvf_tl_ep_t *ep)
         if (m->dead || m->filled >= m->len) {
             continue;
         }
-        n = m->len - m->filled < KVF_SHM_POPULATE_STEP
-                ? m->len - m->filled
-                : KVF_SHM_POPULATE_STEP;
+        n = m->len - m->filled < KVF_SHM_POPULATE_STEP ? m->len - m->filled
+                                                       : KVF_SHM_POPULATE_STEP;
         if (madvise(m->ptr + m->filled, n, MADV_POPULATE_WRITE) != 0) {
             kvf_debug("shm: MADV_POPULATE_WRITE: %m; pages fault in lazily");
             n = m->len - m->filled; /* give this mapping up */
@@ -92,13 +95,13 @@ static int kvf_shm_populate_step(kvf_tl_ep_t *ep)
     return did;
 }
 
-/* Sleeps until a mapping comes, the ep stops, or the nap ends. */
-static void kvf_shm_populator_nap(kvf_tl_ep_t *ep)
+/* Sleeps until a mapping comes, the ep stops, or ms pass. */
+static void kvf_shm_populator_nap(kvf_tl_ep_t *ep, unsigned ms)
 {
     struct timespec ts;
 
     pthread_mutex_lock(&ep->pop_lock);
-    kvf_time_abs_after(&ts, KVF_SHM_POPULATOR_NAP_MS);
+    kvf_time_abs_after(&ts, ms);
     while (!ep->pop_work && !kvf_shm_stopping(ep)) {
         if (pthread_cond_timedwait(&ep->pop_cond, &ep->pop_lock, &ts) != 0) {
             break;
@@ -108,13 +111,38 @@ static void kvf_shm_populator_nap(kvf_tl_ep_t *ep)
     pthread_mutex_unlock(&ep->pop_lock);
 }
 
+void kvf_shm_copy_stamp(kvf_tl_ep_t *ep)
+{
+    __atomic_store_n(&ep->copy_ms, kvf_time_ms(), __ATOMIC_RELAXED);
+}
+
+/* ms until copies (and posts) have been quiet long enough for a step;
+ * 0: now */
+static unsigned kvf_shm_quiet_left(kvf_tl_ep_t *ep)
+{
+    uint64_t since;
+
+    if (__atomic_exchange_n(&ep->posted, 0, __ATOMIC_RELAXED)) {
+        kvf_shm_copy_stamp(ep);
+    }
+    since = kvf_time_ms() - __atomic_load_n(&ep->copy_ms, __ATOMIC_RELAXED);
+
+    return since >= KVF_SHM_POPULATOR_QUIET_MS
+               ? 0
+               : (unsigned)(KVF_SHM_POPULATOR_QUIET_MS - since);
+}
+
 static void *kvf_shm_populator_main(void *arg)
 {
     kvf_tl_ep_t *ep = arg;
+    unsigned wait;
 
     while (!kvf_shm_stopping(ep)) {
-        if (!kvf_shm_populate_step(ep)) {
-            kvf_shm_populator_nap(ep);
+        wait = kvf_shm_quiet_left(ep);
+        if (wait > 0) {
+            kvf_shm_populator_nap(ep, wait);
+        } else if (!kvf_shm_populate_step(ep)) {
+            kvf_shm_populator_nap(ep, KVF_SHM_POPULATOR_NAP_MS);
         }
     }
     return NULL;
@@ -135,8 +163,8 @@ void kvf_shm_populator_start(kvf_tl_ep_t *ep)
 {
     pthread_mutex_init(&ep->pop_lock, NULL);
     kvf_cond_init(&ep->pop_cond);
-    ep->populator_on = pthread_create(&ep->populator, NULL,
-                                      kvf_shm_populator_main, ep) == 0;
+    ep->populator_on =
+        pthread_create(&ep->populator, NULL, kvf_shm_populator_main, ep) == 0;
     if (!ep->populator_on) {
         kvf_debug("shm: no populator thread; pages fault in lazily");
     }
@@ -975,6 +1003,7 @@ kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
      * gain, so they do not prefetch. The key shm_prefetch sets the bytes
      * (docs/decisions/shm-copy-path.md).
      */
+    kvf_shm_copy_stamp(ep);
     pf = l->type == KVF_OP_WRITE ? kvf_shm_prefetch_len() : 0;
     copy = stream ? kvf_shm_copy_stream : kvf_shm_copy;
     for (i = 0; i < l->n; i++) {
@@ -1002,6 +1031,7 @@ kvf_status_t kvf_shm_lease_copy(kvf_tl_ep_t *ep, kvf_shm_conn_t *c,
     if (stream) {
         kvf_shm_fence(); /* streaming stores done before the unlock */
     }
+    kvf_shm_copy_stamp(ep);
     pthread_rwlock_unlock(&ep->map_lock);
     return ns > 0 ? kvf_shm_stage_move(ep, c, l, ns) : KVF_OK;
 }
