@@ -160,11 +160,7 @@ def test_numpy_blocks_forms(engine, target, monkeypatch, mode):
     for i in (0, 300, n - 1):
         assert got[i * half:(i + 1) * half] == bytes(a[i * BLK:i * BLK + half])
     # a block one byte past the region, or a length past it: refused, nothing moved
-    a[:] = 0
-    bad = offs.copy()
-    bad[-1] = n * BLK - BLK + 1
-    with pytest.raises(kvferry.NotRegisteredError):
-        p.read_blocks(r, bad, remote, BLK, inline=inline)
+    _past_region_refused(p, r, a, offs, remote, inline=inline)
     with pytest.raises(kvferry.NotRegisteredError):
         p.read_blocks(r, offs, remote, np.full(n, BLK + 1, dtype=np.uint64), inline=inline)
     with pytest.raises(kvferry.InvalidParamError):
@@ -174,6 +170,17 @@ def test_numpy_blocks_forms(engine, target, monkeypatch, mode):
     time.sleep(0.1)
     assert not a.any()
     r.deregister()
+
+
+def _past_region_refused(p, r, a, offs, remote, **kw):
+    """a zeroed, then a read_blocks whose last block ends one byte past
+    the region refused with NotRegisteredError; the caller checks that
+    nothing moved."""
+    a[:] = 0
+    bad = offs.copy()
+    bad[-1] = len(a) - BLK + 1
+    with pytest.raises(kvferry.NotRegisteredError):
+        p.read_blocks(r, bad, remote, BLK, **kw)
 
 
 def _counted_buffers(monkeypatch):
@@ -224,11 +231,7 @@ def test_blocks_through_buffers(engine, target, monkeypatch):
     for i in (0, 150, m - 1):
         assert back[i * half:(i + 1) * half] == bytes(a[i * BLK:i * BLK + half])
     # one block one byte past the region: -1, refused, nothing moved
-    a[:] = 0
-    bad = offs.copy()
-    bad[-1] = n * BLK - BLK + 1
-    with pytest.raises(kvferry.NotRegisteredError):
-        p.read_blocks(r, bad, remote, BLK)
+    _past_region_refused(p, r, a, offs, remote)
     assert got[-1] == -1
     time.sleep(0.1)
     assert not a.any()

@@ -1261,9 +1261,9 @@ static void populator_busy(kvf_engine_h e, kvf_peer_h peer,
  * background once copies pause (this process's Rss over it stays below
  * half the pool while small batches run back to back, then reaches its
  * size); random blocks read meanwhile are right byte for byte; an
- * engine destroyed right after its
- * first copy, the populator mid-way, returns within a second; threads,
- * descriptors, mappings and allocations back to where they were.
+ * engine destroyed right after its first copy, the populator mid-way,
+ * returns within a second; threads, descriptors, mappings and
+ * allocations back to where they were.
  */
 static void test_populator(void **state)
 {

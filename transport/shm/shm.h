@@ -283,10 +283,11 @@ struct kvf_tl_ep {
     int populator_on;
     pthread_mutex_t pop_lock;
     pthread_cond_t pop_cond;
-    int pop_work;        /* a mapping came since the populator last looked */
-    uint64_t copy_ms;    /* when a copy last started or ended (atomic): the
-                            populator keeps off while copies run */
-    int posted;          /* a request came since the populator looked */
+    int pop_work;     /* a mapping came since the populator last looked */
+    uint64_t copy_ms; /* when a copy last started or ended (atomic): the
+                         populator keeps off while copies run */
+    int posted;       /* a request came since the populator looked (atomic; set
+                         by a post without reading the clock) */
     uint64_t down_until; /* after a connection failure: fail fast */
     uint64_t epoch_seen; /* target's epoch (frees, deregistrations) at the
                             last SYNC */
@@ -316,13 +317,6 @@ void kvf_shm_populator_start(kvf_tl_ep_t *ep);
 void kvf_shm_populator_stop(kvf_tl_ep_t *ep);
 /* A copy into or out of the ep's mappings starts or ends now. */
 void kvf_shm_copy_stamp(kvf_tl_ep_t *ep);
-/* A request was posted (no clock read: posts come thousands a batch). */
-static inline void kvf_shm_copy_posted(kvf_tl_ep_t *ep)
-{
-    if (!__atomic_load_n(&ep->posted, __ATOMIC_RELAXED)) {
-        __atomic_store_n(&ep->posted, 1, __ATOMIC_RELAXED);
-    }
-}
 kvf_status_t kvf_shm_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req);
 
 /* ---- requests moved on the caller's thread (shm_inline.c) -------------- */

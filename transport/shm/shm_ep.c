@@ -778,8 +778,10 @@ kvf_status_t kvf_shm_ep_post(kvf_tl_ep_t *ep, kvf_tl_req_t *req)
     }
     ep->tail = req;
     ep->qbytes += req->bytes;
+    if (!__atomic_load_n(&ep->posted, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&ep->posted, 1, __ATOMIC_RELAXED); /* populator */
+    }
     pthread_cond_signal(&ep->cond);
     pthread_mutex_unlock(&ep->lock);
-    kvf_shm_copy_posted(ep);
     return KVF_OK;
 }
