@@ -724,6 +724,7 @@ void kvf_store_disconnect(kvf_store_h st)
         return;
     }
     kvf_store_view_end_all(st);
+    kvf_store_put_view_end_all(st);
     while ((c = st->idle) != NULL) {
         st->idle = c->next;
         kvf_sconn_drop_resv(c, st->timeout_ms);
