@@ -594,6 +594,96 @@ static void test_put_view_bad_input(void **state)
     kvs_stop(&t.n1, 0);
 }
 
+/* kvf_store_view_maps' callback: the mappings it told. */
+typedef struct maps {
+    const unsigned char *base[8];
+    uint64_t len[8];
+    unsigned n;
+} maps_t;
+
+static void on_map(void *arg, const void *base, uint64_t len)
+{
+    maps_t *m = arg;
+
+    if (m->n < 8) {
+        m->base[m->n] = base;
+        m->len[m->n++] = len;
+    }
+}
+
+/* Whether v lies inside one of m's mappings. */
+static int in_maps(const maps_t *m, const kvf_store_view_t *v)
+{
+    const unsigned char *p = v->ptr;
+    unsigned i;
+
+    for (i = 0; i < m->n; i++) {
+        if (p >= m->base[i] && p + v->len <= m->base[i] + m->len[i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void test_view_maps(void **state)
+{
+    const char *keys[NKEYS];
+    char names[NKEYS][32];
+    size_t lens[NKEYS], i;
+    kvf_store_view_t v[NKEYS];
+    kvf_store_put_view_h pv;
+    kvf_store_view_lease_h lease;
+    kvf_store_params_t p = {0};
+    maps_t m = {0}, m2 = {0};
+    kvf_store_h st;
+    cluster_t t;
+
+    (void)state;
+    cluster_start(&t, 2);
+    assert_int_equal(kvf_store_view_maps(t.c.st, on_map, &m), KVF_OK);
+    assert_int_equal(m.n, 2); /* both pools, whole */
+    assert_true(m.len[0] >= 32 * MiB && m.len[1] >= 32 * MiB);
+    assert_ptr_not_equal(m.base[0], m.base[1]);
+    /* views and put views into those pools lie in those mappings */
+    names_make(names, keys, NKEYS, "maps");
+    for (i = 0; i < NKEYS; i++) {
+        lens[i] = 64 * KiB + i;
+    }
+    assert_int_equal(
+        kvf_store_view_put(t.c.st, NKEYS, keys, lens, NULL, v, &pv), KVF_OK);
+    for (i = 0; i < NKEYS; i++) {
+        check_put_view(&v[i], lens[i]);
+        assert_true(in_maps(&m, &v[i]));
+        kvs_fill((void *)(uintptr_t)v[i].ptr, lens[i], 300 + i);
+    }
+    assert_int_equal(kvf_store_view_put_commit(pv, NULL, NULL, NULL), KVF_OK);
+    assert_int_equal(kvf_store_view_get(t.c.st, NKEYS, keys, v, &lease),
+                     KVF_OK);
+    for (i = 0; i < NKEYS; i++) {
+        assert_int_equal(v[i].status, KVF_OK);
+        assert_true(in_maps(&m, &v[i]));
+    }
+    assert_int_equal(kvf_store_view_release(lease), KVF_OK);
+    /* again: the same mappings */
+    assert_int_equal(kvf_store_view_maps(t.c.st, on_map, &m2), KVF_OK);
+    assert_int_equal(m2.n, 2);
+    assert_true((m2.base[0] == m.base[0] && m2.base[1] == m.base[1]) ||
+                (m2.base[0] == m.base[1] && m2.base[1] == m.base[0]));
+    /* over tcp: nothing to map */
+    p.field_mask = KVF_STORE_PARAM_MASTER | KVF_STORE_PARAM_TRANSPORTS;
+    p.master = t.m.addr;
+    p.transports = "tcp";
+    assert_int_equal(kvf_store_connect(&p, &st), KVF_OK);
+    memset(&m2, 0, sizeof(m2));
+    assert_int_equal(kvf_store_view_maps(st, on_map, &m2), KVF_OK);
+    assert_int_equal(m2.n, 0);
+    assert_int_equal(kvf_store_view_maps(st, NULL, &m2), KVF_ERR_INVALID_PARAM);
+    assert_int_equal(kvf_store_view_maps(NULL, on_map, &m2),
+                     KVF_ERR_INVALID_PARAM);
+    kvf_store_disconnect(st);
+    cluster_stop(&t, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -605,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_put_view_node_stop),
         cmocka_unit_test(test_put_view_disconnect),
         cmocka_unit_test(test_put_view_bad_input),
+        cmocka_unit_test(test_view_maps),
     };
 
     kvs_bin();
