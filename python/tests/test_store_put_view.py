@@ -44,7 +44,8 @@ def test_put_view_write_commit(store):
             assert not mv.readonly and mv.nbytes == len(d)
             mv[:] = d
         # not committed: nobody finds them
-        assert not store.exists(keys[0])
+        with pytest.raises(kvferry.BusyError):
+            store.exists(keys[0])  # KVF_ERR_NOT_READY
         assert pv.commit() == [OK] * len(keys)
         assert pv.done and pv.left_ms() == 0
         assert pv.commit() == [OK] * len(keys)  # the same answer again
