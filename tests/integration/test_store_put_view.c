@@ -5,7 +5,8 @@
  * - objects of various sizes (an empty one too) on two nodes are
  *   written in place and committed, checksums computed by the commit:
  *   a plain get (which verifies the checksum) returns them byte for
- *   byte; before the commit nobody finds them (NOT_READY / NO_KEY);
+ *   byte; before the commit nobody finds them (NOT_READY);
+ * - four threads putting views on one handle, every object read back;
  * - the caller's checksums, keep[i] 0 aborting that key; a wrong
  *   checksum makes every later get fail with KVF_ERR_CHECKSUM;
  * - an abort leaves nothing: no object, no pending put, the space back;
@@ -34,6 +35,7 @@
 #include "test_store_harness.h"
 #include "core/time.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +192,88 @@ static void test_put_view_bytes(void **state)
     }
     cluster_stop(&t, 2);
     free(tmp);
+}
+
+/* Threads sharing one handle: put views in a loop, each object read
+ * back byte for byte. */
+typedef struct thr_arg {
+    kvs_client_t *c;
+    unsigned id;
+    int errors;
+} thr_arg_t;
+
+static void *thr_main(void *p)
+{
+    thr_arg_t *a = p;
+    unsigned char *tmp = malloc(64 * KiB), *buf = malloc(64 * KiB);
+    char names[8][48];
+    const char *keys[8];
+    size_t lens[8], i, got;
+    kvf_store_view_t v[8];
+    kvf_status_t s[8];
+    kvf_store_put_view_h pv;
+    kvf_region_h r = NULL;
+    int it;
+
+    if (buf == NULL || tmp == NULL ||
+        kvf_engine_reg(kvf_store_engine(a->c->st), buf, 64 * KiB,
+                       KVF_MEM_HOST, 0, &r) != KVF_OK) {
+        a->errors++;
+    }
+    for (it = 0; it < 20 && r != NULL; it++) {
+        for (i = 0; i < 8; i++) {
+            snprintf(names[i], sizeof(names[i]), "thr/%u/%d/%zu", a->id, it, i);
+            keys[i] = names[i];
+            lens[i] = 1000 + 7000 * i;
+        }
+        if (kvf_store_view_put(a->c->st, 8, keys, lens, NULL, v, &pv) !=
+            KVF_OK) {
+            a->errors++;
+            continue;
+        }
+        for (i = 0; i < 8; i++) {
+            a->errors += v[i].status != KVF_OK;
+            if (v[i].status == KVF_OK) {
+                kvs_fill((void *)(uintptr_t)v[i].ptr, lens[i],
+                         a->id * 1000 + (unsigned)it * 10 + i);
+            }
+        }
+        a->errors += kvf_store_view_put_commit(pv, NULL, NULL, s) != KVF_OK;
+        for (i = 0; i < 8; i++) {
+            kvs_fill(tmp, lens[i], a->id * 1000 + (unsigned)it * 10 + i);
+            a->errors += kvf_store_get(a->c->st, keys[i], buf, 64 * KiB, &got,
+                                       0) != KVF_OK ||
+                         got != lens[i] || memcmp(buf, tmp, got) != 0;
+        }
+    }
+    if (r != NULL) {
+        kvf_engine_dereg(kvf_store_engine(a->c->st), r);
+    }
+    free(tmp);
+    free(buf);
+    return NULL;
+}
+
+static void test_put_view_threads(void **state)
+{
+    thr_arg_t args[4];
+    pthread_t th[4];
+    cluster_t t;
+    unsigned i;
+
+    (void)state;
+    cluster_start(&t, 2);
+    for (i = 0; i < 4; i++) {
+        args[i] = (thr_arg_t){.c = &t.c, .id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, thr_main, &args[i]), 0);
+    }
+    for (i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].errors, 0);
+    }
+    assert_int_equal(metric(&t, "pending_puts"), 0);
+    assert_int_equal(metric(&t, "objects"), 4 * 20 * 8);
+    cluster_stop(&t, 2);
 }
 
 static void test_put_view_sums_keep(void **state)
@@ -688,6 +772,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_view_bytes),
+        cmocka_unit_test(test_put_view_threads),
         cmocka_unit_test(test_put_view_sums_keep),
         cmocka_unit_test(test_put_view_abort_exists),
         cmocka_unit_test(test_put_view_unsupported),
