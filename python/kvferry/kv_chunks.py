@@ -478,7 +478,7 @@ class ChunkStore(ChunkIndex):
     # -- set-up of the GPU paths --------------------------------------------
 
     def _stage_init(self) -> None:
-        if self._stage is not None:
+        if self._stage_region is not None:
             return
         if self.gpu:
             self._stage = self._kvg.PinnedBuffer(self._stage_bytes)

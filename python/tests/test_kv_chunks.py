@@ -16,19 +16,46 @@ from kvferry.errors import ERR_NO_KEY
 LAYERS, NBLK, BS, HEADS, HD = 6, 40, 16, 2, 32
 
 
+DEVICE = ["cpu"]
+
+
 def ns():
     return "kc-" + uuid.uuid4().hex[:10]
 
 
+@pytest.fixture(params=["cpu", "cuda"], autouse=True)
+def device(request):
+    """Every test on host caches, and on GPU caches where torch sees a GPU
+    (the copy kernels, store views and put views)."""
+    if request.param == "cuda":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("no GPU that torch sees")
+    DEVICE[0] = request.param
+    yield request.param
+    DEVICE[0] = "cpu"
+
+
 def caches(seed, layers=LAYERS, nblk=NBLK, bs=BS, heads=HEADS, shape="kv"):
-    """Per-layer numpy caches of random bytes: vLLM's [2, blocks, bs, H, D]
-    (shape "kv") or a block-outermost [blocks, 2, bs, H, D] ("block")."""
+    """Per-layer caches of random bytes: vLLM's [2, blocks, bs, H, D]
+    (shape "kv") or a block-outermost [blocks, 2, bs, H, D] ("block"):
+    numpy arrays, or torch CUDA tensors under the cuda parameter."""
     rng = np.random.default_rng(seed)
     dims = (2, nblk, bs, heads, HD) if shape == "kv" else (nblk, 2, bs, heads, HD)
-    return [rng.integers(0, 1 << 16, dims, dtype=np.uint16) for _ in range(layers)]
+    out = [rng.integers(0, 1 << 16, dims, dtype=np.uint16) for _ in range(layers)]
+    if DEVICE[0] == "cuda":
+        import torch
+
+        return [torch.from_numpy(a.view(np.int16)).cuda() for a in out]
+    return out
+
+
+def host(t):
+    return t.cpu().numpy() if hasattr(t, "cpu") else t
 
 
 def blocks_equal(a, b, ids_a, ids_b, shape="kv"):
+    a, b = [host(t) for t in a], [host(t) for t in b]
     for la, lb in zip(a, b):
         for x, y in zip(ids_a, ids_b):
             if shape == "kv":
@@ -232,5 +259,30 @@ def test_group_done_called_for_every_group(store):
     b.load([kc.LoadReq([], [], 0, 0)], group_done=seen.append)
     assert seen == list(range(b.groups))
     assert ERR_NO_KEY < 0
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("views", [True, False])
+def test_views_and_stage_paths(store, views):
+    """On a GPU, objects move through store views and put views (the node
+    is on this host) or, with views off, through the pinned stage: the
+    same bytes either way, and the counters say which path ran."""
+    name = ns()
+    src, dst = caches(31), caches(32)
+    a, b = make(store, src, name, views=views), make(store, dst, name, views=views)
+    toks = tokens(256, seed=37)
+    ids = list(range(16))
+    assert save_all(a, toks, ids, 256) == 4 * a.groups
+    hit, chunks = b.lookup(toks, 256)
+    req = kc.LoadReq(chunks, list(range(20, 36)), 0, hit)
+    b.load([req])
+    assert req.loaded == 256 and blocks_equal(src, dst, ids, list(range(20, 36)))
+    if b.gpu and views:
+        assert b.stats.viewed_objects == 4 * b.groups
+        if hasattr(store, "view_put"):
+            assert a.stats.put_viewed_objects == 4 * a.groups
+    else:
+        assert b.stats.viewed_objects == 0 and a.stats.put_viewed_objects == 0
     a.close()
     b.close()
