@@ -423,7 +423,7 @@ class ChunkStore(ChunkIndex):
         self.replicas = replicas
         self._batches = [_GroupBatch(self.map, g) for g in range(self.groups)]
         self.gpu = self.map.device >= 0
-        self._want_views = bool(views) and self.gpu and hasattr(store, "view_get")
+        self._want_views = bool(views) and hasattr(store, "view_get")
         self._want_put_views = self._want_views and hasattr(store, "view_put")
         self._stage_bytes = max(int(stage_bytes), max(self.map.object_bytes(g, self.bpc)
                                                       for g in range(self.groups)))
@@ -492,7 +492,7 @@ class ChunkStore(ChunkIndex):
         that views and put views can land in (``Store.view_maps``), so that
         no first transfer pays for it. Returns the mappings registered (0
         without views)."""
-        if not self._want_views or not hasattr(self.store, "view_maps"):
+        if not self.gpu or not self._want_views or not hasattr(self.store, "view_maps"):
             return 0
         maps = self._kvg.host_mappings(self.store)
         n = 0
@@ -603,7 +603,7 @@ class ChunkStore(ChunkIndex):
     def _load_group_viewed(self, items, gv, g: int, bad: List[int]) -> None:
         np = _np()
         gb = self._batches[g]
-        maps = self._kvg.host_mappings(self.store)
+        maps = self._kvg.host_mappings(self.store) if self.gpu else None
         per_map: Dict[int, List[Tuple[Any, Any, Any, Any, int]]] = {}
         for it, v in zip(items, gv):
             _, ch, j0, j1, ids, _ = it
@@ -614,7 +614,7 @@ class ChunkStore(ChunkIndex):
             if sums is None:
                 self._note_bad(bad, it, 0, True)
                 continue
-            if not maps.ensure(v.map_base, v.map_len):
+            if maps is not None and not maps.ensure(v.map_base, v.map_len):
                 # the GPU refused the mapping: this process copies instead
                 self._want_views = self._want_put_views = False
                 return self._load_group_staged(items, g, bad)
@@ -622,7 +622,10 @@ class ChunkStore(ChunkIndex):
             dst = gb.cache_offsets([ids])[0]
             per_map.setdefault(v.map_base, []).append((it, src, dst, sums[:, j0:j1], v.map_len))
         for base, rows in per_map.items():
-            self._scatter(self._kvg.GpuMem(base, rows[0][4], _lib.MEM_PINNED, 0), rows, bad)
+            if self.gpu:
+                self._scatter(self._kvg.GpuMem(base, rows[0][4], _lib.MEM_PINNED, 0), rows, bad)
+            else:
+                self._host_scatter(rows, bad, base)
         with self._lock:
             self.stats.viewed_objects += sum(len(r) for r in per_map.values())
 
@@ -701,13 +704,14 @@ class ChunkStore(ChunkIndex):
         if self.gpu:
             self._scatter(self._stage_mem, rows, bad)
         else:
-            self._host_scatter(rows, bad)
+            self._host_scatter(rows, bad, self._stage_region.addr)
 
-    def _host_scatter(self, rows, bad: List[int]) -> None:
-        """Host cache: each piece checked against its header checksum in the
-        stage, then copied (a mismatch ends its request's hit there)."""
+    def _host_scatter(self, rows, bad: List[int], sa: int) -> None:
+        """Host cache: each piece (at sa + its source offset: the stage or a
+        view's mapping) checked against its header checksum, then copied
+        (a mismatch ends its request's hit there)."""
         np = _np()
-        plen, sa, base, nbytes = self.map.piece_bytes, self._stage_region.addr, self.map.base, 0
+        plen, base, nbytes = self.map.piece_bytes, self.map.base, 0
         cks = _lib.lib().kvf_checksum
         for it, src, dst, exp, _ in rows:
             got = np.asarray([cks(sa + o, plen) for o in src.reshape(-1).tolist()],
@@ -772,7 +776,7 @@ class ChunkStore(ChunkIndex):
             for a in range(0, len(keys), BATCH_MAX):
                 pvs.append(self.store.view_put(keys[a:a + BATCH_MAX], lens[a:a + BATCH_MAX],
                                                replicas=self.replicas))
-            views = [v for pv in pvs for v in pv.views]
+            views = [v for pv in pvs for v in pv]
             keep = [0] * len(views)
             fallback = set()
             for g in range(self.groups):
@@ -785,7 +789,7 @@ class ChunkStore(ChunkIndex):
             raise
         bounds = [0]
         for pv in pvs:
-            bounds.append(bounds[-1] + len(pv.views))
+            bounds.append(bounds[-1] + len(pv))
         staged = (self._save_staged([items[i] for i in sorted(fallback)], None)
                   if fallback else (lambda: 0))
 
@@ -810,14 +814,14 @@ class ChunkStore(ChunkIndex):
         """Group g of a viewed save: the gathering copies, the headers."""
         np = _np()
         gb = self._batches[g]
-        maps = self._kvg.host_mappings(self.store)
+        maps = self._kvg.host_mappings(self.store) if self.gpu else None
         per_map: Dict[int, List[Tuple[int, Any, Any, int]]] = {}
         for vi, ((gg, i), v) in enumerate(zip(order, views)):
             if gg != g:
                 continue
             ch, ids = items[i]
-            if v.status == ERR_UNSUPPORTED or (v.status == OK and not maps.ensure(v.map_base,
-                                                                                 v.map_len)):
+            if v.status == ERR_UNSUPPORTED or (v.status == OK and maps is not None
+                                               and not maps.ensure(v.map_base, v.map_len)):
                 fallback.add(i)
                 continue
             if v.status != OK:  # stored already (EXISTS) or refused: skipped
@@ -828,8 +832,12 @@ class ChunkStore(ChunkIndex):
             per_map.setdefault(v.map_base, []).append((vi, gb.cache_offsets([ids])[0], dst,
                                                        v.map_len))
         for base, rows in per_map.items():
-            dst_mem = self._kvg.GpuMem(base, rows[0][3], _lib.MEM_PINNED, 0)
-            for vi, sums in self._gather(self._side, dst_mem, rows):
+            if self.gpu:
+                dst_mem = self._kvg.GpuMem(base, rows[0][3], _lib.MEM_PINNED, 0)
+                gathered = self._gather(self._side, dst_mem, rows)
+            else:
+                gathered = self._host_gather([r[:3] for r in rows], base)
+            for vi, sums in gathered:
                 hdr = self._header(items[order[vi][1]][0], g, sums)
                 memmove(views[vi].addr, hdr, len(hdr))
                 keep[vi] = 1
@@ -885,7 +893,7 @@ class ChunkStore(ChunkIndex):
         if self.gpu:
             gathered = list(self._gather(self._side, self._stage_mem, rows))
         else:
-            gathered = self._host_gather(rows)
+            gathered = self._host_gather(rows, self._stage_region.addr)
         for i, sums in gathered:
             hdr = self._header(items[i][0], g, sums)
             memmove(self._stage_region.addr + offs[i], hdr, len(hdr))
@@ -898,11 +906,12 @@ class ChunkStore(ChunkIndex):
                 self.stats.save_errors += 1
         return sum(1 for s in sts if s == OK)
 
-    def _host_gather(self, rows):
-        """Host cache: pieces copied into the stage one by one, each
-        piece's checksum computed on the host."""
+    def _host_gather(self, rows, sa: int):
+        """Host cache: pieces copied one by one to sa + their object offsets
+        (the stage or a put view's mapping), each piece's checksum computed
+        on the host."""
         np = _np()
-        plen, sa, base = self.map.piece_bytes, self._stage_region.addr, self.map.base
+        plen, base = self.map.piece_bytes, self.map.base
         cks = _lib.lib().kvf_checksum
         out = []
         for tag, src, dst in rows:

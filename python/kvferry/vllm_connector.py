@@ -43,7 +43,9 @@ by :meth:`get_block_ids_with_load_errors`, so vLLM recomputes it (policy
 damaged chunks are removed from the store so that a later save writes
 them anew.
 
-``kv_connector_extra_config`` keys: ``master``, ``namespace`` (key
+``kv_connector_extra_config`` keys: ``master`` (``"embedded"``: a master
+and a node of ``embedded_pool`` bytes, default "8G", inside the vLLM
+process, :mod:`kvferry.embedded`), ``namespace`` (key
 prefix: a tenant; default "vllm"), ``timeout_ms``, ``replicas``,
 ``model`` and ``revision`` (the model's name and weights revision where
 vLLM's model config has none), ``chunk_tokens`` (default 256),
@@ -58,6 +60,7 @@ import and be tested without vLLM.
 
 from __future__ import annotations
 
+import atexit
 import enum
 import hashlib
 import json
@@ -317,7 +320,12 @@ class KvferryConnector(KVConnectorBase_V1):
             log.warning("%s", hazard)
         self.stats = _shared_stats(str(getattr(cfg, "engine_id", "") or id(self)))
         self._lock = threading.Lock()
-        self.store: Optional[Store] = Store.connect(extra.get("master"), extra.get("timeout_ms"))
+        master = extra.get("master")
+        if master == "embedded":  # a store inside this process
+            from .embedded import parse_size, shared
+
+            master = shared(parse_size(extra.get("embedded_pool", "8G"))).address
+        self.store: Optional[Store] = Store.connect(master, extra.get("timeout_ms"))
         # scheduler side
         groups = effective_groups(self.layer_groups, len(layers))
         self.index = ChunkIndex(self.store, self.block_size, identity(vllm_config, kv_cache_config, 0),
@@ -512,6 +520,8 @@ class KvferryConnector(KVConnectorBase_V1):
     def _start_threads(self) -> None:
         if self._threads:
             return
+        # a process that ends without shutdown() still commits its saves
+        atexit.register(self.flush, 30.0)
         for name, q in (("kvferry-mover", self._mover_q), ("kvferry-commit", self._commit_q)):
             t = threading.Thread(target=self._run, args=(q,), name=name, daemon=True)
             t.start()

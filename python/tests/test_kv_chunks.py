@@ -286,3 +286,22 @@ def test_views_and_stage_paths(store, views):
         assert b.stats.viewed_objects == 0 and a.stats.put_viewed_objects == 0
     a.close()
     b.close()
+
+
+def test_embedded_store():
+    """A master and a node inside this process serve chunk objects like
+    the daemons do."""
+    from kvferry import embedded
+
+    with embedded.EmbeddedStore(32 << 20) as es, kvferry.Store.connect(es.address) as st:
+        a, b = make(st, caches(41), ns()), None
+        b = make(st, caches(42), a.namespace)
+        toks = tokens(64, seed=43)
+        assert save_all(a, toks, [0, 1, 2, 3], 64) == a.groups
+        hit, chunks = b.lookup(toks, 64)
+        req = kc.LoadReq(chunks, [5, 6, 7, 8], 0, hit)
+        b.load([req])
+        assert req.loaded == 64
+        a.close()
+        b.close()
+    assert embedded.parse_size("20G") == 20 << 30 and embedded.parse_size("512") == 512
