@@ -31,7 +31,9 @@ enum kvf_sp_msg {
     KVF_SP_INV_ADD = 0x4a,
     KVF_SP_INV_DEL = 0x4b,
     KVF_SP_INV_REPORT = 0x4c,
-    KVF_SP_MSG_LAST = 0x4c,
+    /* client -> master: the nodes and their pools (view maps) */
+    KVF_SP_NODES = 0x4d,
+    KVF_SP_MSG_LAST = 0x4d,
     KVF_SP_ERROR = 0x7f /* reply to a frame that could not be served */
 };
 
