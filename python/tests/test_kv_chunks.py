@@ -265,9 +265,9 @@ def test_group_done_called_for_every_group(store):
 
 @pytest.mark.parametrize("views", [True, False])
 def test_views_and_stage_paths(store, views):
-    """On a GPU, objects move through store views and put views (the node
-    is on this host) or, with views off, through the pinned stage: the
-    same bytes either way, and the counters say which path ran."""
+    """Objects move through store views and put views (the node is on
+    this host) or, with views off, through the stage: the same bytes
+    either way, and the counters say which path ran."""
     name = ns()
     src, dst = caches(31), caches(32)
     a, b = make(store, src, name, views=views), make(store, dst, name, views=views)
@@ -278,10 +278,9 @@ def test_views_and_stage_paths(store, views):
     req = kc.LoadReq(chunks, list(range(20, 36)), 0, hit)
     b.load([req])
     assert req.loaded == 256 and blocks_equal(src, dst, ids, list(range(20, 36)))
-    if b.gpu and views:
+    if views:
         assert b.stats.viewed_objects == 4 * b.groups
-        if hasattr(store, "view_put"):
-            assert a.stats.put_viewed_objects == 4 * a.groups
+        assert a.stats.put_viewed_objects == 4 * a.groups
     else:
         assert b.stats.viewed_objects == 0 and a.stats.put_viewed_objects == 0
     a.close()
