@@ -267,6 +267,7 @@ class _GroupBatch:
         self.plen = cmap.piece_bytes
         self.part_off = np.asarray([p.addr - cmap.base for p in parts], dtype=np.uint64)
         self.part_stride = np.asarray([p.stride for p in parts], dtype=np.uint64)
+        self._memo: Dict[Tuple[int, int, int], Any] = {}
 
     def cache_offsets(self, blocks: Any) -> Any:
         """(n, q, m) offsets in the cache side of the pieces of blocks (n, m)."""
@@ -276,6 +277,12 @@ class _GroupBatch:
 
     def object_offsets(self, k: int, j0: int, j1: int) -> Any:
         """(q, j1-j0) offsets inside an object of k blocks (from its start)."""
+        got = self._memo.get((k, j0, j1))
+        if got is None:
+            got = self._memo[(k, j0, j1)] = self._object_offsets(k, j0, j1)
+        return got
+
+    def _object_offsets(self, k: int, j0: int, j1: int) -> Any:
         np = _np()
         q = np.arange(self.q, dtype=np.uint64)[:, None]
         j = np.arange(j0, j1, dtype=np.uint64)[None, :]
@@ -286,6 +293,27 @@ def _np() -> Any:
     import numpy
 
     return numpy
+
+
+_hash_pool: Any = None
+_hash_lock = threading.Lock()
+#: threads that compute the store checksums of objects written in place
+HASH_THREADS = 4
+
+
+def _object_sums(views: Any, keep: Sequence[int]) -> List[int]:
+    """kvf_checksum of every kept view's bytes, in parallel threads (the
+    library's checksum runs without Python's lock); 0 for the others."""
+    global _hash_pool
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _hash_lock:
+        if _hash_pool is None:
+            _hash_pool = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="kvferry-hash")
+    fn = _lib.lib().kvf_checksum
+    jobs = [_hash_pool.submit(fn, v.addr, v.length) if kp and v.status == OK else None
+            for v, kp in zip(views, keep)]
+    return [int(j.result()) if j is not None else 0 for j in jobs]
 
 
 # ---------------------------------------------------------------------------
@@ -601,10 +629,10 @@ class ChunkStore(ChunkIndex):
                 lease.release()
 
     def _load_group_viewed(self, items, gv, g: int, bad: List[int]) -> None:
-        np = _np()
         gb = self._batches[g]
         maps = self._kvg.host_mappings(self.store) if self.gpu else None
-        per_map: Dict[int, List[Tuple[Any, Any, Any, Any, int]]] = {}
+        per_map: Dict[int, List[Tuple[Any, int, int, int, int, List[int], Any]]] = {}
+        lens: Dict[int, int] = {}
         for it, v in zip(items, gv):
             _, ch, j0, j1, ids, _ = it
             if v.status != OK or v.length != self.map.object_bytes(g, ch.blocks):
@@ -614,20 +642,42 @@ class ChunkStore(ChunkIndex):
             if sums is None:
                 self._note_bad(bad, it, 0, True)
                 continue
-            if maps is not None and not maps.ensure(v.map_base, v.map_len):
-                # the GPU refused the mapping: this process copies instead
-                self._want_views = self._want_put_views = False
-                return self._load_group_staged(items, g, bad)
-            src = gb.object_offsets(ch.blocks, j0, j1) + np.uint64(v.addr - v.map_base)
-            dst = gb.cache_offsets([ids])[0]
-            per_map.setdefault(v.map_base, []).append((it, src, dst, sums[:, j0:j1], v.map_len))
+            if v.map_base not in lens:
+                if maps is not None and not maps.ensure(v.map_base, v.map_len):
+                    # the GPU refused the mapping: this process copies instead
+                    self._want_views = self._want_put_views = False
+                    return self._load_group_staged(items, g, bad)
+                lens[v.map_base] = v.map_len
+            per_map.setdefault(v.map_base, []).append(
+                (it, v.addr - v.map_base, ch.blocks, j0, j1, ids, sums[:, j0:j1]))
         for base, rows in per_map.items():
+            objs, cache = self._descriptors(gb, rows)
+            full = [(r[0], o, c, r[6]) for r, o, c in zip(rows, objs, cache)]
             if self.gpu:
-                self._scatter(self._kvg.GpuMem(base, rows[0][4], _lib.MEM_PINNED, 0), rows, bad)
+                self._scatter(self._kvg.GpuMem(base, lens[base], _lib.MEM_PINNED, 0), full, bad)
             else:
-                self._host_scatter(rows, bad, base)
+                self._host_scatter(full, bad, base)
         with self._lock:
             self.stats.viewed_objects += sum(len(r) for r in per_map.values())
+
+    def _descriptors(self, gb: _GroupBatch, rows) -> Tuple[List[Any], List[Any]]:
+        """Per row (tag, object offset, blocks k, j0, j1, cache blocks, ...):
+        the (q, j1-j0) offsets of its pieces in the object's mapping and in
+        the cache, computed for all rows of one shape at once."""
+        np = _np()
+        shapes: Dict[Tuple[int, int, int], List[int]] = {}
+        for i, r in enumerate(rows):
+            shapes.setdefault((r[2], r[3], r[4]), []).append(i)
+        objs: List[Any] = [None] * len(rows)
+        cache: List[Any] = [None] * len(rows)
+        for (k, j0, j1), idx in shapes.items():
+            o = gb.object_offsets(k, j0, j1)
+            bases = np.asarray([rows[i][1] for i in idx], dtype=np.uint64)
+            ob = o[None, :, :] + bases[:, None, None]
+            cb = gb.cache_offsets([rows[i][5] for i in idx])
+            for n, i in enumerate(idx):
+                objs[i], cache[i] = ob[n], cb[n]
+        return objs, cache
 
     def _scatter(self, src_mem: Any, rows, bad: List[int]) -> None:
         """One verifying copy of rows (item, src offsets, dst offsets,
@@ -642,7 +692,7 @@ class ChunkStore(ChunkIndex):
         if st != OK:
             sums = np.asarray(sums, dtype=np.uint64)
             at = 0
-            for it, s, _, e, _ in rows:
+            for it, s, _, e in rows:
                 cnt = s.size
                 wrong = np.nonzero(sums[at:at + cnt].reshape(e.shape) != e)
                 if len(wrong[1]):
@@ -698,7 +748,7 @@ class ChunkStore(ChunkIndex):
                 self._note_bad(bad, it, 0, True)
                 continue
             src = gb.object_offsets(ch.blocks, j0, j1) + np.uint64(o)
-            rows.append((it, src, gb.cache_offsets([ids])[0], sums[:, j0:j1], 0))
+            rows.append((it, src, gb.cache_offsets([ids])[0], sums[:, j0:j1]))
         if not rows:
             return
         if self.gpu:
@@ -713,7 +763,7 @@ class ChunkStore(ChunkIndex):
         np = _np()
         plen, base, nbytes = self.map.piece_bytes, self.map.base, 0
         cks = _lib.lib().kvf_checksum
-        for it, src, dst, exp, _ in rows:
+        for it, src, dst, exp in rows:
             got = np.asarray([cks(sa + o, plen) for o in src.reshape(-1).tolist()],
                              dtype=np.uint64).reshape(exp.shape)
             wrong = np.nonzero(got != exp)
@@ -797,7 +847,8 @@ class ChunkStore(ChunkIndex):
             t1 = time.perf_counter()
             stored = 0
             for k, pv in enumerate(pvs):
-                sts = pv.commit(keep=keep[bounds[k]:bounds[k + 1]])
+                kp = keep[bounds[k]:bounds[k + 1]]
+                sts = pv.commit(sums=_object_sums(pv, kp), keep=kp)
                 stored += sum(1 for s, kp in zip(sts, keep[bounds[k]:bounds[k + 1]])
                               if kp and s == OK)
             with self._lock:
@@ -812,31 +863,36 @@ class ChunkStore(ChunkIndex):
 
     def _save_group_viewed(self, items, views, order, keep, fallback, g: int) -> None:
         """Group g of a viewed save: the gathering copies, the headers."""
-        np = _np()
         gb = self._batches[g]
         maps = self._kvg.host_mappings(self.store) if self.gpu else None
-        per_map: Dict[int, List[Tuple[int, Any, Any, int]]] = {}
+        per_map: Dict[int, List[Tuple[int, int, int, int, int, List[int]]]] = {}
+        lens: Dict[int, int] = {}
         for vi, ((gg, i), v) in enumerate(zip(order, views)):
             if gg != g:
                 continue
             ch, ids = items[i]
-            if v.status == ERR_UNSUPPORTED or (v.status == OK and maps is not None
-                                               and not maps.ensure(v.map_base, v.map_len)):
+            if v.status == OK and v.map_base not in lens:
+                if maps is not None and not maps.ensure(v.map_base, v.map_len):
+                    fallback.add(i)
+                    continue
+                lens[v.map_base] = v.map_len
+            if v.status == ERR_UNSUPPORTED:
                 fallback.add(i)
                 continue
             if v.status != OK:  # stored already (EXISTS) or refused: skipped
                 with self._lock:
                     self.stats.skipped_objects += 1
                 continue
-            dst = gb.object_offsets(ch.blocks, 0, ch.blocks) + np.uint64(v.addr - v.map_base)
-            per_map.setdefault(v.map_base, []).append((vi, gb.cache_offsets([ids])[0], dst,
-                                                       v.map_len))
+            per_map.setdefault(v.map_base, []).append((vi, v.addr - v.map_base, ch.blocks, 0,
+                                                       ch.blocks, ids))
         for base, rows in per_map.items():
+            objs, cache = self._descriptors(gb, rows)
+            full = [(r[0], c, o) for r, o, c in zip(rows, objs, cache)]
             if self.gpu:
-                dst_mem = self._kvg.GpuMem(base, rows[0][3], _lib.MEM_PINNED, 0)
-                gathered = self._gather(self._side, dst_mem, rows)
+                dst_mem = self._kvg.GpuMem(base, lens[base], _lib.MEM_PINNED, 0)
+                gathered = self._gather(self._side, dst_mem, full)
             else:
-                gathered = self._host_gather([r[:3] for r in rows], base)
+                gathered = self._host_gather(full, base)
             for vi, sums in gathered:
                 hdr = self._header(items[order[vi][1]][0], g, sums)
                 memmove(views[vi].addr, hdr, len(hdr))
