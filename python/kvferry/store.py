@@ -40,6 +40,7 @@ from .engine import Engine, Region, _closed
 from .errors import (
     ERR_CANCELED,
     ERR_NO_KEY,
+    ERR_NOT_READY,
     OK,
     BatchError,
     BufferTypeError,
@@ -709,13 +710,14 @@ class Store:
         return self._get_into("get_batch_sums", keys, intos, False, True)
 
     def exists_batch(self, keys: Sequence[Any]) -> List[bool]:
-        """Whether each key is stored and committed."""
+        """Whether each key is stored and committed (a key whose put is in
+        progress is not yet: False)."""
         karr, n = self._keys(keys)
         sts = (c_int * n)()
         st = _lib.lib().kvf_store_exists_batch(self._handle(), n, karr, sts)
         out = []
         for s in sts:
-            if s not in (OK, ERR_NO_KEY):
+            if s not in (OK, ERR_NO_KEY, ERR_NOT_READY):
                 raise BatchError(s, "exists_batch", list(sts))
             out.append(s == OK)
         del st
