@@ -130,7 +130,8 @@ KVF_API kvf_status_t kvf_store_get(kvf_store_h store, const char *key,
  * while its put is in progress, KVF_ERR_NO_KEY if absent. */
 KVF_API kvf_status_t kvf_store_remove(kvf_store_h store, const char *key);
 
-/* KVF_OK if the key is stored and committed, else KVF_ERR_NO_KEY. */
+/* KVF_OK if the key is stored and committed, KVF_ERR_NOT_READY while its
+ * put is in progress, else KVF_ERR_NO_KEY. */
 KVF_API kvf_status_t kvf_store_exists(kvf_store_h store, const char *key);
 
 /* Size, checksum and replicas of a committed object; takes a read lease
