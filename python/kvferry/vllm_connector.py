@@ -51,7 +51,9 @@ prefix: a tenant; default "vllm"), ``timeout_ms``, ``replicas``,
 vLLM's model config has none), ``chunk_tokens`` (default 256),
 ``layer_groups`` (default 4), ``views`` (default true: store views and
 put views where the node is on this host), ``sum_mode`` (the GPU copies'
-checksum mode), ``stage_bytes``.
+checksum mode), ``stage_bytes``, ``overlap`` (loads and saves on the
+mover thread, overlapped with the forward pass: default on for GPU
+caches).
 
 Against vLLM's real base class when ``vllm`` is importable; otherwise a
 stand-in base with the same constructor and methods lets the module
@@ -309,6 +311,8 @@ class KvferryConnector(KVConnectorBase_V1):
         self.use_views = bool(extra.get("views", True))
         self.sum_mode = extra.get("sum_mode")
         self.stage_bytes = int(extra.get("stage_bytes", 256 << 20))
+        self._extra = extra
+        self._overlap = False
         self._kv_cache_cfg = kv_cache_config
         spec, layers = _group(kv_cache_config)
         self.block_size = int(spec.block_size)
@@ -507,6 +511,9 @@ class KvferryConnector(KVConnectorBase_V1):
                                 views=self.use_views, sum_mode=self.sum_mode)
         self._group_of = {n: self.cache.map.group_of[i] for i, n in enumerate(order)}
         self._group_last = {order[ls[-1]]: g for g, ls in enumerate(self.cache.map.groups)}
+        # loads and saves on the mover thread, overlapped with the forward
+        # pass (GPU caches; host caches when the "overlap" key says so)
+        self._overlap = bool(self._extra.get("overlap", self.cache.gpu))
         if self.cache.gpu:
             import torch
 
@@ -572,13 +579,13 @@ class KvferryConnector(KVConnectorBase_V1):
                 ev.set()
         if not saves:
             step.save_gathered.set()
-        elif self._torch is not None:  # gathers overlap the forward pass
+        elif self._overlap:  # gathers overlap the forward pass
             self._mover_q.put(self._save_job(step))
         # host caches: saved once the forward pass has written them
         # (_finish_step)
 
     def _submit(self, job: Callable[[], None]) -> None:
-        if self._torch is None:  # host caches: no stream to overlap with
+        if not self._overlap:  # in the caller's thread
             job()
         else:
             self._mover_q.put(job)
@@ -596,7 +603,7 @@ class KvferryConnector(KVConnectorBase_V1):
 
     def _save_job(self, step: _Step) -> Callable[[], None]:
         def ready(g: int) -> None:
-            if self._torch is not None and not step.save_ready[g].wait(STEP_WAIT_S):
+            if self._overlap and not step.save_ready[g].wait(STEP_WAIT_S):
                 raise KvferryError(-6, "save", "the forward pass did not reach layer group %d" % g)
             self._wait_event(step.save_events[g])
 
@@ -640,7 +647,7 @@ class KvferryConnector(KVConnectorBase_V1):
         if step is None or step.finished:
             return
         step.finished = True
-        if step.saves and self._torch is None:
+        if step.saves and not self._overlap:
             self._save_job(step)()
         mark = None
         for g, ready in enumerate(step.save_ready):

@@ -30,11 +30,22 @@ def ns():
     return "vc-" + uuid.uuid4().hex[:10]
 
 
+OVERLAP = [False]
+
+
 def extra(master, namespace):
     """The connector's configuration: chunks of 2 blocks in 2 layer groups
-    (objects, tails and groups all occur with a few blocks)."""
+    (objects, tails and groups all occur with a few blocks); loads and
+    saves on the mover thread or in the caller's (the overlap fixture)."""
     return {"master": master, "namespace": namespace, "model": "tiny",
-            "chunk_tokens": 2 * BS, "layer_groups": 2}
+            "chunk_tokens": 2 * BS, "layer_groups": 2, "overlap": OVERLAP[0]}
+
+
+@pytest.fixture(params=["inline", "overlap"], autouse=True)
+def overlap(request):
+    OVERLAP[0] = request.param == "overlap"
+    yield
+    OVERLAP[0] = False
 
 
 def chunk_blocks(spec):
