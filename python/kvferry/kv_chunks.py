@@ -367,6 +367,24 @@ class ChunkIndex:
                              rest, first))
         return out
 
+    def rekey(self, tokens: Sequence[int], chunks: Sequence[Chunk]) -> List[Chunk]:
+        """The same chunks of tokens (same boundaries and block counts)
+        keyed under this index's fingerprint: e.g. another tensor-parallel
+        rank's objects of chunks a lookup found."""
+        n, bs = self.chunk_tokens, self.block_size
+        nfull = sum(1 for c in chunks if c.blocks == self.bpc and c.first_token % n == 0)
+        keys = chunk_keys(tokens[: nfull * n], n, self.fingerprint)
+        out, prev = [], chain_seed(self.fingerprint)
+        for c in chunks:
+            i = c.first_token // n
+            if c.blocks == self.bpc and c.first_token % n == 0 and i < len(keys):
+                key = keys[i]
+            else:
+                key = tail_key(keys[i - 1] if i else prev,
+                               tokens[c.first_token:c.first_token + c.blocks * bs])
+            out.append(Chunk(key, c.blocks, c.first_token))
+        return out
+
     def _tail_candidates(self, tokens: Sequence[int], prev: bytes, first: int,
                          limit: int) -> List[Chunk]:
         """Tails that could follow the chunk key prev at token first:

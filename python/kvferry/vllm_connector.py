@@ -138,22 +138,26 @@ STEP_WAIT_S = 120.0
 
 @dataclass
 class LoadSpec:
-    """Tokens [start, end) of a request to load into its blocks."""
+    """Tokens [start, end) of a request to load into its blocks: the
+    chunks the lookup found (keyed for rank 0; each worker keys them for
+    its own rank from tokens)."""
 
     req_id: str
     chunks: List[Chunk]
     block_ids: List[int]
     start: int
     end: int
+    tokens: List[int] = field(default_factory=list)
 
 
 @dataclass
 class SaveSpec:
-    """Chunks of a request to save, from its blocks."""
+    """Chunks of a request to save, from its blocks (keyed as LoadSpec's)."""
 
     req_id: str
     chunks: List[Chunk]
     block_ids: List[int]
+    tokens: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -332,8 +336,14 @@ class KvferryConnector(KVConnectorBase_V1):
         self.store: Optional[Store] = Store.connect(master, extra.get("timeout_ms"))
         # scheduler side
         groups = effective_groups(self.layer_groups, len(layers))
-        self.index = ChunkIndex(self.store, self.block_size, identity(vllm_config, kv_cache_config, 0),
-                                self.namespace, self.chunk_tokens, groups)
+        # one index per tensor-parallel rank: each rank's worker saves its
+        # own heads under its own fingerprint, and a hit needs all of them
+        tp = int(_get(vllm_config, "parallel_config.tensor_parallel_size") or 1)
+        self.indexes = [ChunkIndex(self.store, self.block_size,
+                                   identity(vllm_config, kv_cache_config, r),
+                                   self.namespace, self.chunk_tokens, groups)
+                        for r in range(max(1, tp))]
+        self.index = self.indexes[0]
         self._matched: Dict[str, Tuple[int, int, List[Chunk]]] = {}
         self._loads: Dict[str, LoadSpec] = {}
         self._tracked: Dict[str, _Tracked] = {}
@@ -383,7 +393,19 @@ class KvferryConnector(KVConnectorBase_V1):
         """Leading tokens of ``tokens`` the store holds (at most limit)."""
         if limit is None:
             limit = len(tokens) // self.block_size * self.block_size
-        return self.index.lookup(list(tokens), limit)[0]
+        return self._lookup(list(tokens), limit)[0]
+
+    def _lookup(self, tokens: List[int], limit: int) -> Tuple[int, List[Chunk]]:
+        """(tokens every rank's store objects hold, rank 0's chunks for
+        them): ranks' chunks have the same boundaries, their keys differ."""
+        hit, chunks = self.index.lookup(tokens, limit)
+        for ix in self.indexes[1:]:
+            if hit == 0:
+                break
+            hit = min(hit, ix.lookup(tokens, hit)[0])
+        while chunks and chunks[-1].first_token >= hit:
+            chunks.pop()
+        return hit, chunks
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int
                                    ) -> Tuple[Optional[int], bool]:
@@ -400,7 +422,7 @@ class KvferryConnector(KVConnectorBase_V1):
         if seen is not None and seen[0] == num_computed_tokens:
             return max(0, seen[1] - num_computed_tokens), False
         try:
-            hit, chunks = self.index.lookup(list(prompt), limit)
+            hit, chunks = self._lookup(list(prompt), limit)
         except KvferryError as e:  # a dead store is a miss: vLLM computes
             log.warning("kvferry connector: lookup failed: %s", e)
             hit, chunks = 0, []
@@ -419,7 +441,9 @@ class KvferryConnector(KVConnectorBase_V1):
         local, _, chunks = matched
         ids = list(blocks.get_block_ids()[0])
         end = local + num_external_tokens
-        self._loads[rid] = LoadSpec(rid, chunks, ids[:end // self.block_size], local, end)
+        last = chunks[-1].first_token + chunks[-1].blocks * self.block_size if chunks else 0
+        self._loads[rid] = LoadSpec(rid, chunks, ids[:end // self.block_size], local, end,
+                                    list(request.prompt_token_ids[:last]))
 
     def _new_saves(self, rid: str, computed: int) -> Optional[SaveSpec]:
         """The chunks of request rid's prompt complete at computed tokens
@@ -437,7 +461,7 @@ class KvferryConnector(KVConnectorBase_V1):
             return None
         chunks = [c for c in self.index.chunks_of(tr.tokens, upto) if c.first_token >= tr.saved]
         tr.saved = upto
-        return SaveSpec(rid, chunks, list(tr.block_ids)) if chunks else None
+        return SaveSpec(rid, chunks, list(tr.block_ids), tr.tokens[:upto]) if chunks else None
 
     def build_connector_meta(self, scheduler_output: Any) -> KvferryConnectorMetadata:
         """This step's loads, and the prompt chunks complete after it."""
@@ -571,7 +595,8 @@ class KvferryConnector(KVConnectorBase_V1):
         step.saves = saves
         self._step = step
         if loads:
-            step.loads = [(ld, LoadReq(ld.chunks, ld.block_ids, ld.start, ld.end)) for ld in loads]
+            step.loads = [(ld, LoadReq(self._mine(ld), ld.block_ids, ld.start, ld.end))
+                          for ld in loads]
             self._submit(self._load_job(step, self._mark()))
         else:
             step.load_finished.set()
@@ -583,6 +608,12 @@ class KvferryConnector(KVConnectorBase_V1):
             self._mover_q.put(self._save_job(step))
         # host caches: saved once the forward pass has written them
         # (_finish_step)
+
+    def _mine(self, spec: Any) -> List[Chunk]:
+        """A spec's chunks keyed for this worker's rank."""
+        if self.cache is None or self.cache.fingerprint == self.index.fingerprint:
+            return spec.chunks
+        return self.cache.rekey(spec.tokens, spec.chunks)
 
     def _submit(self, job: Callable[[], None]) -> None:
         if not self._overlap:  # in the caller's thread
@@ -609,7 +640,7 @@ class KvferryConnector(KVConnectorBase_V1):
 
         def job() -> None:
             try:
-                reqs = [SaveReq(sv.chunks, sv.block_ids) for sv in step.saves]
+                reqs = [SaveReq(self._mine(sv), sv.block_ids) for sv in step.saves]
                 step.commit = self.cache.save(reqs, group_ready=ready)
             finally:
                 step.save_gathered.set()
@@ -681,7 +712,7 @@ class KvferryConnector(KVConnectorBase_V1):
                     self._failed.update(req.failed_blocks)
             if req.failed_blocks:
                 first = ld.start + req.loaded
-                bad_chunks += [c for c in ld.chunks
+                bad_chunks += [c for c in req.chunks
                                if c.first_token + c.blocks * self.block_size > first]
         if bad_chunks and self.cache is not None:
             cache = self.cache

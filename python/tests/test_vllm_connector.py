@@ -511,3 +511,72 @@ def test_recompute_hazard_named_and_logged(master, caplog):
     with caplog.at_level("WARNING", logger="kvferry.vllm_connector"):
         w.make(w.scheduler).shutdown()
     assert "kv_load_failure_policy 'recompute' with async scheduling" in caplog.text
+
+
+def test_tensor_parallel_ranks(master):
+    """Tensor parallel: each rank's worker saves its own heads under its
+    own keys; the scheduler finds a hit only when every rank's objects are
+    there, and a server of another parallel size never finds them."""
+    name = ns()
+    spec = types.SimpleNamespace(block_size=BS, num_kv_heads=HEADS, head_size=HD, dtype="float16")
+    names = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
+    kvcc = types.SimpleNamespace(num_blocks=NBLK, kv_cache_groups=[
+        types.SimpleNamespace(kv_cache_spec=spec, layer_names=names)])
+
+    def conn(role, tp, rank):
+        tcfg = types.SimpleNamespace(kv_role="kv_both", kv_connector_extra_config=extra(master, name))
+        par = types.SimpleNamespace(tensor_parallel_size=tp, rank=rank, pipeline_parallel_size=1)
+        vcfg = types.SimpleNamespace(kv_transfer_config=tcfg, model_config=None,
+                                     parallel_config=par, cache_config=None)
+        return vc.KvferryConnector(vcfg, role, kvcc)
+
+    def caches(seed):
+        rng = np.random.default_rng(seed)
+        return {n: rng.integers(0, 1 << 16, (2, NBLK, BS, HEADS, HD), dtype=np.uint16)
+                .view(np.float16) for n in names}
+
+    tokens = list(range(700, 700 + 4 * BS + 1))
+    req = types.SimpleNamespace(request_id="r", prompt_token_ids=tokens)
+    sched, sched1 = conn(0, 2, 0), conn(0, 1, 0)
+    w0, w1 = conn(1, 2, 0), conn(1, 2, 1)
+    kv0, kv1 = caches(1), caches(2)
+    w0.register_kv_caches(kv0)
+    w1.register_kv_caches(kv1)
+    ids = [0, 1, 2, 3, 4]
+    out = types.SimpleNamespace(
+        scheduled_new_reqs=[types.SimpleNamespace(req_id="r", prompt_token_ids=tokens,
+                                                  block_ids=(ids,), num_computed_tokens=0)],
+        scheduled_cached_reqs=types.SimpleNamespace(req_ids=[], resumed_req_ids=set(),
+                                                    new_block_ids=[], num_computed_tokens=[]),
+        num_scheduled_tokens={"r": len(tokens)}, finished_req_ids=set())
+    try:
+        meta = sched.build_connector_meta(out)
+        for w in (w0,):  # rank 0 alone: no hit yet
+            w.bind_connector_metadata(meta)
+            w.start_load_kv(None)
+            w.wait_for_save()
+            w.flush()
+        assert sched.get_num_new_matched_tokens(types.SimpleNamespace(
+            request_id="a", prompt_token_ids=tokens), 0) == (0, False)
+        w1.bind_connector_metadata(meta)
+        w1.start_load_kv(None)
+        w1.wait_for_save()
+        w1.flush()
+        assert sched.get_num_new_matched_tokens(req, 0) == (4 * BS, False)
+        assert sched1.get_num_new_matched_tokens(types.SimpleNamespace(
+            request_id="b", prompt_token_ids=tokens), 0) == (0, False)
+        # each rank loads its own heads into other blocks
+        sched.update_state_after_alloc(req, Blocks([10, 11, 12, 13, 14]), 4 * BS)
+        lmeta = vc.KvferryConnectorMetadata(loads=list(sched._loads.values()))
+        for w in (w0, w1):
+            w.bind_connector_metadata(lmeta)
+            w.start_load_kv(None)
+            w.wait_for_save()
+            assert w.get_block_ids_with_load_errors() == set()
+        for kv in (kv0, kv1):
+            for n in names:
+                assert np.array_equal(kv[n][:, [0, 1, 2, 3]].view(np.uint16),
+                                      kv[n][:, [10, 11, 12, 13]].view(np.uint16))
+    finally:
+        for c in (sched, sched1, w0, w1):
+            c.shutdown()
