@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
       help="checksum modes of the GPU loads, comma-separated (auto, fused, after, engines; "
            "default: KVF_GPU_SUM or auto); with several, each caching configuration runs once "
            "per mode")
+    a("--chunk-tokens", type=int, default=0,
+      help="tokens per chunk object of the remote tiers, a multiple of 256 (default 1024)")
+    a("--layer-groups", type=int, default=0,
+      help="layer groups of the remote tiers' chunk objects: a hit loads group by group and "
+           "layer l waits for its own group (default 8)")
     a("--slo", type=float, default=1.0, help="TTFT SLO for goodput, seconds")
     a("--host-pool", default="8G", help="local cache (and GPU-resident) capacity")
     a("--node-pool", default="8G", help="the remote store node's pool")
@@ -124,7 +129,7 @@ class Run:
     def tier(self, name: str) -> Any:
         a = self.args
         return caches.make(name, self.info, self.max_tokens, caches._size(a.host_pool), a.node_pool,
-                           a.throttle_gbs)
+                           a.throttle_gbs, a.chunk_tokens, a.layer_groups)
 
     def one(self, cache: str, sharing: float, overlap: bool, mode: str,
             gpu_sum: str = "") -> Optional[Dict]:
@@ -398,6 +403,10 @@ def table(summaries: List[Dict[str, Any]]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    if args.chunk_tokens < 0 or args.chunk_tokens % caches.CHUNK or args.layer_groups < 0:
+        print("kvferry bench e2e: --chunk-tokens is a multiple of %d and --layer-groups at "
+              "least 1" % caches.CHUNK, file=sys.stderr)
+        return 2
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
