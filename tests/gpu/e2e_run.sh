@@ -7,8 +7,9 @@
 #           chunk on a tiny model, so a broken GPU path shows in a minute;
 #   main32: the 32K shared prefix first (so the budget never cuts it): no
 #           cache, local (LocalKVCache: pinned pool, verifying scatter
-#           kernel), remote over shm (KVCache reading the node's pool in
-#           place through store views), the GPU-resident bound; local and
+#           kernel), remote over shm (ChunkStore: the node's pool read in
+#           place through store views, layer group by layer group), the
+#           GPU-resident bound; local and
 #           remote-shm overlapped and sequential, each with the fused and
 #           the copy-engine checksum modes;
 #   staged32: (only when named) remote-shm through the pinned stage
