@@ -223,6 +223,8 @@ def test_group_load_waits_are_bounded_and_errors_surface():
 def test_tier_names_and_cli_geometry_checked():
     with pytest.raises(ValueError):
         caches.make("remote-udp", Info(), 1024, 1 << 20, "64M")
-    from kvferry.e2e.cli import main
+    from kvferry.e2e.cli import _group_counts, main
     assert main(["--chunk-tokens", "300"]) == 2
-    assert main(["--layer-groups", "-1"]) == 2
+    assert main(["--layer-groups", "8,0"]) == 2
+    assert main(["--layer-groups", "x"]) == 2
+    assert _group_counts("") == [] and _group_counts("4,8,16") == [4, 8, 16]
