@@ -432,6 +432,8 @@ def main() -> int:
     if args.child:
         print(json.dumps(tiers_child(args)), flush=True)
         return 0
+    if args.outdir:
+        os.makedirs(args.outdir, exist_ok=True)
     from kvferry.procs import Master, Node
 
     with tempfile.TemporaryDirectory(prefix="kvferry-bench-vllm-") as tmp:
