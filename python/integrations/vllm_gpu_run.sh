@@ -77,11 +77,11 @@ case "${1:-}" in
         --node-pool 4G --modes "baseline,producer,consumer") ;;
       4p5b*) args=(--dtype bfloat16 --hidden 4096 --layers 32 --heads 32 --vocab 32000
         --prompt-len 32000 --prompts 2 --new-tokens 1 --gpu-memory-utilization 0.6
-        --node-pool 12G --modes "baseline,producer,consumer,split")
+        --node-pool 12G)
         case "$variant" in
-          4p5b) args+=(--kv-heads 8 --block-size 16) ;;
-          4p5b-b32) args+=(--kv-heads 8 --block-size 32) ;;
-          4p5b-kv2) args+=(--kv-heads 2 --block-size 16) ;;
+          4p5b) args+=(--kv-heads 8 --block-size 16 --modes "baseline,producer,consumer,split") ;;
+          4p5b-b32) args+=(--kv-heads 8 --block-size 32 --modes "baseline,producer,consumer") ;;
+          4p5b-kv2) args+=(--kv-heads 2 --block-size 16 --modes "baseline,producer,consumer") ;;
           *) echo "vllm-gpu-run: unknown variant $variant" >&2; exit 2 ;;
         esac
         kv=$(printf '%s\n' "${args[@]}" | grep -A1 -- --kv-heads | tail -1)

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _lib
-from .errors import ERR_EXISTS, ERR_NO_KEY, ERR_UNSUPPORTED, OK, KvferryError
+from .errors import ERR_EXISTS, ERR_NO_KEY, ERR_QUOTA, ERR_UNSUPPORTED, OK, KvferryError
 from .kv import LAYOUT_VERSION, chunk_keys
 from .store import BATCH_MAX, Store
 
@@ -249,6 +249,9 @@ class ChunkStats:
     bytes_saved: int = 0
     viewed_objects: int = 0
     put_viewed_objects: int = 0
+    #: objects a put view refused (pool full, quota) and quota retries
+    refused_objects: int = 0
+    quota_retries: int = 0
     t_query: float = 0.0
     t_load: float = 0.0
     t_save: float = 0.0
@@ -462,7 +465,8 @@ class ChunkStore(ChunkIndex):
     def __init__(self, store: Store, tensors: Sequence[Any], num_blocks: int, block_size: int,
                  fingerprint: str, namespace: str = "kv", chunk_tokens: int = CHUNK_TOKENS,
                  layer_groups: int = LAYER_GROUPS, replicas: int = 0, stage_bytes: int = 256 << 20,
-                 views: bool = True, sum_mode: Optional[str] = None):
+                 views: bool = True, sum_mode: Optional[str] = None,
+                 gpu_stage_bytes: int = 512 << 20):
         self.map = CacheMap(tensors, num_blocks, layer_groups)
         super().__init__(store, block_size, fingerprint, namespace, chunk_tokens,
                          len(self.map.groups))
@@ -475,6 +479,15 @@ class ChunkStore(ChunkIndex):
                                                       for g in range(self.groups)))
         self._stage: Any = None
         self._stage_region: Any = None
+        #: GPU memory that whole objects are copied through by the copy
+        #: engines (full link rate), the pieces then scattered on the GPU
+        self._gstage_bytes = max(int(gpu_stage_bytes), max(self.map.object_bytes(g, self.bpc)
+                                                           for g in range(self.groups))) \
+            if gpu_stage_bytes else 0
+        self._gstage: Any = None
+        #: called when a put view is refused for the client's quota of
+        #: uncommitted bytes, to let the queued commits run (the caller's)
+        self.quota_wait: Optional[Callable[[], None]] = None
         self._mover: Any = None
         self._maps: Any = None
         self._side: Any = None
@@ -532,6 +545,42 @@ class ChunkStore(ChunkIndex):
             self._stage_mem = self._stage.mem()
         else:
             self._stage_region = self.store.engine.alloc(self._stage_bytes)
+
+    def _gpu_stage(self) -> Any:
+        """The GPU stage (a GpuMem), allocated on first use; None without
+        one (or when the GPU has no room: the kernels then reach the pool
+        directly)."""
+        if self._gstage is None and self._gstage_bytes:
+            try:
+                self._gstage = self._kvg.DeviceBuffer(self._gstage_bytes, self.map.device)
+            except KvferryError:
+                self._gstage_bytes = 0
+        return self._gstage.mem() if self._gstage is not None else None
+
+    @staticmethod
+    def _stage_slices(rows, size, cap: int):
+        """rows cut into slices whose objects fit cap bytes laid end to end:
+        lists of (row, offset in the stage); cap 0: one slice, offsets 0."""
+        if not cap:
+            yield [(r, 0) for r in rows]
+            return
+        sl, used = [], 0
+        for r in rows:
+            n = size(r)
+            if sl and used + n > cap:
+                yield sl
+                sl, used = [], 0
+            sl.append((r, used))
+            used += n
+        if sl:
+            yield sl
+
+    def _dma(self, src: Any, dst: Any, src_offs, dst_offs, lens) -> None:
+        """Whole ranges through the copy engines (DMA at the link's rate)."""
+        np = _np()
+        self._mover.copy_plain(src, dst, np.asarray(src_offs, dtype=np.uint64),
+                               np.asarray(dst_offs, dtype=np.uint64),
+                               np.asarray(lens, dtype=np.uint64))
 
     def warm(self) -> int:
         """Registers with the GPU, now, every mapping of the store's nodes
@@ -669,14 +718,32 @@ class ChunkStore(ChunkIndex):
             per_map.setdefault(v.map_base, []).append(
                 (it, v.addr - v.map_base, ch.blocks, j0, j1, ids, sums[:, j0:j1]))
         for base, rows in per_map.items():
+            if self.gpu:
+                self._scatter_from_pool(gb, rows, base, lens[base], bad, g)
+                continue
             objs, cache = self._descriptors(gb, rows)
             full = [(r[0], o, c, r[6]) for r, o, c in zip(rows, objs, cache)]
-            if self.gpu:
-                self._scatter(self._kvg.GpuMem(base, lens[base], _lib.MEM_PINNED, 0), full, bad)
-            else:
-                self._host_scatter(full, bad, base)
+            self._host_scatter(full, bad, base)
         with self._lock:
             self.stats.viewed_objects += sum(len(r) for r in per_map.values())
+
+    def _scatter_from_pool(self, gb: "_GroupBatch", rows, base: int, maplen: int,
+                           bad: List[int], g: int) -> None:
+        """GPU: the rows' objects moved whole from the pool into the GPU
+        stage by the copy engines, then scattered into the cache by the
+        verifying kernel (GPU to GPU); without a stage the kernel reads
+        the mapping directly."""
+        pool = self._kvg.GpuMem(base, maplen, _lib.MEM_PINNED, 0)
+        gst = self._gpu_stage()
+        for sl in self._stage_slices(rows, lambda r: self.map.object_bytes(g, r[2]),
+                                     0 if gst is None else self._gstage_bytes):
+            if gst is not None:
+                self._dma(pool, gst, [r[1] for r, _ in sl], [off for _, off in sl],
+                          [self.map.object_bytes(g, r[2]) for r, _ in sl])
+            local = [(r[0], off if gst is not None else r[1]) + tuple(r[2:]) for r, off in sl]
+            objs, cache = self._descriptors(gb, local)
+            full = [(r[0], o, c, r[6]) for r, o, c in zip(local, objs, cache)]
+            self._scatter(gst if gst is not None else pool, full, bad)
 
     def _descriptors(self, gb: _GroupBatch, rows) -> Tuple[List[Any], List[Any]]:
         """Per row (tag, object offset, blocks k, j0, j1, cache blocks, ...):
@@ -805,61 +872,78 @@ class ChunkStore(ChunkIndex):
                 out.append((ch, list(r.block_ids[b0:b0 + ch.blocks])))
         return out
 
-    def save(self, reqs: Sequence[SaveReq], group_ready: Optional[Callable[[int], None]] = None
-             ) -> Callable[[], int]:
+    def save(self, reqs: Sequence[SaveReq], group_ready: Optional[Callable[[int], None]] = None,
+             on_commit: Optional[Callable[[Callable[[], int]], None]] = None) -> Callable[[], int]:
         """Saves the requests' chunks, group by group (group_ready(g) is
         called before group g's blocks are read: it waits until the
-        engine wrote them). Returns the commit, to call (on any thread)
-        once the blocks may change again: it makes the objects visible and
-        returns how many were stored. A chunk already stored is skipped;
-        a save that fails is a later miss, never an error."""
+        engine wrote them). Each group's commit, which makes its objects
+        visible and returns how many were stored, goes to on_commit (to
+        run on any thread, e.g. after the step); without on_commit they are
+        returned as one callable. A chunk already stored is skipped; a
+        save that fails is a later miss, never an error."""
         t0 = time.perf_counter()
         items = self.save_items(reqs)
-        commit: Callable[[], int] = lambda: 0
+        commits: List[Callable[[], int]] = []
+        sink = on_commit if on_commit is not None else commits.append
         try:
             if items and self._want_put_views:
-                commit = self._save_viewed(items, group_ready)
+                self._save_viewed(items, group_ready, sink)
             elif items:
-                commit = self._save_staged(items, group_ready)
+                self._save_staged(items, group_ready, sink)
         except KvferryError:
             with self._lock:
                 self.stats.save_errors += 1
         with self._lock:
             self.stats.t_save += time.perf_counter() - t0
-        return commit
+        return lambda: sum(c() for c in commits)
 
-    def _save_viewed(self, items, group_ready) -> Callable[[], int]:
-        """Put views for every object; one gathering copy per group and
-        mapping straight into the node's pool; headers written here; the
-        commit (the store's checksum of each object, PUT_END) later."""
-        np = _np()
-        keys, lens, order = [], [], []
+    def _save_viewed(self, items, group_ready, on_commit) -> None:
+        """Per group, once its blocks are written: put views for its objects
+        (one master round trip), the gathering copies straight into the
+        node's pool, the headers; its commit (the store's checksum of each
+        object, PUT_END) goes to on_commit at once, so that the objects a
+        client holds uncommitted (the master's per-client quota) stay
+        about one group's worth."""
+        fallback: set = set()
         for g in range(self.groups):
-            for i, (ch, _) in enumerate(items):
-                keys.append(self.object_key(ch.key, ch.blocks, g))
-                lens.append(self.map.object_bytes(g, ch.blocks))
-                order.append((g, i))
-        pvs: List[Any] = []
-        try:
-            for a in range(0, len(keys), BATCH_MAX):
-                pvs.append(self.store.view_put(keys[a:a + BATCH_MAX], lens[a:a + BATCH_MAX],
-                                               replicas=self.replicas))
-            views = [v for pv in pvs for v in pv]
-            keep = [0] * len(views)
-            fallback = set()
-            for g in range(self.groups):
-                if group_ready is not None:
-                    group_ready(g)
-                self._save_group_viewed(items, views, order, keep, fallback, g)
-        except BaseException:
-            for pv in pvs:
-                pv.abort()
-            raise
+            if group_ready is not None:
+                group_ready(g)
+            keys = [self.object_key(ch.key, ch.blocks, g) for ch, _ in items]
+            lens = [self.map.object_bytes(g, ch.blocks) for ch, _ in items]
+            pvs = self._put_views(keys, lens)
+            try:
+                views = [v for pv in pvs for v in pv]
+                keep = [0] * len(views)
+                self._save_group_viewed(items, views, keep, fallback, g)
+            except BaseException:
+                for pv in pvs:
+                    pv.abort()
+                raise
+            on_commit(self._commit_of(pvs, keep))
+        if fallback:
+            self._save_staged([items[i] for i in sorted(fallback)], None, on_commit)
+
+    def _put_views(self, keys: List[str], lens: List[int]) -> List[Any]:
+        """Put views of keys; keys refused for the client's quota of
+        uncommitted bytes are asked again once, after the commits queued
+        before them had time to run (quota_wait)."""
+        pvs = [self.store.view_put(keys[a:a + BATCH_MAX], lens[a:a + BATCH_MAX],
+                                   replicas=self.replicas)
+               for a in range(0, len(keys), BATCH_MAX)]
+        again = [i for i, v in enumerate(v for pv in pvs for v in pv) if v.status == ERR_QUOTA]
+        if not again or self.quota_wait is None:
+            return pvs
+        self.quota_wait()
+        more = self.store.view_put([keys[i] for i in again], [lens[i] for i in again],
+                                   replicas=self.replicas)
+        with self._lock:
+            self.stats.quota_retries += 1
+        return pvs + [more]
+
+    def _commit_of(self, pvs: List[Any], keep: List[int]) -> Callable[[], int]:
         bounds = [0]
         for pv in pvs:
             bounds.append(bounds[-1] + len(pv))
-        staged = (self._save_staged([items[i] for i in sorted(fallback)], None)
-                  if fallback else (lambda: 0))
 
         def commit() -> int:
             t1 = time.perf_counter()
@@ -867,27 +951,31 @@ class ChunkStore(ChunkIndex):
             for k, pv in enumerate(pvs):
                 kp = keep[bounds[k]:bounds[k + 1]]
                 sts = pv.commit(sums=_object_sums(pv, kp), keep=kp)
-                stored += sum(1 for s, kp in zip(sts, keep[bounds[k]:bounds[k + 1]])
-                              if kp and s == OK)
+                stored += sum(1 for s, x in zip(sts, kp) if x and s == OK)
             with self._lock:
                 self.stats.saved_objects += stored
                 self.stats.put_viewed_objects += stored
                 self.stats.t_commit += time.perf_counter() - t1
                 if stored < sum(keep):
                     self.stats.save_errors += 1
-            return stored + staged()
+            return stored
 
         return commit
 
-    def _save_group_viewed(self, items, views, order, keep, fallback, g: int) -> None:
-        """Group g of a viewed save: the gathering copies, the headers."""
+    def _save_group_viewed(self, items, views, keep, fallback, g: int) -> None:
+        """Group g of a viewed save: the gathering copies, the headers.
+        views[i] (and keep[i]) belong to items[i], a key asked again for
+        the quota to items[i - len(items)] past the first round."""
         gb = self._batches[g]
         maps = self._kvg.host_mappings(self.store) if self.gpu else None
         per_map: Dict[int, List[Tuple[int, int, int, int, int, List[int]]]] = {}
         lens: Dict[int, int] = {}
-        for vi, ((gg, i), v) in enumerate(zip(order, views)):
-            if gg != g:
-                continue
+        n = len(items)
+        again = [i for i, v in enumerate(views[:n]) if v.status == ERR_QUOTA]
+        retried = len(views) > n  # the quota's refusals were asked again
+        owner = list(range(n)) + (again if retried else [])
+        for vi, v in enumerate(views):
+            i = owner[vi]
             ch, ids = items[i]
             if v.status == OK and v.map_base not in lens:
                 if maps is not None and not maps.ensure(v.map_base, v.map_len):
@@ -897,24 +985,48 @@ class ChunkStore(ChunkIndex):
             if v.status == ERR_UNSUPPORTED:
                 fallback.add(i)
                 continue
-            if v.status != OK:  # stored already (EXISTS) or refused: skipped
+            if v.status != OK:  # stored already (EXISTS), over quota, refused
                 with self._lock:
-                    self.stats.skipped_objects += 1
+                    if v.status == ERR_EXISTS:
+                        self.stats.skipped_objects += 1
+                    elif not (retried and v.status == ERR_QUOTA and vi < n):
+                        self.stats.refused_objects += 1
                 continue
             per_map.setdefault(v.map_base, []).append((vi, v.addr - v.map_base, ch.blocks, 0,
                                                        ch.blocks, ids))
         for base, rows in per_map.items():
+            if self.gpu:
+                self._gather_to_pool(gb, rows, base, lens[base], views, items, owner, keep, g)
+                continue
             objs, cache = self._descriptors(gb, rows)
             full = [(r[0], c, o) for r, o, c in zip(rows, objs, cache)]
-            if self.gpu:
-                dst_mem = self._kvg.GpuMem(base, lens[base], _lib.MEM_PINNED, 0)
-                gathered = self._gather(self._side, dst_mem, full)
-            else:
-                gathered = self._host_gather(full, base)
-            for vi, sums in gathered:
-                hdr = self._header(items[order[vi][1]][0], g, sums)
+            for vi, sums in self._host_gather(full, base):
+                hdr = self._header(items[owner[vi]][0], g, sums)
                 memmove(views[vi].addr, hdr, len(hdr))
                 keep[vi] = 1
+
+    def _gather_to_pool(self, gb: "_GroupBatch", rows, base: int, maplen: int, views, items,
+                        owner, keep, g: int) -> None:
+        """GPU: the rows' pieces gathered (checksummed) from the cache into
+        the objects in the pool: through the GPU stage and the copy
+        engines (a whole object per DMA) where there is one, else by the
+        kernel writing the mapping directly. Headers written by the host."""
+        pool = self._kvg.GpuMem(base, maplen, _lib.MEM_PINNED, 0)
+        gst = self._gpu_stage()
+        for sl in self._stage_slices(rows, lambda r: self.map.object_bytes(g, r[2]),
+                                     0 if gst is None else self._gstage_bytes):
+            local = [(r[0], off if gst is not None else r[1]) + tuple(r[2:]) for r, off in sl]
+            objs, cache = self._descriptors(gb, local)
+            full = [(r[0], c, o) for r, o, c in zip(local, objs, cache)]
+            for vi, sums in self._gather(self._side, gst if gst is not None else pool, full):
+                hdr = self._header(items[owner[vi]][0], g, sums)
+                memmove(views[vi].addr, hdr, len(hdr))
+                keep[vi] = 1
+            if gst is not None:  # the data of each object, stage -> pool
+                hb = [header_bytes(gb.q, r[2]) for r, _ in sl]
+                self._dma(gst, pool, [off + h for (_, off), h in zip(sl, hb)],
+                          [r[1] + h for (r, _), h in zip(sl, hb)],
+                          [self.map.object_bytes(g, r[2]) - h for (r, _), h in zip(sl, hb)])
 
     def _gather(self, src_mem: Any, dst_mem: Any, rows):
         """One checksumming copy of rows (tag, cache offsets, object
@@ -933,10 +1045,10 @@ class ChunkStore(ChunkIndex):
         with self._lock:
             self.stats.bytes_saved += int(lens.sum())
 
-    def _save_staged(self, items, group_ready) -> Callable[[], int]:
+    def _save_staged(self, items, group_ready, on_commit) -> None:
         """Objects built in the stage (a gathering copy on the GPU, numpy on
-        the host) and put with store batches, group by group. Done here;
-        the commit returned only reports."""
+        the host) and put with store batches, group by group (on_commit is
+        told how many were stored)."""
         self._stage_init()
         stored = 0
         for g in range(self.groups):
@@ -953,7 +1065,7 @@ class ChunkStore(ChunkIndex):
                 a = b
         with self._lock:
             self.stats.saved_objects += stored
-        return lambda: stored
+        on_commit(lambda: stored)
 
     def _save_round(self, items, sizes, g: int) -> int:
         np = _np()
@@ -1011,7 +1123,10 @@ class ChunkStore(ChunkIndex):
                 return
 
     def close(self) -> None:
-        """Frees the stage and the copier (the store stays open)."""
+        """Frees the stages and the copier (the store stays open)."""
+        if self._gstage is not None:
+            self._gstage.close()
+            self._gstage = None
         if self._stage is not None:
             self._stage.close()
             self._stage = None

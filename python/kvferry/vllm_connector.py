@@ -51,7 +51,9 @@ prefix: a tenant; default "vllm"), ``timeout_ms``, ``replicas``,
 vLLM's model config has none), ``chunk_tokens`` (default 256),
 ``layer_groups`` (default 4), ``views`` (default true: store views and
 put views where the node is on this host), ``sum_mode`` (the GPU copies'
-checksum mode), ``stage_bytes``, ``overlap`` (loads and saves on the
+checksum mode), ``stage_bytes``, ``gpu_stage_bytes`` (GPU memory whole
+objects are copied through by the copy engines; 0: the kernels reach
+the node's pool directly), ``overlap`` (loads and saves on the
 mover thread, overlapped with the forward pass: default on for GPU
 caches).
 
@@ -292,7 +294,6 @@ class _Step:
         self.save_ready = [threading.Event() for _ in range(groups)]
         self.save_events: List[Any] = [None] * groups
         self.save_gathered = threading.Event()
-        self.commit: Optional[Callable[[], int]] = None
         self.saves: List[SaveSpec] = []
         self.finished = False
 
@@ -315,6 +316,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self.use_views = bool(extra.get("views", True))
         self.sum_mode = extra.get("sum_mode")
         self.stage_bytes = int(extra.get("stage_bytes", 256 << 20))
+        self.gpu_stage_bytes = int(extra.get("gpu_stage_bytes", 512 << 20))
         self._extra = extra
         self._overlap = False
         self._kv_cache_cfg = kv_cache_config
@@ -532,7 +534,9 @@ class KvferryConnector(KVConnectorBase_V1):
                                 self.block_size, ident, namespace=self.namespace,
                                 chunk_tokens=self.chunk_tokens, layer_groups=self.layer_groups,
                                 replicas=self.replicas, stage_bytes=self.stage_bytes,
-                                views=self.use_views, sum_mode=self.sum_mode)
+                                views=self.use_views, sum_mode=self.sum_mode,
+                                gpu_stage_bytes=self.gpu_stage_bytes)
+        self.cache.quota_wait = self._drain_commits
         self._group_of = {n: self.cache.map.group_of[i] for i, n in enumerate(order)}
         self._group_last = {order[ls[-1]]: g for g, ls in enumerate(self.cache.map.groups)}
         # loads and saves on the mover thread, overlapped with the forward
@@ -641,10 +645,20 @@ class KvferryConnector(KVConnectorBase_V1):
         def job() -> None:
             try:
                 reqs = [SaveReq(self._mine(sv), sv.block_ids) for sv in step.saves]
-                step.commit = self.cache.save(reqs, group_ready=ready)
+                # each group's commit queued as soon as its gathers are done
+                self.cache.save(reqs, group_ready=ready,
+                                on_commit=lambda c: self._commit_q.put(self._commit_job(c)))
             finally:
                 step.save_gathered.set()
         return job
+
+    def _drain_commits(self, timeout: float = 2.0) -> None:
+        """Waits (at most timeout) for the commits queued so far: a put
+        view refused for the client's quota of uncommitted bytes is asked
+        again after them."""
+        done = threading.Event()
+        self._commit_q.put(done.set)
+        done.wait(timeout)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Waits until the layer's group is in the cache (or failed)."""
@@ -691,15 +705,15 @@ class KvferryConnector(KVConnectorBase_V1):
         if not step.load_finished.wait(STEP_WAIT_S):
             log.error("kvferry connector: a step's loads did not end in %.0f s", STEP_WAIT_S)
         self._record_loads(step)
-        if step.commit is not None:
-            self._commit_q.put(self._commit_job(step.commit, len(step.saves)))
 
-    def _commit_job(self, commit: Callable[[], int], nreq: int) -> Callable[[], None]:
+    def _commit_job(self, commit: Callable[[], int]) -> Callable[[], None]:
         def job() -> None:
             n = commit()
             with self._lock:
                 self.stats["saved_objects"] += n
-                self.stats["saved_chunks"] += n // max(1, self.cache.groups if self.cache else 1)
+                # chunks: objects over groups (a chunk is one object a group)
+                groups = self.cache.groups if self.cache else 1
+                self.stats["saved_chunks"] = self.stats["saved_objects"] // max(1, groups)
         return job
 
     def _record_loads(self, step: _Step) -> None:

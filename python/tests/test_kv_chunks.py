@@ -304,3 +304,31 @@ def test_embedded_store():
         a.close()
         b.close()
     assert embedded.parse_size("20G") == 20 << 30 and embedded.parse_size("512") == 512
+
+
+def test_quota_of_uncommitted_bytes_retried():
+    """A save whose groups together exceed the master's quota of a
+    client's uncommitted bytes: a group refused for it is asked again
+    once the earlier groups' commits ran (quota_wait), and every object
+    is stored; without the wait, the refused objects are counted."""
+    from kvferry.procs import Master, Node
+
+    env = {"KVF_CLIENT_MAX_RESERVED_PCT": "30"}
+    with Master(env=env) as m, Node(m.address, pool="8M"), kvferry.Store.connect(m.address) as st:
+        for wait in (True, False):
+            name = ns()
+            src = caches(51, nblk=256)
+            a = make(st, src, name)
+            queued = []
+            if wait:
+                a.quota_wait = lambda: [c() for c in queued] and queued.clear()
+            toks = tokens(60 * 64, seed=53 + wait)
+            chunks = a.chunks_of(toks, len(toks))
+            a.save([kc.SaveReq(chunks, list(range(240)))], on_commit=queued.append)
+            stored = sum(c() for c in queued)
+            if wait:
+                assert a.stats.quota_retries >= 1 and a.stats.refused_objects == 0
+                assert a.lookup(toks, len(toks))[0] == len(toks)
+            else:
+                assert a.stats.refused_objects > 0 and stored < len(chunks) * a.groups
+            a.close()
