@@ -10,6 +10,9 @@ the module runs over its stand-in base, with the same methods.
 """
 
 import asyncio
+import os
+import signal
+import threading
 import time
 import uuid
 
@@ -20,7 +23,7 @@ import kvferry
 from kvferry import lmcache as kl
 from kvferry import sglang as ks
 from kvferry import vllm_tier as kv
-from kvferry.procs import Resp
+from kvferry.procs import Master, Node, Resp
 
 
 def ns():
@@ -121,6 +124,181 @@ def test_vllm_tier_via_factory(master):
         assert wait_jobs(tier, 1)[1].success
     finally:
         tier.shutdown()
+
+
+def test_vllm_tier_options_via_factory(master):
+    """0.34's factory options: a backpressure detector built by vLLM from
+    the tier's entry, the entry's locality, the tier's medium."""
+    pytest.importorskip("vllm")
+    from vllm.v1.kv_offload.tiering import base as tier_base
+    from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+
+    if not hasattr(tier_base.SecondaryTierManager, "bp_detector"):
+        pytest.skip("this vLLM's secondary tiers take no backpressure detector")
+    primary = np.zeros((4, 1024), dtype=np.uint8)
+    tier = SecondaryTierFactory.create_secondary_tier(
+        {"type": "KvferryTier", "module_path": "kvferry.vllm_tier", "master": master,
+         "namespace": ns(), "locality": "REMOTE",
+         "backpressure": {"backpressure_cls": "EMABackpressureDetector"}},
+        memoryview(primary), None)
+    try:
+        from vllm.v1.kv_offload.base import Locality, Medium
+        from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+        assert type(tier.bp_detector).__name__ == "EMABackpressureDetector"
+        assert tier.locality is Locality.REMOTE
+        assert tier.medium is Medium.CPU and tier.cache_hit_source is CacheHitSource.HOST
+        assert kv.CAN_DEFER_RELEASE and kv.PARTIAL_LOADS
+    finally:
+        tier.shutdown()
+
+
+@pytest.fixture()
+def own_store():
+    """A master and node of the test's own, so that it may stop the master."""
+    with Master() as m, Node(m.address, pool="16M") as n:
+        yield m, n
+
+
+def pause(pid, timeout=5):
+    """SIGSTOP, then wait until every thread of pid has stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    end = time.time() + timeout
+    while time.time() < end:
+        states = []
+        for t in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(st == "T" for st in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError("process %d did not stop" % pid)
+
+
+def stored_tier(master, nslots, slot, keys, **kw):
+    """A tier whose keys are stored from slots 0.. (random bytes)."""
+    primary, tier = make_tier(master, nslots=nslots, slot=slot, namespace=ns(), **kw)
+    primary[:] = np.random.default_rng(1).integers(0, 256, primary.shape, dtype=np.uint8)
+    tier.submit_store(job(1, keys, list(range(len(keys)))))
+    assert wait_jobs(tier, 1)[1].success
+    return primary, tier
+
+
+@pytest.mark.parametrize("defer", [True, False], ids=["deferred", "no-deferral"])
+def test_vllm_tier_stalled_load_defers_release(own_store, monkeypatch, defer):
+    """A store that stops answering: the waiting loads fail after
+    load_timeout_ms. The queued one fails at once and is never read; the
+    running one fails with a deferred_release event (where vLLM's
+    JobResult has the field) that is set only once its read has ended.
+    no-deferral: as with 0.33's JobResult, the running load reports when
+    its read ends."""
+    if defer and not kv.CAN_DEFER_RELEASE:
+        pytest.skip("this vLLM's JobResult has no deferred_release")
+    monkeypatch.setattr(kv, "CAN_DEFER_RELEASE", defer)
+    m, _ = own_store
+    keys = [uuid.uuid4().bytes + b"\0\0\0\0" for _ in range(4)]
+    primary, tier = stored_tier(m.address, 8, 65536, keys, load_timeout_ms=300,
+                                timeout_ms=8000)
+    try:
+        want = primary[:4].copy()
+        primary[4:] = 0
+        pause(m.pid)
+        try:
+            tier.submit_load(job(2, keys[:2], [4, 5], promotion=True))
+            time.sleep(0.1)      # job 2 is running, blocked on the master
+            tier.submit_load(job(3, keys[2:], [6, 7], promotion=True))
+            res = wait_jobs(tier, 2 if defer else 1, timeout=3)
+            assert not res[3].success and not res[3].successful_keys
+            assert getattr(res[3], "deferred_release", None) is None
+            if defer:
+                ev = res[2].deferred_release
+                assert not res[2].success and not res[2].successful_keys
+                assert ev is not None and not ev.is_set()
+                time.sleep(0.5)
+                assert not ev.is_set()      # the read still waits on the master
+            else:
+                assert 2 not in res
+            assert tier.has_pending_work()
+        finally:
+            os.kill(m.pid, signal.SIGCONT)
+        if defer:
+            assert ev.wait(8)
+            assert wait_jobs(tier, 1, timeout=0.5) == {}    # job 2 reported once
+        else:
+            late = wait_jobs(tier, 1, timeout=8)
+            assert late[2].success
+        # the late read wrote its slots before the event; the expired job's never
+        assert (primary[4:6] == want[:2]).all()
+        assert not primary[6:8].any()
+        assert tier.stats["expired_loads"] == (2 if defer else 1)
+        tier.drain_jobs()
+        assert not tier.has_pending_work()
+    finally:
+        tier.shutdown()
+
+
+def test_vllm_tier_drain_jobs(own_store):
+    """drain_jobs returns once every job has ended: each result is in
+    get_finished_jobs() exactly once, the bytes are in place, and every
+    deferred_release event handed out is set. While the store stalls it
+    fails the queued jobs and waits for the running call only."""
+    m, _ = own_store
+    keys = [uuid.uuid4().bytes + b"\0\0\0\0" for _ in range(8)]
+    primary, tier = stored_tier(m.address, 16, 65536, keys[:4], load_timeout_ms=300,
+                                timeout_ms=8000)
+    try:
+        want = primary[:8].copy()
+        tier.submit_store(job(2, keys[4:], [4, 5, 6, 7]))
+        tier.submit_load(job(3, keys[:4], [8, 9, 10, 11], promotion=True))
+        for k in keys:
+            tier.lookup(k, None)
+        tier.drain_jobs()
+        res = wait_jobs(tier, 2, timeout=0.5)
+        assert set(res) == {2, 3} and res[2].success and res[3].success
+        assert (primary[8:12] == want[:4]).all()
+        assert all(tier.lookup(k, None) == kv.LookupResult.HIT for k in keys)
+        assert not tier.has_pending_work()
+        # a stalled store: drain fails the queued jobs, waits for the running one
+        primary[8:] = 0
+        pause(m.pid)
+        done = threading.Event()
+        try:
+            tier.submit_load(job(4, keys[4:6], [8, 9], promotion=True))
+            time.sleep(0.1)
+            tier.submit_store(job(5, keys[:2], [0, 1]))
+            tier.submit_load(job(6, keys[6:], [10, 11], promotion=True))
+            threading.Thread(target=lambda: (tier.drain_jobs(), done.set()), daemon=True).start()
+            assert not done.wait(1.0)       # the running read waits on the master
+        finally:
+            os.kill(m.pid, signal.SIGCONT)
+        assert done.wait(8)
+        res = wait_jobs(tier, 3, timeout=0.5)
+        assert set(res) == {4, 5, 6}
+        assert not res[5].success and not res[6].success
+        if kv.CAN_DEFER_RELEASE:
+            assert not res[4].success and res[4].deferred_release.is_set()
+        else:
+            assert res[4].success
+        assert (primary[8:10] == want[4:6]).all() and not primary[10:12].any()
+        assert wait_jobs(tier, 1, timeout=0.2) == {} and not tier.has_pending_work()
+    finally:
+        tier.shutdown()
+
+
+def test_vllm_tier_stand_in_in_step():
+    """Without vLLM the stand-in base has 0.34's abstract methods,
+    defaults and properties, and the tier implements them."""
+    if kv.HAVE_VLLM:
+        pytest.skip("vLLM's real base is in use")
+    base = kv.SecondaryTierManager
+    assert base.__abstractmethods__ == {"lookup", "submit_store", "submit_load",
+                                        "get_finished_jobs", "on_new_request", "drain_jobs"}
+    assert not kv.KvferryTier.__abstractmethods__
+    assert kv.CAN_DEFER_RELEASE and kv.PARTIAL_LOADS
+    for name in ("has_pending_work", "take_events", "on_request_finished",
+                 "serve_external_requests", "on_schedule_end", "shutdown", "bp_detector",
+                 "block_size_bytes", "tolerates_off_thread_polling", "medium"):
+        assert hasattr(base, name), name
 
 
 # -- LMCache --------------------------------------------------------------
