@@ -127,8 +127,8 @@ def test_vllm_tier_via_factory(master):
 
 
 def test_vllm_tier_options_via_factory(master):
-    """0.34's factory options: a backpressure detector built by vLLM from
-    the tier's entry, the entry's locality, the tier's medium."""
+    """The factory's options (0.33, 0.34): a backpressure detector built
+    by vLLM from the tier's entry, the entry's locality, the tier's medium."""
     pytest.importorskip("vllm")
     from vllm.v1.kv_offload.tiering import base as tier_base
     from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
@@ -148,7 +148,6 @@ def test_vllm_tier_options_via_factory(master):
         assert type(tier.bp_detector).__name__ == "EMABackpressureDetector"
         assert tier.locality is Locality.REMOTE
         assert tier.medium is Medium.CPU and tier.cache_hit_source is CacheHitSource.HOST
-        assert kv.CAN_DEFER_RELEASE and kv.PARTIAL_LOADS
     finally:
         tier.shutdown()
 
