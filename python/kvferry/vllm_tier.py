@@ -284,8 +284,8 @@ class KvferryTier(SecondaryTierManager):
         k = bytes(key)
         with self._cv:
             answer = self._cached_answer(k)
-            if answer is not None or not self._sync_lookup:
-                return answer if answer is not None else LookupResult.RETRY
+        if answer is not None:
+            return answer
         try:
             found = self.store.exists(self._key(k))
         except KvferryError:
@@ -296,8 +296,8 @@ class KvferryTier(SecondaryTierManager):
         return LookupResult.HIT if found else LookupResult.MISS
 
     def _cached_answer(self, k: bytes) -> Any:
-        """HIT, MISS or RETRY from what the tier knows; None: ask the
-        store (sync), or RETRY once an async question is queued."""
+        """HIT, MISS or RETRY from what the tier knows (an unknown key,
+        async: RETRY, its question queued); None: ask the store (sync)."""
         if k in self._storing:
             return LookupResult.RETRY
         present = self._known.get(k)
