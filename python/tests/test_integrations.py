@@ -174,6 +174,18 @@ def pause(pid, timeout=5):
     raise AssertionError("process %d did not stop" % pid)
 
 
+def wait_running(tier, job_id, timeout=5):
+    """Waits until the tier's worker has taken job job_id (its store call
+    then waits on the stopped master)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        running = tier._running
+        if running is not None and running.meta.job_id == job_id:
+            return
+        time.sleep(0.005)
+    raise AssertionError("job %d did not start" % job_id)
+
+
 def stored_tier(master, nslots, slot, keys, **kw):
     """A tier whose keys are stored from slots 0.. (random bytes)."""
     primary, tier = make_tier(master, nslots=nslots, slot=slot, namespace=ns(), **kw)
@@ -204,7 +216,7 @@ def test_vllm_tier_stalled_load_defers_release(own_store, monkeypatch, defer):
         pause(m.pid)
         try:
             tier.submit_load(job(2, keys[:2], [4, 5], promotion=True))
-            time.sleep(0.1)      # job 2 is running, blocked on the master
+            wait_running(tier, 2)
             tier.submit_load(job(3, keys[2:], [6, 7], promotion=True))
             res = wait_jobs(tier, 2 if defer else 1, timeout=3)
             assert not res[3].success and not res[3].successful_keys
@@ -263,7 +275,7 @@ def test_vllm_tier_drain_jobs(own_store):
         done = threading.Event()
         try:
             tier.submit_load(job(4, keys[4:6], [8, 9], promotion=True))
-            time.sleep(0.1)
+            wait_running(tier, 4)
             tier.submit_store(job(5, keys[:2], [0, 1]))
             tier.submit_load(job(6, keys[6:], [10, 11], promotion=True))
             threading.Thread(target=lambda: (tier.drain_jobs(), done.set()), daemon=True).start()
