@@ -59,7 +59,8 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Collection, Deque, Dict, Iterable, List, Optional, Tuple
 
-from .errors import ERR_EXISTS, OK, KvferryError
+from .errors import (ERR_CONN_RESET, ERR_CONNECT, ERR_EXISTS, ERR_PEER_CLOSED,
+                     ERR_PEER_UNREACHABLE, ERR_TIMEOUT, ERR_UNAVAILABLE, OK, KvferryError)
 from .store import BATCH_MAX, Store
 
 log = logging.getLogger("kvferry.vllm_tier")
@@ -185,6 +186,10 @@ PARTIAL_LOADS = "successful_keys" in _RESULT_FIELDS
 
 BATCH_BYTES = 64 << 20      # bytes of one store call: progress is seen per call
 KNOWN_MAX = 1 << 20         # keys whose presence the tier remembers (LRU)
+STALL_HOLD = 10             # after expiring loads, lookups miss for this many load timeouts
+# statuses of a call the store did not answer (a stalled or unreachable store)
+_UNANSWERED = frozenset((ERR_TIMEOUT, ERR_CONNECT, ERR_CONN_RESET, ERR_PEER_CLOSED,
+                         ERR_PEER_UNREACHABLE, ERR_UNAVAILABLE))
 
 
 def _result(job_id: int, success: bool, **fields: Any) -> Any:
@@ -261,6 +266,7 @@ class KvferryTier(SecondaryTierManager):
         self._waiting: Dict[int, _Job] = {}                 # loads not reported, by job id
         self._finished: List[Any] = []
         self._progress_at = time.monotonic()                # a job started or a call ended
+        self._stalled_until = 0.0                           # lookups miss until then
         self._known: "collections.OrderedDict[bytes, bool]" = collections.OrderedDict()
         self._ask: Deque[bytes] = collections.deque()       # async lookups queued
         self._asking: set = set()                           # ... queued or in flight
@@ -298,6 +304,8 @@ class KvferryTier(SecondaryTierManager):
     def _cached_answer(self, k: bytes) -> Any:
         """HIT, MISS or RETRY from what the tier knows (an unknown key,
         async: RETRY, its question queued); None: ask the store (sync)."""
+        if time.monotonic() < self._stalled_until:
+            return LookupResult.MISS    # loads just expired: recompute, no promotion
         if k in self._storing:
             return LookupResult.RETRY
         present = self._known.get(k)
@@ -413,6 +421,14 @@ class KvferryTier(SecondaryTierManager):
             del self._waiting[job.meta.job_id]
             self.stats["expired_loads"] += 1
             self.stats["failed_loads"] += 1
+            self._stalled_until = now + STALL_HOLD * self._load_timeout
+
+    def _progressed(self, statuses: Iterable[int]) -> None:
+        """A store call has ended with these statuses (sizes for gets): one
+        the store answered ends the stall hold."""
+        self._progress_at = time.monotonic()
+        if any(st not in _UNANSWERED for st in statuses):
+            self._stalled_until = 0.0
 
     def _stored(self, job: _Job) -> None:
         """A store job has ended (or will not run): its keys answer again."""
@@ -458,7 +474,6 @@ class KvferryTier(SecondaryTierManager):
                 result = _result(job.meta.job_id, False, successful_keys=list(job.good))
             with self._cv:
                 self._running = None
-                self._progress_at = time.monotonic()
                 if job.release is not None:
                     job.release.set()       # reported already; no read runs now
                 else:
@@ -476,10 +491,11 @@ class KvferryTier(SecondaryTierManager):
                 keys = [self._ask.popleft() for _ in range(min(BATCH_MAX, len(self._ask)))]
             try:
                 found = self.store.exists_batch([self._key(k) for k in keys])
-            except KvferryError:
-                found = [False] * len(keys)
+                statuses = [OK]
+            except KvferryError as e:
+                found, statuses = [False] * len(keys), [e.code]
             with self._cv:
-                self._progress_at = time.monotonic()
+                self._progressed(statuses)
                 for k, f in zip(keys, found):
                     self._asking.discard(k)
                     self._remember(k, f)
@@ -500,15 +516,15 @@ class KvferryTier(SecondaryTierManager):
         for a, b, names, spans in self._calls(job):
             try:
                 sts = self.store.put_batch(names, spans, replicas=self.replicas, check=False)
-            except KvferryError:
-                sts = [-1] * (b - a)
+            except KvferryError as e:
+                sts = [e.code] * (b - a)
             for k, s in zip(job.keys[a:b], sts):
                 if s in (OK, ERR_EXISTS):
                     done.append(bytes(k))
                 else:
                     ok = False
             with self._cv:
-                self._progress_at = time.monotonic()
+                self._progressed(sts)
         with self._cv:
             self._stored(job)
             for k in done:
@@ -526,11 +542,11 @@ class KvferryTier(SecondaryTierManager):
                     break           # reported failed: read no more
             try:
                 lens = self.store.get_batch(names, spans, check=False)
-            except KvferryError:
-                lens = [-1] * (b - a)
+            except KvferryError as e:
+                lens = [e.code] * (b - a)
             with self._cv:
                 job.good += [k for k, n in zip(job.keys[a:b], lens) if n == self._slot]
-                self._progress_at = time.monotonic()
+                self._progressed(lens)
         with self._cv:
             ok = len(job.good) == len(job.keys)
             self.stats["loads"] += 1

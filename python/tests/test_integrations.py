@@ -11,6 +11,7 @@ the module runs over its stand-in base, with the same methods.
 
 import asyncio
 import os
+from types import SimpleNamespace
 import signal
 import threading
 import time
@@ -174,16 +175,16 @@ def pause(pid, timeout=5):
     raise AssertionError("process %d did not stop" % pid)
 
 
-def wait_running(tier, job_id, timeout=5):
-    """Waits until the tier's worker has taken job job_id (its store call
-    then waits on the stopped master)."""
+def wait_running(tier, job_id=None, timeout=5):
+    """Waits until the tier's worker has taken job job_id (any job: None);
+    its store call then waits on the stopped master."""
     end = time.time() + timeout
     while time.time() < end:
         running = tier._running
-        if running is not None and running.meta.job_id == job_id:
+        if running is not None and job_id in (None, running.meta.job_id):
             return
         time.sleep(0.005)
-    raise AssertionError("job %d did not start" % job_id)
+    raise AssertionError("job %s did not start" % job_id)
 
 
 def stored_tier(master, nslots, slot, keys, **kw):
@@ -230,6 +231,8 @@ def test_vllm_tier_stalled_load_defers_release(own_store, monkeypatch, defer):
             else:
                 assert 2 not in res
             assert tier.has_pending_work()
+            # loads just expired: lookups miss (vLLM recomputes) until the store answers
+            assert tier.lookup(keys[0], None) == kv.LookupResult.MISS
         finally:
             os.kill(m.pid, signal.SIGCONT)
         if defer:
@@ -242,6 +245,7 @@ def test_vllm_tier_stalled_load_defers_release(own_store, monkeypatch, defer):
         assert (primary[4:6] == want[:2]).all()
         assert not primary[6:8].any()
         assert tier.stats["expired_loads"] == (2 if defer else 1)
+        assert tier.lookup(keys[0], None) == kv.LookupResult.HIT
         tier.drain_jobs()
         assert not tier.has_pending_work()
     finally:
@@ -294,6 +298,114 @@ def test_vllm_tier_drain_jobs(own_store):
         assert wait_jobs(tier, 1, timeout=0.2) == {} and not tier.has_pending_work()
     finally:
         tier.shutdown()
+
+
+def vllm_tiering():
+    """vLLM's tiering manager and its CPU primary tier, or a skip."""
+    pytest.importorskip("vllm")
+    try:
+        from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
+        from vllm.v1.kv_offload.tiering import manager
+        from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext
+    except ImportError as e:
+        pytest.skip("this vLLM has no tiering manager of 0.33's shape: %s" % e)
+    if not hasattr(manager, "CPUPrimaryTierOffloadingManager"):
+        pytest.skip("this vLLM has no CPUPrimaryTierOffloadingManager")
+    return SimpleNamespace(region=SharedOffloadRegion, manager=manager, hit=LookupResult,
+                           ctx=ReqContext, end=ScheduleEndContext)
+
+
+def steps_until(mgr, v, cond, timeout=10):
+    """Engine steps (on_schedule_end) until cond() holds."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        mgr.on_schedule_end(v.end((), ()))
+        time.sleep(0.01)
+    return cond()
+
+
+def test_vllm_tier_under_vllm_manager(own_store):
+    """The tier under vLLM's own TieringOffloadingManager and CPU primary
+    tier (a shared-memory region as vLLM makes it): chunks stored by vLLM
+    cascade to the store, come back by promotion after a cache reset, byte
+    for byte; a stalled store: the promotion fails, vLLM keeps the chunks
+    out of its free pool until the read has ended (0.34's deferred
+    release; 0.33 waits for the read), lookups miss meanwhile, and
+    reset_cache (drain_jobs) meets vLLM's assertions."""
+    v = vllm_tiering()
+    m, _ = own_store
+    nchunks, slot = 8, 65536
+    region = v.region(uuid.uuid4().hex, nchunks, None, slot, slot)
+    primary = v.manager.CPUPrimaryTierOffloadingManager(nchunks, region)
+    view = primary.get_kv_memoryview()
+    cache = np.asarray(view).view(np.uint8)
+    tier = kv.KvferryTier(offloading_spec=None, primary_kv_view=view, tier_type="KvferryTier",
+                          master=m.address, namespace=ns(), load_timeout_ms=300,
+                          timeout_ms=8000)
+    mgr = v.manager.TieringOffloadingManager(primary, [tier])
+    try:
+        keys = [uuid.uuid4().bytes + b"\0\0\0\0" for _ in range(4)]
+        want = np.random.default_rng(3).integers(0, 256, (4, slot), dtype=np.uint8)
+        a = v.ctx(req_id="a")
+        mgr.on_new_request(a)
+        out = mgr.prepare_store(keys, a)
+        cache[np.asarray(out.store_spec.chunk_ids)] = want      # vLLM's GPU->CPU copy
+        mgr.complete_store(keys, a, True)
+        mgr.on_request_finished(a)
+        assert steps_until(mgr, v, lambda: not mgr.has_pending_work())
+        assert tier.stats["stores"] == 1 and tier.stats["bytes"] == 4 * slot
+        mgr.reset_cache()
+        mgr.on_reset_flushed()
+        cache[:] = 0
+
+        # promotion: the keys come back from the store
+        b = v.ctx(req_id="b")
+        mgr.on_new_request(b)
+        assert steps_until(mgr, v, lambda: all(mgr.lookup(k, b) is v.hit.HIT for k in keys[:2]))
+        ids = np.asarray(mgr.prepare_load(keys[:2], b).chunk_ids)
+        assert (cache[ids] == want[:2]).all()
+        mgr.complete_load(keys[:2], b)
+
+        # a stalled store: the promotion of keys 2 and 3 hangs on the master
+        pause(m.pid)
+        try:
+            assert mgr.lookup(keys[2], b) is v.hit.HIT_PENDING
+            assert mgr.lookup(keys[3], b) is v.hit.HIT_PENDING
+            mgr.on_schedule_end(v.end((), ()))      # submits the load
+            wait_running(tier)
+            if kv.CAN_DEFER_RELEASE:
+                # failed at once; both chunks held until the read ends
+                assert steps_until(mgr, v, lambda: primary.num_deferred_release_chunks == 2,
+                                   timeout=3)
+                assert mgr.lookup(keys[2], b) is v.hit.MISS and mgr.has_pending_work()
+                time.sleep(0.5)
+                assert primary.num_deferred_release_chunks == 2
+            else:
+                time.sleep(1.0)
+                assert mgr.lookup(keys[2], b) is v.hit.HIT_PENDING
+            # vLLM's reset drains the tier: it returns once the read has ended
+            done = threading.Event()
+            threading.Thread(target=lambda: (mgr.reset_cache(), done.set()), daemon=True).start()
+            assert not done.wait(0.5)
+        finally:
+            os.kill(m.pid, signal.SIGCONT)
+        assert done.wait(10)        # vLLM asserts no job and no deferred release is left
+        if kv.CAN_DEFER_RELEASE:
+            assert primary.num_deferred_release_chunks == 0
+        mgr.on_reset_flushed()
+        # the store answers again: the keys promote and load byte for byte
+        cache[:] = 0
+        assert steps_until(mgr, v, lambda: all(mgr.lookup(k, b) is v.hit.HIT for k in keys))
+        ids = np.asarray(mgr.prepare_load(keys, b).chunk_ids)
+        assert (cache[ids] == want).all()
+        mgr.complete_load(keys, b)
+        mgr.on_request_finished(b)
+    finally:
+        tier.shutdown()
+        del cache, view
+        mgr.shutdown()
 
 
 def test_vllm_tier_stand_in_in_step():
