@@ -303,6 +303,8 @@ def test_vllm_tier_drain_jobs(own_store):
 def vllm_tiering():
     """vLLM's tiering manager and its CPU primary tier, or a skip."""
     pytest.importorskip("vllm")
+    if not kv.HAVE_VLLM:
+        pytest.skip("this vLLM's tier interface is older than 0.33's: the stand-in base is used")
     try:
         from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
         from vllm.v1.kv_offload.tiering import manager
