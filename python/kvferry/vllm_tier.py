@@ -161,8 +161,16 @@ except Exception:  # pragma: no cover - depends on the environment
         def shutdown(self) -> None:
             return
 
+        @classmethod
+        def build_metric_definitions(cls, extra_config: Dict[str, Any]) -> Dict[str, Any]:
+            return {}
+
         def get_stats(self) -> Any:
             return None
+
+        @classmethod
+        def config_info_keys(cls, tier_config: Dict[str, Any]) -> Tuple[str, ...]:
+            return ()
 
         def config_info(self) -> Dict[str, str]:
             return {}

@@ -422,7 +422,8 @@ def test_vllm_tier_stand_in_in_step():
     assert kv.CAN_DEFER_RELEASE and kv.PARTIAL_LOADS
     for name in ("has_pending_work", "take_events", "on_request_finished",
                  "serve_external_requests", "on_schedule_end", "shutdown", "bp_detector",
-                 "block_size_bytes", "tolerates_off_thread_polling", "medium"):
+                 "block_size_bytes", "tolerates_off_thread_polling", "medium", "get_stats",
+                 "build_metric_definitions", "config_info_keys", "config_info"):
         assert hasattr(base, name), name
 
 
