@@ -410,21 +410,52 @@ def test_vllm_tier_under_vllm_manager(own_store):
         mgr.shutdown()
 
 
-def test_vllm_tier_stand_in_in_step():
-    """Without vLLM the stand-in base has 0.34's abstract methods,
-    defaults and properties, and the tier implements them."""
-    if kv.HAVE_VLLM:
-        pytest.skip("vLLM's real base is in use")
+def tier_shape(kv):
+    """Public names and abstract methods of the module's base, and the
+    fields of its result types."""
+    import dataclasses
+
     base = kv.SecondaryTierManager
-    assert base.__abstractmethods__ == {"lookup", "submit_store", "submit_load",
-                                        "get_finished_jobs", "on_new_request", "drain_jobs"}
-    assert not kv.KvferryTier.__abstractmethods__
-    assert kv.CAN_DEFER_RELEASE and kv.PARTIAL_LOADS
+    return {"names": sorted(n for n in dir(base) if not n.startswith("_")),
+            "abstract": sorted(base.__abstractmethods__),
+            "result": [f.name for f in dataclasses.fields(kv.JobResult)],
+            "job": [f.name for f in dataclasses.fields(kv.TransferJob)]}
+
+
+def test_vllm_tier_stand_in_in_step():
+    """The stand-in base (the module in a process without vLLM) has the
+    names, abstract methods and result types of vLLM 0.34's, where that
+    vLLM is installed, else the names 0.34 has."""
+    import inspect
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys\n"
+            "sys.modules['vllm'] = None  # as if vLLM were not installed\n"
+            "from kvferry import vllm_tier as kv\n"
+            "assert not kv.HAVE_VLLM and not kv.KvferryTier.__abstractmethods__\n"
+            + inspect.getsource(tier_shape) + "\nprint(json.dumps(tier_shape(kv)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    stand_in = json.loads(out.stdout.splitlines()[-1])
+    if kv.HAVE_VLLM and kv.CAN_DEFER_RELEASE:
+        real = tier_shape(kv)
+        # cache_hit_source: vLLM derives it from medium with its own enum
+        assert set(real["names"]) - set(stand_in["names"]) == {"cache_hit_source"}
+        assert set(stand_in["names"]) <= set(real["names"])
+        assert stand_in["abstract"] == real["abstract"]
+        assert stand_in["result"] == real["result"] and stand_in["job"] == real["job"]
+        return
+    assert stand_in["abstract"] == ["drain_jobs", "get_finished_jobs", "lookup",
+                                    "on_new_request", "submit_load", "submit_store"]
+    assert "deferred_release" in stand_in["result"] and "touch" not in stand_in["names"]
     for name in ("has_pending_work", "take_events", "on_request_finished",
                  "serve_external_requests", "on_schedule_end", "shutdown", "bp_detector",
                  "block_size_bytes", "tolerates_off_thread_polling", "medium", "get_stats",
                  "build_metric_definitions", "config_info_keys", "config_info"):
-        assert hasattr(base, name), name
+        assert name in stand_in["names"], name
 
 
 # -- LMCache --------------------------------------------------------------
