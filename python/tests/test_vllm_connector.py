@@ -13,6 +13,7 @@ tensors shaped by vLLM's attention backend; elsewhere the same flow runs
 over the module's stand-in base with numpy caches.
 """
 
+import inspect
 import types
 import uuid
 
@@ -206,7 +207,10 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
         nr = []
         for r, ids, c, _ in new:
             r.num_computed_tokens = c
-            nr.append(NewRequestData.from_request(r, (list(ids),)))
+            if "prefill_token_ids" in inspect.signature(NewRequestData.from_request).parameters:
+                nr.append(NewRequestData.from_request(r, (list(ids),), list(r.prompt_token_ids)))
+            else:  # before vLLM 0.34
+                nr.append(NewRequestData.from_request(r, (list(ids),)))
         cr = CachedRequestData.make_empty()
         for r, ids, c, _ in cached:
             cr.req_ids.append(r.request_id)
