@@ -14,6 +14,7 @@ over the module's stand-in base with numpy caches.
 """
 
 import inspect
+import time
 import types
 import uuid
 
@@ -32,6 +33,7 @@ def ns():
 
 
 OVERLAP = [False]
+LOAD_MODE = ["layerwise"]
 
 
 def extra(master, namespace):
@@ -39,7 +41,8 @@ def extra(master, namespace):
     (objects, tails and groups all occur with a few blocks); loads and
     saves on the mover thread or in the caller's (the overlap fixture)."""
     return {"master": master, "namespace": namespace, "model": "tiny",
-            "chunk_tokens": 2 * BS, "layer_groups": 2, "overlap": OVERLAP[0]}
+            "chunk_tokens": 2 * BS, "layer_groups": 2, "overlap": OVERLAP[0],
+            "load_mode": LOAD_MODE[0]}
 
 
 @pytest.fixture(params=["inline", "overlap"], autouse=True)
@@ -584,3 +587,47 @@ def test_tensor_parallel_ranks(master):
     finally:
         for c in (sched, sched1, w0, w1):
             c.shutdown()
+
+
+def test_async_loads(world):
+    """load_mode "async": the lookup answers an asynchronous load, the
+    worker loads between steps and get_finished names the request once
+    its blocks are in the cache (byte for byte); a damaged chunk's
+    blocks are reported by then."""
+    name = ns()
+    LOAD_MODE[0] = "async"
+    try:
+        w = world(name, "kv_both")
+        s, wk = w.make(w.scheduler), w.make(w.worker)
+    finally:
+        LOAD_MODE[0] = "layerwise"
+    try:
+        kv = w.caches(8)
+        wk.register_kv_caches(kv)
+        tokens = list(range(900, 900 + 4 * BS + 1))
+        step(w, s, wk, w.sched_out(new=[(w.request("a", tokens), [0, 1, 2, 3, 4], 0, len(tokens))]))
+        assert wk.flush()
+        r = w.request("b", tokens)
+        assert s.may_load_async(r)
+        assert s.get_num_new_matched_tokens(r, 0) == (4 * BS, True)
+        s.update_state_after_alloc(r, w.blocks([10, 11, 12, 13, 14]), 4 * BS)
+        # the step that starts the load computes nothing of the request
+        meta = s.build_connector_meta(w.sched_out())
+        assert [ld.is_async for ld in meta.loads] == [True]
+        wk.bind_connector_metadata(meta)
+        wk.start_load_kv(None)
+        wk.wait_for_save()
+        done = set()
+        for _ in range(200):
+            _, recved = wk.get_finished(set())
+            done |= recved or set()
+            if "b" in done:
+                break
+            time.sleep(0.01)
+        assert done == {"b"}
+        assert wk.get_block_ids_with_load_errors() == set()
+        assert blocks_equal(w, kv, kv, [0, 1, 2, 3], [10, 11, 12, 13])
+        s.update_state_after_alloc(r, w.blocks([]), 0)  # vLLM's second call
+    finally:
+        s.shutdown()
+        wk.shutdown()
