@@ -279,6 +279,24 @@ _STATS_LOCK = threading.Lock()
 _STATS: Dict[str, Dict[str, int]] = {}
 
 
+def _engine_stats(cfg: Any) -> Dict[str, int]:
+    """The counters of the engine cfg (vLLM's kv_transfer_config) belongs
+    to: by its engine_id, else kept on the config object itself."""
+    engine_id = getattr(cfg, "engine_id", None)
+    if engine_id:
+        return _shared_stats(str(engine_id))
+    stats = getattr(cfg, "_kvferry_stats", None)
+    if stats is None:
+        stats = _shared_stats("config-%d" % id(cfg))
+        try:
+            setattr(cfg, "_kvferry_stats", stats)
+        except Exception:  # a frozen config: this instance's own
+            with _STATS_LOCK:
+                _STATS.pop("config-%d" % id(cfg), None)
+            stats = dict(stats)
+    return stats
+
+
 def _shared_stats(engine_id: str) -> Dict[str, int]:
     with _STATS_LOCK:
         return _STATS.setdefault(engine_id, {
@@ -336,7 +354,7 @@ class KvferryConnector(KVConnectorBase_V1):
         hazard = recompute_hazard(vllm_config)
         if hazard:
             log.warning("%s", hazard)
-        self.stats = _shared_stats(str(getattr(cfg, "engine_id", "") or id(self)))
+        self.stats = _engine_stats(cfg)
         self._lock = threading.Lock()
         master = extra.get("master")
         if master == "embedded":  # a store inside this process

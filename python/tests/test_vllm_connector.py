@@ -317,6 +317,9 @@ def test_prefill_decode_handoff(world):
         assert len(m.loads) == 1 and not m.saves           # consumer: no saves
         assert d_w.get_block_ids_with_load_errors() == set()
         assert d_w.stats["loaded_tokens"] == 5 * BS
+        # one engine's scheduler and worker count together (vLLM builds both
+        # in one process): the worker's stats show the scheduler's lookup
+        assert d_w.stats["lookups"] == 1 and d_w.stats["hit_tokens"] == 5 * BS
         assert blocks_equal(wd, p_kv, d_kv, p_ids[:5], d_ids[:5])
         # the sixth block (partial) was neither saved nor loaded
         assert not blocks_equal(wd, p_kv, d_kv, p_ids[5:], d_ids[5:])
