@@ -287,21 +287,22 @@ def _engine_stats(cfg: Any) -> Dict[str, int]:
         return _shared_stats(str(engine_id))
     stats = getattr(cfg, "_kvferry_stats", None)
     if stats is None:
-        stats = _shared_stats("config-%d" % id(cfg))
+        stats = _new_stats()
         try:
             setattr(cfg, "_kvferry_stats", stats)
         except Exception:  # a frozen config: this instance's own
-            with _STATS_LOCK:
-                _STATS.pop("config-%d" % id(cfg), None)
-            stats = dict(stats)
+            pass
     return stats
+
+
+def _new_stats() -> Dict[str, int]:
+    return {"lookups": 0, "hit_tokens": 0, "loaded_tokens": 0, "load_failures": 0,
+            "saved_chunks": 0, "saved_objects": 0}
 
 
 def _shared_stats(engine_id: str) -> Dict[str, int]:
     with _STATS_LOCK:
-        return _STATS.setdefault(engine_id, {
-            "lookups": 0, "hit_tokens": 0, "loaded_tokens": 0, "load_failures": 0,
-            "saved_chunks": 0, "saved_objects": 0})
+        return _STATS.setdefault(engine_id, _new_stats())
 
 
 class _Step:
