@@ -739,16 +739,24 @@ class ChunkStore(ChunkIndex):
         the mapping directly."""
         pool = self._kvg.GpuMem(base, maplen, _lib.MEM_PINNED, 0)
         gst = self._gpu_stage()
-        for sl in self._stage_slices(rows, lambda r: self.map.object_bytes(g, r[2]),
-                                     0 if gst is None else self._gstage_bytes):
-            local = [(r[0], off if gst is not None else r[1]) + tuple(r[2:]) for r, off in sl]
-            objs, cache = self._descriptors(gb, local)
+        for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst):
             full = [(r[0], o, c, r[6]) for r, o, c in zip(local, objs, cache)]
             with self._move_lock:
                 if gst is not None:
                     self._dma(pool, gst, [r[1] for r, _ in sl], [off for _, off in sl],
                               [self.map.object_bytes(g, r[2]) for r, _ in sl])
                 self._scatter(gst if gst is not None else pool, full, bad)
+
+    def _staged_rows(self, gb: "_GroupBatch", rows, g: int, gst: Any):
+        """rows (tag, offset in the pool mapping, k, j0, j1, blocks, ...) in
+        slices that fit the GPU stage: per slice (row, stage offset) pairs,
+        the rows with their objects' offsets where the copy finds them (the
+        stage, or the mapping without one), and their descriptors."""
+        cap = 0 if gst is None else self._gstage_bytes
+        for sl in self._stage_slices(rows, lambda r: self.map.object_bytes(g, r[2]), cap):
+            local = [(r[0], off if gst is not None else r[1]) + tuple(r[2:]) for r, off in sl]
+            objs, cache = self._descriptors(gb, local)
+            yield sl, local, objs, cache
 
     def _descriptors(self, gb: _GroupBatch, rows) -> Tuple[List[Any], List[Any]]:
         """Per row (tag, object offset, blocks k, j0, j1, cache blocks, ...):
@@ -1022,10 +1030,7 @@ class ChunkStore(ChunkIndex):
         kernel writing the mapping directly. Headers written by the host."""
         pool = self._kvg.GpuMem(base, maplen, _lib.MEM_PINNED, 0)
         gst = self._gpu_stage()
-        for sl in self._stage_slices(rows, lambda r: self.map.object_bytes(g, r[2]),
-                                     0 if gst is None else self._gstage_bytes):
-            local = [(r[0], off if gst is not None else r[1]) + tuple(r[2:]) for r, off in sl]
-            objs, cache = self._descriptors(gb, local)
+        for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst):
             full = [(r[0], c, o) for r, o, c in zip(local, objs, cache)]
             with self._move_lock:
                 for vi, sums in self._gather(self._side, gst if gst is not None else pool, full):
