@@ -593,7 +593,6 @@ static int kvf_blocks_record(const kvf_blocks_out_t *bo,
     kvf_record_config_num(rec, "conns", o->s.conns);
     if (strcmp(kvf_peer_transport(s->peer), "ucx") == 0) {
         kvf_record_config(rec, "ucx_workers", kvf_config_get("ucx_workers"));
-        kvf_record_config(rec, "ucx_spin_us", kvf_config_get("ucx_spin_us"));
         kvf_record_config(rec, "ucx_read_mode",
                           kvf_config_get("ucx_read_mode"));
         kvf_record_config(rec, "ucx_write_mode",
