@@ -4,10 +4,11 @@
  * initiator picks random, non-overlapping blocks (default 8 KiB) in the
  * local and in the remote pool, moves them as one batch (WRITE or READ),
  * repeats, and prints the median in seed 000's format. In the same run it
- * measures the raw ceiling of the path (`bench link`: the same bytes
- * moved contiguously with the same parallelism: tcp streams over the
- * same connections, shm copies on as many threads as its workers), one
- * sample before each iteration so both see the same machine, and prints
+ * measures the ceiling of the path: the same bytes moved contiguously
+ * with the same parallelism, the faster of `bench link`'s raw move (tcp
+ * streams over the same connections, shm copies on as many threads as
+ * its workers) and one contiguous operation through the same engine,
+ * one sample before each iteration so both see the same machine, and prints
  * each row as a share of the best sample (docs/performance.md, "Ceilings").
  * A share above 105 % means the ceiling did not bound the row: the run
  * says so instead of printing a verdict against it. --verify compares checksums of every moved block on both sides.
@@ -307,8 +308,10 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
             uint64_t roff =
                 kvf_prng_below(rng, (s->remote_len - bytes) / 4096 + 1) * 4096;
 
-            status = kvf_peer_link_test(s->peer, op, s->pool + loff,
-                                        s->remote + roff, bytes, &lsec[it]);
+            status = kvf_bench_ceiling_sample(s->engine, s->peer, op,
+                                              s->pool + loff, s->remote + roff,
+                                              bytes, o->s.timeout_ms,
+                                              &lsec[it]);
             if (status != KVF_OK) {
                 fprintf(stderr, "kvferry: link test: %s\n",
                         kvf_status_str(status));
@@ -856,8 +859,10 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
             printf("link = raw ceiling of the same bytes on this transport "
                    "(tcp: contiguous streams over the same %u connections; "
                    "ucx: contiguous puts or gets cut over the same %s "
-                   "workers; shm: contiguous copies, a thread per worker), "
-                   "the best of the samples taken before each iteration\n",
+                   "workers; shm: contiguous copies, a thread per worker; or "
+                   "one contiguous operation through the engine, whichever "
+                   "is faster), the best of the samples taken before each "
+                   "iteration\n",
                    o.s.conns,
                    kvf_config_get("ucx_workers") != NULL
                        ? kvf_config_get("ucx_workers")

@@ -26,8 +26,14 @@
  * half the pool) on the same peer with the transport's parallelism (tcp:
  * the same connections; shm: a copying thread per worker, and as many
  * such copies at once as te has threads, since a submitting thread may
- * copy its own batch besides the workers). The best sample is the
- * ceiling; each row is printed as a share of it, and a row above 105 %
+ * copy its own batch besides the workers), and the same bytes as one
+ * operation through the engine; a sample is the faster, the best sample
+ * the raw ceiling. Each size also runs, right after its row in every
+ * round, its own workload with each batch moved as one contiguous
+ * operation (the same threads, the same bytes in flight: on loopback
+ * the bytes in flight decide how much the copies hit the caches); the
+ * size's ceiling is the better of its best such round and the raw one.
+ * Each row is printed as a share of its ceiling, and a row above 105 %
  * is reported as a ceiling that did not bound it.
  */
 #include "tools/bench/te.h"
@@ -165,6 +171,7 @@ typedef struct kvf_te_thread {
     double *lat_ms; /* batch latencies, up to lat_cap kept */
     size_t nlat, lat_cap;
     kvf_op_t *ops;
+    int contig; /* the ceiling's run: each batch as one contiguous op */
     kvf_status_t status;
 } kvf_te_thread_t;
 
@@ -174,9 +181,23 @@ static kvf_status_t kvf_te_batch(kvf_te_thread_t *t, uint64_t k, double *ms_p)
     const kvf_te_opts_t *o = t->o;
     kvf_batch_h batch;
     kvf_status_t status;
-    uint64_t i, t0;
+    uint64_t i, t0, nops = o->batch;
 
-    for (i = 0; i < o->batch; i++) {
+    if (t->contig) {
+        /* the same bytes in flight as one operation: batch consecutive
+         * blocks of the slice, never wrapping */
+        uint64_t span = t->lslots < t->rslots ? t->lslots : t->rslots;
+        uint64_t b0 = span > o->batch ? (k * o->batch) % (span - o->batch + 1)
+                                      : 0;
+
+        t->ops[0].type = o->op;
+        t->ops[0].local = t->local + b0 * t->block;
+        t->ops[0].peer = t->s->peer;
+        t->ops[0].remote = t->remote + b0 * t->block;
+        t->ops[0].length = t->block * (span < o->batch ? span : o->batch);
+        nops = 1;
+    }
+    for (i = 0; i < o->batch && !t->contig; i++) {
         uint64_t n = k * o->batch + i;
 
         t->ops[i].type = o->op;
@@ -186,7 +207,7 @@ static kvf_status_t kvf_te_batch(kvf_te_thread_t *t, uint64_t k, double *ms_p)
         t->ops[i].length = t->block;
     }
     t0 = kvf_clock_ns();
-    status = kvf_batch_submit_ex(t->s->engine, t->ops, o->batch,
+    status = kvf_batch_submit_ex(t->s->engine, t->ops, nops,
                                  o->no_inline ? 0 : KVF_BATCH_INLINE, &batch);
     if (status != KVF_OK) {
         return status;
@@ -223,7 +244,7 @@ static void *kvf_te_thread_main(void *arg)
 
 /* Runs one block size with all threads; fills row. */
 static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
-                            uint64_t block, kvf_te_row_t *row)
+                            uint64_t block, int contig, kvf_te_row_t *row)
 {
     kvf_te_thread_t th[KVF_TE_THREADS_MAX];
     uint64_t lslice = s->pool_len / o->threads;
@@ -250,6 +271,7 @@ static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
         t->o = o;
         t->s = s;
         t->block = block;
+        t->contig = contig;
         t->local = s->pool + i * lslice;
         t->remote = s->remote + i * rslice;
         t->lslots = lslice / block;
@@ -392,6 +414,20 @@ static kvf_status_t kvf_te_link_sample(const kvf_te_opts_t *o,
     }
     for (i = 0; i < started && st == KVF_OK; i++) {
         st = jobs[i].st;
+    }
+    if (st == KVF_OK) { /* and the whole span as one engine operation */
+        double eng = 0;
+        kvf_op_t one = {o->op, s->pool + loff, s->peer, s->remote + roff, span};
+        kvf_batch_h b;
+
+        t0 = kvf_clock_ns();
+        st = kvf_batch_submit(s->engine, &one, 1, &b);
+        if (st == KVF_OK) {
+            st = kvf_batch_wait(b, (int)o->s.timeout_ms);
+            eng = (double)(kvf_clock_ns() - t0) / 1e9;
+            kvf_batch_destroy(b);
+        }
+        secs = (st == KVF_OK && eng < secs) ? eng : secs;
     }
     if (st == KVF_OK && secs > 0) {
         secs *= (double)l->bytes / (double)span;
@@ -568,8 +604,10 @@ static int kvf_te_cmp_gb_s(const void *a, const void *b)
 int kvf_cmd_bench_te(int argc, char **argv)
 {
     static kvf_te_row_t runs[KVF_TE_BLOCKS_MAX][KVF_TE_ROUNDS_MAX];
-    kvf_te_row_t rows[KVF_TE_BLOCKS_MAX];
+    kvf_te_row_t rows[KVF_TE_BLOCKS_MAX] = {{0}};
     kvf_te_link_t link;
+    kvf_te_row_t cr;
+    double ceil_gb_s[KVF_TE_BLOCKS_MAX] = {0};
     uint64_t seed = 4242;
     double link_gb_s;
     unsigned round;
@@ -620,9 +658,14 @@ int kvf_cmd_bench_te(int argc, char **argv)
                 bad = 1;
                 break;
             }
-            if (kvf_te_run_block(&o, &s, o.blocks[k], &runs[k][round]) != 0) {
+            if (kvf_te_run_block(&o, &s, o.blocks[k], 0, &runs[k][round]) !=
+                    0 ||
+                (o.link && kvf_te_run_block(&o, &s, o.blocks[k], 1, &cr) != 0)) {
                 bad = 1;
                 break;
+            }
+            if (o.link && cr.gb_s > ceil_gb_s[k]) {
+                ceil_gb_s[k] = cr.gb_s;
             }
             kvf_progress_done(&prog, 1);
             if (o.rounds > 1) {
@@ -642,10 +685,12 @@ int kvf_cmd_bench_te(int argc, char **argv)
         kvf_fmt_size(r->block, bstr, sizeof(bstr));
         kvf_te_table_row(&t, &o, r);
         if (link_gb_s > 0) {
-            kvf_out_set(&t, t.nrows - 1, "link_pct",
-                        100.0 * r->gb_s / link_gb_s);
-            kvf_expect_figure(o.expect, "link_pct", 100.0 * r->gb_s / link_gb_s,
-                              bstr);
+            /* this size's ceiling: the raw link, or its own batches as
+             * contiguous operations, whichever moved more */
+            double c = ceil_gb_s[k] > link_gb_s ? ceil_gb_s[k] : link_gb_s;
+
+            kvf_out_set(&t, t.nrows - 1, "link_pct", 100.0 * r->gb_s / c);
+            kvf_expect_figure(o.expect, "link_pct", 100.0 * r->gb_s / c, bstr);
         }
         kvf_out_text_row(&t, t.nrows - 1, stdout);
         kvf_expect_figure(o.expect, "gb_s", r->gb_s, bstr);
@@ -660,8 +705,11 @@ int kvf_cmd_bench_te(int argc, char **argv)
     }
     if (link_gb_s > 0) {
         kvf_fmt_size(link.bytes, bstr, sizeof(bstr));
-        printf("link = %.3f GB/s: the best of %u contiguous moves of %s "
-               "interleaved with the sizes (%s)\n",
+        printf("%% link = share of the size's ceiling: the better of its own "
+               "batches moved as contiguous operations (same threads, same "
+               "bytes in flight, best round) and the raw link = %.3f GB/s, "
+               "the best of %u contiguous moves of %s interleaved with the "
+               "sizes (%s)\n",
                link_gb_s, link.n, bstr,
                link.copies > 1 ? "shm: one copying thread per worker, on "
                                  "each te thread at once"
