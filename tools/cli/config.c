@@ -83,8 +83,8 @@ static void kvf_config_markdown(void)
         "",
         "Keys a deployment sets.",
         "Performance knobs and limits, with measured or safe defaults.",
-        "Fault injection, diagnostics and the dials that re-run a past A/B "
-        "(hidden by `kvferry config` unless `--all`)."};
+        ("Fault injection, diagnostics and the dials that re-run a past A/B "
+         "(hidden by `kvferry config` unless `--all`).")};
     kvf_config_print_t p = {.markdown = 1};
     int g;
 
