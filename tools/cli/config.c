@@ -119,8 +119,8 @@ int kvf_cmd_config(int argc, char **argv)
 {
     static const char *const titles[] = {
         "", "# user keys: the ones a deployment sets\n",
-        "\n# tuning keys: performance knobs and limits with measured or safe "
-        "defaults\n",
+        ("\n# tuning keys: performance knobs and limits with measured or "
+         "safe defaults\n"),
         "\n# debug keys: fault injection, diagnostics, experiment dials\n"};
     static int all, markdown;
     static const kvf_opt_t opts[] = {
