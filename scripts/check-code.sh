@@ -5,7 +5,9 @@
 # core/ mem/ transport/ coord/ engine/ store/), the links of README.md and
 # docs/ (scripts/check-links.py), and docs/config.md against `kvferry
 # config --markdown` of the build in build/ (KVFERRY names another
-# command; without one the check fails and says so). Runs every check,
+# command; without one the check fails and says so), and that
+# docs/results stays compact (one Markdown file per cited docs section,
+# at most 1.2 MB in all: per-run records stay out of the tree). Runs every check,
 # prints a line per check, and exits 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,8 +58,25 @@ config_doc() {
   rm -f /tmp/kvf_config_doc.$$
 }
 
+# docs/results: compact files only (docs/records.md)
+results_size() {
+  local bytes others
+  bytes=$(du -sb docs/results | cut -f1)
+  others=$(find docs/results -type f ! -name '*.md' | head -5)
+  if [ -n "$others" ] || [ -n "$(find docs/results -mindepth 1 -type d)" ]; then
+    echo "results-size: docs/results holds more than compact Markdown files:"
+    printf '  %s\n' $others
+    return 1
+  fi
+  if [ "$bytes" -gt 1258291 ]; then
+    echo "results-size: docs/results is $bytes bytes (at most 1.2 MB: keep the rows a doc cites, not per-run files)"
+    return 1
+  fi
+}
+
 run layers python3 scripts/check-layers.py
 run lizard lizard_check
 run links python3 scripts/check-links.py
 run config-doc config_doc
+run results-size results_size
 exit "$fail"
