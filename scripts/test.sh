@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     --full) full=1 ;;
     --asan-drills) asan_drills=1 ;;
     --jobs) jobs=$2; shift ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) ctest_args+=("$1") ;;
   esac
   shift
