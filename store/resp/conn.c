@@ -352,34 +352,23 @@ void kvf_resp_loop_drop_hand(kvf_resp_loop_t *lp)
     lp->nhand = 0;
 }
 
-/* Accepts one connection, admits it (guard.c) and gives it to the loops
- * in turn (resp_spread): the kernel wakes the loops unevenly (a few
- * loops would serve most clients), and a client's requests run on its
- * loop's thread. */
-static void kvf_resp_accept(kvf_resp_loop_t *lp)
+kvf_resp_conn_t *kvf_resp_conn_attach(kvf_resp_loop_t *lp, int fd,
+                                      const struct sockaddr *sa)
 {
     struct kvf_resp *s = lp->srv;
-    struct sockaddr_storage sa = {0};
-    socklen_t slen = sizeof(sa);
     const char *why = "memory";
     kvf_resp_loop_t *to;
     kvf_resp_conn_t *c;
     char line[128];
-    int fd, n;
+    int n;
 
-    fd = accept4(s->lfd, (struct sockaddr *)&sa, &slen,
-                 SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-        return;
-    }
     to = s->spread ? &s->loops[atomic_fetch_add(&s->next_loop, 1) % s->nloops]
                    : lp;
     c = kvf_resp_conn_new(s, fd);
     if (c != NULL) {
         c->lp = to;
     }
-    if (c == NULL || kvf_resp_guard_admit(s, c, (struct sockaddr *)&sa,
-                                          &why) != 0) {
+    if (c == NULL || kvf_resp_guard_admit(s, c, sa, &why) != 0) {
         n = snprintf(line, sizeof(line), "-ERR %s\r\n",
                      strcmp(why, "resp_conns_per_addr") == 0
                          ? "max number of clients per address reached"
@@ -389,10 +378,25 @@ static void kvf_resp_accept(kvf_resp_loop_t *lp)
         if (c != NULL) {
             kvf_resp_conn_free(c);
         }
-        return;
+        return NULL;
     }
     if (to == lp || !kvf_resp_hand(to, c)) {
         kvf_resp_adopt(lp, c);
+    }
+    return c;
+}
+
+/* Accepts one connection and attaches it. */
+static void kvf_resp_accept(kvf_resp_loop_t *lp)
+{
+    struct sockaddr_storage sa = {0};
+    socklen_t slen = sizeof(sa);
+    int fd;
+
+    fd = accept4(lp->srv->lfd, (struct sockaddr *)&sa, &slen,
+                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+        (void)kvf_resp_conn_attach(lp, fd, (struct sockaddr *)&sa);
     }
 }
 

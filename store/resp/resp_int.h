@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* Allocation unit of the value pool. */
 #define KVF_RESP_GRANULE (64u << 10)
@@ -397,7 +398,6 @@ void kvf_resp_txn_free(kvf_resp_conn_t *c);
 
 /* ---- guard.c: caps per address, AUTH attempts, slow readers -------- */
 
-struct sockaddr;
 /* Admits a new connection c (its akey and aname set from sa), making
  * room by shutting down the oldest unauthenticated connection where a
  * cap is reached; -1 (with the cap's key in *why_p) when refused. */
@@ -452,6 +452,11 @@ int kvf_resp_val_ready(kvf_resp_val_t *v);
 /* Runs a connection after an event (0: after its batch); closes it when
  * done with it. */
 void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev);
+/* Makes the accepted socket fd (peer address sa) a connection: admitted
+ * (guard.c) and given to a loop (resp_spread) or to lp; NULL when refused
+ * (told why, fd closed). */
+kvf_resp_conn_t *kvf_resp_conn_attach(kvf_resp_loop_t *lp, int fd,
+                                      const struct sockaddr *sa);
 /* A loop's thread: serves its connections until the server stops. */
 void *kvf_resp_loop_main(void *arg);
 /* Closes the sockets handed to a loop that it never took over (after
