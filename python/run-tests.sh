@@ -2,7 +2,8 @@
 # Tests of the Python package: creates a virtual environment in
 # build-py/venv (ignored by git), pip installs the package from the
 # repository (building the wheel through scikit-build-core, incrementally
-# in build-py/wheel) plus pytest and numpy, and runs pytest on
+# in build-py/wheel) plus pytest, numpy and redis-py (the RESP door's
+# client tests take a current one: Debian's is 4.3), and runs pytest on
 # python/tests against real master/node/target processes. Extra
 # arguments go to pytest (e.g. -k store). The last line is pytest's
 # summary; the exit status is pytest's.
@@ -19,8 +20,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
 pip() { "$venv/bin/python" -m pip -q --disable-pip-version-check "$@"; }
-echo "python tests: installing pytest, numpy, scikit-build-core"
-pip install pytest numpy 'scikit-build-core>=0.10'
+echo "python tests: installing pytest, numpy, scikit-build-core, redis"
+pip install pytest numpy 'scikit-build-core>=0.10' 'redis>=5'
 echo "python tests: building and installing the kvferry wheel"
 # no build isolation: scikit-build-core from the venv, and a build
 # folder kept between runs so a rebuild is incremental
