@@ -85,7 +85,8 @@ static int kvf_fz_drain(int fd)
 }
 
 /* Serves the connection as its loop would (its queued GET or SET run as
- * a store batch) until it waits for input; 0 once it is closed. */
+ * a store batch) until it waits for input; 0 once it is closed. Its
+ * replies are read only when they back up (fewer system calls a run). */
 static int kvf_fz_serve(kvf_resp_loop_t *lp, kvf_resp_conn_t *c, int peer)
 {
     int rounds;
@@ -97,10 +98,11 @@ static int kvf_fz_serve(kvf_resp_loop_t *lp, kvf_resp_conn_t *c, int peer)
         }
         if (lp->nq > 0) {
             kvf_resp_batch_run(lp);
-        } else if (kvf_fz_drain(peer) && c->out_len == c->out_off &&
-                   c->big == NULL) {
+        } else if (c->out_len == c->out_off && c->big == NULL &&
+                   !c->mreplay) {
             break;
         } else {
+            (void)kvf_fz_drain(peer);
             kvf_resp_serve(c, EPOLLOUT);
         }
     }
@@ -110,7 +112,7 @@ static int kvf_fz_serve(kvf_resp_loop_t *lp, kvf_resp_conn_t *c, int peer)
 /* The size of piece i of the stream: the first KVF_FZ_FINE bytes go in
  * pieces of 1 to 64 bytes that flags bits 1-3 choose (so requests are
  * cut at every kind of boundary), the rest in pieces of 4 KiB. */
-#define KVF_FZ_FINE 64u
+#define KVF_FZ_FINE 32u
 static size_t kvf_fz_piece(uint8_t flags, size_t off, size_t i)
 {
     static const size_t sizes[] = {1, 2, 3, 5, 8, 13, 32, 64};
