@@ -1,13 +1,14 @@
 /*
  * The RESP2 front door of the store (`kvferry resp`): a Redis-protocol
- * server answering AUTH, PING, GET, SET, EXISTS, DEL (and the few
- * handshake commands redis-cli, redis-py and redis-benchmark send) on the
- * kvferry store, so Redis clients such as LMCache's resp:// connector use
- * the store with no plugin code. This file holds its configuration keys,
- * the AUTH password (derived from the cluster secret unless a password
- * file gives one), and start and stop: a store client, the value pool,
- * the listening socket and resp_threads event loops. The other modules
- * are listed in resp_int.h.
+ * server answering AUTH, PING, GET, SET, EXISTS, DEL, MULTI/EXEC, INFO
+ * (and the few handshake commands redis-cli, redis-py and
+ * redis-benchmark send) on the kvferry store, so Redis clients such as
+ * LMCache's resp:// connector use the store with no plugin code. This
+ * file holds its configuration keys, the AUTH password (derived from the
+ * cluster secret unless a password file gives one), and start and stop:
+ * a store client (checked with one call: a master that refuses this door
+ * is told at start), the value pool, the listening socket and
+ * resp_threads event loops. The other modules are listed in resp_int.h.
  */
 #include "store/resp/resp_int.h"
 #include "core/time.h"
