@@ -63,10 +63,10 @@ static size_t kvf_resp_peer_slot(const unsigned char key[17])
     return (size_t)(h & (KVF_RESP_PEER_BUCKETS - 1));
 }
 
-/* The address of sa as a key and a printable name; 0, or -1 if unknown
- * (a unix socket has no address: all of it is one key). */
-static int kvf_resp_addr_key(const struct sockaddr *sa, unsigned char key[17],
-                             char *name, size_t nlen)
+/* The address of sa as a key and a printable name (a socket of another
+ * family has no address: all of them are one key). */
+static void kvf_resp_addr_key(const struct sockaddr *sa, unsigned char key[17],
+                              char *name, size_t nlen)
 {
     memset(key, 0, 17);
     if (sa->sa_family == AF_INET) {
@@ -75,7 +75,7 @@ static int kvf_resp_addr_key(const struct sockaddr *sa, unsigned char key[17],
         key[0] = 4;
         memcpy(key + 1, &in->sin_addr, 4);
         inet_ntop(AF_INET, &in->sin_addr, name, (socklen_t)nlen);
-        return 0;
+        return;
     }
     if (sa->sa_family == AF_INET6) {
         const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
@@ -83,10 +83,9 @@ static int kvf_resp_addr_key(const struct sockaddr *sa, unsigned char key[17],
         key[0] = 6;
         memcpy(key + 1, &in6->sin6_addr, 16);
         inet_ntop(AF_INET6, &in6->sin6_addr, name, (socklen_t)nlen);
-        return 0;
+        return;
     }
     snprintf(name, nlen, "local");
-    return 0;
 }
 
 /* The network an address's AUTH attempts are counted under. */
@@ -232,7 +231,7 @@ int kvf_resp_guard_admit(struct kvf_resp *s, kvf_resp_conn_t *c,
     kvf_resp_peer_t *p;
     int unauth = !c->authed;
 
-    (void)kvf_resp_addr_key(sa, c->akey, c->aname, sizeof(c->aname));
+    kvf_resp_addr_key(sa, c->akey, c->aname, sizeof(c->aname));
     pthread_mutex_lock(&s->gmu);
     p = kvf_resp_peer_get(s, c->akey, 1);
     why = p == NULL ? "memory" : kvf_resp_room(s, p, unauth);
