@@ -412,8 +412,8 @@ def test_lockout(master, tmp):
             ok = served(d.port)
             dt = time.time() - t0
             check(ok and dt < 1.0,
-                  "1,030 idle connections from %s: a real client served "
-                  "in %.3f s" % (label, dt))
+                  "1,030 idle connections from %s: a real client %s in "
+                  "%.3f s" % (label, "served" if ok else "NOT served", dt))
             for s in socks:
                 s.close()
             time.sleep(0.5)
