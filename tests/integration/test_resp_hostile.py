@@ -212,6 +212,12 @@ def info(port):
                 if ":" in ln)
 
 
+def stopped(d):
+    """Stops a door: it must exit 0 (under ASan, with nothing leaked)."""
+    rc = d.stop()
+    check(rc == 0, "door stops cleanly (rc %s)" % rc)
+
+
 def door(master, tmp, *extra, env=None):
     return Proc(["resp", "--master", master, "--listen", "127.0.0.1:0"] +
                 list(extra), "resp", env=env, tmp=tmp)
@@ -296,7 +302,7 @@ def test_pool_held(master, tmp):
         for h in holders:
             h.close()
     finally:
-        d.stop()
+        stopped(d)
 
 
 def nested_stream(n):
@@ -366,7 +372,7 @@ def test_memory(master, tmp):
             h.close()
         check(served(d.port), "a real client served after")
     finally:
-        d.stop()
+        stopped(d)
 
 
 # ---- lock-out -------------------------------------------------------------
@@ -453,7 +459,7 @@ def test_lockout(master, tmp):
         for s in socks:
             s.close()
     finally:
-        d.stop()
+        stopped(d)
 
 
 # ---- AUTH guessing ---------------------------------------------------------
@@ -525,7 +531,7 @@ def test_auth_guessing(master, tmp):
               (i.get("auth_wrong"), i.get("auth_throttled"),
                i.get("auth_closed")))
     finally:
-        d.stop()
+        stopped(d)
 
 
 # ---- after AUTH: slow readers ------------------------------------------------
@@ -586,7 +592,7 @@ def test_slow_readers(master, tmp):
               "(resp_slow_mem 64 MiB)" % (rss0, peak))
         c.close()
     finally:
-        d.stop()
+        stopped(d)
 
 
 # ---- the view lease ------------------------------------------------------------
@@ -608,7 +614,7 @@ def test_view_lease(master, node, tmp):
         c.close()
         time.sleep(6.5)
     finally:
-        d.stop()
+        stopped(d)
     text = d.log() + node.log()[mark:]
     bad = [ln for ln in text.splitlines()
            if "did not hold" in ln or "outlived" in ln or "held too long"
@@ -704,7 +710,7 @@ def test_hello_multi(master, tmp):
               "no password set" in d.log(),
               "the door's log says the client sent no password")
     finally:
-        d.stop()
+        stopped(d)
 
 
 CASES = {
