@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tests of the Python package: creates a virtual environment in
-# build-py/venv (ignored by git), installs pytest and numpy there, and the
-# package in one of three ways, then runs pytest on python/tests against
-# real master/node/target processes:
+# build-py/venv (ignored by git), installs pytest, numpy and redis-py
+# there (the RESP door's client tests take a current one: Debian's is
+# 4.3), and the package in one of three ways, then runs pytest on
+# python/tests against real master/node/target processes:
 #
 #   python/run-tests.sh [PYTEST_ARGS...]
 #       pip installs the package from the repository (building the wheel
@@ -33,8 +34,8 @@ fi
 pip() { "$venv/bin/python" -m pip -q --disable-pip-version-check "$@"; }
 case $mode in
   source)
-    echo "python tests: installing pytest, numpy, scikit-build-core"
-    pip install pytest numpy 'scikit-build-core>=0.10'
+    echo "python tests: installing pytest, numpy, scikit-build-core, redis"
+    pip install pytest numpy 'scikit-build-core>=0.10' 'redis>=5'
     echo "python tests: building and installing the kvferry wheel"
     # no build isolation: scikit-build-core from the venv, and a build
     # folder kept between runs so a rebuild is incremental
@@ -42,11 +43,11 @@ case $mode in
       -C build-dir="$root/build-py/wheel" ./python ;;
   wheel)
     echo "python tests: installing pytest, numpy and $(basename "$wheel")"
-    pip install pytest numpy
+    pip install pytest numpy 'redis>=5'
     pip install --force-reinstall --no-deps "$wheel" ;;
   build)
     echo "python tests: installing pytest, numpy; kvferry from python/ and $from"
-    pip install pytest numpy
+    pip install pytest numpy 'redis>=5'
     pip uninstall -y kvferry >/dev/null 2>&1 || true
     export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
     export KVFERRY_LIB=$from/libkvferry.so KVFERRY_BIN=$from/kvferry ;;

@@ -283,6 +283,13 @@ KVF_API unsigned kvf_store_view_left_ms(kvf_store_view_lease_h lease);
  * before kvf_store_disconnect (which ends leases still open, logging an
  * error: their handles are then invalid). */
 KVF_API kvf_status_t kvf_store_view_release(kvf_store_view_lease_h lease);
+/* Ends the nodes' leases kept open for shared views
+ * (KVF_STORE_VIEW_SHARED) that no view uses and that end within two
+ * seconds, so that an idle share is ended before its time rather than
+ * revoked by its node. A process that takes shared views calls it at
+ * least once a second while it holds any (kvferry resp does, on its
+ * loops' timer); it costs one pass over the handle's shares. */
+KVF_API void kvf_store_view_trim(kvf_store_h store);
 
 /* The process's hook told just before a mapping that views were handed
  * out of is unmapped (no view into it is held any more): base and len

@@ -147,25 +147,6 @@ static void kvf_svshare_close(kvf_store_h st, kvf_svshare_t *sh)
     kvf_free(sh);
 }
 
-/* Drops a reference on sh; the last one closes its lease, and says
- * whether it held (KVF_OK otherwise). */
-static kvf_status_t kvf_svshare_put(kvf_store_h st, kvf_svshare_t *sh)
-{
-    kvf_status_t s;
-    int last;
-
-    pthread_mutex_lock(&st->lock);
-    last = --sh->refs == 0;
-    pthread_mutex_unlock(&st->lock);
-    if (!last) {
-        return KVF_OK;
-    }
-    s = kvf_peer_view_close(sh->sp->peer, sh->tl);
-    kvf_store_peer_unref(st, sh->sp, 0);
-    kvf_free(sh);
-    return s;
-}
-
 /* Takes sh off st's list (st->lock held); 1 when that was its last
  * reference (the caller closes it, unlocked). */
 static int kvf_svshare_unlist(kvf_store_h st, kvf_svshare_t *sh)
@@ -180,6 +161,31 @@ static int kvf_svshare_unlist(kvf_store_h st, kvf_svshare_t *sh)
     }
     sh->listed = 0;
     return --sh->refs == 0;
+}
+
+/* Drops a reference on sh; the last one closes its lease, and says
+ * whether it held (KVF_OK otherwise). A share left only on the list that
+ * no call may use any more (too little time left) is closed now too: no
+ * later call would, and it must end before its time. */
+static kvf_status_t kvf_svshare_put(kvf_store_h st, kvf_svshare_t *sh)
+{
+    kvf_status_t s;
+    int last;
+
+    pthread_mutex_lock(&st->lock);
+    last = --sh->refs == 0;
+    if (!last && sh->refs == 1 && sh->listed &&
+        kvf_time_ms() + KVF_SVSHARE_MIN_MS >= sh->until_ms) {
+        last = kvf_svshare_unlist(st, sh);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (!last) {
+        return KVF_OK;
+    }
+    s = kvf_peer_view_close(sh->sp->peer, sh->tl);
+    kvf_store_peer_unref(st, sh->sp, 0);
+    kvf_free(sh);
+    return s;
 }
 
 /* The listed share of node sp with time left, one reference taken (or
@@ -616,6 +622,30 @@ void kvf_store_view_end_all(kvf_store_h st)
     if (n > 0) {
         kvf_error("store: disconnect ended %zu view lease(s) never released",
                   n);
+    }
+}
+
+void kvf_store_view_trim(kvf_store_h st)
+{
+    kvf_svshare_t *sh, *next, *gone = NULL;
+    uint64_t now = kvf_time_ms();
+
+    if (st == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    for (sh = st->vshares; sh != NULL; sh = next) {
+        next = sh->next;
+        if (sh->refs == 1 && now + 2 * KVF_SVSHARE_MIN_MS >= sh->until_ms &&
+            kvf_svshare_unlist(st, sh)) {
+            sh->next = gone; /* closed below, unlocked */
+            gone = sh;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    for (sh = gone; sh != NULL; sh = next) {
+        next = sh->next;
+        kvf_svshare_close(st, sh);
     }
 }
 

@@ -478,6 +478,11 @@ static void kvf_resp_get_copy(struct kvf_resp *s, kvf_resp_conn_t **u, size_t n)
         caps = calloc(n, sizeof(*caps));
         lens = calloc(n, sizeof(*lens));
         st = calloc(n, sizeof(*st));
+        if (keys == NULL || bufs == NULL || caps == NULL || lens == NULL ||
+            st == NULL) {
+            free(st); /* no batch: each key is read alone below */
+            st = NULL;
+        }
     }
     for (i = 0; st != NULL && i < n; i++) {
         u[i]->ost = KVF_ERR_NO_RESOURCE;
