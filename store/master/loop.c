@@ -88,7 +88,7 @@ struct kvf_mconn {
     int is_unix;       /* accepted on the abstract unix socket */
     int busy;          /* with a helper thread (atomic) */
     int dead;          /* close it (set by a helper) */
-    kvf_mclient_t *cl; /* its pending puts, for the per-client limits */
+    kvf_mclient_t *cl; /* its client identity, for the per-client limits */
     kvf_mpeer_t *peer; /* counted in the connection caps */
     uint64_t last_ms;  /* ms: last time bytes came in */
     unsigned char *in;
@@ -674,7 +674,7 @@ static kvf_mconn_t *kvf_loop_admit(kvf_master_t *m, int fd, int is_unix,
         close(fd);
         return NULL;
     }
-    c->cl = kvf_m_client_new();
+    c->cl = kvf_m_client_get(m, c->peer);
     if (c->cl == NULL) {
         kvf_m_caps_release(m, c->peer, is_unix);
         kvf_free(c);

@@ -28,43 +28,50 @@
 static kvf_status_t kvf_master_limits_default(kvf_master_opts_t *o)
 {
     static const char *const pct_keys[] = {"client_max_reserved_pct",
-                                           "max_put_share_pct"};
+                                           "max_put_share_pct",
+                                           "client_max_leased_pct"};
+    static const char *const cnt_keys[] = {"client_max_pending",
+                                           "pending_max", "client_max_leases"};
     const kvf_config_table_t *t = &kvf_store_config;
-    uint64_t v[7];
+    uint64_t v[7], c[3];
     kvf_status_t st;
     unsigned i;
 
-    if ((st = kvf_config_u64(t, "client_max_pending",
-                             &o->client_max_pending)) != KVF_OK ||
-        (st = kvf_config_u64(t, pct_keys[0], &v[0])) != KVF_OK ||
-        (st = kvf_config_u64(t, pct_keys[1], &v[1])) != KVF_OK ||
-        (st = kvf_config_u64(t, "master_idle_ms", &o->idle_timeout_ms)) !=
-            KVF_OK ||
-        (st = kvf_config_u64(t, "conn_max_per_peer", &v[2])) != KVF_OK ||
-        (st = kvf_config_u64(t, "conn_max_tcp", &v[3])) != KVF_OK ||
-        (st = kvf_config_u64(t, "conn_max_unix", &v[4])) != KVF_OK ||
-        (st = kvf_config_u64(t, "reg_workers", &v[5])) != KVF_OK) {
-        return st;
-    }
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < 3; i++) {
+        if ((st = kvf_config_u64(t, pct_keys[i], &v[i])) != KVF_OK ||
+            (st = kvf_config_u64(t, cnt_keys[i], &c[i])) != KVF_OK) {
+            return st;
+        }
         if (v[i] == 0 || v[i] > 100) {
             kvf_error("store %s=%lu: 1 to 100", pct_keys[i],
                       (unsigned long)v[i]);
             return KVF_ERR_INVALID_PARAM;
         }
     }
-    for (i = 2; i < 6; i++) {
+    if ((st = kvf_config_u64(t, "master_idle_ms", &o->idle_timeout_ms)) !=
+            KVF_OK ||
+        (st = kvf_config_u64(t, "conn_max_per_peer", &v[3])) != KVF_OK ||
+        (st = kvf_config_u64(t, "conn_max_tcp", &v[4])) != KVF_OK ||
+        (st = kvf_config_u64(t, "conn_max_unix", &v[5])) != KVF_OK ||
+        (st = kvf_config_u64(t, "reg_workers", &v[6])) != KVF_OK) {
+        return st;
+    }
+    for (i = 3; i < 7; i++) {
         if (v[i] == 0 || v[i] > 1000000) {
             kvf_error("store connection limits and reg_workers: 1 to 1000000");
             return KVF_ERR_INVALID_PARAM;
         }
     }
+    o->client_max_pending = c[0];
+    o->pending_max = c[1];
+    o->client_max_leases = c[2];
     o->client_max_reserved_pct = (unsigned)v[0];
     o->max_put_share_pct = (unsigned)v[1];
-    o->conn_max_per_peer = (unsigned)v[2];
-    o->conn_max_tcp = (unsigned)v[3];
-    o->conn_max_unix = (unsigned)v[4];
-    o->reg_workers = (unsigned)v[5];
+    o->client_max_leased_pct = (unsigned)v[2];
+    o->conn_max_per_peer = (unsigned)v[3];
+    o->conn_max_tcp = (unsigned)v[4];
+    o->conn_max_unix = (unsigned)v[5];
+    o->reg_workers = (unsigned)v[6];
     return KVF_OK;
 }
 
@@ -238,16 +245,16 @@ static kvf_status_t kvf_m_h_get(kvf_master_t *m, kvf_mclient_t *cl,
     kvf_mobj_t *o;
     kvf_rd_t r;
     uint32_t i;
+    int leased = 0;
 
     (void)flags_p;
-    (void)cl;
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
         kvf_sm_key_dec(&r, &q);
         rep.status = q.key_status;
         if (rep.status == KVF_OK) {
-            rep.status = kvf_m_get(m, q.key, &o);
+            rep.status = kvf_m_get(m, cl, q.key, &o, &leased);
         }
         rep.size = rep.checksum = 0;
         rep.lease_ms = 0;
@@ -255,7 +262,7 @@ static kvf_status_t kvf_m_h_get(kvf_master_t *m, kvf_mclient_t *cl,
         if (rep.status == KVF_OK) {
             rep.size = o->size;
             rep.checksum = o->checksum;
-            rep.lease_ms = (uint32_t)m->opts.lease_ms;
+            rep.lease_ms = leased ? (uint32_t)m->opts.lease_ms : 0;
             kvf_m_obj_reps(o, &rep);
         }
         kvf_sm_get_rep_enc(w, &rep);

@@ -30,8 +30,11 @@ typedef struct kvf_master_opts {
     unsigned io_timeout_ms;  /* bound on reading a started frame */
     unsigned loops;          /* connection event loops; 0 = by CPUs */
     /* limits (docs/security.md) */
-    uint64_t client_max_pending;      /* pending puts of one connection */
-    unsigned client_max_reserved_pct; /* its bytes, % of the capacity */
+    uint64_t client_max_pending;      /* pending puts of one client */
+    unsigned client_max_reserved_pct; /* their bytes, % of the capacity */
+    uint64_t pending_max;             /* pending puts of all clients */
+    unsigned client_max_leased_pct;   /* a client's leased bytes, % */
+    uint64_t client_max_leases;       /* its lease records */
     unsigned max_put_share_pct;       /* one put, % of the largest pool */
     uint64_t idle_timeout_ms;         /* close a connection idle this long */
     unsigned conn_max_per_peer;       /* per tcp address / unix uid */

@@ -40,13 +40,25 @@ typedef struct kvf_mrep {
     kvf_pa_block_t *blk;
 } kvf_mrep_t;
 
-/* What one client (one connection) holds in pending puts and
- * reservations, for the per-client limits. Freed when the connection is
- * gone and none of its pending objects is left. */
+/* The length of a client identity: kind (4, 6, 'u') + address or uid. */
+#define KVF_M_PEER_KEY_LEN 17
+
+typedef struct kvf_mlease kvf_mlease_t;
+
+/* A client identity: every connection from one tcp address, or of one
+ * local uid over the unix socket (limits.c). What it holds in pending
+ * puts, reservations and read leases counts against the per-client
+ * limits, whatever the number of its connections. Freed once no
+ * connection, pending object or lease refers to it. */
 typedef struct kvf_mclient {
-    uint64_t pending; /* pending puts and reservations */
-    uint64_t bytes;   /* their bytes, every replica */
-    unsigned refs;    /* the connection's, one per pending object */
+    unsigned char key[KVF_M_PEER_KEY_LEN];
+    uint64_t pending;           /* pending puts and reservations */
+    uint64_t bytes;             /* their bytes, every replica */
+    uint64_t leased;            /* bytes under its read leases */
+    uint64_t nleases;           /* its lease records */
+    kvf_mlease_t *lhead, *ltail; /* its leases, the first to end first */
+    unsigned refs; /* connections, pending objects, leases */
+    struct kvf_mclient *next; /* chain of the identity table */
 } kvf_mclient_t;
 
 typedef struct kvf_mobj {
@@ -68,6 +80,7 @@ typedef struct kvf_mobj {
     uint8_t nrep;
     kvf_mrep_t rep[KVF_STORE_REPLICA_MAX];
     kvf_mclient_t *owner;           /* PENDING: the client that started it */
+    kvf_mlease_t *leases;           /* the clients' leases on it */
     uint64_t owner_bytes;           /* PENDING: counted in owner->bytes */
     struct kvf_mobj *pnext;         /* PENDING: chain of the put id index */
     struct kvf_mobj *hnext;         /* hash chain */
@@ -77,6 +90,7 @@ typedef struct kvf_mobj {
 typedef struct kvf_master_stats {
     uint64_t hits, misses, evictions, errors, puts, removes;
     uint64_t reclaimed, nodes_lost, objects_lost, aborted;
+    uint64_t unleased; /* gets served without a lease (over the budget) */
 } kvf_master_stats_t;
 
 typedef struct kvf_mconn kvf_mconn_t;
@@ -132,6 +146,7 @@ struct kvf_master {
     uint64_t inv_seq;        /* commits recorded in node inventories */
     struct kvf_minv *inv;    /* inventory channels (NULL: none) */
     uint64_t releasing;      /* bytes waiting for nodes' INV_DELs */
+    struct kvf_mclients *clients; /* client identities (limits.c) */
 };
 
 /* A leader's epoch: the top bit set, the etcd revision below (a single
@@ -154,17 +169,16 @@ kvf_status_t kvf_m_put_end(kvf_master_t *m, const char *key, uint64_t put_id,
  * object, reclaimed at the put deadline unless committed). */
 kvf_status_t kvf_m_reserve(kvf_master_t *m, kvf_mclient_t *cl, uint64_t size,
                            unsigned replicas, kvf_mobj_t **obj_p);
-/* A client's record (one reference: the connection's), and the drop of
- * that reference when the connection closes. */
-kvf_mclient_t *kvf_m_client_new(void);
-void kvf_m_client_put(kvf_master_t *m, kvf_mclient_t *cl);
 /* Commits pending put put_id (keyed: as PUT_END; a reservation: under
  * key, whose size must be the reserved size; a refused key leaves the
  * reservation as it was). mask 0 aborts. */
 kvf_status_t kvf_m_commit(kvf_master_t *m, const char *key, uint64_t put_id,
                           uint64_t size, uint64_t checksum, unsigned mask,
                           unsigned flags);
-kvf_status_t kvf_m_get(kvf_master_t *m, const char *key, kvf_mobj_t **obj_p);
+/* A get by client cl: *leased_p 1 when it was granted a read lease, 0
+ * when cl is over its lease budget (the object stays evictable). */
+kvf_status_t kvf_m_get(kvf_master_t *m, kvf_mclient_t *cl, const char *key,
+                       kvf_mobj_t **obj_p, int *leased_p);
 kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key);
 /* A node answered one INV_DEL of released object o: once all have and
  * its lease is over, its space is free. */
@@ -242,6 +256,25 @@ void kvf_m_caps_fini(kvf_master_t *m);
 kvf_status_t kvf_m_caps_admit(kvf_master_t *m, int fd, int is_unix,
                               const struct sockaddr *sa, kvf_mpeer_t **peer_p);
 void kvf_m_caps_release(kvf_master_t *m, kvf_mpeer_t *p, int is_unix);
+/* limits.c: client identities (kvf_mclient_t). init/fini with the
+ * metadata; get takes a reference for a new connection of peer (the
+ * identity shared by its address or uid; takes the lock), put drops it
+ * (takes the lock). With the lock held: ref/unref for pending objects. */
+kvf_status_t kvf_m_clients_init(kvf_master_t *m);
+void kvf_m_clients_fini(kvf_master_t *m);
+kvf_mclient_t *kvf_m_client_get(kvf_master_t *m, const kvf_mpeer_t *peer);
+void kvf_m_client_put(kvf_master_t *m, kvf_mclient_t *cl);
+void kvf_m_client_ref(kvf_mclient_t *cl);
+void kvf_m_client_unref(kvf_master_t *m, kvf_mclient_t *cl);
+/* Read leases, lock held. grant: a lease of lease_ms on o (bytes of
+ * space) for cl, counted against its budget (client_max_leased_pct of
+ * the capacity, client_max_leases records); 0 when over it (nothing
+ * granted). drop: o goes, its records with it. expire: ends the
+ * records due by now. */
+int kvf_m_lease_grant(kvf_master_t *m, kvf_mclient_t *cl, kvf_mobj_t *o,
+                      uint64_t bytes, uint64_t now);
+void kvf_m_lease_drop(kvf_master_t *m, kvf_mobj_t *o);
+void kvf_m_lease_expire(kvf_master_t *m, uint64_t now);
 
 /* leader.c: campaign when `metadata` is etcd (else nothing); check
  * before serving a request (KVF_ERR_NOT_LEADER from a standby or a

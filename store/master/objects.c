@@ -73,6 +73,13 @@ kvf_status_t kvf_m_init(kvf_master_t *m)
     kvf_m_list_init(&m->lru);
     kvf_m_list_init(&m->pending);
     kvf_m_list_init(&m->doomed);
+    if (kvf_m_clients_init(m) != KVF_OK) {
+        kvf_free(m->table);
+        kvf_free(m->ptable);
+        m->table = NULL;
+        m->ptable = NULL;
+        return KVF_ERR_NO_MEMORY;
+    }
     return KVF_OK;
 }
 
@@ -113,30 +120,7 @@ void kvf_m_fini(kvf_master_t *m)
     m->table = NULL;
     kvf_free(m->ptable);
     m->ptable = NULL;
-}
-
-kvf_mclient_t *kvf_m_client_new(void)
-{
-    kvf_mclient_t *cl = kvf_calloc(1, sizeof(*cl));
-
-    if (cl != NULL) {
-        cl->refs = 1;
-    }
-    return cl;
-}
-
-static void kvf_m_client_unref(kvf_mclient_t *cl)
-{
-    if (cl != NULL && --cl->refs == 0) {
-        kvf_free(cl);
-    }
-}
-
-void kvf_m_client_put(kvf_master_t *m, kvf_mclient_t *cl)
-{
-    pthread_mutex_lock(&m->lock);
-    kvf_m_client_unref(cl);
-    pthread_mutex_unlock(&m->lock);
+    kvf_m_clients_fini(m);
 }
 
 static size_t kvf_m_pslot(const kvf_master_t *m, uint64_t put_id)
@@ -180,7 +164,7 @@ static void kvf_m_pend_add(kvf_master_t *m, kvf_mobj_t *o, kvf_mclient_t *cl)
     o->owner = cl;
     if (cl != NULL) {
         o->owner_bytes = kvf_m_obj_bytes(o);
-        cl->refs++;
+        kvf_m_client_ref(cl);
         cl->pending++;
         cl->bytes += o->owner_bytes;
     }
@@ -203,7 +187,7 @@ static void kvf_m_pend_del(kvf_master_t *m, kvf_mobj_t *o)
     if (o->owner != NULL) {
         o->owner->pending--;
         o->owner->bytes -= o->owner_bytes;
-        kvf_m_client_unref(o->owner);
+        kvf_m_client_unref(m, o->owner);
         o->owner = NULL;
     }
 }
@@ -285,6 +269,7 @@ static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o)
         }
     }
     kvf_m_list_unlink(o);
+    kvf_m_lease_drop(m, o);
     if (o->state == KVF_OBJ_PENDING) {
         kvf_m_pend_del(m, o);
     }
@@ -505,8 +490,10 @@ static kvf_status_t kvf_m_obj_name(kvf_master_t *m, kvf_mobj_t *o,
 
 /* The limits of one request and of its client: a put larger than
  * max_put_share_pct of the largest pool (it would evict everything), a
- * client past client_max_pending puts or client_max_reserved_pct of the
- * capacity in pending bytes. KVF_ERR_QUOTA, nothing evicted. */
+ * client (every connection of one peer) past client_max_pending puts or
+ * client_max_reserved_pct of the capacity in pending bytes, or every
+ * client together past pending_max puts. KVF_ERR_QUOTA, nothing
+ * evicted. */
 static kvf_status_t kvf_m_limits(kvf_master_t *m, kvf_mclient_t *cl,
                                  const char *key, uint64_t size,
                                  unsigned replicas, uint64_t maxlen)
@@ -522,6 +509,12 @@ static kvf_status_t kvf_m_limits(kvf_master_t *m, kvf_mclient_t *cl,
                    kvf_log_key(esc, sizeof(esc), key ? key : "(reservation)"),
                    (unsigned long)size, m->opts.max_put_share_pct,
                    (unsigned long)maxlen);
+        return KVF_ERR_QUOTA;
+    }
+    if (m->npend >= m->opts.pending_max) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "%zu puts pending in all: over pending_max=%lu; refused",
+                   m->npend, (unsigned long)m->opts.pending_max);
         return KVF_ERR_QUOTA;
     }
     if (cl == NULL) {
@@ -872,20 +865,19 @@ kvf_status_t kvf_m_commit(kvf_master_t *m, const char *key, uint64_t put_id,
     return kvf_m_obj_commit(m, o, checksum, mask);
 }
 
-kvf_status_t kvf_m_get(kvf_master_t *m, const char *key, kvf_mobj_t **obj_p)
+kvf_status_t kvf_m_get(kvf_master_t *m, kvf_mclient_t *cl, const char *key,
+                       kvf_mobj_t **obj_p, int *leased_p)
 {
     kvf_mobj_t *o = kvf_m_find(m, key);
-    uint64_t until;
 
     if (o == NULL || o->state != KVF_OBJ_COMMITTED) {
         m->st.misses++;
         return (o == NULL) ? KVF_ERR_NO_KEY : KVF_ERR_NOT_READY;
     }
     m->st.hits++;
-    until = kvf_time_ms() + m->opts.lease_ms;
-    if (until > o->lease_until_ms) {
-        o->lease_until_ms = until;
-    }
+    *leased_p =
+        kvf_m_lease_grant(m, cl, o, kvf_m_obj_bytes(o), kvf_time_ms());
+    m->st.unleased += (*leased_p == 0);
     kvf_m_list_unlink(o);
     kvf_m_list_push(&m->lru, o);
     *obj_p = o;
@@ -1118,6 +1110,7 @@ void kvf_m_tick(kvf_master_t *m)
                  "(first: '%s')",
                  reclaimed, (unsigned long)m->opts.put_timeout_ms, esc);
     }
+    kvf_m_lease_expire(m, now);
     for (o = m->doomed.lprev; o != &m->doomed; o = prev) {
         prev = o->lprev;
         if (o->lease_until_ms <= now && o->inv_rel == 0) {

@@ -73,12 +73,26 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      "connections at once), else the engine's `chunk_bytes`",
      KVF_CONFIG_TUNING},
     {"client_max_pending", "65536",
-     "master: pending puts and reservations one client connection may hold "
-     "(more are refused with KVF_ERR_QUOTA)",
+     "master: pending puts and reservations one client may hold (a client: "
+     "every connection from one tcp address, or of one local uid over the "
+     "unix socket; more are refused with KVF_ERR_QUOTA)",
      KVF_CONFIG_TUNING},
     {"client_max_reserved_pct", "50",
-     "master: bytes one client connection may hold in pending puts and "
-     "reservations, % of the store's capacity (1 to 100)",
+     "master: bytes one client may hold in pending puts and reservations, "
+     "% of the store's capacity (1 to 100)",
+     KVF_CONFIG_TUNING},
+    {"pending_max", "262144",
+     "master: pending puts and reservations of all clients together (more "
+     "are refused with KVF_ERR_QUOTA)",
+     KVF_CONFIG_TUNING},
+    {"client_max_leased_pct", "50",
+     "master: bytes one client may keep under read leases, % of the store's "
+     "capacity (1 to 100); a get past it is served without a lease (its "
+     "object stays evictable, the client's checksum still guards the read)",
+     KVF_CONFIG_TUNING},
+    {"client_max_leases", "262144",
+     "master: read leases one client may hold at once (past it, gets are "
+     "served without a lease)",
      KVF_CONFIG_TUNING},
     {"max_put_share_pct", "25",
      "master: the largest single put, % of the largest node pool (1 to 100; "
