@@ -53,14 +53,19 @@ typedef struct kvf_mi_wait {
     size_t nfailed, capfailed;
 } kvf_mi_wait_t;
 
-/* One queued entry. */
+/* One queued entry: an inventory ADD or DEL, or a tier operation. */
 typedef struct kvf_mi_rec {
     uint8_t del;
     uint8_t flags;
+    uint8_t tier; /* a TIER_OP entry (op, pool_off, disk_off below) */
+    uint8_t op;
+    uint64_t pool_off, disk_off;
+    uint64_t uid, gen; /* tier: the node whose replica it is */
     char *key; /* owned */
     uint64_t off, size, checksum, epoch, seq;
     uint64_t put_id;  /* ADD: the commit's, for an undo */
-    kvf_mobj_t *obj;  /* DEL: the object whose space waits for it */
+    kvf_mobj_t *obj;  /* DEL: the object whose space waits for it;
+                         tier WRITE, READ: the object it names */
     uint64_t term;    /* m->inv->term when queued: obj still valid? */
     kvf_mi_wait_t *w; /* who waits (NULL: nobody) */
     kvf_status_t st;  /* the node's answer */
@@ -74,6 +79,7 @@ typedef struct kvf_mi_q {
 typedef struct kvf_mi_chan {
     kvf_master_t *m;
     char addr[KVF_SM_INV_ADDR_MAX];
+    int tier; /* carries TIER_OP frames (else INV_ADD) */
     kvf_mi_q_t q;  /* queued, under m->lock */
     size_t nowait; /* of q, entries nobody waits for */
     int busy;      /* a batch is on its way: fd is in use */
@@ -140,21 +146,46 @@ typedef struct kvf_mi_frame {
  * flagged KVF_SM_INV_FORGET), each at most KVF_STORE_BATCH_MAX entries
  * and KVF_SP_BODY_MAX bytes. Returns the number of frames (in fr[], at
  * most b->n). */
+/* Encodes tier record r. */
+static void kvf_mi_tier_enc(kvf_wr_t *w, const kvf_mi_rec_t *r)
+{
+    kvf_sm_tier_op_t o;
+
+    o.op = r->op;
+    o.key = r->key;
+    o.pool_off = r->pool_off;
+    o.disk_off = r->disk_off;
+    o.size = r->size;
+    o.checksum = r->checksum;
+    o.seq = r->seq;
+    o.flags = r->flags;
+    kvf_sm_tier_op_enc(w, &o);
+}
+
 static size_t kvf_mi_frames(kvf_mi_q_t *b, kvf_mi_frame_t *fr, size_t *idx)
 {
     kvf_sm_inv_ent_t e;
     size_t i, nf = 0, bytes = 0, len;
+    uint8_t type;
 
     for (i = 0; i < b->n; i++) {
-        len = KVF_SM_INV_ENT_FIXED + strlen(b->r[i].key);
+        type = b->r[i].tier ? KVF_SP_TIER_OP : KVF_SP_INV_ADD;
+        len = (b->r[i].tier ? KVF_SM_TIER_OP_FIXED : KVF_SM_INV_ENT_FIXED) +
+              strlen(b->r[i].key);
         if (nf == 0 || fr[nf - 1].n == KVF_STORE_BATCH_MAX ||
-            bytes + len > KVF_SP_BODY_MAX) {
-            fr[nf].type = KVF_SP_INV_ADD;
+            fr[nf - 1].type != type || bytes + len > KVF_SP_BODY_MAX) {
+            fr[nf].type = type;
             fr[nf].n = 0;
             fr[nf].idx = &idx[i];
             kvf_wr_init(&fr[nf].w);
             nf++;
             bytes = 0;
+        }
+        if (b->r[i].tier) {
+            kvf_mi_tier_enc(&fr[nf - 1].w, &b->r[i]);
+            fr[nf - 1].idx[fr[nf - 1].n++] = i;
+            bytes += len;
+            continue;
         }
         e.key = b->r[i].key;
         e.off = b->r[i].off;
@@ -305,6 +336,15 @@ static void kvf_mi_finish(kvf_master_t *m, kvf_mi_q_t *b)
 
     for (i = 0; i < b->n; i++) {
         r = &b->r[i];
+        if (r->tier) {
+            if (r->obj != NULL && r->term == m->inv->term) {
+                kvf_m_tier_answer(m, r->obj, r->uid, r->gen, r->op, r->st);
+            }
+            if (r->w != NULL && --r->w->left == 0) {
+                pthread_cond_signal(&r->w->cond);
+            }
+            continue; /* its outcome is the object's, not the frame's */
+        }
         if (r->del && r->st == KVF_ERR_NOT_FOUND) {
             r->st = KVF_OK; /* forgotten already */
         }
@@ -413,7 +453,8 @@ static kvf_mi_chan_t *kvf_mi_spare(kvf_master_t *m)
 
     for (i = 0; i < m->inv->nchans; i++) {
         c = m->inv->chans[i];
-        for (n = m->nodes; n != NULL && n->chan != c; n = n->next) {
+        for (n = m->nodes; n != NULL && n->chan != c && n->tchan != c;
+             n = n->next) {
         }
         if (n == NULL && c->q.n == 0 && !c->busy) {
             if (c->fd >= 0) {
@@ -426,25 +467,29 @@ static kvf_mi_chan_t *kvf_mi_spare(kvf_master_t *m)
     return NULL;
 }
 
-/* The channel of node n (started now if need be), or NULL. */
-static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n)
+/* The inventory channel (tier: the tier channel) of node n, started now
+ * if need be, or NULL. */
+static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n, int tier)
 {
     struct kvf_minv *inv = m->inv;
+    kvf_mi_chan_t **slot = tier ? &n->tchan : &n->chan;
     kvf_mi_chan_t *c;
     unsigned i;
 
-    if (n->chan != NULL) {
-        return n->chan;
+    if (*slot != NULL) {
+        return *slot;
     }
     for (i = 0; i < inv->nchans; i++) {
-        if (strcmp(inv->chans[i]->addr, n->inv_addr) == 0) {
-            n->chan = inv->chans[i];
-            return n->chan;
+        if (inv->chans[i]->tier == tier &&
+            strcmp(inv->chans[i]->addr, n->inv_addr) == 0) {
+            *slot = inv->chans[i];
+            return *slot;
         }
     }
     if (inv->nchans == KVF_MI_CHANS && (c = kvf_mi_spare(m)) != NULL) {
         snprintf(c->addr, sizeof(c->addr), "%s", n->inv_addr);
-        n->chan = c;
+        c->tier = tier;
+        *slot = c;
         return c;
     }
     if (inv->nchans == KVF_MI_CHANS || inv->stop ||
@@ -456,6 +501,7 @@ static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n)
     }
     c->m = m;
     c->fd = -1;
+    c->tier = tier;
     snprintf(c->addr, sizeof(c->addr), "%s", n->inv_addr);
     kvf_cond_init(&c->cond);
     if (pthread_create(&c->thread, NULL, kvf_mi_main, c) != 0) {
@@ -465,8 +511,22 @@ static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n)
         return NULL;
     }
     inv->chans[inv->nchans++] = c;
-    n->chan = c;
+    *slot = c;
     return c;
+}
+
+/* Queues record r (filled but for its waiter) on c: the worker that
+ * waits sends it, else c's thread. */
+static void kvf_mi_enqueue(kvf_mi_chan_t *c, kvf_mi_rec_t *r, int wait)
+{
+    r->w = wait ? kvf_mi_cur : NULL;
+    c->q.n++;
+    if (r->w != NULL) {
+        r->w->left++; /* that worker sends it */
+    } else {
+        c->nowait++; /* c's thread sends it */
+        pthread_cond_signal(&c->cond);
+    }
 }
 
 /* Queues one entry for replica i of o; KVF_OK, or why not. */
@@ -474,7 +534,7 @@ static kvf_status_t kvf_mi_queue(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
                                  int del)
 {
     kvf_mnode_t *n = o->rep[i].node;
-    kvf_mi_chan_t *c = kvf_mi_chan(m, n);
+    kvf_mi_chan_t *c = kvf_mi_chan(m, n, 0);
     kvf_mi_rec_t *r;
 
     if (c == NULL || (r = kvf_mi_q_push(&c->q)) == NULL) {
@@ -494,15 +554,47 @@ static kvf_status_t kvf_mi_queue(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
     r->put_id = o->put_id;
     r->obj = del ? o : NULL;
     r->term = m->inv->term;
-    r->w = kvf_mi_cur;
-    c->q.n++;
-    if (r->w != NULL) {
-        r->w->left++; /* that worker sends it */
-    } else {
-        c->nowait++; /* c's thread sends it */
-        pthread_cond_signal(&c->cond);
-    }
+    kvf_mi_enqueue(c, r, 1);
     return KVF_OK;
+}
+
+kvf_status_t kvf_m_inv_tier(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
+                            uint8_t op, int wait)
+{
+    kvf_mrep_t *rep = &o->rep[i];
+    kvf_mi_chan_t *c = kvf_mi_chan(m, rep->node, 1);
+    kvf_mi_rec_t *r;
+
+    if (c == NULL || (r = kvf_mi_q_push(&c->q)) == NULL) {
+        return KVF_ERR_NO_RESOURCE;
+    }
+    r->key = kvf_strdup(o->key);
+    if (r->key == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    r->tier = 1;
+    r->op = op;
+    r->pool_off = rep->blk != NULL ? rep->blk->off : 0;
+    r->disk_off = rep->dblk->off;
+    r->size = o->size;
+    r->checksum = o->checksum;
+    r->seq = ++m->inv_seq;
+    r->flags = o->flags & KVF_STORE_PIN;
+    r->uid = rep->node->uid;
+    r->gen = rep->node->gen;
+    /* a DROP names no object: o may be freed before it is answered */
+    r->obj = op == KVF_TIER_DROP ? NULL : o;
+    r->term = m->inv->term;
+    if (r->obj != NULL) {
+        o->tier_busy++;
+    }
+    kvf_mi_enqueue(c, r, wait && kvf_mi_cur != NULL);
+    return KVF_OK;
+}
+
+int kvf_m_inv_in_worker(void)
+{
+    return kvf_mi_cur != NULL;
 }
 
 void kvf_m_inv_add(kvf_master_t *m, kvf_mobj_t *o)
@@ -510,8 +602,8 @@ void kvf_m_inv_add(kvf_master_t *m, kvf_mobj_t *o)
     kvf_mi_rec_t r = {0};
     unsigned i;
 
-    if (m->inv == NULL) {
-        return;
+    if (m->inv == NULL || m->elect == NULL) {
+        return; /* a single master: no inventories */
     }
     o->inv_epoch = m->epoch;
     o->inv_seq = ++m->inv_seq;
@@ -536,15 +628,15 @@ unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o, int wait)
     kvf_mi_wait_t *cur = kvf_mi_cur;
     unsigned i, n = 0;
 
-    if (m->inv == NULL || o->inv_epoch == 0) {
+    if (m->inv == NULL || m->elect == NULL || o->inv_epoch == 0) {
         return 0;
     }
     if (!wait) {
         kvf_mi_cur = NULL; /* the frame served does not wait for these */
     }
     for (i = 0; i < o->nrep; i++) {
-        if (o->rep[i].node->inv_addr[0] == '\0') {
-            continue;
+        if (o->rep[i].node->inv_addr[0] == '\0' || o->rep[i].blk == NULL) {
+            continue; /* no inventory, or on disk only (not recorded) */
         }
         if (kvf_mi_queue(m, o, i, 1) == KVF_OK) {
             n++;
@@ -580,6 +672,21 @@ static void kvf_mi_undo(kvf_master_t *m, kvf_mi_wait_t *w)
         kvf_free(w->failed[i].key);
     }
     kvf_free(w->failed);
+}
+
+void kvf_m_inv_wait(kvf_master_t *m)
+{
+    kvf_mi_wait_t *wt = kvf_mi_cur;
+    kvf_mi_chan_t *c;
+
+    while (wt != NULL && wt->left > 0) {
+        c = kvf_mi_idle(m);
+        if (c != NULL) {
+            kvf_mi_run(m, c); /* ours, and whatever else is queued */
+        } else {
+            pthread_cond_wait(&wt->cond, &m->lock);
+        }
+    }
 }
 
 kvf_status_t kvf_m_inv_serve(kvf_master_t *m, kvf_mclient_t *cl,
@@ -631,9 +738,8 @@ kvf_status_t kvf_m_inv_serve(kvf_master_t *m, kvf_mclient_t *cl,
 
 kvf_status_t kvf_m_inv_start(kvf_master_t *m)
 {
-    if (m->elect == NULL) {
-        return KVF_OK; /* the only master: no inventories */
-    }
+    /* a single master keeps no inventories, but its channels carry the
+     * nodes' disk tier operations */
     m->inv = kvf_calloc(1, sizeof(*m->inv));
     if (m->inv == NULL) {
         return KVF_ERR_NO_MEMORY;
@@ -665,6 +771,7 @@ void kvf_m_inv_stop(kvf_master_t *m)
     pthread_mutex_lock(&m->lock);
     for (n = m->nodes; n != NULL; n = n->next) {
         n->chan = NULL;
+        n->tchan = NULL;
     }
     m->inv = NULL;
     pthread_mutex_unlock(&m->lock);

@@ -102,6 +102,12 @@ kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
         return KVF_ERR_INVALID_PARAM;
     }
     o->loops = (unsigned)loops;
+    if ((st = kvf_config_u64(t, "tier_write_max", &o->tier_write_max)) !=
+            KVF_OK ||
+        (st = kvf_config_u64(t, "tier_promote", &loops)) != KVF_OK) {
+        return st;
+    }
+    o->tier_promote = loops != 0;
     st = kvf_master_limits_default(o);
     if (st != KVF_OK) {
         return st;
@@ -123,17 +129,21 @@ typedef kvf_status_t (*kvf_m_handler_t)(kvf_master_t *m, kvf_mclient_t *cl,
 static void kvf_m_obj_reps(const kvf_mobj_t *o, kvf_sm_obj_t *out)
 {
     const char *seg;
-    unsigned i;
+    unsigned i, k = 0;
     size_t n;
 
-    out->nrep = o->nrep;
     for (i = 0; i < o->nrep; i++) {
+        if (o->rep[i].blk == NULL || o->rep[i].loading) {
+            continue; /* on disk only, or being loaded */
+        }
         seg = o->rep[i].node->segment;
-        n = strnlen(seg, sizeof(out->seg[i]) - 1);
-        memcpy(out->seg[i], seg, n);
-        out->seg[i][n] = '\0';
-        out->addr[i] = o->rep[i].node->base + o->rep[i].blk->off;
+        n = strnlen(seg, sizeof(out->seg[k]) - 1);
+        memcpy(out->seg[k], seg, n);
+        out->seg[k][n] = '\0';
+        out->addr[k] = o->rep[i].node->base + o->rep[i].blk->off;
+        k++;
     }
+    out->nrep = k;
 }
 
 static kvf_status_t kvf_m_h_put_start(kvf_master_t *m, kvf_mclient_t *cl,
@@ -248,6 +258,7 @@ static kvf_status_t kvf_m_h_get(kvf_master_t *m, kvf_mclient_t *cl,
     int leased = 0;
 
     (void)flags_p;
+    kvf_m_tier_prefetch(m, f); /* a worker: objects on disk come in */
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
@@ -405,7 +416,7 @@ static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, kvf_mclient_t *cl,
     }
     pthread_mutex_lock(&m->lock);
     st = kvf_m_node_register(m, q.segment, q.uid, q.instance, q.pool_addr,
-                             q.pool_len, q.inv_addr, &gen);
+                             q.pool_len, q.inv_addr, q.disk_len, &gen);
     pthread_mutex_unlock(&m->lock);
     if (st != KVF_OK) {
         return st;
@@ -670,6 +681,7 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     kvf_m_first_epoch(m);
     pthread_mutex_init(&m->lock, NULL);
     kvf_cond_init(&m->stop_cond);
+    kvf_cond_init(&m->tier_cond);
     st = kvf_m_init(m);
     if (st != KVF_OK) {
         goto err_free;
@@ -730,6 +742,7 @@ err_engine:
 err_meta:
     kvf_m_fini(m);
 err_free:
+    pthread_cond_destroy(&m->tier_cond);
     pthread_cond_destroy(&m->stop_cond);
     pthread_mutex_destroy(&m->lock);
     kvf_free(m);
@@ -759,6 +772,7 @@ void kvf_master_stop(kvf_master_t *m)
     pthread_mutex_lock(&m->lock);
     kvf_m_fini(m);
     pthread_mutex_unlock(&m->lock);
+    pthread_cond_destroy(&m->tier_cond);
     pthread_cond_destroy(&m->stop_cond);
     pthread_mutex_destroy(&m->lock);
     kvf_free(m);

@@ -41,6 +41,9 @@ typedef struct kvf_master_opts {
     unsigned conn_max_tcp;            /* all tcp connections */
     unsigned conn_max_unix;           /* all unix connections */
     unsigned reg_workers;             /* threads checking registrations */
+    /* disk tiers (tier.c) */
+    uint64_t tier_write_max; /* bytes of write-through in flight per node */
+    int tier_promote;        /* a loaded object goes to the hot end */
 } kvf_master_opts_t;
 
 /* Fills opts from the `store` config table (defaults, file, KVF_* env). */

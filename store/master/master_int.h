@@ -28,16 +28,28 @@ typedef struct kvf_mnode {
     uint64_t last_hb_ms;
     /* its inventory server ("" = none: commits are not recorded) */
     char inv_addr[KVF_SM_INV_ADDR_MAX];
-    /* a leader's: its inventory report has not ended, so nothing new is
+    /* its report (inventory, disk tier) has not ended, so nothing new is
      * placed on it (its space may hold objects not rebuilt yet) */
     int rebuilding;
-    struct kvf_mi_chan *chan; /* to its inventory (inventory.c), or NULL */
+    struct kvf_mi_chan *chan;  /* to its inventory (inventory.c), or NULL */
+    struct kvf_mi_chan *tchan; /* to its disk tier (same server), or NULL */
+    /* its disk tier (tier.c): the file's space, in 4 KiB units */
+    kvf_pool_alloc_t dpa;
+    int tier_on; /* a disk tier that works (off after a failure) */
+    uint64_t tier_writing; /* bytes of WRITEs in flight */
     struct kvf_mnode *next;
 } kvf_mnode_t;
 
+/* Where a replica's bytes are: in the pool (blk), in the node's disk
+ * tier (dblk, dstate), or both. */
+enum { KVF_D_NONE = 0, KVF_D_WRITING = 1, KVF_D_STORED = 2 };
+
 typedef struct kvf_mrep {
     kvf_mnode_t *node;
-    kvf_pa_block_t *blk;
+    kvf_pa_block_t *blk;  /* its place in the pool, or NULL: disk only */
+    kvf_pa_block_t *dblk; /* its place in the disk tier, or NULL */
+    uint8_t dstate;       /* KVF_D_*: of dblk */
+    uint8_t loading;      /* blk is being filled from the disk tier */
 } kvf_mrep_t;
 
 /* The length of a client identity: kind (4, 6, 'u') + address or uid. */
@@ -75,9 +87,13 @@ typedef struct kvf_mobj {
      * they are (the bytes, counted in kvf_master.releasing) */
     unsigned inv_rel;
     uint64_t rel_bytes;
+    uint8_t released; /* off the table, on the doomed list */
     uint8_t state;
     uint8_t flags; /* KVF_STORE_PIN */
     uint8_t nrep;
+    uint8_t on_disk_list; /* on kvf_master.dlru: no replica in a pool */
+    uint8_t shadow;       /* the pool blocks of a demoted object */
+    unsigned tier_busy;   /* tier operations in flight naming it */
     kvf_mrep_t rep[KVF_STORE_REPLICA_MAX];
     kvf_mclient_t *owner;           /* PENDING: the client that started it */
     kvf_mlease_t *leases;           /* the clients' leases on it */
@@ -91,6 +107,10 @@ typedef struct kvf_master_stats {
     uint64_t hits, misses, evictions, errors, puts, removes;
     uint64_t reclaimed, nodes_lost, objects_lost, aborted;
     uint64_t unleased; /* gets served without a lease (over the budget) */
+    /* disk tiers (tier.c) */
+    uint64_t tier_writes, tier_write_bytes, tier_reads, tier_read_bytes;
+    uint64_t tier_corrupt, tier_errors, tier_demotions, tier_evictions;
+    uint64_t tier_load_waits;
 } kvf_master_stats_t;
 
 typedef struct kvf_mconn kvf_mconn_t;
@@ -106,6 +126,9 @@ struct kvf_master {
     size_t nbuckets;
     size_t nobjs;
     kvf_mobj_t lru;      /* sentinel: lnext most recent, lprev least */
+    kvf_mobj_t dlru;     /* the same, of objects on disk tiers only */
+    size_t ndisk_only;   /* objects on dlru */
+    pthread_cond_t tier_cond; /* a tier load ended (tier.c) */
     kvf_mobj_t pending;  /* sentinel of uncommitted puts, oldest last */
     kvf_mobj_t **ptable; /* pending objects by put id */
     size_t npbuckets;
@@ -188,7 +211,8 @@ kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key);
 kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
                                  uint64_t uid, const unsigned char *instance,
                                  uint64_t base, uint64_t len,
-                                 const char *inv_addr, uint64_t *gen_p);
+                                 const char *inv_addr, uint64_t disk_len,
+                                 uint64_t *gen_p);
 /* The node (uid, gen), or NULL. */
 kvf_mnode_t *kvf_m_node_find(kvf_master_t *m, uint64_t uid, uint64_t gen);
 /* Rebuilds one entry of node n's inventory report: the block at its
@@ -212,6 +236,51 @@ size_t kvf_m_reservations(const kvf_master_t *m);
 /* kvf_m_used: space of objects and pending puts, reservations not
  * included (they are `reserved`). */
 size_t kvf_m_removing(const kvf_master_t *m);
+
+/* objects.c, shared with tier.c (lock held): list moves, the release of
+ * an object (its key goes now, its space once nothing refers to it),
+ * pool space with eviction, an object rebuilt from an inventory entry
+ * (committed, no replica yet). */
+void kvf_m_list_unlink(kvf_mobj_t *o);
+void kvf_m_list_push(kvf_mobj_t *s, kvf_mobj_t *o);
+void kvf_m_obj_unlist(kvf_master_t *m, kvf_mobj_t *o);
+void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o);
+uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o);
+void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o, int wait);
+int kvf_m_doomed_done(const kvf_mobj_t *o, uint64_t now);
+kvf_pa_block_t *kvf_m_alloc_on(kvf_master_t *m, kvf_mnode_t *n, uint64_t size,
+                               int evict, uint64_t now);
+kvf_mobj_t *kvf_m_rebuild_obj(kvf_master_t *m, const kvf_sm_inv_ent_t *e);
+
+/* tier.c: the nodes' disk tiers (lock held unless said). node_init: a
+ * registering node's tier of disk_len bytes; usable: o has a replica in
+ * a pool to serve; relist: o moves between the pool's and the disk's LRU
+ * lists as its replicas say; forget: o's disk copies go (a release);
+ * commit: write-through of a committed object; demote: o leaves the
+ * pool, 1 if it stays on disk (or waits for its copy), 0 if it must go;
+ * wanted (takes the lock): does a GET frame need a load (a worker serves
+ * it then); prefetch (takes the lock, a worker): loads the frame's
+ * objects on disk only and waits for them; answer: a node's answer to a
+ * WRITE or READ of o; off: a failed tier; rebuild: an INV_REPORT entry
+ * flagged KVF_SM_INV_DISK. */
+kvf_status_t kvf_m_tier_node_init(kvf_master_t *m, kvf_mnode_t *n,
+                                  uint64_t disk_len, const char *inv_addr);
+int kvf_m_tier_usable(const kvf_mobj_t *o);
+/* o has no disk copy yet but a node of its with a tier (evicting it now
+ * would lose it). */
+int kvf_m_tier_uncopied(const kvf_mobj_t *o);
+void kvf_m_tier_relist(kvf_master_t *m, kvf_mobj_t *o);
+void kvf_m_tier_forget(kvf_master_t *m, kvf_mobj_t *o);
+void kvf_m_tier_commit(kvf_master_t *m, kvf_mobj_t *o);
+int kvf_m_tier_demote(kvf_master_t *m, kvf_mobj_t *o);
+int kvf_m_tier_wanted(kvf_master_t *m, const kvf_sp_frame_t *f);
+void kvf_m_tier_prefetch(kvf_master_t *m, const kvf_sp_frame_t *f);
+void kvf_m_tier_answer(kvf_master_t *m, kvf_mobj_t *o, uint64_t uid,
+                       uint64_t gen, uint8_t op, kvf_status_t st);
+void kvf_m_tier_off(kvf_master_t *m, kvf_mnode_t *n, kvf_status_t why);
+kvf_status_t kvf_m_tier_rebuild(kvf_master_t *m, kvf_mnode_t *n,
+                                const kvf_sm_inv_ent_t *e,
+                                kvf_pa_block_t **hint);
 
 /* master.c: serves one whole frame of client cl: runs its handler,
  * encodes the reply body in w; returns the reply's status, *rtype_p its
@@ -244,6 +313,16 @@ kvf_status_t kvf_m_inv_serve(kvf_master_t *m, kvf_mclient_t *cl,
                              const kvf_sp_frame_t *f, kvf_wr_t *w,
                              uint32_t *count_p, uint16_t *flags_p,
                              uint8_t *rtype_p);
+/* Tier operations go on the same channels' machinery, on a channel of
+ * their own per node (lock held): queues op on replica i of o (wait: the
+ * frame this worker serves waits for the answer; WRITE and READ count in
+ * o->tier_busy until answered); in_worker: does this thread serve a
+ * frame that may wait; wait: waits (lock dropped meanwhile) until every
+ * entry this worker's frame queued is answered. */
+kvf_status_t kvf_m_inv_tier(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
+                            uint8_t op, int wait);
+int kvf_m_inv_in_worker(void);
+void kvf_m_inv_wait(kvf_master_t *m);
 
 /* loop.c: the connection event loop */
 kvf_status_t kvf_m_loop_start(kvf_master_t *m);

@@ -40,7 +40,7 @@ static void kvf_m_list_init(kvf_mobj_t *s)
     s->lnext = s->lprev = s;
 }
 
-static void kvf_m_list_unlink(kvf_mobj_t *o)
+void kvf_m_list_unlink(kvf_mobj_t *o)
 {
     if (o->lnext != NULL) {
         o->lnext->lprev = o->lprev;
@@ -49,7 +49,7 @@ static void kvf_m_list_unlink(kvf_mobj_t *o)
     }
 }
 
-static void kvf_m_list_push(kvf_mobj_t *s, kvf_mobj_t *o)
+void kvf_m_list_push(kvf_mobj_t *s, kvf_mobj_t *o)
 {
     o->lnext = s->lnext;
     o->lprev = s;
@@ -73,6 +73,7 @@ kvf_status_t kvf_m_init(kvf_master_t *m)
     kvf_m_list_init(&m->lru);
     kvf_m_list_init(&m->pending);
     kvf_m_list_init(&m->doomed);
+    kvf_m_list_init(&m->dlru);
     if (kvf_m_clients_init(m) != KVF_OK) {
         kvf_free(m->table);
         kvf_free(m->ptable);
@@ -83,8 +84,6 @@ kvf_status_t kvf_m_init(kvf_master_t *m)
     return KVF_OK;
 }
 
-static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o);
-static uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o);
 
 void kvf_m_clear(kvf_master_t *m)
 {
@@ -244,19 +243,29 @@ static void kvf_m_grow(kvf_master_t *m)
     m->nbuckets = nb;
 }
 
-static uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o)
+uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o)
 {
     uint64_t b = 0;
     unsigned i;
 
     for (i = 0; i < o->nrep; i++) {
-        b += o->rep[i].blk->size;
+        b += (o->rep[i].blk != NULL) ? o->rep[i].blk->size : 0;
     }
     return b;
 }
 
+/* o leaves the LRU list it is on (the pool's or the disk tiers'). */
+void kvf_m_obj_unlist(kvf_master_t *m, kvf_mobj_t *o)
+{
+    kvf_m_list_unlink(o);
+    if (o->on_disk_list) {
+        o->on_disk_list = 0;
+        m->ndisk_only--;
+    }
+}
+
 /* Unlinks o from the table and lists, frees its space and itself. */
-static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o)
+void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o)
 {
     kvf_mobj_t **pp;
     unsigned i;
@@ -268,7 +277,7 @@ static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o)
             break;
         }
     }
-    kvf_m_list_unlink(o);
+    kvf_m_obj_unlist(m, o);
     kvf_m_lease_drop(m, o);
     if (o->state == KVF_OBJ_PENDING) {
         kvf_m_pend_del(m, o);
@@ -277,9 +286,14 @@ static void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o)
         m->reserved -= kvf_m_obj_bytes(o);
     }
     for (i = 0; i < o->nrep; i++) {
-        kvf_pa_free(&o->rep[i].node->pa, o->rep[i].blk);
+        if (o->rep[i].blk != NULL) {
+            kvf_pa_free(&o->rep[i].node->pa, o->rep[i].blk);
+        }
+        if (o->rep[i].dblk != NULL) {
+            kvf_pa_free(&o->rep[i].node->dpa, o->rep[i].dblk);
+        }
     }
-    if (o->key != NULL) {
+    if (o->key != NULL && !o->shadow) {
         m->nobjs--;
     }
     kvf_free(o->key);
@@ -349,10 +363,25 @@ size_t kvf_m_removing(const kvf_master_t *m)
     return n;
 }
 
-static int kvf_m_evictable(const kvf_mobj_t *o, uint64_t now)
+/* May o leave the pool now? Not pinned, not leased, and no tier
+ * operation reading its pool bytes (a load filling them, a write-through
+ * copying them to disk). Pass 0 also keeps objects whose disk copy is
+ * not made yet (they would be lost); pass 1 takes them too. */
+static int kvf_m_evictable(const kvf_mobj_t *o, uint64_t now, int pass)
 {
-    return o->state == KVF_OBJ_COMMITTED && !(o->flags & KVF_STORE_PIN) &&
-           o->lease_until_ms <= now;
+    unsigned i;
+
+    if (o->state != KVF_OBJ_COMMITTED || (o->flags & KVF_STORE_PIN) ||
+        o->lease_until_ms > now || o->on_disk_list ||
+        (pass == 0 && kvf_m_tier_uncopied(o))) {
+        return 0;
+    }
+    for (i = 0; i < o->nrep; i++) {
+        if (o->rep[i].loading || o->rep[i].dstate == KVF_D_WRITING) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static int kvf_m_obj_on(const kvf_mobj_t *o, const kvf_mnode_t *n)
@@ -360,7 +389,7 @@ static int kvf_m_obj_on(const kvf_mobj_t *o, const kvf_mnode_t *n)
     unsigned i;
 
     for (i = 0; i < o->nrep; i++) {
-        if (o->rep[i].node == n) {
+        if (o->rep[i].node == n && o->rep[i].blk != NULL) {
             return 1;
         }
     }
@@ -374,29 +403,36 @@ static int kvf_m_obj_on(const kvf_mobj_t *o, const kvf_mnode_t *n)
  * still report to a new leader). Until then it waits on the doomed
  * list, freed by kvf_m_released or the reaper. wait: the frame served
  * is answered only once the nodes forgot o (a remove). */
-static void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o, int wait)
+void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o, int wait)
 {
     kvf_mobj_t **pp;
 
-    for (pp = &m->table[o->hash & (m->nbuckets - 1)]; *pp != NULL;
-         pp = &(*pp)->hnext) {
+    for (pp = &m->table[o->hash & (m->nbuckets - 1)];
+         !o->shadow && *pp != NULL; pp = &(*pp)->hnext) {
         if (*pp == o) {
             *pp = o->hnext;
             break;
         }
     }
     o->hnext = NULL;
-    kvf_m_list_unlink(o);
+    kvf_m_obj_unlist(m, o);
+    kvf_m_tier_forget(m, o); /* its disk copies go now */
     o->inv_rel = kvf_m_inv_del(m, o, wait);
     if (o->inv_rel > 0) {
         o->rel_bytes = kvf_m_obj_bytes(o);
         m->releasing += o->rel_bytes;
     }
-    if (o->inv_rel == 0 && o->lease_until_ms <= kvf_time_ms()) {
+    if (kvf_m_doomed_done(o, kvf_time_ms())) {
         kvf_m_obj_free(m, o);
         return;
     }
+    o->released = 1;
     kvf_m_list_push(&m->doomed, o);
+}
+
+int kvf_m_doomed_done(const kvf_mobj_t *o, uint64_t now)
+{
+    return o->inv_rel == 0 && o->tier_busy == 0 && o->lease_until_ms <= now;
 }
 
 void kvf_m_released(kvf_master_t *m, kvf_mobj_t *o)
@@ -406,15 +442,20 @@ void kvf_m_released(kvf_master_t *m, kvf_mobj_t *o)
     }
     m->releasing -= o->rel_bytes;
     o->rel_bytes = 0;
-    if (o->lease_until_ms <= kvf_time_ms()) {
+    if (kvf_m_doomed_done(o, kvf_time_ms())) {
         kvf_m_obj_free(m, o);
     }
 }
 
+/* o leaves the pool: to the disk tiers where it has a copy there (it
+ * stays in the table, on the disk list), else for good. */
 static void kvf_m_evict(kvf_master_t *m, kvf_mobj_t *o)
 {
     char esc[KVF_LOG_KEY_MAX];
 
+    if (kvf_m_tier_demote(m, o)) {
+        return;
+    }
     kvf_debug("evicting '%s' (%lu bytes)",
               kvf_log_key(esc, sizeof(esc), o->key), (unsigned long)o->size);
     m->st.evictions++;
@@ -423,28 +464,32 @@ static void kvf_m_evict(kvf_master_t *m, kvf_mobj_t *o)
 
 /* Allocates size bytes on n, evicting cold objects that live on n when
  * evict is set. NULL when it cannot. */
-static kvf_pa_block_t *kvf_m_alloc_on(kvf_master_t *m, kvf_mnode_t *n,
+kvf_pa_block_t *kvf_m_alloc_on(kvf_master_t *m, kvf_mnode_t *n,
                                       uint64_t size, int evict, uint64_t now)
 {
     kvf_pa_block_t *b = kvf_pa_alloc(&n->pa, size);
     kvf_mobj_t *o, *prev;
     uint64_t freed = 0;
+    int pass;
 
     if (b != NULL || !evict || size > n->pa.len) {
         return b;
     }
     /* where nodes must first forget an evicted object, its space comes
      * later: evict about `size` bytes, and this put goes elsewhere or
-     * fails (KVF_ERR_NO_SPACE) rather than emptying the node */
-    for (o = m->lru.lprev; o != &m->lru && b == NULL && freed < size;
-         o = prev) {
-        prev = o->lprev;
-        if (!kvf_m_evictable(o, now) || !kvf_m_obj_on(o, n)) {
-            continue;
+     * fails (KVF_ERR_NO_SPACE) rather than emptying the node; objects
+     * that would be lost for want of a disk copy go last */
+    for (pass = 0; pass < 2 && b == NULL && freed < size; pass++) {
+        for (o = m->lru.lprev; o != &m->lru && b == NULL && freed < size;
+             o = prev) {
+            prev = o->lprev;
+            if (!kvf_m_evictable(o, now, pass) || !kvf_m_obj_on(o, n)) {
+                continue;
+            }
+            freed += (m->elect != NULL) ? o->size : 0;
+            kvf_m_evict(m, o);
+            b = kvf_pa_alloc(&n->pa, size);
         }
-        freed += (m->inv != NULL) ? o->size : 0;
-        kvf_m_evict(m, o);
-        b = kvf_pa_alloc(&n->pa, size);
     }
     return b;
 }
@@ -638,8 +683,7 @@ static void kvf_m_place(kvf_master_t *m, kvf_mobj_t *o, kvf_mnode_t **cand,
             }
             b = kvf_m_alloc_on(m, cand[i], size, evict, now);
             if (b != NULL) {
-                o->rep[o->nrep].node = cand[i];
-                o->rep[o->nrep].blk = b;
+                o->rep[o->nrep] = (kvf_mrep_t){.node = cand[i], .blk = b};
                 o->nrep++;
                 cand[i] = NULL;
             }
@@ -771,7 +815,7 @@ static void kvf_m_evict_watermark(kvf_master_t *m, uint64_t now)
         if ((double)used <= m->opts.low_watermark * (double)cap) {
             break;
         }
-        if (kvf_m_evictable(o, now)) {
+        if (kvf_m_evictable(o, now, 0)) {
             used -= o->size < used ? o->size : used;
             kvf_m_evict(m, o);
             used = kvf_m_used(m);
@@ -806,6 +850,7 @@ static kvf_status_t kvf_m_obj_commit(kvf_master_t *m, kvf_mobj_t *o,
     kvf_m_list_push(&m->lru, o);
     m->st.puts++;
     kvf_m_inv_add(m, o);
+    kvf_m_tier_commit(m, o);
     kvf_m_evict_watermark(m, kvf_time_ms());
     return KVF_OK;
 }
@@ -874,6 +919,11 @@ kvf_status_t kvf_m_get(kvf_master_t *m, kvf_mclient_t *cl, const char *key,
         m->st.misses++;
         return (o == NULL) ? KVF_ERR_NO_KEY : KVF_ERR_NOT_READY;
     }
+    if (!kvf_m_tier_usable(o)) {
+        /* on disk only: its load failed or did not end in time */
+        m->st.misses++;
+        return KVF_ERR_NO_KEY;
+    }
     m->st.hits++;
     *leased_p =
         kvf_m_lease_grant(m, cl, o, kvf_m_obj_bytes(o), kvf_time_ms());
@@ -937,15 +987,22 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
                     o->rep[k++] = o->rep[r];
                 } else {
                     dropped++;
-                    kvf_m_rel_drop(m, o, o->rep[r].blk->size);
+                    kvf_m_rel_drop(m, o, o->rep[r].blk ? o->rep[r].blk->size
+                                                       : 0);
                 }
             }
             o->nrep = (uint8_t)k;
-            if (k == 0 && o->inv_rel > 0) {
+            if (k > 0) {
+                kvf_m_tier_relist(m, o); /* maybe on disk only now */
+                continue;
+            }
+            if (o->inv_rel > 0 || (o->released && o->tier_busy > 0)) {
                 continue; /* freed once its other nodes answered */
             }
-            if (k == 0) {
-                lost += (o->state == KVF_OBJ_COMMITTED && i < m->nbuckets);
+            lost += (o->state == KVF_OBJ_COMMITTED && i < m->nbuckets);
+            if (o->tier_busy > 0) {
+                kvf_m_release(m, o, 0); /* freed when the answers come */
+            } else {
                 kvf_m_obj_free(m, o);
             }
         }
@@ -983,6 +1040,9 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
              kvf_log_key(esc, sizeof(esc), n->segment), (unsigned long)n->gen,
              why, dropped, lost);
     kvf_pa_fini(&n->pa);
+    if (n->dpa.len > 0) {
+        kvf_pa_fini(&n->dpa);
+    }
     kvf_free(n);
 }
 
@@ -1027,7 +1087,8 @@ static kvf_status_t kvf_m_node_admit(kvf_master_t *m, const char *segment,
 kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
                                  uint64_t uid, const unsigned char *instance,
                                  uint64_t base, uint64_t len,
-                                 const char *inv_addr, uint64_t *gen_p)
+                                 const char *inv_addr, uint64_t disk_len,
+                                 uint64_t *gen_p)
 {
     char esc[KVF_LOG_KEY_MAX];
     kvf_mnode_t *n;
@@ -1042,6 +1103,12 @@ kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
         return KVF_ERR_NO_MEMORY;
     }
     status = kvf_pa_init(&n->pa, len);
+    if (status == KVF_OK) {
+        status = kvf_m_tier_node_init(m, n, disk_len, inv_addr);
+        if (status != KVF_OK) {
+            kvf_pa_fini(&n->pa);
+        }
+    }
     if (status != KVF_OK) {
         kvf_free(n);
         return status;
@@ -1053,7 +1120,8 @@ kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
     n->last_hb_ms = kvf_time_ms();
     snprintf(n->segment, sizeof(n->segment), "%s", segment);
     snprintf(n->inv_addr, sizeof(n->inv_addr), "%s", inv_addr);
-    n->rebuilding = m->elect != NULL && inv_addr[0] != '\0';
+    /* its report (inventory, disk tier) comes next */
+    n->rebuilding = inv_addr[0] != '\0' && (m->elect != NULL || n->tier_on);
     n->next = m->nodes;
     m->nodes = n;
     m->nnodes++;
@@ -1113,7 +1181,7 @@ void kvf_m_tick(kvf_master_t *m)
     kvf_m_lease_expire(m, now);
     for (o = m->doomed.lprev; o != &m->doomed; o = prev) {
         prev = o->lprev;
-        if (o->lease_until_ms <= now && o->inv_rel == 0) {
+        if (kvf_m_doomed_done(o, now)) {
             kvf_m_obj_free(m, o); /* removed, its last lease over */
         }
     }
@@ -1144,7 +1212,8 @@ static int kvf_m_rep_at(const kvf_mobj_t *o, const kvf_mnode_t *n, uint64_t off)
     unsigned i;
 
     for (i = 0; i < o->nrep; i++) {
-        if (o->rep[i].node == n && o->rep[i].blk->off == off) {
+        if (o->rep[i].node == n && o->rep[i].blk != NULL &&
+            o->rep[i].blk->off == off) {
             return 1;
         }
     }
@@ -1159,26 +1228,36 @@ static int kvf_m_rebuild_older(const kvf_mobj_t *o, const kvf_sm_inv_ent_t *e)
 }
 
 /* A committed object of one replica, blk on n, under e's key. */
-static kvf_status_t kvf_m_rebuild_new(kvf_master_t *m, kvf_mnode_t *n,
-                                      kvf_pa_block_t *blk,
-                                      const kvf_sm_inv_ent_t *e)
+kvf_mobj_t *kvf_m_rebuild_obj(kvf_master_t *m, const kvf_sm_inv_ent_t *e)
 {
     kvf_mobj_t *o = kvf_calloc(1, sizeof(*o));
 
     if (o == NULL || kvf_m_obj_name(m, o, e->key) != KVF_OK) {
         kvf_free(o);
-        return KVF_ERR_NO_MEMORY;
+        return NULL;
     }
     o->size = e->size;
     o->checksum = e->checksum;
-    o->inv_epoch = e->epoch;
-    o->inv_seq = e->seq;
+    o->inv_epoch = (e->flags & KVF_SM_INV_DISK) ? 0 : e->epoch;
+    o->inv_seq = (e->flags & KVF_SM_INV_DISK) ? 0 : e->seq;
     o->flags = (uint8_t)(e->flags & KVF_STORE_PIN);
     o->state = KVF_OBJ_COMMITTED;
-    o->nrep = 1;
-    o->rep[0].node = n;
-    o->rep[0].blk = blk;
+    o->put_id = m->next_put_id++;
     kvf_m_list_push(&m->lru, o);
+    return o;
+}
+
+static kvf_status_t kvf_m_rebuild_new(kvf_master_t *m, kvf_mnode_t *n,
+                                      kvf_pa_block_t *blk,
+                                      const kvf_sm_inv_ent_t *e)
+{
+    kvf_mobj_t *o = kvf_m_rebuild_obj(m, e);
+
+    if (o == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    o->nrep = 1;
+    o->rep[0] = (kvf_mrep_t){.node = n, .blk = blk};
     return KVF_OK;
 }
 
@@ -1189,6 +1268,9 @@ kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
     char esc[KVF_LOG_KEY_MAX];
     kvf_pa_block_t *blk;
 
+    if (e->flags & KVF_SM_INV_DISK) {
+        return kvf_m_tier_rebuild(m, n, e, hint);
+    }
     if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
         kvf_m_rep_at(o, n, e->off)) {
         return KVF_OK; /* known already: a report sent again */
@@ -1223,9 +1305,9 @@ kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
         return KVF_ERR_EXISTS;
     }
     if (o != NULL) {
-        o->rep[o->nrep].node = n;
-        o->rep[o->nrep].blk = blk;
+        o->rep[o->nrep] = (kvf_mrep_t){.node = n, .blk = blk};
         o->nrep++;
+        kvf_m_tier_relist(m, o); /* back in a pool */
         *hint = blk;
         return KVF_OK;
     }

@@ -204,8 +204,11 @@ void kvf_sm_node_reg_enc(kvf_wr_t *w, const kvf_sm_node_reg_t *m)
     kvf_wr_u64(w, m->pool_addr);
     kvf_wr_u64(w, m->pool_len);
     kvf_wr_bytes(w, m->instance, KVF_SM_INSTANCE_LEN);
-    if (m->inv_addr[0] != '\0') {
+    if (m->inv_addr[0] != '\0' || m->disk_len > 0) {
         kvf_wr_str(w, m->inv_addr);
+    }
+    if (m->disk_len > 0) {
+        kvf_wr_u64(w, m->disk_len);
     }
 }
 
@@ -229,6 +232,10 @@ void kvf_sm_node_reg_dec(kvf_rd_t *r, kvf_sm_node_reg_t *m)
     m->inv_addr[0] = '\0';
     if (kvf_rd_left(r) > 0) { /* absent: a node without an inventory */
         kvf_rd_str(r, m->inv_addr, sizeof(m->inv_addr));
+    }
+    m->disk_len = 0;
+    if (kvf_rd_left(r) > 0) { /* absent: a node without a disk tier */
+        m->disk_len = kvf_rd_u64(r);
     }
 }
 
@@ -344,6 +351,52 @@ kvf_status_t kvf_sm_inv_check(uint8_t type, uint32_t count, const void *body,
     return kvf_rd_left(&r) == 0 ? KVF_OK : KVF_ERR_PROTOCOL;
 }
 
+void kvf_sm_tier_op_enc(kvf_wr_t *w, const kvf_sm_tier_op_t *o)
+{
+    kvf_wr_u8(w, o->op);
+    kvf_wr_str(w, o->key);
+    kvf_wr_u64(w, o->pool_off);
+    kvf_wr_u64(w, o->disk_off);
+    kvf_wr_u64(w, o->size);
+    kvf_wr_u64(w, o->checksum);
+    kvf_wr_u64(w, o->seq);
+    kvf_wr_u8(w, o->flags);
+}
+
+void kvf_sm_tier_op_dec(kvf_rd_t *r, kvf_sm_tier_op_t *o)
+{
+    o->op = kvf_rd_u8(r);
+    kvf_rd_str(r, o->keybuf, sizeof(o->keybuf));
+    o->key = o->keybuf;
+    o->pool_off = kvf_rd_u64(r);
+    o->disk_off = kvf_rd_u64(r);
+    o->size = kvf_rd_u64(r);
+    o->checksum = kvf_rd_u64(r);
+    o->seq = kvf_rd_u64(r);
+    o->flags = kvf_rd_u8(r);
+    o->status = KVF_OK;
+}
+
+kvf_status_t kvf_sm_tier_check(uint32_t count, const void *body, size_t len)
+{
+    kvf_sm_tier_op_t o;
+    kvf_rd_t r;
+    uint32_t i;
+
+    if (count == 0 || count > KVF_STORE_BATCH_MAX) {
+        return KVF_ERR_PROTOCOL;
+    }
+    kvf_rd_init(&r, body, len);
+    for (i = 0; i < count; i++) {
+        kvf_sm_tier_op_dec(&r, &o);
+        if (kvf_rd_status(&r) != KVF_OK || o.keybuf[0] == '\0' ||
+            o.op < KVF_TIER_WRITE || o.op > KVF_TIER_DROP) {
+            return KVF_ERR_PROTOCOL;
+        }
+    }
+    return kvf_rd_left(&r) == 0 ? KVF_OK : KVF_ERR_PROTOCOL;
+}
+
 /* ---- shape checks ---- */
 
 /* Decodes one whole-body request into scratch space; 0 if type has
@@ -381,6 +434,9 @@ kvf_status_t kvf_sm_req_check(uint8_t type, uint32_t count, const void *body,
 
     if (type >= KVF_SP_INV_ADD && type <= KVF_SP_INV_REPORT) {
         return kvf_sm_inv_check(type, count, body, len);
+    }
+    if (type == KVF_SP_TIER_OP) {
+        return kvf_sm_tier_check(count, body, len);
     }
     kvf_rd_init(&r, body, len);
     if (!kvf_sm_whole_dec(&r, type)) {

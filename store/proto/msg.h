@@ -18,7 +18,10 @@
  *              without it is the older format,
  *              which the master refuses),
  *              str inv_addr (optional: where
- *              the node's inventory listens)
+ *              the node's inventory listens),
+ *              u64 disk_len (optional: the
+ *              bytes of its disk tier, served
+ *              at inv_addr)
  *                                               u32 heartbeat_ms,
  *                                               u32 ttl_ms
  *   HEARTBEAT  kvf_sm_heartbeat_t               empty (frame status
@@ -53,7 +56,14 @@
  *              INV_DEL; applied in order)
  *   INV_REPORT u64 uid, u64 node_gen, then      empty
  *              count x kvf_sm_inv_ent_t (a
- *              page; count 0: the report ends)
+ *              page; count 0: the report ends;
+ *              an entry flagged KVF_SM_INV_DISK
+ *              lies in the node's disk tier, off
+ *              in its file)
+ *   TIER_OP    count x kvf_sm_tier_op_t         count x status
+ *              u8 op, str key, u64 pool_off,
+ *              u64 disk_off, u64 size,
+ *              u64 checksum, u64 seq, u8 flags
  *
  * Fixed part of an entry after its key (bytes): PUT_START 10, PUT_END
  * 17, COMMIT 35, GET/REMOVE/EXISTS 0. A PUT_END or COMMIT mask of 0
@@ -119,6 +129,7 @@ typedef struct kvf_sm_node_reg {
     int has_instance; /* decoded: 0 for the older format */
     /* host:port of the node's inventory server ("" = none) */
     char inv_addr[KVF_SM_INV_ADDR_MAX];
+    uint64_t disk_len; /* bytes of its disk tier (0 = none) */
 } kvf_sm_node_reg_t;
 
 typedef struct kvf_sm_node_reg_rep {
@@ -165,6 +176,29 @@ typedef struct kvf_sm_inv_ent {
 /* An INV_ADD entry with this flag is a delete (as INV_DEL's): a leader
  * sends its adds and deletes in one frame, in the order it made them. */
 #define KVF_SM_INV_FORGET 0x80
+
+/* An inventory entry (INV_REPORT) of an object in the node's disk tier:
+ * off is its place in the tier's file. */
+#define KVF_SM_INV_DISK 0x40
+
+/* One operation on a node's disk tier (store/node/tier.h). */
+enum { KVF_TIER_WRITE = 1, KVF_TIER_READ = 2, KVF_TIER_DROP = 3 };
+
+typedef struct kvf_sm_tier_op {
+    uint8_t op; /* KVF_TIER_* */
+    const char *key; /* encode: the caller's; decode: keybuf */
+    uint64_t pool_off; /* WRITE, READ: the object's place in the pool */
+    uint64_t disk_off; /* its place in the tier's file (4 KiB aligned) */
+    uint64_t size;
+    uint64_t checksum;
+    uint64_t seq;  /* the master's commit number (newer wins) */
+    uint8_t flags; /* KVF_STORE_PIN */
+    kvf_status_t status; /* the node's answer (not on the wire here) */
+    char keybuf[KVF_STORE_KEY_MAX + 1];
+} kvf_sm_tier_op_t;
+
+/* Bytes a TIER_OP entry takes besides its key. */
+#define KVF_SM_TIER_OP_FIXED (1 + 2 + 5 * 8 + 1)
 
 /* Bytes an inventory entry takes besides its key. */
 #define KVF_SM_INV_ENT_FIXED (2 + 5 * 8 + 1)
@@ -217,6 +251,13 @@ void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e);
  * KVF_ERR_PROTOCOL otherwise (another type included). */
 kvf_status_t kvf_sm_inv_check(uint8_t type, uint32_t count, const void *body,
                               size_t len);
+
+void kvf_sm_tier_op_enc(kvf_wr_t *w, const kvf_sm_tier_op_t *o);
+void kvf_sm_tier_op_dec(kvf_rd_t *r, kvf_sm_tier_op_t *o);
+/* A TIER_OP body: exactly `count` (1 to KVF_STORE_BATCH_MAX) entries of a
+ * known op, each key 1..KVF_STORE_KEY_MAX bytes; KVF_ERR_PROTOCOL
+ * otherwise. */
+kvf_status_t kvf_sm_tier_check(uint32_t count, const void *body, size_t len);
 
 /* Checks a request body against its type's schema: `count` (at most
  * KVF_STORE_BATCH_MAX) keyed entries, or one whole-body message, and not

@@ -114,6 +114,16 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      "master: threads checking node registrations (more in flight wait in a "
      "bounded queue, past it they are refused busy)",
      KVF_CONFIG_TUNING},
+    {"tier_write_max", "256M",
+     "master: bytes of a node's objects being copied to its disk tier at "
+     "once (at most a quarter of its pool); past it, new objects are copied when "
+     "they reach the cold end of the pool",
+     KVF_CONFIG_TUNING},
+    {"tier_promote", "1",
+     "master: 1: an object loaded from a disk tier goes to the hot end of "
+     "the pool's LRU order; 0: to its cold end (read through, first to "
+     "leave again)",
+     KVF_CONFIG_TUNING},
     {"master_unix", "1",
      "1: a master on a loopback address is reached over its abstract unix "
      "socket when the client's engine may use a same-host transport "
@@ -406,6 +416,8 @@ const char *kvf_sp_msg_name(uint8_t type)
         return "inv_del";
     case KVF_SP_INV_REPORT:
         return "inv_report";
+    case KVF_SP_TIER_OP:
+        return "tier_op";
     case KVF_SP_ERROR:
         return "error";
     default:
