@@ -40,7 +40,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define KVF_MI_CHANS 64 /* nodes with an inventory a master can reach */
+#define KVF_MI_CHANS 256 /* channels: an inventory and 1 + KVF_M_RCHANS for
+                            a disk tier per node */
 
 /* What a worker's frame waits for: entries not answered yet, the worst
  * answer, and the commits that a node did not record (to undo). */
@@ -79,7 +80,7 @@ typedef struct kvf_mi_q {
 typedef struct kvf_mi_chan {
     kvf_master_t *m;
     char addr[KVF_SM_INV_ADDR_MAX];
-    int tier; /* carries TIER_OP frames (else INV_ADD) */
+    int tier; /* 0: INV_ADD frames; 1: TIER_OP writes, drops; 2..: reads */
     kvf_mi_q_t q;  /* queued, under m->lock */
     size_t nowait; /* of q, entries nobody waits for */
     int busy;      /* a batch is on its way: fd is in use */
@@ -442,6 +443,19 @@ static void *kvf_mi_main(void *arg)
 
 /* ---- queueing (lock held) ---- */
 
+/* Does node n use channel c? */
+static int kvf_mi_uses(const kvf_mnode_t *n, const kvf_mi_chan_t *c)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_M_RCHANS; i++) {
+        if (n->rchan[i] == c) {
+            return 1;
+        }
+    }
+    return n->chan == c || n->tchan == c;
+}
+
 /* A channel no node uses any more, with nothing queued or on its way
  * (a node that went, or came back with another inventory address), to
  * serve another address; or NULL. */
@@ -453,8 +467,7 @@ static kvf_mi_chan_t *kvf_mi_spare(kvf_master_t *m)
 
     for (i = 0; i < m->inv->nchans; i++) {
         c = m->inv->chans[i];
-        for (n = m->nodes; n != NULL && n->chan != c && n->tchan != c;
-             n = n->next) {
+        for (n = m->nodes; n != NULL && !kvf_mi_uses(n, c); n = n->next) {
         }
         if (n == NULL && c->q.n == 0 && !c->busy) {
             if (c->fd >= 0) {
@@ -467,12 +480,14 @@ static kvf_mi_chan_t *kvf_mi_spare(kvf_master_t *m)
     return NULL;
 }
 
-/* The inventory channel (tier: the tier channel) of node n, started now
- * if need be, or NULL. */
+/* The channel of node n of a kind (0 inventory, 1 tier writes and drops,
+ * 2.. tier reads), started now if need be, or NULL. */
 static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n, int tier)
 {
     struct kvf_minv *inv = m->inv;
-    kvf_mi_chan_t **slot = tier ? &n->tchan : &n->chan;
+    kvf_mi_chan_t **slot = tier == 0   ? &n->chan
+                           : tier == 1 ? &n->tchan
+                                       : &n->rchan[tier - 2];
     kvf_mi_chan_t *c;
     unsigned i;
 
@@ -562,7 +577,9 @@ kvf_status_t kvf_m_inv_tier(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
                             uint8_t op, int wait)
 {
     kvf_mrep_t *rep = &o->rep[i];
-    kvf_mi_chan_t *c = kvf_mi_chan(m, rep->node, 1);
+    kvf_mi_chan_t *c = kvf_mi_chan(
+        m, rep->node,
+        op == KVF_TIER_READ ? 2 + (int)(rep->node->rnext++ % KVF_M_RCHANS) : 1);
     kvf_mi_rec_t *r;
 
     if (c == NULL || (r = kvf_mi_q_push(&c->q)) == NULL) {
@@ -772,6 +789,7 @@ void kvf_m_inv_stop(kvf_master_t *m)
     for (n = m->nodes; n != NULL; n = n->next) {
         n->chan = NULL;
         n->tchan = NULL;
+        memset(n->rchan, 0, sizeof(n->rchan));
     }
     m->inv = NULL;
     pthread_mutex_unlock(&m->lock);

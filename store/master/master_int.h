@@ -18,6 +18,8 @@
 
 enum { KVF_OBJ_PENDING = 0, KVF_OBJ_COMMITTED = 1 };
 
+#define KVF_M_RCHANS 3 /* read channels per disk tier */
+
 typedef struct kvf_mnode {
     uint64_t uid; /* chosen by the node process at start */
     unsigned char instance[KVF_SM_INSTANCE_LEN]; /* random, per process */
@@ -32,7 +34,13 @@ typedef struct kvf_mnode {
      * placed on it (its space may hold objects not rebuilt yet) */
     int rebuilding;
     struct kvf_mi_chan *chan;  /* to its inventory (inventory.c), or NULL */
-    struct kvf_mi_chan *tchan; /* to its disk tier (same server), or NULL */
+    /* to its disk tier (the same server): WRITEs and DROPs in order on
+     * one, READs on KVF_M_RCHANS others taken in turn (several batches
+     * of loads in flight: the next one's I/O starts while the node
+     * checks the last and the master answers it) */
+    struct kvf_mi_chan *tchan;
+    struct kvf_mi_chan *rchan[KVF_M_RCHANS];
+    unsigned rnext;
     /* its disk tier (tier.c): the file's space, in 4 KiB units */
     kvf_pool_alloc_t dpa;
     int tier_on; /* a disk tier that works (off after a failure) */

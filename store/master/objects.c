@@ -85,6 +85,16 @@ kvf_status_t kvf_m_init(kvf_master_t *m)
 }
 
 
+/* A node's record and its allocators. */
+static void kvf_m_node_free(kvf_mnode_t *n)
+{
+    kvf_pa_fini(&n->pa);
+    if (n->dpa.len > 0) {
+        kvf_pa_fini(&n->dpa);
+    }
+    kvf_free(n);
+}
+
 void kvf_m_clear(kvf_master_t *m)
 {
     kvf_mnode_t *n;
@@ -104,8 +114,7 @@ void kvf_m_clear(kvf_master_t *m)
     }
     while ((n = m->nodes) != NULL) {
         m->nodes = n->next;
-        kvf_pa_fini(&n->pa);
-        kvf_free(n);
+        kvf_m_node_free(n);
     }
     m->nnodes = 0;
     m->releasing = 0;
@@ -1039,11 +1048,7 @@ static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
              "%zu object(s) lost",
              kvf_log_key(esc, sizeof(esc), n->segment), (unsigned long)n->gen,
              why, dropped, lost);
-    kvf_pa_fini(&n->pa);
-    if (n->dpa.len > 0) {
-        kvf_pa_fini(&n->dpa);
-    }
-    kvf_free(n);
+    kvf_m_node_free(n);
 }
 
 /* May a registration of `segment` by `instance` replace the records

@@ -589,9 +589,8 @@ void kvf_m_tier_answer(kvf_master_t *m, kvf_mobj_t *o, uint64_t uid,
 {
     int k = kvf_mt_rep_of(o, uid, gen);
 
-    if (o->tier_busy > 0) {
-        o->tier_busy--;
-    }
+    /* o->tier_busy still counts this operation: a release below keeps o
+     * on the doomed list, freed at the end */
     if (st != KVF_OK && st != KVF_ERR_CHECKSUM) {
         m->st.tier_errors++;
     }
@@ -607,6 +606,9 @@ void kvf_m_tier_answer(kvf_master_t *m, kvf_mobj_t *o, uint64_t uid,
     }
     if (op == KVF_TIER_READ) {
         pthread_cond_broadcast(&m->tier_cond);
+    }
+    if (o->tier_busy > 0) {
+        o->tier_busy--;
     }
     if (o->released && kvf_m_doomed_done(o, kvf_time_ms())) {
         kvf_m_obj_free(m, o);

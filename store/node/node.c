@@ -316,6 +316,30 @@ static kvf_status_t kvf_node_inv_listen(kvf_node_t *n)
     return st;
 }
 
+/* The disk tier (--disk) and the inventory server (several masters, or
+ * a tier: it also serves the tier's operations). */
+static kvf_status_t kvf_node_servers(kvf_node_t *n)
+{
+    const kvf_node_opts_t *o = &n->opts;
+    kvf_status_t st;
+
+    if (o->disk != NULL && o->disk[0] != '\0') {
+        st = kvf_tier_open(o->disk, o->disk_size, n->pool, o->pool, 1,
+                           &n->tier);
+        if (st != KVF_OK) {
+            return st;
+        }
+    }
+    if (kvf_sp_masters_many(&n->masters) || n->tier != NULL) {
+        st = kvf_node_inv_listen(n);
+        if (st != KVF_OK) {
+            return st;
+        }
+        kvf_node_inv_set_tier(n->inv, n->tier);
+    }
+    return KVF_OK;
+}
+
 kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
 {
     uint64_t t_start = kvf_time_ms();
@@ -367,19 +391,9 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
     if (st != KVF_OK) {
         goto err_engine;
     }
-    if (opts->disk != NULL && opts->disk[0] != '\0') {
-        st = kvf_tier_open(opts->disk, opts->disk_size, n->pool, opts->pool,
-                           1, &n->tier);
-        if (st != KVF_OK) {
-            goto err_dereg;
-        }
-    }
-    if (kvf_sp_masters_many(&n->masters) || n->tier != NULL) {
-        st = kvf_node_inv_listen(n);
-        if (st != KVF_OK) {
-            goto err_dereg;
-        }
-        kvf_node_inv_set_tier(n->inv, n->tier);
+    st = kvf_node_servers(n);
+    if (st != KVF_OK) {
+        goto err_dereg;
     }
     st = kvf_node_register(n);
     /* with several masters (a list, etcd) a leader may be in the making:

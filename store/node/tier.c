@@ -12,13 +12,14 @@
  * damaged record (counted) and resynchronises on the next magic.
  */
 #include "store/node/tier.h"
-#include "store/node/tier_int.h"
+#include "store/node/tier_io.h"
 #include "core/alloc.h"
 #include "core/checksum.h"
 #include "core/log.h"
 #include "core/wire.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,6 +33,27 @@
 #define KVF_TM_ADD      1
 #define KVF_TM_DROP     2
 #define KVF_TM_MAX_READ (1ull << 30) /* a larger manifest is refused */
+#define KVF_TIER_PATH_MAX 512
+
+struct kvf_tier {
+    char dir[KVF_TIER_PATH_MAX];
+    uint64_t len; /* bytes of the data file */
+    int lockfd, mfd;
+    kvf_tdev_t dev;          /* the data file and the I/O (tier_io.c) */
+    pthread_mutex_t io_lock; /* the device: one batch at a time */
+    pthread_mutex_t lock;    /* idx, st, on, the manifest */
+    kvf_inv_t idx;           /* entries by offset in the data file */
+    kvf_tier_stats_t st;
+    int on;
+    /* manifest records of the batch under way */
+    unsigned char *mbuf;
+    size_t mbuf_len, mbuf_cap;
+    int mbuf_failed;
+    uint64_t appended; /* records in the manifest file */
+};
+
+static void kvf_tier_off(kvf_tier_t *t, const char *what, uint64_t off,
+                         uint64_t len, int err);
 
 /* ---- manifest ---- */
 
@@ -241,13 +263,13 @@ static kvf_status_t kvf_tm_compact(kvf_tier_t *t)
 
 /* ---- operations ---- */
 
-void kvf_tier_off(kvf_tier_t *t, const char *what, uint64_t off,
-                  uint64_t len, int err)
+static void kvf_tier_off(kvf_tier_t *t, const char *what, uint64_t off,
+                         uint64_t len, int err)
 {
     if (!t->on) {
         return;
     }
-    t->on = 0;
+    __atomic_store_n(&t->on, 0, __ATOMIC_RELEASE);
     kvf_error("node: disk tier %s turned off: %s of %lu bytes at %lu "
               "failed: %s%s; its objects are dropped, the node serves its "
               "memory pool only",
@@ -267,7 +289,8 @@ static kvf_status_t kvf_tier_check_op(const kvf_tier_t *t,
         return KVF_ERR_OUT_OF_BOUNDS;
     }
     if (o->op != KVF_TIER_DROP &&
-        (o->pool_off > t->pool_len || o->size > t->pool_len - o->pool_off)) {
+        (o->pool_off > t->dev.pool_len ||
+         o->size > t->dev.pool_len - o->pool_off)) {
         return KVF_ERR_OUT_OF_BOUNDS;
     }
     return KVF_OK;
@@ -316,37 +339,59 @@ static void kvf_tier_drop(kvf_tier_t *t, kvf_sm_tier_op_t *o)
     t->st.drops++;
 }
 
+/* A run of WRITEs and READs: checked, moved, checked, recorded. Batches
+ * of two connections overlap outside the device part. */
+static void kvf_tier_run_io(kvf_tier_t *t, kvf_sm_tier_op_t *ops, size_t n)
+{
+    kvf_tdev_fail_t fail;
+    size_t i;
+    int rc = 0;
+
+    kvf_tdev_check(&t->dev, ops, n, KVF_TIER_WRITE); /* wrong bytes: no */
+    pthread_mutex_lock(&t->io_lock);
+    if (__atomic_load_n(&t->on, __ATOMIC_ACQUIRE)) {
+        rc = kvf_tdev_run(&t->dev, ops, n, &fail);
+    }
+    pthread_mutex_unlock(&t->io_lock);
+    kvf_tdev_check(&t->dev, ops, n, KVF_TIER_READ);
+    pthread_mutex_lock(&t->lock);
+    if (rc != 0) {
+        kvf_tier_off(t, fail.write ? "write" : "read", fail.off, fail.len,
+                     fail.err);
+    }
+    for (i = 0; i < n; i++) {
+        if (!t->on && ops[i].status == KVF_OK) {
+            ops[i].status = KVF_ERR_IO;
+        }
+        kvf_tier_done(t, &ops[i]);
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
 void kvf_tier_run(kvf_tier_t *t, kvf_sm_tier_op_t *ops, size_t n)
 {
     size_t i, first;
 
-    pthread_mutex_lock(&t->io_lock);
+    pthread_mutex_lock(&t->lock);
     for (i = 0; i < n; i++) {
         ops[i].status = t->on ? kvf_tier_check_op(t, &ops[i]) : KVF_ERR_IO;
     }
+    pthread_mutex_unlock(&t->lock);
     /* runs of WRITEs and READs go to the device together; a DROP ends a
      * run, so every operation takes effect in order */
     for (i = 0; i < n;) {
         if (ops[i].op == KVF_TIER_DROP) {
+            pthread_mutex_lock(&t->lock);
             if (ops[i].status == KVF_OK) {
-                pthread_mutex_lock(&t->lock);
                 kvf_tier_drop(t, &ops[i]);
-                pthread_mutex_unlock(&t->lock);
             }
+            pthread_mutex_unlock(&t->lock);
             i++;
             continue;
         }
         for (first = i; i < n && ops[i].op != KVF_TIER_DROP; i++) {
         }
-        kvf_tier_io_run(t, ops + first, i - first);
-        pthread_mutex_lock(&t->lock);
-        for (; first < i; first++) {
-            if (!t->on && ops[first].status == KVF_OK) {
-                ops[first].status = KVF_ERR_IO;
-            }
-            kvf_tier_done(t, &ops[first]);
-        }
-        pthread_mutex_unlock(&t->lock);
+        kvf_tier_run_io(t, ops + first, i - first);
     }
     pthread_mutex_lock(&t->lock);
     kvf_tm_flush(t);
@@ -354,7 +399,6 @@ void kvf_tier_run(kvf_tier_t *t, kvf_sm_tier_op_t *ops, size_t n)
         (void)kvf_tm_compact(t);
     }
     pthread_mutex_unlock(&t->lock);
-    pthread_mutex_unlock(&t->io_lock);
 }
 
 uint32_t kvf_tier_page(kvf_tier_t *t, kvf_wr_t *w, uint64_t *from,
@@ -397,7 +441,7 @@ uint64_t kvf_tier_len(const kvf_tier_t *t)
 
 int kvf_tier_uses_uring(const kvf_tier_t *t)
 {
-    return t->uring;
+    return t->dev.uring;
 }
 
 /* ---- open, close ---- */
@@ -422,14 +466,14 @@ static kvf_status_t kvf_tier_files(kvf_tier_t *t, int *fresh_p)
     }
     snprintf(path, sizeof(path), "%s/tier.data", t->dir);
     *fresh_p = stat(path, &sb) != 0;
-    t->dfd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
-    if (t->dfd < 0) {
+    t->dev.fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+    if (t->dev.fd < 0) {
         kvf_error("node: disk tier: cannot open %s with O_DIRECT: %m "
                   "(a file system without direct I/O, such as tmpfs?)",
                   path);
         return KVF_ERR_IO;
     }
-    if (ftruncate(t->dfd, (off_t)t->len) != 0) {
+    if (ftruncate(t->dev.fd, (off_t)t->len) != 0) {
         kvf_error("node: disk tier: cannot size %s to %lu bytes: %m", path,
                   (unsigned long)t->len);
         return KVF_ERR_IO;
@@ -441,6 +485,40 @@ static kvf_status_t kvf_tier_files(kvf_tier_t *t, int *fresh_p)
         return KVF_ERR_IO;
     }
     return KVF_OK;
+}
+
+/* Reads every entry back and drops (counting them) those whose bytes
+ * fail their checksum; a device that cannot be read leaves it empty. */
+static void kvf_tier_verify(kvf_tier_t *t)
+{
+    const kvf_inv_ent_t *e;
+    size_t i = 0;
+    int ok;
+
+    while (i < t->idx.n) {
+        e = &t->idx.ent[i];
+        ok = kvf_tdev_check_entry(&t->dev, e->off, e->size, e->checksum);
+        if (ok < 0) {
+            kvf_error("node: disk tier %s: cannot read its entries back: "
+                      "it starts empty",
+                      t->dir);
+            while (t->idx.n > 0) {
+                (void)kvf_inv_del(&t->idx, t->idx.ent[0].key,
+                                  t->idx.ent[0].off, 0);
+            }
+            return;
+        }
+        if (ok) {
+            i++;
+            continue;
+        }
+        kvf_log_rl(KVF_LOG_WARN,
+                   "node: disk tier %s: entry at %lu (%lu bytes) fails its "
+                   "checksum: dropped",
+                   t->dir, (unsigned long)e->off, (unsigned long)e->size);
+        t->st.bad_objects++;
+        (void)kvf_inv_del(&t->idx, e->key, e->off, 0);
+    }
 }
 
 /* Replays the manifest, checks every entry's data, writes the log anew. */
@@ -457,7 +535,7 @@ static kvf_status_t kvf_tier_restore(kvf_tier_t *t, int verify)
     kvf_tm_replay(t, buf, len);
     kvf_free(buf);
     if (verify) {
-        kvf_tier_io_verify(t);
+        kvf_tier_verify(t);
     }
     t->st.restored = t->idx.n;
     st = kvf_tm_compact(t);
@@ -490,16 +568,16 @@ kvf_status_t kvf_tier_open(const char *dir, uint64_t size, void *pool,
     }
     snprintf(t->dir, sizeof(t->dir), "%s", dir);
     t->len = size;
-    t->pool = pool;
-    t->pool_len = pool_len;
-    t->lockfd = t->dfd = t->mfd = -1;
+    t->dev.pool = pool;
+    t->dev.pool_len = pool_len;
+    t->lockfd = t->dev.fd = t->mfd = -1;
     t->on = 1;
     pthread_mutex_init(&t->lock, NULL);
     pthread_mutex_init(&t->io_lock, NULL);
     kvf_inv_init(&t->idx, size);
     st = kvf_tier_files(t, &fresh);
     if (st == KVF_OK) {
-        st = kvf_tier_io_init(t);
+        st = kvf_tdev_init(&t->dev);
     }
     if (st == KVF_OK && !fresh) {
         st = kvf_tier_restore(t, verify);
@@ -509,7 +587,7 @@ kvf_status_t kvf_tier_open(const char *dir, uint64_t size, void *pool,
         return st;
     }
     kvf_info("node: disk tier %s: %lu bytes, O_DIRECT through %s", t->dir,
-             (unsigned long)t->len, t->uring ? "io_uring" : "pread/pwrite");
+             (unsigned long)t->len, t->dev.uring ? "io_uring" : "pread/pwrite");
     *tier_p = t;
     return KVF_OK;
 }
@@ -519,9 +597,9 @@ void kvf_tier_close(kvf_tier_t *t)
     if (t == NULL) {
         return;
     }
-    kvf_tier_io_fini(t);
-    if (t->dfd >= 0) {
-        close(t->dfd);
+    kvf_tdev_fini(&t->dev);
+    if (t->dev.fd >= 0) {
+        close(t->dev.fd);
     }
     if (t->mfd >= 0) {
         close(t->mfd);

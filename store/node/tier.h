@@ -41,8 +41,6 @@
 
 typedef struct kvf_tier kvf_tier_t;
 
-#define KVF_TIER_ALIGN 4096u
-
 typedef struct kvf_tier_stats {
     uint64_t writes, write_bytes;
     uint64_t reads, read_bytes;

@@ -1,5 +1,5 @@
 /*
- * A node's disk tier, the device side (tier_int.h): objects move between
+ * A node's disk tier, the device (tier_io.h): objects move between
  * the pool and the data file in pieces of up to KVF_TIER_CHUNK bytes,
  * each through its own 4 KiB-aligned staging buffer (the pool's objects
  * lie at any 64-byte granule, O_DIRECT needs aligned memory), up to
@@ -11,10 +11,10 @@
  * the padding stays inside the object's place.
  *
  * A WRITE's bytes are checked against the object's checksum before they
- * go to the device; a READ's once they are in the pool. Any failed or
- * short request turns the tier off (tier.c kvf_tier_off).
+ * go to the device; a READ's once they are in the pool. A failed or
+ * short request is reported (tier.c turns the tier off).
  */
-#include "store/node/tier_int.h"
+#include "store/node/tier_io.h"
 #include "core/alloc.h"
 #include "core/checksum.h"
 #include "core/log.h"
@@ -45,12 +45,12 @@ static size_t kvf_tio_align(size_t n)
     return (n + KVF_TIER_ALIGN - 1) & ~(size_t)(KVF_TIER_ALIGN - 1);
 }
 
-static unsigned char *kvf_tio_slot(const kvf_tier_t *t, size_t k)
+static unsigned char *kvf_tio_slot(const kvf_tdev_t *t, size_t k)
 {
     return t->staging + k * KVF_TIER_CHUNK;
 }
 
-kvf_status_t kvf_tier_io_init(kvf_tier_t *t)
+kvf_status_t kvf_tdev_init(kvf_tdev_t *t)
 {
     t->staging = mmap(NULL, (size_t)KVF_TIER_QD * KVF_TIER_CHUNK,
                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
@@ -78,7 +78,7 @@ kvf_status_t kvf_tier_io_init(kvf_tier_t *t)
     return KVF_OK;
 }
 
-void kvf_tier_io_fini(kvf_tier_t *t)
+void kvf_tdev_fini(kvf_tdev_t *t)
 {
 #ifdef KVF_HAVE_URING
     if (t->ring != NULL) {
@@ -94,7 +94,7 @@ void kvf_tier_io_fini(kvf_tier_t *t)
 }
 
 /* One piece with pread/pwrite, partial transfers continued. */
-static int kvf_tio_sync_one(kvf_tier_t *t, const kvf_tpiece_t *p,
+static int kvf_tio_sync_one(kvf_tdev_t *t, const kvf_tpiece_t *p,
                             unsigned char *buf)
 {
     off_t off = (off_t)(p->op->disk_off + p->at);
@@ -102,8 +102,8 @@ static int kvf_tio_sync_one(kvf_tier_t *t, const kvf_tpiece_t *p,
     ssize_t n;
 
     while (done < p->alen) {
-        n = p->write ? pwrite(t->dfd, buf + done, p->alen - done, off + done)
-                     : pread(t->dfd, buf + done, p->alen - done, off + done);
+        n = p->write ? pwrite(t->fd, buf + done, p->alen - done, off + done)
+                     : pread(t->fd, buf + done, p->alen - done, off + done);
         if (n < 0 && errno == EINTR) {
             continue;
         }
@@ -118,7 +118,7 @@ static int kvf_tio_sync_one(kvf_tier_t *t, const kvf_tpiece_t *p,
 #ifdef KVF_HAVE_URING
 /* Submits pieces p[0..n) to the ring and reaps their completions, each
  * within KVF_TIER_IO_MS. */
-static void kvf_tio_uring(kvf_tier_t *t, kvf_tpiece_t *p, size_t n)
+static void kvf_tio_uring(kvf_tdev_t *t, kvf_tpiece_t *p, size_t n)
 {
     struct __kernel_timespec ts = {.tv_sec = KVF_TIER_IO_MS / 1000};
     struct io_uring *ring = t->ring;
@@ -129,11 +129,11 @@ static void kvf_tio_uring(kvf_tier_t *t, kvf_tpiece_t *p, size_t n)
     for (k = 0; k < n; k++) {
         sqe = io_uring_get_sqe(ring);
         if (p[k].write) {
-            io_uring_prep_write(sqe, t->dfd, kvf_tio_slot(t, k),
+            io_uring_prep_write(sqe, t->fd, kvf_tio_slot(t, k),
                                 (unsigned)p[k].alen,
                                 p[k].op->disk_off + p[k].at);
         } else {
-            io_uring_prep_read(sqe, t->dfd, kvf_tio_slot(t, k),
+            io_uring_prep_read(sqe, t->fd, kvf_tio_slot(t, k),
                                (unsigned)p[k].alen,
                                p[k].op->disk_off + p[k].at);
         }
@@ -157,7 +157,7 @@ static void kvf_tio_uring(kvf_tier_t *t, kvf_tpiece_t *p, size_t n)
 
 /* Moves pieces p[0..n) (piece k on staging slot k). Returns 0, or the
  * -errno of the first piece that failed or fell short. */
-static int kvf_tio_submit(kvf_tier_t *t, kvf_tpiece_t *p, size_t n)
+static int kvf_tio_submit(kvf_tdev_t *t, kvf_tpiece_t *p, size_t n)
 {
     size_t k;
 
@@ -188,45 +188,79 @@ static int kvf_tio_submit(kvf_tier_t *t, kvf_tpiece_t *p, size_t n)
     return 0;
 }
 
-/* Fills up to KVF_TIER_QD pieces from ops[*i] at offset *at on; a WRITE
- * piece's bytes are staged now. Returns the number of pieces. */
-static size_t kvf_tio_fill(kvf_tier_t *t, kvf_sm_tier_op_t *ops, size_t n,
-                           size_t *i, uint64_t *at, kvf_tpiece_t *p)
+/* The next piece of ops from ops[*i] at offset *at into *p, on staging
+ * slot k (a WRITE's bytes staged now); 0 when no piece is left. */
+static int kvf_tio_fill_one(kvf_tdev_t *t, kvf_sm_tier_op_t *ops, size_t n,
+                            size_t *i, uint64_t *at, kvf_tpiece_t *p, size_t k)
 {
     kvf_sm_tier_op_t *o;
+
+    while (*i < n && ops[*i].status != KVF_OK) {
+        (*i)++;
+        *at = 0;
+    }
+    if (*i == n) {
+        return 0;
+    }
+    o = &ops[*i];
+    p->op = o;
+    p->at = *at;
+    p->len = o->size - *at < KVF_TIER_CHUNK ? (size_t)(o->size - *at)
+                                            : KVF_TIER_CHUNK;
+    p->alen = kvf_tio_align(p->len);
+    p->write = o->op == KVF_TIER_WRITE;
+    if (p->write) {
+        memcpy(kvf_tio_slot(t, k), t->pool + o->pool_off + *at, p->len);
+        memset(kvf_tio_slot(t, k) + p->len, 0, p->alen - p->len);
+    }
+    *at += p->len;
+    if (*at == o->size) {
+        (*i)++;
+        *at = 0;
+    }
+    return 1;
+}
+
+/* Fills up to KVF_TIER_QD pieces (piece k on slot k). Returns their
+ * number. */
+static size_t kvf_tio_fill(kvf_tdev_t *t, kvf_sm_tier_op_t *ops, size_t n,
+                           size_t *i, uint64_t *at, kvf_tpiece_t *p)
+{
     size_t k = 0;
 
-    while (k < KVF_TIER_QD && *i < n) {
-        o = &ops[*i];
-        if (o->status != KVF_OK) {
-            (*i)++;
-            *at = 0;
-            continue;
-        }
-        p[k].op = o;
-        p[k].at = *at;
-        p[k].len = o->size - *at < KVF_TIER_CHUNK ? (size_t)(o->size - *at)
-                                                  : KVF_TIER_CHUNK;
-        p[k].alen = kvf_tio_align(p[k].len);
-        p[k].write = o->op == KVF_TIER_WRITE;
-        if (p[k].write) {
-            memcpy(kvf_tio_slot(t, k), t->pool + o->pool_off + *at, p[k].len);
-            memset(kvf_tio_slot(t, k) + p[k].len, 0, p[k].alen - p[k].len);
-        }
-        *at += p[k].len;
-        if (*at == o->size) {
-            (*i)++;
-            *at = 0;
-        }
+    while (k < KVF_TIER_QD && kvf_tio_fill_one(t, ops, n, i, at, &p[k], k)) {
         k++;
     }
     return k;
 }
 
-/* The device failed under pieces p: the tier goes off, and every
- * operation not done yet fails. */
-static void kvf_tio_failed(kvf_tier_t *t, const kvf_tpiece_t *p, size_t np,
-                           int err, kvf_sm_tier_op_t *ops, size_t n)
+#ifdef KVF_HAVE_URING
+/* A completed piece (res as the ring gave it): a short transfer is
+ * finished by hand (to learn why, ENOSPC), a READ's bytes go to the
+ * pool. Returns the bytes moved, or -errno. */
+static int kvf_tio_finish(kvf_tdev_t *t, kvf_tpiece_t *p, size_t k, int res)
+{
+    if (res >= 0 && res < (int)p->alen) {
+        kvf_tpiece_t rest = *p;
+
+        rest.at += (uint64_t)res;
+        rest.alen -= (size_t)res;
+        rest.res = kvf_tio_sync_one(t, &rest, kvf_tio_slot(t, k) + res);
+        res = rest.res < 0 ? rest.res : res + rest.res;
+    }
+    p->res = res;
+    if (res == (int)p->alen && !p->write) {
+        memcpy(t->pool + p->op->pool_off + p->at, kvf_tio_slot(t, k), p->len);
+    }
+    return res;
+}
+#endif
+
+/* The device failed under pieces p: which one, and every operation not
+ * done yet fails. */
+static void kvf_tio_failed(const kvf_tpiece_t *p, size_t np, int err,
+                           kvf_sm_tier_op_t *ops, size_t n,
+                           kvf_tdev_fail_t *fail)
 {
     size_t k;
 
@@ -235,10 +269,10 @@ static void kvf_tio_failed(kvf_tier_t *t, const kvf_tpiece_t *p, size_t np,
     if (k == np) {
         k = 0;
     }
-    pthread_mutex_lock(&t->lock);
-    kvf_tier_off(t, p[k].write ? "write" : "read", p[k].op->disk_off + p[k].at,
-                 p[k].alen, -err);
-    pthread_mutex_unlock(&t->lock);
+    fail->write = p[k].write;
+    fail->off = p[k].op->disk_off + p[k].at;
+    fail->len = p[k].alen;
+    fail->err = -err;
     for (k = 0; k < n; k++) {
         if (ops[k].status == KVF_OK) {
             ops[k].status = KVF_ERR_IO;
@@ -246,36 +280,79 @@ static void kvf_tio_failed(kvf_tier_t *t, const kvf_tpiece_t *p, size_t np,
     }
 }
 
-void kvf_tier_io_run(kvf_tier_t *t, kvf_sm_tier_op_t *ops, size_t n)
+#ifdef KVF_HAVE_URING
+/* Queues piece p (its bytes on slot k) on the ring. */
+static void kvf_tio_prep(kvf_tdev_t *t, const kvf_tpiece_t *p, size_t k)
 {
-    kvf_tpiece_t p[KVF_TIER_QD];
-    uint64_t at = 0;
-    size_t i = 0, k, np;
-    int err;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(t->ring);
 
-    /* bytes that do not match their checksum never reach the disk */
-    for (k = 0; k < n; k++) {
-        if (ops[k].status == KVF_OK && ops[k].op == KVF_TIER_WRITE &&
-            kvf_checksum(t->pool + ops[k].pool_off, ops[k].size) !=
-                ops[k].checksum) {
-            ops[k].status = KVF_ERR_CHECKSUM;
-        }
+    if (p->write) {
+        io_uring_prep_write(sqe, t->fd, kvf_tio_slot(t, k), (unsigned)p->alen,
+                            p->op->disk_off + p->at);
+    } else {
+        io_uring_prep_read(sqe, t->fd, kvf_tio_slot(t, k), (unsigned)p->alen,
+                           p->op->disk_off + p->at);
     }
-    while ((np = kvf_tio_fill(t, ops, n, &i, &at, p)) > 0) {
-        err = kvf_tio_submit(t, p, np);
-        if (err != 0) {
-            kvf_tio_failed(t, p, np, err, ops, n);
-            return;
-        }
-        for (k = 0; k < np; k++) {
-            if (!p[k].write) {
-                memcpy(t->pool + p[k].op->pool_off + p[k].at,
-                       kvf_tio_slot(t, k), p[k].len);
+    io_uring_sqe_set_data64(sqe, k);
+}
+
+/* The pieces of ops through the ring as a stream: a slot freed by one
+ * completion takes the next piece at once, so the device always has
+ * KVF_TIER_QD requests while pieces remain. Returns 0, or the -errno of
+ * the piece in *bad that failed. */
+static int kvf_tio_stream(kvf_tdev_t *t, kvf_sm_tier_op_t *ops, size_t n,
+                          kvf_tpiece_t *bad)
+{
+    struct __kernel_timespec ts = {.tv_sec = KVF_TIER_IO_MS / 1000};
+    kvf_tpiece_t p[KVF_TIER_QD];
+    size_t freeslot[KVF_TIER_QD], nfree = KVF_TIER_QD, k, i = 0;
+    struct io_uring_cqe *cqe;
+    unsigned inflight = 0;
+    uint64_t at = 0;
+    int res;
+
+    for (k = 0; k < KVF_TIER_QD; k++) {
+        freeslot[k] = KVF_TIER_QD - 1 - k;
+    }
+    for (;;) {
+        while (nfree > 0) {
+            k = freeslot[nfree - 1];
+            if (kvf_tio_fill_one(t, ops, n, &i, &at, &p[k], k) == 0) {
+                break;
             }
+            nfree--;
+            kvf_tio_prep(t, &p[k], k);
+            inflight++;
         }
+        if (inflight == 0) {
+            return 0;
+        }
+        io_uring_submit(t->ring);
+        if (io_uring_wait_cqe_timeout(t->ring, &cqe, &ts) != 0) {
+            *bad = p[freeslot[0]]; /* any of them: the device hangs */
+            return -ETIMEDOUT;
+        }
+        k = (size_t)io_uring_cqe_get_data64(cqe);
+        res = cqe->res;
+        io_uring_cqe_seen(t->ring, cqe);
+        inflight--;
+        res = kvf_tio_finish(t, &p[k], k, res);
+        if (res != (int)p[k].alen) {
+            *bad = p[k];
+            return res < 0 ? res : -EIO;
+        }
+        freeslot[nfree++] = k;
     }
+}
+#endif
+
+void kvf_tdev_check(const kvf_tdev_t *t, kvf_sm_tier_op_t *ops, size_t n,
+                    uint8_t op)
+{
+    size_t k;
+
     for (k = 0; k < n; k++) {
-        if (ops[k].status == KVF_OK && ops[k].op == KVF_TIER_READ &&
+        if (ops[k].status == KVF_OK && ops[k].op == op &&
             kvf_checksum(t->pool + ops[k].pool_off, ops[k].size) !=
                 ops[k].checksum) {
             ops[k].status = KVF_ERR_CHECKSUM;
@@ -283,9 +360,40 @@ void kvf_tier_io_run(kvf_tier_t *t, kvf_sm_tier_op_t *ops, size_t n)
     }
 }
 
-/* Reads entry e back in pieces and hashes it in order. 1 if its bytes
- * match its checksum, 0 if not, -1 if the device failed. */
-static int kvf_tio_check_entry(kvf_tier_t *t, const kvf_inv_ent_t *e)
+int kvf_tdev_run(kvf_tdev_t *t, kvf_sm_tier_op_t *ops, size_t n,
+                 kvf_tdev_fail_t *fail)
+{
+    kvf_tpiece_t p[KVF_TIER_QD];
+    uint64_t at = 0;
+    size_t i = 0, k, np;
+    int err = 0;
+
+#ifdef KVF_HAVE_URING
+    if (t->uring) {
+        err = kvf_tio_stream(t, ops, n, &p[0]);
+        np = 1;
+    } else
+#endif
+    {
+        while (err == 0 && (np = kvf_tio_fill(t, ops, n, &i, &at, p)) > 0) {
+            err = kvf_tio_submit(t, p, np);
+            for (k = 0; err == 0 && k < np; k++) {
+                if (!p[k].write) {
+                    memcpy(t->pool + p[k].op->pool_off + p[k].at,
+                           kvf_tio_slot(t, k), p[k].len);
+                }
+            }
+        }
+    }
+    if (err != 0) {
+        kvf_tio_failed(p, np, err, ops, n, fail);
+        return -1;
+    }
+    return 0;
+}
+
+int kvf_tdev_check_entry(kvf_tdev_t *t, uint64_t off, uint64_t size,
+                         uint64_t checksum)
 {
     kvf_sm_tier_op_t op = {0};
     kvf_tpiece_t p[KVF_TIER_QD];
@@ -294,16 +402,16 @@ static int kvf_tio_check_entry(kvf_tier_t *t, const kvf_inv_ent_t *e)
     size_t k, np;
 
     op.op = KVF_TIER_READ;
-    op.disk_off = e->off;
-    op.size = e->size;
+    op.disk_off = off;
+    op.size = size;
     XXH3_INITSTATE(&hs);
     XXH3_64bits_reset(&hs);
-    while (at < e->size) {
-        for (np = 0; np < KVF_TIER_QD && at < e->size; np++) {
+    while (at < size) {
+        for (np = 0; np < KVF_TIER_QD && at < size; np++) {
             p[np].op = &op;
             p[np].at = at;
-            p[np].len = e->size - at < KVF_TIER_CHUNK ? (size_t)(e->size - at)
-                                                      : KVF_TIER_CHUNK;
+            p[np].len = size - at < KVF_TIER_CHUNK ? (size_t)(size - at)
+                                                   : KVF_TIER_CHUNK;
             p[np].alen = kvf_tio_align(p[np].len);
             p[np].write = 0;
             at += p[np].len;
@@ -315,36 +423,5 @@ static int kvf_tio_check_entry(kvf_tier_t *t, const kvf_inv_ent_t *e)
             XXH3_64bits_update(&hs, kvf_tio_slot(t, k), p[k].len);
         }
     }
-    return XXH3_64bits_digest(&hs) == e->checksum;
-}
-
-void kvf_tier_io_verify(kvf_tier_t *t)
-{
-    size_t i = 0;
-    int ok;
-
-    while (i < t->idx.n) {
-        ok = kvf_tio_check_entry(t, &t->idx.ent[i]);
-        if (ok < 0) {
-            kvf_error("node: disk tier %s: cannot read its entries back: "
-                      "it starts empty",
-                      t->dir);
-            while (t->idx.n > 0) {
-                (void)kvf_inv_del(&t->idx, t->idx.ent[0].key,
-                                  t->idx.ent[0].off, 0);
-            }
-            return;
-        }
-        if (ok) {
-            i++;
-            continue;
-        }
-        kvf_log_rl(KVF_LOG_WARN,
-                   "node: disk tier %s: entry at %lu (%lu bytes) fails its "
-                   "checksum: dropped",
-                   t->dir, (unsigned long)t->idx.ent[i].off,
-                   (unsigned long)t->idx.ent[i].size);
-        t->st.bad_objects++;
-        (void)kvf_inv_del(&t->idx, t->idx.ent[i].key, t->idx.ent[i].off, 0);
-    }
+    return XXH3_64bits_digest(&hs) == checksum;
 }

@@ -110,9 +110,11 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      KVF_CONFIG_TUNING},
     {"conn_max_unix", "4096", "master: unix socket connections in all",
      KVF_CONFIG_TUNING},
-    {"reg_workers", "4",
-     "master: threads checking node registrations (more in flight wait in a "
-     "bounded queue, past it they are refused busy)",
+    {"reg_workers", "16",
+     "master: worker threads for the requests that wait on a node: "
+     "registrations (checked over the network; more in flight wait in a "
+     "bounded queue, past it they are refused busy), an elected leader's "
+     "commits and removes, gets of objects on a disk tier",
      KVF_CONFIG_TUNING},
     {"tier_write_max", "256M",
      "master: bytes of a node's objects being copied to its disk tier at "

@@ -101,8 +101,14 @@ static void kvf_bs_field(const char *line, const char *key, char *out,
 
 int kvf_bs_cluster_start(kvf_bs_cluster_t *c, unsigned nodes, uint64_t pool)
 {
+    return kvf_bs_cluster_start_args(c, nodes, pool, NULL);
+}
+
+int kvf_bs_cluster_start_args(kvf_bs_cluster_t *c, unsigned nodes,
+                              uint64_t pool, const char *const *extra)
+{
     char line[512], pool_s[32];
-    unsigned i;
+    unsigned i, k;
     pid_t pid;
 
     memset(c, 0, sizeof(*c));
@@ -121,8 +127,12 @@ int kvf_bs_cluster_start(kvf_bs_cluster_t *c, unsigned nodes, uint64_t pool)
     kvf_bs_field(line, "http=", c->http, sizeof(c->http));
     snprintf(pool_s, sizeof(pool_s), "%lu", (unsigned long)pool);
     for (i = 0; i < nodes && i < KVF_BS_NODES_MAX; i++) {
-        char *argv[] = {"kvferry",  "node",    "--pool", pool_s,
-                        "--master", c->master, NULL};
+        char *argv[16] = {"kvferry",  "node",    "--pool", pool_s,
+                          "--master", c->master, NULL};
+
+        for (k = 0; extra != NULL && extra[k] != NULL && k < 8; k++) {
+            argv[6 + k] = (char *)extra[k];
+        }
 
         pid = kvf_bs_spawn(argv, line, sizeof(line));
         if (pid < 0) {
@@ -697,6 +707,8 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
     fputc('\n', f);
 }
 
+static int kvf_bs_cmd(int argc, char **argv);
+
 /* An external master's cluster from its /status: o->nodes, o->pool (the
  * largest node's pool), *capacity_p and o->cluster in words. 0, or -1
  * when /status could not be read (the counts stay as they are). */
@@ -770,6 +782,19 @@ static void kvf_bs_progress_total(const kvf_bs_opts_t *o, uint64_t capacity,
 }
 
 int kvf_cmd_bench_store(int argc, char **argv)
+{
+    int a;
+
+    for (a = 1; a < argc; a++) {
+        if (strncmp(argv[a], "--working-set", 13) == 0) {
+            return kvf_cmd_bench_store_ws(argc, argv);
+        }
+    }
+    return kvf_bs_cmd(argc, argv);
+}
+
+/* `bench store` without --working-set: the cells of size x clients. */
+static int kvf_bs_cmd(int argc, char **argv)
 {
     kvf_bs_opts_t o = {.nodes = 2,
                        .pool = 1ull << 30,
@@ -846,7 +871,11 @@ int kvf_cmd_bench_store(int argc, char **argv)
         "kvferry bench store [options]",
         "Store put and get latency and throughput over object size x\n"
         "client threads, and hit/miss mixes.",
-        opts, "transports: KVF_TRANSPORTS=tcp forces tcp in every process",
+        opts,
+        "transports: KVF_TRANSPORTS=tcp forces tcp in every process;\n"
+        "--working-set W: another mode, a working set larger than the\n"
+        "pool with and without a disk tier (bench store --working-set 3x\n"
+        "--help)",
         .progress = 1};
 
     o.nsizes = 5;
