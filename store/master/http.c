@@ -275,8 +275,9 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
         "\"errors\":%lu,\"puts\":%lu,\"removes\":%lu,"
         "\"reclaimed\":%lu,\"aborted\":%lu,\"nodes_lost\":%lu,"
         "\"objects_lost\":%lu,\"objects_disk_only\":%zu,"
-        "\"disk_capacity\":%lu,\"disk_used\":%lu,\"tier_reads\":%lu,"
-        "\"tier_writes\":%lu,\"tier_corrupt\":%lu,\"node_list\":[%s]}\n",
+        "\"disk_capacity\":%lu,\"disk_used\":%lu,\"disk_tiers_off\":%zu,"
+        "\"tier_reads\":%lu,\"tier_writes\":%lu,\"tier_corrupt\":%lu,"
+        "\"node_list\":[%s]}\n",
         (unsigned long)s.epoch, leader, (unsigned long)term, s.nodes,
         (unsigned long)s.capacity, (unsigned long)s.used, s.objects, s.pending,
         s.removing, (unsigned long)s.reserved, s.reservations, s.conns_tcp,
@@ -287,7 +288,7 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
         (unsigned long)s.st.aborted, (unsigned long)s.st.nodes_lost,
         (unsigned long)s.st.objects_lost, s.disk_only,
         (unsigned long)s.disk_capacity, (unsigned long)s.disk_used,
-        (unsigned long)s.st.tier_reads, (unsigned long)s.st.tier_writes,
+        s.tiers_off, (unsigned long)s.st.tier_reads, (unsigned long)s.st.tier_writes,
         (unsigned long)s.st.tier_corrupt, nodes.p ? nodes.p : "");
     kvf_free(nodes.p);
 }

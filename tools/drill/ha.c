@@ -16,7 +16,9 @@
  * Recorded: time to the new leader, first successful call after the
  * fault, the epochs, objects the old leader held and how many the new
  * one serves (rebuilt from the node's inventory), wrong bytes (must be
- * 0), the longest call (within its bound). Before the fault a helper
+ * 0), the longest call (within its bound), and the clients' hit rate over
+ * time (hits.c): after the leader's death it must be back to 90 % of its
+ * level before within 10 s. Before the fault a helper
  * puts KVF_HA_PROBES objects of its own; after it every one must read
  * back byte for byte from the new leader: "committed objects lost" is
  * checked to be 0.
@@ -139,7 +141,7 @@ int kvf_ha_wait_leader(kvf_drill_t *d, kvf_ha_t *h, int i, unsigned n,
                 return k;
             }
         }
-        usleep(20000);
+        kvf_drill_sleep(d, 20);
     } while (kvf_clock_ms() - t0 < max_ms);
     return -1;
 }
@@ -288,13 +290,17 @@ static void kvf_ha_expect(kvf_drill_t *d, int fault, uint64_t bound)
              "follow it through etcd with "
              "no restart; every call ends within its bound (%lu ms); no "
              "wrong bytes; the objects of the old leader are rebuilt from "
-             "the node's inventory: 0 committed objects lost",
+             "the node's inventory: 0 committed objects lost%s",
              fault == KVF_HA_KILL_LEADER
                  ? "the leader dies"
                  : "the leader cannot reach etcd and steps down within half "
                    "its lease, saying so (KVF_ERR_NOT_LEADER); calls fail "
                    "fast meanwhile, nothing hangs",
-             KVF_HA_LEASE_MS, (unsigned long)bound);
+             KVF_HA_LEASE_MS, (unsigned long)bound,
+             fault == KVF_HA_KILL_LEADER
+                 ? "; the clients' hit rate is back to 90 % of its level "
+                   "before the kill within 10 s"
+                 : "");
     kvf_drill_expect(d, text);
 }
 
@@ -433,6 +439,8 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
     kvf_drill_mstatus_t s0, s1;
     double lead = -1, rec, stepdown;
     kvf_ha_probe_t *probe = kvf_drill_shared_alloc(sizeof(*probe));
+    kvf_drill_hits_t hits;
+    uint64_t since;
     kvf_ha_t h;
     int rc = -1, nl;
 
@@ -451,10 +459,12 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
                     "%d of %d probe puts failed before the fault (%s)",
                     KVF_HA_PROBES - probe->put, KVF_HA_PROBES,
                     kvf_status_name((kvf_status_t)probe->status));
-    kvf_drill_sleep(d, d->phase_ms);
+    kvf_drill_hits_begin(d, &hits);
+    kvf_drill_hits_sleep(d, &hits, d->phase_ms);
     kvf_ha_status(d, &h, 0, &s0);
     d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_FAULT);
+    kvf_drill_hits_fault(d, &hits);
     t_fault = kvf_clock_ms();
     /* after a kill the standby leads; after an etcd outage either
      * master may (the old one stands again, its term starting empty) */
@@ -469,7 +479,11 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
     rec = kvf_drill_wait_recovered(d, t_fault, 15000);
     d->time_to_recover_ms = rec;
     kvf_drill_check(d, rec >= 0, "the clients did not come back");
-    kvf_drill_sleep(d, d->phase_ms);
+    /* the hit rate over time: at least 11 s from the fault */
+    since = kvf_clock_ms() - t_fault;
+    kvf_drill_hits_sleep(d, &hits,
+                         since + d->phase_ms < 11000 ? (unsigned)(11000 - since)
+                                                     : d->phase_ms);
     kvf_ha_status(d, &h, nl, &s1);
     d->phase_secs[KVF_DRILL_RECOVER] = d->phase_ms / 1000.0 + rec / 1000.0;
     kvf_drill_workers_stop(d);
@@ -482,6 +496,9 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
                     "%d probe objects read back with wrong bytes",
                     probe->wrong);
     kvf_ha_report(d, fault, lead, rec, stepdown, &s0, &s1, bound, probe->lost);
+    /* after a leader's death its objects are rebuilt from the node's
+     * inventory within seconds: the hit rate comes back with them */
+    kvf_drill_hits_report(d, &hits, fault == KVF_HA_KILL_LEADER ? 10000 : 0);
     rc = 0;
 out:
     kvf_ha_down(&h);

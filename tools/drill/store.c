@@ -94,18 +94,28 @@ int kvf_drill_master_start(kvf_drill_t *d, kvf_drill_cluster_t *c,
 
 int kvf_drill_node_start(kvf_drill_t *d, kvf_drill_cluster_t *c, unsigned i)
 {
-    char line[512], tag[16], pool[32], to[32], addr[40];
+    char line[512], tag[16], pool[32], to[32], addr[40], dir[600], dsz[32];
+    const char *args[20] = {
+        "node", "--pool", pool, "--master", c->master_addr, "--listen",
+        c->node_listen[0] ? c->node_listen : "127.0.0.1:0", "--timeout", to,
+        /* in a namespace the drill is about the network: tcp only */
+        "--transports", c->netns != NULL ? "tcp" : "auto", NULL};
 
     snprintf(tag, sizeof(tag), "node%u", i);
     snprintf(pool, sizeof(pool), "%lu", (unsigned long)c->node_pool);
     snprintf(to, sizeof(to), "%ums", d->timeout_ms);
-    /* in a namespace the drill is about the network: tcp only */
-    c->node[i] = kvf_drill_spawn(
-        d, c->netns, tag, line, sizeof(line),
-        (const char *const[]){
-            "node", "--pool", pool, "--master", c->master_addr, "--listen",
-            c->node_listen[0] ? c->node_listen : "127.0.0.1:0", "--timeout", to,
-            "--transports", c->netns != NULL ? "tcp" : "auto", NULL});
+    if (c->disk_dir != NULL) {
+        snprintf(dir, sizeof(dir), "%s/node%u", c->disk_dir, i);
+        snprintf(dsz, sizeof(dsz), "%lu",
+                 (unsigned long)(c->disk_size ? c->disk_size
+                                              : 4 * c->node_pool));
+        args[11] = "--disk";
+        args[12] = dir;
+        args[13] = "--disk-size";
+        args[14] = dsz;
+        args[15] = NULL;
+    }
+    c->node[i] = kvf_drill_spawn(d, c->netns, tag, line, sizeof(line), args);
     if (c->node[i] < 0 ||
         kvf_drill_field(line, "node", c->node_seg[i], sizeof(c->node_seg[i])) !=
             0 ||
@@ -273,6 +283,12 @@ static int kvf_drill_status_here(const char *http, kvf_drill_mstatus_t *s)
     s->misses = kvf_drill_json_num(body, "misses");
     s->leader = kvf_drill_json_num(body, "leader");
     s->term = kvf_drill_json_num(body, "term");
+    s->disk_only = kvf_drill_json_num(body, "objects_disk_only");
+    s->disk_capacity = kvf_drill_json_num(body, "disk_capacity");
+    s->tier_reads = kvf_drill_json_num(body, "tier_reads");
+    s->tier_writes = kvf_drill_json_num(body, "tier_writes");
+    s->tier_corrupt = kvf_drill_json_num(body, "tier_corrupt");
+    s->tiers_off = kvf_drill_json_num(body, "disk_tiers_off");
     return isnan(s->objects) ? -1 : 0;
 }
 
@@ -446,6 +462,10 @@ static kvf_status_t kvf_kvw_get(kvf_kvw_t *w, const char *key)
     s = kvf_store_get(w->st, key, w->get_buf, w->cap, &len, 0);
     kvf_drill_count(w->sh, s, (kvf_clock_ns() - t0) / 1000,
                     s == KVF_OK ? len : 0, kvf_kvw_clean(s, 0));
+    __atomic_add_fetch(s == KVF_OK              ? &w->sh->get_hits
+                       : kvf_kvw_clean(s, 0) ? &w->sh->get_misses
+                                             : &w->sh->get_errs,
+                       1, __ATOMIC_RELAXED);
     if (s == KVF_OK) {
         wrong = kvf_drill_obj_check(w->get_buf, len, key, epoch, w->scratch);
         if (wrong > 0) {

@@ -46,6 +46,7 @@ void kvf_drill_sleep(kvf_drill_t *d, unsigned ms)
 
     while (kvf_clock_ms() < end) {
         usleep(10000);
+        kvf_drill_hits_tick(d);
         if (!kvf_drill_workers_alive(d)) {
             return;
         }
@@ -87,6 +88,7 @@ double kvf_drill_wait_recovered(kvf_drill_t *d, uint64_t since_ms,
             return -1.0;
         }
         usleep(5000);
+        kvf_drill_hits_tick(d);
     }
 }
 
