@@ -259,19 +259,21 @@ kvf_status_t kvf_peer_region(kvf_peer_h peer, size_t index, uint64_t *addr_p,
     return KVF_OK;
 }
 
-kvf_status_t kvf_peer_view_open(kvf_peer_h peer, size_t count,
-                                const uint64_t *remote, const uint64_t *lens,
-                                kvf_tl_view_t *views, uint64_t *until_ms_p,
+kvf_status_t kvf_peer_view_open(kvf_peer_h peer, kvf_op_type_t type,
+                                size_t count, const uint64_t *remote,
+                                const uint64_t *lens, kvf_tl_view_t *views,
+                                uint64_t *until_ms_p,
                                 kvf_tl_vlease_t **lease_p)
 {
     if (peer == NULL || count == 0 || remote == NULL || lens == NULL ||
-        views == NULL || until_ms_p == NULL || lease_p == NULL) {
+        views == NULL || until_ms_p == NULL || lease_p == NULL ||
+        (type != KVF_OP_READ && type != KVF_OP_WRITE)) {
         return KVF_ERR_INVALID_PARAM;
     }
     if (peer->ops->ep_view_open == NULL) {
         return KVF_ERR_UNSUPPORTED;
     }
-    return peer->ops->ep_view_open(peer->ep, count, remote, lens, views,
+    return peer->ops->ep_view_open(peer->ep, type, count, remote, lens, views,
                                    until_ms_p, lease_p);
 }
 

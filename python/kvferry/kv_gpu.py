@@ -57,6 +57,8 @@ _PROTOS = {
 #: kvf_gpu_copy_blocks_sum flags: checksums by the copying kernel, or by
 #: a pass over the GPU side after the tuned copy (0: per direction, the
 #: library's choice)
+#: kvf_gpu_copy_blocks flag: every block through the copy engines
+COPY_ENGINES = 0x2
 SUM_FUSED = 0x1
 SUM_AFTER = 0x2
 #: ... or by the copy engines, then the pass over the GPU side (leaves the
@@ -103,6 +105,24 @@ def has_fused_checksums() -> bool:
         return True
     except (OSError, AttributeError):
         return False
+
+
+class DeviceBuffer:
+    """nbytes of memory of GPU device (``kvf_gpu_alloc``), freed by
+    :meth:`close`."""
+
+    def __init__(self, nbytes: int, device: int = 0):
+        p = c_void_p()
+        check(_dll().kvf_gpu_alloc(MEM_CUDA, device, nbytes, byref(p)), "device alloc")
+        self.addr, self.nbytes, self.device = int(p.value), int(nbytes), device
+
+    def mem(self) -> "GpuMem":
+        return GpuMem(self.addr, self.nbytes, MEM_CUDA, self.device)
+
+    def close(self) -> None:
+        if self.addr:
+            _dll().kvf_gpu_free(MEM_CUDA, self.addr)
+            self.addr = 0
 
 
 class PinnedBuffer:
@@ -306,6 +326,24 @@ class GpuMover:
             check(st, "gpu copy")
         return st, sums
 
+    def copy_plain(self, src: GpuMem, dst: GpuMem, src_offs, dst_offs, lens,
+                   engines: bool = True, timeout_ms: int = 60000) -> None:
+        """Copies len[i] bytes from src + src_offs[i] to dst + dst_offs[i]
+        (kvf_gpu_copy_blocks), through the copy engines (DMA) by default:
+        for few large ranges, which the engines move at the link's rate.
+        Raises on any error."""
+        n = len(lens)
+        if n == 0:
+            return
+        if _np is not None:
+            blk = _np.empty((n, 3), dtype=_np.uint64)
+            blk[:, 0], blk[:, 1], blk[:, 2] = src_offs, dst_offs, lens
+        else:
+            blk = array("Q", [v for t in zip(src_offs, dst_offs, lens) for v in t])
+        check(_dll().kvf_gpu_copy_blocks(self._h, byref(src), byref(dst), _addr(blk), n,
+                                         COPY_ENGINES if engines else 0, timeout_ms),
+              "gpu copy")
+
     def copy_table(self, src: GpuMem, dst: GpuMem, blk, expect, sums,
                    timeout_ms: int = 60000, flags: int = 0) -> int:
         """:meth:`copy` with the descriptors prebuilt: blk a C-contiguous
@@ -344,6 +382,6 @@ def first_mismatch(sums, expect) -> int:
     return len(sums)
 
 
-__all__ = ["PinnedBuffer", "BlockTable", "GpuMover", "GpuMem", "gpu_count", "first_mismatch",
+__all__ = ["PinnedBuffer", "DeviceBuffer", "COPY_ENGINES", "BlockTable", "GpuMover", "GpuMem", "gpu_count", "first_mismatch",
            "has_fused_checksums", "SUM_FUSED", "SUM_AFTER", "SUM_ENGINES",
            "sum_mode_flags", "HostMappings", "host_mappings", "ERR_OUT_OF_BOUNDS", "MEM_HOST"]

@@ -382,7 +382,8 @@ static kvf_status_t kvf_store_rpc_go(kvf_store_h st, uint8_t type,
      * (the next call goes to the new leader): a put is never finished by
      * a master other than the one that started it */
     int read =
-        (type == KVF_SP_GET || type == KVF_SP_EXISTS || type == KVF_SP_LIST);
+        (type == KVF_SP_GET || type == KVF_SP_EXISTS || type == KVF_SP_LIST ||
+         type == KVF_SP_NODES);
     kvf_status_t status;
 
     if (__atomic_exchange_n(&st->follow_due, 0, __ATOMIC_ACQ_REL)) {
@@ -724,6 +725,7 @@ void kvf_store_disconnect(kvf_store_h st)
         return;
     }
     kvf_store_view_end_all(st);
+    kvf_store_put_view_end_all(st);
     while ((c = st->idle) != NULL) {
         st->idle = c->next;
         kvf_sconn_drop_resv(c, st->timeout_ms);

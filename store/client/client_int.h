@@ -2,7 +2,7 @@
  * Store client, private: the handle (a pool of master connections, the
  * engine, a cache of opened peers, the location cache) and what the
  * client's files share: client.c (handle, connections, peers), put.c,
- * get.c, keys.c, view.c (the operations), move.c (engine batches and the
+ * get.c, keys.c, view.c, put_view.c (the operations), move.c (engine batches and the
  * per-batch arena), loc.c (the location cache and its get strategies).
  */
 #ifndef KVF_STORE_CLIENT_INT_H
@@ -114,6 +114,8 @@ struct kvf_store {
                                              under lock */
     struct kvf_svshare *vshares;          /* nodes' leases kept for shared views
                                              (view.c), under lock */
+    struct kvf_store_put_view *pviews;    /* open put views (put_view.c),
+                                             under lock */
 };
 
 /* leader.c: the master to use now, chosen among st->masters (the given
@@ -264,6 +266,11 @@ kvf_status_t kvf_store_lookup(kvf_store_h st, size_t count,
 
 /* Ends the view leases still open (disconnect), logging an error. */
 void kvf_store_view_end_all(kvf_store_h st);
+
+/* ---- put_view.c ---- */
+
+/* Aborts the put views still open (disconnect), logging an error. */
+void kvf_store_put_view_end_all(kvf_store_h st);
 
 extern __thread kvf_store_timing_t kvf_store_tl_timing;
 

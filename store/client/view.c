@@ -351,7 +351,7 @@ static void kvf_view_node(kvf_view_job_t *j, const char *seg, size_t n)
         }
     }
     if (st == KVF_OK) {
-        st = kvf_peer_view_open(sp->peer, n, j->remote, j->lens, j->tv, &until,
+        st = kvf_peer_view_open(sp->peer, KVF_OP_READ, n, j->remote, j->lens, j->tv, &until,
                                 &tl);
         if (st != KVF_OK) {
             kvf_store_peer_unref(j->st, sp, kvf_store_peer_error(st));

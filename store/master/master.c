@@ -350,6 +350,38 @@ out:
     return KVF_OK;
 }
 
+/* NODES: every node and its pool (a client maps them ahead of its
+ * views), as many as one reply holds (then KVF_SP_TRUNCATED). */
+static kvf_status_t kvf_m_h_nodes(kvf_master_t *m, kvf_mclient_t *cl,
+                                  const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                  uint32_t *count_p, uint16_t *flags_p)
+{
+    kvf_sm_node_ent_t e;
+    kvf_mnode_t *n;
+    uint32_t cnt = 0;
+
+    (void)cl;
+    if (f->hdr.count != 0) {
+        return KVF_ERR_PROTOCOL;
+    }
+    pthread_mutex_lock(&m->lock);
+    for (n = m->nodes; n != NULL; n = n->next) {
+        if (w->len + strlen(n->segment) + KVF_SM_NODE_ENT_FIXED >
+            KVF_SP_BODY_MAX) {
+            *flags_p |= KVF_SP_TRUNCATED;
+            break;
+        }
+        snprintf(e.segment, sizeof(e.segment), "%s", n->segment);
+        e.pool_addr = n->base;
+        e.pool_len = n->pa.len;
+        kvf_sm_node_ent_enc(w, &e);
+        cnt++;
+    }
+    pthread_mutex_unlock(&m->lock);
+    *count_p = cnt;
+    return KVF_OK;
+}
+
 /* Is [base, base+len) inside one region the node's engine registered? */
 static kvf_status_t kvf_m_verify_node(kvf_master_t *m, const char *segment,
                                       uint64_t base, uint64_t len)
@@ -513,6 +545,8 @@ static kvf_m_handler_t kvf_m_handler(uint8_t type)
         return kvf_m_h_keys;
     case KVF_SP_LIST:
         return kvf_m_h_list;
+    case KVF_SP_NODES:
+        return kvf_m_h_nodes;
     case KVF_SP_INV_REPORT:
         return kvf_m_h_inv_report;
     default:

@@ -298,6 +298,20 @@ void kvf_sm_list_ent_dec(kvf_rd_t *r, kvf_sm_list_ent_t *e)
     e->nrep = kvf_rd_u8(r);
 }
 
+void kvf_sm_node_ent_enc(kvf_wr_t *w, const kvf_sm_node_ent_t *e)
+{
+    kvf_wr_str(w, e->segment);
+    kvf_wr_u64(w, e->pool_addr);
+    kvf_wr_u64(w, e->pool_len);
+}
+
+void kvf_sm_node_ent_dec(kvf_rd_t *r, kvf_sm_node_ent_t *e)
+{
+    kvf_rd_str(r, e->segment, sizeof(e->segment));
+    e->pool_addr = kvf_rd_u64(r);
+    e->pool_len = kvf_rd_u64(r);
+}
+
 void kvf_sm_inv_ent_enc(kvf_wr_t *w, const kvf_sm_inv_ent_t *e)
 {
     kvf_wr_str(w, e->key);
@@ -418,6 +432,8 @@ static int kvf_sm_whole_dec(kvf_rd_t *r, uint8_t type)
         return 1;
     case KVF_SP_LIST:
         kvf_sm_list_dec(r, &u.list);
+        return 1;
+    case KVF_SP_NODES: /* an empty body */
         return 1;
     default:
         return 0;

@@ -54,6 +54,9 @@
  *              INV_ADD, KVF_SM_INV_FORGET:
  *              the entry is deleted, as by
  *              INV_DEL; applied in order)
+ *   NODES      empty (count 0)                  count x kvf_sm_node_ent_t
+ *                                               str segment, u64 pool_addr,
+ *                                               u64 pool_len
  *   INV_REPORT u64 uid, u64 node_gen, then      empty
  *              count x kvf_sm_inv_ent_t (a
  *              page; count 0: the report ends;
@@ -158,6 +161,15 @@ typedef struct kvf_sm_list_ent {
     char keybuf[KVF_STORE_KEY_MAX + 1];
 } kvf_sm_list_ent_t;
 
+/* One node of a NODES reply: its segment and the pool it registered. */
+typedef struct kvf_sm_node_ent {
+    char segment[KVF_STORE_SEG_MAX];
+    uint64_t pool_addr;
+    uint64_t pool_len;
+} kvf_sm_node_ent_t;
+
+#define KVF_SM_NODE_ENT_FIXED (2 + 8 + 8)
+
 /* One inventory entry (inv.h): an object's key, its place in the
  * node's pool (offset from the pool's base), size, checksum, the epoch
  * of the leader that committed it and that leader's sequence number of
@@ -242,6 +254,8 @@ void kvf_sm_list_enc(kvf_wr_t *w, const kvf_sm_list_t *m);
 void kvf_sm_list_dec(kvf_rd_t *r, kvf_sm_list_t *m);
 void kvf_sm_list_ent_enc(kvf_wr_t *w, const kvf_sm_list_ent_t *e);
 void kvf_sm_list_ent_dec(kvf_rd_t *r, kvf_sm_list_ent_t *e);
+void kvf_sm_node_ent_enc(kvf_wr_t *w, const kvf_sm_node_ent_t *e);
+void kvf_sm_node_ent_dec(kvf_rd_t *r, kvf_sm_node_ent_t *e);
 
 void kvf_sm_inv_ent_enc(kvf_wr_t *w, const kvf_sm_inv_ent_t *e);
 void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e);

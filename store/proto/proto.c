@@ -418,6 +418,8 @@ const char *kvf_sp_msg_name(uint8_t type)
         return "inv_del";
     case KVF_SP_INV_REPORT:
         return "inv_report";
+    case KVF_SP_NODES:
+        return "nodes";
     case KVF_SP_TIER_OP:
         return "tier_op";
     case KVF_SP_ERROR:

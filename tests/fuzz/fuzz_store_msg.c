@@ -71,6 +71,7 @@ static void kvf_fz_whole(const uint8_t *body, size_t len)
     static kvf_sm_heartbeat_t hb;
     static kvf_sm_list_t list;
     static kvf_sm_list_ent_t ent;
+    static kvf_sm_node_ent_t node;
     kvf_rd_t r;
 
     kvf_rd_init(&r, body, len);
@@ -84,6 +85,10 @@ static void kvf_fz_whole(const uint8_t *body, size_t len)
     kvf_rd_init(&r, body, len);
     while (kvf_rd_left(&r) > 0 && kvf_rd_status(&r) == KVF_OK) {
         kvf_sm_list_ent_dec(&r, &ent);
+    }
+    kvf_rd_init(&r, body, len);
+    while (kvf_rd_left(&r) > 0 && kvf_rd_status(&r) == KVF_OK) {
+        kvf_sm_node_ent_dec(&r, &node);
     }
 }
 

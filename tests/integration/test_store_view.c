@@ -472,7 +472,7 @@ static kvf_status_t view_one(kvf_peer_h peer, uint64_t remote, uint64_t len,
     kvf_status_t st;
 
     *vl_p = NULL;
-    st = kvf_peer_view_open(peer, 1, &remote, &len, v, &until, vl_p);
+    st = kvf_peer_view_open(peer, KVF_OP_READ, 1, &remote, &len, v, &until, vl_p);
     if (st == KVF_OK) {
         assert_true(until > kvf_time_ms());
     }

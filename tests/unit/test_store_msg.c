@@ -16,6 +16,7 @@
 
 #include "store/proto/msg.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static void test_put_end_bytes(void **state)
@@ -183,6 +184,7 @@ static void test_whole_bodies(void **state)
     kvf_sm_heartbeat_t hb = {1, 3, 9}, hb2;
     kvf_sm_list_t l = {"p/", 10}, l2;
     kvf_sm_list_ent_t e = {0}, e2;
+    kvf_sm_node_ent_t n = {0}, n2;
     kvf_wr_t w;
     kvf_rd_t r;
 
@@ -242,6 +244,24 @@ static void test_whole_bodies(void **state)
     assert_string_equal(e2.key, "p/x");
     assert_int_equal(e2.size, 42);
     assert_int_equal(e2.nrep, 2);
+    /* NODES: an empty request, node entries in the reply */
+    assert_int_equal(kvf_sm_req_check(KVF_SP_NODES, 0, NULL, 0), KVF_OK);
+    assert_int_equal(kvf_sm_req_check(KVF_SP_NODES, 0, w.buf, 1),
+                     KVF_ERR_PROTOCOL);
+    w.len = 0;
+    snprintf(n.segment, sizeof(n.segment), "127.0.0.1:7000");
+    n.pool_addr = 0x7f0000001000ull;
+    n.pool_len = 12ull << 30;
+    kvf_sm_node_ent_enc(&w, &n);
+    assert_int_equal(w.len, strlen(n.segment) + KVF_SM_NODE_ENT_FIXED);
+    kvf_rd_init(&r, w.buf, w.len);
+    kvf_sm_node_ent_dec(&r, &n2);
+    assert_int_equal(kvf_sm_rep_end(&r, 1, 1), KVF_OK);
+    assert_string_equal(n2.segment, n.segment);
+    assert_true(n2.pool_addr == n.pool_addr && n2.pool_len == n.pool_len);
+    kvf_rd_init(&r, w.buf, w.len - 1); /* cut short */
+    kvf_sm_node_ent_dec(&r, &n2);
+    assert_int_equal(kvf_sm_rep_end(&r, 1, 1), KVF_ERR_PROTOCOL);
     kvf_wr_free(&w);
 }
 
