@@ -7,6 +7,9 @@
  */
 #ifndef KVF_STORE_CLIENT_INT_H
 #define KVF_STORE_CLIENT_INT_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/client/client_int.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include <kvferry/perf.h>
 #include <kvferry/store.h>

@@ -24,7 +24,7 @@
  * handle so that a disconnect aborts them.
  */
 #include "store/client/client_int.h"
-#include "engine/view.h"
+#include <kvferry/view.h>
 #include "core/alloc.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -40,7 +40,7 @@ enum { KVF_PV_SKIP = 0, KVF_PV_ABORT = 1, KVF_PV_COMMIT = 2 };
 /* One node's write lease, holding a reference on its peer. */
 typedef struct kvf_pvpart {
     kvf_speer_t *sp;
-    kvf_tl_vlease_t *tl;
+    kvf_view_lease_h tl;
 } kvf_pvpart_t;
 
 /* One key of a put view. */
@@ -73,7 +73,7 @@ typedef struct kvf_pv_job {
     unsigned char *taken;
     uint32_t *idx;
     uint64_t *remote, *lens;
-    kvf_tl_view_t *tv;
+    kvf_view_t *tv;
     kvf_sarena_t arena;
 } kvf_pv_job_t;
 
@@ -202,7 +202,7 @@ static void kvf_pv_plan(kvf_pv_job_t *j)
 static void kvf_pv_node(kvf_pv_job_t *j, const char *seg, size_t n)
 {
     kvf_store_put_view_h pv = j->pv;
-    kvf_tl_vlease_t *tl = NULL;
+    kvf_view_lease_h tl = NULL;
     kvf_speer_t *sp = NULL;
     uint64_t until = 0;
     kvf_status_t st;

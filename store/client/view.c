@@ -20,7 +20,7 @@
  * store handle so that a disconnect ends them.
  */
 #include "store/client/client_int.h"
-#include "engine/view.h"
+#include <kvferry/view.h>
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -37,7 +37,7 @@
  * left, and is closed by the last view handle using it. */
 typedef struct kvf_svshare {
     kvf_speer_t *sp; /* its reference on the node's peer */
-    kvf_tl_vlease_t *tl;
+    kvf_view_lease_h tl;
     uint64_t until_ms;
     uint64_t rbase, rlen;
     const unsigned char *mbase;
@@ -53,7 +53,7 @@ typedef struct kvf_svshare {
 /* One node's view lease (tl, holding a reference on sp), or a share. */
 typedef struct kvf_svpart {
     kvf_speer_t *sp;
-    kvf_tl_vlease_t *tl;
+    kvf_view_lease_h tl;
     kvf_svshare_t *sh;
 } kvf_svpart_t;
 
@@ -77,7 +77,7 @@ typedef struct kvf_view_job {
     unsigned char *taken; /* per key: in a node's group this round */
     uint32_t *idx;        /* a group's keys */
     uint64_t *remote, *lens;
-    kvf_tl_view_t *tv;
+    kvf_view_t *tv;
     unsigned flags;
     kvf_sarena_t arena;
 } kvf_view_job_t;
@@ -124,7 +124,7 @@ static kvf_status_t kvf_view_room(kvf_store_view_lease_h vl)
 }
 
 static kvf_status_t kvf_view_add_part(kvf_store_view_lease_h vl,
-                                      kvf_speer_t *sp, kvf_tl_vlease_t *tl,
+                                      kvf_speer_t *sp, kvf_view_lease_h tl,
                                       kvf_svshare_t *sh, uint64_t until_ms)
 {
     if (kvf_view_room(vl) != KVF_OK) {
@@ -262,8 +262,8 @@ static size_t kvf_view_shared(kvf_view_job_t *j, kvf_speer_t *sp, size_t n)
  * reference for the caller, one for the list; it holds sp's reference
  * and tl), or NULL (tl stays the caller's). */
 static kvf_svshare_t *kvf_svshare_make(kvf_store_h st, kvf_speer_t *sp,
-                                       kvf_tl_vlease_t *tl, uint64_t until,
-                                       const kvf_tl_view_t *v, uint64_t remote)
+                                       kvf_view_lease_h tl, uint64_t until,
+                                       const kvf_view_t *v, uint64_t remote)
 {
     const unsigned char *ptr = v->ptr, *mb = v->map_base;
     uint64_t rb = remote - (uint64_t)(ptr - mb), ra;
@@ -311,7 +311,7 @@ static kvf_svshare_t *kvf_svshare_make(kvf_store_h st, kvf_speer_t *sp,
  * listed share when the call asked for shared views and it can be one,
  * else as a lease of the handle's own. */
 static kvf_status_t kvf_view_keep(kvf_view_job_t *j, kvf_speer_t *sp,
-                                  kvf_tl_vlease_t *tl, uint64_t until, size_t n)
+                                  kvf_view_lease_h tl, uint64_t until, size_t n)
 {
     kvf_svshare_t *sh = NULL;
     size_t i;
@@ -336,7 +336,7 @@ static kvf_status_t kvf_view_keep(kvf_view_job_t *j, kvf_speer_t *sp,
  * Keys it views are done; the others get its verdict. */
 static void kvf_view_node(kvf_view_job_t *j, const char *seg, size_t n)
 {
-    kvf_tl_vlease_t *tl = NULL;
+    kvf_view_lease_h tl = NULL;
     kvf_status_t st;
     kvf_speer_t *sp;
     uint64_t until = 0;
@@ -621,5 +621,5 @@ void kvf_store_view_end_all(kvf_store_h st)
 
 void kvf_store_view_unmap_hook(kvf_store_unmap_fn fn, void *arg)
 {
-    kvf_tl_unmap_hook(fn, arg);
+    kvf_view_unmap_hook(fn, arg);
 }

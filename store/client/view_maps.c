@@ -17,7 +17,7 @@
  * process's unmap hook first) or the store disconnects.
  */
 #include "store/client/client_int.h"
-#include "engine/view.h"
+#include <kvferry/view.h>
 #include "core/alloc.h"
 #include "core/log.h"
 
@@ -63,9 +63,9 @@ static kvf_status_t kvf_vmaps_nodes(kvf_store_h st, kvf_sm_node_ent_t **ents_p,
 /* Maps node e's pool (a view lease over all of it, closed at once);
  * *v the mapping. KVF_ERR_UNSUPPORTED: not reached over shm. */
 static kvf_status_t kvf_vmaps_node(kvf_store_h st, const kvf_sm_node_ent_t *e,
-                                   kvf_tl_view_t *v)
+                                   kvf_view_t *v)
 {
-    kvf_tl_vlease_t *tl = NULL;
+    kvf_view_lease_h tl = NULL;
     uint64_t until = 0;
     kvf_status_t status;
     kvf_speer_t *sp;
@@ -91,7 +91,7 @@ kvf_status_t kvf_store_view_maps(kvf_store_h st, kvf_store_unmap_fn fn,
 {
     kvf_sm_node_ent_t *ents = NULL;
     kvf_status_t status;
-    kvf_tl_view_t v;
+    kvf_view_t v;
     size_t i, n = 0;
 
     if (st == NULL || fn == NULL) {

@@ -6,8 +6,11 @@
  */
 #ifndef KVF_STORE_MASTER_INT_H
 #define KVF_STORE_MASTER_INT_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/master/master_int.h is private to store/: use <kvferry/store.h>"
+#endif
 
-#include "store/master/master.h"
+#include "store/master/opts.h"
 #include "store/master/pool_alloc.h"
 #include "store/proto/msg.h"
 #include "store/proto/proto.h"

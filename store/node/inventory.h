@@ -12,6 +12,9 @@
  */
 #ifndef KVF_STORE_NODE_INVENTORY_H
 #define KVF_STORE_NODE_INVENTORY_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/node/inventory.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include "store/proto/inv.h"
 #include "store/proto/msg.h"

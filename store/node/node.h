@@ -12,6 +12,9 @@
  */
 #ifndef KVF_STORE_NODE_H
 #define KVF_STORE_NODE_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/node/node.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include <kvferry/store.h>
 

@@ -6,6 +6,9 @@
  */
 #ifndef KVF_STORE_NODE_TIER_IO_H
 #define KVF_STORE_NODE_TIER_IO_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/node/tier_io.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include "store/proto/msg.h"
 

@@ -80,6 +80,9 @@
  */
 #ifndef KVF_STORE_MSG_H
 #define KVF_STORE_MSG_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/proto/msg.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include "store/proto/proto.h"
 

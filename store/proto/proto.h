@@ -9,6 +9,9 @@
  */
 #ifndef KVF_STORE_PROTO_H
 #define KVF_STORE_PROTO_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/proto/proto.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include <kvferry/store.h>
 

@@ -13,6 +13,9 @@
  */
 #ifndef KVF_STORE_RESP_INT_H
 #define KVF_STORE_RESP_INT_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/resp/resp_int.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include "core/sock.h"
 

@@ -6,6 +6,9 @@
  */
 #ifndef KVF_TOOLS_BENCH_ENV_H
 #define KVF_TOOLS_BENCH_ENV_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/bench/env.h is private to tools/"
+#endif
 
 #include "tools/cli/cli.h"
 #include "tools/record/record.h"

@@ -9,7 +9,7 @@
  * --working-set` measures it in the same run as the store.
  */
 #include "tools/bench/env.h"
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -174,15 +174,15 @@ int kvf_env_disk_measure(const char *dir, uint64_t bytes, kvf_env_disk_t *d)
     for (i = 0; i < n; i++) {
         offs[i] = (uint64_t)i * KVF_ENV_DISK_BLOCK;
     }
-    t0 = ((double)kvf_clock_ns() / 1e9);
+    t0 = ((double)kvf_time_ns() / 1e9);
     moved = kvf_env_disk_io(fd, buf, 1, offs, n, &d->uring);
     if (moved > 0 && fdatasync(fd) == 0) {
-        d->write_gbs = (double)moved / (((double)kvf_clock_ns() / 1e9) - t0) / 1e9;
+        d->write_gbs = (double)moved / (((double)kvf_time_ns() / 1e9) - t0) / 1e9;
         kvf_env_disk_shuffle(offs, n);
-        t0 = ((double)kvf_clock_ns() / 1e9);
+        t0 = ((double)kvf_time_ns() / 1e9);
         moved = kvf_env_disk_io(fd, buf, 0, offs, n, &d->uring);
         if (moved > 0) {
-            d->read_gbs = (double)moved / (((double)kvf_clock_ns() / 1e9) - t0) / 1e9;
+            d->read_gbs = (double)moved / (((double)kvf_time_ns() / 1e9) - t0) / 1e9;
         }
     }
     if (moved <= 0) {

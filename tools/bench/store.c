@@ -28,8 +28,9 @@
 #include <kvferry/perf.h>
 #include <kvferry/store.h>
 
-#include "tools/cli/rng.h"
-#include "tools/cli/clock.h"
+#include "core/rng.h"
+#include "core/time.h"
+#include "core/sock.h"
 #include "tools/cli/net.h"
 
 #include <jansson.h>
@@ -186,7 +187,7 @@ typedef struct kvf_bs_thread {
     long errors;
     kvf_status_t first_error;
     uint64_t end_ns;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
 } kvf_bs_thread_t;
 
 static void kvf_bs_lat_add(kvf_bs_thread_t *t, int k, double us)
@@ -231,11 +232,11 @@ static void *kvf_bs_thread_main(void *arg)
     int miss;
 
     pthread_barrier_wait(&c->barrier);
-    while (kvf_clock_ns() < c->deadline_ns) {
+    while (kvf_time_ns() < c->deadline_ns) {
         miss = 0;
         if (c->phase == 0) {
             kvf_bs_key(key, sizeof(key), c, t->id, t->seq);
-            t0 = kvf_clock_ns();
+            t0 = kvf_time_ns();
             s = kvf_store_put(c->st, key, t->buf, c->size, &po);
             if (s == KVF_OK) {
                 t->seq++;
@@ -243,7 +244,7 @@ static void *kvf_bs_thread_main(void *arg)
         } else {
             uint64_t have = t->seq < c->keys ? t->seq : c->keys;
 
-            miss = (c->phase == 2 && (double)(kvf_prng_next(&t->rng) >> 11) /
+            miss = (c->phase == 2 && (double)(kvf_rng_next(&t->rng) >> 11) /
                                              9007199254740992.0 >=
                                          c->o->hit_ratio) ||
                    have == 0;
@@ -253,14 +254,14 @@ static void *kvf_bs_thread_main(void *arg)
             } else {
                 kvf_bs_key(key, sizeof(key), c, t->id, t->seq - 1 - (i % have));
             }
-            t0 = kvf_clock_ns();
+            t0 = kvf_time_ns();
             s = kvf_store_get(c->st, key, t->buf, c->size, &got, 0);
             if (miss && s == KVF_ERR_NO_KEY) {
                 s = KVF_OK;
             }
         }
         if (s == KVF_OK) {
-            kvf_bs_lat_add(t, miss, (double)(kvf_clock_ns() - t0) / 1e3);
+            kvf_bs_lat_add(t, miss, (double)(kvf_time_ns() - t0) / 1e3);
         } else {
             if (t->errors++ == 0) {
                 t->first_error = s;
@@ -268,7 +269,7 @@ static void *kvf_bs_thread_main(void *arg)
         }
         i++;
     }
-    t->end_ns = kvf_clock_ns();
+    t->end_ns = kvf_time_ns();
     return NULL;
 }
 
@@ -378,11 +379,11 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
     for (i = 0; i < n; i++) {
         pthread_create(&th[i].tid, NULL, kvf_bs_thread_main, &th[i]);
     }
-    c->start_ns = kvf_clock_ns();
+    c->start_ns = kvf_time_ns();
     c->deadline_ns = c->start_ns + c->dur_ms * 1000000ull;
     cpu0 = kvf_bs_cpu_s(c->cl);
     pthread_barrier_wait(&c->barrier);
-    c->start_ns = kvf_clock_ns();
+    c->start_ns = kvf_time_ns();
     wall0 = kvf_bs_unix_s();
     for (i = 0; i < n; i++) {
         pthread_join(th[i].tid, NULL);
@@ -568,10 +569,10 @@ static void kvf_bs_cleanup(kvf_bs_ctx_t *c, kvf_bs_thread_t *th,
     static char names[CHUNK][128];
     const char *keys[CHUNK];
     kvf_status_t s[CHUNK];
-    uint64_t deadline = kvf_clock_ms() + 10000, seq;
+    uint64_t deadline = kvf_time_ms() + 10000, seq;
     unsigned i, n, k, left = 1;
 
-    while (left > 0 && kvf_clock_ms() < deadline) {
+    while (left > 0 && kvf_time_ms() < deadline) {
         left = 0;
         for (i = 0; i < clients; i++) {
             for (seq = 0; seq < th[i].seq;) {
@@ -605,7 +606,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
     c.cl = cl;
     c.o = o;
     c.size = size;
-    c.run = kvf_clock_ns() ^ ((uint64_t)getpid() << 32);
+    c.run = kvf_time_ns() ^ ((uint64_t)getpid() << 32);
     c.keys = kvf_bs_keys_per_thread(capacity, size, clients);
     th = calloc(clients, sizeof(*th));
     if (th == NULL) {
@@ -614,7 +615,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
     for (i = 0; i < clients; i++) {
         th[i].ctx = &c;
         th[i].id = i;
-        kvf_prng_seed(&th[i].rng, 1000 + i);
+        kvf_rng_seed(&th[i].rng, 1000 + i);
         th[i].buf = kvf_cli_pool_alloc(size, 77 + i);
         if (th[i].buf == NULL ||
             kvf_engine_reg(kvf_store_engine(st), th[i].buf, size, KVF_MEM_HOST,
@@ -714,7 +715,7 @@ static int kvf_bs_cmd(int argc, char **argv);
  * when /status could not be read (the counts stay as they are). */
 static int kvf_bs_real_cluster(kvf_bs_opts_t *o, uint64_t *capacity_p)
 {
-    char http[KVF_NET_HOST_MAX + 8], host[KVF_NET_HOST_MAX], body[65536];
+    char http[KVF_HOST_MAX + 8], host[KVF_HOST_MAX], body[65536];
     char sz[32], cap[32];
     json_t *root, *list, *n;
     uint64_t c, largest = 0;
@@ -723,7 +724,7 @@ static int kvf_bs_real_cluster(kvf_bs_opts_t *o, uint64_t *capacity_p)
 
     if (o->http != NULL) {
         snprintf(http, sizeof(http), "%s", o->http);
-    } else if (kvf_net_parse_addr(o->master, host, sizeof(host), &port) ==
+    } else if (kvf_sock_parse_addr(o->master, host, sizeof(host), &port) ==
                KVF_OK) {
         /* the master's default: HTTP on the port after the RPC port */
         snprintf(http, sizeof(http), "%.*s:%u", 200, host, (unsigned)port + 1);

@@ -32,9 +32,9 @@
 #include <kvferry/engine.h>
 #include <kvferry/store.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 #include "tools/cli/net.h"
-#include "tools/cli/rng.h"
+#include "core/rng.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -105,10 +105,10 @@ static void kvf_ws_key(char *key, size_t cap, unsigned i)
 static void kvf_ws_fill_bytes(unsigned char *buf, uint64_t len, unsigned i,
                               uint64_t seed)
 {
-    kvf_prng_t r;
+    kvf_rng_t r;
 
-    kvf_prng_seed(&r, seed * 0x100000001b3ull + i);
-    kvf_prng_fill(&r, buf, len);
+    kvf_rng_seed(&r, seed * 0x100000001b3ull + i);
+    kvf_rng_fill(&r, buf, len);
 }
 
 /* Sizes log-uniform in [min, max] until ws bytes. */
@@ -116,12 +116,12 @@ static int kvf_ws_plan(const kvf_ws_opts_t *o, kvf_ws_set_t *s)
 {
     double lmin = log((double)o->min_size), lmax = log((double)o->max_size);
     unsigned cap = 1024;
-    kvf_prng_t r;
+    kvf_rng_t r;
     uint64_t sz;
 
     memset(s, 0, sizeof(*s));
     s->size = malloc(cap * sizeof(*s->size));
-    kvf_prng_seed(&r, o->seed);
+    kvf_rng_seed(&r, o->seed);
     while (s->size != NULL && s->bytes < o->ws) {
         if (s->n == cap) {
             cap *= 2;
@@ -131,7 +131,7 @@ static int kvf_ws_plan(const kvf_ws_opts_t *o, kvf_ws_set_t *s)
             }
         }
         sz = (uint64_t)exp(lmin + (lmax - lmin) *
-                                      (double)(kvf_prng_next(&r) >> 11) /
+                                      (double)(kvf_rng_next(&r) >> 11) /
                                       9007199254740992.0);
         sz = (sz + 4095) & ~4095ull;
         s->size[s->n++] = sz;
@@ -181,9 +181,9 @@ static int kvf_ws_fill(kvf_store_h st, kvf_ws_set_t *s,
         if (!tier || (i % 8 != 7 && i + 1 != s->n)) {
             continue;
         }
-        deadline = kvf_clock_ms() + 10000;
+        deadline = kvf_time_ms() + 10000;
         while (kvf_ws_metric(http, "tier_writes_total") < (long)i + 1 &&
-               kvf_clock_ms() < deadline) {
+               kvf_time_ms() < deadline) {
             usleep(2000);
         }
     }
@@ -194,7 +194,7 @@ static void *kvf_ws_thread_main(void *arg)
 {
     kvf_ws_thread_t *t = arg;
     kvf_ws_ctx_t *c = t->c;
-    kvf_prng_t r;
+    kvf_rng_t r;
     kvf_status_t s;
     uint64_t t0;
     char key[64];
@@ -202,12 +202,12 @@ static void *kvf_ws_thread_main(void *arg)
     unsigned i;
     double *nl;
 
-    kvf_prng_seed(&r, c->o->seed * 31 + t->id + 1);
+    kvf_rng_seed(&r, c->o->seed * 31 + t->id + 1);
     pthread_barrier_wait(&c->barrier);
-    while (kvf_clock_ns() < c->deadline_ns) {
-        i = (unsigned)kvf_prng_below(&r, c->set->n);
+    while (kvf_time_ns() < c->deadline_ns) {
+        i = (unsigned)kvf_rng_below(&r, c->set->n);
         kvf_ws_key(key, sizeof(key), i);
-        t0 = kvf_clock_ns();
+        t0 = kvf_time_ns();
         s = kvf_store_get(c->st, key, t->buf, c->set->size[i], &got, 0);
         if (t->nlat == t->cap) {
             t->cap = t->cap ? t->cap * 2 : 4096;
@@ -217,7 +217,7 @@ static void *kvf_ws_thread_main(void *arg)
             }
             t->lat = nl;
         }
-        t->lat[t->nlat++] = (double)(kvf_clock_ns() - t0) / 1e3;
+        t->lat[t->nlat++] = (double)(kvf_time_ns() - t0) / 1e3;
         if (s == KVF_ERR_NO_KEY) {
             t->misses++;
             continue;
@@ -314,13 +314,13 @@ static int kvf_ws_read(kvf_store_h st, const kvf_ws_set_t *set,
     for (n = 0; n < i; n++) {
         pthread_create(&th[n].tid, NULL, kvf_ws_thread_main, &th[n]);
     }
-    c.deadline_ns = kvf_clock_ns() + o->duration_ms * 1000000ull;
-    t0 = kvf_clock_ns();
+    c.deadline_ns = kvf_time_ns() + o->duration_ms * 1000000ull;
+    t0 = kvf_time_ns();
     pthread_barrier_wait(&c.barrier);
     for (i = 0; i < n; i++) {
         pthread_join(th[i].tid, NULL);
     }
-    kvf_ws_collect(th, n, (double)(kvf_clock_ns() - t0) / 1e9, r);
+    kvf_ws_collect(th, n, (double)(kvf_time_ns() - t0) / 1e9, r);
     r->evicted = kvf_ws_metric(http, "evictions_total") - ev0;
     r->loaded = kvf_ws_metric(http, "tier_reads_total") - rd0;
     r->disk_gb_s = (double)(kvf_ws_metric(http, "tier_read_bytes_total") - rb0) /

@@ -27,7 +27,7 @@
 #include "tools/bench/out.h"
 #include "tools/record/record.h"
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -173,14 +173,14 @@ static kvf_status_t kvf_te_batch(kvf_te_thread_t *t, uint64_t k, double *ms_p)
         t->ops[i].remote = t->remote + (n % t->rslots) * t->block;
         t->ops[i].length = t->block;
     }
-    t0 = kvf_clock_ns();
+    t0 = kvf_time_ns();
     status = kvf_batch_submit_ex(t->s->engine, t->ops, o->batch,
                                  o->no_inline ? 0 : KVF_BATCH_INLINE, &batch);
     if (status != KVF_OK) {
         return status;
     }
     status = kvf_batch_wait(batch, (int)o->s.timeout_ms);
-    *ms_p = (double)(kvf_clock_ns() - t0) / 1e6;
+    *ms_p = (double)(kvf_time_ns() - t0) / 1e6;
     kvf_batch_destroy(batch);
     return status;
 }
@@ -192,7 +192,7 @@ static void *kvf_te_thread_main(void *arg)
     double ms;
 
     for (k = 0;; k++) {
-        if (k >= t->o->min_batches && kvf_clock_ns() >= t->deadline_ns) {
+        if (k >= t->o->min_batches && kvf_time_ns() >= t->deadline_ns) {
             break;
         }
         t->status = kvf_te_batch(t, k, &ms);
@@ -205,7 +205,7 @@ static void *kvf_te_thread_main(void *arg)
             t->lat_ms[t->nlat++] = ms;
         }
     }
-    t->end_ns = kvf_clock_ns();
+    t->end_ns = kvf_time_ns();
     return NULL;
 }
 
@@ -259,7 +259,7 @@ static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
             rc = -1;
         }
     }
-    start = kvf_clock_ns();
+    start = kvf_time_ns();
     for (i = 0; i < o->threads && rc == 0; i++) {
         th[i].start_ns = start;
         th[i].deadline_ns = start + o->duration_ms * 1000000ull;

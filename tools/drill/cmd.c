@@ -30,7 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 static const kvf_drill_def_t kvf_drills[] = {
     {"target-kill", kvf_drill_target_kill, 0, 0,
@@ -142,7 +142,7 @@ static int kvf_drill_run_one(const kvf_drill_def_t *def,
     d.phase_ms = o->phase_ms;
     d.seed = o->seed;
     d.hypothesis = o->hypothesis;
-    d.t_start_ms = kvf_clock_ms();
+    d.t_start_ms = kvf_time_ms();
     d.time_to_recover_ms = NAN;
     snprintf(d.logdir, sizeof(d.logdir), "%s/logs", dir);
     mkdir(d.logdir, 0755);

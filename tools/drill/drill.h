@@ -17,6 +17,9 @@
  */
 #ifndef KVF_TOOLS_DRILL_H
 #define KVF_TOOLS_DRILL_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/drill/drill.h is private to tools/"
+#endif
 
 #include "tools/cli/cli.h"
 #include "tools/cli/progress.h"

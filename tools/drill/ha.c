@@ -43,7 +43,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
+#include "core/sock.h"
 #include "tools/cli/net.h"
 
 int kvf_ha_which(const char *name, char *out, size_t len)
@@ -106,8 +107,8 @@ int kvf_ha_etcd_start(kvf_drill_t *d, kvf_ha_t *h)
     if (h->etcd < 0) {
         return -1;
     }
-    for (t0 = kvf_clock_ms(); kvf_clock_ms() - t0 < 10000; usleep(50000)) {
-        if (kvf_net_connect("127.0.0.1", (uint16_t)h->cport, 500, &fd) ==
+    for (t0 = kvf_time_ms(); kvf_time_ms() - t0 < 10000; usleep(50000)) {
+        if (kvf_sock_connect("127.0.0.1", (uint16_t)h->cport, 500, &fd) ==
             KVF_OK) {
             close(fd);
             return 0;
@@ -128,7 +129,7 @@ int kvf_ha_status(kvf_drill_t *d, kvf_ha_t *h, int i, kvf_drill_mstatus_t *s)
 int kvf_ha_wait_leader(kvf_drill_t *d, kvf_ha_t *h, int i, unsigned n,
                        unsigned max_ms, double *ms_p)
 {
-    uint64_t t0 = kvf_clock_ms();
+    uint64_t t0 = kvf_time_ms();
     kvf_drill_mstatus_t s;
     int k;
 
@@ -137,12 +138,12 @@ int kvf_ha_wait_leader(kvf_drill_t *d, kvf_ha_t *h, int i, unsigned n,
             if ((i < 0 || k == i) && h->m[k] > 0 &&
                 kvf_ha_status(d, h, k, &s) == 0 && s.leader == 1 &&
                 s.nodes == n) {
-                *ms_p = (double)(kvf_clock_ms() - t0);
+                *ms_p = (double)(kvf_time_ms() - t0);
                 return k;
             }
         }
         kvf_drill_sleep(d, 20);
-    } while (kvf_clock_ms() - t0 < max_ms);
+    } while (kvf_time_ms() - t0 < max_ms);
     return -1;
 }
 
@@ -241,7 +242,7 @@ static int kvf_ha_inject(kvf_drill_t *d, kvf_ha_t *h, int fault,
                          double *stepdown_ms)
 {
     kvf_drill_mstatus_t s;
-    uint64_t t0 = kvf_clock_ms();
+    uint64_t t0 = kvf_time_ms();
 
     *stepdown_ms = NAN;
     if (fault == KVF_HA_KILL_LEADER) {
@@ -261,10 +262,10 @@ static int kvf_ha_inject(kvf_drill_t *d, kvf_ha_t *h, int fault,
         kvf_drill_injected(d, "etcd stopped (SIGTERM) for 2 s under "
                               "traffic, then started again");
     }
-    while (kvf_clock_ms() - t0 < 2000) {
+    while (kvf_time_ms() - t0 < 2000) {
         if (isnan(*stepdown_ms) && kvf_ha_status(d, h, 0, &s) == 0 &&
             s.leader == 0) {
-            *stepdown_ms = (double)(kvf_clock_ms() - t0);
+            *stepdown_ms = (double)(kvf_time_ms() - t0);
         }
         kvf_drill_sleep(d, 10);
     }
@@ -465,7 +466,7 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
     d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     kvf_drill_hits_fault(d, &hits);
-    t_fault = kvf_clock_ms();
+    t_fault = kvf_time_ms();
     /* after a kill the standby leads; after an etcd outage either
      * master may (the old one stands again, its term starting empty) */
     if (kvf_ha_inject(d, &h, fault, &stepdown) != 0 ||
@@ -473,14 +474,14 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
         kvf_drill_fail(d, "no master led with the node after the fault");
         goto out;
     }
-    lead = (double)(kvf_clock_ms() - t_fault);
+    lead = (double)(kvf_time_ms() - t_fault);
     d->phase_secs[KVF_DRILL_FAULT] = lead / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     rec = kvf_drill_wait_recovered(d, t_fault, 15000);
     d->time_to_recover_ms = rec;
     kvf_drill_check(d, rec >= 0, "the clients did not come back");
     /* the hit rate over time: at least 11 s from the fault */
-    since = kvf_clock_ms() - t_fault;
+    since = kvf_time_ms() - t_fault;
     kvf_drill_hits_sleep(d, &hits,
                          since + d->phase_ms < 11000 ? (unsigned)(11000 - since)
                                                      : d->phase_ms);

@@ -12,7 +12,7 @@
 
 #include <math.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #define KVF_DRILL_HIT_MS 500
 
@@ -35,7 +35,7 @@ static void kvf_drill_hits_sum(kvf_drill_t *d, uint64_t *hits, uint64_t *all)
 
 void kvf_drill_hits_begin(kvf_drill_t *d, kvf_drill_hits_t *h)
 {
-    h->t0_ms = kvf_clock_ms();
+    h->t0_ms = kvf_time_ms();
     h->fault_ms = 0;
     h->before = NAN;
     h->back_ms = -1;
@@ -50,7 +50,7 @@ void kvf_drill_hits_begin(kvf_drill_t *d, kvf_drill_hits_t *h)
 /* One window ended now: its point, and the comeback once faulted. */
 static void kvf_drill_hits_window(kvf_drill_t *d, kvf_drill_hits_t *h)
 {
-    uint64_t hits, all, now = kvf_clock_ms();
+    uint64_t hits, all, now = kvf_time_ms();
     double rate, x;
 
     kvf_drill_hits_sum(d, &hits, &all);
@@ -80,8 +80,8 @@ void kvf_drill_hits_tick(kvf_drill_t *d)
 {
     kvf_drill_hits_t *h = d->hits;
 
-    if (h != NULL && kvf_clock_ms() >= h->next_ms) {
-        h->next_ms = kvf_clock_ms() + KVF_DRILL_HIT_MS;
+    if (h != NULL && kvf_time_ms() >= h->next_ms) {
+        h->next_ms = kvf_time_ms() + KVF_DRILL_HIT_MS;
         kvf_drill_hits_window(d, h);
     }
 }
@@ -101,7 +101,7 @@ void kvf_drill_hits_fault(kvf_drill_t *d, kvf_drill_hits_t *h)
     h->before = all > h->base_all ? 100.0 * (double)(hits - h->base_hits) /
                                         (double)(all - h->base_all)
                                   : NAN;
-    h->fault_ms = kvf_clock_ms();
+    h->fault_ms = kvf_time_ms();
     h->next_ms = h->fault_ms + KVF_DRILL_HIT_MS;
     kvf_record_figure(d->rec, "hit rate before the fault", h->before, "%",
                       NAN, NAN);

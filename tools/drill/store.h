@@ -7,6 +7,9 @@
  */
 #ifndef KVF_TOOLS_DRILL_STORE_H
 #define KVF_TOOLS_DRILL_STORE_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/drill/store.h is private to tools/"
+#endif
 
 #include "tools/drill/drill.h"
 

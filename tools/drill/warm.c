@@ -38,8 +38,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
-#include "tools/cli/rng.h"
+#include "core/time.h"
+#include "core/rng.h"
 
 #define KVF_WARM_PROBES     100
 #define KVF_WARM_PROBE_SIZE (32 * 1024)
@@ -133,10 +133,10 @@ static void kvf_warm_probe(kvf_drill_t *d, kvf_drill_cluster_t *c,
  * what the master acknowledged is then on disk too. */
 static void kvf_warm_copied(kvf_drill_t *d, kvf_drill_cluster_t *c)
 {
-    uint64_t end = kvf_clock_ms() + 10000;
+    uint64_t end = kvf_time_ms() + 10000;
     kvf_drill_mstatus_t s;
 
-    while (kvf_clock_ms() < end) {
+    while (kvf_time_ms() < end) {
         if (kvf_drill_status(d, c, &s) == 0 && s.tier_writes >= s.puts - 8) {
             return;
         }
@@ -155,15 +155,15 @@ static double kvf_warm_node_back(kvf_drill_t *d, kvf_drill_cluster_t *c,
                                  kvf_drill_hits_t *h, uint64_t t0)
 {
     kvf_drill_mstatus_t s;
-    uint64_t end = kvf_clock_ms() + 15000;
+    uint64_t end = kvf_time_ms() + 15000;
 
     if (kvf_drill_node_start(d, c, 0) != 0) {
         return -1;
     }
-    while (kvf_clock_ms() < end) {
+    while (kvf_time_ms() < end) {
         if (kvf_drill_status(d, c, &s) == 0 && s.nodes == 1 &&
             s.nodes_lost >= 1) {
-            return (double)(kvf_clock_ms() - t0);
+            return (double)(kvf_time_ms() - t0);
         }
         kvf_drill_hits_sleep(d, h, 100);
     }
@@ -239,7 +239,7 @@ int kvf_drill_warm_restart(kvf_drill_t *d)
     d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     kvf_drill_hits_fault(d, &h);
-    t_kill = kvf_clock_ms();
+    t_kill = kvf_time_ms();
     kvf_drill_kill(c.node[0], SIGKILL);
     c.node[0] = 0;
     kvf_drill_injected(d, "SIGKILL to the node (16 MiB pool, 128 MiB disk "
@@ -247,18 +247,18 @@ int kvf_drill_warm_restart(kvf_drill_t *d)
                           "8..64 KiB; started again on the same directory "
                           "0.5 s later");
     kvf_drill_hits_sleep(d, &h, 500);
-    back = kvf_warm_node_back(d, &c, &h, kvf_clock_ms());
-    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_clock_ms() - t_kill) / 1e3;
+    back = kvf_warm_node_back(d, &c, &h, kvf_time_ms());
+    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_time_ms() - t_kill) / 1e3;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     d->time_to_recover_ms = kvf_drill_wait_recovered(d, t_kill, 15000);
-    since = kvf_clock_ms() - t_kill;
+    since = kvf_time_ms() - t_kill;
     kvf_drill_hits_sleep(d, &h, since < 10000 ? (unsigned)(10000 - since)
                                               : d->phase_ms);
     kvf_drill_workers_stop(d);
     kvf_warm_probe(d, &c, p, 1);
     kvf_drill_status(d, &c, &s1);
     d->phase_secs[KVF_DRILL_RECOVER] =
-        (double)(kvf_clock_ms() - t_kill) / 1e3 - d->phase_secs[1];
+        (double)(kvf_time_ms() - t_kill) / 1e3 - d->phase_secs[1];
     kvf_drill_hits_report(d, &h, 0);
     kvf_warm_restart_report(d, p, &s0, &s1, back, bound);
     kvf_drill_cluster_stop(&c);
@@ -323,7 +323,7 @@ int kvf_drill_disk_corrupt(kvf_drill_t *d)
     d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     kvf_drill_hits_fault(d, &h);
-    t0 = kvf_clock_ms();
+    t0 = kvf_time_ms();
     snprintf(path, sizeof(path), "%s/node0/tier.data", dir);
     flipped = kvf_warm_flip(path);
     snprintf(text, sizeof(text),
@@ -332,7 +332,7 @@ int kvf_drill_disk_corrupt(kvf_drill_t *d)
              path, flipped);
     kvf_drill_injected(d, text);
     kvf_drill_hits_sleep(d, &h, d->phase_ms);
-    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_clock_ms() - t0) / 1e3;
+    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_time_ms() - t0) / 1e3;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     kvf_drill_hits_sleep(d, &h, d->phase_ms);
     d->phase_secs[KVF_DRILL_RECOVER] = d->phase_ms / 1000.0;
@@ -440,17 +440,17 @@ int kvf_drill_disk_full(kvf_drill_t *d)
     kvf_drill_store_baseline(d, &c, &(kvf_drill_res_t){0},
                              &(kvf_drill_res_t){0}, NULL, 0);
     kvf_drill_phase(d, KVF_DRILL_FAULT);
-    t0 = kvf_clock_ms();
+    t0 = kvf_time_ms();
     filled = kvf_warm_fill(dir, filler, sizeof(filler));
     kvf_drill_injected(d, "the tier's file system (a 48 MiB tmpfs) filled "
                           "with a filler file under traffic");
-    for (end = t0 + 15000; kvf_clock_ms() < end; kvf_drill_sleep(d, 50)) {
+    for (end = t0 + 15000; kvf_time_ms() < end; kvf_drill_sleep(d, 50)) {
         if (kvf_drill_status(d, &c, &s) == 0 && s.tiers_off >= 1) {
-            off_ms = (double)(kvf_clock_ms() - t0);
+            off_ms = (double)(kvf_time_ms() - t0);
             break;
         }
     }
-    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_clock_ms() - t0) / 1e3;
+    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_time_ms() - t0) / 1e3;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     unlink(filler);
     kvf_drill_sleep(d, d->phase_ms);
@@ -470,7 +470,7 @@ typedef struct kvf_dt_w {
     kvf_store_h st;
     unsigned char *buf, *get, *scratch;
     const char *dtype, *other;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
 } kvf_dt_w_t;
 
 #define KVF_DT_KEYS 200
@@ -497,18 +497,18 @@ static void kvf_dt_ident(char *out, size_t len, const char *dtype, unsigned k)
 
 static void kvf_dt_step(kvf_drill_shared_t *sh, kvf_dt_w_t *w)
 {
-    unsigned k = (unsigned)kvf_prng_below(&w->rng, KVF_DT_KEYS);
+    unsigned k = (unsigned)kvf_rng_below(&w->rng, KVF_DT_KEYS);
     int phase = __atomic_load_n(&sh->phase, __ATOMIC_ACQUIRE);
     int fp = phase != KVF_DRILL_FAULT; /* one phase for the whole step */
     char key[128], mine[64], theirs[64];
-    uint64_t t0 = kvf_clock_ns();
+    uint64_t t0 = kvf_time_ns();
     kvf_status_t s;
     size_t len = 0;
 
     kvf_dt_key(key, sizeof(key), w->dtype, fp, k);
     kvf_dt_ident(mine, sizeof(mine), w->dtype, k);
     s = kvf_store_get(w->st, key, w->get, KVF_DT_SIZE, &len, 0);
-    kvf_drill_count(sh, s, (kvf_clock_ns() - t0) / 1000, s == KVF_OK ? len : 0,
+    kvf_drill_count(sh, s, (kvf_time_ns() - t0) / 1000, s == KVF_OK ? len : 0,
                     s == KVF_ERR_NO_KEY);
     if (s == KVF_ERR_NO_KEY) {
         kvf_drill_obj_fill(w->buf, mine, 1, KVF_DT_SIZE);
@@ -541,7 +541,7 @@ static int kvf_dt_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
     (void)arg;
     w.dtype = sh->index == 0 ? "bf16" : "fp8";
     w.other = sh->index == 0 ? "fp8" : "bf16";
-    kvf_prng_seed(&w.rng, d->seed * 31 + (uint64_t)sh->index);
+    kvf_rng_seed(&w.rng, d->seed * 31 + (uint64_t)sh->index);
     w.buf = aligned_alloc(4096, 3 * KVF_DT_SIZE);
     p.field_mask = KVF_STORE_PARAM_MASTER | KVF_STORE_PARAM_TIMEOUT;
     p.master = sh->addr;
