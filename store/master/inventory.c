@@ -21,14 +21,15 @@
  * (evictions, DELs of a rebuild).
  *
  * A worker serving a COMMIT, PUT_END or REMOVE frame waits until every
- * entry the frame queued is answered before it replies: a commit is
- * acknowledged only once each replica's inventory holds it, a remove
- * only once each has forgotten it. An entry a node does not take
+ * entry the frame queued is answered before it replies (kvf_m_inv_frame,
+ * for dispatch.c): a commit is acknowledged only once each replica's
+ * inventory holds it, a remove only once each has forgotten it. An entry a node does not take
  * (unreachable within io_timeout_ms, or refusing the epoch as older than
  * a leader it has seen) fails the frame: committed objects are removed
  * again, and the client gets KVF_ERR_UNAVAILABLE or KVF_ERR_NOT_LEADER.
  * Channels live as long as the master; the master's lock guards their
- * queues.
+ * queues. The answers reach the objects through the master's hooks
+ * (released, tier_answer): this file calls nothing above it.
  */
 #include "store/master/master_int.h"
 #include "core/alloc.h"
@@ -339,7 +340,8 @@ static void kvf_mi_finish(kvf_master_t *m, kvf_mi_q_t *b)
         r = &b->r[i];
         if (r->tier) {
             if (r->obj != NULL && r->term == m->inv->term) {
-                kvf_m_tier_answer(m, r->obj, r->uid, r->gen, r->op, r->st);
+                m->hooks.tier_answer(m, r->obj, r->uid, r->gen, r->op,
+                                     r->st);
             }
             if (r->w != NULL && --r->w->left == 0) {
                 pthread_cond_signal(&r->w->cond);
@@ -350,7 +352,7 @@ static void kvf_mi_finish(kvf_master_t *m, kvf_mi_q_t *b)
             r->st = KVF_OK; /* forgotten already */
         }
         if (r->del && r->obj != NULL && r->term == m->inv->term) {
-            kvf_m_released(m, r->obj);
+            m->hooks.released(m, r->obj);
         }
         w = r->w;
         if (w == NULL) {
@@ -674,23 +676,6 @@ void kvf_m_inv_clear(kvf_master_t *m)
 
 /* ---- a worker's frame ---- */
 
-/* Removes the objects of the commits a node did not record. */
-static void kvf_mi_undo(kvf_master_t *m, kvf_mi_wait_t *w)
-{
-    kvf_mobj_t *o;
-    size_t i;
-
-    for (i = 0; i < w->nfailed; i++) {
-        o = kvf_m_find(m, w->failed[i].key);
-        if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
-            o->put_id == w->failed[i].put_id) {
-            (void)kvf_m_remove(m, w->failed[i].key);
-        }
-        kvf_free(w->failed[i].key);
-    }
-    kvf_free(w->failed);
-}
-
 void kvf_m_inv_wait(kvf_master_t *m)
 {
     kvf_mi_wait_t *wt = kvf_mi_cur;
@@ -706,49 +691,29 @@ void kvf_m_inv_wait(kvf_master_t *m)
     }
 }
 
-kvf_status_t kvf_m_inv_serve(kvf_master_t *m, kvf_mclient_t *cl,
-                             const kvf_sp_frame_t *f, kvf_wr_t *w,
-                             uint32_t *count_p, uint16_t *flags_p,
-                             uint8_t *rtype_p)
+kvf_status_t kvf_m_inv_frame(kvf_master_t *m, void (*run)(void *arg),
+                             void *arg, kvf_m_undo_fn undo, int *stale_p)
 {
     kvf_mi_wait_t wt = {0};
-    kvf_mi_chan_t *c;
-    kvf_status_t st;
+    size_t i;
 
-    if (m->inv == NULL) {
-        return kvf_m_serve(m, cl, f, w, count_p, flags_p, rtype_p);
-    }
     pthread_cond_init(&wt.cond, NULL);
     kvf_mi_cur = &wt;
-    st = kvf_m_serve(m, cl, f, w, count_p, flags_p, rtype_p);
-    kvf_mi_cur = NULL;
+    run(arg);
     pthread_mutex_lock(&m->lock);
-    while (wt.left > 0) {
-        c = kvf_mi_idle(m);
-        if (c != NULL) {
-            kvf_mi_run(m, c); /* ours, and whatever else is queued */
-        } else {
-            pthread_cond_wait(&wt.cond, &m->lock);
+    kvf_m_inv_wait(m);
+    kvf_mi_cur = NULL;
+    for (i = 0; i < wt.nfailed; i++) {
+        if (wt.st != KVF_OK) {
+            undo(m, wt.failed[i].key, wt.failed[i].put_id);
         }
-    }
-    if (wt.st != KVF_OK) {
-        kvf_mi_undo(m, &wt); /* its DELs: nobody waits for them */
+        kvf_free(wt.failed[i].key);
     }
     pthread_mutex_unlock(&m->lock);
+    kvf_free(wt.failed);
     pthread_cond_destroy(&wt.cond);
-    if (wt.st != KVF_OK && st == KVF_OK) {
-        kvf_log_rl(KVF_LOG_WARN,
-                   "leader: a node did not apply a %s to its inventory "
-                   "(%s): the %s fails%s",
-                   f->hdr.type == KVF_SP_REMOVE ? "remove" : "commit",
-                   kvf_status_str(wt.st), kvf_sp_msg_name(f->hdr.type),
-                   wt.stale ? " (a node has seen a newer leader)" : "");
-        /* a node that has seen a newer leader: send the client there */
-        st = wt.stale ? KVF_ERR_NOT_LEADER : KVF_ERR_UNAVAILABLE;
-        w->len = 0;
-        *count_p = 0;
-    }
-    return st;
+    *stale_p = wt.stale;
+    return wt.st;
 }
 
 /* ---- start, stop ---- */

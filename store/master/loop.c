@@ -256,7 +256,7 @@ static void kvf_reg_run(kvf_loop_job_t *j)
     kvf_wr_t w;
 
     kvf_wr_init(&w);
-    st = kvf_m_inv_serve(m, c->cl, &j->f, &w, &count, &flags, &rtype);
+    st = kvf_m_serve_worker(m, c->cl, &j->f, &w, &count, &flags, &rtype);
     st = kvf_sp_send(c->fd, rtype, j->f.hdr.id, st, count, flags, &w,
                      kvf_time_ms() + m->opts.io_timeout_ms);
     if (st != KVF_OK) {
@@ -402,21 +402,6 @@ static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
     return 0;
 }
 
-/* Does a worker serve this frame? Node registrations (they call the
- * node's engine), where nodes keep inventories commits and removes (they
- * wait for the nodes' answers), and gets of objects on a disk tier only
- * (they wait for the node to load them, tier.c). */
-static int kvf_loop_to_worker(kvf_master_t *m, const kvf_sp_frame_t *f)
-{
-    uint8_t type = f->hdr.type;
-
-    return type == KVF_SP_NODE_REG ||
-           (m->elect != NULL &&
-            (type == KVF_SP_COMMIT || type == KVF_SP_PUT_END ||
-             type == KVF_SP_REMOVE)) ||
-           kvf_m_tier_wanted(m, f);
-}
-
 /* Serves every whole frame in c->in. 0 to go on, -1 to close, 1 when the
  * connection went to a registration worker. */
 static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
@@ -449,7 +434,7 @@ static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
             break;
         }
         f.body = c->in + used + KVF_WIRE_HDR_LEN;
-        if (kvf_loop_to_worker(m, &f)) {
+        if (kvf_m_to_worker(m, &f)) {
             if (used > 0) {
                 memmove(c->in, c->in + used, c->in_len - used);
                 c->in_len -= used;

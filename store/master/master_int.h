@@ -128,8 +128,23 @@ typedef struct kvf_mconn kvf_mconn_t;
 typedef struct kvf_mpeer kvf_mpeer_t;
 typedef struct kvf_mloop kvf_mloop_t;
 
+/* What the object rules and the node channels call above them, through
+ * pointers master.c sets at start (so no file calls up): the disk tier's
+ * policy (tier.c) and the answers of the channels (objects.c, tier.c). */
+typedef struct kvf_m_hooks {
+    void (*tier_commit)(kvf_master_t *m, kvf_mobj_t *o);
+    int (*tier_demote)(kvf_master_t *m, kvf_mobj_t *o);
+    void (*tier_forget)(kvf_master_t *m, kvf_mobj_t *o);
+    int (*tier_uncopied)(const kvf_mobj_t *o);
+    int (*tier_usable)(const kvf_mobj_t *o);
+    void (*released)(kvf_master_t *m, kvf_mobj_t *o);
+    void (*tier_answer)(kvf_master_t *m, kvf_mobj_t *o, uint64_t uid,
+                        uint64_t gen, uint8_t op, kvf_status_t st);
+} kvf_m_hooks_t;
+
 struct kvf_master {
     kvf_master_opts_t opts;
+    kvf_m_hooks_t hooks;
     uint64_t epoch;
     pthread_mutex_t lock;
     /* metadata */
@@ -219,6 +234,12 @@ kvf_status_t kvf_m_remove(kvf_master_t *m, const char *key);
 void kvf_m_released(kvf_master_t *m, kvf_mobj_t *o);
 kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key);
 kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key);
+/* nodes.c: a registration's claim (format, pool, and the node's engine
+ * registers that pool: asked over the network, no lock), and the end of
+ * a report page (count 0: the report ended). */
+kvf_status_t kvf_m_node_claim(kvf_master_t *m, const kvf_sm_node_reg_t *q);
+void kvf_m_report_page(kvf_master_t *m, kvf_mnode_t *n, uint32_t count,
+                       size_t refused);
 kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
                                  uint64_t uid, const unsigned char *instance,
                                  uint64_t base, uint64_t len,
@@ -248,15 +269,22 @@ size_t kvf_m_reservations(const kvf_master_t *m);
  * included (they are `reserved`). */
 size_t kvf_m_removing(const kvf_master_t *m);
 
-/* objects.c, shared with tier.c (lock held): list moves, the release of
- * an object (its key goes now, its space once nothing refers to it),
- * pool space with eviction, an object rebuilt from an inventory entry
- * (committed, no replica yet). */
+/* state.c (lock held): the object table's hash and look-up, the lists,
+ * the sums. */
+uint64_t kvf_m_hash(const char *key, size_t len);
+void kvf_m_list_init(kvf_mobj_t *s);
 void kvf_m_list_unlink(kvf_mobj_t *o);
 void kvf_m_list_push(kvf_mobj_t *s, kvf_mobj_t *o);
 void kvf_m_obj_unlist(kvf_master_t *m, kvf_mobj_t *o);
-void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o);
 uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o);
+uint64_t kvf_m_held(const kvf_master_t *m); /* reservations included */
+
+/* objects.c, shared with tier.c and nodes.c (lock held): the release of
+ * an object (its key goes now, its space once nothing refers to it),
+ * pool space with eviction, an object rebuilt from an inventory entry
+ * (committed, no replica yet), eviction down to the low watermark. */
+void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o);
+void kvf_m_evict_watermark(kvf_master_t *m, uint64_t now);
 void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o, int wait);
 int kvf_m_doomed_done(const kvf_mobj_t *o, uint64_t now);
 kvf_pa_block_t *kvf_m_alloc_on(kvf_master_t *m, kvf_mnode_t *n, uint64_t size,
@@ -293,9 +321,17 @@ kvf_status_t kvf_m_tier_rebuild(kvf_master_t *m, kvf_mnode_t *n,
                                 const kvf_sm_inv_ent_t *e,
                                 kvf_pa_block_t **hint);
 
-/* master.c: serves one whole frame of client cl: runs its handler,
+/* dispatch.c: serves one whole frame of client cl: runs its handler,
  * encodes the reply body in w; returns the reply's status, *rtype_p its
- * type. */
+ * type. to_worker: is f served by a worker (it waits on a node)? */
+int kvf_m_to_worker(kvf_master_t *m, const kvf_sp_frame_t *f);
+/* The same on a worker: the frame then waits until the nodes answered
+ * what it queued (inventory entries, tier loads); a commit or remove a
+ * node did not apply fails the whole reply. */
+kvf_status_t kvf_m_serve_worker(kvf_master_t *m, kvf_mclient_t *cl,
+                                const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                uint32_t *count_p, uint16_t *flags_p,
+                                uint8_t *rtype_p);
 kvf_status_t kvf_m_serve(kvf_master_t *m, kvf_mclient_t *cl,
                          const kvf_sp_frame_t *f, kvf_wr_t *w,
                          uint32_t *count_p, uint16_t *flags_p,
@@ -315,15 +351,15 @@ void kvf_m_inv_stop(kvf_master_t *m);
 void kvf_m_inv_add(kvf_master_t *m, kvf_mobj_t *o);
 unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o, int wait);
 void kvf_m_inv_clear(kvf_master_t *m);
-/* Serves frame f as kvf_m_serve (a worker, never an event loop), then
- * waits until the nodes answered every inventory entry it queued: a
- * commit is acknowledged once each replica's inventory holds it, a
- * remove once each forgot it; where a node did not, the committed
- * objects are removed again and the whole reply becomes an error. */
-kvf_status_t kvf_m_inv_serve(kvf_master_t *m, kvf_mclient_t *cl,
-                             const kvf_sp_frame_t *f, kvf_wr_t *w,
-                             uint32_t *count_p, uint16_t *flags_p,
-                             uint8_t *rtype_p);
+/* A worker's frame (not an event loop): runs run(arg) (it serves the
+ * frame; what it queues is this frame's), then waits until the nodes
+ * answered every entry it queued. Where a node did not record a commit,
+ * undo(m, key, put_id) is called for each (lock held) and the worst
+ * answer is returned (*stale_p: a node has seen a newer leader). */
+typedef void (*kvf_m_undo_fn)(kvf_master_t *m, const char *key,
+                              uint64_t put_id);
+kvf_status_t kvf_m_inv_frame(kvf_master_t *m, void (*run)(void *arg),
+                             void *arg, kvf_m_undo_fn undo, int *stale_p);
 /* Tier operations go on the same channels' machinery, on a channel of
  * their own per node (lock held): queues op on replica i of o (wait: the
  * frame this worker serves waits for the answer; WRITE and READ count in

@@ -33,103 +33,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define KVF_M_HASH_SEED 0x6b766673746f7265ull
-
-static void kvf_m_list_init(kvf_mobj_t *s)
-{
-    s->lnext = s->lprev = s;
-}
-
-void kvf_m_list_unlink(kvf_mobj_t *o)
-{
-    if (o->lnext != NULL) {
-        o->lnext->lprev = o->lprev;
-        o->lprev->lnext = o->lnext;
-        o->lnext = o->lprev = NULL;
-    }
-}
-
-void kvf_m_list_push(kvf_mobj_t *s, kvf_mobj_t *o)
-{
-    o->lnext = s->lnext;
-    o->lprev = s;
-    s->lnext->lprev = o;
-    s->lnext = o;
-}
-
-kvf_status_t kvf_m_init(kvf_master_t *m)
-{
-    m->nbuckets = 1024;
-    m->table = kvf_calloc(m->nbuckets, sizeof(*m->table));
-    m->npbuckets = 1024;
-    m->ptable = kvf_calloc(m->npbuckets, sizeof(*m->ptable));
-    if (m->table == NULL || m->ptable == NULL) {
-        kvf_free(m->table);
-        kvf_free(m->ptable);
-        m->table = NULL;
-        m->ptable = NULL;
-        return KVF_ERR_NO_MEMORY;
-    }
-    kvf_m_list_init(&m->lru);
-    kvf_m_list_init(&m->pending);
-    kvf_m_list_init(&m->doomed);
-    kvf_m_list_init(&m->dlru);
-    if (kvf_m_clients_init(m) != KVF_OK) {
-        kvf_free(m->table);
-        kvf_free(m->ptable);
-        m->table = NULL;
-        m->ptable = NULL;
-        return KVF_ERR_NO_MEMORY;
-    }
-    return KVF_OK;
-}
-
-
-/* A node's record and its allocators. */
-static void kvf_m_node_free(kvf_mnode_t *n)
-{
-    kvf_pa_fini(&n->pa);
-    if (n->dpa.len > 0) {
-        kvf_pa_fini(&n->dpa);
-    }
-    kvf_free(n);
-}
-
-void kvf_m_clear(kvf_master_t *m)
-{
-    kvf_mnode_t *n;
-    size_t i;
-
-    for (i = 0; i < m->nbuckets; i++) {
-        while (m->table[i] != NULL) {
-            kvf_m_obj_free(m, m->table[i]);
-        }
-    }
-    while (m->doomed.lnext != &m->doomed) {
-        kvf_m_obj_free(m, m->doomed.lnext);
-    }
-    /* reservations: on the pending list only */
-    while (m->pending.lnext != &m->pending) {
-        kvf_m_obj_free(m, m->pending.lnext);
-    }
-    while ((n = m->nodes) != NULL) {
-        m->nodes = n->next;
-        kvf_m_node_free(n);
-    }
-    m->nnodes = 0;
-    m->releasing = 0;
-    kvf_m_inv_clear(m);
-}
-
-void kvf_m_fini(kvf_master_t *m)
-{
-    kvf_m_clear(m);
-    kvf_free(m->table);
-    m->table = NULL;
-    kvf_free(m->ptable);
-    m->ptable = NULL;
-    kvf_m_clients_fini(m);
-}
 
 static size_t kvf_m_pslot(const kvf_master_t *m, uint64_t put_id)
 {
@@ -212,25 +115,6 @@ static kvf_mobj_t *kvf_m_pfind(kvf_master_t *m, uint64_t put_id)
     return NULL;
 }
 
-static uint64_t kvf_m_hash(const char *key, size_t len)
-{
-    return kvf_hash64(key, len, KVF_M_HASH_SEED);
-}
-
-kvf_mobj_t *kvf_m_find(kvf_master_t *m, const char *key)
-{
-    size_t len = strlen(key);
-    uint64_t h = kvf_m_hash(key, len);
-    kvf_mobj_t *o;
-
-    for (o = m->table[h & (m->nbuckets - 1)]; o != NULL; o = o->hnext) {
-        if (o->hash == h && o->keylen == len && memcmp(o->key, key, len) == 0) {
-            return o;
-        }
-    }
-    return NULL;
-}
-
 static void kvf_m_grow(kvf_master_t *m)
 {
     size_t nb = m->nbuckets * 2, i;
@@ -250,27 +134,6 @@ static void kvf_m_grow(kvf_master_t *m)
     kvf_free(m->table);
     m->table = t;
     m->nbuckets = nb;
-}
-
-uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o)
-{
-    uint64_t b = 0;
-    unsigned i;
-
-    for (i = 0; i < o->nrep; i++) {
-        b += (o->rep[i].blk != NULL) ? o->rep[i].blk->size : 0;
-    }
-    return b;
-}
-
-/* o leaves the LRU list it is on (the pool's or the disk tiers'). */
-void kvf_m_obj_unlist(kvf_master_t *m, kvf_mobj_t *o)
-{
-    kvf_m_list_unlink(o);
-    if (o->on_disk_list) {
-        o->on_disk_list = 0;
-        m->ndisk_only--;
-    }
 }
 
 /* Unlinks o from the table and lists, frees its space and itself. */
@@ -309,80 +172,18 @@ void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o)
     kvf_free(o);
 }
 
-uint64_t kvf_m_capacity(const kvf_master_t *m)
-{
-    const kvf_mnode_t *n;
-    uint64_t c = 0;
-
-    for (n = m->nodes; n != NULL; n = n->next) {
-        c += n->pa.len;
-    }
-    return c;
-}
-
-/* Bytes in allocated blocks, reservations included. */
-static uint64_t kvf_m_held(const kvf_master_t *m)
-{
-    const kvf_mnode_t *n;
-    uint64_t u = 0;
-
-    for (n = m->nodes; n != NULL; n = n->next) {
-        u += n->pa.used;
-    }
-    return u;
-}
-
-uint64_t kvf_m_used(const kvf_master_t *m)
-{
-    uint64_t u = kvf_m_held(m), r = m->reserved + m->releasing;
-
-    return u > r ? u - r : 0;
-}
-
-size_t kvf_m_pending(const kvf_master_t *m)
-{
-    const kvf_mobj_t *o;
-    size_t n = 0;
-
-    for (o = m->pending.lnext; o != &m->pending; o = o->lnext) {
-        n += (o->key != NULL);
-    }
-    return n;
-}
-
-size_t kvf_m_reservations(const kvf_master_t *m)
-{
-    const kvf_mobj_t *o;
-    size_t n = 0;
-
-    for (o = m->pending.lnext; o != &m->pending; o = o->lnext) {
-        n += (o->key == NULL);
-    }
-    return n;
-}
-
-size_t kvf_m_removing(const kvf_master_t *m)
-{
-    const kvf_mobj_t *o;
-    size_t n = 0;
-
-    for (o = m->doomed.lnext; o != &m->doomed; o = o->lnext) {
-        n++;
-    }
-    return n;
-}
-
 /* May o leave the pool now? Not pinned, not leased, and no tier
  * operation reading its pool bytes (a load filling them, a write-through
  * copying them to disk). Pass 0 also keeps objects whose disk copy is
  * not made yet (they would be lost); pass 1 takes them too. */
-static int kvf_m_evictable(const kvf_mobj_t *o, uint64_t now, int pass)
+static int kvf_m_evictable(const kvf_master_t *m, const kvf_mobj_t *o,
+                           uint64_t now, int pass)
 {
     unsigned i;
 
     if (o->state != KVF_OBJ_COMMITTED || (o->flags & KVF_STORE_PIN) ||
         o->lease_until_ms > now || o->on_disk_list ||
-        (pass == 0 && kvf_m_tier_uncopied(o))) {
+        (pass == 0 && m->hooks.tier_uncopied(o))) {
         return 0;
     }
     for (i = 0; i < o->nrep; i++) {
@@ -425,7 +226,7 @@ void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o, int wait)
     }
     o->hnext = NULL;
     kvf_m_obj_unlist(m, o);
-    kvf_m_tier_forget(m, o); /* its disk copies go now */
+    m->hooks.tier_forget(m, o); /* its disk copies go now */
     o->inv_rel = kvf_m_inv_del(m, o, wait);
     if (o->inv_rel > 0) {
         o->rel_bytes = kvf_m_obj_bytes(o);
@@ -462,7 +263,7 @@ static void kvf_m_evict(kvf_master_t *m, kvf_mobj_t *o)
 {
     char esc[KVF_LOG_KEY_MAX];
 
-    if (kvf_m_tier_demote(m, o)) {
+    if (m->hooks.tier_demote(m, o)) {
         return;
     }
     kvf_debug("evicting '%s' (%lu bytes)",
@@ -492,7 +293,7 @@ kvf_pa_block_t *kvf_m_alloc_on(kvf_master_t *m, kvf_mnode_t *n,
         for (o = m->lru.lprev; o != &m->lru && b == NULL && freed < size;
              o = prev) {
             prev = o->lprev;
-            if (!kvf_m_evictable(o, now, pass) || !kvf_m_obj_on(o, n)) {
+            if (!kvf_m_evictable(m, o, now, pass) || !kvf_m_obj_on(o, n)) {
                 continue;
             }
             freed += (m->elect != NULL) ? o->size : 0;
@@ -811,7 +612,7 @@ kvf_status_t kvf_m_reserve(kvf_master_t *m, kvf_mclient_t *cl, uint64_t size,
 }
 
 /* Evicts cold objects until used space is at most the low watermark. */
-static void kvf_m_evict_watermark(kvf_master_t *m, uint64_t now)
+void kvf_m_evict_watermark(kvf_master_t *m, uint64_t now)
 {
     uint64_t cap = kvf_m_capacity(m), used = kvf_m_used(m);
     kvf_mobj_t *o, *prev;
@@ -824,7 +625,7 @@ static void kvf_m_evict_watermark(kvf_master_t *m, uint64_t now)
         if ((double)used <= m->opts.low_watermark * (double)cap) {
             break;
         }
-        if (kvf_m_evictable(o, now, 0)) {
+        if (kvf_m_evictable(m, o, now, 0)) {
             used -= o->size < used ? o->size : used;
             kvf_m_evict(m, o);
             used = kvf_m_used(m);
@@ -859,7 +660,7 @@ static kvf_status_t kvf_m_obj_commit(kvf_master_t *m, kvf_mobj_t *o,
     kvf_m_list_push(&m->lru, o);
     m->st.puts++;
     kvf_m_inv_add(m, o);
-    kvf_m_tier_commit(m, o);
+    m->hooks.tier_commit(m, o);
     kvf_m_evict_watermark(m, kvf_time_ms());
     return KVF_OK;
 }
@@ -928,7 +729,7 @@ kvf_status_t kvf_m_get(kvf_master_t *m, kvf_mclient_t *cl, const char *key,
         m->st.misses++;
         return (o == NULL) ? KVF_ERR_NO_KEY : KVF_ERR_NOT_READY;
     }
-    if (!kvf_m_tier_usable(o)) {
+    if (!m->hooks.tier_usable(o)) {
         /* on disk only: its load failed or did not end in time */
         m->st.misses++;
         return KVF_ERR_NO_KEY;
@@ -968,270 +769,6 @@ kvf_status_t kvf_m_exists(kvf_master_t *m, const char *key)
     return (o->state == KVF_OBJ_COMMITTED) ? KVF_OK : KVF_ERR_NOT_READY;
 }
 
-/* A replica of size bytes of o is dropped: no longer released space. */
-static void kvf_m_rel_drop(kvf_master_t *m, kvf_mobj_t *o, uint64_t bytes)
-{
-    if (o->rel_bytes >= bytes) {
-        o->rel_bytes -= bytes;
-        m->releasing -= bytes;
-    }
-}
-
-/* Drops node n: its replicas go, objects left with none are lost. */
-static void kvf_m_node_drop(kvf_master_t *m, kvf_mnode_t *n, const char *why)
-{
-    kvf_mnode_t **pp;
-    kvf_mobj_t *o, *next;
-    size_t i, lost = 0, dropped = 0;
-    char esc[KVF_LOG_KEY_MAX];
-    unsigned r, k;
-
-    for (i = 0; i <= m->nbuckets; i++) {
-        /* every bucket, then the removed objects awaiting their lease */
-        o = (i < m->nbuckets) ? m->table[i] : m->doomed.lnext;
-        for (; o != NULL && o != &m->doomed; o = next) {
-            next = (i < m->nbuckets) ? o->hnext : o->lnext;
-            for (r = 0, k = 0; r < o->nrep; r++) {
-                if (o->rep[r].node != n) {
-                    o->rep[k++] = o->rep[r];
-                } else {
-                    dropped++;
-                    kvf_m_rel_drop(m, o, o->rep[r].blk ? o->rep[r].blk->size
-                                                       : 0);
-                }
-            }
-            o->nrep = (uint8_t)k;
-            if (k > 0) {
-                kvf_m_tier_relist(m, o); /* maybe on disk only now */
-                continue;
-            }
-            if (o->inv_rel > 0 || (o->released && o->tier_busy > 0)) {
-                continue; /* freed once its other nodes answered */
-            }
-            lost += (o->state == KVF_OBJ_COMMITTED && i < m->nbuckets);
-            if (o->tier_busy > 0) {
-                kvf_m_release(m, o, 0); /* freed when the answers come */
-            } else {
-                kvf_m_obj_free(m, o);
-            }
-        }
-    }
-    /* reservations (not in the table) */
-    for (o = m->pending.lnext; o != &m->pending; o = next) {
-        next = o->lnext;
-        if (o->key != NULL) {
-            continue;
-        }
-        for (r = 0, k = 0; r < o->nrep; r++) {
-            if (o->rep[r].node != n) {
-                o->rep[k++] = o->rep[r];
-            } else {
-                m->reserved -= o->rep[r].blk->size;
-                dropped++;
-            }
-        }
-        o->nrep = (uint8_t)k;
-        if (k == 0) {
-            kvf_m_obj_free(m, o);
-        }
-    }
-    for (pp = &m->nodes; *pp != NULL; pp = &(*pp)->next) {
-        if (*pp == n) {
-            *pp = n->next;
-            break;
-        }
-    }
-    m->nnodes--;
-    m->st.nodes_lost++;
-    m->st.objects_lost += lost;
-    kvf_warn("node %s (gen %lu) dropped: %s; %zu replica(s) dropped, "
-             "%zu object(s) lost",
-             kvf_log_key(esc, sizeof(esc), n->segment), (unsigned long)n->gen,
-             why, dropped, lost);
-    kvf_m_node_free(n);
-}
-
-/* May a registration of `segment` by `instance` replace the records
- * that exist? The same instance may (a node registering again); another
- * one only once the live record's ttl has run out (a restarted node),
- * never while it lives (a hijack). KVF_OK after dropping the records it
- * replaces, KVF_ERR_EXISTS (logged) to refuse. */
-static kvf_status_t kvf_m_node_admit(kvf_master_t *m, const char *segment,
-                                     uint64_t uid,
-                                     const unsigned char *instance)
-{
-    uint64_t now = kvf_time_ms();
-    char esc[KVF_LOG_KEY_MAX];
-    kvf_mnode_t *n, *next;
-    int same;
-
-    for (n = m->nodes; n != NULL; n = n->next) {
-        same = memcmp(n->instance, instance, KVF_SM_INSTANCE_LEN) == 0;
-        if (!same && strcmp(n->segment, segment) == 0 &&
-            n->last_hb_ms + m->opts.node_ttl_ms > now) {
-            kvf_log_rl(KVF_LOG_WARN,
-                       "registration of live node %s from another "
-                       "instance: refused",
-                       kvf_log_key(esc, sizeof(esc), segment));
-            return KVF_ERR_EXISTS;
-        }
-    }
-    /* a node registering again (or a new instance on the segment of an
-     * expired one) replaces the old record: its space is new, its old
-     * replicas gone */
-    for (n = m->nodes; n != NULL; n = next) {
-        next = n->next;
-        same = memcmp(n->instance, instance, KVF_SM_INSTANCE_LEN) == 0;
-        if ((same && n->uid == uid) || strcmp(n->segment, segment) == 0) {
-            kvf_m_node_drop(m, n, "registered again");
-        }
-    }
-    return KVF_OK;
-}
-
-kvf_status_t kvf_m_node_register(kvf_master_t *m, const char *segment,
-                                 uint64_t uid, const unsigned char *instance,
-                                 uint64_t base, uint64_t len,
-                                 const char *inv_addr, uint64_t disk_len,
-                                 uint64_t *gen_p)
-{
-    char esc[KVF_LOG_KEY_MAX];
-    kvf_mnode_t *n;
-    kvf_status_t status;
-
-    status = kvf_m_node_admit(m, segment, uid, instance);
-    if (status != KVF_OK) {
-        return status;
-    }
-    n = kvf_calloc(1, sizeof(*n));
-    if (n == NULL) {
-        return KVF_ERR_NO_MEMORY;
-    }
-    status = kvf_pa_init(&n->pa, len);
-    if (status == KVF_OK) {
-        status = kvf_m_tier_node_init(m, n, disk_len, inv_addr);
-        if (status != KVF_OK) {
-            kvf_pa_fini(&n->pa);
-        }
-    }
-    if (status != KVF_OK) {
-        kvf_free(n);
-        return status;
-    }
-    n->uid = uid;
-    memcpy(n->instance, instance, KVF_SM_INSTANCE_LEN);
-    n->gen = ++m->next_gen;
-    n->base = base;
-    n->last_hb_ms = kvf_time_ms();
-    snprintf(n->segment, sizeof(n->segment), "%s", segment);
-    snprintf(n->inv_addr, sizeof(n->inv_addr), "%s", inv_addr);
-    /* its report (inventory, disk tier) comes next */
-    n->rebuilding = inv_addr[0] != '\0' && (m->elect != NULL || n->tier_on);
-    n->next = m->nodes;
-    m->nodes = n;
-    m->nnodes++;
-    kvf_info("node %s registered: pool 0x%lx+%lu, gen %lu",
-             kvf_log_key(esc, sizeof(esc), segment), (unsigned long)base,
-             (unsigned long)len, (unsigned long)n->gen);
-    *gen_p = n->gen;
-    return KVF_OK;
-}
-
-kvf_status_t kvf_m_heartbeat(kvf_master_t *m, uint64_t uid, uint64_t gen,
-                             uint64_t epoch)
-{
-    kvf_mnode_t *n;
-
-    if (epoch != m->epoch) {
-        return KVF_ERR_STALE;
-    }
-    for (n = m->nodes; n != NULL; n = n->next) {
-        if (n->uid == uid && n->gen == gen) {
-            n->last_hb_ms = kvf_time_ms();
-            return KVF_OK;
-        }
-    }
-    return KVF_ERR_STALE;
-}
-
-void kvf_m_tick(kvf_master_t *m)
-{
-    uint64_t now = kvf_time_ms();
-    kvf_mnode_t *n, *nnext;
-    kvf_mobj_t *o, *prev;
-    char esc[KVF_LOG_KEY_MAX];
-    size_t reclaimed = 0;
-
-    /* oldest last, every deadline put_timeout_ms after its start: the
-     * expired ones are at the tail */
-    for (o = m->pending.lprev; o != &m->pending && o->deadline_ms <= now;
-         o = prev) {
-        prev = o->lprev;
-        if (o->key == NULL) {
-            /* a client's unused reservation: expected, not counted */
-            kvf_m_obj_free(m, o);
-            continue;
-        }
-        if (reclaimed++ == 0) {
-            kvf_log_key(esc, sizeof(esc), o->key);
-        }
-        m->st.reclaimed++;
-        kvf_m_obj_free(m, o);
-    }
-    if (reclaimed > 0) {
-        kvf_warn("%zu put(s) not committed within %lu ms reclaimed "
-                 "(first: '%s')",
-                 reclaimed, (unsigned long)m->opts.put_timeout_ms, esc);
-    }
-    kvf_m_lease_expire(m, now);
-    for (o = m->doomed.lprev; o != &m->doomed; o = prev) {
-        prev = o->lprev;
-        if (kvf_m_doomed_done(o, now)) {
-            kvf_m_obj_free(m, o); /* removed, its last lease over */
-        }
-    }
-    for (n = m->nodes; n != NULL; n = nnext) {
-        nnext = n->next;
-        if (n->last_hb_ms + m->opts.node_ttl_ms <= now) {
-            kvf_m_node_drop(m, n, "no heartbeat within its ttl");
-        }
-    }
-    kvf_m_evict_watermark(m, now);
-}
-
-kvf_mnode_t *kvf_m_node_find(kvf_master_t *m, uint64_t uid, uint64_t gen)
-{
-    kvf_mnode_t *n;
-
-    for (n = m->nodes; n != NULL; n = n->next) {
-        if (n->uid == uid && n->gen == gen) {
-            return n;
-        }
-    }
-    return NULL;
-}
-
-/* A replica of o at offset off of node n? */
-static int kvf_m_rep_at(const kvf_mobj_t *o, const kvf_mnode_t *n, uint64_t off)
-{
-    unsigned i;
-
-    for (i = 0; i < o->nrep; i++) {
-        if (o->rep[i].node == n && o->rep[i].blk != NULL &&
-            o->rep[i].blk->off == off) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Was o committed before the entry e (its epoch, then its seq)? */
-static int kvf_m_rebuild_older(const kvf_mobj_t *o, const kvf_sm_inv_ent_t *e)
-{
-    return o->inv_epoch < e->epoch ||
-           (o->inv_epoch == e->epoch && o->inv_seq < e->seq);
-}
-
 /* A committed object of one replica, blk on n, under e's key. */
 kvf_mobj_t *kvf_m_rebuild_obj(kvf_master_t *m, const kvf_sm_inv_ent_t *e)
 {
@@ -1252,75 +789,3 @@ kvf_mobj_t *kvf_m_rebuild_obj(kvf_master_t *m, const kvf_sm_inv_ent_t *e)
     return o;
 }
 
-static kvf_status_t kvf_m_rebuild_new(kvf_master_t *m, kvf_mnode_t *n,
-                                      kvf_pa_block_t *blk,
-                                      const kvf_sm_inv_ent_t *e)
-{
-    kvf_mobj_t *o = kvf_m_rebuild_obj(m, e);
-
-    if (o == NULL) {
-        return KVF_ERR_NO_MEMORY;
-    }
-    o->nrep = 1;
-    o->rep[0] = (kvf_mrep_t){.node = n, .blk = blk};
-    return KVF_OK;
-}
-
-kvf_status_t kvf_m_rebuild_add(kvf_master_t *m, kvf_mnode_t *n,
-                               const kvf_sm_inv_ent_t *e, kvf_pa_block_t **hint)
-{
-    kvf_mobj_t *o = kvf_m_find(m, e->key);
-    char esc[KVF_LOG_KEY_MAX];
-    kvf_pa_block_t *blk;
-
-    if (e->flags & KVF_SM_INV_DISK) {
-        return kvf_m_tier_rebuild(m, n, e, hint);
-    }
-    if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
-        kvf_m_rep_at(o, n, e->off)) {
-        return KVF_OK; /* known already: a report sent again */
-    }
-    if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
-        (o->size != e->size || o->checksum != e->checksum) &&
-        kvf_m_rebuild_older(o, e)) {
-        /* an older commit of the key (removed or evicted, then put
-         * again, with its entry still on a node): the newer one wins,
-         * and the nodes forget the older one */
-        kvf_m_release(m, o, 0);
-        o = NULL;
-        *hint = NULL; /* it may have been that block */
-    }
-    if (o != NULL &&
-        (o->state != KVF_OBJ_COMMITTED || o->size != e->size ||
-         o->checksum != e->checksum || o->nrep >= KVF_STORE_REPLICA_MAX)) {
-        kvf_log_rl(KVF_LOG_WARN,
-                   "rebuild: node %s reports %s (%lu bytes) but the key "
-                   "holds other bytes: entry refused",
-                   n->segment, kvf_log_key(esc, sizeof(esc), e->key),
-                   (unsigned long)e->size);
-        return KVF_ERR_EXISTS;
-    }
-    blk = kvf_pa_alloc_at(&n->pa, *hint, e->off, e->size);
-    if (blk == NULL) {
-        kvf_log_rl(KVF_LOG_WARN,
-                   "rebuild: node %s reports %s at %lu+%lu, outside its "
-                   "pool or over another object: entry refused",
-                   n->segment, kvf_log_key(esc, sizeof(esc), e->key),
-                   (unsigned long)e->off, (unsigned long)e->size);
-        return KVF_ERR_EXISTS;
-    }
-    if (o != NULL) {
-        o->rep[o->nrep] = (kvf_mrep_t){.node = n, .blk = blk};
-        o->nrep++;
-        kvf_m_tier_relist(m, o); /* back in a pool */
-        *hint = blk;
-        return KVF_OK;
-    }
-    if (kvf_m_rebuild_new(m, n, blk, e) != KVF_OK) {
-        kvf_pa_free(&n->pa, blk);
-        *hint = NULL;
-        return KVF_ERR_NO_MEMORY;
-    }
-    *hint = blk;
-    return KVF_OK;
-}

@@ -367,6 +367,7 @@ kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int inv_on, int fd,
                                  uint64_t uid, uint64_t gen, uint64_t *next_id,
                                  kvf_sp_frame_t *f, unsigned timeout_ms)
 {
+    kvf_sm_inv_head_t head = {uid, gen};
     uint64_t from = 0;
     int disk = !inv_on;
     kvf_status_t st;
@@ -377,8 +378,7 @@ kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int inv_on, int fd,
      * then the empty page that ends the report */
     do {
         kvf_wr_init(&w);
-        kvf_wr_u64(&w, uid);
-        kvf_wr_u64(&w, gen);
+        kvf_sm_inv_head_enc(&w, &head);
         n = disk ? 0 : kvf_ni_page(ni, &w, &from);
         if (n == 0 && !disk) {
             disk = 1;

@@ -1,11 +1,10 @@
 /*
- * Store RPC messages: the schema of every body, and its codec. Frames
- * (header, send, receive) are proto.h's; this file says what a body
- * holds and turns it into typed structs and back, with core/wire.h's
- * reader and writer only. Decoders never read past the body: a short or
- * malformed body latches the reader's error (kvf_rd_status), and
- * kvf_sm_req_check() refuses a request body that is not exactly `count`
- * entries of its type.
+ * Store RPC messages: what every body holds, as typed structs, and their
+ * schemas (declared once in msg.c; schema.h: one table-driven codec for
+ * all). Frames (header, send, receive) are proto.h's. Decoders never read
+ * past the body: a short or malformed body latches the reader's error
+ * (kvf_rd_status), and kvf_sm_req_check() refuses a request body that is
+ * not exactly `count` entries of its type.
  *
  * Little-endian; str = u16 length + bytes, no NUL; status = i32
  * (kvf_status_t); reps = u8 n, n x {str segment, u64 addr}.
@@ -85,6 +84,7 @@
 #endif
 
 #include "store/proto/proto.h"
+#include "store/proto/schema.h"
 
 /* One entry of a keyed request (PUT_START, PUT_END, COMMIT, GET,
  * REMOVE, EXISTS); each type uses the fields its schema names. */
@@ -188,6 +188,18 @@ typedef struct kvf_sm_inv_ent {
     char keybuf[KVF_STORE_KEY_MAX + 1];
 } kvf_sm_inv_ent_t;
 
+/* The head of an INV_REPORT page. */
+typedef struct kvf_sm_inv_head {
+    uint64_t uid;
+    uint64_t node_gen;
+} kvf_sm_inv_head_t;
+
+/* A status alone (the reply entry of PUT_END, REMOVE, EXISTS, INV_*,
+ * TIER_OP). */
+typedef struct kvf_sm_status {
+    kvf_status_t status;
+} kvf_sm_status_t;
+
 /* An INV_ADD entry with this flag is a delete (as INV_DEL's): a leader
  * sends its adds and deletes in one frame, in the order it made them. */
 #define KVF_SM_INV_FORGET 0x80
@@ -221,56 +233,68 @@ typedef struct kvf_sm_tier_op {
 /* Bytes a LIST reply entry takes besides its key. */
 #define KVF_SM_LIST_ENT_FIXED (2 + 8 + 1 + 1)
 
-/* Keyed requests: one entry each. */
-void kvf_sm_put_start_enc(kvf_wr_t *w, const kvf_sm_req_t *q);
-void kvf_sm_put_start_dec(kvf_rd_t *r, kvf_sm_req_t *q);
-void kvf_sm_put_end_enc(kvf_wr_t *w, const kvf_sm_req_t *q);
-void kvf_sm_put_end_dec(kvf_rd_t *r, kvf_sm_req_t *q);
-void kvf_sm_commit_enc(kvf_wr_t *w, const kvf_sm_req_t *q);
-void kvf_sm_commit_dec(kvf_rd_t *r, kvf_sm_req_t *q);
-/* GET, REMOVE, EXISTS: the key alone. */
+/* The schemas (schema.h, msg.c): one codec reads and writes them all. */
+extern const kvf_sm_schema_t kvf_sm_s_key, kvf_sm_s_put_start,
+    kvf_sm_s_put_end, kvf_sm_s_commit, kvf_sm_s_put_start_rep,
+    kvf_sm_s_get_rep, kvf_sm_s_commit_rep, kvf_sm_s_node_reg,
+    kvf_sm_s_node_reg_rep, kvf_sm_s_heartbeat, kvf_sm_s_list,
+    kvf_sm_s_list_ent, kvf_sm_s_node_ent, kvf_sm_s_inv_ent,
+    kvf_sm_s_inv_head, kvf_sm_s_tier_op, kvf_sm_s_status;
+
+/* Keyed requests: one entry each (GET, REMOVE, EXISTS: the key alone). */
+#define kvf_sm_put_start_enc(w, q) kvf_sm_enc((w), &kvf_sm_s_put_start, (q))
+#define kvf_sm_put_start_dec(r, q) kvf_sm_dec((r), &kvf_sm_s_put_start, (q))
+#define kvf_sm_put_end_enc(w, q)   kvf_sm_enc((w), &kvf_sm_s_put_end, (q))
+#define kvf_sm_put_end_dec(r, q)   kvf_sm_dec((r), &kvf_sm_s_put_end, (q))
+#define kvf_sm_commit_enc(w, q)    kvf_sm_enc((w), &kvf_sm_s_commit, (q))
+#define kvf_sm_commit_dec(r, q)    kvf_sm_dec((r), &kvf_sm_s_commit, (q))
+#define kvf_sm_key_dec(r, q)       kvf_sm_dec((r), &kvf_sm_s_key, (q))
 void kvf_sm_key_enc(kvf_wr_t *w, const char *key);
-void kvf_sm_key_dec(kvf_rd_t *r, kvf_sm_req_t *q);
 /* Any keyed request's entry, by message type; KVF_ERR_PROTOCOL for a
  * type without keyed entries. */
 kvf_status_t kvf_sm_req_dec(kvf_rd_t *r, uint8_t type, kvf_sm_req_t *q);
 
-/* Keyed replies: one entry each. */
+/* Keyed replies: one entry each. A GET entry naming no replica is
+ * turned into KVF_ERR_NOT_FOUND. */
 void kvf_sm_status_enc(kvf_wr_t *w, kvf_status_t status);
 kvf_status_t kvf_sm_status_dec(kvf_rd_t *r);
-void kvf_sm_put_start_rep_enc(kvf_wr_t *w, const kvf_sm_obj_t *o);
-void kvf_sm_put_start_rep_dec(kvf_rd_t *r, kvf_sm_obj_t *o);
-void kvf_sm_get_rep_enc(kvf_wr_t *w, const kvf_sm_obj_t *o);
-/* A GET entry naming no replica is turned into KVF_ERR_NOT_FOUND. */
-void kvf_sm_get_rep_dec(kvf_rd_t *r, kvf_sm_obj_t *o);
-void kvf_sm_commit_rep_enc(kvf_wr_t *w, const kvf_sm_obj_t *o);
-void kvf_sm_commit_rep_dec(kvf_rd_t *r, kvf_sm_obj_t *o);
+#define kvf_sm_put_start_rep_enc(w, o)                                         \
+    kvf_sm_enc((w), &kvf_sm_s_put_start_rep, (o))
+#define kvf_sm_put_start_rep_dec(r, o)                                         \
+    kvf_sm_dec((r), &kvf_sm_s_put_start_rep, (o))
+#define kvf_sm_get_rep_enc(w, o)    kvf_sm_enc((w), &kvf_sm_s_get_rep, (o))
+#define kvf_sm_get_rep_dec(r, o)    kvf_sm_dec((r), &kvf_sm_s_get_rep, (o))
+#define kvf_sm_commit_rep_enc(w, o) kvf_sm_enc((w), &kvf_sm_s_commit_rep, (o))
+#define kvf_sm_commit_rep_dec(r, o) kvf_sm_dec((r), &kvf_sm_s_commit_rep, (o))
 
-/* Whole-body messages. */
-void kvf_sm_node_reg_enc(kvf_wr_t *w, const kvf_sm_node_reg_t *m);
-void kvf_sm_node_reg_dec(kvf_rd_t *r, kvf_sm_node_reg_t *m);
-void kvf_sm_node_reg_rep_enc(kvf_wr_t *w, const kvf_sm_node_reg_rep_t *m);
-void kvf_sm_node_reg_rep_dec(kvf_rd_t *r, kvf_sm_node_reg_rep_t *m);
-void kvf_sm_heartbeat_enc(kvf_wr_t *w, const kvf_sm_heartbeat_t *m);
-void kvf_sm_heartbeat_dec(kvf_rd_t *r, kvf_sm_heartbeat_t *m);
-void kvf_sm_list_enc(kvf_wr_t *w, const kvf_sm_list_t *m);
-void kvf_sm_list_dec(kvf_rd_t *r, kvf_sm_list_t *m);
-void kvf_sm_list_ent_enc(kvf_wr_t *w, const kvf_sm_list_ent_t *e);
-void kvf_sm_list_ent_dec(kvf_rd_t *r, kvf_sm_list_ent_t *e);
-void kvf_sm_node_ent_enc(kvf_wr_t *w, const kvf_sm_node_ent_t *e);
-void kvf_sm_node_ent_dec(kvf_rd_t *r, kvf_sm_node_ent_t *e);
+/* Whole-body messages, and the entries of the other bodies. */
+#define kvf_sm_node_reg_enc(w, m) kvf_sm_enc((w), &kvf_sm_s_node_reg, (m))
+#define kvf_sm_node_reg_dec(r, m) kvf_sm_dec((r), &kvf_sm_s_node_reg, (m))
+#define kvf_sm_node_reg_rep_enc(w, m)                                          \
+    kvf_sm_enc((w), &kvf_sm_s_node_reg_rep, (m))
+#define kvf_sm_node_reg_rep_dec(r, m)                                          \
+    kvf_sm_dec((r), &kvf_sm_s_node_reg_rep, (m))
+#define kvf_sm_heartbeat_enc(w, m) kvf_sm_enc((w), &kvf_sm_s_heartbeat, (m))
+#define kvf_sm_heartbeat_dec(r, m) kvf_sm_dec((r), &kvf_sm_s_heartbeat, (m))
+#define kvf_sm_list_enc(w, m)      kvf_sm_enc((w), &kvf_sm_s_list, (m))
+#define kvf_sm_list_dec(r, m)      kvf_sm_dec((r), &kvf_sm_s_list, (m))
+#define kvf_sm_list_ent_enc(w, e)  kvf_sm_enc((w), &kvf_sm_s_list_ent, (e))
+#define kvf_sm_list_ent_dec(r, e)  kvf_sm_dec((r), &kvf_sm_s_list_ent, (e))
+#define kvf_sm_node_ent_enc(w, e)  kvf_sm_enc((w), &kvf_sm_s_node_ent, (e))
+#define kvf_sm_node_ent_dec(r, e)  kvf_sm_dec((r), &kvf_sm_s_node_ent, (e))
+#define kvf_sm_inv_ent_enc(w, e)   kvf_sm_enc((w), &kvf_sm_s_inv_ent, (e))
+#define kvf_sm_inv_ent_dec(r, e)   kvf_sm_dec((r), &kvf_sm_s_inv_ent, (e))
+#define kvf_sm_inv_head_enc(w, h)  kvf_sm_enc((w), &kvf_sm_s_inv_head, (h))
+#define kvf_sm_inv_head_dec(r, h)  kvf_sm_dec((r), &kvf_sm_s_inv_head, (h))
+#define kvf_sm_tier_op_enc(w, o)   kvf_sm_enc((w), &kvf_sm_s_tier_op, (o))
+#define kvf_sm_tier_op_dec(r, o)   kvf_sm_dec((r), &kvf_sm_s_tier_op, (o))
 
-void kvf_sm_inv_ent_enc(kvf_wr_t *w, const kvf_sm_inv_ent_t *e);
-void kvf_sm_inv_ent_dec(kvf_rd_t *r, kvf_sm_inv_ent_t *e);
 /* An INV_* body: exactly `count` entries (INV_ADD, INV_DEL: 1 to
  * KVF_STORE_BATCH_MAX; INV_REPORT: 0 to KVF_STORE_BATCH_MAX after its
- * uid and node_gen), each key 1..KVF_STORE_KEY_MAX bytes;
- * KVF_ERR_PROTOCOL otherwise (another type included). */
+ * head), each key 1..KVF_STORE_KEY_MAX bytes; KVF_ERR_PROTOCOL otherwise
+ * (another type included). */
 kvf_status_t kvf_sm_inv_check(uint8_t type, uint32_t count, const void *body,
                               size_t len);
-
-void kvf_sm_tier_op_enc(kvf_wr_t *w, const kvf_sm_tier_op_t *o);
-void kvf_sm_tier_op_dec(kvf_rd_t *r, kvf_sm_tier_op_t *o);
 /* A TIER_OP body: exactly `count` (1 to KVF_STORE_BATCH_MAX) entries of a
  * known op, each key 1..KVF_STORE_KEY_MAX bytes; KVF_ERR_PROTOCOL
  * otherwise. */

@@ -15,10 +15,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-typedef void (*kvf_fz_obj_dec_t)(kvf_rd_t *r, kvf_sm_obj_t *o);
-
-/* Reads entries with dec until the body ends or fails. */
-static void kvf_fz_objs(const uint8_t *body, size_t len, kvf_fz_obj_dec_t dec)
+/* Reads entries of schema s until the body ends or fails. */
+static void kvf_fz_objs(const uint8_t *body, size_t len,
+                        const kvf_sm_schema_t *s)
 {
     static kvf_sm_obj_t o;
     kvf_rd_t r;
@@ -26,7 +25,7 @@ static void kvf_fz_objs(const uint8_t *body, size_t len, kvf_fz_obj_dec_t dec)
 
     kvf_rd_init(&r, body, len);
     for (i = 0; i < KVF_STORE_BATCH_MAX && kvf_rd_left(&r) > 0; i++) {
-        dec(&r, &o);
+        kvf_sm_dec(&r, s, &o);
         if (kvf_rd_status(&r) != KVF_OK) {
             break;
         }
@@ -180,9 +179,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (i = 0; i < sizeof(keyed); i++) {
         kvf_fz_reqs(body, len, keyed[i]);
     }
-    kvf_fz_objs(body, len, kvf_sm_put_start_rep_dec);
-    kvf_fz_objs(body, len, kvf_sm_get_rep_dec);
-    kvf_fz_objs(body, len, kvf_sm_commit_rep_dec);
+    kvf_fz_objs(body, len, &kvf_sm_s_put_start_rep);
+    kvf_fz_objs(body, len, &kvf_sm_s_get_rep);
+    kvf_fz_objs(body, len, &kvf_sm_s_commit_rep);
     kvf_fz_statuses(body, len);
     kvf_fz_whole(body, len);
     kvf_fz_inv(body, len, count);
