@@ -68,7 +68,8 @@ def transfer_config(name: str, args: argparse.Namespace, master: str) -> Optiona
         return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
                 "kv_connector_extra_config": {"cpu_bytes_to_use": args.cpu_bytes}}
     extra = {"master": master, "namespace": "bench-%s-%d" % (name, os.getpid()),
-             "chunk_tokens": args.chunk_tokens, "layer_groups": args.layer_groups}
+             "chunk_tokens": args.chunk_tokens, "layer_groups": args.layer_groups,
+             "load_mode": args.load_mode}
     if name == "kvferry-local":
         extra.update(master="embedded", embedded_pool=str(args.cpu_bytes))
     return {"kv_connector": "KvferryConnector", "kv_connector_module_path": "kvferry.vllm_connector",
@@ -371,7 +372,7 @@ def run_child(kind: str, cfg: str, args: argparse.Namespace, model: str, prompts
     return json.loads(lines[-1])
 
 
-OPTS = ("dtype", "prompt_len", "prompts", "block_size", "chunk_tokens", "layer_groups",
+OPTS = ("dtype", "prompt_len", "prompts", "block_size", "chunk_tokens", "layer_groups", "load_mode",
         "gpu_memory_utilization", "gpu_blocks", "cpu_bytes", "max_num_seqs", "vocab")
 
 
@@ -401,6 +402,8 @@ def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--chunk-tokens", type=int, default=256)
     ap.add_argument("--layer-groups", type=int, default=4)
+    ap.add_argument("--load-mode", choices=("layerwise", "async"), default="layerwise",
+                    help="the kvferry connector's load_mode")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     ap.add_argument("--gpu-blocks", type=int, default=4500,
                     help="vLLM's GPU cache in blocks (num_gpu_blocks_override)")

@@ -188,7 +188,8 @@ def logprob_gap(a: List[Dict[str, float]], b: List[Dict[str, float]]) -> float:
 def connector_extra(args: argparse.Namespace) -> Dict[str, Any]:
     """The connector's kv_connector_extra_config from the options."""
     return {"master": args.master, "namespace": args.namespace,
-            "chunk_tokens": args.chunk_tokens, "layer_groups": args.layer_groups}
+            "chunk_tokens": args.chunk_tokens, "layer_groups": args.layer_groups,
+            "load_mode": args.load_mode}
 
 
 def pinned_ceiling() -> float:
@@ -259,7 +260,7 @@ def child_args(args: argparse.Namespace) -> List[str]:
     """The options a child run takes from its parent's."""
     out = ["--namespace", args.namespace]
     for name in ("dtype", "new_tokens", "prompt_len", "block_size", "chunk_tokens",
-                 "layer_groups", "node_pool", "gpu_memory_utilization", "attention_backend",
+                 "layer_groups", "load_mode", "node_pool", "gpu_memory_utilization", "attention_backend",
                  "async_scheduling"):
         value = getattr(args, name)
         if value:
@@ -394,6 +395,8 @@ def main() -> int:
                     help="tokens of one store object (the connector's chunk_tokens)")
     ap.add_argument("--layer-groups", type=int, default=4,
                     help="layer groups of a chunk (the connector's layer_groups)")
+    ap.add_argument("--load-mode", choices=("layerwise", "async"), default="layerwise",
+                    help="the connector's load_mode")
     ap.add_argument("--modes", default=",".join(MODES),
                     help="the runs, in order (baseline and producer first)")
     ap.add_argument("--timeout", type=float, default=900.0)

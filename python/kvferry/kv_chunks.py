@@ -488,6 +488,9 @@ class ChunkStore(ChunkIndex):
         #: called when a put view is refused for the client's quota of
         #: uncommitted bytes, to let the queued commits run (the caller's)
         self.quota_wait: Optional[Callable[[], None]] = None
+        #: one thread at a time uses the copier and the stages (a load and
+        #: a save may run on two threads: each takes it per slice)
+        self._move_lock = threading.RLock()
         self._mover: Any = None
         self._maps: Any = None
         self._side: Any = None
@@ -550,11 +553,12 @@ class ChunkStore(ChunkIndex):
         """The GPU stage (a GpuMem), allocated on first use; None without
         one (or when the GPU has no room: the kernels then reach the pool
         directly)."""
-        if self._gstage is None and self._gstage_bytes:
-            try:
-                self._gstage = self._kvg.DeviceBuffer(self._gstage_bytes, self.map.device)
-            except KvferryError:
-                self._gstage_bytes = 0
+        with self._move_lock:
+            if self._gstage is None and self._gstage_bytes:
+                try:
+                    self._gstage = self._kvg.DeviceBuffer(self._gstage_bytes, self.map.device)
+                except KvferryError:
+                    self._gstage_bytes = 0
         return self._gstage.mem() if self._gstage is not None else None
 
     @staticmethod
@@ -735,15 +739,24 @@ class ChunkStore(ChunkIndex):
         the mapping directly."""
         pool = self._kvg.GpuMem(base, maplen, _lib.MEM_PINNED, 0)
         gst = self._gpu_stage()
-        for sl in self._stage_slices(rows, lambda r: self.map.object_bytes(g, r[2]),
-                                     0 if gst is None else self._gstage_bytes):
-            if gst is not None:
-                self._dma(pool, gst, [r[1] for r, _ in sl], [off for _, off in sl],
-                          [self.map.object_bytes(g, r[2]) for r, _ in sl])
+        for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst):
+            full = [(r[0], o, c, r[6]) for r, o, c in zip(local, objs, cache)]
+            with self._move_lock:
+                if gst is not None:
+                    self._dma(pool, gst, [r[1] for r, _ in sl], [off for _, off in sl],
+                              [self.map.object_bytes(g, r[2]) for r, _ in sl])
+                self._scatter(gst if gst is not None else pool, full, bad)
+
+    def _staged_rows(self, gb: "_GroupBatch", rows, g: int, gst: Any):
+        """rows (tag, offset in the pool mapping, k, j0, j1, blocks, ...) in
+        slices that fit the GPU stage: per slice (row, stage offset) pairs,
+        the rows with their objects' offsets where the copy finds them (the
+        stage, or the mapping without one), and their descriptors."""
+        cap = 0 if gst is None else self._gstage_bytes
+        for sl in self._stage_slices(rows, lambda r: self.map.object_bytes(g, r[2]), cap):
             local = [(r[0], off if gst is not None else r[1]) + tuple(r[2:]) for r, off in sl]
             objs, cache = self._descriptors(gb, local)
-            full = [(r[0], o, c, r[6]) for r, o, c in zip(local, objs, cache)]
-            self._scatter(gst if gst is not None else pool, full, bad)
+            yield sl, local, objs, cache
 
     def _descriptors(self, gb: _GroupBatch, rows) -> Tuple[List[Any], List[Any]]:
         """Per row (tag, object offset, blocks k, j0, j1, cache blocks, ...):
@@ -810,6 +823,10 @@ class ChunkStore(ChunkIndex):
             a = b
 
     def _stage_round(self, items, sizes, g: int, bad: List[int]) -> None:
+        with self._move_lock:
+            self._stage_round_locked(items, sizes, g, bad)
+
+    def _stage_round_locked(self, items, sizes, g: int, bad: List[int]) -> None:
         np = _np()
         gb = self._batches[g]
         offs = [0]
@@ -1013,20 +1030,18 @@ class ChunkStore(ChunkIndex):
         kernel writing the mapping directly. Headers written by the host."""
         pool = self._kvg.GpuMem(base, maplen, _lib.MEM_PINNED, 0)
         gst = self._gpu_stage()
-        for sl in self._stage_slices(rows, lambda r: self.map.object_bytes(g, r[2]),
-                                     0 if gst is None else self._gstage_bytes):
-            local = [(r[0], off if gst is not None else r[1]) + tuple(r[2:]) for r, off in sl]
-            objs, cache = self._descriptors(gb, local)
+        for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst):
             full = [(r[0], c, o) for r, o, c in zip(local, objs, cache)]
-            for vi, sums in self._gather(self._side, gst if gst is not None else pool, full):
-                hdr = self._header(items[owner[vi]][0], g, sums)
-                memmove(views[vi].addr, hdr, len(hdr))
-                keep[vi] = 1
-            if gst is not None:  # the data of each object, stage -> pool
-                hb = [header_bytes(gb.q, r[2]) for r, _ in sl]
-                self._dma(gst, pool, [off + h for (_, off), h in zip(sl, hb)],
-                          [r[1] + h for (r, _), h in zip(sl, hb)],
-                          [self.map.object_bytes(g, r[2]) - h for (r, _), h in zip(sl, hb)])
+            with self._move_lock:
+                for vi, sums in self._gather(self._side, gst if gst is not None else pool, full):
+                    hdr = self._header(items[owner[vi]][0], g, sums)
+                    memmove(views[vi].addr, hdr, len(hdr))
+                    keep[vi] = 1
+                if gst is not None:  # the data of each object, stage -> pool
+                    hb = [header_bytes(gb.q, r[2]) for r, _ in sl]
+                    self._dma(gst, pool, [off + h for (_, off), h in zip(sl, hb)],
+                              [r[1] + h for (r, _), h in zip(sl, hb)],
+                              [self.map.object_bytes(g, r[2]) - h for (r, _), h in zip(sl, hb)])
 
     def _gather(self, src_mem: Any, dst_mem: Any, rows):
         """One checksumming copy of rows (tag, cache offsets, object
@@ -1068,6 +1083,10 @@ class ChunkStore(ChunkIndex):
         on_commit(lambda: stored)
 
     def _save_round(self, items, sizes, g: int) -> int:
+        with self._move_lock:
+            return self._save_round_locked(items, sizes, g)
+
+    def _save_round_locked(self, items, sizes, g: int) -> int:
         np = _np()
         gb = self._batches[g]
         offs = [0]

@@ -18,7 +18,6 @@ loop per piece); torch is never imported.
 
 from __future__ import annotations
 
-import os
 import threading
 from array import array
 from ctypes import POINTER, Structure, byref, c_char, c_int, c_size_t, c_uint, c_uint64, c_void_p
@@ -67,11 +66,36 @@ SUM_ENGINES = 0x4
 _SUM_MODES = {"auto": 0, "fused": SUM_FUSED, "after": SUM_AFTER, "engines": SUM_ENGINES}
 
 
+#: the process's checksum mode, set by a caller comparing modes
+#: (set_sum_mode); None: the configuration key gpu_sum
+_sum_mode: Optional[str] = None
+
+
+def set_sum_mode(name: Optional[str]) -> None:
+    """Sets the checksum mode of the copiers made after this call (None:
+    back to the configuration key ``gpu_sum``)."""
+    global _sum_mode
+    if name is not None:
+        sum_mode_flags(name)  # refuses an unknown name here
+    _sum_mode = name
+
+
+def sum_mode(name: Optional[str] = None) -> str:
+    """The checksum mode name in force: name, else set_sum_mode's, else
+    the configuration key ``gpu_sum`` (``KVF_GPU_SUM``; default auto)."""
+    if name is None:
+        name = _sum_mode
+    if name is None:
+        from . import config
+
+        name = config.get("gpu_sum", "auto") or "auto"
+    return name
+
+
 def sum_mode_flags(name: Optional[str] = None) -> int:
     """The copy flags of a checksum mode name (auto, fused, after,
-    engines); None reads ``KVF_GPU_SUM`` (default auto)."""
-    if name is None:
-        name = os.environ.get("KVF_GPU_SUM", "auto")
+    engines); None: :func:`sum_mode`'s."""
+    name = sum_mode(name)
     try:
         return _SUM_MODES[name]
     except KeyError:

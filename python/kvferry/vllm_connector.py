@@ -150,6 +150,8 @@ class LoadSpec:
     start: int
     end: int
     tokens: List[int] = field(default_factory=list)
+    #: loaded between steps: reported by get_finished when done
+    is_async: bool = False
 
 
 @dataclass
@@ -277,11 +279,30 @@ _STATS_LOCK = threading.Lock()
 _STATS: Dict[str, Dict[str, int]] = {}
 
 
+def _engine_stats(cfg: Any) -> Dict[str, int]:
+    """The counters of the engine cfg (vLLM's kv_transfer_config) belongs
+    to: by its engine_id, else kept on the config object itself."""
+    engine_id = getattr(cfg, "engine_id", None)
+    if engine_id:
+        return _shared_stats(str(engine_id))
+    stats = getattr(cfg, "_kvferry_stats", None)
+    if stats is None:
+        stats = _new_stats()
+        try:
+            setattr(cfg, "_kvferry_stats", stats)
+        except Exception:  # a frozen config: this instance's own
+            pass
+    return stats
+
+
+def _new_stats() -> Dict[str, int]:
+    return {"lookups": 0, "hit_tokens": 0, "loaded_tokens": 0, "load_failures": 0,
+            "saved_chunks": 0, "saved_objects": 0}
+
+
 def _shared_stats(engine_id: str) -> Dict[str, int]:
     with _STATS_LOCK:
-        return _STATS.setdefault(engine_id, {
-            "lookups": 0, "hit_tokens": 0, "loaded_tokens": 0, "load_failures": 0,
-            "saved_chunks": 0, "saved_objects": 0})
+        return _STATS.setdefault(engine_id, _new_stats())
 
 
 class _Step:
@@ -317,6 +338,12 @@ class KvferryConnector(KVConnectorBase_V1):
         self.sum_mode = extra.get("sum_mode")
         self.stage_bytes = int(extra.get("stage_bytes", 256 << 20))
         self.gpu_stage_bytes = int(extra.get("gpu_stage_bytes", 512 << 20))
+        # "layerwise": loads inside the step, layer group by layer group;
+        # "async": between steps (the request waits, the batch goes on)
+        self.load_mode = str(extra.get("load_mode", "layerwise"))
+        if self.load_mode not in ("layerwise", "async"):
+            raise ValueError("kvferry connector: load_mode is 'layerwise' or 'async', got %r"
+                             % self.load_mode)
         self._extra = extra
         self._overlap = False
         self._kv_cache_cfg = kv_cache_config
@@ -328,7 +355,7 @@ class KvferryConnector(KVConnectorBase_V1):
         hazard = recompute_hazard(vllm_config)
         if hazard:
             log.warning("%s", hazard)
-        self.stats = _shared_stats(str(getattr(cfg, "engine_id", "") or id(self)))
+        self.stats = _engine_stats(cfg)
         self._lock = threading.Lock()
         master = extra.get("master")
         if master == "embedded":  # a store inside this process
@@ -355,6 +382,8 @@ class KvferryConnector(KVConnectorBase_V1):
         self._step: Optional[_Step] = None
         self._failed: Set[int] = set()
         self._mover_q: "queue.Queue[Optional[Callable[[], None]]]" = queue.Queue()
+        self._async_q: "queue.Queue[Optional[Callable[[], None]]]" = queue.Queue()
+        self._recved: Set[str] = set()
         self._commit_q: "queue.Queue[Optional[Callable[[], None]]]" = queue.Queue()
         self._threads: List[threading.Thread] = []
         self._group_last: Dict[str, int] = {}
@@ -384,8 +413,9 @@ class KvferryConnector(KVConnectorBase_V1):
         return False
 
     def may_load_async(self, request: Any) -> bool:
-        """Loads run inside the step (layer by layer), never between steps."""
-        return False
+        """Whether a lookup may answer an asynchronous load (load_mode
+        "async"; layer-wise loads run inside the step)."""
+        return self.load_mode == "async"
 
     # ==================================================================
     # scheduler side
@@ -422,7 +452,8 @@ class KvferryConnector(KVConnectorBase_V1):
         rid = request.request_id
         seen = self._matched.get(rid)
         if seen is not None and seen[0] == num_computed_tokens:
-            return max(0, seen[1] - num_computed_tokens), False
+            n = max(0, seen[1] - num_computed_tokens)
+            return n, n > 0 and self.load_mode == "async"
         try:
             hit, chunks = self._lookup(list(prompt), limit)
         except KvferryError as e:  # a dead store is a miss: vLLM computes
@@ -432,7 +463,8 @@ class KvferryConnector(KVConnectorBase_V1):
             self.stats["lookups"] += 1
             self.stats["hit_tokens"] += max(0, hit - num_computed_tokens)
         self._matched[rid] = (num_computed_tokens, hit, chunks)
-        return max(0, hit - num_computed_tokens), False
+        n = max(0, hit - num_computed_tokens)
+        return n, n > 0 and self.load_mode == "async"
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         """Records the blocks vLLM allocated for the tokens to load."""
@@ -445,7 +477,8 @@ class KvferryConnector(KVConnectorBase_V1):
         end = local + num_external_tokens
         last = chunks[-1].first_token + chunks[-1].blocks * self.block_size if chunks else 0
         self._loads[rid] = LoadSpec(rid, chunks, ids[:end // self.block_size], local, end,
-                                    list(request.prompt_token_ids[:last]))
+                                    list(request.prompt_token_ids[:last]),
+                                    self.load_mode == "async")
 
     def _new_saves(self, rid: str, computed: int) -> Optional[SaveSpec]:
         """The chunks of request rid's prompt complete at computed tokens
@@ -557,7 +590,8 @@ class KvferryConnector(KVConnectorBase_V1):
             return
         # a process that ends without shutdown() still commits its saves
         atexit.register(self.flush, 30.0)
-        for name, q in (("kvferry-mover", self._mover_q), ("kvferry-commit", self._commit_q)):
+        for name, q in (("kvferry-mover", self._mover_q), ("kvferry-commit", self._commit_q),
+                        ("kvferry-load", self._async_q)):
             t = threading.Thread(target=self._run, args=(q,), name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -593,6 +627,10 @@ class KvferryConnector(KVConnectorBase_V1):
             return
         meta = self._get_connector_metadata()
         loads, saves = list(getattr(meta, "loads", None) or ()), list(getattr(meta, "saves", None) or ())
+        later = [ld for ld in loads if getattr(ld, "is_async", False)]
+        if later:
+            self._start_async_loads(later)
+            loads = [ld for ld in loads if not getattr(ld, "is_async", False)]
         if not loads and not saves:
             return
         step = _Step(self.cache.groups)
@@ -624,6 +662,25 @@ class KvferryConnector(KVConnectorBase_V1):
             job()
         else:
             self._mover_q.put(job)
+
+    def _start_async_loads(self, loads: List[LoadSpec]) -> None:
+        """Loads between steps, on their own thread: the requests wait in
+        vLLM (WAITING_FOR_REMOTE_KVS) until get_finished names them."""
+        reqs = [(ld, LoadReq(self._mine(ld), ld.block_ids, ld.start, ld.end)) for ld in loads]
+        mark = self._mark()
+
+        def job() -> None:
+            try:
+                self._wait_event(mark)
+                self.cache.load([r for _, r in reqs])
+            finally:
+                self._record_loads_of(reqs)
+                with self._lock:
+                    self._recved.update(ld.req_id for ld, _ in reqs)
+        if self._overlap:
+            self._async_q.put(job)
+        else:
+            job()
 
     def _load_job(self, step: _Step, mark: Any) -> Callable[[], None]:
         def job() -> None:
@@ -717,8 +774,11 @@ class KvferryConnector(KVConnectorBase_V1):
         return job
 
     def _record_loads(self, step: _Step) -> None:
+        self._record_loads_of(step.loads)
+
+    def _record_loads_of(self, loads: List[Tuple[LoadSpec, LoadReq]]) -> None:
         bad_chunks: List[Chunk] = []
-        for ld, req in step.loads:
+        for ld, req in loads:
             with self._lock:
                 self.stats["loaded_tokens"] += req.loaded
                 if req.failed_blocks:
@@ -734,8 +794,12 @@ class KvferryConnector(KVConnectorBase_V1):
             self._commit_q.put(lambda: cache.remove(bad_chunks))
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
-        """Loads and saves end within their step: nothing asynchronous."""
-        return None, None
+        """Requests whose asynchronous loads ended (their failed blocks are
+        reported by get_block_ids_with_load_errors no later than this
+        pass); saves end within their step."""
+        with self._lock:
+            done, self._recved = self._recved, set()
+        return None, (done or None)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         """Blocks whose load failed since the last call (vLLM recomputes them)."""
@@ -748,7 +812,7 @@ class KvferryConnector(KVConnectorBase_V1):
         """Waits until every queued save is committed (True) or timeout."""
         self._finish_step()
         done = threading.Event()
-        for q in (self._mover_q, self._commit_q):
+        for q in (self._async_q, self._mover_q, self._commit_q):
             if self._threads:
                 done.clear()
                 q.put(done.set)
@@ -760,7 +824,7 @@ class KvferryConnector(KVConnectorBase_V1):
         """Commits what is queued, stops the threads, closes the store."""
         if self._threads:
             self.flush()
-            for q in (self._mover_q, self._commit_q):
+            for q in (self._mover_q, self._commit_q, self._async_q):
                 q.put(None)
             for t in self._threads:
                 t.join(STEP_WAIT_S)

@@ -13,6 +13,8 @@ tensors shaped by vLLM's attention backend; elsewhere the same flow runs
 over the module's stand-in base with numpy caches.
 """
 
+import inspect
+import time
 import types
 import uuid
 
@@ -31,6 +33,7 @@ def ns():
 
 
 OVERLAP = [False]
+LOAD_MODE = ["layerwise"]
 
 
 def extra(master, namespace):
@@ -38,7 +41,8 @@ def extra(master, namespace):
     (objects, tails and groups all occur with a few blocks); loads and
     saves on the mover thread or in the caller's (the overlap fixture)."""
     return {"master": master, "namespace": namespace, "model": "tiny",
-            "chunk_tokens": 2 * BS, "layer_groups": 2, "overlap": OVERLAP[0]}
+            "chunk_tokens": 2 * BS, "layer_groups": 2, "overlap": OVERLAP[0],
+            "load_mode": LOAD_MODE[0]}
 
 
 @pytest.fixture(params=["inline", "overlap"], autouse=True)
@@ -206,7 +210,10 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
         nr = []
         for r, ids, c, _ in new:
             r.num_computed_tokens = c
-            nr.append(NewRequestData.from_request(r, (list(ids),)))
+            if "prefill_token_ids" in inspect.signature(NewRequestData.from_request).parameters:
+                nr.append(NewRequestData.from_request(r, (list(ids),), list(r.prompt_token_ids)))
+            else:  # before vLLM 0.34
+                nr.append(NewRequestData.from_request(r, (list(ids),)))
         cr = CachedRequestData.make_empty()
         for r, ids, c, _ in cached:
             cr.req_ids.append(r.request_id)
@@ -310,6 +317,9 @@ def test_prefill_decode_handoff(world):
         assert len(m.loads) == 1 and not m.saves           # consumer: no saves
         assert d_w.get_block_ids_with_load_errors() == set()
         assert d_w.stats["loaded_tokens"] == 5 * BS
+        # one engine's scheduler and worker count together (vLLM builds both
+        # in one process): the worker's stats show the scheduler's lookup
+        assert d_w.stats["lookups"] == 1 and d_w.stats["hit_tokens"] == 5 * BS
         assert blocks_equal(wd, p_kv, d_kv, p_ids[:5], d_ids[:5])
         # the sixth block (partial) was neither saved nor loaded
         assert not blocks_equal(wd, p_kv, d_kv, p_ids[5:], d_ids[5:])
@@ -580,3 +590,47 @@ def test_tensor_parallel_ranks(master):
     finally:
         for c in (sched, sched1, w0, w1):
             c.shutdown()
+
+
+def test_async_loads(world):
+    """load_mode "async": the lookup answers an asynchronous load, the
+    worker loads between steps and get_finished names the request once
+    its blocks are in the cache (byte for byte); a damaged chunk's
+    blocks are reported by then."""
+    name = ns()
+    LOAD_MODE[0] = "async"
+    try:
+        w = world(name, "kv_both")
+        s, wk = w.make(w.scheduler), w.make(w.worker)
+    finally:
+        LOAD_MODE[0] = "layerwise"
+    try:
+        kv = w.caches(8)
+        wk.register_kv_caches(kv)
+        tokens = list(range(900, 900 + 4 * BS + 1))
+        step(w, s, wk, w.sched_out(new=[(w.request("a", tokens), [0, 1, 2, 3, 4], 0, len(tokens))]))
+        assert wk.flush()
+        r = w.request("b", tokens)
+        assert s.may_load_async(r)
+        assert s.get_num_new_matched_tokens(r, 0) == (4 * BS, True)
+        s.update_state_after_alloc(r, w.blocks([10, 11, 12, 13, 14]), 4 * BS)
+        # the step that starts the load computes nothing of the request
+        meta = s.build_connector_meta(w.sched_out())
+        assert [ld.is_async for ld in meta.loads] == [True]
+        wk.bind_connector_metadata(meta)
+        wk.start_load_kv(None)
+        wk.wait_for_save()
+        done = set()
+        for _ in range(200):
+            _, recved = wk.get_finished(set())
+            done |= recved or set()
+            if "b" in done:
+                break
+            time.sleep(0.01)
+        assert done == {"b"}
+        assert wk.get_block_ids_with_load_errors() == set()
+        assert blocks_equal(w, kv, kv, [0, 1, 2, 3], [10, 11, 12, 13])
+        s.update_state_after_alloc(r, w.blocks([]), 0)  # vLLM's second call
+    finally:
+        s.shutdown()
+        wk.shutdown()

@@ -10,10 +10,13 @@
  * of the old term rebuilt from the node's inventory), no wrong
  * bytes, every call within its bound. Then the proxy resumes, the
  * deposed master stands for leader again (and loses: the key is
- * taken), and the round repeats with the roles swapped: KVF_DRILL_ROUNDS rounds
- * (3 by default; the record of 100 rounds in docs/ha.md used 100).
+ * taken), and the round repeats with the roles swapped: drill_rounds
+ * rounds (the key, KVF_DRILL_ROUNDS; 3 by default; the record of 100
+ * rounds in docs/ha.md used 100).
  */
 #include "tools/drill/ha.h"
+
+#include <kvferry/config.h>
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -262,8 +265,8 @@ int kvf_drill_master_partition(kvf_drill_t *d)
     kvf_kv_arg_t a = {
         .keys = 150, .min_kb = 8, .max_kb = 64, .get_pct = 80, .remove_pct = 5};
     uint64_t bound = kvf_drill_store_bound(d, 1), t_fault;
-    const char *env = getenv("KVF_DRILL_ROUNDS");
-    unsigned rounds = env ? (unsigned)atoi(env) : 3, r;
+    const char *text = kvf_config_get("drill_rounds");
+    unsigned rounds = text ? (unsigned)atoi(text) : 3, r;
     kvf_px_tally_t t = {0};
     kvf_ha_t h;
     int l = 0;

@@ -33,7 +33,8 @@ void kvf_expect_figure(kvf_expect_t *e, const char *name, double value,
                        const char *where);
 
 /* Prints the verdict lines on f; returns how many rules were missed
- * (BELOW, or given but not measured). */
+ * (BELOW a lower bound, ABOVE an upper bound, or given but not
+ * measured). */
 int kvf_expect_report(const kvf_expect_t *e, FILE *f);
 
 #endif

@@ -138,7 +138,9 @@ class Run:
             gpu_sum: str = "", groups: int = 0) -> Optional[Dict]:
         from .engine import Engine
         if gpu_sum:
-            os.environ["KVF_GPU_SUM"] = gpu_sum  # read by the tier's GPU copier
+            from .. import kv_gpu
+
+            kv_gpu.set_sum_mode(gpu_sum)  # for the tier's GPU copiers
         self.gpu_sum = gpu_sum
         self.groups = groups or (self.group_counts[:1] or [0])[0]
         if self.t_end is not None and time.perf_counter() > self.t_end:
@@ -251,7 +253,7 @@ def _record(run: Run, label: str, summ: Dict, tr: Any, served: List[Any], pol: P
     conf = dict(tr.describe())
     conf.update({"model": run.info.name, "dtype": str(run.info.dtype), "device": str(run.info.device),
                  "overlap": str(summ["overlap"]), "policy": summ["policy"],
-                 "gpu_checksum_mode": os.environ.get("KVF_GPU_SUM", "auto"),
+                 "gpu_checksum_mode": _sum_mode_name(),
                  "deterministic": "off (timing run)", "ttft_slo_s": a.slo,
                  "h2d_gbs_measured": run.calib["h2d_gbs"],
                  "prefill_tflops_measured": run.calib["flops_per_s"] / 1e12,
@@ -478,3 +480,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             f.write(table(run.summaries))
     bad = [s for s in run.summaries if s and s.get("ok") is False]
     return 1 if bad else 0
+
+
+def _sum_mode_name() -> str:
+    """The GPU copies' checksum mode in force (kvferry.kv_gpu.sum_mode)."""
+    from .. import kv_gpu
+
+    return kv_gpu.sum_mode()

@@ -33,6 +33,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .. import config
 from ..errors import KvferryError
 from ..kv_chunks import Chunk, ChunkStore, LoadReq, SaveReq, header_bytes
 from ..procs import Master, Node
@@ -139,7 +140,7 @@ class RemoteTier(Tier):
         self.bufs = bufs if bufs is not None else self._buffers(info)
         self.probe_bytes = min(32 << 20, _size(node_pool) // 16)
         self._fault_old = os.environ.get("KVF_FAULT")
-        self.use_views = transport == "shm" and os.environ.get("KVF_KV_VIEWS", "1") != "0"
+        self.use_views = transport == "shm" and config.get("kv_views", "1") != "0"
         self._found: Optional[Tuple[List[int], List[Chunk]]] = None
         self.master = Master().start()
         try:
