@@ -13,7 +13,8 @@ that is how a layer calls up without depending on what is above.
 
 Prints the file cycles (strongly connected components of more than one
 file), their count, and for --walk the files the entry function reaches in
-depth-first order with the number of returns to a file already left.
+depth-first order with the number of steps back: calls into a file that
+is already on the call stack (a walk that goes down only has none).
 Exit status 0; 1 when a file does not compile.
 """
 import argparse
@@ -95,31 +96,25 @@ def sccs(graph):
 
 
 def walk(entry, defined, fcalls):
-    """Depth-first over functions from entry; the files in visit order and
-    the returns to a file already left."""
-    seen, order, returns = set(), [], [0]
+    """Depth-first over functions from entry: the files in first-visit
+    order, and the steps back: calls from one file into another that is
+    already on the call stack below it (a lower layer calling up)."""
+    seen, order, back = set(), [], [0]
 
-    def go(fn, prev_file):
+    def go(fn, stack):
         f = defined.get(fn)
         if f is None or fn in seen:
             return
         seen.add(fn)
-        if not order or order[-1] != f:
-            if f in order and order[-1] != f:
-                returns[0] += 1
+        if stack and f != stack[-1] and f in stack:
+            back[0] += 1
+        if f not in order:
             order.append(f)
         for callee in sorted(fcalls.get(fn, ())):
-            go(callee, f)
-            if order[-1] != f:
-                returns[0] += f in order
-                order.append(f)
+            go(callee, stack + [f])
 
-    go(entry, None)
-    files = []
-    for f in order:
-        if f not in files:
-            files.append(f)
-    return files, returns[0]
+    go(entry, [])
+    return order, back[0]
 
 
 def main():
@@ -146,9 +141,9 @@ def main():
     print("call cycles between files of %s/: %d (%d files in them)"
           % (a.folder, len(cyc), sum(len(c) for c in cyc)))
     if a.walk:
-        files_w, rets = walk(a.walk, defined, fcalls)
-        print("walk of %s: %d files, %d returns to a file already left"
-              % (a.walk, len(files_w), rets))
+        files_w, back = walk(a.walk, defined, fcalls)
+        print("walk of %s: %d files, %d steps back (calls into a file "
+              "already on the stack)" % (a.walk, len(files_w), back))
         for f in files_w:
             print("  " + f)
     return 0

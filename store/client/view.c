@@ -7,7 +7,7 @@
  *            the objects' space is not reused for lease_ms)
  *   view     rounds over the replicas (round r tries each key's replica
  *            r): the keys of one node go in one view lease of its
- *            transport (engine/view.h: shm grants the ranges under a
+ *            transport (kvferry/view.h: shm grants the ranges under a
  *            lease and says where they lie in the mapping); a node
  *            reached over tcp has no views (KVF_ERR_UNSUPPORTED), the
  *            next round tries the key's next replica
@@ -87,13 +87,13 @@ static void kvf_view_layout(kvf_view_job_t *j)
     size_t n = j->count;
     kvf_sarena_t *a = &j->arena;
 
-    j->e = kvf_sarena_take(a, n * sizeof(*j->e));
-    j->want = kvf_sarena_take(a, n * sizeof(*j->want));
-    j->taken = kvf_sarena_take(a, n * sizeof(*j->taken));
-    j->idx = kvf_sarena_take(a, n * sizeof(*j->idx));
-    j->remote = kvf_sarena_take(a, n * sizeof(*j->remote));
-    j->lens = kvf_sarena_take(a, n * sizeof(*j->lens));
-    j->tv = kvf_sarena_take(a, n * sizeof(*j->tv));
+    j->e = kvf__sarena_take(a, n * sizeof(*j->e));
+    j->want = kvf__sarena_take(a, n * sizeof(*j->want));
+    j->taken = kvf__sarena_take(a, n * sizeof(*j->taken));
+    j->idx = kvf__sarena_take(a, n * sizeof(*j->idx));
+    j->remote = kvf__sarena_take(a, n * sizeof(*j->remote));
+    j->lens = kvf__sarena_take(a, n * sizeof(*j->lens));
+    j->tv = kvf__sarena_take(a, n * sizeof(*j->tv));
 }
 
 /* A key's verdict from one replica: a real error is not hidden by a
@@ -143,7 +143,7 @@ static kvf_status_t kvf_view_add_part(kvf_store_view_lease_h vl,
 static void kvf_svshare_close(kvf_store_h st, kvf_svshare_t *sh)
 {
     (void)kvf_peer_view_close(sh->sp->peer, sh->tl);
-    kvf_store_peer_unref(st, sh->sp, 0);
+    kvf__speer_unref(st, sh->sp, 0);
     kvf_free(sh);
 }
 
@@ -161,7 +161,7 @@ static kvf_status_t kvf_svshare_put(kvf_store_h st, kvf_svshare_t *sh)
         return KVF_OK;
     }
     s = kvf_peer_view_close(sh->sp->peer, sh->tl);
-    kvf_store_peer_unref(st, sh->sp, 0);
+    kvf__speer_unref(st, sh->sp, 0);
     kvf_free(sh);
     return s;
 }
@@ -342,19 +342,19 @@ static void kvf_view_node(kvf_view_job_t *j, const char *seg, size_t n)
     uint64_t until = 0;
     size_t i, good = 0;
 
-    st = kvf_store_peer_ref(j->st, seg, &sp);
+    st = kvf__speer_ref(j->st, seg, &sp);
     if (st == KVF_OK && (j->flags & KVF_STORE_VIEW_SHARED)) {
         n = kvf_view_shared(j, sp, n);
         if (n == 0) {
-            kvf_store_peer_unref(j->st, sp, 0);
+            kvf__speer_unref(j->st, sp, 0);
             return;
         }
     }
     if (st == KVF_OK) {
-        st = kvf_peer_view_open(sp->peer, KVF_OP_READ, n, j->remote, j->lens, j->tv, &until,
-                                &tl);
+        st = kvf_peer_view_open(sp->peer, KVF_OP_READ, n, j->remote, j->lens,
+                                j->tv, &until, &tl);
         if (st != KVF_OK) {
-            kvf_store_peer_unref(j->st, sp, kvf_store_peer_error(st));
+            kvf__speer_unref(j->st, sp, kvf__speer_error(st));
         }
     }
     for (i = 0; i < n; i++) {
@@ -384,7 +384,7 @@ static void kvf_view_node(kvf_view_job_t *j, const char *seg, size_t n)
         }
     }
     kvf_peer_view_close(sp->peer, tl);
-    kvf_store_peer_unref(j->st, sp, 0);
+    kvf__speer_unref(j->st, sp, 0);
 }
 
 /* Round r: the keys still wanted, grouped by the node of their replica
@@ -453,7 +453,7 @@ static kvf_status_t kvf_view_run(kvf_view_job_t *j)
     unsigned r, maxrep;
     size_t i;
 
-    st = kvf_store_lookup(j->st, j->count, j->keys, j->e);
+    st = kvf__slookup(j->st, j->count, j->keys, j->e);
     if (st != KVF_OK) {
         return st;
     }
@@ -520,11 +520,11 @@ kvf_status_t kvf_store_view_get_flags(kvf_store_h st, size_t count,
     j.vl->st = st;
     j.vl->until_ms = UINT64_MAX;
     kvf_view_layout(&j);
-    status = kvf_sarena_alloc(&j.arena);
+    status = kvf__sarena_alloc(&j.arena);
     if (status == KVF_OK) {
         kvf_view_layout(&j);
         status = kvf_view_run(&j);
-        kvf_sarena_free(&j.arena);
+        kvf__sarena_free(&j.arena);
     }
     if (status != KVF_OK) {
         kvf_store_view_release(j.vl); /* holds nothing yet */
@@ -566,7 +566,7 @@ static kvf_status_t kvf_view_end(kvf_store_view_lease_h vl)
             s = kvf_svshare_put(vl->st, vl->parts[i].sh);
         } else {
             s = kvf_peer_view_close(vl->parts[i].sp->peer, vl->parts[i].tl);
-            kvf_store_peer_unref(vl->st, vl->parts[i].sp, 0);
+            kvf__speer_unref(vl->st, vl->parts[i].sp, 0);
         }
         st = (st == KVF_OK) ? s : st;
     }
@@ -589,7 +589,8 @@ kvf_status_t kvf_store_view_release(kvf_store_view_lease_h vl)
     return kvf_view_end(vl);
 }
 
-void kvf_store_view_end_all(kvf_store_h st)
+/* At disconnect: ends what the caller left open, logging an error. */
+static void kvf_store_view_end_all(kvf_store_h st)
 {
     kvf_store_view_lease_h vl;
     kvf_svshare_t *sh;
@@ -618,6 +619,11 @@ void kvf_store_view_end_all(kvf_store_h st)
                   n);
     }
 }
+
+const kvf__sstrat_ops_t kvf__sview_ops = {
+    .name = "view",
+    .fini = kvf_store_view_end_all,
+};
 
 void kvf_store_view_unmap_hook(kvf_store_unmap_fn fn, void *arg)
 {

@@ -35,14 +35,14 @@ static kvf_status_t kvf_vmaps_nodes(kvf_store_h st, kvf_sm_node_ent_t **ents_p,
     uint32_t i, n;
 
     kvf_wr_init(&w);
-    status = kvf_store_rpc(st, KVF_SP_NODES, 0, &w, &c);
+    status = kvf__srpc(st, KVF_SP_NODES, 0, &w, &c);
     kvf_wr_free(&w);
     if (status != KVF_OK) {
         return status;
     }
     n = c->f.hdr.count;
     if (n > 0 && (ents = kvf_calloc(n, sizeof(*ents))) == NULL) {
-        kvf_store_release(st, c);
+        kvf__srelease(st, c);
         return KVF_ERR_NO_MEMORY;
     }
     kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
@@ -50,7 +50,7 @@ static kvf_status_t kvf_vmaps_nodes(kvf_store_h st, kvf_sm_node_ent_t **ents_p,
         kvf_sm_node_ent_dec(&r, &ents[i]);
     }
     status = kvf_sm_rep_end(&r, n, n);
-    kvf_store_release(st, c);
+    kvf__srelease(st, c);
     if (status != KVF_OK) {
         kvf_free(ents);
         return status;
@@ -73,7 +73,7 @@ static kvf_status_t kvf_vmaps_node(kvf_store_h st, const kvf_sm_node_ent_t *e,
     if (e->pool_len == 0) {
         return KVF_ERR_UNSUPPORTED;
     }
-    status = kvf_store_peer_ref(st, e->segment, &sp);
+    status = kvf__speer_ref(st, e->segment, &sp);
     if (status != KVF_OK) {
         return status;
     }
@@ -82,7 +82,7 @@ static kvf_status_t kvf_vmaps_node(kvf_store_h st, const kvf_sm_node_ent_t *e,
     if (status == KVF_OK) {
         (void)kvf_peer_view_close(sp->peer, tl);
     }
-    kvf_store_peer_unref(st, sp, kvf_store_peer_error(status));
+    kvf__speer_unref(st, sp, kvf__speer_error(status));
     return (status == KVF_OK) ? v->status : status;
 }
 
