@@ -138,6 +138,25 @@ static void kvf_sconn_close(kvf_sconn_t *c)
     kvf_free(c);
 }
 
+/* A round trip on c ended with status: a transport failure closes c
+ * (*closed_p = 1), else the reply's whole-frame status is the result; a
+ * master gone or not the leader makes the next call look for the
+ * leader, within its own time. */
+static kvf_status_t kvf_sconn_ended(kvf_store_h st, kvf_sconn_t *c,
+                                    kvf_status_t status, int *closed_p)
+{
+    *closed_p = (status != KVF_OK);
+    if (status != KVF_OK) {
+        kvf_sconn_close(c);
+    } else {
+        status = (kvf_status_t)c->f.hdr.status;
+    }
+    if (kvf__sfollow_worth(st, status)) {
+        __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
+    }
+    return status;
+}
+
 void kvf__srelease(kvf_store_h st, kvf_sconn_t *c)
 {
     pthread_mutex_lock(&st->lock);
@@ -157,23 +176,14 @@ kvf_status_t kvf__srpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
 {
     kvf_status_t status;
 
-    *closed_p = 0;
     status = kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
                          kvf_time_ms() + st->timeout_ms);
     if (status != KVF_OK) {
-        *closed_p = 1;
         kvf_log_rl(KVF_LOG_ERROR, "store %s request to %s:%u failed: %s",
                    kvf_sp_msg_name(type), st->host, st->port,
                    kvf_status_str(status));
-        kvf_sconn_close(c);
-    } else {
-        status = (kvf_status_t)c->f.hdr.status;
     }
-    if (kvf__sfollow_worth(st, status)) {
-        /* the next call looks for the leader, within its own time */
-        __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
-    }
-    return status;
+    return kvf_sconn_ended(st, c, status, closed_p);
 }
 
 kvf_sconn_t *kvf__stake_resv(kvf_store_h st, uint64_t size, unsigned replicas)
@@ -382,20 +392,9 @@ kvf_status_t kvf__srpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
 {
     kvf_status_t status;
 
-    *closed_p = 0;
     status = kvf_sp_call_end(c->fd, type, c->next_id, &c->f,
                              kvf_time_ms() + st->timeout_ms);
-    if (status != KVF_OK) {
-        *closed_p = 1;
-        kvf_sconn_close(c);
-    } else {
-        status = (kvf_status_t)c->f.hdr.status;
-    }
-    if (kvf__sfollow_worth(st, status)) {
-        /* the next call looks for the leader, within its own time */
-        __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
-    }
-    return status;
+    return kvf_sconn_ended(st, c, status, closed_p);
 }
 
 /* Learns this client's host address from its tcp connection fd to the
