@@ -1,12 +1,9 @@
 /*
- * Store master, serving side: options, start/stop, the reaper thread that
- * runs the periodic tick, and the RPC handlers that decode a request,
- * apply it to the metadata under the lock (a whole batch at once) and
- * encode the reply. Connections are served by the event loop (loop.c).
- *
- * An unknown type or a body that does not parse (count and body disagree,
- * truncated entries, trailing bytes) gets an error status and counts in
- * `errors`; the connection goes on, since the frame was read whole.
+ * Store master, the process: options, start/stop, the reaper thread that
+ * runs the periodic tick, and the hooks through which the object rules
+ * (objects.c) and the inventories (inventory.c) reach the disk tiers
+ * (tier.c) without calling up. Connections are served by the event
+ * loops (loop.c), requests by the dispatch table (dispatch.c).
  */
 #include "store/master/master.h"
 #include "store/master/master_int.h"

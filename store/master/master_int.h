@@ -36,7 +36,7 @@ typedef struct kvf_mnode {
     /* its report (inventory, disk tier) has not ended, so nothing new is
      * placed on it (its space may hold objects not rebuilt yet) */
     int rebuilding;
-    struct kvf_mi_chan *chan;  /* to its inventory (inventory.c), or NULL */
+    struct kvf_mi_chan *chan; /* to its inventory (inventory.c), or NULL */
     /* to its disk tier (the same server): WRITEs and DROPs in order on
      * one, READs on KVF_M_RCHANS others taken in turn (several batches
      * of loads in flight: the next one's I/O starts while the node
@@ -46,7 +46,7 @@ typedef struct kvf_mnode {
     unsigned rnext;
     /* its disk tier (tier.c): the file's space, in 4 KiB units */
     kvf_pool_alloc_t dpa;
-    int tier_on; /* a disk tier that works (off after a failure) */
+    int tier_on;           /* a disk tier that works (off after a failure) */
     uint64_t tier_writing; /* bytes of WRITEs in flight */
     struct kvf_mnode *next;
 } kvf_mnode_t;
@@ -75,13 +75,13 @@ typedef struct kvf_mlease kvf_mlease_t;
  * connection, pending object or lease refers to it. */
 typedef struct kvf_mclient {
     unsigned char key[KVF_M_PEER_KEY_LEN];
-    uint64_t pending;           /* pending puts and reservations */
-    uint64_t bytes;             /* their bytes, every replica */
-    uint64_t leased;            /* bytes under its read leases */
-    uint64_t nleases;           /* its lease records */
+    uint64_t pending;            /* pending puts and reservations */
+    uint64_t bytes;              /* their bytes, every replica */
+    uint64_t leased;             /* bytes under its read leases */
+    uint64_t nleases;            /* its lease records */
     kvf_mlease_t *lhead, *ltail; /* its leases, the first to end first */
-    unsigned refs; /* connections, pending objects, leases */
-    struct kvf_mclient *next; /* chain of the identity table */
+    unsigned refs;               /* connections, pending objects, leases */
+    struct kvf_mclient *next;    /* chain of the identity table */
 } kvf_mclient_t;
 
 typedef struct kvf_mobj {
@@ -151,12 +151,12 @@ struct kvf_master {
     kvf_mobj_t **table;
     size_t nbuckets;
     size_t nobjs;
-    kvf_mobj_t lru;      /* sentinel: lnext most recent, lprev least */
-    kvf_mobj_t dlru;     /* the same, of objects on disk tiers only */
-    size_t ndisk_only;   /* objects on dlru */
+    kvf_mobj_t lru;           /* sentinel: lnext most recent, lprev least */
+    kvf_mobj_t dlru;          /* the same, of objects on disk tiers only */
+    size_t ndisk_only;        /* objects on dlru */
     pthread_cond_t tier_cond; /* a tier load ended (tier.c) */
-    kvf_mobj_t pending;  /* sentinel of uncommitted puts, oldest last */
-    kvf_mobj_t **ptable; /* pending objects by put id */
+    kvf_mobj_t pending;       /* sentinel of uncommitted puts, oldest last */
+    kvf_mobj_t **ptable;      /* pending objects by put id */
     size_t npbuckets;
     size_t npend;
     kvf_mobj_t doomed; /* removed, space kept until their lease ends */
@@ -189,12 +189,12 @@ struct kvf_master {
     struct kvf_mcaps *caps; /* connection counts per peer (limits.c) */
     struct kvf_mreg *reg;   /* registration workers (loop.c) */
     /* high availability (leader.c) */
-    struct kvf_elect *elect; /* NULL: the only master */
-    uint64_t term_epoch;     /* etcd revision of this leader's term */
-    int deposed;             /* its term ended: refuses everything */
-    uint64_t inv_seq;        /* commits recorded in node inventories */
-    struct kvf_minv *inv;    /* inventory channels (NULL: none) */
-    uint64_t releasing;      /* bytes waiting for nodes' INV_DELs */
+    struct kvf_elect *elect;      /* NULL: the only master */
+    uint64_t term_epoch;          /* etcd revision of this leader's term */
+    int deposed;                  /* its term ended: refuses everything */
+    uint64_t inv_seq;             /* commits recorded in node inventories */
+    struct kvf_minv *inv;         /* inventory channels (NULL: none) */
+    uint64_t releasing;           /* bytes waiting for nodes' INV_DELs */
     struct kvf_mclients *clients; /* client identities (limits.c) */
 };
 
@@ -279,16 +279,45 @@ void kvf_m_obj_unlist(kvf_master_t *m, kvf_mobj_t *o);
 uint64_t kvf_m_obj_bytes(const kvf_mobj_t *o);
 uint64_t kvf_m_held(const kvf_master_t *m); /* reservations included */
 
-/* objects.c, shared with tier.c and nodes.c (lock held): the release of
- * an object (its key goes now, its space once nothing refers to it),
- * pool space with eviction, an object rebuilt from an inventory entry
- * (committed, no replica yet), eviction down to the low watermark. */
+/* table.c (lock held): the object table and the pending index,
+ * written. pend_add: o becomes pending (listed, indexed by put id,
+ * counted against cl); pend_del: it stops being pending; pfind: the
+ * pending object of a put id; obj_name: a pending object takes its key
+ * (into the table); obj_free: out of the table, lists and leases, its
+ * space freed, itself freed. */
+void kvf_m_pend_add(kvf_master_t *m, kvf_mobj_t *o, kvf_mclient_t *cl);
+void kvf_m_pend_del(kvf_master_t *m, kvf_mobj_t *o);
+kvf_mobj_t *kvf_m_pfind(kvf_master_t *m, uint64_t put_id);
+kvf_status_t kvf_m_obj_name(kvf_master_t *m, kvf_mobj_t *o, const char *key);
 void kvf_m_obj_free(kvf_master_t *m, kvf_mobj_t *o);
-void kvf_m_evict_watermark(kvf_master_t *m, uint64_t now);
+
+/* leases.c (lock held): release: o's key goes now, its space once no
+ * lease, tier operation or node inventory refers to it (wait: the frame
+ * is answered once the nodes forgot it); doomed_done: may a released o
+ * be freed now. kvf_m_released (above) counts a node's answer. */
 void kvf_m_release(kvf_master_t *m, kvf_mobj_t *o, int wait);
 int kvf_m_doomed_done(const kvf_mobj_t *o, uint64_t now);
+
+/* eviction.c (lock held): alloc_on: size bytes on n, evicting n's cold
+ * objects when evict is set (NULL: none); evict_watermark: down to the
+ * low watermark once used space passes the high one. */
 kvf_pa_block_t *kvf_m_alloc_on(kvf_master_t *m, kvf_mnode_t *n, uint64_t size,
                                int evict, uint64_t now);
+void kvf_m_evict_watermark(kvf_master_t *m, uint64_t now);
+
+/* placement.c (lock held): place_order: sorts the ncand candidates in
+ * the order replicas go (host with the most free space first, then its
+ * nodes);
+ * place: space for o's replicas from those candidates, first on hosts
+ * without one of o's replicas (without evicting, then evicting unless
+ * !may_evict), then on any node left. */
+void kvf_m_place_order(const kvf_master_t *m, kvf_mnode_t **cand, size_t ncand);
+void kvf_m_place(kvf_master_t *m, kvf_mobj_t *o, kvf_mnode_t **cand,
+                 size_t ncand, uint64_t size, unsigned replicas, int may_evict,
+                 uint64_t now);
+
+/* objects.c (lock held): an object rebuilt from an inventory entry
+ * (committed, no replica yet). */
 kvf_mobj_t *kvf_m_rebuild_obj(kvf_master_t *m, const kvf_sm_inv_ent_t *e);
 
 /* tier.c: the nodes' disk tiers (lock held unless said). node_init: a
@@ -358,8 +387,8 @@ void kvf_m_inv_clear(kvf_master_t *m);
  * answer is returned (*stale_p: a node has seen a newer leader). */
 typedef void (*kvf_m_undo_fn)(kvf_master_t *m, const char *key,
                               uint64_t put_id);
-kvf_status_t kvf_m_inv_frame(kvf_master_t *m, void (*run)(void *arg),
-                             void *arg, kvf_m_undo_fn undo, int *stale_p);
+kvf_status_t kvf_m_inv_frame(kvf_master_t *m, void (*run)(void *arg), void *arg,
+                             kvf_m_undo_fn undo, int *stale_p);
 /* Tier operations go on the same channels' machinery, on a channel of
  * their own per node (lock held): queues op on replica i of o (wait: the
  * frame this worker serves waits for the answer; WRITE and READ count in

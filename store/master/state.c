@@ -3,7 +3,8 @@
  * intrusive lists objects sit on (LRU, pending, doomed, disk), and the
  * sums /status and the limits read (capacity, used, pending puts,
  * reservations, removing). Nothing here changes an object's fate; the
- * files above (objects.c, nodes.c, tier.c) do. Lock held.
+ * files above do (table.c writes the table, leases.c, eviction.c,
+ * objects.c, nodes.c and tier.c decide). Lock held.
  */
 #include "store/master/master_int.h"
 #include "core/checksum.h"
