@@ -293,9 +293,11 @@ void kvf_resp_enqueue(kvf_resp_conn_t *c, int op, const char *key,
                       kvf_ro_str_t *val);
 /* Frees a SET's value (and its pool buffer). */
 void kvf_resp_oval_free(struct kvf_resp *s, kvf_ro_str_t *v);
-/* Runs the loop's queued GETs and SETs, answers them, and serves their
- * connections again (what they had pipelined may queue the next batch). */
-void kvf_resp_batch_run(kvf_resp_loop_t *lp);
+/* Runs the loop's queued GETs and SETs and answers them; returns their
+ * connections (*n_p of them, NULL entries skipped), for the caller to
+ * serve again (what they had pipelined may queue the next batch) and
+ * free. */
+kvf_resp_conn_t **kvf_resp_batch_run(kvf_resp_loop_t *lp, size_t *n_p);
 
 /* ---- view.c: GETs sent from store views -------------------------- */
 
