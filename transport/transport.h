@@ -12,6 +12,10 @@
  */
 #ifndef KVF_TRANSPORT_H
 #define KVF_TRANSPORT_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_LAYER_ENGINE) && \
+    !defined(KVF_TEST_INTERNALS)
+#error "transport/transport.h is transport/'s interface, for the engine"
+#endif
 
 #include "mem/mem.h"
 #include "core/wire.h"

@@ -24,7 +24,7 @@
  * handle so that a disconnect aborts them.
  */
 #include "store/client/client_int.h"
-#include "engine/view.h"
+#include <kvferry/view.h>
 #include "core/alloc.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -40,13 +40,13 @@ enum { KVF_PV_SKIP = 0, KVF_PV_ABORT = 1, KVF_PV_COMMIT = 2 };
 /* One node's write lease, holding a reference on its peer. */
 typedef struct kvf_pvpart {
     kvf_speer_t *sp;
-    kvf_tl_vlease_t *tl;
+    kvf_view_lease_h tl;
 } kvf_pvpart_t;
 
 /* One key of a put view. */
 typedef struct kvf_pvkey {
-    const char *key;     /* in the handle's copy; NULL if it was bad */
-    uint64_t put_id;     /* 0: not allocated (or no longer) */
+    const char *key; /* in the handle's copy; NULL if it was bad */
+    uint64_t put_id; /* 0: not allocated (or no longer) */
     uint64_t len;
     unsigned char *ptr;  /* where it is written (view KVF_OK) */
     kvf_status_t status; /* its view's */
@@ -73,7 +73,7 @@ typedef struct kvf_pv_job {
     unsigned char *taken;
     uint32_t *idx;
     uint64_t *remote, *lens;
-    kvf_tl_view_t *tv;
+    kvf_view_t *tv;
     kvf_sarena_t arena;
 } kvf_pv_job_t;
 
@@ -81,12 +81,12 @@ static void kvf_pv_layout(kvf_pv_job_t *j, size_t n)
 {
     kvf_sarena_t *a = &j->arena;
 
-    j->e = kvf_sarena_take(a, n * sizeof(*j->e));
-    j->taken = kvf_sarena_take(a, n * sizeof(*j->taken));
-    j->idx = kvf_sarena_take(a, n * sizeof(*j->idx));
-    j->remote = kvf_sarena_take(a, n * sizeof(*j->remote));
-    j->lens = kvf_sarena_take(a, n * sizeof(*j->lens));
-    j->tv = kvf_sarena_take(a, n * sizeof(*j->tv));
+    j->e = kvf__sarena_take(a, n * sizeof(*j->e));
+    j->taken = kvf__sarena_take(a, n * sizeof(*j->taken));
+    j->idx = kvf__sarena_take(a, n * sizeof(*j->idx));
+    j->remote = kvf__sarena_take(a, n * sizeof(*j->remote));
+    j->lens = kvf__sarena_take(a, n * sizeof(*j->lens));
+    j->tv = kvf__sarena_take(a, n * sizeof(*j->tv));
 }
 
 /* A handle for count keys, in one allocation: the keys' state, room for
@@ -101,8 +101,7 @@ static kvf_store_put_view_h kvf_pv_new(kvf_store_h st, size_t count,
     char *kb;
 
     for (i = 0; i < count; i++) {
-        room += (kvf_sp_key_check(keys[i]) == KVF_OK) ? strlen(keys[i]) + 1
-                                                      : 0;
+        room += (kvf_sp_key_check(keys[i]) == KVF_OK) ? strlen(keys[i]) + 1 : 0;
     }
     off = sizeof(*pv) + count * (sizeof(kvf_pvkey_t) + sizeof(kvf_pvpart_t));
     pv = kvf_calloc(1, off + room);
@@ -154,7 +153,7 @@ static kvf_status_t kvf_pv_alloc(kvf_pv_job_t *j)
         kvf_wr_free(&w);
         return KVF_OK;
     }
-    status = kvf_store_rpc(pv->st, KVF_SP_PUT_START, nsent, &w, &c);
+    status = kvf__srpc(pv->st, KVF_SP_PUT_START, nsent, &w, &c);
     kvf_wr_free(&w);
     if (status != KVF_OK) {
         return status;
@@ -166,7 +165,7 @@ static kvf_status_t kvf_pv_alloc(kvf_pv_job_t *j)
         }
     }
     status = kvf_sm_rep_end(&r, c->f.hdr.count, nsent);
-    kvf_store_release(pv->st, c);
+    kvf__srelease(pv->st, c);
     return status;
 }
 
@@ -202,18 +201,18 @@ static void kvf_pv_plan(kvf_pv_job_t *j)
 static void kvf_pv_node(kvf_pv_job_t *j, const char *seg, size_t n)
 {
     kvf_store_put_view_h pv = j->pv;
-    kvf_tl_vlease_t *tl = NULL;
+    kvf_view_lease_h tl = NULL;
     kvf_speer_t *sp = NULL;
     uint64_t until = 0;
     kvf_status_t st;
     size_t i, good = 0;
 
-    st = kvf_store_peer_ref(pv->st, seg, &sp);
+    st = kvf__speer_ref(pv->st, seg, &sp);
     if (st == KVF_OK) {
         st = kvf_peer_view_open(sp->peer, KVF_OP_WRITE, n, j->remote, j->lens,
                                 j->tv, &until, &tl);
         if (st != KVF_OK) {
-            kvf_store_peer_unref(pv->st, sp, kvf_store_peer_error(st));
+            kvf__speer_unref(pv->st, sp, kvf__speer_error(st));
         }
     }
     for (i = 0; i < n; i++) {
@@ -235,7 +234,7 @@ static void kvf_pv_node(kvf_pv_job_t *j, const char *seg, size_t n)
     }
     if (good == 0) { /* nothing of it is written in place */
         (void)kvf_peer_view_close(sp->peer, tl);
-        kvf_store_peer_unref(pv->st, sp, 0);
+        kvf__speer_unref(pv->st, sp, 0);
         return;
     }
     pv->parts[pv->nparts].sp = sp;
@@ -297,9 +296,8 @@ static kvf_status_t kvf_pv_end(kvf_store_put_view_h pv,
             nsent++;
         }
     }
-    status = (nsent > 0)
-                 ? kvf_store_rpc(pv->st, KVF_SP_PUT_END, nsent, &w, &c)
-                 : KVF_OK;
+    status =
+        (nsent > 0) ? kvf__srpc(pv->st, KVF_SP_PUT_END, nsent, &w, &c) : KVF_OK;
     kvf_wr_free(&w);
     if (nsent > 0 && status == KVF_OK) {
         kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
@@ -311,12 +309,13 @@ static kvf_status_t kvf_pv_end(kvf_store_put_view_h pv,
             s[i] = (sel[i] == KVF_PV_COMMIT) ? ks : s[i];
         }
         status = kvf_sm_rep_end(&r, c->f.hdr.count, nsent);
-        kvf_store_release(pv->st, c);
+        kvf__srelease(pv->st, c);
     }
     for (i = 0; i < pv->count; i++) {
         if (sel[i] != KVF_PV_SKIP) {
             pv->k[i].put_id = 0;
-            s[i] = (status != KVF_OK && sel[i] == KVF_PV_COMMIT) ? status : s[i];
+            s[i] =
+                (status != KVF_OK && sel[i] == KVF_PV_COMMIT) ? status : s[i];
         }
     }
     return status;
@@ -413,8 +412,8 @@ static kvf_status_t kvf_pv_run(kvf_pv_job_t *j)
     pv->until_ms = sent_ms + kvf_pv_put_timeout_ms();
     if (j->replicas > 1) { /* never several replicas in place */
         for (i = 0; i < pv->count; i++) {
-            pv->k[i].status = (pv->k[i].key != NULL) ? KVF_ERR_UNSUPPORTED
-                                                     : pv->k[i].status;
+            pv->k[i].status =
+                (pv->k[i].key != NULL) ? KVF_ERR_UNSUPPORTED : pv->k[i].status;
         }
         return KVF_OK;
     }
@@ -445,17 +444,18 @@ kvf_status_t kvf_store_view_put(kvf_store_h st, size_t count,
     memset(views, 0, count * sizeof(*views));
     j.replicas = opts ? opts->replicas : 0;
     j.flags = opts ? opts->flags : 0;
-    status = (j.replicas > KVF_STORE_REPLICA_MAX) ? KVF_ERR_INVALID_PARAM
-                                                  : KVF_OK;
+    status =
+        (j.replicas > KVF_STORE_REPLICA_MAX) ? KVF_ERR_INVALID_PARAM : KVF_OK;
     if (status == KVF_OK) {
         j.pv = kvf_pv_new(st, count, keys, lens);
         kvf_pv_layout(&j, count);
-        status = (j.pv == NULL) ? KVF_ERR_NO_MEMORY : kvf_sarena_alloc(&j.arena);
+        status =
+            (j.pv == NULL) ? KVF_ERR_NO_MEMORY : kvf__sarena_alloc(&j.arena);
     }
     if (status == KVF_OK) {
         kvf_pv_layout(&j, count);
         status = kvf_pv_run(&j);
-        kvf_sarena_free(&j.arena);
+        kvf__sarena_free(&j.arena);
     }
     if (status != KVF_OK) {
         kvf_free(j.pv); /* allocated nothing */
@@ -491,7 +491,7 @@ static void kvf_pv_close(kvf_store_put_view_h pv, unsigned char *sel,
 
     for (p = 0; p < pv->nparts; p++) {
         held = kvf_peer_view_close(pv->parts[p].sp->peer, pv->parts[p].tl);
-        kvf_store_peer_unref(pv->st, pv->parts[p].sp, 0);
+        kvf__speer_unref(pv->st, pv->parts[p].sp, 0);
         for (i = 0; sel != NULL && held != KVF_OK && i < pv->count; i++) {
             if (pv->k[i].part == p && sel[i] == KVF_PV_COMMIT) {
                 sel[i] = KVF_PV_ABORT;
@@ -573,8 +573,8 @@ static void kvf_pv_abort(kvf_store_put_view_h pv)
     kvf_free(s);
 }
 
-kvf_status_t kvf_store_view_put_commit(kvf_store_put_view_h pv,
-                                       const int *keep, const uint64_t *sums,
+kvf_status_t kvf_store_view_put_commit(kvf_store_put_view_h pv, const int *keep,
+                                       const uint64_t *sums,
                                        kvf_status_t *statuses)
 {
     kvf_status_t status, *s = statuses, *own = NULL;
@@ -621,7 +621,8 @@ void kvf_store_view_put_abort(kvf_store_put_view_h pv)
     }
 }
 
-void kvf_store_put_view_end_all(kvf_store_h st)
+/* At disconnect: ends what the caller left open, logging an error. */
+static void kvf_store_put_view_end_all(kvf_store_h st)
 {
     kvf_store_put_view_h pv;
     size_t n = 0;
@@ -640,3 +641,8 @@ void kvf_store_put_view_end_all(kvf_store_h st)
                   n);
     }
 }
+
+const kvf__sstrat_ops_t kvf__spview_ops = {
+    .name = "put_view",
+    .fini = kvf_store_put_view_end_all,
+};

@@ -17,7 +17,7 @@
  * process's unmap hook first) or the store disconnects.
  */
 #include "store/client/client_int.h"
-#include "engine/view.h"
+#include <kvferry/view.h>
 #include "core/alloc.h"
 #include "core/log.h"
 
@@ -35,14 +35,14 @@ static kvf_status_t kvf_vmaps_nodes(kvf_store_h st, kvf_sm_node_ent_t **ents_p,
     uint32_t i, n;
 
     kvf_wr_init(&w);
-    status = kvf_store_rpc(st, KVF_SP_NODES, 0, &w, &c);
+    status = kvf__srpc(st, KVF_SP_NODES, 0, &w, &c);
     kvf_wr_free(&w);
     if (status != KVF_OK) {
         return status;
     }
     n = c->f.hdr.count;
     if (n > 0 && (ents = kvf_calloc(n, sizeof(*ents))) == NULL) {
-        kvf_store_release(st, c);
+        kvf__srelease(st, c);
         return KVF_ERR_NO_MEMORY;
     }
     kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
@@ -50,7 +50,7 @@ static kvf_status_t kvf_vmaps_nodes(kvf_store_h st, kvf_sm_node_ent_t **ents_p,
         kvf_sm_node_ent_dec(&r, &ents[i]);
     }
     status = kvf_sm_rep_end(&r, n, n);
-    kvf_store_release(st, c);
+    kvf__srelease(st, c);
     if (status != KVF_OK) {
         kvf_free(ents);
         return status;
@@ -63,9 +63,9 @@ static kvf_status_t kvf_vmaps_nodes(kvf_store_h st, kvf_sm_node_ent_t **ents_p,
 /* Maps node e's pool (a view lease over all of it, closed at once);
  * *v the mapping. KVF_ERR_UNSUPPORTED: not reached over shm. */
 static kvf_status_t kvf_vmaps_node(kvf_store_h st, const kvf_sm_node_ent_t *e,
-                                   kvf_tl_view_t *v)
+                                   kvf_view_t *v)
 {
-    kvf_tl_vlease_t *tl = NULL;
+    kvf_view_lease_h tl = NULL;
     uint64_t until = 0;
     kvf_status_t status;
     kvf_speer_t *sp;
@@ -73,7 +73,7 @@ static kvf_status_t kvf_vmaps_node(kvf_store_h st, const kvf_sm_node_ent_t *e,
     if (e->pool_len == 0) {
         return KVF_ERR_UNSUPPORTED;
     }
-    status = kvf_store_peer_ref(st, e->segment, &sp);
+    status = kvf__speer_ref(st, e->segment, &sp);
     if (status != KVF_OK) {
         return status;
     }
@@ -82,7 +82,7 @@ static kvf_status_t kvf_vmaps_node(kvf_store_h st, const kvf_sm_node_ent_t *e,
     if (status == KVF_OK) {
         (void)kvf_peer_view_close(sp->peer, tl);
     }
-    kvf_store_peer_unref(st, sp, kvf_store_peer_error(status));
+    kvf__speer_unref(st, sp, kvf__speer_error(status));
     return (status == KVF_OK) ? v->status : status;
 }
 
@@ -91,7 +91,7 @@ kvf_status_t kvf_store_view_maps(kvf_store_h st, kvf_store_unmap_fn fn,
 {
     kvf_sm_node_ent_t *ents = NULL;
     kvf_status_t status;
-    kvf_tl_view_t v;
+    kvf_view_t v;
     size_t i, n = 0;
 
     if (st == NULL || fn == NULL) {

@@ -441,6 +441,22 @@ static void kvf_resp_poll(kvf_resp_loop_t *lp, int wait_ms)
     }
 }
 
+/* Runs the queued batch and serves its connections again (what they
+ * had pipelined may queue the next batch). */
+static void kvf_resp_batch_serve(kvf_resp_loop_t *lp)
+{
+    kvf_resp_conn_t **ops;
+    size_t n, i;
+
+    ops = kvf_resp_batch_run(lp, &n);
+    for (i = 0; i < n; i++) {
+        if (ops[i] != NULL) {
+            kvf_resp_serve(ops[i], 0);
+        }
+    }
+    free(ops);
+}
+
 void *kvf_resp_loop_main(void *arg)
 {
     kvf_resp_loop_t *lp = arg;
@@ -459,7 +475,7 @@ void *kvf_resp_loop_main(void *arg)
         while (lp->nq > 0) {
             /* commands that arrived meanwhile join the batch */
             kvf_resp_poll(lp, 0);
-            kvf_resp_batch_run(lp);
+            kvf_resp_batch_serve(lp);
             (void)kvf_resp_views_tick(lp, 0);
         }
         kvf_resp_reap(lp);

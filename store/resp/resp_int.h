@@ -16,6 +16,9 @@
  */
 #ifndef KVF_STORE_RESP_INT_H
 #define KVF_STORE_RESP_INT_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/resp/resp_int.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include "core/sock.h"
 
@@ -427,9 +430,11 @@ void kvf_resp_enqueue(kvf_resp_conn_t *c, int op, const char *key,
                       kvf_ro_str_t *val);
 /* Frees a SET's value (and its pool buffer). */
 void kvf_resp_oval_free(struct kvf_resp *s, kvf_ro_str_t *v);
-/* Runs the loop's queued GETs and SETs, answers them, and serves their
- * connections again (what they had pipelined may queue the next batch). */
-void kvf_resp_batch_run(kvf_resp_loop_t *lp);
+/* Runs the loop's queued GETs and SETs and answers them; returns their
+ * connections (*n_p of them, NULL entries skipped), for the caller to
+ * serve again (what they had pipelined may queue the next batch) and
+ * free. */
+kvf_resp_conn_t **kvf_resp_batch_run(kvf_resp_loop_t *lp, size_t *n_p);
 
 /* ---- view.c: GETs sent from store views -------------------------- */
 

@@ -5,6 +5,9 @@
  */
 #ifndef KVF_TOOLS_BENCH_H
 #define KVF_TOOLS_BENCH_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/bench/bench.h is private to tools/"
+#endif
 
 #include "tools/cli/cli.h"
 #include "tools/cli/opts.h"

@@ -27,8 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/cli/rng.h"
-#include "tools/cli/clock.h"
+#include "core/rng.h"
+#include "core/time.h"
 
 #define KVF_BLOCKS_SIZES_MAX 16
 
@@ -174,13 +174,13 @@ static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
 
 /* Picks n distinct slots among nslots (partial Fisher-Yates). */
 static void kvf_blocks_pick(uint32_t *perm, uint64_t nslots, uint64_t n,
-                            kvf_prng_t *rng)
+                            kvf_rng_t *rng)
 {
     uint64_t i, j;
     uint32_t t;
 
     for (i = 0; i < n; i++) {
-        j = i + kvf_prng_below(rng, nslots - i);
+        j = i + kvf_rng_below(rng, nslots - i);
         t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
@@ -193,7 +193,7 @@ static double kvf_blocks_batch(kvf_engine_h engine, kvf_peer_h peer,
                                const kvf_bench_session_t *s,
                                const kvf_blocks_opts_t *o, kvf_op_type_t op,
                                kvf_op_t *ops, uint64_t n, uint32_t *lperm,
-                               uint32_t *rperm, kvf_prng_t *rng,
+                               uint32_t *rperm, kvf_rng_t *rng,
                                kvf_status_t *status_p)
 {
     uint64_t lslots = s->pool_len / o->block;
@@ -210,11 +210,11 @@ static double kvf_blocks_batch(kvf_engine_h engine, kvf_peer_h peer,
         ops[i].remote = s->remote + (uint64_t)rperm[i] * o->block;
         ops[i].length = o->block;
     }
-    t0 = kvf_clock_ns();
+    t0 = kvf_time_ns();
     *status_p = kvf_batch_submit(engine, ops, n, &batch);
     if (*status_p == KVF_OK) {
         *status_p = kvf_batch_wait(batch, (int)o->s.timeout_ms);
-        ms = (double)(kvf_clock_ns() - t0) / 1e6;
+        ms = (double)(kvf_time_ns() - t0) / 1e6;
         kvf_batch_destroy(batch);
     }
     return *status_p == KVF_OK ? ms : -1;
@@ -262,7 +262,7 @@ static kvf_status_t kvf_blocks_warm(kvf_engine_h engine, kvf_peer_h peer,
 /* Runs one size: iters batches, each over fresh random blocks. */
 static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
                            kvf_op_type_t op, uint64_t size, uint32_t *lperm,
-                           uint32_t *rperm, kvf_prng_t *rng,
+                           uint32_t *rperm, kvf_rng_t *rng,
                            kvf_blocks_row_t *row)
 {
     uint64_t n = size / o->block, lslots = s->pool_len / o->block;
@@ -304,9 +304,9 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
              * not find its bytes still in the CPU caches */
             uint64_t bytes = n * o->block;
             uint64_t loff =
-                kvf_prng_below(rng, (s->pool_len - bytes) / 4096 + 1) * 4096;
+                kvf_rng_below(rng, (s->pool_len - bytes) / 4096 + 1) * 4096;
             uint64_t roff =
-                kvf_prng_below(rng, (s->remote_len - bytes) / 4096 + 1) * 4096;
+                kvf_rng_below(rng, (s->remote_len - bytes) / 4096 + 1) * 4096;
 
             status = kvf_bench_ceiling_sample(s->engine, s->peer, op,
                                               s->pool + loff, s->remote + roff,
@@ -766,7 +766,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     uint32_t *lperm, *rperm;
     unsigned k, nrows = 0;
     int rc, opi, bad = 0;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
     kvf_progress_t prog;
     kvf_blocks_out_t bo;
 
@@ -808,7 +808,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     for (i = 0; i < nslots; i++) {
         lperm[i] = rperm[i] = (uint32_t)i;
     }
-    kvf_prng_seed(&rng, o.s.seed * 7919);
+    kvf_rng_seed(&rng, o.s.seed * 7919);
     kvf_fmt_size(o.block, bstr, sizeof(bstr));
     kvf_fmt_size(o.s.pool, pstr, sizeof(pstr));
     if (kvf_blocks_warm(s.engine, s.peer, &s, o.s.timeout_ms) != KVF_OK ||

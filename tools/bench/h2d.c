@@ -26,7 +26,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #define KVF_MPOL_F_NODE 1
 #define KVF_MPOL_F_ADDR 2
@@ -126,10 +126,10 @@ static int kvf_h2d_case(const kvf_h2d_opts_t *o, kvf_gpu_copier_t *cp,
         return -1;
     }
     for (i = 0; i < o->warmup + o->iters && st == KVF_OK; i++) {
-        t0 = kvf_clock_ns();
+        t0 = kvf_time_ns();
         st = kvf_gpu_base_contig(cp, src, 0, dst, 0, o->size, 60000);
         if (i >= o->warmup) {
-            lat[i - o->warmup] = (double)(kvf_clock_ns() - t0) / 1e6;
+            lat[i - o->warmup] = (double)(kvf_time_ns() - t0) / 1e6;
             total += lat[i - o->warmup];
         }
     }

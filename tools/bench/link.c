@@ -12,7 +12,7 @@
 #include "tools/bench/out.h"
 #include "tools/record/record.h"
 
-#include "tools/cli/rng.h"
+#include "core/rng.h"
 #include <math.h>
 #include <string.h>
 
@@ -151,7 +151,7 @@ int kvf_cmd_bench_link(int argc, char **argv)
     kvf_status_t status = KVF_OK;
     const char *record = NULL, *hypothesis = NULL;
     char sstr[32], pstr[32], where[64];
-    kvf_prng_t rng;
+    kvf_rng_t rng;
     int op_i = KVF_OP_WRITE, rc, strict = 0, missed;
     kvf_expect_t *expect = NULL;
     kvf_progress_t prog;
@@ -215,14 +215,14 @@ int kvf_cmd_bench_link(int argc, char **argv)
     if (size > s.remote_len) {
         size = s.remote_len;
     }
-    kvf_prng_seed(&rng, 4242);
+    kvf_rng_seed(&rng, 4242);
     for (i = 0; i < iters && status == KVF_OK; i++) {
         /* a fresh random stretch of each pool every time, so a small
          * size is not served from the CPU caches */
         uint64_t loff =
-            kvf_prng_below(&rng, (s.pool_len - size) / 4096 + 1) * 4096;
+            kvf_rng_below(&rng, (s.pool_len - size) / 4096 + 1) * 4096;
         uint64_t roff =
-            kvf_prng_below(&rng, (s.remote_len - size) / 4096 + 1) * 4096;
+            kvf_rng_below(&rng, (s.remote_len - size) / 4096 + 1) * 4096;
 
         kvf_progress_step(&prog, "%s %s streams over %s",
                           op == KVF_OP_WRITE ? "write" : "read", sstr,

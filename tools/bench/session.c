@@ -4,7 +4,7 @@
  * so the main job needs no other service; it dies with its parent.
  */
 #include "tools/bench/bench.h"
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -328,11 +328,11 @@ kvf_status_t kvf_bench_ceiling_sample(kvf_engine_h engine, kvf_peer_h peer,
     if (st != KVF_OK) {
         return st;
     }
-    t0 = kvf_clock_ns();
+    t0 = kvf_time_ns();
     st = kvf_batch_submit(engine, &one, 1, &b);
     if (st == KVF_OK) {
         st = kvf_batch_wait(b, (int)timeout_ms);
-        eng = (double)(kvf_clock_ns() - t0) / 1e9;
+        eng = (double)(kvf_time_ns() - t0) / 1e9;
         kvf_batch_destroy(b);
     }
     if (st != KVF_OK) {

@@ -42,7 +42,7 @@
 #include "tools/bench/out.h"
 #include "tools/record/record.h"
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -206,14 +206,14 @@ static kvf_status_t kvf_te_batch(kvf_te_thread_t *t, uint64_t k, double *ms_p)
         t->ops[i].remote = t->remote + (n % t->rslots) * t->block;
         t->ops[i].length = t->block;
     }
-    t0 = kvf_clock_ns();
+    t0 = kvf_time_ns();
     status = kvf_batch_submit_ex(t->s->engine, t->ops, nops,
                                  o->no_inline ? 0 : KVF_BATCH_INLINE, &batch);
     if (status != KVF_OK) {
         return status;
     }
     status = kvf_batch_wait(batch, (int)o->s.timeout_ms);
-    *ms_p = (double)(kvf_clock_ns() - t0) / 1e6;
+    *ms_p = (double)(kvf_time_ns() - t0) / 1e6;
     kvf_batch_destroy(batch);
     return status;
 }
@@ -225,7 +225,7 @@ static void *kvf_te_thread_main(void *arg)
     double ms;
 
     for (k = 0;; k++) {
-        if (k >= t->o->min_batches && kvf_clock_ns() >= t->deadline_ns) {
+        if (k >= t->o->min_batches && kvf_time_ns() >= t->deadline_ns) {
             break;
         }
         t->status = kvf_te_batch(t, k, &ms);
@@ -238,7 +238,7 @@ static void *kvf_te_thread_main(void *arg)
             t->lat_ms[t->nlat++] = ms;
         }
     }
-    t->end_ns = kvf_clock_ns();
+    t->end_ns = kvf_time_ns();
     return NULL;
 }
 
@@ -293,7 +293,7 @@ static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
             rc = -1;
         }
     }
-    start = kvf_clock_ns();
+    start = kvf_time_ns();
     for (i = 0; i < o->threads && rc == 0; i++) {
         th[i].start_ns = start;
         th[i].deadline_ns = start + o->duration_ms * 1000000ull;
@@ -391,7 +391,7 @@ static kvf_status_t kvf_te_link_sample(const kvf_te_opts_t *o,
     loff = ((*seed >> 20) % (lmax / 4096 + 1)) * 4096;
     roff = ((*seed >> 8) % (rmax / 4096 + 1)) * 4096;
     span = per * l->copies;
-    t0 = kvf_clock_ns();
+    t0 = kvf_time_ns();
     for (i = 0; i < l->copies; i++) {
         jobs[i] = (kvf_te_link_job_t){s, o->op, s->pool + loff + i * per,
                                       s->remote + roff + i * per, per, 0,
@@ -408,7 +408,7 @@ static kvf_status_t kvf_te_link_sample(const kvf_te_opts_t *o,
     for (i = 0; i < started && l->copies > 1; i++) {
         pthread_join(tid[i], NULL);
     }
-    secs = (double)(kvf_clock_ns() - t0) / 1e9;
+    secs = (double)(kvf_time_ns() - t0) / 1e9;
     if (l->copies == 1) {
         secs = jobs[0].secs; /* the copy alone, as `bench link` times it */
     }
@@ -420,11 +420,11 @@ static kvf_status_t kvf_te_link_sample(const kvf_te_opts_t *o,
         kvf_op_t one = {o->op, s->pool + loff, s->peer, s->remote + roff, span};
         kvf_batch_h b;
 
-        t0 = kvf_clock_ns();
+        t0 = kvf_time_ns();
         st = kvf_batch_submit(s->engine, &one, 1, &b);
         if (st == KVF_OK) {
             st = kvf_batch_wait(b, (int)o->s.timeout_ms);
-            eng = (double)(kvf_clock_ns() - t0) / 1e9;
+            eng = (double)(kvf_time_ns() - t0) / 1e9;
             kvf_batch_destroy(b);
         }
         secs = (st == KVF_OK && eng < secs) ? eng : secs;

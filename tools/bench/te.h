@@ -5,6 +5,9 @@
  */
 #ifndef KVF_TOOLS_BENCH_TE_H
 #define KVF_TOOLS_BENCH_TE_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/bench/te.h is private to tools/"
+#endif
 
 #include "tools/bench/bench.h"
 #include "tools/bench/out.h"

@@ -12,6 +12,9 @@
  */
 #ifndef KVF_TOOLS_EXPECT_H
 #define KVF_TOOLS_EXPECT_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/record/expect.h is private to tools/"
+#endif
 
 #include <stdio.h>
 

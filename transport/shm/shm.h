@@ -32,6 +32,9 @@
  */
 #ifndef KVF_SHM_H
 #define KVF_SHM_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/shm/shm.h is private to transport/"
+#endif
 
 #include "transport/transport.h"
 #include "transport/limits.h"

@@ -16,6 +16,9 @@
  */
 #ifndef KVF_UCX_H
 #define KVF_UCX_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/ucx/ucx.h is private to transport/"
+#endif
 
 #include "transport/transport.h"
 #include "transport/limits.h"

@@ -1,16 +1,20 @@
 /*
- * Store client handle: connect/disconnect, a pool of master connections
- * (a call takes an idle one or opens a new one, so concurrent calls on
- * one handle never wait for each other), the round trip with a single
- * retry on a fresh connection when a pooled one turns out dead (e.g. the
- * master restarted), and the cache of opened peers with reference counts
- * so a peer that fails is closed only when its last user lets go.
+ * Store client base: the layer every operation and strategy stands on,
+ * calling nothing above it. A pool of master connections (a call takes
+ * an idle one or opens a new one, so concurrent calls on one handle
+ * never wait for each other), the round trip with a single retry on a
+ * fresh connection when a pooled one turns out dead (e.g. the master
+ * restarted), leader following (leader.c) within each call's deadline,
+ * the GET round trip, and the cache of opened peers with reference
+ * counts so a peer that fails is closed only when its last user lets go.
+ * handle.c opens the base first and closes it last.
  *
  * A master on a loopback address is reached over its abstract unix
  * socket (same framed protocol, no TCP stack on either side of every
  * round trip) when master_unix is on and the engine may use a same-host
- * transport; any failure there falls back to tcp. An engine forced onto
- * tcp keeps the master on tcp too, so "tcp forced" stays tcp end to end.
+ * transport; any failure there falls back to tcp (leader.c picks). An
+ * engine forced onto tcp keeps the master on tcp too, so "tcp forced"
+ * stays tcp end to end.
  *
  * The engine a handle creates is shaped for many threads sharing it
  * (node_conns connections per node, so callers of small gets each find an
@@ -25,13 +29,16 @@
 #include "core/log.h"
 #include "core/time.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
-__thread kvf_store_timing_t kvf_store_tl_timing;
+__thread kvf_store_timing_t kvf__stl_timing;
 
 /* Milliseconds left until deadline_ms (at least 1). */
 static int kvf_sconn_left(uint64_t deadline_ms)
@@ -91,51 +98,6 @@ static kvf_status_t kvf_sconn_open(kvf_store_h st, kvf_sconn_t **c_p)
     return kvf_sconn_open_by(st, c_p, kvf_time_ms() + st->timeout_ms);
 }
 
-/* May the engine use a same-host transport? ("auto", or any name but
- * tcp in its list.) If not, the master RPC stays on tcp as well. */
-static int kvf_store_same_host_ok(const char *transports)
-{
-    char list[128], *tok, *save;
-
-    if (transports == NULL || strcmp(transports, "auto") == 0) {
-        return 1;
-    }
-    snprintf(list, sizeof(list), "%s", transports);
-    for (tok = strtok_r(list, ", ", &save); tok != NULL;
-         tok = strtok_r(NULL, ", ", &save)) {
-        if (strcmp(tok, "tcp") != 0) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Picks the unix socket to try first (see the top of this file). */
-static kvf_status_t kvf_store_pick_link(kvf_store_h st)
-{
-    kvf_status_t status;
-    uint64_t v;
-
-    st->unix_name[0] = '\0';
-    status = kvf_config_u64(&kvf_store_config, "master_unix", &v);
-    if (status != KVF_OK) {
-        return status;
-    }
-    if (v != 0 && kvf_store_same_host_ok(kvf_engine_transports(st->engine)) &&
-        !kvf_sp_unix_name(st->host, st->port, 0, st->unix_name,
-                          sizeof(st->unix_name))) {
-        st->unix_name[0] = '\0';
-    }
-    return KVF_OK;
-}
-
-void kvf_store_pick_unix(kvf_store_h st)
-{
-    if (kvf_store_pick_link(st) != KVF_OK) {
-        st->unix_name[0] = '\0';
-    }
-}
-
 /* Whether an idle connection is still clean: nothing to read, no
  * hang-up (a master that went away, e.g. restarted, closed it). */
 static int kvf_sconn_clean(kvf_sconn_t *c)
@@ -176,7 +138,26 @@ static void kvf_sconn_close(kvf_sconn_t *c)
     kvf_free(c);
 }
 
-void kvf_store_release(kvf_store_h st, kvf_sconn_t *c)
+/* A round trip on c ended with status: a transport failure closes c
+ * (*closed_p = 1), else the reply's whole-frame status is the result; a
+ * master gone or not the leader makes the next call look for the
+ * leader, within its own time. */
+static kvf_status_t kvf_sconn_ended(kvf_store_h st, kvf_sconn_t *c,
+                                    kvf_status_t status, int *closed_p)
+{
+    *closed_p = (status != KVF_OK);
+    if (status != KVF_OK) {
+        kvf_sconn_close(c);
+    } else {
+        status = (kvf_status_t)c->f.hdr.status;
+    }
+    if (kvf__sfollow_worth(st, status)) {
+        __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
+    }
+    return status;
+}
+
+void kvf__srelease(kvf_store_h st, kvf_sconn_t *c)
 {
     pthread_mutex_lock(&st->lock);
     if (c->gen != st->master_gen) {
@@ -190,32 +171,22 @@ void kvf_store_release(kvf_store_h st, kvf_sconn_t *c)
     pthread_mutex_unlock(&st->lock);
 }
 
-kvf_status_t kvf_store_rpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
-                              uint32_t count, const kvf_wr_t *w, int *closed_p)
+kvf_status_t kvf__srpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
+                          uint32_t count, const kvf_wr_t *w, int *closed_p)
 {
     kvf_status_t status;
 
-    *closed_p = 0;
     status = kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
                          kvf_time_ms() + st->timeout_ms);
     if (status != KVF_OK) {
-        *closed_p = 1;
         kvf_log_rl(KVF_LOG_ERROR, "store %s request to %s:%u failed: %s",
                    kvf_sp_msg_name(type), st->host, st->port,
                    kvf_status_str(status));
-        kvf_sconn_close(c);
-    } else {
-        status = (kvf_status_t)c->f.hdr.status;
     }
-    if (kvf_store_follow_worth(st, status)) {
-        /* the next call looks for the leader, within its own time */
-        __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
-    }
-    return status;
+    return kvf_sconn_ended(st, c, status, closed_p);
 }
 
-kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
-                                 unsigned replicas)
+kvf_sconn_t *kvf__stake_resv(kvf_store_h st, uint64_t size, unsigned replicas)
 {
     kvf_sconn_t **pp, *c = NULL;
     uint64_t now = kvf_time_ms();
@@ -243,13 +214,13 @@ kvf_sconn_t *kvf_store_take_resv(kvf_store_h st, uint64_t size,
         c->resv.peer_epoch !=
             __atomic_load_n(&st->peer_epoch, __ATOMIC_ACQUIRE)) {
         kvf_sconn_drop_resv(c, st->timeout_ms);
-        kvf_store_release(st, c);
+        kvf__srelease(st, c);
         return NULL;
     }
     return c;
 }
 
-kvf_sconn_t *kvf_store_take_plain(kvf_store_h st, int *may_reserve_p)
+kvf_sconn_t *kvf__stake_plain(kvf_store_h st, int *may_reserve_p)
 {
     kvf_sconn_t **pp, **pick, *c;
     uint64_t now;
@@ -345,7 +316,7 @@ static kvf_status_t kvf_store_rpc_once(kvf_store_h st, uint8_t type,
         if (status == KVF_OK) {
             if (wait && c->f.hdr.status != KVF_OK) {
                 status = (kvf_status_t)c->f.hdr.status;
-                kvf_store_release(st, c);
+                kvf__srelease(st, c);
                 return status;
             }
             *conn_p = c;
@@ -381,66 +352,108 @@ static kvf_status_t kvf_store_rpc_go(kvf_store_h st, uint8_t type,
     /* reads are sent again to the new leader; a write fails cleanly
      * (the next call goes to the new leader): a put is never finished by
      * a master other than the one that started it */
-    int read =
-        (type == KVF_SP_GET || type == KVF_SP_EXISTS || type == KVF_SP_LIST ||
-         type == KVF_SP_NODES);
+    int read = (type == KVF_SP_GET || type == KVF_SP_EXISTS ||
+                type == KVF_SP_LIST || type == KVF_SP_NODES);
     kvf_status_t status;
 
     if (__atomic_exchange_n(&st->follow_due, 0, __ATOMIC_ACQ_REL)) {
-        (void)kvf_store_follow_by(st, "an earlier call found it gone",
-                                  deadline);
+        (void)kvf__sfollow_by(st, "an earlier call found it gone", deadline);
     }
     for (;;) {
         status = kvf_store_rpc_once(st, type, count, w, wait, conn_p, deadline);
-        if (!kvf_store_follow_worth(st, status)) {
+        if (!kvf__sfollow_worth(st, status)) {
             return status;
         }
         if (kvf_time_ms() >= deadline) {
             __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
             return status;
         }
-        if (kvf_store_follow_by(st, kvf_status_str(status), deadline) !=
-                KVF_OK ||
+        if (kvf__sfollow_by(st, kvf_status_str(status), deadline) != KVF_OK ||
             !read || kvf_time_ms() >= deadline) {
             return status;
         }
     }
 }
 
-kvf_status_t kvf_store_rpc(kvf_store_h st, uint8_t type, uint32_t count,
-                           const kvf_wr_t *w, kvf_sconn_t **conn_p)
+kvf_status_t kvf__srpc(kvf_store_h st, uint8_t type, uint32_t count,
+                       const kvf_wr_t *w, kvf_sconn_t **conn_p)
 {
     return kvf_store_rpc_go(st, type, count, w, 1, conn_p);
 }
 
-kvf_status_t kvf_store_rpc_send(kvf_store_h st, uint8_t type, uint32_t count,
-                                const kvf_wr_t *w, kvf_sconn_t **conn_p)
+kvf_status_t kvf__srpc_send(kvf_store_h st, uint8_t type, uint32_t count,
+                            const kvf_wr_t *w, kvf_sconn_t **conn_p)
 {
     return kvf_store_rpc_go(st, type, count, w, 0, conn_p);
 }
 
-kvf_status_t kvf_store_rpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
-                                int *closed_p)
+kvf_status_t kvf__srpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
+                            int *closed_p)
 {
     kvf_status_t status;
 
-    *closed_p = 0;
     status = kvf_sp_call_end(c->fd, type, c->next_id, &c->f,
                              kvf_time_ms() + st->timeout_ms);
-    if (status != KVF_OK) {
-        *closed_p = 1;
-        kvf_sconn_close(c);
-    } else {
-        status = (kvf_status_t)c->f.hdr.status;
+    return kvf_sconn_ended(st, c, status, closed_p);
+}
+
+/* Learns this client's host address from its tcp connection fd to the
+ * master (gets prefer replicas on that host). */
+static void kvf_sbase_learn_host(kvf_store_h st, int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    const void *a = NULL;
+
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        return;
     }
-    if (kvf_store_follow_worth(st, status)) {
-        /* the next call looks for the leader, within its own time */
-        __atomic_store_n(&st->follow_due, 1, __ATOMIC_RELEASE);
+    if (sa.ss_family == AF_INET) {
+        a = &((struct sockaddr_in *)&sa)->sin_addr;
+    } else if (sa.ss_family == AF_INET6) {
+        a = &((struct sockaddr_in6 *)&sa)->sin6_addr;
     }
+    if (a == NULL || inet_ntop(sa.ss_family, a, st->self_host,
+                               sizeof(st->self_host)) == NULL) {
+        st->self_host[0] = '\0';
+    }
+}
+
+kvf_status_t kvf__slookup(kvf_store_h st, size_t count, const char *const *keys,
+                          kvf_sreps_t *e)
+{
+    kvf_status_t status;
+    size_t i, nsent = 0;
+    kvf_sconn_t *c;
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    kvf_wr_init(&w);
+    for (i = 0; i < count; i++) {
+        e[i].status = kvf_sp_key_check(keys[i]);
+        if (e[i].status == KVF_OK) {
+            kvf_sm_key_enc(&w, keys[i]);
+            nsent++;
+        }
+    }
+    status = (nsent > 0) ? kvf__srpc(st, KVF_SP_GET, (uint32_t)nsent, &w, &c)
+                         : KVF_OK;
+    kvf_wr_free(&w);
+    if (nsent == 0 || status != KVF_OK) {
+        return status;
+    }
+    kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
+    for (i = 0; i < count && c->f.hdr.count == nsent; i++) {
+        if (e[i].status == KVF_OK) {
+            kvf_sm_get_rep_dec(&r, &e[i]);
+        }
+    }
+    status = kvf_sm_rep_end(&r, c->f.hdr.count, (uint32_t)nsent);
+    kvf__srelease(st, c);
     return status;
 }
 
-int kvf_store_peer_error(kvf_status_t s)
+int kvf__speer_error(kvf_status_t s)
 {
     return s == KVF_ERR_CONNECT || s == KVF_ERR_CONN_RESET ||
            s == KVF_ERR_PEER_UNREACHABLE || s == KVF_ERR_PEER_CLOSED ||
@@ -448,8 +461,8 @@ int kvf_store_peer_error(kvf_status_t s)
            s == KVF_ERR_TIMEOUT || s == KVF_ERR_PROTOCOL;
 }
 
-kvf_status_t kvf_store_peer_ref(kvf_store_h st, const char *segment,
-                                kvf_speer_t **sp_p)
+kvf_status_t kvf__speer_ref(kvf_store_h st, const char *segment,
+                            kvf_speer_t **sp_p)
 {
     kvf_status_t status;
     kvf_speer_t *sp;
@@ -487,7 +500,7 @@ kvf_status_t kvf_store_peer_ref(kvf_store_h st, const char *segment,
     return KVF_OK;
 }
 
-void kvf_store_peer_unref(kvf_store_h st, kvf_speer_t *sp, int bad)
+void kvf__speer_unref(kvf_store_h st, kvf_speer_t *sp, int bad)
 {
     kvf_speer_t **pp;
     int close_it;
@@ -557,8 +570,8 @@ static kvf_status_t kvf_store_engine_shape(kvf_engine_params_t *ep)
     return KVF_OK;
 }
 
-/* The handle's settings: timeout, and the fast paths' config keys
- * (put_reserve, loc_cache, lease_reads). */
+/* The base's settings: timeout, and whether single puts keep a
+ * reservation (put_reserve). */
 static kvf_status_t kvf_store_settings(kvf_store_h st,
                                        const kvf_store_params_t *p)
 {
@@ -580,15 +593,7 @@ static kvf_status_t kvf_store_settings(kvf_store_h st,
         return status;
     }
     st->reserve = (v != 0);
-    status = kvf_config_u64(t, "loc_cache", &v);
-    if (status == KVF_OK) {
-        status = kvf_sloc_init(&st->loc, (size_t)v);
-    }
-    if (status == KVF_OK) {
-        status = kvf_config_u64(t, "lease_reads", &v);
-        st->loc.lease_reads = (v != 0);
-    }
-    return status;
+    return KVF_OK;
 }
 
 /* The caller's engine, or one of the handle's own. */
@@ -631,7 +636,7 @@ static kvf_status_t kvf_store_connect_leader(kvf_store_h st, kvf_sconn_t **c_p)
         return kvf_sconn_open(st, c_p);
     }
     for (i = 0; i < tries; i++) {
-        if (kvf_store_follow(st, NULL) != KVF_OK) {
+        if (kvf__sfollow(st, NULL) != KVF_OK) {
             continue;
         }
         status = kvf_sconn_open(st, &c);
@@ -651,21 +656,12 @@ static kvf_status_t kvf_store_connect_leader(kvf_store_h st, kvf_sconn_t **c_p)
     return status;
 }
 
-kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
-                               kvf_store_h *store_p)
+kvf_status_t kvf__sbase_open(kvf_store_h st, const kvf_store_params_t *p)
 {
     const char *master;
     kvf_status_t status;
     kvf_sconn_t *c;
-    kvf_store_h st;
 
-    if (store_p == NULL) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    st = kvf_calloc(1, sizeof(*st));
-    if (st == NULL) {
-        return KVF_ERR_NO_MEMORY;
-    }
     master = (p && (p->field_mask & KVF_STORE_PARAM_MASTER) && p->master)
                  ? p->master
                  : kvf_config_str(&kvf_store_config, "master");
@@ -678,7 +674,7 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
         status = kvf_store_settings(st, p);
     }
     if (status != KVF_OK) {
-        goto err_free;
+        return status;
     }
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->peers_lock, NULL);
@@ -686,7 +682,7 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
     if (status != KVF_OK) {
         goto err_locks;
     }
-    status = kvf_store_pick_link(st);
+    status = kvf__spick_link(st);
     if (status != KVF_OK) {
         goto err_engine;
     }
@@ -697,10 +693,9 @@ kvf_status_t kvf_store_connect(const kvf_store_params_t *p,
         goto err_engine;
     }
     if (!c->is_unix) {
-        kvf_get_learn_host(st, c->fd);
+        kvf_sbase_learn_host(st, c->fd);
     }
     st->idle = c;
-    *store_p = st;
     return KVF_OK;
 
 err_engine:
@@ -710,22 +705,14 @@ err_engine:
 err_locks:
     pthread_mutex_destroy(&st->peers_lock);
     pthread_mutex_destroy(&st->lock);
-err_free:
-    kvf_sloc_fini(&st->loc);
-    kvf_free(st);
     return status;
 }
 
-void kvf_store_disconnect(kvf_store_h st)
+void kvf__sbase_close(kvf_store_h st)
 {
     kvf_sconn_t *c;
     kvf_speer_t *sp;
 
-    if (st == NULL) {
-        return;
-    }
-    kvf_store_view_end_all(st);
-    kvf_store_put_view_end_all(st);
     while ((c = st->idle) != NULL) {
         st->idle = c->next;
         kvf_sconn_drop_resv(c, st->timeout_ms);
@@ -744,8 +731,6 @@ void kvf_store_disconnect(kvf_store_h st)
     }
     pthread_mutex_destroy(&st->peers_lock);
     pthread_mutex_destroy(&st->lock);
-    kvf_sloc_fini(&st->loc);
-    kvf_free(st);
 }
 
 kvf_engine_h kvf_store_engine(kvf_store_h st)
@@ -761,6 +746,6 @@ const char *kvf_store_master_link(kvf_store_h st)
 void kvf_store_last_timing(kvf_store_timing_t *t)
 {
     if (t != NULL) {
-        *t = kvf_store_tl_timing;
+        *t = kvf__stl_timing;
     }
 }
