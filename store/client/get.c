@@ -17,7 +17,9 @@
  *            replica rotates from call to call to spread the reads
  *   verify   each read against the checksum before it counts; a key
  *            whose replicas are all bad fails with KVF_ERR_CHECKSUM (or
- *            the read's error)
+ *            the read's error); one read from a location the master
+ *            gave without a lease (the client's lease budget spent) is
+ *            looked up again instead, up to KVF_GET_PASSES passes
  *   release  the location cache learns where each key was read
  */
 #include "store/client/client_int.h"
@@ -180,7 +182,7 @@ static void kvf_get_verify(kvf_get_job_t *j)
             sum = ~e->checksum;
         }
         if (sum != e->checksum) {
-            kvf_log_rl(KVF_LOG_ERROR,
+            kvf_log_rl((e->lease_ms == 0) ? KVF_LOG_WARN : KVF_LOG_ERROR,
                        "store get '%s': replica on %s has checksum %016lx, "
                        "expected %016lx: not used",
                        KVF_LOG_KEY(j->keys[key]),
@@ -318,8 +320,8 @@ static void kvf_get_round(kvf_get_job_t *j, unsigned round, unsigned start)
     j->tm->verify_ns += kvf_time_ns() - t0;
 }
 
-/* look up -> move -> verify -> release */
-static kvf_status_t kvf_get_run(kvf_get_job_t *j)
+/* One pass: look up -> move -> verify -> release */
+static kvf_status_t kvf_get_pass(kvf_get_job_t *j)
 {
     kvf_status_t status;
     unsigned round, maxrep, start;
@@ -353,6 +355,39 @@ static kvf_status_t kvf_get_run(kvf_get_job_t *j)
         }
     }
     return kvf__sfirst_error(j->s, j->count);
+}
+
+/* Did a key read wrong bytes from a location the master gave without a
+ * read lease (its budget spent)? Its space may have been freed and
+ * reused under the read: a fresh look-up tells the key's present. */
+static int kvf_get_unleased_bad(const kvf_get_job_t *j)
+{
+    size_t i;
+
+    for (i = 0; i < j->count && j->given == NULL; i++) {
+        if (j->s[i] == KVF_ERR_CHECKSUM && j->e[i].lease_ms == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* kvf_get_pass, again (at most KVF_GET_PASSES in all) while a key read
+ * an unleased location that changed under it. */
+#define KVF_GET_PASSES 3
+static kvf_status_t kvf_get_run(kvf_get_job_t *j)
+{
+    kvf_status_t status;
+    unsigned pass;
+
+    for (pass = 1;; pass++) {
+        status = kvf_get_pass(j);
+        if (pass == KVF_GET_PASSES || !kvf_get_unleased_bad(j)) {
+            return status;
+        }
+        memset(j->mism, 0, j->count * sizeof(*j->mism));
+        memset(j->want, 0, j->count * sizeof(*j->want));
+    }
 }
 
 /* The entry of every get: checks, the job's arena, kvf_get_run. */
