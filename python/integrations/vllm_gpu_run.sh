@@ -26,7 +26,7 @@
 #              2 prompts of 32000 ids, one new token, block size 16:
 #              baseline, producer, consumer, split, then the consumer and
 #              a producer (a namespace of its own) with the stage pipeline
-#              off (docs/integrations.md)
+#              on (docs/integrations.md)
 #   4p5b-b32   the same with block size 32
 #   4p5b-kv2   the same with 2 KV heads
 # tiers and load: python/integrations/bench_vllm.py with the 4.5B shape
@@ -82,8 +82,8 @@ case "${1:-}" in
         --node-pool 12G)
         case "$variant" in
           4p5b) args+=(--kv-heads 8 --block-size 16 --modes "baseline,producer,consumer,split"
-            --variant 'nopipe={"stage_pipeline": false}'
-            --variant 'producer@nopipe={"stage_pipeline": false, "namespace": "nopipe"}') ;;
+            --variant 'pipe={"stage_pipeline": true}'
+            --variant 'producer@pipe={"stage_pipeline": true, "namespace": "pipe"}') ;;
           4p5b-b32) args+=(--kv-heads 8 --block-size 32 --modes "baseline,producer,consumer") ;;
           4p5b-kv2) args+=(--kv-heads 2 --block-size 16 --modes "baseline,producer,consumer") ;;
           *) echo "vllm-gpu-run: unknown variant $variant" >&2; exit 2 ;;

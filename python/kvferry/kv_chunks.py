@@ -463,13 +463,17 @@ class ChunkStore(ChunkIndex):
     every key). stage_bytes: the stage for the paths that copy (at least
     one object). views: use store views and put views where the node
     allows (False: always through the stage). sum_mode: the GPU copies'
-    checksum mode (:func:`kvferry.kv_gpu.sum_mode_flags`)."""
+    checksum mode (:func:`kvferry.kv_gpu.sum_mode_flags`).
+    gpu_stage_bytes: GPU memory whole objects cross the link through (0:
+    none, the kernels reach the pool mapping). pipeline: that stage in
+    two halves, DMA of one slice while the kernel works on the other
+    (:mod:`kvferry.kv_pipe`)."""
 
     def __init__(self, store: Store, tensors: Sequence[Any], num_blocks: int, block_size: int,
                  fingerprint: str, namespace: str = "kv", chunk_tokens: int = CHUNK_TOKENS,
                  layer_groups: int = LAYER_GROUPS, replicas: int = 0, stage_bytes: int = 256 << 20,
                  views: bool = True, sum_mode: Optional[str] = None,
-                 gpu_stage_bytes: int = 512 << 20, pipeline: bool = True):
+                 gpu_stage_bytes: int = 512 << 20, pipeline: bool = False):
         self.map = CacheMap(tensors, num_blocks, layer_groups)
         super().__init__(store, block_size, fingerprint, namespace, chunk_tokens,
                          len(self.map.groups))
@@ -491,6 +495,8 @@ class ChunkStore(ChunkIndex):
         #: (kv_pipe), slices of at most PIPE_SLICE (at least an object)
         self._pipeline = bool(pipeline)
         self._pipe: Any = None
+        #: why warm() turned the pipeline off (None: it did not)
+        self.warm_error: Optional[str] = None
         self._slice_cap = max(min(self._gstage_bytes // 2, PIPE_SLICE), biggest)
         #: called when a put view is refused for the client's quota of
         #: uncommitted bytes, to let the queued commits run (the caller's)
@@ -611,7 +617,11 @@ class ChunkStore(ChunkIndex):
         registered with the GPU (``Store.view_maps``). Returns the mappings
         registered (0 without views)."""
         if self.gpu:
-            self._warm_copies()
+            try:
+                self._warm_copies()
+            except Exception as e:  # the proven serial path stays
+                self.warm_error = "%s: %s" % (type(e).__name__, e)
+                self._close_pipe()
         if not self.gpu or not self._want_views or not hasattr(self.store, "view_maps"):
             return 0
         maps = self._kvg.host_mappings(self.store)
@@ -1227,11 +1237,16 @@ class ChunkStore(ChunkIndex):
             except KvferryError:
                 return
 
+    def _close_pipe(self) -> None:
+        with self._move_lock:
+            if self._pipe is not None:
+                self._pipe.close()
+                self._pipe = None
+            self._pipeline = False
+
     def close(self) -> None:
         """Frees the stages and the copiers (the store stays open)."""
-        if self._pipe is not None:
-            self._pipe.close()
-            self._pipe = None
+        self._close_pipe()
         if self._gstage is not None:
             self._gstage.close()
             self._gstage = None

@@ -32,9 +32,7 @@ Worker side, one step:
 - :meth:`save_kv_layer` notes, at the last layer of each group, where
   vLLM's stream stands (a CUDA event); the mover then gathers that
   group's blocks of the step's complete chunks straight into the node's
-  pool (put views) while the next layers compute, through the two halves
-  of a GPU stage (the copy engines move one while the kernel fills the
-  other). :meth:`wait_for_save` only releases the groups the forward did
+  pool (put views) while the next layers compute. :meth:`wait_for_save` only releases the groups the forward did
   not reach: the step's output leaves while the last gathers run, and the
   next step's :meth:`start_load_kv` (where every forward pass, the only
   writer of vLLM's blocks, begins) waits for them. The commits (the
@@ -57,9 +55,9 @@ vLLM's model config has none), ``chunk_tokens`` (default 256),
 put views where the node is on this host), ``sum_mode`` (the GPU copies'
 checksum mode), ``stage_bytes``, ``gpu_stage_bytes`` (GPU memory whole
 objects are copied through by the copy engines; 0: the kernels reach
-the node's pool directly), ``stage_pipeline`` (default true: the copy
-engines move one half of that stage while the kernels work on the
-other), ``overlap`` (loads and saves on the
+the node's pool directly), ``stage_pipeline`` (default false: true
+cuts that stage in halves, the copy engines moving one while the
+kernels work on the other; not yet measured on a GPU), ``overlap`` (loads and saves on the
 mover thread, overlapped with the forward pass: default on for GPU
 caches).
 
@@ -346,7 +344,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self.sum_mode = extra.get("sum_mode")
         self.stage_bytes = int(extra.get("stage_bytes", 256 << 20))
         self.gpu_stage_bytes = int(extra.get("gpu_stage_bytes", 512 << 20))
-        self.stage_pipeline = bool(extra.get("stage_pipeline", True))
+        self.stage_pipeline = bool(extra.get("stage_pipeline", False))
         # "layerwise": loads inside the step, layer group by layer group;
         # "async": between steps (the request waits, the batch goes on)
         self.load_mode = str(extra.get("load_mode", "layerwise"))
@@ -593,6 +591,9 @@ class KvferryConnector(KVConnectorBase_V1):
             n = self.cache.warm()
             log.info("kvferry connector: %d pool mapping(s) registered with the GPU in %.2f s",
                      n, time.perf_counter() - t0)
+            if self.cache.warm_error:
+                log.warning("kvferry connector: the stage pipeline is off: %s",
+                            self.cache.warm_error)
         self._start_threads()
 
     def _start_threads(self) -> None:
