@@ -127,14 +127,23 @@ typedef struct kvf_env_disk {
     char dev[300];       /* the file system's device and mount point */
     uint64_t file_bytes; /* the test file */
     double read_gbs;     /* random reads, 10^9 bytes/s */
+    double read_mix_gbs; /* random reads of a workload's sizes (0: none) */
     double write_gbs;    /* sequential writes */
     int uring;           /* through io_uring (else pread/pwrite) */
     char err[320];       /* "" when measured */
 } kvf_env_disk_t;
 
 /* Writes a file of `bytes` in dir, then reads it back at random, with
- * O_DIRECT (the file is removed). 0, or -1 with d->err. */
-int kvf_env_disk_measure(const char *dir, uint64_t bytes, kvf_env_disk_t *d);
+ * O_DIRECT (the file is removed): in KVF_ENV_DISK_BLOCK requests, and,
+ * given the n object sizes of a workload (mix, else NULL), once more in
+ * the requests a disk tier makes for such objects (each object read
+ * whole, in pieces of at most KVF_ENV_DISK_BLOCK, 4 KiB-aligned; objects
+ * drawn uniformly from mix). 0, or -1 with d->err. */
+int kvf_env_disk_measure(const char *dir, uint64_t bytes, const uint64_t *mix,
+                         size_t n, kvf_env_disk_t *d);
+/* The read ceiling a workload compares with: read_mix_gbs where it was
+ * measured, else read_gbs. */
+double kvf_env_disk_read_ceiling(const kvf_env_disk_t *d);
 /* The result in words, for tables and records. */
 void kvf_env_disk_text(const kvf_env_disk_t *d, char *out, size_t cap);
 

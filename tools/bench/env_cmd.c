@@ -414,7 +414,7 @@ static void kvf_env_disk_row(const char *dir, uint64_t bytes, int json,
     if (dir == NULL || strcmp(dir, "off") == 0) {
         return;
     }
-    kvf_env_disk_measure(dir, bytes, &d);
+    kvf_env_disk_measure(dir, bytes, NULL, 0, &d);
     kvf_env_disk_text(&d, text, sizeof(text));
     if (!json) {
         printf("%-16s %s\n", "disk", text);

@@ -3,7 +3,10 @@
  * memory pools, read at random, with and without a disk tier, in one run.
  *
  *   ceiling  the device's own O_DIRECT read and write rates in --disk-dir
- *            (env_disk.c: 1 MiB requests, 16 in flight), measured first;
+ *            (env_disk.c: 1 MiB requests, 16 in flight; then random reads
+ *            of the working set's objects as the tier makes them, pieces
+ *            of at most 1 MiB, 16 in flight: the read ceiling compared
+ *            with), measured first;
  *   for each of "memory only" and "memory + disk tier":
  *     spawn  a master and one node (--pool; with the tier, --disk in
  *            --disk-dir, sized for the working set and a quarter more);
@@ -390,9 +393,11 @@ static void kvf_ws_print(const kvf_ws_result_t *r, const kvf_env_disk_t *d)
 
     printf("%-20s %9ld %7.1f%% %10.0f %10.0f %9.0f %8.3f", r->mode, r->gets,
            100.0 * hit, r->p50_us, r->p99_us, r->gets_s, r->gb_s);
+    double ceil = kvf_env_disk_read_ceiling(d);
+
     if (r->loaded > 0) {
         printf(" %8.3f %5.0f%%", r->disk_gb_s,
-               d->read_gbs > 0 ? 100.0 * r->disk_gb_s / d->read_gbs : 0);
+               ceil > 0 ? 100.0 * r->disk_gb_s / ceil : 0);
     } else {
         printf(" %8s %6s", "-", "-");
     }
@@ -405,9 +410,10 @@ static void kvf_ws_json(const kvf_ws_opts_t *o, const kvf_ws_set_t *set,
     int i;
 
     printf("{\"working_set\":%lu,\"pool\":%lu,\"objects\":%u,"
-           "\"disk_read_gbs\":%.4f,\"disk_write_gbs\":%.4f,\"modes\":[",
+           "\"disk_read_gbs\":%.4f,\"disk_read_mix_gbs\":%.4f,"
+           "\"disk_write_gbs\":%.4f,\"modes\":[",
            (unsigned long)set->bytes, (unsigned long)o->pool, set->n,
-           d->read_gbs, d->write_gbs);
+           d->read_gbs, d->read_mix_gbs, d->write_gbs);
     for (i = 0; i < 2; i++) {
         printf("%s{\"mode\":\"%s\",\"gets\":%ld,\"hits\":%ld,\"misses\":%ld,"
                "\"errors\":%ld,\"wrong\":%ld,\"p50_us\":%.1f,\"p99_us\":%.1f,"
@@ -425,13 +431,15 @@ static int kvf_ws_record(const kvf_ws_opts_t *o, const kvf_ws_set_t *set,
                          const kvf_env_disk_t *d, const kvf_ws_result_t *r)
 {
     double hit = r[1].gets ? (double)r[1].hits / (double)r[1].gets : 0;
-    double ratio = d->read_gbs > 0 ? r[1].disk_gb_s / d->read_gbs : 0;
+    double ceil = kvf_env_disk_read_ceiling(d);
+    double ratio = ceil > 0 ? r[1].disk_gb_s / ceil : 0;
     int ok = hit >= 0.95 && ratio >= 0.8 && r[0].wrong + r[1].wrong == 0;
     kvf_record_t *rec = kvf_record_new(
         "bench", "bench store --working-set",
         "with a disk tier, a working set 3x the memory pools is served at a "
         "hit rate >= 95 %, and gets served from disk reach >= 80 % of the "
-        "device's O_DIRECT read ceiling measured in the same run");
+        "device's O_DIRECT read ceiling (random reads of the working set's "
+        "objects, 16 in flight) measured in the same run");
     char text[1024];
     int rc;
 
@@ -464,8 +472,10 @@ static int kvf_ws_record(const kvf_ws_opts_t *o, const kvf_ws_set_t *set,
     }
     kvf_record_figure(rec, "disk-served gets", r[1].disk_gb_s, "GB/s", NAN,
                       NAN);
-    kvf_record_figure(rec, "disk O_DIRECT read ceiling", d->read_gbs, "GB/s",
-                      NAN, NAN);
+    kvf_record_figure(rec, "disk O_DIRECT read ceiling (the objects' sizes)",
+                      ceil, "GB/s", NAN, NAN);
+    kvf_record_figure(rec, "disk O_DIRECT read, 1 MiB requests", d->read_gbs,
+                      "GB/s", NAN, NAN);
     kvf_record_figure(rec, "wrong bytes", (double)(r[0].wrong + r[1].wrong),
                       "gets", NAN, NAN);
     snprintf(text, sizeof(text),
@@ -554,7 +564,7 @@ int kvf_cmd_bench_store_ws(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     memset(r, 0, sizeof(r));
-    kvf_env_disk_measure(o.dir, 1ull << 30, &d);
+    kvf_env_disk_measure(o.dir, 1ull << 30, set.size, set.n, &d);
     kvf_env_disk_text(&d, text, sizeof(text));
     if (!o.json) {
         printf("# bench store --working-set: %u objects, %.1f MiB, over a "
