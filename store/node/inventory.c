@@ -28,6 +28,7 @@ struct kvf_node_inv {
     pthread_mutex_t lock;
     int lfd;
     int conns[KVF_NI_CONNS];
+    kvf_wire_mac_t macs[KVF_NI_CONNS]; /* their frame tags */
     char host[KVF_HOST_MAX];
     char addr[KVF_SM_INV_ADDR_MAX];
     unsigned timeout_ms;
@@ -40,6 +41,7 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
 {
     char peer[64];
     int fd = accept4(ni->lfd, NULL, NULL, SOCK_CLOEXEC);
+    kvf_wire_mac_t mac;
     unsigned i;
     int one = 1;
 
@@ -51,13 +53,14 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     kvf_auth_peer_name(fd, peer, sizeof(peer));
     if (kvf_auth_server(fd, ni->host, "store", peer,
-                        kvf_time_ms() + ni->timeout_ms) != KVF_OK) {
+                        kvf_time_ms() + ni->timeout_ms, &mac) != KVF_OK) {
         close(fd);
         return;
     }
     for (i = 0; i < KVF_NI_CONNS; i++) {
         if (ni->conns[i] < 0) {
             ni->conns[i] = fd;
+            ni->macs[i] = mac;
             return;
         }
     }
@@ -65,6 +68,7 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
                "node inventory: %u leader connections "
                "already: refusing %s",
                KVF_NI_CONNS, peer);
+    kvf_wire_mac_free(&mac);
     close(fd);
 }
 
@@ -97,7 +101,7 @@ static kvf_status_t kvf_ni_apply(kvf_node_inv_t *ni, uint8_t type,
 }
 
 /* Serves one frame of connection fd; -1 to close it. */
-static int kvf_ni_serve(kvf_node_inv_t *ni, int fd)
+static int kvf_ni_serve(kvf_node_inv_t *ni, int fd, kvf_wire_mac_t *mac)
 {
     uint64_t deadline = kvf_time_ms() + ni->timeout_ms;
     kvf_sm_inv_ent_t e;
@@ -106,7 +110,7 @@ static int kvf_ni_serve(kvf_node_inv_t *ni, int fd)
     kvf_rd_t r;
     uint32_t i;
 
-    if (kvf_sp_recv(fd, &ni->f, deadline, deadline) != KVF_OK) {
+    if (kvf_sp_recv(fd, mac, &ni->f, deadline, deadline) != KVF_OK) {
         return -1;
     }
     st = kvf_sm_inv_check(ni->f.hdr.type, ni->f.hdr.count, ni->f.body,
@@ -127,7 +131,7 @@ static int kvf_ni_serve(kvf_node_inv_t *ni, int fd)
         kvf_log_rl(KVF_LOG_WARN, "node inventory: bad %s frame: closing",
                    kvf_sp_msg_name(ni->f.hdr.type));
     }
-    st = kvf_sp_send(fd, ni->f.hdr.type | KVF_SP_REPLY, ni->f.hdr.id, st,
+    st = kvf_sp_send(fd, mac, ni->f.hdr.type | KVF_SP_REPLY, ni->f.hdr.id, st,
                      st == KVF_OK ? ni->f.hdr.count : 0, 0,
                      st == KVF_OK ? &w : NULL, deadline);
     kvf_wr_free(&w);
@@ -153,9 +157,10 @@ static void *kvf_ni_main(void *arg)
         }
         for (i = 0; i < KVF_NI_CONNS; i++) {
             if (ni->conns[i] >= 0 && pfd[i + 1].revents != 0 &&
-                kvf_ni_serve(ni, ni->conns[i]) != 0) {
+                kvf_ni_serve(ni, ni->conns[i], &ni->macs[i]) != 0) {
                 close(ni->conns[i]);
                 ni->conns[i] = -1;
+                kvf_wire_mac_free(&ni->macs[i]);
             }
         }
         if (pfd[0].revents & POLLIN) {
@@ -215,6 +220,7 @@ void kvf_node_inv_stop(kvf_node_inv_t *ni)
     pthread_join(ni->thread, NULL);
     close(ni->lfd);
     for (i = 0; i < KVF_NI_CONNS; i++) {
+        kvf_wire_mac_free(&ni->macs[i]);
         if (ni->conns[i] >= 0) {
             close(ni->conns[i]);
         }
@@ -275,7 +281,8 @@ static uint32_t kvf_ni_page(kvf_node_inv_t *ni, kvf_wr_t *w, uint64_t *from)
     return n;
 }
 
-kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int fd, uint64_t uid,
+kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int fd,
+                                 kvf_wire_mac_t *mac, uint64_t uid,
                                  uint64_t gen, uint64_t *next_id,
                                  kvf_sp_frame_t *f, unsigned timeout_ms)
 {
@@ -291,7 +298,7 @@ kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int fd, uint64_t uid,
         n = kvf_ni_page(ni, &w, &from);
         st = kvf_wr_status(&w);
         if (st == KVF_OK) {
-            st = kvf_sp_call(fd, KVF_SP_INV_REPORT, ++*next_id, n, &w, f,
+            st = kvf_sp_call(fd, mac, KVF_SP_INV_REPORT, ++*next_id, n, &w, f,
                              kvf_time_ms() + timeout_ms);
         }
         kvf_wr_free(&w);

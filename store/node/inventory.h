@@ -31,7 +31,8 @@ kvf_status_t kvf_node_inv_fence(kvf_node_inv_t *ni, uint64_t epoch);
 size_t kvf_node_inv_count(kvf_node_inv_t *ni);
 /* Sends the inventory to the master on fd as INV_REPORT pages, then the
  * empty page that ends it; each call bounded by timeout_ms. */
-kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int fd, uint64_t uid,
+kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int fd,
+                                 kvf_wire_mac_t *mac, uint64_t uid,
                                  uint64_t gen, uint64_t *next_id,
                                  kvf_sp_frame_t *f, unsigned timeout_ms);
 

@@ -344,26 +344,61 @@ static void test_engine_peer(void **state)
     free(dst);
 }
 
+/* Descriptors written by someone without the cluster secret: refused
+ * before any connection is tried. */
 static void test_bad_descriptors(void **state)
 {
     kvf_etcd_t *e = open_etcd(g_etcd.endpoint, 2000);
-    kvf_engine_h b = engine_etcd();
+    kvf_engine_h a = engine_etcd(), b = engine_etcd();
     unsigned char env[40] = {'K', 'V', 'F', 'S', 1, 0, 0, 0};
+    unsigned char *val;
+    kvf_etcd_kv_t *kv;
     kvf_peer_h peer;
+    char key[256];
 
     (void)state;
     assert_int_equal(
         kvf_etcd_put(e, "/kvferry/seg/foreign", "{\"x\":1}", 7, 0, NULL),
         KVF_OK);
     assert_int_equal(kvf_peer_open(b, "foreign", &peer), KVF_ERR_PROTOCOL);
-    /* the right envelope, a wrong checksum */
+    /* an envelope of the older version, which carried no MAC */
     assert_int_equal(
         kvf_etcd_put(e, "/kvferry/seg/damaged", env, sizeof(env), 0, NULL),
         KVF_OK);
-    assert_int_equal(kvf_peer_open(b, "damaged", &peer), KVF_ERR_CHECKSUM);
+    assert_int_equal(kvf_peer_open(b, "damaged", &peer), KVF_ERR_VERSION);
+    /* a real descriptor (engine a's) copied to another name: its MAC
+     * names the key it was written at */
+    snprintf(key, sizeof(key), "/kvferry/seg/%s", kvf_engine_segment_name(a));
+    assert_int_equal(kvf_etcd_get(e, key, &kv), KVF_OK);
+    assert_true(kv->len > 40);
+    assert_int_equal(kvf_etcd_put(e, "/kvferry/seg/moved", kv->val, kv->len,
+                                  0, NULL),
+                     KVF_OK);
+    assert_int_equal(kvf_peer_open(b, "moved", &peer), KVF_ERR_AUTH);
+    /* the same descriptor at its own key with its MAC zeroed, then with
+     * one byte of the descriptor changed: both refused */
+    val = malloc(kv->len);
+    memcpy(val, kv->val, kv->len);
+    memset(val + 8, 0, 32);
+    assert_int_equal(kvf_etcd_put(e, key, val, kv->len, 0, NULL), KVF_OK);
+    assert_int_equal(kvf_peer_open(b, kvf_engine_segment_name(a), &peer),
+                     KVF_ERR_AUTH);
+    memcpy(val, kv->val, kv->len);
+    val[kv->len - 1] ^= 1;
+    assert_int_equal(kvf_etcd_put(e, key, val, kv->len, 0, NULL), KVF_OK);
+    assert_int_equal(kvf_peer_open(b, kvf_engine_segment_name(a), &peer),
+                     KVF_ERR_AUTH);
+    /* put back as written: opened */
+    assert_int_equal(kvf_etcd_put(e, key, kv->val, kv->len, 0, NULL), KVF_OK);
+    assert_int_equal(kvf_peer_open(b, kvf_engine_segment_name(a), &peer),
+                     KVF_OK);
+    kvf_peer_close(peer);
+    free(val);
+    kvf_etcd_kvs_free(kv, 1);
     assert_int_equal(kvf_peer_open(b, "nobody:1", &peer),
                      KVF_ERR_PEER_UNREACHABLE);
     kvf_engine_destroy(b);
+    kvf_engine_destroy(a);
     kvf_etcd_close(e);
 }
 

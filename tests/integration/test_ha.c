@@ -90,7 +90,7 @@ static kvf_status_t raw_status(const char *addr)
     if (fd < 0) {
         return KVF_ERR_CONNECT;
     }
-    st = kvf_sp_call(fd, KVF_SP_EXISTS, 1, 0, NULL, &f, kvf_time_ms() + 2000);
+    st = kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_EXISTS, 1, 0, NULL, &f, kvf_time_ms() + 2000);
     if (st == KVF_OK) {
         st = (kvf_status_t)f.hdr.status;
     }

@@ -287,7 +287,7 @@ static int send_node_reg(int fd, const char *segment, uint64_t addr,
     if (!with_instance) {
         w.len -= KVF_SM_INSTANCE_LEN; /* the older format */
     }
-    st = kvf_sp_call(fd, KVF_SP_NODE_REG, 1, 0, &w, &f, kvf_time_ms() + 5000);
+    st = kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_NODE_REG, 1, 0, &w, &f, kvf_time_ms() + 5000);
     kvf_wr_free(&w);
     kvf_sp_frame_free(&f);
     close(fd);

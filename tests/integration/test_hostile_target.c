@@ -106,7 +106,7 @@ static int raw_connect_from(const kvf_test_target_t *t, const char *from)
                      KVF_OK);
     if (from == NULL) {
         /* past authentication: what a holder of the secret can send */
-        assert_int_equal(kvf_auth_connect(host, port, 2000, "tcp", &fd),
+        assert_int_equal(kvf_test_connect(host, port, 2000, "tcp", &fd),
                          KVF_OK);
         return fd;
     }
@@ -128,37 +128,48 @@ static int raw_connect(const kvf_test_target_t *t)
     return raw_connect_from(t, NULL);
 }
 
-/* Sends a frame header and count entries (addr, len each). */
+/* Sends a frame header and count entries (addr, len each), with its
+ * tag (the connection's, as a holder of the secret sends it). */
 static void send_frame(int fd, uint8_t type, uint32_t count, uint64_t data_len,
                        uint64_t addr, uint64_t len)
 {
-    unsigned char hb[KVF_WIRE_HDR_LEN];
-    kvf_frame_hdr_t h;
     kvf_wr_t w;
     uint32_t i;
 
-    kvf_tcp_hdr_init(&h, type, 1, KVF_OK, count, data_len);
-    kvf_frame_pack(&h, hb);
-    assert_int_equal(
-        kvf_sock_send_all(fd, hb, sizeof(hb), kvf_time_ms() + 2000), KVF_OK);
+    unsigned char hb[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
+    kvf_frame_hdr_t h;
+
     kvf_wr_init(&w);
     for (i = 0; i < count; i++) {
         kvf_tcp_entry_enc(&w, addr, len);
     }
-    if (w.len > 0) {
-        kvf_sock_send_all(fd, w.buf, w.len, kvf_time_ms() + 2000);
-    }
+    kvf_tcp_hdr_init(&h, type, 1, KVF_OK, count, data_len);
+    kvf_frame_pack(&h, hb);
+    kvf_wire_mac_seal(kvf_test_mac(fd), hb, w.buf, w.len, tag);
+    kvf_sock_send_all(fd, hb, sizeof(hb), kvf_time_ms() + 2000);
+    kvf_sock_send_all(fd, w.buf, w.len, kvf_time_ms() + 2000);
+    kvf_sock_send_all(fd, tag, sizeof(tag), kvf_time_ms() + 2000);
     kvf_wr_free(&w);
 }
 
+/* A reply's header and metadata (left unread: the caller skips it), its
+ * tag checked when it has no metadata. */
 static kvf_frame_hdr_t recv_reply(int fd)
 {
-    unsigned char hb[KVF_WIRE_HDR_LEN];
+    unsigned char hb[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
     kvf_frame_hdr_t h;
 
     assert_int_equal(
         kvf_sock_recv_all(fd, hb, sizeof(hb), kvf_time_ms() + 3000), KVF_OK);
     assert_int_equal(kvf_frame_unpack(hb, &h), KVF_OK);
+    if (h.meta_len == 0) {
+        assert_int_equal(
+            kvf_sock_recv_all(fd, tag, sizeof(tag), kvf_time_ms() + 3000),
+            KVF_OK);
+        assert_int_equal(
+            kvf_wire_mac_check(kvf_test_mac(fd), hb, NULL, 0, tag, "test"),
+            KVF_OK);
+    }
     return h;
 }
 

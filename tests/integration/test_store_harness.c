@@ -218,7 +218,7 @@ int kvs_raw_connect(const char *addr)
     int fd;
 
     if (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK ||
-        kvf_auth_connect(host, port, 2000, "store", &fd) != KVF_OK) {
+        kvf_test_connect(host, port, 2000, "store", &fd) != KVF_OK) {
         return -1;
     }
     return fd;

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "test_util.h"
+
 typedef struct kvs_proc {
     pid_t pid;
     char addr[128];               /* master RPC address or node segment */
