@@ -864,6 +864,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_merge_adjacent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_edge_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_initiators, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers, setup, teardown),
