@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <dirent.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -420,6 +421,80 @@ static void test_conn_flood(void **state)
     assert_int_equal(kvf_test_target_stop(&t), 0);
 }
 
+/* Keeps naddr x per connections that never authenticate open to t from
+ * 127.0.0.2, .3, ... (reopening what the target dropped), and 12 times
+ * has a real client from 127.0.0.1 open a peer and move verified bytes.
+ * Returns the target's largest thread count seen. */
+static int unauth_flood(const kvf_test_target_t *t, int naddr, int per)
+{
+    enum { ROUNDS = 12 };
+    static int fds[16][256];
+    int a, i, r, open_now, th, thmax = 0;
+    uint64_t ms, msmax = 0;
+    char from[32], b;
+
+    memset(fds, -1, sizeof(fds));
+    for (r = 0; r < ROUNDS; r++) {
+        open_now = 0;
+        for (a = 0; a < naddr; a++) {
+            snprintf(from, sizeof(from), "127.0.0.%d", a + 2);
+            for (i = 0; i < per; i++) {
+                if (fds[a][i] >= 0 &&
+                    recv(fds[a][i], &b, 1, MSG_DONTWAIT) < 0 &&
+                    errno == EAGAIN) {
+                    open_now++;
+                    continue; /* still held open by the target */
+                }
+                if (fds[a][i] >= 0) {
+                    close(fds[a][i]);
+                }
+                fds[a][i] = raw_connect_from(t, from);
+            }
+        }
+        th = nthreads(t->pid);
+        thmax = th > thmax ? th : thmax;
+        ms = check_serving(t); /* asserts that it is served */
+        msmax = ms > msmax ? ms : msmax;
+        print_message("%d x %d, round %d: %d flood connections held open, "
+                      "target threads %d, client served in %lu ms\n",
+                      naddr, per, r, open_now, th, (unsigned long)ms);
+    }
+    print_message("flood of %d addresses x %d: a client served %d of %d "
+                  "times, slowest %lu ms\n",
+                  naddr, per, ROUNDS, ROUNDS, (unsigned long)msmax);
+    for (a = 0; a < naddr; a++) {
+        for (i = 0; i < per; i++) {
+            if (fds[a][i] >= 0) {
+                close(fds[a][i]);
+            }
+        }
+    }
+    return thmax;
+}
+
+/* 256 connections that never authenticate from each of 4 addresses
+ * (1024, what filled conns_max before the unauthenticated budget), then
+ * 16 from each of 16 (past conns_unauth_max: the oldest are dropped): a
+ * real client is served every time, and the target's threads stay
+ * within the unauthenticated budget. */
+static void test_unauth_flood(void **state)
+{
+    kvf_test_target_t t;
+    int th0, th;
+
+    (void)state;
+    raise_nofile(16 * 256 + 512);
+    assert_int_equal(start_target(&t), 0);
+    th0 = nthreads(t.pid);
+    th = unauth_flood(&t, 4, 256);
+    assert_true(th <= th0 + 4 * 16 + 16); /* conns_unauth_per_addr */
+    /* conns_unauth_max, plus dropped ones whose threads are ending */
+    th = unauth_flood(&t, 16, 16);
+    assert_true(th <= th0 + 128 + 64);
+    check_serving(&t);
+    assert_int_equal(kvf_test_target_stop(&t), 0);
+}
+
 /* Idle connections are closed; a client whose pooled connections were
  * closed reconnects by itself (tcp, then shm). */
 static void idle_one(const char *transport)
@@ -643,6 +718,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_sum_cancel),
         cmocka_unit_test(test_write_drain),
         cmocka_unit_test(test_conn_flood),
+        cmocka_unit_test(test_unauth_flood),
         cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_emfile),
         cmocka_unit_test(test_crafted),

@@ -613,12 +613,16 @@ static int kvf_tcp_wait_request(kvf_tcp_sconn_t *c)
 }
 
 /* The authentication exchange, before any request is read: a peer
- * without the secret learns nothing and changes nothing. */
+ * without the secret learns nothing and changes nothing, and holds only
+ * a slot of the listener's unauthenticated budget until then. */
 static kvf_status_t kvf_tcp_sconn_auth(kvf_tcp_sconn_t *c)
 {
+    kvf_status_t st;
+
     kvf_auth_peer_name(c->fd, c->peer, sizeof(c->peer));
-    return kvf_auth_server(c->fd, NULL, "tcp", c->peer, kvf_tcp_deadline(c),
-                           &c->mac);
+    st = kvf_auth_server(c->fd, NULL, "tcp", c->peer,
+                         kvf_tl_conn_auth_deadline(c->conn), &c->mac);
+    return st == KVF_OK ? kvf_tl_conn_authed(c->conn) : st;
 }
 
 static void kvf_tcp_sconn_main(kvf_tcp_sconn_t *c)

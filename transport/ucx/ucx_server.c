@@ -317,7 +317,10 @@ static void kvf_ucx_serve_conn(kvf_tl_conn_t *tc)
 
     kvf_auth_peer_name(c.fd, peer, sizeof(peer));
     status = kvf_auth_server(c.fd, iface->host, "ucx", peer,
-                             kvf_time_ms() + iface->cfg.timeout_ms, &c.mac);
+                             kvf_tl_conn_auth_deadline(tc), &c.mac);
+    if (status == KVF_OK) {
+        status = kvf_tl_conn_authed(tc);
+    }
     while (status == KVF_OK && !kvf_tl_listener_stopping(tc->listener)) {
         status = kvf_ucx_recv_hdr(c.fd, &h,
                                   kvf_time_ms() + srv->lim.idle_timeout_ms);
