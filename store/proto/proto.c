@@ -23,8 +23,10 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
     {"master", "127.0.0.1:17800",
      "store master RPC address (master: listen; nodes, clients: connect)",
      KVF_CONFIG_USER},
-    {"master_http", "127.0.0.1:17801",
-     "store master HTTP address (/metrics, /status)", KVF_CONFIG_USER},
+    {"master_http", "auto",
+     "store master HTTP address (/metrics, /status); auto: the master's "
+     "host and RPC port + 1; off: none",
+     KVF_CONFIG_USER},
     {"lease_ms", "2000",
      "read lease a get grants (ms): an object being read is not evicted "
      "or removed for this long",
