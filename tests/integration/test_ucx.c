@@ -404,6 +404,7 @@ static void test_side_channel_hostile(void **state)
     assert_int_equal(
         kvf_sock_send_all(fd, junk, sizeof(junk), kvf_time_ms() + 3000),
         KVF_OK);
+    kvf_wire_mac_free(kvf_test_mac(fd)); /* tracked allocations */
     assert_closed(fd);
     /* and a real initiator is still served */
     op =
@@ -834,6 +835,7 @@ static void test_push_hostile(void **state)
     ucp_worker_destroy(w);
     ucp_cleanup(ctx);
     free(addr);
+    kvf_wire_mac_free(kvf_test_mac(fd)); /* tracked allocations */
     close(fd);
     /* and a real initiator is still served, READ and WRITE */
     op = (kvf_op_t){KVF_OP_READ, f->local, f->peer, f->t.pool_addr + 16384,
