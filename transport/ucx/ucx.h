@@ -187,9 +187,10 @@ struct kvf_tl_ep {
 /* ---- ucx_ctx.c ---------------------------------------------------------- */
 
 /* A context for an iface serving or reaching host (loopback: UCX's
- * network devices limited to lo, see docs/ucx.md). Refuses, unless
- * insecure=1, a non-loopback context that would use UCX's tcp transport:
- * its listener accepts unauthenticated connections. */
+ * network devices limited to lo, see docs/ucx.md). Refuses (KVF_ERR_AUTH)
+ * a context that would use UCX's tcp transport, loopback or not, unless
+ * ucx_tcp=1 or insecure=1: its listener accepts unauthenticated peers,
+ * and UCX's software RMA over it reads and writes any address. */
 kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p);
 /* UCX's resources ("tl/dev" words separated by spaces) of a context
  * created from the environment; "" if UCX cannot start. */
