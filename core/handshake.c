@@ -126,7 +126,8 @@ static int kvf_auth_name_hash(const struct sockaddr *sa, socklen_t len,
         memcpy(in + n + 16, &s6->sin6_port, 2);
         n += 18;
     } else if (sa->sa_family == AF_UNIX &&
-               len > offsetof(struct sockaddr_un, sun_path)) {
+               len >= offsetof(struct sockaddr_un, sun_path)) {
+        /* an unnamed socket (a socketpair's) hashes its empty name */
         size_t plen = len - offsetof(struct sockaddr_un, sun_path);
 
         in[n++] = 'u';
