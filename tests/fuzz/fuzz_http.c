@@ -33,6 +33,7 @@ static char kvf_fuzz_secret[64];
 static char kvf_fuzz_host[64];
 static uint16_t kvf_fuzz_port;
 static unsigned long kvf_fuzz_n;
+static kvf_master_h kvf_fuzz_master; /* serves until the process ends */
 
 static void kvf_fuzz_secret_rm(void)
 {
@@ -59,7 +60,6 @@ static void kvf_fuzz_secret_new(void)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     kvf_server_master_params_t p;
-    kvf_master_h m;
 
     (void)argc;
     (void)argv;
@@ -70,13 +70,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     p.listen = "127.0.0.1:0";
     p.http = "127.0.0.1:0";
-    if (kvf_server_master_start(&p, &m) != KVF_OK ||
-        kvf_sock_parse_addr(kvf_server_master_http(m), kvf_fuzz_host,
+    if (kvf_server_master_start(&p, &kvf_fuzz_master) != KVF_OK ||
+        kvf_sock_parse_addr(kvf_server_master_http(kvf_fuzz_master),
+                            kvf_fuzz_host,
                             sizeof(kvf_fuzz_host),
                             &kvf_fuzz_port) != KVF_OK) {
         abort();
     }
-    return 0; /* the master serves until the process ends */
+    return 0;
 }
 
 /* Sends len bytes as one connection's request and reads the reply
