@@ -171,8 +171,7 @@ static kvf_status_t kvf_etcd_creds(kvf_etcd_t *e, const char *dir)
 /* https with the client certificate of etcd_tls_dir, or plain http. */
 static kvf_status_t kvf_etcd_tls(kvf_etcd_t *e)
 {
-    static const char *const names[3] = {"ca.crt", "client.crt",
-                                         "client.key"};
+    static const char *const names[3] = {"ca.crt", "client.crt", "client.key"};
     static const CURLoption opts[3] = {CURLOPT_CAINFO, CURLOPT_SSLCERT,
                                        CURLOPT_SSLKEY};
     const char *dir = kvf_config_str(&kvf_etcd_config, "etcd_tls_dir");
@@ -386,8 +385,8 @@ static kvf_status_t kvf_etcd_send(kvf_etcd_t *e, const char *path,
  * held. */
 static kvf_status_t kvf_etcd_login(kvf_etcd_t *e, uint64_t deadline)
 {
-    json_t *req = json_pack("{s:s, s:s}", "name", e->user, "password",
-                            e->password);
+    json_t *req =
+        json_pack("{s:s, s:s}", "name", e->user, "password", e->password);
     char *body = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
     json_t *rep = NULL, *tok;
     kvf_status_t st;

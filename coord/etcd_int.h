@@ -20,7 +20,7 @@ struct kvf_etcd {
     unsigned nep;
     unsigned cur; /* the endpoint tried first */
     unsigned timeout_ms;
-    int tls; /* https with a client certificate (etcd_tls_dir) */
+    int tls;            /* https with a client certificate (etcd_tls_dir) */
     char user[128];     /* etcd user (etcd_tls_dir/user), "" for none */
     char password[256]; /* its password (etcd_tls_dir/password) */
     char token[512];    /* "Authorization: TOKEN" once authenticated */

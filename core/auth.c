@@ -84,8 +84,8 @@ static int kvf_auth_insecure(void)
 }
 
 kvf_status_t kvf_auth_read_private_at(int dfd, const char *name,
-                                      const char *shown, void *buf,
-                                      size_t min, size_t max, size_t *len_p)
+                                      const char *shown, void *buf, size_t min,
+                                      size_t max, size_t *len_p)
 {
     struct stat sb;
     ssize_t n;
@@ -99,9 +99,9 @@ kvf_status_t kvf_auth_read_private_at(int dfd, const char *name,
                                  : "");
         return KVF_ERR_AUTH;
     }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) ||
-        sb.st_uid != geteuid() || (sb.st_mode & 077) != 0 ||
-        (size_t)sb.st_size < min || (size_t)sb.st_size > max) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid() ||
+        (sb.st_mode & 077) != 0 || (size_t)sb.st_size < min ||
+        (size_t)sb.st_size > max) {
         kvf_error("%s: mode %04o, owner uid %u, %ld bytes: refused (it must "
                   "be a regular file of %zu to %zu bytes owned by uid %u "
                   "with no group or other permission: chown %u %s; chmod "
@@ -125,8 +125,7 @@ kvf_status_t kvf_auth_read_private_at(int dfd, const char *name,
 kvf_status_t kvf_auth_read_private(const char *path, void *buf, size_t min,
                                    size_t max, size_t *len_p)
 {
-    return kvf_auth_read_private_at(AT_FDCWD, path, path, buf, min, max,
-                                    len_p);
+    return kvf_auth_read_private_at(AT_FDCWD, path, path, buf, min, max, len_p);
 }
 
 /* Reads a secret file after checking owner, mode and size. */
@@ -205,8 +204,8 @@ static kvf_status_t kvf_auth_secret_create(int dfd, const char *dir)
         return KVF_ERR_AUTH;
     }
     snprintf(tmp, sizeof(tmp), "secret.%d.%08x.tmp", (int)getpid(), salt);
-    fd = openat(dfd, tmp,
-                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                0600);
     if (fd < 0) {
         kvf_error("cannot create the secret %s/%s: %m", dir, tmp);
         OPENSSL_cleanse(key, sizeof(key));
@@ -413,8 +412,7 @@ static kvf_status_t kvf_auth_record_hmac(const char *key, const void *val,
 
 kvf_status_t kvf_auth_record_mac(const char *host, const char *key,
                                  const void *val, size_t len,
-                                 unsigned char out[KVF_AUTH_MAC_LEN],
-                                 int *on_p)
+                                 unsigned char out[KVF_AUTH_MAC_LEN], int *on_p)
 {
     kvf_status_t st;
     int on = 0;

@@ -98,8 +98,8 @@ kvf_status_t kvf_auth_prepare(const char *host, int *on_p);
 kvf_status_t kvf_auth_read_private(const char *path, void *buf, size_t min,
                                    size_t max, size_t *len_p);
 kvf_status_t kvf_auth_read_private_at(int dfd, const char *name,
-                                      const char *shown, void *buf,
-                                      size_t min, size_t max, size_t *len_p);
+                                      const char *shown, void *buf, size_t min,
+                                      size_t max, size_t *len_p);
 
 /* For a server about to listen on host: refuses (KVF_ERR_AUTH, one error
  * line) a non-loopback address without a secret unless insecure=1, in
@@ -132,7 +132,7 @@ kvf_status_t kvf_auth_connect(const char *host, uint16_t port, int timeout_ms,
 typedef struct kvf_auth_srv {
     int state;
     int on;
-    int payload;  /* this server asks for payload tags */
+    int payload;     /* this server asks for payload tags */
     uint16_t hflags; /* HELLO's flags */
     size_t off;
     const char *proto;

@@ -354,8 +354,8 @@ static kvf_status_t kvf_auth_client_hello(int fd, const char *peer,
                   peer);
         return KVF_ERR_AUTH;
     }
-    *t = (kvf_auth_ts_t){NULL,         hello->nonce, chal->nonce,
-                         hello->mac,   hello->flags, chal->flags};
+    *t = (kvf_auth_ts_t){NULL,       hello->nonce, chal->nonce,
+                         hello->mac, hello->flags, chal->flags};
     return KVF_OK;
 }
 
@@ -532,8 +532,7 @@ static kvf_auth_ts_t kvf_auth_srv_ts(const kvf_auth_srv_t *a)
 {
     uint16_t cflags = a->payload ? KVF_AUTH_F_PAYLOAD : 0;
 
-    return (kvf_auth_ts_t){a->proto, a->nc,      a->ns,
-                           a->name,  a->hflags, cflags};
+    return (kvf_auth_ts_t){a->proto, a->nc, a->ns, a->name, a->hflags, cflags};
 }
 
 /* HELLO arrived: checks the name the client reached, queues the

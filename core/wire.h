@@ -81,7 +81,8 @@ static inline int kvf_wire_mac_on(const kvf_wire_mac_t *m)
 }
 /* The tag of the next frame sent: over tx_seq, hdr and meta (len bytes,
  * may be NULL when 0); advances tx_seq. */
-void kvf_wire_mac_seal(kvf_wire_mac_t *m, const unsigned char hdr[KVF_WIRE_HDR_LEN],
+void kvf_wire_mac_seal(kvf_wire_mac_t *m,
+                       const unsigned char hdr[KVF_WIRE_HDR_LEN],
                        const void *meta, size_t len,
                        unsigned char tag[KVF_WIRE_TAG_LEN]);
 /* Checks the tag of the next frame received; advances rx_seq either way
@@ -94,9 +95,8 @@ kvf_status_t kvf_wire_mac_check(kvf_wire_mac_t *m,
                                 const char *where);
 /* The same with the header given unpacked (packed again: the encoding
  * is one to one). */
-kvf_status_t kvf_wire_mac_check_hdr(kvf_wire_mac_t *m,
-                                    const kvf_frame_hdr_t *h, const void *meta,
-                                    size_t len,
+kvf_status_t kvf_wire_mac_check_hdr(kvf_wire_mac_t *m, const kvf_frame_hdr_t *h,
+                                    const void *meta, size_t len,
                                     const unsigned char tag[KVF_WIRE_TAG_LEN],
                                     const char *where);
 

@@ -161,9 +161,8 @@ kvf_status_t kvf_wire_mac_check(kvf_wire_mac_t *m,
     return KVF_OK;
 }
 
-kvf_status_t kvf_wire_mac_check_hdr(kvf_wire_mac_t *m,
-                                    const kvf_frame_hdr_t *h, const void *meta,
-                                    size_t len,
+kvf_status_t kvf_wire_mac_check_hdr(kvf_wire_mac_t *m, const kvf_frame_hdr_t *h,
+                                    const void *meta, size_t len,
                                     const unsigned char tag[KVF_WIRE_TAG_LEN],
                                     const char *where)
 {

@@ -343,9 +343,8 @@ kvf_status_t kvf_meta_etcd_open(const char *uri, unsigned timeout_ms,
     if (st == KVF_OK) {
         st = kvf_etcd_open(uri, m->lease_ms / 3, &m->ka);
     }
-    if (st == KVF_OK &&
-        kvf_sock_parse_addr(kvf_etcd_endpoint(m->etcd), m->host,
-                            sizeof(m->host), &port) != KVF_OK) {
+    if (st == KVF_OK && kvf_sock_parse_addr(kvf_etcd_endpoint(m->etcd), m->host,
+                                            sizeof(m->host), &port) != KVF_OK) {
         snprintf(m->host, sizeof(m->host), "%s", kvf_etcd_endpoint(m->etcd));
     }
     if (st != KVF_OK) {

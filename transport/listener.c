@@ -155,13 +155,14 @@ static int kvf_tl_admit(kvf_tl_listener_t *l,
         return 0;
     }
     kvf_tl_count(l, peer, &n);
-    if (n.same >= lim->conns_per_addr || n.unauth_same >= lim->unauth_per_addr) {
+    if (n.same >= lim->conns_per_addr ||
+        n.unauth_same >= lim->unauth_per_addr) {
         kvf_log_rl(KVF_LOG_WARN,
                    "%s: refusing a connection from %s: %u already open from "
                    "there, %u of them not authenticated (conns_per_addr, "
                    "conns_unauth_per_addr)",
-                   l->p.name, kvf_tl_host_str(peer, host, sizeof(host)),
-                   n.same, n.unauth_same);
+                   l->p.name, kvf_tl_host_str(peer, host, sizeof(host)), n.same,
+                   n.unauth_same);
         return 0;
     }
     if (n.unauth >= lim->unauth_max && n.oldest != NULL) {

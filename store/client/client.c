@@ -339,10 +339,10 @@ static kvf_status_t kvf_store_rpc_once(kvf_store_h st, uint8_t type,
             }
             return status;
         }
-        status = wait ? kvf_sp_call(c->fd, &c->mac, type, ++c->next_id, count, w, &c->f,
-                                    deadline_ms)
-                      : kvf_sp_send(c->fd, &c->mac, type, ++c->next_id, KVF_OK, count, 0,
-                                    w, deadline_ms);
+        status = wait ? kvf_sp_call(c->fd, &c->mac, type, ++c->next_id, count,
+                                    w, &c->f, deadline_ms)
+                      : kvf_sp_send(c->fd, &c->mac, type, ++c->next_id, KVF_OK,
+                                    count, 0, w, deadline_ms);
         if (status == KVF_OK) {
             if (wait && c->f.hdr.status != KVF_OK) {
                 status = (kvf_status_t)c->f.hdr.status;
@@ -636,8 +636,8 @@ static kvf_status_t kvf_store_connect_leader(kvf_store_h st, kvf_sconn_t **c_p)
         }
         status = kvf_sconn_open(st, &c);
         if (status == KVF_OK) {
-            status = kvf_sp_call(c->fd, &c->mac, KVF_SP_EXISTS, ++c->next_id, 0, NULL,
-                                 &c->f, kvf_time_ms() + st->timeout_ms);
+            status = kvf_sp_call(c->fd, &c->mac, KVF_SP_EXISTS, ++c->next_id, 0,
+                                 NULL, &c->f, kvf_time_ms() + st->timeout_ms);
             if (status == KVF_OK) {
                 status = (kvf_status_t)c->f.hdr.status;
             }

@@ -219,8 +219,8 @@ static kvf_status_t kvf_mi_pipe(kvf_mi_chan_t *c, kvf_mi_q_t *b,
     }
     for (i = 0; i < nf && st == KVF_OK; i++) {
         fr[i].id = ++c->next_id;
-        st = kvf_sp_send(c->fd, &c->mac, fr[i].type, fr[i].id, KVF_OK,
-                         fr[i].n, 0, &fr[i].w, deadline);
+        st = kvf_sp_send(c->fd, &c->mac, fr[i].type, fr[i].id, KVF_OK, fr[i].n,
+                         0, &fr[i].w, deadline);
     }
     /* exact reads (kvf_sp_recv): the next answer may follow in the same
      * segment */

@@ -459,8 +459,8 @@ static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
                 &c->mac, &f.hdr, c->in + used + KVF_WIRE_HDR_LEN,
                 f.hdr.meta_len,
                 c->in + used + KVF_WIRE_HDR_LEN + f.hdr.meta_len,
-                c->is_unix ? "store connection (local)"
-                           : "store connection") != KVF_OK) {
+                c->is_unix ? "store connection (local)" : "store connection") !=
+                KVF_OK) {
             kvf_m_count_error(m);
             return -1;
         }

@@ -104,8 +104,8 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
              n->inv != NULL ? kvf_node_inv_addr(n->inv) : "");
     kvf_wr_init(&w);
     kvf_sm_node_reg_enc(&w, &q);
-    st = kvf_sp_call(n->fd, &n->mac, KVF_SP_NODE_REG, ++n->next_id, 0, &w, &n->f,
-                     deadline);
+    st = kvf_sp_call(n->fd, &n->mac, KVF_SP_NODE_REG, ++n->next_id, 0, &w,
+                     &n->f, deadline);
     kvf_wr_free(&w);
     if (st == KVF_OK) {
         st = (kvf_status_t)n->f.hdr.status;
@@ -140,8 +140,8 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
     if (n->inv != NULL && (n->epoch & KVF_SM_HA_EPOCH)) {
         st = kvf_node_inv_fence(n->inv, n->epoch);
         if (st == KVF_OK) {
-            st = kvf_node_inv_report(n->inv, n->fd, &n->mac, n->uid, n->gen, &n->next_id,
-                                     &n->f, n->opts.timeout_ms);
+            st = kvf_node_inv_report(n->inv, n->fd, &n->mac, n->uid, n->gen,
+                                     &n->next_id, &n->f, n->opts.timeout_ms);
         }
         if (st != KVF_OK) {
             kvf_warn("node %s: inventory report to master %s: %s",
@@ -194,8 +194,8 @@ static kvf_status_t kvf_node_heartbeat(kvf_node_t *n)
     q.master_epoch = n->epoch;
     kvf_wr_init(&w);
     kvf_sm_heartbeat_enc(&w, &q);
-    st = kvf_sp_call(n->fd, &n->mac, KVF_SP_HEARTBEAT, ++n->next_id, 0, &w, &n->f,
-                     kvf_time_ms() + n->opts.timeout_ms);
+    st = kvf_sp_call(n->fd, &n->mac, KVF_SP_HEARTBEAT, ++n->next_id, 0, &w,
+                     &n->f, kvf_time_ms() + n->opts.timeout_ms);
     kvf_wr_free(&w);
     if (st != KVF_OK) {
         kvf_node_disconnect(n);

@@ -124,10 +124,9 @@ size_t kvf_sp_frame_len(const kvf_wire_mac_t *mac, const kvf_frame_hdr_t *h)
            (kvf_wire_mac_on(mac) ? KVF_WIRE_TAG_LEN : 0);
 }
 
-kvf_status_t kvf_sp_send(int fd, kvf_wire_mac_t *mac, uint8_t type,
-                         uint64_t id, kvf_status_t status, uint32_t count,
-                         uint16_t flags, const kvf_wr_t *w,
-                         uint64_t deadline_ms)
+kvf_status_t kvf_sp_send(int fd, kvf_wire_mac_t *mac, uint8_t type, uint64_t id,
+                         kvf_status_t status, uint32_t count, uint16_t flags,
+                         const kvf_wr_t *w, uint64_t deadline_ms)
 {
     unsigned char hdr[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
     kvf_frame_hdr_t h = {0};
@@ -312,15 +311,15 @@ static kvf_status_t kvf_sp_recv_reply(int fd, kvf_wire_mac_t *mac,
     }
     status = kvf_sp_body_room(f, rest);
     if (status == KVF_OK && body < rest) {
-        status = kvf_sock_recv_all(fd, f->body + body, rest - body,
-                                   deadline_ms);
+        status =
+            kvf_sock_recv_all(fd, f->body + body, rest - body, deadline_ms);
     }
     return status == KVF_OK ? kvf_sp_check_tag(mac, f) : status;
 }
 
-kvf_status_t kvf_sp_call(int fd, kvf_wire_mac_t *mac, uint8_t type,
-                         uint64_t id, uint32_t count, const kvf_wr_t *w,
-                         kvf_sp_frame_t *f, uint64_t deadline_ms)
+kvf_status_t kvf_sp_call(int fd, kvf_wire_mac_t *mac, uint8_t type, uint64_t id,
+                         uint32_t count, const kvf_wr_t *w, kvf_sp_frame_t *f,
+                         uint64_t deadline_ms)
 {
     kvf_status_t status;
 

@@ -58,10 +58,9 @@ void kvf_sp_frame_free(kvf_sp_frame_t *f);
 
 /* Sends one frame: header + w's bytes (w may be NULL: empty body) +
  * tag. */
-kvf_status_t kvf_sp_send(int fd, kvf_wire_mac_t *mac, uint8_t type,
-                         uint64_t id, kvf_status_t status, uint32_t count,
-                         uint16_t flags, const kvf_wr_t *w,
-                         uint64_t deadline_ms);
+kvf_status_t kvf_sp_send(int fd, kvf_wire_mac_t *mac, uint8_t type, uint64_t id,
+                         kvf_status_t status, uint32_t count, uint16_t flags,
+                         const kvf_wr_t *w, uint64_t deadline_ms);
 /* Bytes a frame of h takes on the wire with mac (header, body, tag). */
 size_t kvf_sp_frame_len(const kvf_wire_mac_t *mac, const kvf_frame_hdr_t *h);
 
@@ -76,9 +75,9 @@ kvf_status_t kvf_sp_recv(int fd, kvf_wire_mac_t *mac, kvf_sp_frame_t *f,
 /* One round trip on a connected fd; the reply must have type|REPLY and
  * the same id. Returns transport errors; the reply's status is in
  * f->hdr.status. */
-kvf_status_t kvf_sp_call(int fd, kvf_wire_mac_t *mac, uint8_t type,
-                         uint64_t id, uint32_t count, const kvf_wr_t *w,
-                         kvf_sp_frame_t *f, uint64_t deadline_ms);
+kvf_status_t kvf_sp_call(int fd, kvf_wire_mac_t *mac, uint8_t type, uint64_t id,
+                         uint32_t count, const kvf_wr_t *w, kvf_sp_frame_t *f,
+                         uint64_t deadline_ms);
 /* The second half of kvf_sp_call, for a caller that sent the request
  * with kvf_sp_send and did other work meanwhile. */
 kvf_status_t kvf_sp_call_end(int fd, kvf_wire_mac_t *mac, uint8_t type,

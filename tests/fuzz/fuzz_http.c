@@ -73,8 +73,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     p.http = "127.0.0.1:0";
     if (kvf_server_master_start(&p, &kvf_fuzz_master) != KVF_OK ||
         kvf_sock_parse_addr(kvf_server_master_http(kvf_fuzz_master),
-                            kvf_fuzz_host,
-                            sizeof(kvf_fuzz_host),
+                            kvf_fuzz_host, sizeof(kvf_fuzz_host),
                             &kvf_fuzz_port) != KVF_OK) {
         abort();
     }

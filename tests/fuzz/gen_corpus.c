@@ -253,8 +253,7 @@ static void kvf_gen_handshake(void)
     m.flags = KVF_AUTH_F_PAYLOAD;
     m.type = KVF_AUTH_HELLO;
     kvf_auth_msg_enc(&m, buf + 1);
-    kvf_gen_write("fuzz_handshake", "hello-payload", buf,
-                  1 + KVF_AUTH_MSG_LEN);
+    kvf_gen_write("fuzz_handshake", "hello-payload", buf, 1 + KVF_AUTH_MSG_LEN);
 }
 
 /* fuzz_http: requests as they arrive on one connection. */
@@ -276,8 +275,7 @@ static void kvf_gen_http(void)
     size_t i;
 
     for (i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
-        kvf_gen_write("fuzz_http", reqs[i][0], reqs[i][1],
-                      strlen(reqs[i][1]));
+        kvf_gen_write("fuzz_http", reqs[i][0], reqs[i][1], strlen(reqs[i][1]));
     }
 }
 

@@ -244,9 +244,9 @@ void test_edge_bounds(void **state)
     /* one byte at the end, and one byte before the start */
     assert_int_equal(one_op(f, KVF_OP_READ, 4096, end, 1, &bytes),
                      KVF_ERR_OUT_OF_BOUNDS);
-    assert_int_equal(one_op(f, KVF_OP_READ, 4096, f->t.pool_addr - 1, 4096,
-                            &bytes),
-                     KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(
+        one_op(f, KVF_OP_READ, 4096, f->t.pool_addr - 1, 4096, &bytes),
+        KVF_ERR_OUT_OF_BOUNDS);
     /* a WRITE one byte past: refused, the pool unchanged */
     memset(f->local + 2 * 4096, 0xee, 4096);
     assert_int_equal(

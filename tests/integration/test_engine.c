@@ -35,9 +35,8 @@ static int setup_on(void **state, const char *transport)
     kvf_alloc_stats(&f->blocks0, &f->bytes0);
     f->fds0 = kvf_test_fd_count();
     /* the target serves both (ctest sets KVF_TRANSPORTS=tcp) */
-    assert_int_equal(kvf_test_target_start(&f->t, POOL, SEED, "--transports",
-                                           "tcp,shm"),
-                     0);
+    assert_int_equal(
+        kvf_test_target_start(&f->t, POOL, SEED, "--transports", "tcp,shm"), 0);
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_CONNS |
                    KVF_ENGINE_PARAM_TIMEOUT | KVF_ENGINE_PARAM_TRANSPORTS;
     p.no_listen = 1;
@@ -148,8 +147,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_edge_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_bounds, setup_shm,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_edge_bounds, setup_shm,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_edge_bounds, setup_shm, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
     };

@@ -372,9 +372,9 @@ static void test_bad_descriptors(void **state)
     snprintf(key, sizeof(key), "/kvferry/seg/%s", kvf_engine_segment_name(a));
     assert_int_equal(kvf_etcd_get(e, key, &kv), KVF_OK);
     assert_true(kv->len > 40);
-    assert_int_equal(kvf_etcd_put(e, "/kvferry/seg/moved", kv->val, kv->len,
-                                  0, NULL),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_etcd_put(e, "/kvferry/seg/moved", kv->val, kv->len, 0, NULL),
+        KVF_OK);
     assert_int_equal(kvf_peer_open(b, "moved", &peer), KVF_ERR_AUTH);
     /* the same descriptor at its own key with its MAC zeroed, then with
      * one byte of the descriptor changed: both refused */
@@ -438,17 +438,16 @@ static void test_tls_auth(void **state)
         assert_true(kvf_time_ms() - t0 < 5000);
         usleep(20 * 1000);
     }
-    assert_int_equal(kvf_elect_lookup(t.endpoint, 3000, o.key, val,
-                                      sizeof(val), &epoch),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_elect_lookup(t.endpoint, 3000, o.key, val, sizeof(val), &epoch),
+        KVF_OK);
     assert_string_equal(val, "127.0.0.1:9");
     kvf_elect_stop(el);
     /* a good certificate, no etcd user: refused */
     snprintf(dir, sizeof(dir), "%s/tls-nobody", t.dir);
     setenv("KVF_ETCD_TLS_DIR", dir, 1);
     e = open_etcd(t.endpoint, 2000);
-    assert_int_equal(kvf_etcd_put(e, "/t/tls", "no", 2, 0, NULL),
-                     KVF_ERR_AUTH);
+    assert_int_equal(kvf_etcd_put(e, "/t/tls", "no", 2, 0, NULL), KVF_ERR_AUTH);
     kvf_etcd_close(e);
     /* plain http to the https endpoint: nothing */
     unsetenv("KVF_ETCD_TLS_DIR");

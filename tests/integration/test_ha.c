@@ -98,7 +98,8 @@ static kvf_status_t raw_status(const char *addr)
     if (fd < 0) {
         return KVF_ERR_CONNECT;
     }
-    st = kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_EXISTS, 1, 0, NULL, &f, kvf_time_ms() + 2000);
+    st = kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_EXISTS, 1, 0, NULL, &f,
+                     kvf_time_ms() + 2000);
     if (st == KVF_OK) {
         st = (kvf_status_t)f.hdr.status;
     }
@@ -538,8 +539,8 @@ static void test_forged_leader(void **state)
     snprintf(rec, sizeof(rec), "127.0.0.2:%u%s", port, mac);
     forged_refused(e, kv->lease, rec, decoy);
     /* the genuine record back: clients find the leader again */
-    assert_int_equal(
-        kvf_etcd_put(e, g_key, kv->val, kv->len, kv->lease, NULL), KVF_OK);
+    assert_int_equal(kvf_etcd_put(e, g_key, kv->val, kv->len, kv->lease, NULL),
+                     KVF_OK);
     assert_int_equal(kvs_client_open(&c, "", OBJ), 0);
     assert_int_equal(kvf_store_exists(c.st, "nothing"), KVF_ERR_NO_KEY);
     kvs_client_close(&c);
@@ -552,8 +553,10 @@ static void test_forged_leader(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_failover),     cmocka_unit_test(test_churn),
-        cmocka_unit_test(test_evict),        cmocka_unit_test(test_deposed),
+        cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_churn),
+        cmocka_unit_test(test_evict),
+        cmocka_unit_test(test_deposed),
         cmocka_unit_test(test_etcd_stopped),
         cmocka_unit_test(test_forged_leader),
     };

@@ -287,7 +287,8 @@ static int send_node_reg(int fd, const char *segment, uint64_t addr,
     if (!with_instance) {
         w.len -= KVF_SM_INSTANCE_LEN; /* the older format */
     }
-    st = kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_NODE_REG, 1, 0, &w, &f, kvf_time_ms() + 5000);
+    st = kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_NODE_REG, 1, 0, &w, &f,
+                     kvf_time_ms() + 5000);
     kvf_wr_free(&w);
     kvf_sp_frame_free(&f);
     close(fd);
@@ -395,12 +396,12 @@ static void test_http_token(void **state)
         kvs_http_auth(m.http, "/status", "Bearer 0123", buf, sizeof(buf)), 401);
     /* a token of the right length, every character wrong, and one that
      * differs from the real token in its last character only */
-    assert_int_equal(kvs_http_auth(m.http, "/status", wrong_bearer(0), buf,
-                                   sizeof(buf)),
-                     401);
-    assert_int_equal(kvs_http_auth(m.http, "/metrics", wrong_bearer(1), buf,
-                                   sizeof(buf)),
-                     401);
+    assert_int_equal(
+        kvs_http_auth(m.http, "/status", wrong_bearer(0), buf, sizeof(buf)),
+        401);
+    assert_int_equal(
+        kvs_http_auth(m.http, "/metrics", wrong_bearer(1), buf, sizeof(buf)),
+        401);
     assert_int_equal(kvs_http_auth(m.http, "/health", NULL, buf, sizeof(buf)),
                      200);
     assert_string_equal(buf, "ok\n");

@@ -66,8 +66,7 @@ static int answers_within(int fd, int ms)
 {
     unsigned char b;
 
-    return kvf_sock_recv_all(fd, &b, 1, kvf_time_ms() + (uint64_t)ms) ==
-           KVF_OK;
+    return kvf_sock_recv_all(fd, &b, 1, kvf_time_ms() + (uint64_t)ms) == KVF_OK;
 }
 
 /* ---- relay ---- */
@@ -133,7 +132,8 @@ static void relay_run(int lfd, uint16_t mport, int tagged, int out)
     if (poll(&p, 1, 5000) == 1) {
         cfd = accept(lfd, NULL, NULL);
     }
-    if (cfd >= 0 && kvf_sock_connect("127.0.0.1", mport, 2000, &mfd) == KVF_OK) {
+    if (cfd >= 0 &&
+        kvf_sock_connect("127.0.0.1", mport, 2000, &mfd) == KVF_OK) {
         relay_forward(cfd, mfd, &r);
         memset(k1, 0x11, sizeof(k1));
         memset(k2, 0x22, sizeof(k2));

@@ -44,9 +44,8 @@ static const char *const g_target[] = {"target", "--listen", "127.0.0.1:0",
  * given, and the extra environment pair (name, value; may be NULL).
  * Returns 0 when it started (printed its line; then stopped), else its
  * exit status; stderr in err. */
-static int run_in(const char *home, const char *const *args,
-                  const char *secret, const char *name, const char *value,
-                  char *err, size_t cap)
+static int run_in(const char *home, const char *const *args, const char *secret,
+                  const char *name, const char *value, char *err, size_t cap)
 {
     char errf[] = "/tmp/kvf-test-err-XXXXXX", line[512];
     char *argv[16];
@@ -230,8 +229,8 @@ static void test_fresh_home(void **state)
 
     (void)state;
     make_home(home, sizeof(home));
-    assert_int_equal(
-        run_in(home, g_target, NULL, NULL, NULL, err, sizeof(err)), 0);
+    assert_int_equal(run_in(home, g_target, NULL, NULL, NULL, err, sizeof(err)),
+                     0);
     snprintf(path, sizeof(path), "%s/.kvferry", home);
     assert_int_equal(lstat(path, &sb), 0);
     assert_true(S_ISDIR(sb.st_mode));
@@ -244,8 +243,8 @@ static void test_fresh_home(void **state)
     fd = open(path, O_RDONLY);
     assert_int_equal(read(fd, a, sizeof(a)), 32);
     close(fd);
-    assert_int_equal(
-        run_in(home, g_target, NULL, NULL, NULL, err, sizeof(err)), 0);
+    assert_int_equal(run_in(home, g_target, NULL, NULL, NULL, err, sizeof(err)),
+                     0);
     fd = open(path, O_RDONLY);
     assert_int_equal(read(fd, b, sizeof(b)), 32);
     close(fd);
@@ -257,10 +256,10 @@ static void test_fresh_home(void **state)
  * refused with a line naming the file. */
 static void test_foreign_files(void **state)
 {
-    static const char *const resp[] = {"resp",     "--listen", "127.0.0.1:0",
+    static const char *const resp[] = {"resp",     "--listen",    "127.0.0.1:0",
                                        "--master", "127.0.0.1:1", NULL};
-    const char *ok[] = {"resp", "--listen", "127.0.0.1:0", "--master", NULL,
-                        NULL};
+    const char *ok[] = {"resp",     "--listen", "127.0.0.1:0",
+                        "--master", NULL,       NULL};
     static char err[8192], saved[256];
     char home[64], sec[64], pw[64], link[192];
     kvs_proc_t m;
@@ -299,9 +298,9 @@ static void test_foreign_files(void **state)
     assert_int_equal(kvs_master(&m, 0, NULL), 0);
     setenv("KVF_SECRET_FILE", saved, 1);
     ok[4] = m.addr;
-    assert_int_equal(run_in(home, ok, sec, "KVF_RESP_PASSWORD_FILE", pw, err,
-                            sizeof(err)),
-                     0);
+    assert_int_equal(
+        run_in(home, ok, sec, "KVF_RESP_PASSWORD_FILE", pw, err, sizeof(err)),
+        0);
     kvs_stop(&m, 0);
     unlink(sec);
     unlink(pw);

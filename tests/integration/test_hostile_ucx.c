@@ -207,8 +207,9 @@ static void listen_ports(pid_t pid, char *out, size_t len)
         }
         f = fopen("/proc/net/tcp", "r");
         while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-            if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x "
-                             "%*u %*u %lu",
+            if (sscanf(line,
+                       " %*d: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x "
+                       "%*u %*u %lu",
                        &port, &st, &ino) == 3 &&
                 ino == want && st == 0x0a && n + 8 < len) {
                 n += (size_t)snprintf(out + n, len - n, "%s%u", n ? "," : "",

@@ -102,9 +102,9 @@ static void expect_closed(int fd, kvf_status_t want)
         assert_int_equal(
             kvf_sock_recv_all(fd, tag, sizeof(tag), kvf_time_ms() + 3000),
             KVF_OK);
-        assert_int_equal(kvf_wire_mac_check(kvf_test_mac(fd), buf, NULL, 0,
-                                            tag, "test"),
-                         KVF_OK);
+        assert_int_equal(
+            kvf_wire_mac_check(kvf_test_mac(fd), buf, NULL, 0, tag, "test"),
+            KVF_OK);
         st = kvf_sock_recv_all(fd, buf, 1, kvf_time_ms() + 3000);
     }
     assert_int_equal(st, KVF_ERR_CONN_RESET);

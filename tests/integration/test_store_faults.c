@@ -241,7 +241,8 @@ static void test_node_death(void **state)
 static kvf_status_t raw_call(int fd, uint8_t type, uint32_t count, kvf_wr_t *w,
                              kvf_sp_frame_t *f)
 {
-    return kvf_sp_call(fd, kvf_test_mac(fd), type, 7, count, w, f, kvf_time_ms() + 2000);
+    return kvf_sp_call(fd, kvf_test_mac(fd), type, 7, count, w, f,
+                       kvf_time_ms() + 2000);
 }
 
 static uint64_t raw_put_start(const char *addr, const char *key, size_t len,

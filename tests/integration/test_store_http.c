@@ -163,8 +163,7 @@ static unsigned two_free_ports(void)
         p = ntohs(a.sin_port);
         fd2 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         a.sin_port = htons(p + 1);
-        if (p >= 65534 ||
-            bind(fd2, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        if (p >= 65534 || bind(fd2, (struct sockaddr *)&a, sizeof(a)) != 0) {
             p = 0;
         }
         close(fd2);
@@ -194,8 +193,7 @@ static void test_http_port(void **state)
         assert_string_equal(m[i].http, want);
     }
     for (i = 0; i < 2; i++) {
-        assert_int_equal(kvs_http(m[i].http, "/status", buf, sizeof(buf)),
-                         200);
+        assert_int_equal(kvs_http(m[i].http, "/status", buf, sizeof(buf)), 200);
         kvs_stop(&m[i], 0);
     }
 }

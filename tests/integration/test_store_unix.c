@@ -260,7 +260,8 @@ static int unix_bytes(const void *buf, size_t len, int close_early)
         close(fd);
         return 0;
     }
-    st = kvf_sp_recv(fd, kvf_test_mac(fd), &f, kvf_time_ms() + 3000, kvf_time_ms() + 3000);
+    st = kvf_sp_recv(fd, kvf_test_mac(fd), &f, kvf_time_ms() + 3000,
+                     kvf_time_ms() + 3000);
     rc = (st == KVF_OK) ? f.hdr.status : 1;
     kvf_sp_frame_free(&f);
     close(fd);
@@ -320,14 +321,14 @@ static void test_garbage(void **state)
     close(fd);
     /* unknown type: an error reply, and the connection goes on */
     fd = unix_open();
-    assert_int_equal(
-        kvf_sp_call(fd, kvf_test_mac(fd), 0x30, 7, 0, NULL, &f, kvf_time_ms() + 2000),
-        KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sp_call(fd, kvf_test_mac(fd), 0x30, 7, 0, NULL, &f,
+                                 kvf_time_ms() + 2000),
+                     KVF_ERR_PROTOCOL);
     kvf_wr_init(&w);
     kvf_wr_str(&w, "nothing");
-    assert_int_equal(
-        kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_EXISTS, 8, 1, &w, &f, kvf_time_ms() + 2000),
-        KVF_OK);
+    assert_int_equal(kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_EXISTS, 8, 1, &w,
+                                 &f, kvf_time_ms() + 2000),
+                     KVF_OK);
     kvf_rd_init(&r, f.body, f.hdr.meta_len);
     assert_int_equal((int32_t)kvf_rd_u32(&r), KVF_ERR_NO_KEY);
     kvf_wr_free(&w);

@@ -780,9 +780,9 @@ static void test_push_hostile(void **state)
                      KVF_OK);
     assert_int_equal(kvf_ucx_recv_hdr(fd, &h, kvf_time_ms() + 3000), KVF_OK);
     addr = malloc(h.meta_len);
-    assert_int_equal(kvf_ucx_recv_meta(fd, kvf_test_mac(fd), &h, addr,
-                                       kvf_time_ms() + 3000),
-                     KVF_OK);
+    assert_int_equal(
+        kvf_ucx_recv_meta(fd, kvf_test_mac(fd), &h, addr, kvf_time_ms() + 3000),
+        KVF_OK);
     assert_int_equal(kvf_ucx_ctx_create("127.0.0.1", &ctx), KVF_OK);
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;

@@ -126,7 +126,8 @@ int main(int argc, char **argv)
     for (i = 0; i < 4; i++) {
         printf("| %zu | %.0f |\n", bodies[i], median(fr[i], rounds));
     }
-    printf("\nbulk (GB/s)\n| | 8 KiB | 1 MiB | 16 MiB |\n|---|---:|---:|---:|\n");
+    printf(
+        "\nbulk (GB/s)\n| | 8 KiB | 1 MiB | 16 MiB |\n|---|---:|---:|---:|\n");
     for (j = 0; j < 3; j++) {
         printf("| %s | %.2f | %.2f | %.2f |\n", bulk_names[j],
                median(bk[j][0], rounds), median(bk[j][1], rounds),

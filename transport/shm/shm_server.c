@@ -784,8 +784,7 @@ static kvf_status_t kvf_shm_wait_frame(kvf_shm_sconn_t *c)
 static kvf_status_t kvf_shm_sconn_auth(kvf_shm_sconn_t *c)
 {
     return kvf_auth_server(c->fd, NULL, "shm", "local",
-                           kvf_time_ms() + c->srv->iface->cfg.timeout_ms,
-                           NULL);
+                           kvf_time_ms() + c->srv->iface->cfg.timeout_ms, NULL);
 }
 
 static void *kvf_shm_sconn_main(void *arg)

@@ -72,9 +72,9 @@ static kvf_status_t kvf_tcp_cconn_connect(kvf_tcp_cconn_t *c)
     kvf_status_t status;
 
     kvf_wire_mac_free(&c->mac);
-    status = kvf_auth_connect(ep->host, ep->port,
-                              (int)ep->iface->cfg.timeout_ms, "tcp", &c->fd,
-                              &c->mac);
+    status =
+        kvf_auth_connect(ep->host, ep->port, (int)ep->iface->cfg.timeout_ms,
+                         "tcp", &c->fd, &c->mac);
     if (status != KVF_OK) {
         c->fd = -1;
         return status;
@@ -323,8 +323,8 @@ static kvf_status_t kvf_tcp_take_ptag(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     size_t i;
     char where[KVF_HOST_MAX + 16];
 
-    status = kvf_tcp_take(c, KVF_MEM_BIT(KVF_MEM_HOST), &t, 1,
-                          req->deadline_ms);
+    status =
+        kvf_tcp_take(c, KVF_MEM_BIT(KVF_MEM_HOST), &t, 1, req->deadline_ms);
     if (status != KVF_OK) {
         return status;
     }
@@ -446,9 +446,9 @@ static kvf_status_t kvf_tcp_recv_rmeta(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
                                   req->deadline_ms)
                    : KVF_OK;
     if (status == KVF_OK && kvf_wire_mac_on(&c->mac)) {
-        status = kvf_wire_mac_check_hdr(&c->mac, h, c->scratch.meta,
-                                        h->meta_len, tag,
-                                        kvf_tcp_where(c, where, sizeof(where)));
+        status =
+            kvf_wire_mac_check_hdr(&c->mac, h, c->scratch.meta, h->meta_len,
+                                   tag, kvf_tcp_where(c, where, sizeof(where)));
     }
     return status;
 }
@@ -602,7 +602,8 @@ static kvf_status_t kvf_tcp_inline_whole(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         status = kvf_tcp_check_hdr(c, req, h);
     }
     if (status == KVF_OK && idx < n) {
-        status = kvf_sock_readv_all(c->fd, iov + idx, n - idx, req->deadline_ms);
+        status =
+            kvf_sock_readv_all(c->fd, iov + idx, n - idx, req->deadline_ms);
     }
     if (status != KVF_OK || pb == NULL) {
         return status;
@@ -666,16 +667,15 @@ static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
     if (status != KVF_OK) {
         return status;
     }
-    if (h.count == 0 && ((rd && h.data_len == req->bytes) ||
-                         (!rd && h.data_len == 0))) {
+    if (h.count == 0 &&
+        ((rd && h.data_len == req->bytes) || (!rd && h.data_len == 0))) {
         req->status = KVF_OK;
-        return kvf_tcp_inline_whole(c, req, &h, tb, iov, idx, n,
-                                    pm ? pb : NULL, nloc);
+        return kvf_tcp_inline_whole(c, req, &h, tb, iov, idx, n, pm ? pb : NULL,
+                                    nloc);
     }
     /* refusals: what landed after the header goes back to the prefix */
     if (got > sizeof(hb)) {
-        status =
-            kvf_tcp_pre_take_back(c, req, got - sizeof(hb), tb, tl, pb);
+        status = kvf_tcp_pre_take_back(c, req, got - sizeof(hb), tb, tl, pb);
     }
     if (status == KVF_OK) {
         status = kvf_tcp_recv_rmeta(c, req, &h);

@@ -70,9 +70,9 @@ static kvf_status_t kvf_tcp_sum_some(int fd, kvf_wire_mac_t *mac,
     }
     status = kvf_wr_status(&w);
     if (status == KVF_OK) {
-        status = kvf_tcp_send_frame(fd, mac, KVF_TCP_SUM, 1, KVF_OK,
-                                    (uint32_t)count, w.buf, (uint32_t)w.len, 0,
-                                    deadline);
+        status =
+            kvf_tcp_send_frame(fd, mac, KVF_TCP_SUM, 1, KVF_OK, (uint32_t)count,
+                               w.buf, (uint32_t)w.len, 0, deadline);
     }
     if (status == KVF_OK) {
         status = kvf_tcp_recv_hdr(fd, &h, deadline);
@@ -189,10 +189,9 @@ static kvf_status_t kvf_tcp_link_run(kvf_tcp_link_job_t *j, uint64_t deadline)
 
     kvf_wr_init_fixed(&mw, meta, sizeof(meta));
     kvf_tcp_entry_enc(&mw, j->remote, j->len);
-    status = kvf_tcp_send_frame(j->fd, &j->mac,
-                                w ? KVF_TCP_LINK_WRITE : KVF_TCP_LINK_READ, 1,
-                                KVF_OK, 1, meta, sizeof(meta), w ? j->len : 0,
-                                deadline);
+    status = kvf_tcp_send_frame(
+        j->fd, &j->mac, w ? KVF_TCP_LINK_WRITE : KVF_TCP_LINK_READ, 1, KVF_OK,
+        1, meta, sizeof(meta), w ? j->len : 0, deadline);
     if (status == KVF_OK && w) {
         status = kvf_sock_send_all(j->fd, j->local, j->len, deadline);
         if (status == KVF_OK && pm) {
@@ -207,8 +206,8 @@ static kvf_status_t kvf_tcp_link_run(kvf_tcp_link_job_t *j, uint64_t deadline)
         status = KVF_ERR_PROTOCOL;
     }
     if (status == KVF_OK) {
-        status = kvf_tcp_recv_meta(j->fd, &j->mac, &h, NULL, deadline,
-                                   "tcp link");
+        status =
+            kvf_tcp_recv_meta(j->fd, &j->mac, &h, NULL, deadline, "tcp link");
     }
     if (status == KVF_OK && h.status != KVF_OK) {
         status = (kvf_status_t)h.status;

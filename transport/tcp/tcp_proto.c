@@ -128,9 +128,9 @@ kvf_status_t kvf_tcp_recv_meta(int fd, kvf_wire_mac_t *mac,
     kvf_status_t status;
 
     if (!kvf_wire_mac_on(mac)) {
-        return h->meta_len > 0 ? kvf_sock_recv_all(fd, meta, h->meta_len,
-                                                   deadline_ms)
-                               : KVF_OK;
+        return h->meta_len > 0
+                   ? kvf_sock_recv_all(fd, meta, h->meta_len, deadline_ms)
+                   : KVF_OK;
     }
     status = kvf_sock_readv_all(fd, iov, 2, deadline_ms);
     if (status == KVF_OK) {

@@ -478,8 +478,7 @@ static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
     } else {
         status = kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_SUM_RESP, hdr->id,
                                     KVF_OK, hdr->count, sums.buf,
-                                    (uint32_t)sums.len, 0,
-                                    kvf_tcp_deadline(c));
+                                    (uint32_t)sums.len, 0, kvf_tcp_deadline(c));
     }
     kvf_wr_free(&sums);
     return status;
@@ -541,9 +540,9 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
     if (is_write) {
         status = kvf_tcp_link_in(c, st, &mem, iov);
         if (status == KVF_OK) {
-            status = kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_LINK_RESP,
-                                        hdr->id, st, 0, NULL, 0, 0,
-                                        kvf_tcp_deadline(c));
+            status =
+                kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_LINK_RESP, hdr->id,
+                                   st, 0, NULL, 0, 0, kvf_tcp_deadline(c));
         }
     } else {
         status = kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_LINK_RESP, hdr->id,
@@ -576,9 +575,9 @@ static kvf_status_t kvf_tcp_serve_hello(kvf_tcp_sconn_t *c,
         status = kvf_wr_status(&w);
     }
     if (status == KVF_OK) {
-        status = kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_DESC, hdr->id,
-                                    KVF_OK, 0, w.buf, (uint32_t)w.len, 0,
-                                    kvf_tcp_deadline(c));
+        status =
+            kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_DESC, hdr->id, KVF_OK, 0,
+                               w.buf, (uint32_t)w.len, 0, kvf_tcp_deadline(c));
     }
     kvf_wr_free(&w);
     return status;

@@ -230,8 +230,8 @@ void kvf_ucx_mem_dereg(kvf_tl_iface_t *iface, uint64_t addr, uint64_t len);
 /* Side channel helpers, both sides: a frame is header | meta | tag
  * (core/wire.h; no tag when mac is off). */
 kvf_status_t kvf_ucx_send(int fd, kvf_wire_mac_t *mac, uint8_t type,
-                          kvf_status_t status, uint32_t count,
-                          const void *meta, size_t len, uint64_t deadline_ms);
+                          kvf_status_t status, uint32_t count, const void *meta,
+                          size_t len, uint64_t deadline_ms);
 kvf_status_t kvf_ucx_recv_hdr(int fd, kvf_frame_hdr_t *h, uint64_t deadline);
 /* The meta (h->meta_len bytes into meta) and tag of frame h, the tag
  * checked (KVF_ERR_AUTH when it does not match). */

@@ -38,8 +38,8 @@ struct kvf_ucx_server {
 };
 
 kvf_status_t kvf_ucx_send(int fd, kvf_wire_mac_t *mac, uint8_t type,
-                          kvf_status_t status, uint32_t count,
-                          const void *meta, size_t len, uint64_t deadline_ms)
+                          kvf_status_t status, uint32_t count, const void *meta,
+                          size_t len, uint64_t deadline_ms)
 {
     unsigned char hdr[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
     kvf_frame_hdr_t h = {0};
@@ -297,9 +297,8 @@ static kvf_status_t kvf_ucx_serve_one(kvf_ucx_sconn_t *c,
         kvf_wr_free(&w);
         return KVF_ERR_PROTOCOL;
     }
-    status = kvf_ucx_send(c->fd, &c->mac, type, st,
-                          st == KVF_OK ? h->count : 0, w.buf,
-                          st == KVF_OK ? w.len : 0, deadline);
+    status = kvf_ucx_send(c->fd, &c->mac, type, st, st == KVF_OK ? h->count : 0,
+                          w.buf, st == KVF_OK ? w.len : 0, deadline);
     kvf_wr_free(&w);
     kvf_free(meta);
     return status;
