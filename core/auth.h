@@ -60,6 +60,8 @@ enum {
 
 #define KVF_AUTH_F_ACCEPTED 1u /* RESULT */
 #define KVF_AUTH_F_PAYLOAD  2u /* HELLO, CHALLENGE: tag payloads too */
+#define KVF_AUTH_F_NAME     4u /* CHALLENGE without a MAC: the server
+                                  refuses the name the client reached */
 
 typedef struct kvf_auth_msg {
     uint8_t type;

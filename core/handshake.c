@@ -37,10 +37,6 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-/* CHALLENGE flag of a server that refuses the name the client reached
- * (no MAC follows: the exchange ends there). */
-#define KVF_AUTH_F_NAME 4u
-
 #define KVF_AUTH_NAMES_MAX 16
 
 /* KVF_AUTH_MAGIC as it arrives on the wire */

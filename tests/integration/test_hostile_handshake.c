@@ -13,7 +13,11 @@
  * - a raw client that sends a PROOF with a zero MAC to a master and to a
  *   tcp target gets no ACCEPTED, and no answer to a frame after it;
  * - a fake server without the secret answers HELLO with a garbage
- *   CHALLENGE MAC: the client returns KVF_ERR_AUTH and sends no PROOF.
+ *   CHALLENGE MAC: the client returns KVF_ERR_AUTH and sends no PROOF;
+ * - payload bytes altered in flight by a relay the target answers to
+ *   (auth_names): a tcp READ completes with the altered byte when
+ *   payload tags are off, and fails with KVF_ERR_AUTH when the client
+ *   asks for them (auth_payload_mac=1).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +32,7 @@
 #include "core/time.h"
 #include "store/proto/msg.h"
 #include "store/proto/proto.h"
+#include "transport/transport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -108,7 +113,8 @@ static void relay_forward(int cfd, int mfd, relay_out_t *r)
         if (kvf_auth_msg_dec(b, MSG, &m) == KVF_OK) {
             r->accepted |= m.type == KVF_AUTH_RESULT &&
                            (m.flags & KVF_AUTH_F_ACCEPTED) != 0;
-            r->refused |= m.type == KVF_AUTH_CHALLENGE && (m.flags & 4) != 0;
+            r->refused |= m.type == KVF_AUTH_CHALLENGE &&
+                          (m.flags & KVF_AUTH_F_NAME) != 0;
         }
         if (kvf_sock_send_all(to, b, MSG, kvf_time_ms() + 3000) != KVF_OK) {
             return;
@@ -397,6 +403,159 @@ static void test_fake_server(void **state)
     assert_int_equal(f.got_more, 0); /* no PROOF for a server unproven */
 }
 
+/* ---- payload tampering ---- */
+
+/* The relay of the tamper test: one client on lfd, relayed to the target
+ * at 127.0.0.1:tport byte for byte, but the byte at offset flip of the
+ * target's stream to the client is inverted. Exits when a side closes
+ * or after 10 s. */
+static void tamper_run(int lfd, uint16_t tport, uint64_t flip)
+{
+    struct pollfd p[2] = {{.fd = lfd, .events = POLLIN}};
+    unsigned char buf[65536];
+    uint64_t down = 0, t0 = kvf_time_ms();
+    int cfd = -1, tfd = -1, i;
+    ssize_t n;
+
+    if (poll(p, 1, 5000) == 1) {
+        cfd = accept(lfd, NULL, NULL);
+    }
+    if (cfd < 0 || kvf_sock_connect("127.0.0.1", tport, 2000, &tfd) != KVF_OK) {
+        _exit(1);
+    }
+    p[0] = (struct pollfd){.fd = cfd, .events = POLLIN};
+    p[1] = (struct pollfd){.fd = tfd, .events = POLLIN};
+    while (kvf_time_ms() - t0 < 10000 && poll(p, 2, 500) >= 0) {
+        for (i = 0; i < 2; i++) {
+            if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+                continue;
+            }
+            n = recv(p[i].fd, buf, sizeof(buf), 0);
+            if (n <= 0) {
+                _exit(0);
+            }
+            if (i == 1 && flip >= down && flip < down + (uint64_t)n) {
+                buf[flip - down] ^= 0xff;
+            }
+            down += i == 1 ? (uint64_t)n : 0;
+            kvf_sock_send_all(p[1 - i].fd, buf, (size_t)n,
+                              kvf_time_ms() + 2000);
+        }
+    }
+    _exit(0);
+}
+
+typedef struct tamper_done {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+} tamper_done_t;
+
+static void tamper_complete(kvf_tl_req_t *req)
+{
+    tamper_done_t *d = req->arg;
+
+    pthread_mutex_lock(&d->lock);
+    d->done = 1;
+    pthread_cond_signal(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* One READ of 4 KiB at remote through the tcp transport's own client
+ * code, over the relay at 127.0.0.2:rport; its status, bytes in buf. */
+static kvf_status_t tamper_read(uint16_t rport, uint64_t remote,
+                                unsigned char *buf)
+{
+    const kvf_transport_ops_t *tcp = kvf_transport_find("tcp");
+    tamper_done_t d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    kvf_tl_config_t cfg = {.conns = 1, .timeout_ms = 3000, .no_listen = 1};
+    kvf_tl_target_t none = {0};
+    kvf_tl_seg_t seg = {buf, remote, 4096};
+    kvf_status_t segst;
+    kvf_tl_req_t req = {0};
+    kvf_tl_iface_t *iface;
+    kvf_tl_ep_t *ep;
+    char addr[64];
+
+    assert_non_null(tcp);
+    assert_int_equal(tcp->iface_open(&cfg, &none, &iface), KVF_OK);
+    snprintf(addr, sizeof(addr), "127.0.0.2:%u", rport);
+    assert_int_equal(tcp->ep_open(iface, addr, &ep), KVF_OK);
+    req.type = KVF_OP_READ;
+    req.segs = &seg;
+    req.nsegs = 1;
+    req.bytes = 4096;
+    req.seg_status = &segst;
+    req.local_mem = KVF_MEM_BIT(KVF_MEM_HOST);
+    req.complete = tamper_complete;
+    req.arg = &d;
+    assert_int_equal(tcp->ep_post(ep, &req), KVF_OK);
+    pthread_mutex_lock(&d.lock);
+    while (!d.done) {
+        pthread_cond_wait(&d.cond, &d.lock); /* the ep's timeout bounds it */
+    }
+    pthread_mutex_unlock(&d.lock);
+    tcp->ep_close(ep);
+    tcp->iface_close(iface);
+    return req.status;
+}
+
+/* A READ whose payload a relay alters: through unless payload tags are
+ * on. The byte flipped is the 100th of the reply's payload: after the
+ * target's CHALLENGE and RESULT (2 x 72 bytes), the reply's header (40)
+ * and its tag (16). */
+static void test_payload_tamper(void **state)
+{
+    unsigned char want[4096], got[4096];
+    const uint64_t flip = 2 * MSG + 40 + 16 + 100;
+    char names[64], host[KVF_HOST_MAX];
+    kvf_test_target_t t;
+    uint16_t tport, rport;
+    int pm, lfd, st, diff, i;
+    kvf_status_t rs;
+    pid_t pid;
+
+    (void)state;
+    kvf_test_pool_bytes(want, sizeof(want), 7);
+    for (pm = 0; pm < 2; pm++) {
+        lfd = listen_on("127.0.0.2", &rport);
+        snprintf(names, sizeof(names), "127.0.0.2:%u", rport);
+        setenv("KVF_AUTH_NAMES", names, 1);
+        setenv("KVF_TRANSPORTS", "tcp", 1);
+        assert_int_equal(kvf_test_target_start(&t, 1 << 20, 7, NULL, NULL), 0);
+        unsetenv("KVF_AUTH_NAMES");
+        unsetenv("KVF_TRANSPORTS");
+        assert_int_equal(
+            kvf_sock_parse_addr(t.segment, host, sizeof(host), &tport), KVF_OK);
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            tamper_run(lfd, tport, flip);
+        }
+        close(lfd);
+        if (pm) {
+            setenv("KVF_AUTH_PAYLOAD_MAC", "1", 1);
+        }
+        memset(got, 0, sizeof(got));
+        rs = tamper_read(rport, t.pool_addr, got);
+        unsetenv("KVF_AUTH_PAYLOAD_MAC");
+        for (i = 0, diff = 0; i < 4096; i++) {
+            diff += got[i] != want[i];
+        }
+        print_message("payload tags %s: READ %s, %d byte(s) differ\n",
+                      pm ? "on" : "off", kvf_status_str(rs), diff);
+        if (pm) {
+            assert_int_equal(rs, KVF_ERR_AUTH); /* caught */
+        } else {
+            assert_int_equal(rs, KVF_OK); /* through, altered */
+            assert_int_equal(diff, 1);
+            assert_int_equal(got[100], (unsigned char)(want[100] ^ 0xff));
+        }
+        waitpid(pid, &st, 0);
+        kvf_test_target_stop(&t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -404,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_relay_named),
         cmocka_unit_test(test_forged_proof),
         cmocka_unit_test(test_fake_server),
+        cmocka_unit_test(test_payload_tamper),
     };
 
     kvs_bin();
