@@ -309,7 +309,10 @@ int main(int argc, char **argv)
     };
 
     if (argc == 5 && strcmp(argv[1], "stranger") == 0) {
-        return stranger_main(argv);
+        int rc = stranger_main(argv);
+
+        fflush(stdout);
+        _exit(rc); /* no exit handlers: its UCX context is left as it is */
     }
     if (geteuid() != 0) {
         fprintf(stderr, "not root: cannot run the stranger as another uid\n");
