@@ -84,6 +84,7 @@ struct kvf_tl_ep {
     kvf_tl_iface_t *iface;
     char host[KVF_HOST_MAX];
     uint16_t port;
+    char where[KVF_HOST_MAX + 16]; /* "tcp host:port", for log lines */
     unsigned nconns;
     kvf_tcp_cconn_t *conns;
     unsigned rr; /* rotates the first connection tried by post */

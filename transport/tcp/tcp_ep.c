@@ -303,14 +303,6 @@ static kvf_status_t kvf_tcp_take(kvf_tcp_cconn_t *c, kvf_mem_mask_t mem,
                                deadline_ms);
 }
 
-/* "tcp host:port" of c's peer, for log lines. */
-static const char *kvf_tcp_where(const kvf_tcp_cconn_t *c, char *buf,
-                                 size_t len)
-{
-    snprintf(buf, len, "tcp %s:%u", c->ep->host, c->ep->port);
-    return buf;
-}
-
 /* With payload tags: the tag after a READ payload that landed in
  * scratch.pmac[0..n), read through the prefix, checked. */
 static kvf_status_t kvf_tcp_take_ptag(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
@@ -321,7 +313,6 @@ static kvf_status_t kvf_tcp_take_ptag(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     kvf_wire_pmac_t p;
     kvf_status_t status;
     size_t i;
-    char where[KVF_HOST_MAX + 16];
 
     status =
         kvf_tcp_take(c, KVF_MEM_BIT(KVF_MEM_HOST), &t, 1, req->deadline_ms);
@@ -337,7 +328,7 @@ static kvf_status_t kvf_tcp_take_ptag(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         kvf_log_rl(KVF_LOG_WARN,
                    "%s: a READ payload's tag does not match the session key "
                    "(bytes altered in flight): closing the connection",
-                   kvf_tcp_where(c, where, sizeof(where)));
+                   c->ep->where);
         return KVF_ERR_AUTH;
     }
     return KVF_OK;
@@ -425,7 +416,6 @@ static kvf_status_t kvf_tcp_recv_rmeta(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
                                        const kvf_frame_hdr_t *h)
 {
     unsigned char tag[KVF_WIRE_TAG_LEN];
-    char where[KVF_HOST_MAX + 16];
     struct iovec iov[2];
     kvf_status_t status;
     size_t n = 0;
@@ -448,7 +438,7 @@ static kvf_status_t kvf_tcp_recv_rmeta(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     if (status == KVF_OK && kvf_wire_mac_on(&c->mac)) {
         status =
             kvf_wire_mac_check_hdr(&c->mac, h, c->scratch.meta, h->meta_len,
-                                   tag, kvf_tcp_where(c, where, sizeof(where)));
+                                   tag, c->ep->where);
     }
     return status;
 }
@@ -589,14 +579,13 @@ static kvf_status_t kvf_tcp_inline_whole(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
                                          size_t n, const unsigned char *pb,
                                          size_t nloc)
 {
-    char where[KVF_HOST_MAX + 16];
     kvf_wire_pmac_t p;
     kvf_status_t status = KVF_OK;
     size_t i;
 
     if (kvf_wire_mac_on(&c->mac)) {
         status = kvf_wire_mac_check_hdr(&c->mac, h, NULL, 0, tb,
-                                        kvf_tcp_where(c, where, sizeof(where)));
+                                        c->ep->where);
     }
     if (status == KVF_OK) {
         status = kvf_tcp_check_hdr(c, req, h);
@@ -617,7 +606,7 @@ static kvf_status_t kvf_tcp_inline_whole(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         kvf_log_rl(KVF_LOG_WARN,
                    "%s: a READ payload's tag does not match the session key "
                    "(bytes altered in flight): closing the connection",
-                   kvf_tcp_where(c, where, sizeof(where)));
+                   c->ep->where);
         return KVF_ERR_AUTH;
     }
     return KVF_OK;
@@ -844,6 +833,7 @@ kvf_status_t kvf_tcp_ep_open(kvf_tl_iface_t *iface, const char *address,
     if (status != KVF_OK) {
         goto err_free;
     }
+    snprintf(ep->where, sizeof(ep->where), "tcp %s:%u", ep->host, ep->port);
     ep->nconns = iface->cfg.conns ? iface->cfg.conns : 1;
     ep->conns = kvf_calloc(ep->nconns, sizeof(*ep->conns));
     if (ep->conns == NULL) {
