@@ -16,6 +16,10 @@
  */
 #ifndef KVF_COORD_ELECTION_H
 #define KVF_COORD_ELECTION_H
+#if !defined(KVF_LAYER_COORD) && !defined(KVF_LAYER_ENGINE) && \
+    !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "coord/election.h: the etcd client of coord/, for the engine and the store"
+#endif
 
 #include <kvferry/status.h>
 

@@ -21,6 +21,10 @@
  */
 #ifndef KVF_COORD_ETCD_H
 #define KVF_COORD_ETCD_H
+#if !defined(KVF_LAYER_COORD) && !defined(KVF_LAYER_ENGINE) && \
+    !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "coord/etcd.h: the etcd client of coord/, for the engine and the store"
+#endif
 
 #include <kvferry/status.h>
 

@@ -4,6 +4,10 @@
  */
 #ifndef KVF_COORD_ETCD_INT_H
 #define KVF_COORD_ETCD_INT_H
+#if !defined(KVF_LAYER_COORD) && !defined(KVF_LAYER_ENGINE) && \
+    !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "coord/etcd_int.h: the etcd client of coord/, for the engine and the store"
+#endif
 
 #include "coord/etcd.h"
 #include "core/sock.h"

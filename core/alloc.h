@@ -6,6 +6,9 @@
  */
 #ifndef KVF_CORE_ALLOC_H
 #define KVF_CORE_ALLOC_H
+#if !defined(KVF_INTERNAL) && !defined(KVF_TEST_INTERNALS)
+#error "core/alloc.h is internal to kvferry: use <kvferry/*.h>"
+#endif
 
 #include <kvferry/status.h>
 

@@ -29,6 +29,9 @@
  */
 #ifndef KVF_CORE_AUTH_H
 #define KVF_CORE_AUTH_H
+#if !defined(KVF_INTERNAL) && !defined(KVF_TEST_INTERNALS)
+#error "core/auth.h is internal to kvferry: use <kvferry/*.h>"
+#endif
 
 #include <kvferry/auth.h>
 #include "core/config.h"

@@ -8,6 +8,9 @@
  */
 #ifndef KVF_CORE_CHECKSUM_H
 #define KVF_CORE_CHECKSUM_H
+#if !defined(KVF_INTERNAL) && !defined(KVF_TEST_INTERNALS)
+#error "core/checksum.h is internal to kvferry: use <kvferry/*.h>"
+#endif
 
 #include <kvferry/status.h>
 

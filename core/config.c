@@ -30,17 +30,67 @@ static const kvf_config_entry_t kvf_core_config_entries[] = {
      "wrong or leak: `drill engine` reports a wrong byte or a leak of its "
      "own making, so tests see that the drill catches them",
      KVF_CONFIG_DEBUG},
+    {"drill_rounds", "3",
+     "rounds of `drill master-partition` (each cuts the leader off etcd, "
+     "then the roles swap)",
+     KVF_CONFIG_DEBUG},
 };
 
 KVF_CONFIG_TABLE(kvf_core_config, "core", kvf_core_config_entries)
 
-/* KVF_* variables that are not keys: the file name, what the test
- * harness hands to the programs it starts, set-up's switch, the drills'
- * round counts and the Python package's GPU switches (kvferry.kv). */
-static const char *const kvf_config_env_other[] = {
-    "KVF_CONFIG",         "KVF_BIN",          "KVF_SRC",        "KVF_TEST_OUT",
-    "KVF_NO_HOST_TUNING", "KVF_DRILL_ROUNDS", "KVF_ELECT_RUNS", "KVF_GPU_SUM",
-    "KVF_KV_VIEWS"};
+/* Keys the Python package reads (kvferry.config.get): declared here so
+ * that one table lists them with the library's. */
+static const kvf_config_entry_t kvf_python_config_entries[] = {
+    {"gpu_sum", "auto",
+     "kvferry.kv: how GPU loads and saves checksum their blocks: auto, "
+     "fused (by the copy kernel), after (a kernel after the copy), "
+     "engines (the copy engines move, a kernel sums)",
+     KVF_CONFIG_TUNING},
+    {"kv_views", "1",
+     "kvferry.kv: 1 = loads from a store node of this host read its "
+     "memory in place (store views); 0 = always through a staging buffer",
+     KVF_CONFIG_DEBUG},
+};
+
+KVF_CONFIG_TABLE(kvf_python_config, "python", kvf_python_config_entries)
+
+/* Environment variables that are not keys (kvf_config_var); a KVF_ one
+ * of them is not warned about as an unknown key. */
+static const kvf_config_var_t kvf_config_var_list[] = {
+    {"KVF_CONFIG", "", "a file of 'key = value' lines read for every key "
+     "(the environment and flags override it)", "library"},
+    {"KVF_NO_HOST_TUNING", "",
+     "1: scripts/setup.sh leaves the host's transparent huge page setting "
+     "for shared memory alone", "scripts/setup.sh"},
+    {"KVF_BIN", "", "the kvferry command a test starts (CTest sets it)",
+     "tests"},
+    {"KVF_SRC", "", "the source tree a test reads (CTest sets it)", "tests"},
+    {"KVF_TEST_OUT", "", "where the HTML page tests write their pages",
+     "tests"},
+    {"KVF_ELECT_RUNS", "3", "rounds of test_election's partition core",
+     "tests"},
+    {"KVF_ENGINE_VENVS", "build-py/engines",
+     "where python/integrations/install.sh puts its virtual environments",
+     "python/integrations/install.sh"},
+    {"KVF_ENGINE_NO_TEST", "",
+     "1: python/integrations/install.sh installs without testing",
+     "python/integrations/install.sh"},
+    {"KVFERRY", "build/kvferry", "the command scripts/main-job.sh runs",
+     "scripts/main-job.sh"},
+    {"KVFERRY_LIB", "", "the libkvferry.so the Python package loads when "
+     "none is bundled with it", "python"},
+    {"KVFERRY_BIN", "", "the kvferry command the Python package starts when "
+     "none is bundled with it (else the one on PATH)", "python"},
+    {"KVFERRY_FIRST_SLICE", "256", "operations of a Python list submitted "
+     "before the rest is converted (16..65536), so the engine starts moving "
+     "early", "python"},
+    {"KVFERRY_PYOPS", "1", "0: the Python package converts operation lists "
+     "in Python, without its compiled helper", "python"},
+    {"KVFERRY_PYTHON", "python3", "the interpreter `kvferry bench e2e` runs "
+     "(one whose kvferry package matches the command)", "command"},
+};
+
+#define KVF_CONFIG_NVARS (sizeof(kvf_config_var_list) / sizeof(kvf_config_var_list[0]))
 
 static const kvf_config_table_t *kvf_config_tables[KVF_CONFIG_TABLES_MAX];
 static size_t kvf_config_ntables;
@@ -193,6 +243,30 @@ const char *kvf_config_home(void)
     return getenv("HOME");
 }
 
+const char *kvf_config_var(const char *name)
+{
+    const char *v;
+    size_t i;
+
+    for (i = 0; name != NULL && i < KVF_CONFIG_NVARS; i++) {
+        if (strcmp(kvf_config_var_list[i].name, name) == 0) {
+            v = getenv(name);
+            return (v != NULL && *v != '\0') ? v : kvf_config_var_list[i].defval;
+        }
+    }
+    return NULL;
+}
+
+void kvf_config_vars(void (*fn)(const kvf_config_var_t *var, void *arg),
+                     void *arg)
+{
+    size_t i;
+
+    for (i = 0; i < KVF_CONFIG_NVARS; i++) {
+        fn(&kvf_config_var_list[i], arg);
+    }
+}
+
 const char *kvf_config_str(const kvf_config_table_t *table, const char *name)
 {
     const char *v;
@@ -238,8 +312,9 @@ kvf_status_t kvf_config_u64(const kvf_config_table_t *table, const char *name,
 /* Listing order of the components; others follow in registration order. */
 static int kvf_config_rank(const char *component)
 {
-    static const char *const order[] = {"core", "engine", "tcp",  "shm",
-                                        "cuda", "fault",  "store"};
+    static const char *const order[] = {
+        "core", "engine", "tcp", "shm", "cuda", "fault", "store", "resp",
+        "auth", "target", "etcd", "ha",  "ucx", "python"};
     size_t i;
 
     for (i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
@@ -339,9 +414,9 @@ static void kvf_config_check_var(const char *var)
     char name[64], up[96];
     size_t i, len = strcspn(var, "=");
 
-    for (i = 0; i < sizeof(kvf_config_env_other) / sizeof(char *); i++) {
-        if (strlen(kvf_config_env_other[i]) == len &&
-            strncmp(var, kvf_config_env_other[i], len) == 0) {
+    for (i = 0; i < KVF_CONFIG_NVARS; i++) {
+        if (strlen(kvf_config_var_list[i].name) == len &&
+            strncmp(var, kvf_config_var_list[i].name, len) == 0) {
             return;
         }
     }

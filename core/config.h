@@ -10,6 +10,9 @@
  */
 #ifndef KVF_CORE_CONFIG_H
 #define KVF_CORE_CONFIG_H
+#if !defined(KVF_INTERNAL) && !defined(KVF_TEST_INTERNALS)
+#error "core/config.h is internal to kvferry: use <kvferry/*.h>"
+#endif
 
 #include <kvferry/config.h>
 #include <kvferry/status.h>

@@ -5,7 +5,6 @@
  * several threads and processes do not interleave.
  */
 #include "core/log.h"
-#include "core/config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,26 +22,26 @@ static int kvf_log_fd = STDERR_FILENO;
 static const char *kvf_log_names[] = {"error", "warn", "info", "debug",
                                       "trace"};
 
-void kvf_log_init(void)
+int kvf_log_level_parse(const char *name)
 {
-    const char *v = kvf_config_override(&kvf_core_config, "log_level");
-    const char *file = kvf_config_override(&kvf_core_config, "log_file");
-    int i, fd;
+    int i;
 
-    if (file != NULL && file[0] != '\0' && kvf_log_fd == STDERR_FILENO) {
-        fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            kvf_log_fd = fd;
+    for (i = 0; name != NULL && i <= KVF_LOG_TRACE; i++) {
+        if (strcasecmp(name, kvf_log_names[i]) == 0) {
+            return i;
         }
     }
+    return -1;
+}
 
-    if (v == NULL) {
-        return;
-    }
-    for (i = 0; i <= KVF_LOG_TRACE; i++) {
-        if (strcasecmp(v, kvf_log_names[i]) == 0) {
-            kvf_log_level_cur = i;
-            return;
+void kvf_log_to_file(const char *path)
+{
+    int fd;
+
+    if (path != NULL && path[0] != '\0' && kvf_log_fd == STDERR_FILENO) {
+        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            kvf_log_fd = fd;
         }
     }
 }

@@ -9,6 +9,9 @@
  */
 #ifndef KVF_CORE_LOG_H
 #define KVF_CORE_LOG_H
+#if !defined(KVF_INTERNAL) && !defined(KVF_TEST_INTERNALS)
+#error "core/log.h is internal to kvferry: use <kvferry/*.h>"
+#endif
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +28,11 @@ extern int kvf_log_level_cur;
 
 void kvf_log_init(void);
 void kvf_log_set_level(kvf_log_level_t level);
+/* The level named ("warn", ...; any case), or -1. */
+int kvf_log_level_parse(const char *name);
+/* Lines go to the file at path (appended) from now on, unless they go to
+ * a file already; NULL or "": stderr stays. */
+void kvf_log_to_file(const char *path);
 void kvf_log_emit(kvf_log_level_t level, const char *file, int line,
                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* As kvf_log_emit, the line ending "(N similar suppressed)" when n > 0. */

@@ -4,6 +4,9 @@
  */
 #ifndef KVF_CORE_RNG_H
 #define KVF_CORE_RNG_H
+#if !defined(KVF_INTERNAL) && !defined(KVF_TEST_INTERNALS)
+#error "core/rng.h is internal to kvferry: use <kvferry/*.h>"
+#endif
 
 #include <stddef.h>
 #include <stdint.h>

@@ -5,6 +5,9 @@
  */
 #ifndef KVF_CORE_SOCK_H
 #define KVF_CORE_SOCK_H
+#if !defined(KVF_INTERNAL) && !defined(KVF_TEST_INTERNALS)
+#error "core/sock.h is internal to kvferry: use <kvferry/*.h>"
+#endif
 
 #include <kvferry/status.h>
 

@@ -4,6 +4,9 @@
  */
 #ifndef KVF_CORE_TIME_H
 #define KVF_CORE_TIME_H
+#if !defined(KVF_INTERNAL) && !defined(KVF_TEST_INTERNALS)
+#error "core/time.h is internal to kvferry: use <kvferry/*.h>"
+#endif
 
 #include <stdint.h>
 #include <time.h>

@@ -17,6 +17,9 @@
  */
 #ifndef KVF_CORE_WIRE_H
 #define KVF_CORE_WIRE_H
+#if !defined(KVF_INTERNAL) && !defined(KVF_TEST_INTERNALS)
+#error "core/wire.h is internal to kvferry: use <kvferry/*.h>"
+#endif
 
 #include <kvferry/status.h>
 

@@ -4,6 +4,9 @@
  */
 #ifndef KVF_ENGINE_INT_H
 #define KVF_ENGINE_INT_H
+#if !defined(KVF_LAYER_ENGINE) && !defined(KVF_TEST_INTERNALS)
+#error "engine/engine_int.h is private to engine/: use <kvferry/engine.h>"
+#endif
 
 #include <kvferry/kvferry.h>
 #include <kvferry/engine_perf.h>

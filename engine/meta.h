@@ -7,6 +7,9 @@
  */
 #ifndef KVF_ENGINE_META_H
 #define KVF_ENGINE_META_H
+#if !defined(KVF_LAYER_ENGINE) && !defined(KVF_TEST_INTERNALS)
+#error "engine/meta.h is private to engine/: use <kvferry/engine.h>"
+#endif
 
 #include <kvferry/status.h>
 

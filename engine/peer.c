@@ -6,11 +6,13 @@
  * fault injection, the same-host GPU path) is then offered the open ep
  * and may wrap it. A hook named in the transports list (or "auto") is
  * told so; with a hook listed, tcp stays the fallback even when the list
- * names no other transport. Views of a peer's memory (engine/view.h)
+ * names no other transport. Views of a peer's memory (kvferry/view.h)
  * forward to its ep.
  */
 #include "engine/engine_int.h"
-#include "engine/view.h"
+
+#include <kvferry/view.h>
+#include <stddef.h>
 #include "transport/hook.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -259,26 +261,46 @@ kvf_status_t kvf_peer_region(kvf_peer_h peer, size_t index, uint64_t *addr_p,
     return KVF_OK;
 }
 
-kvf_status_t kvf_peer_view_open(kvf_peer_h peer, size_t count,
-                                const uint64_t *remote, const uint64_t *lens,
-                                kvf_tl_view_t *views, uint64_t *until_ms_p,
-                                kvf_tl_vlease_t **lease_p)
+/* The public view (kvferry/view.h) is the transport's, field for field:
+ * the engine hands the caller's array to the transport as it is. */
+_Static_assert(sizeof(kvf_view_t) == sizeof(kvf_tl_view_t) &&
+                   offsetof(kvf_view_t, ptr) == offsetof(kvf_tl_view_t, ptr) &&
+                   offsetof(kvf_view_t, map_base) ==
+                       offsetof(kvf_tl_view_t, map_base) &&
+                   offsetof(kvf_view_t, map_len) ==
+                       offsetof(kvf_tl_view_t, map_len) &&
+                   offsetof(kvf_view_t, status) ==
+                       offsetof(kvf_tl_view_t, status),
+               "kvf_view_t and kvf_tl_view_t differ");
+
+kvf_status_t kvf_peer_view_open(kvf_peer_h peer, kvf_op_type_t type,
+                                size_t count, const uint64_t *remote,
+                                const uint64_t *lens, kvf_view_t *views,
+                                uint64_t *until_ms_p, kvf_view_lease_h *lease_p)
 {
     if (peer == NULL || count == 0 || remote == NULL || lens == NULL ||
-        views == NULL || until_ms_p == NULL || lease_p == NULL) {
+        views == NULL || until_ms_p == NULL || lease_p == NULL ||
+        (type != KVF_OP_READ && type != KVF_OP_WRITE)) {
         return KVF_ERR_INVALID_PARAM;
     }
     if (peer->ops->ep_view_open == NULL) {
         return KVF_ERR_UNSUPPORTED;
     }
-    return peer->ops->ep_view_open(peer->ep, count, remote, lens, views,
-                                   until_ms_p, lease_p);
+    /* the lease is the transport's, opaque to the caller */
+    return peer->ops->ep_view_open(peer->ep, type, count, remote, lens,
+                                   (kvf_tl_view_t *)views, until_ms_p,
+                                   (kvf_tl_vlease_t **)lease_p);
 }
 
-kvf_status_t kvf_peer_view_close(kvf_peer_h peer, kvf_tl_vlease_t *lease)
+kvf_status_t kvf_peer_view_close(kvf_peer_h peer, kvf_view_lease_h lease)
 {
     if (peer == NULL || lease == NULL || peer->ops->ep_view_close == NULL) {
         return KVF_ERR_INVALID_PARAM;
     }
-    return peer->ops->ep_view_close(lease);
+    return peer->ops->ep_view_close((kvf_tl_vlease_t *)lease);
+}
+
+void kvf_view_unmap_hook(kvf_view_unmap_fn fn, void *arg)
+{
+    kvf_tl_unmap_hook(fn, arg);
 }

@@ -12,6 +12,10 @@
  */
 #ifndef KVF_MEM_MEM_H
 #define KVF_MEM_MEM_H
+#if !defined(KVF_LAYER_MEM) && !defined(KVF_LAYER_TRANSPORT) && \
+    !defined(KVF_LAYER_ENGINE) && !defined(KVF_TEST_INTERNALS)
+#error "mem/mem.h is mem/'s interface, for the transports and the engine"
+#endif
 
 #include <kvferry/status.h>
 #include <kvferry/types.h>

@@ -15,6 +15,10 @@
  */
 #ifndef KVF_MEM_SHM_MEM_H
 #define KVF_MEM_SHM_MEM_H
+#if !defined(KVF_LAYER_MEM) && !defined(KVF_LAYER_TRANSPORT) && \
+    !defined(KVF_LAYER_ENGINE) && !defined(KVF_TEST_INTERNALS)
+#error "mem/shm_mem.h is mem/'s interface, for the transports and the engine"
+#endif
 
 #include <kvferry/status.h>
 

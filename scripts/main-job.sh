@@ -10,7 +10,8 @@
 # memory), with the same batches over tcp interleaved in that run (--vs
 # tcp: shm's ratio to tcp). It ends with a summary of the verdicts on the
 # two claims: tcp moves the blocks at >= 80 % of the link at every size,
-# shm at >= 3x tcp.
+# shm at >= 3x tcp; and on the ceilings themselves: no row above 105 % of
+# its link (docs/performance.md, "Ceilings").
 #
 #   scripts/main-job.sh [--no-setup] [BENCH OPTIONS...]
 #
@@ -27,7 +28,7 @@ args=()
 for arg in "$@"; do
   case "$arg" in
     --no-setup) setup=0 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) args+=("$arg") ;;
   esac
 done
@@ -48,7 +49,8 @@ echo "== 2 of 2: random 8 KiB blocks over shared memory, against tcp"
 # The verdict line of rule $2 in file $1: "PASS  rule: detail" -> words.
 verdict() {
   local line
-  line=$(grep -E "^(PASS|BELOW|UNMEASURED) +$2[:]" "$1" 2>/dev/null | head -1)
+  line=$(grep -E "^(PASS|BELOW|ABOVE|UNMEASURED) +$2[:]" "$1" 2>/dev/null |
+    head -1)
   if [ -z "$line" ]; then
     echo "NOT RUN|the run did not reach its verdicts"
   else
@@ -64,6 +66,10 @@ line "$(verdict "$out/tcp" 'link_pct>=80')" \
   "tcp moves random blocks at >= 80 % of the link at every size"
 line "$(verdict "$out/shm" 'vs_ratio>=3')" \
   "shm moves them at >= 3x tcp at every size"
+line "$(verdict "$out/tcp" 'link_pct<=105')" \
+  "the tcp link ceiling bounds every row (<= 105 %)"
+line "$(verdict "$out/shm" 'link_pct<=105')" \
+  "the shm link ceiling bounds every row (<= 105 %)"
 v1=$(verdict "$out/tcp" 'wrong_blocks==0')
 v2=$(verdict "$out/shm" 'wrong_blocks==0')
 if [ "${v1%%|*}" = PASS ] && [ "${v2%%|*}" = PASS ]; then

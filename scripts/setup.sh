@@ -35,13 +35,14 @@ done
 # libcurl + etcd-server/etcd-client (the etcd client in coord/, and the
 # real etcd its tests and the HA drills start)
 # libucx-dev + ucx-utils (the ucx transport; ucx_info, ucx_perftest)
+# liburing-dev (a store node's disk tier: O_DIRECT through io_uring)
 pkgs=(build-essential cmake ninja-build pkg-config libcmocka-dev
       libjansson-dev libxxhash-dev libhiredis-dev libmicrohttpd-dev libssl-dev
       libcurl4-openssl-dev etcd-server etcd-client
       clang-14 libclang-rt-14-dev
       python3 python3-pip python3-venv python3-dev python3-jsonschema python3-redis
       iproute2 nftables curl
-      redis-server redis-tools pciutils libucx-dev ucx-utils)
+      redis-server redis-tools pciutils libucx-dev ucx-utils liburing-dev)
 [ "$browser" -eq 1 ] && pkgs+=(chromium)
 
 log=$(mktemp /tmp/kvf_setup.XXXXXX)

@@ -115,6 +115,8 @@ kvf_status_t kvf_server_node_start(const kvf_server_node_params_t *params,
     o.anon = params->anon;
     o.lazy = params->lazy;
     o.timeout_ms = params->timeout_ms;
+    o.disk = params->disk;
+    o.disk_size = params->disk_size;
     return kvf_node_start(&o, node_p);
 }
 

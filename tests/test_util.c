@@ -15,6 +15,7 @@
 
 #include "core/auth.h"
 #include "core/rng.h"
+#include "core/time.h"
 
 #define KVF_TEST_MACS 8192
 
@@ -48,6 +49,18 @@ int kvf_test_connect(const char *host, uint16_t port, int timeout_ms,
     *fd_p = fd;
     return KVF_OK;
 }
+int kvf_test_auth_client(int fd, const char *host, const char *addr)
+{
+    kvf_wire_mac_t *slot = kvf_test_mac(fd);
+
+    if (slot == NULL) {
+        return KVF_ERR_NO_RESOURCE;
+    }
+    kvf_wire_mac_free(slot);
+    return kvf_auth_client(fd, host, "store", addr, kvf_time_ms() + 5000,
+                           slot);
+}
+
 static pid_t kvf_test_secret_owner;
 
 int kvf_test_secret_new(char *out, size_t outlen)

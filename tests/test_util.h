@@ -47,6 +47,11 @@ kvf_wire_mac_t *kvf_test_mac(int fd);
 int kvf_test_connect(const char *host, uint16_t port, int timeout_ms,
                      const char *proto, int *fd_p);
 
+/* kvf_auth_client as a store client on fd, a socket the test connected
+ * itself to host (addr is for the log), within 5 s; the tag state kept
+ * for kvf_test_mac(fd). Returns the status. */
+int kvf_test_auth_client(int fd, const char *host, const char *addr);
+
 /* n distinct random block indices among nslots (malloc'd). */
 uint32_t *kvf_test_pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n);
 

@@ -7,6 +7,10 @@
  */
 #ifndef KVF_TRANSPORT_HOOK_H
 #define KVF_TRANSPORT_HOOK_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_LAYER_ENGINE) && \
+    !defined(KVF_TEST_INTERNALS)
+#error "transport/hook.h is transport/'s interface, for the engine"
+#endif
 
 #include "transport/transport.h"
 

@@ -8,6 +8,9 @@
  */
 #ifndef KVF_TL_LIMITS_H
 #define KVF_TL_LIMITS_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/limits.h is private to transport/"
+#endif
 
 #include <kvferry/status.h>
 

@@ -18,6 +18,9 @@
  */
 #ifndef KVF_TL_LISTENER_H
 #define KVF_TL_LISTENER_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/listener.h is private to transport/"
+#endif
 
 #include "transport/limits.h"
 

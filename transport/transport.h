@@ -12,6 +12,10 @@
  */
 #ifndef KVF_TRANSPORT_H
 #define KVF_TRANSPORT_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_LAYER_ENGINE) && \
+    !defined(KVF_TEST_INTERNALS)
+#error "transport/transport.h is transport/'s interface, for the engine"
+#endif
 
 #include "mem/mem.h"
 #include "core/wire.h"
@@ -145,7 +149,9 @@ typedef struct kvf_transport_ops {
      * peers (ucx: memory handle and remote key) drops the mapping before
      * this returns, so the range's remote key stops working. */
     void (*mem_dereg)(kvf_tl_iface_t *iface, uint64_t addr, uint64_t len);
-    /* Optional (shm): opens a lease on the target over count ranges
+    /* Optional (shm): opens a lease of type (KVF_OP_READ: the views are
+     * read in place; KVF_OP_WRITE: written in place, the target checks
+     * the ranges as for a write) on the target over count ranges
      * [remote[i], remote[i] + lens[i]) and sets views[i] to where each
      * lies in this process's mapping of it, or its status (refused, or
      * not mappable: KVF_ERR_UNSUPPORTED). The views stay valid (the
@@ -154,12 +160,14 @@ typedef struct kvf_transport_ops {
      * target revokes the lease then, or earlier when a deregistration
      * has waited for it for its lease_break_ms. Any other return than
      * KVF_OK: no lease, views untouched. */
-    kvf_status_t (*ep_view_open)(kvf_tl_ep_t *ep, size_t count,
-                                 const uint64_t *remote, const uint64_t *lens,
-                                 kvf_tl_view_t *views, uint64_t *until_ms_p,
+    kvf_status_t (*ep_view_open)(kvf_tl_ep_t *ep, kvf_op_type_t type,
+                                 size_t count, const uint64_t *remote,
+                                 const uint64_t *lens, kvf_tl_view_t *views,
+                                 uint64_t *until_ms_p,
                                  kvf_tl_vlease_t **lease_p);
-    /* Ends the lease; the views are gone. KVF_OK when it held until now
-     * (every read made through its views saw the target's registered
+    /* Ends the lease; the views are gone (a WRITE lease's stores are
+     * ordered before its end). KVF_OK when it held until now (every
+     * access made through its views reached the target's registered
      * memory), else why not (KVF_ERR_TIMEOUT: held past its time,
      * KVF_ERR_CONN_RESET: revoked, or the target is gone). */
     kvf_status_t (*ep_view_close)(kvf_tl_vlease_t *lease);

@@ -53,6 +53,25 @@ KVF_API const char *kvf_config_get(const char *name);
 KVF_API void kvf_config_keys(void (*fn)(const kvf_config_key_t *key, void *arg),
                              void *arg);
 
+/* An environment variable that is not a key: a file name, what a test
+ * harness hands to the programs it starts, the Python package's own
+ * locators. `kvferry config --all` and docs/config.md list them. */
+typedef struct kvf_config_var {
+    const char *name;   /* "KVF_CONFIG", "KVFERRY_LIB", ... */
+    const char *defval; /* what applies when unset ("" = nothing) */
+    const char *help;
+    const char *reader; /* who reads it: "library", "python", ... */
+} kvf_config_var_t;
+
+/* The value of a listed variable (its default when unset or empty), or
+ * NULL when name is not listed: callers read such variables through
+ * this, not getenv. */
+KVF_API const char *kvf_config_var(const char *name);
+
+/* Calls fn for every listed variable, in a fixed order. */
+KVF_API void kvf_config_vars(void (*fn)(const kvf_config_var_t *var, void *arg),
+                             void *arg);
+
 /* Checks the configuration once per process: each KVF_* environment
  * variable that names no key is logged as a warning with the nearest key,
  * and each key of the KVF_CONFIG file that names no key as an error.

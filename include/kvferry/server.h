@@ -64,6 +64,8 @@ typedef struct kvf_server_node_params {
     int anon;               /* private anonymous pool (else shareable) */
     int lazy;               /* do not fault the pool in at start */
     unsigned timeout_ms;    /* bound on every wait */
+    const char *disk;       /* disk tier directory (NULL: none) */
+    uint64_t disk_size;     /* bytes of the disk tier's file */
 } kvf_server_node_params_t;
 
 /* Fills params: master and timeout from the store configuration, listen

@@ -130,7 +130,8 @@ KVF_API kvf_status_t kvf_store_get(kvf_store_h store, const char *key,
  * while its put is in progress, KVF_ERR_NO_KEY if absent. */
 KVF_API kvf_status_t kvf_store_remove(kvf_store_h store, const char *key);
 
-/* KVF_OK if the key is stored and committed, else KVF_ERR_NO_KEY. */
+/* KVF_OK if the key is stored and committed, KVF_ERR_NOT_READY while its
+ * put is in progress, else KVF_ERR_NO_KEY. */
 KVF_API kvf_status_t kvf_store_exists(kvf_store_h store, const char *key);
 
 /* Size, checksum and replicas of a committed object; takes a read lease
@@ -282,6 +283,13 @@ KVF_API unsigned kvf_store_view_left_ms(kvf_store_view_lease_h lease);
  * before kvf_store_disconnect (which ends leases still open, logging an
  * error: their handles are then invalid). */
 KVF_API kvf_status_t kvf_store_view_release(kvf_store_view_lease_h lease);
+/* Ends the nodes' leases kept open for shared views
+ * (KVF_STORE_VIEW_SHARED) that no view uses and that end within two
+ * seconds, so that an idle share is ended before its time rather than
+ * revoked by its node. A process that takes shared views calls it at
+ * least once a second while it holds any (kvferry resp does, on its
+ * loops' timer); it costs one pass over the handle's shares. */
+KVF_API void kvf_store_view_trim(kvf_store_h store);
 
 /* The process's hook told just before a mapping that views were handed
  * out of is unmapped (no view into it is held any more): base and len
@@ -291,6 +299,113 @@ KVF_API kvf_status_t kvf_store_view_release(kvf_store_view_lease_h lease);
  * per process; a later call replaces it; fn NULL removes it. */
 typedef void (*kvf_store_unmap_fn)(void *arg, const void *base, uint64_t len);
 KVF_API void kvf_store_view_unmap_hook(kvf_store_unmap_fn fn, void *arg);
+
+/* ---- put views: objects written in place -----------------------------
+ *
+ * The write side of views: kvf_store_view_put allocates objects on the
+ * master (as kvf_store_put_batch does) and hands out each one's space
+ * where it lies, inside this process's mapping of a node's pool (a node
+ * of this host reached over shm). The caller writes the bytes there
+ * itself (a GPU copy kernel through one cudaHostRegister of the mapping,
+ * threads, anything), then commits them: no copy through a buffer of
+ * its own.
+ *
+ *   kvf_store_view_t v[2];
+ *   kvf_store_put_view_h pv;
+ *   const char *keys[2] = {"a", "b"};
+ *   size_t lens[2] = {65536, 65536};
+ *   if (kvf_store_view_put(st, 2, keys, lens, NULL, v, &pv) == KVF_OK) {
+ *       for each i: v[i].status == KVF_OK ? write v[i].len bytes at
+ *                   (void *)v[i].ptr : put it with kvf_store_put_batch
+ *       kvf_store_view_put_commit(pv, NULL, NULL, statuses);
+ *   }
+ *
+ * Lifetime: each node involved grants the keys' ranges under one write
+ * lease (its shm timeout_ms, 5 s by default; its deregistration waits
+ * for the lease at most its lease_break_ms, then breaks it), and the
+ * master undoes a put not committed within its put_timeout_ms (10 s by
+ * default; the client counts it with its own `put_timeout_ms` key, from
+ * before the allocation). kvf_store_view_put_left_ms() says how long
+ * both still run: every write must be over (a GPU kernel synchronized)
+ * and the commit made before it reaches 0. A commit after a lease ended
+ * commits nothing of that node: its keys fail with KVF_ERR_TIMEOUT
+ * (held too long) or KVF_ERR_CONN_RESET (the node revoked it) and are
+ * aborted; an object is never committed from a lease that did not hold.
+ * Until its commit an object is not found by anyone (a get gets
+ * KVF_ERR_NOT_READY, as during any put). A disconnect aborts the put
+ * views still open (logging an error). The mappings are those of read
+ * views (map_base, map_len): they stay mapped while a put view into
+ * them is open, and kvf_store_view_unmap_hook() is told before they go.
+ *
+ * Checksums: a commit records the checksum the caller gives (kvf_checksum
+ * of the bytes it wrote, computed where it likes: threads, a GPU's
+ * kvf_gpu_copy_blocks_sum) or, with sums NULL, computes it here from the
+ * mapping. A wrong checksum is not noticed at commit: every later get of
+ * the object fails with KVF_ERR_CHECKSUM (never wrong bytes). */
+
+/* The allocations and write leases of one kvf_store_view_put. */
+typedef struct kvf_store_put_view *kvf_store_put_view_h;
+
+/* Allocates count objects of lens[i] bytes under keys[i] (one master
+ * round trip, PUT_START as kvf_store_put_batch; opts as there, NULL for
+ * none, but one replica: opts->replicas 1, or 0 where the master's
+ * default is 1) and opens write views on them: one write lease per node.
+ * views[i] per key (checksum 0): status KVF_OK (ptr writable for len
+ * bytes, cast from const; map_base, map_len: the mapping it lies in; an
+ * empty object has ptr NULL), KVF_ERR_EXISTS (stored; unless
+ * KVF_STORE_REPLACE), KVF_ERR_BUSY (being put), KVF_ERR_NO_SPACE (the
+ * pools are full), KVF_ERR_UNSUPPORTED (the object cannot be written in
+ * place: its node is reached over tcp or its pool is not shareable
+ * memory, or it has more than one replica; it is NOT allocated then:
+ * put it with kvf_store_put_batch), KVF_ERR_INVALID_PARAM or
+ * KVF_ERR_KEY_TOO_LARGE (a bad key), or the error of its node. Keys other
+ * than KVF_OK are not allocated. Returns KVF_OK when the allocation
+ * worked: then *pv_p is set and must be committed or aborted (even when
+ * no view is usable). Any other return: no handle, no object, every
+ * views[i].status holds that error: KVF_ERR_INVALID_PARAM (store, keys,
+ * lens, views or pv_p NULL, count 0 or over KVF_STORE_BATCH_MAX:
+ * then views is left untouched; opts->replicas over
+ * KVF_STORE_REPLICA_MAX), or the master's failure. */
+KVF_API kvf_status_t kvf_store_view_put(kvf_store_h store, size_t count,
+                                        const char *const *keys,
+                                        const size_t *lens,
+                                        const kvf_store_put_opts_t *opts,
+                                        kvf_store_view_t *views,
+                                        kvf_store_put_view_h *pv_p);
+/* Milliseconds left to write and commit (0: expired, or pv NULL): until
+ * the first of its write leases or of the master's put deadlines ends. */
+KVF_API unsigned kvf_store_view_put_left_ms(kvf_store_put_view_h pv);
+/* Ends the write leases and commits (PUT_END, one round trip) every key
+ * whose view was KVF_OK and whose keep[i] is nonzero (keep NULL: all),
+ * with checksum sums[i] (sums NULL: computed here from the mapping); the
+ * others are aborted. statuses[i] (statuses may be NULL) per key: KVF_OK
+ * (committed), KVF_ERR_CANCELED (keep[i] 0: aborted), the view's status
+ * (not allocated), KVF_ERR_TIMEOUT (past kvf_store_view_put_left_ms) or
+ * KVF_ERR_CONN_RESET (the node revoked its lease): aborted, or the
+ * master's verdict (KVF_ERR_STALE: the master undid the put). Returns
+ * KVF_OK when every key kept committed, else the first error of one (or
+ * the commit round trip's failure: its keys are then undone by the
+ * master at its put timeout). Frees pv (NULL: KVF_ERR_INVALID_PARAM). */
+KVF_API kvf_status_t kvf_store_view_put_commit(kvf_store_put_view_h pv,
+                                               const int *keep,
+                                               const uint64_t *sums,
+                                               kvf_status_t *statuses);
+/* Ends the write leases and aborts every key (no object is left of
+ * them), and frees pv (NULL: nothing). */
+KVF_API void kvf_store_view_put_abort(kvf_store_put_view_h pv);
+
+/* Maps now, for views and put views to come, every pool window of every
+ * node the master knows that this client reaches over shm, and calls
+ * fn(arg, base, len) for each mapping (a view or put view into that
+ * pool later lies in it while it stays mapped: until its node
+ * deregisters its pool or goes away, or the store disconnects;
+ * kvf_store_view_unmap_hook() tells when). For a caller that registers
+ * the mappings elsewhere ahead of time (cudaHostRegister takes about a
+ * second per few GiB, better not paid by the first transfer). Nodes
+ * reached over tcp are skipped. Returns KVF_OK, or the master's failure
+ * to list its nodes (fn may have been called for some before). */
+KVF_API kvf_status_t kvf_store_view_maps(kvf_store_h store,
+                                         kvf_store_unmap_fn fn, void *arg);
 
 /* Calls fn for each object whose key starts with prefix (NULL = all), at
  * most max of them (0 = no limit other than one reply's size). */

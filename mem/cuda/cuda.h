@@ -1,8 +1,8 @@
 /*
  * mem/cuda: GPU memory for kvferry, the CUDA half of the memory layer.
  * mem/mem.c reaches it for the engine and the transports (mem/mem.h);
- * code that drives GPUs itself (the cuda_ipc transport, GPU tests and
- * benches) includes this header.
+ * transports that drive GPUs themselves reach it through mem/gpu.h, the
+ * GPU tests directly. It needs nothing of mem/mem.h (no cycle).
  *
  * - Devices: count, properties, PCIe and NUMA placement. Without a GPU, or
  *   in a build without CUDA, every call reports KVF_ERR_UNAVAILABLE (and
@@ -30,15 +30,20 @@
  */
 #ifndef KVF_MEM_CUDA_H
 #define KVF_MEM_CUDA_H
+#if !defined(KVF_LAYER_MEM) && !defined(KVF_MEM_GPU_IFACE) && \
+    !defined(KVF_TEST_INTERNALS)
+#error "mem/cuda/cuda.h is private to mem/ (transports: mem/gpu.h)"
+#endif
 
-#include "mem/mem.h"
+#include <kvferry/status.h>
+#include <kvferry/types.h>
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
 #define KVF_CUDA_DEV_MAX    16
-#define KVF_CUDA_IPC_HANDLE KVF_MEM_IPC_HANDLE
+#define KVF_CUDA_IPC_HANDLE 64 /* = KVF_MEM_IPC_HANDLE (mem.c checks) */
 
 /* ---- devices ---------------------------------------------------------- */
 

@@ -35,10 +35,6 @@ static const kvf_config_entry_t kvf_cuda_config_entries[] = {
      KVF_CONFIG_TUNING},
     {"cuda_stage_slots", "4", "staging buffers in flight per connection",
      KVF_CONFIG_TUNING},
-    {"cuda_ctas_per_sm", "4", "copy kernel CTAs per multiprocessor (1..4)",
-     KVF_CONFIG_TUNING},
-    {"cuda_unroll", "8", "16-byte vectors in flight per lane (4 or 8)",
-     KVF_CONFIG_TUNING},
     {"cuda_warps_per_block", "0",
      "warps sharing one block in the copy kernel: 1, 2, 4, or 0 (auto: up "
      "to 4 while the batch leaves warps of the GPU idle)",
@@ -167,13 +163,6 @@ static void kvf_cuda_init_once(void)
         k = KVF_CUDA_KERNEL_AUTO;
     }
     kvf_cuda_kernel_cfg = k;
-    {
-        uint64_t ctas = 4, unroll = 8;
-
-        kvf_config_u64(&kvf_cuda_config, "cuda_ctas_per_sm", &ctas);
-        kvf_config_u64(&kvf_cuda_config, "cuda_unroll", &unroll);
-        kvf_cuda_kern_tune((int)ctas, (int)unroll);
-    }
     {
         uint64_t wpb = 0;
 

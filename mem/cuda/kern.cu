@@ -782,7 +782,9 @@ __global__ void __launch_bounds__(KVF_WARP_CTA)
 
 /* ---- launchers -------------------------------------------------------- */
 
-/* Tunables (cuda_ctas_per_sm, cuda_unroll), set once at start-up. */
+/* Grid size (CTAs per SM) and unrolling of the copy kernels: fixed
+ * (more or fewer CTAs, unroll 4 or 8, changed nothing measured on the
+ * H200: docs/gpu.md); the warps per block are a key. */
 static int kvf_warp_ctas_per_sm = 4;
 static int kvf_bulk_ctas_per_sm = KVF_BULK_CTAS_PER_SM;
 static int kvf_warp_unroll = KVF_WARP_UNROLL;
@@ -794,17 +796,6 @@ extern "C" void kvf_cuda_kern_parts(int warps_per_block)
     if (warps_per_block == 0 || warps_per_block == 1 || warps_per_block == 2 ||
         warps_per_block == 4) {
         kvf_warp_parts = warps_per_block;
-    }
-}
-
-extern "C" void kvf_cuda_kern_tune(int ctas_per_sm, int unroll)
-{
-    if (ctas_per_sm >= 1 && ctas_per_sm <= 16) {
-        kvf_warp_ctas_per_sm = ctas_per_sm < 8 ? ctas_per_sm : 8;
-        kvf_bulk_ctas_per_sm = ctas_per_sm < 5 ? ctas_per_sm : 5;
-    }
-    if (unroll == 4 || unroll == 8) {
-        kvf_warp_unroll = unroll;
     }
 }
 

@@ -8,6 +8,10 @@
  */
 #ifndef KVF_MEM_CUDA_KERN_H
 #define KVF_MEM_CUDA_KERN_H
+#if !defined(KVF_LAYER_MEM) && !defined(KVF_MEM_GPU_IFACE) && \
+    !defined(KVF_TEST_INTERNALS)
+#error "mem/cuda/kern.h is private to mem/ (transports: mem/gpu.h)"
+#endif
 
 #include "mem/cuda/cuda.h"
 
@@ -89,9 +93,6 @@ int kvf_cuda_kern_launch(kvf_cuda_kernel_t kernel, const kvf_cuda_launch_t *l,
 int kvf_cuda_kern_sum_launch(const kvf_cuda_launch_t *l, uint64_t *sums,
                              int store, int tail_dst, int sm_count,
                              cudaStream_t stream);
-/* Grid size (CTAs per SM) and unrolling (4 or 8 vectors in flight per
- * lane) of the copy kernels; out-of-range values keep the defaults. */
-void kvf_cuda_kern_tune(int ctas_per_sm, int unroll);
 /* Warps sharing one block (cuda_warps_per_block): 1, 2, 4, or 0 for auto
  * (more warps per block while the batch has fewer blocks than the GPU
  * holds warps). */

@@ -18,10 +18,6 @@ static const kvf_config_entry_t kvf_cuda_config_entries[] = {
      KVF_CONFIG_TUNING},
     {"cuda_stage_slots", "4", "staging buffers in flight per connection",
      KVF_CONFIG_TUNING},
-    {"cuda_ctas_per_sm", "4", "copy kernel CTAs per multiprocessor (1..4)",
-     KVF_CONFIG_TUNING},
-    {"cuda_unroll", "8", "16-byte vectors in flight per lane (4 or 8)",
-     KVF_CONFIG_TUNING},
 };
 
 KVF_CONFIG_TABLE(kvf_cuda_config, "cuda", kvf_cuda_config_entries)

@@ -21,6 +21,10 @@
  */
 #ifndef KVF_MEM_CUDA_XXH3_H
 #define KVF_MEM_CUDA_XXH3_H
+#if !defined(KVF_LAYER_MEM) && !defined(KVF_MEM_GPU_IFACE) && \
+    !defined(KVF_TEST_INTERNALS)
+#error "mem/cuda/xxh3.h is private to mem/ (transports: mem/gpu.h)"
+#endif
 
 #include <stdint.h>
 

@@ -45,7 +45,15 @@ import tempfile
 import time
 from typing import Any, Dict, List
 
-MODES = ("baseline", "producer", "consumer", "tampered", "tampered-fail")
+MODES = ("baseline", "producer", "consumer", "split", "tampered", "tampered-fail")
+#: top log-probabilities recorded for each prompt's first new token
+TOP_LOGPROBS = 20
+#: largest |difference| of a first-token log-probability between a run
+#: that loaded the prefix and the single-shot baseline that bfloat16
+#: allows (the two compute the prompt in different splits, so different
+#: kernels round differently; against the run of the same split the
+#: difference must be 0)
+BF16_TOLERANCE = 0.5
 
 
 def make_model(path: str, args: argparse.Namespace) -> None:
@@ -63,7 +71,13 @@ def make_model(path: str, args: argparse.Namespace) -> None:
                       head_dim=args.hidden // args.heads,
                       max_position_embeddings=max_model_len(args),
                       initializer_range=0.2, torch_dtype=args.dtype)
-    LlamaForCausalLM(cfg).to(getattr(torch, args.dtype)).save_pretrained(path)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # seconds, not minutes, for 4.5B
+    with torch.device(dev):
+        model = LlamaForCausalLM(cfg)
+    model.to(getattr(torch, args.dtype)).save_pretrained(path)
+    del model
+    if dev == "cuda":
+        torch.cuda.empty_cache()
 
 
 def max_model_len(args: argparse.Namespace) -> int:
@@ -79,12 +93,12 @@ def child(args: argparse.Namespace) -> Dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     kw: Dict[str, Any] = {}
-    if args.child != "baseline":
+    if args.child not in ("baseline", "split"):
         kw["kv_transfer_config"] = KVTransferConfig(
             kv_connector="KvferryConnector",
             kv_connector_module_path="kvferry.vllm_connector",
             kv_role="kv_both",
-            kv_connector_extra_config={"master": args.master, "namespace": args.namespace},
+            kv_connector_extra_config=connector_extra(args),
             # vLLM's default, "fail", ends a request whose blocks did not
             # load with an error; "recompute" computes those blocks again
             kv_load_failure_policy="fail" if args.child == "tampered-fail" else "recompute")
@@ -104,19 +118,38 @@ def child(args: argparse.Namespace) -> Dict[str, Any]:
     if args.child.startswith("tampered"):
         tamper(prompts)
     sp = SamplingParams(temperature=0.0, max_tokens=args.new_tokens, detokenize=False,
-                        ignore_eos=True)
+                        ignore_eos=True, logprobs=TOP_LOGPROBS)
+    if args.child == "split":
+        # vLLM's own prefix cache gets every full block before each
+        # prompt's last token: the timed run below computes only the rest,
+        # the consumer's split
+        bs = args.block_size
+        llm.generate([TokensPrompt(prompt_token_ids=p[:(len(p) - 1) // bs * bs + 1])
+                      for p in prompts], SamplingParams(temperature=0.0, max_tokens=1,
+                                                        detokenize=False))
     t0 = time.perf_counter()
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp)
     elapsed = time.perf_counter() - t0
+    flush_s = 0.0
+    if args.child not in ("baseline", "split"):
+        from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
+
+        if has_kv_transfer_group():  # the saves' commits, after the requests ended
+            t1 = time.perf_counter()
+            get_kv_transfer_group().flush()
+            flush_s = time.perf_counter() - t1
     rec: Dict[str, Any] = {
         "mode": args.child,
         "tokens": [list(o.outputs[0].token_ids) for o in outs],
+        "first_logprobs": [first_logprobs(o) for o in outs],
         "finish_reasons": [str(o.outputs[0].finish_reason) for o in outs],
         "num_cached_tokens": [int(o.num_cached_tokens or 0) for o in outs],
         "generate_s": elapsed,
+        "flush_s": flush_s,
         "device": device_name(),
+        "h2d_ceiling_gbs": pinned_ceiling(),
     }
-    if args.child != "baseline":
+    if args.child not in ("baseline", "split"):
         from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
 
         if has_kv_transfer_group():  # the worker's connector, in this process
@@ -124,9 +157,60 @@ def child(args: argparse.Namespace) -> Dict[str, Any]:
             rec["connector"] = type(conn).__module__ + "." + type(conn).__name__
             rec["worker_stats"] = dict(getattr(conn, "stats", {}))
             rec["corrupt_misses"] = conn.cache.stats.corrupt_misses
-            # the cache's counters and the seconds of each phase (t_d2h, t_write, ...)
-            rec["cache_stats"] = dict(vars(conn.cache.stats))
+            # the cache's counters and the seconds of each phase
+            st = dict(vars(conn.cache.stats))
+            rec["cache_stats"] = st
+            if st.get("t_load") and st.get("bytes_loaded"):
+                rec["load_gbs"] = st["bytes_loaded"] / st["t_load"] / 1e9
     return rec
+
+
+def first_logprobs(out: Any) -> Dict[str, float]:
+    """Token id -> log-probability of the first new token's top entries."""
+    lps = out.outputs[0].logprobs
+    if not lps:
+        return {}
+    return {str(t): float(getattr(v, "logprob", v)) for t, v in lps[0].items()}
+
+
+def logprob_gap(a: List[Dict[str, float]], b: List[Dict[str, float]]) -> float:
+    """Largest |difference| over the token ids both runs list, all prompts
+    (inf when a prompt's lists share none)."""
+    worst = 0.0
+    for x, y in zip(a, b):
+        common = set(x) & set(y)
+        if not common:
+            return float("inf")
+        worst = max([worst] + [abs(x[t] - y[t]) for t in common])
+    return worst
+
+
+def connector_extra(args: argparse.Namespace) -> Dict[str, Any]:
+    """The connector's kv_connector_extra_config from the options."""
+    return {"master": args.master, "namespace": args.namespace,
+            "chunk_tokens": args.chunk_tokens, "layer_groups": args.layer_groups,
+            "load_mode": args.load_mode}
+
+
+def pinned_ceiling() -> float:
+    """The host->GPU rate of one large pinned copy (GB/s, best of 3), the
+    ceiling a load's rate is compared with; 0 without a GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0.0
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    dst = torch.empty(n, dtype=torch.uint8, device="cuda")
+    best = 0.0
+    for _ in range(4):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        best = max(best, n / (time.perf_counter() - t0) / 1e9)
+    del src, dst
+    return best
 
 
 def device_name() -> str:
@@ -136,17 +220,24 @@ def device_name() -> str:
 
 
 def tamper(prompts: List[List[int]]) -> None:
-    """Replaces a piece of each prompt's second block in the store by
-    other bytes of its size, with the worker connector's own keys: its
-    load must fail its checksum and vLLM recompute the block."""
+    """Replaces, in the store, the bytes of each prompt's second block in
+    its first chunk object (layer group 0, the first piece) by other bytes
+    of the same size, with the worker connector's own keys: its load must
+    fail its checksum and vLLM recompute from that block."""
     from vllm.distributed.kv_transfer import get_kv_transfer_group
 
+    from kvferry.kv_chunks import header_bytes
+
     conn = get_kv_transfer_group()
+    cache = conn.cache
     for p in prompts:
-        piece = conn.cache.piece_keys(conn.cache.chunk_keys(p)[1])[-1]
-        size = len(conn.store.get_bytes(piece))
-        conn.store.remove(piece)
-        conn.store.put(piece, b"\x5a" * size)
+        ch = cache.chunks_of(p, len(p) // cache.block_size * cache.block_size)[0]
+        key = cache.object_key(ch.key, ch.blocks, 0)
+        raw = bytearray(conn.store.get_bytes(key))
+        at = header_bytes(len(cache.map.group_parts(0)), ch.blocks) + cache.map.piece_bytes
+        raw[at:at + cache.map.piece_bytes] = b"\x5a" * cache.map.piece_bytes
+        conn.store.remove(key)
+        conn.store.put(key, bytes(raw))
 
 
 def run_child(mode: str, args: argparse.Namespace, model: str, prompts_file: str,
@@ -168,8 +259,9 @@ def run_child(mode: str, args: argparse.Namespace, model: str, prompts_file: str
 def child_args(args: argparse.Namespace) -> List[str]:
     """The options a child run takes from its parent's."""
     out = ["--namespace", args.namespace]
-    for name in ("dtype", "new_tokens", "prompt_len", "block_size",
-                 "gpu_memory_utilization", "attention_backend", "async_scheduling"):
+    for name in ("dtype", "new_tokens", "prompt_len", "block_size", "chunk_tokens",
+                 "layer_groups", "load_mode", "node_pool", "gpu_memory_utilization", "attention_backend",
+                 "async_scheduling"):
         value = getattr(args, name)
         if value:
             out += ["--" + name.replace("_", "-"), str(value)]
@@ -187,19 +279,40 @@ def same_prefix(tokens: List[List[int]], base: List[List[int]]) -> List[int]:
     return out
 
 
-def check(recs: Dict[str, Dict[str, Any]], prompt_len: int, block: int) -> List[str]:
-    """What is wrong with the runs' records (empty: all is well)."""
+def check(recs: Dict[str, Dict[str, Any]], args: argparse.Namespace) -> List[str]:
+    """What is wrong with the runs' records (empty: all is well). float32:
+    every run's tokens equal the baseline's. Other dtypes: the consumer's
+    first-token log-probabilities equal, bit for bit, the baseline's or
+    the split run's, and the baseline's within BF16_TOLERANCE."""
     bad = []
     base = recs["baseline"]["tokens"]
-    for mode in ("producer", "consumer", "tampered"):
-        if mode in recs and recs[mode]["tokens"] != base:
-            bad.append("%s's tokens differ from the baseline's" % mode)
+    if args.dtype == "float32":
+        for mode in ("producer", "consumer", "split", "tampered"):
+            if mode in recs and recs[mode]["tokens"] != base:
+                bad.append("%s's tokens differ from the baseline's" % mode)
+    else:
+        # the consumer computes the tokens after the loaded prefix: its
+        # first-token log-probabilities must equal, bit for bit, those of
+        # a run that computed the same prefix KV the producer's way (the
+        # single-shot baseline, whose prefix the producer computed in the
+        # same steps) or of the split run (vLLM's own prefix cache)
+        cons = recs.get("consumer")
+        refs = [recs[m]["first_logprobs"] for m in ("baseline", "split") if m in recs]
+        if cons and cons["first_logprobs"] not in refs:
+            bad.append("consumer's first-token log-probabilities equal neither the baseline's "
+                       "nor the split run's bit for bit")
+        for mode in ("producer", "consumer"):
+            if mode in recs:
+                gap = logprob_gap(recs[mode]["first_logprobs"], recs["baseline"]["first_logprobs"])
+                if gap > BF16_TOLERANCE:
+                    bad.append("%s's first-token log-probabilities are %.3g from the baseline's "
+                               "(tolerance %g)" % (mode, gap, BF16_TOLERANCE))
     if any(n != 0 for n in recs["producer"]["num_cached_tokens"]):
         bad.append("producer had cached tokens on an empty store")
-    if not recs["producer"].get("worker_stats", {}).get("saved_chunks"):
+    if not recs["producer"].get("worker_stats", {}).get("saved_objects"):
         bad.append("producer's connector saved nothing")
     if "consumer" in recs:
-        bad += check_consumer(recs["consumer"], len(base), prompt_len, block)
+        bad += check_consumer(recs["consumer"], len(base), args.prompt_len, args.block_size)
     if "tampered" in recs and recs["tampered"].get("corrupt_misses") != len(base):
         bad.append("tampered run caught %s corrupt blocks, want %d"
                    % (recs["tampered"].get("corrupt_misses"), len(base)))
@@ -211,6 +324,30 @@ def check(recs: Dict[str, Dict[str, Any]], prompt_len: int, block: int) -> List[
         bad.append("tampered-fail run: %s corrupt blocks, finish reasons %s"
                    % (fail.get("corrupt_misses"), fail["finish_reasons"]))
     return bad
+
+
+def summary(recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """The figures the targets speak of: the consumer's and producer's
+    time over the baseline's, the load's rate over the pinned ceiling,
+    and the first-token log-probability gaps."""
+    base = recs["baseline"]["generate_s"]
+    out: Dict[str, Any] = {}
+    for mode in ("producer", "consumer", "split"):
+        if mode in recs:
+            out["%s_over_baseline" % mode] = recs[mode]["generate_s"] / base
+    cons = recs.get("consumer")
+    if cons and cons.get("load_gbs") and cons.get("h2d_ceiling_gbs"):
+        out["load_gbs"] = cons["load_gbs"]
+        out["h2d_ceiling_gbs"] = cons["h2d_ceiling_gbs"]
+        out["load_over_ceiling"] = cons["load_gbs"] / cons["h2d_ceiling_gbs"]
+    for mode in ("consumer", "split", "producer"):
+        if mode in recs:
+            out["%s_logprob_gap_to_baseline" % mode] = logprob_gap(
+                recs[mode]["first_logprobs"], recs["baseline"]["first_logprobs"])
+    if cons and "split" in recs:
+        out["consumer_logprob_gap_to_split"] = logprob_gap(cons["first_logprobs"],
+                                                           recs["split"]["first_logprobs"])
+    return out
 
 
 def check_consumer(rec: Dict[str, Any], prompts: int, prompt_len: int, block: int) -> List[str]:
@@ -251,6 +388,15 @@ def main() -> int:
     ap.add_argument("--async-scheduling", choices=("auto", "on", "off"), default="auto",
                     help="vLLM's async scheduling (auto: vLLM's choice, on with a GPU)")
     ap.add_argument("--node-pool", default="1G")
+    ap.add_argument("--model-dir", default="",
+                    help="where the random-weight model is kept and reused (default: a "
+                         "temporary folder)")
+    ap.add_argument("--chunk-tokens", type=int, default=256,
+                    help="tokens of one store object (the connector's chunk_tokens)")
+    ap.add_argument("--layer-groups", type=int, default=4,
+                    help="layer groups of a chunk (the connector's layer_groups)")
+    ap.add_argument("--load-mode", choices=("layerwise", "async"), default="layerwise",
+                    help="the connector's load_mode")
     ap.add_argument("--modes", default=",".join(MODES),
                     help="the runs, in order (baseline and producer first)")
     ap.add_argument("--timeout", type=float, default=900.0)
@@ -266,8 +412,9 @@ def main() -> int:
     from kvferry.procs import Master, Node
 
     with tempfile.TemporaryDirectory(prefix="kvferry-serve-vllm-") as tmp:
-        model = os.path.join(tmp, "model")
-        make_model(model, args)
+        model = args.model_dir or os.path.join(tmp, "model")
+        if not os.path.exists(os.path.join(model, "config.json")):
+            make_model(model, args)
         rng = random.Random(1)
         prompts = [[rng.randrange(4, args.vocab) for _ in range(args.prompt_len)]
                    for _ in range(args.prompts)]
@@ -276,17 +423,19 @@ def main() -> int:
             json.dump(prompts, f)
         with Master() as m, Node(m.address, pool=args.node_pool):
             recs = {mode: run_child(mode, args, model, prompts_file, m.address)
-                    for mode in args.modes.split(",")}
+                    for mode in modes}
     import vllm
 
-    bad = check(recs, args.prompt_len, args.block_size)
+    bad = check(recs, args)
     out = {"vllm": vllm.__version__, "device": recs["baseline"]["device"],
            "prompts": args.prompts, "prompt_len": args.prompt_len,
            "new_tokens": args.new_tokens, "layers": args.layers, "hidden": args.hidden,
            "heads": args.heads, "kv_heads": args.kv_heads, "vocab": args.vocab,
            "dtype": args.dtype, "block_size": args.block_size,
            "attention_backend": args.attention_backend or "auto",
-           "async_scheduling": args.async_scheduling, "ok": not bad, "problems": bad,
+           "async_scheduling": args.async_scheduling, "chunk_tokens": args.chunk_tokens,
+           "layer_groups": args.layer_groups, "ok": not bad, "problems": bad,
+           "summary": summary(recs),
            "runs": {k: dict({kk: vv for kk, vv in v.items() if kk != "tokens"},
                             same_prefix=same_prefix(v["tokens"], recs["baseline"]["tokens"]))
                     for k, v in recs.items()},

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ctypes import byref, c_long
 from typing import Tuple
 
-from . import _lib
+from . import _lib, config
 from .engine import MEM_CUDA, MEM_HOST, MEM_PINNED, Batch, Engine, Peer, Region
 from .errors import (
     BatchError,
@@ -68,9 +68,9 @@ def checksum(data) -> int:
 
 
 def config_get(name: str):
-    """Effective value of a configuration key, or None if no such key."""
-    r = _lib.lib().kvf_config_get(name.encode())
-    return None if r is None else r.decode()
+    """Effective value of a configuration key (or of a listed variable),
+    or None if there is no such name: kvferry.config.get."""
+    return config.get(name)
 
 
 library_path = _lib.library_path

@@ -133,6 +133,21 @@ class StoreEntry(Structure):
 LIST_FN = ctypes.CFUNCTYPE(None, POINTER(StoreEntry), c_void_p)
 
 
+class ConfigKey(Structure):
+    """kvf_config_key_t: one key as kvf_config_keys reports it."""
+    _fields_ = [
+        ("component", c_char_p),
+        ("name", c_char_p),
+        ("value", c_char_p),
+        ("defval", c_char_p),
+        ("help", c_char_p),
+        ("group", c_int),
+    ]
+
+
+CONFIG_KEY_FN = ctypes.CFUNCTYPE(None, POINTER(ConfigKey), c_void_p)
+
+
 class StoreTiming(Structure):
     """kvf_store_timing_t (kvferry/perf.h)."""
 
@@ -151,6 +166,8 @@ _PROTOS = {
     "kvf_status_name": (c_char_p, [status_t]),
     "kvf_checksum": (c_uint64, [c_void_p, c_size_t]),
     "kvf_config_get": (c_char_p, [c_char_p]),
+    "kvf_config_var": (c_char_p, [c_char_p]),
+    "kvf_config_keys": (None, [CONFIG_KEY_FN, c_void_p]),
     "kvf_engine_create": (status_t, [POINTER(EngineParams), POINTER(c_void_p)]),
     "kvf_engine_destroy": (None, [c_void_p]),
     "kvf_engine_segment_name": (c_char_p, [c_void_p]),
@@ -312,7 +329,9 @@ def pyops() -> Any:
     if _pyops is None:
         _pyops = False
         path = pyops_path()
-        off = os.environ.get("KVFERRY_PYOPS", "1") == "0"
+        from . import config
+
+        off = config.get("KVFERRY_PYOPS", "1") == "0"
         if path is not None and not off and not sysconfig.get_config_var("Py_GIL_DISABLED"):
             try:  # an interpreter without CPython's ABI (PyPy) cannot load it
                 dll = ctypes.PyDLL(path)

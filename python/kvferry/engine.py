@@ -11,7 +11,6 @@ import bisect
 import ctypes
 import itertools
 import operator
-import os
 import sys
 import threading
 import time
@@ -20,7 +19,7 @@ from array import array
 from ctypes import byref, c_int, c_size_t, c_uint64, c_void_p
 from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
-from . import _buffers, _lib
+from . import _buffers, _lib, config
 from .errors import (
     ERR_TIMEOUT,
     INPROGRESS,
@@ -294,18 +293,7 @@ class Batch:
 # is small so the engine starts at once, the later ones convert while the
 # engine moves the earlier. KVFERRY_FIRST_SLICE (16..65536) tunes the
 # first one for a host.
-def _first_slice() -> int:
-    text = os.environ.get("KVFERRY_FIRST_SLICE", "256")
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if not 16 <= n <= 65536:
-        raise ValueError(f"KVFERRY_FIRST_SLICE={text!r}: want an integer in 16..65536")
-    return n
-
-
-_FIRST_SLICE = _first_slice()
+_FIRST_SLICE = config.get_int("KVFERRY_FIRST_SLICE", 16, 65536)
 _MAX_SLICES = 8
 
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 import sys
 import threading
@@ -56,7 +55,7 @@ from ctypes import byref, c_size_t, c_uint64, c_void_p
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import _lib
+from . import _lib, config
 from .engine import Region
 from .errors import ERR_CHECKSUM, ERR_EXISTS, ERR_NO_KEY, ERR_UNSUPPORTED, OK, KvferryError
 from .store import BATCH_MAX, Store
@@ -423,7 +422,7 @@ class KVCache:
         self._mover = kv_gpu.GpuMover(self._table.side.device)
         # loads read the node's pool in place where the store can view it
         # (a node of this host over shm; KVF_KV_VIEWS=0: always staged)
-        self._views = (os.environ.get("KVF_KV_VIEWS", "1") != "0"
+        self._views = (config.get("kv_views", "1") != "0"
                        and hasattr(self.store, "view_get"))
         self._stage = kv_gpu.PinnedBuffer(size)
         self._stage_region = self._stage.register(self.store)

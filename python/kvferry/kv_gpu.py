@@ -18,7 +18,6 @@ loop per piece); torch is never imported.
 
 from __future__ import annotations
 
-import os
 import threading
 from array import array
 from ctypes import POINTER, Structure, byref, c_char, c_int, c_size_t, c_uint, c_uint64, c_void_p
@@ -57,6 +56,8 @@ _PROTOS = {
 #: kvf_gpu_copy_blocks_sum flags: checksums by the copying kernel, or by
 #: a pass over the GPU side after the tuned copy (0: per direction, the
 #: library's choice)
+#: kvf_gpu_copy_blocks flag: every block through the copy engines
+COPY_ENGINES = 0x2
 SUM_FUSED = 0x1
 SUM_AFTER = 0x2
 #: ... or by the copy engines, then the pass over the GPU side (leaves the
@@ -65,11 +66,36 @@ SUM_ENGINES = 0x4
 _SUM_MODES = {"auto": 0, "fused": SUM_FUSED, "after": SUM_AFTER, "engines": SUM_ENGINES}
 
 
+#: the process's checksum mode, set by a caller comparing modes
+#: (set_sum_mode); None: the configuration key gpu_sum
+_sum_mode: Optional[str] = None
+
+
+def set_sum_mode(name: Optional[str]) -> None:
+    """Sets the checksum mode of the copiers made after this call (None:
+    back to the configuration key ``gpu_sum``)."""
+    global _sum_mode
+    if name is not None:
+        sum_mode_flags(name)  # refuses an unknown name here
+    _sum_mode = name
+
+
+def sum_mode(name: Optional[str] = None) -> str:
+    """The checksum mode name in force: name, else set_sum_mode's, else
+    the configuration key ``gpu_sum`` (``KVF_GPU_SUM``; default auto)."""
+    if name is None:
+        name = _sum_mode
+    if name is None:
+        from . import config
+
+        name = config.get("gpu_sum", "auto") or "auto"
+    return name
+
+
 def sum_mode_flags(name: Optional[str] = None) -> int:
     """The copy flags of a checksum mode name (auto, fused, after,
-    engines); None reads ``KVF_GPU_SUM`` (default auto)."""
-    if name is None:
-        name = os.environ.get("KVF_GPU_SUM", "auto")
+    engines); None: :func:`sum_mode`'s."""
+    name = sum_mode(name)
     try:
         return _SUM_MODES[name]
     except KeyError:
@@ -103,6 +129,24 @@ def has_fused_checksums() -> bool:
         return True
     except (OSError, AttributeError):
         return False
+
+
+class DeviceBuffer:
+    """nbytes of memory of GPU device (``kvf_gpu_alloc``), freed by
+    :meth:`close`."""
+
+    def __init__(self, nbytes: int, device: int = 0):
+        p = c_void_p()
+        check(_dll().kvf_gpu_alloc(MEM_CUDA, device, nbytes, byref(p)), "device alloc")
+        self.addr, self.nbytes, self.device = int(p.value), int(nbytes), device
+
+    def mem(self) -> "GpuMem":
+        return GpuMem(self.addr, self.nbytes, MEM_CUDA, self.device)
+
+    def close(self) -> None:
+        if self.addr:
+            _dll().kvf_gpu_free(MEM_CUDA, self.addr)
+            self.addr = 0
 
 
 class PinnedBuffer:
@@ -306,6 +350,24 @@ class GpuMover:
             check(st, "gpu copy")
         return st, sums
 
+    def copy_plain(self, src: GpuMem, dst: GpuMem, src_offs, dst_offs, lens,
+                   engines: bool = True, timeout_ms: int = 60000) -> None:
+        """Copies len[i] bytes from src + src_offs[i] to dst + dst_offs[i]
+        (kvf_gpu_copy_blocks), through the copy engines (DMA) by default:
+        for few large ranges, which the engines move at the link's rate.
+        Raises on any error."""
+        n = len(lens)
+        if n == 0:
+            return
+        if _np is not None:
+            blk = _np.empty((n, 3), dtype=_np.uint64)
+            blk[:, 0], blk[:, 1], blk[:, 2] = src_offs, dst_offs, lens
+        else:
+            blk = array("Q", [v for t in zip(src_offs, dst_offs, lens) for v in t])
+        check(_dll().kvf_gpu_copy_blocks(self._h, byref(src), byref(dst), _addr(blk), n,
+                                         COPY_ENGINES if engines else 0, timeout_ms),
+              "gpu copy")
+
     def copy_table(self, src: GpuMem, dst: GpuMem, blk, expect, sums,
                    timeout_ms: int = 60000, flags: int = 0) -> int:
         """:meth:`copy` with the descriptors prebuilt: blk a C-contiguous
@@ -344,6 +406,6 @@ def first_mismatch(sums, expect) -> int:
     return len(sums)
 
 
-__all__ = ["PinnedBuffer", "BlockTable", "GpuMover", "GpuMem", "gpu_count", "first_mismatch",
+__all__ = ["PinnedBuffer", "DeviceBuffer", "COPY_ENGINES", "BlockTable", "GpuMover", "GpuMem", "gpu_count", "first_mismatch",
            "has_fused_checksums", "SUM_FUSED", "SUM_AFTER", "SUM_ENGINES",
            "sum_mode_flags", "HostMappings", "host_mappings", "ERR_OUT_OF_BOUNDS", "MEM_HOST"]

@@ -40,6 +40,7 @@ from .engine import Engine, Region, _closed
 from .errors import (
     ERR_CANCELED,
     ERR_NO_KEY,
+    ERR_NOT_READY,
     OK,
     BatchError,
     BufferTypeError,
@@ -134,6 +135,12 @@ def _vlib() -> Any:
                 "kvf_store_view_left_ms": (c_uint, [c_void_p]),
                 "kvf_store_view_release": (c_int, [c_void_p]),
                 "kvf_store_view_unmap_hook": (None, [_UNMAP_FN, c_void_p]),
+                "kvf_store_view_put": (c_int, [c_void_p, c_size_t, c_void_p, c_void_p, c_void_p,
+                                               c_void_p, POINTER(c_void_p)]),
+                "kvf_store_view_put_left_ms": (c_uint, [c_void_p]),
+                "kvf_store_view_put_commit": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p]),
+                "kvf_store_view_put_abort": (None, [c_void_p]),
+                "kvf_store_view_maps": (c_int, [c_void_p, _UNMAP_FN, c_void_p]),
             }
             for name, (res, args) in protos.items():
                 fn = getattr(lib, name)
@@ -247,6 +254,119 @@ class ViewLease:
         ok = sum(1 for v in self._views if v.status == OK)
         return "<kvferry.ViewLease %d/%d viewed%s>" % (ok, len(self._views),
                                                         " released" if self._h is None else "")
+
+
+class PutViews:
+    """The write views of one :meth:`Store.view_put` call: a sequence of
+    :class:`View` (checksum 0), each object's space in this process's
+    mapping of a node's pool, to be written in place (``addr``, ``length``
+    bytes) and then committed (:meth:`commit`) or aborted (:meth:`abort`).
+    A context manager: leaving the block without a commit aborts.
+
+    Write and commit before :meth:`left_ms` reaches 0: a commit after that
+    commits nothing of an expired lease (its keys get ERR_TIMEOUT). A key
+    whose view is not OK was not allocated (ERR_UNSUPPORTED: put it with
+    :meth:`Store.put_batch`).
+    """
+
+    def __init__(self, store: "Store", handle: int, views: List[View]):
+        self._store = store
+        self._h: Optional[int] = handle
+        self._views = views
+        self.statuses: Optional[List[int]] = None  # the commit's, once done
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._views[i]
+
+    def __iter__(self) -> Any:
+        return iter(self._views)
+
+    @property
+    def done(self) -> bool:
+        """Committed or aborted (the handle is gone)."""
+        return self._h is None
+
+    def left_ms(self) -> int:
+        """Milliseconds left to write and commit (0: expired or done)."""
+        h = self._h
+        if h is None or self._store.closed:
+            return 0
+        return int(_vlib().kvf_store_view_put_left_ms(h))
+
+    def memoryview(self, i: int) -> memoryview:
+        """A writable memoryview of view i's space, usable only until the
+        commit or abort (touching it afterwards may crash the process)."""
+        v = self._views[i]
+        if self._h is None:
+            raise _closed("put view")
+        if v.status != OK:
+            raise make_error(v.status, "view_put")
+        if v.length == 0:
+            return memoryview(bytearray())
+        return memoryview((c_char * v.length).from_address(v.addr)).cast("B")
+
+    def _take(self) -> Optional[int]:
+        with _view_lock:
+            h, self._h = self._h, None
+        if h is not None and self._store.closed:
+            return None  # the disconnect aborted it
+        return h
+
+    def commit(self, sums: Optional[Sequence[int]] = None,
+               keep: Optional[Sequence[Any]] = None) -> List[int]:
+        """Ends the write leases and commits every key whose view was OK and
+        whose keep[i] is true (keep None: all), with checksum sums[i]
+        (kvferry's checksum of the bytes written; None: computed from the
+        mapping); the others are aborted. Returns each key's status: OK,
+        ERR_CANCELED (not kept), the view's status (not allocated),
+        ERR_TIMEOUT / ERR_CONN_RESET (its lease did not hold: aborted), or
+        the master's. Once done, later calls return the same list."""
+        n = len(self._views)
+        if sums is not None and len(sums) != n:
+            raise invalid("commit", "%d keys but %d sums" % (n, len(sums)))
+        if keep is not None and len(keep) != n:
+            raise invalid("commit", "%d keys but %d keep flags" % (n, len(keep)))
+        if self._h is None:
+            return list(self.statuses) if self.statuses is not None else [ERR_CANCELED] * n
+        sarr = array("Q", sums) if sums is not None else None
+        karr = array("i", [1 if k else 0 for k in keep]) if keep is not None else None
+        sts = array("i", bytes(4 * n))
+        h = self._take()
+        if h is None:
+            self.statuses = [ERR_CANCELED] * n
+            return list(self.statuses)
+        _vlib().kvf_store_view_put_commit(h, karr.buffer_info()[0] if karr is not None else None,
+                                          sarr.buffer_info()[0] if sarr is not None else None,
+                                          sts.buffer_info()[0])
+        self.statuses = sts.tolist()
+        return list(self.statuses)
+
+    def abort(self) -> None:
+        """Ends the write leases and aborts every key (idempotent)."""
+        h = self._take()
+        if h is not None:
+            _vlib().kvf_store_view_put_abort(h)
+            self.statuses = [ERR_CANCELED] * len(self._views)
+
+    def __enter__(self) -> "PutViews":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.abort()
+
+    def __del__(self) -> None:
+        try:
+            self.abort()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        ok = sum(1 for v in self._views if v.status == OK)
+        return "<kvferry.PutViews %d/%d writable%s>" % (ok, len(self._views),
+                                                       " done" if self._h is None else "")
 
 
 class _Span:
@@ -590,13 +710,14 @@ class Store:
         return self._get_into("get_batch_sums", keys, intos, False, True)
 
     def exists_batch(self, keys: Sequence[Any]) -> List[bool]:
-        """Whether each key is stored and committed."""
+        """Whether each key is stored and committed (a key whose put is in
+        progress is not yet: False)."""
         karr, n = self._keys(keys)
         sts = (c_int * n)()
         st = _lib.lib().kvf_store_exists_batch(self._handle(), n, karr, sts)
         out = []
         for s in sts:
-            if s not in (OK, ERR_NO_KEY):
+            if s not in (OK, ERR_NO_KEY, ERR_NOT_READY):
                 raise BatchError(s, "exists_batch", list(sts))
             out.append(s == OK)
         del st
@@ -641,6 +762,53 @@ class Store:
         except BaseException:
             lib.kvf_store_view_release(h)
             raise
+
+    def view_put(self, keys: Sequence[Any], lens: Sequence[int], replicas: int = 0, *,
+                 pin: bool = False, replace: bool = False) -> PutViews:
+        """Write views of many new objects (kvf_store_view_put): one master
+        round trip allocates them, then each node of this host reached over
+        shm grants their space in its pool, to be written in place (a GPU
+        kernel, threads) and committed with :meth:`PutViews.commit`. Returns
+        a :class:`PutViews` (a sequence of :class:`View`, one per key; use
+        it in a ``with`` block, which aborts what was not committed). A key
+        that cannot be written in place gets its status in its View and is
+        not allocated: ERR_UNSUPPORTED (node over tcp, several replicas:
+        put it with :meth:`put_batch`), ERR_EXISTS, ERR_BUSY, ERR_NO_SPACE...
+        replicas: 0 (the master's default, which must then be 1) or 1.
+        Raises :class:`InvalidParamError` for 0 or more than BATCH_MAX keys,
+        the master's error when the allocation fails."""
+        karr, n = self._keys(keys)
+        if len(lens) != n:
+            raise invalid("view_put", "%d keys but %d lengths" % (n, len(lens)))
+        larr = array("Q", [int(x) for x in lens])
+        views = (_ViewC * n)()
+        h = c_void_p()
+        lib = _vlib()
+        opts = self._opts(replicas, pin, 0, replace)
+        check(lib.kvf_store_view_put(self._handle(), n, karr, larr.buffer_info()[0], byref(opts),
+                                     views, byref(h)), "view_put")
+        try:
+            out = [View(v.ptr or 0, v.len, v.checksum, v.status, v.map_base or 0, v.map_len)
+                   for v in views]
+            return PutViews(self, h.value, out)
+        except BaseException:
+            lib.kvf_store_view_put_abort(h)
+            raise
+
+    def view_maps(self) -> List[Tuple[int, int]]:
+        """Maps now every pool of every node this store reaches over shm
+        (kvf_store_view_maps) and returns each mapping as (base, length):
+        views and put views into those pools lie in them later, so a
+        caller can register them with a GPU ahead of time. The unmap hook
+        (:meth:`view_unmap_hook`) tells when one goes."""
+        out: List[Tuple[int, int]] = []
+
+        def call(_arg: Any, base: Any, length: int) -> None:
+            out.append((base or 0, int(length)))
+
+        cb = _UNMAP_FN(call)
+        check(_vlib().kvf_store_view_maps(self._handle(), cb, None), "view_maps")
+        return out
 
     @staticmethod
     def view_unmap_hook(fn: Optional[Callable[[int, int], None]]) -> None:

@@ -1,16 +1,22 @@
-"""The end-to-end harness's GPU tiers (kvferry.kv's paged GPU paths).
+"""The end-to-end harness's GPU tiers (kvferry.kv's and kvferry.kv_chunks'
+paged GPU paths).
 
 On a GPU (skipped elsewhere): with a tiny model, the local tier
-(LocalKVCache, verifying scatter kernel) and the remote tier (KVCache over
-GPU buffers with gpu_stage, store over shm and tcp) load a saved prefix
-bitwise equal to the computed one, layer by layer and in one call; a
-corrupted chunk is refused by the kernel's checksums (shortened load,
+(LocalKVCache, verifying scatter kernel) and the remote tiers (ChunkStore
+over GPU buffers: store over shm read in place through views, the pool
+registered at set-up; over tcp and throttled by the fault transport,
+through the pinned stage) load a saved prefix bitwise equal to the
+computed one, group by group (layer by layer for local) and in one call;
+a corrupted chunk is refused by the kernel's checksums (shortened load,
 corrupt_misses) and the engine recomputes to the same output.
 
 Everywhere: the paged source's control flow (layer-wise loader thread,
 sequential load, a verification failure in the middle of an overlapped
 pass) runs on CPU against a stand-in for LocalKVCache that compares
-bytes instead of checksums.
+bytes instead of checksums, and the remote tier runs on CPU (host
+buffers, real master and node) through the engine: hit equal to the
+miss, loaded group by group beside the forward pass or before it, a
+damaged piece refused, recomputed and stored anew.
 """
 
 import sys
@@ -30,6 +36,7 @@ from kvferry.e2e.caches import CHUNK, PagedSource  # noqa: E402
 from kvferry.e2e.engine import Engine  # noqa: E402
 from kvferry.e2e.model import build  # noqa: E402
 from kvferry.e2e.policy import Policy  # noqa: E402
+from kvferry.e2e.remote import RemoteTier  # noqa: E402
 from kvferry.kv import KVStats  # noqa: E402
 
 
@@ -196,18 +203,78 @@ def check_verified_speed(info, _=None):
     assert _verified_speed([S(0, 1.0, "miss")], info, 1.0) == {}
 
 
+def check_chunk_source(info, overlap):
+    """The remote tier on CPU through the engine: host buffers, chunk
+    objects in a real node over shm, loaded group by group."""
+    n = 5 * CHUNK  # a chunk of 1024 tokens and a tail of one block
+    tokens = _tokens(n + 64, vocab=info.vocab)
+    tier = caches.make("remote-shm", info, n, 64 << 20, "64M", layer_groups=2)
+    try:
+        assert isinstance(tier, RemoteTier) and tier.resident and not tier.kv.gpu
+        assert tier.kv.groups == 2 and tier.kv.chunk_tokens == 1024
+        first = _serve(info, tier, overlap, tokens)
+        assert first.decision == "miss" and tier.lookup(tokens[:n]) == n
+        hit = _serve(info, tier, overlap, tokens)
+        assert hit.decision == "load" and hit.loaded_tokens == n
+        assert hit.output == first.output
+        assert hit.bytes_remote == n * info.kv_bytes_per_token()
+        assert {"kv_query", "kv_read", "kv_h2d_verify"} <= set(hit.split)
+        assert tier.kv.stats.viewed_objects > 0
+        before = tier.kv.stats.corrupt_misses
+        assert tier.corrupt(tokens[:n], 2)
+        bad = _serve(info, tier, overlap, tokens)
+        assert bad.decision == "corrupt" and bad.loaded_tokens == 0
+        assert bad.output == first.output
+        assert tier.kv.stats.corrupt_misses == before + 1
+        again = _serve(info, tier, overlap, tokens)  # stored anew by the recompute
+        assert again.decision == "load" and again.output == first.output
+    finally:
+        tier.close()
+
+
 # -- the real tiers on a GPU ----------------------------------------------
 
-GPU_TIERS = ["local", "remote-shm", "remote-tcp"]
+GPU_TIERS = ["local", "remote-shm", "remote-tcp", "remote-tcp-throttled"]
+
+
+def _load_all(src):
+    return src.load_all() if hasattr(src, "load_all") else src.load()
+
+
+def _load_in_steps(src, layers):
+    """Layer by layer (local) or group by group (remote), each step
+    verifying every token."""
+    if hasattr(src, "load_layer"):
+        for l in range(layers):
+            assert src.load_layer(l) == src.tokens
+        return
+    seen = []
+    assert src.load(group_done=seen.append) == src.tokens
+    assert seen == list(range(src.groups))
+
+
+def _remote_paths(tier, name, times, nbytes, n, info):
+    """The remote tier's path: views and put views over shm (the pool
+    registered at set-up), the stage over tcp."""
+    assert tier.kv.gpu and tier.resident
+    assert nbytes == n * info.kv_bytes_per_token()
+    s = tier.kv.stats
+    if name == "remote-shm":
+        assert tier.mappings >= 1
+        assert s.viewed_objects > 0 and s.put_viewed_objects > 0 and times["kv_read"] == 0
+    else:
+        assert s.viewed_objects == 0 and times["kv_read"] > 0
 
 
 def check_gpu_tier(info, name):
-    """A real GPU tier: load (one call, per layer), verify, corruption."""
+    """A real GPU tier: load (one call, in steps), verify, corruption."""
     n = 8 * CHUNK
     tokens = _tokens(n + 64, vocab=info.vocab)
-    tier = caches.make(name, info, n, 64 << 20, "256M")
+    tier = caches.make(name, info, n, 64 << 20, "256M", 1.0 if "throttled" in name else 0.0,
+                       layer_groups=2)
     try:
-        assert isinstance(tier, (caches.GpuLocalTier, caches.GpuRemoteTier)), type(tier)
+        assert isinstance(tier, (caches.GpuLocalTier, RemoteTier)), type(tier)
+        assert tier.bufs[0].is_cuda
         first = _serve(info, tier, True, tokens)
         assert first.decision == "miss"
         assert tier.lookup(tokens[:n]) == n
@@ -218,19 +285,18 @@ def check_gpu_tier(info, name):
             b.zero_()
         torch.cuda.synchronize()
         src, got, _, _ = tier.fetch(tokens[:n], n)
-        assert src.load_all() == n
+        assert _load_all(src) == n
         _same(src, ref, n, saved)
         for b in tier.bufs:
             b.zero_()
         torch.cuda.synchronize()
         src, _, _, _ = tier.fetch(tokens[:n], n)
-        for l in range(info.layers):
-            assert src.load_layer(l) == n
+        _load_in_steps(src, info.layers)
         _same(src, ref, n, saved)
         times, nbytes = src.done()
         assert times["kv_h2d_verify"] > 0
         if tier.remote:
-            assert nbytes > 0 and times["kv_read"] > 0
+            _remote_paths(tier, name, times, nbytes, n, info)
         for overlap in (True, False):
             hit = _serve(info, tier, overlap, tokens)
             assert hit.decision == "load" and hit.loaded_tokens == n, overlap
@@ -265,6 +331,10 @@ if pytest is not None:
     def test_verified_speed(cpu_info):
         check_verified_speed(cpu_info)
 
+    @pytest.mark.parametrize("overlap", [True, False])
+    def test_chunk_source_through_the_engine(cpu_info, overlap):
+        check_chunk_source(cpu_info, overlap)
+
     @pytest.mark.skipif(not _gpu(), reason="needs a GPU and kvferry's GPU kernels")
     @pytest.mark.parametrize("name", GPU_TIERS)
     def test_gpu_tier_load_verify_corrupt(gpu_info, name):
@@ -278,6 +348,7 @@ if __name__ == "__main__":
     failed = 0
     runs = [("paged source overlap=%s" % o, check_paged_source, "cpu", o) for o in (True, False)]
     runs.append(("verified speed", check_verified_speed, "cpu", None))
+    runs += [("chunk source overlap=%s" % o, check_chunk_source, "cpu", o) for o in (True, False)]
     if _gpu():
         runs += [("gpu tier %s" % n, check_gpu_tier, "cuda", n) for n in GPU_TIERS]
     else:

@@ -1,5 +1,6 @@
 """The end-to-end harness on CPU with a tiny model (2 layers, small
-hidden size): every configuration against real master/node processes,
+hidden size): every configuration against real master/node processes
+(the remote ones with 1 and 2 layer groups),
 greedy outputs identical across configurations, the deterministic check
 (bitwise first-token logits, corrupted chunks refused) and records that
 ``kvferry report`` reads. Skipped where torch or transformers is absent."""
@@ -26,6 +27,7 @@ def run(tmp_path_factory):
     rc = main(["--model", "tiny", "--device", "cpu", "--caches", CACHES, "--sharing", "0.9",
                "--prefix-lens", "256,512", "--pool-size", "1", "--requests", "3", "--rate", "0",
                "--sequential", "local", "--check", "2", "--throttle-gbs", "0.3",
+               "--layer-groups", "1,2",
                "--host-pool", "64M", "--node-pool", "64M", "--record", str(d / "rec"),
                "--json", out])
     return rc, json.load(open(out)), str(d / "rec")
@@ -38,6 +40,9 @@ def test_runs_every_configuration(run):
     for c in CACHES.split(","):
         assert any(x.startswith(c + " ") for x in configs), c
     assert any("remote-tcp-throttled" in x and "policy-calc" in x for x in configs)
+    # each remote configuration once per layer group count
+    for g in ("groups1", "groups2"):
+        assert any(x.startswith("remote-shm ") and g in x.split() for x in configs), g
     for s in data["summaries"]:
         if s.get("cache") in ("local", "remote-shm", "remote-tcp", "gpu") and s["policy"] == "always":
             assert s["tokens_not_computed"] > 0, s["config"]

@@ -10,6 +10,10 @@ the module runs over its stand-in base, with the same methods.
 """
 
 import asyncio
+import os
+from types import SimpleNamespace
+import signal
+import threading
 import time
 import uuid
 
@@ -20,7 +24,7 @@ import kvferry
 from kvferry import lmcache as kl
 from kvferry import sglang as ks
 from kvferry import vllm_tier as kv
-from kvferry.procs import Resp
+from kvferry.procs import Master, Node, Resp
 
 
 def ns():
@@ -121,6 +125,337 @@ def test_vllm_tier_via_factory(master):
         assert wait_jobs(tier, 1)[1].success
     finally:
         tier.shutdown()
+
+
+def test_vllm_tier_options_via_factory(master):
+    """The factory's options (0.33, 0.34): a backpressure detector built
+    by vLLM from the tier's entry, the entry's locality, the tier's medium."""
+    pytest.importorskip("vllm")
+    from vllm.v1.kv_offload.tiering import base as tier_base
+    from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+
+    if not hasattr(tier_base.SecondaryTierManager, "bp_detector"):
+        pytest.skip("this vLLM's secondary tiers take no backpressure detector")
+    primary = np.zeros((4, 1024), dtype=np.uint8)
+    tier = SecondaryTierFactory.create_secondary_tier(
+        {"type": "KvferryTier", "module_path": "kvferry.vllm_tier", "master": master,
+         "namespace": ns(), "locality": "REMOTE",
+         "backpressure": {"backpressure_cls": "EMABackpressureDetector"}},
+        memoryview(primary), None)
+    try:
+        from vllm.v1.kv_offload.base import Locality, Medium
+        from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+        assert type(tier.bp_detector).__name__ == "EMABackpressureDetector"
+        assert tier.locality is Locality.REMOTE
+        assert tier.medium is Medium.CPU and tier.cache_hit_source is CacheHitSource.HOST
+    finally:
+        tier.shutdown()
+
+
+@pytest.fixture()
+def own_store():
+    """A master and node of the test's own, so that it may stop the master."""
+    with Master() as m, Node(m.address, pool="16M") as n:
+        yield m, n
+
+
+def pause(pid, timeout=5):
+    """SIGSTOP, then wait until every thread of pid has stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    end = time.time() + timeout
+    while time.time() < end:
+        states = []
+        for t in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(st == "T" for st in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError("process %d did not stop" % pid)
+
+
+def wait_running(tier, job_id=None, timeout=5):
+    """Waits until the tier's worker has taken job job_id (any job: None);
+    its store call then waits on the stopped master."""
+    end = time.time() + timeout
+    while time.time() < end:
+        running = tier._running
+        if running is not None and job_id in (None, running.meta.job_id):
+            return
+        time.sleep(0.005)
+    raise AssertionError("job %s did not start" % job_id)
+
+
+def stored_tier(master, nslots, slot, keys, **kw):
+    """A tier whose keys are stored from slots 0.. (random bytes)."""
+    primary, tier = make_tier(master, nslots=nslots, slot=slot, namespace=ns(), **kw)
+    primary[:] = np.random.default_rng(1).integers(0, 256, primary.shape, dtype=np.uint8)
+    tier.submit_store(job(1, keys, list(range(len(keys)))))
+    assert wait_jobs(tier, 1)[1].success
+    return primary, tier
+
+
+@pytest.mark.parametrize("defer", [True, False], ids=["deferred", "no-deferral"])
+def test_vllm_tier_stalled_load_defers_release(own_store, monkeypatch, defer):
+    """A store that stops answering: the waiting loads fail after
+    load_timeout_ms. The queued one fails at once and is never read; the
+    running one fails with a deferred_release event (where vLLM's
+    JobResult has the field) that is set only once its read has ended.
+    no-deferral: as with 0.33's JobResult, the running load reports when
+    its read ends."""
+    if defer and not kv.CAN_DEFER_RELEASE:
+        pytest.skip("this vLLM's JobResult has no deferred_release")
+    monkeypatch.setattr(kv, "CAN_DEFER_RELEASE", defer)
+    m, _ = own_store
+    keys = [uuid.uuid4().bytes + b"\0\0\0\0" for _ in range(4)]
+    primary, tier = stored_tier(m.address, 8, 65536, keys, load_timeout_ms=300,
+                                timeout_ms=8000)
+    try:
+        want = primary[:4].copy()
+        primary[4:] = 0
+        pause(m.pid)
+        try:
+            tier.submit_load(job(2, keys[:2], [4, 5], promotion=True))
+            wait_running(tier, 2)
+            tier.submit_load(job(3, keys[2:], [6, 7], promotion=True))
+            res = wait_jobs(tier, 2 if defer else 1, timeout=3)
+            assert not res[3].success and not res[3].successful_keys
+            assert getattr(res[3], "deferred_release", None) is None
+            if defer:
+                ev = res[2].deferred_release
+                assert not res[2].success and not res[2].successful_keys
+                assert ev is not None and not ev.is_set()
+                time.sleep(0.5)
+                assert not ev.is_set()      # the read still waits on the master
+            else:
+                assert 2 not in res
+            assert tier.has_pending_work()
+            # loads just expired: lookups miss (vLLM recomputes) until the store answers
+            assert tier.lookup(keys[0], None) == kv.LookupResult.MISS
+        finally:
+            os.kill(m.pid, signal.SIGCONT)
+        if defer:
+            assert ev.wait(8)
+            assert wait_jobs(tier, 1, timeout=0.5) == {}    # job 2 reported once
+        else:
+            late = wait_jobs(tier, 1, timeout=8)
+            assert late[2].success
+        # the late read wrote its slots before the event; the expired job's never
+        assert (primary[4:6] == want[:2]).all()
+        assert not primary[6:8].any()
+        assert tier.stats["expired_loads"] == (2 if defer else 1)
+        assert tier.lookup(keys[0], None) == kv.LookupResult.HIT
+        tier.drain_jobs()
+        assert not tier.has_pending_work()
+    finally:
+        tier.shutdown()
+
+
+def test_vllm_tier_drain_jobs(own_store):
+    """drain_jobs returns once every job has ended: each result is in
+    get_finished_jobs() exactly once, the bytes are in place, and every
+    deferred_release event handed out is set. While the store stalls it
+    fails the queued jobs and waits for the running call only."""
+    m, _ = own_store
+    keys = [uuid.uuid4().bytes + b"\0\0\0\0" for _ in range(8)]
+    primary, tier = stored_tier(m.address, 16, 65536, keys[:4], load_timeout_ms=300,
+                                timeout_ms=8000)
+    try:
+        want = primary[:8].copy()
+        tier.submit_store(job(2, keys[4:], [4, 5, 6, 7]))
+        tier.submit_load(job(3, keys[:4], [8, 9, 10, 11], promotion=True))
+        for k in keys:
+            tier.lookup(k, None)
+        tier.drain_jobs()
+        res = wait_jobs(tier, 2, timeout=0.5)
+        assert set(res) == {2, 3} and res[2].success and res[3].success
+        assert (primary[8:12] == want[:4]).all()
+        assert all(tier.lookup(k, None) == kv.LookupResult.HIT for k in keys)
+        assert not tier.has_pending_work()
+        # a stalled store: drain fails the queued jobs, waits for the running one
+        primary[8:] = 0
+        pause(m.pid)
+        done = threading.Event()
+        try:
+            tier.submit_load(job(4, keys[4:6], [8, 9], promotion=True))
+            wait_running(tier, 4)
+            tier.submit_store(job(5, keys[:2], [0, 1]))
+            tier.submit_load(job(6, keys[6:], [10, 11], promotion=True))
+            threading.Thread(target=lambda: (tier.drain_jobs(), done.set()), daemon=True).start()
+            assert not done.wait(1.0)       # the running read waits on the master
+        finally:
+            os.kill(m.pid, signal.SIGCONT)
+        assert done.wait(8)
+        res = wait_jobs(tier, 3, timeout=0.5)
+        assert set(res) == {4, 5, 6}
+        assert not res[5].success and not res[6].success
+        if kv.CAN_DEFER_RELEASE:
+            assert not res[4].success and res[4].deferred_release.is_set()
+        else:
+            assert res[4].success
+        assert (primary[8:10] == want[4:6]).all() and not primary[10:12].any()
+        assert wait_jobs(tier, 1, timeout=0.2) == {} and not tier.has_pending_work()
+    finally:
+        tier.shutdown()
+
+
+def vllm_tiering():
+    """vLLM's tiering manager and its CPU primary tier, or a skip."""
+    pytest.importorskip("vllm")
+    if not kv.HAVE_VLLM:
+        pytest.skip("this vLLM's tier interface is older than 0.33's: the stand-in base is used")
+    try:
+        from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
+        from vllm.v1.kv_offload.tiering import manager
+        from vllm.v1.kv_offload.base import LookupResult, ReqContext, ScheduleEndContext
+    except ImportError as e:
+        pytest.skip("this vLLM has no tiering manager of 0.33's shape: %s" % e)
+    if not hasattr(manager, "CPUPrimaryTierOffloadingManager"):
+        pytest.skip("this vLLM has no CPUPrimaryTierOffloadingManager")
+    return SimpleNamespace(region=SharedOffloadRegion, manager=manager, hit=LookupResult,
+                           ctx=ReqContext, end=ScheduleEndContext)
+
+
+def steps_until(mgr, v, cond, timeout=10):
+    """Engine steps (on_schedule_end) until cond() holds."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        mgr.on_schedule_end(v.end((), ()))
+        time.sleep(0.01)
+    return cond()
+
+
+def test_vllm_tier_under_vllm_manager(own_store):
+    """The tier under vLLM's own TieringOffloadingManager and CPU primary
+    tier (a shared-memory region as vLLM makes it): chunks stored by vLLM
+    cascade to the store, come back by promotion after a cache reset, byte
+    for byte; a stalled store: the promotion fails, vLLM keeps the chunks
+    out of its free pool until the read has ended (0.34's deferred
+    release; 0.33 waits for the read), lookups miss meanwhile, and
+    reset_cache (drain_jobs) meets vLLM's assertions."""
+    v = vllm_tiering()
+    m, _ = own_store
+    nchunks, slot = 8, 65536
+    region = v.region(uuid.uuid4().hex, nchunks, None, slot, slot)
+    primary = v.manager.CPUPrimaryTierOffloadingManager(nchunks, region)
+    view = primary.get_kv_memoryview()
+    cache = np.asarray(view).view(np.uint8)
+    tier = kv.KvferryTier(offloading_spec=None, primary_kv_view=view, tier_type="KvferryTier",
+                          master=m.address, namespace=ns(), load_timeout_ms=300,
+                          timeout_ms=8000)
+    mgr = v.manager.TieringOffloadingManager(primary, [tier])
+    try:
+        keys = [uuid.uuid4().bytes + b"\0\0\0\0" for _ in range(4)]
+        want = np.random.default_rng(3).integers(0, 256, (4, slot), dtype=np.uint8)
+        a = v.ctx(req_id="a")
+        mgr.on_new_request(a)
+        out = mgr.prepare_store(keys, a)
+        cache[np.asarray(out.store_spec.chunk_ids)] = want      # vLLM's GPU->CPU copy
+        mgr.complete_store(keys, a, True)
+        mgr.on_request_finished(a)
+        assert steps_until(mgr, v, lambda: not mgr.has_pending_work())
+        assert tier.stats["stores"] == 1 and tier.stats["bytes"] == 4 * slot
+        mgr.reset_cache()
+        mgr.on_reset_flushed()
+        cache[:] = 0
+
+        # promotion: the keys come back from the store
+        b = v.ctx(req_id="b")
+        mgr.on_new_request(b)
+        assert steps_until(mgr, v, lambda: all(mgr.lookup(k, b) is v.hit.HIT for k in keys[:2]))
+        ids = np.asarray(mgr.prepare_load(keys[:2], b).chunk_ids)
+        assert (cache[ids] == want[:2]).all()
+        mgr.complete_load(keys[:2], b)
+
+        # a stalled store: the promotion of keys 2 and 3 hangs on the master
+        pause(m.pid)
+        try:
+            assert mgr.lookup(keys[2], b) is v.hit.HIT_PENDING
+            assert mgr.lookup(keys[3], b) is v.hit.HIT_PENDING
+            mgr.on_schedule_end(v.end((), ()))      # submits the load
+            wait_running(tier)
+            if kv.CAN_DEFER_RELEASE:
+                # failed at once; both chunks held until the read ends
+                assert steps_until(mgr, v, lambda: primary.num_deferred_release_chunks == 2,
+                                   timeout=3)
+                assert mgr.lookup(keys[2], b) is v.hit.MISS and mgr.has_pending_work()
+                time.sleep(0.5)
+                assert primary.num_deferred_release_chunks == 2
+            else:
+                time.sleep(1.0)
+                assert mgr.lookup(keys[2], b) is v.hit.HIT_PENDING
+            # vLLM's reset drains the tier: it returns once the read has ended
+            done = threading.Event()
+            threading.Thread(target=lambda: (mgr.reset_cache(), done.set()), daemon=True).start()
+            assert not done.wait(0.5)
+        finally:
+            os.kill(m.pid, signal.SIGCONT)
+        assert done.wait(10)        # vLLM asserts no job and no deferred release is left
+        if kv.CAN_DEFER_RELEASE:
+            assert primary.num_deferred_release_chunks == 0
+        mgr.on_reset_flushed()
+        # the store answers again: the keys promote and load byte for byte
+        cache[:] = 0
+        assert steps_until(mgr, v, lambda: all(mgr.lookup(k, b) is v.hit.HIT for k in keys))
+        ids = np.asarray(mgr.prepare_load(keys, b).chunk_ids)
+        assert (cache[ids] == want).all()
+        mgr.complete_load(keys, b)
+        mgr.on_request_finished(b)
+    finally:
+        tier.shutdown()
+        del cache, view
+        mgr.shutdown()
+
+
+def tier_shape(kv):
+    """Public names and abstract methods of the module's base, and the
+    fields of its result types."""
+    import dataclasses
+
+    base = kv.SecondaryTierManager
+    return {"names": sorted(n for n in dir(base) if not n.startswith("_")),
+            "abstract": sorted(base.__abstractmethods__),
+            "result": [f.name for f in dataclasses.fields(kv.JobResult)],
+            "job": [f.name for f in dataclasses.fields(kv.TransferJob)]}
+
+
+def test_vllm_tier_stand_in_in_step():
+    """The stand-in base (the module in a process without vLLM) has the
+    names, abstract methods and result types of vLLM 0.34's, where that
+    vLLM is installed, else the names 0.34 has."""
+    import inspect
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys\n"
+            "sys.modules['vllm'] = None  # as if vLLM were not installed\n"
+            "from kvferry import vllm_tier as kv\n"
+            "assert not kv.HAVE_VLLM and not kv.KvferryTier.__abstractmethods__\n"
+            + inspect.getsource(tier_shape) + "\nprint(json.dumps(tier_shape(kv)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    stand_in = json.loads(out.stdout.splitlines()[-1])
+    if kv.HAVE_VLLM and kv.CAN_DEFER_RELEASE:
+        real = tier_shape(kv)
+        # cache_hit_source: vLLM derives it from medium with its own enum
+        assert set(real["names"]) - set(stand_in["names"]) == {"cache_hit_source"}
+        assert set(stand_in["names"]) <= set(real["names"])
+        assert stand_in["abstract"] == real["abstract"]
+        assert stand_in["result"] == real["result"] and stand_in["job"] == real["job"]
+        return
+    assert stand_in["abstract"] == ["drain_jobs", "get_finished_jobs", "lookup",
+                                    "on_new_request", "submit_load", "submit_store"]
+    assert "deferred_release" in stand_in["result"] and "touch" not in stand_in["names"]
+    for name in ("has_pending_work", "take_events", "on_request_finished",
+                 "serve_external_requests", "on_schedule_end", "shutdown", "bp_detector",
+                 "block_size_bytes", "tolerates_off_thread_polling", "medium", "get_stats",
+                 "build_metric_definitions", "config_info_keys", "config_info"):
+        assert name in stand_in["names"], name
 
 
 # -- LMCache --------------------------------------------------------------

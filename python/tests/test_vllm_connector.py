@@ -13,6 +13,8 @@ tensors shaped by vLLM's attention backend; elsewhere the same flow runs
 over the module's stand-in base with numpy caches.
 """
 
+import inspect
+import time
 import types
 import uuid
 
@@ -20,6 +22,7 @@ import numpy as np
 import pytest
 
 import kvferry
+from kvferry import kv_chunks as kc
 from kvferry import vllm_connector as vc
 
 BS, HEADS, HD, LAYERS, NBLK = 16, 2, 32, 3, 24
@@ -27,6 +30,30 @@ BS, HEADS, HD, LAYERS, NBLK = 16, 2, 32, 3, 24
 
 def ns():
     return "vc-" + uuid.uuid4().hex[:10]
+
+
+OVERLAP = [False]
+LOAD_MODE = ["layerwise"]
+
+
+def extra(master, namespace):
+    """The connector's configuration: chunks of 2 blocks in 2 layer groups
+    (objects, tails and groups all occur with a few blocks); loads and
+    saves on the mover thread or in the caller's (the overlap fixture)."""
+    return {"master": master, "namespace": namespace, "model": "tiny",
+            "chunk_tokens": 2 * BS, "layer_groups": 2, "overlap": OVERLAP[0],
+            "load_mode": LOAD_MODE[0]}
+
+
+@pytest.fixture(params=["inline", "overlap"], autouse=True)
+def overlap(request):
+    OVERLAP[0] = request.param == "overlap"
+    yield
+    OVERLAP[0] = False
+
+
+def chunk_blocks(spec):
+    return sum(c.blocks for c in spec.chunks)
 
 
 # -- stand-in world (no vLLM): plain objects with vLLM's attribute names ------
@@ -45,8 +72,7 @@ def plain_world(master, namespace, role, device=None):
     names = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
     kvcc = types.SimpleNamespace(num_blocks=NBLK, kv_cache_groups=[
         types.SimpleNamespace(kv_cache_spec=spec, layer_names=names)])
-    tcfg = types.SimpleNamespace(kv_role=role, kv_connector_extra_config={
-        "master": master, "namespace": namespace, "model": "tiny"})
+    tcfg = types.SimpleNamespace(kv_role=role, kv_connector_extra_config=extra(master, namespace))
     vcfg = types.SimpleNamespace(kv_transfer_config=tcfg, model_config=None, parallel_config=None,
                                  cache_config=None)
 
@@ -169,8 +195,7 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
         return t.select(axis, x)
     tcfg = KVTransferConfig(kv_connector="KvferryConnector",
                             kv_connector_module_path="kvferry.vllm_connector", kv_role=role,
-                            kv_connector_extra_config={"master": master, "namespace": namespace,
-                                                       "model": "tiny"})
+                            kv_connector_extra_config=extra(master, namespace))
     vcfg = VllmConfig(cache_config=CacheConfig(block_size=BS), kv_transfer_config=tcfg,
                       device_config=DeviceConfig(device="cpu"))
 
@@ -185,7 +210,10 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
         nr = []
         for r, ids, c, _ in new:
             r.num_computed_tokens = c
-            nr.append(NewRequestData.from_request(r, (list(ids),)))
+            if "prefill_token_ids" in inspect.signature(NewRequestData.from_request).parameters:
+                nr.append(NewRequestData.from_request(r, (list(ids),), list(r.prompt_token_ids)))
+            else:  # before vLLM 0.34
+                nr.append(NewRequestData.from_request(r, (list(ids),)))
         cr = CachedRequestData.make_empty()
         for r, ids, c, _ in cached:
             cr.req_ids.append(r.request_id)
@@ -271,10 +299,12 @@ def test_prefill_decode_handoff(world):
         p_ids = [7, 3, 11, 0, 19, 5]
         # chunked prefill: 40 tokens, then the rest
         m1 = step(wp, p_s, p_w, wp.sched_out(new=[(req, p_ids[:3], 0, 40)]))
-        assert [len(s.block_ids) for s in m1.saves] == [2] and not m1.loads
+        assert [chunk_blocks(s) for s in m1.saves] == [2] and not m1.loads
         m2 = step(wp, p_s, p_w, wp.sched_out(cached=[(req, p_ids[3:], 40, len(tokens) - 40)]))
-        assert [len(s.block_ids) for s in m2.saves] == [5]
-        assert p_w.stats["saved_chunks"] == 5
+        # the second chunk and a tail of the fifth block
+        assert [[c.blocks for c in s.chunks] for s in m2.saves] == [[2, 1]]
+        assert p_w.flush()
+        assert p_w.stats["saved_chunks"] == 3 and p_w.stats["saved_objects"] == 6
         defer, params = p_s.request_finished(req, p_ids)
         assert defer is False and params["kvferry"]["stored_tokens"] == 5 * BS
 
@@ -287,6 +317,9 @@ def test_prefill_decode_handoff(world):
         assert len(m.loads) == 1 and not m.saves           # consumer: no saves
         assert d_w.get_block_ids_with_load_errors() == set()
         assert d_w.stats["loaded_tokens"] == 5 * BS
+        # one engine's scheduler and worker count together (vLLM builds both
+        # in one process): the worker's stats show the scheduler's lookup
+        assert d_w.stats["lookups"] == 1 and d_w.stats["hit_tokens"] == 5 * BS
         assert blocks_equal(wd, p_kv, d_kv, p_ids[:5], d_ids[:5])
         # the sixth block (partial) was neither saved nor loaded
         assert not blocks_equal(wd, p_kv, d_kv, p_ids[5:], d_ids[5:])
@@ -309,6 +342,7 @@ def test_local_prefix_and_last_token(world):
         r = w.request("a", tokens)
         step(w, s, wk, w.sched_out(new=[(r, [1, 2, 3, 4], 0, len(tokens))]))
         s.request_finished(r, [1, 2, 3, 4])
+        assert wk.flush()
         r2 = w.request("b", tokens)
         # 4 blocks stored, the last token is vLLM's: 3 blocks; 1 is local
         assert s.get_num_new_matched_tokens(r2, BS) == (2 * BS, False)
@@ -316,7 +350,7 @@ def test_local_prefix_and_last_token(world):
         before = {n: w.block(t, 1).clone() if hasattr(t, "clone") else w.block(t, 1).copy()
                   for n, t in kv.items()}
         m = step(w, s, wk, w.sched_out(new=[(r2, [1, 6, 7, 8], 3 * BS, BS)]))
-        assert [(ld.start, ld.end) for ld in m.loads] == [(1, 3)]
+        assert [(ld.start, ld.end) for ld in m.loads] == [(BS, 3 * BS)]
         assert blocks_equal(w, kv, kv, [2, 3], [6, 7])
         for n in w.names:
             assert w.same(w.block(kv[n], 1), before[n])
@@ -327,7 +361,7 @@ def test_local_prefix_and_last_token(world):
 
 
 def test_corrupt_and_missing_blocks_are_load_errors(world, store):
-    """A stored piece replaced by other bytes, or removed after the
+    """A chunk object replaced by other bytes, or removed after the
     lookup: the worker reports those blocks, vLLM recomputes them."""
     name = ns()
     w = world(name, "kv_both")
@@ -338,32 +372,40 @@ def test_corrupt_and_missing_blocks_are_load_errors(world, store):
         tokens = list(range(500, 500 + 4 * BS + 1))
         r = w.request("a", tokens)
         step(w, s, wk, w.sched_out(new=[(r, [0, 1, 2, 3, 4], 0, len(tokens))]))
-        keys = wk.cache.chunk_keys(tokens)
-        piece = wk.cache.piece_keys(keys[2])[-1]
-        size = len(store.get_bytes(piece))
-        store.remove(piece)
-        store.put(piece, b"\x5a" * size)       # same size, other bytes
+        assert wk.flush()
+        cache = wk.cache
+        chunks = cache.chunks_of(tokens, 4 * BS)
+        assert [c.blocks for c in chunks] == [2, 2]
+        # chunk 1, group 0: its first block's first piece gets other bytes
+        key = cache.object_key(chunks[1].key, 2, 0)
+        raw = bytearray(store.get_bytes(key))
+        at = kc.header_bytes(len(cache.map.group_parts(0)), 2)  # piece 0 of block 0
+        raw[at:at + 8] = b"\x5a" * 8
+        store.remove(key)
+        store.put(key, bytes(raw))
         r2 = w.request("b", tokens)
         n, _ = s.get_num_new_matched_tokens(r2, 0)
-        assert n == 4 * BS                     # the manifests are all there
+        assert n == 4 * BS                     # every object is there
         s.update_state_after_alloc(r2, w.blocks([10, 11, 12, 13, 14]), n)
-        store.remove(wk.cache.piece_keys(keys[3])[0])
+        store.remove(cache.object_key(chunks[1].key, 2, 1))
         step(w, s, wk, w.sched_out(new=[(r2, [10, 11, 12, 13, 14], n, 1)]))
         assert wk.get_block_ids_with_load_errors() == {12, 13}
         assert wk.get_block_ids_with_load_errors() == set()
-        assert wk.cache.stats.corrupt_misses == 1
+        assert cache.stats.corrupt_misses == 1
         assert blocks_equal(w, kv, kv, [0, 1], [10, 11])
-        # the failed chunks left the store, and the step's save did not
+        # the failed chunk left the store, and the step's save did not
         # write the failed blocks back under their keys
+        assert wk.flush()
         assert s.get_num_new_matched_tokens(w.request("c", tokens), 0) == (2 * BS, False)
         # vLLM (kv_load_failure_policy "recompute") computes the request
         # again from its first failed block: the next step schedules it
-        # with fewer computed tokens, and the recomputed blocks are saved
-        for n in w.names:  # what the forward pass writes
-            w.copy_block(kv[n], 12, 2)
-            w.copy_block(kv[n], 13, 3)
+        # with fewer computed tokens, and the recomputed chunk is saved
+        for nm in w.names:  # what the forward pass writes
+            w.copy_block(kv[nm], 12, 2)
+            w.copy_block(kv[nm], 13, 3)
         m = step(w, s, wk, w.sched_out(cached=[(r2, [], 2 * BS, 2 * BS + 1)]))
-        assert [len(x.block_ids) for x in m.saves] == [4]
+        assert [chunk_blocks(x) for x in m.saves] == [2]
+        assert wk.flush()
         assert s.get_num_new_matched_tokens(w.request("e", tokens), 0) == (4 * BS, False)
         r3 = w.request("f", tokens)
         n, _ = s.get_num_new_matched_tokens(r3, 0)
@@ -387,6 +429,7 @@ def test_other_layout_is_a_miss(world, master):
         tokens = list(range(3 * BS))
         r = w.request("a", tokens)
         step(w, s, wk, w.sched_out(new=[(r, [0, 1, 2], 0, len(tokens))]))
+        assert wk.flush()
         assert s.get_num_new_matched_tokens(w.request("b", tokens), 0)[0] == 2 * BS
         assert other.get_num_new_matched_tokens(w.request("c", tokens), 0)[0] == 0
     finally:
@@ -405,6 +448,7 @@ def test_dead_store_is_a_miss(world):
         s, wk = w.make(w.scheduler), w.make(w.worker)
         wk.register_kv_caches(w.caches(6))
         step(w, s, wk, w.sched_out(new=[(w.request("a", tokens), [0, 1, 2, 3], 0, len(tokens))]))
+        assert wk.flush()
         r = w.request("b", tokens)
         assert s.get_num_new_matched_tokens(r, 0) == (3 * BS, False)
         s.update_state_after_alloc(r, w.blocks([4, 5, 6, 7]), 3 * BS)
@@ -419,18 +463,6 @@ def test_dead_store_is_a_miss(world):
         wk.shutdown()
     with pytest.raises(kvferry.KvferryError):
         w.make(w.scheduler)
-
-
-def test_layout_of_shapes():
-    """The byte map of vLLM's layouts: K/V outermost, blocks outermost (MLA)."""
-    a = [np.zeros((2, 8, 16, 2, 4), np.float16)] * 2
-    lay = vc.layout_of(a, 16, 8, "float16", "0" * 32)
-    assert lay.kind == "vllm" and lay.buffer_bytes() == a[0].nbytes and lay.fingerprint() == "0" * 32
-    b = [np.zeros((8, 16, 64), np.float16)]
-    lay = vc.layout_of(b, 16, 8, "float16", "1" * 32)
-    assert lay.kind == "mla" and lay.buffer_bytes() == b[0].nbytes
-    with pytest.raises(ValueError):
-        vc.layout_of([np.zeros((3, 7, 16), np.float16)], 16, 8, "float16", "2" * 32)
 
 
 def test_no_leak(world):
@@ -448,6 +480,7 @@ def test_no_leak(world):
     wk.register_kv_caches(caches)
     tokens = list(range(2 * BS + 1))
     step(w, s, wk, w.sched_out(new=[(w.request("a", tokens), [0, 1, 2], 0, len(tokens))]))
+    assert wk.flush()
     r = w.request("b", tokens)
     n, _ = s.get_num_new_matched_tokens(r, 0)
     s.update_state_after_alloc(r, w.blocks([3, 4, 5]), n)
@@ -488,3 +521,116 @@ def test_recompute_hazard_named_and_logged(master, caplog):
     with caplog.at_level("WARNING", logger="kvferry.vllm_connector"):
         w.make(w.scheduler).shutdown()
     assert "kv_load_failure_policy 'recompute' with async scheduling" in caplog.text
+
+
+def test_tensor_parallel_ranks(master):
+    """Tensor parallel: each rank's worker saves its own heads under its
+    own keys; the scheduler finds a hit only when every rank's objects are
+    there, and a server of another parallel size never finds them."""
+    name = ns()
+    spec = types.SimpleNamespace(block_size=BS, num_kv_heads=HEADS, head_size=HD, dtype="float16")
+    names = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
+    kvcc = types.SimpleNamespace(num_blocks=NBLK, kv_cache_groups=[
+        types.SimpleNamespace(kv_cache_spec=spec, layer_names=names)])
+
+    def conn(role, tp, rank):
+        tcfg = types.SimpleNamespace(kv_role="kv_both", kv_connector_extra_config=extra(master, name))
+        par = types.SimpleNamespace(tensor_parallel_size=tp, rank=rank, pipeline_parallel_size=1)
+        vcfg = types.SimpleNamespace(kv_transfer_config=tcfg, model_config=None,
+                                     parallel_config=par, cache_config=None)
+        return vc.KvferryConnector(vcfg, role, kvcc)
+
+    def caches(seed):
+        rng = np.random.default_rng(seed)
+        return {n: rng.integers(0, 1 << 16, (2, NBLK, BS, HEADS, HD), dtype=np.uint16)
+                .view(np.float16) for n in names}
+
+    tokens = list(range(700, 700 + 4 * BS + 1))
+    req = types.SimpleNamespace(request_id="r", prompt_token_ids=tokens)
+    sched, sched1 = conn(0, 2, 0), conn(0, 1, 0)
+    w0, w1 = conn(1, 2, 0), conn(1, 2, 1)
+    kv0, kv1 = caches(1), caches(2)
+    w0.register_kv_caches(kv0)
+    w1.register_kv_caches(kv1)
+    ids = [0, 1, 2, 3, 4]
+    out = types.SimpleNamespace(
+        scheduled_new_reqs=[types.SimpleNamespace(req_id="r", prompt_token_ids=tokens,
+                                                  block_ids=(ids,), num_computed_tokens=0)],
+        scheduled_cached_reqs=types.SimpleNamespace(req_ids=[], resumed_req_ids=set(),
+                                                    new_block_ids=[], num_computed_tokens=[]),
+        num_scheduled_tokens={"r": len(tokens)}, finished_req_ids=set())
+    try:
+        meta = sched.build_connector_meta(out)
+        for w in (w0,):  # rank 0 alone: no hit yet
+            w.bind_connector_metadata(meta)
+            w.start_load_kv(None)
+            w.wait_for_save()
+            w.flush()
+        assert sched.get_num_new_matched_tokens(types.SimpleNamespace(
+            request_id="a", prompt_token_ids=tokens), 0) == (0, False)
+        w1.bind_connector_metadata(meta)
+        w1.start_load_kv(None)
+        w1.wait_for_save()
+        w1.flush()
+        assert sched.get_num_new_matched_tokens(req, 0) == (4 * BS, False)
+        assert sched1.get_num_new_matched_tokens(types.SimpleNamespace(
+            request_id="b", prompt_token_ids=tokens), 0) == (0, False)
+        # each rank loads its own heads into other blocks
+        sched.update_state_after_alloc(req, Blocks([10, 11, 12, 13, 14]), 4 * BS)
+        lmeta = vc.KvferryConnectorMetadata(loads=list(sched._loads.values()))
+        for w in (w0, w1):
+            w.bind_connector_metadata(lmeta)
+            w.start_load_kv(None)
+            w.wait_for_save()
+            assert w.get_block_ids_with_load_errors() == set()
+        for kv in (kv0, kv1):
+            for n in names:
+                assert np.array_equal(kv[n][:, [0, 1, 2, 3]].view(np.uint16),
+                                      kv[n][:, [10, 11, 12, 13]].view(np.uint16))
+    finally:
+        for c in (sched, sched1, w0, w1):
+            c.shutdown()
+
+
+def test_async_loads(world):
+    """load_mode "async": the lookup answers an asynchronous load, the
+    worker loads between steps and get_finished names the request once
+    its blocks are in the cache (byte for byte); a damaged chunk's
+    blocks are reported by then."""
+    name = ns()
+    LOAD_MODE[0] = "async"
+    try:
+        w = world(name, "kv_both")
+        s, wk = w.make(w.scheduler), w.make(w.worker)
+    finally:
+        LOAD_MODE[0] = "layerwise"
+    try:
+        kv = w.caches(8)
+        wk.register_kv_caches(kv)
+        tokens = list(range(900, 900 + 4 * BS + 1))
+        step(w, s, wk, w.sched_out(new=[(w.request("a", tokens), [0, 1, 2, 3, 4], 0, len(tokens))]))
+        assert wk.flush()
+        r = w.request("b", tokens)
+        assert s.may_load_async(r)
+        assert s.get_num_new_matched_tokens(r, 0) == (4 * BS, True)
+        s.update_state_after_alloc(r, w.blocks([10, 11, 12, 13, 14]), 4 * BS)
+        # the step that starts the load computes nothing of the request
+        meta = s.build_connector_meta(w.sched_out())
+        assert [ld.is_async for ld in meta.loads] == [True]
+        wk.bind_connector_metadata(meta)
+        wk.start_load_kv(None)
+        wk.wait_for_save()
+        done = set()
+        for _ in range(200):
+            _, recved = wk.get_finished(set())
+            done |= recved or set()
+            if "b" in done:
+                break
+            time.sleep(0.01)
+        assert done == {"b"}
+        assert wk.get_block_ids_with_load_errors() == set()
+        assert blocks_equal(w, kv, kv, [0, 1, 2, 3], [10, 11, 12, 13])
+        s.update_state_after_alloc(r, w.blocks([]), 0)  # vLLM's second call
+    finally:
+        s.shutdown()
+        wk.shutdown()

@@ -17,7 +17,9 @@
  *            replica rotates from call to call to spread the reads
  *   verify   each read against the checksum before it counts; a key
  *            whose replicas are all bad fails with KVF_ERR_CHECKSUM (or
- *            the read's error)
+ *            the read's error); one read from a location the master
+ *            gave without a lease (the client's lease budget spent) is
+ *            looked up again instead, up to KVF_GET_PASSES passes
  *   release  the location cache learns where each key was read
  */
 #include "store/client/client_int.h"
@@ -47,15 +49,15 @@ typedef struct kvf_get_job {
     kvf_status_t *s;
     kvf_store_timing_t *tm;
     const kvf_store_info_t *given; /* kvf_store_read's look-up, or NULL */
-    uint64_t *sums;      /* kvf_store_get_batch_sums: recorded checksums out,
-                            no host hashing (the caller verifies) */
-    uint64_t sent_ns;    /* when the look-up left */
-    kvf_sreps_t *e;      /* per key: the look-up's answer */
-    unsigned *mism;      /* per key: replicas with wrong bytes */
-    unsigned char *want; /* per key: still to read */
-    uint64_t *opsum;     /* per op of a round: its buffer's checksum, */
+    uint64_t *sums;        /* kvf_store_get_batch_sums: recorded checksums out,
+                              no host hashing (the caller verifies) */
+    uint64_t sent_ns;      /* when the look-up left */
+    kvf_sreps_t *e;        /* per key: the look-up's answer */
+    unsigned *mism;        /* per key: replicas with wrong bytes */
+    unsigned char *want;   /* per key: still to read */
+    uint64_t *opsum;       /* per op of a round: its buffer's checksum, */
     unsigned char *summed; /* computed while the batch ran (1) or not */
-    kvf_smove_t mv;      /* one read per key per round */
+    kvf_smove_t mv;        /* one read per key per round */
     kvf_sarena_t arena;
 } kvf_get_job_t;
 
@@ -64,51 +66,16 @@ static void kvf_get_layout(kvf_get_job_t *j)
     size_t n = j->count;
     kvf_sarena_t *a = &j->arena;
 
-    j->e = kvf_sarena_take(a, n * sizeof(*j->e));
-    j->mism = kvf_sarena_take(a, n * sizeof(*j->mism));
-    j->want = kvf_sarena_take(a, n * sizeof(*j->want));
-    j->opsum = kvf_sarena_take(a, n * sizeof(*j->opsum));
-    j->summed = kvf_sarena_take(a, n * sizeof(*j->summed));
-    j->mv.ops = kvf_sarena_take(a, n * sizeof(*j->mv.ops));
-    j->mv.sps = kvf_sarena_take(a, n * sizeof(*j->mv.sps));
-    j->mv.st = kvf_sarena_take(a, n * sizeof(*j->mv.st));
-    j->mv.key = kvf_sarena_take(a, n * sizeof(*j->mv.key));
-    j->mv.rep = kvf_sarena_take(a, n * sizeof(*j->mv.rep));
-}
-
-kvf_status_t kvf_store_lookup(kvf_store_h st, size_t count,
-                              const char *const *keys, kvf_sreps_t *e)
-{
-    kvf_status_t status;
-    size_t i, nsent = 0;
-    kvf_sconn_t *c;
-    kvf_wr_t w;
-    kvf_rd_t r;
-
-    kvf_wr_init(&w);
-    for (i = 0; i < count; i++) {
-        e[i].status = kvf_sp_key_check(keys[i]);
-        if (e[i].status == KVF_OK) {
-            kvf_sm_key_enc(&w, keys[i]);
-            nsent++;
-        }
-    }
-    status = (nsent > 0)
-                 ? kvf_store_rpc(st, KVF_SP_GET, (uint32_t)nsent, &w, &c)
-                 : KVF_OK;
-    kvf_wr_free(&w);
-    if (nsent == 0 || status != KVF_OK) {
-        return status;
-    }
-    kvf_rd_init(&r, c->f.body, c->f.hdr.meta_len);
-    for (i = 0; i < count && c->f.hdr.count == nsent; i++) {
-        if (e[i].status == KVF_OK) {
-            kvf_sm_get_rep_dec(&r, &e[i]);
-        }
-    }
-    status = kvf_sm_rep_end(&r, c->f.hdr.count, (uint32_t)nsent);
-    kvf_store_release(st, c);
-    return status;
+    j->e = kvf__sarena_take(a, n * sizeof(*j->e));
+    j->mism = kvf__sarena_take(a, n * sizeof(*j->mism));
+    j->want = kvf__sarena_take(a, n * sizeof(*j->want));
+    j->opsum = kvf__sarena_take(a, n * sizeof(*j->opsum));
+    j->summed = kvf__sarena_take(a, n * sizeof(*j->summed));
+    j->mv.ops = kvf__sarena_take(a, n * sizeof(*j->mv.ops));
+    j->mv.sps = kvf__sarena_take(a, n * sizeof(*j->mv.sps));
+    j->mv.st = kvf__sarena_take(a, n * sizeof(*j->mv.st));
+    j->mv.key = kvf__sarena_take(a, n * sizeof(*j->mv.key));
+    j->mv.rep = kvf__sarena_take(a, n * sizeof(*j->mv.rep));
 }
 
 /* The look-up a kvf_store_query made, as a GET's answer. Its lease began
@@ -136,7 +103,7 @@ static void kvf_get_given(const kvf_store_info_t *info, kvf_sreps_t *e)
  * whole (buf holds the object). */
 static kvf_status_t kvf_get_lookup(kvf_get_job_t *j, int *done_p)
 {
-    kvf_sloc_res_t res = KVF_SLOC_NONE;
+    kvf__sget_res_t res = KVF__SGET_NONE;
     kvf_status_t status;
     uint64_t t0;
 
@@ -148,16 +115,16 @@ static kvf_status_t kvf_get_lookup(kvf_get_job_t *j, int *done_p)
     }
     if (j->count == 1 && !j->device && j->sums == NULL &&
         kvf_sp_key_check(j->keys[0]) == KVF_OK) {
-        res = kvf_sloc_get(j->st, j->keys[0], j->bufs[0], j->caps[0], &j->e[0],
-                           &j->sent_ns);
+        res = kvf__strat_get(j->st, j->keys[0], j->bufs[0], j->caps[0],
+                             &j->e[0], &j->sent_ns);
     }
-    if (res != KVF_SLOC_NONE) {
-        *done_p = (res == KVF_SLOC_DONE);
+    if (res != KVF__SGET_NONE) {
+        *done_p = (res == KVF__SGET_DONE);
         return KVF_OK;
     }
     t0 = kvf_time_ns();
     j->sent_ns = t0;
-    status = kvf_store_lookup(j->st, j->count, j->keys, j->e);
+    status = kvf__slookup(j->st, j->count, j->keys, j->e);
     j->tm->query_ns = kvf_time_ns() - t0;
     return status;
 }
@@ -210,12 +177,12 @@ static void kvf_get_verify(kvf_get_job_t *j)
             j->sums[key] = e->checksum;
         } else if (j->summed[i]) {
             sum = j->opsum[i]; /* hashed as it landed */
-        } else if (kvf_store_sum(j->st, j->bufs[key], e->size, j->device, e,
-                                 mv->rep[i], &sum) != KVF_OK) {
+        } else if (kvf__ssum(j->st, j->bufs[key], e->size, j->device, e,
+                             mv->rep[i], &sum) != KVF_OK) {
             sum = ~e->checksum;
         }
         if (sum != e->checksum) {
-            kvf_log_rl(KVF_LOG_ERROR,
+            kvf_log_rl((e->lease_ms == 0) ? KVF_LOG_WARN : KVF_LOG_ERROR,
                        "store get '%s': replica on %s has checksum %016lx, "
                        "expected %016lx: not used",
                        KVF_LOG_KEY(j->keys[key]),
@@ -227,8 +194,7 @@ static void kvf_get_verify(kvf_get_job_t *j)
         }
         j->s[key] = KVF_OK;
         j->want[key] = 0;
-        kvf_sloc_note(&j->st->loc, j->keys[key], e, mv->rep[i],
-                      kvf_sloc_lease_end(&j->st->loc, j->sent_ns, e->lease_ms));
+        kvf__strat_seen(j->st, j->keys[key], e, mv->rep[i], j->sent_ns);
         if (j->lens != NULL) {
             j->lens[key] = e->size;
         }
@@ -257,8 +223,8 @@ static void kvf_get_sum_landed(void *arg)
         e = &j->e[mv->key[i]];
         s = kvf_batch_op_status(mv->batch, i, &got);
         if (s == KVF_INPROGRESS && got == e->size) {
-            j->summed[i] = kvf_store_sum(j->st, j->bufs[mv->key[i]], e->size, 0, e,
-                                         mv->rep[i], &j->opsum[i]) == KVF_OK;
+            j->summed[i] = kvf__ssum(j->st, j->bufs[mv->key[i]], e->size, 0, e,
+                                     mv->rep[i], &j->opsum[i]) == KVF_OK;
             i++;
         } else if (s != KVF_INPROGRESS && s != KVF_OK) {
             i++; /* this op failed; verify reports it */
@@ -267,26 +233,6 @@ static void kvf_get_sum_landed(void *arg)
         } else {
             sched_yield();
         }
-    }
-}
-
-void kvf_get_learn_host(kvf_store_h st, int fd)
-{
-    struct sockaddr_storage sa;
-    socklen_t len = sizeof(sa);
-    const void *a = NULL;
-
-    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-        return;
-    }
-    if (sa.ss_family == AF_INET) {
-        a = &((struct sockaddr_in *)&sa)->sin_addr;
-    } else if (sa.ss_family == AF_INET6) {
-        a = &((struct sockaddr_in6 *)&sa)->sin6_addr;
-    }
-    if (a == NULL || inet_ntop(sa.ss_family, a, st->self_host,
-                               sizeof(st->self_host)) == NULL) {
-        st->self_host[0] = '\0';
     }
 }
 
@@ -357,8 +303,8 @@ static void kvf_get_round(kvf_get_job_t *j, unsigned round, unsigned start)
             continue;
         }
         k = kvf_get_pick(j->st, &j->e[i], round, (unsigned)(start + i));
-        status = kvf_smove_add(j->st, &j->mv, KVF_OP_READ, j->bufs[i], &j->e[i],
-                               k, j->e[i].size, (uint32_t)i);
+        status = kvf__smove_add(j->st, &j->mv, KVF_OP_READ, j->bufs[i],
+                                &j->e[i], k, j->e[i].size, (uint32_t)i);
         j->s[i] = (status != KVF_OK) ? status : j->s[i];
     }
     if (j->mv.n == 0) {
@@ -367,15 +313,15 @@ static void kvf_get_round(kvf_get_job_t *j, unsigned round, unsigned start)
     memset(j->summed, 0, j->mv.n * sizeof(*j->summed));
     overlap = !j->device && j->sums == NULL && j->mv.n > 1;
     t0 = kvf_time_ns();
-    kvf_smove_run(j->st, &j->mv, overlap ? kvf_get_sum_landed : NULL, j);
+    kvf__smove_run(j->st, &j->mv, overlap ? kvf_get_sum_landed : NULL, j);
     j->tm->read_ns += kvf_time_ns() - t0;
     t0 = kvf_time_ns();
     kvf_get_verify(j);
     j->tm->verify_ns += kvf_time_ns() - t0;
 }
 
-/* look up -> move -> verify -> release */
-static kvf_status_t kvf_get_run(kvf_get_job_t *j)
+/* One pass: look up -> move -> verify -> release */
+static kvf_status_t kvf_get_pass(kvf_get_job_t *j)
 {
     kvf_status_t status;
     unsigned round, maxrep, start;
@@ -408,7 +354,40 @@ static kvf_status_t kvf_get_run(kvf_get_job_t *j)
             j->s[i] = KVF_ERR_CHECKSUM;
         }
     }
-    return kvf_store_first_error(j->s, j->count);
+    return kvf__sfirst_error(j->s, j->count);
+}
+
+/* Did a key read wrong bytes from a location the master gave without a
+ * read lease (its budget spent)? Its space may have been freed and
+ * reused under the read: a fresh look-up tells the key's present. */
+static int kvf_get_unleased_bad(const kvf_get_job_t *j)
+{
+    size_t i;
+
+    for (i = 0; i < j->count && j->given == NULL; i++) {
+        if (j->s[i] == KVF_ERR_CHECKSUM && j->e[i].lease_ms == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* kvf_get_pass, again (at most KVF_GET_PASSES in all) while a key read
+ * an unleased location that changed under it. */
+#define KVF_GET_PASSES 3
+static kvf_status_t kvf_get_run(kvf_get_job_t *j)
+{
+    kvf_status_t status;
+    unsigned pass;
+
+    for (pass = 1;; pass++) {
+        status = kvf_get_pass(j);
+        if (pass == KVF_GET_PASSES || !kvf_get_unleased_bad(j)) {
+            return status;
+        }
+        memset(j->mism, 0, j->count * sizeof(*j->mism));
+        memset(j->want, 0, j->count * sizeof(*j->want));
+    }
 }
 
 /* The entry of every get: checks, the job's arena, kvf_get_run. */
@@ -426,11 +405,11 @@ static kvf_status_t kvf_get_entry(kvf_get_job_t *j)
     }
     memset(j->tm, 0, sizeof(*j->tm));
     kvf_get_layout(j);
-    status = kvf_sarena_alloc(&j->arena);
+    status = kvf__sarena_alloc(&j->arena);
     if (status == KVF_OK) {
         kvf_get_layout(j);
         status = kvf_get_run(j);
-        kvf_sarena_free(&j->arena);
+        kvf__sarena_free(&j->arena);
     }
     kvf_free(own);
     return status;
@@ -448,7 +427,7 @@ kvf_status_t kvf_store_get_batch(kvf_store_h st, size_t count,
                        .caps = caps,
                        .lens = lens,
                        .s = statuses,
-                       .tm = &kvf_store_tl_timing};
+                       .tm = &kvf__stl_timing};
 
     j.device = (flags & KVF_STORE_DEVICE_MEM) != 0;
     return kvf_get_entry(&j);
@@ -468,7 +447,7 @@ kvf_status_t kvf_store_get_batch_sums(kvf_store_h st, size_t count,
                        .lens = lens,
                        .s = statuses,
                        .sums = sums,
-                       .tm = &kvf_store_tl_timing};
+                       .tm = &kvf__stl_timing};
 
     if (sums == NULL) {
         return KVF_ERR_INVALID_PARAM;
@@ -496,7 +475,7 @@ kvf_status_t kvf_store_read(kvf_store_h st, const char *key,
                        .caps = &cap,
                        .lens = len_p,
                        .given = info,
-                       .tm = &kvf_store_tl_timing};
+                       .tm = &kvf__stl_timing};
     kvf_status_t s;
 
     if (info == NULL || kvf_sp_key_check(key) != KVF_OK) {

@@ -29,7 +29,7 @@ static kvf_status_t kvf_keys_call(kvf_store_h st, uint8_t type, size_t count,
         }
     }
     if (nsent > 0) {
-        status = kvf_store_rpc(st, type, (uint32_t)nsent, &w, &c);
+        status = kvf__srpc(st, type, (uint32_t)nsent, &w, &c);
     }
     kvf_wr_free(&w);
     if (nsent > 0 && status == KVF_OK) {
@@ -40,12 +40,12 @@ static kvf_status_t kvf_keys_call(kvf_store_h st, uint8_t type, size_t count,
             }
         }
         status = kvf_sm_rep_end(&r, c->f.hdr.count, (uint32_t)nsent);
-        kvf_store_release(st, c);
+        kvf__srelease(st, c);
     }
     for (i = 0; i < count && status != KVF_OK; i++) {
         s[i] = (s[i] == KVF_OK) ? status : s[i];
     }
-    return kvf_store_first_error(s, count);
+    return kvf__sfirst_error(s, count);
 }
 
 static kvf_status_t kvf_keys_batch(kvf_store_h st, uint8_t type, size_t count,
@@ -76,7 +76,7 @@ kvf_status_t kvf_store_remove_batch(kvf_store_h st, size_t count,
          st != NULL && keys != NULL && i < count && i <= KVF_STORE_BATCH_MAX;
          i++) {
         if (keys[i] != NULL) {
-            kvf_sloc_forget(&st->loc, keys[i]);
+            kvf__strat_gone(st, keys[i]);
         }
     }
     return kvf_keys_batch(st, KVF_SP_REMOVE, count, keys, statuses);
@@ -113,7 +113,7 @@ kvf_status_t kvf_store_query(kvf_store_h st, const char *key,
     if (e == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    status = kvf_store_lookup(st, 1, &key, e);
+    status = kvf__slookup(st, 1, &key, e);
     if (status == KVF_OK) {
         status = e->status;
     }
@@ -153,7 +153,7 @@ kvf_status_t kvf_store_list(kvf_store_h st, const char *prefix, size_t max,
     q.max = (uint32_t)(max > UINT32_MAX ? UINT32_MAX : max);
     kvf_wr_init(&w);
     kvf_sm_list_enc(&w, &q);
-    status = kvf_store_rpc(st, KVF_SP_LIST, 0, &w, &c);
+    status = kvf__srpc(st, KVF_SP_LIST, 0, &w, &c);
     kvf_wr_free(&w);
     if (status != KVF_OK) {
         return status;
@@ -174,6 +174,6 @@ kvf_status_t kvf_store_list(kvf_store_h st, const char *prefix, size_t max,
     if (status == KVF_OK && (c->f.hdr.flags & KVF_SP_TRUNCATED)) {
         kvf_info("store list: reply truncated (more keys match)");
     }
-    kvf_store_release(st, c);
+    kvf__srelease(st, c);
     return status;
 }

@@ -8,7 +8,11 @@
  * bumps master_gen (connections to the old master are closed, not
  * pooled) and peer_epoch (reservations made with the old master are
  * not used). Every call keeps its deadline: the retries stop when it
- * has passed (client.c).
+ * has passed (base.c). Each switch also picks the link to the new
+ * master: its abstract unix socket when it is on this host and the
+ * engine may use a same-host transport, else tcp.
+ *
+ * Part of the client base: calls nothing else of store/client.
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"
@@ -19,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int kvf_store_follow_worth(kvf_store_h st, kvf_status_t status)
+int kvf__sfollow_worth(kvf_store_h st, kvf_status_t status)
 {
     if (!kvf_sp_masters_many(&st->masters)) {
         return 0;
@@ -40,13 +44,58 @@ static void kvf_store_pause(unsigned ms, uint64_t deadline_ms)
     }
 }
 
-kvf_status_t kvf_store_follow(kvf_store_h st, const char *why)
+/* May the engine use a same-host transport? ("auto", or any name but
+ * tcp in its list.) If not, the master RPC stays on tcp as well. */
+static int kvf_store_same_host_ok(const char *transports)
 {
-    return kvf_store_follow_by(st, why, kvf_time_ms() + st->timeout_ms);
+    char list[128], *tok, *save;
+
+    if (transports == NULL || strcmp(transports, "auto") == 0) {
+        return 1;
+    }
+    snprintf(list, sizeof(list), "%s", transports);
+    for (tok = strtok_r(list, ", ", &save); tok != NULL;
+         tok = strtok_r(NULL, ", ", &save)) {
+        if (strcmp(tok, "tcp") != 0) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
-kvf_status_t kvf_store_follow_by(kvf_store_h st, const char *why,
-                                 uint64_t deadline_ms)
+kvf_status_t kvf__spick_link(kvf_store_h st)
+{
+    kvf_status_t status;
+    uint64_t v;
+
+    st->unix_name[0] = '\0';
+    status = kvf_config_u64(&kvf_store_config, "master_unix", &v);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (v != 0 && kvf_store_same_host_ok(kvf_engine_transports(st->engine)) &&
+        !kvf_sp_unix_name(st->host, st->port, 0, st->unix_name,
+                          sizeof(st->unix_name))) {
+        st->unix_name[0] = '\0';
+    }
+    return KVF_OK;
+}
+
+/* kvf__spick_link, and tcp alone if the config cannot be read. */
+static void kvf_store_pick_unix(kvf_store_h st)
+{
+    if (kvf__spick_link(st) != KVF_OK) {
+        st->unix_name[0] = '\0';
+    }
+}
+
+kvf_status_t kvf__sfollow(kvf_store_h st, const char *why)
+{
+    return kvf__sfollow_by(st, why, kvf_time_ms() + st->timeout_ms);
+}
+
+kvf_status_t kvf__sfollow_by(kvf_store_h st, const char *why,
+                             uint64_t deadline_ms)
 {
     char addr[KVF_HOST_MAX + 8], host[KVF_HOST_MAX];
     uint64_t now = kvf_time_ms();

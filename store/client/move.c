@@ -16,7 +16,7 @@
 
 static const char kvf_store_empty[1];
 
-void *kvf_sarena_take(kvf_sarena_t *a, size_t size)
+void *kvf__sarena_take(kvf_sarena_t *a, size_t size)
 {
     void *p = (a->base != NULL) ? a->base + a->off : NULL;
 
@@ -24,20 +24,20 @@ void *kvf_sarena_take(kvf_sarena_t *a, size_t size)
     return p;
 }
 
-kvf_status_t kvf_sarena_alloc(kvf_sarena_t *a)
+kvf_status_t kvf__sarena_alloc(kvf_sarena_t *a)
 {
     a->base = kvf_calloc(1, a->off ? a->off : 1);
     a->off = 0;
     return (a->base != NULL) ? KVF_OK : KVF_ERR_NO_MEMORY;
 }
 
-void kvf_sarena_free(kvf_sarena_t *a)
+void kvf__sarena_free(kvf_sarena_t *a)
 {
     kvf_free(a->base);
     a->base = NULL;
 }
 
-kvf_status_t kvf_store_first_error(const kvf_status_t *s, size_t n)
+kvf_status_t kvf__sfirst_error(const kvf_status_t *s, size_t n)
 {
     size_t i;
 
@@ -49,14 +49,14 @@ kvf_status_t kvf_store_first_error(const kvf_status_t *s, size_t n)
     return KVF_OK;
 }
 
-kvf_status_t kvf_smove_add(kvf_store_h st, kvf_smove_t *mv, kvf_op_type_t type,
-                           void *local, const kvf_sreps_t *e, unsigned k,
-                           size_t len, uint32_t key)
+kvf_status_t kvf__smove_add(kvf_store_h st, kvf_smove_t *mv, kvf_op_type_t type,
+                            void *local, const kvf_sreps_t *e, unsigned k,
+                            size_t len, uint32_t key)
 {
     kvf_status_t status;
     kvf_op_t *op = &mv->ops[mv->n];
 
-    status = kvf_store_peer_ref(st, e->seg[k], &mv->sps[mv->n]);
+    status = kvf__speer_ref(st, e->seg[k], &mv->sps[mv->n]);
     if (status != KVF_OK) {
         return status;
     }
@@ -73,8 +73,8 @@ kvf_status_t kvf_smove_add(kvf_store_h st, kvf_smove_t *mv, kvf_op_type_t type,
 }
 
 /* Peers that failed leave the cache. */
-void kvf_smove_run(kvf_store_h st, kvf_smove_t *mv, void (*during)(void *arg),
-                   void *arg)
+void kvf__smove_run(kvf_store_h st, kvf_smove_t *mv, void (*during)(void *arg),
+                    void *arg)
 {
     uint64_t t0 = kvf_time_ms(), spent;
     kvf_status_t status;
@@ -106,13 +106,12 @@ void kvf_smove_run(kvf_store_h st, kvf_smove_t *mv, void (*during)(void *arg),
         }
     }
     for (i = 0; i < n; i++) {
-        kvf_store_peer_unref(st, mv->sps[i], kvf_store_peer_error(mv->st[i]));
+        kvf__speer_unref(st, mv->sps[i], kvf__speer_error(mv->st[i]));
     }
 }
 
-kvf_status_t kvf_store_sum(kvf_store_h st, const void *buf, size_t len,
-                           int device, const kvf_sreps_t *e, unsigned k,
-                           uint64_t *sum_p)
+kvf_status_t kvf__ssum(kvf_store_h st, const void *buf, size_t len, int device,
+                       const kvf_sreps_t *e, unsigned k, uint64_t *sum_p)
 {
     uint64_t addr = e->addr[k];
     kvf_status_t status;
@@ -122,10 +121,10 @@ kvf_status_t kvf_store_sum(kvf_store_h st, const void *buf, size_t len,
         *sum_p = kvf_checksum(len ? buf : kvf_store_empty, len);
         return KVF_OK;
     }
-    status = kvf_store_peer_ref(st, e->seg[k], &sp);
+    status = kvf__speer_ref(st, e->seg[k], &sp);
     if (status == KVF_OK) {
         status = kvf_peer_checksum(sp->peer, &addr, &len, 1, sum_p);
-        kvf_store_peer_unref(st, sp, 0);
+        kvf__speer_unref(st, sp, 0);
     }
     return status;
 }

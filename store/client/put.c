@@ -55,14 +55,14 @@ static void kvf_put_layout(kvf_put_job_t *j)
     size_t n = j->count, nops = n * KVF_STORE_REPLICA_MAX;
     kvf_sarena_t *a = &j->arena;
 
-    j->e = kvf_sarena_take(a, n * sizeof(*j->e));
-    j->sums = kvf_sarena_take(a, n * sizeof(*j->sums));
-    j->mask = kvf_sarena_take(a, n * sizeof(*j->mask));
-    j->mv.ops = kvf_sarena_take(a, nops * sizeof(*j->mv.ops));
-    j->mv.sps = kvf_sarena_take(a, nops * sizeof(*j->mv.sps));
-    j->mv.st = kvf_sarena_take(a, nops * sizeof(*j->mv.st));
-    j->mv.key = kvf_sarena_take(a, nops * sizeof(*j->mv.key));
-    j->mv.rep = kvf_sarena_take(a, nops * sizeof(*j->mv.rep));
+    j->e = kvf__sarena_take(a, n * sizeof(*j->e));
+    j->sums = kvf__sarena_take(a, n * sizeof(*j->sums));
+    j->mask = kvf__sarena_take(a, n * sizeof(*j->mask));
+    j->mv.ops = kvf__sarena_take(a, nops * sizeof(*j->mv.ops));
+    j->mv.sps = kvf__sarena_take(a, nops * sizeof(*j->mv.sps));
+    j->mv.st = kvf__sarena_take(a, nops * sizeof(*j->mv.st));
+    j->mv.key = kvf__sarena_take(a, nops * sizeof(*j->mv.key));
+    j->mv.rep = kvf__sarena_take(a, nops * sizeof(*j->mv.rep));
 }
 
 static kvf_status_t kvf_put_job_alloc(kvf_put_job_t *j)
@@ -70,14 +70,14 @@ static kvf_status_t kvf_put_job_alloc(kvf_put_job_t *j)
     kvf_status_t status;
 
     kvf_put_layout(j);
-    status = kvf_sarena_alloc(&j->arena);
+    status = kvf__sarena_alloc(&j->arena);
     if (status == KVF_OK) {
         kvf_put_layout(j);
     }
     return status;
 }
 
-/* The location cache learns where a put wrote (its first replica). */
+/* The strategies learn where a put wrote (its first replica). */
 static void kvf_put_note(kvf_store_h st, const char *key, kvf_sreps_t *e,
                          size_t len, unsigned mask)
 {
@@ -86,7 +86,7 @@ static void kvf_put_note(kvf_store_h st, const char *key, kvf_sreps_t *e,
     for (k = 0; k < e->nrep; k++) {
         if (mask & (1u << k)) {
             e->size = len;
-            kvf_sloc_note(&st->loc, key, e, k, 0);
+            kvf__strat_seen(st, key, e, k, 0);
             return;
         }
     }
@@ -128,7 +128,7 @@ static kvf_status_t kvf_put_rd_commit(kvf_store_h st, kvf_sconn_t *c,
 static kvf_status_t kvf_put_commit_on(kvf_store_h st, kvf_sconn_t *c,
                                       const kvf_sm_req_t *q, int *closed_p)
 {
-    kvf_store_timing_t *tm = &kvf_store_tl_timing;
+    kvf_store_timing_t *tm = &kvf__stl_timing;
     kvf_status_t status;
     uint64_t t0;
     kvf_wr_t w;
@@ -136,7 +136,7 @@ static kvf_status_t kvf_put_commit_on(kvf_store_h st, kvf_sconn_t *c,
     kvf_wr_init(&w);
     kvf_sm_commit_enc(&w, q);
     t0 = kvf_time_ns();
-    status = kvf_store_rpc_on(st, c, KVF_SP_COMMIT, 1, &w, closed_p);
+    status = kvf__srpc_on(st, c, KVF_SP_COMMIT, 1, &w, closed_p);
     tm->commit_ns = kvf_time_ns() - t0;
     kvf_wr_free(&w);
     if (!*closed_p && status == KVF_OK) {
@@ -180,10 +180,10 @@ static unsigned kvf_put_write_one(kvf_store_h st, const kvf_sreps_t *e,
     *err = KVF_OK;
     for (k = 0; k < e->nrep; k++) {
         status =
-            kvf_smove_add(st, &mv, KVF_OP_WRITE, (void *)buf, e, k, len, 0);
+            kvf__smove_add(st, &mv, KVF_OP_WRITE, (void *)buf, e, k, len, 0);
         *err = (*err == KVF_OK) ? status : *err;
     }
-    kvf_smove_run(st, &mv, NULL, NULL);
+    kvf__smove_run(st, &mv, NULL, NULL);
     for (i = 0; i < mv.n; i++) {
         if (op_st[i] == KVF_OK) {
             mask |= 1u << rep[i];
@@ -210,7 +210,7 @@ static kvf_status_t kvf_put_resv(kvf_put_job_t *j, int *done)
     int closed;
 
     *done = 0;
-    c = kvf_store_take_resv(st, len, j->replicas);
+    c = kvf__stake_resv(st, len, j->replicas);
     if (c == NULL) {
         return KVF_OK;
     }
@@ -219,7 +219,7 @@ static kvf_status_t kvf_put_resv(kvf_put_job_t *j, int *done)
     mask = kvf_put_write_one(st, &c->resv.r, j->bufs[0], len, &werr);
     j->tm->read_ns = kvf_time_ns() - t0;
     t0 = kvf_time_ns();
-    (void)kvf_store_sum(st, j->bufs[0], len, 0, &c->resv.r, 0, &sum);
+    (void)kvf__ssum(st, j->bufs[0], len, 0, &c->resv.r, 0, &sum);
     j->tm->verify_ns = kvf_time_ns() - t0;
     kvf_put_note(st, key, &c->resv.r, len, mask);
     id = c->resv.r.put_id;
@@ -233,9 +233,9 @@ static kvf_status_t kvf_put_resv(kvf_put_job_t *j, int *done)
     if ((status == KVF_ERR_EXISTS || status == KVF_ERR_BUSY) && mask != 0) {
         c->resv.r.put_id = id; /* refused for the key: the space stays */
     }
-    kvf_store_release(st, c);
+    kvf__srelease(st, c);
     if (status != KVF_OK) {
-        kvf_sloc_forget(&st->loc, key);
+        kvf__strat_gone(st, key);
     }
     if (status == KVF_ERR_STALE || (status == KVF_OK && mask == 0)) {
         /* reclaimed under us, or no replica could be written (aborted):
@@ -281,8 +281,7 @@ static kvf_status_t kvf_put_alloc(kvf_put_job_t *j)
         return KVF_OK;
     }
     t0 = kvf_time_ns();
-    status =
-        kvf_store_rpc(j->st, KVF_SP_PUT_START, (uint32_t)j->nalloc, &w, &c);
+    status = kvf__srpc(j->st, KVF_SP_PUT_START, (uint32_t)j->nalloc, &w, &c);
     j->tm->query_ns = kvf_time_ns() - t0;
     kvf_wr_free(&w);
     if (status != KVF_OK) {
@@ -295,7 +294,7 @@ static kvf_status_t kvf_put_alloc(kvf_put_job_t *j)
         }
     }
     status = kvf_sm_rep_end(&r, c->f.hdr.count, (uint32_t)j->nalloc);
-    kvf_store_release(j->st, c);
+    kvf__srelease(j->st, c);
     return status;
 }
 
@@ -310,8 +309,8 @@ static void kvf_put_sum_all(void *arg)
 
     for (i = 0; i < j->count; i++) {
         if (j->e[i].status == KVF_OK && j->e[i].put_id != 0) {
-            (void)kvf_store_sum(j->st, j->bufs[i], j->lens[i], 0, &j->e[i], 0,
-                                &j->sums[i]);
+            (void)kvf__ssum(j->st, j->bufs[i], j->lens[i], 0, &j->e[i], 0,
+                            &j->sums[i]);
         }
     }
     j->tm->verify_ns = kvf_time_ns() - t0;
@@ -332,13 +331,13 @@ static void kvf_put_write(kvf_put_job_t *j)
             continue;
         }
         for (k = 0; k < j->e[i].nrep; k++) {
-            status = kvf_smove_add(j->st, mv, KVF_OP_WRITE, (void *)j->bufs[i],
-                                   &j->e[i], k, j->lens[i], (uint32_t)i);
+            status = kvf__smove_add(j->st, mv, KVF_OP_WRITE, (void *)j->bufs[i],
+                                    &j->e[i], k, j->lens[i], (uint32_t)i);
             s[i] = (status != KVF_OK) ? status : s[i];
         }
     }
     t0 = kvf_time_ns();
-    kvf_smove_run(j->st, mv, j->device ? NULL : kvf_put_sum_all, j);
+    kvf__smove_run(j->st, mv, j->device ? NULL : kvf_put_sum_all, j);
     j->tm->read_ns = kvf_time_ns() - t0;
     for (i = 0; i < mv->n; i++) {
         if (mv->st[i] == KVF_OK) {
@@ -362,8 +361,8 @@ static void kvf_put_verify_device(kvf_put_job_t *j)
             mv->rep[i] != (unsigned)__builtin_ctz(j->mask[key])) {
             continue; /* failed, or not the first written */
         }
-        if (kvf_store_sum(j->st, NULL, j->lens[key], 1, &j->e[key], mv->rep[i],
-                          &j->sums[key]) != KVF_OK) {
+        if (kvf__ssum(j->st, NULL, j->lens[key], 1, &j->e[key], mv->rep[i],
+                      &j->sums[key]) != KVF_OK) {
             j->mask[key] = 0;
         }
     }
@@ -378,7 +377,7 @@ static void kvf_put_commit_single(kvf_put_job_t *j)
     kvf_sm_req_t q;
     kvf_sconn_t *c;
 
-    c = kvf_store_take_plain(j->st, &may_reserve);
+    c = kvf__stake_plain(j->st, &may_reserve);
     if (c != NULL) {
         kvf_put_commit_req(&q, j->keys[0], j->e[0].put_id, j->lens[0],
                            j->sums[0], j->mask[0], j->flags,
@@ -387,7 +386,7 @@ static void kvf_put_commit_single(kvf_put_job_t *j)
         status = kvf_put_commit_on(j->st, c, &q, &closed);
     }
     if (c != NULL && !closed) {
-        kvf_store_release(j->st, c);
+        kvf__srelease(j->st, c);
     }
     if (j->s[0] == KVF_OK && status != KVF_OK) {
         j->s[0] = status;
@@ -416,7 +415,7 @@ static kvf_status_t kvf_put_end(kvf_put_job_t *j, uint32_t nsent)
         }
     }
     t0 = kvf_time_ns();
-    status = kvf_store_rpc(j->st, KVF_SP_PUT_END, nsent, &w, &c);
+    status = kvf__srpc(j->st, KVF_SP_PUT_END, nsent, &w, &c);
     j->tm->commit_ns = kvf_time_ns() - t0;
     kvf_wr_free(&w);
     if (status != KVF_OK) {
@@ -431,7 +430,7 @@ static kvf_status_t kvf_put_end(kvf_put_job_t *j, uint32_t nsent)
         j->s[i] = (j->s[i] == KVF_OK) ? status : j->s[i];
     }
     status = kvf_sm_rep_end(&r, c->f.hdr.count, nsent);
-    kvf_store_release(j->st, c);
+    kvf__srelease(j->st, c);
     return status;
 }
 
@@ -489,7 +488,7 @@ static kvf_status_t kvf_put_full(kvf_put_job_t *j)
             kvf_put_note(j->st, j->keys[i], &j->e[i], j->lens[i], j->mask[i]);
         }
     }
-    return (status != KVF_OK) ? status : kvf_store_first_error(j->s, j->count);
+    return (status != KVF_OK) ? status : kvf__sfirst_error(j->s, j->count);
 }
 
 kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
@@ -504,7 +503,7 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
                        .bufs = bufs,
                        .lens = lens,
                        .s = statuses,
-                       .tm = &kvf_store_tl_timing};
+                       .tm = &kvf__stl_timing};
     kvf_status_t status = KVF_OK, *own = NULL;
     int done = 0;
 
@@ -528,7 +527,7 @@ kvf_status_t kvf_store_put_batch(kvf_store_h st, size_t count,
     if (!done) {
         status = kvf_put_job_alloc(&j);
         status = (status == KVF_OK) ? kvf_put_full(&j) : status;
-        kvf_sarena_free(&j.arena);
+        kvf__sarena_free(&j.arena);
     }
     kvf_free(own);
     return status;

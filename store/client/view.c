@@ -7,7 +7,7 @@
  *            the objects' space is not reused for lease_ms)
  *   view     rounds over the replicas (round r tries each key's replica
  *            r): the keys of one node go in one view lease of its
- *            transport (engine/view.h: shm grants the ranges under a
+ *            transport (kvferry/view.h: shm grants the ranges under a
  *            lease and says where they lie in the mapping); a node
  *            reached over tcp has no views (KVF_ERR_UNSUPPORTED), the
  *            next round tries the key's next replica
@@ -20,7 +20,7 @@
  * store handle so that a disconnect ends them.
  */
 #include "store/client/client_int.h"
-#include "engine/view.h"
+#include <kvferry/view.h>
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -37,7 +37,7 @@
  * left, and is closed by the last view handle using it. */
 typedef struct kvf_svshare {
     kvf_speer_t *sp; /* its reference on the node's peer */
-    kvf_tl_vlease_t *tl;
+    kvf_view_lease_h tl;
     uint64_t until_ms;
     uint64_t rbase, rlen;
     const unsigned char *mbase;
@@ -53,7 +53,7 @@ typedef struct kvf_svshare {
 /* One node's view lease (tl, holding a reference on sp), or a share. */
 typedef struct kvf_svpart {
     kvf_speer_t *sp;
-    kvf_tl_vlease_t *tl;
+    kvf_view_lease_h tl;
     kvf_svshare_t *sh;
 } kvf_svpart_t;
 
@@ -77,7 +77,7 @@ typedef struct kvf_view_job {
     unsigned char *taken; /* per key: in a node's group this round */
     uint32_t *idx;        /* a group's keys */
     uint64_t *remote, *lens;
-    kvf_tl_view_t *tv;
+    kvf_view_t *tv;
     unsigned flags;
     kvf_sarena_t arena;
 } kvf_view_job_t;
@@ -87,13 +87,13 @@ static void kvf_view_layout(kvf_view_job_t *j)
     size_t n = j->count;
     kvf_sarena_t *a = &j->arena;
 
-    j->e = kvf_sarena_take(a, n * sizeof(*j->e));
-    j->want = kvf_sarena_take(a, n * sizeof(*j->want));
-    j->taken = kvf_sarena_take(a, n * sizeof(*j->taken));
-    j->idx = kvf_sarena_take(a, n * sizeof(*j->idx));
-    j->remote = kvf_sarena_take(a, n * sizeof(*j->remote));
-    j->lens = kvf_sarena_take(a, n * sizeof(*j->lens));
-    j->tv = kvf_sarena_take(a, n * sizeof(*j->tv));
+    j->e = kvf__sarena_take(a, n * sizeof(*j->e));
+    j->want = kvf__sarena_take(a, n * sizeof(*j->want));
+    j->taken = kvf__sarena_take(a, n * sizeof(*j->taken));
+    j->idx = kvf__sarena_take(a, n * sizeof(*j->idx));
+    j->remote = kvf__sarena_take(a, n * sizeof(*j->remote));
+    j->lens = kvf__sarena_take(a, n * sizeof(*j->lens));
+    j->tv = kvf__sarena_take(a, n * sizeof(*j->tv));
 }
 
 /* A key's verdict from one replica: a real error is not hidden by a
@@ -124,7 +124,7 @@ static kvf_status_t kvf_view_room(kvf_store_view_lease_h vl)
 }
 
 static kvf_status_t kvf_view_add_part(kvf_store_view_lease_h vl,
-                                      kvf_speer_t *sp, kvf_tl_vlease_t *tl,
+                                      kvf_speer_t *sp, kvf_view_lease_h tl,
                                       kvf_svshare_t *sh, uint64_t until_ms)
 {
     if (kvf_view_room(vl) != KVF_OK) {
@@ -143,27 +143,8 @@ static kvf_status_t kvf_view_add_part(kvf_store_view_lease_h vl,
 static void kvf_svshare_close(kvf_store_h st, kvf_svshare_t *sh)
 {
     (void)kvf_peer_view_close(sh->sp->peer, sh->tl);
-    kvf_store_peer_unref(st, sh->sp, 0);
+    kvf__speer_unref(st, sh->sp, 0);
     kvf_free(sh);
-}
-
-/* Drops a reference on sh; the last one closes its lease, and says
- * whether it held (KVF_OK otherwise). */
-static kvf_status_t kvf_svshare_put(kvf_store_h st, kvf_svshare_t *sh)
-{
-    kvf_status_t s;
-    int last;
-
-    pthread_mutex_lock(&st->lock);
-    last = --sh->refs == 0;
-    pthread_mutex_unlock(&st->lock);
-    if (!last) {
-        return KVF_OK;
-    }
-    s = kvf_peer_view_close(sh->sp->peer, sh->tl);
-    kvf_store_peer_unref(st, sh->sp, 0);
-    kvf_free(sh);
-    return s;
 }
 
 /* Takes sh off st's list (st->lock held); 1 when that was its last
@@ -180,6 +161,31 @@ static int kvf_svshare_unlist(kvf_store_h st, kvf_svshare_t *sh)
     }
     sh->listed = 0;
     return --sh->refs == 0;
+}
+
+/* Drops a reference on sh; the last one closes its lease, and says
+ * whether it held (KVF_OK otherwise). A share left only on the list that
+ * no call may use any more (too little time left) is closed now too: no
+ * later call would, and it must end before its time. */
+static kvf_status_t kvf_svshare_put(kvf_store_h st, kvf_svshare_t *sh)
+{
+    kvf_status_t s;
+    int last;
+
+    pthread_mutex_lock(&st->lock);
+    last = --sh->refs == 0;
+    if (!last && sh->refs == 1 && sh->listed &&
+        kvf_time_ms() + KVF_SVSHARE_MIN_MS >= sh->until_ms) {
+        last = kvf_svshare_unlist(st, sh);
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (!last) {
+        return KVF_OK;
+    }
+    s = kvf_peer_view_close(sh->sp->peer, sh->tl);
+    kvf__speer_unref(st, sh->sp, 0);
+    kvf_free(sh);
+    return s;
 }
 
 /* The listed share of node sp with time left, one reference taken (or
@@ -262,8 +268,8 @@ static size_t kvf_view_shared(kvf_view_job_t *j, kvf_speer_t *sp, size_t n)
  * reference for the caller, one for the list; it holds sp's reference
  * and tl), or NULL (tl stays the caller's). */
 static kvf_svshare_t *kvf_svshare_make(kvf_store_h st, kvf_speer_t *sp,
-                                       kvf_tl_vlease_t *tl, uint64_t until,
-                                       const kvf_tl_view_t *v, uint64_t remote)
+                                       kvf_view_lease_h tl, uint64_t until,
+                                       const kvf_view_t *v, uint64_t remote)
 {
     const unsigned char *ptr = v->ptr, *mb = v->map_base;
     uint64_t rb = remote - (uint64_t)(ptr - mb), ra;
@@ -311,7 +317,7 @@ static kvf_svshare_t *kvf_svshare_make(kvf_store_h st, kvf_speer_t *sp,
  * listed share when the call asked for shared views and it can be one,
  * else as a lease of the handle's own. */
 static kvf_status_t kvf_view_keep(kvf_view_job_t *j, kvf_speer_t *sp,
-                                  kvf_tl_vlease_t *tl, uint64_t until, size_t n)
+                                  kvf_view_lease_h tl, uint64_t until, size_t n)
 {
     kvf_svshare_t *sh = NULL;
     size_t i;
@@ -336,25 +342,25 @@ static kvf_status_t kvf_view_keep(kvf_view_job_t *j, kvf_speer_t *sp,
  * Keys it views are done; the others get its verdict. */
 static void kvf_view_node(kvf_view_job_t *j, const char *seg, size_t n)
 {
-    kvf_tl_vlease_t *tl = NULL;
+    kvf_view_lease_h tl = NULL;
     kvf_status_t st;
     kvf_speer_t *sp;
     uint64_t until = 0;
     size_t i, good = 0;
 
-    st = kvf_store_peer_ref(j->st, seg, &sp);
+    st = kvf__speer_ref(j->st, seg, &sp);
     if (st == KVF_OK && (j->flags & KVF_STORE_VIEW_SHARED)) {
         n = kvf_view_shared(j, sp, n);
         if (n == 0) {
-            kvf_store_peer_unref(j->st, sp, 0);
+            kvf__speer_unref(j->st, sp, 0);
             return;
         }
     }
     if (st == KVF_OK) {
-        st = kvf_peer_view_open(sp->peer, n, j->remote, j->lens, j->tv, &until,
-                                &tl);
+        st = kvf_peer_view_open(sp->peer, KVF_OP_READ, n, j->remote, j->lens,
+                                j->tv, &until, &tl);
         if (st != KVF_OK) {
-            kvf_store_peer_unref(j->st, sp, kvf_store_peer_error(st));
+            kvf__speer_unref(j->st, sp, kvf__speer_error(st));
         }
     }
     for (i = 0; i < n; i++) {
@@ -384,7 +390,7 @@ static void kvf_view_node(kvf_view_job_t *j, const char *seg, size_t n)
         }
     }
     kvf_peer_view_close(sp->peer, tl);
-    kvf_store_peer_unref(j->st, sp, 0);
+    kvf__speer_unref(j->st, sp, 0);
 }
 
 /* Round r: the keys still wanted, grouped by the node of their replica
@@ -453,7 +459,7 @@ static kvf_status_t kvf_view_run(kvf_view_job_t *j)
     unsigned r, maxrep;
     size_t i;
 
-    st = kvf_store_lookup(j->st, j->count, j->keys, j->e);
+    st = kvf__slookup(j->st, j->count, j->keys, j->e);
     if (st != KVF_OK) {
         return st;
     }
@@ -520,11 +526,11 @@ kvf_status_t kvf_store_view_get_flags(kvf_store_h st, size_t count,
     j.vl->st = st;
     j.vl->until_ms = UINT64_MAX;
     kvf_view_layout(&j);
-    status = kvf_sarena_alloc(&j.arena);
+    status = kvf__sarena_alloc(&j.arena);
     if (status == KVF_OK) {
         kvf_view_layout(&j);
         status = kvf_view_run(&j);
-        kvf_sarena_free(&j.arena);
+        kvf__sarena_free(&j.arena);
     }
     if (status != KVF_OK) {
         kvf_store_view_release(j.vl); /* holds nothing yet */
@@ -566,7 +572,7 @@ static kvf_status_t kvf_view_end(kvf_store_view_lease_h vl)
             s = kvf_svshare_put(vl->st, vl->parts[i].sh);
         } else {
             s = kvf_peer_view_close(vl->parts[i].sp->peer, vl->parts[i].tl);
-            kvf_store_peer_unref(vl->st, vl->parts[i].sp, 0);
+            kvf__speer_unref(vl->st, vl->parts[i].sp, 0);
         }
         st = (st == KVF_OK) ? s : st;
     }
@@ -589,7 +595,8 @@ kvf_status_t kvf_store_view_release(kvf_store_view_lease_h vl)
     return kvf_view_end(vl);
 }
 
-void kvf_store_view_end_all(kvf_store_h st)
+/* At disconnect: ends what the caller left open, logging an error. */
+static void kvf_store_view_end_all(kvf_store_h st)
 {
     kvf_store_view_lease_h vl;
     kvf_svshare_t *sh;
@@ -619,7 +626,36 @@ void kvf_store_view_end_all(kvf_store_h st)
     }
 }
 
+void kvf_store_view_trim(kvf_store_h st)
+{
+    kvf_svshare_t *sh, *next, *gone = NULL;
+    uint64_t now = kvf_time_ms();
+
+    if (st == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&st->lock);
+    for (sh = st->vshares; sh != NULL; sh = next) {
+        next = sh->next;
+        if (sh->refs == 1 && now + 2 * KVF_SVSHARE_MIN_MS >= sh->until_ms &&
+            kvf_svshare_unlist(st, sh)) {
+            sh->next = gone; /* closed below, unlocked */
+            gone = sh;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    for (sh = gone; sh != NULL; sh = next) {
+        next = sh->next;
+        kvf_svshare_close(st, sh);
+    }
+}
+
+const kvf__sstrat_ops_t kvf__sview_ops = {
+    .name = "view",
+    .fini = kvf_store_view_end_all,
+};
+
 void kvf_store_view_unmap_hook(kvf_store_unmap_fn fn, void *arg)
 {
-    kvf_tl_unmap_hook(fn, arg);
+    kvf_view_unmap_hook(fn, arg);
 }

@@ -39,6 +39,10 @@ typedef struct kvf_m_snap {
     uint64_t capacity, used, reserved, epoch;
     size_t nodes, objects, pending, removing, reservations;
     unsigned conns_tcp, conns_unix;
+    /* disk tiers: objects on disk only, the tiers' bytes, tiers off */
+    size_t disk_only;
+    uint64_t disk_capacity, disk_used;
+    size_t tiers, tiers_off;
 } kvf_m_snap_t;
 
 /* Growable text buffer for the response body. */
@@ -122,6 +126,15 @@ static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
     s->reserved = m->reserved;
     s->reservations = kvf_m_reservations(m);
     s->epoch = m->epoch;
+    s->disk_only = m->ndisk_only;
+    s->disk_capacity = s->disk_used = 0;
+    s->tiers = s->tiers_off = 0;
+    for (n = m->nodes; n != NULL; n = n->next) {
+        s->tiers += n->dpa.len > 0;
+        s->tiers_off += n->dpa.len > 0 && !n->tier_on;
+        s->disk_capacity += n->tier_on ? n->dpa.len : 0;
+        s->disk_used += n->tier_on ? n->dpa.used : 0;
+    }
     /* owned by the loop thread: read as they stand */
     s->conns_unix = __atomic_load_n(&m->nconns_unix, __ATOMIC_RELAXED);
     s->conns_tcp = __atomic_load_n(&m->nconns, __ATOMIC_RELAXED);
@@ -134,11 +147,14 @@ static void kvf_m_snapshot(kvf_master_t *m, kvf_m_snap_t *s,
                             "%s{\"segment\":\"%s\",\"gen\":%lu,"
                             "\"capacity\":%lu,\"used\":%lu,"
                             "\"largest_free\":%lu,\"free_blocks\":%zu,"
-                            "\"heartbeat_age_ms\":%lu}",
+                            "\"heartbeat_age_ms\":%lu,\"disk\":{\"capacity\":"
+                            "%lu,\"used\":%lu,\"on\":%d}}",
                             first ? "" : ",", seg, (unsigned long)n->gen,
                             (unsigned long)n->pa.len, (unsigned long)n->pa.used,
                             (unsigned long)kvf_pa_largest_free(&n->pa),
-                            n->pa.nfree, (unsigned long)(now - n->last_hb_ms));
+                            n->pa.nfree, (unsigned long)(now - n->last_hb_ms),
+                            (unsigned long)n->dpa.len,
+                            (unsigned long)n->dpa.used, n->tier_on);
             first = 0;
         }
     }
@@ -152,6 +168,45 @@ static void kvf_m_metric(kvf_hbuf_t *b, const char *name, const char *type,
                     "# HELP kvferry_store_%s %s\n# TYPE kvferry_store_%s "
                     "%s\nkvferry_store_%s %lu\n",
                     name, help, name, type, name, (unsigned long)v);
+}
+
+/* The disk tiers' part of /metrics (store/master/tier.c). */
+static void kvf_m_tier_metrics(kvf_hbuf_t *b, const kvf_m_snap_t *s)
+{
+    kvf_m_metric(b, "objects_disk_only", "gauge",
+                 "objects whose replicas are all on disk tiers", s->disk_only);
+    kvf_m_metric(b, "objects_in_memory", "gauge",
+                 "objects with a replica in a pool", s->objects - s->disk_only);
+    kvf_m_metric(b, "disk_capacity_bytes", "gauge",
+                 "bytes of the disk tiers that are on", s->disk_capacity);
+    kvf_m_metric(b, "disk_used_bytes", "gauge",
+                 "bytes of the disk tiers holding objects", s->disk_used);
+    kvf_m_metric(b, "disk_tiers", "gauge", "nodes with a disk tier", s->tiers);
+    kvf_m_metric(b, "disk_tiers_off", "gauge",
+                 "disk tiers turned off after a failure", s->tiers_off);
+    kvf_m_metric(b, "tier_writes_total", "counter",
+                 "objects copied to a disk tier", s->st.tier_writes);
+    kvf_m_metric(b, "tier_write_bytes_total", "counter",
+                 "bytes copied to disk tiers", s->st.tier_write_bytes);
+    kvf_m_metric(b, "tier_reads_total", "counter",
+                 "gets served from a disk tier (loaded into a pool)",
+                 s->st.tier_reads);
+    kvf_m_metric(b, "tier_read_bytes_total", "counter",
+                 "bytes loaded from disk tiers", s->st.tier_read_bytes);
+    kvf_m_metric(b, "tier_corrupt_total", "counter",
+                 "disk copies whose bytes failed their checksum (dropped)",
+                 s->st.tier_corrupt);
+    kvf_m_metric(b, "tier_errors_total", "counter",
+                 "tier operations that failed", s->st.tier_errors);
+    kvf_m_metric(b, "tier_demotions_total", "counter",
+                 "objects evicted from a pool that stayed on disk",
+                 s->st.tier_demotions);
+    kvf_m_metric(b, "tier_evictions_total", "counter",
+                 "objects evicted from a full disk tier for good",
+                 s->st.tier_evictions);
+    kvf_m_metric(b, "unleased_total", "counter",
+                 "gets served without a read lease (client over its budget)",
+                 s->st.unleased);
 }
 
 static void kvf_m_metrics(kvf_master_t *m, kvf_hbuf_t *b)
@@ -201,6 +256,7 @@ static void kvf_m_metrics(kvf_master_t *m, kvf_hbuf_t *b)
                  s.st.nodes_lost);
     kvf_m_metric(b, "objects_lost_total", "counter",
                  "objects lost with their last replica", s.st.objects_lost);
+    kvf_m_tier_metrics(b, &s);
 }
 
 static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
@@ -225,7 +281,10 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
         "\"hits\":%lu,\"misses\":%lu,\"evictions\":%lu,"
         "\"errors\":%lu,\"puts\":%lu,\"removes\":%lu,"
         "\"reclaimed\":%lu,\"aborted\":%lu,\"nodes_lost\":%lu,"
-        "\"objects_lost\":%lu,\"node_list\":[%s]}\n",
+        "\"objects_lost\":%lu,\"objects_disk_only\":%zu,"
+        "\"disk_capacity\":%lu,\"disk_used\":%lu,\"disk_tiers_off\":%zu,"
+        "\"tier_reads\":%lu,\"tier_writes\":%lu,\"tier_corrupt\":%lu,"
+        "\"node_list\":[%s]}\n",
         (unsigned long)s.epoch, leader, (unsigned long)term, s.nodes,
         (unsigned long)s.capacity, (unsigned long)s.used, s.objects, s.pending,
         s.removing, (unsigned long)s.reserved, s.reservations, s.conns_tcp,
@@ -234,7 +293,10 @@ static void kvf_m_status(kvf_master_t *m, kvf_hbuf_t *b)
         (unsigned long)s.st.errors, (unsigned long)s.st.puts,
         (unsigned long)s.st.removes, (unsigned long)s.st.reclaimed,
         (unsigned long)s.st.aborted, (unsigned long)s.st.nodes_lost,
-        (unsigned long)s.st.objects_lost, nodes.p ? nodes.p : "");
+        (unsigned long)s.st.objects_lost, s.disk_only,
+        (unsigned long)s.disk_capacity, (unsigned long)s.disk_used,
+        s.tiers_off, (unsigned long)s.st.tier_reads, (unsigned long)s.st.tier_writes,
+        (unsigned long)s.st.tier_corrupt, nodes.p ? nodes.p : "");
     kvf_free(nodes.p);
 }
 

@@ -21,14 +21,15 @@
  * (evictions, DELs of a rebuild).
  *
  * A worker serving a COMMIT, PUT_END or REMOVE frame waits until every
- * entry the frame queued is answered before it replies: a commit is
- * acknowledged only once each replica's inventory holds it, a remove
- * only once each has forgotten it. An entry a node does not take
+ * entry the frame queued is answered before it replies (kvf_m_inv_frame,
+ * for dispatch.c): a commit is acknowledged only once each replica's
+ * inventory holds it, a remove only once each has forgotten it. An entry a node does not take
  * (unreachable within io_timeout_ms, or refusing the epoch as older than
  * a leader it has seen) fails the frame: committed objects are removed
  * again, and the client gets KVF_ERR_UNAVAILABLE or KVF_ERR_NOT_LEADER.
  * Channels live as long as the master; the master's lock guards their
- * queues.
+ * queues. The answers reach the objects through the master's hooks
+ * (released, tier_answer): this file calls nothing above it.
  */
 #include "store/master/master_int.h"
 #include "core/alloc.h"
@@ -40,7 +41,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define KVF_MI_CHANS 64 /* nodes with an inventory a master can reach */
+#define KVF_MI_CHANS 256 /* channels: an inventory and 1 + KVF_M_RCHANS for
+                            a disk tier per node */
 
 /* What a worker's frame waits for: entries not answered yet, the worst
  * answer, and the commits that a node did not record (to undo). */
@@ -53,14 +55,19 @@ typedef struct kvf_mi_wait {
     size_t nfailed, capfailed;
 } kvf_mi_wait_t;
 
-/* One queued entry. */
+/* One queued entry: an inventory ADD or DEL, or a tier operation. */
 typedef struct kvf_mi_rec {
     uint8_t del;
     uint8_t flags;
+    uint8_t tier; /* a TIER_OP entry (op, pool_off, disk_off below) */
+    uint8_t op;
+    uint64_t pool_off, disk_off;
+    uint64_t uid, gen; /* tier: the node whose replica it is */
     char *key; /* owned */
     uint64_t off, size, checksum, epoch, seq;
     uint64_t put_id;  /* ADD: the commit's, for an undo */
-    kvf_mobj_t *obj;  /* DEL: the object whose space waits for it */
+    kvf_mobj_t *obj;  /* DEL: the object whose space waits for it;
+                         tier WRITE, READ: the object it names */
     uint64_t term;    /* m->inv->term when queued: obj still valid? */
     kvf_mi_wait_t *w; /* who waits (NULL: nobody) */
     kvf_status_t st;  /* the node's answer */
@@ -74,6 +81,7 @@ typedef struct kvf_mi_q {
 typedef struct kvf_mi_chan {
     kvf_master_t *m;
     char addr[KVF_SM_INV_ADDR_MAX];
+    int tier; /* 0: INV_ADD frames; 1: TIER_OP writes, drops; 2..: reads */
     kvf_mi_q_t q;  /* queued, under m->lock */
     size_t nowait; /* of q, entries nobody waits for */
     int busy;      /* a batch is on its way: fd is in use */
@@ -141,21 +149,46 @@ typedef struct kvf_mi_frame {
  * flagged KVF_SM_INV_FORGET), each at most KVF_STORE_BATCH_MAX entries
  * and KVF_SP_BODY_MAX bytes. Returns the number of frames (in fr[], at
  * most b->n). */
+/* Encodes tier record r. */
+static void kvf_mi_tier_enc(kvf_wr_t *w, const kvf_mi_rec_t *r)
+{
+    kvf_sm_tier_op_t o;
+
+    o.op = r->op;
+    o.key = r->key;
+    o.pool_off = r->pool_off;
+    o.disk_off = r->disk_off;
+    o.size = r->size;
+    o.checksum = r->checksum;
+    o.seq = r->seq;
+    o.flags = r->flags;
+    kvf_sm_tier_op_enc(w, &o);
+}
+
 static size_t kvf_mi_frames(kvf_mi_q_t *b, kvf_mi_frame_t *fr, size_t *idx)
 {
     kvf_sm_inv_ent_t e;
     size_t i, nf = 0, bytes = 0, len;
+    uint8_t type;
 
     for (i = 0; i < b->n; i++) {
-        len = KVF_SM_INV_ENT_FIXED + strlen(b->r[i].key);
+        type = b->r[i].tier ? KVF_SP_TIER_OP : KVF_SP_INV_ADD;
+        len = (b->r[i].tier ? KVF_SM_TIER_OP_FIXED : KVF_SM_INV_ENT_FIXED) +
+              strlen(b->r[i].key);
         if (nf == 0 || fr[nf - 1].n == KVF_STORE_BATCH_MAX ||
-            bytes + len > KVF_SP_BODY_MAX) {
-            fr[nf].type = KVF_SP_INV_ADD;
+            fr[nf - 1].type != type || bytes + len > KVF_SP_BODY_MAX) {
+            fr[nf].type = type;
             fr[nf].n = 0;
             fr[nf].idx = &idx[i];
             kvf_wr_init(&fr[nf].w);
             nf++;
             bytes = 0;
+        }
+        if (b->r[i].tier) {
+            kvf_mi_tier_enc(&fr[nf - 1].w, &b->r[i]);
+            fr[nf - 1].idx[fr[nf - 1].n++] = i;
+            bytes += len;
+            continue;
         }
         e.key = b->r[i].key;
         e.off = b->r[i].off;
@@ -307,11 +340,21 @@ static void kvf_mi_finish(kvf_master_t *m, kvf_mi_q_t *b)
 
     for (i = 0; i < b->n; i++) {
         r = &b->r[i];
+        if (r->tier) {
+            if (r->obj != NULL && r->term == m->inv->term) {
+                m->hooks.tier_answer(m, r->obj, r->uid, r->gen, r->op,
+                                     r->st);
+            }
+            if (r->w != NULL && --r->w->left == 0) {
+                pthread_cond_signal(&r->w->cond);
+            }
+            continue; /* its outcome is the object's, not the frame's */
+        }
         if (r->del && r->st == KVF_ERR_NOT_FOUND) {
             r->st = KVF_OK; /* forgotten already */
         }
         if (r->del && r->obj != NULL && r->term == m->inv->term) {
-            kvf_m_released(m, r->obj);
+            m->hooks.released(m, r->obj);
         }
         w = r->w;
         if (w == NULL) {
@@ -405,6 +448,19 @@ static void *kvf_mi_main(void *arg)
 
 /* ---- queueing (lock held) ---- */
 
+/* Does node n use channel c? */
+static int kvf_mi_uses(const kvf_mnode_t *n, const kvf_mi_chan_t *c)
+{
+    unsigned i;
+
+    for (i = 0; i < KVF_M_RCHANS; i++) {
+        if (n->rchan[i] == c) {
+            return 1;
+        }
+    }
+    return n->chan == c || n->tchan == c;
+}
+
 /* A channel no node uses any more, with nothing queued or on its way
  * (a node that went, or came back with another inventory address), to
  * serve another address; or NULL. */
@@ -416,7 +472,7 @@ static kvf_mi_chan_t *kvf_mi_spare(kvf_master_t *m)
 
     for (i = 0; i < m->inv->nchans; i++) {
         c = m->inv->chans[i];
-        for (n = m->nodes; n != NULL && n->chan != c; n = n->next) {
+        for (n = m->nodes; n != NULL && !kvf_mi_uses(n, c); n = n->next) {
         }
         if (n == NULL && c->q.n == 0 && !c->busy) {
             if (c->fd >= 0) {
@@ -429,25 +485,31 @@ static kvf_mi_chan_t *kvf_mi_spare(kvf_master_t *m)
     return NULL;
 }
 
-/* The channel of node n (started now if need be), or NULL. */
-static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n)
+/* The channel of node n of a kind (0 inventory, 1 tier writes and drops,
+ * 2.. tier reads), started now if need be, or NULL. */
+static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n, int tier)
 {
     struct kvf_minv *inv = m->inv;
+    kvf_mi_chan_t **slot = tier == 0   ? &n->chan
+                           : tier == 1 ? &n->tchan
+                                       : &n->rchan[tier - 2];
     kvf_mi_chan_t *c;
     unsigned i;
 
-    if (n->chan != NULL) {
-        return n->chan;
+    if (*slot != NULL) {
+        return *slot;
     }
     for (i = 0; i < inv->nchans; i++) {
-        if (strcmp(inv->chans[i]->addr, n->inv_addr) == 0) {
-            n->chan = inv->chans[i];
-            return n->chan;
+        if (inv->chans[i]->tier == tier &&
+            strcmp(inv->chans[i]->addr, n->inv_addr) == 0) {
+            *slot = inv->chans[i];
+            return *slot;
         }
     }
     if (inv->nchans == KVF_MI_CHANS && (c = kvf_mi_spare(m)) != NULL) {
         snprintf(c->addr, sizeof(c->addr), "%s", n->inv_addr);
-        n->chan = c;
+        c->tier = tier;
+        *slot = c;
         return c;
     }
     if (inv->nchans == KVF_MI_CHANS || inv->stop ||
@@ -459,6 +521,7 @@ static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n)
     }
     c->m = m;
     c->fd = -1;
+    c->tier = tier;
     snprintf(c->addr, sizeof(c->addr), "%s", n->inv_addr);
     kvf_cond_init(&c->cond);
     if (pthread_create(&c->thread, NULL, kvf_mi_main, c) != 0) {
@@ -468,8 +531,22 @@ static kvf_mi_chan_t *kvf_mi_chan(kvf_master_t *m, kvf_mnode_t *n)
         return NULL;
     }
     inv->chans[inv->nchans++] = c;
-    n->chan = c;
+    *slot = c;
     return c;
+}
+
+/* Queues record r (filled but for its waiter) on c: the worker that
+ * waits sends it, else c's thread. */
+static void kvf_mi_enqueue(kvf_mi_chan_t *c, kvf_mi_rec_t *r, int wait)
+{
+    r->w = wait ? kvf_mi_cur : NULL;
+    c->q.n++;
+    if (r->w != NULL) {
+        r->w->left++; /* that worker sends it */
+    } else {
+        c->nowait++; /* c's thread sends it */
+        pthread_cond_signal(&c->cond);
+    }
 }
 
 /* Queues one entry for replica i of o; KVF_OK, or why not. */
@@ -477,7 +554,7 @@ static kvf_status_t kvf_mi_queue(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
                                  int del)
 {
     kvf_mnode_t *n = o->rep[i].node;
-    kvf_mi_chan_t *c = kvf_mi_chan(m, n);
+    kvf_mi_chan_t *c = kvf_mi_chan(m, n, 0);
     kvf_mi_rec_t *r;
 
     if (c == NULL || (r = kvf_mi_q_push(&c->q)) == NULL) {
@@ -497,15 +574,49 @@ static kvf_status_t kvf_mi_queue(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
     r->put_id = o->put_id;
     r->obj = del ? o : NULL;
     r->term = m->inv->term;
-    r->w = kvf_mi_cur;
-    c->q.n++;
-    if (r->w != NULL) {
-        r->w->left++; /* that worker sends it */
-    } else {
-        c->nowait++; /* c's thread sends it */
-        pthread_cond_signal(&c->cond);
-    }
+    kvf_mi_enqueue(c, r, 1);
     return KVF_OK;
+}
+
+kvf_status_t kvf_m_inv_tier(kvf_master_t *m, kvf_mobj_t *o, unsigned i,
+                            uint8_t op, int wait)
+{
+    kvf_mrep_t *rep = &o->rep[i];
+    kvf_mi_chan_t *c = kvf_mi_chan(
+        m, rep->node,
+        op == KVF_TIER_READ ? 2 + (int)(rep->node->rnext++ % KVF_M_RCHANS) : 1);
+    kvf_mi_rec_t *r;
+
+    if (c == NULL || (r = kvf_mi_q_push(&c->q)) == NULL) {
+        return KVF_ERR_NO_RESOURCE;
+    }
+    r->key = kvf_strdup(o->key);
+    if (r->key == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    r->tier = 1;
+    r->op = op;
+    r->pool_off = rep->blk != NULL ? rep->blk->off : 0;
+    r->disk_off = rep->dblk->off;
+    r->size = o->size;
+    r->checksum = o->checksum;
+    r->seq = ++m->inv_seq;
+    r->flags = o->flags & KVF_STORE_PIN;
+    r->uid = rep->node->uid;
+    r->gen = rep->node->gen;
+    /* a DROP names no object: o may be freed before it is answered */
+    r->obj = op == KVF_TIER_DROP ? NULL : o;
+    r->term = m->inv->term;
+    if (r->obj != NULL) {
+        o->tier_busy++;
+    }
+    kvf_mi_enqueue(c, r, wait && kvf_mi_cur != NULL);
+    return KVF_OK;
+}
+
+int kvf_m_inv_in_worker(void)
+{
+    return kvf_mi_cur != NULL;
 }
 
 void kvf_m_inv_add(kvf_master_t *m, kvf_mobj_t *o)
@@ -513,8 +624,8 @@ void kvf_m_inv_add(kvf_master_t *m, kvf_mobj_t *o)
     kvf_mi_rec_t r = {0};
     unsigned i;
 
-    if (m->inv == NULL) {
-        return;
+    if (m->inv == NULL || m->elect == NULL) {
+        return; /* a single master: no inventories */
     }
     o->inv_epoch = m->epoch;
     o->inv_seq = ++m->inv_seq;
@@ -539,15 +650,15 @@ unsigned kvf_m_inv_del(kvf_master_t *m, kvf_mobj_t *o, int wait)
     kvf_mi_wait_t *cur = kvf_mi_cur;
     unsigned i, n = 0;
 
-    if (m->inv == NULL || o->inv_epoch == 0) {
+    if (m->inv == NULL || m->elect == NULL || o->inv_epoch == 0) {
         return 0;
     }
     if (!wait) {
         kvf_mi_cur = NULL; /* the frame served does not wait for these */
     }
     for (i = 0; i < o->nrep; i++) {
-        if (o->rep[i].node->inv_addr[0] == '\0') {
-            continue;
+        if (o->rep[i].node->inv_addr[0] == '\0' || o->rep[i].blk == NULL) {
+            continue; /* no inventory, or on disk only (not recorded) */
         }
         if (kvf_mi_queue(m, o, i, 1) == KVF_OK) {
             n++;
@@ -568,75 +679,52 @@ void kvf_m_inv_clear(kvf_master_t *m)
 
 /* ---- a worker's frame ---- */
 
-/* Removes the objects of the commits a node did not record. */
-static void kvf_mi_undo(kvf_master_t *m, kvf_mi_wait_t *w)
+void kvf_m_inv_wait(kvf_master_t *m)
 {
-    kvf_mobj_t *o;
-    size_t i;
-
-    for (i = 0; i < w->nfailed; i++) {
-        o = kvf_m_find(m, w->failed[i].key);
-        if (o != NULL && o->state == KVF_OBJ_COMMITTED &&
-            o->put_id == w->failed[i].put_id) {
-            (void)kvf_m_remove(m, w->failed[i].key);
-        }
-        kvf_free(w->failed[i].key);
-    }
-    kvf_free(w->failed);
-}
-
-kvf_status_t kvf_m_inv_serve(kvf_master_t *m, kvf_mclient_t *cl,
-                             const kvf_sp_frame_t *f, kvf_wr_t *w,
-                             uint32_t *count_p, uint16_t *flags_p,
-                             uint8_t *rtype_p)
-{
-    kvf_mi_wait_t wt = {0};
+    kvf_mi_wait_t *wt = kvf_mi_cur;
     kvf_mi_chan_t *c;
-    kvf_status_t st;
 
-    if (m->inv == NULL) {
-        return kvf_m_serve(m, cl, f, w, count_p, flags_p, rtype_p);
-    }
-    pthread_cond_init(&wt.cond, NULL);
-    kvf_mi_cur = &wt;
-    st = kvf_m_serve(m, cl, f, w, count_p, flags_p, rtype_p);
-    kvf_mi_cur = NULL;
-    pthread_mutex_lock(&m->lock);
-    while (wt.left > 0) {
+    while (wt != NULL && wt->left > 0) {
         c = kvf_mi_idle(m);
         if (c != NULL) {
             kvf_mi_run(m, c); /* ours, and whatever else is queued */
         } else {
-            pthread_cond_wait(&wt.cond, &m->lock);
+            pthread_cond_wait(&wt->cond, &m->lock);
         }
     }
-    if (wt.st != KVF_OK) {
-        kvf_mi_undo(m, &wt); /* its DELs: nobody waits for them */
+}
+
+kvf_status_t kvf_m_inv_frame(kvf_master_t *m, void (*run)(void *arg),
+                             void *arg, kvf_m_undo_fn undo, int *stale_p)
+{
+    kvf_mi_wait_t wt = {0};
+    size_t i;
+
+    pthread_cond_init(&wt.cond, NULL);
+    kvf_mi_cur = &wt;
+    run(arg);
+    pthread_mutex_lock(&m->lock);
+    kvf_m_inv_wait(m);
+    kvf_mi_cur = NULL;
+    for (i = 0; i < wt.nfailed; i++) {
+        if (wt.st != KVF_OK) {
+            undo(m, wt.failed[i].key, wt.failed[i].put_id);
+        }
+        kvf_free(wt.failed[i].key);
     }
     pthread_mutex_unlock(&m->lock);
+    kvf_free(wt.failed);
     pthread_cond_destroy(&wt.cond);
-    if (wt.st != KVF_OK && st == KVF_OK) {
-        kvf_log_rl(KVF_LOG_WARN,
-                   "leader: a node did not apply a %s to its inventory "
-                   "(%s): the %s fails%s",
-                   f->hdr.type == KVF_SP_REMOVE ? "remove" : "commit",
-                   kvf_status_str(wt.st), kvf_sp_msg_name(f->hdr.type),
-                   wt.stale ? " (a node has seen a newer leader)" : "");
-        /* a node that has seen a newer leader: send the client there */
-        st = wt.stale ? KVF_ERR_NOT_LEADER : KVF_ERR_UNAVAILABLE;
-        w->len = 0;
-        *count_p = 0;
-    }
-    return st;
+    *stale_p = wt.stale;
+    return wt.st;
 }
 
 /* ---- start, stop ---- */
 
 kvf_status_t kvf_m_inv_start(kvf_master_t *m)
 {
-    if (m->elect == NULL) {
-        return KVF_OK; /* the only master: no inventories */
-    }
+    /* a single master keeps no inventories, but its channels carry the
+     * nodes' disk tier operations */
     m->inv = kvf_calloc(1, sizeof(*m->inv));
     if (m->inv == NULL) {
         return KVF_ERR_NO_MEMORY;
@@ -668,6 +756,8 @@ void kvf_m_inv_stop(kvf_master_t *m)
     pthread_mutex_lock(&m->lock);
     for (n = m->nodes; n != NULL; n = n->next) {
         n->chan = NULL;
+        n->tchan = NULL;
+        memset(n->rchan, 0, sizeof(n->rchan));
     }
     m->inv = NULL;
     pthread_mutex_unlock(&m->lock);

@@ -15,7 +15,7 @@
  */
 #include "store/master/master_int.h"
 #include "coord/election.h"
-#include "engine/meta.h"
+#include <kvferry/config.h>
 #include "store/proto/masters.h"
 #include "core/alloc.h"
 #include "core/log.h"
@@ -35,7 +35,7 @@ KVF_CONFIG_TABLE(kvf_ha_config, "ha", kvf_ha_config_entries)
 
 kvf_status_t kvf_m_leader_start(kvf_master_t *m)
 {
-    const char *meta = kvf_config_str(&kvf_engine_config, "metadata");
+    const char *meta = kvf_config_get("metadata");
     kvf_elect_opts_t o = {0};
     char key[256];
     kvf_status_t st;

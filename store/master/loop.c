@@ -88,7 +88,7 @@ struct kvf_mconn {
     int is_unix;       /* accepted on the abstract unix socket */
     int busy;          /* with a helper thread (atomic) */
     int dead;          /* close it (set by a helper) */
-    kvf_mclient_t *cl; /* its pending puts, for the per-client limits */
+    kvf_mclient_t *cl; /* its client identity, for the per-client limits */
     kvf_mpeer_t *peer; /* counted in the connection caps */
     uint64_t last_ms;  /* ms: last time bytes came in */
     unsigned char *in;
@@ -254,6 +254,7 @@ struct kvf_mreg {
     pthread_cond_t cond;
     kvf_loop_job_t *head, *tail;
     unsigned queued, max_queued;
+    unsigned queued_reg, max_reg; /* of queued: node registrations */
     int stop;
     unsigned nthreads;
     pthread_t threads[];
@@ -271,7 +272,7 @@ static void kvf_reg_run(kvf_loop_job_t *j)
     kvf_wr_t w;
 
     kvf_wr_init(&w);
-    st = kvf_m_inv_serve(m, c->cl, &j->f, &w, &count, &flags, &rtype);
+    st = kvf_m_serve_worker(m, c->cl, &j->f, &w, &count, &flags, &rtype);
     st = kvf_sp_send(c->fd, &c->mac, rtype, j->f.hdr.id, st, count, flags, &w,
                      kvf_time_ms() + m->opts.io_timeout_ms);
     if (st != KVF_OK) {
@@ -306,6 +307,7 @@ static void *kvf_reg_main(void *arg)
             r->tail = NULL;
         }
         r->queued--;
+        r->queued_reg -= j->f.hdr.type == KVF_SP_NODE_REG;
         pthread_mutex_unlock(&r->lock);
         kvf_reg_run(j);
     }
@@ -349,12 +351,12 @@ static kvf_status_t kvf_reg_start(kvf_master_t *m)
     }
     pthread_mutex_init(&r->lock, NULL);
     kvf_cond_init(&r->cond);
-    r->max_queued = n * KVF_REG_QUEUE_PER_WORKER;
-    if (m->inv != NULL) {
-        /* commits go to the workers too: a connection has at most one
-         * frame there, so the connection caps bound the queue */
-        r->max_queued += m->opts.conn_max_tcp + m->opts.conn_max_unix;
-    }
+    /* commits of an elected leader and gets of objects on disk go to
+     * the workers too: a connection has at most one frame there, so the
+     * connection caps bound the queue; registrations have their own
+     * bound within it */
+    r->max_reg = n * KVF_REG_QUEUE_PER_WORKER;
+    r->max_queued = r->max_reg + m->opts.conn_max_tcp + m->opts.conn_max_unix;
     m->reg = r;
     for (r->nthreads = 0; r->nthreads < n; r->nthreads++) {
         if (pthread_create(&r->threads[r->nthreads], NULL, kvf_reg_main, r) !=
@@ -375,21 +377,25 @@ static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
     struct kvf_mreg *r = m->reg;
     kvf_loop_job_t *j;
 
+    int reg = h->type == KVF_SP_NODE_REG;
+
     pthread_mutex_lock(&r->lock);
-    if (r->queued >= r->max_queued) {
+    if (r->queued >= r->max_queued || (reg && r->queued_reg >= r->max_reg)) {
         pthread_mutex_unlock(&r->lock);
         kvf_log_rl(KVF_LOG_WARN,
-                   "master has %u node registrations queued: refusing one "
-                   "more (busy)",
-                   r->max_queued);
+                   "master has %u frames (%u node registrations) queued for "
+                   "its workers: refusing one more (busy)",
+                   r->queued, r->queued_reg);
         return -1;
     }
     r->queued++;
+    r->queued_reg += reg;
     pthread_mutex_unlock(&r->lock);
     j = kvf_calloc(1, sizeof(*j) + h->meta_len + 1);
     if (j == NULL) {
         pthread_mutex_lock(&r->lock);
         r->queued--;
+        r->queued_reg -= reg;
         pthread_mutex_unlock(&r->lock);
         return -1;
     }
@@ -410,17 +416,6 @@ static int kvf_loop_offload(kvf_master_t *m, kvf_mconn_t *c,
     pthread_cond_signal(&r->cond);
     pthread_mutex_unlock(&r->lock);
     return 0;
-}
-
-/* Does a worker serve this frame? Node registrations (they call the
- * node's engine), and, where nodes keep inventories, commits and
- * removes (they wait for the nodes' answers). */
-static int kvf_loop_to_worker(const kvf_master_t *m, uint8_t type)
-{
-    return type == KVF_SP_NODE_REG ||
-           (m->inv != NULL &&
-            (type == KVF_SP_COMMIT || type == KVF_SP_PUT_END ||
-             type == KVF_SP_REMOVE));
 }
 
 /* Serves every whole frame in c->in. 0 to go on, -1 to close, 1 when the
@@ -464,7 +459,8 @@ static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
             kvf_m_count_error(m);
             return -1;
         }
-        if (kvf_loop_to_worker(m, f.hdr.type)) {
+        f.body = c->in + used + KVF_WIRE_HDR_LEN;
+        if (kvf_m_to_worker(m, &f)) {
             if (used > 0) {
                 memmove(c->in, c->in + used, c->in_len - used);
                 c->in_len -= used;
@@ -703,7 +699,7 @@ static kvf_mconn_t *kvf_loop_admit(kvf_master_t *m, int fd, int is_unix,
         close(fd);
         return NULL;
     }
-    c->cl = kvf_m_client_new();
+    c->cl = kvf_m_client_get(m, c->peer);
     if (c->cl == NULL) {
         kvf_m_caps_release(m, c->peer, is_unix);
         kvf_free(c);

@@ -1,13 +1,11 @@
 /*
- * Store master, serving side: options, start/stop, the reaper thread that
- * runs the periodic tick, and the RPC handlers that decode a request,
- * apply it to the metadata under the lock (a whole batch at once) and
- * encode the reply. Connections are served by the event loop (loop.c).
- *
- * An unknown type or a body that does not parse (count and body disagree,
- * truncated entries, trailing bytes) gets an error status and counts in
- * `errors`; the connection goes on, since the frame was read whole.
+ * Store master, the process: options, start/stop, the reaper thread that
+ * runs the periodic tick, and the hooks through which the object rules
+ * (objects.c) and the inventories (inventory.c) reach the disk tiers
+ * (tier.c) without calling up. Connections are served by the event
+ * loops (loop.c), requests by the dispatch table (dispatch.c).
  */
+#include "store/master/master.h"
 #include "store/master/master_int.h"
 #include "store/proto/msg.h"
 #include "core/auth.h"
@@ -28,43 +26,50 @@
 static kvf_status_t kvf_master_limits_default(kvf_master_opts_t *o)
 {
     static const char *const pct_keys[] = {"client_max_reserved_pct",
-                                           "max_put_share_pct"};
+                                           "max_put_share_pct",
+                                           "client_max_leased_pct"};
+    static const char *const cnt_keys[] = {"client_max_pending",
+                                           "pending_max", "client_max_leases"};
     const kvf_config_table_t *t = &kvf_store_config;
-    uint64_t v[7];
+    uint64_t v[7], c[3];
     kvf_status_t st;
     unsigned i;
 
-    if ((st = kvf_config_u64(t, "client_max_pending",
-                             &o->client_max_pending)) != KVF_OK ||
-        (st = kvf_config_u64(t, pct_keys[0], &v[0])) != KVF_OK ||
-        (st = kvf_config_u64(t, pct_keys[1], &v[1])) != KVF_OK ||
-        (st = kvf_config_u64(t, "master_idle_ms", &o->idle_timeout_ms)) !=
-            KVF_OK ||
-        (st = kvf_config_u64(t, "conn_max_per_peer", &v[2])) != KVF_OK ||
-        (st = kvf_config_u64(t, "conn_max_tcp", &v[3])) != KVF_OK ||
-        (st = kvf_config_u64(t, "conn_max_unix", &v[4])) != KVF_OK ||
-        (st = kvf_config_u64(t, "reg_workers", &v[5])) != KVF_OK) {
-        return st;
-    }
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < 3; i++) {
+        if ((st = kvf_config_u64(t, pct_keys[i], &v[i])) != KVF_OK ||
+            (st = kvf_config_u64(t, cnt_keys[i], &c[i])) != KVF_OK) {
+            return st;
+        }
         if (v[i] == 0 || v[i] > 100) {
             kvf_error("store %s=%lu: 1 to 100", pct_keys[i],
                       (unsigned long)v[i]);
             return KVF_ERR_INVALID_PARAM;
         }
     }
-    for (i = 2; i < 6; i++) {
+    if ((st = kvf_config_u64(t, "master_idle_ms", &o->idle_timeout_ms)) !=
+            KVF_OK ||
+        (st = kvf_config_u64(t, "conn_max_per_peer", &v[3])) != KVF_OK ||
+        (st = kvf_config_u64(t, "conn_max_tcp", &v[4])) != KVF_OK ||
+        (st = kvf_config_u64(t, "conn_max_unix", &v[5])) != KVF_OK ||
+        (st = kvf_config_u64(t, "reg_workers", &v[6])) != KVF_OK) {
+        return st;
+    }
+    for (i = 3; i < 7; i++) {
         if (v[i] == 0 || v[i] > 1000000) {
             kvf_error("store connection limits and reg_workers: 1 to 1000000");
             return KVF_ERR_INVALID_PARAM;
         }
     }
+    o->client_max_pending = c[0];
+    o->pending_max = c[1];
+    o->client_max_leases = c[2];
     o->client_max_reserved_pct = (unsigned)v[0];
     o->max_put_share_pct = (unsigned)v[1];
-    o->conn_max_per_peer = (unsigned)v[2];
-    o->conn_max_tcp = (unsigned)v[3];
-    o->conn_max_unix = (unsigned)v[4];
-    o->reg_workers = (unsigned)v[5];
+    o->client_max_leased_pct = (unsigned)v[2];
+    o->conn_max_per_peer = (unsigned)v[3];
+    o->conn_max_tcp = (unsigned)v[4];
+    o->conn_max_unix = (unsigned)v[5];
+    o->reg_workers = (unsigned)v[6];
     return KVF_OK;
 }
 
@@ -95,6 +100,12 @@ kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
         return KVF_ERR_INVALID_PARAM;
     }
     o->loops = (unsigned)loops;
+    if ((st = kvf_config_u64(t, "tier_write_max", &o->tier_write_max)) !=
+            KVF_OK ||
+        (st = kvf_config_u64(t, "tier_promote", &loops)) != KVF_OK) {
+        return st;
+    }
+    o->tier_promote = loops != 0;
     st = kvf_master_limits_default(o);
     if (st != KVF_OK) {
         return st;
@@ -106,449 +117,48 @@ kvf_status_t kvf_master_opts_default(kvf_master_opts_t *o)
     return KVF_OK;
 }
 
-/* ---- RPC handlers: body checked first (kvf_m_serve), apply, encode ---- */
+/* The hooks the lower files call up through (master_int.h). */
+static const kvf_m_hooks_t kvf_m_hooks = {
+    kvf_m_tier_commit, kvf_m_tier_demote, kvf_m_tier_forget,
+    kvf_m_tier_uncopied, kvf_m_tier_usable, kvf_m_released,
+    kvf_m_tier_answer};
 
-typedef kvf_status_t (*kvf_m_handler_t)(kvf_master_t *m, kvf_mclient_t *cl,
-                                        const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                        uint32_t *count_p, uint16_t *flags_p);
-
-/* An object's replicas as the codec encodes them. */
-static void kvf_m_obj_reps(const kvf_mobj_t *o, kvf_sm_obj_t *out)
+kvf_status_t kvf_m_init(kvf_master_t *m)
 {
-    const char *seg;
-    unsigned i;
-    size_t n;
-
-    out->nrep = o->nrep;
-    for (i = 0; i < o->nrep; i++) {
-        seg = o->rep[i].node->segment;
-        n = strnlen(seg, sizeof(out->seg[i]) - 1);
-        memcpy(out->seg[i], seg, n);
-        out->seg[i][n] = '\0';
-        out->addr[i] = o->rep[i].node->base + o->rep[i].blk->off;
+    m->hooks = kvf_m_hooks;
+    m->nbuckets = 1024;
+    m->table = kvf_calloc(m->nbuckets, sizeof(*m->table));
+    m->npbuckets = 1024;
+    m->ptable = kvf_calloc(m->npbuckets, sizeof(*m->ptable));
+    if (m->table == NULL || m->ptable == NULL) {
+        kvf_free(m->table);
+        kvf_free(m->ptable);
+        m->table = NULL;
+        m->ptable = NULL;
+        return KVF_ERR_NO_MEMORY;
     }
-}
-
-static kvf_status_t kvf_m_h_put_start(kvf_master_t *m, kvf_mclient_t *cl,
-                                      const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                      uint32_t *count_p, uint16_t *flags_p)
-{
-    kvf_sm_obj_t rep;
-    kvf_sm_req_t q;
-    kvf_mobj_t *o;
-    kvf_rd_t r;
-    uint32_t i;
-
-    (void)flags_p;
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    pthread_mutex_lock(&m->lock);
-    for (i = 0; i < f->hdr.count; i++) {
-        kvf_sm_put_start_dec(&r, &q);
-        rep.status = q.key_status;
-        if (rep.status == KVF_OK) {
-            rep.status =
-                kvf_m_put_start(m, cl, q.key, q.size, q.replicas, q.flags, &o);
-        }
-        rep.put_id = 0;
-        rep.nrep = 0;
-        if (rep.status == KVF_OK) {
-            rep.put_id = o->put_id;
-            kvf_m_obj_reps(o, &rep);
-        }
-        kvf_sm_put_start_rep_enc(w, &rep);
+    kvf_m_list_init(&m->lru);
+    kvf_m_list_init(&m->pending);
+    kvf_m_list_init(&m->doomed);
+    kvf_m_list_init(&m->dlru);
+    if (kvf_m_clients_init(m) != KVF_OK) {
+        kvf_free(m->table);
+        kvf_free(m->ptable);
+        m->table = NULL;
+        m->ptable = NULL;
+        return KVF_ERR_NO_MEMORY;
     }
-    pthread_mutex_unlock(&m->lock);
-    *count_p = f->hdr.count;
     return KVF_OK;
 }
 
-static kvf_status_t kvf_m_h_put_end(kvf_master_t *m, kvf_mclient_t *cl,
-                                    const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                    uint32_t *count_p, uint16_t *flags_p)
+void kvf_m_fini(kvf_master_t *m)
 {
-    kvf_status_t st;
-    kvf_sm_req_t q;
-    kvf_rd_t r;
-    uint32_t i;
-
-    (void)flags_p;
-    (void)cl;
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    pthread_mutex_lock(&m->lock);
-    for (i = 0; i < f->hdr.count; i++) {
-        kvf_sm_put_end_dec(&r, &q);
-        st = q.key_status;
-        if (st == KVF_OK) {
-            st = kvf_m_put_end(m, q.key, q.put_id, q.checksum, q.mask);
-        }
-        kvf_sm_status_enc(w, st);
-    }
-    pthread_mutex_unlock(&m->lock);
-    *count_p = f->hdr.count;
-    return KVF_OK;
-}
-
-/* COMMIT: commits a pending put or a reservation under its key and, on
- * success, reserves space for the client's next put when asked. */
-static kvf_status_t kvf_m_h_commit(kvf_master_t *m, kvf_mclient_t *cl,
-                                   const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                   uint32_t *count_p, uint16_t *flags_p)
-{
-    kvf_sm_obj_t rep;
-    kvf_sm_req_t q;
-    kvf_status_t rst;
-    kvf_mobj_t *o;
-    kvf_rd_t r;
-    uint32_t i;
-
-    (void)flags_p;
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    pthread_mutex_lock(&m->lock);
-    for (i = 0; i < f->hdr.count; i++) {
-        kvf_sm_commit_dec(&r, &q);
-        rep.status = q.key_status;
-        if (rep.status == KVF_OK) {
-            rep.status = kvf_m_commit(m, q.key, q.put_id, q.size, q.checksum,
-                                      q.mask, q.flags);
-        }
-        rep.put_timeout_ms = (uint32_t)m->opts.put_timeout_ms;
-        rst = KVF_ERR_NOT_FOUND;
-        if (rep.status == KVF_OK && q.mask != 0 && q.next_size > 0) {
-            rst = kvf_m_reserve(m, cl, q.next_size, q.next_replicas, &o);
-        }
-        rep.put_id = 0;
-        rep.nrep = 0;
-        if (rst == KVF_OK) {
-            rep.put_id = o->put_id;
-            kvf_m_obj_reps(o, &rep);
-        }
-        kvf_sm_commit_rep_enc(w, &rep);
-    }
-    pthread_mutex_unlock(&m->lock);
-    *count_p = f->hdr.count;
-    return KVF_OK;
-}
-
-static kvf_status_t kvf_m_h_get(kvf_master_t *m, kvf_mclient_t *cl,
-                                const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                uint32_t *count_p, uint16_t *flags_p)
-{
-    kvf_sm_obj_t rep;
-    kvf_sm_req_t q;
-    kvf_mobj_t *o;
-    kvf_rd_t r;
-    uint32_t i;
-
-    (void)flags_p;
-    (void)cl;
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    pthread_mutex_lock(&m->lock);
-    for (i = 0; i < f->hdr.count; i++) {
-        kvf_sm_key_dec(&r, &q);
-        rep.status = q.key_status;
-        if (rep.status == KVF_OK) {
-            rep.status = kvf_m_get(m, q.key, &o);
-        }
-        rep.size = rep.checksum = 0;
-        rep.lease_ms = 0;
-        rep.nrep = 0;
-        if (rep.status == KVF_OK) {
-            rep.size = o->size;
-            rep.checksum = o->checksum;
-            rep.lease_ms = (uint32_t)m->opts.lease_ms;
-            kvf_m_obj_reps(o, &rep);
-        }
-        kvf_sm_get_rep_enc(w, &rep);
-    }
-    pthread_mutex_unlock(&m->lock);
-    *count_p = f->hdr.count;
-    return KVF_OK;
-}
-
-static kvf_status_t kvf_m_h_keys(kvf_master_t *m, kvf_mclient_t *cl,
-                                 const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                 uint32_t *count_p, uint16_t *flags_p)
-{
-    kvf_status_t st;
-    kvf_sm_req_t q;
-    kvf_rd_t r;
-    uint32_t i;
-
-    (void)flags_p;
-    (void)cl;
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    pthread_mutex_lock(&m->lock);
-    for (i = 0; i < f->hdr.count; i++) {
-        kvf_sm_key_dec(&r, &q);
-        st = q.key_status;
-        if (st == KVF_OK) {
-            st = (f->hdr.type == KVF_SP_REMOVE) ? kvf_m_remove(m, q.key)
-                                                : kvf_m_exists(m, q.key);
-        }
-        kvf_sm_status_enc(w, st);
-    }
-    pthread_mutex_unlock(&m->lock);
-    *count_p = f->hdr.count;
-    return KVF_OK;
-}
-
-static kvf_status_t kvf_m_h_list(kvf_master_t *m, kvf_mclient_t *cl,
-                                 const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                 uint32_t *count_p, uint16_t *flags_p)
-{
-    kvf_sm_list_ent_t ent;
-    kvf_sm_list_t q;
-    uint32_t n = 0;
-    kvf_mobj_t *o;
-    size_t plen, b;
-    kvf_rd_t r;
-
-    (void)cl;
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    kvf_sm_list_dec(&r, &q);
-    plen = strlen(q.prefix);
-    pthread_mutex_lock(&m->lock);
-    for (b = 0; b < m->nbuckets; b++) {
-        for (o = m->table[b]; o != NULL; o = o->hnext) {
-            if (o->keylen < plen || memcmp(o->key, q.prefix, plen) != 0) {
-                continue;
-            }
-            if ((q.max != 0 && n >= q.max) ||
-                w->len + o->keylen + KVF_SM_LIST_ENT_FIXED > KVF_SP_BODY_MAX) {
-                *flags_p |= KVF_SP_TRUNCATED;
-                goto out;
-            }
-            ent.key = o->key;
-            ent.size = o->size;
-            ent.committed = (o->state == KVF_OBJ_COMMITTED);
-            ent.nrep = o->nrep;
-            kvf_sm_list_ent_enc(w, &ent);
-            n++;
-        }
-    }
-out:
-    pthread_mutex_unlock(&m->lock);
-    *count_p = n;
-    return KVF_OK;
-}
-
-/* Is [base, base+len) inside one region the node's engine registered? */
-static kvf_status_t kvf_m_verify_node(kvf_master_t *m, const char *segment,
-                                      uint64_t base, uint64_t len)
-{
-    char esc[KVF_LOG_KEY_MAX];
-    kvf_status_t st;
-    kvf_peer_h peer;
-    uint64_t addr;
-    size_t rlen, i;
-
-    st = kvf_peer_open(m->engine, segment, &peer);
-    if (st != KVF_OK) {
-        kvf_log_rl(KVF_LOG_WARN, "node %s: cannot reach its segment: %s",
-                   kvf_log_key(esc, sizeof(esc), segment), kvf_status_str(st));
-        return st;
-    }
-    st = KVF_ERR_OUT_OF_BOUNDS;
-    for (i = 0; kvf_peer_region(peer, i, &addr, &rlen, NULL) == KVF_OK; i++) {
-        if (base >= addr && base - addr <= rlen &&
-            len <= rlen - (base - addr)) {
-            st = KVF_OK;
-            break;
-        }
-    }
-    kvf_peer_close(peer);
-    if (st != KVF_OK) {
-        kvf_log_rl(KVF_LOG_ERROR,
-                   "node %s claims pool 0x%lx+%lu, which its segment does "
-                   "not register: refused",
-                   kvf_log_key(esc, sizeof(esc), segment), (unsigned long)base,
-                   (unsigned long)len);
-    }
-    return st;
-}
-
-static kvf_status_t kvf_m_h_node_reg(kvf_master_t *m, kvf_mclient_t *cl,
-                                     const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                     uint32_t *count_p, uint16_t *flags_p)
-{
-    kvf_sm_node_reg_rep_t rep;
-    kvf_sm_node_reg_t q;
-    uint64_t gen = 0;
-    kvf_status_t st;
-    kvf_rd_t r;
-
-    (void)count_p;
-    (void)flags_p;
-    (void)cl;
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    kvf_sm_node_reg_dec(&r, &q);
-    if (!q.has_instance) {
-        kvf_log_rl(KVF_LOG_ERROR,
-                   "node %s registers in the older format (no instance "
-                   "id): refused; upgrade the node",
-                   q.segment);
-        return KVF_ERR_VERSION;
-    }
-    if (q.pool_len < KVF_PA_GRANULE || q.pool_addr + q.pool_len < q.pool_addr) {
-        return KVF_ERR_INVALID_PARAM;
-    }
-    st = kvf_m_verify_node(m, q.segment, q.pool_addr, q.pool_len);
-    if (st != KVF_OK) {
-        return st;
-    }
-    pthread_mutex_lock(&m->lock);
-    st = kvf_m_node_register(m, q.segment, q.uid, q.instance, q.pool_addr,
-                             q.pool_len, q.inv_addr, &gen);
-    pthread_mutex_unlock(&m->lock);
-    if (st != KVF_OK) {
-        return st;
-    }
-    rep.master_epoch = m->epoch;
-    rep.node_gen = gen;
-    rep.heartbeat_ms = (uint32_t)m->opts.heartbeat_ms;
-    rep.ttl_ms = (uint32_t)m->opts.node_ttl_ms;
-    kvf_sm_node_reg_rep_enc(w, &rep);
-    return KVF_OK;
-}
-
-static kvf_status_t kvf_m_h_heartbeat(kvf_master_t *m, kvf_mclient_t *cl,
-                                      const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                      uint32_t *count_p, uint16_t *flags_p)
-{
-    kvf_sm_heartbeat_t q;
-    kvf_status_t st;
-    kvf_rd_t r;
-
-    (void)w;
-    (void)count_p;
-    (void)flags_p;
-    (void)cl;
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    kvf_sm_heartbeat_dec(&r, &q);
-    pthread_mutex_lock(&m->lock);
-    st = kvf_m_heartbeat(m, q.uid, q.node_gen, q.master_epoch);
-    pthread_mutex_unlock(&m->lock);
-    return st;
-}
-
-/* A page of a node's inventory report: each entry rebuilt (or refused,
- * logged); the empty page ends the report and the node takes new puts. */
-static kvf_status_t kvf_m_h_inv_report(kvf_master_t *m, kvf_mclient_t *cl,
-                                       const kvf_sp_frame_t *f, kvf_wr_t *w,
-                                       uint32_t *count_p, uint16_t *flags_p)
-{
-    kvf_pa_block_t *hint = NULL;
-    kvf_sm_inv_ent_t e;
-    kvf_mnode_t *n;
-    uint64_t uid, gen;
-    size_t refused = 0;
-    kvf_rd_t r;
-    uint32_t i;
-
-    (void)cl;
-    (void)w;
-    (void)count_p;
-    (void)flags_p;
-    kvf_rd_init(&r, f->body, f->hdr.meta_len);
-    uid = kvf_rd_u64(&r);
-    gen = kvf_rd_u64(&r);
-    pthread_mutex_lock(&m->lock);
-    n = kvf_m_node_find(m, uid, gen);
-    if (n == NULL) {
-        pthread_mutex_unlock(&m->lock);
-        return KVF_ERR_STALE;
-    }
-    for (i = 0; i < f->hdr.count; i++) {
-        kvf_sm_inv_ent_dec(&r, &e);
-        refused += kvf_m_rebuild_add(m, n, &e, &hint) != KVF_OK;
-    }
-    if (f->hdr.count == 0 && n->rebuilding) {
-        n->rebuilding = 0;
-        kvf_info("node %s: inventory rebuilt, %zu object(s) in all", n->segment,
-                 m->nobjs);
-    }
-    if (refused > 0) {
-        kvf_warn("node %s: %zu inventory entr%s refused", n->segment, refused,
-                 refused == 1 ? "y" : "ies");
-    }
-    pthread_mutex_unlock(&m->lock);
-    return KVF_OK;
-}
-
-static kvf_m_handler_t kvf_m_handler(uint8_t type)
-{
-    switch (type) {
-    case KVF_SP_NODE_REG:
-        return kvf_m_h_node_reg;
-    case KVF_SP_HEARTBEAT:
-        return kvf_m_h_heartbeat;
-    case KVF_SP_PUT_START:
-        return kvf_m_h_put_start;
-    case KVF_SP_PUT_END:
-        return kvf_m_h_put_end;
-    case KVF_SP_COMMIT:
-        return kvf_m_h_commit;
-    case KVF_SP_GET:
-        return kvf_m_h_get;
-    case KVF_SP_REMOVE:
-    case KVF_SP_EXISTS:
-        return kvf_m_h_keys;
-    case KVF_SP_LIST:
-        return kvf_m_h_list;
-    case KVF_SP_INV_REPORT:
-        return kvf_m_h_inv_report;
-    default:
-        return NULL;
-    }
-}
-
-void kvf_m_count_error(kvf_master_t *m)
-{
-    pthread_mutex_lock(&m->lock);
-    m->st.errors++;
-    pthread_mutex_unlock(&m->lock);
-}
-
-kvf_status_t kvf_m_serve(kvf_master_t *m, kvf_mclient_t *cl,
-                         const kvf_sp_frame_t *f, kvf_wr_t *w,
-                         uint32_t *count_p, uint16_t *flags_p, uint8_t *rtype_p)
-{
-    kvf_m_handler_t h = kvf_m_handler(f->hdr.type);
-    kvf_status_t st;
-
-    w->len = 0;
-    w->failed = 0;
-    *count_p = 0;
-    *flags_p = 0;
-    if (h == NULL) {
-        kvf_m_count_error(m);
-        kvf_log_rl(KVF_LOG_WARN, "store message of unknown type 0x%x",
-                   f->hdr.type);
-        *rtype_p = KVF_SP_ERROR | KVF_SP_REPLY;
-        return KVF_ERR_PROTOCOL;
-    }
-    *rtype_p = f->hdr.type | KVF_SP_REPLY;
-    st = kvf_m_leader_check(m);
-    if (st != KVF_OK) {
-        return st;
-    }
-    st = kvf_sm_req_check(f->hdr.type, f->hdr.count, f->body, f->hdr.meta_len);
-    if (st == KVF_OK) {
-        st = h(m, cl, f, w, count_p, flags_p);
-    }
-    if (st == KVF_ERR_PROTOCOL) {
-        kvf_m_count_error(m);
-        kvf_log_rl(KVF_LOG_WARN, "store %s request does not parse",
-                   kvf_sp_msg_name(f->hdr.type));
-    }
-    if (st != KVF_OK || kvf_wr_status(w) != KVF_OK) {
-        w->len = 0;
-        w->failed = 0;
-        *count_p = 0;
-        *flags_p = 0;
-        st = (st != KVF_OK) ? st : KVF_ERR_NO_MEMORY;
-    }
-    return st;
+    kvf_m_clear(m);
+    kvf_free(m->table);
+    m->table = NULL;
+    kvf_free(m->ptable);
+    m->ptable = NULL;
+    kvf_m_clients_fini(m);
 }
 
 static void *kvf_m_reaper_main(void *arg)
@@ -663,6 +273,7 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     kvf_m_first_epoch(m);
     pthread_mutex_init(&m->lock, NULL);
     kvf_cond_init(&m->stop_cond);
+    kvf_cond_init(&m->tier_cond);
     st = kvf_m_init(m);
     if (st != KVF_OK) {
         goto err_free;
@@ -724,6 +335,7 @@ err_engine:
 err_meta:
     kvf_m_fini(m);
 err_free:
+    pthread_cond_destroy(&m->tier_cond);
     pthread_cond_destroy(&m->stop_cond);
     pthread_mutex_destroy(&m->lock);
     kvf_free(m);
@@ -753,6 +365,7 @@ void kvf_master_stop(kvf_master_t *m)
     pthread_mutex_lock(&m->lock);
     kvf_m_fini(m);
     pthread_mutex_unlock(&m->lock);
+    pthread_cond_destroy(&m->tier_cond);
     pthread_cond_destroy(&m->stop_cond);
     pthread_mutex_destroy(&m->lock);
     kvf_free(m);

@@ -11,6 +11,9 @@
  */
 #ifndef KVF_STORE_POOL_ALLOC_H
 #define KVF_STORE_POOL_ALLOC_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/master/pool_alloc.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include <kvferry/status.h>
 

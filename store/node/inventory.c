@@ -1,10 +1,14 @@
 /*
  * A storage node's inventory server (see inventory.h): one thread polls
- * the listening socket and a few leader connections, authenticates each
- * new one, and applies INV_ADD / INV_DEL frames to the inventory under
- * its lock, answering one status per entry.
+ * the listening socket, authenticates each new connection and gives it a
+ * thread of its own (at most KVF_NI_CONNS: a leader's inventory and tier
+ * channels, a deposed leader's); each applies INV_ADD / INV_DEL frames to
+ * the inventory under its lock, answering one status per entry, and
+ * TIER_OP frames to the node's disk tier (tier.h), so a batch of disk
+ * I/O never holds up a commit's inventory entry.
  */
 #include "store/node/inventory.h"
+#include "store/node/tier.h"
 #include "core/alloc.h"
 #include "core/auth.h"
 #include "core/log.h"
@@ -20,29 +24,61 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define KVF_NI_CONNS 4   /* leaders at a time: the new one, a deposed one */
+#define KVF_NI_CONNS 8   /* a leader's two channels, a deposed one's, ... */
 #define KVF_NI_PAGE  256 /* entries per INV_REPORT page */
+#define KVF_NI_POLL_MS 100 /* how soon a stop is seen */
+
+typedef struct kvf_ni_conn {
+    struct kvf_node_inv *ni;
+    int fd;      /* -1: the slot is free */
+    int running; /* its thread has not ended (atomic) */
+    pthread_t thread;
+    kvf_wire_mac_t mac; /* fd's frame tags */
+    kvf_sp_frame_t f;
+} kvf_ni_conn_t;
 
 struct kvf_node_inv {
     kvf_inv_t inv;
     pthread_mutex_t lock;
     int lfd;
-    int conns[KVF_NI_CONNS];
-    kvf_wire_mac_t macs[KVF_NI_CONNS]; /* their frame tags */
+    kvf_ni_conn_t conns[KVF_NI_CONNS];
     char host[KVF_HOST_MAX];
     char addr[KVF_SM_INV_ADDR_MAX];
     unsigned timeout_ms;
     int stop;
     pthread_t thread;
-    kvf_sp_frame_t f;
+    kvf_tier_t *tier; /* the node's disk tier, or NULL */
 };
+
+static void *kvf_ni_conn_main(void *arg);
+
+/* A free slot (its thread joined), or NULL. */
+static kvf_ni_conn_t *kvf_ni_slot(kvf_node_inv_t *ni)
+{
+    kvf_ni_conn_t *c;
+    unsigned i;
+
+    for (i = 0; i < KVF_NI_CONNS; i++) {
+        c = &ni->conns[i];
+        if (c->fd >= 0 && !__atomic_load_n(&c->running, __ATOMIC_ACQUIRE)) {
+            pthread_join(c->thread, NULL);
+            close(c->fd);
+            c->fd = -1;
+            kvf_wire_mac_free(&c->mac);
+        }
+        if (c->fd < 0) {
+            return c;
+        }
+    }
+    return NULL;
+}
 
 static void kvf_ni_accept(kvf_node_inv_t *ni)
 {
     char peer[64];
     int fd = accept4(ni->lfd, NULL, NULL, SOCK_CLOEXEC);
     kvf_wire_mac_t mac;
-    unsigned i;
+    kvf_ni_conn_t *c;
     int one = 1;
 
     if (fd < 0) {
@@ -57,12 +93,18 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
         close(fd);
         return;
     }
-    for (i = 0; i < KVF_NI_CONNS; i++) {
-        if (ni->conns[i] < 0) {
-            ni->conns[i] = fd;
-            ni->macs[i] = mac;
+    c = kvf_ni_slot(ni);
+    if (c != NULL) {
+        c->ni = ni;
+        c->fd = fd;
+        c->mac = mac;
+        __atomic_store_n(&c->running, 1, __ATOMIC_RELEASE);
+        if (pthread_create(&c->thread, NULL, kvf_ni_conn_main, c) == 0) {
             return;
         }
+        __atomic_store_n(&c->running, 0, __ATOMIC_RELEASE);
+        memset(&c->mac, 0, sizeof(c->mac)); /* freed below, as mac */
+        c->fd = -1;
     }
     kvf_log_rl(KVF_LOG_WARN,
                "node inventory: %u leader connections "
@@ -100,70 +142,112 @@ static kvf_status_t kvf_ni_apply(kvf_node_inv_t *ni, uint8_t type,
     return st;
 }
 
-/* Serves one frame of connection fd; -1 to close it. */
-static int kvf_ni_serve(kvf_node_inv_t *ni, int fd, kvf_wire_mac_t *mac)
+/* Applies a TIER_OP frame to the node's disk tier; the statuses in w. */
+static kvf_status_t kvf_ni_tier(kvf_node_inv_t *ni, const kvf_sp_frame_t *f,
+                                kvf_wr_t *w)
 {
-    uint64_t deadline = kvf_time_ms() + ni->timeout_ms;
-    kvf_sm_inv_ent_t e;
-    kvf_status_t st;
-    kvf_wr_t w;
+    kvf_sm_tier_op_t *ops;
     kvf_rd_t r;
     uint32_t i;
 
-    if (kvf_sp_recv(fd, mac, &ni->f, deadline, deadline) != KVF_OK) {
+    if (ni->tier == NULL) {
+        return KVF_ERR_UNSUPPORTED;
+    }
+    ops = kvf_calloc(f->hdr.count, sizeof(*ops));
+    if (ops == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    for (i = 0; i < f->hdr.count; i++) {
+        kvf_sm_tier_op_dec(&r, &ops[i]);
+    }
+    kvf_tier_run(ni->tier, ops, f->hdr.count);
+    for (i = 0; i < f->hdr.count; i++) {
+        kvf_sm_status_enc(w, ops[i].status);
+    }
+    kvf_free(ops);
+    return KVF_OK;
+}
+
+/* Applies an INV_ADD / INV_DEL frame; the statuses in w. */
+static void kvf_ni_entries(kvf_node_inv_t *ni, const kvf_sp_frame_t *f,
+                           kvf_wr_t *w)
+{
+    kvf_sm_inv_ent_t e;
+    kvf_rd_t r;
+    uint32_t i;
+
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    pthread_mutex_lock(&ni->lock);
+    for (i = 0; i < f->hdr.count; i++) {
+        kvf_sm_inv_ent_dec(&r, &e);
+        kvf_sm_status_enc(w, kvf_ni_apply(ni, f->hdr.type, &e));
+    }
+    pthread_mutex_unlock(&ni->lock);
+}
+
+/* Serves one frame of connection c; -1 to close it, 1 when none came in
+ * the poll period. */
+static int kvf_ni_serve(kvf_ni_conn_t *c)
+{
+    kvf_node_inv_t *ni = c->ni;
+    uint64_t now = kvf_time_ms(), deadline = now + ni->timeout_ms;
+    kvf_sp_frame_t *f = &c->f;
+    kvf_status_t st;
+    kvf_wr_t w;
+
+    st = kvf_sp_recv(c->fd, &c->mac, f, now + KVF_NI_POLL_MS, deadline);
+    if (st == KVF_ERR_TIMEOUT && !f->partial) {
+        return 1;
+    }
+    if (st != KVF_OK) {
         return -1;
     }
-    st = kvf_sm_inv_check(ni->f.hdr.type, ni->f.hdr.count, ni->f.body,
-                          ni->f.hdr.meta_len);
-    if (st == KVF_OK && ni->f.hdr.type == KVF_SP_INV_REPORT) {
+    st = f->hdr.type == KVF_SP_TIER_OP
+             ? kvf_sm_tier_check(f->hdr.count, f->body, f->hdr.meta_len)
+             : kvf_sm_inv_check(f->hdr.type, f->hdr.count, f->body,
+                                f->hdr.meta_len);
+    if (st == KVF_OK && f->hdr.type == KVF_SP_INV_REPORT) {
         st = KVF_ERR_PROTOCOL;
     }
     kvf_wr_init(&w);
-    if (st == KVF_OK) {
-        kvf_rd_init(&r, ni->f.body, ni->f.hdr.meta_len);
-        pthread_mutex_lock(&ni->lock);
-        for (i = 0; i < ni->f.hdr.count; i++) {
-            kvf_sm_inv_ent_dec(&r, &e);
-            kvf_sm_status_enc(&w, kvf_ni_apply(ni, ni->f.hdr.type, &e));
-        }
-        pthread_mutex_unlock(&ni->lock);
+    if (st == KVF_OK && f->hdr.type == KVF_SP_TIER_OP) {
+        st = kvf_ni_tier(ni, f, &w);
+    } else if (st == KVF_OK) {
+        kvf_ni_entries(ni, f, &w);
     } else {
         kvf_log_rl(KVF_LOG_WARN, "node inventory: bad %s frame: closing",
-                   kvf_sp_msg_name(ni->f.hdr.type));
+                   kvf_sp_msg_name(f->hdr.type));
     }
-    st = kvf_sp_send(fd, mac, ni->f.hdr.type | KVF_SP_REPLY, ni->f.hdr.id, st,
-                     st == KVF_OK ? ni->f.hdr.count : 0, 0,
-                     st == KVF_OK ? &w : NULL, deadline);
+    st = kvf_sp_send(c->fd, &c->mac, f->hdr.type | KVF_SP_REPLY, f->hdr.id, st,
+                     st == KVF_OK ? f->hdr.count : 0, 0,
+                     st == KVF_OK ? &w : NULL,
+                     kvf_time_ms() + ni->timeout_ms);
     kvf_wr_free(&w);
     return st == KVF_OK ? 0 : -1;
+}
+
+static void *kvf_ni_conn_main(void *arg)
+{
+    kvf_ni_conn_t *c = arg;
+
+    while (!__atomic_load_n(&c->ni->stop, __ATOMIC_ACQUIRE) &&
+           kvf_ni_serve(c) >= 0) {
+    }
+    kvf_sp_frame_free(&c->f);
+    __atomic_store_n(&c->running, 0, __ATOMIC_RELEASE);
+    return NULL;
 }
 
 static void *kvf_ni_main(void *arg)
 {
     kvf_node_inv_t *ni = arg;
-    struct pollfd pfd[KVF_NI_CONNS + 1];
-    unsigned i;
+    struct pollfd pfd;
 
     while (!__atomic_load_n(&ni->stop, __ATOMIC_ACQUIRE)) {
-        pfd[0].fd = ni->lfd;
-        pfd[0].events = POLLIN;
-        for (i = 0; i < KVF_NI_CONNS; i++) {
-            pfd[i + 1].fd = ni->conns[i];
-            pfd[i + 1].events = POLLIN;
-            pfd[i + 1].revents = 0;
-        }
-        if (poll(pfd, KVF_NI_CONNS + 1, 100) <= 0) {
-            continue;
-        }
-        for (i = 0; i < KVF_NI_CONNS; i++) {
-            if (ni->conns[i] >= 0 && pfd[i + 1].revents != 0 &&
-                kvf_ni_serve(ni, ni->conns[i], &ni->macs[i]) != 0) {
-                close(ni->conns[i]);
-                ni->conns[i] = -1;
-                kvf_wire_mac_free(&ni->macs[i]);
-            }
-        }
-        if (pfd[0].revents & POLLIN) {
+        pfd.fd = ni->lfd;
+        pfd.events = POLLIN;
+        if (poll(&pfd, 1, KVF_NI_POLL_MS) == 1 && (pfd.revents & POLLIN)) {
             kvf_ni_accept(ni);
         }
     }
@@ -187,7 +271,7 @@ kvf_status_t kvf_node_inv_start(const char *host, const char *adv_host,
     ni->timeout_ms = timeout_ms;
     snprintf(ni->host, sizeof(ni->host), "%s", host);
     for (i = 0; i < KVF_NI_CONNS; i++) {
-        ni->conns[i] = -1;
+        ni->conns[i].fd = -1;
     }
     st = kvf_auth_check_bind(host);
     if (st == KVF_OK) {
@@ -220,15 +304,20 @@ void kvf_node_inv_stop(kvf_node_inv_t *ni)
     pthread_join(ni->thread, NULL);
     close(ni->lfd);
     for (i = 0; i < KVF_NI_CONNS; i++) {
-        kvf_wire_mac_free(&ni->macs[i]);
-        if (ni->conns[i] >= 0) {
-            close(ni->conns[i]);
+        if (ni->conns[i].fd >= 0) {
+            pthread_join(ni->conns[i].thread, NULL);
+            close(ni->conns[i].fd);
         }
+        kvf_wire_mac_free(&ni->conns[i].mac);
     }
-    kvf_sp_frame_free(&ni->f);
     kvf_inv_fini(&ni->inv);
     pthread_mutex_destroy(&ni->lock);
     kvf_free(ni);
+}
+
+void kvf_node_inv_set_tier(kvf_node_inv_t *ni, kvf_tier_t *tier)
+{
+    ni->tier = tier;
 }
 
 const char *kvf_node_inv_addr(const kvf_node_inv_t *ni)
@@ -281,21 +370,31 @@ static uint32_t kvf_ni_page(kvf_node_inv_t *ni, kvf_wr_t *w, uint64_t *from)
     return n;
 }
 
-kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int fd,
+kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int inv_on, int fd,
                                  kvf_wire_mac_t *mac, uint64_t uid,
                                  uint64_t gen, uint64_t *next_id,
                                  kvf_sp_frame_t *f, unsigned timeout_ms)
 {
+    kvf_sm_inv_head_t head = {uid, gen};
     uint64_t from = 0;
+    int disk = !inv_on;
     kvf_status_t st;
     uint32_t n;
     kvf_wr_t w;
 
+    /* the pool's entries (with several masters), then the disk tier's,
+     * then the empty page that ends the report */
     do {
         kvf_wr_init(&w);
-        kvf_wr_u64(&w, uid);
-        kvf_wr_u64(&w, gen);
-        n = kvf_ni_page(ni, &w, &from);
+        kvf_sm_inv_head_enc(&w, &head);
+        n = disk ? 0 : kvf_ni_page(ni, &w, &from);
+        if (n == 0 && !disk) {
+            disk = 1;
+            from = 0;
+        }
+        if (n == 0 && disk && ni->tier != NULL) {
+            n = kvf_tier_page(ni->tier, &w, &from, KVF_NI_PAGE);
+        }
         st = kvf_wr_status(&w);
         if (st == KVF_OK) {
             st = kvf_sp_call(fd, mac, KVF_SP_INV_REPORT, ++*next_id, n, &w, f,

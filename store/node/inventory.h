@@ -7,9 +7,14 @@
  * node's master connection), so committed objects survive a failover.
  * Every INV_ADD / INV_DEL entry carries its leader's epoch; one older
  * than the newest this node has seen is refused (KVF_ERR_STALE).
+ * The same server applies the master's TIER_OP frames to the node's
+ * disk tier (tier.h), and a report carries the tier's entries too.
  */
 #ifndef KVF_STORE_NODE_INVENTORY_H
 #define KVF_STORE_NODE_INVENTORY_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/node/inventory.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include "store/proto/inv.h"
 #include "store/proto/msg.h"
@@ -29,11 +34,16 @@ const char *kvf_node_inv_addr(const kvf_node_inv_t *ni);
 kvf_status_t kvf_node_inv_fence(kvf_node_inv_t *ni, uint64_t epoch);
 /* Entries held. */
 size_t kvf_node_inv_count(kvf_node_inv_t *ni);
-/* Sends the inventory to the master on fd as INV_REPORT pages, then the
+/* Sends the inventory to the master on fd as INV_REPORT pages (the
+ * pool's entries when inv_on, then those of the disk tier), then the
  * empty page that ends it; each call bounded by timeout_ms. */
-kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int fd,
+kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int inv_on, int fd,
                                  kvf_wire_mac_t *mac, uint64_t uid,
                                  uint64_t gen, uint64_t *next_id,
                                  kvf_sp_frame_t *f, unsigned timeout_ms);
+/* The disk tier whose TIER_OP frames this server applies (borrowed; set
+ * before the node registers). */
+struct kvf_tier;
+void kvf_node_inv_set_tier(kvf_node_inv_t *ni, struct kvf_tier *tier);
 
 #endif

@@ -19,9 +19,15 @@
  * there before it acknowledges the commit, and after each registration
  * with a leader the node reports it, so a new leader rebuilds the
  * objects this node holds.
+ *
+ * With a disk tier (tier.h, `--disk DIR`) the same server applies the
+ * master's TIER_OP batches, and after every registration the node
+ * reports the tier's entries, so a restarted master (or this node,
+ * restarted on the same directory) gets its objects on disk back.
  */
 #include "store/node/node.h"
 #include "store/node/inventory.h"
+#include "store/node/tier.h"
 #include "store/proto/masters.h"
 #include "store/proto/msg.h"
 #include "core/auth.h"
@@ -44,7 +50,8 @@ struct kvf_node {
     uint64_t max_epoch; /* newest leader epoch seen (KVF_SM_HA_EPOCH) */
     kvf_engine_h engine;
     kvf_region_h region;
-    kvf_node_inv_t *inv; /* NULL with a single master */
+    kvf_node_inv_t *inv; /* NULL with a single master and no disk tier */
+    kvf_tier_t *tier;    /* the disk tier, or NULL */
     void *pool;
     int shared; /* pool from kvf_mem_alloc */
     uint64_t uid;
@@ -102,6 +109,7 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
     memcpy(q.instance, n->instance, sizeof(q.instance));
     snprintf(q.inv_addr, sizeof(q.inv_addr), "%s",
              n->inv != NULL ? kvf_node_inv_addr(n->inv) : "");
+    q.disk_len = n->tier != NULL ? kvf_tier_len(n->tier) : 0;
     kvf_wr_init(&w);
     kvf_sm_node_reg_enc(&w, &q);
     st = kvf_sp_call(n->fd, &n->mac, KVF_SP_NODE_REG, ++n->next_id, 0, &w,
@@ -137,11 +145,14 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
         kvf_node_disconnect(n);
         return KVF_ERR_PROTOCOL;
     }
-    if (n->inv != NULL && (n->epoch & KVF_SM_HA_EPOCH)) {
-        st = kvf_node_inv_fence(n->inv, n->epoch);
+    if (n->inv != NULL && ((n->epoch & KVF_SM_HA_EPOCH) || n->tier)) {
+        int ha = (n->epoch & KVF_SM_HA_EPOCH) != 0;
+
+        st = ha ? kvf_node_inv_fence(n->inv, n->epoch) : KVF_OK;
         if (st == KVF_OK) {
-            st = kvf_node_inv_report(n->inv, n->fd, &n->mac, n->uid, n->gen,
-                                     &n->next_id, &n->f, n->opts.timeout_ms);
+            st = kvf_node_inv_report(n->inv, ha, n->fd, &n->mac, n->uid,
+                                     n->gen, &n->next_id, &n->f,
+                                     n->opts.timeout_ms);
         }
         if (st != KVF_OK) {
             kvf_warn("node %s: inventory report to master %s: %s",
@@ -309,6 +320,30 @@ static kvf_status_t kvf_node_inv_listen(kvf_node_t *n)
     return st;
 }
 
+/* The disk tier (--disk) and the inventory server (several masters, or
+ * a tier: it also serves the tier's operations). */
+static kvf_status_t kvf_node_servers(kvf_node_t *n)
+{
+    const kvf_node_opts_t *o = &n->opts;
+    kvf_status_t st;
+
+    if (o->disk != NULL && o->disk[0] != '\0') {
+        st = kvf_tier_open(o->disk, o->disk_size, n->pool, o->pool, 1,
+                           &n->tier);
+        if (st != KVF_OK) {
+            return st;
+        }
+    }
+    if (kvf_sp_masters_many(&n->masters) || n->tier != NULL) {
+        st = kvf_node_inv_listen(n);
+        if (st != KVF_OK) {
+            return st;
+        }
+        kvf_node_inv_set_tier(n->inv, n->tier);
+    }
+    return KVF_OK;
+}
+
 kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
 {
     uint64_t t_start = kvf_time_ms();
@@ -360,11 +395,9 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
     if (st != KVF_OK) {
         goto err_engine;
     }
-    if (kvf_sp_masters_many(&n->masters)) {
-        st = kvf_node_inv_listen(n);
-        if (st != KVF_OK) {
-            goto err_dereg;
-        }
+    st = kvf_node_servers(n);
+    if (st != KVF_OK) {
+        goto err_dereg;
     }
     st = kvf_node_register(n);
     /* with several masters (a list, etcd) a leader may be in the making:
@@ -392,6 +425,7 @@ kvf_status_t kvf_node_start(const kvf_node_opts_t *opts, kvf_node_t **node_p)
 err_dereg:
     kvf_node_disconnect(n);
     kvf_node_inv_stop(n->inv);
+    kvf_tier_close(n->tier);
     kvf_engine_dereg(n->engine, n->region);
 err_engine:
     kvf_engine_destroy(n->engine);
@@ -416,7 +450,8 @@ void kvf_node_stop(kvf_node_t *n)
     pthread_mutex_unlock(&n->lock);
     pthread_join(n->thread, NULL);
     kvf_node_disconnect(n);
-    kvf_node_inv_stop(n->inv);
+    kvf_node_inv_stop(n->inv); /* no tier operation runs after this */
+    kvf_tier_close(n->tier);
     kvf_engine_dereg(n->engine, n->region);
     kvf_engine_destroy(n->engine);
     kvf_node_unmap_pool(n);
@@ -434,6 +469,11 @@ const char *kvf_node_segment(const kvf_node_t *n)
 void *kvf_node_pool(const kvf_node_t *n)
 {
     return n->pool;
+}
+
+kvf_tier_t *kvf_node_tier(const kvf_node_t *n)
+{
+    return n->tier;
 }
 
 size_t kvf_node_inventory(const kvf_node_t *n)

@@ -6,10 +6,15 @@
  * heartbeats. When the master restarts or forgets the node (its epoch or
  * the node's generation no longer match), the node registers again and
  * its pool counts as empty: the master never serves locations from an
- * earlier registration.
+ * earlier registration. With a disk tier (tier.h), objects the master
+ * evicts from the pool stay on disk, and a node restarted on the same
+ * directory reports them again after it registers.
  */
 #ifndef KVF_STORE_NODE_H
 #define KVF_STORE_NODE_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/node/node.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include <kvferry/store.h>
 
@@ -26,6 +31,8 @@ typedef struct kvf_node_opts {
                                kvf_mem_alloc) */
     int lazy;               /* do not fault the pool in at start */
     unsigned timeout_ms;    /* bound on every wait */
+    const char *disk;       /* disk tier directory (NULL: none, tier.h) */
+    uint64_t disk_size;     /* bytes of its data file */
 } kvf_node_opts_t;
 
 /* Maps and registers the pool, starts the engine, and registers with the
@@ -36,9 +43,11 @@ void kvf_node_stop(kvf_node_t *node);
 
 const char *kvf_node_segment(const kvf_node_t *node);
 void *kvf_node_pool(const kvf_node_t *node);
-/* Registrations so far (1 after start; more after master restarts). */
+/* The node's disk tier (tier.h), or NULL. */
+struct kvf_tier *kvf_node_tier(const kvf_node_t *n);
 /* Objects in the node's inventory (0 with a single master). */
 size_t kvf_node_inventory(const kvf_node_t *n);
+/* Registrations so far (1 after start; more after master restarts). */
 unsigned kvf_node_registrations(const kvf_node_t *node);
 
 #endif

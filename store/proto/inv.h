@@ -22,6 +22,9 @@
  */
 #ifndef KVF_STORE_INV_H
 #define KVF_STORE_INV_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/proto/inv.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include "store/proto/proto.h"
 

@@ -5,7 +5,7 @@
 #include "store/proto/masters.h"
 #include "coord/election.h"
 #include "coord/etcd.h"
-#include "engine/meta.h"
+#include <kvferry/config.h>
 #include "core/log.h"
 
 #include <stdio.h>
@@ -42,7 +42,7 @@ kvf_status_t kvf_sp_masters_init(kvf_sp_masters_t *ms, const char *list)
         ms->n++;
         p += n + (end != NULL);
     }
-    meta = kvf_config_str(&kvf_engine_config, "metadata");
+    meta = kvf_config_get("metadata");
     if (meta != NULL && strncmp(meta, "etcd://", 7) == 0) {
         snprintf(ms->etcd, sizeof(ms->etcd), "%s", meta);
         kvf_sp_leader_key(ms->key, sizeof(ms->key));

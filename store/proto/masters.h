@@ -7,6 +7,9 @@
  */
 #ifndef KVF_STORE_MASTERS_H
 #define KVF_STORE_MASTERS_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/proto/masters.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include <kvferry/status.h>
 

@@ -75,12 +75,26 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      "connections at once), else the engine's `chunk_bytes`",
      KVF_CONFIG_TUNING},
     {"client_max_pending", "65536",
-     "master: pending puts and reservations one client connection may hold "
-     "(more are refused with KVF_ERR_QUOTA)",
+     "master: pending puts and reservations one client may hold (a client: "
+     "every connection from one tcp address, or of one local uid over the "
+     "unix socket; more are refused with KVF_ERR_QUOTA)",
      KVF_CONFIG_TUNING},
     {"client_max_reserved_pct", "50",
-     "master: bytes one client connection may hold in pending puts and "
-     "reservations, % of the store's capacity (1 to 100)",
+     "master: bytes one client may hold in pending puts and reservations, "
+     "% of the store's capacity (1 to 100)",
+     KVF_CONFIG_TUNING},
+    {"pending_max", "262144",
+     "master: pending puts and reservations of all clients together (more "
+     "are refused with KVF_ERR_QUOTA)",
+     KVF_CONFIG_TUNING},
+    {"client_max_leased_pct", "50",
+     "master: bytes one client may keep under read leases, % of the store's "
+     "capacity (1 to 100); a get past it is served without a lease (its "
+     "object stays evictable, the client's checksum still guards the read)",
+     KVF_CONFIG_TUNING},
+    {"client_max_leases", "262144",
+     "master: read leases one client may hold at once (past it, gets are "
+     "served without a lease)",
      KVF_CONFIG_TUNING},
     {"max_put_share_pct", "25",
      "master: the largest single put, % of the largest node pool (1 to 100; "
@@ -98,9 +112,21 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
      KVF_CONFIG_TUNING},
     {"conn_max_unix", "4096", "master: unix socket connections in all",
      KVF_CONFIG_TUNING},
-    {"reg_workers", "4",
-     "master: threads checking node registrations (more in flight wait in a "
-     "bounded queue, past it they are refused busy)",
+    {"reg_workers", "16",
+     "master: worker threads for the requests that wait on a node: "
+     "registrations (checked over the network; more in flight wait in a "
+     "bounded queue, past it they are refused busy), an elected leader's "
+     "commits and removes, gets of objects on a disk tier",
+     KVF_CONFIG_TUNING},
+    {"tier_write_max", "256M",
+     "master: bytes of a node's objects being copied to its disk tier at "
+     "once (at most a quarter of its pool); past it, new objects are copied when "
+     "they reach the cold end of the pool",
+     KVF_CONFIG_TUNING},
+    {"tier_promote", "1",
+     "master: 1: an object loaded from a disk tier goes to the hot end of "
+     "the pool's LRU order; 0: to its cold end (read through, first to "
+     "leave again)",
      KVF_CONFIG_TUNING},
     {"master_unix", "1",
      "1: a master on a loopback address is reached over its abstract unix "
@@ -417,6 +443,10 @@ const char *kvf_sp_msg_name(uint8_t type)
         return "inv_del";
     case KVF_SP_INV_REPORT:
         return "inv_report";
+    case KVF_SP_NODES:
+        return "nodes";
+    case KVF_SP_TIER_OP:
+        return "tier_op";
     case KVF_SP_ERROR:
         return "error";
     default:

@@ -12,6 +12,9 @@
  */
 #ifndef KVF_STORE_PROTO_H
 #define KVF_STORE_PROTO_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/proto/proto.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include <kvferry/store.h>
 
@@ -34,7 +37,13 @@ enum kvf_sp_msg {
     KVF_SP_INV_ADD = 0x4a,
     KVF_SP_INV_DEL = 0x4b,
     KVF_SP_INV_REPORT = 0x4c,
-    KVF_SP_MSG_LAST = 0x4c,
+    /* client -> master: the nodes and their pools (view maps) */
+    KVF_SP_NODES = 0x4d,
+    /* a node's disk tier (store/node/tier.h): master -> node, on a
+     * connection of its own to the node's inventory server;
+     * count x kvf_sm_tier_op_t */
+    KVF_SP_TIER_OP = 0x4e,
+    KVF_SP_MSG_LAST = 0x4e,
     KVF_SP_ERROR = 0x7f /* reply to a frame that could not be served */
 };
 

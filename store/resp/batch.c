@@ -478,6 +478,11 @@ static void kvf_resp_get_copy(struct kvf_resp *s, kvf_resp_conn_t **u, size_t n)
         caps = calloc(n, sizeof(*caps));
         lens = calloc(n, sizeof(*lens));
         st = calloc(n, sizeof(*st));
+        if (keys == NULL || bufs == NULL || caps == NULL || lens == NULL ||
+            st == NULL) {
+            free(st); /* no batch: each key is read alone below */
+            st = NULL;
+        }
     }
     for (i = 0; st != NULL && i < n; i++) {
         u[i]->ost = KVF_ERR_NO_RESOURCE;
@@ -590,9 +595,7 @@ static void kvf_resp_batch_kind(struct kvf_resp *s, kvf_resp_conn_t **ops,
     free(owner);
 }
 
-/* Runs the loop's queued GETs and SETs, answers them, and serves their
- * connections again (what they had pipelined may queue the next batch). */
-void kvf_resp_batch_run(kvf_resp_loop_t *lp)
+kvf_resp_conn_t **kvf_resp_batch_run(kvf_resp_loop_t *lp, size_t *n_p)
 {
     struct kvf_resp *s = lp->srv;
     kvf_resp_conn_t **ops = lp->q, *c;
@@ -616,10 +619,6 @@ void kvf_resp_batch_run(kvf_resp_loop_t *lp)
         c->oval = NULL;
         c->op = KVF_RESP_OP_NONE;
     }
-    for (i = 0; i < n; i++) {
-        if (ops[i] != NULL) {
-            kvf_resp_serve(ops[i], 0);
-        }
-    }
-    free(ops);
+    *n_p = n;
+    return ops;
 }

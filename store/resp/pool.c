@@ -86,6 +86,7 @@ char *kvf_resp_pool_alloc(kvf_resp_pool_t *pl, size_t len)
     at = kvf_resp_pool_fit(pl, pl->low, pl->granules, n);
     if (at != SIZE_MAX) {
         memset(pl->used + at, 1, n);
+        pl->nused += n;
         if (at == pl->low) {
             pl->low = at + n;
         }
@@ -104,6 +105,7 @@ void kvf_resp_pool_free(kvf_resp_pool_t *pl, char *p, size_t len)
     at = (size_t)(p - pl->base) / KVF_RESP_GRANULE;
     pthread_mutex_lock(&pl->mu);
     memset(pl->used + at, 0, n ? n : 1);
+    pl->nused -= n ? n : 1;
     if (at < pl->low) {
         pl->low = at;
     }
@@ -136,6 +138,7 @@ void kvf_resp_val_unref(struct kvf_resp *s, kvf_resp_val_t *v)
     if (v->vl != NULL) {
         kvf_resp_vlease_drop(v->vl, v);
     } else if (v->heap) {
+        atomic_fetch_sub(&s->slow_copied, v->len);
         free(v->p);
     } else {
         kvf_resp_pool_free(&s->pool, v->p, v->cap);

@@ -1,12 +1,18 @@
 /*
  * Request parsing: hiredis's redisReader parses the RESP2 stream and
- * builds the door's own objects (kvf_ro_*): arrays of strings, where a
- * string longer than 1 KiB lies in the value pool. A long bulk the reader
- * waits for is taken out of its hands (kvf_resp_direct_start): its bytes
- * are received straight into a pool buffer, and once they are in the
- * reader is fed a length of "0" and the empty string it then builds
- * stands for that buffer. The checks here refuse a bulk length over the
- * limit or not a number, and an over-long line, before the reader grows.
+ * builds the door's own objects (kvf_ro_*): a request is one array of
+ * bulk strings (anything else, nested arrays included, is refused as it
+ * is read, so a request never costs more than one array), where a string
+ * longer than 1 KiB lies in the value pool. A long bulk the reader waits
+ * for is taken out of its hands (kvf_resp_direct_start): its bytes are
+ * received straight into a pool buffer, or dropped as they come when the
+ * pool has no room, and once they are in the reader is fed a length of
+ * "0" and the empty string it then builds stands for that buffer. The
+ * checks here refuse a bulk length over the limit or not a number, and an
+ * over-long line, before the reader grows. Before AUTH, Redis's rule
+ * for unauthenticated clients holds: at most 10 arguments of at most
+ * 16 KiB each, kept on the heap (never in the pool), and no more than
+ * that held unparsed.
  */
 #include "store/resp/resp_int.h"
 
@@ -29,29 +35,85 @@ static void kvf_ro_attach(const redisReadTask *t, void *obj)
     }
 }
 
-static void *kvf_ro_string(const redisReadTask *t, char *str, size_t len)
+/* A request breaks a limit: the connection answers why and closes. The
+ * reader stops here (the callback returns NULL). */
+static void *kvf_ro_refuse(kvf_resp_conn_t *c, const char *why)
 {
-    kvf_resp_conn_t *c = kvf_resp_cur;
-    kvf_ro_str_t *o = calloc(1, sizeof(*o) + (len <= 1024 ? len + 1 : 0));
-
-    if (o == NULL) {
-        return NULL;
+    if (c != NULL && c->perr == NULL) {
+        c->perr = why;
     }
-    o->kind = (t->type == REDIS_REPLY_STRING) ? KVF_RO_STR : KVF_RO_OTHER;
-    o->len = len;
-    if (c != NULL && c->dready && len == 0) {
-        o->p = c->dbuf; /* the bulk kvf_resp_direct_start took over */
-        o->len = c->dlen;
-        o->pooled = 1;
-        c->dbuf = NULL;
-        c->dready = 0;
-        len = 0;
-    } else if (len <= 1024) {
+    return NULL;
+}
+
+/* Why an item of type t cannot stand where it is (NULL: it can): a
+ * request is one array of bulk strings, as Redis reads them. */
+static const char *kvf_ro_misplaced(const redisReadTask *t)
+{
+    if (t->parent == NULL) {
+        return t->type == REDIS_REPLY_ARRAY
+                   ? NULL
+                   : "protocol error: expected a command (an array of bulk strings)";
+    }
+    switch (t->type) {
+    case REDIS_REPLY_STRING:
+        return NULL;
+    case REDIS_REPLY_ARRAY:
+        return "Protocol error: expected '$', got '*'";
+    case REDIS_REPLY_INTEGER:
+        return "Protocol error: expected '$', got ':'";
+    case REDIS_REPLY_STATUS:
+        return "Protocol error: expected '$', got '+'";
+    case REDIS_REPLY_ERROR:
+        return "Protocol error: expected '$', got '-'";
+    default:
+        return "Protocol error: invalid bulk length";
+    }
+}
+
+/* Where a string of len bytes goes: in the object (short), the heap
+ * (before AUTH: bounded by KVF_RESP_UNAUTH_BULK), else the pool. */
+static void kvf_ro_place(kvf_resp_conn_t *c, kvf_ro_str_t *o, size_t len)
+{
+    if (len <= KVF_RESP_SMALL_STR) {
         o->p = (char *)(o + 1);
+    } else if (c != NULL && !c->authed) {
+        o->p = malloc(len);
+        o->heap = o->p != NULL;
+        o->nomem = o->p == NULL;
     } else if (c != NULL) {
         o->p = kvf_resp_pool_alloc(&c->lp->srv->pool, len);
         o->pooled = o->p != NULL;
         o->nomem = o->p == NULL;
+    }
+}
+
+static void *kvf_ro_string(const redisReadTask *t, char *str, size_t len)
+{
+    kvf_resp_conn_t *c = kvf_resp_cur;
+    const char *bad = kvf_ro_misplaced(t);
+    kvf_ro_str_t *o;
+
+    if (bad != NULL) {
+        return kvf_ro_refuse(c, bad);
+    }
+    if (c != NULL && !c->authed && len > KVF_RESP_UNAUTH_BULK) {
+        return kvf_ro_refuse(c, "Protocol error: unauthenticated bulk length");
+    }
+    o = calloc(1, sizeof(*o) + (len <= KVF_RESP_SMALL_STR ? len + 1 : 0));
+    if (o == NULL) {
+        return NULL;
+    }
+    o->kind = KVF_RO_STR;
+    o->len = len;
+    if (c != NULL && c->dready && len == 0) {
+        o->p = c->dbuf; /* the bulk kvf_resp_direct_start took over */
+        o->len = c->dlen;
+        o->pooled = o->p != NULL;
+        o->nomem = c->ddrop; /* its bytes were dropped: pool full */
+        c->dbuf = NULL;
+        c->dready = c->ddrop = 0;
+    } else {
+        kvf_ro_place(c, o, len);
     }
     if (o->p != NULL && len > 0) {
         memcpy(o->p, str, len);
@@ -62,10 +124,19 @@ static void *kvf_ro_string(const redisReadTask *t, char *str, size_t len)
 
 static void *kvf_ro_array(const redisReadTask *t, int elements)
 {
+    kvf_resp_conn_t *c = kvf_resp_cur;
+    const char *bad = kvf_ro_misplaced(t);
     kvf_ro_arr_t *o;
 
+    if (bad != NULL) {
+        return kvf_ro_refuse(c, bad);
+    }
     if (elements < 0 || elements > KVF_RESP_ARGS_MAX) {
-        return NULL; /* the reader reports out of memory: we close */
+        return kvf_ro_refuse(c, "Protocol error: invalid multibulk length");
+    }
+    if (c != NULL && !c->authed && elements > KVF_RESP_UNAUTH_ARGS) {
+        return kvf_ro_refuse(c,
+                             "Protocol error: unauthenticated multibulk length");
     }
     o = calloc(1, sizeof(*o) + (size_t)elements * sizeof(void *));
     if (o == NULL) {
@@ -77,15 +148,14 @@ static void *kvf_ro_array(const redisReadTask *t, int elements)
     return o;
 }
 
+/* Integers, nils, status and error lines: never part of a request. */
 static void *kvf_ro_other(const redisReadTask *t)
 {
-    int *o = calloc(1, sizeof(kvf_ro_str_t));
+    const char *bad = kvf_ro_misplaced(t);
 
-    if (o != NULL) {
-        *o = KVF_RO_OTHER;
-        kvf_ro_attach(t, o);
-    }
-    return o;
+    return kvf_ro_refuse(kvf_resp_cur, bad != NULL ? bad
+                                                   : "Protocol error: "
+                                                     "invalid bulk length");
 }
 
 static void *kvf_ro_integer(const redisReadTask *t, long long v)
@@ -113,6 +183,8 @@ void kvf_ro_free(void *obj)
         s = obj;
         if (s->pooled && kvf_resp_cur != NULL) {
             kvf_resp_pool_free(&kvf_resp_cur->lp->srv->pool, s->p, s->len);
+        } else if (s->heap) {
+            free(s->p);
         }
     }
     free(obj);
@@ -127,8 +199,9 @@ redisReader *kvf_resp_reader_new(void)
     return redisReaderCreateWithFunctions(&kvf_ro_fns);
 }
 
-/* The direct bulk is whole: the reader sees its length line as "0". */
-void kvf_resp_direct_done(kvf_resp_conn_t *c)
+/* The direct bulk is whole: the reader sees its length line as "0";
+ * -1 when the reader had no memory for it. */
+int kvf_resp_direct_done(kvf_resp_conn_t *c)
 {
     redisReader *rd = c->rd;
     size_t rest = rd->len - rd->pos;
@@ -139,10 +212,17 @@ void kvf_resp_direct_done(kvf_resp_conn_t *c)
     rd->len = rd->pos;
     sdssetlen(rd->buf, rd->len);
     c->dready = 1;
-    redisReaderFeed(rd, "0\r\n", 3);
-    if (rest > 0) {
-        redisReaderFeed(rd, tail, rest < 2 ? rest : 2);
+    if (redisReaderFeed(rd, "0\r\n", 3) != REDIS_OK ||
+        (rest > 0 &&
+         redisReaderFeed(rd, tail, rest < 2 ? rest : 2) != REDIS_OK)) {
+        return -1;
     }
+    return 0;
+}
+
+int kvf_resp_in_direct(const kvf_resp_conn_t *c)
+{
+    return (c->dbuf != NULL || c->ddrop) && !c->dready;
 }
 
 /* Bulk length at the reader's cursor when it waits inside a bulk, else -1;
@@ -165,7 +245,9 @@ static long long kvf_resp_pending_bulk(const redisReader *rd)
     return v;
 }
 
-/* Checks what the reader holds unparsed; 0 = the connection must close. */
+/* Checks what the reader holds unparsed; 0 = the connection must close
+ * (told why). Before AUTH a bulk and what is held are bounded by
+ * Redis's rule for unauthenticated clients. */
 int kvf_resp_check_pending(kvf_resp_conn_t *c)
 {
     const redisReader *rd = c->rd;
@@ -173,12 +255,24 @@ int kvf_resp_check_pending(kvf_resp_conn_t *c)
     size_t held = rd->len - rd->pos;
 
     if (bulk == -2 || (bulk >= 0 && (uint64_t)bulk > c->lp->srv->p.max_value)) {
-        kvf_resp_outs(c, "-ERR Protocol error: invalid bulk length\r\n");
+        kvf_resp_bad(c, "Protocol error: invalid bulk length");
+        return 0;
+    }
+    if (bulk >= 0 && rd->ridx == 0) { /* a bulk where a command begins */
+        kvf_resp_bad(c, "protocol error: expected a command (an array of bulk strings)");
+        return 0;
+    }
+    if (!c->authed && bulk > (long long)KVF_RESP_UNAUTH_BULK) {
+        kvf_resp_bad(c, "Protocol error: unauthenticated bulk length");
+        return 0;
+    }
+    if (!c->authed && held > KVF_RESP_UNAUTH_HELD) {
+        kvf_resp_bad(c, "Protocol error: unauthenticated request too long");
         return 0;
     }
     if (held > KVF_RESP_LINE_MAX &&
         (bulk < 0 || held > (size_t)bulk + 2 * KVF_RESP_LINE_MAX)) {
-        kvf_resp_outs(c, "-ERR Protocol error: too big request line\r\n");
+        kvf_resp_bad(c, "Protocol error: too big request line");
         return 0;
     }
     return 1;
@@ -195,7 +289,8 @@ int kvf_resp_direct_start(kvf_resp_conn_t *c)
     const char *eol;
     size_t have, take;
 
-    if (c->dbuf != NULL || c->dready || bulk < (long long)KVF_RESP_DIRECT_MIN) {
+    if (c->dbuf != NULL || c->dready || c->ddrop || !c->authed ||
+        bulk < (long long)KVF_RESP_DIRECT_MIN) {
         return 0;
     }
     eol = memchr(rd->buf + rd->pos, '\n', rd->len - rd->pos);
@@ -204,12 +299,17 @@ int kvf_resp_direct_start(kvf_resp_conn_t *c)
     }
     c->dbuf = kvf_resp_pool_alloc(&c->lp->srv->pool, (size_t)bulk);
     if (c->dbuf == NULL) {
-        return 0; /* the reader takes it, and SET answers "pool full" */
+        /* no room: the bytes are dropped as they come (never held
+         * anywhere), and the command is answered "pool full" */
+        c->ddrop = 1;
+        atomic_fetch_add(&c->lp->srv->stats.pool_full, 1);
     }
     c->dlen = (size_t)bulk;
     have = rd->len - (size_t)(eol + 1 - rd->buf);
     take = have < c->dlen ? have : c->dlen;
-    memcpy(c->dbuf, eol + 1, take);
+    if (c->dbuf != NULL) {
+        memcpy(c->dbuf, eol + 1, take);
+    }
     c->dgot = take;
     /* what followed the bytes (part of "\r\n") stays for the reader */
     memmove(rd->buf + rd->pos, eol + 1 + take, have - take);
@@ -219,7 +319,10 @@ int kvf_resp_direct_start(kvf_resp_conn_t *c)
     if (c->dgot < c->dlen) {
         return 0;
     }
-    kvf_resp_direct_done(c);
+    if (kvf_resp_direct_done(c) != 0) {
+        kvf_resp_bad(c, "out of memory");
+        return 0;
+    }
     return 1;
 }
 

@@ -1,8 +1,11 @@
 /*
  * Replies: each connection has a bounded output buffer that replies are
- * copied into; a long GET value is not copied but sent from the pool
- * with its header and trailing "\r\n" in one sendmsg. The GET and SET
- * replies written once their store batch ran are here too.
+ * copied into; a long GET value is not copied but sent from the pool (or
+ * a store view) with its header and trailing "\r\n" in one sendmsg. The
+ * GET and SET replies written once their store batch ran are here too.
+ * A long value sent from a view counts in resp_slow_mem while it is sent
+ * (a slow reader may need it copied before the view's lease ends: that
+ * copy is what the bound limits); one that does not fit is refused.
  */
 #include "store/resp/resp_int.h"
 
@@ -14,6 +17,10 @@
 
 void kvf_resp_out(kvf_resp_conn_t *c, const void *p, size_t len)
 {
+    if (p == NULL && len > 0) {
+        c->closing = 1; /* cannot happen: callers answer NULL values */
+        return;
+    }
     if (c->out_off > 0 && c->out_len + len > KVF_RESP_OUT_CAP) {
         memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
         c->out_len -= c->out_off;
@@ -43,6 +50,10 @@ void kvf_resp_bulk(kvf_resp_conn_t *c, const void *p, size_t len)
 {
     char b[32];
 
+    if (p == NULL && len > 0) { /* a string the pool had no room for */
+        kvf_resp_outs(c, "-ERR value pool full, try again\r\n");
+        return;
+    }
     kvf_resp_out(c, b, (size_t)snprintf(b, sizeof(b), "$%zu\r\n", len));
     kvf_resp_out(c, p, len);
     kvf_resp_out(c, "\r\n", 2);
@@ -63,6 +74,13 @@ void kvf_resp_err(kvf_resp_conn_t *c, const char *fmt, const char *a)
     }
     memcpy(b + n, "\r\n", 2);
     kvf_resp_out(c, b, n + 2);
+}
+
+void kvf_resp_bad(kvf_resp_conn_t *c, const char *why)
+{
+    kvf_resp_err(c, "-ERR %s", why);
+    c->closing = 1;
+    atomic_fetch_add(&c->lp->srv->stats.proto_errors, 1);
 }
 
 int kvf_resp_blocked(const kvf_resp_conn_t *c)
@@ -92,9 +110,15 @@ void kvf_resp_get_reply(kvf_resp_conn_t *c)
         kvf_resp_store_err(c, st != KVF_OK ? st : KVF_ERR_IO);
     } else if (v->len <= KVF_RESP_INLINE_MAX) {
         kvf_resp_bulk(c, v->p, v->len);
+    } else if ((v->vl != NULL || v->heap) &&
+               !kvf_resp_slow_take(c->lp->srv, v->len)) {
+        /* values from views being sent already hold resp_slow_mem */
+        kvf_resp_outs(c, "-ERR too many values being sent to slow readers "
+                         "(resp_slow_mem), try again\r\n");
     } else {
         kvf_resp_out(c, hdr,
                      (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", v->len));
+        c->big_resv = (v->vl != NULL || v->heap) ? v->len : 0;
         v->refs++;
         c->big = v;
         c->big_off = 0;
@@ -156,6 +180,8 @@ int kvf_resp_flush(kvf_resp_conn_t *c)
         if (c->big != NULL) {
             c->big_off += (size_t)n;
             if (c->big_off == blen + 2) {
+                kvf_resp_slow_give(c->lp->srv, c->big_resv);
+                c->big_resv = 0;
                 kvf_resp_val_unref(c->lp->srv, c->big);
                 c->big = NULL;
             }

@@ -1,13 +1,14 @@
 /*
  * The RESP2 front door of the store (`kvferry resp`): a Redis-protocol
- * server answering AUTH, PING, GET, SET, EXISTS, DEL (and the few
- * handshake commands redis-cli, redis-py and redis-benchmark send) on the
- * kvferry store, so Redis clients such as LMCache's resp:// connector use
- * the store with no plugin code. This file holds its configuration keys,
- * the AUTH password (derived from the cluster secret unless a password
- * file gives one), and start and stop: a store client, the value pool,
- * the listening socket and resp_threads event loops. The other modules
- * are listed in resp_int.h.
+ * server answering AUTH, PING, GET, SET, EXISTS, DEL, MULTI/EXEC, INFO
+ * (and the few handshake commands redis-cli, redis-py and
+ * redis-benchmark send) on the kvferry store, so Redis clients such as
+ * LMCache's resp:// connector use the store with no plugin code. This
+ * file holds its configuration keys, the AUTH password (derived from the
+ * cluster secret unless a password file gives one), and start and stop:
+ * a store client (checked with one call: a master that refuses this door
+ * is told at start), the value pool, the listening socket and
+ * resp_threads event loops. The other modules are listed in resp_int.h.
  */
 #include "store/resp/resp_int.h"
 #include "core/time.h"
@@ -51,6 +52,24 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
      "each stays on the loop the kernel woke to accept it (uneven: more "
      "clients share one loop's batches, which can win on two cores)",
      KVF_CONFIG_TUNING},
+    {"resp_auth_timeout_ms", "5000",
+     "kvferry resp: a connection that has not given the password this long "
+     "after it connected is closed (0 = never)",
+     KVF_CONFIG_TUNING},
+    {"resp_conns_per_addr", "512",
+     "kvferry resp: connections from one address at once; past it the "
+     "oldest connection of that address that has not authenticated is "
+     "closed, else the new one refused",
+     KVF_CONFIG_TUNING},
+    {"resp_unauth_per_addr", "32",
+     "kvferry resp: connections from one address that have not given the "
+     "password yet; one more closes the oldest of them",
+     KVF_CONFIG_TUNING},
+    {"resp_slow_mem", "256M",
+     "kvferry resp: GET values sent from store views that may be held at "
+     "once for clients still reading them (a slow reader's value is copied "
+     "before its view's lease ends); a GET past it is refused with an error",
+     KVF_CONFIG_TUNING},
     {"resp_views", "1",
      "kvferry resp: 1 = a GET's value is sent straight from the node's "
      "memory when the node is reached over shm (a store view, checked "
@@ -59,10 +78,6 @@ static const kvf_config_entry_t kvf_resp_config_entries[] = {
 };
 KVF_CONFIG_TABLE(kvf_resp_config, "resp", kvf_resp_config_entries)
 
-#define KVF_RESP_LOOPS_MAX 64
-/* Label of the AUTH password derived from the cluster secret. */
-#define KVF_RESP_TOKEN_LABEL "kvferry-resp-v1"
-#define KVF_RESP_PW_MAX      512
 kvf_status_t kvf_server_resp_defaults(kvf_server_resp_params_t *p)
 {
     const kvf_config_table_t *t = &kvf_resp_config;
@@ -212,6 +227,52 @@ static kvf_status_t kvf_resp_start_loops(struct kvf_resp *s)
     return KVF_OK;
 }
 
+/* The limits of kvf_resp_limits_t from their config keys. */
+static kvf_status_t kvf_resp_read_limits(struct kvf_resp *s)
+{
+    const kvf_config_table_t *t = &kvf_resp_config;
+    uint64_t per, unauth, slow;
+    kvf_status_t st;
+
+    if ((st = kvf_config_u64(t, "resp_auth_timeout_ms",
+                             &s->lim.auth_timeout_ms)) != KVF_OK ||
+        (st = kvf_config_u64(t, "resp_conns_per_addr", &per)) != KVF_OK ||
+        (st = kvf_config_u64(t, "resp_unauth_per_addr", &unauth)) != KVF_OK ||
+        (st = kvf_parse_size(kvf_config_str(t, "resp_slow_mem"), &slow)) !=
+            KVF_OK) {
+        return st;
+    }
+    s->lim.per_addr = per == 0 ? 1 : (per > UINT32_MAX ? UINT32_MAX : (unsigned)per);
+    s->lim.unauth_per_addr =
+        unauth == 0 ? 1 : (unauth > UINT32_MAX ? UINT32_MAX : (unsigned)unauth);
+    s->lim.slow_mem = (size_t)slow;
+    return KVF_OK;
+}
+
+/* One call to the master before serving: a master that closes this
+ * client's connections (it requires the cluster secret, which this door
+ * lacks or holds another of) is told now, not by every command. */
+static kvf_status_t kvf_resp_probe(struct kvf_resp *s)
+{
+    kvf_status_t st = kvf_store_exists(s->st, "kvferry-resp-start-probe");
+
+    if (st == KVF_OK || st == KVF_ERR_NO_KEY || st == KVF_ERR_NOT_READY) {
+        return KVF_OK;
+    }
+    if (st == KVF_ERR_CONN_RESET || st == KVF_ERR_AUTH) {
+        kvf_error("resp: the master at %s closed this door's connection: it "
+                  "requires the cluster secret, which this door does not "
+                  "hold (insecure=1 with no secret_file?) or holds another "
+                  "of; give the door the master's secret_file (see "
+                  "docs/security.md)",
+                  s->p.master);
+        return KVF_ERR_AUTH;
+    }
+    kvf_error("resp: the master at %s did not answer: %s", s->p.master,
+              kvf_status_str(st));
+    return st;
+}
+
 static kvf_status_t kvf_resp_open(struct kvf_resp *s)
 {
     kvf_store_params_t sp = {.field_mask = KVF_STORE_PARAM_MASTER |
@@ -221,8 +282,10 @@ static kvf_status_t kvf_resp_open(struct kvf_resp *s)
     uint64_t spread;
     kvf_status_t st;
 
-    if ((st = kvf_resp_load_password(s)) != KVF_OK ||
-        (st = kvf_store_connect(&sp, &s->st)) != KVF_OK) {
+    if ((st = kvf_resp_read_limits(s)) != KVF_OK ||
+        (st = kvf_resp_load_password(s)) != KVF_OK ||
+        (st = kvf_store_connect(&sp, &s->st)) != KVF_OK ||
+        (st = kvf_resp_probe(s)) != KVF_OK) {
         return st;
     }
     if ((st = kvf_resp_pool_init(s)) != KVF_OK ||
@@ -269,6 +332,7 @@ kvf_status_t kvf_server_resp_start(const kvf_server_resp_params_t *params,
         pthread_mutex_init(&s->set_mu[i], NULL);
     }
     pthread_mutex_init(&s->fmu, NULL);
+    pthread_mutex_init(&s->gmu, NULL);
     kvf_cond_init(&s->fend);
     s->nloops = params->threads == 0 ? 1 : params->threads;
     if (s->nloops > KVF_RESP_LOOPS_MAX) {
@@ -289,6 +353,27 @@ kvf_status_t kvf_server_resp_start(const kvf_server_resp_params_t *params,
     }
     *resp_p = s;
     return KVF_OK;
+}
+
+/* What the limits refused, logged at stop (INFO shows it live). */
+static void kvf_resp_log_limits(struct kvf_resp *s)
+{
+    const kvf_resp_stats_t *t = &s->stats;
+
+    kvf_info("resp: refused at max clients %llu, per address %llu; "
+             "unauthenticated connections closed for room %llu, past the "
+             "AUTH deadline %llu; AUTH ok %llu, wrong %llu, refused "
+             "unchecked %llu; protocol errors %llu; GETs refused over "
+             "resp_slow_mem %llu",
+             (unsigned long long)atomic_load(&t->refused_max),
+             (unsigned long long)atomic_load(&t->refused_addr),
+             (unsigned long long)atomic_load(&t->evicted),
+             (unsigned long long)atomic_load(&t->auth_timeouts),
+             (unsigned long long)atomic_load(&t->auth_ok),
+             (unsigned long long)atomic_load(&t->auth_wrong),
+             (unsigned long long)atomic_load(&t->auth_throttled),
+             (unsigned long long)atomic_load(&t->proto_errors),
+             (unsigned long long)atomic_load(&t->slow_refused));
 }
 
 void kvf_server_resp_stop(kvf_resp_h s)
@@ -338,6 +423,7 @@ void kvf_server_resp_stop(kvf_resp_h s)
                  "store of their key %llu",
                  (unsigned long long)atomic_load(&s->nstored),
                  (unsigned long long)atomic_load(&s->ncovered));
+        kvf_resp_log_limits(s);
         kvf_resp_pool_fini(s);
         kvf_store_disconnect(s->st);
     }
@@ -346,6 +432,8 @@ void kvf_server_resp_stop(kvf_resp_h s)
         pthread_mutex_destroy(&s->set_mu[i]);
     }
     pthread_mutex_destroy(&s->fmu);
+    kvf_resp_guard_fini(s);
+    pthread_mutex_destroy(&s->gmu);
     pthread_cond_destroy(&s->fend);
     free(s);
 }

@@ -5,14 +5,20 @@
  * entry points are in kvferry/server.h.
  *
  * The modules: pool.c (the registered value pool and shared GET values),
- * reader.c (the objects hiredis's redisReader builds, and long bulks
- * received straight into the pool), reply.c (replies and sending them),
- * cmd.c (the commands), batch.c (the GETs and SETs of a loop run as store
- * batches), conn.c (connections and event loops), resp.c (configuration,
- * AUTH password, start and stop).
+ * reader.c (the objects hiredis's redisReader builds, the limits on
+ * requests, and long bulks received straight into the pool), reply.c
+ * (replies and sending them), cmd.c (the commands), multi.c (MULTI/EXEC,
+ * HELLO, INFO), batch.c (the GETs and SETs of a loop run as store
+ * batches), conn.c (connections and event loops), guard.c (what one
+ * address may hold: connection caps, unauthenticated connections, AUTH
+ * attempts, memory held for slow readers), resp.c (configuration, AUTH
+ * password, start and stop).
  */
 #ifndef KVF_STORE_RESP_INT_H
 #define KVF_STORE_RESP_INT_H
+#if !defined(KVF_LAYER_STORE) && !defined(KVF_TEST_INTERNALS)
+#error "store/resp/resp_int.h is private to store/: use <kvferry/store.h>"
+#endif
 
 #include "core/sock.h"
 
@@ -25,6 +31,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* Allocation unit of the value pool. */
 #define KVF_RESP_GRANULE (64u << 10)
@@ -54,6 +61,25 @@
 #define KVF_RESP_DIRECT_MIN (16u << 10)
 /* GETs read into a buffer of the last size read up to this size. */
 #define KVF_RESP_HINT_MAX (8u << 20)
+/* Strings up to this long are parsed into memory of their own; longer
+ * ones (of an authenticated connection) into the pool. */
+#define KVF_RESP_SMALL_STR 1024u
+
+/* Before AUTH (Redis's rule): at most this many arguments, each at most
+ * this long, and this much unparsed input held at once. */
+#define KVF_RESP_UNAUTH_ARGS 10
+#define KVF_RESP_UNAUTH_BULK 16384u
+#define KVF_RESP_UNAUTH_HELD (KVF_RESP_UNAUTH_BULK + 1024u)
+/* Wrong AUTHs: a connection is closed after this many; one network (an
+ * IPv4 address, 127.0.0.0/8 as one, an IPv6 /64) may make this many a
+ * second (a burst of as many), further AUTHs from it are refused
+ * unchecked until it has tokens again. */
+#define KVF_RESP_AUTH_TRIES 3u
+#define KVF_RESP_AUTH_RATE  10u
+/* MULTI: most commands queued, and bytes of their arguments held outside
+ * the pool. */
+#define KVF_RESP_MULTI_MAX       10000u
+#define KVF_RESP_MULTI_MAX_BYTES (4u << 20)
 
 /* The type of the item the reader is in (its task stack changed form in
  * hiredis 1.0). The reader's public fields used here (buf, pos, len,
@@ -71,6 +97,7 @@ typedef struct kvf_ro_str {
     int kind;
     int pooled; /* p lies in the value pool */
     int nomem;  /* the pool had no room: p is NULL */
+    int heap;   /* p is malloc'd (a long string before AUTH) */
     size_t len;
     char *p;
 } kvf_ro_str_t;
@@ -87,6 +114,7 @@ typedef struct kvf_resp_pool {
     size_t granules;
     uint8_t *used; /* one byte per granule */
     size_t low;    /* no free granule below */
+    size_t nused;  /* granules in use */
     pthread_mutex_t mu;
     kvf_region_h region;
 } kvf_resp_pool_t;
@@ -138,6 +166,8 @@ typedef struct kvf_resp_flight {
     char key[KVF_STORE_KEY_MAX + 1];
 } kvf_resp_flight_t;
 
+typedef struct kvf_resp_peer kvf_resp_peer_t;
+
 typedef struct kvf_resp_conn {
     int fd;
     uint32_t events; /* epoll interest now */
@@ -156,9 +186,27 @@ typedef struct kvf_resp_conn {
     char *dbuf; /* a long bulk received straight into the pool */
     size_t dlen, dgot;
     int dready; /* dbuf is whole: the reader's next (empty) bulk is it */
+    int ddrop;  /* the pool had no room: the bulk's bytes are dropped */
+    const char *perr; /* a request broke a limit: the error, then close */
+    size_t big_resv;  /* bytes of big counted in slow_held */
     uint64_t last_ms;
+    uint64_t born_ms;
     int authed;
+    unsigned auth_fails;
     int closing; /* close once the output is flushed */
+    /* MULTI: the commands queued (parsed requests), then run at EXEC */
+    int multi, mdirty;
+    void **mq;
+    size_t mn, mcap, mbytes, mrun; /* mrun: next to run after EXEC */
+    int mreplay;
+    /* guard.c (under the server's gmu): this connection's address, its
+     * place in the list of unauthenticated connections, evicted: shut
+     * down to make room (its counts are already given back) */
+    unsigned char akey[17];
+    char aname[48];
+    kvf_resp_peer_t *peer;
+    int ulisted, evicted;
+    struct kvf_resp_conn *uprev, *unext;
     struct kvf_resp_conn *prev, *next;
 } kvf_resp_conn_t;
 
@@ -175,19 +223,48 @@ struct kvf_resp_loop {
      * tells the loop they are there */
     int wakefd;
     kvf_resp_vlease_t *vleases; /* views being sent from */
+    uint64_t trim_ms;           /* shared views trimmed last (view.c) */
     pthread_mutex_t hmu;
-    int hand[KVF_RESP_HAND_MAX];
+    kvf_resp_conn_t *hand[KVF_RESP_HAND_MAX];
     unsigned nhand;
 };
+
+/* Limits beyond the public parameters (config keys read at start). */
+typedef struct kvf_resp_limits {
+    uint64_t auth_timeout_ms; /* resp_auth_timeout_ms */
+    unsigned per_addr;        /* resp_conns_per_addr */
+    unsigned unauth_per_addr; /* resp_unauth_per_addr */
+    size_t slow_mem;          /* resp_slow_mem */
+} kvf_resp_limits_t;
+
+/* Counters shown by INFO and logged at stop. */
+typedef struct kvf_resp_stats {
+    atomic_uint_fast64_t refused_max, refused_addr, evicted, auth_timeouts;
+    atomic_uint_fast64_t auth_ok, auth_wrong, auth_throttled, auth_closed;
+    atomic_uint_fast64_t noauth, proto_errors, pool_full;
+    atomic_uint_fast64_t slow_refused, slow_copies;
+} kvf_resp_stats_t;
+
+#define KVF_RESP_PEER_BUCKETS 1024
 
 struct kvf_resp {
     kvf_server_resp_params_t p;
     kvf_store_h st;
     kvf_resp_pool_t pool;
+    kvf_resp_limits_t lim;
+    kvf_resp_stats_t stats;
     int lfd;
     int stopfd;
     atomic_int stop;
-    atomic_uint nclients;
+    /* guard.c: connections admitted (not evicted), per address and per
+     * network, and the unauthenticated ones oldest first (under gmu) */
+    pthread_mutex_t gmu;
+    unsigned nclients, nunauth, npeers;
+    kvf_resp_peer_t *peers[KVF_RESP_PEER_BUCKETS];
+    kvf_resp_conn_t *uhead, *utail;
+    /* bytes of GET values from store views being sent (slow readers'
+     * copies included), and of those copied out of their views */
+    atomic_size_t slow_held, slow_copied;
     atomic_uint next_loop; /* the loop the next connection goes to */
     int spread; /* resp_spread: connections go to the loops in turn */
     atomic_size_t get_hint; /* size of the last value read */
@@ -254,8 +331,11 @@ int kvf_resp_check_pending(kvf_resp_conn_t *c);
 /* Takes a long bulk the reader waits for out of its hands (see reader.c);
  * 1 when the bulk is already whole and the reader can go on. */
 int kvf_resp_direct_start(kvf_resp_conn_t *c);
-/* The direct bulk is whole: the reader sees its length line as "0". */
-void kvf_resp_direct_done(kvf_resp_conn_t *c);
+/* The direct bulk is whole: the reader sees its length line as "0"; -1
+ * when the reader had no memory for it. */
+int kvf_resp_direct_done(kvf_resp_conn_t *c);
+/* Whether the connection is receiving (or dropping) a direct bulk. */
+int kvf_resp_in_direct(const kvf_resp_conn_t *c);
 /* Skips empty lines between requests, as Redis does. */
 void kvf_resp_skip_blank(redisReader *rd);
 
@@ -268,6 +348,9 @@ void kvf_resp_bulk(kvf_resp_conn_t *c, const void *p, size_t len);
 /* An error line from fmt and a (CR and LF replaced by spaces). */
 void kvf_resp_err(kvf_resp_conn_t *c, const char *fmt, const char *a);
 void kvf_resp_store_err(kvf_resp_conn_t *c, kvf_status_t st);
+/* "-ERR why" for a request that broke the protocol or a limit; the
+ * connection closes once it is sent. */
+void kvf_resp_bad(kvf_resp_conn_t *c, const char *why);
 /* 1 while the connection must not parse more (output backed up, a store
  * op or a long GET value in flight, closing). */
 int kvf_resp_blocked(const kvf_resp_conn_t *c);
@@ -279,8 +362,65 @@ int kvf_resp_flush(kvf_resp_conn_t *c);
 
 /* ---- cmd.c: commands ----------------------------------------------- */
 
-/* Runs one parsed request; 0 when it is not a command (protocol error). */
+typedef struct kvf_resp_def {
+    const char *name;
+    int min, max; /* argc bounds, command name included (max 0 = any) */
+    void (*fn)(kvf_resp_cmd_t *m);
+} kvf_resp_def_t;
+
+/* What kvf_resp_dispatch did with a request. */
+enum { KVF_RESP_NOT_CMD = 0, KVF_RESP_DONE, KVF_RESP_KEPT };
+
+/* Runs one parsed request: KVF_RESP_NOT_CMD when it is not a command
+ * (protocol error), KVF_RESP_KEPT when MULTI queued it (the connection
+ * owns it now), else KVF_RESP_DONE (the caller frees it). */
 int kvf_resp_dispatch(kvf_resp_conn_t *c, void *obj);
+/* Whether argument a is name (ASCII case-insensitive). */
+int kvf_resp_is(const kvf_ro_str_t *a, const char *name);
+/* The command called name, or NULL. */
+const kvf_resp_def_t *kvf_resp_def_find(const kvf_ro_str_t *name);
+/* Answers an unknown command (d NULL) or a wrong argument count; 0 when
+ * the command may run. */
+int kvf_resp_def_check(kvf_resp_cmd_t *m, const kvf_resp_def_t *d);
+
+/* ---- txn.c: MULTI, EXEC, DISCARD ----------------------------------- */
+
+void kvf_resp_cmd_multi(kvf_resp_cmd_t *m);
+void kvf_resp_cmd_exec(kvf_resp_cmd_t *m);
+void kvf_resp_cmd_discard(kvf_resp_cmd_t *m);
+/* Whether d runs at once inside MULTI (EXEC, DISCARD, MULTI, QUIT). */
+int kvf_resp_txn_ctl(const kvf_resp_def_t *d);
+/* Inside MULTI: checks and queues the request obj (KVF_RESP_KEPT) or
+ * answers why not and marks the transaction failed (KVF_RESP_DONE). */
+int kvf_resp_txn_queue(kvf_resp_cmd_t *m, const kvf_resp_def_t *d, void *obj);
+/* After EXEC: the next queued request to run (the caller frees it after
+ * running it), or NULL when there is none. */
+void *kvf_resp_txn_next(kvf_resp_conn_t *c);
+/* Frees what MULTI queued and not yet ran. */
+void kvf_resp_txn_free(kvf_resp_conn_t *c);
+
+/* ---- guard.c: caps per address, AUTH attempts, slow readers -------- */
+
+/* Admits a new connection c (its akey and aname set from sa), making
+ * room by shutting down the oldest unauthenticated connection where a
+ * cap is reached; -1 (with the cap's key in *why_p) when refused. */
+int kvf_resp_guard_admit(struct kvf_resp *s, kvf_resp_conn_t *c,
+                         const struct sockaddr *sa, const char **why_p);
+/* c gave the password: it leaves the unauthenticated list. */
+void kvf_resp_guard_authed(kvf_resp_conn_t *c);
+/* c is closing: its counts are given back (before its fd is closed). */
+void kvf_resp_guard_release(kvf_resp_conn_t *c);
+/* Connections admitted now (and, in *unauth_p, not yet authenticated). */
+unsigned kvf_resp_guard_counts(struct kvf_resp *s, unsigned *unauth_p);
+/* 0 when c's network has no AUTH tokens left (AUTH refused unchecked). */
+int kvf_resp_auth_allow(kvf_resp_conn_t *c);
+/* A wrong password from c: one token of its network. */
+void kvf_resp_auth_failed(kvf_resp_conn_t *c);
+void kvf_resp_guard_fini(struct kvf_resp *s);
+/* Counts n bytes of values being sent from views in resp_slow_mem; 0
+ * (nothing counted) when they do not fit. */
+int kvf_resp_slow_take(struct kvf_resp *s, size_t n);
+void kvf_resp_slow_give(struct kvf_resp *s, size_t n);
 
 /* ---- batch.c: store batches ---------------------------------------- */
 
@@ -290,9 +430,11 @@ void kvf_resp_enqueue(kvf_resp_conn_t *c, int op, const char *key,
                       kvf_ro_str_t *val);
 /* Frees a SET's value (and its pool buffer). */
 void kvf_resp_oval_free(struct kvf_resp *s, kvf_ro_str_t *v);
-/* Runs the loop's queued GETs and SETs, answers them, and serves their
- * connections again (what they had pipelined may queue the next batch). */
-void kvf_resp_batch_run(kvf_resp_loop_t *lp);
+/* Runs the loop's queued GETs and SETs and answers them; returns their
+ * connections (*n_p of them, NULL entries skipped), for the caller to
+ * serve again (what they had pipelined may queue the next batch) and
+ * free. */
+kvf_resp_conn_t **kvf_resp_batch_run(kvf_resp_loop_t *lp, size_t *n_p);
 
 /* ---- view.c: GETs sent from store views -------------------------- */
 
@@ -315,6 +457,11 @@ int kvf_resp_val_ready(kvf_resp_val_t *v);
 /* Runs a connection after an event (0: after its batch); closes it when
  * done with it. */
 void kvf_resp_serve(kvf_resp_conn_t *c, uint32_t ev);
+/* Makes the accepted socket fd (peer address sa) a connection: admitted
+ * (guard.c) and given to a loop (resp_spread) or to lp; NULL when refused
+ * (told why, fd closed). */
+kvf_resp_conn_t *kvf_resp_conn_attach(kvf_resp_loop_t *lp, int fd,
+                                      const struct sockaddr *sa);
 /* A loop's thread: serves its connections until the server stops. */
 void *kvf_resp_loop_main(void *arg);
 /* Closes the sockets handed to a loop that it never took over (after

@@ -17,6 +17,10 @@
  * whose copy fails its check is lost: the connections sending it are
  * closed (the client sees a cut reply, never wrong bytes).
  *
+ * The node leases the store keeps open for shared views are trimmed on
+ * the loop's timer (kvf_store_view_trim), so one left unused ends before
+ * its time.
+ *
  * Nodes reached over tcp have no views: a batch where no key could be
  * viewed turns views off for a second, so tcp-only stores pay the
  * look-up once a second, not once a batch.
@@ -35,6 +39,9 @@
 #define KVF_RESP_VIEW_MARGIN_MS 250u
 /* Views are not tried for this long after a batch had none. */
 #define KVF_RESP_VIEW_OFF_MS 1000u
+/* The store's shared node leases are trimmed this often (at most: the
+ * loop's timer is at most a second). */
+#define KVF_RESP_TRIM_MS 250u
 
 static void kvf_resp_vlease_release(kvf_resp_vlease_t *vl)
 {
@@ -71,9 +78,10 @@ void kvf_resp_vlease_drop(kvf_resp_vlease_t *vl, kvf_resp_val_t *v)
  * against the recorded checksum; on failure v is broken. */
 static void kvf_resp_val_rescue(kvf_resp_val_t *v)
 {
-    char *copy = malloc(v->len);
+    struct kvf_resp *s = v->vl->lp->srv;
+    char *copy = malloc(v->len ? v->len : 1);
 
-    atomic_fetch_add(&v->vl->lp->srv->nrescue, 1);
+    atomic_fetch_add(&s->nrescue, 1);
     if (copy != NULL) {
         memcpy(copy, v->p, v->len);
         if (kvf_checksum(copy, v->len) != v->sum) {
@@ -87,6 +95,9 @@ static void kvf_resp_val_rescue(kvf_resp_val_t *v)
     v->p = copy;
     v->heap = copy != NULL;
     v->broken = copy == NULL;
+    if (copy != NULL) { /* counted in slow_held by its readers already */
+        atomic_fetch_add(&s->slow_copied, v->len);
+    }
     kvf_resp_vlease_drop(v->vl, v);
 }
 
@@ -109,8 +120,15 @@ static void kvf_resp_vlease_rescue(kvf_resp_vlease_t *vl)
 int kvf_resp_views_tick(kvf_resp_loop_t *lp, int wait_ms)
 {
     kvf_resp_vlease_t *vl = lp->vleases, *next;
+    uint64_t now = kvf_time_ms();
     unsigned left;
 
+    /* the node leases kept for shared views that no view uses any more
+     * end before their time, not when their node revokes them */
+    if (lp->srv->views && now - lp->trim_ms >= KVF_RESP_TRIM_MS) {
+        lp->trim_ms = now;
+        kvf_store_view_trim(lp->srv->st);
+    }
     for (; vl != NULL; vl = next) {
         next = vl->next;
         left = kvf_store_view_left_ms(vl->h);

@@ -15,10 +15,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-typedef void (*kvf_fz_obj_dec_t)(kvf_rd_t *r, kvf_sm_obj_t *o);
-
-/* Reads entries with dec until the body ends or fails. */
-static void kvf_fz_objs(const uint8_t *body, size_t len, kvf_fz_obj_dec_t dec)
+/* Reads entries of schema s until the body ends or fails. */
+static void kvf_fz_objs(const uint8_t *body, size_t len,
+                        const kvf_sm_schema_t *s)
 {
     static kvf_sm_obj_t o;
     kvf_rd_t r;
@@ -26,7 +25,7 @@ static void kvf_fz_objs(const uint8_t *body, size_t len, kvf_fz_obj_dec_t dec)
 
     kvf_rd_init(&r, body, len);
     for (i = 0; i < KVF_STORE_BATCH_MAX && kvf_rd_left(&r) > 0; i++) {
-        dec(&r, &o);
+        kvf_sm_dec(&r, s, &o);
         if (kvf_rd_status(&r) != KVF_OK) {
             break;
         }
@@ -71,6 +70,7 @@ static void kvf_fz_whole(const uint8_t *body, size_t len)
     static kvf_sm_heartbeat_t hb;
     static kvf_sm_list_t list;
     static kvf_sm_list_ent_t ent;
+    static kvf_sm_node_ent_t node;
     kvf_rd_t r;
 
     kvf_rd_init(&r, body, len);
@@ -84,6 +84,10 @@ static void kvf_fz_whole(const uint8_t *body, size_t len)
     kvf_rd_init(&r, body, len);
     while (kvf_rd_left(&r) > 0 && kvf_rd_status(&r) == KVF_OK) {
         kvf_sm_list_ent_dec(&r, &ent);
+    }
+    kvf_rd_init(&r, body, len);
+    while (kvf_rd_left(&r) > 0 && kvf_rd_status(&r) == KVF_OK) {
+        kvf_sm_node_ent_dec(&r, &node);
     }
 }
 
@@ -105,6 +109,30 @@ static void kvf_fz_inv(const uint8_t *body, size_t len, uint32_t count)
     }
     if (kvf_sm_inv_check(KVF_SP_INV_ADD, count, body, len) == KVF_OK &&
         (n != count || kvf_rd_left(&r) != 0)) {
+        abort();
+    }
+}
+
+/* Tier operations until the body ends or fails; an accepted TIER_OP
+ * body holds exactly count of them, each of a known op. */
+static void kvf_fz_tier(const uint8_t *body, size_t len, uint32_t count)
+{
+    static kvf_sm_tier_op_t o;
+    kvf_rd_t r;
+    uint32_t i, n = 0;
+    int known = 1;
+
+    kvf_rd_init(&r, body, len);
+    for (i = 0; i < KVF_STORE_BATCH_MAX && kvf_rd_left(&r) > 0; i++) {
+        kvf_sm_tier_op_dec(&r, &o);
+        if (kvf_rd_status(&r) != KVF_OK) {
+            break;
+        }
+        known &= o.op >= KVF_TIER_WRITE && o.op <= KVF_TIER_DROP;
+        n++;
+    }
+    if (kvf_sm_tier_check(count, body, len) == KVF_OK &&
+        (n != count || kvf_rd_left(&r) != 0 || !known)) {
         abort();
     }
 }
@@ -151,11 +179,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (i = 0; i < sizeof(keyed); i++) {
         kvf_fz_reqs(body, len, keyed[i]);
     }
-    kvf_fz_objs(body, len, kvf_sm_put_start_rep_dec);
-    kvf_fz_objs(body, len, kvf_sm_get_rep_dec);
-    kvf_fz_objs(body, len, kvf_sm_commit_rep_dec);
+    kvf_fz_objs(body, len, &kvf_sm_s_put_start_rep);
+    kvf_fz_objs(body, len, &kvf_sm_s_get_rep);
+    kvf_fz_objs(body, len, &kvf_sm_s_commit_rep);
     kvf_fz_statuses(body, len);
     kvf_fz_whole(body, len);
     kvf_fz_inv(body, len, count);
+    kvf_fz_tier(body, len, count);
     return 0;
 }

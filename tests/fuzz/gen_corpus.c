@@ -279,6 +279,84 @@ static void kvf_gen_http(void)
     }
 }
 
+/* fuzz_resp: a flags byte (bit 0: AUTH first) and a stream of requests,
+ * as clients send them, one seed per kind of request and limit: req,
+ * then fill_n SETs of values of fill bytes (past the pool's granules),
+ * then (when then is set) the command then with one argument of fill
+ * bytes, and EXEC. */
+static void kvf_gen_resp_one(const char *name, uint8_t flags, const char *req,
+                             size_t fill, size_t fill_n, const char *then)
+{
+    static char buf[8192];
+    size_t n = strlen(req), k, room = sizeof(buf) - 64;
+
+    buf[0] = (char)flags;
+    memcpy(buf + 1, req, n);
+    for (k = 0; k < fill_n + (then != NULL) && 1 + n + fill < room; k++) {
+        if (k == fill_n) {
+            n += (size_t)snprintf(buf + 1 + n, sizeof(buf) - 1 - n,
+                                  "*2\r\n$%zu\r\n%s\r\n$%zu\r\n",
+                                  strlen(then), then, fill);
+        } else {
+            n += (size_t)snprintf(buf + 1 + n, sizeof(buf) - 1 - n,
+                                  "*3\r\n$3\r\nSET\r\n$2\r\nk%zu\r\n$%zu\r\n",
+                                  k % 10, fill);
+        }
+        memset(buf + 1 + n, 'v', fill);
+        memcpy(buf + 1 + n + fill, "\r\n", 2);
+        n += fill + 2;
+    }
+    if (then != NULL) {
+        memcpy(buf + 1 + n, "*1\r\n$4\r\nEXEC\r\n", 14);
+        n += 14;
+    }
+    kvf_gen_write("fuzz_resp", name, buf, 1 + n);
+}
+
+static void kvf_gen_resp(void)
+{
+    kvf_gen_resp_one("ping", 0, "*1\r\n$4\r\nPING\r\n", 0, 0, NULL);
+    kvf_gen_resp_one("noauth", 0,
+                     "*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n"
+                     "*2\r\n$4\r\nAUTH\r\n$5\r\nwrong\r\n",
+                     0, 0, NULL);
+    kvf_gen_resp_one("hello", 0,
+                     "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"
+                     "*5\r\n$5\r\nHELLO\r\n$1\r\n2\r\n$4\r\nAUTH\r\n"
+                     "$7\r\ndefault\r\n$13\r\nfuzz-password\r\n"
+                     "*1\r\n$4\r\nINFO\r\n",
+                     0, 0, NULL);
+    kvf_gen_resp_one("commands", 1,
+                     "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"
+                     "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+                     "*3\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n$1\r\nj\r\n"
+                     "*2\r\n$3\r\nDEL\r\n$1\r\nk\r\n"
+                     "*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n"
+                     "*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$4\r\nsave\r\n"
+                     "*1\r\n$4\r\nQUIT\r\n",
+                     0, 0, NULL);
+    kvf_gen_resp_one("multi", 1,
+                     "*1\r\n$5\r\nMULTI\r\n"
+                     "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"
+                     "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"
+                     "*1\r\n$4\r\nEXEC\r\n"
+                     "*1\r\n$5\r\nMULTI\r\n*1\r\n$7\r\nDISCARD\r\n",
+                     0, 0, NULL);
+    /* values past the pool's granules: the pool fills, "pool full" */
+    kvf_gen_resp_one("pool-full", 1, "*1\r\n$5\r\nMULTI\r\n", 1100, 6, NULL);
+    /* and an argument of another command the full pool cannot take */
+    kvf_gen_resp_one("pool-full-echo", 1, "*1\r\n$5\r\nMULTI\r\n", 1100, 5,
+                     "ECHO");
+    kvf_gen_resp_one("long-bulk", 1,
+                     "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\nvvvvvvvv", 0, 0,
+                     NULL);
+    kvf_gen_resp_one("unauth-bulk", 0,
+                     "*2\r\n$4\r\nPING\r\n$536870912\r\nxx", 0, 0, NULL);
+    kvf_gen_resp_one("nested", 1, "*3\r\n*2\r\n*0\r\n:1\r\n$1\r\nx\r\n", 0, 0,
+                     NULL);
+    kvf_gen_resp_one("garbage", 0, "hello world\r\n+OK\r\n", 0, 0, NULL);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -293,5 +371,6 @@ int main(int argc, char **argv)
     kvf_gen_auth();
     kvf_gen_handshake();
     kvf_gen_http();
+    kvf_gen_resp();
     return 0;
 }

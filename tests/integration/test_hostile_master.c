@@ -6,7 +6,8 @@
  * client is served afterwards.
  * - 200k pending puts, then one COMMIT of 100 entries: fast, no node lost;
  * - a put the size of the pool: refused (KVF_ERR_QUOTA), nothing evicted;
- *   a connection over its pending limit refused while another puts;
+ *   a client over its pending limit refused on every connection of its
+ *   address while another address puts;
  * - 2000 connections from 127.0.0.2: capped per address, a client from
  *   127.0.0.1 served within 1 s, idle connections closed, the client's
  *   pool reconnecting transparently;
@@ -27,6 +28,7 @@
 #include "test_store_harness.h"
 #include "store/proto/msg.h"
 #include "store/proto/proto.h"
+#include "core/auth.h"
 #include "core/sock.h"
 #include "core/time.h"
 
@@ -198,8 +200,10 @@ static void test_commit_indexed(void **state)
 
     (void)state;
     setenv("KVF_PUT_TIMEOUT_MS", "60000", 1);
+    setenv("KVF_CLIENT_MAX_PENDING", "200000", 1); /* one client, 4 conns */
     assert_int_equal(kvs_master(&m, 0, NULL), 0);
     unsetenv("KVF_PUT_TIMEOUT_MS");
+    unsetenv("KVF_CLIENT_MAX_PENDING");
     assert_int_equal(kvs_node(&n, m.addr, "64M", NULL), 0);
     for (c = 0; c < CONNS; c++) {
         fd[c] = kvs_raw_connect(m.addr);
@@ -253,8 +257,11 @@ static void test_commit_indexed(void **state)
     kvs_stop(&m, 0);
 }
 
+static int raw_connect_from(const char *src, const char *addr);
+
 /* One put the size of the pool is refused and evicts nothing; a
- * connection over its pending limit is refused, another still puts. */
+ * client over its pending limit is refused on every connection of its
+ * address, another address still puts. */
 static void test_put_limits(void **state)
 {
     kvs_proc_t m, n;
@@ -286,10 +293,15 @@ static void test_put_limits(void **state)
                          KVF_OK);
         assert_memory_equal(c.buf, c.buf + MiB, MiB);
     }
-    /* the pending limit is per connection */
+    /* the pending limit is per client: every connection of one address
+     * together; another address has its own */
     put_starts(fd, "pend", 0, 100, 64, NULL, KVF_OK);
     put_starts(fd, "pend", 100, 1, 64, NULL, KVF_ERR_QUOTA);
     fd2 = kvs_raw_connect(m.addr);
+    assert_true(fd2 >= 0);
+    put_starts(fd2, "same", 0, 1, 64, NULL, KVF_ERR_QUOTA);
+    close(fd2);
+    fd2 = raw_connect_from("127.0.0.2", m.addr);
     assert_true(fd2 >= 0);
     put_starts(fd2, "other", 0, 10, 64, NULL, KVF_OK);
     assert_true(serve_ms(&c, "after") >= 0);
@@ -323,6 +335,23 @@ static int connect_from(const char *src, const char *addr)
             close(fd);
         }
         return -1;
+    }
+    return fd;
+}
+
+/* An authenticated store connection from src (another client). */
+static int raw_connect_from(const char *src, const char *addr)
+{
+    char host[KVF_HOST_MAX];
+    uint16_t port;
+    int fd = connect_from(src, addr);
+
+    if (fd >= 0 &&
+        (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK ||
+         kvf_test_auth_client(fd, host, addr) !=
+             KVF_OK)) {
+        close(fd);
+        fd = -1;
     }
     return fd;
 }

@@ -421,10 +421,14 @@ def test_max_clients(master):
                      "--pool", "16M", "--max-clients", "2"], "resp")
     port = int(addr.rsplit(":", 1)[1])
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
-    for h in held:  # both accepted and served
-        h.sendall(b"*1\r\n$4\r\nPING\r\n")
+    for h in held:  # both accepted, authenticated and served
+        h.sendall(auth_cmd() + b"*1\r\n$4\r\nPING\r\n")
         h.settimeout(10)
-        h.recv(100)
+        got = b""
+        while not got.endswith(b"+PONG\r\n"):
+            got += h.recv(100)
+    # (unauthenticated connections would be closed to make room: see
+    # test_resp_hostile.py)
     got, closed = raw(port, b"*1\r\n$4\r\nPING\r\n")
     check(got.startswith(b"-ERR max number of clients") and closed,
           "a client over --max-clients is refused")

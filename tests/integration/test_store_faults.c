@@ -133,7 +133,11 @@ static void test_lease_and_pin(void **state)
     size_t got;
 
     (void)state;
+    /* one client leases 3 of 4 MiB here: past the default lease budget
+     * of a client (half the capacity, tested in test_hostile_limits) */
+    setenv("KVF_CLIENT_MAX_LEASED_PCT", "100", 1);
     assert_int_equal(kvs_master(&m, 0, mopt), 0);
+    unsetenv("KVF_CLIENT_MAX_LEASED_PCT");
     assert_int_equal(kvs_node(&n, m.addr, "4M", NULL), 0);
     assert_int_equal(kvs_client_open(&c, m.addr, MiB), 0);
     put_n(&c, "pin/%d", 0, 1, MiB, KVF_STORE_PIN);

@@ -31,7 +31,7 @@
 #include <cmocka.h>
 
 #include "test_store_harness.h"
-#include "engine/view.h"
+#include <kvferry/view.h>
 #include "core/time.h"
 
 #include <pthread.h>
@@ -466,13 +466,13 @@ static void *dereg_main(void *p)
 /* One view of [remote, remote + len) on peer: its verdict; *vl_p the
  * lease when the call worked. */
 static kvf_status_t view_one(kvf_peer_h peer, uint64_t remote, uint64_t len,
-                             kvf_tl_view_t *v, kvf_tl_vlease_t **vl_p)
+                             kvf_view_t *v, kvf_view_lease_h *vl_p)
 {
     uint64_t until = 0;
     kvf_status_t st;
 
     *vl_p = NULL;
-    st = kvf_peer_view_open(peer, 1, &remote, &len, v, &until, vl_p);
+    st = kvf_peer_view_open(peer, KVF_OP_READ, 1, &remote, &len, v, &until, vl_p);
     if (st == KVF_OK) {
         assert_true(until > kvf_time_ms());
     }
@@ -484,10 +484,10 @@ static void test_view_engine_dereg(void **state)
     kvf_engine_params_t tp = {0}, ip = {0};
     const size_t pool_len = 4 * MiB;
     kvf_engine_h te, ie;
-    kvf_tl_vlease_t *vl;
+    kvf_view_lease_h vl;
     kvf_region_h r;
     kvf_peer_h peer;
-    kvf_tl_view_t v;
+    kvf_view_t v;
     dereg_arg_t da;
     pthread_t th;
     unsigned char *pool;

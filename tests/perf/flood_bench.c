@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tools/cli/rng.h"
+#include "core/rng.h"
 
 #define FB_BLOCK 8192
 #define FB_OFF   (1u << 20) /* pool offset of the probe's read */
@@ -115,13 +115,13 @@ static int fb_probe_target(fb_t *b)
     uint64_t addr = 0;
     size_t len = 0;
     kvf_mem_type_t type;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
     int rc = 1;
 
     if (want == NULL) {
         want = malloc(FB_OFF + FB_BLOCK);
-        kvf_prng_seed(&rng, b->seed);
-        kvf_prng_fill(&rng, want, FB_OFF + FB_BLOCK);
+        kvf_rng_seed(&rng, b->seed);
+        kvf_rng_fill(&rng, want, FB_OFF + FB_BLOCK);
     }
     p.field_mask = KVF_ENGINE_PARAM_TRANSPORTS | KVF_ENGINE_PARAM_TIMEOUT |
                    KVF_ENGINE_PARAM_NO_LISTEN;

@@ -16,6 +16,7 @@
 
 #include "store/proto/msg.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static void test_put_end_bytes(void **state)
@@ -177,12 +178,13 @@ static void test_replies_round_trip(void **state)
 static void test_whole_bodies(void **state)
 {
     kvf_sm_node_reg_t reg = {
-        "tcp://10.0.0.1:5", 1, 0x7f00, 1 << 20, {7}, 1, ""};
+        "tcp://10.0.0.1:5", 1, 0x7f00, 1 << 20, {7}, 1, "", 0};
     kvf_sm_node_reg_t reg2;
     kvf_sm_node_reg_rep_t rr = {9, 3, 500, 3000}, rr2;
     kvf_sm_heartbeat_t hb = {1, 3, 9}, hb2;
     kvf_sm_list_t l = {"p/", 10}, l2;
     kvf_sm_list_ent_t e = {0}, e2;
+    kvf_sm_node_ent_t n = {0}, n2;
     kvf_wr_t w;
     kvf_rd_t r;
 
@@ -197,6 +199,18 @@ static void test_whole_bodies(void **state)
     assert_string_equal(reg2.segment, reg.segment);
     assert_int_equal(reg2.pool_len, 1 << 20);
     assert_int_equal(reg2.has_instance, 1);
+    assert_int_equal(reg2.disk_len, 0);
+    /* a node with a disk tier: inventory address (maybe empty), disk_len */
+    w.len = 0;
+    reg.disk_len = 1ull << 34;
+    kvf_sm_node_reg_enc(&w, &reg);
+    assert_int_equal(w.len, 2 + strlen(reg.segment) + 24 + 16 + 2 + 8);
+    assert_int_equal(kvf_sm_req_check(KVF_SP_NODE_REG, 0, w.buf, w.len),
+                     KVF_OK);
+    kvf_rd_init(&r, w.buf, w.len);
+    kvf_sm_node_reg_dec(&r, &reg2);
+    assert_int_equal(reg2.disk_len, 1ull << 34);
+    assert_string_equal(reg2.inv_addr, "");
     w.len = 0;
     kvf_sm_node_reg_rep_enc(&w, &rr);
     assert_int_equal(w.len, 24);
@@ -230,6 +244,65 @@ static void test_whole_bodies(void **state)
     assert_string_equal(e2.key, "p/x");
     assert_int_equal(e2.size, 42);
     assert_int_equal(e2.nrep, 2);
+    /* NODES: an empty request, node entries in the reply */
+    assert_int_equal(kvf_sm_req_check(KVF_SP_NODES, 0, NULL, 0), KVF_OK);
+    assert_int_equal(kvf_sm_req_check(KVF_SP_NODES, 0, w.buf, 1),
+                     KVF_ERR_PROTOCOL);
+    w.len = 0;
+    snprintf(n.segment, sizeof(n.segment), "127.0.0.1:7000");
+    n.pool_addr = 0x7f0000001000ull;
+    n.pool_len = 12ull << 30;
+    kvf_sm_node_ent_enc(&w, &n);
+    assert_int_equal(w.len, strlen(n.segment) + KVF_SM_NODE_ENT_FIXED);
+    kvf_rd_init(&r, w.buf, w.len);
+    kvf_sm_node_ent_dec(&r, &n2);
+    assert_int_equal(kvf_sm_rep_end(&r, 1, 1), KVF_OK);
+    assert_string_equal(n2.segment, n.segment);
+    assert_true(n2.pool_addr == n.pool_addr && n2.pool_len == n.pool_len);
+    kvf_rd_init(&r, w.buf, w.len - 1); /* cut short */
+    kvf_sm_node_ent_dec(&r, &n2);
+    assert_int_equal(kvf_sm_rep_end(&r, 1, 1), KVF_ERR_PROTOCOL);
+    kvf_wr_free(&w);
+}
+
+static void test_tier_op(void **state)
+{
+    kvf_sm_tier_op_t o = {0}, o2;
+    kvf_wr_t w;
+    kvf_rd_t r;
+
+    (void)state;
+    o.op = KVF_TIER_READ;
+    o.key = "blk/1";
+    o.pool_off = 640;
+    o.disk_off = 8192;
+    o.size = 5000;
+    o.checksum = 0x1234;
+    o.seq = 7;
+    o.flags = KVF_STORE_PIN;
+    kvf_wr_init(&w);
+    kvf_sm_tier_op_enc(&w, &o);
+    assert_int_equal(w.len, 5 + KVF_SM_TIER_OP_FIXED);
+    assert_int_equal(kvf_sm_req_check(KVF_SP_TIER_OP, 1, w.buf, w.len), KVF_OK);
+    kvf_rd_init(&r, w.buf, w.len);
+    kvf_sm_tier_op_dec(&r, &o2);
+    assert_int_equal(kvf_rd_end(&r), KVF_OK);
+    assert_string_equal(o2.key, "blk/1");
+    assert_int_equal(o2.op, KVF_TIER_READ);
+    assert_int_equal(o2.pool_off, 640);
+    assert_int_equal(o2.disk_off, 8192);
+    assert_int_equal(o2.size, 5000);
+    assert_int_equal(o2.checksum, 0x1234);
+    assert_int_equal(o2.seq, 7);
+    assert_int_equal(o2.flags, KVF_STORE_PIN);
+    /* a count that disagrees, a trailing byte, an unknown op */
+    assert_int_equal(kvf_sm_req_check(KVF_SP_TIER_OP, 2, w.buf, w.len),
+                     KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sm_req_check(KVF_SP_TIER_OP, 1, w.buf, w.len - 1),
+                     KVF_ERR_PROTOCOL);
+    w.buf[0] = 9;
+    assert_int_equal(kvf_sm_req_check(KVF_SP_TIER_OP, 1, w.buf, w.len),
+                     KVF_ERR_PROTOCOL);
     kvf_wr_free(&w);
 }
 
@@ -337,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_requests_round_trip),
         cmocka_unit_test(test_replies_round_trip),
         cmocka_unit_test(test_whole_bodies),
+        cmocka_unit_test(test_tier_op),
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_inventory),
     };

@@ -5,6 +5,9 @@
  */
 #ifndef KVF_TOOLS_BENCH_H
 #define KVF_TOOLS_BENCH_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/bench/bench.h is private to tools/"
+#endif
 
 #include "tools/cli/cli.h"
 #include "tools/cli/opts.h"
@@ -76,5 +79,16 @@ int kvf_bench_finish(kvf_expect_t **e, const char *const *defaults,
 
 /* Sorts in place and returns the q-quantile (0..1). */
 double kvf_bench_quantile(double *v, size_t n, double q);
+
+/* One sample of a path's ceiling (docs/performance.md, "Ceilings"): len
+ * contiguous bytes at local/remote moved twice, by `bench link`'s raw
+ * test (kvf_peer_link_test: the transport's parallelism, no requests)
+ * and as one operation through engine and peer (the engine cuts it
+ * into requests over the same connections or workers, with no per-block
+ * cost); *secs_p is the faster of the two. */
+kvf_status_t kvf_bench_ceiling_sample(kvf_engine_h engine, kvf_peer_h peer,
+                                      kvf_op_type_t op, char *local,
+                                      uint64_t remote, uint64_t len,
+                                      unsigned timeout_ms, double *secs_p);
 
 #endif

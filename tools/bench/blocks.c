@@ -4,10 +4,14 @@
  * initiator picks random, non-overlapping blocks (default 8 KiB) in the
  * local and in the remote pool, moves them as one batch (WRITE or READ),
  * repeats, and prints the median in seed 000's format. In the same run it
- * measures the raw ceiling of the path (`bench link`: contiguous streams
- * of the same bytes over the same connections, interleaved with the
- * iterations so both see the same machine) and prints each row as a
- * share of it. --verify compares checksums of every moved block on both sides.
+ * measures the ceiling of the path: the same bytes moved contiguously
+ * with the same parallelism, the faster of `bench link`'s raw move (tcp
+ * streams over the same connections, shm copies on as many threads as
+ * its workers) and one contiguous operation through the same engine,
+ * one sample before each iteration so both see the same machine, and prints
+ * each row as a share of the best sample (docs/performance.md, "Ceilings").
+ * A share above 105 % means the ceiling did not bound the row: the run
+ * says so instead of printing a verdict against it. --verify compares checksums of every moved block on both sides.
  * --vs NAME moves the same workload through a second engine forced to
  * transport NAME, interleaved with the first (e.g. shm against tcp on one
  * host, in the same run, on the same machine load).
@@ -23,8 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/cli/rng.h"
-#include "tools/cli/clock.h"
+#include "core/rng.h"
+#include "core/time.h"
 
 #define KVF_BLOCKS_SIZES_MAX 16
 
@@ -37,7 +41,7 @@ typedef struct kvf_blocks_row {
     double lat_min_ms;
     double gib_s;
     double gbps;
-    double link_gib_s; /* ceiling of the same bytes, interleaved */
+    double link_gib_s; /* ceiling of the same bytes: best interleaved sample */
     double link_ratio;
     double vs_gib_s; /* --vs transport, same sizes, interleaved */
     double vs_ratio; /* gib_s / vs_gib_s */
@@ -170,13 +174,13 @@ static int kvf_blocks_parse(int argc, char **argv, kvf_blocks_opts_t *o)
 
 /* Picks n distinct slots among nslots (partial Fisher-Yates). */
 static void kvf_blocks_pick(uint32_t *perm, uint64_t nslots, uint64_t n,
-                            kvf_prng_t *rng)
+                            kvf_rng_t *rng)
 {
     uint64_t i, j;
     uint32_t t;
 
     for (i = 0; i < n; i++) {
-        j = i + kvf_prng_below(rng, nslots - i);
+        j = i + kvf_rng_below(rng, nslots - i);
         t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
@@ -189,7 +193,7 @@ static double kvf_blocks_batch(kvf_engine_h engine, kvf_peer_h peer,
                                const kvf_bench_session_t *s,
                                const kvf_blocks_opts_t *o, kvf_op_type_t op,
                                kvf_op_t *ops, uint64_t n, uint32_t *lperm,
-                               uint32_t *rperm, kvf_prng_t *rng,
+                               uint32_t *rperm, kvf_rng_t *rng,
                                kvf_status_t *status_p)
 {
     uint64_t lslots = s->pool_len / o->block;
@@ -206,11 +210,11 @@ static double kvf_blocks_batch(kvf_engine_h engine, kvf_peer_h peer,
         ops[i].remote = s->remote + (uint64_t)rperm[i] * o->block;
         ops[i].length = o->block;
     }
-    t0 = kvf_clock_ns();
+    t0 = kvf_time_ns();
     *status_p = kvf_batch_submit(engine, ops, n, &batch);
     if (*status_p == KVF_OK) {
         *status_p = kvf_batch_wait(batch, (int)o->s.timeout_ms);
-        ms = (double)(kvf_clock_ns() - t0) / 1e6;
+        ms = (double)(kvf_time_ns() - t0) / 1e6;
         kvf_batch_destroy(batch);
     }
     return *status_p == KVF_OK ? ms : -1;
@@ -258,7 +262,7 @@ static kvf_status_t kvf_blocks_warm(kvf_engine_h engine, kvf_peer_h peer,
 /* Runs one size: iters batches, each over fresh random blocks. */
 static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
                            kvf_op_type_t op, uint64_t size, uint32_t *lperm,
-                           uint32_t *rperm, kvf_prng_t *rng,
+                           uint32_t *rperm, kvf_rng_t *rng,
                            kvf_blocks_row_t *row)
 {
     uint64_t n = size / o->block, lslots = s->pool_len / o->block;
@@ -300,12 +304,14 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
              * not find its bytes still in the CPU caches */
             uint64_t bytes = n * o->block;
             uint64_t loff =
-                kvf_prng_below(rng, (s->pool_len - bytes) / 4096 + 1) * 4096;
+                kvf_rng_below(rng, (s->pool_len - bytes) / 4096 + 1) * 4096;
             uint64_t roff =
-                kvf_prng_below(rng, (s->remote_len - bytes) / 4096 + 1) * 4096;
+                kvf_rng_below(rng, (s->remote_len - bytes) / 4096 + 1) * 4096;
 
-            status = kvf_peer_link_test(s->peer, op, s->pool + loff,
-                                        s->remote + roff, bytes, &lsec[it]);
+            status = kvf_bench_ceiling_sample(s->engine, s->peer, op,
+                                              s->pool + loff, s->remote + roff,
+                                              bytes, o->s.timeout_ms,
+                                              &lsec[it]);
             if (status != KVF_OK) {
                 fprintf(stderr, "kvferry: link test: %s\n",
                         kvf_status_str(status));
@@ -377,8 +383,10 @@ static int kvf_blocks_size(kvf_bench_session_t *s, const kvf_blocks_opts_t *o,
     row->link_gib_s = 0;
     row->link_ratio = 0;
     if (o->link) {
+        /* the ceiling is the best sample: a ceiling that a row beats
+         * because one sample was slow is no ceiling */
         row->link_gib_s = (double)(n * o->block) /
-                          kvf_bench_quantile(lsec, iters, 0.5) / (1u << 30);
+                          kvf_bench_quantile(lsec, iters, 0.0) / (1u << 30);
         row->link_ratio = row->gib_s / row->link_gib_s;
     }
     row->vs_gib_s = 0;
@@ -557,8 +565,9 @@ static int kvf_blocks_record(const kvf_blocks_out_t *bo,
     if (s->vs_peer != NULL) {
         snprintf(text, sizeof(text),
                  "random 8 KiB blocks over %s move at >= 70 %% of the link "
-                 "ceiling (shm: single-thread memcpy of the same bytes) and "
-                 "at >= 3x %s on the same host, at every size",
+                 "ceiling (shm: contiguous copies of the same bytes on a "
+                 "thread per worker) and at >= 3x %s on the same host, at "
+                 "every size",
                  kvf_peer_transport(s->peer), o->s.vs);
     }
     rec = kvf_record_new("bench", "bench blocks",
@@ -587,7 +596,6 @@ static int kvf_blocks_record(const kvf_blocks_out_t *bo,
     kvf_record_config_num(rec, "conns", o->s.conns);
     if (strcmp(kvf_peer_transport(s->peer), "ucx") == 0) {
         kvf_record_config(rec, "ucx_workers", kvf_config_get("ucx_workers"));
-        kvf_record_config(rec, "ucx_spin_us", kvf_config_get("ucx_spin_us"));
         kvf_record_config(rec, "ucx_read_mode",
                           kvf_config_get("ucx_read_mode"));
         kvf_record_config(rec, "ucx_write_mode",
@@ -634,7 +642,8 @@ static int kvf_blocks_record(const kvf_blocks_out_t *bo,
 
         if (strcmp(kvf_peer_transport(s->peer), "shm") == 0) {
             snprintf(how, sizeof(how),
-                     "a single-thread memcpy of the same bytes");
+                     "contiguous copies of the same bytes, a thread per "
+                     "worker");
         } else {
             snprintf(how, sizeof(how),
                      "contiguous streams of the same bytes over the same %u "
@@ -642,8 +651,9 @@ static int kvf_blocks_record(const kvf_blocks_out_t *bo,
                      o->s.conns);
         }
         snprintf(text, sizeof(text),
-                 "bench link: %s, measured before each iteration of this run "
-                 "(%s %s: the size with the lowest share of it)",
+                 "bench link: %s, the best of the samples taken before "
+                 "each iteration of this run (%s %s: the size with the "
+                 "lowest share of it)",
                  how, worst->op == KVF_OP_WRITE ? "write" : "read", sz);
         kvf_record_estimate(rec, worst->link_gib_s, "GiB/s", text);
         snprintf(text, sizeof(text),
@@ -756,7 +766,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     uint32_t *lperm, *rperm;
     unsigned k, nrows = 0;
     int rc, opi, bad = 0;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
     kvf_progress_t prog;
     kvf_blocks_out_t bo;
 
@@ -798,7 +808,7 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     for (i = 0; i < nslots; i++) {
         lperm[i] = rperm[i] = (uint32_t)i;
     }
-    kvf_prng_seed(&rng, o.s.seed * 7919);
+    kvf_rng_seed(&rng, o.s.seed * 7919);
     kvf_fmt_size(o.block, bstr, sizeof(bstr));
     kvf_fmt_size(o.s.pool, pstr, sizeof(pstr));
     if (kvf_blocks_warm(s.engine, s.peer, &s, o.s.timeout_ms) != KVF_OK ||
@@ -849,7 +859,10 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
             printf("link = raw ceiling of the same bytes on this transport "
                    "(tcp: contiguous streams over the same %u connections; "
                    "ucx: contiguous puts or gets cut over the same %s "
-                   "workers; shm: memcpy), measured before each iteration\n",
+                   "workers; shm: contiguous copies, a thread per worker; or "
+                   "one contiguous operation through the engine, whichever "
+                   "is faster), the best of the samples taken before each "
+                   "iteration\n",
                    o.s.conns,
                    kvf_config_get("ucx_workers") != NULL
                        ? kvf_config_get("ucx_workers")
@@ -865,10 +878,13 @@ int kvf_cmd_bench_blocks(int argc, char **argv)
     o.busy = kvf_progress_end(&prog);
     kvf_out_json_file(&bo.t, o.json, kvf_blocks_json_head, &bo);
     {
-        static const char *const plain[] = {"link_pct>=80", "wrong_blocks==0",
-                                            NULL};
-        static const char *const vs[] = {"link_pct>=70", "vs_ratio>=3",
-                                         "wrong_blocks==0", NULL};
+        /* link_pct<=105: the ceiling bounded every row (a row above it
+         * means the ceiling, not the row, is wrong) */
+        static const char *const plain[] = {"link_pct>=80", "link_pct<=105",
+                                            "wrong_blocks==0", NULL};
+        static const char *const vs[] = {"link_pct>=70", "link_pct<=105",
+                                         "vs_ratio>=3", "wrong_blocks==0",
+                                         NULL};
         int missed = kvf_bench_finish(&o.expect, s.vs_peer ? vs : plain,
                                       o.json && !strcmp(o.json, "-"), &o.busy);
 

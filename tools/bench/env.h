@@ -6,6 +6,9 @@
  */
 #ifndef KVF_TOOLS_BENCH_ENV_H
 #define KVF_TOOLS_BENCH_ENV_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/bench/env.h is private to tools/"
+#endif
 
 #include "tools/cli/cli.h"
 #include "tools/record/record.h"
@@ -113,6 +116,27 @@ void kvf_env_rows(const kvf_env_t *e,
 void kvf_env_json(kvf_json_t *j, const char *key);
 /* The same as Markdown table rows "| item | value |". */
 void kvf_env_markdown(FILE *f);
+
+/* The device's O_DIRECT ceilings for a disk tier (env_disk.c). */
+#define KVF_ENV_DISK_BLOCK (1u << 20)
+#define KVF_ENV_DISK_QD    16u
+
+typedef struct kvf_env_disk {
+    char dir[256];
+    char path[300];
+    char dev[300];       /* the file system's device and mount point */
+    uint64_t file_bytes; /* the test file */
+    double read_gbs;     /* random reads, 10^9 bytes/s */
+    double write_gbs;    /* sequential writes */
+    int uring;           /* through io_uring (else pread/pwrite) */
+    char err[320];       /* "" when measured */
+} kvf_env_disk_t;
+
+/* Writes a file of `bytes` in dir, then reads it back at random, with
+ * O_DIRECT (the file is removed). 0, or -1 with d->err. */
+int kvf_env_disk_measure(const char *dir, uint64_t bytes, kvf_env_disk_t *d);
+/* The result in words, for tables and records. */
+void kvf_env_disk_text(const kvf_env_disk_t *d, char *out, size_t cap);
 
 /* Gives rec the detected environment (kvf_record_environment) and writes
  * it to dir (kvf_record_write). Returns 0 on success. */

@@ -404,13 +404,44 @@ static void kvf_env_text_row(const char *item, const char *value, void *arg)
     printf("%-16s %s\n", item, value);
 }
 
+/* The disk row: the device's O_DIRECT ceilings in dir (off: none). */
+static void kvf_env_disk_row(const char *dir, uint64_t bytes, int json,
+                             kvf_record_t *rec)
+{
+    kvf_env_disk_t d;
+    char text[1024];
+
+    if (dir == NULL || strcmp(dir, "off") == 0) {
+        return;
+    }
+    kvf_env_disk_measure(dir, bytes, &d);
+    kvf_env_disk_text(&d, text, sizeof(text));
+    if (!json) {
+        printf("%-16s %s\n", "disk", text);
+    }
+    if (rec != NULL) {
+        kvf_record_config(rec, "disk", text);
+        kvf_record_figure(rec, "disk O_DIRECT read", d.read_gbs, "GB/s", NAN,
+                          NAN);
+        kvf_record_figure(rec, "disk O_DIRECT write", d.write_gbs, "GB/s",
+                          NAN, NAN);
+    }
+}
+
 int kvf_cmd_bench_env(int argc, char **argv)
 {
-    const char *record = NULL, *hyp = NULL;
+    const char *record = NULL, *hyp = NULL, *disk = "/var/tmp";
+    uint64_t disk_size = 256ull << 20;
     const kvf_env_t *e;
     int json = 0, rc;
     const kvf_opt_t opts[] = {
         {"json", 0, KVF_OPT_FLAG, &json, NULL, "print the table as JSON"},
+        {"disk", 0, KVF_OPT_STR, &disk, "DIR|off",
+         "measure the O_DIRECT read and write ceilings of DIR's device\n"
+         "(what a node's --disk tier there can reach)",
+         "/var/tmp"},
+        {"disk-size", 0, KVF_OPT_SIZE, &disk_size, "SIZE",
+         "bytes of the file that measurement writes and reads", "256M"},
         {"record", 0, KVF_OPT_STR, &record, "DIR",
          "write a record (Markdown + JSON) into DIR"},
         {"hypothesis", 0, KVF_OPT_STR, &hyp, "TEXT", "the record's hypothesis"},
@@ -419,7 +450,8 @@ int kvf_cmd_bench_env(int argc, char **argv)
     const kvf_cmd_spec_t spec = {
         "kvferry bench env [options]",
         "Detects the environment table (CPU, NUMA, memory, kernel, GPUs,\n"
-        "NICs, RDMA, kvferry build) from /proc, /sys and nvidia-smi.",
+        "NICs, RDMA, kvferry build) from /proc, /sys and nvidia-smi, and\n"
+        "measures a disk's O_DIRECT ceilings (--disk).",
         opts};
 
     rc = kvf_opts_parse(&spec, argc, argv, NULL);
@@ -436,6 +468,9 @@ int kvf_cmd_bench_env(int argc, char **argv)
     } else {
         printf("# kvferry bench env: detected, not typed\n");
         kvf_env_rows(e, kvf_env_text_row, NULL);
+    }
+    if (record == NULL) {
+        kvf_env_disk_row(disk, disk_size, json, NULL);
     }
     fflush(stdout);
     if (record != NULL) {
@@ -462,6 +497,7 @@ int kvf_cmd_bench_env(int argc, char **argv)
         kvf_record_figure(rec, "GPUs", e->ngpu, "GPUs", NAN, NAN);
         kvf_record_figure(rec, "NICs", e->nnic, "NICs", NAN, NAN);
         kvf_record_figure(rec, "RDMA devices", e->nrdma, "devices", NAN, NAN);
+        kvf_env_disk_row(disk, disk_size, json, rec);
         kvf_record_conclude(rec, ok ? "holds" : "does not hold",
                             ok ? "CPU, cores, memory and kernel were "
                                  "detected; devices as listed"

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 extern char **environ;
 /* Reads a small file into buf with the trailing newline removed.
@@ -61,7 +61,7 @@ long kvf_env_read_long(const char *path, long dflt)
 int kvf_env_run(char *const argv[], char *out, size_t len, int timeout_ms)
 {
     posix_spawn_file_actions_t fa;
-    uint64_t deadline = kvf_clock_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = kvf_time_ns() + (uint64_t)timeout_ms * 1000000ull;
     size_t used = 0;
     int fds[2], st = 0, rc = -1, timed_out = 0;
     pid_t pid;
@@ -84,7 +84,7 @@ int kvf_env_run(char *const argv[], char *out, size_t len, int timeout_ms)
     close(fds[1]);
     for (;;) {
         struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        uint64_t now = kvf_clock_ns();
+        uint64_t now = kvf_time_ns();
         char sink[4096];
         ssize_t n;
 

@@ -7,10 +7,13 @@
  */
 #ifndef KVF_TOOLS_BENCH_GPU_H
 #define KVF_TOOLS_BENCH_GPU_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/bench/gpu.h is private to tools/"
+#endif
 
 #include "tools/bench/bench.h"
 #include <kvferry/gpu.h>
-#include "tools/cli/rng.h"
+#include "core/rng.h"
 
 #define KVF_GPU_SIZES_MAX 16
 
@@ -81,7 +84,7 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
 void kvf_gpu_pool_free(kvf_gpu_pool_t *p);
 
 /* Picks n distinct slots among nslots (partial Fisher-Yates over perm). */
-void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_prng_t *rng);
+void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_rng_t *rng);
 
 /* Prints "GPU 0 (NVIDIA H200, PCI 0000:..., NUMA n, PCIe Gen5 x16)". */
 void kvf_gpu_describe(int gpu, char *buf, size_t len);

@@ -12,7 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <sched.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #define KVF_BASE_DEV_MAX 64
 
@@ -57,14 +57,14 @@ static kvf_status_t kvf_base_use(kvf_gpu_copier_t *cp, int *dev_p,
 /* Waits (at most timeout_ms) for the work posted on dev's stream. */
 static kvf_status_t kvf_base_sync(int dev, int timeout_ms)
 {
-    uint64_t end = kvf_clock_ns() +
+    uint64_t end = kvf_time_ns() +
                    (uint64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000000ull;
     cudaError_t err = cudaEventRecord(kvf_base_done[dev], kvf_base_stream[dev]);
 
     while (err == cudaSuccess) {
         err = cudaEventQuery(kvf_base_done[dev]);
         if (err == cudaErrorNotReady) {
-            if (kvf_clock_ns() > end) {
+            if (kvf_time_ns() > end) {
                 return KVF_ERR_TIMEOUT;
             }
             sched_yield();

@@ -46,7 +46,7 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
         chunk = len < KVF_GPU_FILL_CHUNK ? len : KVF_GPU_FILL_CHUNK;
     kvf_status_t status = KVF_OK;
     char *rnd = NULL, *tmp = NULL;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
 
     memset(p, 0, sizeof(*p));
     p->mem.type = type;
@@ -86,8 +86,8 @@ int kvf_gpu_pool_alloc(kvf_gpu_pool_t *p, kvf_mem_type_t type, int device,
         kvf_gpu_pool_free(p);
         return -1;
     }
-    kvf_prng_seed(&rng, seed);
-    kvf_prng_fill(&rng, rnd, chunk);
+    kvf_rng_seed(&rng, seed);
+    kvf_rng_fill(&rng, rnd, chunk);
     for (at = 0; at < len && status == KVF_OK; at += piece) {
         piece = (len - at < chunk) ? len - at : chunk;
         if (type == KVF_MEM_CUDA) {
@@ -128,13 +128,13 @@ void kvf_gpu_pool_free(kvf_gpu_pool_t *p)
     memset(p, 0, sizeof(*p));
 }
 
-void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_prng_t *rng)
+void kvf_gpu_pick(uint32_t *perm, uint64_t nslots, uint64_t n, kvf_rng_t *rng)
 {
     uint64_t i, j;
     uint32_t t;
 
     for (i = 0; i < n; i++) {
-        j = i + kvf_prng_below(rng, nslots - i);
+        j = i + kvf_rng_below(rng, nslots - i);
         t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;

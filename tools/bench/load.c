@@ -21,7 +21,7 @@
 #include <kvferry/gpu.h>
 #include <kvferry/store.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -105,13 +105,13 @@ static double kvf_bl_h2d(void *dev, unsigned char *buf, uint64_t size,
                          int check)
 {
     unsigned char *back;
-    uint64_t t0 = kvf_clock_ns();
+    uint64_t t0 = kvf_time_ns();
     double us;
 
     if (kvf_gpu_copy(dev, buf, size) != KVF_OK) {
         return -1;
     }
-    us = (double)(kvf_clock_ns() - t0) / 1e3;
+    us = (double)(kvf_time_ns() - t0) / 1e3;
     if (check) {
         back = malloc(size);
         if (back == NULL || kvf_gpu_copy(back, dev, size) != KVF_OK ||
@@ -176,7 +176,7 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
     for (i = 0; i < iters && count > 0 && q && r && v && h && t; i++) {
         snprintf(key, sizeof(key), "bl/%d/%lu/%u", (int)getpid(),
                  (unsigned long)size, i % count);
-        t0 = kvf_clock_ns();
+        t0 = kvf_time_ns();
         s = kvf_store_get(st, key, buf, size, &got, 0);
         if (s != KVF_OK) {
             row->errors++;
@@ -188,7 +188,7 @@ static int kvf_bl_size(kvf_store_h st, uint64_t size, unsigned count,
             row->errors++;
             continue;
         }
-        t[n] = (double)(kvf_clock_ns() - t0) / 1e3;
+        t[n] = (double)(kvf_time_ns() - t0) / 1e3;
         h[n] = hus;
         q[n] = (double)tm.query_ns / 1e3;
         r[n] = (double)tm.read_ns / 1e3;

@@ -8,6 +8,9 @@
  */
 #ifndef KVF_TOOLS_BENCH_OUT_H
 #define KVF_TOOLS_BENCH_OUT_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/bench/out.h is private to tools/"
+#endif
 
 #include "tools/record/json.h"
 #include "tools/record/record.h"

@@ -4,6 +4,7 @@
  * so the main job needs no other service; it dies with its parent.
  */
 #include "tools/bench/bench.h"
+#include "core/time.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -310,4 +311,33 @@ double kvf_bench_quantile(double *v, size_t n, double q)
         return v[n - 1];
     }
     return v[i] + (v[i + 1] - v[i]) * (pos - (double)i);
+}
+
+kvf_status_t kvf_bench_ceiling_sample(kvf_engine_h engine, kvf_peer_h peer,
+                                      kvf_op_type_t op, char *local,
+                                      uint64_t remote, uint64_t len,
+                                      unsigned timeout_ms, double *secs_p)
+{
+    kvf_op_t one = {op, local, peer, remote, len};
+    double raw = 0, eng;
+    kvf_batch_h b;
+    uint64_t t0;
+    kvf_status_t st;
+
+    st = kvf_peer_link_test(peer, op, local, remote, len, &raw);
+    if (st != KVF_OK) {
+        return st;
+    }
+    t0 = kvf_time_ns();
+    st = kvf_batch_submit(engine, &one, 1, &b);
+    if (st == KVF_OK) {
+        st = kvf_batch_wait(b, (int)timeout_ms);
+        eng = (double)(kvf_time_ns() - t0) / 1e9;
+        kvf_batch_destroy(b);
+    }
+    if (st != KVF_OK) {
+        return st;
+    }
+    *secs_p = eng < raw ? eng : raw;
+    return KVF_OK;
 }

@@ -28,8 +28,9 @@
 #include <kvferry/perf.h>
 #include <kvferry/store.h>
 
-#include "tools/cli/rng.h"
-#include "tools/cli/clock.h"
+#include "core/rng.h"
+#include "core/time.h"
+#include "core/sock.h"
 #include "tools/cli/net.h"
 
 #include <jansson.h>
@@ -101,8 +102,14 @@ static void kvf_bs_field(const char *line, const char *key, char *out,
 
 int kvf_bs_cluster_start(kvf_bs_cluster_t *c, unsigned nodes, uint64_t pool)
 {
+    return kvf_bs_cluster_start_args(c, nodes, pool, NULL);
+}
+
+int kvf_bs_cluster_start_args(kvf_bs_cluster_t *c, unsigned nodes,
+                              uint64_t pool, const char *const *extra)
+{
     char line[512], pool_s[32];
-    unsigned i;
+    unsigned i, k;
     pid_t pid;
 
     memset(c, 0, sizeof(*c));
@@ -121,8 +128,12 @@ int kvf_bs_cluster_start(kvf_bs_cluster_t *c, unsigned nodes, uint64_t pool)
     kvf_bs_field(line, "http=", c->http, sizeof(c->http));
     snprintf(pool_s, sizeof(pool_s), "%lu", (unsigned long)pool);
     for (i = 0; i < nodes && i < KVF_BS_NODES_MAX; i++) {
-        char *argv[] = {"kvferry",  "node",    "--pool", pool_s,
-                        "--master", c->master, NULL};
+        char *argv[16] = {"kvferry",  "node",    "--pool", pool_s,
+                          "--master", c->master, NULL};
+
+        for (k = 0; extra != NULL && extra[k] != NULL && k < 8; k++) {
+            argv[6 + k] = (char *)extra[k];
+        }
 
         pid = kvf_bs_spawn(argv, line, sizeof(line));
         if (pid < 0) {
@@ -176,7 +187,7 @@ typedef struct kvf_bs_thread {
     long errors;
     kvf_status_t first_error;
     uint64_t end_ns;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
 } kvf_bs_thread_t;
 
 static void kvf_bs_lat_add(kvf_bs_thread_t *t, int k, double us)
@@ -221,11 +232,11 @@ static void *kvf_bs_thread_main(void *arg)
     int miss;
 
     pthread_barrier_wait(&c->barrier);
-    while (kvf_clock_ns() < c->deadline_ns) {
+    while (kvf_time_ns() < c->deadline_ns) {
         miss = 0;
         if (c->phase == 0) {
             kvf_bs_key(key, sizeof(key), c, t->id, t->seq);
-            t0 = kvf_clock_ns();
+            t0 = kvf_time_ns();
             s = kvf_store_put(c->st, key, t->buf, c->size, &po);
             if (s == KVF_OK) {
                 t->seq++;
@@ -233,7 +244,7 @@ static void *kvf_bs_thread_main(void *arg)
         } else {
             uint64_t have = t->seq < c->keys ? t->seq : c->keys;
 
-            miss = (c->phase == 2 && (double)(kvf_prng_next(&t->rng) >> 11) /
+            miss = (c->phase == 2 && (double)(kvf_rng_next(&t->rng) >> 11) /
                                              9007199254740992.0 >=
                                          c->o->hit_ratio) ||
                    have == 0;
@@ -243,14 +254,14 @@ static void *kvf_bs_thread_main(void *arg)
             } else {
                 kvf_bs_key(key, sizeof(key), c, t->id, t->seq - 1 - (i % have));
             }
-            t0 = kvf_clock_ns();
+            t0 = kvf_time_ns();
             s = kvf_store_get(c->st, key, t->buf, c->size, &got, 0);
             if (miss && s == KVF_ERR_NO_KEY) {
                 s = KVF_OK;
             }
         }
         if (s == KVF_OK) {
-            kvf_bs_lat_add(t, miss, (double)(kvf_clock_ns() - t0) / 1e3);
+            kvf_bs_lat_add(t, miss, (double)(kvf_time_ns() - t0) / 1e3);
         } else {
             if (t->errors++ == 0) {
                 t->first_error = s;
@@ -258,7 +269,7 @@ static void *kvf_bs_thread_main(void *arg)
         }
         i++;
     }
-    t->end_ns = kvf_clock_ns();
+    t->end_ns = kvf_time_ns();
     return NULL;
 }
 
@@ -368,11 +379,11 @@ static void kvf_bs_phase(kvf_bs_ctx_t *c, kvf_bs_thread_t *th, unsigned n,
     for (i = 0; i < n; i++) {
         pthread_create(&th[i].tid, NULL, kvf_bs_thread_main, &th[i]);
     }
-    c->start_ns = kvf_clock_ns();
+    c->start_ns = kvf_time_ns();
     c->deadline_ns = c->start_ns + c->dur_ms * 1000000ull;
     cpu0 = kvf_bs_cpu_s(c->cl);
     pthread_barrier_wait(&c->barrier);
-    c->start_ns = kvf_clock_ns();
+    c->start_ns = kvf_time_ns();
     wall0 = kvf_bs_unix_s();
     for (i = 0; i < n; i++) {
         pthread_join(th[i].tid, NULL);
@@ -558,10 +569,10 @@ static void kvf_bs_cleanup(kvf_bs_ctx_t *c, kvf_bs_thread_t *th,
     static char names[CHUNK][128];
     const char *keys[CHUNK];
     kvf_status_t s[CHUNK];
-    uint64_t deadline = kvf_clock_ms() + 10000, seq;
+    uint64_t deadline = kvf_time_ms() + 10000, seq;
     unsigned i, n, k, left = 1;
 
-    while (left > 0 && kvf_clock_ms() < deadline) {
+    while (left > 0 && kvf_time_ms() < deadline) {
         left = 0;
         for (i = 0; i < clients; i++) {
             for (seq = 0; seq < th[i].seq;) {
@@ -595,7 +606,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
     c.cl = cl;
     c.o = o;
     c.size = size;
-    c.run = kvf_clock_ns() ^ ((uint64_t)getpid() << 32);
+    c.run = kvf_time_ns() ^ ((uint64_t)getpid() << 32);
     c.keys = kvf_bs_keys_per_thread(capacity, size, clients);
     th = calloc(clients, sizeof(*th));
     if (th == NULL) {
@@ -604,7 +615,7 @@ static int kvf_bs_cell(kvf_store_h st, const kvf_bs_cluster_t *cl,
     for (i = 0; i < clients; i++) {
         th[i].ctx = &c;
         th[i].id = i;
-        kvf_prng_seed(&th[i].rng, 1000 + i);
+        kvf_rng_seed(&th[i].rng, 1000 + i);
         th[i].buf = kvf_cli_pool_alloc(size, 77 + i);
         if (th[i].buf == NULL ||
             kvf_engine_reg(kvf_store_engine(st), th[i].buf, size, KVF_MEM_HOST,
@@ -697,12 +708,14 @@ void kvf_bs_json_rows(FILE *f, const kvf_bs_opts_t *o, const kvf_bs_row_t *rows,
     fputc('\n', f);
 }
 
+static int kvf_bs_cmd(int argc, char **argv);
+
 /* An external master's cluster from its /status: o->nodes, o->pool (the
  * largest node's pool), *capacity_p and o->cluster in words. 0, or -1
  * when /status could not be read (the counts stay as they are). */
 static int kvf_bs_real_cluster(kvf_bs_opts_t *o, uint64_t *capacity_p)
 {
-    char http[KVF_NET_HOST_MAX + 8], host[KVF_NET_HOST_MAX], body[65536];
+    char http[KVF_HOST_MAX + 8], host[KVF_HOST_MAX], body[65536];
     char sz[32], cap[32];
     json_t *root, *list, *n;
     uint64_t c, largest = 0;
@@ -711,7 +724,7 @@ static int kvf_bs_real_cluster(kvf_bs_opts_t *o, uint64_t *capacity_p)
 
     if (o->http != NULL) {
         snprintf(http, sizeof(http), "%s", o->http);
-    } else if (kvf_net_parse_addr(o->master, host, sizeof(host), &port) ==
+    } else if (kvf_sock_parse_addr(o->master, host, sizeof(host), &port) ==
                KVF_OK) {
         /* the master's default: HTTP on the port after the RPC port */
         snprintf(http, sizeof(http), "%.*s:%u", 200, host, (unsigned)port + 1);
@@ -770,6 +783,19 @@ static void kvf_bs_progress_total(const kvf_bs_opts_t *o, uint64_t capacity,
 }
 
 int kvf_cmd_bench_store(int argc, char **argv)
+{
+    int a;
+
+    for (a = 1; a < argc; a++) {
+        if (strncmp(argv[a], "--working-set", 13) == 0) {
+            return kvf_cmd_bench_store_ws(argc, argv);
+        }
+    }
+    return kvf_bs_cmd(argc, argv);
+}
+
+/* `bench store` without --working-set: the cells of size x clients. */
+static int kvf_bs_cmd(int argc, char **argv)
 {
     kvf_bs_opts_t o = {.nodes = 2,
                        .pool = 1ull << 30,
@@ -846,7 +872,11 @@ int kvf_cmd_bench_store(int argc, char **argv)
         "kvferry bench store [options]",
         "Store put and get latency and throughput over object size x\n"
         "client threads, and hit/miss mixes.",
-        opts, "transports: KVF_TRANSPORTS=tcp forces tcp in every process",
+        opts,
+        "transports: KVF_TRANSPORTS=tcp forces tcp in every process;\n"
+        "--working-set W: another mode, a working set larger than the\n"
+        "pool with and without a disk tier (bench store --working-set 3x\n"
+        "--help)",
         .progress = 1};
 
     o.nsizes = 5;

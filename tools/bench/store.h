@@ -7,6 +7,9 @@
  */
 #ifndef KVF_TOOLS_BENCH_STORE_H
 #define KVF_TOOLS_BENCH_STORE_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/bench/store.h is private to tools/"
+#endif
 
 #include "tools/bench/bench.h"
 
@@ -29,6 +32,12 @@ typedef struct kvf_bs_cluster {
 /* Spawns `kvferry master` and `nodes` x `kvferry node --pool pool` on
  * 127.0.0.1 (they die with this process). Returns 0 on success. */
 int kvf_bs_cluster_start(kvf_bs_cluster_t *c, unsigned nodes, uint64_t pool);
+/* The same, each node with the extra arguments (NULL-terminated, at most
+ * 8; NULL: none). */
+int kvf_bs_cluster_start_args(kvf_bs_cluster_t *c, unsigned nodes,
+                              uint64_t pool, const char *const *extra);
+/* `bench store --working-set` (store_ws.c). */
+int kvf_cmd_bench_store_ws(int argc, char **argv);
 void kvf_bs_cluster_stop(kvf_bs_cluster_t *c);
 
 /* One measured row: an operation at one size and concurrency. */

@@ -20,9 +20,10 @@
  */
 #include "tools/bench/store.h"
 
+#include "core/sock.h"
 #include "tools/cli/net.h"
-#include "tools/cli/clock.h"
-#include "tools/cli/rng.h"
+#include "core/time.h"
+#include "core/rng.h"
 
 #include <hiredis/hiredis.h>
 
@@ -48,7 +49,7 @@ static unsigned kvf_bs_free_port(void)
     uint16_t port = 0;
     int fd;
 
-    if (kvf_net_listen("127.0.0.1", 0, 1, &fd, &port) != KVF_OK) {
+    if (kvf_sock_listen("127.0.0.1", 0, 1, &fd, &port) != KVF_OK) {
         return 0;
     }
     close(fd);
@@ -154,7 +155,7 @@ static int kvf_bs_redis_bench(const char *port_s, const char *test,
                     "-r",
                     (char *)keys_s,
                     NULL};
-    uint64_t deadline = kvf_clock_ms() + 600000;
+    uint64_t deadline = kvf_time_ms() + 600000;
     struct rusage ru;
     size_t len = 0;
     int fds[2], st;
@@ -171,7 +172,7 @@ static int kvf_bs_redis_bench(const char *port_s, const char *test,
     }
     bench = kvf_bs_spawn_quiet(argv, fds[1]);
     close(fds[1]);
-    while (len + 1 < cap && kvf_net_wait(fds[0], POLLIN, deadline) == KVF_OK) {
+    while (len + 1 < cap && kvf_sock_wait(fds[0], POLLIN, deadline) == KVF_OK) {
         n = read(fds[0], buf + len, cap - 1 - len);
         if (n <= 0) {
             break;
@@ -183,7 +184,7 @@ static int kvf_bs_redis_bench(const char *port_s, const char *test,
     if (bench <= 0) {
         return -1;
     }
-    if (kvf_clock_ms() >= deadline) {
+    if (kvf_time_ms() >= deadline) {
         kill(bench, SIGTERM);
     }
     if (wait4(bench, &st, 0, &ru) == bench && WIFEXITED(st) &&
@@ -264,9 +265,9 @@ int kvf_bs_redis_both(uint64_t size, unsigned clients, unsigned keys,
     if (srv < 0) {
         return -1;
     }
-    deadline = kvf_clock_ms() + 5000;
-    while (kvf_net_connect("127.0.0.1", (uint16_t)port, 200, &fd) != KVF_OK) {
-        if (kvf_clock_ms() > deadline || waitpid(srv, &st, WNOHANG) == srv) {
+    deadline = kvf_time_ms() + 5000;
+    while (kvf_sock_connect("127.0.0.1", (uint16_t)port, 200, &fd) != KVF_OK) {
+        if (kvf_time_ms() > deadline || waitpid(srv, &st, WNOHANG) == srv) {
             fprintf(stderr, "kvferry: redis-server did not start (is the "
                             "redis-server package installed?)\n");
             kill(srv, SIGKILL);
@@ -480,11 +481,11 @@ static void *kvf_resp_thread(void *arg)
     unsigned i = 0;
     int st;
 
-    while (kvf_clock_ns() < t->stop_ns) {
+    while (kvf_time_ns() < t->stop_ns) {
         snprintf(key, sizeof(key), "kvfr:%u:%u", t->id, i++ % t->keys);
-        t0 = kvf_clock_ns();
+        t0 = kvf_time_ns();
         st = kvf_resp_op(t, key);
-        t1 = kvf_clock_ns();
+        t1 = kvf_time_ns();
         if (st < 0) {
             t->errors++;
             break; /* the connection is gone or timed out */
@@ -554,7 +555,7 @@ int kvf_bs_resp(unsigned port, pid_t srv, uint64_t size, unsigned clients,
                                .tv_usec = (KVF_RESP_TIMEOUT_MS % 1000) * 1000};
     double srv0, srv1, secs;
     unsigned i, started;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
     int phase, rc = -1;
     uint64_t t0;
 
@@ -574,12 +575,12 @@ int kvf_bs_resp(unsigned port, pid_t srv, uint64_t size, unsigned clients,
             th[i].c->err != 0 || redisSetTimeout(th[i].c, tv) != REDIS_OK) {
             goto out;
         }
-        kvf_prng_seed(&rng, 0x7265646973ull + i);
-        kvf_prng_fill(&rng, th[i].val, (size_t)size);
+        kvf_rng_seed(&rng, 0x7265646973ull + i);
+        kvf_rng_fill(&rng, th[i].val, (size_t)size);
     }
     for (phase = 0; phase < 2; phase++) {
         srv0 = kvf_bs_proc_cpu_s(srv);
-        t0 = kvf_clock_ns();
+        t0 = kvf_time_ns();
         for (i = 0; i < clients; i++) {
             th[i].get = phase;
             th[i].stop_ns = t0 + (uint64_t)(seconds * 1e9);
@@ -595,7 +596,7 @@ int kvf_bs_resp(unsigned port, pid_t srv, uint64_t size, unsigned clients,
         for (i = 0; i < started; i++) {
             pthread_join(tid[i], NULL);
         }
-        secs = (double)(kvf_clock_ns() - t0) / 1e9;
+        secs = (double)(kvf_time_ns() - t0) / 1e9;
         srv1 = kvf_bs_proc_cpu_s(srv);
         if (started < clients) {
             goto out;

@@ -20,6 +20,21 @@
  * Claim: at 64 KiB blocks at least 90 % of the 64 MiB
  * throughput. The largest block measured is the estimate a record compares
  * with (its record, below).
+ *
+ * The link ceiling (docs/performance.md, "Ceilings"): before each block
+ * size of each round, `bench link`'s contiguous move of 256 MiB (at most
+ * half the pool) on the same peer with the transport's parallelism (tcp:
+ * the same connections; shm: a copying thread per worker, and as many
+ * such copies at once as te has threads, since a submitting thread may
+ * copy its own batch besides the workers), and the same bytes as one
+ * operation through the engine; a sample is the faster, the best sample
+ * the raw ceiling. Each size also runs, right after its row in every
+ * round, its own workload with each batch moved as one contiguous
+ * operation (the same threads, the same bytes in flight: on loopback
+ * the bytes in flight decide how much the copies hit the caches); the
+ * size's ceiling is the better of its best such round and the raw one.
+ * Each row is printed as a share of its ceiling, and a row above 105 %
+ * is reported as a ceiling that did not bound it.
  */
 #include "tools/bench/te.h"
 #include "tools/cli/opts.h"
@@ -27,7 +42,7 @@
 #include "tools/bench/out.h"
 #include "tools/record/record.h"
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -74,6 +89,8 @@ static int kvf_te_parse(int argc, char **argv, kvf_te_opts_t *o)
          "run the curve N times, sizes interleaved; each size keeps\n"
          "its median round",
          "1", .min = 1, .max = KVF_TE_ROUNDS_MAX},
+        {"no-link", 0, KVF_OPT_CLEAR, &o->link, NULL,
+         "skip the link ceiling"},
         {"no-inline", 0, KVF_OPT_FLAG, &o->no_inline, NULL,
          "never move a request on the submitting thread (default:\n"
          "KVF_BATCH_INLINE, as each thread waits for its batch at once)"},
@@ -116,6 +133,7 @@ static int kvf_te_parse(int argc, char **argv, kvf_te_opts_t *o)
     o->duration_ms = 1000;
     o->min_batches = 3;
     o->rounds = 1;
+    o->link = 1;
     o->op = KVF_OP_WRITE;
     rc = kvf_opts_parse(&spec, argc, argv, NULL);
     if (rc >= 0) {
@@ -153,6 +171,7 @@ typedef struct kvf_te_thread {
     double *lat_ms; /* batch latencies, up to lat_cap kept */
     size_t nlat, lat_cap;
     kvf_op_t *ops;
+    int contig; /* the ceiling's run: each batch as one contiguous op */
     kvf_status_t status;
 } kvf_te_thread_t;
 
@@ -162,9 +181,23 @@ static kvf_status_t kvf_te_batch(kvf_te_thread_t *t, uint64_t k, double *ms_p)
     const kvf_te_opts_t *o = t->o;
     kvf_batch_h batch;
     kvf_status_t status;
-    uint64_t i, t0;
+    uint64_t i, t0, nops = o->batch;
 
-    for (i = 0; i < o->batch; i++) {
+    if (t->contig) {
+        /* the same bytes in flight as one operation: batch consecutive
+         * blocks of the slice, never wrapping */
+        uint64_t span = t->lslots < t->rslots ? t->lslots : t->rslots;
+        uint64_t b0 = span > o->batch ? (k * o->batch) % (span - o->batch + 1)
+                                      : 0;
+
+        t->ops[0].type = o->op;
+        t->ops[0].local = t->local + b0 * t->block;
+        t->ops[0].peer = t->s->peer;
+        t->ops[0].remote = t->remote + b0 * t->block;
+        t->ops[0].length = t->block * (span < o->batch ? span : o->batch);
+        nops = 1;
+    }
+    for (i = 0; i < o->batch && !t->contig; i++) {
         uint64_t n = k * o->batch + i;
 
         t->ops[i].type = o->op;
@@ -173,14 +206,14 @@ static kvf_status_t kvf_te_batch(kvf_te_thread_t *t, uint64_t k, double *ms_p)
         t->ops[i].remote = t->remote + (n % t->rslots) * t->block;
         t->ops[i].length = t->block;
     }
-    t0 = kvf_clock_ns();
-    status = kvf_batch_submit_ex(t->s->engine, t->ops, o->batch,
+    t0 = kvf_time_ns();
+    status = kvf_batch_submit_ex(t->s->engine, t->ops, nops,
                                  o->no_inline ? 0 : KVF_BATCH_INLINE, &batch);
     if (status != KVF_OK) {
         return status;
     }
     status = kvf_batch_wait(batch, (int)o->s.timeout_ms);
-    *ms_p = (double)(kvf_clock_ns() - t0) / 1e6;
+    *ms_p = (double)(kvf_time_ns() - t0) / 1e6;
     kvf_batch_destroy(batch);
     return status;
 }
@@ -192,7 +225,7 @@ static void *kvf_te_thread_main(void *arg)
     double ms;
 
     for (k = 0;; k++) {
-        if (k >= t->o->min_batches && kvf_clock_ns() >= t->deadline_ns) {
+        if (k >= t->o->min_batches && kvf_time_ns() >= t->deadline_ns) {
             break;
         }
         t->status = kvf_te_batch(t, k, &ms);
@@ -205,13 +238,13 @@ static void *kvf_te_thread_main(void *arg)
             t->lat_ms[t->nlat++] = ms;
         }
     }
-    t->end_ns = kvf_clock_ns();
+    t->end_ns = kvf_time_ns();
     return NULL;
 }
 
 /* Runs one block size with all threads; fills row. */
 static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
-                            uint64_t block, kvf_te_row_t *row)
+                            uint64_t block, int contig, kvf_te_row_t *row)
 {
     kvf_te_thread_t th[KVF_TE_THREADS_MAX];
     uint64_t lslice = s->pool_len / o->threads;
@@ -238,6 +271,7 @@ static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
         t->o = o;
         t->s = s;
         t->block = block;
+        t->contig = contig;
         t->local = s->pool + i * lslice;
         t->remote = s->remote + i * rslice;
         t->lslots = lslice / block;
@@ -259,7 +293,7 @@ static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
             rc = -1;
         }
     }
-    start = kvf_clock_ns();
+    start = kvf_time_ns();
     for (i = 0; i < o->threads && rc == 0; i++) {
         th[i].start_ns = start;
         th[i].deadline_ns = start + o->duration_ms * 1000000ull;
@@ -317,6 +351,115 @@ static int kvf_te_run_block(const kvf_te_opts_t *o, kvf_bench_session_t *s,
     return rc;
 }
 
+/* One link test of the ceiling's samples: a contiguous piece of each
+ * pool, at a fresh random place (so it does not find its bytes in the
+ * CPU caches). */
+typedef struct kvf_te_link_job {
+    kvf_bench_session_t *s;
+    kvf_op_type_t op;
+    char *local;
+    uint64_t remote, len;
+    double secs;
+    kvf_status_t st;
+} kvf_te_link_job_t;
+
+static void *kvf_te_link_main(void *arg)
+{
+    kvf_te_link_job_t *j = arg;
+
+    j->st = kvf_peer_link_test(j->s->peer, j->op, j->local, j->remote, j->len,
+                               &j->secs);
+    return NULL;
+}
+
+/* Takes one sample of the ceiling: l->copies link tests at once over
+ * disjoint pieces, timed from the first start to the last end. */
+static kvf_status_t kvf_te_link_sample(const kvf_te_opts_t *o,
+                                       kvf_bench_session_t *s,
+                                       kvf_te_link_t *l, uint64_t *seed)
+{
+    kvf_te_link_job_t jobs[KVF_TE_THREADS_MAX];
+    pthread_t tid[KVF_TE_THREADS_MAX];
+    uint64_t per = (l->bytes / l->copies) & ~(uint64_t)4095, t0, span;
+    uint64_t lmax = s->pool_len - l->bytes, rmax = s->remote_len - l->bytes;
+    uint64_t loff, roff;
+    kvf_status_t st = KVF_OK;
+    unsigned i, started = 0;
+    double secs;
+
+    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+    loff = ((*seed >> 20) % (lmax / 4096 + 1)) * 4096;
+    roff = ((*seed >> 8) % (rmax / 4096 + 1)) * 4096;
+    span = per * l->copies;
+    t0 = kvf_time_ns();
+    for (i = 0; i < l->copies; i++) {
+        jobs[i] = (kvf_te_link_job_t){s, o->op, s->pool + loff + i * per,
+                                      s->remote + roff + i * per, per, 0,
+                                      KVF_OK};
+        if (l->copies == 1) {
+            kvf_te_link_main(&jobs[i]);
+        } else if (pthread_create(&tid[i], NULL, kvf_te_link_main, &jobs[i]) !=
+                   0) {
+            st = KVF_ERR_NO_RESOURCE;
+            break;
+        }
+        started++;
+    }
+    for (i = 0; i < started && l->copies > 1; i++) {
+        pthread_join(tid[i], NULL);
+    }
+    secs = (double)(kvf_time_ns() - t0) / 1e9;
+    if (l->copies == 1) {
+        secs = jobs[0].secs; /* the copy alone, as `bench link` times it */
+    }
+    for (i = 0; i < started && st == KVF_OK; i++) {
+        st = jobs[i].st;
+    }
+    if (st == KVF_OK) { /* and the whole span as one engine operation */
+        double eng = 0;
+        kvf_op_t one = {o->op, s->pool + loff, s->peer, s->remote + roff, span};
+        kvf_batch_h b;
+
+        t0 = kvf_time_ns();
+        st = kvf_batch_submit(s->engine, &one, 1, &b);
+        if (st == KVF_OK) {
+            st = kvf_batch_wait(b, (int)o->s.timeout_ms);
+            eng = (double)(kvf_time_ns() - t0) / 1e9;
+            kvf_batch_destroy(b);
+        }
+        secs = (st == KVF_OK && eng < secs) ? eng : secs;
+    }
+    if (st == KVF_OK && secs > 0) {
+        secs *= (double)l->bytes / (double)span;
+        l->best_s = (l->n == 0 || secs < l->best_s) ? secs : l->best_s;
+        l->n++;
+    }
+    return st;
+}
+
+/* The ceiling's set-up for this run: 256 MiB a sample (at most half a
+ * pool); shm copies on each te thread at once (see the top comment). */
+static void kvf_te_link_init(const kvf_te_opts_t *o, kvf_bench_session_t *s,
+                             kvf_te_link_t *l)
+{
+    uint64_t half = (s->pool_len < s->remote_len ? s->pool_len
+                                                 : s->remote_len) / 2;
+
+    memset(l, 0, sizeof(*l));
+    l->bytes = half < (256ull << 20) ? half & ~(uint64_t)4095 : 256ull << 20;
+    l->copies = strcmp(kvf_peer_transport(s->peer), "shm") == 0 ? o->threads
+                                                                 : 1;
+    if (l->bytes / l->copies < 4096) {
+        l->copies = 1;
+    }
+}
+
+/* The ceiling in GB/s (10^9 bytes/s, as te's rows), 0 when unmeasured. */
+static double kvf_te_link_gb_s(const kvf_te_link_t *l)
+{
+    return l->n > 0 && l->best_s > 0 ? (double)l->bytes / l->best_s / 1e9 : 0;
+}
+
 /* The columns of a row, declared once for the text table, the JSON rows
  * and the record. */
 static const kvf_out_col_t kvf_te_cols[] = {
@@ -337,6 +480,7 @@ static const kvf_out_col_t kvf_te_cols[] = {
     {"lat_ms_p50", "lat P50 ms", "ms", "%12.3f", .width = 12},
     {"lat_ms_p99", "lat P99 ms", "ms", "%12.3f", .width = 12},
     {"ratio_to_largest", NULL, "ratio", "%.3f"},
+    {"link_pct", "% link", "% of the link ceiling", "%6.1f", .width = 6},
 };
 
 typedef struct kvf_te_ctx {
@@ -460,7 +604,12 @@ static int kvf_te_cmp_gb_s(const void *a, const void *b)
 int kvf_cmd_bench_te(int argc, char **argv)
 {
     static kvf_te_row_t runs[KVF_TE_BLOCKS_MAX][KVF_TE_ROUNDS_MAX];
-    kvf_te_row_t rows[KVF_TE_BLOCKS_MAX];
+    kvf_te_row_t rows[KVF_TE_BLOCKS_MAX] = {{0}};
+    kvf_te_link_t link;
+    kvf_te_row_t cr;
+    double ceil_gb_s[KVF_TE_BLOCKS_MAX] = {0};
+    uint64_t seed = 4242;
+    double link_gb_s;
     unsigned round;
     kvf_te_opts_t o;
     kvf_te_verdict_t v;
@@ -490,6 +639,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
         return KVF_CLI_FAIL;
     }
     transport = kvf_peer_transport(s.peer);
+    kvf_te_link_init(&o, &s, &link);
     kvf_progress_clear(&prog);
     printf("bench=te transport=%s op=%s batch=%u threads=%u duration=%lums "
            "conns=%u pool=%s\n",
@@ -503,9 +653,19 @@ int kvf_cmd_bench_te(int argc, char **argv)
             kvf_progress_step(&prog, "%s%s blocks for %lu ms over %s",
                               o.op == KVF_OP_WRITE ? "write " : "read ", bstr,
                               (unsigned long)o.duration_ms, transport);
-            if (kvf_te_run_block(&o, &s, o.blocks[k], &runs[k][round]) != 0) {
+            if (o.link && kvf_te_link_sample(&o, &s, &link, &seed) != KVF_OK) {
+                fprintf(stderr, "kvferry: link test failed\n");
                 bad = 1;
                 break;
+            }
+            if (kvf_te_run_block(&o, &s, o.blocks[k], 0, &runs[k][round]) !=
+                    0 ||
+                (o.link && kvf_te_run_block(&o, &s, o.blocks[k], 1, &cr) != 0)) {
+                bad = 1;
+                break;
+            }
+            if (o.link && cr.gb_s > ceil_gb_s[k]) {
+                ceil_gb_s[k] = cr.gb_s;
             }
             kvf_progress_done(&prog, 1);
             if (o.rounds > 1) {
@@ -516,6 +676,7 @@ int kvf_cmd_bench_te(int argc, char **argv)
         }
     }
     o.busy = kvf_progress_end(&prog);
+    link_gb_s = kvf_te_link_gb_s(&link);
     for (k = 0; k < o.nblocks && !bad; k++) {
         kvf_te_row_t *r = &rows[nrows];
 
@@ -523,6 +684,14 @@ int kvf_cmd_bench_te(int argc, char **argv)
         *r = runs[k][o.rounds / 2];
         kvf_fmt_size(r->block, bstr, sizeof(bstr));
         kvf_te_table_row(&t, &o, r);
+        if (link_gb_s > 0) {
+            /* this size's ceiling: the raw link, or its own batches as
+             * contiguous operations, whichever moved more */
+            double c = ceil_gb_s[k] > link_gb_s ? ceil_gb_s[k] : link_gb_s;
+
+            kvf_out_set(&t, t.nrows - 1, "link_pct", 100.0 * r->gb_s / c);
+            kvf_expect_figure(o.expect, "link_pct", 100.0 * r->gb_s / c, bstr);
+        }
         kvf_out_text_row(&t, t.nrows - 1, stdout);
         kvf_expect_figure(o.expect, "gb_s", r->gb_s, bstr);
         snprintf(name, sizeof(name), "%s.gb_s", transport);
@@ -534,6 +703,20 @@ int kvf_cmd_bench_te(int argc, char **argv)
         kvf_out_set(&t, k, "ratio_to_largest",
                     v.ref_gb_s > 0 ? rows[k].gb_s / v.ref_gb_s : 0);
     }
+    if (link_gb_s > 0) {
+        kvf_fmt_size(link.bytes, bstr, sizeof(bstr));
+        printf("%% link = share of the size's ceiling: the better of its own "
+               "batches moved as contiguous operations (same threads, same "
+               "bytes in flight, best round) and the raw link = %.3f GB/s, "
+               "the best of %u contiguous moves of %s interleaved with the "
+               "sizes (%s)\n",
+               link_gb_s, link.n, bstr,
+               link.copies > 1 ? "shm: one copying thread per worker, on "
+                                 "each te thread at once"
+               : strcmp(transport, "tcp") == 0
+                   ? "tcp: one stream per connection, the same connections"
+                   : "the transport's own parallelism");
+    }
     if (v.ratio >= 0 && v.check_block > 0) {
         char cstr[32];
 
@@ -543,7 +726,8 @@ int kvf_cmd_bench_te(int argc, char **argv)
         kvf_expect_figure(o.expect, "small_pct", 100.0 * v.ratio, name);
     }
     {
-        static const char *const defaults[] = {"small_pct>=90", NULL};
+        static const char *const defaults[] = {"small_pct>=90",
+                                               "link_pct<=105", NULL};
 
         bad |= kvf_bench_finish(&o.expect, defaults,
                                 o.json && !strcmp(o.json, "-"), &o.busy) > 0 &&

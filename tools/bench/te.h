@@ -5,6 +5,9 @@
  */
 #ifndef KVF_TOOLS_BENCH_TE_H
 #define KVF_TOOLS_BENCH_TE_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/bench/te.h is private to tools/"
+#endif
 
 #include "tools/bench/bench.h"
 #include "tools/bench/out.h"
@@ -25,6 +28,7 @@ typedef struct kvf_te_opts {
     unsigned min_batches;
     unsigned rounds; /* the curve this many times; median round per size */
     int no_inline;   /* submit without KVF_BATCH_INLINE */
+    int link;        /* measure the link ceiling (default on) */
     kvf_op_type_t op;
     const char *json;
     const char *record;
@@ -44,6 +48,15 @@ typedef struct kvf_te_row {
     double ops_s;                  /* block operations per second */
     double lat_p50_ms, lat_p99_ms; /* per batch */
 } kvf_te_row_t;
+
+/* The link ceiling of a run: samples taken before each block size of
+ * each round; the ceiling is the best. */
+typedef struct kvf_te_link {
+    uint64_t bytes; /* per sample */
+    unsigned copies; /* link tests at once (shm: one per thread) */
+    double best_s;   /* fastest sample, 0 before any */
+    unsigned n;      /* samples taken */
+} kvf_te_link_t;
 
 typedef struct kvf_te_verdict {
     uint64_t ref_block; /* largest block measured: the estimate */

@@ -22,6 +22,9 @@
  */
 #ifndef KVF_TOOLS_CALC_H
 #define KVF_TOOLS_CALC_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/calc/calc.h is private to tools/"
+#endif
 
 #include <kvferry/status.h>
 

@@ -10,6 +10,9 @@
  */
 #ifndef KVF_TOOLS_CALC_DATA_H
 #define KVF_TOOLS_CALC_DATA_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/calc/calc_data.h is private to tools/"
+#endif
 
 #include <kvferry/status.h>
 

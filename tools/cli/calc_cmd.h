@@ -5,6 +5,9 @@
  */
 #ifndef KVF_TOOLS_CMD_CALC_H
 #define KVF_TOOLS_CMD_CALC_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/cli/calc_cmd.h is private to tools/"
+#endif
 
 #include "tools/cli/cli.h"
 #include "tools/calc/calc.h"

@@ -6,6 +6,9 @@
  */
 #ifndef KVF_TOOLS_CLI_H
 #define KVF_TOOLS_CLI_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/cli/cli.h is private to tools/"
+#endif
 
 #include <kvferry/config.h> /* kvf_parse_size, kvf_parse_ms */
 #include <kvferry/kvferry.h>

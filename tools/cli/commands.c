@@ -5,6 +5,8 @@
  */
 #include "tools/cli/cli.h"
 
+#include <kvferry/config.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +109,7 @@ int kvf_cli_dispatch(const kvf_cli_cmd_t *cmds, const char *what, int argc,
  * installed). */
 static int kvf_cmd_bench_e2e(int argc, char **argv)
 {
-    const char *py = getenv("KVFERRY_PYTHON");
+    const char *py = kvf_config_var("KVFERRY_PYTHON");
     char **args = calloc((size_t)argc + 5, sizeof(*args));
     int i;
 

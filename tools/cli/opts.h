@@ -17,6 +17,9 @@
  */
 #ifndef KVF_TOOLS_OPTS_H
 #define KVF_TOOLS_OPTS_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/cli/opts.h is private to tools/"
+#endif
 
 #include <stdint.h>
 

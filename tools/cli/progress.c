@@ -3,7 +3,7 @@
  */
 #include "tools/cli/progress.h"
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -85,7 +85,7 @@ static void kvf_progress_show(kvf_progress_t *p, const char *what, int counted)
         return;
     }
     if (p->done > 0 && p->total > p->done) {
-        sec = (double)(kvf_clock_ns() - p->t0_ns) / 1e9 * (p->total - p->done) /
+        sec = (double)(kvf_time_ns() - p->t0_ns) / 1e9 * (p->total - p->done) /
               p->done;
         if (sec >= 90) {
             snprintf(left, sizeof(left), ", about %.0f min left", sec / 60);
@@ -114,7 +114,7 @@ void kvf_progress_step(kvf_progress_t *p, const char *fmt, ...)
     kvf_progress_sample(p, 0);
     p->step++;
     if (p->t0_ns == 0) {
-        p->t0_ns = kvf_clock_ns();
+        p->t0_ns = kvf_time_ns();
     }
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);

@@ -16,6 +16,9 @@
  */
 #ifndef KVF_TOOLS_PROGRESS_H
 #define KVF_TOOLS_PROGRESS_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/cli/progress.h is private to tools/"
+#endif
 
 #include <stdint.h>
 #include <stdio.h>

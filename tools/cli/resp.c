@@ -48,9 +48,12 @@ int kvf_cmd_resp(int argc, char **argv)
     const kvf_cmd_spec_t spec = {
         "kvferry resp [options]",
         "A Redis-protocol (RESP2) server on the store: AUTH, PING, GET, SET,\n"
-        "EXISTS, DEL, so Redis clients (LMCache resp://, redis-py,\n"
-        "redis-cli, redis-benchmark) use it. Prints \"resp=HOST:PORT\n"
-        "master=HOST:PORT\", then serves until SIGINT or SIGTERM.",
+        "EXISTS, DEL, MULTI/EXEC, INFO, so Redis clients (LMCache resp://,\n"
+        "redis-py, redis-cli, redis-benchmark) use it. Refuses to start when\n"
+        "the master does not accept it (no or another cluster secret).\n"
+        "Limits before AUTH and for slow readers: config keys resp_*\n"
+        "(kvferry config). Prints \"resp=HOST:PORT master=HOST:PORT\",\n"
+        "then serves until SIGINT or SIGTERM.",
         opts};
     struct timespec ts = {.tv_sec = 1};
     kvf_resp_h r;

@@ -144,6 +144,12 @@ int kvf_cmd_node(int argc, char **argv)
          "transport without copies)"},
         {"lazy", 0, KVF_OPT_FLAG, &o.lazy, NULL,
          "do not fault the pool in at start"},
+        {"disk", 0, KVF_OPT_STR, &o.disk, "DIR",
+         "a disk tier in DIR: objects evicted from the pool stay there\n"
+         "(O_DIRECT; a node restarted on DIR offers them again)",
+         "none"},
+        {"disk-size", 0, KVF_OPT_SIZE, &o.disk_size, "SIZE",
+         "bytes of the disk tier", "4x --pool"},
         {"timeout", 0, KVF_OPT_MS, &o.timeout_ms, "DUR", "bound on every wait",
          "config `store_timeout_ms`"},
         {"claim", 0, KVF_OPT_SIZE, &o.claim, "SIZE",
@@ -153,7 +159,8 @@ int kvf_cmd_node(int argc, char **argv)
     };
     const kvf_cmd_spec_t spec = {
         "kvferry node [options]",
-        "A storage node: contributes a memory pool to the master's store.\n"
+        "A storage node: contributes a memory pool (and, with --disk, a\n"
+        "disk tier) to the master's store.\n"
         "Prints \"node=SEGMENT pool=ADDR+LEN master=HOST:PORT\", then serves\n"
         "until SIGINT or SIGTERM.",
         opts};
@@ -174,6 +181,9 @@ int kvf_cmd_node(int argc, char **argv)
     if (kvf_cli_check_listen("node", "--listen", o.listen) != 0 ||
         kvf_cli_check_memory("node", "--pool", o.pool, 1) != 0) {
         return KVF_CLI_FAIL;
+    }
+    if (o.disk != NULL && o.disk_size == 0) {
+        o.disk_size = 4 * o.pool;
     }
     kvf_store_block_signals(&set);
     st = kvf_server_node_start(&o, &n);

@@ -6,6 +6,7 @@
  * Exit status: 0 done, 1 failed (or `exists`: absent), 2 usage.
  */
 #include "tools/cli/cli.h"
+#include "core/sock.h"
 #include "tools/cli/net.h"
 #include "tools/cli/opts.h"
 
@@ -40,16 +41,16 @@ static const char *kvf_scli_master(const kvf_scli_t *o)
 /* Is anything listening at the master's address? */
 static kvf_status_t kvf_scli_probe(const char *master)
 {
-    char host[KVF_NET_HOST_MAX];
+    char host[KVF_HOST_MAX];
     uint16_t port;
     kvf_status_t s;
     int fd;
 
     if (strchr(master, ',') != NULL ||
-        kvf_net_parse_addr(master, host, sizeof(host), &port) != KVF_OK) {
+        kvf_sock_parse_addr(master, host, sizeof(host), &port) != KVF_OK) {
         return KVF_OK; /* a list of masters, or wrong: the library's */
     }
-    s = kvf_net_connect(host, port, 2000, &fd);
+    s = kvf_sock_connect(host, port, 2000, &fd);
     if (s == KVF_OK) {
         close(fd);
     }

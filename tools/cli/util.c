@@ -19,7 +19,7 @@
 #include <netdb.h>
 #include <unistd.h>
 
-#include "tools/cli/rng.h"
+#include "core/rng.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -74,7 +74,7 @@ static void *kvf_cli_anon_alloc(size_t len)
 void *kvf_cli_pool_alloc(size_t len, uint64_t seed)
 {
     kvf_status_t status = KVF_OK;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
     void *p;
 
     if (kvf_cli_pool_private) {
@@ -90,8 +90,8 @@ void *kvf_cli_pool_alloc(size_t len, uint64_t seed)
                 len, kvf_status_str(status));
         return NULL;
     }
-    kvf_prng_seed(&rng, seed);
-    kvf_prng_fill(&rng, p, len);
+    kvf_rng_seed(&rng, seed);
+    kvf_rng_fill(&rng, p, len);
     return p;
 }
 

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #define KVF_CLEAR_MAX 4096
 #define KVF_PINS      4
@@ -100,7 +100,7 @@ static int kvf_cache_helper(kvf_drill_t *d, void *arg)
         /* sweeps over the keys: a leased (or still written) object is
          * tried again in the next sweep; the store promises it is
          * removable within one lease, so two leases bound the clear */
-        end = kvf_clock_ms() + 2 * KVF_DRILL_LEASE_MS + 500;
+        end = kvf_time_ms() + 2 * KVF_DRILL_LEASE_MS + 500;
         do {
             left = 0;
             for (i = 0; i < l.n; i++) {
@@ -123,7 +123,7 @@ static int kvf_cache_helper(kvf_drill_t *d, void *arg)
             if (left > 0) {
                 usleep(20000);
             }
-        } while (left > 0 && kvf_clock_ms() < end);
+        } while (left > 0 && kvf_time_ms() < end);
         j->starved = (long)left;
         free(done);
         free(l.keys);
@@ -180,13 +180,13 @@ int kvf_drill_cache_clear(kvf_drill_t *d)
     kvf_drill_store_baseline(d, &c, &base, &mbase, &s0, 0);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
-    t0 = kvf_clock_ms();
+    t0 = kvf_time_ms();
     snprintf(j->master, sizeof(j->master), "%s", c.master_addr);
     snprintf(j->prefix, sizeof(j->prefix), "dr/%s/", d->name);
     j->timeout_ms = d->timeout_ms;
     j->mode = 0;
     kvf_drill_oneshot(d, NULL, kvf_cache_helper, j, 60000);
-    t_clear = kvf_clock_ms();
+    t_clear = kvf_time_ms();
     snprintf(text, sizeof(text),
              "an operator process listed the %ld objects under '%s' and "
              "removed them under traffic, retrying leased ones for two "
@@ -210,10 +210,10 @@ int kvf_drill_cache_clear(kvf_drill_t *d)
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     /* refilled: the same keys, so the same objects and bytes */
     end = t_clear + 20000;
-    while (kvf_clock_ms() < end) {
+    while (kvf_time_ms() < end) {
         if (kvf_drill_status(d, &c, &s) == 0 && s.objects == s0.objects &&
             s.used == s0.used) {
-            t_rec = kvf_clock_ms();
+            t_rec = kvf_time_ms();
             break;
         }
         usleep(20000);
@@ -226,7 +226,7 @@ int kvf_drill_cache_clear(kvf_drill_t *d)
     kvf_drill_workers_pause(d, &after, 0);
     kvf_drill_master_res(d, &c, &mafter);
     d->phase_secs[KVF_DRILL_RECOVER] =
-        (double)(kvf_clock_ms() - t_clear) / 1000.0;
+        (double)(kvf_time_ms() - t_clear) / 1000.0;
     kvf_drill_workers_stop(d);
     kvf_drill_store_report(d, &c, &mbase, &mafter);
     kvf_drill_resources(d, "clients", &base, &after);
@@ -313,7 +313,7 @@ int kvf_drill_capacity_pressure(kvf_drill_t *d)
     kvf_drill_store_baseline(d, &c, &base, &mbase, &s0, 0);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
-    t0 = kvf_clock_ms();
+    t0 = kvf_time_ms();
     kvf_drill_keys_now(d, a.keys);
     snprintf(text, sizeof(text),
              "key space raised to 2 x %u keys of 16-64 KiB (about %.0f "
@@ -322,11 +322,11 @@ int kvf_drill_capacity_pressure(kvf_drill_t *d)
              3 * d->phase_ms);
     kvf_drill_injected(d, text);
     end = t0 + 3 * d->phase_ms;
-    while (kvf_clock_ms() < end && kvf_drill_status(d, &c, &s) == 0) {
+    while (kvf_time_ms() < end && kvf_drill_status(d, &c, &s) == 0) {
         used_max = s.used > used_max ? s.used : used_max;
         usleep(20000);
     }
-    t_rel = kvf_clock_ms();
+    t_rel = kvf_time_ms();
     d->phase_secs[KVF_DRILL_FAULT] = (double)(t_rel - t0) / 1000.0;
     kvf_drill_keys_now(d, 40);
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
@@ -336,7 +336,7 @@ int kvf_drill_capacity_pressure(kvf_drill_t *d)
     kvf_drill_workers_pause(d, &after, 0);
     kvf_drill_master_res(d, &c, &mafter);
     kvf_drill_status(d, &c, &s1);
-    d->phase_secs[KVF_DRILL_RECOVER] = (double)(kvf_clock_ms() - t_rel) / 1e3;
+    d->phase_secs[KVF_DRILL_RECOVER] = (double)(kvf_time_ms() - t_rel) / 1e3;
     kvf_drill_workers_stop(d);
     j->mode = 2;
     j->wrong = 0;

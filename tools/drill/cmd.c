@@ -30,7 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 static const kvf_drill_def_t kvf_drills[] = {
     {"target-kill", kvf_drill_target_kill, 0, 0,
@@ -50,7 +50,19 @@ static const kvf_drill_def_t kvf_drills[] = {
      "reconnect, nothing served from a stale location"},
     {"master-failover", kvf_drill_master_failover, 0, 1,
      "two masters over etcd, the leader SIGKILLed: the standby leads, "
-     "node and clients follow, no wrong bytes"},
+     "node and clients follow, no wrong bytes, the hit rate back to 90 % "
+     "of its level within 10 s"},
+    {"warm-restart", kvf_drill_warm_restart, 0, 1,
+     "a node with a disk tier SIGKILLed and restarted on its directory: "
+     ">= 90 % of its objects served again, no wrong bytes"},
+    {"disk-corrupt", kvf_drill_disk_corrupt, 0, 1,
+     "bytes flipped in a disk tier's file: misses, never wrong data"},
+    {"disk-full", kvf_drill_disk_full, 1, 1,
+     "a disk tier's file system filled: the tier turns off with one line, "
+     "the pool serves on, no wrong bytes"},
+    {"dtype-swap", kvf_drill_dtype_swap, 0, 1,
+     "bf16 and fp8 clients over one store: with fingerprinted keys they "
+     "never share a hit"},
     {"master-partition", kvf_drill_master_partition, 0, 1,
      "the leader cut from etcd (not from nodes): steps down in half a "
      "lease, accepts no write after, the other leads"},
@@ -130,7 +142,7 @@ static int kvf_drill_run_one(const kvf_drill_def_t *def,
     d.phase_ms = o->phase_ms;
     d.seed = o->seed;
     d.hypothesis = o->hypothesis;
-    d.t_start_ms = kvf_clock_ms();
+    d.t_start_ms = kvf_time_ms();
     d.time_to_recover_ms = NAN;
     snprintf(d.logdir, sizeof(d.logdir), "%s/logs", dir);
     mkdir(d.logdir, 0755);

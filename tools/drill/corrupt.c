@@ -23,7 +23,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #define KVF_CORRUPT_KEYS   12
 #define KVF_CORRUPT_DOUBLE 4 /* the last ones lose both replicas */
@@ -91,10 +91,10 @@ static int kvf_corrupt_helper(kvf_drill_t *d, void *arg)
         if (s == KVF_ERR_CHECKSUM && p->mode == 2) {
             /* the clients' policy: drop the damaged object (once the
              * lease this get took has passed), store it again */
-            uint64_t end = kvf_clock_ms() + KVF_DRILL_LEASE_MS + 500;
+            uint64_t end = kvf_time_ms() + KVF_DRILL_LEASE_MS + 500;
 
             while (kvf_store_remove(st, p->key[i]) == KVF_ERR_LEASED &&
-                   kvf_clock_ms() < end) {
+                   kvf_time_ms() < end) {
                 usleep(50000);
             }
             len = kvf_drill_obj_size(p->key[i], 8, 64);
@@ -239,17 +239,17 @@ int kvf_drill_corruption(kvf_drill_t *d)
                     double_sum, KVF_CORRUPT_DOUBLE);
 
     /* the clients run on the damaged store, healing what they find */
-    t0 = kvf_clock_ms();
+    t0 = kvf_time_ms();
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     kvf_drill_workers_pause(d, NULL, 1);
     kvf_drill_sleep(d, d->phase_ms);
-    t_heal = kvf_clock_ms();
+    t_heal = kvf_time_ms();
     d->phase_secs[KVF_DRILL_FAULT] = (double)(t_heal - t0) / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     kvf_drill_sleep(d, d->phase_ms);
     kvf_drill_workers_pause(d, &after, 0);
     kvf_drill_master_res(d, &c, &mafter);
-    d->phase_secs[KVF_DRILL_RECOVER] = (double)(kvf_clock_ms() - t_heal) / 1e3;
+    d->phase_secs[KVF_DRILL_RECOVER] = (double)(kvf_time_ms() - t_heal) / 1e3;
     p->mode = 2;
     memset(p->healed, 0, sizeof(p->healed));
     kvf_drill_oneshot(d, NULL, kvf_corrupt_helper, p, 30000);
@@ -257,7 +257,7 @@ int kvf_drill_corruption(kvf_drill_t *d)
         wrong += p->wrong[i];
         good += (p->status[i] == KVF_OK && p->wrong[i] == 0);
     }
-    d->time_to_recover_ms = (double)(kvf_clock_ms() - t0);
+    d->time_to_recover_ms = (double)(kvf_time_ms() - t0);
     kvf_drill_workers_stop(d);
     kvf_drill_store_report(d, &c, &mbase, &mafter);
     kvf_drill_resources(d, "clients", &base, &after);

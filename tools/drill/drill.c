@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 /* --- conductor messages and verdict --------------------------------------- */
 
@@ -38,7 +38,7 @@ void kvf_drill_log(kvf_drill_t *d, const char *fmt, ...)
     }
     kvf_progress_clear(NULL);
     fprintf(stderr, "[drill %s %6.1fs] ", d->name,
-            (double)(kvf_clock_ms() - d->t_start_ms) / 1000.0);
+            (double)(kvf_time_ms() - d->t_start_ms) / 1000.0);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

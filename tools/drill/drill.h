@@ -17,6 +17,9 @@
  */
 #ifndef KVF_TOOLS_DRILL_H
 #define KVF_TOOLS_DRILL_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/drill/drill.h is private to tools/"
+#endif
 
 #include "tools/cli/cli.h"
 #include "tools/cli/progress.h"
@@ -76,6 +79,9 @@ typedef struct kvf_drill_shared {
     int tcp_only;       /* worker in a namespace: the network path only */
     char transport[16]; /* worker -> conductor: transport of its peer */
     uint64_t pool_addr, pool_len; /* target's pool (engine drills) */
+    uint64_t get_hits, get_misses, get_errs; /* store gets, for hit rates */
+    /* dtype-swap: another dtype's object returned, by phase */
+    uint64_t cross_ph[KVF_DRILL_PHASES];
     uint64_t wrong_bytes;         /* bytes handed back that were not right */
     uint64_t wrong_calls;
     uint64_t checked_bytes; /* bytes verified */
@@ -119,6 +125,8 @@ struct kvf_drill {
     uint64_t ok_calls[KVF_DRILL_PHASES], err_calls[KVF_DRILL_PHASES];
     double tput[KVF_DRILL_PHASES];
     char logdir[512];
+    /* the hit rate sampled while the conductor sleeps (hits.c), or NULL */
+    struct kvf_drill_hits *hits;
 };
 
 /* Pause of a traffic worker after a failed call. */
@@ -146,8 +154,11 @@ void kvf_drill_skip(kvf_drill_t *d, const char *fmt, ...)
 void kvf_drill_log(kvf_drill_t *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Sleeps ms while watching that workers are alive. */
+/* Sleeps ms while watching that workers are alive (and sampling their
+ * hit rate, when d->hits is set). */
 void kvf_drill_sleep(kvf_drill_t *d, unsigned ms);
+/* hits.c: takes a window of d->hits when one is due. */
+void kvf_drill_hits_tick(kvf_drill_t *d);
 void kvf_drill_phase(kvf_drill_t *d, int phase);
 /* Waits until every worker completed a call after `since_ms` in the
  * current phase; returns ms from since_ms to the last of those first

@@ -30,8 +30,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "tools/cli/rng.h"
-#include "tools/cli/clock.h"
+#include "core/rng.h"
+#include "core/time.h"
 
 #define KVF_BW_BLOCK    8192
 #define KVF_BW_PER_CALL 32
@@ -49,7 +49,7 @@ typedef struct kvf_bw {
     uint64_t lo, nblocks; /* the slice, in blocks */
     unsigned char *mirror;
     unsigned char *state; /* 1 known, 2 retired */
-    kvf_prng_t rng;
+    kvf_rng_t rng;
     int gen;
     uint64_t seed;
     int selftest_wrong; /* KVF_DRILL_SELFTEST=wrong: flip one read byte */
@@ -68,7 +68,7 @@ static int kvf_bw_setup_fail(kvf_bw_t *w, const char *what, kvf_status_t st)
 static int kvf_bw_mirror_reset(kvf_bw_t *w)
 {
     unsigned char *all;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
 
     /* mapped and unmapped here, so the pool copy never stays in the
      * worker's heap and its RSS compares across the drill */
@@ -77,8 +77,8 @@ static int kvf_bw_mirror_reset(kvf_bw_t *w)
     if (all == MAP_FAILED) {
         return -1;
     }
-    kvf_prng_seed(&rng, w->seed);
-    kvf_prng_fill(&rng, all, w->remote_len);
+    kvf_rng_seed(&rng, w->seed);
+    kvf_rng_fill(&rng, all, w->remote_len);
     memcpy(w->mirror, all + w->lo * KVF_BW_BLOCK, w->nblocks * KVF_BW_BLOCK);
     memset(w->state, 1, w->nblocks);
     munmap(all, w->remote_len);
@@ -89,7 +89,7 @@ static int kvf_bw_mirror_reset(kvf_bw_t *w)
 static kvf_status_t kvf_bw_open(kvf_bw_t *w)
 {
     kvf_drill_shared_t *sh = w->sh;
-    uint64_t t0 = kvf_clock_ns(), addr, total;
+    uint64_t t0 = kvf_time_ns(), addr, total;
     kvf_mem_type_t type;
     kvf_status_t st;
     size_t len, i;
@@ -100,7 +100,7 @@ static kvf_status_t kvf_bw_open(kvf_bw_t *w)
         unsetenv("KVF_FAULT");
     }
     st = kvf_peer_open(w->eng, sh->addr, &w->peer);
-    kvf_drill_count(sh, st, (kvf_clock_ns() - t0) / 1000, 0, 0);
+    kvf_drill_count(sh, st, (kvf_time_ns() - t0) / 1000, 0, 0);
     if (st != KVF_OK) {
         w->peer = NULL;
         return st;
@@ -136,7 +136,7 @@ static unsigned kvf_bw_pick(kvf_bw_t *w, uint64_t *blk, unsigned n)
     uint64_t b;
 
     while (got < n && tries++ < n * 8) {
-        b = kvf_prng_below(&w->rng, w->nblocks);
+        b = kvf_rng_below(&w->rng, w->nblocks);
         if (w->state[b] == KVF_BW_RETIRED) {
             continue;
         }
@@ -159,7 +159,7 @@ static void kvf_bw_call(kvf_bw_t *w)
     uint64_t blk[KVF_BW_PER_CALL], t0, moved = 0;
     size_t bytes[KVF_BW_PER_CALL], k, diff;
     unsigned n, j;
-    int write = kvf_prng_below(&w->rng, 100) < 40;
+    int write = kvf_rng_below(&w->rng, 100) < 40;
     unsigned char *src = w->local;
     unsigned char *dst = w->local + KVF_BW_PER_CALL * KVF_BW_BLOCK;
     kvf_batch_h b;
@@ -175,12 +175,12 @@ static void kvf_bw_call(kvf_bw_t *w)
         ops[j].remote = w->remote + (w->lo + blk[j]) * KVF_BW_BLOCK;
         ops[j].length = KVF_BW_BLOCK;
         if (write) {
-            kvf_prng_fill(&w->rng, ops[j].local, KVF_BW_BLOCK);
+            kvf_rng_fill(&w->rng, ops[j].local, KVF_BW_BLOCK);
         } else {
             memset(ops[j].local, 0xA5, KVF_BW_BLOCK);
         }
     }
-    t0 = kvf_clock_ns();
+    t0 = kvf_time_ns();
     st = kvf_batch_submit(w->eng, ops, n, &b);
     if (st == KVF_OK) {
         st = kvf_batch_wait(b, (int)d->call_ms);
@@ -232,7 +232,7 @@ static void kvf_bw_call(kvf_bw_t *w)
         }
         __atomic_add_fetch(&sh->checked_bytes, KVF_BW_BLOCK, __ATOMIC_RELAXED);
     }
-    kvf_drill_count(sh, st, (kvf_clock_ns() - t0) / 1000, moved, 0);
+    kvf_drill_count(sh, st, (kvf_time_ns() - t0) / 1000, moved, 0);
     if (st != KVF_OK) {
         usleep(KVF_DRILL_BACKOFF_US); /* a client backs off on errors */
     }
@@ -251,7 +251,7 @@ static int kvf_bw_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
     w.d = d;
     w.sh = sh;
     w.seed = *(const uint64_t *)arg;
-    kvf_prng_seed(&w.rng, d->seed * 1000003u + (uint64_t)sh->index + 1);
+    kvf_rng_seed(&w.rng, d->seed * 1000003u + (uint64_t)sh->index + 1);
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_TIMEOUT |
                    KVF_ENGINE_PARAM_CONNS;
     p.no_listen = 1;
@@ -280,9 +280,9 @@ static int kvf_bw_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
         w.selftest_leak = strcmp(kvf_config_get("drill_selftest"), "leak") == 0;
     }
     /* the slices need the number of workers, known once all forked */
-    for (t0 = kvf_clock_ms() + 10000;
+    for (t0 = kvf_time_ms() + 10000;
          __atomic_load_n(&sh->nworkers, __ATOMIC_ACQUIRE) == 0;) {
-        if (kvf_clock_ms() > t0) {
+        if (kvf_time_ms() > t0) {
             return kvf_bw_setup_fail(&w, "worker count", KVF_ERR_TIMEOUT);
         }
         usleep(1000);
@@ -393,7 +393,7 @@ int kvf_drill_target_kill(kvf_drill_t *d)
     d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
-    t_kill = kvf_clock_ms();
+    t_kill = kvf_time_ms();
     kvf_drill_kill(target, SIGKILL);
     kvf_drill_log(d, "target %d SIGKILLed under traffic", (int)target);
     snprintf(text, sizeof(text),
@@ -414,7 +414,7 @@ int kvf_drill_target_kill(kvf_drill_t *d)
     if (target < 0) {
         return -1;
     }
-    t_heal = kvf_clock_ms();
+    t_heal = kvf_time_ms();
     d->phase_secs[KVF_DRILL_FAULT] = (double)(t_heal - t_kill) / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     kvf_drill_workers_retarget(d, seg, NULL, 1);
@@ -423,7 +423,7 @@ int kvf_drill_target_kill(kvf_drill_t *d)
     kvf_drill_check(d, rec >= 0, "traffic did not resume on the new target");
     kvf_drill_sleep(d, d->phase_ms);
     kvf_drill_workers_pause(d, &after, 1);
-    t_end = kvf_clock_ms();
+    t_end = kvf_time_ms();
     d->phase_secs[KVF_DRILL_RECOVER] = (double)(t_end - t_heal) / 1000.0;
     kvf_drill_workers_stop(d);
     kvf_drill_kill(target, SIGTERM);
@@ -471,7 +471,7 @@ int kvf_drill_engine_faults(kvf_drill_t *d)
     kvf_drill_workers_pause(d, &base, 1);
     d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
 
-    t0 = kvf_clock_ms();
+    t0 = kvf_time_ms();
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     kvf_drill_workers_retarget(d, NULL, spec, 0);
     snprintf(text, sizeof(text),
@@ -483,7 +483,7 @@ int kvf_drill_engine_faults(kvf_drill_t *d)
     kvf_drill_sleep(d, 2 * d->phase_ms);
 
     kvf_drill_workers_retarget(d, NULL, "", 0);
-    t_heal = kvf_clock_ms();
+    t_heal = kvf_time_ms();
     d->phase_secs[KVF_DRILL_FAULT] = (double)(t_heal - t0) / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     rec = kvf_drill_wait_recovered(d, t_heal, 10000);
@@ -491,7 +491,7 @@ int kvf_drill_engine_faults(kvf_drill_t *d)
     kvf_drill_check(d, rec >= 0, "traffic did not resume without faults");
     kvf_drill_sleep(d, d->phase_ms);
     kvf_drill_workers_pause(d, &after, 1);
-    t_end = kvf_clock_ms();
+    t_end = kvf_time_ms();
     d->phase_secs[KVF_DRILL_RECOVER] = (double)(t_end - t_heal) / 1000.0;
     kvf_drill_workers_stop(d);
     kvf_drill_kill(target, SIGTERM);

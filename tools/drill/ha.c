@@ -16,7 +16,9 @@
  * Recorded: time to the new leader, first successful call after the
  * fault, the epochs, objects the old leader held and how many the new
  * one serves (rebuilt from the node's inventory), wrong bytes (must be
- * 0), the longest call (within its bound). Before the fault a helper
+ * 0), the longest call (within its bound), and the clients' hit rate over
+ * time (hits.c): after the leader's death it must be back to 90 % of its
+ * level before within 10 s. Before the fault a helper
  * puts KVF_HA_PROBES objects of its own; after it every one must read
  * back byte for byte from the new leader: "committed objects lost" is
  * checked to be 0.
@@ -41,7 +43,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
+#include "core/sock.h"
 #include "tools/cli/net.h"
 
 int kvf_ha_which(const char *name, char *out, size_t len)
@@ -104,8 +107,8 @@ int kvf_ha_etcd_start(kvf_drill_t *d, kvf_ha_t *h)
     if (h->etcd < 0) {
         return -1;
     }
-    for (t0 = kvf_clock_ms(); kvf_clock_ms() - t0 < 10000; usleep(50000)) {
-        if (kvf_net_connect("127.0.0.1", (uint16_t)h->cport, 500, &fd) ==
+    for (t0 = kvf_time_ms(); kvf_time_ms() - t0 < 10000; usleep(50000)) {
+        if (kvf_sock_connect("127.0.0.1", (uint16_t)h->cport, 500, &fd) ==
             KVF_OK) {
             close(fd);
             return 0;
@@ -126,7 +129,7 @@ int kvf_ha_status(kvf_drill_t *d, kvf_ha_t *h, int i, kvf_drill_mstatus_t *s)
 int kvf_ha_wait_leader(kvf_drill_t *d, kvf_ha_t *h, int i, unsigned n,
                        unsigned max_ms, double *ms_p)
 {
-    uint64_t t0 = kvf_clock_ms();
+    uint64_t t0 = kvf_time_ms();
     kvf_drill_mstatus_t s;
     int k;
 
@@ -135,12 +138,12 @@ int kvf_ha_wait_leader(kvf_drill_t *d, kvf_ha_t *h, int i, unsigned n,
             if ((i < 0 || k == i) && h->m[k] > 0 &&
                 kvf_ha_status(d, h, k, &s) == 0 && s.leader == 1 &&
                 s.nodes == n) {
-                *ms_p = (double)(kvf_clock_ms() - t0);
+                *ms_p = (double)(kvf_time_ms() - t0);
                 return k;
             }
         }
-        usleep(20000);
-    } while (kvf_clock_ms() - t0 < max_ms);
+        kvf_drill_sleep(d, 20);
+    } while (kvf_time_ms() - t0 < max_ms);
     return -1;
 }
 
@@ -239,7 +242,7 @@ static int kvf_ha_inject(kvf_drill_t *d, kvf_ha_t *h, int fault,
                          double *stepdown_ms)
 {
     kvf_drill_mstatus_t s;
-    uint64_t t0 = kvf_clock_ms();
+    uint64_t t0 = kvf_time_ms();
 
     *stepdown_ms = NAN;
     if (fault == KVF_HA_KILL_LEADER) {
@@ -259,10 +262,10 @@ static int kvf_ha_inject(kvf_drill_t *d, kvf_ha_t *h, int fault,
         kvf_drill_injected(d, "etcd stopped (SIGTERM) for 2 s under "
                               "traffic, then started again");
     }
-    while (kvf_clock_ms() - t0 < 2000) {
+    while (kvf_time_ms() - t0 < 2000) {
         if (isnan(*stepdown_ms) && kvf_ha_status(d, h, 0, &s) == 0 &&
             s.leader == 0) {
-            *stepdown_ms = (double)(kvf_clock_ms() - t0);
+            *stepdown_ms = (double)(kvf_time_ms() - t0);
         }
         kvf_drill_sleep(d, 10);
     }
@@ -288,13 +291,17 @@ static void kvf_ha_expect(kvf_drill_t *d, int fault, uint64_t bound)
              "follow it through etcd with "
              "no restart; every call ends within its bound (%lu ms); no "
              "wrong bytes; the objects of the old leader are rebuilt from "
-             "the node's inventory: 0 committed objects lost",
+             "the node's inventory: 0 committed objects lost%s",
              fault == KVF_HA_KILL_LEADER
                  ? "the leader dies"
                  : "the leader cannot reach etcd and steps down within half "
                    "its lease, saying so (KVF_ERR_NOT_LEADER); calls fail "
                    "fast meanwhile, nothing hangs",
-             KVF_HA_LEASE_MS, (unsigned long)bound);
+             KVF_HA_LEASE_MS, (unsigned long)bound,
+             fault == KVF_HA_KILL_LEADER
+                 ? "; the clients' hit rate is back to 90 % of its level "
+                   "before the kill within 10 s"
+                 : "");
     kvf_drill_expect(d, text);
 }
 
@@ -433,6 +440,8 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
     kvf_drill_mstatus_t s0, s1;
     double lead = -1, rec, stepdown;
     kvf_ha_probe_t *probe = kvf_drill_shared_alloc(sizeof(*probe));
+    kvf_drill_hits_t hits;
+    uint64_t since;
     kvf_ha_t h;
     int rc = -1, nl;
 
@@ -451,11 +460,13 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
                     "%d of %d probe puts failed before the fault (%s)",
                     KVF_HA_PROBES - probe->put, KVF_HA_PROBES,
                     kvf_status_name((kvf_status_t)probe->status));
-    kvf_drill_sleep(d, d->phase_ms);
+    kvf_drill_hits_begin(d, &hits);
+    kvf_drill_hits_sleep(d, &hits, d->phase_ms);
     kvf_ha_status(d, &h, 0, &s0);
     d->phase_secs[KVF_DRILL_BASE] = d->phase_ms / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_FAULT);
-    t_fault = kvf_clock_ms();
+    kvf_drill_hits_fault(d, &hits);
+    t_fault = kvf_time_ms();
     /* after a kill the standby leads; after an etcd outage either
      * master may (the old one stands again, its term starting empty) */
     if (kvf_ha_inject(d, &h, fault, &stepdown) != 0 ||
@@ -463,13 +474,17 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
         kvf_drill_fail(d, "no master led with the node after the fault");
         goto out;
     }
-    lead = (double)(kvf_clock_ms() - t_fault);
+    lead = (double)(kvf_time_ms() - t_fault);
     d->phase_secs[KVF_DRILL_FAULT] = lead / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     rec = kvf_drill_wait_recovered(d, t_fault, 15000);
     d->time_to_recover_ms = rec;
     kvf_drill_check(d, rec >= 0, "the clients did not come back");
-    kvf_drill_sleep(d, d->phase_ms);
+    /* the hit rate over time: at least 11 s from the fault */
+    since = kvf_time_ms() - t_fault;
+    kvf_drill_hits_sleep(d, &hits,
+                         since + d->phase_ms < 11000 ? (unsigned)(11000 - since)
+                                                     : d->phase_ms);
     kvf_ha_status(d, &h, nl, &s1);
     d->phase_secs[KVF_DRILL_RECOVER] = d->phase_ms / 1000.0 + rec / 1000.0;
     kvf_drill_workers_stop(d);
@@ -482,6 +497,9 @@ static int kvf_ha_drill(kvf_drill_t *d, int fault)
                     "%d probe objects read back with wrong bytes",
                     probe->wrong);
     kvf_ha_report(d, fault, lead, rec, stepdown, &s0, &s1, bound, probe->lost);
+    /* after a leader's death its objects are rebuilt from the node's
+     * inventory within seconds: the hit rate comes back with them */
+    kvf_drill_hits_report(d, &hits, fault == KVF_HA_KILL_LEADER ? 10000 : 0);
     rc = 0;
 out:
     kvf_ha_down(&h);

@@ -4,6 +4,9 @@
  */
 #ifndef KVF_DRILL_HA_H
 #define KVF_DRILL_HA_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/drill/ha.h is private to tools/"
+#endif
 
 #include "tools/drill/drill.h"
 #include "tools/drill/store.h"

@@ -10,10 +10,13 @@
  * of the old term rebuilt from the node's inventory), no wrong
  * bytes, every call within its bound. Then the proxy resumes, the
  * deposed master stands for leader again (and loses: the key is
- * taken), and the round repeats with the roles swapped: KVF_DRILL_ROUNDS rounds
- * (3 by default; the record of 100 rounds in docs/ha.md used 100).
+ * taken), and the round repeats with the roles swapped: drill_rounds
+ * rounds (the key, KVF_DRILL_ROUNDS; 3 by default; the record of 100
+ * rounds in docs/ha.md used 100).
  */
 #include "tools/drill/ha.h"
+
+#include <kvferry/config.h>
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -26,7 +29,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #define KVF_PX_CONNS 64
 
@@ -183,7 +186,7 @@ static int kvf_px_settle(kvf_drill_t *d, kvf_ha_t *h)
 static int kvf_px_round(kvf_drill_t *d, kvf_ha_t *h, int l, kvf_px_tally_t *t)
 {
     kvf_drill_mstatus_t s0, s1, s2;
-    uint64_t t0 = kvf_clock_ms();
+    uint64_t t0 = kvf_time_ms();
     double ms;
     int o = 1 - l;
 
@@ -204,7 +207,7 @@ static int kvf_px_round(kvf_drill_t *d, kvf_ha_t *h, int l, kvf_px_tally_t *t)
         kvf_drill_fail(d, "no new leader after the partition");
         return -1;
     }
-    t->max_lead_ms = fmax(t->max_lead_ms, (double)(kvf_clock_ms() - t0));
+    t->max_lead_ms = fmax(t->max_lead_ms, (double)(kvf_time_ms() - t0));
     kvf_drill_sleep(d, 300); /* traffic against the new leader */
     kvf_ha_status(d, h, l, &s2);
     t->deposed_puts += s2.puts - s1.puts;
@@ -262,8 +265,8 @@ int kvf_drill_master_partition(kvf_drill_t *d)
     kvf_kv_arg_t a = {
         .keys = 150, .min_kb = 8, .max_kb = 64, .get_pct = 80, .remove_pct = 5};
     uint64_t bound = kvf_drill_store_bound(d, 1), t_fault;
-    const char *env = getenv("KVF_DRILL_ROUNDS");
-    unsigned rounds = env ? (unsigned)atoi(env) : 3, r;
+    const char *text = kvf_config_get("drill_rounds");
+    unsigned rounds = text ? (unsigned)atoi(text) : 3, r;
     kvf_px_tally_t t = {0};
     kvf_ha_t h;
     int l = 0;
@@ -285,7 +288,7 @@ int kvf_drill_master_partition(kvf_drill_t *d)
     kvf_drill_phase(d, KVF_DRILL_FAULT);
     kvf_drill_injected(d, "SIGSTOP of the leader's proxy to etcd, each "
                           "round; the other master's path stays up");
-    t_fault = kvf_clock_ms();
+    t_fault = kvf_time_ms();
     for (r = 0; r < (rounds ? rounds : 1) && l >= 0 && !d->failed; r++) {
         l = kvf_px_settle(d, &h);
         if (l < 0) {
@@ -294,9 +297,9 @@ int kvf_drill_master_partition(kvf_drill_t *d)
         }
         l = kvf_px_round(d, &h, l, &t);
     }
-    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_clock_ms() - t_fault) / 1e3;
+    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_time_ms() - t_fault) / 1e3;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
-    d->time_to_recover_ms = kvf_drill_wait_recovered(d, kvf_clock_ms(), 15000);
+    d->time_to_recover_ms = kvf_drill_wait_recovered(d, kvf_time_ms(), 15000);
     kvf_drill_sleep(d, d->phase_ms);
     d->phase_secs[KVF_DRILL_RECOVER] = d->phase_ms / 1000.0;
     kvf_drill_workers_stop(d);

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 static void kvf_drill_epoch_bump(kvf_drill_t *d)
 {
@@ -56,7 +56,7 @@ int kvf_drill_master_restart(kvf_drill_t *d)
     kvf_drill_store_baseline(d, &c, &base, &mbase, &s0, 0);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
-    t_kill = kvf_clock_ms();
+    t_kill = kvf_time_ms();
     kvf_drill_kill(c.master, SIGKILL);
     c.master = 0;
     /* anything written from now on belongs to the new master */
@@ -76,7 +76,7 @@ int kvf_drill_master_restart(kvf_drill_t *d)
         kvf_drill_cluster_stop(&c);
         return -1;
     }
-    t_up = kvf_clock_ms();
+    t_up = kvf_time_ms();
     d->phase_secs[KVF_DRILL_FAULT] = (double)(t_up - t_kill) / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     reg = kvf_drill_wait_nodes(d, &c, 2, 10000);
@@ -90,7 +90,7 @@ int kvf_drill_master_restart(kvf_drill_t *d)
     kvf_drill_workers_pause(d, &after, 0);
     kvf_drill_master_res(d, &c, &mafter);
     kvf_drill_status(d, &c, &s1);
-    t_end = kvf_clock_ms();
+    t_end = kvf_time_ms();
     d->phase_secs[KVF_DRILL_RECOVER] = (double)(t_end - t_up) / 1000.0;
     kvf_drill_workers_stop(d);
     kvf_drill_store_report(d, &c, &mbase, &mafter);

@@ -37,7 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #define KVF_TBF_RATE "16mbit"
 
@@ -127,7 +127,7 @@ static void kvf_net_baseline(kvf_drill_t *d, kvf_net_svc_t *v,
 static void kvf_net_after(kvf_drill_t *d, kvf_net_svc_t *v,
                           kvf_drill_res_t *after)
 {
-    uint64_t end = kvf_clock_ms() + 3000 + 2000;
+    uint64_t end = kvf_time_ms() + 3000 + 2000;
     kvf_drill_mstatus_t s;
     double settle;
 
@@ -137,7 +137,7 @@ static void kvf_net_after(kvf_drill_t *d, kvf_net_svc_t *v,
         return;
     }
     while (kvf_drill_status(d, &v->c, &s) == 0 && s.pending > 0 &&
-           kvf_clock_ms() < end) {
+           kvf_time_ms() < end) {
         usleep(50000);
     }
     settle = kvf_drill_node_settle(d, &v->c, 15000);
@@ -220,7 +220,7 @@ static int kvf_drill_partition_run(kvf_drill_t *d, int store)
     kvf_net_baseline(d, &v, &base);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
-    t_cut = kvf_clock_ms();
+    t_cut = kvf_time_ms();
     rc = use_nft ? kvf_drill_nft(d, &v.net, 1) : kvf_drill_link(d, &v.net, 0);
     if (!kvf_drill_check(d, rc == 0, "could not cut the link")) {
         kvf_net_stop(d, &v);
@@ -239,7 +239,7 @@ static int kvf_drill_partition_run(kvf_drill_t *d, int store)
         kvf_net_stop(d, &v);
         return 0;
     }
-    t_heal = kvf_clock_ms();
+    t_heal = kvf_time_ms();
     kvf_drill_log(d, "link healed");
     d->phase_secs[KVF_DRILL_FAULT] = (double)(t_heal - t_cut) / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
@@ -250,7 +250,7 @@ static int kvf_drill_partition_run(kvf_drill_t *d, int store)
                     (unsigned long)v.bound);
     kvf_drill_sleep(d, d->phase_ms);
     kvf_net_after(d, &v, &after);
-    t_end = kvf_clock_ms();
+    t_end = kvf_time_ms();
     d->phase_secs[KVF_DRILL_RECOVER] = (double)(t_end - t_heal) / 1000.0;
     kvf_drill_workers_stop(d);
     kvf_drill_resources(d, "clients", &base, &after);
@@ -300,11 +300,11 @@ static int kvf_drill_tbf(kvf_drill_t *d, kvf_drill_net_t *net, int on)
 /* MB/s the workers moved in phase over the next ms milliseconds. */
 static double kvf_drill_window_mbs(kvf_drill_t *d, int phase, unsigned ms)
 {
-    uint64_t t1 = kvf_clock_ms(), b1 = kvf_drill_bytes(d, phase);
+    uint64_t t1 = kvf_time_ms(), b1 = kvf_drill_bytes(d, phase);
 
     kvf_drill_sleep(d, ms);
     return (double)(kvf_drill_bytes(d, phase) - b1) / 1e6 /
-           ((double)(kvf_clock_ms() - t1) / 1000.0);
+           ((double)(kvf_time_ms() - t1) / 1000.0);
 }
 
 static int kvf_drill_slow_run(kvf_drill_t *d, int store)
@@ -336,7 +336,7 @@ static int kvf_drill_slow_run(kvf_drill_t *d, int store)
     kvf_net_baseline(d, &v, &base);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
-    t0 = kvf_clock_ms();
+    t0 = kvf_time_ms();
     if (!kvf_drill_check(d, kvf_drill_tbf(d, &v.net, 1) == 0,
                          "could not add the tbf qdisc")) {
         kvf_net_stop(d, &v);
@@ -352,7 +352,7 @@ static int kvf_drill_slow_run(kvf_drill_t *d, int store)
      * machine, moved at the baseline's rate) */
     fault_tput = kvf_drill_window_mbs(d, KVF_DRILL_FAULT, 2 * d->phase_ms);
     kvf_drill_tbf(d, &v.net, 0);
-    t_heal = kvf_clock_ms();
+    t_heal = kvf_time_ms();
     d->phase_secs[KVF_DRILL_FAULT] = (double)(t_heal - t0) / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     rec = kvf_drill_wait_recovered(d, t_heal, 4 * (unsigned)v.bound);
@@ -362,7 +362,7 @@ static int kvf_drill_slow_run(kvf_drill_t *d, int store)
     kvf_drill_sleep(d, 300);
     after_tput = kvf_drill_window_mbs(d, KVF_DRILL_RECOVER, d->phase_ms);
     kvf_net_after(d, &v, &after);
-    t_end = kvf_clock_ms();
+    t_end = kvf_time_ms();
     d->phase_secs[KVF_DRILL_RECOVER] = (double)(t_end - t_heal) / 1000.0;
     kvf_drill_workers_stop(d);
     kvf_drill_resources(d, "clients", &base, &after);

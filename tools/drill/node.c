@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 int kvf_drill_node_kill(kvf_drill_t *d)
 {
@@ -54,7 +54,7 @@ int kvf_drill_node_kill(kvf_drill_t *d)
     kvf_drill_store_baseline(d, &c, &base, &mbase, &s0, 0);
 
     kvf_drill_phase(d, KVF_DRILL_FAULT);
-    t_kill = kvf_clock_ms();
+    t_kill = kvf_time_ms();
     kvf_drill_kill(c.node[0], SIGKILL);
     c.node[0] = 0;
     kvf_drill_log(d, "node 0 (%s) SIGKILLed", c.node_seg[0]);
@@ -78,7 +78,7 @@ int kvf_drill_node_kill(kvf_drill_t *d)
         kvf_drill_cluster_stop(&c);
         return -1;
     }
-    t_join = kvf_clock_ms();
+    t_join = kvf_time_ms();
     d->phase_secs[KVF_DRILL_FAULT] = (double)(t_join - t_kill) / 1000.0;
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
     rec = kvf_drill_wait_recovered(d, t_join, (unsigned)bound * 2);
@@ -88,7 +88,7 @@ int kvf_drill_node_kill(kvf_drill_t *d)
     kvf_drill_workers_pause(d, &after, 0);
     kvf_drill_master_res(d, &c, &mafter);
     kvf_drill_status(d, &c, &s1);
-    t_end = kvf_clock_ms();
+    t_end = kvf_time_ms();
     d->phase_secs[KVF_DRILL_RECOVER] = (double)(t_end - t_join) / 1000.0;
     kvf_drill_workers_stop(d);
     kvf_drill_store_report(d, &c, &mbase, &mafter);
@@ -191,8 +191,8 @@ int kvf_drill_client_kill(kvf_drill_t *d)
         return -1;
     }
     /* wait until the master holds the victim's allocation */
-    end = kvf_clock_ms() + 5000;
-    while (kvf_clock_ms() < end && !pending_seen) {
+    end = kvf_time_ms() + 5000;
+    while (kvf_time_ms() < end && !pending_seen) {
         pending_seen =
             (__atomic_load_n(&d->sh[victim]->in_put, __ATOMIC_ACQUIRE) &&
              kvf_drill_status(d, &c, &s) == 0 && s.pending >= 1);
@@ -204,7 +204,7 @@ int kvf_drill_client_kill(kvf_drill_t *d)
         return -1;
     }
     usleep(100000);
-    t_kill = kvf_clock_ms();
+    t_kill = kvf_time_ms();
     kvf_drill_worker_kill(d, (unsigned)victim);
     kvf_drill_log(d, "client SIGKILLed mid-put");
     kvf_drill_status(d, &c, &s);
@@ -217,10 +217,10 @@ int kvf_drill_client_kill(kvf_drill_t *d)
 
     /* reclaim: pending 0, used and objects exactly as before */
     end = t_kill + c.put_timeout_ms + 5000;
-    while (kvf_clock_ms() < end) {
+    while (kvf_time_ms() < end) {
         if (kvf_drill_status(d, &c, &s) == 0 && s.pending == 0 &&
             s.used == s0.used && s.objects == s0.objects) {
-            t_rec = kvf_clock_ms();
+            t_rec = kvf_time_ms();
             break;
         }
         usleep(20000);
@@ -241,13 +241,13 @@ int kvf_drill_client_kill(kvf_drill_t *d)
                     kvf_status_name((kvf_status_t)probe->status));
 
     kvf_drill_phase(d, KVF_DRILL_RECOVER);
-    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_clock_ms() - t_kill) / 1000;
-    t_end = kvf_clock_ms();
+    d->phase_secs[KVF_DRILL_FAULT] = (double)(kvf_time_ms() - t_kill) / 1000;
+    t_end = kvf_time_ms();
     kvf_drill_sleep(d, d->phase_ms);
     kvf_drill_workers_pause(d, &after, 0);
     kvf_drill_master_res(d, &c, &mafter);
     kvf_drill_status(d, &c, &s1);
-    d->phase_secs[KVF_DRILL_RECOVER] = (double)(kvf_clock_ms() - t_end) / 1000;
+    d->phase_secs[KVF_DRILL_RECOVER] = (double)(kvf_time_ms() - t_end) / 1000;
     kvf_drill_workers_stop(d);
     kvf_drill_store_report(d, &c, &mbase, &mafter);
     kvf_drill_resources(d, "surviving clients", &base, &after);

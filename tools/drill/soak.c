@@ -33,9 +33,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
+#include "core/sock.h"
 #include "tools/cli/net.h"
-#include "tools/cli/rng.h"
+#include "core/rng.h"
 
 unsigned kvf_drill_soak_ms = 60000;
 
@@ -62,13 +63,13 @@ typedef struct kvf_soak_hostile {
 static int kvf_soak_connect(kvf_soak_hostile_t *h, const char *addr)
 {
     struct sockaddr_in src = {0}, dst = {0};
-    char host[KVF_NET_HOST_MAX];
+    char host[KVF_HOST_MAX];
     struct pollfd p;
     uint16_t port;
     int fd, err = 0;
     socklen_t el = sizeof(err);
 
-    if (kvf_net_parse_addr(addr, host, sizeof(host), &port) != KVF_OK) {
+    if (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK) {
         return -1;
     }
     fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -104,7 +105,7 @@ static int kvf_soak_connect(kvf_soak_hostile_t *h, const char *addr)
 /* 1 when the server closed fd (or reset it); waits at most ms. */
 static int kvf_soak_closed(int fd, int ms)
 {
-    uint64_t end = kvf_clock_ms() + (uint64_t)ms;
+    uint64_t end = kvf_time_ms() + (uint64_t)ms;
     struct pollfd p = {fd, POLLIN, 0};
     char buf[512];
     ssize_t r;
@@ -117,22 +118,22 @@ static int kvf_soak_closed(int fd, int ms)
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
             return 1;
         }
-    } while (kvf_clock_ms() < end);
+    } while (kvf_time_ms() < end);
     return 0;
 }
 
 /* A frame of random bytes; the server must close the connection. */
 static void kvf_soak_garbage(kvf_soak_hostile_t *h, const char *addr,
-                             kvf_prng_t *rng)
+                             kvf_rng_t *rng)
 {
     unsigned char buf[4096];
-    size_t len = 512 + (size_t)kvf_prng_below(rng, sizeof(buf) - 512);
+    size_t len = 512 + (size_t)kvf_rng_below(rng, sizeof(buf) - 512);
     int fd = kvf_soak_connect(h, addr);
 
     if (fd < 0) {
         return;
     }
-    kvf_prng_fill(rng, buf, len);
+    kvf_rng_fill(rng, buf, len);
     if (send(fd, buf, len, MSG_NOSIGNAL) > 0) {
         h->garbage++;
         if (kvf_soak_closed(fd, 3000)) {
@@ -186,12 +187,12 @@ static void kvf_soak_burst(kvf_soak_hostile_t *h, const char *addr)
 static void kvf_soak_hostile_main(kvf_soak_hostile_t *h, uint64_t seed)
 {
     int idle[2][KVF_SOAK_IDLE], half[2][KVF_SOAK_HALF];
-    kvf_prng_t rng;
+    kvf_rng_t rng;
     unsigned t;
 
     memset(idle, 0xff, sizeof(idle));
     memset(half, 0xff, sizeof(half));
-    kvf_prng_seed(&rng, seed);
+    kvf_rng_seed(&rng, seed);
     for (;;) {
         for (t = 0; t < 2; t++) {
             kvf_soak_garbage(h, h->addr[t], &rng);
@@ -457,11 +458,11 @@ static void kvf_soak_loop(kvf_drill_t *d, kvf_soak_run_t *r)
     uint64_t rec_at = total - total * 15 / 100, next_sample = 0, now, el;
     int phase = KVF_DRILL_BASE;
 
-    r->t0 = kvf_clock_ms();
+    r->t0 = kvf_time_ms();
     r->next_node_kill = r->t0 + warm;
     r->next_client_kill = r->t0 + warm + KVF_SOAK_PERIOD_MS / 2;
     kvf_drill_phase(d, KVF_DRILL_BASE);
-    while (!d->failed && (el = (now = kvf_clock_ms()) - r->t0) < total) {
+    while (!d->failed && (el = (now = kvf_time_ms()) - r->t0) < total) {
         if (el >= next_sample) {
             kvf_soak_sample(&r->s, &r->c, (double)el / 1000.0);
             next_sample = (el / 1000 + 1) * 1000;

@@ -6,6 +6,9 @@
  */
 #ifndef KVF_TOOLS_DRILL_SOAK_H
 #define KVF_TOOLS_DRILL_SOAK_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/drill/soak.h is private to tools/"
+#endif
 
 #include "tools/drill/drill.h"
 

@@ -32,9 +32,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/cli/rng.h"
+#include "core/rng.h"
+#include "core/sock.h"
 #include "tools/cli/net.h"
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #include <kvferry/auth.h>
 
@@ -94,18 +95,28 @@ int kvf_drill_master_start(kvf_drill_t *d, kvf_drill_cluster_t *c,
 
 int kvf_drill_node_start(kvf_drill_t *d, kvf_drill_cluster_t *c, unsigned i)
 {
-    char line[512], tag[16], pool[32], to[32], addr[40];
+    char line[512], tag[16], pool[32], to[32], addr[40], dir[600], dsz[32];
+    const char *args[20] = {
+        "node", "--pool", pool, "--master", c->master_addr, "--listen",
+        c->node_listen[0] ? c->node_listen : "127.0.0.1:0", "--timeout", to,
+        /* in a namespace the drill is about the network: tcp only */
+        "--transports", c->netns != NULL ? "tcp" : "auto", NULL};
 
     snprintf(tag, sizeof(tag), "node%u", i);
     snprintf(pool, sizeof(pool), "%lu", (unsigned long)c->node_pool);
     snprintf(to, sizeof(to), "%ums", d->timeout_ms);
-    /* in a namespace the drill is about the network: tcp only */
-    c->node[i] = kvf_drill_spawn(
-        d, c->netns, tag, line, sizeof(line),
-        (const char *const[]){
-            "node", "--pool", pool, "--master", c->master_addr, "--listen",
-            c->node_listen[0] ? c->node_listen : "127.0.0.1:0", "--timeout", to,
-            "--transports", c->netns != NULL ? "tcp" : "auto", NULL});
+    if (c->disk_dir != NULL) {
+        snprintf(dir, sizeof(dir), "%s/node%u", c->disk_dir, i);
+        snprintf(dsz, sizeof(dsz), "%lu",
+                 (unsigned long)(c->disk_size ? c->disk_size
+                                              : 4 * c->node_pool));
+        args[11] = "--disk";
+        args[12] = dir;
+        args[13] = "--disk-size";
+        args[14] = dsz;
+        args[15] = NULL;
+    }
+    c->node[i] = kvf_drill_spawn(d, c->netns, tag, line, sizeof(line), args);
     if (c->node[i] < 0 ||
         kvf_drill_field(line, "node", c->node_seg[i], sizeof(c->node_seg[i])) !=
             0 ||
@@ -224,9 +235,9 @@ int kvf_drill_status(kvf_drill_t *d, kvf_drill_cluster_t *c,
 
 static int kvf_drill_status_here(const char *http, kvf_drill_mstatus_t *s)
 {
-    char host[KVF_NET_HOST_MAX], buf[16384], *body, tok[KVF_HTTP_TOKEN_LEN + 1];
+    char host[KVF_HOST_MAX], buf[16384], *body, tok[KVF_HTTP_TOKEN_LEN + 1];
     char req[160];
-    uint64_t deadline = kvf_clock_ms() + 2000;
+    uint64_t deadline = kvf_time_ms() + 2000;
     size_t got = 0;
     uint16_t port;
     ssize_t r;
@@ -234,19 +245,19 @@ static int kvf_drill_status_here(const char *http, kvf_drill_mstatus_t *s)
 
     memset(s, 0, sizeof(*s));
     s->objects = NAN;
-    if (kvf_net_parse_addr(http, host, sizeof(host), &port) != KVF_OK ||
-        kvf_net_connect(host, port, 2000, &fd) != KVF_OK) {
+    if (kvf_sock_parse_addr(http, host, sizeof(host), &port) != KVF_OK ||
+        kvf_sock_connect(host, port, 2000, &fd) != KVF_OK) {
         return -1;
     }
     kvf_auth_http_token(host, tok, sizeof(tok)); /* "" when auth is off */
     snprintf(req, sizeof(req), "GET /status HTTP/1.0\r\n%s%s%s\r\n",
              tok[0] ? "Authorization: Bearer " : "", tok, tok[0] ? "\r\n" : "");
-    if (kvf_net_send_all(fd, req, strlen(req), deadline) != KVF_OK) {
+    if (kvf_sock_send_all(fd, req, strlen(req), deadline) != KVF_OK) {
         close(fd);
         return -1;
     }
     while (got + 1 < sizeof(buf) &&
-           kvf_net_wait(fd, POLLIN, deadline) == KVF_OK) {
+           kvf_sock_wait(fd, POLLIN, deadline) == KVF_OK) {
         r = read(fd, buf + got, sizeof(buf) - 1 - got);
         if (r <= 0) {
             break;
@@ -273,21 +284,27 @@ static int kvf_drill_status_here(const char *http, kvf_drill_mstatus_t *s)
     s->misses = kvf_drill_json_num(body, "misses");
     s->leader = kvf_drill_json_num(body, "leader");
     s->term = kvf_drill_json_num(body, "term");
+    s->disk_only = kvf_drill_json_num(body, "objects_disk_only");
+    s->disk_capacity = kvf_drill_json_num(body, "disk_capacity");
+    s->tier_reads = kvf_drill_json_num(body, "tier_reads");
+    s->tier_writes = kvf_drill_json_num(body, "tier_writes");
+    s->tier_corrupt = kvf_drill_json_num(body, "tier_corrupt");
+    s->tiers_off = kvf_drill_json_num(body, "disk_tiers_off");
     return isnan(s->objects) ? -1 : 0;
 }
 
 double kvf_drill_wait_nodes(kvf_drill_t *d, kvf_drill_cluster_t *c, unsigned n,
                             unsigned max_ms)
 {
-    uint64_t t0 = kvf_clock_ms(), end = t0 + max_ms;
+    uint64_t t0 = kvf_time_ms(), end = t0 + max_ms;
     kvf_drill_mstatus_t s;
 
     do {
         if (kvf_drill_status(d, c, &s) == 0 && s.nodes == n) {
-            return (double)(kvf_clock_ms() - t0);
+            return (double)(kvf_time_ms() - t0);
         }
         usleep(20000);
-    } while (kvf_clock_ms() < end);
+    } while (kvf_time_ms() < end);
     return -1.0;
 }
 
@@ -311,7 +328,7 @@ void kvf_drill_master_res(kvf_drill_t *d, kvf_drill_cluster_t *c,
 double kvf_drill_node_settle(kvf_drill_t *d, kvf_drill_cluster_t *c,
                              unsigned max_ms)
 {
-    uint64_t t0 = kvf_clock_ms(), end = t0 + max_ms;
+    uint64_t t0 = kvf_time_ms(), end = t0 + max_ms;
     pid_t pid = c->nnodes > 0 ? c->node[c->nnodes - 1] : 0;
     kvf_drill_res_t r;
 
@@ -322,10 +339,10 @@ double kvf_drill_node_settle(kvf_drill_t *d, kvf_drill_cluster_t *c,
     do {
         kvf_drill_proc_res(pid, &r);
         if (r.fds <= c->node_snap[0].fds + 2) {
-            return (double)(kvf_clock_ms() - t0);
+            return (double)(kvf_time_ms() - t0);
         }
         usleep(50000);
-    } while (kvf_clock_ms() < end);
+    } while (kvf_time_ms() < end);
     return -1.0;
 }
 
@@ -356,14 +373,14 @@ void kvf_drill_obj_fill(unsigned char *buf, const char *key, uint64_t version,
                         uint64_t size)
 {
     uint64_t kh = kvf_checksum(key, strlen(key));
-    kvf_prng_t rng;
+    kvf_rng_t rng;
 
     kvf_obj_put64(buf, KVF_OBJ_MAGIC);
     kvf_obj_put64(buf + 8, kh);
     kvf_obj_put64(buf + 16, version);
     kvf_obj_put64(buf + 24, size);
-    kvf_prng_seed(&rng, kh ^ (version * 0x9e3779b97f4a7c15ull));
-    kvf_prng_fill(&rng, buf + KVF_OBJ_HDR, size - KVF_OBJ_HDR);
+    kvf_rng_seed(&rng, kh ^ (version * 0x9e3779b97f4a7c15ull));
+    kvf_rng_fill(&rng, buf + KVF_OBJ_HDR, size - KVF_OBJ_HDR);
 }
 
 uint64_t kvf_drill_obj_check(const unsigned char *buf, size_t len,
@@ -401,7 +418,7 @@ typedef struct kvf_kvw {
     kvf_region_h reg;
     unsigned char *put_buf, *get_buf, *scratch;
     size_t cap;
-    kvf_prng_t rng;
+    kvf_rng_t rng;
     uint64_t counter;
 } kvf_kvw_t;
 
@@ -428,10 +445,10 @@ static kvf_status_t kvf_kvw_put(kvf_kvw_t *w, const char *key, size_t size)
         (++w->counter & 0xffffffffu);
     kvf_drill_obj_fill(w->put_buf, key, version, size);
     __atomic_store_n(&w->sh->in_put, 1, __ATOMIC_RELEASE);
-    t0 = kvf_clock_ns();
+    t0 = kvf_time_ns();
     s = kvf_store_put(w->st, key, w->put_buf, size, &po);
     __atomic_store_n(&w->sh->in_put, 0, __ATOMIC_RELEASE);
-    kvf_drill_count(w->sh, s, (kvf_clock_ns() - t0) / 1000,
+    kvf_drill_count(w->sh, s, (kvf_time_ns() - t0) / 1000,
                     s == KVF_OK ? size : 0, kvf_kvw_clean(s, 1));
     return s;
 }
@@ -439,13 +456,17 @@ static kvf_status_t kvf_kvw_put(kvf_kvw_t *w, const char *key, size_t size)
 static kvf_status_t kvf_kvw_get(kvf_kvw_t *w, const char *key)
 {
     unsigned epoch = (unsigned)__atomic_load_n(&w->sh->epoch, __ATOMIC_ACQUIRE);
-    uint64_t t0 = kvf_clock_ns(), wrong;
+    uint64_t t0 = kvf_time_ns(), wrong;
     size_t len = 0;
     kvf_status_t s;
 
     s = kvf_store_get(w->st, key, w->get_buf, w->cap, &len, 0);
-    kvf_drill_count(w->sh, s, (kvf_clock_ns() - t0) / 1000,
+    kvf_drill_count(w->sh, s, (kvf_time_ns() - t0) / 1000,
                     s == KVF_OK ? len : 0, kvf_kvw_clean(s, 0));
+    __atomic_add_fetch(s == KVF_OK              ? &w->sh->get_hits
+                       : kvf_kvw_clean(s, 0) ? &w->sh->get_misses
+                                             : &w->sh->get_errs,
+                       1, __ATOMIC_RELAXED);
     if (s == KVF_OK) {
         wrong = kvf_drill_obj_check(w->get_buf, len, key, epoch, w->scratch);
         if (wrong > 0) {
@@ -458,10 +479,10 @@ static kvf_status_t kvf_kvw_get(kvf_kvw_t *w, const char *key)
 
 static kvf_status_t kvf_kvw_remove(kvf_kvw_t *w, const char *key)
 {
-    uint64_t t0 = kvf_clock_ns();
+    uint64_t t0 = kvf_time_ns();
     kvf_status_t s = kvf_store_remove(w->st, key);
 
-    kvf_drill_count(w->sh, s, (kvf_clock_ns() - t0) / 1000, 0,
+    kvf_drill_count(w->sh, s, (kvf_time_ns() - t0) / 1000, 0,
                     kvf_kvw_clean(s, 2));
     return s;
 }
@@ -470,11 +491,11 @@ static kvf_status_t kvf_kvw_remove(kvf_kvw_t *w, const char *key)
  * waits it out (this client reads nothing meanwhile), then puts again. */
 static void kvf_kvw_heal(kvf_kvw_t *w, const char *key, size_t size)
 {
-    uint64_t end = kvf_clock_ms() + KVF_DRILL_LEASE_MS + 500;
+    uint64_t end = kvf_time_ms() + KVF_DRILL_LEASE_MS + 500;
     kvf_status_t s;
 
     while ((s = kvf_kvw_remove(w, key)) == KVF_ERR_LEASED &&
-           kvf_clock_ms() < end) {
+           kvf_time_ms() < end) {
         usleep(50000);
     }
     if (s == KVF_OK || s == KVF_ERR_NO_KEY) {
@@ -502,11 +523,11 @@ static void kvf_kvw_step(kvf_kvw_t *w)
     if (a->sequential) {
         k = (unsigned)w->counter; /* every put a new key */
     } else {
-        k = (unsigned)kvf_prng_below(&w->rng, keys ? keys : a->keys);
+        k = (unsigned)kvf_rng_below(&w->rng, keys ? keys : a->keys);
     }
     kvf_drill_kv_key(key, sizeof(key), w->d, a, w->sh->index, k);
     size = kvf_drill_obj_size(key, a->min_kb, a->max_kb);
-    r = (unsigned)kvf_prng_below(&w->rng, 100);
+    r = (unsigned)kvf_rng_below(&w->rng, 100);
     if (a->sequential) {
         kvf_kvw_put(w, key, size);
     } else if (r < a->remove_pct) {
@@ -553,7 +574,7 @@ int kvf_drill_kv_main(kvf_drill_t *d, kvf_drill_shared_t *sh, void *arg)
     w.d = d;
     w.sh = sh;
     w.a = arg;
-    kvf_prng_seed(&w.rng, d->seed * 7919u + (uint64_t)sh->index + 1);
+    kvf_rng_seed(&w.rng, d->seed * 7919u + (uint64_t)sh->index + 1);
     if (w.a->fault != NULL) {
         setenv("KVF_FAULT", w.a->fault, 1);
     }
@@ -628,7 +649,7 @@ int kvf_drill_oneshot(kvf_drill_t *d, const char *netns,
                       int (*fn)(kvf_drill_t *d, void *arg), void *arg,
                       unsigned max_ms)
 {
-    uint64_t end = kvf_clock_ms() + max_ms;
+    uint64_t end = kvf_time_ms() + max_ms;
     int st = 0;
     pid_t pid, w;
 
@@ -640,7 +661,7 @@ int kvf_drill_oneshot(kvf_drill_t *d, const char *netns,
         kvf_drill_log_to(d, "helper");
         _exit(fn(d, arg));
     }
-    while ((w = waitpid(pid, &st, WNOHANG)) == 0 && kvf_clock_ms() < end) {
+    while ((w = waitpid(pid, &st, WNOHANG)) == 0 && kvf_time_ms() < end) {
         usleep(2000);
     }
     if (w == 0) {

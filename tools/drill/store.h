@@ -7,6 +7,9 @@
  */
 #ifndef KVF_TOOLS_DRILL_STORE_H
 #define KVF_TOOLS_DRILL_STORE_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/drill/store.h is private to tools/"
+#endif
 
 #include "tools/drill/drill.h"
 
@@ -21,6 +24,8 @@ typedef struct kvf_drill_cluster {
     unsigned put_timeout_ms; /* default 3000 */
     unsigned high_pct, low_pct;
     uint64_t node_pool;     /* default 32 MiB */
+    const char *disk_dir;   /* nodes get a disk tier in DIR/node<i> */
+    uint64_t disk_size;     /* its bytes (default 4x the pool) */
     const char *netns;      /* namespace of master and nodes (NULL) */
     char node_listen[48];   /* default 127.0.0.1:0 */
     char master_listen[48]; /* default 127.0.0.1:0 */
@@ -42,7 +47,33 @@ typedef struct kvf_drill_mstatus {
     double nodes, capacity, used, objects, pending, evictions, reclaimed;
     double nodes_lost, objects_lost, puts, hits, misses;
     double leader, term; /* HA: 1 leader, 0 standby, -1 the only one */
+    /* disk tiers */
+    double disk_only, disk_capacity, tier_reads, tier_writes, tier_corrupt;
+    double tiers_off;
 } kvf_drill_mstatus_t;
+
+/* The hit rate of the store workers over time (hits.c). */
+typedef struct kvf_drill_hits {
+    uint64_t hits, all;           /* at the last sample */
+    uint64_t next_ms;             /* the next window ends */
+    uint64_t base_hits, base_all; /* at begin */
+    uint64_t t0_ms, fault_ms;
+    double before;  /* % of gets that hit before the fault */
+    double low;     /* lowest window after it */
+    double back_ms; /* first window back at 90 % of before, -1: never */
+} kvf_drill_hits_t;
+
+/* Starts counting (the baseline): from now on every kvf_drill_sleep of
+ * the conductor takes a window every 500 ms into the record. */
+void kvf_drill_hits_begin(kvf_drill_t *d, kvf_drill_hits_t *h);
+/* kvf_drill_sleep (h is d->hits). */
+void kvf_drill_hits_sleep(kvf_drill_t *d, kvf_drill_hits_t *h, unsigned ms);
+/* The fault happens now: the baseline's rate is what came before. */
+void kvf_drill_hits_fault(kvf_drill_t *d, kvf_drill_hits_t *h);
+/* Figures into the record; within_ms > 0: checks the comeback. The
+ * sampling stops. */
+void kvf_drill_hits_report(kvf_drill_t *d, kvf_drill_hits_t *h,
+                           double within_ms);
 
 /* Store worker workload (copied into the worker at fork). */
 typedef struct kvf_kv_arg {
@@ -134,5 +165,10 @@ int kvf_drill_cache_clear(kvf_drill_t *d);
 int kvf_drill_capacity_pressure(kvf_drill_t *d);
 int kvf_drill_store_partition(kvf_drill_t *d);
 int kvf_drill_store_slow_link(kvf_drill_t *d);
+/* warm.c: a cache that comes back warm */
+int kvf_drill_warm_restart(kvf_drill_t *d);
+int kvf_drill_dtype_swap(kvf_drill_t *d);
+int kvf_drill_disk_corrupt(kvf_drill_t *d);
+int kvf_drill_disk_full(kvf_drill_t *d);
 
 #endif

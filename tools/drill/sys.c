@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 #define KVF_DRILL_PIDS_MAX 64
 #define KVF_DRILL_NS_MAX   8
@@ -214,11 +214,11 @@ pid_t kvf_drill_spawn(kvf_drill_t *d, const char *netns, const char *tag,
     }
     close(fds[1]);
     /* the first line, byte by byte: nothing after it is consumed */
-    deadline = kvf_clock_ms() + 20000;
+    deadline = kvf_time_ms() + 20000;
     while (got + 1 < linelen) {
         pfd.fd = fds[0];
         pfd.events = POLLIN;
-        if (poll(&pfd, 1, kvf_clock_left_ms(deadline)) <= 0) {
+        if (poll(&pfd, 1, kvf_time_left_ms(deadline)) <= 0) {
             break;
         }
         r = read(fds[0], line + got, 1);
@@ -248,9 +248,9 @@ void kvf_drill_kill(pid_t pid, int sig)
     }
     kill(-pid, sig);
     kill(pid, sig);
-    deadline = kvf_clock_ms() + 5000;
+    deadline = kvf_time_ms() + 5000;
     while (waitpid(pid, &st, WNOHANG) == 0) {
-        if (kvf_clock_ms() > deadline) {
+        if (kvf_time_ms() > deadline) {
             kill(-pid, SIGKILL);
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
@@ -343,7 +343,7 @@ void kvf_drill_proc_res(pid_t pid, kvf_drill_res_t *res)
 
 int kvf_drill_run(kvf_drill_t *d, const char *netns, const char *const *argv)
 {
-    uint64_t deadline = kvf_clock_ms() + 10000;
+    uint64_t deadline = kvf_time_ms() + 10000;
     int st = 0;
     pid_t pid, w;
 
@@ -359,7 +359,7 @@ int kvf_drill_run(kvf_drill_t *d, const char *netns, const char *const *argv)
                 strerror(errno));
         _exit(127);
     }
-    while ((w = waitpid(pid, &st, WNOHANG)) == 0 && kvf_clock_ms() < deadline) {
+    while ((w = waitpid(pid, &st, WNOHANG)) == 0 && kvf_time_ms() < deadline) {
         usleep(2000);
     }
     if (w == 0) {

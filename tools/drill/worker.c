@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/cli/clock.h"
+#include "core/time.h"
 
 /* --- workers, conductor side ---------------------------------------------- */
 
@@ -42,10 +42,11 @@ static int kvf_drill_workers_alive(kvf_drill_t *d)
 
 void kvf_drill_sleep(kvf_drill_t *d, unsigned ms)
 {
-    uint64_t end = kvf_clock_ms() + ms;
+    uint64_t end = kvf_time_ms() + ms;
 
-    while (kvf_clock_ms() < end) {
+    while (kvf_time_ms() < end) {
         usleep(10000);
+        kvf_drill_hits_tick(d);
         if (!kvf_drill_workers_alive(d)) {
             return;
         }
@@ -64,7 +65,7 @@ void kvf_drill_phase(kvf_drill_t *d, int phase)
 double kvf_drill_wait_recovered(kvf_drill_t *d, uint64_t since_ms,
                                 unsigned max_ms)
 {
-    uint64_t end = kvf_clock_ms() + max_ms, t, worst;
+    uint64_t end = kvf_time_ms() + max_ms, t, worst;
     unsigned i, done;
 
     for (;;) {
@@ -83,10 +84,11 @@ double kvf_drill_wait_recovered(kvf_drill_t *d, uint64_t since_ms,
         if (done == d->nworkers) {
             return (double)worst;
         }
-        if (kvf_clock_ms() > end || !kvf_drill_workers_alive(d)) {
+        if (kvf_time_ms() > end || !kvf_drill_workers_alive(d)) {
             return -1.0;
         }
         usleep(5000);
+        kvf_drill_hits_tick(d);
     }
 }
 
@@ -132,7 +134,7 @@ int kvf_drill_worker(kvf_drill_t *d, const char *netns, kvf_drill_worker_fn fn,
 
 int kvf_drill_workers_ready(kvf_drill_t *d, unsigned max_ms)
 {
-    uint64_t end = kvf_clock_ms() + max_ms;
+    uint64_t end = kvf_time_ms() + max_ms;
     unsigned i, n;
 
     for (i = 0; i < d->nworkers; i++) {
@@ -152,14 +154,14 @@ int kvf_drill_workers_ready(kvf_drill_t *d, unsigned max_ms)
             return -1;
         }
         usleep(5000);
-    } while (kvf_clock_ms() < end);
+    } while (kvf_time_ms() < end);
     kvf_drill_fail(d, "workers not ready after %u ms", max_ms);
     return -1;
 }
 
 int kvf_drill_workers_pause(kvf_drill_t *d, kvf_drill_res_t *res_p, int resume)
 {
-    uint64_t end = kvf_clock_ms() + d->call_ms + d->timeout_ms * 3 + 5000;
+    uint64_t end = kvf_time_ms() + d->call_ms + d->timeout_ms * 3 + 5000;
     unsigned i, n;
     int rc = 0;
 
@@ -176,7 +178,7 @@ int kvf_drill_workers_pause(kvf_drill_t *d, kvf_drill_res_t *res_p, int resume)
             break;
         }
         usleep(2000);
-    } while (kvf_clock_ms() < end);
+    } while (kvf_time_ms() < end);
     if (n != d->nworkers) {
         kvf_drill_fail(d, "workers did not pause (a call hung?)");
         rc = -1;
@@ -221,7 +223,7 @@ const kvf_drill_res_t *kvf_drill_worker_res(kvf_drill_t *d, unsigned i)
 
 void kvf_drill_workers_stop(kvf_drill_t *d)
 {
-    uint64_t end = kvf_clock_ms() + d->call_ms + d->timeout_ms * 3 + 5000;
+    uint64_t end = kvf_time_ms() + d->call_ms + d->timeout_ms * 3 + 5000;
     unsigned i;
     int st;
 
@@ -234,7 +236,7 @@ void kvf_drill_workers_stop(kvf_drill_t *d)
             continue;
         }
         while (waitpid(d->wpid[i], &st, WNOHANG) == 0) {
-            if (kvf_clock_ms() > end) {
+            if (kvf_time_ms() > end) {
                 kvf_drill_fail(d, "worker %u did not stop in time", i);
                 kvf_drill_kill(d->wpid[i], SIGKILL);
                 break;
@@ -252,7 +254,7 @@ void kvf_drill_workers_stop(kvf_drill_t *d)
 int kvf_drill_workers_retarget(kvf_drill_t *d, const char *addr,
                                const char *fault, int fresh)
 {
-    uint64_t end = kvf_clock_ms() + d->call_ms + d->timeout_ms * 4 + 5000;
+    uint64_t end = kvf_time_ms() + d->call_ms + d->timeout_ms * 4 + 5000;
     unsigned i, n;
     int gen[KVF_DRILL_WORKERS_MAX];
 
@@ -282,7 +284,7 @@ int kvf_drill_workers_retarget(kvf_drill_t *d, const char *addr,
             return -1;
         }
         usleep(2000);
-    } while (kvf_clock_ms() < end);
+    } while (kvf_time_ms() < end);
     kvf_drill_fail(d, "workers did not switch to the new service in time");
     return -1;
 }
@@ -361,7 +363,7 @@ void kvf_drill_count(kvf_drill_shared_t *sh, kvf_status_t st, uint64_t us,
 {
     int phase = __atomic_load_n(&sh->phase, __ATOMIC_ACQUIRE);
     kvf_drill_phase_t *ph = &sh->ph[phase];
-    uint64_t now = kvf_clock_ms(), cur;
+    uint64_t now = kvf_time_ms(), cur;
 
     if (st == KVF_OK) {
         __atomic_add_fetch(&ph->calls_ok, 1, __ATOMIC_RELAXED);

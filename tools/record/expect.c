@@ -169,7 +169,8 @@ static int kvf_expect_line(const kvf_expect_t *e, const kvf_expect_rule_t *r,
                 worst->where[0] ? " at " : "", worst->where);
         return 0;
     }
-    fprintf(out, "BELOW %s: %.4g%s%s (%zu of %zu)\n", r->text, worst->value,
+    fprintf(out, "%s %s: %.4g%s%s (%zu of %zu)\n", low ? "BELOW" : "ABOVE",
+            r->text, worst->value,
             worst->where[0] ? " at " : "", worst->where, bad, n);
     return 1;
 }

@@ -12,6 +12,9 @@
  */
 #ifndef KVF_TOOLS_EXPECT_H
 #define KVF_TOOLS_EXPECT_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/record/expect.h is private to tools/"
+#endif
 
 #include <stdio.h>
 
@@ -30,7 +33,8 @@ void kvf_expect_figure(kvf_expect_t *e, const char *name, double value,
                        const char *where);
 
 /* Prints the verdict lines on f; returns how many rules were missed
- * (BELOW, or given but not measured). */
+ * (BELOW a lower bound, ABOVE an upper bound, or given but not
+ * measured). */
 int kvf_expect_report(const kvf_expect_t *e, FILE *f);
 
 #endif

@@ -5,6 +5,9 @@
  */
 #ifndef KVF_TOOLS_JSON_H
 #define KVF_TOOLS_JSON_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/record/json.h is private to tools/"
+#endif
 
 #include <jansson.h>
 #include <stdio.h>

@@ -5,6 +5,7 @@
  * copy their strings; an allocation failure marks the record incomplete
  * and kvf_record_write() then refuses it.
  */
+#include "tools/record/record.h"
 #include "tools/record/record_int.h"
 
 #include <math.h>

@@ -14,6 +14,9 @@
  */
 #ifndef KVF_TOOLS_RECORD_H
 #define KVF_TOOLS_RECORD_H
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/record/record.h is private to tools/"
+#endif
 
 #include "tools/record/json.h"
 

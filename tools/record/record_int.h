@@ -1,11 +1,14 @@
 /*
- * Private part of records: the in-memory record that record.c fills and
- * write.c turns into JSON and Markdown files.
+ * Private part of records: the in-memory record (struct kvf_record of
+ * record.h) that record.c fills and write.c turns into JSON and Markdown
+ * files. It needs nothing of record.h, so the two do not include each
+ * other.
  */
 #ifndef KVF_TOOLS_RECORD_INT_H
 #define KVF_TOOLS_RECORD_INT_H
-
-#include "tools/record/record.h"
+#if !defined(KVF_LAYER_TOOLS) && !defined(KVF_TEST_INTERNALS)
+#error "tools/record/record_int.h is private to tools/"
+#endif
 
 #include <stddef.h>
 

@@ -9,6 +9,7 @@
  * The JSON file is created with O_EXCL; a name already taken gets "-2",
  * "-3", ... so two runs in the same second never overwrite each other.
  */
+#include "tools/record/record.h"
 #include "tools/record/record_int.h"
 
 #include <errno.h>

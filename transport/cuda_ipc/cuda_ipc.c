@@ -23,7 +23,8 @@
  * the GPU that first needs it; kernels touching it run on that GPU.
  */
 #include "transport/cuda_ipc/cuda_ipc.h"
-#include "mem/cuda/kern.h"
+#define KVF_MEM_GPU_KERNELS 1 /* copy kernels, slots, CUDA checks */
+#include "mem/gpu.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"

@@ -5,6 +5,9 @@
  */
 #ifndef KVF_TRANSPORT_CUDA_IPC_H
 #define KVF_TRANSPORT_CUDA_IPC_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/cuda_ipc/cuda_ipc.h is private to transport/"
+#endif
 
 #include "transport/hook.h"
 

@@ -23,6 +23,9 @@
  */
 #ifndef KVF_TRANSPORT_FAULT_H
 #define KVF_TRANSPORT_FAULT_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/fault/fault.h is private to transport/"
+#endif
 
 #include "transport/hook.h"
 #include "core/config.h"

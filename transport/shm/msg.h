@@ -45,6 +45,9 @@
  */
 #ifndef KVF_SHM_MSG_H
 #define KVF_SHM_MSG_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/shm/msg.h is private to transport/"
+#endif
 
 #include "core/wire.h"
 

@@ -32,6 +32,9 @@
  */
 #ifndef KVF_SHM_H
 #define KVF_SHM_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/shm/shm.h is private to transport/"
+#endif
 
 #include "transport/transport.h"
 #include "transport/limits.h"
@@ -390,10 +393,10 @@ void kvf_shm_map_unview(kvf_tl_ep_t *ep, uint64_t id);
 
 /* ---- views (shm_view.c) ------------------------------------------------ */
 
-kvf_status_t kvf_shm_view_open(kvf_tl_ep_t *ep, size_t count,
-                               const uint64_t *remote, const uint64_t *lens,
-                               kvf_tl_view_t *views, uint64_t *until_ms_p,
-                               kvf_tl_vlease_t **lease_p);
+kvf_status_t kvf_shm_view_open(kvf_tl_ep_t *ep, kvf_op_type_t type,
+                               size_t count, const uint64_t *remote,
+                               const uint64_t *lens, kvf_tl_view_t *views,
+                               uint64_t *until_ms_p, kvf_tl_vlease_t **lease_p);
 kvf_status_t kvf_shm_view_close(kvf_tl_vlease_t *vl);
 /* Frees the ep's idle view connections (ep closing). */
 void kvf_shm_view_fini(kvf_tl_ep_t *ep);

@@ -3,8 +3,11 @@
  * copy's (BEGIN -> GRANT -> MAP of the windows not mapped yet,
  * shm_lease.c) whose ranges are not copied: their addresses in this
  * process's mapping of the target's allocation are handed to the caller,
- * who reads them in place (a GPU kernel through a host registration of
- * the mapping, for one). The lease stays open on the target until the
+ * who reads them in place (a READ lease) or writes them in place (a
+ * WRITE lease: the target checks the ranges as it checks a copy's
+ * writes), a GPU kernel through a host registration of the mapping, for
+ * one. Closing a WRITE lease fences the caller's stores before END, as
+ * a copy's WRITE lease is fenced before its END. The lease stays open on the target until the
  * caller closes it (END); while it is open the target keeps the ranges
  * registered (its deregistration waits for the lease, and no later lease
  * grants a range deregistered since), bounded as any lease: revoked at
@@ -166,7 +169,8 @@ static kvf_status_t kvf_shm_view_fill(kvf_tl_vlease_t *vl, kvf_tl_view_t *views)
 }
 
 /* BEGIN, GRANT: the lease opened on the target (KVF_OK), or why not. */
-static kvf_status_t kvf_shm_view_begin(kvf_tl_vlease_t *vl, size_t count,
+static kvf_status_t kvf_shm_view_begin(kvf_tl_vlease_t *vl,
+                                       kvf_op_type_t type, size_t count,
                                        const uint64_t *remote,
                                        const uint64_t *lens)
 {
@@ -178,7 +182,7 @@ static kvf_status_t kvf_shm_view_begin(kvf_tl_vlease_t *vl, size_t count,
     if (st != KVF_OK) {
         return st;
     }
-    l->type = KVF_OP_READ;
+    l->type = type;
     l->n = count;
     for (i = 0; i < count; i++) {
         l->local[i] = NULL;
@@ -197,17 +201,18 @@ static kvf_status_t kvf_shm_view_begin(kvf_tl_vlease_t *vl, size_t count,
     return st;
 }
 
-kvf_status_t kvf_shm_view_open(kvf_tl_ep_t *ep, size_t count,
-                               const uint64_t *remote, const uint64_t *lens,
-                               kvf_tl_view_t *views, uint64_t *until_ms_p,
-                               kvf_tl_vlease_t **lease_p)
+kvf_status_t kvf_shm_view_open(kvf_tl_ep_t *ep, kvf_op_type_t type,
+                               size_t count, const uint64_t *remote,
+                               const uint64_t *lens, kvf_tl_view_t *views,
+                               uint64_t *until_ms_p, kvf_tl_vlease_t **lease_p)
 {
     kvf_tl_vlease_t *vl;
     kvf_status_t st;
     size_t i;
 
     if (count == 0 || count > KVF_SHM_ENTRIES_MAX || remote == NULL ||
-        lens == NULL || views == NULL || lease_p == NULL) {
+        lens == NULL || views == NULL || lease_p == NULL ||
+        (type != KVF_OP_READ && type != KVF_OP_WRITE)) {
         return KVF_ERR_INVALID_PARAM;
     }
     for (i = 0; i < count; i++) {
@@ -225,7 +230,7 @@ kvf_status_t kvf_shm_view_open(kvf_tl_ep_t *ep, size_t count,
     vl->ep = ep;
     st = kvf_shm_vconn_take(ep, &vl->conn);
     if (st == KVF_OK) {
-        st = kvf_shm_view_begin(vl, count, remote, lens);
+        st = kvf_shm_view_begin(vl, type, count, remote, lens);
         if (st == KVF_OK) {
             st = kvf_shm_view_fill(vl, views);
         }
@@ -255,6 +260,9 @@ kvf_status_t kvf_shm_view_close(kvf_tl_vlease_t *vl)
         return KVF_ERR_INVALID_PARAM;
     }
     ep = vl->ep;
+    if (vl->l.type == KVF_OP_WRITE) {
+        kvf_shm_fence(); /* the caller's streaming stores, before END */
+    }
     /* judged first: after END the target may reuse the ranges */
     if (kvf_time_ms() + 1 >= vl->l.valid_until_ms) {
         st = KVF_ERR_TIMEOUT; /* held past its time: the caller's error */

@@ -32,6 +32,9 @@
  */
 #ifndef KVF_TCP_MSG_H
 #define KVF_TCP_MSG_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/tcp/msg.h is private to transport/"
+#endif
 
 #include "core/wire.h"
 

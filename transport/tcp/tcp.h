@@ -5,6 +5,9 @@
  */
 #ifndef KVF_TCP_H
 #define KVF_TCP_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/tcp/tcp.h is private to transport/"
+#endif
 
 #include "transport/transport.h"
 #include "transport/limits.h"

@@ -18,6 +18,9 @@
  */
 #ifndef KVF_UCX_MSG_H
 #define KVF_UCX_MSG_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/ucx/msg.h is private to transport/"
+#endif
 
 #include "core/wire.h"
 

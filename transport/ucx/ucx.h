@@ -16,6 +16,9 @@
  */
 #ifndef KVF_UCX_H
 #define KVF_UCX_H
+#if !defined(KVF_LAYER_TRANSPORT) && !defined(KVF_TEST_INTERNALS)
+#error "transport/ucx/ucx.h is private to transport/"
+#endif
 
 #include "transport/transport.h"
 #include "transport/limits.h"
@@ -197,7 +200,8 @@ kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p);
 const char *kvf_ucx_resources(void);
 int kvf_ucx_has_rdma(const char *resources);
 /* The worker count (workers, the engine's parameter, or else the
- * ucx_workers key; 1..KVF_UCX_WORKERS_MAX) and the ucx_spin_us key. */
+ * ucx_workers key; 1..KVF_UCX_WORKERS_MAX) and the progress threads'
+ * polling before they sleep (0: they sleep at once). */
 kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
                             uint64_t *spin_ns_p);
 /* The ucx_read_mode and ucx_write_mode keys: KVF_UCX_MODE_*. */

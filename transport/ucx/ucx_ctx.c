@@ -57,11 +57,6 @@ static const kvf_config_entry_t kvf_ucx_config_entries[] = {
      "refuses to start there (UCX_TLS without tcp: rc,ud,sm,self on RDMA, "
      "sm,self on one host)",
      KVF_CONFIG_USER},
-    {"ucx_spin_us", "0",
-     "ucx: how long a progress thread keeps polling its worker after the "
-     "last event before it sleeps (0: sleeps at once; more: fewer "
-     "wake-ups, a core busy meanwhile)",
-     KVF_CONFIG_TUNING},
 };
 
 KVF_CONFIG_TABLE(kvf_ucx_config, "ucx", kvf_ucx_config_entries)
@@ -70,24 +65,18 @@ kvf_status_t kvf_ucx_tuning(unsigned workers, unsigned *n_p,
                             uint64_t *spin_ns_p)
 {
     kvf_status_t status;
-    uint64_t v, spin;
+    uint64_t v;
 
     status = kvf_config_u64(&kvf_ucx_config, "ucx_workers", &v);
-    if (status == KVF_OK) {
-        status = kvf_config_u64(&kvf_ucx_config, "ucx_spin_us", &spin);
-    }
     if (status != KVF_OK) {
         return status;
     }
     if (workers != 0) {
         v = workers;
     }
-    if (spin > 1000000) {
-        kvf_error("ucx: ucx_spin_us %lu out of range (0..1000000)",
-                  (unsigned long)spin);
-        return KVF_ERR_INVALID_PARAM;
-    }
-    *spin_ns_p = spin * 1000;
+    /* a progress thread sleeps at once after its last event: polling
+     * longer saved wake-ups but moved no figure (docs/ucx.md) */
+    *spin_ns_p = 0;
     if (v == 0 || v > KVF_UCX_WORKERS_MAX) {
         kvf_error("ucx: ucx_workers %lu out of range (1..%u)", (unsigned long)v,
                   KVF_UCX_WORKERS_MAX);

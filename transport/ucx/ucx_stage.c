@@ -18,7 +18,7 @@
 #include "transport/ucx/ucx.h"
 #include "core/alloc.h"
 #include "core/log.h"
-#include "mem/cuda/cuda.h"
+#include "mem/gpu.h"
 #include "mem/mem.h"
 
 #include <string.h>

@@ -4,46 +4,41 @@
 - ``local``: prefix KV in kvferry-registered (pinned, where CUDA is)
   host memory of the serving process; chunks verified with kvferry's
   checksum on every load.
-- ``remote``: a kvferry store (``master`` and ``node`` processes) through
-  :class:`kvferry.kv.KVCache`, over shm or, forced, tcp; the throttled
-  variant wraps the client's eps with kvferry's fault transport
-  (``KVF_FAULT`` ``delay_ms``, scaled until a probe reads at about the
-  target speed), which slows the link down.
+- ``remote-shm``, ``remote-tcp``, ``remote-tcp-throttled``: a kvferry
+  store (``master`` and ``node`` processes) holding chunk objects
+  (:mod:`kvferry.kv_chunks`), loaded layer group by layer group into a
+  paged cache; see :mod:`.remote`.
 - ``gpu``: the KV stays in GPU memory (the upper bound: no transfer).
 
 On a GPU (torch sees CUDA and kvferry's library has its GPU kernels:
-:func:`gpu_paths`), ``local`` and ``remote`` bind kvferry.kv to a paged
-GPU cache instead: :class:`GpuLocalTier` is a
-:class:`kvferry.kv_local.LocalKVCache` (one scatter kernel from pinned
-host memory with the checksums computed in the kernel) and
-:class:`GpuRemoteTier` a :class:`kvferry.kv.KVCache` over GPU buffers
-with ``gpu_stage`` (store reads into pinned staging, verifying scatter).
-The paged cache's block is the 256-token chunk and a request's blocks
-are blocks 0, 1, ... of one buffer per layer, so layer l's loaded keys
-are ``buf[0]`` seen as ``[S, H, D]`` and reach the model as a
-``[1, H, S, D]`` view: the kernel writes the bytes the model reads, no
-copy after it. :class:`PagedSource` loads all layers in one call
-(sequential) or one layer per call (overlapped, see :mod:`.overlap`).
-Elsewhere (CPU) the host tiers below are used.
+:func:`gpu_paths`), ``local`` binds kvferry.kv to a paged GPU cache
+instead: :class:`GpuLocalTier` is a :class:`kvferry.kv_local.LocalKVCache`
+(one scatter kernel from pinned host memory with the checksums computed
+in the kernel). The paged cache's block is the 256-token chunk and a
+request's blocks are blocks 0, 1, ... of one buffer per layer, so layer
+l's loaded keys are ``buf[0]`` seen as ``[S, H, D]`` and reach the model
+as a ``[1, H, S, D]`` view (:func:`paged_views`): the kernel writes the
+bytes the model reads, no copy after it. :class:`PagedSource` loads all
+layers in one call (sequential) or one layer per call (overlapped, see
+:mod:`.overlap`). Elsewhere (CPU) the host tier below is used.
 
-Every tier keys 256-token chunks with :func:`kvferry.kv.chunk_keys`
-over the prefix tokens and the layout's fingerprint (a vLLM-style
-per-layer layout ``[2, blocks, 256, kv_heads, head_dim]``), so a chunk
-is found only by the same tokens, model and layout. A tier's
-:meth:`fetch` returns a :class:`Source` whose ``copy_layer`` moves one
-layer into GPU (or CPU) tensors; :mod:`.overlap` schedules those copies.
+The local and GPU-resident tiers key 256-token chunks with
+:func:`kvferry.kv.chunk_keys` over the prefix tokens and the layout's
+fingerprint (a vLLM-style per-layer layout ``[2, blocks, 256, kv_heads,
+head_dim]``), so a chunk is found only by the same tokens, model and
+layout (the remote tiers' chunk objects chain the same keys). A host
+tier's :meth:`fetch` returns a :class:`Source` whose ``copy_layer`` moves
+one layer into GPU (or CPU) tensors; :mod:`.overlap` schedules those
+copies.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from .. import _lib
-from ..kv import KVCache, KVLayout, chunk_keys
-from ..procs import Master, Node
-from ..store import Store
+from ..kv import KVLayout, chunk_keys
 
 CHUNK = 256
 
@@ -226,186 +221,6 @@ class LocalTier(Tier):
         self.engine.close()
 
 
-class _TimedKV(KVCache):
-    """KVCache that adds up the time of its checksums (the verify stage)."""
-
-    verify_s = 0.0
-
-    def _checksum(self, region, off, n):
-        t = time.perf_counter()
-        try:
-            return super()._checksum(region, off, n)
-        finally:
-            self.verify_s += time.perf_counter() - t
-
-
-class RemoteTier(Tier):
-    """A kvferry store in master + node processes on this host, read over
-    ``transport`` ("shm" or "tcp"); with ``throttle_gbs`` the client's
-    eps are slowed to about that speed (kvferry's fault transport)."""
-
-    remote = True
-
-    def __init__(self, info: Any, max_tokens: int, transport: str = "shm",
-                 node_pool: str = "1G", throttle_gbs: float = 0.0, timeout_ms: int = 60000):
-        torch = _torch()
-        self.transport, self.throttle_gbs, self.timeout_ms = transport, throttle_gbs, timeout_ms
-        self.throttle_ms = 0.0
-        self.name = "remote-%s%s" % (transport, "-throttled" if throttle_gbs else "")
-        self.blocks = max(1, -(-max_tokens // CHUNK))
-        self.bufs = self._buffers(info, torch)
-        self.master = Master().start()
-        self.node = Node(self.master.address, pool=node_pool, timeout=60.0).start()
-        self.probe_bytes = min(32 << 20, _size(node_pool) // 16)
-        self._fault_old = os.environ.get("KVF_FAULT")
-        self.store = self._connect()
-        if throttle_gbs:
-            self._throttle(throttle_gbs)
-        self.kv = self._cache(info)
-
-    def _buffers(self, info: Any, torch: Any) -> List[Any]:
-        return _pool(info, self.blocks, torch.cuda.is_available())
-
-    def _cache(self, info: Any) -> KVCache:
-        return _TimedKV(self.store, layout_for(info, self.blocks), self.bufs, namespace="e2e")
-
-    def _connect(self) -> Store:
-        return Store.connect(self.master.address, timeout_ms=self.timeout_ms,
-                             transports=self.transport)
-
-    def _throttle(self, target_gbs: float) -> None:
-        """Slows the client's eps to the node down to about target_gbs
-        with the fault transport's per-request delay (``KVF_FAULT``
-        ``delay_ms``, whole milliseconds, read when an ep opens): the delay
-        is scaled from a probe until the measured speed is within 20 % of
-        the target (or 1 ms is already slower)."""
-        d = 1
-        for _ in range(4):
-            os.environ["KVF_FAULT"] = "delay_ms=%d" % d
-            self.store.close()
-            self.store = self._connect()
-            self.throttle_ms = d
-            g = self.probe_gbs()
-            if abs(g - target_gbs) <= 0.2 * target_gbs or g <= 0 or (d == 1 and g < target_gbs):
-                break
-            # the delay dominates a slowed link: speed ~ 1 / delay
-            nd = int(min(200, max(1, round(d * min(10.0, g / target_gbs)))))
-            if nd == d:
-                break
-            d = nd
-
-    def probe_gbs(self, nbytes: int = 0, rounds: int = 3) -> float:
-        """Read speed of one object of nbytes from the node through this
-        client (best of rounds), in GB/s: the policy's starting link."""
-        nbytes = nbytes or self.probe_bytes
-        key = "e2e-probe/%d/%d" % (os.getpid(), nbytes)
-        buf = bytearray(nbytes)
-        region = self.store.register(buf)
-        try:
-            if not self.store.exists(key):
-                self.store.put(key, region)
-            best = float("inf")
-            for _ in range(rounds):
-                t = time.perf_counter()
-                self.store.get(key, region)
-                best = min(best, time.perf_counter() - t)
-            self.store.remove(key)
-        finally:
-            region.deregister()
-        return nbytes / best / 1e9
-
-    def lookup(self, tokens):
-        return self.kv.lookup(tokens)
-
-    def fetch(self, tokens, hit):
-        n = hit // CHUNK
-        s = self.kv.stats
-        b0, v0 = s.bytes_loaded, self.kv.verify_s
-        t0 = time.perf_counter()
-        got = self.kv.load(tokens[:hit], list(range(n)))
-        dt = time.perf_counter() - t0
-        ver = self.kv.verify_s - v0
-        nbytes = s.bytes_loaded - b0
-        return (Source(self.bufs, [(0, got // CHUNK)] if got else [], got), got,
-                {"read": dt - ver, "verify": ver}, nbytes)
-
-    def save(self, tokens, cache, have):
-        nk = len(tokens) // CHUNK
-        for i in range(have // CHUNK, min(nk, self.blocks)):
-            _to_host(cache, self.bufs, i, i)
-        return self.kv.save(tokens[: min(nk, self.blocks) * CHUNK], list(range(self.blocks)))
-
-    def corrupt(self, tokens, chunk):
-        keys = self.kv.chunk_keys(tokens)
-        if chunk >= len(keys):
-            return False
-        piece = self.kv.piece_keys(keys[chunk])[0]
-        try:
-            n = self.store.query(piece).size
-            self.store.remove(piece)
-        except Exception:
-            return False
-        self.store.put(piece, os.urandom(n))
-        return True
-
-    def describe(self):
-        return {"cache": self.name, "transport": self.transport, "link": self.store.master_link,
-                "throttle_delay_ms": self.throttle_ms,
-                "throttle_target_gbs": self.throttle_gbs, "staging_blocks": self.blocks}
-
-    def close(self):
-        try:
-            self.kv.close()
-            self.store.close()
-        finally:
-            if self.throttle_gbs:
-                if self._fault_old is None:
-                    os.environ.pop("KVF_FAULT", None)
-                else:
-                    os.environ["KVF_FAULT"] = self._fault_old
-            self.node.close()
-            self.master.close()
-
-
-class GpuRemoteTier(RemoteTier):
-    """RemoteTier bound to a paged GPU cache: kvferry.kv.KVCache with
-    ``gpu_stage`` (pinned staging registered with the store; the store's
-    reads skip host hashing and the scatter kernel verifies). A
-    sequential load is the pipelined :meth:`KVCache.load`; an overlapped
-    one reads and scatters one layer per call."""
-
-    _warmed = False
-
-    def _buffers(self, info: Any, torch: Any) -> List[Any]:
-        return _gpu_bufs(info, self.blocks)
-
-    def _cache(self, info: Any) -> KVCache:
-        return KVCache(self.store, layout_for(info, self.blocks), self.bufs, namespace="e2e",
-                       gpu_stage=True)
-
-    def fetch(self, tokens, hit):
-        return PagedSource(self, self.kv, tokens, hit), hit, {}, 0
-
-    def save(self, tokens, cache, have):
-        n = min(len(tokens) // CHUNK, self.blocks)
-        _from_cache(cache, self.bufs, have, n * CHUNK)
-        saved = self.kv.save(tokens[: n * CHUNK], list(range(n)))
-        if self.transport == "shm" and not self._warmed:
-            # the node's pool registered with the GPU once, outside any TTFT
-            self._warmed = self.kv.warm(tokens[: n * CHUNK]) > 0
-        return saved
-
-    def describe(self):
-        d = super().describe()
-        viewed = self.kv.stats.viewed_pieces
-        d.update({"path": "KVCache over GPU buffers: %s, GPU verifying copy (checksum mode %s)"
-                          % ("the node's pool read in place (store views)" if viewed else
-                             "store reads into pinned staging",
-                             os.environ.get("KVF_GPU_SUM", "auto")),
-                  "viewed_pieces": viewed, "corrupt_misses": self.kv.stats.corrupt_misses})
-        return d
-
-
 class GpuTier(Tier):
     """Prefix KV kept on the device: the upper bound, nothing moves."""
 
@@ -461,6 +276,15 @@ def _gpu_bufs(info: Any, blocks: int) -> List[Any]:
                         device=info.device) for _ in range(info.layers)]
 
 
+def paged_views(buf: Any, tokens: int) -> Tuple[Any, Any]:
+    """The first ``tokens`` keys and values of a paged buffer ([2, blocks,
+    256, H, D]; its blocks 0.. seen as one [S, H, D] tensor) as the
+    [1, H, S, D] views the model's cache takes: no copy."""
+    k = buf[0].flatten(0, 1)[:tokens]
+    v = buf[1].flatten(0, 1)[:tokens]
+    return k.permute(1, 0, 2).unsqueeze(0), v.permute(1, 0, 2).unsqueeze(0)
+
+
 def _stats(kv: Any) -> Tuple[float, float, float, int, int]:
     s = kv.stats
     return s.t_query, s.t_read, s.t_h2d, s.bytes_loaded, s.corrupt_misses
@@ -500,12 +324,7 @@ class PagedSource:
         return self._got(self.kv.load_planned(self._plan(), layers=[layer]))
 
     def views(self, layer: int) -> Tuple[Any, Any]:
-        """Layer's prefix keys and values as [1, H, S, D] views of the
-        paged buffer (its blocks 0.. seen as one [S, H, D] tensor)."""
-        b = self.bufs[layer]
-        k = b[0].flatten(0, 1)[: self.tokens]
-        v = b[1].flatten(0, 1)[: self.tokens]
-        return k.permute(1, 0, 2).unsqueeze(0), v.permute(1, 0, 2).unsqueeze(0)
+        return paged_views(self.bufs[layer], self.tokens)
 
     def done(self) -> Tuple[Dict[str, float], int]:
         """The load's split from kvferry.kv's stats (query: manifests or
@@ -581,7 +400,9 @@ class GpuLocalTier(Tier):
 
 
 def make(name: str, info: Any, max_tokens: int, host_bytes: int, node_pool: str,
-         throttle_gbs: float = 0.0) -> Tier:
+         throttle_gbs: float = 0.0, chunk_tokens: int = 0, layer_groups: int = 0) -> Tier:
+    """The tier of a configuration; chunk_tokens and layer_groups shape
+    the remote tiers' chunk objects (0: :mod:`.remote`'s defaults)."""
     if name == "none":
         return Tier()
     gpu = gpu_paths(info)
@@ -589,9 +410,11 @@ def make(name: str, info: Any, max_tokens: int, host_bytes: int, node_pool: str,
         return GpuLocalTier(info, max_tokens, host_bytes) if gpu else LocalTier(info, host_bytes)
     if name == "gpu":
         return GpuTier(info, host_bytes)
-    if name.startswith("remote-"):
-        parts = name.split("-")
-        cls = GpuRemoteTier if gpu else RemoteTier
-        return cls(info, max_tokens, parts[1], node_pool,
-                   throttle_gbs if "throttled" in parts else 0.0)
+    parts = name.split("-")
+    if parts[0] == "remote" and parts[1:2] in (["shm"], ["tcp"]) and parts[2:] in ([], ["throttled"]):
+        from . import remote
+        return remote.RemoteTier(info, max_tokens, parts[1], node_pool,
+                                 throttle_gbs if "throttled" in parts else 0.0,
+                                 chunk_tokens=chunk_tokens or remote.CHUNK_TOKENS,
+                                 layer_groups=layer_groups or remote.LAYER_GROUPS)
     raise ValueError("cache is none, local, gpu, remote-shm, remote-tcp or remote-tcp-throttled")

@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
       help="checksum modes of the GPU loads, comma-separated (auto, fused, after, engines; "
            "default: KVF_GPU_SUM or auto); with several, each caching configuration runs once "
            "per mode")
+    a("--chunk-tokens", type=int, default=0,
+      help="tokens per chunk object of the remote tiers, a multiple of 256 (default 1024)")
+    a("--layer-groups", default="",
+      help="layer groups of the remote tiers' chunk objects: a hit loads group by group and "
+           "layer l waits for its own group (default 8); with several, comma-separated, each "
+           "remote configuration runs once per count")
     a("--slo", type=float, default=1.0, help="TTFT SLO for goodput, seconds")
     a("--host-pool", default="8G", help="local cache (and GPU-resident) capacity")
     a("--node-pool", default="8G", help="the remote store node's pool")
@@ -100,6 +106,8 @@ class Run:
         self.args, self.info, self.calib = args, info, calib
         self.summaries: List[Dict[str, Any]] = []
         self.gpu_sum = ""
+        self.groups = 0  # the remote tiers' layer groups of this configuration (0: default)
+        self.group_counts = _group_counts(args.layer_groups)
         self.throttled: Dict[str, float] = {}  # policy -> mean service TTFT
         self.baseline: Dict[float, Dict[int, float]] = {}  # sharing -> prefix -> TTFT P50
         self.env = record.environment() if args.record else {}
@@ -124,14 +132,17 @@ class Run:
     def tier(self, name: str) -> Any:
         a = self.args
         return caches.make(name, self.info, self.max_tokens, caches._size(a.host_pool), a.node_pool,
-                           a.throttle_gbs)
+                           a.throttle_gbs, a.chunk_tokens, self.groups)
 
     def one(self, cache: str, sharing: float, overlap: bool, mode: str,
-            gpu_sum: str = "") -> Optional[Dict]:
+            gpu_sum: str = "", groups: int = 0) -> Optional[Dict]:
         from .engine import Engine
         if gpu_sum:
-            os.environ["KVF_GPU_SUM"] = gpu_sum  # read by the tier's GPU copier
+            from .. import kv_gpu
+
+            kv_gpu.set_sum_mode(gpu_sum)  # for the tier's GPU copiers
         self.gpu_sum = gpu_sum
+        self.groups = groups or (self.group_counts[:1] or [0])[0]
         if self.t_end is not None and time.perf_counter() > self.t_end:
             print("e2e: budget spent, skipping %s" % cache, file=sys.stderr)
             return None
@@ -150,10 +161,12 @@ class Run:
     def report(self, cache, sharing, overlap, mode, tr, served, pol, link0, desc) -> Dict:
         a = self.args
         summ = stats.summary(served, a.slo)
-        label = "%s share%d %s%s%s" % (cache, round(sharing * 100),
-                                       "overlap" if overlap else "sequential",
-                                       "" if mode == "always" else " policy-" + mode,
-                                       " sum-" + self.gpu_sum if self.gpu_sum else "")
+        sweep = cache.startswith("remote") and len(self.group_counts) > 1
+        label = "%s share%d %s%s%s%s" % (cache, round(sharing * 100),
+                                         "overlap" if overlap else "sequential",
+                                         "" if mode == "always" else " policy-" + mode,
+                                         " groups%d" % self.groups if sweep else "",
+                                         " sum-" + self.gpu_sum if self.gpu_sum else "")
         by_len: Dict[int, List[float]] = {}
         for s in served:
             if cache == "none" or s.decision == "load":
@@ -240,7 +253,7 @@ def _record(run: Run, label: str, summ: Dict, tr: Any, served: List[Any], pol: P
     conf = dict(tr.describe())
     conf.update({"model": run.info.name, "dtype": str(run.info.dtype), "device": str(run.info.device),
                  "overlap": str(summ["overlap"]), "policy": summ["policy"],
-                 "gpu_checksum_mode": os.environ.get("KVF_GPU_SUM", "auto"),
+                 "gpu_checksum_mode": _sum_mode_name(),
                  "deterministic": "off (timing run)", "ttft_slo_s": a.slo,
                  "h2d_gbs_measured": run.calib["h2d_gbs"],
                  "prefill_tflops_measured": run.calib["flops_per_s"] / 1e12,
@@ -333,6 +346,7 @@ def _check(run: Run, cache: str) -> Optional[Dict[str, Any]]:
     from .engine import Engine
     a = run.args
     correctness.deterministic(True)
+    run.groups = (run.group_counts[:1] or [0])[0]
     tr = run.trace(0.9)
     reqs = tr.requests[: 2 * max(a.check, 1)]
     tier = run.tier(cache)
@@ -379,6 +393,15 @@ def _check(run: Run, cache: str) -> Optional[Dict[str, Any]]:
     return res
 
 
+def _group_counts(text: str) -> List[int]:
+    """--layer-groups: the counts given, in order ([] for the default);
+    ValueError for a count that is not a whole number of at least 1."""
+    out = [int(x) for x in str(text).split(",") if x.strip()]
+    if any(g < 1 for g in out):
+        raise ValueError("--layer-groups: counts of at least 1, got %s" % text)
+    return out
+
+
 def table(summaries: List[Dict[str, Any]]) -> str:
     """The closing table in Markdown: configuration -> TTFT P50/P99 (with
     and without queueing), tokens not computed, remote bytes, speed-up of
@@ -398,6 +421,14 @@ def table(summaries: List[Dict[str, Any]]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        groups = _group_counts(args.layer_groups) or [0]
+        if args.chunk_tokens < 0 or args.chunk_tokens % caches.CHUNK:
+            raise ValueError("--chunk-tokens %d is not a multiple of %d"
+                             % (args.chunk_tokens, caches.CHUNK))
+    except ValueError as e:
+        print("kvferry bench e2e: %s" % e, file=sys.stderr)
+        return 2
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -429,9 +460,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     for sh in [] if args.check_only else [float(x) for x in args.sharing.split(",")]:
         for c in cfgs:
             for m in (sums if c != "none" and len(sums) > 1 else sums[:1] or [""]):
-                run.one(c, sh, True, args.policy if c != "none" else "never", m)
-                if c in seq:
-                    run.one(c, sh, False, args.policy, m)
+                for g in (groups if c.startswith("remote") else groups[:1]):
+                    run.one(c, sh, True, args.policy if c != "none" else "never", m, g)
+                    if c in seq:
+                        run.one(c, sh, False, args.policy, m, g)
     if args.throttle_gbs and not args.check_only:
         sh = max(float(x) for x in args.sharing.split(","))
         for mode in ("always", "never", "calc"):
@@ -448,3 +480,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             f.write(table(run.summaries))
     bad = [s for s in run.summaries if s and s.get("ok") is False]
     return 1 if bad else 0
+
+
+def _sum_mode_name() -> str:
+    """The GPU copies' checksum mode in force (kvferry.kv_gpu.sum_mode)."""
+    from .. import kv_gpu
+
+    return kv_gpu.sum_mode()

@@ -14,10 +14,11 @@ prefilled on its own and the suffix after it (the computation a later
 hit replaces, so hit and recompute are compared like for like); the
 ``none`` configuration prefills prompt in one pass.
 
-On a GPU the local and remote tiers verify inside the load's kernels
-(:class:`.caches.PagedSource`), so a damaged chunk is found while (or,
-sequential, before) the forward pass runs: that pass is thrown away and
-the request recomputed, decision "corrupt", like a refused fetch.
+The remote tiers (everywhere) and the local tier on a GPU verify while
+they load (:class:`.remote.ChunkSource`, :class:`.caches.PagedSource`),
+so a damaged chunk is found while (or, sequential, before) the forward
+pass runs: that pass is thrown away and the request recomputed, decision
+"corrupt", like a refused fetch.
 """
 
 from __future__ import annotations
@@ -64,9 +65,10 @@ class Engine:
             if not self.overlap:
                 self._sync()
                 split["h2d"] = now() - t0
-            if loader.short:
-                raise _Refused()
-            logits = self.forward(tokens[src.tokens:], cache)
+            logits = None
+            if not loader.short:
+                logits = self.forward(tokens[src.tokens:], cache)
+            # the whole load, before its buffers are reused or judged
             loader.wait_all()
             if loader.short:
                 raise _Refused()

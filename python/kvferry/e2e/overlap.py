@@ -16,15 +16,81 @@ A paged GPU source (:class:`.caches.PagedSource`: kvferry.kv's verifying
 kernels write straight into the buffers the model reads) is loaded by a
 loader thread, one ``load_planned(plan, layers=[i])`` per layer with a
 threading.Event each (overlapped), or by one call before the forward
-pass (sequential). A layer whose chunks fail verification marks the
-load :attr:`Loader.short`: the forward pass that used it is discarded
-and the engine recomputes.
+pass (sequential). A source of chunk objects (:class:`.remote.ChunkSource`,
+the remote tiers) is loaded by one ``ChunkStore.load`` on a thread
+(:class:`GroupLoad`) that hands the buffers over layer group by layer
+group: layer i waits for its group only. A layer whose chunks fail
+verification marks the load :attr:`Loader.short`: the forward pass that
+used it is discarded and the engine recomputes.
+
+Every wait for a load is bounded (:data:`WAIT_S`).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, List, Optional
+
+#: Seconds a layer's compute waits for its KV before the pass fails.
+WAIT_S = 120.0
+#: The interpreter's thread switch interval while a group load runs: the
+#: loader's Python (descriptors, headers) and the forward pass's kernel
+#: launches take turns at this pace instead of the default 5 ms, so the
+#: launches of a group that has arrived do not wait behind the next
+#: group's preparation.
+SWITCH_S = 0.0005
+
+
+class GroupLoad:
+    """Loads a chunk source on a thread, group by group: ``src.load(
+    group_done)`` calls ``group_done(g)`` once layer group g is in the
+    buffers (whatever its outcome: verification is judged at the end);
+    :meth:`wait` for layer l returns once its group ``src.group_of[l]``
+    is. Needs no torch."""
+
+    def __init__(self, src: Any, layers: int):
+        self.src = src
+        self._groups = [threading.Event() for _ in range(src.groups)]
+        self._events = [self._groups[src.group_of[l]] for l in range(layers)]
+        self._thread: Optional[threading.Thread] = None
+        self.error: Optional[BaseException] = None
+
+    def start(self) -> "GroupLoad":
+        self._thread = threading.Thread(target=self._run, daemon=True, name="kvferry-e2e-groups")
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(min(old, SWITCH_S))
+        try:
+            self.src.load(group_done=lambda g: self._groups[g].set())
+        except BaseException as e:  # surfaced by wait() and join()
+            self.error = e
+        finally:
+            sys.setswitchinterval(old)
+            for ev in self._groups:
+                ev.set()
+
+    def ready(self, layer: int) -> bool:
+        """True once layer's group has been handed over."""
+        return self._events[layer].is_set()
+
+    def wait(self, layer: int, timeout: float = WAIT_S) -> None:
+        if not self._events[layer].wait(timeout):
+            raise TimeoutError("kvferry e2e: layer %d's KV not loaded in %.0f s" % (layer, timeout))
+        if self.error is not None:
+            raise self.error
+
+    def join(self, timeout: float = WAIT_S) -> None:
+        """Waits for the whole load (every group, the verdict)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError("kvferry e2e: the load did not end in %.0f s" % timeout)
+        if self.error is not None:
+            raise self.error
 
 
 class Loader:
@@ -40,6 +106,7 @@ class Loader:
         self.values: List[Any] = []
         self._events: List[Any] = []
         self._thread: Optional[threading.Thread] = None
+        self._groups: Optional[GroupLoad] = None
         self.error: Optional[BaseException] = None
 
     def start(self) -> "Loader":
@@ -49,6 +116,8 @@ class Loader:
                 self.keys.append(k)
                 self.values.append(v)
             return self
+        if hasattr(src, "group_of"):  # chunk objects, loaded group by group
+            return self._start_grouped()
         if hasattr(src, "load_layer"):  # paged GPU buffers, kvferry.kv kernels
             return self._start_paged()
         s = src.tokens
@@ -121,22 +190,46 @@ class Loader:
         self._thread.start()
         return self
 
+    def _start_grouped(self) -> "Loader":
+        """The model reads the source's buffers in place; overlapped, a
+        GroupLoad hands them over group by group, else one load now."""
+        src = self.src
+        for l in range(self.info.layers):
+            k, v = src.views(l)
+            self.keys.append(k)
+            self.values.append(v)
+        if self.overlap:
+            self._groups = GroupLoad(src, self.info.layers).start()
+        else:
+            src.load()
+        return self
+
     def wait(self, layer: int) -> None:
+        if self._groups is not None:
+            self._groups.wait(layer)
+            return
         if not self._events:
             return
         ev = self._events[layer]
         if self.cuda and self._thread is None:
             self.torch.cuda.current_stream(self.info.device).wait_event(ev)
         else:
-            ev.wait()
+            if not ev.wait(WAIT_S):
+                raise TimeoutError("kvferry e2e: layer %d not loaded in %.0f s" % (layer, WAIT_S))
             if self.error is not None:
                 raise self.error
 
     def wait_all(self) -> None:
+        """Waits for the whole load (bounded by WAIT_S per wait)."""
+        if self._groups is not None:
+            self._groups.join()
+            return
         for l in range(len(self._events)):
             self.wait(l)
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(WAIT_S)
+            if self._thread.is_alive():
+                raise TimeoutError("kvferry e2e: the load did not end in %.0f s" % WAIT_S)
             if self.error is not None:
                 raise self.error
 
