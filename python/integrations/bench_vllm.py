@@ -22,7 +22,8 @@ goodput at a TTFT SLO; one record each (``kvferry-record/1``, seed 003
 Configurations: ``none`` (vLLM's own prefix cache only),
 ``offload`` (vLLM's ``OffloadingConnector``, CPU, ``--cpu-bytes``),
 ``kvferry`` (the connector, a master and a node process on this host:
-the node's pool read and written in place over shm), ``kvferry-local``
+the node's pool read and written in place over shm), ``kvferry-async``
+(the same, loading between steps: ``load_mode`` async), ``kvferry-local``
 (the connector with a store inside the vLLM process, ``"master":
 "embedded"``).
 
@@ -53,7 +54,7 @@ sys.path.insert(0, HERE)
 
 import serve_vllm  # noqa: E402  (the model and its options)
 
-CONFIGS = ("none", "offload", "kvferry", "kvferry-local")
+CONFIGS = ("none", "offload", "kvferry", "kvferry-async", "kvferry-local")
 
 
 # ---------------------------------------------------------------------------
@@ -72,6 +73,8 @@ def transfer_config(name: str, args: argparse.Namespace, master: str) -> Optiona
              "load_mode": args.load_mode}
     if name == "kvferry-local":
         extra.update(master="embedded", embedded_pool=str(args.cpu_bytes))
+    if name == "kvferry-async":  # loads between steps, whatever --load-mode says
+        extra.update(load_mode="async")
     return {"kv_connector": "KvferryConnector", "kv_connector_module_path": "kvferry.vllm_connector",
             "kv_role": "kv_both", "kv_connector_extra_config": extra}
 

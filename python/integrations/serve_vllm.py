@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 MODES = ("baseline", "producer", "consumer", "split", "tampered", "tampered-fail")
 #: top log-probabilities recorded for each prompt's first new token
@@ -187,9 +187,24 @@ def logprob_gap(a: List[Dict[str, float]], b: List[Dict[str, float]]) -> float:
 
 def connector_extra(args: argparse.Namespace) -> Dict[str, Any]:
     """The connector's kv_connector_extra_config from the options."""
-    return {"master": args.master, "namespace": args.namespace,
-            "chunk_tokens": args.chunk_tokens, "layer_groups": args.layer_groups,
-            "load_mode": args.load_mode}
+    out = {"master": args.master, "namespace": args.namespace,
+           "chunk_tokens": args.chunk_tokens, "layer_groups": args.layer_groups,
+           "load_mode": args.load_mode}
+    out.update(json.loads(args.extra or "{}"))
+    return out
+
+
+def variants(args: argparse.Namespace) -> List[Tuple[str, str]]:
+    """--variant [MODE@]NAME=JSON options as (name, JSON), each checked."""
+    out = []
+    for v in args.variant or ():
+        name, sep, extra = v.partition("=")
+        mode = name.rpartition("@")[0] or "consumer"
+        if (not sep or not name.rpartition("@")[2] or mode not in ("producer", "consumer")
+                or not isinstance(json.loads(extra), dict)):
+            raise SystemExit("serve_vllm: --variant NAME={json object}, not %r" % v)
+        out.append((name, extra))
+    return out
 
 
 def pinned_ceiling() -> float:
@@ -241,12 +256,14 @@ def tamper(prompts: List[List[int]]) -> None:
 
 
 def run_child(mode: str, args: argparse.Namespace, model: str, prompts_file: str,
-              master: str) -> Dict[str, Any]:
+              master: str, extra: str = "") -> Dict[str, Any]:
     env = dict(os.environ)
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the worker in this process
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--model", model,
            "--prompts-file", prompts_file, "--master", master] + child_args(args)
+    if extra or args.extra:
+        cmd += ["--extra", json.dumps(dict(json.loads(args.extra or "{}"), **json.loads(extra or "{}")))]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=args.timeout)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -311,8 +328,13 @@ def check(recs: Dict[str, Dict[str, Any]], args: argparse.Namespace) -> List[str
         bad.append("producer had cached tokens on an empty store")
     if not recs["producer"].get("worker_stats", {}).get("saved_objects"):
         bad.append("producer's connector saved nothing")
-    if "consumer" in recs:
-        bad += check_consumer(recs["consumer"], len(base), args.prompt_len, args.block_size)
+    for mode in [m for m in recs if "@" in m]:
+        ref = mode.partition("@")[0]
+        if ref in recs and recs[mode]["first_logprobs"] != recs[ref]["first_logprobs"]:
+            bad.append("%s's first-token log-probabilities differ from the %s's" % (mode, ref))
+    for mode in [m for m in recs if m == "consumer" or m.startswith("consumer@")]:
+        bad += [mode + ": " + p for p in
+                check_consumer(recs[mode], len(base), args.prompt_len, args.block_size)]
     if "tampered" in recs and recs["tampered"].get("corrupt_misses") != len(base):
         bad.append("tampered run caught %s corrupt blocks, want %d"
                    % (recs["tampered"].get("corrupt_misses"), len(base)))
@@ -332,14 +354,17 @@ def summary(recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     and the first-token log-probability gaps."""
     base = recs["baseline"]["generate_s"]
     out: Dict[str, Any] = {}
-    for mode in ("producer", "consumer", "split"):
+    for mode in ("producer", "consumer", "split") + tuple(k for k in recs if "@" in k):
         if mode in recs:
             out["%s_over_baseline" % mode] = recs[mode]["generate_s"] / base
+    for mode in ("consumer",) + tuple(k for k in recs if "@" in k):
+        cons = recs.get(mode)
+        pre = "" if mode == "consumer" else mode + "_"
+        if cons and cons.get("load_gbs") and cons.get("h2d_ceiling_gbs"):
+            out[pre + "load_gbs"] = cons["load_gbs"]
+            out[pre + "h2d_ceiling_gbs"] = cons["h2d_ceiling_gbs"]
+            out[pre + "load_over_ceiling"] = cons["load_gbs"] / cons["h2d_ceiling_gbs"]
     cons = recs.get("consumer")
-    if cons and cons.get("load_gbs") and cons.get("h2d_ceiling_gbs"):
-        out["load_gbs"] = cons["load_gbs"]
-        out["h2d_ceiling_gbs"] = cons["h2d_ceiling_gbs"]
-        out["load_over_ceiling"] = cons["load_gbs"] / cons["h2d_ceiling_gbs"]
     for mode in ("consumer", "split", "producer"):
         if mode in recs:
             out["%s_logprob_gap_to_baseline" % mode] = logprob_gap(
@@ -399,6 +424,13 @@ def main() -> int:
                     help="the connector's load_mode")
     ap.add_argument("--modes", default=",".join(MODES),
                     help="the runs, in order (baseline and producer first)")
+    ap.add_argument("--extra", default="",
+                    help="JSON object merged into the connector's kv_connector_extra_config")
+    ap.add_argument("--variant", action="append",
+                    help="[MODE@]NAME={json}: after the modes, a run of MODE (consumer, the "
+                         "default, or producer: give it a namespace of its own) named MODE@NAME "
+                         "with these connector keys on top (repeatable), e.g. "
+                         "nopipe='{\"stage_pipeline\": false}'")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -424,6 +456,10 @@ def main() -> int:
         with Master() as m, Node(m.address, pool=args.node_pool):
             recs = {mode: run_child(mode, args, model, prompts_file, m.address)
                     for mode in modes}
+            for name, extra in variants(args):  # a mode again, configured otherwise
+                mode = name.rpartition("@")[0] or "consumer"
+                recs[mode + "@" + name.rpartition("@")[2]] = run_child(
+                    mode, args, model, prompts_file, m.address, extra)
     import vllm
 
     bad = check(recs, args)

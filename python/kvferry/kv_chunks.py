@@ -71,6 +71,9 @@ CHUNK_FORMAT = 1
 #: Default chunk, in tokens, and default number of layer groups.
 CHUNK_TOKENS = 256
 LAYER_GROUPS = 4
+#: Largest slice of objects a pipelined GPU load or save moves at once
+#: (kv_pipe): small enough that filling the pipeline costs little
+PIPE_SLICE = 64 << 20
 
 _MAGIC = b"KVFC"
 # magic, version, group, groups, (pad), blocks, pieces per block, piece
@@ -460,13 +463,17 @@ class ChunkStore(ChunkIndex):
     every key). stage_bytes: the stage for the paths that copy (at least
     one object). views: use store views and put views where the node
     allows (False: always through the stage). sum_mode: the GPU copies'
-    checksum mode (:func:`kvferry.kv_gpu.sum_mode_flags`)."""
+    checksum mode (:func:`kvferry.kv_gpu.sum_mode_flags`).
+    gpu_stage_bytes: GPU memory whole objects cross the link through (0:
+    none, the kernels reach the pool mapping). pipeline: that stage in
+    two halves, DMA of one slice while the kernel works on the other
+    (:mod:`kvferry.kv_pipe`)."""
 
     def __init__(self, store: Store, tensors: Sequence[Any], num_blocks: int, block_size: int,
                  fingerprint: str, namespace: str = "kv", chunk_tokens: int = CHUNK_TOKENS,
                  layer_groups: int = LAYER_GROUPS, replicas: int = 0, stage_bytes: int = 256 << 20,
                  views: bool = True, sum_mode: Optional[str] = None,
-                 gpu_stage_bytes: int = 512 << 20):
+                 gpu_stage_bytes: int = 512 << 20, pipeline: bool = False):
         self.map = CacheMap(tensors, num_blocks, layer_groups)
         super().__init__(store, block_size, fingerprint, namespace, chunk_tokens,
                          len(self.map.groups))
@@ -481,10 +488,16 @@ class ChunkStore(ChunkIndex):
         self._stage_region: Any = None
         #: GPU memory that whole objects are copied through by the copy
         #: engines (full link rate), the pieces then scattered on the GPU
-        self._gstage_bytes = max(int(gpu_stage_bytes), max(self.map.object_bytes(g, self.bpc)
-                                                           for g in range(self.groups))) \
-            if gpu_stage_bytes else 0
+        biggest = max(self.map.object_bytes(g, self.bpc) for g in range(self.groups))
+        self._gstage_bytes = max(int(gpu_stage_bytes), 2 * biggest) if gpu_stage_bytes else 0
         self._gstage: Any = None
+        #: the stage's halves, DMA of one slice || kernel on the other
+        #: (kv_pipe), slices of at most PIPE_SLICE (at least an object)
+        self._pipeline = bool(pipeline)
+        self._pipe: Any = None
+        #: why warm() turned the pipeline off (None: it did not)
+        self.warm_error: Optional[str] = None
+        self._slice_cap = max(min(self._gstage_bytes // 2, PIPE_SLICE), biggest)
         #: called when a put view is refused for the client's quota of
         #: uncommitted bytes, to let the queued commits run (the caller's)
         self.quota_wait: Optional[Callable[[], None]] = None
@@ -559,7 +572,17 @@ class ChunkStore(ChunkIndex):
                     self._gstage = self._kvg.DeviceBuffer(self._gstage_bytes, self.map.device)
                 except KvferryError:
                     self._gstage_bytes = 0
+            if self._gstage is not None and self._pipeline and self._pipe is None:
+                from .kv_pipe import StagePipe
+
+                self._pipe = StagePipe(self.map.device)
         return self._gstage.mem() if self._gstage is not None else None
+
+    def _halves(self, gst: Any) -> List[Any]:
+        """The GPU stage's two halves, each a GpuMem of its own."""
+        half = self._gstage_bytes // 2
+        return [self._kvg.GpuMem(gst.base + h * half, half, gst.type, gst.device)
+                for h in (0, 1)]
 
     @staticmethod
     def _stage_slices(rows, size, cap: int):
@@ -579,18 +602,26 @@ class ChunkStore(ChunkIndex):
         if sl:
             yield sl
 
-    def _dma(self, src: Any, dst: Any, src_offs, dst_offs, lens) -> None:
-        """Whole ranges through the copy engines (DMA at the link's rate)."""
+    def _dma(self, src: Any, dst: Any, src_offs, dst_offs, lens, copier: Any = None) -> None:
+        """Whole ranges through the copy engines (DMA at the link's rate),
+        by copier (default: this store's own)."""
         np = _np()
-        self._mover.copy_plain(src, dst, np.asarray(src_offs, dtype=np.uint64),
+        (copier or self._mover).copy_plain(src, dst, np.asarray(src_offs, dtype=np.uint64),
                                np.asarray(dst_offs, dtype=np.uint64),
                                np.asarray(lens, dtype=np.uint64))
 
     def warm(self) -> int:
-        """Registers with the GPU, now, every mapping of the store's nodes
-        that views and put views can land in (``Store.view_maps``), so that
-        no first transfer pays for it. Returns the mappings registered (0
-        without views)."""
+        """Readies the GPU paths now, so that no first transfer pays for
+        them: the GPU stage and its copies (:meth:`_warm_copies`), and every
+        mapping of the store's nodes that views and put views can land in
+        registered with the GPU (``Store.view_maps``). Returns the mappings
+        registered (0 without views)."""
+        if self.gpu:
+            try:
+                self._warm_copies()
+            except Exception as e:  # the proven serial path stays
+                self.warm_error = "%s: %s" % (type(e).__name__, e)
+                self._close_pipe()
         if not self.gpu or not self._want_views or not hasattr(self.store, "view_maps"):
             return 0
         maps = self._kvg.host_mappings(self.store)
@@ -599,6 +630,21 @@ class ChunkStore(ChunkIndex):
             if maps.ensure(base, length):
                 n += 1
         return n
+
+    def _warm_copies(self) -> None:
+        """The GPU stage allocated and every copy this store makes run once
+        on it (one piece each), so that the first request does not pay for
+        the allocation or for loading the kernels."""
+        gst = self._gpu_stage()
+        if gst is None:
+            return
+        pb = min(self.map.piece_bytes, self._gstage_bytes // 2)
+        with self._move_lock:
+            self._mover.copy(gst, gst, [0], [pb], [pb])
+            self._dma(gst, gst, [0], [pb], [pb])
+            if self._pipe is not None:
+                self._pipe.run_in([0], lambda c, _i, _h: self._dma(gst, gst, [0], [pb], [pb], c),
+                                  lambda _i, _h: None)
 
     # -- load ----------------------------------------------------------------
 
@@ -739,6 +785,8 @@ class ChunkStore(ChunkIndex):
         the mapping directly."""
         pool = self._kvg.GpuMem(base, maplen, _lib.MEM_PINNED, 0)
         gst = self._gpu_stage()
+        if gst is not None and self._pipe is not None:
+            return self._scatter_piped(gb, rows, pool, gst, bad, g)
         for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst):
             full = [(r[0], o, c, r[6]) for r, o, c in zip(local, objs, cache)]
             with self._move_lock:
@@ -747,12 +795,32 @@ class ChunkStore(ChunkIndex):
                               [self.map.object_bytes(g, r[2]) for r, _ in sl])
                 self._scatter(gst if gst is not None else pool, full, bad)
 
-    def _staged_rows(self, gb: "_GroupBatch", rows, g: int, gst: Any):
+    def _scatter_piped(self, gb: "_GroupBatch", rows, pool: Any, gst: Any, bad: List[int],
+                       g: int) -> None:
+        """_scatter_from_pool through the stage's halves: the DMA of the
+        next slice runs while this one is scattered."""
+        halves = self._halves(gst)
+
+        def dma_in(copier: Any, item: Any, h: int) -> None:
+            sl = item[0]
+            self._dma(pool, halves[h], [r[1] for r, _ in sl], [off for _, off in sl],
+                      [self.map.object_bytes(g, r[2]) for r, _ in sl], copier)
+
+        def slices():
+            for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst, self._slice_cap):
+                yield sl, [(r[0], o, c, r[6]) for r, o, c in zip(local, objs, cache)]
+
+        with self._move_lock:
+            self._pipe.run_in(slices(), dma_in,
+                              lambda item, h: self._scatter(halves[h], item[1], bad))
+
+    def _staged_rows(self, gb: "_GroupBatch", rows, g: int, gst: Any, cap: int = 0):
         """rows (tag, offset in the pool mapping, k, j0, j1, blocks, ...) in
-        slices that fit the GPU stage: per slice (row, stage offset) pairs,
-        the rows with their objects' offsets where the copy finds them (the
-        stage, or the mapping without one), and their descriptors."""
-        cap = 0 if gst is None else self._gstage_bytes
+        slices that fit the GPU stage (or cap bytes): per slice (row, stage
+        offset) pairs, the rows with their objects' offsets where the copy
+        finds them (the stage, or the mapping without one), and their
+        descriptors."""
+        cap = 0 if gst is None else (cap or self._gstage_bytes)
         for sl in self._stage_slices(rows, lambda r: self.map.object_bytes(g, r[2]), cap):
             local = [(r[0], off if gst is not None else r[1]) + tuple(r[2:]) for r, off in sl]
             objs, cache = self._descriptors(gb, local)
@@ -1030,6 +1098,8 @@ class ChunkStore(ChunkIndex):
         kernel writing the mapping directly. Headers written by the host."""
         pool = self._kvg.GpuMem(base, maplen, _lib.MEM_PINNED, 0)
         gst = self._gpu_stage()
+        if gst is not None and self._pipe is not None:
+            return self._gather_piped(gb, rows, pool, gst, views, items, owner, keep, g)
         for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst):
             full = [(r[0], c, o) for r, o, c in zip(local, objs, cache)]
             with self._move_lock:
@@ -1042,6 +1112,32 @@ class ChunkStore(ChunkIndex):
                     self._dma(gst, pool, [off + h for (_, off), h in zip(sl, hb)],
                               [r[1] + h for (r, _), h in zip(sl, hb)],
                               [self.map.object_bytes(g, r[2]) - h for (r, _), h in zip(sl, hb)])
+
+    def _gather_piped(self, gb: "_GroupBatch", rows, pool: Any, gst: Any, views, items, owner,
+                      keep, g: int) -> None:
+        """_gather_to_pool through the stage's halves: the next slice is
+        gathered while this one's DMA runs."""
+        halves = self._halves(gst)
+
+        def work(item: Any, h: int) -> None:
+            for vi, sums in self._gather(self._side, halves[h], item[1]):
+                hdr = self._header(items[owner[vi]][0], g, sums)
+                memmove(views[vi].addr, hdr, len(hdr))
+                keep[vi] = 1
+
+        def dma_out(copier: Any, item: Any, h: int) -> None:
+            sl = item[0]
+            hb = [header_bytes(gb.q, r[2]) for r, _ in sl]
+            self._dma(halves[h], pool, [off + n for (_, off), n in zip(sl, hb)],
+                      [r[1] + n for (r, _), n in zip(sl, hb)],
+                      [self.map.object_bytes(g, r[2]) - n for (r, _), n in zip(sl, hb)], copier)
+
+        def slices():
+            for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst, self._slice_cap):
+                yield sl, [(r[0], c, o) for r, o, c in zip(local, objs, cache)]
+
+        with self._move_lock:
+            self._pipe.run_out(slices(), work, dma_out)
 
     def _gather(self, src_mem: Any, dst_mem: Any, rows):
         """One checksumming copy of rows (tag, cache offsets, object
@@ -1141,8 +1237,16 @@ class ChunkStore(ChunkIndex):
             except KvferryError:
                 return
 
+    def _close_pipe(self) -> None:
+        with self._move_lock:
+            if self._pipe is not None:
+                self._pipe.close()
+                self._pipe = None
+            self._pipeline = False
+
     def close(self) -> None:
-        """Frees the stages and the copier (the store stays open)."""
+        """Frees the stages and the copiers (the store stays open)."""
+        self._close_pipe()
         if self._gstage is not None:
             self._gstage.close()
             self._gstage = None

@@ -32,10 +32,12 @@ Worker side, one step:
 - :meth:`save_kv_layer` notes, at the last layer of each group, where
   vLLM's stream stands (a CUDA event); the mover then gathers that
   group's blocks of the step's complete chunks straight into the node's
-  pool (put views) while the next layers compute. :meth:`wait_for_save`
-  waits for the gathers (the blocks may change after the step) and hands
-  the commits (the store's checksum of each object, then making it
-  visible) to a committer thread: the step does not wait for them.
+  pool (put views) while the next layers compute. :meth:`wait_for_save` only releases the groups the forward did
+  not reach: the step's output leaves while the last gathers run, and the
+  next step's :meth:`start_load_kv` (where every forward pass, the only
+  writer of vLLM's blocks, begins) waits for them. The commits (the
+  store's checksum of each object, then making it visible) run on a
+  committer thread.
 
 A block that fails to load (missing, damaged, a dead store) is reported
 by :meth:`get_block_ids_with_load_errors`, so vLLM recomputes it (policy
@@ -53,7 +55,9 @@ vLLM's model config has none), ``chunk_tokens`` (default 256),
 put views where the node is on this host), ``sum_mode`` (the GPU copies'
 checksum mode), ``stage_bytes``, ``gpu_stage_bytes`` (GPU memory whole
 objects are copied through by the copy engines; 0: the kernels reach
-the node's pool directly), ``overlap`` (loads and saves on the
+the node's pool directly), ``stage_pipeline`` (default false: true
+cuts that stage in halves, the copy engines moving one while the
+kernels work on the other; not yet measured on a GPU), ``overlap`` (loads and saves on the
 mover thread, overlapped with the forward pass: default on for GPU
 caches).
 
@@ -296,8 +300,10 @@ def _engine_stats(cfg: Any) -> Dict[str, int]:
 
 
 def _new_stats() -> Dict[str, int]:
+    # wait_load_us / wait_save_us: how long vLLM's thread waited for a
+    # layer group's load / for the last step's gathers
     return {"lookups": 0, "hit_tokens": 0, "loaded_tokens": 0, "load_failures": 0,
-            "saved_chunks": 0, "saved_objects": 0}
+            "saved_chunks": 0, "saved_objects": 0, "wait_load_us": 0, "wait_save_us": 0}
 
 
 def _shared_stats(engine_id: str) -> Dict[str, int]:
@@ -338,6 +344,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self.sum_mode = extra.get("sum_mode")
         self.stage_bytes = int(extra.get("stage_bytes", 256 << 20))
         self.gpu_stage_bytes = int(extra.get("gpu_stage_bytes", 512 << 20))
+        self.stage_pipeline = bool(extra.get("stage_pipeline", False))
         # "layerwise": loads inside the step, layer group by layer group;
         # "async": between steps (the request waits, the batch goes on)
         self.load_mode = str(extra.get("load_mode", "layerwise"))
@@ -568,7 +575,8 @@ class KvferryConnector(KVConnectorBase_V1):
                                 chunk_tokens=self.chunk_tokens, layer_groups=self.layer_groups,
                                 replicas=self.replicas, stage_bytes=self.stage_bytes,
                                 views=self.use_views, sum_mode=self.sum_mode,
-                                gpu_stage_bytes=self.gpu_stage_bytes)
+                                gpu_stage_bytes=self.gpu_stage_bytes,
+                                pipeline=self.stage_pipeline)
         self.cache.quota_wait = self._drain_commits
         self._group_of = {n: self.cache.map.group_of[i] for i, n in enumerate(order)}
         self._group_last = {order[ls[-1]]: g for g, ls in enumerate(self.cache.map.groups)}
@@ -583,6 +591,9 @@ class KvferryConnector(KVConnectorBase_V1):
             n = self.cache.warm()
             log.info("kvferry connector: %d pool mapping(s) registered with the GPU in %.2f s",
                      n, time.perf_counter() - t0)
+            if self.cache.warm_error:
+                log.warning("kvferry connector: the stage pipeline is off: %s",
+                            self.cache.warm_error)
         self._start_threads()
 
     def _start_threads(self) -> None:
@@ -649,7 +660,7 @@ class KvferryConnector(KVConnectorBase_V1):
         elif self._overlap:  # gathers overlap the forward pass
             self._mover_q.put(self._save_job(step))
         # host caches: saved once the forward pass has written them
-        # (_finish_step)
+        # (_end_forward)
 
     def _mine(self, spec: Any) -> List[Chunk]:
         """A spec's chunks keyed for this worker's rank."""
@@ -723,8 +734,12 @@ class KvferryConnector(KVConnectorBase_V1):
         if step is None or not step.loads:
             return
         g = self._group_of.get(layer_name, 0)
+        if step.load_done[g].is_set():
+            return
+        t0 = time.perf_counter()
         if not step.load_done[g].wait(STEP_WAIT_S):
             log.error("kvferry connector: layer group %d not loaded in %.0f s", g, STEP_WAIT_S)
+        self._count_wait("wait_load_us", t0)
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
         """At the last layer of a group: the group's blocks can be read once
@@ -737,17 +752,20 @@ class KvferryConnector(KVConnectorBase_V1):
         step.save_ready[g].set()
 
     def wait_for_save(self) -> None:
-        """Waits for this step's gathers (and loads); the commits go on in
-        the committer thread."""
-        self._finish_step()
+        """Ends this step's forward pass on the connector's side: every
+        layer group released to the save job, the loads waited for. The
+        gathers go on meanwhile: the next step's start_load_kv (every
+        forward pass, the only writer of the cache, starts there) waits
+        for them, so the step's output leaves without their tail."""
+        self._end_forward()
 
-    def _finish_step(self) -> None:
-        """Ends the current step's work (idempotent): every group released
-        to the save job, gathers and loads waited for, commits queued,
-        load failures recorded."""
+    def _end_forward(self) -> Optional[_Step]:
+        """The current step's forward pass is over (idempotent): every
+        group released to the save job, its loads waited for and their
+        failures recorded. Returns the step (None: there is none)."""
         step = self._step
         if step is None or step.finished:
-            return
+            return step
         step.finished = True
         if step.saves and not self._overlap:
             self._save_job(step)()
@@ -757,11 +775,27 @@ class KvferryConnector(KVConnectorBase_V1):
                 mark = mark or self._mark()
                 step.save_events[g] = mark
                 ready.set()
-        if not step.save_gathered.wait(STEP_WAIT_S):
-            log.error("kvferry connector: a step's saves did not gather in %.0f s", STEP_WAIT_S)
         if not step.load_finished.wait(STEP_WAIT_S):
             log.error("kvferry connector: a step's loads did not end in %.0f s", STEP_WAIT_S)
         self._record_loads(step)
+        return step
+
+    def _finish_step(self) -> None:
+        """Ends the current step's work: _end_forward, then its gathers
+        waited for (the cache's blocks read), so that no forward pass
+        writes blocks a save has still to read. The commits go on in the
+        committer thread."""
+        step = self._end_forward()
+        if step is None or step.save_gathered.is_set():
+            return
+        t0 = time.perf_counter()
+        if not step.save_gathered.wait(STEP_WAIT_S):
+            log.error("kvferry connector: a step's saves did not gather in %.0f s", STEP_WAIT_S)
+        self._count_wait("wait_save_us", t0)
+
+    def _count_wait(self, name: str, since: float) -> None:
+        with self._lock:
+            self.stats[name] += int((time.perf_counter() - since) * 1e6)
 
     def _commit_job(self, commit: Callable[[], int]) -> Callable[[], None]:
         def job() -> None:
@@ -803,7 +837,7 @@ class KvferryConnector(KVConnectorBase_V1):
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         """Blocks whose load failed since the last call (vLLM recomputes them)."""
-        self._finish_step()
+        self._end_forward()
         with self._lock:
             out, self._failed = self._failed, set()
         return out

@@ -443,7 +443,7 @@ static void kvf_resp_poll(kvf_resp_loop_t *lp, int wait_ms)
 
 /* Runs the queued batch and serves its connections again (what they
  * had pipelined may queue the next batch). */
-static void kvf_resp_batch_serve(kvf_resp_loop_t *lp)
+void kvf_resp_batch_serve(kvf_resp_loop_t *lp)
 {
     kvf_resp_conn_t **ops;
     size_t n, i;

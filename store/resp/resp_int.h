@@ -435,6 +435,9 @@ void kvf_resp_oval_free(struct kvf_resp *s, kvf_ro_str_t *v);
  * serve again (what they had pipelined may queue the next batch) and
  * free. */
 kvf_resp_conn_t **kvf_resp_batch_run(kvf_resp_loop_t *lp, size_t *n_p);
+/* kvf_resp_batch_run, then each of its connections served again (what
+ * they had pipelined may queue the next batch). */
+void kvf_resp_batch_serve(kvf_resp_loop_t *lp);
 
 /* ---- view.c: GETs sent from store views -------------------------- */
 

@@ -97,7 +97,7 @@ static int kvf_fz_serve(kvf_resp_loop_t *lp, kvf_resp_conn_t *c, int peer)
             return 0;
         }
         if (lp->nq > 0) {
-            kvf_resp_batch_run(lp);
+            kvf_resp_batch_serve(lp);
         } else if (c->out_len == c->out_off && c->big == NULL &&
                    !c->mreplay) {
             break;
@@ -133,7 +133,7 @@ static void kvf_fz_finish(kvf_resp_loop_t *lp, int peer)
     close(peer);
     for (i = 0; i < 1000 && lp->conns != NULL; i++) {
         if (lp->nq > 0) {
-            kvf_resp_batch_run(lp);
+            kvf_resp_batch_serve(lp);
         } else {
             kvf_resp_serve(lp->conns, EPOLLIN | EPOLLHUP);
         }
