@@ -4,7 +4,8 @@
  * peer walks away from stops; a WRITE naming a refused 1 TiB entry costs
  * no memory; a flood of idle connections from one address leaves others
  * served and threads bounded; idle connections are closed and clients
- * reconnect by themselves; out of descriptors, the accept loop backs off
+ * reconnect by themselves, and connections that never finish the
+ * authentication exchange are closed at its deadline; out of descriptors, the accept loop backs off
  * and serves again once some are free; crafted frames (truncated,
  * oversize counts, unknown types) are refused. After each attack a real
  * client moves verified bytes.
@@ -20,6 +21,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -557,6 +559,70 @@ static void test_idle_timeout(void **state)
     setenv("KVF_TRANSPORTS", "tcp", 1);
 }
 
+/* Waits (at most ms) for the peer to close fd (EOF or reset); the time
+ * then since t0, or ms past t0 when it is still open. */
+static uint64_t closed_at(int fd, uint64_t t0, unsigned ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char b;
+
+    while (kvf_time_ms() - t0 < ms) {
+        if (poll(&p, 1, 20) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) <= 0) {
+            return kvf_time_ms() - t0;
+        }
+    }
+    return ms;
+}
+
+/* Connections that never finish the exchange (one sends nothing, one a
+ * HELLO cut short, one a right HELLO and then no PROOF) are closed at
+ * auth_timeout_ms after accept, long before idle_timeout_ms; a real
+ * client is served meanwhile. */
+static void test_auth_deadline(void **state)
+{
+    unsigned char hello[KVF_AUTH_MSG_LEN];
+    kvf_auth_msg_t m = {.type = KVF_AUTH_HELLO};
+    kvf_test_target_t t;
+    uint64_t t0, ms[3];
+    int fd[3], i;
+
+    (void)state;
+    setenv("KVF_AUTH_TIMEOUT_MS", "500", 1);
+    setenv("KVF_IDLE_TIMEOUT_MS", "60000", 1);
+    assert_int_equal(start_target(&t), 0);
+    unsetenv("KVF_AUTH_TIMEOUT_MS");
+    unsetenv("KVF_IDLE_TIMEOUT_MS");
+    t0 = kvf_time_ms();
+    for (i = 0; i < 3; i++) {
+        fd[i] = raw_connect_from(&t, "127.0.0.2");
+        assert_true(fd[i] >= 0);
+    }
+    /* the endpoint this socket reached: the target answers a CHALLENGE
+     * and then waits for the PROOF */
+    assert_int_equal(kvf_auth_sock_name(fd[2], 1, m.mac), 0);
+    kvf_auth_msg_enc(&m, hello);
+    assert_int_equal(send(fd[1], hello, sizeof(hello) / 2, 0),
+                     (ssize_t)sizeof(hello) / 2);
+    assert_int_equal(send(fd[2], hello, sizeof(hello), 0),
+                     (ssize_t)sizeof(hello));
+    assert_int_equal(recv(fd[2], hello, sizeof(hello), MSG_WAITALL),
+                     (ssize_t)sizeof(hello)); /* the CHALLENGE */
+    check_serving(&t);
+    for (i = 0; i < 3; i++) {
+        ms[i] = closed_at(fd[i], t0, 5000);
+        close(fd[i]);
+    }
+    print_message("auth_timeout_ms 500: closed %lu, %lu, %lu ms after "
+                  "connect\n",
+                  (unsigned long)ms[0], (unsigned long)ms[1],
+                  (unsigned long)ms[2]);
+    for (i = 0; i < 3; i++) {
+        assert_true(ms[i] >= 400 && ms[i] < 3000);
+    }
+    check_serving(&t);
+    assert_int_equal(kvf_test_target_stop(&t), 0);
+}
+
 /* Out of descriptors: the accept loop backs off, then serves again. */
 static void test_emfile(void **state)
 {
@@ -736,6 +802,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_conn_flood),
         cmocka_unit_test(test_unauth_flood),
         cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_auth_deadline),
         cmocka_unit_test(test_emfile),
         cmocka_unit_test(test_crafted),
         cmocka_unit_test(test_lease_starve),
