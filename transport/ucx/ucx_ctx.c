@@ -3,9 +3,10 @@
  * active messages (READs served by the target) and wake-ups; on a loopback
  * iface its network devices are limited to lo, so UCX's own tcp listener is not
  * reachable from other hosts. UCX's tcp transport accepts connections without
- * any authentication, and its software RMA and CMA reach any address of the
- * target process: a context for a non-loopback address that would use tcp is
- * refused unless insecure=1 (RDMA transports check remote keys in the NIC).
+ * any authentication, and its software RMA reaches any address of the target
+ * process whatever the key: a context that would use tcp, loopback included
+ * (any local user reaches it there), is refused unless ucx_tcp=1 or
+ * insecure=1 (RDMA transports check remote keys in the NIC).
  *
  * The resource list (what `bench env` shows and what decides whether an
  * RDMA device exists) is read from ucp_context_print_info's "resource"
