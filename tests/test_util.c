@@ -57,8 +57,7 @@ int kvf_test_auth_client(int fd, const char *host, const char *addr)
         return KVF_ERR_NO_RESOURCE;
     }
     kvf_wire_mac_free(slot);
-    return kvf_auth_client(fd, host, "store", addr, kvf_time_ms() + 5000,
-                           slot);
+    return kvf_auth_client(fd, host, "store", addr, kvf_time_ms() + 5000, slot);
 }
 
 static pid_t kvf_test_secret_owner;

@@ -221,8 +221,7 @@ static int kvf_ni_serve(kvf_ni_conn_t *c)
     }
     st = kvf_sp_send(c->fd, &c->mac, f->hdr.type | KVF_SP_REPLY, f->hdr.id, st,
                      st == KVF_OK ? f->hdr.count : 0, 0,
-                     st == KVF_OK ? &w : NULL,
-                     kvf_time_ms() + ni->timeout_ms);
+                     st == KVF_OK ? &w : NULL, kvf_time_ms() + ni->timeout_ms);
     kvf_wr_free(&w);
     return st == KVF_OK ? 0 : -1;
 }

@@ -150,9 +150,8 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
 
         st = ha ? kvf_node_inv_fence(n->inv, n->epoch) : KVF_OK;
         if (st == KVF_OK) {
-            st = kvf_node_inv_report(n->inv, ha, n->fd, &n->mac, n->uid,
-                                     n->gen, &n->next_id, &n->f,
-                                     n->opts.timeout_ms);
+            st = kvf_node_inv_report(n->inv, ha, n->fd, &n->mac, n->uid, n->gen,
+                                     &n->next_id, &n->f, n->opts.timeout_ms);
         }
         if (st != KVF_OK) {
             kvf_warn("node %s: inventory report to master %s: %s",

@@ -348,8 +348,7 @@ static int raw_connect_from(const char *src, const char *addr)
 
     if (fd >= 0 &&
         (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK ||
-         kvf_test_auth_client(fd, host, addr) !=
-             KVF_OK)) {
+         kvf_test_auth_client(fd, host, addr) != KVF_OK)) {
         close(fd);
         fd = -1;
     }

@@ -4,11 +4,11 @@
  * peer walks away from stops; a WRITE naming a refused 1 TiB entry costs
  * no memory; a flood of idle connections from one address leaves others
  * served and threads bounded; idle connections are closed and clients
- * reconnect by themselves, and connections that never finish the
- * authentication exchange are closed at its deadline; out of descriptors, the accept loop backs off
- * and serves again once some are free; crafted frames (truncated,
- * oversize counts, unknown types) are refused. After each attack a real
- * client moves verified bytes.
+ * reconnect by themselves; connections that never finish the
+ * authentication exchange are closed at its deadline; out of
+ * descriptors, the accept loop backs off and serves again once some are
+ * free; crafted frames (truncated, oversize counts, unknown types) are
+ * refused. After each attack a real client moves verified bytes.
  */
 #include <stdarg.h>
 #include <stddef.h>
