@@ -1,5 +1,9 @@
 /*
  * Leader election over etcd (election.h): one thread per candidate.
+ * The value a candidate writes carries a MAC under the cluster secret
+ * (core/auth kvf_auth_record_mac: "VALUE mac=HEX"), and a lookup refuses
+ * a value without a valid one, so someone who can write to etcd but
+ * holds no secret cannot point clients elsewhere.
  * Standby: look at the key; when it is gone, take a lease and race for
  * it with a create-if-absent transaction. Leader: keep the lease alive
  * every eighth of it and check the key is still its own; the proof of
@@ -11,16 +15,21 @@
 #include "coord/election.h"
 #include "coord/etcd.h"
 #include "core/alloc.h"
+#include "core/auth.h"
 #include "core/log.h"
+#include "core/sock.h"
 #include "core/time.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#define KVF_ELECT_MAC_SEP   " mac="
+#define KVF_ELECT_VALUE_MAX 512
+
 struct kvf_elect {
     char key[512];
-    char value[512];
+    char value[640]; /* the value and its MAC */
     unsigned lease_ms;
     unsigned poll_ms;
     int one_term;
@@ -171,6 +180,82 @@ static void *kvf_elect_main(void *arg)
     return NULL;
 }
 
+/* The host of the first etcd endpoint: it decides the secret of the
+ * records (core/auth kvf_auth_prepare), as for any address dialled. */
+static void kvf_elect_etcd_host(const char *endpoints, char *host, size_t len)
+{
+    char first[KVF_HOST_MAX + 16];
+    const char *p = endpoints;
+    uint16_t port;
+    size_t n;
+
+    if (strncmp(p, "etcd://", 7) == 0 || strncmp(p, "http://", 7) == 0) {
+        p += 7;
+    }
+    n = strcspn(p, ",");
+    n = n < sizeof(first) - 1 ? n : sizeof(first) - 1;
+    memcpy(first, p, n);
+    first[n] = '\0';
+    if (kvf_sock_parse_addr(first, host, len, &port) != KVF_OK) {
+        snprintf(host, len, "%.*s", (int)(len - 1), first);
+    }
+}
+
+/* out = value, and its MAC for key when authentication is on. */
+static kvf_status_t kvf_elect_seal(const char *endpoints, const char *key,
+                                   const char *value, char *out, size_t len)
+{
+    unsigned char mac[KVF_AUTH_MAC_LEN];
+    char host[KVF_HOST_MAX];
+    kvf_status_t st;
+    size_t n, i;
+    int on = 0;
+
+    kvf_elect_etcd_host(endpoints, host, sizeof(host));
+    st = kvf_auth_record_mac(host, key, value, strlen(value), mac, &on);
+    if (st != KVF_OK) {
+        return st;
+    }
+    n = (size_t)snprintf(out, len, "%s", value);
+    if (on) {
+        n += (size_t)snprintf(out + n, len - n, KVF_ELECT_MAC_SEP);
+        for (i = 0; i < sizeof(mac) && n + 2 < len; i++) {
+            n += (size_t)snprintf(out + n, len - n, "%02x", mac[i]);
+        }
+    }
+    return KVF_OK;
+}
+
+/* Splits a value read at key into its value (NUL-terminated in place)
+ * and checks its MAC. */
+static kvf_status_t kvf_elect_open(const char *endpoints, const char *key,
+                                   char *val)
+{
+    unsigned char mac[KVF_AUTH_MAC_LEN];
+    char host[KVF_HOST_MAX], *sep = strstr(val, KVF_ELECT_MAC_SEP);
+    const char *hex;
+    unsigned b;
+    size_t i;
+
+    kvf_elect_etcd_host(endpoints, host, sizeof(host));
+    if (sep != NULL) {
+        *sep = '\0';
+        hex = sep + strlen(KVF_ELECT_MAC_SEP);
+        for (i = 0; i < sizeof(mac); i++) {
+            if (sscanf(hex + 2 * i, "%2x", &b) != 1) {
+                sep = NULL;
+                break;
+            }
+            mac[i] = (unsigned char)b;
+        }
+        if (sep != NULL && strlen(hex) != 2 * sizeof(mac)) {
+            sep = NULL;
+        }
+    }
+    return kvf_auth_record_check(host, key, val, strlen(val),
+                                 sep != NULL ? mac : NULL);
+}
+
 kvf_status_t kvf_elect_start(const kvf_elect_opts_t *o, kvf_elect_t **el_p)
 {
     kvf_elect_t *el;
@@ -179,7 +264,7 @@ kvf_status_t kvf_elect_start(const kvf_elect_opts_t *o, kvf_elect_t **el_p)
     if (o == NULL || o->endpoints == NULL || o->key == NULL ||
         o->value == NULL || o->lease_ms < 1000 ||
         strlen(o->key) >= sizeof(el->key) ||
-        strlen(o->value) >= sizeof(el->value)) {
+        strlen(o->value) >= KVF_ELECT_VALUE_MAX) {
         kvf_error("election: bad options (lease at least 1000 ms)");
         return KVF_ERR_INVALID_PARAM;
     }
@@ -188,7 +273,12 @@ kvf_status_t kvf_elect_start(const kvf_elect_opts_t *o, kvf_elect_t **el_p)
         return KVF_ERR_NO_MEMORY;
     }
     snprintf(el->key, sizeof(el->key), "%s", o->key);
-    snprintf(el->value, sizeof(el->value), "%s", o->value);
+    st = kvf_elect_seal(o->endpoints, o->key, o->value, el->value,
+                        sizeof(el->value));
+    if (st != KVF_OK) {
+        kvf_free(el);
+        return st;
+    }
     el->lease_ms = o->lease_ms;
     el->poll_ms = o->poll_ms ? o->poll_ms : o->lease_ms / 5;
     el->one_term = o->one_term;
@@ -236,6 +326,7 @@ kvf_status_t kvf_elect_lookup(const char *endpoints, unsigned timeout_ms,
                               const char *key, char *value, size_t len,
                               uint64_t *epoch_p)
 {
+    char buf[KVF_ELECT_VALUE_MAX + 128];
     kvf_etcd_kv_t *kv;
     kvf_etcd_t *e;
     kvf_status_t st;
@@ -249,14 +340,24 @@ kvf_status_t kvf_elect_lookup(const char *endpoints, unsigned timeout_ms,
     if (st != KVF_OK) {
         return st;
     }
-    if (kv->len == 0 || kv->len >= len) {
+    if (kv->len == 0 || kv->len >= sizeof(buf) ||
+        memchr(kv->val, '\0', kv->len) != NULL) {
         kvf_etcd_kvs_free(kv, 1);
         kvf_error("etcd key %s does not hold a leader address", key);
         return KVF_ERR_PROTOCOL;
     }
-    memcpy(value, kv->val, kv->len);
-    value[kv->len] = '\0';
+    memcpy(buf, kv->val, kv->len);
+    buf[kv->len] = '\0';
     *epoch_p = (uint64_t)kv->create_rev;
     kvf_etcd_kvs_free(kv, 1);
-    return KVF_OK;
+    st = kvf_elect_open(endpoints, key, buf);
+    if (st == KVF_OK && strlen(buf) >= len) {
+        kvf_error("etcd key %s: a leader address of %zu bytes", key,
+                  strlen(buf));
+        st = KVF_ERR_PROTOCOL;
+    }
+    if (st == KVF_OK) {
+        memcpy(value, buf, strlen(buf) + 1);
+    }
+    return st;
 }

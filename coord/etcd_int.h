@@ -24,6 +24,11 @@ struct kvf_etcd {
     unsigned nep;
     unsigned cur; /* the endpoint tried first */
     unsigned timeout_ms;
+    int tls;            /* https with a client certificate (etcd_tls_dir) */
+    char user[128];     /* etcd user (etcd_tls_dir/user), "" for none */
+    char password[256]; /* its password (etcd_tls_dir/password) */
+    char token[512];    /* "Authorization: TOKEN" once authenticated */
+    struct curl_slist *hdrs;
     char ep[KVF_ETCD_EP_MAX][KVF_HOST_MAX + 8];
     char errbuf[CURL_ERROR_SIZE];
     char *reply;

@@ -1,8 +1,9 @@
 /*
- * Cluster authentication (see core/auth.h): the secret file, the automatic
- * loopback secret, the exchange's codec, and its blocking and
- * non-blocking forms over OpenSSL's HMAC-SHA256, RAND_bytes and
- * CRYPTO_memcmp.
+ * Cluster authentication (see core/auth.h): the secret file and the
+ * automatic loopback secret (files opened without following links,
+ * owner and mode checked), the tokens and record MACs derived from the
+ * secret, over OpenSSL's HMAC-SHA256, HKDF, RAND_bytes and
+ * CRYPTO_memcmp. The exchange itself is core/handshake.c.
  */
 #include "core/auth.h"
 #include "core/log.h"
@@ -22,9 +23,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/kdf.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 
 static const kvf_config_entry_t kvf_auth_config_entries[] = {
@@ -37,60 +41,25 @@ static const kvf_config_entry_t kvf_auth_config_entries[] = {
      "1: allow binding a non-loopback address without a secret; with no "
      "secret_file, connections are not authenticated",
      KVF_CONFIG_USER},
+    {"auth_names", "",
+     "numeric host:port addresses (comma-separated) under which clients "
+     "reach this process besides its own socket address, e.g. a NAT's "
+     "public address: the handshake refuses a client that reached any "
+     "other address (a relay)",
+     KVF_CONFIG_USER},
+    {"auth_payload_mac", "0",
+     "1: tcp connections this process opens or serves also tag every "
+     "payload byte with the session key (a relay cannot alter data in "
+     "flight; costs a pass over the bytes on each side); either side "
+     "asking turns it on for the connection",
+     KVF_CONFIG_USER},
 };
 
 KVF_CONFIG_TABLE(kvf_auth_config, "auth", kvf_auth_config_entries)
 
-/* KVF_AUTH_MAGIC as it arrives on the wire */
-static const unsigned char kvf_auth_magic_le[4] = {'K', 'V', 'F', 'A'};
-
 static pthread_mutex_t kvf_auth_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char kvf_auth_secret[KVF_AUTH_SECRET_MAX];
 static size_t kvf_auth_secret_len; /* 0: not loaded */
-
-void kvf_auth_msg_enc(const kvf_auth_msg_t *m,
-                      unsigned char out[KVF_AUTH_MSG_LEN])
-{
-    kvf_wr_t w;
-
-    kvf_wr_init_fixed(&w, out, KVF_AUTH_MSG_LEN);
-    kvf_wr_u32(&w, KVF_AUTH_MAGIC);
-    kvf_wr_u8(&w, KVF_AUTH_VERSION);
-    kvf_wr_u8(&w, m->type);
-    kvf_wr_u16(&w, m->flags);
-    kvf_wr_bytes(&w, m->nonce, KVF_AUTH_NONCE_LEN);
-    kvf_wr_bytes(&w, m->mac, KVF_AUTH_MAC_LEN);
-}
-
-kvf_status_t kvf_auth_msg_dec(const void *in, size_t len, kvf_auth_msg_t *m_p)
-{
-    kvf_auth_msg_t m = {0};
-    uint32_t magic;
-    uint8_t version;
-    kvf_rd_t r;
-
-    if (len != KVF_AUTH_MSG_LEN) {
-        return KVF_ERR_PROTOCOL;
-    }
-    kvf_rd_init(&r, in, len);
-    magic = kvf_rd_u32(&r);
-    version = kvf_rd_u8(&r);
-    m.type = kvf_rd_u8(&r);
-    m.flags = kvf_rd_u16(&r);
-    memcpy(m.nonce, kvf_rd_bytes(&r, KVF_AUTH_NONCE_LEN), KVF_AUTH_NONCE_LEN);
-    memcpy(m.mac, kvf_rd_bytes(&r, KVF_AUTH_MAC_LEN), KVF_AUTH_MAC_LEN);
-    if (kvf_rd_end(&r) != KVF_OK || magic != KVF_AUTH_MAGIC) {
-        return KVF_ERR_PROTOCOL;
-    }
-    if (version != KVF_AUTH_VERSION) {
-        return KVF_ERR_VERSION;
-    }
-    if (m.type < KVF_AUTH_HELLO || m.type > KVF_AUTH_RESULT) {
-        return KVF_ERR_PROTOCOL;
-    }
-    *m_p = m;
-    return KVF_OK;
-}
 
 int kvf_auth_is_loopback(const char *host)
 {
@@ -114,100 +83,186 @@ static int kvf_auth_insecure(void)
     return v != NULL && strcmp(v, "0") != 0 && v[0] != '\0';
 }
 
-/* Reads a secret file after checking owner, mode and size. */
-static kvf_status_t kvf_auth_read_file(const char *path)
+kvf_status_t kvf_auth_read_private_at(int dfd, const char *name,
+                                      const char *shown, void *buf, size_t min,
+                                      size_t max, size_t *len_p)
 {
     struct stat sb;
     ssize_t n;
     int fd;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
     if (fd < 0) {
-        kvf_error("secret file %s: cannot open: %m (create it: head -c 32 "
-                  "/dev/urandom > %s; chmod 600 %s)",
-                  path, path, path);
+        kvf_error("%s: cannot open: %m%s", shown,
+                  errno == ELOOP ? " (a symbolic link: refused; name the "
+                                   "file itself)"
+                                 : "");
         return KVF_ERR_AUTH;
     }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid() ||
-        (sb.st_mode & 077) != 0 || sb.st_size < KVF_AUTH_SECRET_MIN ||
-        sb.st_size > KVF_AUTH_SECRET_MAX) {
-        kvf_error("secret file %s: mode %04o, owner %u, %ld bytes: refused "
-                  "(it must be a regular file of %d to %d bytes owned by uid "
-                  "%u with mode 0600: chmod 600 %s)",
-                  path, (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid,
-                  (long)sb.st_size, KVF_AUTH_SECRET_MIN, KVF_AUTH_SECRET_MAX,
-                  (unsigned)geteuid(), path);
+        (sb.st_mode & 077) != 0 || (size_t)sb.st_size < min ||
+        (size_t)sb.st_size > max) {
+        kvf_error("%s: mode %04o, owner uid %u, %ld bytes: refused (it must "
+                  "be a regular file of %zu to %zu bytes owned by uid %u "
+                  "with no group or other permission: chown %u %s; chmod "
+                  "600 %s)",
+                  shown, (unsigned)(sb.st_mode & 07777), (unsigned)sb.st_uid,
+                  (long)sb.st_size, min, max, (unsigned)geteuid(),
+                  (unsigned)geteuid(), shown, shown);
         close(fd);
         return KVF_ERR_AUTH;
     }
-    n = read(fd, kvf_auth_secret, (size_t)sb.st_size);
+    n = read(fd, buf, (size_t)sb.st_size);
     close(fd);
     if (n != sb.st_size) {
-        kvf_error("secret file %s: short read", path);
+        kvf_error("%s: short read", shown);
         return KVF_ERR_AUTH;
     }
-    kvf_auth_secret_len = (size_t)n;
+    *len_p = (size_t)n;
     return KVF_OK;
 }
 
-/* Creates $HOME/.kvferry/secret (0600, in a 0700 directory) unless it
- * exists; a temporary file linked into place makes concurrent starts of
- * several processes agree on one secret. */
-static kvf_status_t kvf_auth_auto_secret(char *path, size_t pathlen)
+kvf_status_t kvf_auth_read_private(const char *path, void *buf, size_t min,
+                                   size_t max, size_t *len_p)
+{
+    return kvf_auth_read_private_at(AT_FDCWD, path, path, buf, min, max, len_p);
+}
+
+/* Reads a secret file after checking owner, mode and size. */
+static kvf_status_t kvf_auth_read_file(int dfd, const char *name,
+                                       const char *shown)
+{
+    size_t n;
+    kvf_status_t st;
+
+    if (faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) != 0 &&
+        errno == ENOENT) {
+        kvf_error("secret file %s: does not exist (create it: head -c 32 "
+                  "/dev/urandom > %s; chmod 600 %s)",
+                  shown, shown, shown);
+        return KVF_ERR_AUTH;
+    }
+    st = kvf_auth_read_private_at(dfd, name, shown, kvf_auth_secret,
+                                  KVF_AUTH_SECRET_MIN, KVF_AUTH_SECRET_MAX, &n);
+    if (st == KVF_OK) {
+        kvf_auth_secret_len = n;
+    }
+    return st;
+}
+
+/* Opens $HOME/.kvferry (created 0700 when missing) and checks that it is
+ * a directory of this user that nobody else may write into: otherwise
+ * whoever can could replace or delete the secret, or make this process
+ * write where a link points. Returns its fd, or -1 (logged). */
+static int kvf_auth_secret_dir(const char *dir)
+{
+    struct stat sb;
+    int dfd;
+
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        kvf_error("cannot create %s: %m", dir);
+        return -1;
+    }
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        kvf_error("cannot open %s: %m%s", dir,
+                  errno == ELOOP || errno == ENOTDIR
+                      ? " (a symbolic link or not a directory: refused)"
+                      : "");
+        return -1;
+    }
+    if (fstat(dfd, &sb) != 0 || sb.st_uid != geteuid() ||
+        (sb.st_mode & 022) != 0) {
+        kvf_error("%s: owner uid %u, mode %04o: refused for the automatic "
+                  "secret (it must belong to uid %u and not be writable by "
+                  "group or others: remove it, or chown %u %s; chmod 700 "
+                  "%s; or set secret_file)",
+                  dir, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777),
+                  (unsigned)geteuid(), (unsigned)geteuid(), dir, dir);
+        close(dfd);
+        return -1;
+    }
+    return dfd;
+}
+
+/* Writes a new secret into dfd/secret unless it exists: a temporary file
+ * created exclusively (never following a link) and linked into place,
+ * so concurrent starts of several processes agree on one secret. */
+static kvf_status_t kvf_auth_secret_create(int dfd, const char *dir)
 {
     unsigned char key[KVF_AUTH_SECRET_MIN];
-    const char *home = kvf_config_home();
-    char tmp[4200];
+    uint32_t salt = 0;
+    char tmp[64];
     int fd, ok;
+
+    if (faccessat(dfd, "secret", F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+        return KVF_OK;
+    }
+    if (RAND_bytes(key, sizeof(key)) != 1 ||
+        RAND_bytes((unsigned char *)&salt, sizeof(salt)) != 1) {
+        kvf_error("no random bytes for the secret");
+        return KVF_ERR_AUTH;
+    }
+    snprintf(tmp, sizeof(tmp), "secret.%d.%08x.tmp", (int)getpid(), salt);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                0600);
+    if (fd < 0) {
+        kvf_error("cannot create the secret %s/%s: %m", dir, tmp);
+        OPENSSL_cleanse(key, sizeof(key));
+        return KVF_ERR_AUTH;
+    }
+    ok = write(fd, key, sizeof(key)) == (ssize_t)sizeof(key) && fsync(fd) == 0;
+    close(fd);
+    OPENSSL_cleanse(key, sizeof(key));
+    if (!ok || (linkat(dfd, tmp, dfd, "secret", 0) != 0 && errno != EEXIST)) {
+        kvf_error("cannot create the secret %s/secret: %m", dir);
+        unlinkat(dfd, tmp, 0);
+        return KVF_ERR_AUTH;
+    }
+    unlinkat(dfd, tmp, 0);
+    kvf_info("created the cluster secret %s/secret", dir);
+    return KVF_OK;
+}
+
+/* The automatic loopback secret: $HOME/.kvferry/secret, created once
+ * (0600, in a 0700 directory), then read with the usual checks. */
+static kvf_status_t kvf_auth_auto_secret(void)
+{
+    const char *home = kvf_config_home();
+    char dir[4096], shown[4200];
+    kvf_status_t st;
+    int dfd;
 
     if (home == NULL || home[0] == '\0') {
         kvf_error("no secret_file set and no $HOME for the automatic secret: "
                   "set secret_file (KVF_SECRET_FILE)");
         return KVF_ERR_AUTH;
     }
-    snprintf(path, pathlen, "%s/.kvferry", home);
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-        kvf_error("cannot create %s: %m", path);
+    snprintf(dir, sizeof(dir), "%s/.kvferry", home);
+    dfd = kvf_auth_secret_dir(dir);
+    if (dfd < 0) {
         return KVF_ERR_AUTH;
     }
-    snprintf(path, pathlen, "%s/.kvferry/secret", home);
-    if (access(path, F_OK) == 0) {
-        return KVF_OK;
+    snprintf(shown, sizeof(shown), "%s/secret", dir);
+    st = kvf_auth_secret_create(dfd, dir);
+    if (st == KVF_OK) {
+        st = kvf_auth_read_file(dfd, "secret", shown);
     }
-    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || RAND_bytes(key, sizeof(key)) != 1) {
-        kvf_error("cannot create the secret %s: %m", tmp);
-        if (fd >= 0) {
-            close(fd);
-        }
-        return KVF_ERR_AUTH;
-    }
-    ok = write(fd, key, sizeof(key)) == (ssize_t)sizeof(key) && fsync(fd) == 0;
-    close(fd);
-    OPENSSL_cleanse(key, sizeof(key));
-    if (!ok || (link(tmp, path) != 0 && errno != EEXIST)) {
-        kvf_error("cannot create the secret %s: %m", path);
-        unlink(tmp);
-        return KVF_ERR_AUTH;
-    }
-    unlink(tmp);
-    kvf_info("created the cluster secret %s", path);
-    return KVF_OK;
+    close(dfd);
+    return st;
 }
 
 kvf_status_t kvf_auth_prepare(const char *host, int *on_p)
 {
     const char *file = kvf_config_str(&kvf_auth_config, "secret_file");
     kvf_status_t status = KVF_OK;
-    char path[4096];
 
     pthread_mutex_lock(&kvf_auth_lock);
     if (kvf_auth_secret_len > 0) {
         goto out;
     }
     if (file != NULL && file[0] != '\0') {
-        status = kvf_auth_read_file(file);
+        status = kvf_auth_read_file(AT_FDCWD, file, file);
     } else if (kvf_auth_insecure()) {
         pthread_mutex_unlock(&kvf_auth_lock);
         *on_p = 0;
@@ -218,10 +273,7 @@ kvf_status_t kvf_auth_prepare(const char *host, int *on_p)
                   host ? host : "(local)");
         status = KVF_ERR_AUTH;
     } else {
-        status = kvf_auth_auto_secret(path, sizeof(path));
-        if (status == KVF_OK) {
-            status = kvf_auth_read_file(path);
-        }
+        status = kvf_auth_auto_secret();
     }
 out:
     pthread_mutex_unlock(&kvf_auth_lock);
@@ -297,300 +349,102 @@ void kvf_auth_reset(void)
     pthread_mutex_unlock(&kvf_auth_lock);
 }
 
-/* MAC over "kvferry-auth-v1", proto, role and both nonces. */
-static void kvf_auth_mac(const char *proto, const char *role,
-                         const unsigned char *nc, const unsigned char *ns,
-                         unsigned char out[KVF_AUTH_MAC_LEN])
+void kvf_auth_hmac(const void *in, size_t len,
+                   unsigned char out[KVF_AUTH_MAC_LEN])
 {
-    unsigned char in[256];
     unsigned int outlen = KVF_AUTH_MAC_LEN;
-    size_t n = 0, l;
 
-    l = strlen("kvferry-auth-v1") + 1;
-    memcpy(in + n, "kvferry-auth-v1", l);
-    n += l;
-    l = strnlen(proto, 32) + 1;
-    memcpy(in + n, proto, l - 1);
-    in[n + l - 1] = 0;
-    n += l;
-    l = strlen(role) + 1;
-    memcpy(in + n, role, l);
-    n += l;
-    memcpy(in + n, nc, KVF_AUTH_NONCE_LEN);
-    n += KVF_AUTH_NONCE_LEN;
-    memcpy(in + n, ns, KVF_AUTH_NONCE_LEN);
-    n += KVF_AUTH_NONCE_LEN;
-    HMAC(EVP_sha256(), kvf_auth_secret, (int)kvf_auth_secret_len, in, n, out,
+    HMAC(EVP_sha256(), kvf_auth_secret, (int)kvf_auth_secret_len, in, len, out,
          &outlen);
 }
 
-static kvf_status_t kvf_auth_send(int fd, const kvf_auth_msg_t *m,
-                                  uint64_t deadline_ms)
+kvf_status_t kvf_auth_hkdf(const void *salt, size_t saltlen, const void *info,
+                           size_t infolen, unsigned char *out, size_t outlen)
 {
-    unsigned char buf[KVF_AUTH_MSG_LEN];
+    EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+    EVP_KDF_CTX *kctx = kdf != NULL ? EVP_KDF_CTX_new(kdf) : NULL;
+    OSSL_PARAM params[5];
+    int ok;
 
-    kvf_auth_msg_enc(m, buf);
-    return kvf_sock_send_all(fd, buf, sizeof(buf), deadline_ms);
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST,
+                                                 (char *)"SHA256", 0);
+    params[1] = OSSL_PARAM_construct_octet_string(
+        OSSL_KDF_PARAM_KEY, kvf_auth_secret, kvf_auth_secret_len);
+    params[2] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT,
+                                                  (void *)salt, saltlen);
+    params[3] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO,
+                                                  (void *)info, infolen);
+    params[4] = OSSL_PARAM_construct_end();
+    ok = kctx != NULL && EVP_KDF_derive(kctx, out, outlen, params) == 1;
+    EVP_KDF_CTX_free(kctx);
+    EVP_KDF_free(kdf);
+    return ok ? KVF_OK : KVF_ERR_INTERNAL;
 }
 
-static kvf_status_t kvf_auth_recv(int fd, int type, kvf_auth_msg_t *m,
-                                  uint64_t deadline_ms)
+/* HMAC-SHA256 under the record key (itself HMAC(secret, label)) over
+ * the etcd key name, a zero byte and the value. */
+static kvf_status_t kvf_auth_record_hmac(const char *key, const void *val,
+                                         size_t len,
+                                         unsigned char out[KVF_AUTH_MAC_LEN])
 {
-    unsigned char buf[KVF_AUTH_MSG_LEN];
-    kvf_status_t status;
+    static const char label[] = "kvferry-etcd-v1";
+    unsigned char rk[KVF_AUTH_MAC_LEN];
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *h = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
+    OSSL_PARAM params[2];
+    size_t outlen = 0;
+    int ok;
 
-    status = kvf_sock_recv_all(fd, buf, sizeof(buf), deadline_ms);
-    if (status == KVF_OK) {
-        status = kvf_auth_msg_dec(buf, sizeof(buf), m);
-    }
-    if (status == KVF_OK && m->type != type) {
-        status = KVF_ERR_PROTOCOL;
-    }
-    return status;
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST,
+                                                 (char *)"SHA256", 0);
+    params[1] = OSSL_PARAM_construct_end();
+    kvf_auth_hmac(label, sizeof(label) - 1, rk);
+    ok = h != NULL && EVP_MAC_init(h, rk, sizeof(rk), params) == 1 &&
+         EVP_MAC_update(h, (const unsigned char *)key, strlen(key) + 1) == 1 &&
+         EVP_MAC_update(h, val, len) == 1 &&
+         EVP_MAC_final(h, out, &outlen, KVF_AUTH_MAC_LEN) == 1 &&
+         outlen == KVF_AUTH_MAC_LEN;
+    EVP_MAC_CTX_free(h);
+    EVP_MAC_free(mac);
+    OPENSSL_cleanse(rk, sizeof(rk));
+    return ok ? KVF_OK : KVF_ERR_INTERNAL;
 }
 
-static kvf_status_t kvf_auth_client_run(int fd, const char *proto,
-                                        const char *peer, uint64_t deadline_ms)
+kvf_status_t kvf_auth_record_mac(const char *host, const char *key,
+                                 const void *val, size_t len,
+                                 unsigned char out[KVF_AUTH_MAC_LEN], int *on_p)
 {
-    unsigned char mac[KVF_AUTH_MAC_LEN];
-    kvf_auth_msg_t hello = {0}, chal, proof = {0}, res;
-    kvf_status_t status;
-
-    hello.type = KVF_AUTH_HELLO;
-    if (RAND_bytes(hello.nonce, KVF_AUTH_NONCE_LEN) != 1) {
-        return KVF_ERR_INTERNAL;
-    }
-    status = kvf_auth_send(fd, &hello, deadline_ms);
-    if (status == KVF_OK) {
-        status = kvf_auth_recv(fd, KVF_AUTH_CHALLENGE, &chal, deadline_ms);
-    }
-    if (status != KVF_OK) {
-        kvf_error("authentication with %s failed: %s (does it run with "
-                  "another secret or insecure=1?)",
-                  peer, kvf_status_str(status));
-        return status == KVF_ERR_PROTOCOL ? KVF_ERR_AUTH : status;
-    }
-    kvf_auth_mac(proto, "server", hello.nonce, chal.nonce, mac);
-    if (CRYPTO_memcmp(mac, chal.mac, sizeof(mac)) != 0) {
-        kvf_error("authentication with %s failed: it does not hold the "
-                  "cluster secret",
-                  peer);
-        return KVF_ERR_AUTH;
-    }
-    proof.type = KVF_AUTH_PROOF;
-    kvf_auth_mac(proto, "client", hello.nonce, chal.nonce, proof.mac);
-    status = kvf_auth_send(fd, &proof, deadline_ms);
-    if (status == KVF_OK) {
-        status = kvf_auth_recv(fd, KVF_AUTH_RESULT, &res, deadline_ms);
-    }
-    if (status == KVF_OK && !(res.flags & KVF_AUTH_F_ACCEPTED)) {
-        status = KVF_ERR_AUTH;
-    }
-    if (status != KVF_OK) {
-        kvf_error("authentication with %s failed: %s", peer,
-                  status == KVF_ERR_AUTH ? "it refused our secret"
-                                         : kvf_status_str(status));
-    }
-    return status;
-}
-
-kvf_status_t kvf_auth_client(int fd, const char *host, const char *proto,
-                             const char *peer, uint64_t deadline_ms)
-{
-    kvf_status_t status;
+    kvf_status_t st;
     int on = 0;
 
-    status = kvf_auth_prepare(host, &on);
-    if (status != KVF_OK || !on) {
-        return status;
+    st = kvf_auth_prepare(host, &on);
+    if (st != KVF_OK) {
+        return st;
     }
-    return kvf_auth_client_run(fd, proto, peer, deadline_ms);
+    *on_p = on;
+    return on ? kvf_auth_record_hmac(key, val, len, out) : KVF_OK;
 }
 
-kvf_status_t kvf_auth_server(int fd, const char *host, const char *proto,
-                             const char *peer, uint64_t deadline_ms)
+kvf_status_t kvf_auth_record_check(const char *host, const char *key,
+                                   const void *val, size_t len,
+                                   const unsigned char mac[KVF_AUTH_MAC_LEN])
 {
-    kvf_auth_srv_t a;
-    kvf_status_t status;
-    uint32_t events;
+    unsigned char want[KVF_AUTH_MAC_LEN];
+    kvf_status_t st;
+    int on = 0;
 
-    status = kvf_auth_srv_init(&a, host, proto);
-    while (status == KVF_OK) {
-        status = kvf_auth_srv_step(&a, fd, peer, &events);
-        if (status != KVF_INPROGRESS) {
-            break;
-        }
-        status = kvf_sock_wait(fd, (short)events, deadline_ms);
-        if (status != KVF_OK) {
-            kvf_log_rl(KVF_LOG_WARN, "%s: peer %s: authentication: %s", proto,
-                       peer, kvf_status_str(status));
-        }
+    st = kvf_auth_record_mac(host, key, val, len, want, &on);
+    if (st != KVF_OK || !on) {
+        return st;
     }
-    return status;
-}
-
-kvf_status_t kvf_auth_connect(const char *host, uint16_t port, int timeout_ms,
-                              const char *proto, int *fd_p)
-{
-    uint64_t deadline = kvf_time_ms() + (uint64_t)timeout_ms;
-    kvf_status_t status;
-    char peer[KVF_HOST_MAX + 16];
-    int fd, on = 0;
-
-    status = kvf_auth_prepare(host, &on);
-    if (status != KVF_OK) {
-        return status;
+    if (mac == NULL || CRYPTO_memcmp(want, mac, sizeof(want)) != 0) {
+        kvf_error("etcd key %s: %s: refused (written by someone without the "
+                  "cluster secret, or copied from another key)",
+                  KVF_LOG_KEY(key),
+                  mac == NULL ? "no MAC" : "the MAC does not match");
+        return KVF_ERR_AUTH;
     }
-    status = kvf_sock_connect(host, port, timeout_ms, &fd);
-    if (status != KVF_OK) {
-        return status;
-    }
-    if (on) {
-        snprintf(peer, sizeof(peer), "%s %s:%u", proto, host, port);
-        status = kvf_auth_client_run(fd, proto, peer, deadline);
-        if (status != KVF_OK) {
-            close(fd);
-            return status;
-        }
-    }
-    *fd_p = fd;
     return KVF_OK;
-}
-
-kvf_status_t kvf_auth_srv_init(kvf_auth_srv_t *a, const char *host,
-                               const char *proto)
-{
-    memset(a, 0, sizeof(*a));
-    a->proto = proto;
-    return kvf_auth_prepare(host, &a->on);
-}
-
-enum {
-    KVF_AUTH_S_HELLO = 0, /* reading HELLO */
-    KVF_AUTH_S_CHAL,      /* sending CHALLENGE */
-    KVF_AUTH_S_PROOF,     /* reading PROOF */
-    KVF_AUTH_S_RESULT,    /* sending RESULT (accepted) */
-    KVF_AUTH_S_DONE
-};
-
-/* Moves a->buf in or out; KVF_OK when whole, KVF_INPROGRESS, or error. */
-static kvf_status_t kvf_auth_srv_io(kvf_auth_srv_t *a, int fd, int out)
-{
-    ssize_t n;
-
-    while (a->off < KVF_AUTH_MSG_LEN) {
-        n = out ? send(fd, a->buf + a->off, KVF_AUTH_MSG_LEN - a->off,
-                       MSG_NOSIGNAL | MSG_DONTWAIT)
-                : recv(fd, a->buf + a->off, KVF_AUTH_MSG_LEN - a->off,
-                       MSG_DONTWAIT);
-        if (n > 0) {
-            a->off += (size_t)n;
-        } else if (n < 0 && errno == EINTR) {
-            continue;
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return KVF_INPROGRESS;
-        } else {
-            return KVF_ERR_CONN_RESET;
-        }
-    }
-    a->off = 0;
-    return KVF_OK;
-}
-
-/* A whole message arrived in a->buf: checks it and queues the answer. */
-static kvf_status_t kvf_auth_srv_got(kvf_auth_srv_t *a, int fd)
-{
-    unsigned char mac[KVF_AUTH_MAC_LEN];
-    kvf_auth_msg_t m, out = {0};
-    kvf_status_t status;
-    int want = a->state == KVF_AUTH_S_HELLO ? KVF_AUTH_HELLO : KVF_AUTH_PROOF;
-
-    status = kvf_auth_msg_dec(a->buf, sizeof(a->buf), &m);
-    if (status != KVF_OK || m.type != want) {
-        return KVF_ERR_PROTOCOL;
-    }
-    if (a->state == KVF_AUTH_S_HELLO) {
-        memcpy(a->nc, m.nonce, sizeof(a->nc));
-        if (RAND_bytes(a->ns, sizeof(a->ns)) != 1) {
-            return KVF_ERR_INTERNAL;
-        }
-        out.type = KVF_AUTH_CHALLENGE;
-        memcpy(out.nonce, a->ns, sizeof(a->ns));
-        kvf_auth_mac(a->proto, "server", a->nc, a->ns, out.mac);
-        a->state = KVF_AUTH_S_CHAL;
-    } else {
-        kvf_auth_mac(a->proto, "client", a->nc, a->ns, mac);
-        out.type = KVF_AUTH_RESULT;
-        if (CRYPTO_memcmp(mac, m.mac, sizeof(mac)) != 0) {
-            /* best effort: tell the client, then close */
-            kvf_auth_msg_enc(&out, a->buf);
-            (void)!send(fd, a->buf, sizeof(a->buf),
-                        MSG_NOSIGNAL | MSG_DONTWAIT);
-            return KVF_ERR_AUTH;
-        }
-        out.flags = KVF_AUTH_F_ACCEPTED;
-        a->state = KVF_AUTH_S_RESULT;
-    }
-    kvf_auth_msg_enc(&out, a->buf);
-    a->off = 0;
-    return KVF_OK;
-}
-
-static const char *kvf_auth_why(kvf_status_t status)
-{
-    switch (status) {
-    case KVF_ERR_AUTH:
-        return "wrong secret";
-    case KVF_ERR_PROTOCOL:
-    case KVF_ERR_VERSION:
-        return "not an authentication message";
-    default:
-        return kvf_status_str(status);
-    }
-}
-
-kvf_status_t kvf_auth_srv_step(kvf_auth_srv_t *a, int fd, const char *peer,
-                               uint32_t *events_p)
-{
-    kvf_status_t status = KVF_OK;
-    int out;
-
-    if (!a->on) {
-        return KVF_OK;
-    }
-    while (a->state != KVF_AUTH_S_DONE && status == KVF_OK) {
-        out = a->state == KVF_AUTH_S_CHAL || a->state == KVF_AUTH_S_RESULT;
-        status = kvf_auth_srv_io(a, fd, out);
-        if (status == KVF_INPROGRESS && !out && a->off >= 4 &&
-            memcmp(a->buf, kvf_auth_magic_le, 4) != 0) {
-            status = KVF_ERR_PROTOCOL; /* not the exchange: close now */
-        }
-        if (status != KVF_OK) {
-            break;
-        }
-        if (out) {
-            a->state = a->state == KVF_AUTH_S_CHAL ? KVF_AUTH_S_PROOF
-                                                   : KVF_AUTH_S_DONE;
-        } else {
-            status = kvf_auth_srv_got(a, fd);
-        }
-    }
-    if (status == KVF_INPROGRESS) {
-        out = a->state == KVF_AUTH_S_CHAL || a->state == KVF_AUTH_S_RESULT;
-        *events_p = out ? POLLOUT : POLLIN;
-    } else if (status != KVF_OK) {
-        /* a peer that closed before sending a byte only probed the port
-         * (a reachability check): not worth a warning */
-        int probe = status == KVF_ERR_CONN_RESET &&
-                    a->state == KVF_AUTH_S_HELLO && a->off == 0;
-
-        kvf_log_rl(probe ? KVF_LOG_DEBUG : KVF_LOG_WARN,
-                   "%s: closing a connection from %s: authentication "
-                   "failed (%s)",
-                   a->proto, peer ? peer : "?", kvf_auth_why(status));
-        status = status == KVF_ERR_CONN_RESET ? status : KVF_ERR_AUTH;
-    }
-    return status;
 }
 
 kvf_status_t kvf_auth_token(const char *host, const char *label, char *out,

@@ -4,6 +4,16 @@
  * (magic, version, type, flags, lengths, id, status) and bounds-checked
  * readers/writers for frame bodies. Parsing never reads past the buffer;
  * every failure is a status, never a crash.
+ *
+ * On an authenticated connection every frame also carries a tag: the
+ * frame is header | metadata | tag | payload, the tag a MAC under the
+ * connection's session key (core/auth.c derives it in the handshake)
+ * over a per-direction sequence number, the header and the metadata
+ * (core/wire_mac.c). A frame is acted on only after its tag checked, so
+ * a party without the session key (a relay, an on-path attacker) can
+ * neither inject, alter, replay, reorder nor drop a control message
+ * unnoticed. Payload bytes are covered only when the connection asked
+ * for it (kvf_wire_mac_t.payload; the tag then follows the payload).
  */
 #ifndef KVF_CORE_WIRE_H
 #define KVF_CORE_WIRE_H
@@ -43,6 +53,71 @@ void kvf_frame_pack(const kvf_frame_hdr_t *hdr,
  * lengths above the limits. */
 kvf_status_t kvf_frame_unpack(const unsigned char in[KVF_WIRE_HDR_LEN],
                               kvf_frame_hdr_t *hdr_p);
+
+/* Bytes of a frame tag. */
+#define KVF_WIRE_TAG_LEN 16
+/* Bytes of a session key of one direction. */
+#define KVF_WIRE_KEY_LEN 32
+
+/* A connection's frame MAC state: one key and sequence number per
+ * direction. All zero (tx NULL) means off: frames carry no tag. The
+ * sending side is used by one thread at a time, the receiving side by
+ * one thread at a time. */
+typedef struct kvf_wire_mac {
+    void *tx; /* key state for what this side sends */
+    void *rx; /* key state for what this side receives */
+    uint64_t tx_seq;
+    uint64_t rx_seq;
+    int payload; /* payload bytes are covered too (a second tag) */
+} kvf_wire_mac_t;
+
+/* Sets m up with the two keys (copied); m is off before. */
+kvf_status_t kvf_wire_mac_init(kvf_wire_mac_t *m,
+                               const unsigned char tx_key[KVF_WIRE_KEY_LEN],
+                               const unsigned char rx_key[KVF_WIRE_KEY_LEN]);
+/* Wipes the keys; m is off after. NULL or off: nothing. */
+void kvf_wire_mac_free(kvf_wire_mac_t *m);
+/* 1 when frames on m carry tags (m may be NULL). */
+static inline int kvf_wire_mac_on(const kvf_wire_mac_t *m)
+{
+    return m != NULL && m->tx != NULL;
+}
+/* The tag of the next frame sent: over tx_seq, hdr and meta (len bytes,
+ * may be NULL when 0); advances tx_seq. */
+void kvf_wire_mac_seal(kvf_wire_mac_t *m,
+                       const unsigned char hdr[KVF_WIRE_HDR_LEN],
+                       const void *meta, size_t len,
+                       unsigned char tag[KVF_WIRE_TAG_LEN]);
+/* Checks the tag of the next frame received; advances rx_seq either way
+ * (a connection whose tag failed is closed). KVF_ERR_AUTH on a wrong
+ * tag, with one rate-limited line naming where. */
+kvf_status_t kvf_wire_mac_check(kvf_wire_mac_t *m,
+                                const unsigned char hdr[KVF_WIRE_HDR_LEN],
+                                const void *meta, size_t len,
+                                const unsigned char tag[KVF_WIRE_TAG_LEN],
+                                const char *where);
+/* The same with the header given unpacked (packed again: the encoding
+ * is one to one). */
+kvf_status_t kvf_wire_mac_check_hdr(kvf_wire_mac_t *m, const kvf_frame_hdr_t *h,
+                                    const void *meta, size_t len,
+                                    const unsigned char tag[KVF_WIRE_TAG_LEN],
+                                    const char *where);
+
+/* Payload tags (m->payload): a running MAC over the payload of the
+ * frame just sealed (tx = 1) or just checked (tx = 0), under the same
+ * key and sequence number in another domain, fed in pieces, ended with
+ * the tag that follows the payload. Uses m's key state of that
+ * direction until it ends. */
+typedef struct kvf_wire_pmac {
+    void *ctx;
+} kvf_wire_pmac_t;
+
+void kvf_wire_pmac_begin(kvf_wire_mac_t *m, int tx, kvf_wire_pmac_t *p);
+void kvf_wire_pmac_update(kvf_wire_pmac_t *p, const void *buf, size_t len);
+/* Ends p: the tag into tag (sender), or compared with tag (receiver,
+ * check = 1: KVF_ERR_AUTH when it differs). */
+kvf_status_t kvf_wire_pmac_end(kvf_wire_pmac_t *p, int check,
+                               unsigned char tag[KVF_WIRE_TAG_LEN]);
 
 /* Little-endian writer, growable (kvf_wr_init) or over a caller's
  * buffer of fixed size (kvf_wr_init_fixed). The first failure latches:

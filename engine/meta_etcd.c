@@ -13,15 +13,20 @@
  * path never talks to etcd.
  *
  * The value is an envelope around the descriptor: "KVFS", u32 version,
- * u64 xxh3 of the descriptor, the descriptor. Anything else under the
- * prefix (a key written by another program, a truncated value) is
- * refused with an error naming the key.
+ * a 32-byte MAC under the cluster secret over the key and the
+ * descriptor (core/auth kvf_auth_record_mac; zero when authentication
+ * is off), the descriptor. Anything else under the prefix (a key written
+ * by another program or by someone without the secret, an older
+ * envelope without a MAC, a truncated value, a descriptor moved from
+ * another key) is refused with an error naming the key: a forged
+ * descriptor could send peers to another address.
  */
 #include "engine/engine_int.h"
 #include "coord/etcd.h"
 #include "core/alloc.h"
-#include "core/checksum.h"
+#include "core/auth.h"
 #include "core/log.h"
+#include "core/sock.h"
 #include "core/time.h"
 
 #include <pthread.h>
@@ -29,14 +34,15 @@
 #include <string.h>
 
 #define KVF_META_MAGIC   0x5346564bu /* "KVFS" little-endian */
-#define KVF_META_VERSION 1
-#define KVF_META_HDR     16
+#define KVF_META_VERSION 2
+#define KVF_META_HDR     (8 + KVF_AUTH_MAC_LEN)
 
 typedef struct kvf_meta_etcd {
     kvf_meta_t base;
     kvf_etcd_t *etcd; /* resolve and publish */
     kvf_etcd_t *ka;   /* the keepalive thread's own */
     char prefix[128];
+    char host[KVF_HOST_MAX]; /* etcd's: decides the records' secret */
     unsigned lease_ms;
     pthread_mutex_t lock; /* val, key, gen, dirty, stop */
     pthread_mutex_t io;   /* lease and the etcd calls that use it */
@@ -147,16 +153,23 @@ static kvf_status_t kvf_meta_etcd_publish(kvf_meta_t *meta, const char *name,
                                           const void *desc, size_t len)
 {
     kvf_meta_etcd_t *m = (kvf_meta_etcd_t *)meta;
+    unsigned char mac[KVF_AUTH_MAC_LEN] = {0};
     char key[sizeof(m->key)];
     unsigned char *val;
     kvf_status_t st;
     uint64_t gen;
+    int on = 0;
     kvf_wr_t w;
 
+    kvf_meta_etcd_key(m, name, key, sizeof(key));
+    st = kvf_auth_record_mac(m->host, key, desc, len, mac, &on);
+    if (st != KVF_OK) {
+        return st;
+    }
     kvf_wr_init(&w);
     kvf_wr_u32(&w, KVF_META_MAGIC);
     kvf_wr_u32(&w, KVF_META_VERSION);
-    kvf_wr_u64(&w, kvf_hash64(desc, len, 0));
+    kvf_wr_bytes(&w, mac, sizeof(mac));
     kvf_wr_bytes(&w, desc, len);
     st = kvf_wr_status(&w);
     if (st != KVF_OK) {
@@ -199,18 +212,25 @@ static kvf_status_t kvf_meta_etcd_publish(kvf_meta_t *meta, const char *name,
 
 /* Checks the envelope of value (len bytes) read at key; on success
  * *off_p is where the descriptor starts. */
-static kvf_status_t kvf_meta_etcd_open_envelope(const char *key,
+static kvf_status_t kvf_meta_etcd_open_envelope(const kvf_meta_etcd_t *m,
+                                                const char *key,
                                                 const unsigned char *val,
                                                 size_t len, size_t *off_p)
 {
-    kvf_rd_t r;
+    const unsigned char *mac;
     uint32_t magic, version;
-    uint64_t sum;
+    kvf_rd_t r;
 
     kvf_rd_init(&r, val, len);
     magic = kvf_rd_u32(&r);
     version = kvf_rd_u32(&r);
-    sum = kvf_rd_u64(&r);
+    mac = kvf_rd_bytes(&r, KVF_AUTH_MAC_LEN);
+    if (len >= 8 && magic == KVF_META_MAGIC && version != KVF_META_VERSION) {
+        kvf_error("etcd key %s: descriptor envelope version %u, this "
+                  "build reads %u (an older one carried no MAC: refused)",
+                  key, version, KVF_META_VERSION);
+        return KVF_ERR_VERSION;
+    }
     if (kvf_rd_status(&r) != KVF_OK || magic != KVF_META_MAGIC) {
         kvf_error("etcd key %s (%zu bytes) was not written by kvferry: "
                   "a foreign key under kvferry's prefix, or a wrong "
@@ -218,17 +238,9 @@ static kvf_status_t kvf_meta_etcd_open_envelope(const char *key,
                   key, len);
         return KVF_ERR_PROTOCOL;
     }
-    if (version != KVF_META_VERSION) {
-        kvf_error("etcd key %s: descriptor envelope version %u, this "
-                  "build reads %u",
-                  key, version, KVF_META_VERSION);
-        return KVF_ERR_VERSION;
-    }
-    if (kvf_hash64(val + KVF_META_HDR, len - KVF_META_HDR, 0) != sum) {
-        kvf_error("etcd key %s: the descriptor does not match its checksum "
-                  "(damaged or half-written)",
-                  key);
-        return KVF_ERR_CHECKSUM;
+    if (kvf_auth_record_check(m->host, key, val + KVF_META_HDR,
+                              len - KVF_META_HDR, mac) != KVF_OK) {
+        return KVF_ERR_AUTH;
     }
     *off_p = KVF_META_HDR;
     return KVF_OK;
@@ -259,7 +271,7 @@ static kvf_status_t kvf_meta_etcd_resolve(kvf_meta_t *meta, const char *name,
                   kvf_status_str(st));
         return st;
     }
-    st = kvf_meta_etcd_open_envelope(key, kv->val, kv->len, &off);
+    st = kvf_meta_etcd_open_envelope(m, key, kv->val, kv->len, &off);
     desc = (st == KVF_OK) ? kvf_malloc(kv->len - off + 1) : NULL;
     if (st == KVF_OK && desc == NULL) {
         st = KVF_ERR_NO_MEMORY;
@@ -309,6 +321,7 @@ kvf_status_t kvf_meta_etcd_open(const char *uri, unsigned timeout_ms,
 {
     kvf_meta_etcd_t *m;
     kvf_status_t st;
+    uint16_t port;
     uint64_t v;
 
     st = kvf_config_u64(&kvf_etcd_config, "etcd_lease_ms", &v);
@@ -329,6 +342,10 @@ kvf_status_t kvf_meta_etcd_open(const char *uri, unsigned timeout_ms,
     st = kvf_etcd_open(uri, timeout_ms ? timeout_ms : 5000, &m->etcd);
     if (st == KVF_OK) {
         st = kvf_etcd_open(uri, m->lease_ms / 3, &m->ka);
+    }
+    if (st == KVF_OK && kvf_sock_parse_addr(kvf_etcd_endpoint(m->etcd), m->host,
+                                            sizeof(m->host), &port) != KVF_OK) {
+        snprintf(m->host, sizeof(m->host), "%s", kvf_etcd_endpoint(m->etcd));
     }
     if (st != KVF_OK) {
         kvf_etcd_close(m->etcd);

@@ -6,10 +6,16 @@ Runs each workload (bench blocks over tcp and the default transport,
 bench te over both, bench store alone and --vs-redis, tcp forced) ROUNDS times
 per binary, alternating which goes first, and prints each row's median
 per side, the after/before ratio and the wrong bytes (mismatches or
-errors). AB_ONLY=name,name limits the workloads; every run's JSON and log
-stay in OUTDIR.
+errors). Besides throughput, a "cpu" row per workload gives the CPU
+seconds of the whole run (the command and the target, master and nodes
+it spawned and waited for): for the blocks workloads, which do a fixed
+amount of work, a cost that is less sensitive to a shared machine's
+scheduling than throughput; the store rows add the bench's own CPU
+microseconds per operation ("cpu/op"). store-small: 4 KiB objects, 2
+clients, where a per-message cost shows most. AB_ONLY=name,name limits
+the workloads; every run's JSON and log stay in OUTDIR.
 """
-import json, os, statistics, subprocess, sys, time
+import json, os, resource, statistics, subprocess, sys, time
 
 before, after, rounds, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 os.makedirs(out, exist_ok=True)
@@ -22,8 +28,11 @@ def run(binary, args, tag, extra_env=None):
     jf = os.path.join(out, tag + ".json")
     args = [a.replace("@JSON@", jf) for a in args]
     t0 = time.time()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([binary] + args, capture_output=True, text=True,
                        env=e, timeout=900)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     with open(os.path.join(out, tag + ".log"), "w") as f:
         f.write(p.stdout + "\n--stderr--\n" + p.stderr)
     text = open(jf).read() if os.path.exists(jf) else p.stdout
@@ -32,7 +41,7 @@ def run(binary, args, tag, extra_env=None):
         d = json.loads(text[i:]) if i >= 0 else None
     except Exception:
         d = None
-    return p.returncode, d, time.time() - t0, p.stdout
+    return p.returncode, d, time.time() - t0, cpu
 
 def blocks_fig(d):
     r = {}
@@ -47,6 +56,8 @@ def store_fig(d):
     r = {}
     for row in d["rows"]:
         r["%s %s %dK" % (row["system"], row["op"], row["size"] >> 10)] = (row["ops_per_s"], row["errors"])
+        if "cpu_us_per_op" in row:
+            r["%s %s %dK cpu/op" % (row["system"], row["op"], row["size"] >> 10)] = (row["cpu_us_per_op"], 0)
     return r
 
 W = [
@@ -62,6 +73,8 @@ W = [
                 "--transport", "tcp", "--json", "@JSON@"], te_fig, None),
     ("store", ["bench", "store", "--sizes", "64K,1M", "--clients", "8",
                "--duration", "1s", "--json"], store_fig, {"KVF_TRANSPORTS": "tcp"}),
+    ("store-small", ["bench", "store", "--sizes", "4K", "--clients", "2",
+                     "--duration", "1s", "--json"], store_fig, {"KVF_TRANSPORTS": "tcp"}),
     ("store-redis", ["bench", "store", "--sizes", "64K,1M", "--clients", "8",
                      "--duration", "1s", "--vs-redis", "--json"], store_fig,
      {"KVF_TRANSPORTS": "tcp"}),
@@ -76,23 +89,30 @@ for name, args, fig, xe in W:
         if rd % 2:
             order.reverse()
         for side, b in order:
-            rc, d, secs, _ = run(b, args, "%s-%s-%d" % (name, side, rd), xe)
+            rc, d, secs, cpu = run(b, args, "%s-%s-%d" % (name, side, rd), xe)
             if d is None:
                 print("%s %s round %d: rc=%d no json" % (name, side, rd, rc), flush=True)
                 continue
             for k, (v, bad) in fig(d).items():
                 res.setdefault((name, k), {}).setdefault(side, []).append((v, bad))
+            res.setdefault((name, "cpu s"), {}).setdefault(side, []).append((cpu, 0))
             print("%s %s round %d rc=%d %.0fs" % (name, side, rd, rc, secs), flush=True)
 
-print("\n%-16s %-22s %10s %10s %7s %s" % ("workload", "row", "before", "after", "ratio", "wrong"))
+# "paired": the geometric mean of each round's after/before (the two runs
+# of a round are back to back, so slow drifts of a shared machine cancel)
+print("\n%-16s %-26s %10s %10s %7s %7s %s" % ("workload", "row", "before", "after",
+                                            "ratio", "paired", "wrong"))
 summary = []
 for (name, k), sides in sorted(res.items()):
     if "before" not in sides or "after" not in sides:
         continue
     mb = statistics.median(v for v, _ in sides["before"])
     ma = statistics.median(v for v, _ in sides["after"])
+    pairs = [a / b for (a, _), (b, _) in zip(sides["after"], sides["before"]) if a > 0 and b > 0]
+    paired = statistics.geometric_mean(pairs) if pairs else 0
     bad = sum(b for v, b in sides["before"] + sides["after"])
-    line = "%-16s %-22s %10.3f %10.3f %6.2fx %d" % (name, k, mb, ma, ma / mb if mb else 0, bad)
+    line = "%-16s %-26s %10.3f %10.3f %6.2fx %6.3fx %d" % (
+        name, k, mb, ma, ma / mb if mb else 0, paired, bad)
     print(line)
     summary.append(line)
 open(os.path.join(out, "summary.txt"), "w").write("\n".join(summary) + "\n")

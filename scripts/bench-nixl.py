@@ -15,7 +15,7 @@ NIXL comes from PyPI (`nixl-cu13`, its bundled UCX; it runs without a GPU
 on host memory). Usage, from the repository root:
 
   python3 -m venv .venv-nixl && .venv-nixl/bin/pip install nixl-cu13
-  UCX_TLS=tcp .venv-nixl/bin/python scripts/bench-nixl.py \\
+  UCX_TLS=tcp KVF_UCX_TCP=1 .venv-nixl/bin/python scripts/bench-nixl.py \\
       [--kvferry build/kvferry] [--pool 2G] [--sizes 16M,64M,256M,1G] \\
       [--out DIR]
 

@@ -31,6 +31,9 @@ bin=${KVF_BIN:-build/kvferry}
 args=${KVF_BENCH_ARGS:---pool 2G}
 budget=${BUDGET_S:-180}
 export UCX_TLS="${UCX_TLS:-tcp,self}"
+# UCX's tcp transport takes peers without the secret: an opt-in
+# (docs/ucx.md, Security); a benchmark on loopback accepts it
+export KVF_UCX_TCP="${KVF_UCX_TCP:-1}"
 start=$(date +%s)
 
 mkdir -p "$out"

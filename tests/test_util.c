@@ -13,9 +13,53 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/auth.h"
 #include "core/rng.h"
+#include "core/time.h"
+
+#define KVF_TEST_MACS 8192
 
 static char kvf_test_secret_path[256];
+static kvf_wire_mac_t kvf_test_macs[KVF_TEST_MACS];
+
+kvf_wire_mac_t *kvf_test_mac(int fd)
+{
+    return fd >= 0 && fd < KVF_TEST_MACS ? &kvf_test_macs[fd] : NULL;
+}
+
+int kvf_test_connect(const char *host, uint16_t port, int timeout_ms,
+                     const char *proto, int *fd_p)
+{
+    kvf_wire_mac_t mac, *slot;
+    kvf_status_t st;
+    int fd;
+
+    st = kvf_auth_connect(host, port, timeout_ms, proto, &fd, &mac);
+    if (st != KVF_OK) {
+        return st;
+    }
+    slot = kvf_test_mac(fd);
+    if (slot == NULL) {
+        kvf_wire_mac_free(&mac);
+        close(fd);
+        return KVF_ERR_NO_RESOURCE;
+    }
+    kvf_wire_mac_free(slot);
+    *slot = mac;
+    *fd_p = fd;
+    return KVF_OK;
+}
+int kvf_test_auth_client(int fd, const char *host, const char *addr)
+{
+    kvf_wire_mac_t *slot = kvf_test_mac(fd);
+
+    if (slot == NULL) {
+        return KVF_ERR_NO_RESOURCE;
+    }
+    kvf_wire_mac_free(slot);
+    return kvf_auth_client(fd, host, "store", addr, kvf_time_ms() + 5000, slot);
+}
+
 static pid_t kvf_test_secret_owner;
 
 int kvf_test_secret_new(char *out, size_t outlen)

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "core/rng.h"
+#include "core/wire.h"
 
 typedef struct kvf_test_target {
     pid_t pid;
@@ -35,6 +36,21 @@ int kvf_test_target_stop(kvf_test_target_t *t);
 void kvf_test_pool_bytes(void *buf, size_t len, uint64_t seed);
 
 int kvf_test_fd_count(void);
+
+/* The frame tag state of the authenticated connection fd that a test
+ * opened itself (kvf_test_connect, kvs_raw_connect), for the framing
+ * calls (kvf_sp_call(fd, kvf_test_mac(fd), ...)); a table by fd, so the
+ * state of a closed fd is replaced when its number is used again. */
+kvf_wire_mac_t *kvf_test_mac(int fd);
+/* kvf_auth_connect to host:port for proto, its tag state kept for
+ * kvf_test_mac(fd). Returns the status; *fd_p on success. */
+int kvf_test_connect(const char *host, uint16_t port, int timeout_ms,
+                     const char *proto, int *fd_p);
+
+/* kvf_auth_client as a store client on fd, a socket the test connected
+ * itself to host (addr is for the log), within 5 s; the tag state kept
+ * for kvf_test_mac(fd). Returns the status. */
+int kvf_test_auth_client(int fd, const char *host, const char *addr);
 
 /* n distinct random block indices among nslots (malloc'd). */
 uint32_t *kvf_test_pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n);

@@ -28,7 +28,20 @@ static const kvf_config_entry_t kvf_target_config_entries[] = {
      "most connections a target keeps open from one peer address",
      KVF_CONFIG_TUNING},
     {"conns_max", "1024",
-     "most connections a target keeps open in all (a thread each)",
+     "most authenticated connections a target keeps open in all (a "
+     "thread each)",
+     KVF_CONFIG_TUNING},
+    {"conns_unauth_max", "128",
+     "most connections a target keeps in the authentication exchange, in "
+     "all (a budget apart from conns_max); past it the oldest is dropped",
+     KVF_CONFIG_TUNING},
+    {"conns_unauth_per_addr", "16",
+     "most connections in the authentication exchange from one peer "
+     "address",
+     KVF_CONFIG_TUNING},
+    {"auth_timeout_ms", "3000",
+     "a connection that has not finished the authentication exchange "
+     "this long after accept is closed",
      KVF_CONFIG_TUNING},
     {"lease_break_ms", "500",
      "longest a shm peer's leases may delay a deregistration or a stop "
@@ -77,6 +90,15 @@ kvf_status_t kvf_tl_limits_load(kvf_tl_limits_t *l)
     }
     if (st == KVF_OK) {
         st = kvf_tl_limit_uint("lease_break_ms", 1, &l->lease_break_ms);
+    }
+    if (st == KVF_OK) {
+        st = kvf_tl_limit_uint("conns_unauth_max", 1, &l->unauth_max);
+    }
+    if (st == KVF_OK) {
+        st = kvf_tl_limit_uint("conns_unauth_per_addr", 1, &l->unauth_per_addr);
+    }
+    if (st == KVF_OK) {
+        st = kvf_tl_limit_uint("auth_timeout_ms", 1, &l->auth_timeout_ms);
     }
     return st;
 }

@@ -22,8 +22,11 @@ typedef struct kvf_tl_limits {
     uint64_t sum_max_bytes;   /* bytes one SUM may hash */
     unsigned idle_timeout_ms; /* a connection idle this long is closed */
     unsigned conns_per_addr;  /* open connections per peer address */
-    unsigned conns_max;       /* open connections in all (a thread each) */
+    unsigned conns_max;       /* authenticated connections in all */
     unsigned lease_break_ms;  /* longest a lease holder delays a writer */
+    unsigned unauth_max;      /* connections still authenticating, in all */
+    unsigned unauth_per_addr; /* the same from one peer address */
+    unsigned auth_timeout_ms; /* to finish the authentication exchange */
 } kvf_tl_limits_t;
 
 /* Bytes hashed between two checks for a stop or a gone peer. */

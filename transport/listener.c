@@ -7,12 +7,14 @@
 #include "core/auth.h"
 #include "core/log.h"
 #include "core/sock.h"
+#include "core/time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -86,45 +88,126 @@ static int kvf_tl_same_host(const struct sockaddr_storage *a,
     return 0;
 }
 
-/* Whether a new connection from peer fits under the caps (the global
- * one, then the per-address one); logs a refusal, rate-limited. Caller
- * holds l->lock. */
-static int kvf_tl_admit(kvf_tl_listener_t *l,
-                        const struct sockaddr_storage *peer)
+/* The address of peer, for log lines. */
+static const char *kvf_tl_host_str(const struct sockaddr_storage *peer,
+                                   char *out, size_t len)
 {
-    const kvf_tl_conn_t *c;
-    char host[64] = "?";
-    unsigned same = 0;
-
-    if (l->nconns >= l->p.lim.conns_max) {
-        kvf_log_rl(KVF_LOG_WARN,
-                   "%s: refusing a connection: %u already open (conns_max)",
-                   l->p.name, l->nconns);
-        return 0;
-    }
-    for (c = l->conns; c != NULL; c = c->next) {
-        if (!__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) &&
-            kvf_tl_same_host(&c->peer, peer)) {
-            same++;
-        }
-    }
-    if (same < l->p.lim.conns_per_addr) {
-        return 1;
-    }
+    snprintf(out, len, "?");
     if (peer->ss_family == AF_INET) {
         inet_ntop(AF_INET,
                   &((const struct sockaddr_in *)(const void *)peer)->sin_addr,
-                  host, sizeof(host));
+                  out, (socklen_t)len);
     } else if (peer->ss_family == AF_INET6) {
         inet_ntop(AF_INET6,
                   &((const struct sockaddr_in6 *)(const void *)peer)->sin6_addr,
-                  host, sizeof(host));
+                  out, (socklen_t)len);
     }
-    kvf_log_rl(KVF_LOG_WARN,
-               "%s: refusing a connection from %s: %u already open from "
-               "there (conns_per_addr)",
-               l->p.name, host, same);
-    return 0;
+    return out;
+}
+
+/* Counts of the live connections: from peer's host (all, and still
+ * authenticating), authenticating in all, and the oldest of those. */
+typedef struct kvf_tl_counts {
+    unsigned same, unauth_same, unauth;
+    kvf_tl_conn_t *oldest;
+} kvf_tl_counts_t;
+
+static void kvf_tl_count(kvf_tl_listener_t *l,
+                         const struct sockaddr_storage *peer,
+                         kvf_tl_counts_t *n)
+{
+    kvf_tl_conn_t *c;
+    int s;
+
+    memset(n, 0, sizeof(*n));
+    for (c = l->conns; c != NULL; c = c->next) {
+        if (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) || c->evicted) {
+            continue;
+        }
+        s = kvf_tl_same_host(&c->peer, peer);
+        n->same += s;
+        if (!c->authed) {
+            n->unauth++;
+            n->unauth_same += s;
+            if (n->oldest == NULL || c->since < n->oldest->since) {
+                n->oldest = c;
+            }
+        }
+    }
+}
+
+/* Whether a new connection from peer fits under the caps (threads in
+ * all, then per address, then the unauthenticated budget, whose oldest
+ * connection is dropped when it is full); logs a refusal, rate-limited.
+ * Caller holds l->lock. */
+static int kvf_tl_admit(kvf_tl_listener_t *l,
+                        const struct sockaddr_storage *peer)
+{
+    const kvf_tl_limits_t *lim = &l->p.lim;
+    kvf_tl_counts_t n;
+    char host[64];
+
+    if (l->nconns >= lim->conns_max + lim->unauth_max) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "%s: refusing a connection: %u already open (conns_max "
+                   "and conns_unauth_max)",
+                   l->p.name, l->nconns);
+        return 0;
+    }
+    kvf_tl_count(l, peer, &n);
+    if (n.same >= lim->conns_per_addr ||
+        n.unauth_same >= lim->unauth_per_addr) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "%s: refusing a connection from %s: %u already open from "
+                   "there, %u of them not authenticated (conns_per_addr, "
+                   "conns_unauth_per_addr)",
+                   l->p.name, kvf_tl_host_str(peer, host, sizeof(host)), n.same,
+                   n.unauth_same);
+        return 0;
+    }
+    if (n.unauth >= lim->unauth_max && n.oldest != NULL) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "%s: %u connections without authentication: dropping the "
+                   "oldest, from %s (conns_unauth_max)",
+                   l->p.name, n.unauth,
+                   kvf_tl_host_str(&n.oldest->peer, host, sizeof(host)));
+        n.oldest->evicted = 1;
+        shutdown(n.oldest->fd, SHUT_RDWR); /* its thread ends */
+    }
+    return 1;
+}
+
+uint64_t kvf_tl_conn_auth_deadline(const kvf_tl_conn_t *c)
+{
+    return c->since + c->listener->p.lim.auth_timeout_ms;
+}
+
+kvf_status_t kvf_tl_conn_authed(kvf_tl_conn_t *c)
+{
+    kvf_tl_listener_t *l = c->listener;
+    const kvf_tl_conn_t *o;
+    kvf_status_t st = KVF_OK;
+    unsigned authed = 0;
+    char host[64];
+
+    pthread_mutex_lock(&l->lock);
+    for (o = l->conns; o != NULL; o = o->next) {
+        authed += o->authed && !__atomic_load_n(&o->done, __ATOMIC_ACQUIRE);
+    }
+    if (c->evicted) {
+        st = KVF_ERR_CONN_RESET;
+    } else if (authed >= l->p.lim.conns_max) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "%s: refusing an authenticated connection from %s: %u "
+                   "open (conns_max)",
+                   l->p.name, kvf_tl_host_str(&c->peer, host, sizeof(host)),
+                   authed);
+        st = KVF_ERR_BUSY;
+    } else {
+        c->authed = 1;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return st;
 }
 
 static void kvf_tl_accept_one(kvf_tl_listener_t *l)
@@ -161,6 +244,7 @@ static void kvf_tl_accept_one(kvf_tl_listener_t *l)
     c->fd = fd;
     c->peer = peer;
     c->arg = l->p.arg;
+    c->since = kvf_time_ms();
     pthread_mutex_lock(&l->lock);
     if (pthread_create(&c->thread, NULL, kvf_tl_conn_main, c) != 0) {
         pthread_mutex_unlock(&l->lock);

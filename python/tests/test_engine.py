@@ -39,9 +39,11 @@ def test_engine_properties(engine):
     assert "Engine" in repr(engine)
 
 
-def test_ucx_workers_over_ucx():
+def test_ucx_workers_over_ucx(monkeypatch):
     """ucx_workers reaches the ucx transport: 3 lanes move verified blocks
-    from a target of the same process."""
+    from a target of the same process (over UCX's tcp here: the opt-in
+    ucx_tcp, docs/ucx.md)."""
+    monkeypatch.setenv("KVF_UCX_TCP", "1")
     try:
         tgt = kvferry.Engine(transports="ucx", ucx_workers=3)
     except kvferry.KvferryError as e:

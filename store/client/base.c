@@ -69,7 +69,7 @@ static kvf_status_t kvf_sconn_open_by(kvf_store_h st, kvf_sconn_t **c_p,
     pthread_mutex_unlock(&st->lock);
     if (uname[0] != '\0' && kvf_sp_unix_connect(uname, &c->fd) == KVF_OK) {
         status = kvf_auth_client(c->fd, host, "store", "master (local)",
-                                 deadline_ms);
+                                 deadline_ms, &c->mac);
         if (status == KVF_OK) {
             c->is_unix = 1;
             __atomic_store_n(&st->last_unix, 1, __ATOMIC_RELAXED);
@@ -83,7 +83,7 @@ static kvf_status_t kvf_sconn_open_by(kvf_store_h st, kvf_sconn_t **c_p,
         }
     }
     status = kvf_auth_connect(host, port, kvf_sconn_left(deadline_ms), "store",
-                              &c->fd);
+                              &c->fd, &c->mac);
     if (status != KVF_OK) {
         kvf_free(c);
         return status;
@@ -125,7 +125,7 @@ static void kvf_sconn_drop_resv(kvf_sconn_t *c, unsigned timeout_ms)
     kvf_wr_init(&w);
     kvf_sm_commit_enc(&w, &q);
     /* bounded short: a master that froze must not hold up a disconnect */
-    (void)kvf_sp_call(c->fd, KVF_SP_COMMIT, ++c->next_id, 1, &w, &c->f,
+    (void)kvf_sp_call(c->fd, &c->mac, KVF_SP_COMMIT, ++c->next_id, 1, &w, &c->f,
                       kvf_time_ms() + (timeout_ms < 200 ? timeout_ms : 200));
     kvf_wr_free(&w);
     c->resv.r.put_id = 0;
@@ -134,6 +134,7 @@ static void kvf_sconn_drop_resv(kvf_sconn_t *c, unsigned timeout_ms)
 static void kvf_sconn_close(kvf_sconn_t *c)
 {
     close(c->fd);
+    kvf_wire_mac_free(&c->mac);
     kvf_sp_frame_free(&c->f);
     kvf_free(c);
 }
@@ -176,7 +177,7 @@ kvf_status_t kvf__srpc_on(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
 {
     kvf_status_t status;
 
-    status = kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
+    status = kvf_sp_call(c->fd, &c->mac, type, ++c->next_id, count, w, &c->f,
                          kvf_time_ms() + st->timeout_ms);
     if (status != KVF_OK) {
         kvf_log_rl(KVF_LOG_ERROR, "store %s request to %s:%u failed: %s",
@@ -309,10 +310,10 @@ static kvf_status_t kvf_store_rpc_once(kvf_store_h st, uint8_t type,
             }
             return status;
         }
-        status = wait ? kvf_sp_call(c->fd, type, ++c->next_id, count, w, &c->f,
-                                    deadline_ms)
-                      : kvf_sp_send(c->fd, type, ++c->next_id, KVF_OK, count, 0,
-                                    w, deadline_ms);
+        status = wait ? kvf_sp_call(c->fd, &c->mac, type, ++c->next_id, count,
+                                    w, &c->f, deadline_ms)
+                      : kvf_sp_send(c->fd, &c->mac, type, ++c->next_id, KVF_OK,
+                                    count, 0, w, deadline_ms);
         if (status == KVF_OK) {
             if (wait && c->f.hdr.status != KVF_OK) {
                 status = (kvf_status_t)c->f.hdr.status;
@@ -392,7 +393,7 @@ kvf_status_t kvf__srpc_recv(kvf_store_h st, kvf_sconn_t *c, uint8_t type,
 {
     kvf_status_t status;
 
-    status = kvf_sp_call_end(c->fd, type, c->next_id, &c->f,
+    status = kvf_sp_call_end(c->fd, &c->mac, type, c->next_id, &c->f,
                              kvf_time_ms() + st->timeout_ms);
     return kvf_sconn_ended(st, c, status, closed_p);
 }
@@ -641,8 +642,8 @@ static kvf_status_t kvf_store_connect_leader(kvf_store_h st, kvf_sconn_t **c_p)
         }
         status = kvf_sconn_open(st, &c);
         if (status == KVF_OK) {
-            status = kvf_sp_call(c->fd, KVF_SP_EXISTS, ++c->next_id, 0, NULL,
-                                 &c->f, kvf_time_ms() + st->timeout_ms);
+            status = kvf_sp_call(c->fd, &c->mac, KVF_SP_EXISTS, ++c->next_id, 0,
+                                 NULL, &c->f, kvf_time_ms() + st->timeout_ms);
             if (status == KVF_OK) {
                 status = (kvf_status_t)c->f.hdr.status;
             }

@@ -46,7 +46,8 @@ typedef struct kvf_sresv {
 /* One connection to the master; used by one call at a time. */
 typedef struct kvf_sconn {
     int fd;
-    int is_unix; /* over the master's abstract unix socket */
+    kvf_wire_mac_t mac; /* fd's frame tags */
+    int is_unix;        /* over the master's abstract unix socket */
     uint64_t next_id;
     kvf_sp_frame_t f; /* the last reply */
     kvf_sresv_t resv;

@@ -140,6 +140,7 @@ kvf_status_t kvf__sfollow_by(kvf_store_h st, const char *why,
     while ((c = idle) != NULL) {
         idle = c->next;
         close(c->fd);
+        kvf_wire_mac_free(&c->mac);
         kvf_sp_frame_free(&c->f);
         kvf_free(c);
     }

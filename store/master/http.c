@@ -9,8 +9,14 @@
  * token, and /status leaves out the node list (node addresses are for
  * authenticated callers only). libmicrohttpd serves it from one internal
  * thread polling every connection, so idle or slow clients do not hold
- * up others (docs/decisions/config-http.md); connections idle for
- * KVF_HTTP_IDLE_S are closed and at most KVF_HTTP_CONNS are open.
+ * up others (docs/decisions/config-http.md). Connections idle for
+ * KVF_HTTP_IDLE_S are closed, at most KVF_HTTP_PER_ADDR are open from
+ * one address (more are closed at once) and KVF_HTTP_CONNS in all, so
+ * idle connections from a few hosts cannot make a scrape wait.
+ *
+ * Unless --http (config master_http) names one, the address is the RPC
+ * address's host with the RPC port + 1 (a free port when that is 0), so
+ * masters on one host with different --listen ports never collide.
  */
 #include "store/master/master_int.h"
 #include "core/alloc.h"
@@ -24,8 +30,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define KVF_HTTP_IDLE_S 10 /* an idle connection is closed after this */
-#define KVF_HTTP_CONNS  64 /* connections open at once, at most */
+#define KVF_HTTP_IDLE_S   3   /* an idle connection is closed after this */
+#define KVF_HTTP_CONNS    256 /* connections open at once, at most */
+#define KVF_HTTP_PER_ADDR 8   /* ... from one address */
 
 typedef struct kvf_m_snap {
     kvf_master_stats_t st;
@@ -384,19 +391,44 @@ static kvf_status_t kvf_m_http_auth_init(kvf_master_t *m, const char *host)
     return st;
 }
 
+/* The listening socket: host:port, or for "auto" the RPC address's
+ * host and port + 1 (a free port when that port is taken or the RPC
+ * port is the last). */
+static kvf_status_t kvf_m_http_listen(kvf_master_t *m, const char *listen,
+                                      char *host, size_t hostlen,
+                                      uint16_t *port_p)
+{
+    int derived = strcmp(listen, "auto") == 0;
+    kvf_status_t st;
+    uint16_t port;
+
+    st = kvf_sock_parse_addr(derived ? m->address : listen, host, hostlen,
+                             &port);
+    if (st == KVF_OK && derived) {
+        port = port < 65535 ? port + 1 : 0;
+    }
+    if (st == KVF_OK) {
+        st = kvf_m_http_auth_init(m, host);
+    }
+    if (st == KVF_OK) {
+        st = kvf_sock_listen(host, port, 64, &m->hfd, port_p);
+    }
+    if (st != KVF_OK && derived && port != 0) {
+        kvf_warn("master: http port %u (the RPC port + 1) is taken; serving "
+                 "http on a free port (set --http to choose)",
+                 port);
+        st = kvf_sock_listen(host, 0, 64, &m->hfd, port_p);
+    }
+    return st;
+}
+
 kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen)
 {
     char host[KVF_HOST_MAX];
     kvf_status_t st;
     uint16_t port;
 
-    st = kvf_sock_parse_addr(listen, host, sizeof(host), &port);
-    if (st == KVF_OK) {
-        st = kvf_m_http_auth_init(m, host);
-    }
-    if (st == KVF_OK) {
-        st = kvf_sock_listen(host, port, 64, &m->hfd, &port);
-    }
+    st = kvf_m_http_listen(m, listen, host, sizeof(host), &port);
     if (st != KVF_OK) {
         kvf_error("master cannot serve http on %s", listen);
         return st;
@@ -406,7 +438,9 @@ kvf_status_t kvf_m_http_start(kvf_master_t *m, const char *listen)
         MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC, 0, NULL, NULL,
         kvf_m_http_serve, m, MHD_OPTION_LISTEN_SOCKET, m->hfd,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)KVF_HTTP_IDLE_S,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)KVF_HTTP_CONNS, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)KVF_HTTP_CONNS,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)KVF_HTTP_PER_ADDR,
+        MHD_OPTION_END);
     if (m->httpd == NULL) {
         kvf_error("master cannot start its http server on %s", m->http_address);
         close(m->hfd);

@@ -88,6 +88,7 @@ typedef struct kvf_mi_chan {
     pthread_cond_t cond;
     pthread_t thread;
     int fd;
+    kvf_wire_mac_t mac; /* fd's frame tags */
     uint64_t next_id;
 } kvf_mi_chan_t;
 
@@ -244,20 +245,20 @@ static kvf_status_t kvf_mi_pipe(kvf_mi_chan_t *c, kvf_mi_q_t *b,
 
         if (kvf_sock_parse_addr(c->addr, host, sizeof(host), &port) != KVF_OK ||
             kvf_auth_connect(host, port, (int)m->opts.io_timeout_ms, "store",
-                             &c->fd) != KVF_OK) {
+                             &c->fd, &c->mac) != KVF_OK) {
             c->fd = -1;
             return KVF_ERR_UNAVAILABLE;
         }
     }
     for (i = 0; i < nf && st == KVF_OK; i++) {
         fr[i].id = ++c->next_id;
-        st = kvf_sp_send(c->fd, fr[i].type, fr[i].id, KVF_OK, fr[i].n, 0,
-                         &fr[i].w, deadline);
+        st = kvf_sp_send(c->fd, &c->mac, fr[i].type, fr[i].id, KVF_OK, fr[i].n,
+                         0, &fr[i].w, deadline);
     }
     /* exact reads (kvf_sp_recv): the next answer may follow in the same
      * segment */
     for (i = 0; i < nf && st == KVF_OK; i++) {
-        st = kvf_sp_recv(c->fd, &f, deadline, deadline);
+        st = kvf_sp_recv(c->fd, &c->mac, &f, deadline, deadline);
         if (st == KVF_OK && (f.hdr.type != (fr[i].type | KVF_SP_REPLY) ||
                              f.hdr.id != fr[i].id)) {
             st = KVF_ERR_PROTOCOL;
@@ -270,6 +271,7 @@ static kvf_status_t kvf_mi_pipe(kvf_mi_chan_t *c, kvf_mi_q_t *b,
     if (st != KVF_OK) {
         close(c->fd);
         c->fd = -1;
+        kvf_wire_mac_free(&c->mac);
     }
     return st;
 }
@@ -440,6 +442,7 @@ static void *kvf_mi_main(void *arg)
     if (c->fd >= 0) {
         close(c->fd);
     }
+    kvf_wire_mac_free(&c->mac);
     return NULL;
 }
 

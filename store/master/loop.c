@@ -97,6 +97,7 @@ struct kvf_mconn {
     unsigned char *out;     /* unsent reply bytes */
     size_t out_len, out_off, out_cap;
     kvf_auth_srv_t *auth; /* the authentication exchange; NULL once done */
+    kvf_wire_mac_t mac;   /* frame tags once authenticated (core/wire.h) */
     uint64_t since;       /* ms: accepted */
     kvf_mconn_t *next;
 };
@@ -112,6 +113,7 @@ static void kvf_loop_free(kvf_mconn_t *c)
     kvf_m_client_put(c->m, c->cl);
     close(c->fd);
     kvf_free(c->auth);
+    kvf_wire_mac_free(&c->mac);
     kvf_free(c->in);
     kvf_free(c->out);
     kvf_free(c);
@@ -138,16 +140,28 @@ static void kvf_loop_watch(kvf_mconn_t *c, uint32_t ev, int op)
     epoll_ctl(c->loop->epfd, op, c->fd, &e);
 }
 
-/* Queues header + body; sends what the socket takes now. 0, or -1 when
- * the connection broke. */
+/* Appends up to len bytes of p past the first *skip_p (bytes already
+ * sent) to the output buffer (room made by the caller). */
+static void kvf_loop_keep(kvf_mconn_t *c, const void *p, size_t len,
+                          size_t *skip_p)
+{
+    size_t skip = *skip_p < len ? *skip_p : len;
+
+    memcpy(c->out + c->out_len, (const unsigned char *)p + skip, len - skip);
+    c->out_len += len - skip;
+    *skip_p -= skip;
+}
+
+/* Queues header + body + tag; sends what the socket takes now. 0, or -1
+ * when the connection broke. */
 static int kvf_loop_reply(kvf_mconn_t *c, uint8_t type, uint64_t id,
                           kvf_status_t st, uint32_t count, uint16_t flags,
                           const kvf_wr_t *w)
 {
-    unsigned char hdr[KVF_WIRE_HDR_LEN];
+    unsigned char hdr[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
     kvf_frame_hdr_t h = {0};
-    size_t blen = w ? w->len : 0, total = sizeof(hdr) + blen, need;
-    struct iovec iov[2];
+    size_t blen = w ? w->len : 0, tl = 0, total, need, sent;
+    struct iovec iov[3];
     unsigned char *nb;
     ssize_t n = 0;
 
@@ -160,13 +174,20 @@ static int kvf_loop_reply(kvf_mconn_t *c, uint8_t type, uint64_t id,
     h.id = id;
     h.status = st;
     kvf_frame_pack(&h, hdr);
+    if (kvf_wire_mac_on(&c->mac)) {
+        kvf_wire_mac_seal(&c->mac, hdr, blen ? w->buf : NULL, blen, tag);
+        tl = sizeof(tag);
+    }
+    total = sizeof(hdr) + blen + tl;
     if (c->out_len == c->out_off) {
         iov[0].iov_base = hdr;
         iov[0].iov_len = sizeof(hdr);
         iov[1].iov_base = blen ? w->buf : NULL;
         iov[1].iov_len = blen;
+        iov[2].iov_base = tag;
+        iov[2].iov_len = tl;
         do {
-            n = writev(c->fd, iov, blen ? 2 : 1);
+            n = writev(c->fd, iov, 3);
         } while (n < 0 && errno == EINTR);
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
             return -1;
@@ -189,17 +210,12 @@ static int kvf_loop_reply(kvf_mconn_t *c, uint8_t type, uint64_t id,
         c->out = nb;
         c->out_cap = need;
     }
-    if ((size_t)n < sizeof(hdr)) {
-        memcpy(c->out + c->out_len, hdr + n, sizeof(hdr) - (size_t)n);
-        c->out_len += sizeof(hdr) - (size_t)n;
-        n = 0;
-    } else {
-        n -= (ssize_t)sizeof(hdr);
+    sent = (size_t)n;
+    kvf_loop_keep(c, hdr, sizeof(hdr), &sent);
+    if (blen > 0) {
+        kvf_loop_keep(c, w->buf, blen, &sent);
     }
-    if (blen > (size_t)n) {
-        memcpy(c->out + c->out_len, w->buf + n, blen - (size_t)n);
-        c->out_len += blen - (size_t)n;
-    }
+    kvf_loop_keep(c, tag, tl, &sent);
     return 0;
 }
 
@@ -257,7 +273,7 @@ static void kvf_reg_run(kvf_loop_job_t *j)
 
     kvf_wr_init(&w);
     st = kvf_m_serve_worker(m, c->cl, &j->f, &w, &count, &flags, &rtype);
-    st = kvf_sp_send(c->fd, rtype, j->f.hdr.id, st, count, flags, &w,
+    st = kvf_sp_send(c->fd, &c->mac, rtype, j->f.hdr.id, st, count, flags, &w,
                      kvf_time_ms() + m->opts.io_timeout_ms);
     if (st != KVF_OK) {
         c->dead = 1;
@@ -429,9 +445,19 @@ static int kvf_loop_frames(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
             kvf_loop_flush(c);
             return -1;
         }
-        need = KVF_WIRE_HDR_LEN + f.hdr.meta_len;
+        need = kvf_sp_frame_len(&c->mac, &f.hdr);
         if (c->in_len - used < need) {
             break;
+        }
+        if (kvf_wire_mac_on(&c->mac) &&
+            kvf_wire_mac_check_hdr(
+                &c->mac, &f.hdr, c->in + used + KVF_WIRE_HDR_LEN,
+                f.hdr.meta_len,
+                c->in + used + KVF_WIRE_HDR_LEN + f.hdr.meta_len,
+                c->is_unix ? "store connection (local)" : "store connection") !=
+                KVF_OK) {
+            kvf_m_count_error(m);
+            return -1;
         }
         f.body = c->in + used + KVF_WIRE_HDR_LEN;
         if (kvf_m_to_worker(m, &f)) {
@@ -482,7 +508,7 @@ static int kvf_loop_read(kvf_master_t *m, kvf_mconn_t *c, kvf_wr_t *w)
         if (c->in_len >= KVF_WIRE_HDR_LEN &&
             kvf_frame_unpack(c->in, &h) == KVF_OK &&
             h.meta_len <= KVF_SP_BODY_MAX) {
-            want = KVF_WIRE_HDR_LEN + (size_t)h.meta_len;
+            want = kvf_sp_frame_len(&c->mac, &h);
             want = want > KVF_LOOP_IN_MIN ? want : KVF_LOOP_IN_MIN;
         }
         if (c->in_cap < want) {
@@ -613,6 +639,9 @@ static int kvf_loop_auth_step(kvf_mconn_t *c)
         kvf_loop_watch(c, events == POLLOUT ? EPOLLOUT : EPOLLIN,
                        EPOLL_CTL_MOD);
         return 0;
+    }
+    if (st == KVF_OK) {
+        st = kvf_auth_srv_mac(c->auth, &c->mac);
     }
     if (st != KVF_OK) {
         kvf_m_count_error(c->m);

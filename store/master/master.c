@@ -292,7 +292,8 @@ kvf_status_t kvf_master_start(const kvf_master_opts_t *opts,
     if (st != KVF_OK) {
         goto err_engine;
     }
-    if (opts->http != NULL && opts->http[0] != '\0') {
+    if (opts->http != NULL && opts->http[0] != '\0' &&
+        strcmp(opts->http, "off") != 0) {
         st = kvf_m_http_start(m, opts->http);
         if (st != KVF_OK) {
             goto err_leader;

@@ -33,6 +33,7 @@ typedef struct kvf_ni_conn {
     int fd;      /* -1: the slot is free */
     int running; /* its thread has not ended (atomic) */
     pthread_t thread;
+    kvf_wire_mac_t mac; /* fd's frame tags */
     kvf_sp_frame_t f;
 } kvf_ni_conn_t;
 
@@ -63,6 +64,7 @@ static kvf_ni_conn_t *kvf_ni_slot(kvf_node_inv_t *ni)
             pthread_join(c->thread, NULL);
             close(c->fd);
             c->fd = -1;
+            kvf_wire_mac_free(&c->mac);
         }
         if (c->fd < 0) {
             return c;
@@ -75,6 +77,7 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
 {
     char peer[64];
     int fd = accept4(ni->lfd, NULL, NULL, SOCK_CLOEXEC);
+    kvf_wire_mac_t mac;
     kvf_ni_conn_t *c;
     int one = 1;
 
@@ -86,7 +89,7 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     kvf_auth_peer_name(fd, peer, sizeof(peer));
     if (kvf_auth_server(fd, ni->host, "store", peer,
-                        kvf_time_ms() + ni->timeout_ms) != KVF_OK) {
+                        kvf_time_ms() + ni->timeout_ms, &mac) != KVF_OK) {
         close(fd);
         return;
     }
@@ -94,17 +97,20 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
     if (c != NULL) {
         c->ni = ni;
         c->fd = fd;
+        c->mac = mac;
         __atomic_store_n(&c->running, 1, __ATOMIC_RELEASE);
         if (pthread_create(&c->thread, NULL, kvf_ni_conn_main, c) == 0) {
             return;
         }
         __atomic_store_n(&c->running, 0, __ATOMIC_RELEASE);
+        memset(&c->mac, 0, sizeof(c->mac)); /* freed below, as mac */
         c->fd = -1;
     }
     kvf_log_rl(KVF_LOG_WARN,
                "node inventory: %u leader connections "
                "already: refusing %s",
                KVF_NI_CONNS, peer);
+    kvf_wire_mac_free(&mac);
     close(fd);
 }
 
@@ -190,7 +196,7 @@ static int kvf_ni_serve(kvf_ni_conn_t *c)
     kvf_status_t st;
     kvf_wr_t w;
 
-    st = kvf_sp_recv(c->fd, f, now + KVF_NI_POLL_MS, deadline);
+    st = kvf_sp_recv(c->fd, &c->mac, f, now + KVF_NI_POLL_MS, deadline);
     if (st == KVF_ERR_TIMEOUT && !f->partial) {
         return 1;
     }
@@ -213,10 +219,9 @@ static int kvf_ni_serve(kvf_ni_conn_t *c)
         kvf_log_rl(KVF_LOG_WARN, "node inventory: bad %s frame: closing",
                    kvf_sp_msg_name(f->hdr.type));
     }
-    st = kvf_sp_send(c->fd, f->hdr.type | KVF_SP_REPLY, f->hdr.id, st,
+    st = kvf_sp_send(c->fd, &c->mac, f->hdr.type | KVF_SP_REPLY, f->hdr.id, st,
                      st == KVF_OK ? f->hdr.count : 0, 0,
-                     st == KVF_OK ? &w : NULL,
-                     kvf_time_ms() + ni->timeout_ms);
+                     st == KVF_OK ? &w : NULL, kvf_time_ms() + ni->timeout_ms);
     kvf_wr_free(&w);
     return st == KVF_OK ? 0 : -1;
 }
@@ -302,6 +307,7 @@ void kvf_node_inv_stop(kvf_node_inv_t *ni)
             pthread_join(ni->conns[i].thread, NULL);
             close(ni->conns[i].fd);
         }
+        kvf_wire_mac_free(&ni->conns[i].mac);
     }
     kvf_inv_fini(&ni->inv);
     pthread_mutex_destroy(&ni->lock);
@@ -364,7 +370,8 @@ static uint32_t kvf_ni_page(kvf_node_inv_t *ni, kvf_wr_t *w, uint64_t *from)
 }
 
 kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int inv_on, int fd,
-                                 uint64_t uid, uint64_t gen, uint64_t *next_id,
+                                 kvf_wire_mac_t *mac, uint64_t uid,
+                                 uint64_t gen, uint64_t *next_id,
                                  kvf_sp_frame_t *f, unsigned timeout_ms)
 {
     kvf_sm_inv_head_t head = {uid, gen};
@@ -389,7 +396,7 @@ kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int inv_on, int fd,
         }
         st = kvf_wr_status(&w);
         if (st == KVF_OK) {
-            st = kvf_sp_call(fd, KVF_SP_INV_REPORT, ++*next_id, n, &w, f,
+            st = kvf_sp_call(fd, mac, KVF_SP_INV_REPORT, ++*next_id, n, &w, f,
                              kvf_time_ms() + timeout_ms);
         }
         kvf_wr_free(&w);

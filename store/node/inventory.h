@@ -38,7 +38,8 @@ size_t kvf_node_inv_count(kvf_node_inv_t *ni);
  * pool's entries when inv_on, then those of the disk tier), then the
  * empty page that ends it; each call bounded by timeout_ms. */
 kvf_status_t kvf_node_inv_report(kvf_node_inv_t *ni, int inv_on, int fd,
-                                 uint64_t uid, uint64_t gen, uint64_t *next_id,
+                                 kvf_wire_mac_t *mac, uint64_t uid,
+                                 uint64_t gen, uint64_t *next_id,
                                  kvf_sp_frame_t *f, unsigned timeout_ms);
 /* The disk tier whose TIER_OP frames this server applies (borrowed; set
  * before the node registers). */

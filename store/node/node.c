@@ -58,6 +58,7 @@ struct kvf_node {
     unsigned char instance[KVF_SM_INSTANCE_LEN]; /* random, this process */
     /* registration, owned by the node thread */
     int fd;
+    kvf_wire_mac_t mac; /* fd's frame tags */
     uint64_t epoch;
     uint64_t gen;
     unsigned hb_ms;
@@ -76,6 +77,7 @@ static void kvf_node_disconnect(kvf_node_t *n)
         close(n->fd);
         n->fd = -1;
     }
+    kvf_wire_mac_free(&n->mac);
 }
 
 static kvf_status_t kvf_node_register_at(kvf_node_t *n)
@@ -94,7 +96,8 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
     if (st != KVF_OK) {
         return st;
     }
-    st = kvf_auth_connect(host, port, (int)n->opts.timeout_ms, "store", &n->fd);
+    st = kvf_auth_connect(host, port, (int)n->opts.timeout_ms, "store", &n->fd,
+                          &n->mac);
     if (st != KVF_OK) {
         return st;
     }
@@ -109,8 +112,8 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
     q.disk_len = n->tier != NULL ? kvf_tier_len(n->tier) : 0;
     kvf_wr_init(&w);
     kvf_sm_node_reg_enc(&w, &q);
-    st = kvf_sp_call(n->fd, KVF_SP_NODE_REG, ++n->next_id, 0, &w, &n->f,
-                     deadline);
+    st = kvf_sp_call(n->fd, &n->mac, KVF_SP_NODE_REG, ++n->next_id, 0, &w,
+                     &n->f, deadline);
     kvf_wr_free(&w);
     if (st == KVF_OK) {
         st = (kvf_status_t)n->f.hdr.status;
@@ -147,7 +150,7 @@ static kvf_status_t kvf_node_register_at(kvf_node_t *n)
 
         st = ha ? kvf_node_inv_fence(n->inv, n->epoch) : KVF_OK;
         if (st == KVF_OK) {
-            st = kvf_node_inv_report(n->inv, ha, n->fd, n->uid, n->gen,
+            st = kvf_node_inv_report(n->inv, ha, n->fd, &n->mac, n->uid, n->gen,
                                      &n->next_id, &n->f, n->opts.timeout_ms);
         }
         if (st != KVF_OK) {
@@ -201,8 +204,8 @@ static kvf_status_t kvf_node_heartbeat(kvf_node_t *n)
     q.master_epoch = n->epoch;
     kvf_wr_init(&w);
     kvf_sm_heartbeat_enc(&w, &q);
-    st = kvf_sp_call(n->fd, KVF_SP_HEARTBEAT, ++n->next_id, 0, &w, &n->f,
-                     kvf_time_ms() + n->opts.timeout_ms);
+    st = kvf_sp_call(n->fd, &n->mac, KVF_SP_HEARTBEAT, ++n->next_id, 0, &w,
+                     &n->f, kvf_time_ms() + n->opts.timeout_ms);
     kvf_wr_free(&w);
     if (st != KVF_OK) {
         kvf_node_disconnect(n);

@@ -23,8 +23,10 @@ static const kvf_config_entry_t kvf_store_config_entries[] = {
     {"master", "127.0.0.1:17800",
      "store master RPC address (master: listen; nodes, clients: connect)",
      KVF_CONFIG_USER},
-    {"master_http", "127.0.0.1:17801",
-     "store master HTTP address (/metrics, /status)", KVF_CONFIG_USER},
+    {"master_http", "auto",
+     "store master HTTP address (/metrics, /status); auto: the master's "
+     "host and RPC port + 1; off: none",
+     KVF_CONFIG_USER},
     {"lease_ms", "2000",
      "read lease a get grants (ms): an object being read is not evicted "
      "or removed for this long",
@@ -142,13 +144,19 @@ void kvf_sp_frame_free(kvf_sp_frame_t *f)
     f->cap = 0;
 }
 
-kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id, kvf_status_t status,
-                         uint32_t count, uint16_t flags, const kvf_wr_t *w,
-                         uint64_t deadline_ms)
+size_t kvf_sp_frame_len(const kvf_wire_mac_t *mac, const kvf_frame_hdr_t *h)
 {
-    unsigned char hdr[KVF_WIRE_HDR_LEN];
+    return KVF_WIRE_HDR_LEN + (size_t)h->meta_len +
+           (kvf_wire_mac_on(mac) ? KVF_WIRE_TAG_LEN : 0);
+}
+
+kvf_status_t kvf_sp_send(int fd, kvf_wire_mac_t *mac, uint8_t type, uint64_t id,
+                         kvf_status_t status, uint32_t count, uint16_t flags,
+                         const kvf_wr_t *w, uint64_t deadline_ms)
+{
+    unsigned char hdr[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
     kvf_frame_hdr_t h = {0};
-    struct iovec iov[2];
+    struct iovec iov[3];
     size_t n = (w != NULL) ? w->len : 0;
 
     if (w != NULL && kvf_wr_status(w) != KVF_OK) {
@@ -172,7 +180,40 @@ kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id, kvf_status_t status,
     iov[0].iov_len = sizeof(hdr);
     iov[1].iov_base = (n > 0) ? w->buf : NULL;
     iov[1].iov_len = n;
-    return kvf_sock_writev_all(fd, iov, n > 0 ? 2 : 1, deadline_ms);
+    iov[2].iov_base = tag;
+    iov[2].iov_len = 0;
+    if (kvf_wire_mac_on(mac)) {
+        kvf_wire_mac_seal(mac, hdr, iov[1].iov_base, n, tag);
+        iov[2].iov_len = sizeof(tag);
+    }
+    return kvf_sock_writev_all(fd, iov, 3, deadline_ms);
+}
+
+/* Makes room for the body and the tag of f (f->hdr unpacked). */
+static kvf_status_t kvf_sp_body_room(kvf_sp_frame_t *f, size_t need)
+{
+    unsigned char *nb;
+
+    if (need <= f->cap) {
+        return KVF_OK;
+    }
+    nb = kvf_realloc(f->body, need);
+    if (nb == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    f->body = nb;
+    f->cap = need;
+    return KVF_OK;
+}
+
+/* Checks the tag that follows the body of f in f->body. */
+static kvf_status_t kvf_sp_check_tag(kvf_wire_mac_t *mac, kvf_sp_frame_t *f)
+{
+    if (!kvf_wire_mac_on(mac)) {
+        return KVF_OK;
+    }
+    return kvf_wire_mac_check_hdr(mac, &f->hdr, f->body, f->hdr.meta_len,
+                                  f->body + f->hdr.meta_len, "store rpc");
 }
 
 /* Reads the header in as few calls as possible; KVF_ERR_PEER_CLOSED when
@@ -211,12 +252,12 @@ static kvf_status_t kvf_sp_recv_hdr(int fd, kvf_sp_frame_t *f,
     return KVF_OK;
 }
 
-kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
-                         uint64_t deadline_ms)
+kvf_status_t kvf_sp_recv(int fd, kvf_wire_mac_t *mac, kvf_sp_frame_t *f,
+                         uint64_t first_deadline_ms, uint64_t deadline_ms)
 {
     unsigned char hdr[KVF_WIRE_HDR_LEN];
     kvf_status_t status;
-    unsigned char *nb;
+    size_t rest;
 
     f->partial = 0;
     status = kvf_sp_recv_hdr(fd, f, hdr, first_deadline_ms, deadline_ms);
@@ -230,41 +271,30 @@ kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
     if (f->hdr.data_len != 0 || f->hdr.meta_len > KVF_SP_BODY_MAX) {
         return KVF_ERR_MSG_TOO_LARGE;
     }
-    if (f->hdr.meta_len > f->cap) {
-        nb = kvf_realloc(f->body, f->hdr.meta_len);
-        if (nb == NULL) {
-            return KVF_ERR_NO_MEMORY;
-        }
-        f->body = nb;
-        f->cap = f->hdr.meta_len;
+    rest = kvf_sp_frame_len(mac, &f->hdr) - KVF_WIRE_HDR_LEN;
+    status = kvf_sp_body_room(f, rest);
+    if (status == KVF_OK && rest > 0) {
+        status = kvf_sock_recv_all(fd, f->body, rest, deadline_ms);
     }
-    if (f->hdr.meta_len == 0) {
-        return KVF_OK;
-    }
-    return kvf_sock_recv_all(fd, f->body, f->hdr.meta_len, deadline_ms);
+    return status == KVF_OK ? kvf_sp_check_tag(mac, f) : status;
 }
 
 /* Receives a reply: reads header and body together with one vectored
  * recv, waiting only if nothing is there yet (a reply is the only thing
  * the peer sends, so nothing past it can arrive), and the rest of a
  * large body after. */
-static kvf_status_t kvf_sp_recv_reply(int fd, kvf_sp_frame_t *f,
-                                      uint64_t deadline_ms)
+static kvf_status_t kvf_sp_recv_reply(int fd, kvf_wire_mac_t *mac,
+                                      kvf_sp_frame_t *f, uint64_t deadline_ms)
 {
-    unsigned char hdr[KVF_WIRE_HDR_LEN], *nb;
+    unsigned char hdr[KVF_WIRE_HDR_LEN];
     struct iovec iov[2];
     struct msghdr msg;
     kvf_status_t status;
-    size_t got = 0, body;
+    size_t got = 0, body, rest;
     ssize_t n;
 
-    if (f->cap < 4096) {
-        nb = kvf_realloc(f->body, 4096);
-        if (nb == NULL) {
-            return KVF_ERR_NO_MEMORY;
-        }
-        f->body = nb;
-        f->cap = 4096;
+    if (kvf_sp_body_room(f, 4096) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
     }
     while (got < KVF_WIRE_HDR_LEN) {
         iov[0].iov_base = hdr + got;
@@ -300,44 +330,39 @@ static kvf_status_t kvf_sp_recv_reply(int fd, kvf_sp_frame_t *f,
     if (status != KVF_OK) {
         return status;
     }
+    rest = kvf_sp_frame_len(mac, &f->hdr) - KVF_WIRE_HDR_LEN;
     if (f->hdr.data_len != 0 || f->hdr.meta_len > KVF_SP_BODY_MAX ||
-        body > f->hdr.meta_len) {
+        body > rest) {
         return KVF_ERR_PROTOCOL;
     }
-    if (f->hdr.meta_len > f->cap) {
-        nb = kvf_realloc(f->body, f->hdr.meta_len);
-        if (nb == NULL) {
-            return KVF_ERR_NO_MEMORY;
-        }
-        f->body = nb;
-        f->cap = f->hdr.meta_len;
+    status = kvf_sp_body_room(f, rest);
+    if (status == KVF_OK && body < rest) {
+        status =
+            kvf_sock_recv_all(fd, f->body + body, rest - body, deadline_ms);
     }
-    if (body == f->hdr.meta_len) {
-        return KVF_OK;
-    }
-    return kvf_sock_recv_all(fd, f->body + body, f->hdr.meta_len - body,
-                             deadline_ms);
+    return status == KVF_OK ? kvf_sp_check_tag(mac, f) : status;
 }
 
-kvf_status_t kvf_sp_call(int fd, uint8_t type, uint64_t id, uint32_t count,
-                         const kvf_wr_t *w, kvf_sp_frame_t *f,
+kvf_status_t kvf_sp_call(int fd, kvf_wire_mac_t *mac, uint8_t type, uint64_t id,
+                         uint32_t count, const kvf_wr_t *w, kvf_sp_frame_t *f,
                          uint64_t deadline_ms)
 {
     kvf_status_t status;
 
-    status = kvf_sp_send(fd, type, id, KVF_OK, count, 0, w, deadline_ms);
+    status = kvf_sp_send(fd, mac, type, id, KVF_OK, count, 0, w, deadline_ms);
     if (status != KVF_OK) {
         return status;
     }
-    return kvf_sp_call_end(fd, type, id, f, deadline_ms);
+    return kvf_sp_call_end(fd, mac, type, id, f, deadline_ms);
 }
 
-kvf_status_t kvf_sp_call_end(int fd, uint8_t type, uint64_t id,
-                             kvf_sp_frame_t *f, uint64_t deadline_ms)
+kvf_status_t kvf_sp_call_end(int fd, kvf_wire_mac_t *mac, uint8_t type,
+                             uint64_t id, kvf_sp_frame_t *f,
+                             uint64_t deadline_ms)
 {
     kvf_status_t status;
 
-    status = kvf_sp_recv_reply(fd, f, deadline_ms);
+    status = kvf_sp_recv_reply(fd, mac, f, deadline_ms);
     if (status != KVF_OK) {
         return status;
     }

@@ -4,7 +4,10 @@
  * body is its metadata (meta_len bytes, `count` entries); a reply has the
  * request's type | KVF_SP_REPLY, the request's id, and a status. The store
  * RPC never carries payload: data moves through the engine, so a frame
- * with data_len != 0 is refused. What each body holds, and its codec, is
+ * with data_len != 0 is refused. On an authenticated connection every
+ * frame ends with its tag (core/wire.h: header | body | tag), checked
+ * before the frame is used; `mac` (may be NULL: no tags) is the
+ * connection's. What each body holds, and its codec, is
  * store/proto/msg.h.
  */
 #ifndef KVF_STORE_PROTO_H
@@ -62,29 +65,33 @@ typedef struct kvf_sp_frame {
 
 void kvf_sp_frame_free(kvf_sp_frame_t *f);
 
-/* Sends one frame: header + w's bytes (w may be NULL: empty body). */
-kvf_status_t kvf_sp_send(int fd, uint8_t type, uint64_t id, kvf_status_t status,
-                         uint32_t count, uint16_t flags, const kvf_wr_t *w,
-                         uint64_t deadline_ms);
+/* Sends one frame: header + w's bytes (w may be NULL: empty body) +
+ * tag. */
+kvf_status_t kvf_sp_send(int fd, kvf_wire_mac_t *mac, uint8_t type, uint64_t id,
+                         kvf_status_t status, uint32_t count, uint16_t flags,
+                         const kvf_wr_t *w, uint64_t deadline_ms);
+/* Bytes a frame of h takes on the wire with mac (header, body, tag). */
+size_t kvf_sp_frame_len(const kvf_wire_mac_t *mac, const kvf_frame_hdr_t *h);
 
 /* Receives one frame. Checks magic, version, lengths (body at most
  * KVF_SP_BODY_MAX, no payload). first_deadline_ms bounds the wait for
  * the first byte (a server waiting for the next request), deadline_ms the
  * rest. KVF_ERR_PEER_CLOSED: the peer closed before the first byte;
  * f->partial tells a timeout before any byte from one inside a frame. */
-kvf_status_t kvf_sp_recv(int fd, kvf_sp_frame_t *f, uint64_t first_deadline_ms,
-                         uint64_t deadline_ms);
+kvf_status_t kvf_sp_recv(int fd, kvf_wire_mac_t *mac, kvf_sp_frame_t *f,
+                         uint64_t first_deadline_ms, uint64_t deadline_ms);
 
 /* One round trip on a connected fd; the reply must have type|REPLY and
  * the same id. Returns transport errors; the reply's status is in
  * f->hdr.status. */
-kvf_status_t kvf_sp_call(int fd, uint8_t type, uint64_t id, uint32_t count,
-                         const kvf_wr_t *w, kvf_sp_frame_t *f,
+kvf_status_t kvf_sp_call(int fd, kvf_wire_mac_t *mac, uint8_t type, uint64_t id,
+                         uint32_t count, const kvf_wr_t *w, kvf_sp_frame_t *f,
                          uint64_t deadline_ms);
 /* The second half of kvf_sp_call, for a caller that sent the request
  * with kvf_sp_send and did other work meanwhile. */
-kvf_status_t kvf_sp_call_end(int fd, uint8_t type, uint64_t id,
-                             kvf_sp_frame_t *f, uint64_t deadline_ms);
+kvf_status_t kvf_sp_call_end(int fd, kvf_wire_mac_t *mac, uint8_t type,
+                             uint64_t id, kvf_sp_frame_t *f,
+                             uint64_t deadline_ms);
 
 /* Keys: writes a str; reads one into out[KVF_STORE_KEY_MAX + 1] with a
  * per-key verdict (KVF_ERR_KEY_TOO_LARGE, KVF_ERR_INVALID_PARAM for an

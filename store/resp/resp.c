@@ -125,28 +125,17 @@ kvf_status_t kvf_server_resp_password(const char *listen, char *out,
                : kvf_auth_token(host, KVF_RESP_TOKEN_LABEL, out, outlen);
 }
 
-/* Reads the password of a 0600 (or stricter) file. */
+/* Reads the password of a private file: a regular file of this user
+ * with no group or other permission, not a symbolic link (core/auth
+ * kvf_auth_read_private says what is wrong and the fix). */
 static kvf_status_t kvf_resp_load_password_file(struct kvf_resp *s,
                                                 const char *path)
 {
-    struct stat sb;
-    ssize_t n;
-    int fd;
+    size_t n = 0;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &sb) != 0 || (sb.st_mode & 077) != 0) {
-        kvf_error("resp: password file %s: %s", path,
-                  fd < 0 ? strerror(errno)
-                         : "must not be readable by others "
-                           "(chmod 600)");
-        if (fd >= 0) {
-            close(fd);
-        }
-        return KVF_ERR_INVALID_PARAM;
-    }
-    n = read(fd, s->password, sizeof(s->password) - 1);
-    close(fd);
-    if (n < 0) {
+    if (kvf_auth_read_private(path, s->password, 1, sizeof(s->password) - 1,
+                              &n) != KVF_OK) {
+        kvf_error("resp: password file %s refused", path);
         return KVF_ERR_INVALID_PARAM;
     }
     while (n > 0 &&
@@ -154,7 +143,7 @@ static kvf_status_t kvf_resp_load_password_file(struct kvf_resp *s,
         n--;
     }
     s->password[n] = 0;
-    s->pwlen = (size_t)n;
+    s->pwlen = n;
     return n > 0 ? KVF_OK : KVF_ERR_INVALID_PARAM;
 }
 

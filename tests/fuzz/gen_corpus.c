@@ -229,6 +229,56 @@ static void kvf_gen_auth(void)
     kvf_gen_write("fuzz_auth", "result-refused", buf, sizeof(buf));
 }
 
+/* fuzz_handshake: a cut byte, then what a client sends. */
+static void kvf_gen_handshake(void)
+{
+    unsigned char buf[1 + 3 * KVF_AUTH_MSG_LEN];
+    kvf_auth_msg_t m;
+
+    memset(&m, 0, sizeof(m));
+    buf[0] = 72; /* whole messages */
+    m.type = KVF_AUTH_HELLO;
+    memset(m.nonce, 0x11, sizeof(m.nonce));
+    kvf_auth_msg_enc(&m, buf + 1);
+    kvf_gen_write("fuzz_handshake", "hello", buf, 1 + KVF_AUTH_MSG_LEN);
+    memset(&m, 0, sizeof(m));
+    m.type = KVF_AUTH_PROOF;
+    memset(m.mac, 0x22, sizeof(m.mac));
+    kvf_auth_msg_enc(&m, buf + 1 + KVF_AUTH_MSG_LEN);
+    kvf_gen_write("fuzz_handshake", "hello-proof", buf,
+                  1 + 2 * KVF_AUTH_MSG_LEN);
+    buf[0] = 5; /* in pieces of 6 bytes */
+    kvf_gen_write("fuzz_handshake", "hello-proof-cut", buf,
+                  1 + 2 * KVF_AUTH_MSG_LEN);
+    m.flags = KVF_AUTH_F_PAYLOAD;
+    m.type = KVF_AUTH_HELLO;
+    kvf_auth_msg_enc(&m, buf + 1);
+    kvf_gen_write("fuzz_handshake", "hello-payload", buf, 1 + KVF_AUTH_MSG_LEN);
+}
+
+/* fuzz_http: requests as they arrive on one connection. */
+static void kvf_gen_http(void)
+{
+    static const char *const reqs[][2] = {
+        {"status", "GET /status HTTP/1.1\r\nHost: m\r\n\r\n"},
+        {"metrics-token",
+         "GET /metrics HTTP/1.1\r\nHost: m\r\nAuthorization: Bearer "
+         "00000000000000000000000000000000000000000000000000000000000000"
+         "00\r\n\r\n"},
+        {"health-10", "GET /health HTTP/1.0\r\n\r\n"},
+        {"post", "POST /status HTTP/1.1\r\nHost: m\r\nContent-Length: "
+                 "5\r\n\r\nhello"},
+        {"pipelined", "GET /health HTTP/1.1\r\nHost: m\r\n\r\nGET "
+                      "/status HTTP/1.1\r\nHost: m\r\n\r\n"},
+        {"nope", "GET /nope HTTP/1.1\r\nHost: m\r\n\r\n"},
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        kvf_gen_write("fuzz_http", reqs[i][0], reqs[i][1], strlen(reqs[i][1]));
+    }
+}
+
 /* fuzz_resp: a flags byte (bit 0: AUTH first) and a stream of requests,
  * as clients send them, one seed per kind of request and limit: req,
  * then fill_n SETs of values of fill bytes (past the pool's granules),
@@ -319,6 +369,8 @@ int main(int argc, char **argv)
     kvf_gen_shm();
     kvf_gen_segment();
     kvf_gen_auth();
+    kvf_gen_handshake();
+    kvf_gen_http();
     kvf_gen_resp();
     return 0;
 }

@@ -74,8 +74,8 @@ for stage in "$@"; do
     # local GPU memory over the ucx transport (UCX's tcp on loopback),
     # through the lanes' pinned buffers: the test, then seed 000's
     # workload from a GPU pool to a host pool, verified
-    step 240 test_gpu_ucx env UCX_TLS=tcp,self "$D/test_gpu_ucx"
-    step 200 ucx-gpu env UCX_TLS=tcp,self "$B" bench blocks --device gpu \
+    step 240 test_gpu_ucx env UCX_TLS=tcp,self KVF_UCX_TCP=1 "$D/test_gpu_ucx"
+    step 200 ucx-gpu env UCX_TLS=tcp,self KVF_UCX_TCP=1 "$B" bench blocks --device gpu \
       --transport ucx,tcp --pool 2G --op both --verify --record "$R" \
       --json "$R/ucx-gpu.json"
     ;;

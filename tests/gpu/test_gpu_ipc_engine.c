@@ -10,8 +10,10 @@
  * pool (those go through shm or tcp). A model of every pool is kept on
  * the host; afterwards the local pools are compared byte for byte and
  * the child's pools by checksums the child computes. A remote range
- * running past the GPU pool is refused with KVF_ERR_OUT_OF_BOUNDS, one
- * outside every region is refused by the child, and the peer keeps
+ * running past the GPU pool is refused with KVF_ERR_OUT_OF_BOUNDS (also
+ * one ending a single byte past it, while one ending exactly at its end
+ * is served), one outside every region is refused by the child, and the
+ * peer keeps
  * working. Scenarios: child on GPU 1 (NVLink, when two GPUs exist;
  * transports auto), and child on GPU 0 with the parent on GPU 0
  * (transports cuda: tcp underneath). Nothing leaks. Exits 77 without a
@@ -293,7 +295,15 @@ static int run(int ldev, int cdev, const char *transports, const char *self)
     ops[2].remote = (uint64_t)(uintptr_t)s.base[R_GPU];
     ops[2].length = 4096;
     memcpy(s.model[R_GPU], s.model[L_GPU] + 65536, 4096);
-    CHECK(kvf_batch_submit(s.e, ops, 3, &b) == KVF_OK);
+    /* ending exactly at the GPU pool's end: served; one byte past it:
+     * refused */
+    ops[3] = ops[2];
+    ops[3].local = s.base[L_GPU] + 131072;
+    ops[3].remote = (uint64_t)(uintptr_t)s.base[R_GPU] + GPOOL - 4096;
+    memcpy(s.model[R_GPU] + GPOOL - 4096, s.model[L_GPU] + 131072, 4096);
+    ops[4] = ops[3];
+    ops[4].remote += 1;
+    CHECK(kvf_batch_submit(s.e, ops, 5, &b) == KVF_OK);
     CHECK(kvf_batch_wait(b, TIMEOUT) != KVF_OK);
     printf("past the GPU pool's end: %s\n",
            kvf_status_str(kvf_batch_op_status(b, 0, NULL)));
@@ -302,6 +312,8 @@ static int run(int ldev, int cdev, const char *transports, const char *self)
     CHECK(kvf_batch_op_status(b, 0, NULL) == KVF_ERR_OUT_OF_BOUNDS);
     CHECK(kvf_batch_op_status(b, 1, NULL) != KVF_OK);
     CHECK(kvf_batch_op_status(b, 2, NULL) == KVF_OK);
+    CHECK(kvf_batch_op_status(b, 3, NULL) == KVF_OK);
+    CHECK(kvf_batch_op_status(b, 4, NULL) == KVF_ERR_OUT_OF_BOUNDS);
     kvf_batch_destroy(b);
 
     /* local pools byte for byte, remote pools by checksums */

@@ -208,6 +208,60 @@ void test_out_of_bounds(void **state)
     assert_memory_equal(f->local + 8192, f->expect, 8192);
 }
 
+/* One operation; its status, and *bytes_p. */
+static kvf_status_t one_op(fixture_t *f, kvf_op_type_t type, size_t loff,
+                           uint64_t remote, size_t len, size_t *bytes_p)
+{
+    kvf_op_t op = {type, f->local + loff, f->peer, remote, len};
+    kvf_status_t st;
+    kvf_batch_h b;
+
+    assert_int_equal(kvf_batch_submit(f->e, &op, 1, &b), KVF_OK);
+    kvf_batch_wait(b, TIMEOUT);
+    st = kvf_batch_op_status(b, 0, bytes_p);
+    kvf_batch_destroy(b);
+    return st;
+}
+
+void test_edge_bounds(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t end = f->t.pool_addr + POOL;
+    size_t bytes;
+
+    /* ending exactly at the end of the pool: served */
+    memset(f->local, 0x5a, 3 * 4096);
+    assert_int_equal(one_op(f, KVF_OP_READ, 0, end - 4096, 4096, &bytes),
+                     KVF_OK);
+    assert_int_equal(bytes, 4096);
+    assert_memory_equal(f->local, f->expect + POOL - 4096, 4096);
+    /* ending one byte past it: refused, nothing read */
+    assert_int_equal(one_op(f, KVF_OP_READ, 4096, end - 4095, 4096, &bytes),
+                     KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(bytes, 0);
+    assert_int_equal(f->local[4096], 0x5a);
+    assert_int_equal(f->local[2 * 4096 - 1], 0x5a);
+    /* one byte at the end, and one byte before the start */
+    assert_int_equal(one_op(f, KVF_OP_READ, 4096, end, 1, &bytes),
+                     KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(
+        one_op(f, KVF_OP_READ, 4096, f->t.pool_addr - 1, 4096, &bytes),
+        KVF_ERR_OUT_OF_BOUNDS);
+    /* a WRITE one byte past: refused, the pool unchanged */
+    memset(f->local + 2 * 4096, 0xee, 4096);
+    assert_int_equal(
+        one_op(f, KVF_OP_WRITE, 2 * 4096, end - 4095, 4096, &bytes),
+        KVF_ERR_OUT_OF_BOUNDS);
+    assert_int_equal(one_op(f, KVF_OP_READ, 0, end - 4096, 4096, &bytes),
+                     KVF_OK);
+    assert_memory_equal(f->local, f->expect + POOL - 4096, 4096);
+    /* a WRITE ending exactly at the end: served (the same bytes back) */
+    memcpy(f->local + 2 * 4096, f->expect + POOL - 4096, 4096);
+    assert_int_equal(
+        one_op(f, KVF_OP_WRITE, 2 * 4096, end - 4096, 4096, &bytes), KVF_OK);
+    assert_int_equal(bytes, 4096);
+}
+
 typedef struct {
     fixture_t *f;
     int id;

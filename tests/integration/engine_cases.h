@@ -51,6 +51,10 @@ void test_odd_sizes_unaligned(void **state);
 /* Out-of-bounds and unregistered addresses are refused per operation and
  * the target keeps serving. */
 void test_out_of_bounds(void **state);
+/* Operations ending exactly at the pool's end are served; ending one
+ * byte past it, starting at its end or one byte before its start, they
+ * are refused and move no byte (both directions). */
+void test_edge_bounds(void **state);
 /* Six threads submitting at once. */
 void test_threads(void **state);
 

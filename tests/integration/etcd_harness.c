@@ -36,7 +36,7 @@ static int kvf_test_etcd_script(const char *cmd, const char *dir, char *out,
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-int kvf_test_etcd_start(kvf_test_etcd_t *t)
+static int kvf_test_etcd_start_as(kvf_test_etcd_t *t, const char *how)
 {
     int rc;
 
@@ -45,13 +45,22 @@ int kvf_test_etcd_start(kvf_test_etcd_t *t)
         return -1;
     }
     t->endpoint[0] = '\0';
-    rc =
-        kvf_test_etcd_script("start", t->dir, t->endpoint, sizeof(t->endpoint));
+    rc = kvf_test_etcd_script(how, t->dir, t->endpoint, sizeof(t->endpoint));
     if (rc == 77) {
         rmdir(t->dir);
         return 77;
     }
     return (rc == 0 && t->endpoint[0] != '\0') ? 0 : -1;
+}
+
+int kvf_test_etcd_start(kvf_test_etcd_t *t)
+{
+    return kvf_test_etcd_start_as(t, "start");
+}
+
+int kvf_test_etcd_start_tls(kvf_test_etcd_t *t)
+{
+    return kvf_test_etcd_start_as(t, "start-tls");
 }
 
 int kvf_test_etcd_up(kvf_test_etcd_t *t)

@@ -15,6 +15,11 @@ typedef struct kvf_test_etcd {
 
 /* 0 started, 77 etcd is not installed, -1 failure. */
 int kvf_test_etcd_start(kvf_test_etcd_t *t);
+/* The same over https with client certificates and etcd's auth on
+ * (scripts/etcd.sh start-tls): t->dir/tls is an etcd_tls_dir that logs
+ * in as root, t->dir/tls-nobody one with a good certificate and no etcd
+ * user. */
+int kvf_test_etcd_start_tls(kvf_test_etcd_t *t);
 /* kvf_test_etcd_start for a test's main: 0 started, else the exit code
  * (77 skipped, 1 failure) after saying why. */
 int kvf_test_etcd_up(kvf_test_etcd_t *t);

@@ -3,7 +3,9 @@
  * 127.0.0.1: a `kvferry target` child serves a seeded pool; this process
  * READs and WRITEs random blocks and verifies them byte for byte, then
  * odd sizes and unaligned addresses, splitting and coalescing, refused
- * out-of-bounds accesses (the target keeps serving), threads submitting
+ * out-of-bounds accesses (the target keeps serving; operations ending
+ * exactly at a region's end or one byte past it, over tcp and over
+ * shm), threads submitting
  * at once, cancel, and that engine destroy returns every allocation and
  * file descriptor.
  */
@@ -25,23 +27,37 @@
 
 #include "engine_cases.h"
 
-static int setup(void **state)
+static int setup_on(void **state, const char *transport)
 {
     kvf_engine_params_t p = {0};
     fixture_t *f = calloc(1, sizeof(*f));
 
     kvf_alloc_stats(&f->blocks0, &f->bytes0);
     f->fds0 = kvf_test_fd_count();
-    assert_int_equal(kvf_test_target_start(&f->t, POOL, SEED, NULL, NULL), 0);
+    /* the target serves both (ctest sets KVF_TRANSPORTS=tcp) */
+    assert_int_equal(
+        kvf_test_target_start(&f->t, POOL, SEED, "--transports", "tcp,shm"), 0);
     p.field_mask = KVF_ENGINE_PARAM_NO_LISTEN | KVF_ENGINE_PARAM_CONNS |
-                   KVF_ENGINE_PARAM_TIMEOUT;
+                   KVF_ENGINE_PARAM_TIMEOUT | KVF_ENGINE_PARAM_TRANSPORTS;
     p.no_listen = 1;
     p.conns = 3;
     p.timeout_ms = 3000;
+    p.transports = transport;
     assert_int_equal(kvf_engine_create(&p, &f->e), KVF_OK);
-    fixture_open(f, "tcp");
+    fixture_open(f, transport);
     *state = f;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_on(state, "tcp");
+}
+
+/* The same target reached over shared memory (bounds on every path). */
+static int setup_shm(void **state)
+{
+    return setup_on(state, "shm");
 }
 
 /* every allocation and file descriptor is returned */
@@ -128,6 +144,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_split_and_coalesce, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_out_of_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_edge_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_bounds, setup_shm,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_edge_bounds, setup_shm, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
     };

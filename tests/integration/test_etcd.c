@@ -9,6 +9,7 @@
  * after its lease, foreign and damaged keys under the prefix. Skips (77)
  * when etcd is not installed.
  */
+#include "coord/election.h"
 #include "coord/etcd.h"
 #include "core/time.h"
 #include "etcd_harness.h"
@@ -344,27 +345,116 @@ static void test_engine_peer(void **state)
     free(dst);
 }
 
+/* Descriptors written by someone without the cluster secret: refused
+ * before any connection is tried. */
 static void test_bad_descriptors(void **state)
 {
     kvf_etcd_t *e = open_etcd(g_etcd.endpoint, 2000);
-    kvf_engine_h b = engine_etcd();
+    kvf_engine_h a = engine_etcd(), b = engine_etcd();
     unsigned char env[40] = {'K', 'V', 'F', 'S', 1, 0, 0, 0};
+    unsigned char *val;
+    kvf_etcd_kv_t *kv;
     kvf_peer_h peer;
+    char key[256];
 
     (void)state;
     assert_int_equal(
         kvf_etcd_put(e, "/kvferry/seg/foreign", "{\"x\":1}", 7, 0, NULL),
         KVF_OK);
     assert_int_equal(kvf_peer_open(b, "foreign", &peer), KVF_ERR_PROTOCOL);
-    /* the right envelope, a wrong checksum */
+    /* an envelope of the older version, which carried no MAC */
     assert_int_equal(
         kvf_etcd_put(e, "/kvferry/seg/damaged", env, sizeof(env), 0, NULL),
         KVF_OK);
-    assert_int_equal(kvf_peer_open(b, "damaged", &peer), KVF_ERR_CHECKSUM);
+    assert_int_equal(kvf_peer_open(b, "damaged", &peer), KVF_ERR_VERSION);
+    /* a real descriptor (engine a's) copied to another name: its MAC
+     * names the key it was written at */
+    snprintf(key, sizeof(key), "/kvferry/seg/%s", kvf_engine_segment_name(a));
+    assert_int_equal(kvf_etcd_get(e, key, &kv), KVF_OK);
+    assert_true(kv->len > 40);
+    assert_int_equal(
+        kvf_etcd_put(e, "/kvferry/seg/moved", kv->val, kv->len, 0, NULL),
+        KVF_OK);
+    assert_int_equal(kvf_peer_open(b, "moved", &peer), KVF_ERR_AUTH);
+    /* the same descriptor at its own key with its MAC zeroed, then with
+     * one byte of the descriptor changed: both refused */
+    val = malloc(kv->len);
+    memcpy(val, kv->val, kv->len);
+    memset(val + 8, 0, 32);
+    assert_int_equal(kvf_etcd_put(e, key, val, kv->len, 0, NULL), KVF_OK);
+    assert_int_equal(kvf_peer_open(b, kvf_engine_segment_name(a), &peer),
+                     KVF_ERR_AUTH);
+    memcpy(val, kv->val, kv->len);
+    val[kv->len - 1] ^= 1;
+    assert_int_equal(kvf_etcd_put(e, key, val, kv->len, 0, NULL), KVF_OK);
+    assert_int_equal(kvf_peer_open(b, kvf_engine_segment_name(a), &peer),
+                     KVF_ERR_AUTH);
+    /* put back as written: opened */
+    assert_int_equal(kvf_etcd_put(e, key, kv->val, kv->len, 0, NULL), KVF_OK);
+    assert_int_equal(kvf_peer_open(b, kvf_engine_segment_name(a), &peer),
+                     KVF_OK);
+    kvf_peer_close(peer);
+    free(val);
+    kvf_etcd_kvs_free(kv, 1);
     assert_int_equal(kvf_peer_open(b, "nobody:1", &peer),
                      KVF_ERR_PEER_UNREACHABLE);
     kvf_engine_destroy(b);
+    kvf_engine_destroy(a);
     kvf_etcd_close(e);
+}
+
+/* etcd over https with client certificates and its auth on: kvferry's
+ * client with etcd_tls_dir reads and writes, and the leader election
+ * (MAC-sealed record) works through it; a certificate of the cluster's
+ * CA without the etcd user is refused (KVF_ERR_AUTH); plain http gets
+ * nothing. */
+static void test_tls_auth(void **state)
+{
+    kvf_elect_opts_t o = {0};
+    char dir[300], val[128];
+    kvf_test_etcd_t t;
+    kvf_etcd_kv_t *kv;
+    kvf_elect_t *el;
+    kvf_etcd_t *e;
+    uint64_t epoch, t0;
+
+    (void)state;
+    assert_int_equal(kvf_test_etcd_start_tls(&t), 0);
+    snprintf(dir, sizeof(dir), "%s/tls", t.dir);
+    setenv("KVF_ETCD_TLS_DIR", dir, 1);
+    e = open_etcd(t.endpoint, 3000);
+    assert_int_equal(kvf_etcd_put(e, "/t/tls", "yes", 3, 0, NULL), KVF_OK);
+    assert_int_equal(kvf_etcd_get(e, "/t/tls", &kv), KVF_OK);
+    assert_int_equal(kv->len, 3);
+    assert_memory_equal(kv->val, "yes", 3);
+    kvf_etcd_kvs_free(kv, 1);
+    kvf_etcd_close(e);
+    o.endpoints = t.endpoint;
+    o.key = "/t/tls/leader";
+    o.value = "127.0.0.1:9";
+    o.lease_ms = 2000;
+    assert_int_equal(kvf_elect_start(&o, &el), KVF_OK);
+    for (t0 = kvf_time_ms(); !kvf_elect_is_leader(el, NULL);) {
+        assert_true(kvf_time_ms() - t0 < 5000);
+        usleep(20 * 1000);
+    }
+    assert_int_equal(
+        kvf_elect_lookup(t.endpoint, 3000, o.key, val, sizeof(val), &epoch),
+        KVF_OK);
+    assert_string_equal(val, "127.0.0.1:9");
+    kvf_elect_stop(el);
+    /* a good certificate, no etcd user: refused */
+    snprintf(dir, sizeof(dir), "%s/tls-nobody", t.dir);
+    setenv("KVF_ETCD_TLS_DIR", dir, 1);
+    e = open_etcd(t.endpoint, 2000);
+    assert_int_equal(kvf_etcd_put(e, "/t/tls", "no", 2, 0, NULL), KVF_ERR_AUTH);
+    kvf_etcd_close(e);
+    /* plain http to the https endpoint: nothing */
+    unsetenv("KVF_ETCD_TLS_DIR");
+    e = open_etcd(t.endpoint, 2000);
+    assert_int_not_equal(kvf_etcd_put(e, "/t/tls", "no", 2, 0, NULL), KVF_OK);
+    kvf_etcd_close(e);
+    kvf_test_etcd_stop(&t);
 }
 
 static void test_dead_target(void **state)
@@ -425,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_etcd_stopped),
         cmocka_unit_test(test_engine_peer),
         cmocka_unit_test(test_bad_descriptors),
+        cmocka_unit_test(test_tls_auth),
         cmocka_unit_test(test_dead_target),
         cmocka_unit_test(test_unreachable_at_start),
     };

@@ -15,17 +15,25 @@
  * SIGSTOPped: no master leads, and gets still end by their deadline.
  * SIGSTOP of
  * a leader until it is replaced: once resumed it is deposed and refuses
- * everything (fencing). Skips (77) when etcd is not installed.
+ * everything (fencing). A leader record written by someone without the
+ * cluster secret (no MAC, a zero MAC, the real leader's MAC on another
+ * address) is refused: no client goes to the address it names. Skips
+ * (77) when etcd is not installed.
  */
 #include "coord/election.h"
+#include "coord/etcd.h"
 #include "core/time.h"
 #include "etcd_harness.h"
 #include "store/proto/msg.h"
 #include "test_store_harness.h"
 #include "test_util.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -90,7 +98,8 @@ static kvf_status_t raw_status(const char *addr)
     if (fd < 0) {
         return KVF_ERR_CONNECT;
     }
-    st = kvf_sp_call(fd, KVF_SP_EXISTS, 1, 0, NULL, &f, kvf_time_ms() + 2000);
+    st = kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_EXISTS, 1, 0, NULL, &f,
+                     kvf_time_ms() + 2000);
     if (st == KVF_OK) {
         st = (kvf_status_t)f.hdr.status;
     }
@@ -459,12 +468,97 @@ static void test_etcd_stopped(void **state)
     ha_down(&h);
 }
 
+/* A listener on 127.0.0.2 (another host, for the client): where a forged
+ * leader record points. *port_p gets its port. */
+static int decoy_listen(uint16_t *port_p)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+    assert_true(fd >= 0);
+    inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port_p = ntohs(a.sin_port);
+    return fd;
+}
+
+/* Writes rec as the leader key's value (the lease kept), then checks
+ * that a look-up refuses it and that a client given only etcd connects
+ * nowhere: nothing reaches the decoy. */
+static void forged_refused(kvf_etcd_t *e, int64_t lease, const char *rec,
+                           int decoy)
+{
+    kvf_store_params_t p = {0};
+    uint64_t epoch;
+    kvf_store_h st;
+    char val[256];
+
+    assert_int_equal(kvf_etcd_put(e, g_key, rec, strlen(rec), lease, NULL),
+                     KVF_OK);
+    assert_int_equal(kvf_elect_lookup(g_etcd.endpoint, 1000, g_key, val,
+                                      sizeof(val), &epoch),
+                     KVF_ERR_AUTH);
+    p.field_mask = KVF_STORE_PARAM_MASTER | KVF_STORE_PARAM_TIMEOUT;
+    p.master = ""; /* etcd only */
+    p.timeout_ms = 1500;
+    if (kvf_store_connect(&p, &st) == KVF_OK) {
+        assert_int_not_equal(kvf_store_exists(st, "x"), KVF_ERR_NO_KEY);
+        kvf_store_disconnect(st);
+    }
+    assert_int_equal(accept(decoy, NULL, NULL), -1);
+    assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+static void test_forged_leader(void **state)
+{
+    kvf_etcd_t *e = NULL;
+    kvf_etcd_kv_t *kv;
+    char rec[512], *mac;
+    kvs_proc_t m[2];
+    kvs_client_t c;
+    uint16_t port;
+    int decoy;
+
+    (void)state;
+    memset(m, 0, sizeof(m));
+    assert_int_equal(kvs_master(&m[0], 0, NULL), 0);
+    assert_true(wait_leader_proc(m, -1, 5000, NULL) == 0);
+    decoy = decoy_listen(&port);
+    assert_int_equal(kvf_etcd_open(g_etcd.endpoint, 2000, &e), KVF_OK);
+    assert_int_equal(kvf_etcd_get(e, g_key, &kv), KVF_OK);
+    mac = strstr((char *)kv->val, " mac=");
+    assert_non_null(mac); /* the genuine record carries its MAC */
+    /* no MAC, a zero MAC, the genuine MAC on the decoy's address */
+    snprintf(rec, sizeof(rec), "127.0.0.2:%u", port);
+    forged_refused(e, kv->lease, rec, decoy);
+    snprintf(rec, sizeof(rec), "127.0.0.2:%u mac=%064d", port, 0);
+    forged_refused(e, kv->lease, rec, decoy);
+    snprintf(rec, sizeof(rec), "127.0.0.2:%u%s", port, mac);
+    forged_refused(e, kv->lease, rec, decoy);
+    /* the genuine record back: clients find the leader again */
+    assert_int_equal(kvf_etcd_put(e, g_key, kv->val, kv->len, kv->lease, NULL),
+                     KVF_OK);
+    assert_int_equal(kvs_client_open(&c, "", OBJ), 0);
+    assert_int_equal(kvf_store_exists(c.st, "nothing"), KVF_ERR_NO_KEY);
+    kvs_client_close(&c);
+    kvf_etcd_kvs_free(kv, 1);
+    kvf_etcd_close(e);
+    close(decoy);
+    kvs_stop(&m[0], SIGKILL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_failover),     cmocka_unit_test(test_churn),
-        cmocka_unit_test(test_evict),        cmocka_unit_test(test_deposed),
+        cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_churn),
+        cmocka_unit_test(test_evict),
+        cmocka_unit_test(test_deposed),
         cmocka_unit_test(test_etcd_stopped),
+        cmocka_unit_test(test_forged_leader),
     };
     char uri[128];
     int rc;

@@ -287,7 +287,8 @@ static int send_node_reg(int fd, const char *segment, uint64_t addr,
     if (!with_instance) {
         w.len -= KVF_SM_INSTANCE_LEN; /* the older format */
     }
-    st = kvf_sp_call(fd, KVF_SP_NODE_REG, 1, 0, &w, &f, kvf_time_ms() + 5000);
+    st = kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_NODE_REG, 1, 0, &w, &f,
+                     kvf_time_ms() + 5000);
     kvf_wr_free(&w);
     kvf_sp_frame_free(&f);
     close(fd);
@@ -359,6 +360,26 @@ static void test_rogue_node(void **state)
     kvs_stop(&m, 0);
 }
 
+/* "Bearer " + a 64-hex-character token that is not the real one: all
+ * of it wrong (last_only = 0), or the real one with its last character
+ * changed. */
+static const char *wrong_bearer(int last_only)
+{
+    static char out[KVF_AUTH_TOKEN_LEN + 16];
+    char tok[KVF_AUTH_TOKEN_LEN + 1];
+    size_t i;
+
+    assert_int_equal(kvf_auth_http_token("127.0.0.1", tok, sizeof(tok)),
+                     KVF_OK);
+    assert_int_equal(strlen(tok), KVF_AUTH_TOKEN_LEN);
+    for (i = last_only ? KVF_AUTH_TOKEN_LEN - 1 : 0; i < KVF_AUTH_TOKEN_LEN;
+         i++) {
+        tok[i] = tok[i] == 'a' ? 'b' : 'a';
+    }
+    snprintf(out, sizeof(out), "Bearer %s", tok);
+    return out;
+}
+
 static void test_http_token(void **state)
 {
     static char buf[65536];
@@ -373,6 +394,14 @@ static void test_http_token(void **state)
                      401);
     assert_int_equal(
         kvs_http_auth(m.http, "/status", "Bearer 0123", buf, sizeof(buf)), 401);
+    /* a token of the right length, every character wrong, and one that
+     * differs from the real token in its last character only */
+    assert_int_equal(
+        kvs_http_auth(m.http, "/status", wrong_bearer(0), buf, sizeof(buf)),
+        401);
+    assert_int_equal(
+        kvs_http_auth(m.http, "/metrics", wrong_bearer(1), buf, sizeof(buf)),
+        401);
     assert_int_equal(kvs_http_auth(m.http, "/health", NULL, buf, sizeof(buf)),
                      200);
     assert_string_equal(buf, "ok\n");

@@ -45,8 +45,8 @@ static uint64_t g_id = 1;
 static kvf_status_t call(int fd, uint8_t type, uint32_t count, kvf_wr_t *w,
                          kvf_sp_frame_t *f)
 {
-    kvf_status_t st =
-        kvf_sp_call(fd, type, g_id++, count, w, f, kvf_time_ms() + 10000);
+    kvf_status_t st = kvf_sp_call(fd, kvf_test_mac(fd), type, g_id++, count, w,
+                                  f, kvf_time_ms() + 10000);
 
     return st != KVF_OK ? st : (kvf_status_t)f->hdr.status;
 }
@@ -70,8 +70,7 @@ static int connect_from(const char *src, const char *addr)
     inet_pton(AF_INET, host, &sa.sin_addr);
     if (fd < 0 || bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
         connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        kvf_auth_client(fd, host, "store", addr, kvf_time_ms() + 5000) !=
-            KVF_OK) {
+        kvf_test_auth_client(fd, host, addr) != KVF_OK) {
         if (fd >= 0) {
             close(fd);
         }

@@ -57,8 +57,8 @@ static uint64_t g_id = 1;
 static kvf_status_t call(int fd, uint8_t type, uint32_t count, kvf_wr_t *w,
                          kvf_sp_frame_t *f)
 {
-    kvf_status_t st =
-        kvf_sp_call(fd, type, g_id++, count, w, f, kvf_time_ms() + 5000);
+    kvf_status_t st = kvf_sp_call(fd, kvf_test_mac(fd), type, g_id++, count, w,
+                                  f, kvf_time_ms() + 5000);
 
     return st != KVF_OK ? st : (kvf_status_t)f->hdr.status;
 }
@@ -348,8 +348,7 @@ static int raw_connect_from(const char *src, const char *addr)
 
     if (fd >= 0 &&
         (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK ||
-         kvf_auth_client(fd, host, "store", addr, kvf_time_ms() + 5000) !=
-             KVF_OK)) {
+         kvf_test_auth_client(fd, host, addr) != KVF_OK)) {
         close(fd);
         fd = -1;
     }
@@ -490,8 +489,9 @@ static void test_reg_flood(void **state)
         kvf_sm_node_reg_enc(&w, &q);
         fds[i] = kvs_raw_connect(m.addr);
         assert_true(fds[i] >= 0);
-        assert_int_equal(kvf_sp_send(fds[i], KVF_SP_NODE_REG, 1, KVF_OK, 0, 0,
-                                     &w, kvf_time_ms() + 2000),
+        assert_int_equal(kvf_sp_send(fds[i], kvf_test_mac(fds[i]),
+                                     KVF_SP_NODE_REG, 1, KVF_OK, 0, 0, &w,
+                                     kvf_time_ms() + 2000),
                          KVF_OK);
     }
     kvs_sleep_ms(300);
@@ -500,8 +500,8 @@ static void test_reg_flood(void **state)
         struct pollfd p = {.fd = fds[i], .events = POLLIN};
 
         if (poll(&p, 1, 0) == 1 &&
-            kvf_sp_recv(fds[i], &f, kvf_time_ms() + 100, kvf_time_ms() + 100) ==
-                KVF_OK &&
+            kvf_sp_recv(fds[i], kvf_test_mac(fds[i]), &f, kvf_time_ms() + 100,
+                        kvf_time_ms() + 100) == KVF_OK &&
             f.hdr.status == KVF_ERR_BUSY) {
             busy++;
         }

@@ -410,7 +410,7 @@ static void hostile_main(const unsigned char nonce[KVF_SHM_NONCE_LEN], int mode,
              * own checks are what stands between it and the client */
             if (pfd[n].fd >= 0 &&
                 kvf_auth_server(pfd[n].fd, NULL, "shm", "test client",
-                                kvf_time_ms() + TIMEOUT) != KVF_OK) {
+                                kvf_time_ms() + TIMEOUT, NULL) != KVF_OK) {
                 close(pfd[n].fd);
                 pfd[n].fd = -1;
             }

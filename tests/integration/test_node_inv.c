@@ -42,7 +42,7 @@ static int conn(const kvf_node_inv_t *ni)
     assert_int_equal(
         kvf_sock_parse_addr(kvf_node_inv_addr(ni), host, sizeof(host), &port),
         KVF_OK);
-    assert_int_equal(kvf_auth_connect(host, port, 2000, "store", &fd), KVF_OK);
+    assert_int_equal(kvf_test_connect(host, port, 2000, "store", &fd), KVF_OK);
     return fd;
 }
 
@@ -65,7 +65,8 @@ static kvf_status_t add_fl(int fd, const char *key, uint64_t off, uint64_t size,
 
     kvf_wr_init(&w);
     kvf_sm_inv_ent_enc(&w, &e);
-    st = kvf_sp_call(fd, KVF_SP_INV_ADD, 1, 1, &w, &f, kvf_time_ms() + 2000);
+    st = kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_INV_ADD, 1, 1, &w, &f,
+                     kvf_time_ms() + 2000);
     kvf_wr_free(&w);
     assert_int_equal(st, KVF_OK);
     assert_int_equal(f.hdr.status, KVF_OK);
@@ -115,9 +116,9 @@ static void test_node_server(void **state)
     kvf_wr_init(&w);
     kvf_wr_u64(&w, 1);
     kvf_wr_u64(&w, 1);
-    assert_int_equal(
-        kvf_sp_call(fd, KVF_SP_INV_REPORT, 2, 0, &w, &f, kvf_time_ms() + 2000),
-        KVF_OK);
+    assert_int_equal(kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_INV_REPORT, 2, 0,
+                                 &w, &f, kvf_time_ms() + 2000),
+                     KVF_OK);
     assert_int_equal(f.hdr.status, KVF_ERR_PROTOCOL);
     kvf_wr_free(&w);
     kvf_sp_frame_free(&f);
@@ -157,15 +158,15 @@ static void test_master_refuses_report(void **state)
     kvf_wr_u64(&w, 12345);
     kvf_wr_u64(&w, 1);
     kvf_sm_inv_ent_enc(&w, &e);
-    assert_int_equal(
-        kvf_sp_call(fd, KVF_SP_INV_REPORT, 1, 1, &w, &f, kvf_time_ms() + 2000),
-        KVF_OK);
+    assert_int_equal(kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_INV_REPORT, 1, 1,
+                                 &w, &f, kvf_time_ms() + 2000),
+                     KVF_OK);
     assert_int_equal(f.hdr.status, KVF_ERR_STALE);
     /* one entry announced, none there */
     w.len = 16;
-    assert_int_equal(
-        kvf_sp_call(fd, KVF_SP_INV_REPORT, 2, 1, &w, &f, kvf_time_ms() + 2000),
-        KVF_OK);
+    assert_int_equal(kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_INV_REPORT, 2, 1,
+                                 &w, &f, kvf_time_ms() + 2000),
+                     KVF_OK);
     assert_int_equal(f.hdr.status, KVF_ERR_PROTOCOL);
     kvf_wr_free(&w);
     kvf_sp_frame_free(&f);

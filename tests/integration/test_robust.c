@@ -77,7 +77,7 @@ static int raw_connect(kvf_test_target_t *t)
 
     assert_int_equal(kvf_sock_parse_addr(t->segment, host, sizeof(host), &port),
                      KVF_OK);
-    assert_int_equal(kvf_auth_connect(host, port, 2000, "tcp", &fd), KVF_OK);
+    assert_int_equal(kvf_test_connect(host, port, 2000, "tcp", &fd), KVF_OK);
     return fd;
 }
 
@@ -89,6 +89,8 @@ static void expect_closed(int fd, kvf_status_t want)
     kvf_frame_hdr_t h;
     kvf_status_t st;
 
+    unsigned char tag[KVF_WIRE_TAG_LEN];
+
     st = kvf_sock_recv_all(fd, buf, sizeof(buf), kvf_time_ms() + 3000);
     if (st == KVF_OK) {
         assert_int_equal(kvf_frame_unpack(buf, &h), KVF_OK);
@@ -96,6 +98,13 @@ static void expect_closed(int fd, kvf_status_t want)
         if (want != KVF_OK) {
             assert_int_equal(h.status, want);
         }
+        /* the ERROR frame carries its tag under the session key */
+        assert_int_equal(
+            kvf_sock_recv_all(fd, tag, sizeof(tag), kvf_time_ms() + 3000),
+            KVF_OK);
+        assert_int_equal(
+            kvf_wire_mac_check(kvf_test_mac(fd), buf, NULL, 0, tag, "test"),
+            KVF_OK);
         st = kvf_sock_recv_all(fd, buf, 1, kvf_time_ms() + 3000);
     }
     assert_int_equal(st, KVF_ERR_CONN_RESET);

@@ -245,7 +245,8 @@ static void test_node_death(void **state)
 static kvf_status_t raw_call(int fd, uint8_t type, uint32_t count, kvf_wr_t *w,
                              kvf_sp_frame_t *f)
 {
-    return kvf_sp_call(fd, type, 7, count, w, f, kvf_time_ms() + 2000);
+    return kvf_sp_call(fd, kvf_test_mac(fd), type, 7, count, w, f,
+                       kvf_time_ms() + 2000);
 }
 
 static uint64_t raw_put_start(const char *addr, const char *key, size_t len,
@@ -327,28 +328,56 @@ static void test_zombie_put(void **state)
     kvs_stop(&m, 0);
 }
 
+/* The reply on fd (closed after): its status, 1 when the master closed
+ * without one, 0 with close_early (closed at once). */
+static int raw_reply(int fd, int close_early)
+{
+    kvf_sp_frame_t f = {0};
+    kvf_status_t st;
+    int rc;
+
+    if (close_early) {
+        close(fd);
+        return 0;
+    }
+    st = kvf_sp_recv(fd, kvf_test_mac(fd), &f, kvf_time_ms() + 3000,
+                     kvf_time_ms() + 3000);
+    rc = (st == KVF_OK) ? f.hdr.status : 1;
+    kvf_sp_frame_free(&f);
+    close(fd);
+    return rc;
+}
+
 /* Sends raw bytes on a fresh connection; returns the reply's status, or
  * 1 when the master closed without a reply. */
 static int raw_bytes(const char *addr, const void *buf, size_t len,
                      int close_early)
 {
-    kvf_sp_frame_t f = {0};
-    kvf_status_t st;
-    int fd, rc;
+    int fd;
 
     fd = kvs_raw_connect(addr);
     assert_true(fd >= 0);
     assert_int_equal(kvf_sock_send_all(fd, buf, len, kvf_time_ms() + 2000),
                      KVF_OK);
-    if (close_early) {
-        close(fd);
-        return 0;
-    }
-    st = kvf_sp_recv(fd, &f, kvf_time_ms() + 3000, kvf_time_ms() + 3000);
-    rc = (st == KVF_OK) ? f.hdr.status : 1;
-    kvf_sp_frame_free(&f);
-    close(fd);
-    return rc;
+    return raw_reply(fd, close_early);
+}
+
+/* A whole frame (header and body in buf) with its tag, as a holder of
+ * the secret sends it; the reply's status, or 1. */
+static int raw_sealed(const char *addr, const unsigned char *buf, size_t len)
+{
+    unsigned char tag[KVF_WIRE_TAG_LEN];
+    int fd;
+
+    fd = kvs_raw_connect(addr);
+    assert_true(fd >= 0);
+    kvf_wire_mac_seal(kvf_test_mac(fd), buf, buf + KVF_WIRE_HDR_LEN,
+                      len - KVF_WIRE_HDR_LEN, tag);
+    assert_int_equal(kvf_sock_send_all(fd, buf, len, kvf_time_ms() + 2000),
+                     KVF_OK);
+    assert_int_equal(
+        kvf_sock_send_all(fd, tag, sizeof(tag), kvf_time_ms() + 2000), KVF_OK);
+    return raw_reply(fd, 0);
 }
 
 static void hdr_bytes(unsigned char out[KVF_WIRE_HDR_LEN], uint8_t version,
@@ -401,7 +430,7 @@ static void test_garbage(void **state)
                      KVF_ERR_MSG_TOO_LARGE);
     /* a GET announcing 5 keys with an empty body */
     hdr_bytes(hdr, KVF_WIRE_VERSION, KVF_SP_GET, 0, 5, 0);
-    assert_int_equal(raw_bytes(m.addr, hdr, sizeof(hdr), 0), KVF_ERR_PROTOCOL);
+    assert_int_equal(raw_sealed(m.addr, hdr, sizeof(hdr)), KVF_ERR_PROTOCOL);
     /* cut short: 100 bytes announced, 10 sent, then gone */
     hdr_bytes(frame, KVF_WIRE_VERSION, KVF_SP_GET, 100, 1, 0);
     assert_int_equal(raw_bytes(m.addr, frame, KVF_WIRE_HDR_LEN + 10, 1), 0);

@@ -126,15 +126,21 @@ static void kvs_field(const char *line, const char *key, char *out, size_t cap)
 int kvs_master(kvs_proc_t *p, unsigned port, const char *const *extra)
 {
     char *argv[32], listen[64], line[512];
-    int i = 0, rc;
+    const char *const *e;
+    int i = 0, rc, http = 0;
 
+    for (e = extra; e != NULL && *e != NULL; e++) {
+        http |= strcmp(*e, "--http") == 0;
+    }
     snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
     argv[i++] = (char *)kvs_bin();
     argv[i++] = "master";
     argv[i++] = "--listen";
     argv[i++] = listen;
-    argv[i++] = "--http";
-    argv[i++] = "127.0.0.1:0";
+    if (!http) {
+        argv[i++] = "--http";
+        argv[i++] = "127.0.0.1:0";
+    }
     while (extra != NULL && *extra != NULL && i < 31) {
         argv[i++] = (char *)*extra++;
     }
@@ -218,7 +224,7 @@ int kvs_raw_connect(const char *addr)
     int fd;
 
     if (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK ||
-        kvf_auth_connect(host, port, 2000, "store", &fd) != KVF_OK) {
+        kvf_test_connect(host, port, 2000, "store", &fd) != KVF_OK) {
         return -1;
     }
     return fd;

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "test_util.h"
+
 typedef struct kvs_proc {
     pid_t pid;
     char addr[128];               /* master RPC address or node segment */
@@ -26,7 +28,8 @@ typedef struct kvs_proc {
 const char *kvs_bin(void);
 
 /* `kvferry master --listen 127.0.0.1:PORT --http 127.0.0.1:0 EXTRA...`
- * (port 0 = any); extra is NULL-terminated. Returns 0 on success. */
+ * (port 0 = any; no --http of its own when extra has one); extra is
+ * NULL-terminated. Returns 0 on success. */
 int kvs_master(kvs_proc_t *p, unsigned port, const char *const *extra);
 /* `kvferry node --pool POOL --master MASTER EXTRA...`; returns the exit
  * status (>= 0) if it exits before printing its line, -1 on a spawn

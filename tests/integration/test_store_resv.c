@@ -44,7 +44,8 @@
 static kvf_status_t raw_call(int fd, uint8_t type, uint32_t count, kvf_wr_t *w,
                              kvf_sp_frame_t *f)
 {
-    return kvf_sp_call(fd, type, 7, count, w, f, kvf_time_ms() + 2000);
+    return kvf_sp_call(fd, kvf_test_mac(fd), type, 7, count, w, f,
+                       kvf_time_ms() + 2000);
 }
 
 static void wr_commit(kvf_wr_t *w, const char *key, uint64_t id, uint64_t size,

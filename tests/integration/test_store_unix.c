@@ -216,10 +216,35 @@ static int unix_open(void)
     int fd;
 
     assert_int_equal(kvf_sp_unix_connect(g_unix, &fd), KVF_OK);
+    kvf_wire_mac_free(kvf_test_mac(fd));
     assert_int_equal(kvf_auth_client(fd, "127.0.0.1", "store", "master",
-                                     kvf_time_ms() + 2000),
+                                     kvf_time_ms() + 2000, kvf_test_mac(fd)),
                      KVF_OK);
     return fd;
+}
+
+/* A whole frame (header and body in buf) with its tag: the reply's
+ * status, or 1 when the master closed without one. */
+static int unix_sealed(const unsigned char *buf, size_t len)
+{
+    unsigned char tag[KVF_WIRE_TAG_LEN];
+    kvf_sp_frame_t f = {0};
+    kvf_status_t st;
+    int fd, rc;
+
+    fd = unix_open();
+    kvf_wire_mac_seal(kvf_test_mac(fd), buf, buf + KVF_WIRE_HDR_LEN,
+                      len - KVF_WIRE_HDR_LEN, tag);
+    assert_int_equal(kvf_sock_send_all(fd, buf, len, kvf_time_ms() + 2000),
+                     KVF_OK);
+    assert_int_equal(
+        kvf_sock_send_all(fd, tag, sizeof(tag), kvf_time_ms() + 2000), KVF_OK);
+    st = kvf_sp_recv(fd, kvf_test_mac(fd), &f, kvf_time_ms() + 3000,
+                     kvf_time_ms() + 3000);
+    rc = (st == KVF_OK) ? f.hdr.status : 1;
+    kvf_sp_frame_free(&f);
+    close(fd);
+    return rc;
 }
 
 static int unix_bytes(const void *buf, size_t len, int close_early)
@@ -235,7 +260,8 @@ static int unix_bytes(const void *buf, size_t len, int close_early)
         close(fd);
         return 0;
     }
-    st = kvf_sp_recv(fd, &f, kvf_time_ms() + 3000, kvf_time_ms() + 3000);
+    st = kvf_sp_recv(fd, kvf_test_mac(fd), &f, kvf_time_ms() + 3000,
+                     kvf_time_ms() + 3000);
     rc = (st == KVF_OK) ? f.hdr.status : 1;
     kvf_sp_frame_free(&f);
     close(fd);
@@ -281,7 +307,7 @@ static void test_garbage(void **state)
     hdr_bytes(hdr, KVF_WIRE_VERSION, KVF_SP_GET, 0, 0, 4096);
     assert_int_equal(unix_bytes(hdr, sizeof(hdr), 0), KVF_ERR_MSG_TOO_LARGE);
     hdr_bytes(hdr, KVF_WIRE_VERSION, KVF_SP_GET, 0, 5, 0);
-    assert_int_equal(unix_bytes(hdr, sizeof(hdr), 0), KVF_ERR_PROTOCOL);
+    assert_int_equal(unix_sealed(hdr, sizeof(hdr)), KVF_ERR_PROTOCOL);
     /* cut short, then gone */
     hdr_bytes(frame, KVF_WIRE_VERSION, KVF_SP_GET, 100, 1, 0);
     assert_int_equal(unix_bytes(frame, KVF_WIRE_HDR_LEN + 10, 1), 0);
@@ -295,14 +321,14 @@ static void test_garbage(void **state)
     close(fd);
     /* unknown type: an error reply, and the connection goes on */
     fd = unix_open();
-    assert_int_equal(
-        kvf_sp_call(fd, 0x30, 7, 0, NULL, &f, kvf_time_ms() + 2000),
-        KVF_ERR_PROTOCOL);
+    assert_int_equal(kvf_sp_call(fd, kvf_test_mac(fd), 0x30, 7, 0, NULL, &f,
+                                 kvf_time_ms() + 2000),
+                     KVF_ERR_PROTOCOL);
     kvf_wr_init(&w);
     kvf_wr_str(&w, "nothing");
-    assert_int_equal(
-        kvf_sp_call(fd, KVF_SP_EXISTS, 8, 1, &w, &f, kvf_time_ms() + 2000),
-        KVF_OK);
+    assert_int_equal(kvf_sp_call(fd, kvf_test_mac(fd), KVF_SP_EXISTS, 8, 1, &w,
+                                 &f, kvf_time_ms() + 2000),
+                     KVF_OK);
     kvf_rd_init(&r, f.body, f.hdr.meta_len);
     assert_int_equal((int32_t)kvf_rd_u32(&r), KVF_ERR_NO_KEY);
     kvf_wr_free(&w);

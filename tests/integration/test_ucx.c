@@ -349,16 +349,16 @@ static kvf_status_t rkey_call(int fd, uint64_t addr, uint64_t len,
 
     kvf_wr_init_fixed(&w, meta, sizeof(meta));
     kvf_ucx_range_enc(&w, addr, len);
-    st =
-        kvf_ucx_send(fd, KVF_UCX_RKEY, KVF_OK, 0, meta, sizeof(meta), deadline);
+    st = kvf_ucx_send(fd, kvf_test_mac(fd), KVF_UCX_RKEY, KVF_OK, 0, meta,
+                      sizeof(meta), deadline);
     if (st == KVF_OK) {
         st = kvf_ucx_recv_hdr(fd, h, deadline);
     }
     if (st == KVF_OK && h->meta_len > cap) {
         return KVF_ERR_MSG_TOO_LARGE;
     }
-    if (st == KVF_OK && h->meta_len > 0) {
-        st = kvf_sock_recv_all(fd, body, h->meta_len, deadline);
+    if (st == KVF_OK) {
+        st = kvf_ucx_recv_meta(fd, kvf_test_mac(fd), h, body, deadline);
     }
     return st;
 }
@@ -377,13 +377,13 @@ static void test_side_channel_hostile(void **state)
     side_address(f, host, &port);
     /* a protocol message instead of the handshake: closed */
     assert_int_equal(kvf_sock_connect(host, port, 3000, &fd), KVF_OK);
-    assert_int_equal(kvf_ucx_send(fd, KVF_UCX_HELLO, KVF_OK, 0, NULL, 0,
+    assert_int_equal(kvf_ucx_send(fd, NULL, KVF_UCX_HELLO, KVF_OK, 0, NULL, 0,
                                   kvf_time_ms() + 3000),
                      KVF_OK);
     assert_closed(fd);
     /* authenticated: no key for memory the target never registered,
      * nor for a range running past its pool */
-    assert_int_equal(kvf_auth_connect(host, port, 3000, "ucx", &fd), KVF_OK);
+    assert_int_equal(kvf_test_connect(host, port, 3000, "ucx", &fd), KVF_OK);
     assert_int_equal(rkey_call(fd, 4096, 8192, &h, body, sizeof(body)), KVF_OK);
     assert_int_equal(h.status, KVF_ERR_OUT_OF_BOUNDS);
     assert_int_equal(rkey_call(fd, f->t.pool_addr + POOL - 4096, 8192, &h, body,
@@ -404,6 +404,7 @@ static void test_side_channel_hostile(void **state)
     assert_int_equal(
         kvf_sock_send_all(fd, junk, sizeof(junk), kvf_time_ms() + 3000),
         KVF_OK);
+    kvf_wire_mac_free(kvf_test_mac(fd)); /* tracked allocations */
     assert_closed(fd);
     /* and a real initiator is still served */
     op =
@@ -773,14 +774,15 @@ static void test_push_hostile(void **state)
     int fd;
 
     side_address(f, host, &port);
-    assert_int_equal(kvf_auth_connect(host, port, 3000, "ucx", &fd), KVF_OK);
-    assert_int_equal(kvf_ucx_send(fd, KVF_UCX_HELLO, KVF_OK, 0, NULL, 0,
-                                  kvf_time_ms() + 3000),
+    assert_int_equal(kvf_test_connect(host, port, 3000, "ucx", &fd), KVF_OK);
+    assert_int_equal(kvf_ucx_send(fd, kvf_test_mac(fd), KVF_UCX_HELLO, KVF_OK,
+                                  0, NULL, 0, kvf_time_ms() + 3000),
                      KVF_OK);
     assert_int_equal(kvf_ucx_recv_hdr(fd, &h, kvf_time_ms() + 3000), KVF_OK);
     addr = malloc(h.meta_len);
     assert_int_equal(
-        kvf_sock_recv_all(fd, addr, h.meta_len, kvf_time_ms() + 3000), KVF_OK);
+        kvf_ucx_recv_meta(fd, kvf_test_mac(fd), &h, addr, kvf_time_ms() + 3000),
+        KVF_OK);
     assert_int_equal(kvf_ucx_ctx_create("127.0.0.1", &ctx), KVF_OK);
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
@@ -833,6 +835,7 @@ static void test_push_hostile(void **state)
     ucp_worker_destroy(w);
     ucp_cleanup(ctx);
     free(addr);
+    kvf_wire_mac_free(kvf_test_mac(fd)); /* tracked allocations */
     close(fd);
     /* and a real initiator is still served, READ and WRITE */
     op = (kvf_op_t){KVF_OP_READ, f->local, f->peer, f->t.pool_addr + 16384,
@@ -863,6 +866,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_merge_adjacent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_edge_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_initiators, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workers, setup, teardown),

@@ -150,7 +150,7 @@ static void test_public_keys(void **state)
     kvf_config_keys(count_key, NULL);
     assert_int_equal(key_bad, 0);
     assert_true(key_count[KVF_CONFIG_USER] >= 5);
-    assert_true(key_count[KVF_CONFIG_USER] <= 17); /* few: docs/decisions */
+    assert_true(key_count[KVF_CONFIG_USER] <= 21); /* few: docs/decisions */
     assert_true(key_count[KVF_CONFIG_TUNING] > 0);
     assert_true(key_count[KVF_CONFIG_DEBUG] > 0);
     assert_string_equal(kvf_config_get("transports"), "auto");

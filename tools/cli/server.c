@@ -54,8 +54,9 @@ int kvf_cmd_master(int argc, char **argv)
     const kvf_opt_t opts[] = {
         {"listen", 0, KVF_OPT_STR, &o.listen, "HOST:PORT", "RPC address",
          "config `master`, 127.0.0.1:17800"},
-        {"http", 0, KVF_OPT_FN, NULL, "HOST:PORT|off", "/metrics and /status",
-         "127.0.0.1:17801", .fn = kvf_master_set_http},
+        {"http", 0, KVF_OPT_FN, NULL, "HOST:PORT|auto|off",
+         "/metrics and /status", "auto: the --listen host and port + 1",
+         .fn = kvf_master_set_http},
         {"lease", 0, KVF_OPT_MS64, &o.lease_ms, "DUR", "read lease of a get",
          "2s"},
         {"put-timeout", 0, KVF_OPT_MS64, &o.put_timeout_ms, "DUR",

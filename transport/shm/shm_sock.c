@@ -215,7 +215,8 @@ kvf_status_t kvf_shm_connect(const unsigned char nonce[KVF_SHM_NONCE_LEN],
         }
         break;
     }
-    status = kvf_auth_client(fd, NULL, "shm", "shm target", deadline_ms);
+    /* no frame tags on a unix socket (see shm_server.c) */
+    status = kvf_auth_client(fd, NULL, "shm", "shm target", deadline_ms, NULL);
     if (status != KVF_OK) {
         close(fd);
         return status;

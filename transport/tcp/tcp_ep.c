@@ -61,6 +61,7 @@ struct kvf_tcp_cconn {
     size_t pre_len, pre_off;
     unsigned char *drain;
     kvf_mem_stage_t *stage; /* pinned staging for local GPU memory */
+    kvf_wire_mac_t mac;     /* frame tags (core/wire.h) */
 };
 
 #define KVF_TCP_DRAIN_LEN (64u << 10)
@@ -70,8 +71,10 @@ static kvf_status_t kvf_tcp_cconn_connect(kvf_tcp_cconn_t *c)
     kvf_tl_ep_t *ep = c->ep;
     kvf_status_t status;
 
-    status = kvf_auth_connect(ep->host, ep->port,
-                              (int)ep->iface->cfg.timeout_ms, "tcp", &c->fd);
+    kvf_wire_mac_free(&c->mac);
+    status =
+        kvf_auth_connect(ep->host, ep->port, (int)ep->iface->cfg.timeout_ms,
+                         "tcp", &c->fd, &c->mac);
     if (status != KVF_OK) {
         c->fd = -1;
         return status;
@@ -94,6 +97,7 @@ static void kvf_tcp_cconn_break(kvf_tcp_cconn_t *c, kvf_status_t status)
         close(c->fd);
         c->fd = -1;
     }
+    kvf_wire_mac_free(&c->mac);
     while ((req = c->flight_head) != NULL) {
         c->flight_head = req->next;
         kvf_tl_req_fail(req, status);
@@ -115,7 +119,7 @@ static void kvf_tcp_cconn_break(kvf_tcp_cconn_t *c, kvf_status_t status)
 /*
  * Builds the entry list (remote-adjacent segments merged) in scratch.meta
  * and the local iovec list (local-adjacent merged) after `iov_first`
- * slots. seg_first[i] gives the first segment of entry i.
+ * slots, with room for one more iovec after them.
  */
 static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
                                   size_t iov_first, uint32_t *nentries_p,
@@ -130,8 +134,8 @@ static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
 
     status =
         kvf_tcp_scratch_meta(&c->scratch, req->nsegs * KVF_TCP_ENTRY_LEN + 1);
-    if (status == KVF_OK) {
-        status = kvf_tcp_scratch_iov(&c->scratch, req->nsegs + iov_first);
+    if (status == KVF_OK) { /* one more: a payload tag */
+        status = kvf_tcp_scratch_iov(&c->scratch, req->nsegs + iov_first + 1);
     }
     if (status != KVF_OK) {
         return status;
@@ -171,32 +175,57 @@ static kvf_status_t kvf_tcp_build(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     return KVF_OK;
 }
 
+/* Payload tags cover host memory only (the tag reads the bytes). */
+static kvf_status_t kvf_tcp_pmac_mem(const kvf_tcp_cconn_t *c,
+                                     const kvf_tl_req_t *req)
+{
+    if (c->mac.payload && req->local_mem != KVF_MEM_BIT(KVF_MEM_HOST)) {
+        kvf_log_rl(KVF_LOG_ERROR,
+                   "auth_payload_mac covers host memory only: a request to "
+                   "%s:%u with local GPU memory is refused",
+                   c->ep->host, c->ep->port);
+        return KVF_ERR_UNSUPPORTED;
+    }
+    return KVF_OK;
+}
+
 static kvf_status_t kvf_tcp_send_req(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
 {
-    unsigned char hdrbuf[KVF_WIRE_HDR_LEN];
+    unsigned char hdrbuf[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
+    unsigned char ptag[KVF_WIRE_TAG_LEN];
     int w = (req->type == KVF_OP_WRITE);
+    struct iovec *iov;
     kvf_frame_hdr_t h;
     kvf_status_t status;
     uint32_t ne;
     size_t niov;
 
-    status = kvf_tcp_build(c, req, 2, &ne, &niov);
+    status = kvf_tcp_pmac_mem(c, req);
+    if (status == KVF_OK) {
+        status = kvf_tcp_build(c, req, 3, &ne, &niov);
+    }
     if (status != KVF_OK) {
         return status;
     }
+    iov = c->scratch.iov;
     kvf_tcp_hdr_init(&h, w ? KVF_TCP_WRITE : KVF_TCP_READ, ++c->next_id, KVF_OK,
                      ne, w ? req->bytes : 0);
-    kvf_frame_pack(&h, hdrbuf);
-    c->scratch.iov[0].iov_base = hdrbuf;
-    c->scratch.iov[0].iov_len = sizeof(hdrbuf);
-    c->scratch.iov[1].iov_base = c->scratch.meta;
-    c->scratch.iov[1].iov_len = h.meta_len;
-    if (req->type != KVF_OP_WRITE) {
-        niov = 2;
+    iov[2].iov_len = kvf_tcp_seal(&c->mac, &h, c->scratch.meta, hdrbuf, tag);
+    iov[2].iov_base = tag;
+    iov[0].iov_base = hdrbuf;
+    iov[0].iov_len = sizeof(hdrbuf);
+    iov[1].iov_base = c->scratch.meta;
+    iov[1].iov_len = h.meta_len;
+    if (!w) {
+        niov = 3;
+    } else if (c->mac.payload && req->bytes > 0) {
+        kvf_tcp_ptag(&c->mac, 1, iov + 3, niov - 3, ptag);
+        iov[niov].iov_base = ptag;
+        iov[niov++].iov_len = sizeof(ptag);
     }
     req->deadline_ms = kvf_time_ms() + c->ep->iface->cfg.timeout_ms;
-    return kvf_mem_stage_writev(&c->stage, req->local_mem, c->fd,
-                                c->scratch.iov, niov, req->deadline_ms);
+    return kvf_mem_stage_writev(&c->stage, req->local_mem, c->fd, iov, niov,
+                                req->deadline_ms);
 }
 
 /*
@@ -274,6 +303,52 @@ static kvf_status_t kvf_tcp_take(kvf_tcp_cconn_t *c, kvf_mem_mask_t mem,
                                deadline_ms);
 }
 
+/* With payload tags: the tag after a READ payload that landed in
+ * scratch.pmac[0..n), read through the prefix, checked. */
+static kvf_status_t kvf_tcp_take_ptag(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
+                                      size_t n)
+{
+    unsigned char tag[KVF_WIRE_TAG_LEN];
+    struct iovec t = {tag, sizeof(tag)};
+    kvf_wire_pmac_t p;
+    kvf_status_t status;
+    size_t i;
+
+    status =
+        kvf_tcp_take(c, KVF_MEM_BIT(KVF_MEM_HOST), &t, 1, req->deadline_ms);
+    if (status != KVF_OK) {
+        return status;
+    }
+    kvf_wire_pmac_begin(&c->mac, 0, &p);
+    for (i = 0; i < n; i++) {
+        kvf_wire_pmac_update(&p, c->scratch.pmac[i].iov_base,
+                             c->scratch.pmac[i].iov_len);
+    }
+    if (kvf_wire_pmac_end(&p, 1, tag) != KVF_OK) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "%s: a READ payload's tag does not match the session key "
+                   "(bytes altered in flight): closing the connection",
+                   c->ep->where);
+        return KVF_ERR_AUTH;
+    }
+    return KVF_OK;
+}
+
+/* Reads a READ payload into iov[0..n) (and its tag, with payload tags). */
+static kvf_status_t kvf_tcp_take_payload(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
+                                         struct iovec *iov, size_t n,
+                                         uint64_t data_len)
+{
+    int pm = c->mac.payload && data_len > 0;
+    kvf_status_t status;
+
+    if (pm && kvf_tcp_scratch_pmac(&c->scratch, iov, n) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    status = kvf_tcp_take(c, req->local_mem, iov, n, req->deadline_ms);
+    return status == KVF_OK && pm ? kvf_tcp_take_ptag(c, req, n) : status;
+}
+
 /* Receives the READ payload, skipping the segments the target refused. */
 static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
                                       uint64_t data_len, int refused)
@@ -291,8 +366,7 @@ static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
         if (status != KVF_OK) {
             return status;
         }
-        return kvf_tcp_take(c, req->local_mem, c->scratch.iov, n,
-                            req->deadline_ms);
+        return kvf_tcp_take_payload(c, req, c->scratch.iov, n, data_len);
     }
     status = kvf_tcp_scratch_iov(&c->scratch, req->nsegs);
     if (status != KVF_OK) {
@@ -310,7 +384,7 @@ static kvf_status_t kvf_tcp_recv_read(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     if (sum != data_len) {
         return KVF_ERR_PROTOCOL;
     }
-    return kvf_tcp_take(c, req->local_mem, iov, n, req->deadline_ms);
+    return kvf_tcp_take_payload(c, req, iov, n, data_len);
 }
 
 /* Checks a reply header against the oldest request in flight. */
@@ -336,7 +410,40 @@ static kvf_status_t kvf_tcp_check_hdr(kvf_tcp_cconn_t *c,
     return KVF_OK;
 }
 
-/* The rest of a reply whose header is h (checked). */
+/* The metadata of reply h into scratch.meta and its tag, read through
+ * the prefix; the tag checked. */
+static kvf_status_t kvf_tcp_recv_rmeta(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
+                                       const kvf_frame_hdr_t *h)
+{
+    unsigned char tag[KVF_WIRE_TAG_LEN];
+    struct iovec iov[2];
+    kvf_status_t status;
+    size_t n = 0;
+
+    status = kvf_tcp_scratch_meta(&c->scratch, h->meta_len + 1);
+    if (status != KVF_OK) {
+        return status;
+    }
+    if (h->meta_len > 0) {
+        iov[n].iov_base = c->scratch.meta;
+        iov[n++].iov_len = h->meta_len;
+    }
+    if (kvf_wire_mac_on(&c->mac)) {
+        iov[n].iov_base = tag;
+        iov[n++].iov_len = sizeof(tag);
+    }
+    status = n > 0 ? kvf_tcp_take(c, KVF_MEM_BIT(KVF_MEM_HOST), iov, n,
+                                  req->deadline_ms)
+                   : KVF_OK;
+    if (status == KVF_OK && kvf_wire_mac_on(&c->mac)) {
+        status =
+            kvf_wire_mac_check_hdr(&c->mac, h, c->scratch.meta, h->meta_len,
+                                   tag, c->ep->where);
+    }
+    return status;
+}
+
+/* The rest of a reply whose header is h (checked, metadata read). */
 static kvf_status_t kvf_tcp_recv_body(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
                                       const kvf_frame_hdr_t *hp)
 {
@@ -345,16 +452,6 @@ static kvf_status_t kvf_tcp_recv_body(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
 
     req->status = KVF_OK;
     if (h.count > 0) {
-        status = kvf_tcp_scratch_meta(&c->scratch, h.meta_len);
-        if (status == KVF_OK) {
-            struct iovec m = {c->scratch.meta, h.meta_len};
-
-            status = kvf_tcp_take(c, KVF_MEM_BIT(KVF_MEM_HOST), &m, 1,
-                                  req->deadline_ms);
-        }
-        if (status != KVF_OK) {
-            return status;
-        }
         if (req->seg_status == NULL) {
             return KVF_ERR_INTERNAL;
         }
@@ -377,6 +474,9 @@ static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
 
     status = kvf_tcp_recv_hdr(c->fd, &h, req->deadline_ms);
     if (status == KVF_OK) {
+        status = kvf_tcp_recv_rmeta(c, req, &h);
+    }
+    if (status == KVF_OK) {
         status = kvf_tcp_check_hdr(c, req, &h);
     }
     if (status != KVF_OK) {
@@ -385,20 +485,20 @@ static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
     return kvf_tcp_recv_body(c, req, &h);
 }
 
-/* Receives into iov[0..n) until the header (iov[0]) is complete: one
- * recvmsg per readable event, advancing *idx_p past filled entries and
- * counting bytes in *got_p. */
+/* Receives into iov[0..n) until at least want bytes (the header and its
+ * tag) are in: one recvmsg per readable event, advancing *idx_p past
+ * filled entries and counting bytes in *got_p. */
 static kvf_status_t kvf_tcp_recv_until_hdr(kvf_tcp_cconn_t *c,
                                            struct iovec *iov, size_t n,
-                                           uint64_t deadline_ms, size_t *idx_p,
-                                           size_t *got_p)
+                                           size_t want, uint64_t deadline_ms,
+                                           size_t *idx_p, size_t *got_p)
 {
     size_t idx = 0, got = 0, k, t;
     struct msghdr msg;
     kvf_status_t status;
     ssize_t r;
 
-    while (got < KVF_WIRE_HDR_LEN) {
+    while (got < want) {
         status = kvf_sock_wait(c->fd, POLLIN, deadline_ms);
         if (status != KVF_OK) {
             return status;
@@ -426,86 +526,155 @@ static kvf_status_t kvf_tcp_recv_until_hdr(kvf_tcp_cconn_t *c,
                 idx++;
             }
         }
+        while (idx < n && iov[idx].iov_len == 0) {
+            idx++; /* an empty tag slot */
+        }
     }
     *idx_p = idx;
     *got_p = got;
     return KVF_OK;
 }
 
-/* Takes the extra bytes that landed in the request's local buffers back
- * into the prefix, to be read again the usual way. */
-static kvf_status_t kvf_tcp_pre_take_back(kvf_tcp_cconn_t *c,
-                                          const kvf_tl_req_t *req, size_t extra)
+/* Copies up to *left bytes of [p, p + len) to the prefix's end. */
+static void kvf_tcp_pre_add(kvf_tcp_cconn_t *c, const void *p, size_t len,
+                            size_t *left)
 {
-    size_t i, k, t;
+    size_t t = *left < len ? *left : len;
+
+    memcpy(c->pre + c->pre_len, p, t);
+    c->pre_len += t;
+    *left -= t;
+}
+
+/* Takes the extra bytes that landed after the header (in the tag slot
+ * tb, the request's local buffers, the payload tag slot pb) back into
+ * the prefix, to be read again the usual way. */
+static kvf_status_t kvf_tcp_pre_take_back(kvf_tcp_cconn_t *c,
+                                          const kvf_tl_req_t *req, size_t extra,
+                                          const unsigned char *tb, size_t tl,
+                                          const unsigned char *pb)
+{
+    size_t i, left = extra;
 
     c->pre = kvf_malloc(extra);
     if (c->pre == NULL) {
         return KVF_ERR_NO_MEMORY;
     }
-    for (i = 0, k = 0; i < req->nsegs && k < extra; i++) {
-        t = extra - k < req->segs[i].len ? extra - k : req->segs[i].len;
-        memcpy(c->pre + k, req->segs[i].local, t);
-        k += t;
-    }
-    c->pre_len = extra;
+    c->pre_len = 0;
     c->pre_off = 0;
+    kvf_tcp_pre_add(c, tb, tl, &left);
+    for (i = 0; req->type == KVF_OP_READ && i < req->nsegs && left > 0; i++) {
+        kvf_tcp_pre_add(c, req->segs[i].local, req->segs[i].len, &left);
+    }
+    kvf_tcp_pre_add(c, pb, KVF_WIRE_TAG_LEN, &left);
+    return left == 0 ? KVF_OK : KVF_ERR_INTERNAL;
+}
+
+/* The common inline reply (no refusals, all its bytes): its tag checked,
+ * the rest of its bytes read in place, and its payload tag checked. */
+static kvf_status_t kvf_tcp_inline_whole(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
+                                         const kvf_frame_hdr_t *h,
+                                         const unsigned char *tb,
+                                         struct iovec *iov, size_t idx,
+                                         size_t n, const unsigned char *pb,
+                                         size_t nloc)
+{
+    kvf_wire_pmac_t p;
+    kvf_status_t status = KVF_OK;
+    size_t i;
+
+    if (kvf_wire_mac_on(&c->mac)) {
+        status = kvf_wire_mac_check_hdr(&c->mac, h, NULL, 0, tb,
+                                        c->ep->where);
+    }
+    if (status == KVF_OK) {
+        status = kvf_tcp_check_hdr(c, req, h);
+    }
+    if (status == KVF_OK && idx < n) {
+        status =
+            kvf_sock_readv_all(c->fd, iov + idx, n - idx, req->deadline_ms);
+    }
+    if (status != KVF_OK || pb == NULL) {
+        return status;
+    }
+    kvf_wire_pmac_begin(&c->mac, 0, &p);
+    for (i = 0; i < nloc; i++) {
+        kvf_wire_pmac_update(&p, c->scratch.pmac[i].iov_base,
+                             c->scratch.pmac[i].iov_len);
+    }
+    if (kvf_wire_pmac_end(&p, 1, (unsigned char *)pb) != KVF_OK) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "%s: a READ payload's tag does not match the session key "
+                   "(bytes altered in flight): closing the connection",
+                   c->ep->where);
+        return KVF_ERR_AUTH;
+    }
     return KVF_OK;
 }
 
 /*
  * The reply of an inline request (host memory): waits until the socket
- * is readable, then one recvmsg into [header | local buffers] (READ) or
- * the header (WRITE). The common reply (no refusals, all its bytes) is
- * then finished in place; any other has the bytes that landed in the
- * buffers taken back into the prefix and is read the usual way.
+ * is readable, then one recvmsg into [header | tag | local buffers |
+ * payload tag] (READ) or [header | tag] (WRITE). The common reply (no
+ * refusals, all its bytes) is then finished in place; any other has the
+ * bytes that landed after the header taken back into the prefix and is
+ * read the usual way.
  */
 static kvf_status_t kvf_tcp_recv_reply_inline(kvf_tcp_cconn_t *c,
                                               kvf_tl_req_t *req)
 {
-    unsigned char hb[KVF_WIRE_HDR_LEN];
+    unsigned char hb[KVF_WIRE_HDR_LEN], tb[KVF_WIRE_TAG_LEN];
+    unsigned char pb[KVF_WIRE_TAG_LEN];
+    size_t tl = kvf_wire_mac_on(&c->mac) ? KVF_WIRE_TAG_LEN : 0;
+    int rd = req->type == KVF_OP_READ;
+    int pm = c->mac.payload && rd && req->bytes > 0;
+    size_t n = 2, nloc, idx = 0, got = 0;
     struct iovec *iov;
     kvf_frame_hdr_t h;
     kvf_status_t status;
-    size_t n = 1, idx = 0, got = 0;
 
-    if (req->type == KVF_OP_READ) {
-        status = kvf_tcp_build(c, req, 1, &(uint32_t){0}, &n);
-    } else {
-        status = kvf_tcp_scratch_iov(&c->scratch, 1);
-    }
+    status = rd ? kvf_tcp_build(c, req, 2, &(uint32_t){0}, &n)
+                : kvf_tcp_scratch_iov(&c->scratch, 2);
     if (status != KVF_OK) {
         return status;
     }
     iov = c->scratch.iov;
-    iov[0].iov_base = hb;
-    iov[0].iov_len = sizeof(hb);
-    status = kvf_tcp_recv_until_hdr(c, iov, n, req->deadline_ms, &idx, &got);
+    iov[0] = (struct iovec){hb, sizeof(hb)};
+    iov[1] = (struct iovec){tb, tl};
+    nloc = n - 2;
+    if (pm) {
+        if (kvf_tcp_scratch_pmac(&c->scratch, iov + 2, nloc) != KVF_OK) {
+            return KVF_ERR_NO_MEMORY;
+        }
+        iov[n++] = (struct iovec){pb, sizeof(pb)};
+    }
+    status = kvf_tcp_recv_until_hdr(c, iov, n, sizeof(hb) + tl,
+                                    req->deadline_ms, &idx, &got);
     if (status == KVF_OK) {
         status = kvf_frame_unpack(hb, &h);
-    }
-    if (status == KVF_OK) {
-        status = kvf_tcp_check_hdr(c, req, &h);
     }
     if (status != KVF_OK) {
         return status;
     }
     if (h.count == 0 &&
-        ((req->type == KVF_OP_READ && h.data_len == req->bytes) ||
-         (req->type == KVF_OP_WRITE && h.data_len == 0))) {
+        ((rd && h.data_len == req->bytes) || (!rd && h.data_len == 0))) {
         req->status = KVF_OK;
-        return idx < n ? kvf_sock_readv_all(c->fd, iov + idx, n - idx,
-                                            req->deadline_ms)
-                       : KVF_OK;
+        return kvf_tcp_inline_whole(c, req, &h, tb, iov, idx, n, pm ? pb : NULL,
+                                    nloc);
     }
-    /* refusals: what landed in the buffers goes back to the prefix */
+    /* refusals: what landed after the header goes back to the prefix */
     if (got > sizeof(hb)) {
-        status = kvf_tcp_pre_take_back(c, req, got - sizeof(hb));
-        if (status != KVF_OK) {
-            return status;
-        }
+        status = kvf_tcp_pre_take_back(c, req, got - sizeof(hb), tb, tl, pb);
     }
-    status = kvf_tcp_recv_body(c, req, &h);
+    if (status == KVF_OK) {
+        status = kvf_tcp_recv_rmeta(c, req, &h);
+    }
+    if (status == KVF_OK) {
+        status = kvf_tcp_check_hdr(c, req, &h);
+    }
+    if (status == KVF_OK) {
+        status = kvf_tcp_recv_body(c, req, &h);
+    }
     if (status == KVF_OK && c->pre_off != c->pre_len) {
         status = KVF_ERR_PROTOCOL; /* bytes past the reply */
     }
@@ -664,6 +833,7 @@ kvf_status_t kvf_tcp_ep_open(kvf_tl_iface_t *iface, const char *address,
     if (status != KVF_OK) {
         goto err_free;
     }
+    snprintf(ep->where, sizeof(ep->where), "tcp %s:%u", ep->host, ep->port);
     ep->nconns = iface->cfg.conns ? iface->cfg.conns : 1;
     ep->conns = kvf_calloc(ep->nconns, sizeof(*ep->conns));
     if (ep->conns == NULL) {
@@ -704,6 +874,7 @@ err_conns:
         if (ep->conns[i].fd >= 0) {
             close(ep->conns[i].fd);
         }
+        kvf_wire_mac_free(&ep->conns[i].mac);
         kvf_free(ep->conns[i].drain);
         pthread_mutex_destroy(&ep->conns[i].lock);
         pthread_cond_destroy(&ep->conns[i].cond);
@@ -743,6 +914,7 @@ void kvf_tcp_ep_close(kvf_tl_ep_t *ep)
         if (c->fd >= 0) {
             close(c->fd);
         }
+        kvf_wire_mac_free(&c->mac);
         kvf_tcp_scratch_free(&c->scratch);
         kvf_mem_stage_free(c->stage);
         kvf_free(c->drain);

@@ -53,7 +53,8 @@ static const char *kvf_tcp_iface_address(kvf_tl_iface_t *iface)
     return iface->address;
 }
 
-static kvf_status_t kvf_tcp_sum_some(int fd, const uint64_t *remote,
+static kvf_status_t kvf_tcp_sum_some(int fd, kvf_wire_mac_t *mac,
+                                     const uint64_t *remote,
                                      const size_t *lengths, size_t count,
                                      uint64_t *sums, uint64_t deadline)
 {
@@ -69,11 +70,9 @@ static kvf_status_t kvf_tcp_sum_some(int fd, const uint64_t *remote,
     }
     status = kvf_wr_status(&w);
     if (status == KVF_OK) {
-        status = kvf_tcp_send_hdr(fd, KVF_TCP_SUM, 1, KVF_OK, (uint32_t)count,
-                                  0, deadline);
-    }
-    if (status == KVF_OK) {
-        status = kvf_sock_send_all(fd, w.buf, w.len, deadline);
+        status =
+            kvf_tcp_send_frame(fd, mac, KVF_TCP_SUM, 1, KVF_OK, (uint32_t)count,
+                               w.buf, (uint32_t)w.len, 0, deadline);
     }
     if (status == KVF_OK) {
         status = kvf_tcp_recv_hdr(fd, &h, deadline);
@@ -81,8 +80,13 @@ static kvf_status_t kvf_tcp_sum_some(int fd, const uint64_t *remote,
     if (status != KVF_OK) {
         goto out;
     }
-    if (h.type != KVF_TCP_SUM_RESP) {
+    if (h.type != KVF_TCP_SUM_RESP || h.meta_len > w.len) {
         status = KVF_ERR_PROTOCOL;
+        goto out;
+    }
+    /* the checksums come back in the entries' buffer (same or less) */
+    status = kvf_tcp_recv_meta(fd, mac, &h, w.buf, deadline, "tcp checksums");
+    if (status != KVF_OK) {
         goto out;
     }
     if (h.status != KVF_OK) {
@@ -93,8 +97,6 @@ static kvf_status_t kvf_tcp_sum_some(int fd, const uint64_t *remote,
         status = KVF_ERR_PROTOCOL;
         goto out;
     }
-    /* the checksums come back in the entries' buffer (same or less) */
-    status = kvf_sock_recv_all(fd, w.buf, h.meta_len, deadline);
     kvf_rd_init(&r, w.buf, h.meta_len);
     for (i = 0; status == KVF_OK && i < count; i++) {
         sums[i] = kvf_tcp_sum_dec(&r);
@@ -112,22 +114,24 @@ kvf_status_t kvf_tcp_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
                                  uint64_t *sums)
 {
     kvf_tl_ep_t *v = ep;
+    kvf_wire_mac_t mac;
     kvf_status_t status;
     uint64_t deadline;
     size_t done, n;
     int fd;
 
     status = kvf_auth_connect(v->host, v->port, (int)v->iface->cfg.timeout_ms,
-                              "tcp", &fd);
+                              "tcp", &fd, &mac);
     if (status != KVF_OK) {
         return KVF_ERR_PEER_UNREACHABLE;
     }
     for (done = 0; done < count && status == KVF_OK; done += n) {
         n = kvf_tl_sum_batch(lengths + done, count - done);
         deadline = kvf_time_ms() + v->iface->cfg.timeout_ms;
-        status = kvf_tcp_sum_some(fd, remote + done, lengths + done, n,
+        status = kvf_tcp_sum_some(fd, &mac, remote + done, lengths + done, n,
                                   sums + done, deadline);
     }
+    kvf_wire_mac_free(&mac);
     close(fd);
     return status;
 }
@@ -135,6 +139,7 @@ kvf_status_t kvf_tcp_ep_checksum(kvf_tl_ep_t *ep, const uint64_t *remote,
 typedef struct kvf_tcp_link_job {
     kvf_tl_ep_t *v;
     int fd;
+    kvf_wire_mac_t mac;
     kvf_op_type_t type;
     char *local;
     uint64_t remote;
@@ -171,37 +176,38 @@ static void kvf_tcp_link_go(kvf_tcp_link_start_t *s, int go)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void *kvf_tcp_link_main(void *arg)
+/* One link stream: the request, the payload (WRITE), the reply and its
+ * payload (READ), each payload with its tag when payload tags are on. */
+static kvf_status_t kvf_tcp_link_run(kvf_tcp_link_job_t *j, uint64_t deadline)
 {
-    kvf_tcp_link_job_t *j = arg;
-    uint64_t deadline;
-    unsigned char meta[KVF_TCP_ENTRY_LEN];
+    unsigned char meta[KVF_TCP_ENTRY_LEN], ptag[KVF_WIRE_TAG_LEN];
+    struct iovec iov = {j->local, j->len};
+    int w = (j->type == KVF_OP_WRITE), pm = j->mac.payload && j->len > 0;
     kvf_frame_hdr_t h;
     kvf_wr_t mw;
     kvf_status_t status;
-    int w = (j->type == KVF_OP_WRITE);
 
-    if (kvf_tcp_link_wait(j->start) < 0) {
-        j->status = KVF_ERR_CANCELED;
-        return NULL;
-    }
-    deadline = kvf_time_ms() + j->v->iface->cfg.timeout_ms +
-               j->len / (1u << 20); /* plus 1 ms per MiB */
     kvf_wr_init_fixed(&mw, meta, sizeof(meta));
     kvf_tcp_entry_enc(&mw, j->remote, j->len);
-    status = kvf_tcp_send_hdr(j->fd, w ? KVF_TCP_LINK_WRITE : KVF_TCP_LINK_READ,
-                              1, KVF_OK, 1, w ? j->len : 0, deadline);
-    if (status == KVF_OK) {
-        status = kvf_sock_send_all(j->fd, meta, sizeof(meta), deadline);
-    }
+    status = kvf_tcp_send_frame(
+        j->fd, &j->mac, w ? KVF_TCP_LINK_WRITE : KVF_TCP_LINK_READ, 1, KVF_OK,
+        1, meta, sizeof(meta), w ? j->len : 0, deadline);
     if (status == KVF_OK && w) {
         status = kvf_sock_send_all(j->fd, j->local, j->len, deadline);
+        if (status == KVF_OK && pm) {
+            kvf_tcp_ptag(&j->mac, 1, &iov, 1, ptag);
+            status = kvf_sock_send_all(j->fd, ptag, sizeof(ptag), deadline);
+        }
     }
     if (status == KVF_OK) {
         status = kvf_tcp_recv_hdr(j->fd, &h, deadline);
     }
-    if (status == KVF_OK && h.type != KVF_TCP_LINK_RESP) {
+    if (status == KVF_OK && (h.type != KVF_TCP_LINK_RESP || h.meta_len != 0)) {
         status = KVF_ERR_PROTOCOL;
+    }
+    if (status == KVF_OK) {
+        status =
+            kvf_tcp_recv_meta(j->fd, &j->mac, &h, NULL, deadline, "tcp link");
     }
     if (status == KVF_OK && h.status != KVF_OK) {
         status = (kvf_status_t)h.status;
@@ -210,8 +216,26 @@ static void *kvf_tcp_link_main(void *arg)
         status = (h.data_len == j->len)
                      ? kvf_sock_recv_all(j->fd, j->local, j->len, deadline)
                      : KVF_ERR_PROTOCOL;
+        if (status == KVF_OK && pm) {
+            status = kvf_tcp_recv_ptag(j->fd, &j->mac, &iov, 1, deadline,
+                                       "tcp link");
+        }
     }
-    j->status = status;
+    return status;
+}
+
+static void *kvf_tcp_link_main(void *arg)
+{
+    kvf_tcp_link_job_t *j = arg;
+    uint64_t deadline;
+
+    if (kvf_tcp_link_wait(j->start) < 0) {
+        j->status = KVF_ERR_CANCELED;
+        return NULL;
+    }
+    deadline = kvf_time_ms() + j->v->iface->cfg.timeout_ms +
+               j->len / (1u << 20); /* plus 1 ms per MiB */
+    j->status = kvf_tcp_link_run(j, deadline);
     return NULL;
 }
 
@@ -250,7 +274,7 @@ kvf_status_t kvf_tcp_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
         off += per;
         status =
             kvf_auth_connect(v->host, v->port, (int)v->iface->cfg.timeout_ms,
-                             "tcp", &jobs[i].fd);
+                             "tcp", &jobs[i].fd, &jobs[i].mac);
         if (status == KVF_OK) {
             kvf_sock_set_bufs(jobs[i].fd, KVF_TCP_SOCKBUF);
         }
@@ -278,6 +302,7 @@ kvf_status_t kvf_tcp_ep_link_test(kvf_tl_ep_t *ep, kvf_op_type_t type,
         if (jobs[i].fd >= 0) {
             close(jobs[i].fd);
         }
+        kvf_wire_mac_free(&jobs[i].mac);
     }
     pthread_mutex_destroy(&start.lock);
     pthread_cond_destroy(&start.cond);

@@ -37,6 +37,8 @@ typedef struct kvf_tcp_sconn {
     size_t refuse_cap;
     kvf_mem_stage_t *stage; /* pinned staging for GPU regions */
     kvf_mem_mask_t mem;     /* memory types the last mapped entries hit */
+    kvf_wire_mac_t mac;     /* frame tags (core/wire.h) */
+    char peer[96];
 } kvf_tcp_sconn_t;
 
 struct kvf_tcp_server {
@@ -50,20 +52,27 @@ static uint64_t kvf_tcp_deadline(kvf_tcp_sconn_t *c)
     return kvf_time_ms() + c->srv->iface->cfg.timeout_ms;
 }
 
-/* Reads a request's entry list and checks it is self-consistent. */
-static kvf_status_t kvf_tcp_recv_entries(kvf_tcp_sconn_t *c,
+/* Reads a request's metadata and tag; acts on nothing before the tag
+ * checked. */
+static kvf_status_t kvf_tcp_recv_request(kvf_tcp_sconn_t *c,
                                          const kvf_frame_hdr_t *hdr)
 {
     kvf_status_t status;
 
     status = kvf_tcp_scratch_meta(&c->scratch, hdr->meta_len + 1);
     if (status == KVF_OK) {
-        status = kvf_sock_recv_all(c->fd, c->scratch.meta, hdr->meta_len,
-                                   kvf_tcp_deadline(c));
+        status = kvf_tcp_recv_meta(c->fd, &c->mac, hdr, c->scratch.meta,
+                                   kvf_tcp_deadline(c), c->peer);
     }
-    if (status != KVF_OK) {
-        return status;
-    }
+    return status;
+}
+
+/* Checks a request's entry list (read) is self-consistent. */
+static kvf_status_t kvf_tcp_recv_entries(kvf_tcp_sconn_t *c,
+                                         const kvf_frame_hdr_t *hdr)
+{
+    kvf_status_t status;
+
     status = kvf_tcp_entries_check(hdr, c->scratch.meta);
     if (status != KVF_OK) {
         kvf_warn("request %lu: %u entries do not match %lu bytes of payload",
@@ -154,6 +163,9 @@ static kvf_status_t kvf_tcp_map_entries(kvf_tcp_sconn_t *c,
     while (wk->i < hdr->count) {
         kvf_tcp_entry_dec(&wk->r, &e);
         st = t->access(t->arg, e.addr, e.len, &mem);
+        if (st == KVF_OK && c->mac.payload && mem.type != KVF_MEM_HOST) {
+            st = KVF_ERR_UNSUPPORTED; /* payload tags read host memory */
+        }
         if (st != KVF_OK) {
             kvf_log_rl(KVF_LOG_WARN, "refused remote access 0x%lx+%lu: %s",
                        (unsigned long)e.addr, (unsigned long)e.len,
@@ -181,8 +193,70 @@ static kvf_status_t kvf_tcp_map_entries(kvf_tcp_sconn_t *c,
     return KVF_OK;
 }
 
+/* Reads and throws away len payload bytes, feeding them to the payload
+ * tag p when it is running. */
+static kvf_status_t kvf_tcp_drain(kvf_tcp_sconn_t *c, uint64_t len,
+                                  kvf_wire_pmac_t *p)
+{
+    unsigned char buf[16384];
+    kvf_status_t status = KVF_OK;
+    size_t n;
+
+    if (p->ctx == NULL) {
+        return kvf_sock_drain(c->fd, len, kvf_tcp_deadline(c));
+    }
+    while (len > 0 && status == KVF_OK) {
+        n = len < sizeof(buf) ? (size_t)len : sizeof(buf);
+        status = kvf_sock_recv_all(c->fd, buf, n, kvf_tcp_deadline(c));
+        kvf_wire_pmac_update(p, buf, n);
+        len -= n;
+    }
+    return status;
+}
+
+/* Reads n iovecs of payload into registered memory (c->mem), feeding
+ * them to the payload tag p when it is running. */
+static kvf_status_t kvf_tcp_read_into(kvf_tcp_sconn_t *c, size_t n,
+                                      kvf_wire_pmac_t *p)
+{
+    kvf_status_t status;
+    size_t i;
+
+    if (p->ctx != NULL &&
+        kvf_tcp_scratch_pmac(&c->scratch, c->scratch.iov, n) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    status = kvf_mem_stage_readv(&c->stage, c->mem, c->fd, c->scratch.iov, n,
+                                 kvf_tcp_deadline(c));
+    for (i = 0; status == KVF_OK && p->ctx != NULL && i < n; i++) {
+        kvf_wire_pmac_update(p, c->scratch.pmac[i].iov_base,
+                             c->scratch.pmac[i].iov_len);
+    }
+    return status;
+}
+
+/* Reads the tag after a payload and checks it against the running
+ * payload tag p (ended). */
+static kvf_status_t kvf_tcp_ptag_in(kvf_tcp_sconn_t *c, kvf_wire_pmac_t *p)
+{
+    unsigned char tag[KVF_WIRE_TAG_LEN];
+    kvf_status_t status;
+
+    status = kvf_sock_recv_all(c->fd, tag, sizeof(tag), kvf_tcp_deadline(c));
+    if (status == KVF_OK && kvf_wire_pmac_end(p, 1, tag) != KVF_OK) {
+        kvf_log_rl(KVF_LOG_WARN,
+                   "%s: a payload's tag does not match the session key "
+                   "(bytes altered in flight): closing the connection",
+                   c->peer);
+        status = KVF_ERR_AUTH;
+    }
+    return status;
+}
+
 /* Reads a WRITE's payload into the accepted entries; the payload of a
- * refused one is drained outside the region lock. */
+ * refused one is drained outside the region lock. With payload tags,
+ * the tag after the payload is checked (the bytes are in place by then:
+ * a wrong tag closes the connection and the initiator's WRITE fails). */
 static kvf_status_t kvf_tcp_write_payload(kvf_tcp_sconn_t *c,
                                           const kvf_frame_hdr_t *hdr,
                                           kvf_tcp_walk_t *wk)
@@ -190,21 +264,26 @@ static kvf_status_t kvf_tcp_write_payload(kvf_tcp_sconn_t *c,
     const kvf_tl_target_t *t = &c->srv->iface->target;
     kvf_status_t status = KVF_OK;
     uint64_t accepted, skip;
+    kvf_wire_pmac_t p = {NULL};
     size_t n;
 
+    if (c->mac.payload && hdr->data_len > 0) {
+        kvf_wire_pmac_begin(&c->mac, 0, &p);
+    }
     kvf_tcp_walk_init(c, hdr, wk);
     while (status == KVF_OK && wk->i < hdr->count) {
         t->acquire(t->arg);
         status = kvf_tcp_map_entries(c, hdr, wk, 1, &n, &accepted, &skip);
         if (status == KVF_OK && n > 0) {
-            status =
-                kvf_mem_stage_readv(&c->stage, c->mem, c->fd, c->scratch.iov, n,
-                                    kvf_tcp_deadline(c));
+            status = kvf_tcp_read_into(c, n, &p);
         }
         t->release(t->arg);
         if (status == KVF_OK && skip > 0) {
-            status = kvf_sock_drain(c->fd, skip, kvf_tcp_deadline(c));
+            status = kvf_tcp_drain(c, skip, &p);
         }
+    }
+    if (p.ctx != NULL && status == KVF_OK) {
+        status = kvf_tcp_ptag_in(c, &p);
     }
     return status;
 }
@@ -212,8 +291,8 @@ static kvf_status_t kvf_tcp_write_payload(kvf_tcp_sconn_t *c,
 static kvf_status_t kvf_tcp_serve_write(kvf_tcp_sconn_t *c,
                                         const kvf_frame_hdr_t *hdr)
 {
-    unsigned char rh[KVF_WIRE_HDR_LEN];
-    struct iovec out[2];
+    unsigned char rh[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
+    struct iovec out[3];
     kvf_frame_hdr_t reply;
     kvf_status_t status;
     kvf_tcp_walk_t wk;
@@ -229,52 +308,63 @@ static kvf_status_t kvf_tcp_serve_write(kvf_tcp_sconn_t *c,
     nref = wk.nref;
     kvf_tcp_hdr_init(&reply, KVF_TCP_WRITE_ACK, hdr->id,
                      nref ? KVF_ERR_OUT_OF_BOUNDS : KVF_OK, nref, 0);
-    kvf_frame_pack(&reply, rh);
+    out[2].iov_len = kvf_tcp_seal(&c->mac, &reply, c->refuse, rh, tag);
+    out[2].iov_base = tag;
     out[0].iov_base = rh;
     out[0].iov_len = sizeof(rh);
     out[1].iov_base = c->refuse;
     out[1].iov_len = reply.meta_len;
-    return kvf_sock_writev_all(c->fd, out, 2, kvf_tcp_deadline(c));
+    return kvf_sock_writev_all(c->fd, out, 3, kvf_tcp_deadline(c));
 }
 
 static kvf_status_t kvf_tcp_serve_read(kvf_tcp_sconn_t *c,
                                        const kvf_frame_hdr_t *hdr)
 {
     const kvf_tl_target_t *t = &c->srv->iface->target;
-    unsigned char rh[KVF_WIRE_HDR_LEN];
+    unsigned char rh[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
+    unsigned char ptag[KVF_WIRE_TAG_LEN];
+    struct iovec *iov;
     kvf_frame_hdr_t reply;
     kvf_status_t status;
     uint64_t accepted, skip;
     kvf_tcp_walk_t wk;
     uint32_t nref;
-    size_t n;
+    size_t n, last;
 
     status = kvf_tcp_recv_entries(c, hdr);
     if (status != KVF_OK) {
         return status;
     }
     t->acquire(t->arg);
-    /* iov[0..1] are the reply header and refusals: map after them */
+    /* iov[0..2] are the reply header, refusals and tag: map after them */
     kvf_tcp_walk_init(c, hdr, &wk);
     status = kvf_tcp_map_entries(c, hdr, &wk, 0, &n, &accepted, &skip);
     nref = wk.nref;
     if (status == KVF_OK) {
-        status = kvf_tcp_scratch_iov(&c->scratch, n + 2);
+        status = kvf_tcp_scratch_iov(&c->scratch, n + 4);
     }
     if (status != KVF_OK) {
         t->release(t->arg);
         return status;
     }
-    memmove(c->scratch.iov + 2, c->scratch.iov, n * sizeof(struct iovec));
+    iov = c->scratch.iov;
+    memmove(iov + 3, iov, n * sizeof(struct iovec));
     kvf_tcp_hdr_init(&reply, KVF_TCP_READ_RESP, hdr->id,
                      nref ? KVF_ERR_OUT_OF_BOUNDS : KVF_OK, nref, accepted);
-    kvf_frame_pack(&reply, rh);
-    c->scratch.iov[0].iov_base = rh;
-    c->scratch.iov[0].iov_len = sizeof(rh);
-    c->scratch.iov[1].iov_base = c->refuse;
-    c->scratch.iov[1].iov_len = reply.meta_len;
-    status = kvf_mem_stage_writev(&c->stage, c->mem, c->fd, c->scratch.iov,
-                                  n + 2, kvf_tcp_deadline(c));
+    iov[2].iov_len = kvf_tcp_seal(&c->mac, &reply, c->refuse, rh, tag);
+    iov[2].iov_base = tag;
+    iov[0].iov_base = rh;
+    iov[0].iov_len = sizeof(rh);
+    iov[1].iov_base = c->refuse;
+    iov[1].iov_len = reply.meta_len;
+    last = n + 3;
+    if (c->mac.payload && accepted > 0) {
+        kvf_tcp_ptag(&c->mac, 1, iov + 3, n, ptag);
+        iov[last].iov_base = ptag;
+        iov[last++].iov_len = sizeof(ptag);
+    }
+    status = kvf_mem_stage_writev(&c->stage, c->mem, c->fd, iov, last,
+                                  kvf_tcp_deadline(c));
     t->release(t->arg);
     return status;
 }
@@ -383,17 +473,40 @@ static kvf_status_t kvf_tcp_serve_sum(kvf_tcp_sconn_t *c,
         return KVF_ERR_NO_MEMORY;
     }
     if (st != KVF_OK) {
-        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, st, 0, 0,
-                                  kvf_tcp_deadline(c));
+        status = kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_SUM_RESP, hdr->id,
+                                    st, 0, NULL, 0, 0, kvf_tcp_deadline(c));
     } else {
-        status = kvf_tcp_send_hdr(c->fd, KVF_TCP_SUM_RESP, hdr->id, KVF_OK,
-                                  hdr->count, 0, kvf_tcp_deadline(c));
-        if (status == KVF_OK) {
-            status = kvf_sock_send_all(c->fd, sums.buf, sums.len,
-                                       kvf_tcp_deadline(c));
-        }
+        status = kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_SUM_RESP, hdr->id,
+                                    KVF_OK, hdr->count, sums.buf,
+                                    (uint32_t)sums.len, 0, kvf_tcp_deadline(c));
     }
     kvf_wr_free(&sums);
+    return status;
+}
+
+/* LINK_WRITE: the range's bytes into place (or drained when refused),
+ * then, with payload tags, its tag checked. */
+static kvf_status_t kvf_tcp_link_in(kvf_tcp_sconn_t *c, kvf_status_t st,
+                                    kvf_tl_mem_t *mem, struct iovec *iov)
+{
+    kvf_wire_pmac_t p = {NULL};
+    kvf_status_t status;
+
+    if (c->mac.payload && iov->iov_len > 0) {
+        kvf_wire_pmac_begin(&c->mac, 0, &p);
+    }
+    if (st != KVF_OK) {
+        status = kvf_tcp_drain(c, iov->iov_len, &p);
+    } else if (kvf_tcp_scratch_iov(&c->scratch, 1) != KVF_OK) {
+        return KVF_ERR_NO_MEMORY;
+    } else {
+        c->mem = KVF_MEM_BIT(mem->type);
+        c->scratch.iov[0] = *iov;
+        status = kvf_tcp_read_into(c, 1, &p);
+    }
+    if (status == KVF_OK && p.ctx != NULL) {
+        status = kvf_tcp_ptag_in(c, &p);
+    }
     return status;
 }
 
@@ -403,12 +516,13 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
 {
     const kvf_tl_target_t *t = &c->srv->iface->target;
     int is_write = (hdr->type == KVF_TCP_LINK_WRITE);
+    unsigned char ptag[KVF_WIRE_TAG_LEN];
     kvf_status_t status, st;
-    struct iovec iov;
+    struct iovec iov[2];
     kvf_tl_mem_t mem;
     kvf_tcp_entry_t e;
-    uint64_t addr, len;
     kvf_rd_t r;
+    size_t n = 1;
 
     status = kvf_tcp_recv_entries(c, hdr); /* exactly one: msg.h */
     if (status != KVF_OK) {
@@ -416,28 +530,32 @@ static kvf_status_t kvf_tcp_serve_link(kvf_tcp_sconn_t *c,
     }
     kvf_rd_init(&r, c->scratch.meta, hdr->meta_len);
     kvf_tcp_entry_dec(&r, &e);
-    addr = e.addr;
-    len = e.len;
     t->acquire(t->arg);
-    st = t->access(t->arg, addr, len, &mem);
-    iov.iov_base = (void *)(uintptr_t)addr;
-    iov.iov_len = len;
+    st = t->access(t->arg, e.addr, e.len, &mem);
+    if (st == KVF_OK && c->mac.payload && mem.type != KVF_MEM_HOST) {
+        st = KVF_ERR_UNSUPPORTED;
+    }
+    iov[0].iov_base = (void *)(uintptr_t)e.addr;
+    iov[0].iov_len = e.len;
     if (is_write) {
-        status = (st == KVF_OK)
-                     ? kvf_mem_stage_readv(&c->stage, KVF_MEM_BIT(mem.type),
-                                           c->fd, &iov, 1, kvf_tcp_deadline(c))
-                     : kvf_sock_drain(c->fd, len, kvf_tcp_deadline(c));
+        status = kvf_tcp_link_in(c, st, &mem, iov);
         if (status == KVF_OK) {
-            status = kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0,
-                                      0, kvf_tcp_deadline(c));
+            status =
+                kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_LINK_RESP, hdr->id,
+                                   st, 0, NULL, 0, 0, kvf_tcp_deadline(c));
         }
     } else {
-        status =
-            kvf_tcp_send_hdr(c->fd, KVF_TCP_LINK_RESP, hdr->id, st, 0,
-                             (st == KVF_OK) ? len : 0, kvf_tcp_deadline(c));
+        status = kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_LINK_RESP, hdr->id,
+                                    st, 0, NULL, 0, (st == KVF_OK) ? e.len : 0,
+                                    kvf_tcp_deadline(c));
         if (status == KVF_OK && st == KVF_OK) {
+            if (c->mac.payload && e.len > 0) {
+                kvf_tcp_ptag(&c->mac, 1, iov, 1, ptag);
+                iov[n].iov_base = ptag;
+                iov[n++].iov_len = sizeof(ptag);
+            }
             status = kvf_mem_stage_writev(&c->stage, KVF_MEM_BIT(mem.type),
-                                          c->fd, &iov, 1, kvf_tcp_deadline(c));
+                                          c->fd, iov, n, kvf_tcp_deadline(c));
         }
     }
     t->release(t->arg);
@@ -457,8 +575,9 @@ static kvf_status_t kvf_tcp_serve_hello(kvf_tcp_sconn_t *c,
         status = kvf_wr_status(&w);
     }
     if (status == KVF_OK) {
-        status = kvf_tcp_send_desc(c->fd, hdr->id, w.buf, (uint32_t)w.len,
-                                   kvf_tcp_deadline(c));
+        status =
+            kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_DESC, hdr->id, KVF_OK, 0,
+                               w.buf, (uint32_t)w.len, 0, kvf_tcp_deadline(c));
     }
     kvf_wr_free(&w);
     return status;
@@ -493,13 +612,16 @@ static int kvf_tcp_wait_request(kvf_tcp_sconn_t *c)
 }
 
 /* The authentication exchange, before any request is read: a peer
- * without the secret learns nothing and changes nothing. */
+ * without the secret learns nothing and changes nothing, and holds only
+ * a slot of the listener's unauthenticated budget until then. */
 static kvf_status_t kvf_tcp_sconn_auth(kvf_tcp_sconn_t *c)
 {
-    char peer[96];
+    kvf_status_t st;
 
-    kvf_auth_peer_name(c->fd, peer, sizeof(peer));
-    return kvf_auth_server(c->fd, NULL, "tcp", peer, kvf_tcp_deadline(c));
+    kvf_auth_peer_name(c->fd, c->peer, sizeof(c->peer));
+    st = kvf_auth_server(c->fd, NULL, "tcp", c->peer,
+                         kvf_tl_conn_auth_deadline(c->conn), &c->mac);
+    return st == KVF_OK ? kvf_tl_conn_authed(c->conn) : st;
 }
 
 static void kvf_tcp_sconn_main(kvf_tcp_sconn_t *c)
@@ -519,6 +641,11 @@ static void kvf_tcp_sconn_main(kvf_tcp_sconn_t *c)
             kvf_warn("closing connection: bad frame header (%s)",
                      kvf_status_str(status));
             goto err_reply;
+        }
+        status = kvf_tcp_recv_request(c, &hdr);
+        if (status != KVF_OK) {
+            kvf_debug("connection ends: %s", kvf_status_str(status));
+            break;
         }
         switch (hdr.type) {
         case KVF_TCP_HELLO:
@@ -556,8 +683,8 @@ static void kvf_tcp_sconn_main(kvf_tcp_sconn_t *c)
 
 err_reply:
     /* best effort: tell the peer why, then close */
-    kvf_tcp_send_hdr(c->fd, KVF_TCP_ERROR, 0, status, 0, 0,
-                     kvf_time_ms() + 100);
+    kvf_tcp_send_frame(c->fd, &c->mac, KVF_TCP_ERROR, 0, status, 0, NULL, 0, 0,
+                       kvf_time_ms() + 100);
 out:
     return;
 }
@@ -576,6 +703,7 @@ static void kvf_tcp_serve_conn(kvf_tl_conn_t *tc)
     c->conn = tc;
     c->fd = tc->fd;
     kvf_tcp_sconn_main(c);
+    kvf_wire_mac_free(&c->mac);
     kvf_tcp_scratch_free(&c->scratch);
     kvf_mem_stage_free(c->stage);
     kvf_free(c->refuse);

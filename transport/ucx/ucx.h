@@ -178,6 +178,7 @@ struct kvf_tl_ep {
     char host[KVF_HOST_MAX];
     uint16_t port;
     int fd; /* side channel (remote keys, checksums); fd_lock */
+    kvf_wire_mac_t mac; /* the side channel's frame tags; fd_lock */
     pthread_mutex_t fd_lock;
     uint64_t side_ms;    /* last call on the side channel (fd_lock) */
     kvf_status_t failed; /* atomic: set once by the first lane that fails */
@@ -189,9 +190,10 @@ struct kvf_tl_ep {
 /* ---- ucx_ctx.c ---------------------------------------------------------- */
 
 /* A context for an iface serving or reaching host (loopback: UCX's
- * network devices limited to lo, see docs/ucx.md). Refuses, unless
- * insecure=1, a non-loopback context that would use UCX's tcp transport:
- * its listener accepts unauthenticated connections. */
+ * network devices limited to lo, see docs/ucx.md). Refuses (KVF_ERR_AUTH)
+ * a context that would use UCX's tcp transport, loopback or not, unless
+ * ucx_tcp=1 or insecure=1: its listener accepts unauthenticated peers,
+ * and UCX's software RMA over it reads and writes any address. */
 kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p);
 /* UCX's resources ("tl/dev" words separated by spaces) of a context
  * created from the environment; "" if UCX cannot start. */
@@ -229,11 +231,17 @@ kvf_status_t kvf_ucx_status(ucs_status_t s);
 kvf_status_t kvf_ucx_server_start(kvf_tl_iface_t *iface);
 void kvf_ucx_server_stop(kvf_tl_iface_t *iface);
 void kvf_ucx_mem_dereg(kvf_tl_iface_t *iface, uint64_t addr, uint64_t len);
-/* Side channel helpers, both sides. */
-kvf_status_t kvf_ucx_send(int fd, uint8_t type, kvf_status_t status,
-                          uint32_t count, const void *meta, size_t len,
-                          uint64_t deadline_ms);
+/* Side channel helpers, both sides: a frame is header | meta | tag
+ * (core/wire.h; no tag when mac is off). */
+kvf_status_t kvf_ucx_send(int fd, kvf_wire_mac_t *mac, uint8_t type,
+                          kvf_status_t status, uint32_t count, const void *meta,
+                          size_t len, uint64_t deadline_ms);
 kvf_status_t kvf_ucx_recv_hdr(int fd, kvf_frame_hdr_t *h, uint64_t deadline);
+/* The meta (h->meta_len bytes into meta) and tag of frame h, the tag
+ * checked (KVF_ERR_AUTH when it does not match). */
+kvf_status_t kvf_ucx_recv_meta(int fd, kvf_wire_mac_t *mac,
+                               const kvf_frame_hdr_t *h, void *meta,
+                               uint64_t deadline);
 
 /* ---- ucx_ep.c ----------------------------------------------------------- */
 

@@ -3,9 +3,10 @@
  * active messages (READs served by the target) and wake-ups; on a loopback
  * iface its network devices are limited to lo, so UCX's own tcp listener is not
  * reachable from other hosts. UCX's tcp transport accepts connections without
- * any authentication, and its software RMA and CMA reach any address of the
- * target process: a context for a non-loopback address that would use tcp is
- * refused unless insecure=1 (RDMA transports check remote keys in the NIC).
+ * any authentication, and its software RMA reaches any address of the target
+ * process whatever the key: a context that would use tcp, loopback included
+ * (any local user reaches it there), is refused unless ucx_tcp=1 or
+ * insecure=1 (RDMA transports check remote keys in the NIC).
  *
  * The resource list (what `bench env` shows and what decides whether an
  * RDMA device exists) is read from ucp_context_print_info's "resource"
@@ -49,6 +50,14 @@ static const kvf_config_entry_t kvf_ucx_config_entries[] = {
      "which the target checks, writes into place and acknowledges), or "
      "auto: push where UCP has no RMA lane to the peer, put otherwise",
      KVF_CONFIG_TUNING},
+    {"ucx_tcp", "0",
+     "ucx: 1 lets the ucx transport run where UCX would use its tcp "
+     "transport, whose listener takes peers without the cluster secret: "
+     "any local user (on loopback) or any host that reaches the address "
+     "can then read and write every byte of this process through it; 0 "
+     "refuses to start there (UCX_TLS without tcp: rc,ud,sm,self on RDMA, "
+     "sm,self on one host)",
+     KVF_CONFIG_USER},
 };
 
 KVF_CONFIG_TABLE(kvf_ucx_config, "ucx", kvf_ucx_config_entries)
@@ -291,7 +300,7 @@ kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p)
     char res[1024], buf[1030];
     ucp_context_h ctx;
     kvf_status_t status;
-    uint64_t insecure = 0;
+    uint64_t insecure = 0, allow = 0;
 
     status = kvf_ucx_init(loop ? "lo" : NULL, &ctx);
     if (status != KVF_OK) {
@@ -300,12 +309,17 @@ kvf_status_t kvf_ucx_ctx_create(const char *host, ucp_context_h *ctx_p)
     kvf_ucx_ctx_resources(ctx, res, sizeof(res));
     snprintf(buf, sizeof(buf), " %s", res);
     kvf_config_u64(&kvf_auth_config, "insecure", &insecure);
-    if (!loop && strstr(buf, " tcp/") != NULL && !insecure) {
-        kvf_error("ucx: UCX would use its tcp transport on %s (%s), which "
-                  "accepts unauthenticated peers that may read and write "
-                  "any memory of this process; leave tcp out (e.g. "
-                  "UCX_TLS=rc,ud,sm,self), or set insecure=1",
-                  host, res);
+    kvf_config_u64(&kvf_ucx_config, "ucx_tcp", &allow);
+    if (strstr(buf, " tcp/") != NULL && !allow && !insecure) {
+        kvf_error("ucx: refusing to start: UCX would use its tcp transport "
+                  "on %s (%s), whose listener takes peers without the "
+                  "cluster secret: %s could read and write any memory of "
+                  "this process through it (tests/integration/"
+                  "test_hostile_ucx.c shows it); leave tcp out (UCX_TLS="
+                  "rc,ud,sm,self on RDMA, UCX_TLS=sm,self on one host) or "
+                  "accept that with ucx_tcp=1 (KVF_UCX_TCP=1)",
+                  host, res,
+                  loop ? "any local user" : "any host that reaches it");
         ucp_cleanup(ctx);
         return KVF_ERR_AUTH;
     }

@@ -42,7 +42,8 @@ kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
     void *reply = NULL;
 
     ep->side_ms = kvf_time_ms();
-    status = kvf_ucx_send(ep->fd, type, KVF_OK, count, meta, len, deadline);
+    status = kvf_ucx_send(ep->fd, &ep->mac, type, KVF_OK, count, meta, len,
+                          deadline);
     if (status == KVF_OK) {
         status = kvf_ucx_recv_hdr(ep->fd, h, deadline);
     }
@@ -51,9 +52,10 @@ kvf_status_t kvf_ucx_ep_call(kvf_tl_ep_t *ep, uint8_t type, uint32_t count,
     }
     if (status == KVF_OK && h->meta_len > 0) {
         reply = kvf_malloc(h->meta_len);
-        status = reply == NULL
-                     ? KVF_ERR_NO_MEMORY
-                     : kvf_sock_recv_all(ep->fd, reply, h->meta_len, deadline);
+        status = reply == NULL ? KVF_ERR_NO_MEMORY : KVF_OK;
+    }
+    if (status == KVF_OK) {
+        status = kvf_ucx_recv_meta(ep->fd, &ep->mac, h, reply, deadline);
     }
     if (status == KVF_OK && h->status != KVF_OK) {
         status = (kvf_status_t)h->status;
@@ -783,8 +785,9 @@ kvf_status_t kvf_ucx_ep_open(kvf_tl_iface_t *iface, const char *address,
     status =
         kvf_sock_parse_addr(address, ep->host, sizeof(ep->host), &ep->port);
     if (status == KVF_OK) {
-        status = kvf_auth_connect(ep->host, ep->port,
-                                  (int)iface->cfg.timeout_ms, "ucx", &ep->fd);
+        status =
+            kvf_auth_connect(ep->host, ep->port, (int)iface->cfg.timeout_ms,
+                             "ucx", &ep->fd, &ep->mac);
     }
     if (status == KVF_OK) {
         status = kvf_ucx_lanes_open(ep);
@@ -793,6 +796,7 @@ kvf_status_t kvf_ucx_ep_open(kvf_tl_iface_t *iface, const char *address,
         if (ep->fd >= 0) {
             close(ep->fd);
         }
+        kvf_wire_mac_free(&ep->mac);
         pthread_mutex_destroy(&ep->fd_lock);
         kvf_free(ep);
         return status;
@@ -805,6 +809,7 @@ void kvf_ucx_ep_close(kvf_tl_ep_t *ep)
 {
     kvf_ucx_lanes_close(ep);
     close(ep->fd);
+    kvf_wire_mac_free(&ep->mac);
     pthread_mutex_destroy(&ep->fd_lock);
     kvf_free(ep);
 }

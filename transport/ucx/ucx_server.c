@@ -29,6 +29,7 @@ typedef struct kvf_ucx_sconn {
     kvf_tl_iface_t *iface;
     kvf_tl_conn_t *conn; /* the listener's */
     int fd;
+    kvf_wire_mac_t mac;
 } kvf_ucx_sconn_t;
 
 struct kvf_ucx_server {
@@ -36,13 +37,13 @@ struct kvf_ucx_server {
     kvf_tl_limits_t lim;
 };
 
-kvf_status_t kvf_ucx_send(int fd, uint8_t type, kvf_status_t status,
-                          uint32_t count, const void *meta, size_t len,
-                          uint64_t deadline_ms)
+kvf_status_t kvf_ucx_send(int fd, kvf_wire_mac_t *mac, uint8_t type,
+                          kvf_status_t status, uint32_t count, const void *meta,
+                          size_t len, uint64_t deadline_ms)
 {
-    unsigned char hdr[KVF_WIRE_HDR_LEN];
+    unsigned char hdr[KVF_WIRE_HDR_LEN], tag[KVF_WIRE_TAG_LEN];
     kvf_frame_hdr_t h = {0};
-    kvf_status_t s;
+    struct iovec iov[3];
 
     h.magic = KVF_WIRE_MAGIC;
     h.version = KVF_WIRE_VERSION;
@@ -51,9 +52,31 @@ kvf_status_t kvf_ucx_send(int fd, uint8_t type, kvf_status_t status,
     h.count = count;
     h.status = status;
     kvf_frame_pack(&h, hdr);
-    s = kvf_sock_send_all(fd, hdr, sizeof(hdr), deadline_ms);
-    if (s == KVF_OK && len > 0) {
-        s = kvf_sock_send_all(fd, meta, len, deadline_ms);
+    iov[0] = (struct iovec){hdr, sizeof(hdr)};
+    iov[1] = (struct iovec){(void *)meta, len};
+    iov[2] = (struct iovec){tag, 0};
+    if (kvf_wire_mac_on(mac)) {
+        kvf_wire_mac_seal(mac, hdr, meta, len, tag);
+        iov[2].iov_len = sizeof(tag);
+    }
+    return kvf_sock_writev_all(fd, iov, 3, deadline_ms);
+}
+
+kvf_status_t kvf_ucx_recv_meta(int fd, kvf_wire_mac_t *mac,
+                               const kvf_frame_hdr_t *h, void *meta,
+                               uint64_t deadline)
+{
+    unsigned char tag[KVF_WIRE_TAG_LEN];
+    struct iovec iov[2] = {{meta, h->meta_len}, {tag, 0}};
+    kvf_status_t s;
+
+    if (kvf_wire_mac_on(mac)) {
+        iov[1].iov_len = sizeof(tag);
+    }
+    s = kvf_sock_readv_all(fd, iov, 2, deadline);
+    if (s == KVF_OK && kvf_wire_mac_on(mac)) {
+        s = kvf_wire_mac_check_hdr(mac, h, meta, h->meta_len, tag,
+                                   "ucx side channel");
     }
     return s;
 }
@@ -241,11 +264,11 @@ static kvf_status_t kvf_ucx_serve_one(kvf_ucx_sconn_t *c,
         if (meta == NULL) {
             return KVF_ERR_NO_MEMORY;
         }
-        status = kvf_sock_recv_all(c->fd, meta, h->meta_len, deadline);
-        if (status != KVF_OK) {
-            kvf_free(meta);
-            return status;
-        }
+    }
+    status = kvf_ucx_recv_meta(c->fd, &c->mac, h, meta, deadline);
+    if (status != KVF_OK) {
+        kvf_free(meta);
+        return status;
     }
     kvf_wr_init(&w);
     kvf_rd_init(&r, meta, h->meta_len);
@@ -274,8 +297,8 @@ static kvf_status_t kvf_ucx_serve_one(kvf_ucx_sconn_t *c,
         kvf_wr_free(&w);
         return KVF_ERR_PROTOCOL;
     }
-    status = kvf_ucx_send(c->fd, type, st, st == KVF_OK ? h->count : 0, w.buf,
-                          st == KVF_OK ? w.len : 0, deadline);
+    status = kvf_ucx_send(c->fd, &c->mac, type, st, st == KVF_OK ? h->count : 0,
+                          w.buf, st == KVF_OK ? w.len : 0, deadline);
     kvf_wr_free(&w);
     kvf_free(meta);
     return status;
@@ -286,14 +309,17 @@ static void kvf_ucx_serve_conn(kvf_tl_conn_t *tc)
 {
     kvf_tl_iface_t *iface = tc->arg;
     kvf_ucx_server_t *srv = iface->server;
-    kvf_ucx_sconn_t c = {iface, tc, tc->fd};
+    kvf_ucx_sconn_t c = {iface, tc, tc->fd, {0}};
     kvf_frame_hdr_t h;
     kvf_status_t status;
     char peer[64];
 
     kvf_auth_peer_name(c.fd, peer, sizeof(peer));
     status = kvf_auth_server(c.fd, iface->host, "ucx", peer,
-                             kvf_time_ms() + iface->cfg.timeout_ms);
+                             kvf_tl_conn_auth_deadline(tc), &c.mac);
+    if (status == KVF_OK) {
+        status = kvf_tl_conn_authed(tc);
+    }
     while (status == KVF_OK && !kvf_tl_listener_stopping(tc->listener)) {
         status = kvf_ucx_recv_hdr(c.fd, &h,
                                   kvf_time_ms() + srv->lim.idle_timeout_ms);
@@ -305,6 +331,7 @@ static void kvf_ucx_serve_conn(kvf_tl_conn_t *tc)
                      kvf_status_str(status));
         }
     }
+    kvf_wire_mac_free(&c.mac);
 }
 
 static void *kvf_ucx_target_progress(void *arg)
