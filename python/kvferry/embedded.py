@@ -37,7 +37,8 @@ class _NodeParams(Structure):
 
     _fields_ = [("master", c_char_p), ("listen", c_char_p), ("pool", c_uint64),
                 ("claim", c_uint64), ("transports", c_char_p), ("anon", c_int),
-                ("lazy", c_int), ("timeout_ms", c_uint)]
+                ("lazy", c_int), ("timeout_ms", c_uint), ("disk", c_char_p),
+                ("disk_size", c_uint64)]
 
 
 _PROTOS = {
