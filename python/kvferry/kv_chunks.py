@@ -489,13 +489,15 @@ class ChunkStore(ChunkIndex):
         #: GPU memory that whole objects are copied through by the copy
         #: engines (full link rate), the pieces then scattered on the GPU
         biggest = max(self.map.object_bytes(g, self.bpc) for g in range(self.groups))
-        self._gstage_bytes = max(int(gpu_stage_bytes), 2 * biggest) if gpu_stage_bytes else 0
+        halves = 2 if pipeline else 1
+        self._gstage_bytes = max(int(gpu_stage_bytes), halves * biggest) if gpu_stage_bytes else 0
         self._gstage: Any = None
         #: the stage's halves, DMA of one slice || kernel on the other
         #: (kv_pipe), slices of at most PIPE_SLICE (at least an object)
         self._pipeline = bool(pipeline)
         self._pipe: Any = None
-        #: why warm() turned the pipeline off (None: it did not)
+        #: why warm()'s copies failed (None: they did not; the pipeline is
+        #: then off)
         self.warm_error: Optional[str] = None
         self._slice_cap = max(min(self._gstage_bytes // 2, PIPE_SLICE), biggest)
         #: called when a put view is refused for the client's quota of

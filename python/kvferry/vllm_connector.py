@@ -592,8 +592,8 @@ class KvferryConnector(KVConnectorBase_V1):
             log.info("kvferry connector: %d pool mapping(s) registered with the GPU in %.2f s",
                      n, time.perf_counter() - t0)
             if self.cache.warm_error:
-                log.warning("kvferry connector: the stage pipeline is off: %s",
-                            self.cache.warm_error)
+                log.warning("kvferry connector: warming the GPU copies failed (%s); "
+                            "the stage pipeline, if asked for, is off", self.cache.warm_error)
         self._start_threads()
 
     def _start_threads(self) -> None:
