@@ -1,15 +1,21 @@
-"""kvferry.kv_pipe: the stage pipeline's order, overlap and error rules.
+"""kvferry.kv_pipe: the stage pipeline's order, overlap and error rules,
+and ChunkStore's GPU paths (pipelined and serial) driven on host memory.
 
-The steps here move bytes between Python buffers (a bytearray per stage
+The first tests move bytes between Python buffers (a bytearray per stage
 half) so that every slice's data can be checked end to end; the GPU
 copies themselves are covered by test_kv_chunks.py on a GPU machine.
 """
 
+import ctypes
 import threading
 import time
+import uuid
 
+import numpy as np
 import pytest
 
+from kvferry import _lib, kv_chunks as kc, kv_gpu
+from kvferry.errors import ERR_CHECKSUM, OK
 from kvferry.kv_pipe import StagePipe
 
 
@@ -115,3 +121,108 @@ def test_close_closes_the_copier_and_refuses_more_work():
     assert copier.closed
     with pytest.raises(RuntimeError):
         pipe.run_in(range(2), lambda c, i, h: None, lambda i, h: None)
+
+
+# -- ChunkStore's GPU paths, their Python side, on host memory ---------------
+#
+# The GPU copier's calls are served by HostCopier (the same arguments,
+# memmove and kvf_checksum instead of the kernels and the copy engines),
+# so that the pipelined and the serial GPU paths' descriptors, stage
+# halves and offsets are checked byte for byte on a machine without a
+# GPU. The kernels themselves are covered on the GPU machine.
+
+
+class HostCopier:
+    """kv_gpu.GpuMover's copy and copy_plain on host addresses; every
+    range checked against its memory's bounds."""
+
+    def __init__(self):
+        self.plain = []  # (source, destination) of each copy_plain
+
+    @staticmethod
+    def _move(src, dst, s, d, n):
+        assert 0 <= s and s + n <= src.len and 0 <= d and d + n <= dst.len, "out of bounds"
+        ctypes.memmove(dst.base + d, src.base + s, n)
+
+    def copy(self, src, dst, src_offs, dst_offs, lens, expect=None, **_):
+        sums = np.zeros(len(lens), dtype=np.uint64)
+        for i, (s, d, n) in enumerate(zip(src_offs, dst_offs, lens)):
+            self._move(src, dst, int(s), int(d), int(n))
+            sums[i] = _lib.lib().kvf_checksum(dst.base + int(d), int(n))
+        ok = expect is None or np.array_equal(sums, np.asarray(expect, dtype=np.uint64))
+        return (OK if ok else ERR_CHECKSUM), sums
+
+    def copy_plain(self, src, dst, src_offs, dst_offs, lens, **_):
+        self.plain.append((src.base, dst.base))
+        for s, d, n in zip(src_offs, dst_offs, lens):
+            self._move(src, dst, int(s), int(d), int(n))
+
+    def close(self):
+        pass
+
+
+class _HostBuffer:
+    def __init__(self, nbytes, device=0):
+        self.a = np.zeros(nbytes, dtype=np.uint8)
+
+    def mem(self):
+        return kv_gpu.GpuMem(self.a.ctypes.data, self.a.nbytes, _lib.MEM_CUDA, 0)
+
+    def close(self):
+        self.a = None
+
+
+class _Mapped:
+    def ensure(self, base, length):
+        return True
+
+
+class _HostKvg:
+    """What ChunkStore takes of kvferry.kv_gpu, on host memory."""
+
+    GpuMem = kv_gpu.GpuMem
+    DeviceBuffer = _HostBuffer
+
+    @staticmethod
+    def host_mappings(store):
+        return _Mapped()
+
+
+def _host_gpu_store(store, tensors, namespace, pipeline):
+    cs = kc.ChunkStore(store, tensors, tensors[0].shape[1], 16, "fp1" * 8, namespace=namespace,
+                       chunk_tokens=64, layer_groups=3, gpu_stage_bytes=1, pipeline=pipeline)
+    cs.gpu, cs._kvg, cs._mover = True, _HostKvg, HostCopier()
+    cs._side = kv_gpu.GpuMem(cs.map.base, cs.map.end - cs.map.base, _lib.MEM_CUDA, 0)
+    if pipeline:
+        cs._pipe = StagePipe(0, copier=HostCopier())
+    return cs
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_gpu_paths_on_host_memory_byte_for_byte(store, pipeline):
+    """Save and load through the GPU paths (put views, stage, gather,
+    DMA out; views, DMA in, scatter), the stage cut in halves or not."""
+    rng = np.random.default_rng(3)
+    shape = (2, 40, 16, 2, 32)
+    src = [rng.integers(0, 1 << 16, shape, dtype=np.uint16) for _ in range(6)]
+    dst = [np.zeros(shape, dtype=np.uint16) for _ in range(6)]
+    name = "kp-" + uuid.uuid4().hex[:10]
+    a, b = _host_gpu_store(store, src, name, pipeline), _host_gpu_store(store, dst, name, pipeline)
+    toks = [int(x) for x in rng.integers(1, 30000, 256)]
+    ids = list(range(16))
+    commit = a.save([kc.SaveReq(a.chunks_of(toks, 256), ids)])
+    assert commit() == 4 * a.groups
+    hit, chunks = b.lookup(toks, 256)
+    req = kc.LoadReq(chunks, list(range(20, 36)), 0, hit)
+    b.load([req])
+    assert req.loaded == 256 and req.failed_blocks == []
+    assert b.stats.viewed_objects == 4 * b.groups and b.stats.corrupt_misses == 0
+    for s, d in zip(src, dst):
+        assert np.array_equal(s[:, 0:16], d[:, 20:36])
+    if pipeline:  # the DMAs used both halves: out of them (save), into them (load)
+        for cs, end in ((a, 0), (b, 1)):
+            base, half = cs._gstage.mem().base, cs._gstage_bytes // 2
+            halves = {(pair[end] - base) // half for pair in cs._pipe._copier.plain}
+            assert halves == {0, 1}
+    a.close()
+    b.close()
