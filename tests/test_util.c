@@ -3,7 +3,10 @@
  */
 #include "test_util.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 
 #include "core/auth.h"
 #include "core/rng.h"
+#include "core/sock.h"
 #include "core/time.h"
 
 #define KVF_TEST_MACS 8192
@@ -58,6 +62,47 @@ int kvf_test_auth_client(int fd, const char *host, const char *addr)
     }
     kvf_wire_mac_free(slot);
     return kvf_auth_client(fd, host, "store", addr, kvf_time_ms() + 5000, slot);
+}
+
+int kvf_test_connect_from(const char *src, const char *addr)
+{
+    char host[KVF_HOST_MAX];
+    struct sockaddr_in sa = {0}, me = {0};
+    uint16_t port;
+    int fd;
+
+    if (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK) {
+        return -1;
+    }
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    me.sin_family = AF_INET;
+    inet_pton(AF_INET, src, &me.sin_addr);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
+        connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    return fd;
+}
+
+int kvf_test_auth_from(const char *src, const char *addr)
+{
+    char host[KVF_HOST_MAX];
+    uint16_t port;
+    int fd = kvf_test_connect_from(src, addr);
+
+    if (fd >= 0 &&
+        (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK ||
+         kvf_test_auth_client(fd, host, addr) != KVF_OK)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
 }
 
 static pid_t kvf_test_secret_owner;

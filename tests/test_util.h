@@ -52,6 +52,12 @@ int kvf_test_connect(const char *host, uint16_t port, int timeout_ms,
  * for kvf_test_mac(fd). Returns the status. */
 int kvf_test_auth_client(int fd, const char *host, const char *addr);
 
+/* A tcp connection bound to address src (127.0.0.x: another client's
+ * address) to addr "host:port"; the fd, or -1. */
+int kvf_test_connect_from(const char *src, const char *addr);
+/* kvf_test_connect_from, then kvf_test_auth_client as a store client. */
+int kvf_test_auth_from(const char *src, const char *addr);
+
 /* n distinct random block indices among nslots (malloc'd). */
 uint32_t *kvf_test_pick(kvf_rng_t *rng, uint32_t nslots, uint32_t n);
 

@@ -51,34 +51,6 @@ static kvf_status_t call(int fd, uint8_t type, uint32_t count, kvf_wr_t *w,
     return st != KVF_OK ? st : (kvf_status_t)f->hdr.status;
 }
 
-/* An authenticated store connection from address src to addr. */
-static int connect_from(const char *src, const char *addr)
-{
-    char host[KVF_HOST_MAX];
-    struct sockaddr_in sa = {0}, me = {0};
-    uint16_t port;
-    int fd;
-
-    if (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK) {
-        return -1;
-    }
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    me.sin_family = AF_INET;
-    inet_pton(AF_INET, src, &me.sin_addr);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    inet_pton(AF_INET, host, &sa.sin_addr);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
-        connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        kvf_test_auth_client(fd, host, addr) != KVF_OK) {
-        if (fd >= 0) {
-            close(fd);
-        }
-        return -1;
-    }
-    return fd;
-}
-
 /* count PUT_STARTs of size bytes named prefix/base..; the number
  * accepted, every other one refused with KVF_ERR_QUOTA. */
 static unsigned put_starts(int fd, const char *prefix, unsigned base,
@@ -231,7 +203,7 @@ static void test_evict_insider(void **state)
      * leaves the victim about 11 MiB (all three: at most 4) */
     assert_true(alive >= 10);
     /* a client of another address has its own share */
-    other = connect_from("127.0.0.2", m.addr);
+    other = kvf_test_auth_from("127.0.0.2", m.addr);
     assert_true(other >= 0);
     assert_int_equal(put_starts(other, "other", 0, 1, 64 * KiB), 1);
     close(other);
@@ -271,7 +243,7 @@ static void test_pending_caps(void **state)
                   CONNS, PER, ok);
     assert_int_equal(ok, 1000);
     /* another address: its own 1000, but only 500 left of pending_max */
-    other = connect_from("127.0.0.2", m.addr);
+    other = kvf_test_auth_from("127.0.0.2", m.addr);
     assert_true(other >= 0);
     assert_int_equal(put_starts(other, "o", 0, PER, 64), 500);
     assert_int_equal(kvs_metric(m.http, "pending_puts"), 1500);
@@ -281,7 +253,7 @@ static void test_pending_caps(void **state)
     for (i = 0; i < CONNS; i++) {
         close(fd[i]);
     }
-    fd[0] = connect_from("127.0.0.3", m.addr);
+    fd[0] = kvf_test_auth_from("127.0.0.3", m.addr);
     assert_true(fd[0] >= 0);
     assert_int_equal(put_starts(fd[0], "late", 0, 10, 64), 0);
     close(fd[0]);

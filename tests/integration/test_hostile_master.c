@@ -257,8 +257,6 @@ static void test_commit_indexed(void **state)
     kvs_stop(&m, 0);
 }
 
-static int raw_connect_from(const char *src, const char *addr);
-
 /* One put the size of the pool is refused and evicts nothing; a
  * client over its pending limit is refused on every connection of its
  * address, another address still puts. */
@@ -301,7 +299,7 @@ static void test_put_limits(void **state)
     assert_true(fd2 >= 0);
     put_starts(fd2, "same", 0, 1, 64, NULL, KVF_ERR_QUOTA);
     close(fd2);
-    fd2 = raw_connect_from("127.0.0.2", m.addr);
+    fd2 = kvf_test_auth_from("127.0.0.2", m.addr);
     assert_true(fd2 >= 0);
     put_starts(fd2, "other", 0, 10, 64, NULL, KVF_OK);
     assert_true(serve_ms(&c, "after") >= 0);
@@ -310,49 +308,6 @@ static void test_put_limits(void **state)
     kvs_client_close(&c);
     kvs_stop(&n, 0);
     kvs_stop(&m, 0);
-}
-
-/* A tcp connection from src to addr (non-blocking connect finished). */
-static int connect_from(const char *src, const char *addr)
-{
-    char host[KVF_HOST_MAX];
-    struct sockaddr_in sa = {0}, me = {0};
-    uint16_t port;
-    int fd;
-
-    if (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK) {
-        return -1;
-    }
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    me.sin_family = AF_INET;
-    inet_pton(AF_INET, src, &me.sin_addr);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    inet_pton(AF_INET, host, &sa.sin_addr);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
-        connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        if (fd >= 0) {
-            close(fd);
-        }
-        return -1;
-    }
-    return fd;
-}
-
-/* An authenticated store connection from src (another client). */
-static int raw_connect_from(const char *src, const char *addr)
-{
-    char host[KVF_HOST_MAX];
-    uint16_t port;
-    int fd = connect_from(src, addr);
-
-    if (fd >= 0 &&
-        (kvf_sock_parse_addr(addr, host, sizeof(host), &port) != KVF_OK ||
-         kvf_test_auth_client(fd, host, addr) != KVF_OK)) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
 }
 
 /* Has the peer closed fd (within ms)? */
@@ -383,7 +338,7 @@ static void test_conn_flood(void **state)
     unsetenv("KVF_MASTER_IDLE_MS");
     assert_int_equal(kvs_node(&n, m.addr, "16M", NULL), 0);
     for (i = 0; i < FLOOD; i++) {
-        fds[i] = connect_from("127.0.0.2", m.addr);
+        fds[i] = kvf_test_connect_from("127.0.0.2", m.addr);
         assert_true(fds[i] >= 0);
     }
     setenv("KVF_MASTER_UNIX", "0", 1); /* this client comes over tcp */
@@ -433,7 +388,8 @@ static void test_emfile(void **state)
     assert_true(fd >= 0);
     assert_int_equal(prlimit(m.pid, RLIMIT_NOFILE, &rl, NULL), 0);
     for (i = 0; i < EXTRA; i++) {
-        fds[i] = connect_from("127.0.0.3", m.addr); /* the backlog takes them */
+        /* the backlog takes them */
+        fds[i] = kvf_test_connect_from("127.0.0.3", m.addr);
     }
     kvs_sleep_ms(200);
     t0 = proc_ticks(m.pid);
