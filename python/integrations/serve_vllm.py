@@ -162,6 +162,9 @@ def child(args: argparse.Namespace) -> Dict[str, Any]:
             rec["cache_stats"] = st
             if st.get("t_load") and st.get("bytes_loaded"):
                 rec["load_gbs"] = st["bytes_loaded"] / st["t_load"] / 1e9
+                # what one plain DMA from the node's pool reaches here:
+                # the loads' own ceiling beside the pinned buffer's
+                rec["pool_dma_gbs"] = conn.cache.pool_dma_rate()
     return rec
 
 
@@ -364,6 +367,7 @@ def summary(recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
             out[pre + "load_gbs"] = cons["load_gbs"]
             out[pre + "h2d_ceiling_gbs"] = cons["h2d_ceiling_gbs"]
             out[pre + "load_over_ceiling"] = cons["load_gbs"] / cons["h2d_ceiling_gbs"]
+            out.update(load_phases(cons, pre))
     cons = recs.get("consumer")
     for mode in ("consumer", "split", "producer"):
         if mode in recs:
@@ -372,6 +376,19 @@ def summary(recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     if cons and "split" in recs:
         out["consumer_logprob_gap_to_split"] = logprob_gap(cons["first_logprobs"],
                                                            recs["split"]["first_logprobs"])
+    return out
+
+
+def load_phases(cons: Dict[str, Any], pre: str) -> Dict[str, float]:
+    """Where a consumer's load went: lookups, the copy engines' DMA (and
+    its rate) and the verifying scatter, and what a plain DMA from the
+    node's pool reached in the same process."""
+    st = cons.get("cache_stats", {})
+    out = {pre + k: float(st.get(k, 0.0)) for k in ("t_query", "t_dma", "t_scatter")}
+    if st.get("t_dma"):
+        out[pre + "dma_gbs"] = st["bytes_loaded"] / st["t_dma"] / 1e9
+    if cons.get("pool_dma_gbs"):
+        out[pre + "pool_dma_gbs"] = cons["pool_dma_gbs"]
     return out
 
 

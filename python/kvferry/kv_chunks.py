@@ -257,6 +257,10 @@ class ChunkStats:
     quota_retries: int = 0
     t_query: float = 0.0
     t_load: float = 0.0
+    #: of the GPU loads: seconds the copy engines' DMA into the GPU stage
+    #: and the verifying scatter kernels took (busy time of each)
+    t_dma: float = 0.0
+    t_scatter: float = 0.0
     t_save: float = 0.0
     t_commit: float = 0.0
 
@@ -612,6 +616,38 @@ class ChunkStore(ChunkIndex):
                                np.asarray(dst_offs, dtype=np.uint64),
                                np.asarray(lens, dtype=np.uint64))
 
+    def _timed_dma(self, src: Any, dst: Any, src_offs, dst_offs, lens, copier: Any = None
+                   ) -> None:
+        """:meth:`_dma` of a load, its seconds counted in ``t_dma``."""
+        t0 = time.perf_counter()
+        self._dma(src, dst, src_offs, dst_offs, lens, copier)
+        with self._lock:
+            self.stats.t_dma += time.perf_counter() - t0
+
+    def pool_dma_rate(self, nbytes: int = 512 << 20, rounds: int = 3) -> float:
+        """GB/s of one plain DMA from the largest pool mapping of the
+        store's nodes into the GPU stage (best of rounds): the ceiling of
+        the loads that read the pool in place, to compare with a pinned
+        buffer's. 0.0 without a GPU, views or a stage."""
+        if not self.gpu or not self._want_views or not hasattr(self.store, "view_maps"):
+            return 0.0
+        maps = [m for m in self.store.view_maps() if m[0]]
+        gst = self._gpu_stage()
+        if not maps or gst is None:
+            return 0.0
+        base, length = max(maps, key=lambda m: m[1])
+        if not self._kvg.host_mappings(self.store).ensure(base, length):
+            return 0.0
+        n = min(int(nbytes), length, self._gstage_bytes)
+        pool = self._kvg.GpuMem(base, length, _lib.MEM_PINNED, 0)
+        best = 0.0
+        with self._move_lock:
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                self._dma(pool, gst, [0], [0], [n])
+                best = max(best, n / (time.perf_counter() - t0) / 1e9)
+        return best
+
     def warm(self) -> int:
         """Readies the GPU paths now, so that no first transfer pays for
         them: the GPU stage and its copies (:meth:`_warm_copies`), and every
@@ -793,8 +829,8 @@ class ChunkStore(ChunkIndex):
             full = [(r[0], o, c, r[6]) for r, o, c in zip(local, objs, cache)]
             with self._move_lock:
                 if gst is not None:
-                    self._dma(pool, gst, [r[1] for r, _ in sl], [off for _, off in sl],
-                              [self.map.object_bytes(g, r[2]) for r, _ in sl])
+                    self._timed_dma(pool, gst, [r[1] for r, _ in sl], [off for _, off in sl],
+                                    [self.map.object_bytes(g, r[2]) for r, _ in sl])
                 self._scatter(gst if gst is not None else pool, full, bad)
 
     def _scatter_piped(self, gb: "_GroupBatch", rows, pool: Any, gst: Any, bad: List[int],
@@ -805,8 +841,8 @@ class ChunkStore(ChunkIndex):
 
         def dma_in(copier: Any, item: Any, h: int) -> None:
             sl = item[0]
-            self._dma(pool, halves[h], [r[1] for r, _ in sl], [off for _, off in sl],
-                      [self.map.object_bytes(g, r[2]) for r, _ in sl], copier)
+            self._timed_dma(pool, halves[h], [r[1] for r, _ in sl], [off for _, off in sl],
+                            [self.map.object_bytes(g, r[2]) for r, _ in sl], copier)
 
         def slices():
             for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst, self._slice_cap):
@@ -855,7 +891,9 @@ class ChunkStore(ChunkIndex):
         dst = np.concatenate([r[2].reshape(-1) for r in rows])
         exp = np.concatenate([r[3].reshape(-1) for r in rows]).astype(np.uint64)
         lens = np.full(len(src), self.map.piece_bytes, dtype=np.uint64)
+        t0 = time.perf_counter()
         st, sums = self._mover.copy(src_mem, self._side, src, dst, lens, expect=exp)
+        t_scatter = time.perf_counter() - t0
         nbytes = int(lens.sum())
         if st != OK:
             sums = np.asarray(sums, dtype=np.uint64)
@@ -868,6 +906,7 @@ class ChunkStore(ChunkIndex):
                 at += cnt
         with self._lock:
             self.stats.bytes_loaded += nbytes
+            self.stats.t_scatter += t_scatter
 
     def _load_staged(self, plan, bad, group_done, done_groups) -> None:
         items = self._flat(plan)
