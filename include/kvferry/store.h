@@ -187,6 +187,18 @@ KVF_API kvf_status_t kvf_store_exists_batch(kvf_store_h store, size_t count,
                                             const char *const *keys,
                                             kvf_status_t *statuses);
 
+/* exists_batch for keys about to be read: each committed object found
+ * (KVF_OK) is also held under a read lease, as a get's look-up holds it
+ * (not evicted, its space not reused, for *lease_ms_p ms; 0 where the
+ * client's lease budget is spent), and counts as just used for eviction.
+ * For a cache's look-up ahead of its load: what it found stays until
+ * the load, however full the pool. One master round trip. lease_ms_p
+ * may be NULL. */
+KVF_API kvf_status_t kvf_store_hold_batch(kvf_store_h store, size_t count,
+                                          const char *const *keys,
+                                          kvf_status_t *statuses,
+                                          unsigned *lease_ms_p);
+
 /* ---- views: objects read in place, without a copy ----------------------
  *
  * A view is an object's bytes where they lie: inside this process's

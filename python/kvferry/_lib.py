@@ -239,6 +239,8 @@ _PROTOS = {
     ),
     "kvf_store_remove_batch": (status_t, [c_void_p, c_size_t, c_void_p, c_void_p]),
     "kvf_store_exists_batch": (status_t, [c_void_p, c_size_t, c_void_p, c_void_p]),
+    "kvf_store_hold_batch": (status_t, [c_void_p, c_size_t, c_void_p, c_void_p,
+                                        POINTER(c_uint)]),
     "kvf_store_list": (status_t, [c_void_p, c_char_p, c_size_t, LIST_FN, c_void_p]),
     "kvf_store_last_timing": (None, [POINTER(StoreTiming)]),
 }

@@ -442,11 +442,14 @@ class ChunkIndex:
         return tokens_hit, chunks
 
     def _exists(self, chunks: List[Chunk]) -> List[bool]:
-        """Per chunk: every group's object is stored."""
+        """Per chunk: every group's object is stored. Found objects are
+        held (read leases, as just used) where the store can: a hit stays
+        in the pool until its load, however full the pool runs meanwhile."""
         keys = [k for c in chunks for k in self._object_keys(c)]
+        look = getattr(self.store, "hold_batch", None) or self.store.exists_batch
         found: List[bool] = []
         for a in range(0, len(keys), BATCH_MAX):
-            found += self.store.exists_batch(keys[a:a + BATCH_MAX])
+            found += look(keys[a:a + BATCH_MAX])
         g = self.groups
         return [all(found[i * g:(i + 1) * g]) for i in range(len(chunks))]
 

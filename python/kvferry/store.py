@@ -723,6 +723,24 @@ class Store:
         del st
         return out
 
+    def hold_batch(self, keys: Sequence[Any]) -> List[bool]:
+        """:meth:`exists_batch` for keys about to be read: each one found
+        is also held under a read lease (not evicted, its space not
+        reused, for the master's ``lease_ms``) and counts as just used
+        (kvf_store_hold_batch). One master round trip."""
+        karr, n = self._keys(keys)
+        if n == 0:
+            return []
+        sts = (c_int * n)()
+        lease = c_uint(0)
+        _lib.lib().kvf_store_hold_batch(self._handle(), n, karr, sts, byref(lease))
+        out = []
+        for s in sts:
+            if s not in (OK, ERR_NO_KEY, ERR_NOT_READY):
+                raise BatchError(s, "hold_batch", list(sts))
+            out.append(s == OK)
+        return out
+
     def remove_batch(self, keys: Sequence[Any], *, check: bool = True) -> List[int]:
         """Removes many keys; returns each key's status (raises
         :class:`BatchError` when one failed and check is True)."""

@@ -146,6 +146,8 @@ def test_batches(store):
     vals = [os.urandom(100 + i) for i in range(50)]
     assert store.put_batch(ks, vals) == [0] * 50
     assert store.exists_batch(ks + [key()]) == [True] * 50 + [False]
+    # a hold answers as exists (and leases what it found: test_store_faults)
+    assert store.hold_batch([key()] + ks) == [False] + [True] * 50
     bufs = [bytearray(200) for _ in ks]
     assert store.get_batch(ks, bufs) == [100 + i for i in range(50)]
     assert all(bytes(b[: 100 + i]) == vals[i] for i, b in enumerate(bufs))

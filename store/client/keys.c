@@ -1,7 +1,8 @@
 /*
  * Store client: the operations on keys that move no bytes. remove,
- * exists, list and query are one master round trip each; a remove also
- * drops the key from the handle's location cache.
+ * exists, hold (exists under a read lease), list and query are one
+ * master round trip each; a remove also drops the key from the handle's
+ * location cache.
  */
 #include "store/client/client_int.h"
 #include "core/alloc.h"
@@ -87,6 +88,37 @@ kvf_status_t kvf_store_exists_batch(kvf_store_h st, size_t count,
                                     kvf_status_t *statuses)
 {
     return kvf_keys_batch(st, KVF_SP_EXISTS, count, keys, statuses);
+}
+
+kvf_status_t kvf_store_hold_batch(kvf_store_h st, size_t count,
+                                  const char *const *keys,
+                                  kvf_status_t *statuses, unsigned *lease_ms_p)
+{
+    unsigned lease_ms = ~0u;
+    kvf_status_t status;
+    kvf_sreps_t *e;
+    size_t i;
+
+    if (st == NULL || keys == NULL || statuses == NULL || count == 0 ||
+        count > KVF_STORE_BATCH_MAX) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if ((e = kvf_calloc(count, sizeof(*e))) == NULL) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    status = kvf__slookup(st, count, keys, e);
+    for (i = 0; i < count; i++) {
+        statuses[i] = (status != KVF_OK && e[i].status == KVF_OK) ? status
+                                                                  : e[i].status;
+        if (statuses[i] == KVF_OK && e[i].lease_ms < lease_ms) {
+            lease_ms = e[i].lease_ms;
+        }
+    }
+    kvf_free(e);
+    if (lease_ms_p != NULL) {
+        *lease_ms_p = (lease_ms == ~0u) ? 0 : lease_ms;
+    }
+    return kvf__sfirst_error(statuses, count);
 }
 
 kvf_status_t kvf_store_remove(kvf_store_h st, const char *key)

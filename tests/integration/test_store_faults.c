@@ -94,6 +94,60 @@ static void test_eviction_order(void **state)
     kvs_stop(&m, 0);
 }
 
+/* A hold is a look-up for a read to come: what it found is leased (not
+ * evicted however full the pool) and becomes the most recently used; an
+ * exists changes neither. */
+static void test_hold(void **state)
+{
+    static const char *const mopt[] = {"--high-watermark",
+                                       "100",
+                                       "--low-watermark",
+                                       "100",
+                                       "--lease",
+                                       "1500ms",
+                                       NULL};
+    const char *keys[3] = {"hd/0", "hd/1", "hd/none"};
+    kvf_status_t s[3];
+    unsigned lease_ms = 0;
+    kvs_proc_t m, n;
+    kvs_client_t c;
+    size_t got;
+    int i;
+
+    (void)state;
+    assert_int_equal(kvs_master(&m, 0, mopt), 0);
+    assert_int_equal(kvs_node(&n, m.addr, "8M", NULL), 0);
+    assert_int_equal(kvs_client_open(&c, m.addr, 2 * MiB), 0);
+    put_n(&c, "hd/%d", 0, 8, MiB, 0); /* the pool is full, hd/0 the coldest */
+    assert_int_equal(kvf_store_exists(c.st, "hd/2"), KVF_OK);
+    assert_int_equal(kvf_store_hold_batch(c.st, 3, keys, s, &lease_ms),
+                     KVF_ERR_NO_KEY);
+    assert_int_equal(s[0], KVF_OK);
+    assert_int_equal(s[1], KVF_OK);
+    assert_int_equal(s[2], KVF_ERR_NO_KEY);
+    assert_int_equal(lease_ms, 1500);
+    /* two puts evict two: not the held hd/0 and hd/1, but hd/2 (its
+     * exists did not warm it) and hd/3 */
+    put_n(&c, "hd/%d", 8, 10, MiB, 0);
+    assert_int_equal(exists_fmt(&c, "hd/%d", 2), KVF_ERR_NO_KEY);
+    assert_int_equal(exists_fmt(&c, "hd/%d", 3), KVF_ERR_NO_KEY);
+    for (i = 0; i < 10; i++) {
+        if (i != 2 && i != 3) {
+            assert_int_equal(exists_fmt(&c, "hd/%d", i), KVF_OK);
+        }
+    }
+    assert_int_equal(kvf_store_get(c.st, "hd/0", c.buf, MiB, &got, 0), KVF_OK);
+    kvs_fill(c.buf + MiB, MiB, 0);
+    assert_memory_equal(c.buf, c.buf + MiB, MiB);
+    assert_int_equal(kvf_store_hold_batch(c.st, 0, keys, s, NULL),
+                     KVF_ERR_INVALID_PARAM);
+    assert_int_equal(kvf_store_hold_batch(c.st, 1, keys, NULL, NULL),
+                     KVF_ERR_INVALID_PARAM);
+    kvs_client_close(&c);
+    kvs_stop(&n, 0);
+    kvs_stop(&m, 0);
+}
+
 static void test_watermark(void **state)
 {
     static const char *const mopt[] = {"--high-watermark",
@@ -714,6 +768,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eviction_order),
+        cmocka_unit_test(test_hold),
         cmocka_unit_test(test_watermark),
         cmocka_unit_test(test_lease_and_pin),
         cmocka_unit_test(test_node_death),
