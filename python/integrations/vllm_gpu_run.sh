@@ -82,8 +82,9 @@ case "${1:-}" in
         --node-pool 12G)
         case "$variant" in
           4p5b) args+=(--kv-heads 8 --block-size 16 --modes "baseline,producer,consumer,split"
-            --variant 'pipe={"stage_pipeline": true}'
-            --variant 'producer@pipe={"stage_pipeline": true, "namespace": "pipe"}') ;;
+            --variant 'nopipe={"stage_pipeline": false}'
+            --variant 'producer@nopipe={"stage_pipeline": false, "namespace": "nopipe"}'
+            --variant 'async={"load_mode": "async"}') ;;
           4p5b-b32) args+=(--kv-heads 8 --block-size 32 --modes "baseline,producer,consumer") ;;
           4p5b-kv2) args+=(--kv-heads 2 --block-size 16 --modes "baseline,producer,consumer") ;;
           *) echo "vllm-gpu-run: unknown variant $variant" >&2; exit 2 ;;

@@ -773,6 +773,8 @@ class ChunkStore(ChunkIndex):
             with self._lock:
                 self.stats.t_query += time.perf_counter() - t0
             n = len(items)
+            if self._piped_views(views):
+                return self._load_viewed_piped(items, views, bad, group_done, done_groups)
             for g in range(self.groups):
                 gv = views[g * n:(g + 1) * n]
                 if any(v.status == ERR_UNSUPPORTED for v in gv):
@@ -786,9 +788,24 @@ class ChunkStore(ChunkIndex):
             for lease in leases:
                 lease.release()
 
-    def _load_group_viewed(self, items, gv, g: int, bad: List[int]) -> None:
+    def _piped_views(self, views) -> bool:
+        """May a load of these views run as one pipeline over all groups
+        (:meth:`_load_viewed_piped`)? A GPU stage in halves, and every
+        view's mapping reachable by the GPU."""
+        if not self.gpu or self._pipe is None or self._gpu_stage() is None:
+            return False
+        if any(v.status == ERR_UNSUPPORTED for v in views):
+            return False
+        maps = self._kvg.host_mappings(self.store)
+        seen = {(v.map_base, v.map_len) for v in views if v.status == OK and v.map_base}
+        return all(maps.ensure(b, n) for b, n in seen)
+
+    def _group_rows(self, items, gv, g: int, bad: List[int]):
+        """The viewed objects of group g whose header is right, as rows
+        (item, offset in the mapping, blocks k, j0, j1, cache blocks,
+        expected sums) per mapping base, and each mapping's length; the
+        others noted bad."""
         gb = self._batches[g]
-        maps = self._kvg.host_mappings(self.store) if self.gpu else None
         per_map: Dict[int, List[Tuple[Any, int, int, int, int, List[int], Any]]] = {}
         lens: Dict[int, int] = {}
         for it, v in zip(items, gv):
@@ -800,14 +817,60 @@ class ChunkStore(ChunkIndex):
             if sums is None:
                 self._note_bad(bad, it, 0, True)
                 continue
-            if v.map_base not in lens:
-                if maps is not None and not maps.ensure(v.map_base, v.map_len):
-                    # the GPU refused the mapping: this process copies instead
-                    self._want_views = self._want_put_views = False
-                    return self._load_group_staged(items, g, bad)
-                lens[v.map_base] = v.map_len
+            lens[v.map_base] = v.map_len
             per_map.setdefault(v.map_base, []).append(
                 (it, v.addr - v.map_base, ch.blocks, j0, j1, ids, sums[:, j0:j1]))
+        return per_map, lens
+
+    def _load_viewed_piped(self, items, views, bad, group_done, done_groups) -> None:
+        """Every group's viewed objects through the GPU stage's halves in
+        one pipeline: headers are read and each slice's descriptors built
+        while the DMA of the one before runs, and the DMA of the next
+        group's first slice overlaps the scatter of this group's last.
+        group_done(g) runs once group g's last slice is scattered."""
+        gst, n = self._gpu_stage(), len(items)
+        halves = self._halves(gst)
+
+        def slices():
+            for g in range(self.groups):
+                gb = self._batches[g]
+                per_map, lens = self._group_rows(items, views[g * n:(g + 1) * n], g, bad)
+                for base, rows in per_map.items():
+                    pool = self._kvg.GpuMem(base, lens[base], _lib.MEM_PINNED, 0)
+                    for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst,
+                                                                   self._slice_cap):
+                        yield g, pool, sl, [(r[0], o, c, r[6])
+                                            for r, o, c in zip(local, objs, cache)]
+                with self._lock:
+                    self.stats.viewed_objects += sum(len(r) for r in per_map.values())
+                yield g, None, [], []  # the group's end
+
+        def dma_in(copier: Any, item: Any, h: int) -> None:
+            g, pool, sl, _ = item
+            if sl:
+                self._timed_dma(pool, halves[h], [r[1] for r, _ in sl], [off for _, off in sl],
+                                [self.map.object_bytes(g, r[2]) for r, _ in sl], copier)
+
+        def work(item: Any, h: int) -> None:
+            g, _, sl, full = item
+            if sl:
+                return self._scatter(halves[h], full, bad)
+            done_groups.add(g)
+            if group_done is not None:
+                group_done(g)
+
+        with self._move_lock:
+            self._pipe.run_in(slices(), dma_in, work)
+
+    def _load_group_viewed(self, items, gv, g: int, bad: List[int]) -> None:
+        gb = self._batches[g]
+        maps = self._kvg.host_mappings(self.store) if self.gpu else None
+        per_map, lens = self._group_rows(items, gv, g, bad)
+        for base in list(lens):
+            if maps is not None and not maps.ensure(base, lens[base]):
+                # the GPU refused the mapping: this process copies instead
+                self._want_views = self._want_put_views = False
+                return self._load_group_staged(items, g, bad)
         for base, rows in per_map.items():
             if self.gpu:
                 self._scatter_from_pool(gb, rows, base, lens[base], bad, g)

@@ -55,9 +55,9 @@ vLLM's model config has none), ``chunk_tokens`` (default 256),
 put views where the node is on this host), ``sum_mode`` (the GPU copies'
 checksum mode), ``stage_bytes``, ``gpu_stage_bytes`` (GPU memory whole
 objects are copied through by the copy engines; 0: the kernels reach
-the node's pool directly), ``stage_pipeline`` (default false: true
-cuts that stage in halves, the copy engines moving one while the
-kernels work on the other; not yet measured on a GPU), ``overlap`` (loads and saves on the
+the node's pool directly), ``stage_pipeline`` (default true: that
+stage in halves, the copy engines moving one while the kernels work on
+the other; false: one after the other), ``overlap`` (loads and saves on the
 mover thread, overlapped with the forward pass: default on for GPU
 caches).
 
@@ -344,7 +344,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self.sum_mode = extra.get("sum_mode")
         self.stage_bytes = int(extra.get("stage_bytes", 256 << 20))
         self.gpu_stage_bytes = int(extra.get("gpu_stage_bytes", 512 << 20))
-        self.stage_pipeline = bool(extra.get("stage_pipeline", False))
+        self.stage_pipeline = bool(extra.get("stage_pipeline", True))
         # "layerwise": loads inside the step, layer group by layer group;
         # "async": between steps (the request waits, the batch goes on)
         self.load_mode = str(extra.get("load_mode", "layerwise"))

@@ -214,8 +214,10 @@ def test_gpu_paths_on_host_memory_byte_for_byte(store, pipeline):
     assert commit() == 4 * a.groups
     hit, chunks = b.lookup(toks, 256)
     req = kc.LoadReq(chunks, list(range(20, 36)), 0, hit)
-    b.load([req])
+    done = []
+    b.load([req], group_done=done.append)
     assert req.loaded == 256 and req.failed_blocks == []
+    assert done == list(range(b.groups)) and b.stats.t_dma > 0
     assert b.stats.viewed_objects == 4 * b.groups and b.stats.corrupt_misses == 0
     for s, d in zip(src, dst):
         assert np.array_equal(s[:, 0:16], d[:, 20:36])
@@ -224,5 +226,33 @@ def test_gpu_paths_on_host_memory_byte_for_byte(store, pipeline):
             base, half = cs._gstage.mem().base, cs._gstage_bytes // 2
             halves = {(pair[end] - base) // half for pair in cs._pipe._copier.plain}
             assert halves == {0, 1}
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_a_damaged_piece_ends_the_hit_there(store, pipeline):
+    """A piece whose bytes differ from its header's checksum (third block
+    of one group's object) is caught by the verifying scatter: the hit
+    ends before that block, the rest is left to be recomputed."""
+    rng = np.random.default_rng(4)
+    shape = (2, 40, 16, 2, 32)
+    src = [rng.integers(0, 1 << 16, shape, dtype=np.uint16) for _ in range(6)]
+    dst = [np.zeros(shape, dtype=np.uint16) for _ in range(6)]
+    name = "kd-" + uuid.uuid4().hex[:10]
+    a, b = _host_gpu_store(store, src, name, pipeline), _host_gpu_store(store, dst, name, pipeline)
+    toks = [int(x) for x in rng.integers(1, 30000, 256)]
+    assert a.save([kc.SaveReq(a.chunks_of(toks, 256), list(range(16)))])() == 4 * a.groups
+    hit, chunks = b.lookup(toks, 256)
+    ch = chunks[0]
+    key = b.object_key(ch.key, ch.blocks, 1)
+    raw = bytearray(store.get_bytes(key))
+    raw[kc.header_bytes(b._batches[1].q, ch.blocks) + 2 * b.map.piece_bytes] ^= 0xFF
+    store.remove(key)
+    store.put(key, bytes(raw))
+    req = kc.LoadReq(chunks, list(range(20, 36)), 0, hit)
+    b.load([req])
+    assert req.loaded == 2 * 16 and req.failed_blocks == list(range(22, 36))
+    assert b.stats.corrupt_misses == 1
     a.close()
     b.close()
