@@ -174,6 +174,12 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
 
     loads: List[LoadSpec] = field(default_factory=list)
     saves: List[SaveSpec] = field(default_factory=list)
+    #: finished requests whose blocks vLLM holds for the workers' saves:
+    #: each worker names them in get_finished once its gathers are done
+    release: List[str] = field(default_factory=list)
+    #: blocks a save may still read were freed for reuse this step (a
+    #: preempted request's): the step waits for every gather first
+    wait_saves: bool = True
 
 
 @dataclass
@@ -383,6 +389,10 @@ class KvferryConnector(KVConnectorBase_V1):
         self._matched: Dict[str, Tuple[int, int, List[Chunk]]] = {}
         self._loads: Dict[str, LoadSpec] = {}
         self._tracked: Dict[str, _Tracked] = {}
+        #: requests the workers may still be gathering blocks of (a save
+        #: was scheduled), and finished ones to release in the next step
+        self._saving: Set[str] = set()
+        self._release: List[str] = []
         # worker side
         self.cache: Optional[ChunkStore] = None
         self._torch: Any = None
@@ -395,6 +405,10 @@ class KvferryConnector(KVConnectorBase_V1):
         self._threads: List[threading.Thread] = []
         self._group_last: Dict[str, int] = {}
         self._group_of: Dict[str, int] = {}
+        #: finished requests whose blocks vLLM holds until this worker's
+        #: gathers are done, with the last step that had saves then
+        self._held: List[Tuple[str, Optional[_Step]]] = []
+        self._last_saving: Optional[_Step] = None
 
     # ==================================================================
     # vLLM class-level questions
@@ -507,8 +521,13 @@ class KvferryConnector(KVConnectorBase_V1):
 
     def build_connector_meta(self, scheduler_output: Any) -> KvferryConnectorMetadata:
         """This step's loads, and the prompt chunks complete after it."""
-        meta = KvferryConnectorMetadata(loads=list(self._loads.values()))
-        self._loads = {}
+        meta = KvferryConnectorMetadata(loads=list(self._loads.values()), release=self._release)
+        self._loads, self._release = {}, []
+        # a preempted request's blocks go back to vLLM now, unasked: if a
+        # gather may still read them, the step waits for the gathers
+        # (unknown on a vLLM without preempted_req_ids: always)
+        preempted = getattr(scheduler_output, "preempted_req_ids", None)
+        meta.wait_saves = preempted is None or bool(self._saving & set(preempted))
         for rid in getattr(scheduler_output, "finished_req_ids", None) or ():
             self._tracked.pop(rid, None)
             self._matched.pop(rid, None)
@@ -546,17 +565,24 @@ class KvferryConnector(KVConnectorBase_V1):
         sv = self._new_saves(rid, computed)
         if sv is not None:
             meta.saves.append(sv)
+            self._saving.add(rid)
 
     def request_finished(self, request: Any, block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        """Frees the request's state. A step's saves have read its blocks
-        when the step ends (the commits may follow), so the blocks are
-        free at once; a producer returns how many prompt tokens it saved."""
-        tr = self._tracked.pop(request.request_id, None)
-        self._matched.pop(request.request_id, None)
-        self._loads.pop(request.request_id, None)
+        """Frees the request's state. A request that had saves keeps its
+        blocks (True) until the workers' gathers have read them: the next
+        step's metadata names it, and each worker's get_finished reports
+        it once done. A producer returns how many prompt tokens it saved."""
+        rid = request.request_id
+        tr = self._tracked.pop(rid, None)
+        self._matched.pop(rid, None)
+        self._loads.pop(rid, None)
+        held = rid in self._saving
+        if held:
+            self._saving.discard(rid)
+            self._release.append(rid)
         if not self.saves or tr is None:
-            return False, None
-        return False, {"kvferry": {"namespace": self.namespace, "stored_tokens": tr.saved}}
+            return held, None
+        return held, {"kvferry": {"namespace": self.namespace, "stored_tokens": tr.saved}}
 
     # ==================================================================
     # worker side
@@ -632,11 +658,15 @@ class KvferryConnector(KVConnectorBase_V1):
             ev.synchronize()
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
-        """Hands this step's loads and saves to the mover thread."""
-        self._finish_step()
-        if self.cache is None or not self.has_connector_metadata():
+        """Hands this step's loads and saves to the mover thread. The
+        last step's gathers go on unless this step may write blocks they
+        read (a preempted request's, given back): see _finish_step."""
+        meta = self._get_connector_metadata() if self.has_connector_metadata() else None
+        self._finish_step(getattr(meta, "wait_saves", True))
+        for rid in getattr(meta, "release", None) or ():
+            self._held.append((rid, self._last_saving))
+        if self.cache is None or meta is None:
             return
-        meta = self._get_connector_metadata()
         loads, saves = list(getattr(meta, "loads", None) or ()), list(getattr(meta, "saves", None) or ())
         later = [ld for ld in loads if getattr(ld, "is_async", False)]
         if later:
@@ -647,6 +677,8 @@ class KvferryConnector(KVConnectorBase_V1):
         step = _Step(self.cache.groups)
         step.saves = saves
         self._step = step
+        if saves:
+            self._last_saving = step
         if loads:
             step.loads = [(ld, LoadReq(self._mine(ld), ld.block_ids, ld.start, ld.end))
                           for ld in loads]
@@ -780,13 +812,15 @@ class KvferryConnector(KVConnectorBase_V1):
         self._record_loads(step)
         return step
 
-    def _finish_step(self) -> None:
-        """Ends the current step's work: _end_forward, then its gathers
-        waited for (the cache's blocks read), so that no forward pass
-        writes blocks a save has still to read. The commits go on in the
-        committer thread."""
+    def _finish_step(self, gathers: bool = True) -> None:
+        """Ends the current step's work: _end_forward, then (gathers) its
+        gathers waited for (the cache's blocks read), so that no forward
+        pass writes blocks a save has still to read. Without: the blocks
+        they read stay the requests' (running, or finished and held until
+        get_finished names them). The commits go on in the committer
+        thread."""
         step = self._end_forward()
-        if step is None or step.save_gathered.is_set():
+        if not gathers or step is None or step.save_gathered.is_set():
             return
         t0 = time.perf_counter()
         if not step.save_gathered.wait(STEP_WAIT_S):
@@ -828,12 +862,16 @@ class KvferryConnector(KVConnectorBase_V1):
             self._commit_q.put(lambda: cache.remove(bad_chunks))
 
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
-        """Requests whose asynchronous loads ended (their failed blocks are
-        reported by get_block_ids_with_load_errors no later than this
-        pass); saves end within their step."""
+        """(finished requests whose held blocks this worker's gathers are
+        done with: vLLM frees them; requests whose asynchronous loads
+        ended: their failed blocks are reported by
+        get_block_ids_with_load_errors no later than this pass)."""
         with self._lock:
             done, self._recved = self._recved, set()
-        return None, (done or None)
+        sent = {rid for rid, st in self._held if st is None or st.save_gathered.is_set()}
+        if sent:
+            self._held = [(rid, st) for rid, st in self._held if rid not in sent]
+        return (sent or None), (done or None)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         """Blocks whose load failed since the last call (vLLM recomputes them)."""

@@ -100,7 +100,7 @@ def plain_world(master, namespace, role, device=None):
     def request(rid, tokens):
         return types.SimpleNamespace(request_id=rid, prompt_token_ids=list(tokens))
 
-    def sched_out(new=(), cached=(), finished=()):
+    def sched_out(new=(), cached=(), finished=(), preempted=()):
         nr = [types.SimpleNamespace(req_id=r.request_id, prompt_token_ids=r.prompt_token_ids,
                                     block_ids=(list(ids),), num_computed_tokens=c)
               for r, ids, c, _ in new]
@@ -110,7 +110,8 @@ def plain_world(master, namespace, role, device=None):
                                    num_computed_tokens=[c for _, _, c, _ in cached])
         sched = {r.request_id: n for r, _, _, n in list(new) + list(cached)}
         return types.SimpleNamespace(scheduled_new_reqs=nr, scheduled_cached_reqs=cr,
-                                     num_scheduled_tokens=sched, finished_req_ids=set(finished))
+                                     num_scheduled_tokens=sched, finished_req_ids=set(finished),
+                                     preempted_req_ids=set(preempted))
 
     return types.SimpleNamespace(make=make, caches=caches, request=request, sched_out=sched_out,
                                  blocks=Blocks, scheduler=0, worker=1, names=names,
@@ -206,7 +207,7 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
         return Request(request_id=rid, prompt_token_ids=list(tokens),
                        sampling_params=SamplingParams(max_tokens=1), pooling_params=None)
 
-    def sched_out(new=(), cached=(), finished=()):
+    def sched_out(new=(), cached=(), finished=(), preempted=()):
         nr = []
         for r, ids, c, _ in new:
             r.num_computed_tokens = c
@@ -224,6 +225,7 @@ def vllm_world(master, namespace, role, layout_name="LBHNC"):
         out.scheduled_new_reqs, out.scheduled_cached_reqs = nr, cr
         out.num_scheduled_tokens = {r.request_id: n for r, _, _, n in list(new) + list(cached)}
         out.finished_req_ids = set(finished)
+        out.preempted_req_ids = set(preempted)
         return out
 
     def blocks(ids):
@@ -306,7 +308,13 @@ def test_prefill_decode_handoff(world):
         assert p_w.flush()
         assert p_w.stats["saved_chunks"] == 3 and p_w.stats["saved_objects"] == 6
         defer, params = p_s.request_finished(req, p_ids)
-        assert defer is False and params["kvferry"]["stored_tokens"] == 5 * BS
+        # the blocks stay vLLM's until the worker's gathers are done: the
+        # next step names the request, the worker reports it once
+        assert defer is True and params["kvferry"]["stored_tokens"] == 5 * BS
+        m3 = step(wp, p_s, p_w, wp.sched_out(finished=["p1"]))
+        assert m3.release == ["p1"] and not m3.wait_saves and not m3.saves
+        assert p_w.get_finished({"p1"}) == ({"p1"}, None)
+        assert p_w.get_finished(set()) == (None, None)
 
         dreq = wd.request("d1", tokens)
         n, is_async = d_s.get_num_new_matched_tokens(dreq, 0)
@@ -327,6 +335,37 @@ def test_prefill_decode_handoff(world):
     finally:
         for c in (p_s, p_w, d_s, d_w):
             c.shutdown()
+
+
+def test_gathers_hold_blocks_not_steps(world):
+    """A step does not wait for the last step's gathers while the blocks
+    they read stay the requests' (running, or finished and held until
+    get_finished names them); a preempted request's blocks go back to
+    vLLM at once, so that step waits for every gather first."""
+    name = ns()
+    w = world(name, "kv_both")
+    s, wk = w.make(w.scheduler), w.make(w.worker)
+    try:
+        wk.register_kv_caches(w.caches(5))
+        a, b = w.request("ga", list(range(4 * BS))), w.request("gb", list(range(7, 7 + 4 * BS)))
+        m1 = step(w, s, wk, w.sched_out(new=[(a, [1, 2, 3, 4], 0, 2 * BS)]))
+        assert m1.saves and not m1.wait_saves
+        m2 = step(w, s, wk, w.sched_out(new=[(b, [5, 6, 7, 8], 0, BS)]))
+        assert not m2.wait_saves and not m2.release
+        # a, which saved, is preempted: its blocks may be rewritten now
+        m3 = step(w, s, wk, w.sched_out(preempted=["ga"]))
+        assert m3.wait_saves
+        # b never saved a chunk: its end releases nothing and holds nothing
+        assert s.request_finished(b, [5, 6, 7, 8])[0] is False
+        assert s.request_finished(a, [1, 2, 3, 4])[0] is True
+        m4 = step(w, s, wk, w.sched_out(finished=["ga", "gb"]))
+        assert m4.release == ["ga"] and not m4.wait_saves
+        assert wk.flush()
+        assert wk.get_finished({"ga", "gb"}) == ({"ga"}, None)
+        assert wk.get_finished(set()) == (None, None)
+    finally:
+        s.shutdown()
+        wk.shutdown()
 
 
 def test_local_prefix_and_last_token(world):
