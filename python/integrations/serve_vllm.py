@@ -368,6 +368,14 @@ def summary(recs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
             out[pre + "h2d_ceiling_gbs"] = cons["h2d_ceiling_gbs"]
             out[pre + "load_over_ceiling"] = cons["load_gbs"] / cons["h2d_ceiling_gbs"]
             out.update(load_phases(cons, pre))
+    for mode in ("producer",) + tuple(k for k in recs if k.startswith("producer@")):
+        st = recs.get(mode, {}).get("cache_stats", {})
+        pre = "" if mode == "producer" else mode + "_"
+        out.update({pre + k: float(st.get(k, 0.0)) for k in ("t_save_wait", "t_gather", "t_dma_out",
+                                                             "t_commit") if st})
+        ws = recs.get(mode, {}).get("worker_stats") or {}
+        if "wait_save_us" in ws:
+            out[pre + "wait_save_s"] = ws["wait_save_us"] / 1e6
     cons = recs.get("consumer")
     for mode in ("consumer", "split", "producer"):
         if mode in recs:

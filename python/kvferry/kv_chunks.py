@@ -261,6 +261,11 @@ class ChunkStats:
     #: and the verifying scatter kernels took (busy time of each)
     t_dma: float = 0.0
     t_scatter: float = 0.0
+    #: of the GPU saves: seconds waiting for the forward pass to reach a
+    #: group, the gathering kernels, and the DMA out of the GPU stage
+    t_save_wait: float = 0.0
+    t_gather: float = 0.0
+    t_dma_out: float = 0.0
     t_save: float = 0.0
     t_commit: float = 0.0
 
@@ -619,13 +624,13 @@ class ChunkStore(ChunkIndex):
                                np.asarray(dst_offs, dtype=np.uint64),
                                np.asarray(lens, dtype=np.uint64))
 
-    def _timed_dma(self, src: Any, dst: Any, src_offs, dst_offs, lens, copier: Any = None
-                   ) -> None:
-        """:meth:`_dma` of a load, its seconds counted in ``t_dma``."""
+    def _timed_dma(self, src: Any, dst: Any, src_offs, dst_offs, lens, copier: Any = None,
+                   counter: str = "t_dma") -> None:
+        """:meth:`_dma`, its seconds added to the stats' counter."""
         t0 = time.perf_counter()
         self._dma(src, dst, src_offs, dst_offs, lens, copier)
         with self._lock:
-            self.stats.t_dma += time.perf_counter() - t0
+            setattr(self.stats, counter, getattr(self.stats, counter) + time.perf_counter() - t0)
 
     def pool_dma_rate(self, nbytes: int = 512 << 20, rounds: int = 3) -> float:
         """GB/s of one plain DMA from the largest pool mapping of the
@@ -1099,7 +1104,10 @@ class ChunkStore(ChunkIndex):
         fallback: set = set()
         for g in range(self.groups):
             if group_ready is not None:
+                t0 = time.perf_counter()
                 group_ready(g)
+                with self._lock:
+                    self.stats.t_save_wait += time.perf_counter() - t0
             keys = [self.object_key(ch.key, ch.blocks, g) for ch, _ in items]
             lens = [self.map.object_bytes(g, ch.blocks) for ch, _ in items]
             pvs = self._put_views(keys, lens)
@@ -1216,9 +1224,10 @@ class ChunkStore(ChunkIndex):
                     keep[vi] = 1
                 if gst is not None:  # the data of each object, stage -> pool
                     hb = [header_bytes(gb.q, r[2]) for r, _ in sl]
-                    self._dma(gst, pool, [off + h for (_, off), h in zip(sl, hb)],
-                              [r[1] + h for (r, _), h in zip(sl, hb)],
-                              [self.map.object_bytes(g, r[2]) - h for (r, _), h in zip(sl, hb)])
+                    self._timed_dma(gst, pool, [off + h for (_, off), h in zip(sl, hb)],
+                                    [r[1] + h for (r, _), h in zip(sl, hb)],
+                                    [self.map.object_bytes(g, r[2]) - h
+                                     for (r, _), h in zip(sl, hb)], counter="t_dma_out")
 
     def _gather_piped(self, gb: "_GroupBatch", rows, pool: Any, gst: Any, views, items, owner,
                       keep, g: int) -> None:
@@ -1235,9 +1244,10 @@ class ChunkStore(ChunkIndex):
         def dma_out(copier: Any, item: Any, h: int) -> None:
             sl = item[0]
             hb = [header_bytes(gb.q, r[2]) for r, _ in sl]
-            self._dma(halves[h], pool, [off + n for (_, off), n in zip(sl, hb)],
-                      [r[1] + n for (r, _), n in zip(sl, hb)],
-                      [self.map.object_bytes(g, r[2]) - n for (r, _), n in zip(sl, hb)], copier)
+            self._timed_dma(halves[h], pool, [off + n for (_, off), n in zip(sl, hb)],
+                            [r[1] + n for (r, _), n in zip(sl, hb)],
+                            [self.map.object_bytes(g, r[2]) - n for (r, _), n in zip(sl, hb)],
+                            copier, "t_dma_out")
 
         def slices():
             for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst, self._slice_cap):
@@ -1253,7 +1263,10 @@ class ChunkStore(ChunkIndex):
         src = np.concatenate([r[1].reshape(-1) for r in rows])
         dst = np.concatenate([r[2].reshape(-1) for r in rows])
         lens = np.full(len(src), self.map.piece_bytes, dtype=np.uint64)
+        t0 = time.perf_counter()
         _, sums = self._mover.copy(src_mem, dst_mem, src, dst, lens)
+        with self._lock:
+            self.stats.t_gather += time.perf_counter() - t0
         sums = np.asarray(sums, dtype=np.uint64)
         at = 0
         for r in rows:
