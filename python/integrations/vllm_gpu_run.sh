@@ -81,10 +81,12 @@ case "${1:-}" in
         --prompt-len 32000 --prompts 2 --new-tokens 1 --gpu-memory-utilization 0.6
         --node-pool 12G)
         case "$variant" in
+          # the node's 12G pool holds one producer's 8.4 GB: a producer
+          # variant (a namespace of its own) evicts it, so it runs last
           4p5b) args+=(--kv-heads 8 --block-size 16 --modes "baseline,producer,consumer,split"
             --variant 'nopipe={"stage_pipeline": false}'
-            --variant 'producer@nopipe={"stage_pipeline": false, "namespace": "nopipe"}'
-            --variant 'async={"load_mode": "async"}') ;;
+            --variant 'async={"load_mode": "async"}'
+            --variant 'producer@nopipe={"stage_pipeline": false, "namespace": "nopipe"}') ;;
           4p5b-b32) args+=(--kv-heads 8 --block-size 32 --modes "baseline,producer,consumer") ;;
           4p5b-kv2) args+=(--kv-heads 2 --block-size 16 --modes "baseline,producer,consumer") ;;
           *) echo "vllm-gpu-run: unknown variant $variant" >&2; exit 2 ;;

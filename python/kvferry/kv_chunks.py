@@ -829,8 +829,8 @@ class ChunkStore(ChunkIndex):
 
     def _load_viewed_piped(self, items, views, bad, group_done, done_groups) -> None:
         """Every group's viewed objects through the GPU stage's halves in
-        one pipeline: headers are read and each slice's descriptors built
-        while the DMA of the one before runs, and the DMA of the next
+        one pipeline: each slice's headers are read and its descriptors
+        built while the DMA of the one before runs, and the DMA of the next
         group's first slice overlaps the scatter of this group's last.
         group_done(g) runs once group g's last slice is scattered."""
         gst, n = self._gpu_stage(), len(items)
@@ -838,16 +838,19 @@ class ChunkStore(ChunkIndex):
 
         def slices():
             for g in range(self.groups):
-                gb = self._batches[g]
-                per_map, lens = self._group_rows(items, views[g * n:(g + 1) * n], g, bad)
-                for base, rows in per_map.items():
-                    pool = self._kvg.GpuMem(base, lens[base], _lib.MEM_PINNED, 0)
-                    for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst,
-                                                                   self._slice_cap):
-                        yield g, pool, sl, [(r[0], o, c, r[6])
-                                            for r, o, c in zip(local, objs, cache)]
-                with self._lock:
-                    self.stats.viewed_objects += sum(len(r) for r in per_map.values())
+                gb, gv = self._batches[g], views[g * n:(g + 1) * n]
+                # headers read a slice's worth at a time, between DMAs
+                per = max(1, self._slice_cap // self.map.object_bytes(g, self.bpc))
+                for a in range(0, n, per):
+                    per_map, lens = self._group_rows(items[a:a + per], gv[a:a + per], g, bad)
+                    for base, rows in per_map.items():
+                        pool = self._kvg.GpuMem(base, lens[base], _lib.MEM_PINNED, 0)
+                        for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst,
+                                                                       self._slice_cap):
+                            yield g, pool, sl, [(r[0], o, c, r[6])
+                                                for r, o, c in zip(local, objs, cache)]
+                    with self._lock:
+                        self.stats.viewed_objects += sum(len(r) for r in per_map.values())
                 yield g, None, [], []  # the group's end
 
         def dma_in(copier: Any, item: Any, h: int) -> None:
