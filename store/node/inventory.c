@@ -1,8 +1,12 @@
 /*
  * A storage node's inventory server (see inventory.h): one thread polls
- * the listening socket, authenticates each new connection and gives it a
- * thread of its own (at most KVF_NI_CONNS: a leader's inventory and tier
- * channels, a deposed leader's); each applies INV_ADD / INV_DEL frames to
+ * the listening socket and gives each new connection a thread of its
+ * own, which authenticates it first. Connections not yet authenticated
+ * have a budget of their own (KVF_NI_PENDING at once, each at most
+ * KVF_NI_AUTH_MS), so peers without the secret never hold up the accept
+ * loop nor take the slots of authenticated ones (at most KVF_NI_CONNS: a
+ * leader's inventory and tier channels, a deposed leader's). Each
+ * authenticated connection applies INV_ADD / INV_DEL frames to
  * the inventory under its lock, answering one status per entry, and
  * TIER_OP frames to the node's disk tier (tier.h), so a batch of disk
  * I/O never holds up a commit's inventory entry.
@@ -25,6 +29,9 @@
 #include <unistd.h>
 
 #define KVF_NI_CONNS 8   /* a leader's two channels, a deposed one's, ... */
+#define KVF_NI_PENDING 4 /* handshakes under way at once */
+#define KVF_NI_AUTH_MS 2000u /* longest a handshake may take */
+#define KVF_NI_SLOTS (KVF_NI_CONNS + KVF_NI_PENDING)
 #define KVF_NI_PAGE  256 /* entries per INV_REPORT page */
 #define KVF_NI_POLL_MS 100 /* how soon a stop is seen */
 
@@ -32,6 +39,7 @@ typedef struct kvf_ni_conn {
     struct kvf_node_inv *ni;
     int fd;      /* -1: the slot is free */
     int running; /* its thread has not ended (atomic) */
+    char peer[64];
     pthread_t thread;
     kvf_wire_mac_t mac; /* fd's frame tags */
     kvf_sp_frame_t f;
@@ -41,7 +49,9 @@ struct kvf_node_inv {
     kvf_inv_t inv;
     pthread_mutex_t lock;
     int lfd;
-    kvf_ni_conn_t conns[KVF_NI_CONNS];
+    kvf_ni_conn_t conns[KVF_NI_SLOTS];
+    unsigned pending; /* connections in their handshake (atomic) */
+    unsigned authed;  /* authenticated connections (atomic) */
     char host[KVF_HOST_MAX];
     char addr[KVF_SM_INV_ADDR_MAX];
     unsigned timeout_ms;
@@ -58,7 +68,7 @@ static kvf_ni_conn_t *kvf_ni_slot(kvf_node_inv_t *ni)
     kvf_ni_conn_t *c;
     unsigned i;
 
-    for (i = 0; i < KVF_NI_CONNS; i++) {
+    for (i = 0; i < KVF_NI_SLOTS; i++) {
         c = &ni->conns[i];
         if (c->fd >= 0 && !__atomic_load_n(&c->running, __ATOMIC_ACQUIRE)) {
             pthread_join(c->thread, NULL);
@@ -73,12 +83,13 @@ static kvf_ni_conn_t *kvf_ni_slot(kvf_node_inv_t *ni)
     return NULL;
 }
 
+/* A new connection to a thread of its own, which authenticates it;
+ * refused at once past the unauthenticated budget. */
 static void kvf_ni_accept(kvf_node_inv_t *ni)
 {
-    char peer[64];
     int fd = accept4(ni->lfd, NULL, NULL, SOCK_CLOEXEC);
-    kvf_wire_mac_t mac;
-    kvf_ni_conn_t *c;
+    kvf_ni_conn_t *c = NULL;
+    char peer[64];
     int one = 1;
 
     if (fd < 0) {
@@ -88,30 +99,54 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
      * and waits for both */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     kvf_auth_peer_name(fd, peer, sizeof(peer));
-    if (kvf_auth_server(fd, ni->host, "store", peer,
-                        kvf_time_ms() + ni->timeout_ms, &mac) != KVF_OK) {
-        close(fd);
-        return;
+    if (__atomic_load_n(&ni->pending, __ATOMIC_ACQUIRE) < KVF_NI_PENDING) {
+        c = kvf_ni_slot(ni);
     }
-    c = kvf_ni_slot(ni);
     if (c != NULL) {
         c->ni = ni;
         c->fd = fd;
-        c->mac = mac;
+        memset(&c->mac, 0, sizeof(c->mac));
+        snprintf(c->peer, sizeof(c->peer), "%s", peer);
+        __atomic_add_fetch(&ni->pending, 1, __ATOMIC_ACQ_REL);
         __atomic_store_n(&c->running, 1, __ATOMIC_RELEASE);
         if (pthread_create(&c->thread, NULL, kvf_ni_conn_main, c) == 0) {
             return;
         }
         __atomic_store_n(&c->running, 0, __ATOMIC_RELEASE);
-        memset(&c->mac, 0, sizeof(c->mac)); /* freed below, as mac */
+        __atomic_sub_fetch(&ni->pending, 1, __ATOMIC_ACQ_REL);
         c->fd = -1;
     }
     kvf_log_rl(KVF_LOG_WARN,
-               "node inventory: %u leader connections "
-               "already: refusing %s",
-               KVF_NI_CONNS, peer);
-    kvf_wire_mac_free(&mac);
+               "node inventory: %u handshakes under way already: "
+               "refusing %s",
+               KVF_NI_PENDING, peer);
     close(fd);
+}
+
+/* c's handshake, within KVF_NI_AUTH_MS; then it counts as one of the
+ * KVF_NI_CONNS authenticated connections, if there is room. */
+static int kvf_ni_authenticate(kvf_ni_conn_t *c)
+{
+    kvf_node_inv_t *ni = c->ni;
+    unsigned ms = ni->timeout_ms < KVF_NI_AUTH_MS ? ni->timeout_ms
+                                                  : KVF_NI_AUTH_MS;
+    kvf_status_t st;
+
+    st = kvf_auth_server(c->fd, ni->host, "store", c->peer,
+                         kvf_time_ms() + ms, &c->mac);
+    __atomic_sub_fetch(&ni->pending, 1, __ATOMIC_ACQ_REL);
+    if (st != KVF_OK) {
+        return 0;
+    }
+    if (__atomic_add_fetch(&ni->authed, 1, __ATOMIC_ACQ_REL) > KVF_NI_CONNS) {
+        __atomic_sub_fetch(&ni->authed, 1, __ATOMIC_ACQ_REL);
+        kvf_log_rl(KVF_LOG_WARN,
+                   "node inventory: %u leader connections already: "
+                   "refusing %s",
+                   KVF_NI_CONNS, c->peer);
+        return 0;
+    }
+    return 1;
 }
 
 /* Applies one INV_ADD / INV_DEL entry; logs what it refuses. */
@@ -230,9 +265,14 @@ static void *kvf_ni_conn_main(void *arg)
 {
     kvf_ni_conn_t *c = arg;
 
-    while (!__atomic_load_n(&c->ni->stop, __ATOMIC_ACQUIRE) &&
-           kvf_ni_serve(c) >= 0) {
+    if (kvf_ni_authenticate(c)) {
+        while (!__atomic_load_n(&c->ni->stop, __ATOMIC_ACQUIRE) &&
+               kvf_ni_serve(c) >= 0) {
+        }
+        __atomic_sub_fetch(&c->ni->authed, 1, __ATOMIC_ACQ_REL);
     }
+    shutdown(c->fd, SHUT_RDWR); /* the peer sees the end now; the fd is
+                                   closed when its slot is taken again */
     kvf_sp_frame_free(&c->f);
     __atomic_store_n(&c->running, 0, __ATOMIC_RELEASE);
     return NULL;
@@ -269,7 +309,7 @@ kvf_status_t kvf_node_inv_start(const char *host, const char *adv_host,
     pthread_mutex_init(&ni->lock, NULL);
     ni->timeout_ms = timeout_ms;
     snprintf(ni->host, sizeof(ni->host), "%s", host);
-    for (i = 0; i < KVF_NI_CONNS; i++) {
+    for (i = 0; i < KVF_NI_SLOTS; i++) {
         ni->conns[i].fd = -1;
     }
     st = kvf_auth_check_bind(host);
@@ -302,7 +342,7 @@ void kvf_node_inv_stop(kvf_node_inv_t *ni)
     __atomic_store_n(&ni->stop, 1, __ATOMIC_RELEASE);
     pthread_join(ni->thread, NULL);
     close(ni->lfd);
-    for (i = 0; i < KVF_NI_CONNS; i++) {
+    for (i = 0; i < KVF_NI_SLOTS; i++) {
         if (ni->conns[i].fd >= 0) {
             pthread_join(ni->conns[i].thread, NULL);
             close(ni->conns[i].fd);

@@ -8,7 +8,8 @@
  * leader's entry over an older one replaces it; an entry flagged
  * KVF_SM_INV_FORGET deletes the entry of its key at its offset; a frame
  * it does not
- * serve closes that connection only, and the server goes on. A real
+ * serve closes that connection only, and the server goes on. Peers that
+ * connect and stay silent hold up neither the accept loop nor a leader. A real
  * master refuses an inventory report from a node it does not know
  * (KVF_ERR_STALE) and a malformed one (KVF_ERR_PROTOCOL), and goes on.
  */
@@ -19,6 +20,7 @@
 #include "test_store_harness.h"
 #include "test_util.h"
 
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -140,6 +143,72 @@ static void test_node_server(void **state)
     kvf_node_inv_stop(ni);
 }
 
+/* Does the server close fd within ms (whatever it sent first)? */
+static int closed_within(int fd, unsigned ms)
+{
+    uint64_t deadline = kvf_time_ms() + ms;
+    char buf[256];
+    ssize_t n;
+
+    while (kvf_sock_wait(fd, POLLIN, deadline) == KVF_OK) {
+        n = recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Peers that connect and say nothing hold up neither the accept loop nor
+ * a leader: each handshake has a thread of its own and at most 2 s (not
+ * the node's 10 s timeout); past 4 under way a connection is closed at
+ * once, and the slots of authenticated connections stay theirs. */
+static void test_silent_peers(void **state)
+{
+    char host[KVF_HOST_MAX];
+    kvf_node_inv_t *ni;
+    uint64_t t0;
+    uint16_t port;
+    int silent[5], fd, fd2, i;
+
+    (void)state;
+    assert_int_equal(
+        kvf_node_inv_start("127.0.0.1", "127.0.0.1", 1 << 20, 10000, &ni),
+        KVF_OK);
+    assert_int_equal(
+        kvf_sock_parse_addr(kvf_node_inv_addr(ni), host, sizeof(host), &port),
+        KVF_OK);
+    for (i = 0; i < 3; i++) {
+        assert_int_equal(kvf_sock_connect(host, port, 2000, &silent[i]),
+                         KVF_OK);
+    }
+    /* three handshakes hang: a leader is served at once all the same */
+    t0 = kvf_time_ms();
+    assert_int_equal(kvf_test_connect(host, port, 2000, "store", &fd), KVF_OK);
+    assert_int_equal(add(fd, "a", 0, 4096, E_NEW), KVF_OK);
+    assert_true(kvf_time_ms() - t0 < 1000);
+    for (i = 3; i < 5; i++) {
+        kvs_sleep_ms(50); /* accepted in order */
+        assert_int_equal(kvf_sock_connect(host, port, 2000, &silent[i]),
+                         KVF_OK);
+    }
+    /* the fifth is past the budget of 4: closed at once */
+    assert_true(closed_within(silent[4], 1000));
+    for (i = 0; i < 4; i++) { /* each closed by its 2 s deadline */
+        assert_true(closed_within(silent[i], 2500));
+        close(silent[i]);
+    }
+    close(silent[4]);
+    /* the authenticated connection went on meanwhile; another comes in */
+    assert_int_equal(add(fd, "b", 8192, 4096, E_NEW), KVF_OK);
+    assert_int_equal(kvf_test_connect(host, port, 2000, "store", &fd2), KVF_OK);
+    assert_int_equal(add(fd2, "c", 16384, 4096, E_NEW), KVF_OK);
+    assert_int_equal(kvf_node_inv_count(ni), 3);
+    close(fd);
+    close(fd2);
+    kvf_node_inv_stop(ni);
+}
+
 static void test_master_refuses_report(void **state)
 {
     kvf_sm_inv_ent_t e = {
@@ -182,6 +251,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_node_server),
+        cmocka_unit_test(test_silent_peers),
         cmocka_unit_test(test_master_refuses_report),
     };
 
