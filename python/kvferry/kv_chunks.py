@@ -191,14 +191,20 @@ class CacheMap:
         parts = [p for ps in self.layers for p in ps]
         self.base = min(p.addr for p in parts)
         self.end = max(p.addr + (self.num_blocks - 1) * p.stride + p.nbytes for p in parts)
+        self._sizes: Dict[Tuple[int, int], int] = {}
 
     def group_parts(self, g: int) -> List[Part]:
         """The pieces of a block in group g, in object order."""
         return [p for layer in self.groups[g] for p in self.layers[layer]]
 
     def object_bytes(self, g: int, blocks: int) -> int:
-        q = len(self.group_parts(g))
-        return header_bytes(q, blocks) + q * blocks * self.piece_bytes
+        """Bytes of group g's object of a chunk of blocks blocks (its
+        header and pieces); asked per object, so computed once a shape."""
+        got = self._sizes.get((g, blocks))
+        if got is None:
+            q = len(self.group_parts(g))
+            got = self._sizes[(g, blocks)] = header_bytes(q, blocks) + q * blocks * self.piece_bytes
+        return got
 
 
 # ---------------------------------------------------------------------------
