@@ -903,8 +903,6 @@ class ChunkStore(ChunkIndex):
         the mapping directly."""
         pool = self._kvg.GpuMem(base, maplen, _lib.MEM_PINNED, 0)
         gst = self._gpu_stage()
-        if gst is not None and self._pipe is not None:
-            return self._scatter_piped(gb, rows, pool, gst, bad, g)
         for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst):
             full = [(r[0], o, c, r[6]) for r, o, c in zip(local, objs, cache)]
             with self._move_lock:
@@ -912,25 +910,6 @@ class ChunkStore(ChunkIndex):
                     self._timed_dma(pool, gst, [r[1] for r, _ in sl], [off for _, off in sl],
                                     [self.map.object_bytes(g, r[2]) for r, _ in sl])
                 self._scatter(gst if gst is not None else pool, full, bad)
-
-    def _scatter_piped(self, gb: "_GroupBatch", rows, pool: Any, gst: Any, bad: List[int],
-                       g: int) -> None:
-        """_scatter_from_pool through the stage's halves: the DMA of the
-        next slice runs while this one is scattered."""
-        halves = self._halves(gst)
-
-        def dma_in(copier: Any, item: Any, h: int) -> None:
-            sl = item[0]
-            self._timed_dma(pool, halves[h], [r[1] for r, _ in sl], [off for _, off in sl],
-                            [self.map.object_bytes(g, r[2]) for r, _ in sl], copier)
-
-        def slices():
-            for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst, self._slice_cap):
-                yield sl, [(r[0], o, c, r[6]) for r, o, c in zip(local, objs, cache)]
-
-        with self._move_lock:
-            self._pipe.run_in(slices(), dma_in,
-                              lambda item, h: self._scatter(halves[h], item[1], bad))
 
     def _staged_rows(self, gb: "_GroupBatch", rows, g: int, gst: Any, cap: int = 0):
         """rows (tag, offset in the pool mapping, k, j0, j1, blocks, ...) in

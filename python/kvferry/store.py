@@ -712,32 +712,27 @@ class Store:
     def exists_batch(self, keys: Sequence[Any]) -> List[bool]:
         """Whether each key is stored and committed (a key whose put is in
         progress is not yet: False)."""
-        karr, n = self._keys(keys)
-        sts = (c_int * n)()
-        st = _lib.lib().kvf_store_exists_batch(self._handle(), n, karr, sts)
-        out = []
-        for s in sts:
-            if s not in (OK, ERR_NO_KEY, ERR_NOT_READY):
-                raise BatchError(s, "exists_batch", list(sts))
-            out.append(s == OK)
-        del st
-        return out
+        return self._presence("exists_batch", keys)
 
     def hold_batch(self, keys: Sequence[Any]) -> List[bool]:
         """:meth:`exists_batch` for keys about to be read: each one found
         is also held under a read lease (not evicted, its space not
         reused, for the master's ``lease_ms``) and counts as just used
         (kvf_store_hold_batch). One master round trip."""
+        return self._presence("hold_batch", keys, None)
+
+    def _presence(self, op: str, keys: Sequence[Any], *extra: Any) -> List[bool]:
+        """kvf_store_<op>(store, n, keys, statuses, *extra): per key,
+        stored and committed; a status other than found / not found /
+        not ready raises BatchError."""
         karr, n = self._keys(keys)
-        if n == 0:
-            return []
         sts = (c_int * n)()
-        lease = c_uint(0)
-        _lib.lib().kvf_store_hold_batch(self._handle(), n, karr, sts, byref(lease))
+        if n:
+            getattr(_lib.lib(), "kvf_store_" + op)(self._handle(), n, karr, sts, *extra)
         out = []
         for s in sts:
             if s not in (OK, ERR_NO_KEY, ERR_NOT_READY):
-                raise BatchError(s, "hold_batch", list(sts))
+                raise BatchError(s, op, list(sts))
             out.append(s == OK)
         return out
 

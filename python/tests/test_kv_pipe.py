@@ -198,20 +198,26 @@ def _host_gpu_store(store, tensors, namespace, pipeline):
     return cs
 
 
-@pytest.mark.parametrize("pipeline", [True, False])
-def test_gpu_paths_on_host_memory_byte_for_byte(store, pipeline):
-    """Save and load through the GPU paths (put views, stage, gather,
-    DMA out; views, DMA in, scatter), the stage cut in halves or not."""
-    rng = np.random.default_rng(3)
+def _saved_pair(store, seed, pipeline):
+    """A producer's and a consumer's host-memory stores of one namespace
+    (6 layers), the producer's cache random, 256 tokens of it (blocks
+    0..15) saved: (src, dst, a, b, tokens)."""
+    rng = np.random.default_rng(seed)
     shape = (2, 40, 16, 2, 32)
     src = [rng.integers(0, 1 << 16, shape, dtype=np.uint16) for _ in range(6)]
     dst = [np.zeros(shape, dtype=np.uint16) for _ in range(6)]
     name = "kp-" + uuid.uuid4().hex[:10]
     a, b = _host_gpu_store(store, src, name, pipeline), _host_gpu_store(store, dst, name, pipeline)
     toks = [int(x) for x in rng.integers(1, 30000, 256)]
-    ids = list(range(16))
-    commit = a.save([kc.SaveReq(a.chunks_of(toks, 256), ids)])
-    assert commit() == 4 * a.groups
+    assert a.save([kc.SaveReq(a.chunks_of(toks, 256), list(range(16)))])() == 4 * a.groups
+    return src, dst, a, b, toks
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_gpu_paths_on_host_memory_byte_for_byte(store, pipeline):
+    """Save and load through the GPU paths (put views, stage, gather,
+    DMA out; views, DMA in, scatter), the stage cut in halves or not."""
+    src, dst, a, b, toks = _saved_pair(store, 3, pipeline)
     hit, chunks = b.lookup(toks, 256)
     req = kc.LoadReq(chunks, list(range(20, 36)), 0, hit)
     done = []
@@ -235,14 +241,7 @@ def test_a_damaged_piece_ends_the_hit_there(store, pipeline):
     """A piece whose bytes differ from its header's checksum (third block
     of one group's object) is caught by the verifying scatter: the hit
     ends before that block, the rest is left to be recomputed."""
-    rng = np.random.default_rng(4)
-    shape = (2, 40, 16, 2, 32)
-    src = [rng.integers(0, 1 << 16, shape, dtype=np.uint16) for _ in range(6)]
-    dst = [np.zeros(shape, dtype=np.uint16) for _ in range(6)]
-    name = "kd-" + uuid.uuid4().hex[:10]
-    a, b = _host_gpu_store(store, src, name, pipeline), _host_gpu_store(store, dst, name, pipeline)
-    toks = [int(x) for x in rng.integers(1, 30000, 256)]
-    assert a.save([kc.SaveReq(a.chunks_of(toks, 256), list(range(16)))])() == 4 * a.groups
+    _, _, a, b, toks = _saved_pair(store, 4, pipeline)
     hit, chunks = b.lookup(toks, 256)
     ch = chunks[0]
     key = b.object_key(ch.key, ch.blocks, 1)

@@ -108,8 +108,8 @@ kvf_status_t kvf_store_hold_batch(kvf_store_h st, size_t count,
     }
     status = kvf__slookup(st, count, keys, e);
     for (i = 0; i < count; i++) {
-        statuses[i] = (status != KVF_OK && e[i].status == KVF_OK) ? status
-                                                                  : e[i].status;
+        statuses[i] =
+            (status != KVF_OK && e[i].status == KVF_OK) ? status : e[i].status;
         if (statuses[i] == KVF_OK && e[i].lease_ms < lease_ms) {
             lease_ms = e[i].lease_ms;
         }

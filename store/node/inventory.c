@@ -28,11 +28,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define KVF_NI_CONNS 8   /* a leader's two channels, a deposed one's, ... */
-#define KVF_NI_PENDING 4 /* handshakes under way at once */
+#define KVF_NI_CONNS   8     /* a leader's two channels, a deposed one's, ... */
+#define KVF_NI_PENDING 4     /* handshakes under way at once */
 #define KVF_NI_AUTH_MS 2000u /* longest a handshake may take */
-#define KVF_NI_SLOTS (KVF_NI_CONNS + KVF_NI_PENDING)
-#define KVF_NI_PAGE  256 /* entries per INV_REPORT page */
+#define KVF_NI_SLOTS   (KVF_NI_CONNS + KVF_NI_PENDING)
+#define KVF_NI_PAGE    256 /* entries per INV_REPORT page */
 #define KVF_NI_POLL_MS 100 /* how soon a stop is seen */
 
 typedef struct kvf_ni_conn {
@@ -128,12 +128,12 @@ static void kvf_ni_accept(kvf_node_inv_t *ni)
 static int kvf_ni_authenticate(kvf_ni_conn_t *c)
 {
     kvf_node_inv_t *ni = c->ni;
-    unsigned ms = ni->timeout_ms < KVF_NI_AUTH_MS ? ni->timeout_ms
-                                                  : KVF_NI_AUTH_MS;
+    unsigned ms =
+        ni->timeout_ms < KVF_NI_AUTH_MS ? ni->timeout_ms : KVF_NI_AUTH_MS;
     kvf_status_t st;
 
-    st = kvf_auth_server(c->fd, ni->host, "store", c->peer,
-                         kvf_time_ms() + ms, &c->mac);
+    st = kvf_auth_server(c->fd, ni->host, "store", c->peer, kvf_time_ms() + ms,
+                         &c->mac);
     __atomic_sub_fetch(&ni->pending, 1, __ATOMIC_ACQ_REL);
     if (st != KVF_OK) {
         return 0;

@@ -99,13 +99,9 @@ static void test_eviction_order(void **state)
  * exists changes neither. */
 static void test_hold(void **state)
 {
-    static const char *const mopt[] = {"--high-watermark",
-                                       "100",
-                                       "--low-watermark",
-                                       "100",
-                                       "--lease",
-                                       "1500ms",
-                                       NULL};
+    static const char *const mopt[] = {
+        "--high-watermark", "100", "--low-watermark", "100", "--lease",
+        "1500ms",           NULL};
     const char *keys[3] = {"hd/0", "hd/1", "hd/none"};
     kvf_status_t s[3];
     unsigned lease_ms = 0;
@@ -681,7 +677,6 @@ static void test_corruption(void **state)
     kvs_stop(&m, 0);
 }
 
-
 /*
  * Corruption met by batch gets, whose checksums are computed while their
  * reads land: 32 objects of 256 KiB with two replicas (a batch of several
@@ -704,8 +699,9 @@ static void get_corrupt_batch(kvs_client_t *c, const char *const *keys, int n,
         caps[i] = sz;
         lens[i] = 0;
     }
-    assert_int_equal(kvf_store_get_batch(c->st, (size_t)n, keys, bufs, caps, lens, 0, sts),
-                     KVF_ERR_CHECKSUM);
+    assert_int_equal(
+        kvf_store_get_batch(c->st, (size_t)n, keys, bufs, caps, lens, 0, sts),
+        KVF_ERR_CHECKSUM);
     for (i = 0; i < n; i++) {
         if (i == bad) {
             assert_int_equal(sts[i], KVF_ERR_CHECKSUM);
@@ -742,14 +738,16 @@ static void test_corruption_batch(void **state)
     for (i = 0; i < N; i++) {
         snprintf(names[i], sizeof(names[i]), "cb/%d", i);
         keys[i] = names[i];
-        assert_int_equal(kvf_store_put(c.st, keys[i], c.buf + 8 * MiB + (size_t)i * SZ, SZ,
+        assert_int_equal(kvf_store_put(c.st, keys[i],
+                                       c.buf + 8 * MiB + (size_t)i * SZ, SZ,
                                        &two),
                          KVF_OK);
         assert_int_equal(kvf_store_query(c.st, keys[i], &info), KVF_OK);
         assert_int_equal(info.replicas, 2);
         for (k = 0; k < 2; k++) {
             if ((i % 2 == 1 && k == i / 2 % 2) || i == 5) {
-                corrupt(&c, info.segment[k], info.addr[k] + (uint64_t)(i * 4099 % (SZ - 8)), 8);
+                corrupt(&c, info.segment[k],
+                        info.addr[k] + (uint64_t)(i * 4099 % (SZ - 8)), 8);
             }
         }
     }
