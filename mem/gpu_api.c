@@ -330,6 +330,36 @@ kvf_status_t kvf_gpu_copy_blocks(kvf_gpu_copier_t *c, const kvf_gpu_mem_t *src,
     return status;
 }
 
+kvf_status_t kvf_gpu_copy_post(kvf_gpu_copier_t *c, const kvf_gpu_mem_t *src,
+                               const kvf_gpu_mem_t *dst,
+                               const kvf_gpu_block_t *blocks, size_t n,
+                               uint64_t *ticket_p)
+{
+    if (kvf_gpu_none()) {
+        return KVF_ERR_UNAVAILABLE;
+    }
+    if (c == NULL || src == NULL || dst == NULL || ticket_p == NULL ||
+        (n > 0 && blocks == NULL)) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    return kvf_cuda_ce_post_ticket(
+        kvf_gpu_cp(c), (const kvf_cuda_mem_t *)(const void *)src,
+        (const kvf_cuda_mem_t *)(const void *)dst,
+        (const kvf_cuda_blk_t *)(const void *)blocks, n, ticket_p);
+}
+
+kvf_status_t kvf_gpu_copy_wait(kvf_gpu_copier_t *c, uint64_t ticket,
+                               int timeout_ms)
+{
+    if (kvf_gpu_none()) {
+        return KVF_ERR_UNAVAILABLE;
+    }
+    if (c == NULL) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    return kvf_cuda_ce_wait_ticket(kvf_gpu_cp(c), ticket, timeout_ms);
+}
+
 kvf_status_t kvf_gpu_copy_blocks_sum(kvf_gpu_copier_t *c,
                                      const kvf_gpu_mem_t *src,
                                      const kvf_gpu_mem_t *dst,

@@ -177,6 +177,27 @@ KVF_API kvf_status_t kvf_gpu_copy_blocks(
     kvf_gpu_copier_t *c, const kvf_gpu_mem_t *src, const kvf_gpu_mem_t *dst,
     const kvf_gpu_block_t *blocks, size_t n, unsigned flags, int timeout_ms);
 
+/* Posts n blocks from src to dst through the copy engines (what
+ * kvf_gpu_copy_blocks does with KVF_GPU_COPY_ENGINES) and returns at
+ * once: *ticket_p names the post for kvf_gpu_copy_wait. A copier's posts
+ * run one after the other in the order made, so the engines go from one
+ * to the next without waiting for the caller (a pipeline posts the next
+ * slice before it waits for the last). Neither side may be pageable;
+ * both must stay valid until the post was waited for; blocks is only read
+ * during the call. Nothing is posted when a block falls outside its side
+ * (KVF_ERR_OUT_OF_BOUNDS). Other errors: KVF_ERR_INVALID_PARAM,
+ * KVF_ERR_UNAVAILABLE (no GPU). */
+KVF_API kvf_status_t kvf_gpu_copy_post(kvf_gpu_copier_t *c,
+                                       const kvf_gpu_mem_t *src,
+                                       const kvf_gpu_mem_t *dst,
+                                       const kvf_gpu_block_t *blocks, size_t n,
+                                       uint64_t *ticket_p);
+/* Waits (at most timeout_ms: KVF_ERR_TIMEOUT) until the post named ticket
+ * and every one before it ended; KVF_ERR_INVALID_PARAM for a ticket the
+ * copier never gave. */
+KVF_API kvf_status_t kvf_gpu_copy_wait(kvf_gpu_copier_t *c, uint64_t ticket,
+                                       int timeout_ms);
+
 /* Flags of kvf_gpu_copy_blocks_sum (neither: per direction, the way
  * docs/gpu.md gives as the faster one). */
 /* Checksums computed by the kernel that copies each block, from the

@@ -104,6 +104,70 @@ kvf_status_t kvf_cuda_copy_engines(kvf_cuda_copy_t *cp,
     return status;
 }
 
+/* Every block in bounds of both sides (nothing is posted otherwise). */
+static int kvf_cuda_blks_in(const kvf_cuda_mem_t *src,
+                            const kvf_cuda_mem_t *dst,
+                            const kvf_cuda_blk_t *blks, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (!kvf_cuda_blk_in(blks[i].src_off, blks[i].len, src->len) ||
+            !kvf_cuda_blk_in(blks[i].dst_off, blks[i].len, dst->len)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+kvf_status_t kvf_cuda_ce_post_ticket(kvf_cuda_copy_t *cp,
+                                     const kvf_cuda_mem_t *src,
+                                     const kvf_cuda_mem_t *dst,
+                                     const kvf_cuda_blk_t *blks, size_t n,
+                                     uint64_t *ticket_p)
+{
+    cudaEvent_t *ev;
+    kvf_status_t status;
+
+    if (cp == NULL || src == NULL || dst == NULL || ticket_p == NULL ||
+        (n > 0 && blks == NULL)) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    if (!kvf_cuda_blks_in(src, dst, blks, n)) {
+        return KVF_ERR_OUT_OF_BOUNDS;
+    }
+    status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
+    ev = &cp->ce_posts[cp->ce_next % KVF_CUDA_POSTS];
+    if (status == KVF_OK && *ev == NULL) {
+        status =
+            KVF_CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
+    }
+    if (status == KVF_OK) {
+        status = kvf_cuda_ce_post(cp, src, dst, blks, n, 0, 1);
+    }
+    if (status == KVF_OK) {
+        status = KVF_CUDA_CHECK(cudaEventRecord(*ev, cp->ce_stream));
+    }
+    if (status == KVF_OK) {
+        *ticket_p = cp->ce_next++;
+    }
+    return status;
+}
+
+kvf_status_t kvf_cuda_ce_wait_ticket(kvf_cuda_copy_t *cp, uint64_t ticket,
+                                     int timeout_ms)
+{
+    cudaEvent_t ev;
+
+    if (cp == NULL || ticket >= cp->ce_next) {
+        return KVF_ERR_INVALID_PARAM;
+    }
+    /* a ticket's event may since mark a later post: waiting for that one
+     * covers it too (one stream, posts in order) */
+    ev = cp->ce_posts[ticket % KVF_CUDA_POSTS];
+    return kvf_cuda_event_wait(ev, kvf_time_ms() + (uint64_t)timeout_ms);
+}
+
 int kvf_cuda_copy_device(const kvf_cuda_copy_t *cp)
 {
     return cp->device;

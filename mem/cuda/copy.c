@@ -135,6 +135,11 @@ void kvf_cuda_copy_destroy(kvf_cuda_copy_t *cp)
     if (cp->ce_done != NULL) {
         cudaEventDestroy(cp->ce_done);
     }
+    for (i = 0; i < KVF_CUDA_POSTS; i++) {
+        if (cp->ce_posts[i] != NULL) {
+            cudaEventDestroy(cp->ce_posts[i]);
+        }
+    }
     kvf_free(cp->ce_dst);
     kvf_free(cp->ce_src);
     kvf_free(cp->ce_len);

@@ -204,6 +204,22 @@ kvf_status_t kvf_cuda_copy_engines(kvf_cuda_copy_t *cp,
                                    const kvf_cuda_blk_t *blks, size_t n,
                                    int timeout_ms);
 
+/* Posts every block through the copy engines like kvf_cuda_copy_engines
+ * but does not wait: *ticket_p names the post for
+ * kvf_cuda_ce_wait_ticket. Posts run in the order made, one after the
+ * other on the copy-engine stream. Nothing is posted when a block falls
+ * outside its side (KVF_ERR_OUT_OF_BOUNDS). The blocks are read only
+ * during the call; both sides must stay valid until the post is waited
+ * for. */
+kvf_status_t kvf_cuda_ce_post_ticket(kvf_cuda_copy_t *cp,
+                                     const kvf_cuda_mem_t *src,
+                                     const kvf_cuda_mem_t *dst,
+                                     const kvf_cuda_blk_t *blks, size_t n,
+                                     uint64_t *ticket_p);
+/* Waits (at most timeout_ms) until the post named ticket has ended. */
+kvf_status_t kvf_cuda_ce_wait_ticket(kvf_cuda_copy_t *cp, uint64_t ticket,
+                                     int timeout_ms);
+
 /* For copies measured against the kernels (benches): the context's GPU,
  * its stream (a cudaStream_t), and a bounded wait for all work posted on
  * that stream so far. */

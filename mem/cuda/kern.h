@@ -167,6 +167,9 @@ kvf_status_t kvf_cuda_slot_post(kvf_cuda_slot_t *s, int device,
  * them) ------------------------------------------------------------------ */
 
 #define KVF_COPY_STAGE_SLOTS 3
+/* posted copy-engine batches a copier tells apart (older tickets wait for
+ * a later post, which the stream orders after them) */
+#define KVF_CUDA_POSTS 8
 #define KVF_COPY_STAGE_BYTES (8u << 20)
 #define KVF_COPY_STAGE_BLKS  16384u
 /* room for the pieces of one split block beyond the launch size */
@@ -193,6 +196,10 @@ struct kvf_cuda_copy {
     /* copy-engine batches (hybrid variant, batch API baseline) */
     cudaStream_t ce_stream;
     cudaEvent_t ce_done;
+    /* posted copy-engine batches (kvf_cuda_ce_post_ticket): post k
+     * recorded ce_posts[k % KVF_CUDA_POSTS]; ce_next the next ticket */
+    cudaEvent_t ce_posts[KVF_CUDA_POSTS];
+    uint64_t ce_next;
     void **ce_dst;
     const void **ce_src;
     size_t *ce_len;

@@ -243,6 +243,25 @@ kvf_status_t kvf_cuda_copy_engines(kvf_cuda_copy_t *cp,
     return kvf_cuda_copy_blocks(cp, src, dst, blks, n, timeout_ms);
 }
 
+kvf_status_t kvf_cuda_ce_post_ticket(kvf_cuda_copy_t *cp,
+                                     const kvf_cuda_mem_t *src,
+                                     const kvf_cuda_mem_t *dst,
+                                     const kvf_cuda_blk_t *blks, size_t n,
+                                     uint64_t *ticket_p)
+{
+    (void)ticket_p;
+    return kvf_cuda_copy_blocks(cp, src, dst, blks, n, 0);
+}
+
+kvf_status_t kvf_cuda_ce_wait_ticket(kvf_cuda_copy_t *cp, uint64_t ticket,
+                                     int timeout_ms)
+{
+    (void)cp;
+    (void)ticket;
+    (void)timeout_ms;
+    return KVF_ERR_UNAVAILABLE;
+}
+
 int kvf_cuda_copy_device(const kvf_cuda_copy_t *cp)
 {
     (void)cp;

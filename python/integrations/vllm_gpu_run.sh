@@ -24,9 +24,9 @@
 #              first token with and without the store)
 #   4p5b       the 4.5B shape (hidden 4096, 32 layers, 8 KV heads), bf16,
 #              2 prompts of 32000 ids, one new token, block size 16:
-#              baseline, producer, consumer, split, then the consumer and
-#              a producer (a namespace of its own) with the stage pipeline
-#              on (docs/integrations.md)
+#              baseline, producer, consumer, split, then consumers of the
+#              same objects with the stage pipeline off, with 16 MiB and
+#              128 MiB slices, and loading asynchronously (docs/integrations.md)
 #   4p5b-b32   the same with block size 32
 #   4p5b-kv2   the same with 2 KV heads
 # tiers and load: python/integrations/bench_vllm.py with the 4.5B shape
@@ -81,12 +81,14 @@ case "${1:-}" in
         --prompt-len 32000 --prompts 2 --new-tokens 1 --gpu-memory-utilization 0.6
         --node-pool 12G)
         case "$variant" in
-          # the node's 12G pool holds one producer's 8.4 GB: a producer
-          # variant (a namespace of its own) evicts it, so it runs last
+          # consumers of the producer's objects configured otherwise (the
+          # node's 12G pool holds one producer's 8.4 GB: a producer
+          # variant, in a namespace of its own, would evict them)
           4p5b) args+=(--kv-heads 8 --block-size 16 --modes "baseline,producer,consumer,split"
             --variant 'nopipe={"stage_pipeline": false}'
-            --variant 'async={"load_mode": "async"}'
-            --variant 'producer@nopipe={"stage_pipeline": false, "namespace": "nopipe"}') ;;
+            --variant 'slice16m={"stage_slice_bytes": 16777216}'
+            --variant 'slice128m={"stage_slice_bytes": 134217728}'
+            --variant 'async={"load_mode": "async"}') ;;
           4p5b-b32) args+=(--kv-heads 8 --block-size 32 --modes "baseline,producer,consumer") ;;
           4p5b-kv2) args+=(--kv-heads 2 --block-size 16 --modes "baseline,producer,consumer") ;;
           *) echo "vllm-gpu-run: unknown variant $variant" >&2; exit 2 ;;

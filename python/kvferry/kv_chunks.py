@@ -264,7 +264,8 @@ class ChunkStats:
     t_query: float = 0.0
     t_load: float = 0.0
     #: of the GPU loads: seconds the copy engines' DMA into the GPU stage
-    #: and the verifying scatter kernels took (busy time of each)
+    #: and the verifying scatter kernels took (busy time of each; with the
+    #: stage pipeline, DMA from a load's first post to its last DMA's end)
     t_dma: float = 0.0
     t_scatter: float = 0.0
     #: of the GPU saves: seconds waiting for the forward pass to reach a
@@ -485,13 +486,15 @@ class ChunkStore(ChunkIndex):
     gpu_stage_bytes: GPU memory whole objects cross the link through (0:
     none, the kernels reach the pool mapping). pipeline: that stage in
     two halves, DMA of one slice while the kernel works on the other
-    (:mod:`kvferry.kv_pipe`)."""
+    (:mod:`kvferry.kv_pipe`), in slices of at most slice_bytes (at least
+    an object)."""
 
     def __init__(self, store: Store, tensors: Sequence[Any], num_blocks: int, block_size: int,
                  fingerprint: str, namespace: str = "kv", chunk_tokens: int = CHUNK_TOKENS,
                  layer_groups: int = LAYER_GROUPS, replicas: int = 0, stage_bytes: int = 256 << 20,
                  views: bool = True, sum_mode: Optional[str] = None,
-                 gpu_stage_bytes: int = 512 << 20, pipeline: bool = False):
+                 gpu_stage_bytes: int = 512 << 20, pipeline: bool = False,
+                 slice_bytes: int = PIPE_SLICE):
         self.map = CacheMap(tensors, num_blocks, layer_groups)
         super().__init__(store, block_size, fingerprint, namespace, chunk_tokens,
                          len(self.map.groups))
@@ -511,13 +514,13 @@ class ChunkStore(ChunkIndex):
         self._gstage_bytes = max(int(gpu_stage_bytes), halves * biggest) if gpu_stage_bytes else 0
         self._gstage: Any = None
         #: the stage's halves, DMA of one slice || kernel on the other
-        #: (kv_pipe), slices of at most PIPE_SLICE (at least an object)
+        #: (kv_pipe), slices of at most slice_bytes (at least an object)
         self._pipeline = bool(pipeline)
         self._pipe: Any = None
         #: why warm()'s copies failed (None: they did not; the pipeline is
         #: then off)
         self.warm_error: Optional[str] = None
-        self._slice_cap = max(min(self._gstage_bytes // 2, PIPE_SLICE), biggest)
+        self._slice_cap = max(min(self._gstage_bytes // 2, int(slice_bytes)), biggest)
         #: called when a put view is refused for the client's quota of
         #: uncommitted bytes, to let the queued commits run (the caller's)
         self.quota_wait: Optional[Callable[[], None]] = None
@@ -695,7 +698,7 @@ class ChunkStore(ChunkIndex):
             self._mover.copy(gst, gst, [0], [pb], [pb])
             self._dma(gst, gst, [0], [pb], [pb])
             if self._pipe is not None:
-                self._pipe.run_in([0], lambda c, _i, _h: self._dma(gst, gst, [0], [pb], [pb], c),
+                self._pipe.run_in([0], lambda c, _i, _h: c.post_plain(gst, gst, [0], [pb], [pb]),
                                   lambda _i, _h: None)
 
     # -- load ----------------------------------------------------------------
@@ -859,11 +862,13 @@ class ChunkStore(ChunkIndex):
                         self.stats.viewed_objects += sum(len(r) for r in per_map.values())
                 yield g, None, [], []  # the group's end
 
-        def dma_in(copier: Any, item: Any, h: int) -> None:
+        def dma_in(copier: Any, item: Any, h: int) -> Any:
             g, pool, sl, _ = item
-            if sl:
-                self._timed_dma(pool, halves[h], [r[1] for r, _ in sl], [off for _, off in sl],
-                                [self.map.object_bytes(g, r[2]) for r, _ in sl], copier)
+            if not sl:
+                return None
+            return copier.post_plain(pool, halves[h], [r[1] for r, _ in sl],
+                                     [off for _, off in sl],
+                                     [self.map.object_bytes(g, r[2]) for r, _ in sl])
 
         def work(item: Any, h: int) -> None:
             g, _, sl, full = item
@@ -874,7 +879,11 @@ class ChunkStore(ChunkIndex):
                 group_done(g)
 
         with self._move_lock:
-            self._pipe.run_in(slices(), dma_in, work)
+            try:
+                self._pipe.run_in(slices(), dma_in, work)
+            finally:
+                with self._lock:  # the DMAs' span: posted back to back
+                    self.stats.t_dma += self._pipe.span_s
 
     def _load_group_viewed(self, items, gv, g: int, bad: List[int]) -> None:
         gb = self._batches[g]
@@ -1229,20 +1238,24 @@ class ChunkStore(ChunkIndex):
                 memmove(views[vi].addr, hdr, len(hdr))
                 keep[vi] = 1
 
-        def dma_out(copier: Any, item: Any, h: int) -> None:
+        def dma_out(copier: Any, item: Any, h: int) -> Any:
             sl = item[0]
             hb = [header_bytes(gb.q, r[2]) for r, _ in sl]
-            self._timed_dma(halves[h], pool, [off + n for (_, off), n in zip(sl, hb)],
-                            [r[1] + n for (r, _), n in zip(sl, hb)],
-                            [self.map.object_bytes(g, r[2]) - n for (r, _), n in zip(sl, hb)],
-                            copier, "t_dma_out")
+            return copier.post_plain(halves[h], pool, [off + n for (_, off), n in zip(sl, hb)],
+                                     [r[1] + n for (r, _), n in zip(sl, hb)],
+                                     [self.map.object_bytes(g, r[2]) - n
+                                      for (r, _), n in zip(sl, hb)])
 
         def slices():
             for sl, local, objs, cache in self._staged_rows(gb, rows, g, gst, self._slice_cap):
                 yield sl, [(r[0], c, o) for r, o, c in zip(local, objs, cache)]
 
         with self._move_lock:
-            self._pipe.run_out(slices(), work, dma_out)
+            try:
+                self._pipe.run_out(slices(), work, dma_out)
+            finally:
+                with self._lock:
+                    self.stats.t_dma_out += self._pipe.span_s
 
     def _gather(self, src_mem: Any, dst_mem: Any, rows):
         """One checksumming copy of rows (tag, cache offsets, object

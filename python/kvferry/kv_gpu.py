@@ -50,6 +50,9 @@ _PROTOS = {
     "kvf_gpu_copy_blocks_sum": (_lib.status_t, [c_void_p, POINTER(GpuMem), POINTER(GpuMem),
                                                 c_void_p, c_size_t, c_uint, c_void_p, c_void_p,
                                                 c_int]),
+    "kvf_gpu_copy_post": (_lib.status_t, [c_void_p, POINTER(GpuMem), POINTER(GpuMem),
+                                          c_void_p, c_size_t, POINTER(c_uint64)]),
+    "kvf_gpu_copy_wait": (_lib.status_t, [c_void_p, c_uint64, c_int]),
     "kvf_gpu_host_register": (_lib.status_t, [c_void_p, c_size_t]),
     "kvf_gpu_host_unregister": (None, [c_void_p]),
 }
@@ -316,6 +319,15 @@ def host_mappings(store: Any) -> HostMappings:
         return _mappings
 
 
+def _blocks(src_offs, dst_offs, lens) -> Any:
+    """(src offset, dst offset, length) rows as one C array of uint64."""
+    if _np is not None:
+        blk = _np.empty((len(lens), 3), dtype=_np.uint64)
+        blk[:, 0], blk[:, 1], blk[:, 2] = src_offs, dst_offs, lens
+        return blk
+    return array("Q", [v for t in zip(src_offs, dst_offs, lens) for v in t])
+
+
 class GpuMover:
     """A GPU copier (kvf_gpu_copier_t) moving batches of pieces with the
     checksumming kernel. Used by one thread at a time."""
@@ -359,14 +371,27 @@ class GpuMover:
         n = len(lens)
         if n == 0:
             return
-        if _np is not None:
-            blk = _np.empty((n, 3), dtype=_np.uint64)
-            blk[:, 0], blk[:, 1], blk[:, 2] = src_offs, dst_offs, lens
-        else:
-            blk = array("Q", [v for t in zip(src_offs, dst_offs, lens) for v in t])
+        blk = _blocks(src_offs, dst_offs, lens)
         check(_dll().kvf_gpu_copy_blocks(self._h, byref(src), byref(dst), _addr(blk), n,
                                          COPY_ENGINES if engines else 0, timeout_ms),
               "gpu copy")
+
+    def post_plain(self, src: GpuMem, dst: GpuMem, src_offs, dst_offs, lens) -> int:
+        """:meth:`copy_plain` through the copy engines, posted and not
+        waited for (kvf_gpu_copy_post): returns the post's ticket for
+        :meth:`wait`. Posts run one after the other in the order made, so
+        the engines go on to the next without waiting for this thread.
+        Both sides must stay valid until the ticket was waited for."""
+        blk = _blocks(src_offs, dst_offs, lens)
+        ticket = c_uint64()
+        check(_dll().kvf_gpu_copy_post(self._h, byref(src), byref(dst), _addr(blk),
+                                       len(lens), byref(ticket)), "gpu copy post")
+        return ticket.value
+
+    def wait(self, ticket: int, timeout_ms: int = 60000) -> None:
+        """Waits until the post named ticket (and every one before it)
+        ended. Raises on a timeout or a copy error."""
+        check(_dll().kvf_gpu_copy_wait(self._h, ticket, timeout_ms), "gpu copy wait")
 
     def copy_table(self, src: GpuMem, dst: GpuMem, blk, expect, sums,
                    timeout_ms: int = 60000, flags: int = 0) -> int:

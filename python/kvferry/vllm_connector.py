@@ -57,7 +57,8 @@ checksum mode), ``stage_bytes``, ``gpu_stage_bytes`` (GPU memory whole
 objects are copied through by the copy engines; 0: the kernels reach
 the node's pool directly), ``stage_pipeline`` (default true: that
 stage in halves, the copy engines moving one while the kernels work on
-the other; false: one after the other), ``overlap`` (loads and saves on the
+the other; false: one after the other), ``stage_slice_bytes`` (the
+most one DMA of that pipeline moves, default 64 MiB), ``overlap`` (loads and saves on the
 mover thread, overlapped with the forward pass: default on for GPU
 caches).
 
@@ -81,8 +82,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .errors import KvferryError
 from .kv import LAYOUT_VERSION
-from .kv_chunks import (CHUNK_TOKENS, LAYER_GROUPS, Chunk, ChunkIndex, ChunkStore, LoadReq,
-                        SaveReq, effective_groups)
+from .kv_chunks import (CHUNK_TOKENS, LAYER_GROUPS, PIPE_SLICE, Chunk, ChunkIndex, ChunkStore,
+                        LoadReq, SaveReq, effective_groups)
 from .store import Store
 
 try:  # the real interface, when vLLM is installed
@@ -351,6 +352,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self.stage_bytes = int(extra.get("stage_bytes", 256 << 20))
         self.gpu_stage_bytes = int(extra.get("gpu_stage_bytes", 512 << 20))
         self.stage_pipeline = bool(extra.get("stage_pipeline", True))
+        self.stage_slice_bytes = int(extra.get("stage_slice_bytes", PIPE_SLICE))
         # "layerwise": loads inside the step, layer group by layer group;
         # "async": between steps (the request waits, the batch goes on)
         self.load_mode = str(extra.get("load_mode", "layerwise"))
@@ -602,7 +604,8 @@ class KvferryConnector(KVConnectorBase_V1):
                                 replicas=self.replicas, stage_bytes=self.stage_bytes,
                                 views=self.use_views, sum_mode=self.sum_mode,
                                 gpu_stage_bytes=self.gpu_stage_bytes,
-                                pipeline=self.stage_pipeline)
+                                pipeline=self.stage_pipeline,
+                                slice_bytes=self.stage_slice_bytes)
         self.cache.quota_wait = self._drain_commits
         self._group_of = {n: self.cache.map.group_of[i] for i, n in enumerate(order)}
         self._group_last = {order[ls[-1]]: g for g, ls in enumerate(self.cache.map.groups)}

@@ -10,6 +10,7 @@ import ctypes
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -20,12 +21,24 @@ from kvferry.kv_pipe import StagePipe
 
 
 class _Copier:
-    """Stands in for the DMA copier: the pipe only hands it to the steps."""
+    """Stands in for the DMA copier: post(fn) runs fn on a thread of its
+    own, in the order posted (as the copy-engine stream does), and
+    returns the ticket that wait() takes."""
 
     closed = False
 
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(1)
+
+    def post(self, fn):
+        return self._pool.submit(fn)
+
+    def wait(self, ticket):
+        ticket.result()
+
     def close(self):
         self.closed = True
+        self._pool.shutdown(wait=True)
 
 
 def _slices(n):
@@ -38,7 +51,7 @@ def test_run_in_moves_every_slice_through_alternating_halves():
     pipe = StagePipe(0, copier=_Copier())
     try:
         def dma_in(copier, item, h):
-            halves[h][:] = item
+            return copier.post(lambda: halves[h].__setitem__(slice(None), item))
 
         def work(item, h):
             used.append(h)
@@ -57,8 +70,7 @@ def test_run_in_overlaps_the_next_dma_with_the_work():
     pipe = StagePipe(0, copier=_Copier())
     try:
         def dma_in(copier, item, h):
-            if item == 1:
-                started.set()
+            return copier.post(started.set if item == 1 else (lambda: None))
 
         def work(item, h):
             if item == 0:  # slice 1's DMA runs while slice 0 is worked on
@@ -79,8 +91,10 @@ def test_run_out_reuses_a_half_only_after_its_dma():
             halves[h][:] = item
 
         def dma_out(copier, item, h):
-            time.sleep(0.01)  # a slow link: the next gather must not wait for it
-            landed[item[0]] = bytes(halves[h])
+            def move():
+                time.sleep(0.01)  # a slow link: the next gather must not wait for it
+                landed[item[0]] = bytes(halves[h])
+            return copier.post(move)
 
         pipe.run_out(_slices(6), work, dma_out)
     finally:
@@ -93,8 +107,10 @@ def test_an_error_raises_after_every_dma_ended():
     pipe = StagePipe(0, copier=_Copier())
     try:
         def dma_in(copier, item, h):
-            time.sleep(0.02)
-            ended.append(item)
+            def move():
+                time.sleep(0.02)
+                ended.append(item)
+            return copier.post(move)
 
         def work(item, h):
             if item == 1:
@@ -105,8 +121,10 @@ def test_an_error_raises_after_every_dma_ended():
         assert ended == [0, 1, 2]  # slice 2's DMA was flying: waited for
 
         def bad_dma(copier, item, h):
-            if item == 2:
-                raise RuntimeError("dma failed")
+            def move():
+                if item == 2:
+                    raise RuntimeError("dma failed")
+            return copier.post(move)
 
         with pytest.raises(RuntimeError):
             pipe.run_out(range(4), lambda item, h: None, bad_dma)
@@ -138,6 +156,7 @@ class HostCopier:
 
     def __init__(self):
         self.plain = []  # (source, destination) of each copy_plain
+        self.posts = 0
 
     @staticmethod
     def _move(src, dst, s, d, n):
@@ -156,6 +175,14 @@ class HostCopier:
         self.plain.append((src.base, dst.base))
         for s, d, n in zip(src_offs, dst_offs, lens):
             self._move(src, dst, int(s), int(d), int(n))
+
+    def post_plain(self, src, dst, src_offs, dst_offs, lens):
+        self.copy_plain(src, dst, src_offs, dst_offs, lens)
+        self.posts += 1
+        return self.posts - 1
+
+    def wait(self, ticket):
+        assert 0 <= ticket < self.posts, "a ticket never given"
 
     def close(self):
         pass

@@ -93,7 +93,7 @@ static void test_api_unavailable(void **state)
     kvf_gpu_copier_stats_t cs;
     kvf_gpu_copier_t *c = (kvf_gpu_copier_t *)&m;
     static char buf[4096];
-    uint64_t off = 0, len = 64, sum = 1;
+    uint64_t off = 0, len = 64, sum = 1, tk = 0;
     kvf_gpu_info_t info;
     void *ptr = buf;
     long b0, y0, b1, y1;
@@ -150,6 +150,9 @@ static void test_api_unavailable(void **state)
     assert_int_equal(
         kvf_gpu_copy_blocks_sum(NULL, NULL, NULL, NULL, 3, 0, NULL, NULL, 100),
         KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_gpu_copy_post(c, &m, &m, &b, 1, &tk),
+                     KVF_ERR_UNAVAILABLE);
+    assert_int_equal(kvf_gpu_copy_wait(c, 0, 100), KVF_ERR_UNAVAILABLE);
     /* names need no GPU */
     assert_string_equal(kvf_gpu_kernel_name(KVF_GPU_KERNEL_WARP), "warp");
     assert_int_equal(kvf_gpu_kernel_parse("bulk"), KVF_GPU_KERNEL_BULK);

@@ -208,6 +208,55 @@ static void other_paths(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin_src,
           "copy engines + GPU block list: round trip bytes equal", st);
 }
 
+/* Posted copies: quarters of the blocks posted one after the other
+ * (more posts than the copier tells apart), only the last waited for;
+ * every block then in place. A post out of bounds moves nothing and gives
+ * no ticket; a ticket never given is refused. */
+static void posted(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin_src,
+                   kvf_gpu_mem_t *pin_dst, kvf_gpu_mem_t *gpu, uint64_t *seed)
+{
+    static kvf_gpu_block_t up[NBLK], down[NBLK], rt[NBLK];
+    kvf_gpu_block_t oob = {POOL - BLK / 2, 0, BLK};
+    uint64_t t = 0, first = 0, last = 0;
+    kvf_status_t st = KVF_OK;
+    unsigned i, q = NBLK / 20;
+
+    memset(pin_dst->base, 0, POOL);
+    make_blocks(up, NBLK, seed);
+    for (i = 0; i < 20 && st == KVF_OK; i++) {
+        st = kvf_gpu_copy_post(c, pin_src, gpu, up + i * q,
+                               i == 19 ? NBLK - 19 * q : q, &t);
+        first = i == 0 ? t : first;
+    }
+    last = t;
+    check(st == KVF_OK && last == first + 19, "20 posts, tickets in order", st);
+    st = kvf_gpu_copy_wait(c, last, TMO);
+    check(st == KVF_OK, "the last post waited for", st);
+    st = kvf_gpu_copy_wait(c, first, TMO);
+    check(st == KVF_OK, "the first post's ticket (reused since) still waits",
+          st);
+    make_blocks(rt, NBLK, seed);
+    for (i = 0; i < NBLK; i++) {
+        down[i].src_off = up[i].dst_off;
+        down[i].dst_off = rt[i].dst_off;
+        down[i].len = BLK;
+    }
+    st = kvf_gpu_copy_post(c, gpu, pin_dst, down, NBLK, &t);
+    if (st == KVF_OK) {
+        st = kvf_gpu_copy_wait(c, t, TMO);
+    }
+    compose(up, down, rt, NBLK);
+    check(st == KVF_OK && same_bytes(pin_src->base, pin_dst->base, rt, NBLK),
+          "posted copies: round trip bytes equal", st);
+    t = 12345;
+    st = kvf_gpu_copy_post(c, pin_src, gpu, &oob, 1, &t);
+    check(st == KVF_ERR_OUT_OF_BOUNDS && t == 12345,
+          "a post out of bounds answers KVF_ERR_OUT_OF_BOUNDS, no ticket", st);
+    st = kvf_gpu_copy_wait(c, last + 1000, TMO);
+    check(st == KVF_ERR_INVALID_PARAM,
+          "a ticket never given answers KVF_ERR_INVALID_PARAM", st);
+}
+
 /* Bad input: refused blocks, bad flags; the good blocks still move. */
 static void bad_input(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin_src,
                       kvf_gpu_mem_t *gpu)
@@ -258,6 +307,7 @@ static void run(int dev)
         round_trip(c, &pin_src, &pin_dst, &gpu, "pinned", &seed);
         round_trip(c, &pg_src, &pg_dst, &gpu, "pageable", &seed);
         other_paths(c, &pin_src, &pin_dst, &gpu, &seed);
+        posted(c, &pin_src, &pin_dst, &gpu, &seed);
         bad_input(c, &pin_src, &gpu);
     }
     kvf_gpu_copier_destroy(c);
