@@ -321,6 +321,35 @@ PY
     step 60 bench-store-cpu python3 -m kvferry.bench_gpu store-cpu --iters 5 \
       --record "$R" --json "$R/bench-store-cpu.json"
     ;;
+  ceilings)
+    # docs/performance.md "Ceilings" on this host: the main job's rows
+    # (tcp, then shm with tcp interleaved) and the engine's curve, each a
+    # share of a ceiling measured in the same run with the same
+    # parallelism; the GPU rows against the copy engines' contiguous copy
+    step 400 main-job bash -c "KVFERRY='$B' scripts/main-job.sh --no-setup \
+      --pool 4G | tee '$OUT/main-job.txt'"
+    step 200 te "$B" bench te --rounds 3 --record "$R" --json "$R/te.json"
+    blk h2d-ceil --path h2d --verify --record "$R" --json "$R/h2d-ceil.json"
+    blk d2h-ceil --path d2h --verify --record "$R" --json "$R/d2h-ceil.json"
+    ;;
+  wheel)
+    # the portable wheel alone (python/build-wheel.sh, carried as
+    # $KVF_WHEEL_DIR/*.whl): installed into a folder of its own with no
+    # package index, then the GPU tests of kvferry.kv with nothing else of
+    # kvferry's (no .dev/gpu, no LD_LIBRARY_PATH, no python/ on the path)
+    w=$(ls "${KVF_WHEEL_DIR:-.dev/wheel}"/kvferry-*manylinux*.whl | head -1)
+    site=/tmp/kvf-wheel-site
+    rm -rf "$site"
+    step 120 wheel-install python3 -m pip install -q --no-index --no-deps \
+      --target "$site" "$w"
+    step 400 wheel-gpu-tests env -u LD_LIBRARY_PATH -u KVFERRY_LIB -u KVFERRY_BIN \
+      -u KVF_BIN PYTHONPATH="$site" bash -c "cd /tmp && python3 -c \
+      'import kvferry, kvferry.kv_gpu as g; print(kvferry.__file__, g.gpu_count())' && \
+      python3 -m pytest -q -rs -p no:cacheprovider --rootdir '$PWD/python' \
+      '$PWD/python/tests/test_kv_gpu.py' '$PWD/python/tests/test_gpu.py' \
+      '$PWD/python/tests/test_kv.py' '$PWD/python/tests/test_kv_chunks.py' \
+      2>&1 | tee '$OUT/wheel-gpu-tests.txt' | tail -25"
+    ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
       step 240 "$t" "$D/$t"
