@@ -158,6 +158,7 @@ kvf_status_t kvf_cuda_ce_wait_ticket(kvf_cuda_copy_t *cp, uint64_t ticket,
                                      int timeout_ms)
 {
     cudaEvent_t ev;
+    cudaError_t e;
 
     if (cp == NULL || ticket >= cp->ce_next) {
         return KVF_ERR_INVALID_PARAM;
@@ -165,6 +166,11 @@ kvf_status_t kvf_cuda_ce_wait_ticket(kvf_cuda_copy_t *cp, uint64_t ticket,
     /* a ticket's event may since mark a later post: waiting for that one
      * covers it too (one stream, posts in order) */
     ev = cp->ce_posts[ticket % KVF_CUDA_POSTS];
+    if (timeout_ms == 0) { /* asked once */
+        e = cudaEventQuery(ev);
+        return e == cudaErrorNotReady ? KVF_ERR_TIMEOUT
+                                      : KVF_CUDA_CHECK(e);
+    }
     return kvf_cuda_event_wait(ev, kvf_time_ms() + (uint64_t)timeout_ms);
 }
 

@@ -216,7 +216,8 @@ kvf_status_t kvf_cuda_ce_post_ticket(kvf_cuda_copy_t *cp,
                                      const kvf_cuda_mem_t *dst,
                                      const kvf_cuda_blk_t *blks, size_t n,
                                      uint64_t *ticket_p);
-/* Waits (at most timeout_ms) until the post named ticket has ended. */
+/* Waits (at most timeout_ms) until the post named ticket has ended;
+ * timeout_ms 0 asks once (KVF_ERR_TIMEOUT while it runs). */
 kvf_status_t kvf_cuda_ce_wait_ticket(kvf_cuda_copy_t *cp, uint64_t ticket,
                                      int timeout_ms);
 

@@ -485,9 +485,9 @@ class ChunkStore(ChunkIndex):
     checksum mode (:func:`kvferry.kv_gpu.sum_mode_flags`).
     gpu_stage_bytes: GPU memory whole objects cross the link through (0:
     none, the kernels reach the pool mapping). pipeline: that stage in
-    two halves, DMA of one slice while the kernel works on the other
-    (:mod:`kvferry.kv_pipe`), in slices of at most slice_bytes (at least
-    an object)."""
+    segments of a slice (at most slice_bytes, at least an object; two at
+    least), DMAs of some while the kernel works on another
+    (:mod:`kvferry.kv_pipe`)."""
 
     def __init__(self, store: Store, tensors: Sequence[Any], num_blocks: int, block_size: int,
                  fingerprint: str, namespace: str = "kv", chunk_tokens: int = CHUNK_TOKENS,
@@ -513,8 +513,9 @@ class ChunkStore(ChunkIndex):
         halves = 2 if pipeline else 1
         self._gstage_bytes = max(int(gpu_stage_bytes), halves * biggest) if gpu_stage_bytes else 0
         self._gstage: Any = None
-        #: the stage's halves, DMA of one slice || kernel on the other
-        #: (kv_pipe), slices of at most slice_bytes (at least an object)
+        #: the stage in segments of a slice, DMAs of some || kernel on
+        #: another (kv_pipe), slices of at most slice_bytes (at least an
+        #: object)
         self._pipeline = bool(pipeline)
         self._pipe: Any = None
         #: why warm()'s copies failed (None: they did not; the pipeline is
@@ -601,11 +602,13 @@ class ChunkStore(ChunkIndex):
                 self._pipe = StagePipe(self.map.device)
         return self._gstage.mem() if self._gstage is not None else None
 
-    def _halves(self, gst: Any) -> List[Any]:
-        """The GPU stage's two halves, each a GpuMem of its own."""
-        half = self._gstage_bytes // 2
-        return [self._kvg.GpuMem(gst.base + h * half, half, gst.type, gst.device)
-                for h in (0, 1)]
+    def _segments(self, gst: Any) -> List[Any]:
+        """The GPU stage cut in segments of a slice each (at least two),
+        each a GpuMem of its own."""
+        n = max(2, self._gstage_bytes // self._slice_cap)
+        size = self._gstage_bytes // n
+        return [self._kvg.GpuMem(gst.base + h * size, size, gst.type, gst.device)
+                for h in range(n)]
 
     @staticmethod
     def _stage_slices(rows, size, cap: int):
@@ -804,7 +807,7 @@ class ChunkStore(ChunkIndex):
 
     def _piped_views(self, views) -> bool:
         """May a load of these views run as one pipeline over all groups
-        (:meth:`_load_viewed_piped`)? A GPU stage in halves, and every
+        (:meth:`_load_viewed_piped`)? A GPU stage in segments, and every
         view's mapping reachable by the GPU."""
         if not self.gpu or self._pipe is None or self._gpu_stage() is None:
             return False
@@ -837,13 +840,13 @@ class ChunkStore(ChunkIndex):
         return per_map, lens
 
     def _load_viewed_piped(self, items, views, bad, group_done, done_groups) -> None:
-        """Every group's viewed objects through the GPU stage's halves in
+        """Every group's viewed objects through the GPU stage's segments in
         one pipeline: each slice's headers are read and its descriptors
         built while the DMA of the one before runs, and the DMA of the next
         group's first slice overlaps the scatter of this group's last.
         group_done(g) runs once group g's last slice is scattered."""
         gst, n = self._gpu_stage(), len(items)
-        halves = self._halves(gst)
+        segs = self._segments(gst)
 
         def slices():
             for g in range(self.groups):
@@ -866,21 +869,21 @@ class ChunkStore(ChunkIndex):
             g, pool, sl, _ = item
             if not sl:
                 return None
-            return copier.post_plain(pool, halves[h], [r[1] for r, _ in sl],
+            return copier.post_plain(pool, segs[h], [r[1] for r, _ in sl],
                                      [off for _, off in sl],
                                      [self.map.object_bytes(g, r[2]) for r, _ in sl])
 
         def work(item: Any, h: int) -> None:
             g, _, sl, full = item
             if sl:
-                return self._scatter(halves[h], full, bad)
+                return self._scatter(segs[h], full, bad)
             done_groups.add(g)
             if group_done is not None:
                 group_done(g)
 
         with self._move_lock:
             try:
-                self._pipe.run_in(slices(), dma_in, work)
+                self._pipe.run_in(slices(), dma_in, work, len(segs))
             finally:
                 with self._lock:  # the DMAs' span: posted back to back
                     self.stats.t_dma += self._pipe.span_s
@@ -1228,12 +1231,12 @@ class ChunkStore(ChunkIndex):
 
     def _gather_piped(self, gb: "_GroupBatch", rows, pool: Any, gst: Any, views, items, owner,
                       keep, g: int) -> None:
-        """_gather_to_pool through the stage's halves: the next slice is
+        """_gather_to_pool through the stage's segments: the next slice is
         gathered while this one's DMA runs."""
-        halves = self._halves(gst)
+        segs = self._segments(gst)
 
         def work(item: Any, h: int) -> None:
-            for vi, sums in self._gather(self._side, halves[h], item[1]):
+            for vi, sums in self._gather(self._side, segs[h], item[1]):
                 hdr = self._header(items[owner[vi]][0], g, sums)
                 memmove(views[vi].addr, hdr, len(hdr))
                 keep[vi] = 1
@@ -1241,7 +1244,7 @@ class ChunkStore(ChunkIndex):
         def dma_out(copier: Any, item: Any, h: int) -> Any:
             sl = item[0]
             hb = [header_bytes(gb.q, r[2]) for r, _ in sl]
-            return copier.post_plain(halves[h], pool, [off + n for (_, off), n in zip(sl, hb)],
+            return copier.post_plain(segs[h], pool, [off + n for (_, off), n in zip(sl, hb)],
                                      [r[1] + n for (r, _), n in zip(sl, hb)],
                                      [self.map.object_bytes(g, r[2]) - n
                                       for (r, _), n in zip(sl, hb)])
@@ -1252,7 +1255,7 @@ class ChunkStore(ChunkIndex):
 
         with self._move_lock:
             try:
-                self._pipe.run_out(slices(), work, dma_out)
+                self._pipe.run_out(slices(), work, dma_out, len(segs))
             finally:
                 with self._lock:
                     self.stats.t_dma_out += self._pipe.span_s

@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from . import _lib
 from .engine import MEM_CUDA, MEM_HOST, MEM_PINNED, Region
-from .errors import ERR_CHECKSUM, ERR_OUT_OF_BOUNDS, OK, check
+from .errors import ERR_CHECKSUM, ERR_OUT_OF_BOUNDS, ERR_TIMEOUT, OK, check
 
 try:  # optional: vectorised descriptor tables
     import numpy as _np
@@ -392,6 +392,14 @@ class GpuMover:
         """Waits until the post named ticket (and every one before it)
         ended. Raises on a timeout or a copy error."""
         check(_dll().kvf_gpu_copy_wait(self._h, ticket, timeout_ms), "gpu copy wait")
+
+    def done(self, ticket: int) -> bool:
+        """Whether the post named ticket has ended (asked once, no wait)."""
+        st = _dll().kvf_gpu_copy_wait(self._h, ticket, 0)
+        if st == ERR_TIMEOUT:
+            return False
+        check(st, "gpu copy wait")
+        return True
 
     def copy_table(self, src: GpuMem, dst: GpuMem, blk, expect, sums,
                    timeout_ms: int = 60000, flags: int = 0) -> int:

@@ -1,4 +1,4 @@
-"""Two-step pipelines over a GPU stage cut in two halves, for moving
+"""Two-step pipelines over a GPU stage cut in segments, for moving
 whole objects between host memory and a GPU cache (:mod:`kvferry.kv_chunks`).
 
 A load moves each slice of objects host -> stage by the copy engines
@@ -7,12 +7,15 @@ cache with the verifying kernel; a save gathers a slice into the stage
 with the kernel, then DMAs it to host memory. Run one after the other
 the link idles while the kernel runs. Here the DMAs are posted to a
 copier of their own (its own copy-engine stream, ``GpuMover.post_plain``)
-and waited for by ticket, so the engines go from one slice's DMA to the
-next without waiting for this thread, while the calling thread's kernel
-works on the other half:
+and waited for by ticket, each slice in a segment of the stage of its
+own (slice k in segment k % segments), so the engines go from one
+slice's DMA to the next without waiting for this thread, and up to
+segments - 1 DMAs wait in line while the calling thread's kernel works
+on another segment (a thread held up, say by the interpreter, leaves
+the engines work):
 
-- loads (:meth:`StagePipe.run_in`): DMA of slice k+1 || kernel on slice k;
-- saves (:meth:`StagePipe.run_out`): kernel on slice k+1 || DMA of slice k.
+- loads (:meth:`StagePipe.run_in`): DMAs of slices k+1.. || kernel on slice k;
+- saves (:meth:`StagePipe.run_out`): kernel on slice k+1 || DMAs of slices ..k.
 
 Both return only once every DMA they posted has ended, whatever raised:
 the stage is never written behind the caller's back.
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Iterable, List, Optional
+from typing import Any, Callable, Deque, Iterable, Optional
 
 #: Posts a slice's DMA: (copier, slice, half) -> the copier's ticket
 #: (None: nothing to move)
@@ -31,8 +34,8 @@ Step = Callable[[Any, Any, int], Any]
 
 class StagePipe:
     """A copier for the DMAs (default: a new one on GPU ``device``; closed
-    with the pipe): anything with ``wait(ticket)`` for the tickets the
-    steps' posts return. Used by one thread at a time (the caller holds
+    with the pipe): anything with ``wait(ticket)`` and ``done(ticket)``
+    for the tickets the steps' posts return. Used by one thread at a time (the caller holds
     the stage's lock). ``span_s``: the last run's seconds from its first
     post to its last DMA's end."""
 
@@ -73,52 +76,57 @@ class StagePipe:
     def _begin(self) -> None:
         self._t0, self.span_s = None, 0.0
 
-    def run_in(self, slices: Iterable[Any], dma_in: Step, work: Callable[[Any, int], None]
-               ) -> None:
-        """For each slice (k-th): dma_in(copier, slice, k % 2) posted, then
-        work(slice, k % 2) here once it landed; slice k+1's DMA is posted
-        before the work on slice k starts."""
-        flying: Deque[Any] = deque()
-        prev: Any = None
-        self._begin()
-        try:
-            for k, item in enumerate(slices):
-                flying.append(self._post(dma_in, item, k % 2))
-                if prev is not None:
-                    self._wait(flying.popleft())
-                    work(prev[0], prev[1])
-                prev = (item, k % 2)
-            if prev is not None:
-                self._settle(flying)
-                flying.clear()
-                work(prev[0], prev[1])
-        finally:
-            _quiet(self._copier, flying)
+    def _done(self, ticket: Any) -> bool:
+        return ticket is None or self._copier.done(ticket)
 
-    def run_out(self, slices: Iterable[Any], work: Callable[[Any, int], None], dma_out: Step
-                ) -> None:
-        """For each slice (k-th): work(slice, k % 2) here, then
-        dma_out(copier, slice, k % 2) posted; the work on slice k+1 runs
-        while slice k's DMA does (a half is reused only once its DMA
-        ended)."""
-        pending: List[Any] = [None, None]
-        order: Deque[int] = deque()  # halves with a DMA in flight, oldest first
+    def run_in(self, slices: Iterable[Any], dma_in: Step, work: Callable[[Any, int], None],
+               segments: int = 2) -> None:
+        """For each slice (k-th): dma_in(copier, slice, k % segments)
+        posted, then work(slice, k % segments) here once it landed, in
+        order. A slice is worked on once a later one is posted behind it
+        (the engines never wait for the work) and either its DMA ended or
+        every segment is in use."""
+        segments = max(2, int(segments))
+        flying: Deque[Any] = deque()  # (slice, segment, ticket), oldest first
+
+        def work_oldest() -> None:
+            item, seg, t = flying.popleft()
+            self._wait(t)
+            work(item, seg)
+
         self._begin()
         try:
             for k, item in enumerate(slices):
-                half = k % 2
-                if pending[half] is not None:
-                    t, pending[half] = pending[half], None
-                    order.remove(half)
-                    self._wait(t)
-                work(item, half)
-                pending[half] = self._post(dma_out, item, half)
-                order.append(half)
-            self._settle([pending[h] for h in order])
-            pending = [None, None]
-            order.clear()
+                while len(flying) >= segments:  # slice k - segments still there
+                    work_oldest()
+                flying.append((item, k % segments, self._post(dma_in, item, k % segments)))
+                while len(flying) >= 2 and self._done(flying[0][2]):
+                    work_oldest()
+            while flying:
+                work_oldest()
         finally:
-            _quiet(self._copier, [pending[h] for h in order])
+            _quiet(self._copier, [t for _, _, t in flying])
+
+    def run_out(self, slices: Iterable[Any], work: Callable[[Any, int], None], dma_out: Step,
+                segments: int = 2) -> None:
+        """For each slice (k-th): work(slice, k % segments) here, then
+        dma_out(copier, slice, k % segments) posted; the work on slice k+1
+        runs while the DMAs before it do (a segment is reused only once
+        its DMA ended)."""
+        segments = max(2, int(segments))
+        posted: Deque[Any] = deque()  # (segment, ticket), oldest first
+        self._begin()
+        try:
+            for k, item in enumerate(slices):
+                seg = k % segments
+                while posted and len(posted) >= segments:
+                    self._wait(posted.popleft()[1])
+                work(item, seg)
+                posted.append((seg, self._post(dma_out, item, seg)))
+            self._settle([t for _, t in posted])
+            posted.clear()
+        finally:
+            _quiet(self._copier, [t for _, t in posted])
 
     def close(self) -> None:
         if self._copier is not None:

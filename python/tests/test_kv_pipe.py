@@ -36,6 +36,9 @@ class _Copier:
     def wait(self, ticket):
         ticket.result()
 
+    def done(self, ticket):
+        return ticket.done()
+
     def close(self):
         self.closed = True
         self._pool.shutdown(wait=True)
@@ -62,6 +65,32 @@ def test_run_in_moves_every_slice_through_alternating_halves():
         pipe.close()
     assert out == _slices(7)  # each slice's bytes, in order, none overwritten early
     assert used == [k % 2 for k in range(7)]
+
+
+def test_run_in_over_four_segments_keeps_a_dma_posted_behind_each_work():
+    segs = [bytearray(1024) for _ in range(4)]
+    out, used, posted = [], [], []
+    pipe = StagePipe(0, copier=_Copier())
+    try:
+        def dma_in(copier, item, h):
+            posted.append(item[0])
+
+            def move():
+                time.sleep(0.002)
+                segs[h][:] = item
+            return copier.post(move)
+
+        def work(item, h):
+            used.append(h)
+            out.append(bytes(segs[h]))
+            if item[0] < 10:  # the engines never wait for the work
+                assert item[0] + 1 in posted
+
+        pipe.run_in(_slices(11), dma_in, work, segments=4)
+    finally:
+        pipe.close()
+    assert out == _slices(11)  # no segment rewritten before its slice was worked on
+    assert used == [k % 4 for k in range(11)]
 
 
 def test_run_in_overlaps_the_next_dma_with_the_work():
@@ -183,6 +212,10 @@ class HostCopier:
 
     def wait(self, ticket):
         assert 0 <= ticket < self.posts, "a ticket never given"
+
+    def done(self, ticket):
+        self.wait(ticket)
+        return True
 
     def close(self):
         pass

@@ -230,11 +230,16 @@ static void posted(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin_src,
     }
     last = t;
     check(st == KVF_OK && last == first + 19, "20 posts, tickets in order", st);
+    st = kvf_gpu_copy_wait(c, last, 0);
+    check(st == KVF_OK || st == KVF_ERR_TIMEOUT,
+          "asked once: done or still running", st);
     st = kvf_gpu_copy_wait(c, last, TMO);
     check(st == KVF_OK, "the last post waited for", st);
     st = kvf_gpu_copy_wait(c, first, TMO);
     check(st == KVF_OK, "the first post's ticket (reused since) still waits",
           st);
+    st = kvf_gpu_copy_wait(c, last, 0);
+    check(st == KVF_OK, "asked once after the wait: done", st);
     make_blocks(rt, NBLK, seed);
     for (i = 0; i < NBLK; i++) {
         down[i].src_off = up[i].dst_off;
