@@ -334,10 +334,10 @@ PY
     ;;
   wheel)
     # the portable wheel alone (python/build-wheel.sh, carried as
-    # $KVF_WHEEL_DIR/*.whl): installed into a folder of its own with no
+    # $WHEEL_DIR/*.whl): installed into a folder of its own with no
     # package index, then the GPU tests of kvferry.kv with nothing else of
     # kvferry's (no .dev/gpu, no LD_LIBRARY_PATH, no python/ on the path)
-    w=$(ls "${KVF_WHEEL_DIR:-.dev/wheel}"/kvferry-*manylinux*.whl | head -1)
+    w=$(ls "${WHEEL_DIR:-.dev/wheel}"/kvferry-*manylinux*.whl | head -1)
     site=/tmp/kvf-wheel-site
     rm -rf "$site"
     step 120 wheel-install python3 -m pip install -q --no-index --no-deps \
