@@ -171,6 +171,21 @@ static void round_trip(kvf_gpu_copier_t *c, kvf_gpu_mem_t *host_src,
           what, st);
 }
 
+/* down: each of up's blocks from where it landed back to a fresh random
+ * place, rt's (made here). */
+static void back_blocks(const kvf_gpu_block_t *up, kvf_gpu_block_t *down,
+                        kvf_gpu_block_t *rt, uint64_t *seed)
+{
+    unsigned i;
+
+    make_blocks(rt, NBLK, seed);
+    for (i = 0; i < NBLK; i++) {
+        down[i].src_off = up[i].dst_off;
+        down[i].dst_off = rt[i].dst_off;
+        down[i].len = BLK;
+    }
+}
+
 /* The block list kept on the GPU, and the copy engines. */
 static void other_paths(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin_src,
                         kvf_gpu_mem_t *pin_dst, kvf_gpu_mem_t *gpu,
@@ -179,19 +194,13 @@ static void other_paths(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin_src,
     static kvf_gpu_block_t up[NBLK], down[NBLK], rt[NBLK];
     kvf_gpu_block_t *dlist = NULL;
     kvf_status_t st;
-    unsigned i;
 
     memset(pin_dst->base, 0, POOL);
     make_blocks(up, NBLK, seed);
     st = kvf_gpu_copy_blocks(c, pin_src, gpu, up, NBLK, KVF_GPU_COPY_ENGINES,
                              TMO);
     check(st == KVF_OK, "copy engines: 1000 blocks host -> GPU", st);
-    make_blocks(rt, NBLK, seed);
-    for (i = 0; i < NBLK; i++) {
-        down[i].src_off = up[i].dst_off;
-        down[i].dst_off = rt[i].dst_off;
-        down[i].len = BLK;
-    }
+    back_blocks(up, down, rt, seed);
     st = kvf_gpu_alloc(KVF_MEM_CUDA, kvf_gpu_copier_device(c), sizeof(down),
                        (void **)&dlist);
     if (st == KVF_OK) {
@@ -240,12 +249,7 @@ static void posted(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin_src,
           st);
     st = kvf_gpu_copy_wait(c, last, 0);
     check(st == KVF_OK, "asked once after the wait: done", st);
-    make_blocks(rt, NBLK, seed);
-    for (i = 0; i < NBLK; i++) {
-        down[i].src_off = up[i].dst_off;
-        down[i].dst_off = rt[i].dst_off;
-        down[i].len = BLK;
-    }
+    back_blocks(up, down, rt, seed);
     st = kvf_gpu_copy_post(c, gpu, pin_dst, down, NBLK, &t);
     if (st == KVF_OK) {
         st = kvf_gpu_copy_wait(c, t, TMO);
