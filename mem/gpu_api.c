@@ -354,7 +354,7 @@ kvf_status_t kvf_gpu_copy_wait(kvf_gpu_copier_t *c, uint64_t ticket,
     if (kvf_gpu_none()) {
         return KVF_ERR_UNAVAILABLE;
     }
-    if (c == NULL) {
+    if (c == NULL || timeout_ms < 0) {
         return KVF_ERR_INVALID_PARAM;
     }
     return kvf_cuda_ce_wait_ticket(kvf_gpu_cp(c), ticket, timeout_ms);

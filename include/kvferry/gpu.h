@@ -195,7 +195,7 @@ KVF_API kvf_status_t kvf_gpu_copy_post(kvf_gpu_copier_t *c,
 /* Waits (at most timeout_ms: KVF_ERR_TIMEOUT) until the post named ticket
  * and every one before it ended; timeout_ms 0 asks once and answers
  * KVF_ERR_TIMEOUT while it runs. KVF_ERR_INVALID_PARAM for a ticket the
- * copier never gave. */
+ * copier never gave or a negative timeout (no wait is unbounded). */
 KVF_API kvf_status_t kvf_gpu_copy_wait(kvf_gpu_copier_t *c, uint64_t ticket,
                                        int timeout_ms);
 

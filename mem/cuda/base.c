@@ -139,8 +139,8 @@ kvf_status_t kvf_cuda_ce_post_ticket(kvf_cuda_copy_t *cp,
     status = KVF_CUDA_CHECK(cudaSetDevice(cp->device));
     ev = &cp->ce_posts[cp->ce_next % KVF_CUDA_POSTS];
     if (status == KVF_OK && *ev == NULL) {
-        status =
-            KVF_CUDA_CHECK(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
+        status = KVF_CUDA_CHECK(
+            cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
     }
     if (status == KVF_OK) {
         status = kvf_cuda_ce_post(cp, src, dst, blks, n, 0, 1);
@@ -168,8 +168,7 @@ kvf_status_t kvf_cuda_ce_wait_ticket(kvf_cuda_copy_t *cp, uint64_t ticket,
     ev = cp->ce_posts[ticket % KVF_CUDA_POSTS];
     if (timeout_ms == 0) { /* asked once */
         e = cudaEventQuery(ev);
-        return e == cudaErrorNotReady ? KVF_ERR_TIMEOUT
-                                      : KVF_CUDA_CHECK(e);
+        return e == cudaErrorNotReady ? KVF_ERR_TIMEOUT : KVF_CUDA_CHECK(e);
     }
     return kvf_cuda_event_wait(ev, kvf_time_ms() + (uint64_t)timeout_ms);
 }

@@ -169,7 +169,7 @@ kvf_status_t kvf_cuda_slot_post(kvf_cuda_slot_t *s, int device,
 #define KVF_COPY_STAGE_SLOTS 3
 /* posted copy-engine batches a copier tells apart (older tickets wait for
  * a later post, which the stream orders after them) */
-#define KVF_CUDA_POSTS 8
+#define KVF_CUDA_POSTS       8
 #define KVF_COPY_STAGE_BYTES (8u << 20)
 #define KVF_COPY_STAGE_BLKS  16384u
 /* room for the pieces of one split block beyond the launch size */

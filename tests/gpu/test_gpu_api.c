@@ -264,6 +264,9 @@ static void posted(kvf_gpu_copier_t *c, kvf_gpu_mem_t *pin_src,
     st = kvf_gpu_copy_wait(c, last + 1000, TMO);
     check(st == KVF_ERR_INVALID_PARAM,
           "a ticket never given answers KVF_ERR_INVALID_PARAM", st);
+    st = kvf_gpu_copy_wait(c, last, -1);
+    check(st == KVF_ERR_INVALID_PARAM,
+          "a negative timeout answers KVF_ERR_INVALID_PARAM", st);
 }
 
 /* Bad input: refused blocks, bad flags; the good blocks still move. */
