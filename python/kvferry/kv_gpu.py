@@ -53,6 +53,8 @@ _PROTOS = {
     "kvf_gpu_copy_post": (_lib.status_t, [c_void_p, POINTER(GpuMem), POINTER(GpuMem),
                                           c_void_p, c_size_t, POINTER(c_uint64)]),
     "kvf_gpu_copy_wait": (_lib.status_t, [c_void_p, c_uint64, c_int]),
+    "kvf_gpu_checksum_blocks": (_lib.status_t, [c_void_p, POINTER(GpuMem), c_void_p, c_void_p,
+                                                c_size_t, c_void_p, c_int]),
     "kvf_gpu_host_register": (_lib.status_t, [c_void_p, c_size_t]),
     "kvf_gpu_host_unregister": (None, [c_void_p]),
 }
@@ -382,10 +384,16 @@ class GpuMover:
         :meth:`wait`. Posts run one after the other in the order made, so
         the engines go on to the next without waiting for this thread.
         Both sides must stay valid until the ticket was waited for."""
-        blk = _blocks(src_offs, dst_offs, lens)
+        return self.post_table(src, dst, _blocks(src_offs, dst_offs, lens), len(lens))
+
+    def post_table(self, src: GpuMem, dst: GpuMem, blk, n: Optional[int] = None) -> int:
+        """:meth:`post_plain` with the descriptors prebuilt: blk a C array
+        of n (src offset, dst offset, length) uint64 rows (a C-contiguous
+        ``(n, 3)`` numpy array: n may be left out)."""
+        n = int(blk.shape[0]) if n is None else n
         ticket = c_uint64()
         check(_dll().kvf_gpu_copy_post(self._h, byref(src), byref(dst), _addr(blk),
-                                       len(lens), byref(ticket)), "gpu copy post")
+                                       n, byref(ticket)), "gpu copy post")
         return ticket.value
 
     def wait(self, ticket: int, timeout_ms: int = 60000) -> None:
@@ -400,6 +408,15 @@ class GpuMover:
             return False
         check(st, "gpu copy wait")
         return True
+
+    def checksums(self, mem: GpuMem, offs, lens, sums, timeout_ms: int = 60000) -> None:
+        """kvf_checksum() of the ranges (offs[i], lens[i]) of mem into
+        sums[i] (kvf_gpu_checksum_blocks: GPU memory is hashed on the GPU,
+        where it lies); offs, lens and sums are C arrays of uint64
+        (C-contiguous numpy arrays). Raises on any error."""
+        check(_dll().kvf_gpu_checksum_blocks(self._h, byref(mem), _addr(offs), _addr(lens),
+                                             len(lens), _addr(sums), timeout_ms),
+              "gpu checksum")
 
     def copy_table(self, src: GpuMem, dst: GpuMem, blk, expect, sums,
                    timeout_ms: int = 60000, flags: int = 0) -> int:

@@ -22,11 +22,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from . import kv_gpu
 from .errors import OK
 from .kv import KVLayout, KVStats, chunk_keys, layer_rows
+
+#: Layers whose DMAs a posted load keeps in flight (at most the copier's
+#: ring of posts, 8)
+POSTS_AHEAD = 4
 
 
 class LocalKVCache:
@@ -236,6 +240,87 @@ class LocalKVCache:
             self.stats.t_h2d += time.perf_counter() - t0
             self.stats.bytes_loaded += ok * int(t._lens[rows].sum())
         return ok * self.layout.block_size
+
+    def load_layers(self, plan: "LoadPlan", layer_done: Callable[[int], None],
+                    ahead: int = POSTS_AHEAD) -> int:
+        """Moves the planned pieces layer by layer (a vllm or MLA layout),
+        calling ``layer_done(l)`` once layer l's pieces are in the cache,
+        and returns the tokens loaded and verified in every layer:
+        ``plan.tokens``, or 0 when a layer's pieces failed verification
+        (the layers after it are not moved; ``plan.ok`` keeps the chunks
+        before the bad one). With the copy-engine checksum mode
+        (``gpu_sum`` engines) the DMAs of ``ahead`` layers are posted
+        before the first is waited for, so the engines go from layer to
+        layer without waiting for this thread, and each layer is
+        checksummed in GPU memory right after its hand-over: a forward
+        pass that used a layer found bad is the caller's to redo (the 0
+        says so). Other modes: one :meth:`load_planned` per layer,
+        verified before its hand-over."""
+        layers = list(range(self.layout.num_layers))
+        if not self._mover.flags & kv_gpu.SUM_ENGINES:
+            for layer in layers:
+                ok = plan.ok
+                if ok == 0 or self.load_planned(plan, [layer]) < ok * plan.block_size:
+                    return 0
+                layer_done(layer)
+            return plan.tokens
+        with self._lock:
+            t0 = time.perf_counter()
+            try:
+                whole = self._posted_layers(plan, layers, layer_done,
+                                            max(1, min(ahead, POSTS_AHEAD)))
+            finally:
+                self.stats.t_h2d += time.perf_counter() - t0
+        return plan.tokens if whole else 0
+
+    def _posted_layers(self, plan: "LoadPlan", layers: List[int],
+                       layer_done: Callable[[int], None], ahead: int) -> bool:
+        """load_layers' posted pipeline (the lock held): post ahead, wait,
+        hand over, verify. False when a layer failed verification (the
+        posts stop there) or the plan is empty."""
+        np, t, ok = kv_gpu._np, self._table, plan.ok
+        if ok == 0:
+            return False
+        tables = []
+        for layer in layers:
+            rows = self._layer_pieces([layer])
+            tables.append((np.ascontiguousarray(plan.blk[rows, :ok]).reshape(-1, 3),
+                           np.ascontiguousarray(plan.expect[rows, :ok]).reshape(-1)))
+        tickets: List[int] = []
+        try:
+            for i, layer in enumerate(layers):
+                while len(tickets) < min(len(layers), i + ahead):
+                    tickets.append(self._mover.post_table(self.pool.mem(), t.side,
+                                                          tables[len(tickets)][0]))
+                self._mover.wait(tickets[i])
+                layer_done(layer)
+                if not self._verify_pieces(plan, *tables[i]):
+                    return False
+                self.stats.bytes_loaded += int(tables[i][0][:, 2].sum())
+        finally:
+            if tickets:
+                self._mover.wait(tickets[-1])  # nothing may still write the cache
+        return True
+
+    def _verify_pieces(self, plan: "LoadPlan", blk: Any, expect: Any) -> bool:
+        """Checksums pieces where they landed (GPU memory: blk's cache
+        offsets and lengths, ``plan.ok`` chunks per piece row) against
+        expect; on a mismatch drops the first bad chunk, cuts the plan to
+        the chunks before it and answers False."""
+        np, ok = kv_gpu._np, plan.ok
+        sums = np.empty(len(expect), dtype=np.uint64)
+        self._mover.checksums(self._table.side, np.ascontiguousarray(blk[:, 1]),
+                              np.ascontiguousarray(blk[:, 2]), sums)
+        bad = np.nonzero(sums != expect)[0]
+        if not len(bad):
+            return True
+        first = int((bad % ok).min())
+        self.stats.corrupt_misses += 1
+        key, slot = plan.keys[first], plan.slots[first]
+        if self._index.get(key) == slot:
+            self._free.append(self._index.pop(key))
+        plan.ok = first
+        return False
 
     def _load_lists(self, tokens: Sequence[int], block_ids: Sequence[int]) -> int:
         """load without numpy: descriptor lists built per call."""

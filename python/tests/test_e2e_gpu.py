@@ -31,6 +31,7 @@ if pytest is not None:
 else:
     import torch
 
+from kvferry import kv_gpu  # noqa: E402
 from kvferry.e2e import caches  # noqa: E402
 from kvferry.e2e.caches import CHUNK, PagedSource  # noqa: E402
 from kvferry.e2e.engine import Engine  # noqa: E402
@@ -42,7 +43,6 @@ from kvferry.kv import KVStats  # noqa: E402
 
 def _gpu() -> bool:
     try:
-        from kvferry import kv_gpu
         return torch.cuda.is_available() and kv_gpu.gpu_count() > 0
     except Exception:
         return False
@@ -145,6 +145,23 @@ class _FakeLocal:
         self.stats.bytes_loaded += plan.ok
         return plan.tokens
 
+    def load_layers(self, plan, layer_done):
+        """LocalKVCache.load_layers' contract: a layer is handed over as it
+        lands, verified after; a bad chunk ends the load with 0."""
+        for l in range(len(self.bufs)):
+            for j in range(plan.ok):
+                self.bufs[l][:, j].copy_(self.held[plan.keys[j]][0][l])
+            layer_done(l)
+            for j in range(plan.ok):
+                data, sums = self.held[plan.keys[j]]
+                if not torch.equal(data[l], sums[l]):
+                    self.stats.corrupt_misses += 1
+                    del self.held[plan.keys[j]]
+                    plan.ok = j
+                    return 0
+        self.stats.bytes_loaded += plan.ok
+        return plan.tokens
+
     def slot_view(self, tokens, chunk):
         k = self.chunk_keys(tokens)[chunk]
         if k not in self.held:
@@ -234,7 +251,7 @@ def check_chunk_source(info, overlap):
 
 # -- the real tiers on a GPU ----------------------------------------------
 
-GPU_TIERS = ["local", "remote-shm", "remote-tcp", "remote-tcp-throttled"]
+GPU_TIERS = ["local", "local-engines", "remote-shm", "remote-tcp", "remote-tcp-throttled"]
 
 
 def _load_all(src):
@@ -244,9 +261,10 @@ def _load_all(src):
 def _load_in_steps(src, layers):
     """Layer by layer (local) or group by group (remote), each step
     verifying every token."""
-    if hasattr(src, "load_layer"):
-        for l in range(layers):
-            assert src.load_layer(l) == src.tokens
+    if hasattr(src, "load_layers"):
+        seen = []
+        assert src.load_layers(seen.append) == src.tokens
+        assert seen == list(range(layers))
         return
     seen = []
     assert src.load(group_done=seen.append) == src.tokens
@@ -267,11 +285,20 @@ def _remote_paths(tier, name, times, nbytes, n, info):
 
 
 def check_gpu_tier(info, name):
-    """A real GPU tier: load (one call, in steps), verify, corruption."""
+    """A real GPU tier: load (one call, in steps), verify, corruption.
+    "local-engines": the local tier with the copy-engine checksum mode
+    (its overlapped loads post the DMAs of later layers ahead)."""
     n = 8 * CHUNK
     tokens = _tokens(n + 64, vocab=info.vocab)
-    tier = caches.make(name, info, n, 64 << 20, "256M", 1.0 if "throttled" in name else 0.0,
-                       layer_groups=2)
+    mode = name.partition("-engines")[1][1:] or None
+    kv_gpu.set_sum_mode(mode)
+    try:
+        tier = caches.make(name.replace("-engines", ""), info, n, 64 << 20, "256M",
+                           1.0 if "throttled" in name else 0.0, layer_groups=2)
+    finally:
+        kv_gpu.set_sum_mode(None)
+    if mode:
+        assert tier.kv._mover.flags & kv_gpu.SUM_ENGINES
     try:
         assert isinstance(tier, (caches.GpuLocalTier, RemoteTier)), type(tier)
         assert tier.bufs[0].is_cuda

@@ -142,6 +142,52 @@ def test_local_layer_by_layer():
         assert a.stats.corrupt_misses == 1 and a.lookup(t) == 16
 
 
+def _posted_layers(mode):
+    """load_layers in one checksum mode: every layer handed over in order,
+    the bytes equal; a corrupted chunk ends the load with 0, the layers
+    after the bad one not handed over, the plan cut before that chunk."""
+    lay = layout(layers=6)
+    src = cache(lay)
+    t = tokens(16 * 5, seed=6)
+    kv_gpu.set_sum_mode(mode)
+    try:
+        a = LocalKVCache(lay, src, capacity=16 << 20)
+    finally:
+        kv_gpu.set_sum_mode(None)
+    with a:
+        assert bool(a._mover.flags & kv_gpu.SUM_ENGINES) == (mode == "engines")
+        a.save(t, [3, 5, 7, 9, 11])
+        for layer in range(lay.num_layers):
+            src[layer][:, 20:25].zero_()
+        seen = []
+        plan = a.plan_load(t, [20, 21, 22, 23, 24])
+        assert a.load_layers(plan, seen.append) == 80 and seen == list(range(6))
+        torch.cuda.synchronize()
+        for layer in range(lay.num_layers):
+            for i, b in enumerate([3, 5, 7, 9, 11]):
+                assert torch.equal(src[layer][:, 20 + i], src[layer][:, b])
+        loaded = a.stats.bytes_loaded
+        # one byte of chunk 3, in layer 2's pieces (K of layer 2 starts at
+        # piece 4 of the chunk's 12)
+        v = a.slot_view(t, 3)
+        v[len(v) * 4 // 12 + 1] ^= 0x24
+        seen = []
+        plan = a.plan_load(t, [20, 21, 22, 23, 24])
+        assert a.load_layers(plan, seen.append) == 0
+        assert plan.ok == 3 and a.stats.corrupt_misses == 1 and a.lookup(t) == 48
+        # engines: layer 2 handed over, then found bad; else found first
+        assert seen == ([0, 1, 2] if mode == "engines" else [0, 1])
+        assert a.stats.bytes_loaded > loaded
+
+
+def test_local_posted_layers_engines():
+    _posted_layers("engines")
+
+
+def test_local_layers_fused():
+    _posted_layers("fused")
+
+
 def _store_round_trip(store, views):
     """Save through the stage, load through the stage (views False) or
     from the node's pool in place (views True), then the corruption and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end comparison (kvferry bench e2e) on the GPU machine, in
 # at most 10 minutes (timeouts 90 + 220 + 95 + 90 + 70 s, each killed 5 s
-# after; staged32, 90 s, only when named): an 8B-shaped Llama with random weights (bf16, sdpa).
+# after; staged32, 90 s, and groups32, 150 s, only when named): an 8B-shaped Llama with random weights (bf16, sdpa).
 #   test:   python/tests/test_e2e_gpu.py as a script (no pytest needed): the
 #           GPU tiers' load, layer-wise load, verification and a corrupted
 #           chunk on a tiny model, so a broken GPU path shows in a minute;
@@ -14,6 +14,7 @@
 #           the copy-engine checksum modes;
 #   staged32: (only when named) remote-shm through the pinned stage
 #           (KVF_KV_VIEWS=0), for comparison with the views;
+#   groups32: (only when named) remote-shm with 8, 16 and 32 layer groups;
 #   main:   2K and 8K prefixes at 90 % and 0 % sharing, remote tcp too;
 #   check:  the correctness check in deterministic mode;
 #   slow:   remote tcp slowed to about 1 GB/s with the policies always /
@@ -79,6 +80,15 @@ for st in "${stages[@]}"; do
       --sequential remote-shm --prefix-lens 32K --pool-lens 32K \
       --pool-size 1 --sharing 1 --requests 4 --rate 0 --check 0 --budget 60 \
       --host-pool 1G --node-pool 6G
+    ;;
+  groups32)
+    # (only when named) remote-shm's 32K hit with 8, 16 and 32 layer
+    # groups: the model's layer l waits for its own group, so the last
+    # group's layers compute after the load's end
+    step 150 groups32 "${COMMON[@]}" --caches none,remote-shm,gpu \
+      --prefix-lens 32K --pool-lens 32K --pool-size 1 --sharing 1 \
+      --requests 4 --rate 0 --check 0 --budget 120 --host-pool 5G \
+      --node-pool 6G --gpu-sum fused,engines --layer-groups 8,16,32
     ;;
   main)
     # the budget stops taking requests in time; records after each config

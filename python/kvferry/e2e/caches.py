@@ -293,9 +293,9 @@ def _stats(kv: Any) -> Tuple[float, float, float, int, int]:
 class PagedSource:
     """A prefix held by a kvferry.kv cache bound to the paged GPU buffers
     ``bufs`` (request block i = cache block i). :meth:`load_all` loads
-    every layer (one call), :meth:`load_layer` one layer; both return the
-    tokens verified by the GPU kernels, and :attr:`verified` keeps the
-    smallest: below ``tokens`` a chunk failed verification and the
+    every layer (one call), :meth:`load_layers` every layer, handing each
+    over as it lands; both return the tokens verified by the GPU kernels,
+    and :attr:`verified` keeps the smallest: below ``tokens`` a chunk failed verification and the
     forward pass that used these buffers must be recomputed."""
 
     def __init__(self, tier: "Tier", kv: Any, tokens: Sequence[int], hit: int,
@@ -320,8 +320,12 @@ class PagedSource:
             return self._got(self.kv.load(self.ids, list(range(self.tokens // CHUNK))))
         return self._got(self.kv.load_planned(self._plan()))
 
-    def load_layer(self, layer: int) -> int:
-        return self._got(self.kv.load_planned(self._plan(), layers=[layer]))
+    def load_layers(self, layer_done: Any) -> int:
+        """Every layer in order, ``layer_done(l)`` once layer l is in the
+        buffers (LocalKVCache.load_layers: with the copy-engine checksum
+        mode the DMAs of later layers are posted ahead and each layer is
+        verified after its hand-over; below ``tokens``, redo the pass)."""
+        return self._got(self.kv.load_layers(self._plan(), layer_done))
 
     def views(self, layer: int) -> Tuple[Any, Any]:
         return paged_views(self.bufs[layer], self.tokens)

@@ -13,10 +13,10 @@ Sequence lengths and masks come from the pre-sized tensors, so the
 model sees a cache of ``hit`` tokens from the first layer on.
 
 A paged GPU source (:class:`.caches.PagedSource`: kvferry.kv's verifying
-kernels write straight into the buffers the model reads) is loaded by a
-loader thread, one ``load_planned(plan, layers=[i])`` per layer with a
-threading.Event each (overlapped), or by one call before the forward
-pass (sequential). A source of chunk objects (:class:`.remote.ChunkSource`,
+kernels or the copy engines write straight into the buffers the model
+reads) is loaded by a loader thread, one ``load_layers`` that hands each
+layer over as it lands (a threading.Event each; overlapped), or by one
+call before the forward pass (sequential). A source of chunk objects (:class:`.remote.ChunkSource`,
 the remote tiers) is loaded by one ``ChunkStore.load`` on a thread
 (:class:`GroupLoad`) that hands the buffers over layer group by layer
 group: layer i waits for its group only. A layer whose chunks fail
@@ -118,7 +118,7 @@ class Loader:
             return self
         if hasattr(src, "group_of"):  # chunk objects, loaded group by group
             return self._start_grouped()
-        if hasattr(src, "load_layer"):  # paged GPU buffers, kvferry.kv kernels
+        if hasattr(src, "load_layers"):  # paged GPU buffers, kvferry.kv kernels
             return self._start_paged()
         s = src.tokens
         raw = []
@@ -176,10 +176,8 @@ class Loader:
 
         def run() -> None:
             try:
-                for l in range(self.info.layers):
-                    if src.load_layer(l) < src.tokens:
-                        break  # verification failed: the pass is redone
-                    self._events[l].set()
+                # below src.tokens (short): the pass is redone
+                src.load_layers(lambda l: self._events[l].set())
             except BaseException as e:  # surfaced by wait()
                 self.error = e
             finally:
