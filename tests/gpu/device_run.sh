@@ -9,6 +9,7 @@
 #
 #   tests/gpu/device_run.sh env test local net final
 #   tests/gpu/device_run.sh sum      # checksumming kernels, kv GPU path
+#   tests/gpu/device_run.sh abbin    # two host builds A/B'd (.dev/ab/ab.tar.xz)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 D="${KVF_GPU_BIN:-.dev/gpu}"
@@ -349,6 +350,33 @@ PY
       '$PWD/python/tests/test_kv_gpu.py' '$PWD/python/tests/test_gpu.py' \
       '$PWD/python/tests/test_kv.py' '$PWD/python/tests/test_kv_chunks.py' \
       2>&1 | tee '$OUT/wheel-gpu-tests.txt' | tail -25"
+    ;;
+  abbin)
+    # two builds of the kvferry command A/B'd on this host's CPUs, no GPU:
+    # $AB_DIR/ab.tar.xz (default .dev/ab) holds before/ and after/, each a
+    # release kvferry (no CUDA) with the Debian libraries it loads and a
+    # kvferry-run that puts them on LD_LIBRARY_PATH (the A/B runs both
+    # from one process). scripts/ab-binaries.py, AB_ROUNDS interleaved
+    # rounds (default 9: one round took 34 s on the 2-core VM, so about
+    # 5 min), the workloads of docs/security.md "Measured cost" (tcp and
+    # the default transport, the store with tcp forced: no etcd, no
+    # redis; AB_ONLY and AB_ROUNDS override); runs and table in $OUT/ab,
+    # the table printed.
+    s=/tmp/kvf-ab
+    rm -rf "$s"
+    mkdir -p "$s" "$OUT/ab"
+    step 60 ab-unpack tar -xJf "${AB_DIR:-.dev/ab}/ab.tar.xz" -C "$s"
+    if [ ! -x "$s/before/kvferry-run" ] || [ ! -x "$s/after/kvferry-run" ]; then
+      echo "=== abbin: no before/ and after/ in ${AB_DIR:-.dev/ab}/ab.tar.xz"
+      continue
+    fi
+    cat "$s/before/COMMIT" "$s/after/COMMIT" 2>/dev/null | tee "$OUT/ab/commits.txt"
+    nproc; uptime
+    step 560 ab-binaries env -u LD_LIBRARY_PATH -u KVF_BIN \
+      AB_ONLY="${AB_ONLY:-blocks-tcp,blocks-default,store,store-small}" \
+      bash -c "set -o pipefail; python3 scripts/ab-binaries.py '$s/before/kvferry-run' \
+      '$s/after/kvferry-run' '${AB_ROUNDS:-9}' '$OUT/ab' 2>&1 |
+      tee '$OUT/ab/log.txt'"
     ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
