@@ -90,6 +90,23 @@ for c in $(commands); do
         walk "$c"
     fi
 done
+# bench store --working-set's --disk-dir: a file is refused (exit 1, one
+# line) before any mode runs; a missing directory is made
+: > "$OUT/afile"
+"$BIN" bench store --working-set 3x --disk-dir "$OUT/afile" > /dev/null 2> "$OUT/err"
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "disk-dir .*not a directory" "$OUT/err"; then
+    echo "FAIL: bench store --disk-dir FILE: exit $rc"
+    cat "$OUT/err"
+    fail=1
+fi
+if ! "$BIN" bench store --working-set 2x --pool 4M --min-size 64K --max-size 256K \
+    --clients 1 --duration 200ms --disk-dir "$OUT/new" > "$OUT/ws" 2>&1 ||
+    ! grep -q "^memory + disk tier .* 0$" "$OUT/ws"; then
+    echo "FAIL: bench store --disk-dir NEW did not run into a new directory"
+    cat "$OUT/ws"
+    fail=1
+fi
 echo "checked $checked options"
 [ "$checked" -gt 100 ] || { echo "FAIL: too few options found"; fail=1; }
 exit $fail

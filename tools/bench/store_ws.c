@@ -39,6 +39,7 @@
 #include "tools/cli/net.h"
 #include "core/rng.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -493,6 +494,26 @@ static int kvf_ws_record(const kvf_ws_opts_t *o, const kvf_ws_set_t *set,
     return rc;
 }
 
+/* --disk-dir: made when missing (one level), else it must be a
+ * directory; said before any mode runs. */
+static int kvf_ws_dir(const char *dir)
+{
+    struct stat sb;
+
+    if (stat(dir, &sb) != 0 && errno == ENOENT && mkdir(dir, 0755) != 0 &&
+        errno != EEXIST) {
+        fprintf(stderr, "kvferry bench store: --disk-dir %s: cannot create "
+                        "it: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "kvferry bench store: --disk-dir %s: not a "
+                        "directory\n", dir);
+        return -1;
+    }
+    return 0;
+}
+
 static int kvf_ws_parse(kvf_ws_opts_t *o)
 {
     char *end;
@@ -560,7 +581,8 @@ int kvf_cmd_bench_store_ws(int argc, char **argv)
     if (rc >= 0) {
         return rc;
     }
-    if (kvf_ws_parse(&o) != 0 || kvf_ws_plan(&o, &set) != 0) {
+    if (kvf_ws_parse(&o) != 0 || kvf_ws_dir(o.dir) != 0 ||
+        kvf_ws_plan(&o, &set) != 0) {
         return KVF_CLI_FAIL;
     }
     memset(r, 0, sizeof(r));
