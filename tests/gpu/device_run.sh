@@ -360,8 +360,8 @@ PY
     # rounds (default 9: one round took 34 s on the 2-core VM, so about
     # 5 min), the workloads of docs/security.md "Measured cost" (tcp and
     # the default transport, the store with tcp forced: no etcd, no
-    # redis; AB_ONLY and AB_ROUNDS override); runs and table in $OUT/ab,
-    # the table printed.
+    # redis; AB_ONLY and AB_ROUNDS override); runs and table in $OUT/ab
+    # and $OUT/ab.tgz, the table printed.
     s=/tmp/kvf-ab
     rm -rf "$s"
     mkdir -p "$s" "$OUT/ab"
@@ -377,6 +377,8 @@ PY
       bash -c "set -o pipefail; python3 scripts/ab-binaries.py '$s/before/kvferry-run' \
       '$s/after/kvferry-run' '${AB_ROUNDS:-9}' '$OUT/ab' 2>&1 |
       tee '$OUT/ab/log.txt'"
+    # one file for the call to bring back (its count of files is limited)
+    tar czf "$OUT/ab.tgz" -C "$OUT" ab
     ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
