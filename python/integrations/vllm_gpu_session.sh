@@ -13,7 +13,8 @@
 #                  serve; 4p5b, 4p5b-b32, 4p5b-kv2, ...)
 #   tiers          A / B / A again, per configuration (bench_vllm.py tiers)
 #   load[:ARGS]    the OpenAI server under load (bench_vllm.py load; ARGS:
-#                  extra options, commas for spaces)
+#                  extra options, commas for spaces, "+" for the commas of a
+#                  list: load:--rate,5,--configs,none+offload+kvferry)
 #   e2e            kvferry bench e2e at 32K (tests/gpu/e2e_run.sh test main32)
 #
 # Before: python/integrations/vllm_gpu_pack.sh and tests/gpu/stage-binaries.sh
@@ -60,8 +61,9 @@ while [ $# -gt 0 ]; do
       pack tiers ;;
     load*)
       extra=${stage#load}; extra=${extra#:}
+      extra=${extra//,/ }
       # shellcheck disable=SC2086
-      $run load "$OUT/load" ${extra//,/ }
+      $run load "$OUT/load" ${extra//+/,}
       pack load ;;
     e2e)
       OUT="$OUT/e2e" tests/gpu/e2e_run.sh test main32 2>&1 | tail -30
