@@ -10,6 +10,7 @@
 #   tests/gpu/device_run.sh env test local net final
 #   tests/gpu/device_run.sh sum      # checksumming kernels, kv GPU path
 #   tests/gpu/device_run.sh abbin    # two host builds A/B'd (.dev/ab/ab.tar.xz)
+#   tests/gpu/device_run.sh authcost # one build with and without authentication
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 D="${KVF_GPU_BIN:-.dev/gpu}"
@@ -379,6 +380,16 @@ PY
       tee '$OUT/ab/log.txt'"
     # one file for the call to bring back (its count of files is limited)
     tar czf "$OUT/ab.tgz" -C "$OUT" ab
+    ;;
+  authcost)
+    # what authentication alone costs on this host's CPUs: the carried
+    # kvferry with and without KVF_INSECURE=1 (scripts/bench-auth-cost.sh,
+    # AB_ROUNDS interleaved rounds, default 6: about a minute each on the
+    # 2-core VM; AB_ONLY default blocks-tcp,store,store-small); runs and
+    # table in $OUT/authcost and $OUT/authcost.tgz, the table printed.
+    step 570 authcost env AB_ONLY="${AB_ONLY:-blocks-tcp,store,store-small}" \
+      scripts/bench-auth-cost.sh "$B" "${AB_ROUNDS:-6}" "$OUT/authcost"
+    tar czf "$OUT/authcost.tgz" -C "$OUT" authcost
     ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
