@@ -251,7 +251,8 @@ def check_chunk_source(info, overlap):
 
 # -- the real tiers on a GPU ----------------------------------------------
 
-GPU_TIERS = ["local", "local-engines", "remote-shm", "remote-tcp", "remote-tcp-throttled"]
+GPU_TIERS = ["local", "local-engines", "remote-shm", "remote-shm-piped", "remote-tcp",
+             "remote-tcp-throttled"]
 
 
 def _load_all(src):
@@ -277,11 +278,25 @@ def _remote_paths(tier, name, times, nbytes, n, info):
     assert tier.kv.gpu and tier.resident
     assert nbytes == n * info.kv_bytes_per_token()
     s = tier.kv.stats
-    if name == "remote-shm":
-        assert tier.mappings >= 1
+    if name.startswith("remote-shm"):
+        assert tier.mappings >= 1 and tier.kv._pipeline == name.endswith("-piped")
         assert s.viewed_objects > 0 and s.put_viewed_objects > 0 and times["kv_read"] == 0
     else:
         assert s.viewed_objects == 0 and times["kv_read"] > 0
+
+
+def check_piped_name(info, _=None):
+    """remote-shm-piped is remote-shm with the ChunkStore's pipeline (inert
+    without a GPU); no other tier takes the suffix."""
+    tier = caches.make("remote-shm-piped", info, 4 * CHUNK, 64 << 20, "64M")
+    try:
+        assert tier.name == "remote-shm-piped" and tier.kv._pipeline
+        assert tier.describe()["pipeline"] is True
+    finally:
+        tier.close()
+    for bad in ("remote-tcp-piped", "local-piped", "remote-shm-fast"):
+        with pytest.raises(ValueError):
+            caches.make(bad, info, 4 * CHUNK, 64 << 20, "64M")
 
 
 def check_gpu_tier(info, name):
@@ -361,6 +376,9 @@ if pytest is not None:
     @pytest.mark.parametrize("overlap", [True, False])
     def test_chunk_source_through_the_engine(cpu_info, overlap):
         check_chunk_source(cpu_info, overlap)
+
+    def test_piped_remote_tier_name(cpu_info):
+        check_piped_name(cpu_info)
 
     @pytest.mark.skipif(not _gpu(), reason="needs a GPU and kvferry's GPU kernels")
     @pytest.mark.parametrize("name", GPU_TIERS)

@@ -14,7 +14,8 @@
 #           the copy-engine checksum modes;
 #   staged32: (only when named) remote-shm through the pinned stage
 #           (KVF_KV_VIEWS=0), for comparison with the views;
-#   groups32: (only when named) remote-shm with 8, 16 and 32 layer groups;
+#   groups32: (only when named) remote-shm and remote-shm-piped with 8,
+#           16 and 32 layer groups;
 #   main:   2K and 8K prefixes at 90 % and 0 % sharing, remote tcp too;
 #   check:  the correctness check in deterministic mode;
 #   slow:   remote tcp slowed to about 1 GB/s with the policies always /
@@ -83,12 +84,13 @@ for st in "${stages[@]}"; do
     ;;
   groups32)
     # (only when named) remote-shm's 32K hit with 8, 16 and 32 layer
-    # groups: the model's layer l waits for its own group, so the last
-    # group's layers compute after the load's end
-    step 150 groups32 "${COMMON[@]}" --caches none,remote-shm,gpu \
+    # groups (the model's layer l waits for its own group, so the last
+    # group's layers compute after the load's end), each also as one
+    # pipeline of posted DMAs through a GPU stage (remote-shm-piped)
+    step 150 groups32 "${COMMON[@]}" --caches none,remote-shm,remote-shm-piped,gpu \
       --prefix-lens 32K --pool-lens 32K --pool-size 1 --sharing 1 \
       --requests 4 --rate 0 --check 0 --budget 120 --host-pool 5G \
-      --node-pool 6G --gpu-sum fused,engines --layer-groups 8,16,32
+      --node-pool 6G --gpu-sum fused --layer-groups 8,16,32
     ;;
   main)
     # the budget stops taking requests in time; records after each config

@@ -406,7 +406,9 @@ class GpuLocalTier(Tier):
 def make(name: str, info: Any, max_tokens: int, host_bytes: int, node_pool: str,
          throttle_gbs: float = 0.0, chunk_tokens: int = 0, layer_groups: int = 0) -> Tier:
     """The tier of a configuration; chunk_tokens and layer_groups shape
-    the remote tiers' chunk objects (0: :mod:`.remote`'s defaults)."""
+    the remote tiers' chunk objects (0: :mod:`.remote`'s defaults).
+    remote-shm-piped: remote-shm whose GPU loads run as one pipeline of
+    posted DMAs through a GPU stage (ChunkStore ``pipeline``)."""
     if name == "none":
         return Tier()
     gpu = gpu_paths(info)
@@ -415,10 +417,13 @@ def make(name: str, info: Any, max_tokens: int, host_bytes: int, node_pool: str,
     if name == "gpu":
         return GpuTier(info, host_bytes)
     parts = name.split("-")
-    if parts[0] == "remote" and parts[1:2] in (["shm"], ["tcp"]) and parts[2:] in ([], ["throttled"]):
+    if parts[0] == "remote" and parts[1:2] in (["shm"], ["tcp"]) and \
+            parts[2:] in ([], ["throttled"]) or parts[1:] == ["shm", "piped"]:
         from . import remote
         return remote.RemoteTier(info, max_tokens, parts[1], node_pool,
                                  throttle_gbs if "throttled" in parts else 0.0,
                                  chunk_tokens=chunk_tokens or remote.CHUNK_TOKENS,
-                                 layer_groups=layer_groups or remote.LAYER_GROUPS)
-    raise ValueError("cache is none, local, gpu, remote-shm, remote-tcp or remote-tcp-throttled")
+                                 layer_groups=layer_groups or remote.LAYER_GROUPS,
+                                 pipeline="piped" in parts)
+    raise ValueError("cache is none, local, gpu, remote-shm, remote-tcp, remote-tcp-throttled "
+                     "or remote-shm-piped")

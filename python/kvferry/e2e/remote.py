@@ -129,10 +129,12 @@ class RemoteTier(Tier):
     def __init__(self, info: Any, max_tokens: int, transport: str = "shm",
                  node_pool: str = "1G", throttle_gbs: float = 0.0, timeout_ms: int = 60000,
                  chunk_tokens: int = CHUNK_TOKENS, layer_groups: int = LAYER_GROUPS,
-                 bufs: Optional[List[Any]] = None):
+                 bufs: Optional[List[Any]] = None, pipeline: bool = False):
         self.transport, self.throttle_gbs, self.timeout_ms = transport, throttle_gbs, timeout_ms
         self.throttle_ms = 0.0
-        self.name = "remote-%s%s" % (transport, "-throttled" if throttle_gbs else "")
+        self.pipeline = pipeline
+        self.name = "remote-%s%s%s" % (transport, "-throttled" if throttle_gbs else "",
+                                       "-piped" if pipeline else "")
         self.blocks = max(1, -(-max_tokens // CHUNK))
         # the model reads the buffers where they are, or (a CUDA model
         # without kvferry's GPU kernels) gets copies of host buffers
@@ -163,7 +165,8 @@ class RemoteTier(Tier):
         self.kv = ChunkStore(self.reads, self.bufs, self.blocks, CHUNK,
                              layout_for(info, self.blocks).fingerprint(), namespace="e2e",
                              chunk_tokens=chunk_tokens, layer_groups=layer_groups,
-                             stage_bytes=stage, views=self.use_views)
+                             stage_bytes=stage, views=self.use_views,
+                             pipeline=self.pipeline)
         self.mappings = self.kv.warm()
 
     def _buffers(self, info: Any) -> List[Any]:
@@ -301,8 +304,12 @@ class RemoteTier(Tier):
         return {"cache": self.name, "transport": self.transport, "link": self.store.master_link,
                 "throttle_delay_ms": self.throttle_ms, "throttle_target_gbs": self.throttle_gbs,
                 "path": "chunk objects (kvferry.kv_chunks) of %d tokens in %d layer groups, "
-                        "loaded group by group: %s, %s" % (self.kv.chunk_tokens, self.kv.groups,
-                                                           how, where),
+                        "loaded group by group: %s, %s%s" % (
+                            self.kv.chunk_tokens, self.kv.groups, how, where,
+                            "; on a GPU, one pipeline over the groups: whole objects posted to "
+                            "the copy engines into a GPU stage in segments, each slice "
+                            "scattered once a later DMA is posted" if self.pipeline else ""),
+                "pipeline": self.pipeline,
                 "paged_blocks": self.blocks, "chunk_tokens": self.kv.chunk_tokens,
                 "layer_groups": self.kv.groups, "pool_mappings_registered": self.mappings,
                 "viewed_objects": s.viewed_objects, "put_viewed_objects": s.put_viewed_objects,
