@@ -90,7 +90,7 @@ for st in "${stages[@]}"; do
     step 150 groups32 "${COMMON[@]}" --caches none,remote-shm,remote-shm-piped,gpu \
       --prefix-lens 32K --pool-lens 32K --pool-size 1 --sharing 1 \
       --requests 4 --rate 0 --check 0 --budget 120 --host-pool 5G \
-      --node-pool 6G --gpu-sum fused --layer-groups 8,16,32
+      --node-pool 6G --gpu-sum fused --layer-groups 8,16,32 --sequential ""
     ;;
   main)
     # the budget stops taking requests in time; records after each config
