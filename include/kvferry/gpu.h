@@ -177,6 +177,12 @@ KVF_API kvf_status_t kvf_gpu_copy_blocks(
     kvf_gpu_copier_t *c, const kvf_gpu_mem_t *src, const kvf_gpu_mem_t *dst,
     const kvf_gpu_block_t *blocks, size_t n, unsigned flags, int timeout_ms);
 
+/* Posts a copier tells apart: the completion of its last KVF_GPU_POSTS
+ * posts is kept, so waiting for an older ticket waits for a later post
+ * (which the copier's stream orders after it). A pipeline that keeps at
+ * most this many posts in flight waits for exactly the one it names. */
+#define KVF_GPU_POSTS 8
+
 /* Posts n blocks from src to dst through the copy engines (what
  * kvf_gpu_copy_blocks does with KVF_GPU_COPY_ENGINES) and returns at
  * once: *ticket_p names the post for kvf_gpu_copy_wait. A copier's posts

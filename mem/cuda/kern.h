@@ -15,6 +15,8 @@
 
 #include "mem/cuda/cuda.h"
 
+#include <kvferry/gpu.h>
+
 #include <cuda_runtime_api.h>
 
 #ifdef __cplusplus
@@ -167,9 +169,8 @@ kvf_status_t kvf_cuda_slot_post(kvf_cuda_slot_t *s, int device,
  * them) ------------------------------------------------------------------ */
 
 #define KVF_COPY_STAGE_SLOTS 3
-/* posted copy-engine batches a copier tells apart (older tickets wait for
- * a later post, which the stream orders after them) */
-#define KVF_CUDA_POSTS       8
+/* posted copy-engine batches a copier tells apart (kvferry/gpu.h) */
+#define KVF_CUDA_POSTS       KVF_GPU_POSTS
 #define KVF_COPY_STAGE_BYTES (8u << 20)
 #define KVF_COPY_STAGE_BLKS  16384u
 /* room for the pieces of one split block beyond the launch size */

@@ -603,9 +603,9 @@ class ChunkStore(ChunkIndex):
         return self._gstage.mem() if self._gstage is not None else None
 
     def _segments(self, gst: Any) -> List[Any]:
-        """The GPU stage cut in segments of a slice each (at least two),
-        each a GpuMem of its own."""
-        n = max(2, self._gstage_bytes // self._slice_cap)
+        """The GPU stage cut in segments of a slice each (at least two, at
+        most the posts a copier tells apart), each a GpuMem of its own."""
+        n = min(max(2, self._gstage_bytes // self._slice_cap), self._kvg.POSTS)
         size = self._gstage_bytes // n
         return [self._kvg.GpuMem(gst.base + h * size, size, gst.type, gst.device)
                 for h in range(n)]

@@ -58,6 +58,9 @@ _PROTOS = {
     "kvf_gpu_host_register": (_lib.status_t, [c_void_p, c_size_t]),
     "kvf_gpu_host_unregister": (None, [c_void_p]),
 }
+#: KVF_GPU_POSTS: posts a copier tells apart; a pipeline keeps at most
+#: this many in flight so that each wait names its own post
+POSTS = 8
 #: kvf_gpu_copy_blocks_sum flags: checksums by the copying kernel, or by
 #: a pass over the GPU side after the tuned copy (0: per direction, the
 #: library's choice)

@@ -28,8 +28,8 @@ from . import kv_gpu
 from .errors import OK
 from .kv import KVLayout, KVStats, chunk_keys, layer_rows
 
-#: Layers whose DMAs a posted load keeps in flight (at most the copier's
-#: ring of posts, 8)
+#: Layers whose DMAs a posted load keeps in flight (at most
+#: kv_gpu.POSTS)
 POSTS_AHEAD = 4
 
 
@@ -268,7 +268,7 @@ class LocalKVCache:
             t0 = time.perf_counter()
             try:
                 whole = self._posted_layers(plan, layers, layer_done,
-                                            max(1, min(ahead, POSTS_AHEAD)))
+                                            max(1, min(ahead, kv_gpu.POSTS)))
             finally:
                 self.stats.t_h2d += time.perf_counter() - t0
         return plan.tokens if whole else 0

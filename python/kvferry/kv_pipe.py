@@ -27,7 +27,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Iterable, Optional
 
-#: Posts a slice's DMA: (copier, slice, half) -> the copier's ticket
+#: Posts a slice's DMA: (copier, slice, segment) -> the copier's ticket
 #: (None: nothing to move)
 Step = Callable[[Any, Any, int], Any]
 
@@ -48,12 +48,12 @@ class StagePipe:
         self.span_s = 0.0
         self._t0: Optional[float] = None
 
-    def _post(self, step: Step, item: Any, half: int) -> Any:
+    def _post(self, step: Step, item: Any, segment: int) -> Any:
         if self._copier is None:
             raise RuntimeError("kvferry: the stage pipeline is closed")
         if self._t0 is None:
             self._t0 = time.perf_counter()
-        return step(self._copier, item, half)
+        return step(self._copier, item, segment)
 
     def _wait(self, ticket: Any) -> None:
         if ticket is None:
@@ -114,19 +114,18 @@ class StagePipe:
         runs while the DMAs before it do (a segment is reused only once
         its DMA ended)."""
         segments = max(2, int(segments))
-        posted: Deque[Any] = deque()  # (segment, ticket), oldest first
+        posted: Deque[Any] = deque()  # tickets, oldest first
         self._begin()
         try:
             for k, item in enumerate(slices):
-                seg = k % segments
-                while posted and len(posted) >= segments:
-                    self._wait(posted.popleft()[1])
-                work(item, seg)
-                posted.append((seg, self._post(dma_out, item, seg)))
-            self._settle([t for _, t in posted])
+                if len(posted) >= segments:  # slice k - segments' segment
+                    self._wait(posted.popleft())
+                work(item, k % segments)
+                posted.append(self._post(dma_out, item, k % segments))
+            self._settle(posted)
             posted.clear()
         finally:
-            _quiet(self._copier, [t for _, t in posted])
+            _quiet(self._copier, posted)
 
     def close(self) -> None:
         if self._copier is not None:

@@ -65,6 +65,19 @@ def _c_layouts(tmp_path):
     return out
 
 
+def test_posts_constant_matches_the_header(tmp_path):
+    """kv_gpu.POSTS mirrors KVF_GPU_POSTS (the pipelines' depth)."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None or not os.path.isdir(INCLUDE):
+        pytest.skip("no C compiler or no include/ beside the tests")
+    src, exe = tmp_path / "posts.c", tmp_path / "posts"
+    src.write_text('#include <stdio.h>\n#include <kvferry/gpu.h>\n'
+                   'int main(void) { printf("%d\\n", KVF_GPU_POSTS); return 0; }\n')
+    subprocess.run([cc, "-I", INCLUDE, "-o", str(exe), str(src)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    assert int(out) == kv_gpu.POSTS
+
+
 def test_every_mirror_matches_its_header(tmp_path):
     layouts = _c_layouts(tmp_path)
     wrong = []

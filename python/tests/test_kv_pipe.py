@@ -240,7 +240,7 @@ class _Mapped:
 class _HostKvg:
     """What ChunkStore takes of kvferry.kv_gpu, on host memory."""
 
-    GpuMem = kv_gpu.GpuMem
+    GpuMem, POSTS = kv_gpu.GpuMem, kv_gpu.POSTS
     DeviceBuffer = _HostBuffer
 
     @staticmethod
@@ -294,6 +294,19 @@ def test_gpu_paths_on_host_memory_byte_for_byte(store, pipeline):
             assert halves == {0, 1}
     a.close()
     b.close()
+
+
+def test_the_stage_has_at_most_the_segments_a_copier_tells_apart(store):
+    """A stage of many slices is cut in kv_gpu.POSTS segments at most
+    (each pipeline wait then names its own post), all inside the stage."""
+    cs = _host_gpu_store(store, [np.zeros((2, 40, 16, 2, 32), dtype=np.uint16)], "segs", True)
+    gst = kv_gpu.GpuMem(1 << 30, 512 << 20, _lib.MEM_CUDA, 0)
+    for slice_cap, want in ((256 << 20, 2), (64 << 20, 8), (16 << 20, kv_gpu.POSTS)):
+        cs._gstage_bytes, cs._slice_cap = 512 << 20, slice_cap
+        segs = cs._segments(gst)
+        assert len(segs) == want and all(g.len >= slice_cap for g in segs)
+        assert segs[-1].base + segs[-1].len <= gst.base + gst.len
+    cs.close()
 
 
 @pytest.mark.parametrize("pipeline", [True, False])

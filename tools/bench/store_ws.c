@@ -500,15 +500,14 @@ static int kvf_ws_dir(const char *dir)
 {
     struct stat sb;
 
-    if (stat(dir, &sb) != 0 && errno == ENOENT && mkdir(dir, 0755) != 0 &&
-        errno != EEXIST) {
-        fprintf(stderr, "kvferry bench store: --disk-dir %s: cannot create "
-                        "it: %s\n", dir, strerror(errno));
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "kvferry bench store: --disk-dir %s: %s\n", dir,
+                strerror(errno));
         return -1;
     }
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "kvferry bench store: --disk-dir %s: not a "
-                        "directory\n", dir);
+        fprintf(stderr, "kvferry bench store: --disk-dir %s: not a directory\n",
+                dir);
         return -1;
     }
     return 0;

@@ -295,8 +295,9 @@ class PagedSource:
     ``bufs`` (request block i = cache block i). :meth:`load_all` loads
     every layer (one call), :meth:`load_layers` every layer, handing each
     over as it lands; both return the tokens verified by the GPU kernels,
-    and :attr:`verified` keeps the smallest: below ``tokens`` a chunk failed verification and the
-    forward pass that used these buffers must be recomputed."""
+    and :attr:`verified` keeps the smallest: below ``tokens`` a chunk
+    failed verification and the forward pass that used these buffers must
+    be recomputed."""
 
     def __init__(self, tier: "Tier", kv: Any, tokens: Sequence[int], hit: int,
                  plan: Any = None):
@@ -417,8 +418,8 @@ def make(name: str, info: Any, max_tokens: int, host_bytes: int, node_pool: str,
     if name == "gpu":
         return GpuTier(info, host_bytes)
     parts = name.split("-")
-    if parts[0] == "remote" and parts[1:2] in (["shm"], ["tcp"]) and \
-            parts[2:] in ([], ["throttled"]) or parts[1:] == ["shm", "piped"]:
+    plain = parts[1:2] in (["shm"], ["tcp"]) and parts[2:] in ([], ["throttled"])
+    if parts[0] == "remote" and (plain or parts[1:] == ["shm", "piped"]):
         from . import remote
         return remote.RemoteTier(info, max_tokens, parts[1], node_pool,
                                  throttle_gbs if "throttled" in parts else 0.0,

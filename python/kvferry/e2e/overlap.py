@@ -16,8 +16,8 @@ A paged GPU source (:class:`.caches.PagedSource`: kvferry.kv's verifying
 kernels or the copy engines write straight into the buffers the model
 reads) is loaded by a loader thread, one ``load_layers`` that hands each
 layer over as it lands (a threading.Event each; overlapped), or by one
-call before the forward pass (sequential). A source of chunk objects (:class:`.remote.ChunkSource`,
-the remote tiers) is loaded by one ``ChunkStore.load`` on a thread
+call before the forward pass (sequential). A source of chunk objects
+(:class:`.remote.ChunkSource`, the remote tiers) is loaded by one ``ChunkStore.load`` on a thread
 (:class:`GroupLoad`) that hands the buffers over layer group by layer
 group: layer i waits for its group only. A layer whose chunks fail
 verification marks the load :attr:`Loader.short`: the forward pass that
