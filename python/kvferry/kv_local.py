@@ -254,10 +254,13 @@ class LocalKVCache:
         layer without waiting for this thread, and each layer is
         checksummed in GPU memory right after its hand-over: a forward
         pass that used a layer found bad is the caller's to redo (the 0
-        says so). Other modes: one :meth:`load_planned` per layer,
-        verified before its hand-over."""
+        says so). ``auto`` (the default) does the same: a layer-wise load
+        runs beside the model's kernels, which the fused kernel would
+        keep from the multiprocessors. ``fused`` and ``after``: one
+        :meth:`load_planned` per layer, verified before its hand-over."""
         layers = list(range(self.layout.num_layers))
-        if not self._mover.flags & kv_gpu.SUM_ENGINES:
+        flags = self._mover.flags
+        if flags and not flags & kv_gpu.SUM_ENGINES:
             for layer in layers:
                 ok = plan.ok
                 if ok == 0 or self.load_planned(plan, [layer]) < ok * plan.block_size:

@@ -154,6 +154,7 @@ def _posted_layers(mode):
         a = LocalKVCache(lay, src, capacity=16 << 20)
     finally:
         kv_gpu.set_sum_mode(None)
+    posted = mode in ("engines", "auto")  # auto: the copy engines' posts too
     with a:
         assert bool(a._mover.flags & kv_gpu.SUM_ENGINES) == (mode == "engines")
         a.save(t, [3, 5, 7, 9, 11])
@@ -175,13 +176,17 @@ def _posted_layers(mode):
         plan = a.plan_load(t, [20, 21, 22, 23, 24])
         assert a.load_layers(plan, seen.append) == 0
         assert plan.ok == 3 and a.stats.corrupt_misses == 1 and a.lookup(t) == 48
-        # engines: layer 2 handed over, then found bad; else found first
-        assert seen == ([0, 1, 2] if mode == "engines" else [0, 1])
+        # posted: layer 2 handed over, then found bad; else found first
+        assert seen == ([0, 1, 2] if posted else [0, 1])
         assert a.stats.bytes_loaded > loaded
 
 
 def test_local_posted_layers_engines():
     _posted_layers("engines")
+
+
+def test_local_posted_layers_auto():
+    _posted_layers("auto")
 
 
 def test_local_layers_fused():

@@ -396,8 +396,10 @@ class GpuLocalTier(Tier):
         return True
 
     def describe(self):
-        return {"cache": "local", "path": "LocalKVCache: pinned host pool, GPU scatter kernel "
-                "with fused checksums", "pool_slots": self.kv.slots, "paged_blocks": self.blocks,
+        return {"cache": "local", "path": "LocalKVCache: pinned host pool; overlapped loads "
+                "posted to the copy engines layer by layer, each layer checksummed in GPU "
+                "memory (gpu_sum auto, engines), or the verifying scatter kernel (fused)",
+                "pool_slots": self.kv.slots, "paged_blocks": self.blocks,
                 "corrupt_misses": self.kv.stats.corrupt_misses}
 
     def close(self):
