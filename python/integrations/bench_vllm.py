@@ -25,7 +25,12 @@ Configurations: ``none`` (vLLM's own prefix cache only),
 the node's pool read and written in place over shm), ``kvferry-async``
 (the same, loading between steps: ``load_mode`` async), ``kvferry-local``
 (the connector with a store inside the vLLM process, ``"master":
-"embedded"``).
+"embedded"``), ``mooncake`` (vLLM's own ``MooncakeStoreConnector``, TCP,
+its pool of ``--cpu-bytes`` inside the vLLM process, with a
+``mooncake_master`` on loopback ports for the configuration's lifetime;
+``mooncake_master`` on PATH or in ``MOONCAKE_MASTER`` and the
+``mooncake`` package importable: ``mooncake_gpu.sh`` installs both on
+the GPU machine).
 
     python bench_vllm.py tiers [--configs none,offload,kvferry] [model options]
     python bench_vllm.py load  [--configs ...] [--requests 200] [--rate 4] ...
@@ -37,24 +42,27 @@ here, nothing downloaded; ``--model-dir`` keeps it between runs).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
+import importlib.util
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import serve_vllm  # noqa: E402  (the model and its options)
 
-CONFIGS = ("none", "offload", "kvferry", "kvferry-async", "kvferry-local")
+CONFIGS = ("none", "offload", "kvferry", "kvferry-async", "kvferry-local", "mooncake")
 
 
 # ---------------------------------------------------------------------------
@@ -68,6 +76,8 @@ def transfer_config(name: str, args: argparse.Namespace, master: str) -> Optiona
     if name == "offload":
         return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
                 "kv_connector_extra_config": {"cpu_bytes_to_use": args.cpu_bytes}}
+    if name == "mooncake":  # the store's settings: the file in MOONCAKE_CONFIG_PATH
+        return {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
     extra = {"master": master, "namespace": "bench-%s-%d" % (name, os.getpid()),
              "chunk_tokens": args.chunk_tokens, "layer_groups": args.layer_groups,
              "load_mode": args.load_mode}
@@ -87,6 +97,164 @@ def llm_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
                 enable_prefix_caching=True, seed=0,
                 gpu_memory_utilization=args.gpu_memory_utilization,
                 num_gpu_blocks_override=args.gpu_blocks)
+
+
+# ---------------------------------------------------------------------------
+# the processes a configuration needs for its lifetime (mooncake: its master)
+
+# The Mooncake store client's own transfer buffer; vLLM's KV caches are
+# registered with the store and read and written in place, so it is
+# little used (vLLM's default is 4 GiB).
+MOONCAKE_LOCAL_BUFFER = 1 << 30
+
+
+def mooncake_master_binary() -> str:
+    """The mooncake_master executable (MOONCAKE_MASTER, else PATH), with the
+    mooncake package importable; a clear SystemExit when either is missing."""
+    path = os.environ.get("MOONCAKE_MASTER") or shutil.which("mooncake_master") or ""
+    if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise SystemExit("bench-vllm: configuration mooncake needs the mooncake_master executable: "
+                         "%s (set MOONCAKE_MASTER or put it on PATH; on the GPU machine "
+                         "python/integrations/mooncake_gpu.sh installs it)"
+                         % ("%s is not an executable file" % path if path else "not on PATH"))
+    try:
+        found = importlib.util.find_spec("mooncake.store") is not None
+    except ImportError:  # no package mooncake at all
+        found = False
+    if not found:
+        raise SystemExit("bench-vllm: configuration mooncake needs the mooncake Python package "
+                         "(mooncake.store, from mooncake-transfer-engine): not importable "
+                         "(python/integrations/mooncake_gpu.sh installs it)")
+    return path
+
+
+def check_configs(configs: List[str]) -> None:
+    """Unknown names, and a mooncake configuration without its parts, fail
+    before any model is made or server started."""
+    bad = [c for c in configs if c not in CONFIGS]
+    if bad:
+        raise SystemExit("bench-vllm: unknown configuration %s (known: %s)"
+                         % (", ".join(bad), ", ".join(CONFIGS)))
+    if "mooncake" in configs:
+        mooncake_master_binary()
+
+
+def wait_ports(proc: subprocess.Popen, ports: List[int], timeout: float, what: str,
+               logpath: str) -> None:
+    """Until every port accepts a connection on 127.0.0.1; SystemExit when
+    the process exits first or timeout seconds pass."""
+    end = time.monotonic() + timeout
+    todo = list(ports)
+    while todo:
+        if proc.poll() is not None:
+            raise SystemExit("bench-vllm: %s exited (rc %s) before listening; its log: %s\n%s"
+                             % (what, proc.returncode, logpath, _tail(logpath)))
+        try:
+            with socket.create_connection(("127.0.0.1", todo[0]), timeout=1):
+                todo.pop(0)
+            continue
+        except OSError:
+            pass
+        if time.monotonic() > end:
+            raise SystemExit("bench-vllm: %s not listening on port %d within %.0f s; its log: %s\n%s"
+                             % (what, todo[0], timeout, logpath, _tail(logpath)))
+        time.sleep(0.1)
+
+
+def _tail(path: str, n: int = 3000) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:]
+    except OSError:
+        return ""
+
+
+def stop_proc(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL after timeout."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class MooncakeMaster:
+    """mooncake_master on loopback ports of its own: its RPC, the HTTP
+    metadata server built into it (so no etcd) and its metrics/admin port;
+    started on enter, waited for, stopped on exit."""
+
+    def __init__(self, binary: str, logpath: str, timeout: float = 60.0) -> None:
+        self.rpc_port, self.http_port, self.metrics_port = free_ports(3)
+        self.logpath = logpath
+        self.timeout = timeout
+        self.cmd = [binary, "--rpc_address=127.0.0.1", "--rpc_port=%d" % self.rpc_port,
+                    "--enable_http_metadata_server=true",
+                    "--http_metadata_server_host=127.0.0.1",
+                    "--http_metadata_server_port=%d" % self.http_port,
+                    "--metrics_host=127.0.0.1", "--metrics_port=%d" % self.metrics_port,
+                    "--enable_metric_reporting=false"]
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def address(self) -> str:
+        return "127.0.0.1:%d" % self.rpc_port
+
+    @property
+    def metadata_server(self) -> str:
+        return "http://127.0.0.1:%d/metadata" % self.http_port
+
+    def __enter__(self) -> "MooncakeMaster":
+        with open(self.logpath, "w") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        try:
+            wait_ports(self.proc, [self.rpc_port, self.http_port], self.timeout,
+                       "mooncake_master", self.logpath)
+        except BaseException:
+            stop_proc(self.proc)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc is not None:
+            stop_proc(self.proc)
+
+
+def mooncake_config(args: argparse.Namespace, master: MooncakeMaster) -> Dict[str, Any]:
+    """The store's settings (vLLM reads them from MOONCAKE_CONFIG_PATH):
+    TCP (no RDMA device here), the pool of --cpu-bytes contributed by the
+    vLLM process itself (mode embedded)."""
+    return {"metadata_server": master.metadata_server,
+            "master_server_address": master.address,
+            "protocol": "tcp", "device_name": "", "mode": "embedded",
+            "global_segment_size": args.cpu_bytes, "local_buffer_size": MOONCAKE_LOCAL_BUFFER}
+
+
+def mooncake_env(args: argparse.Namespace, master: MooncakeMaster, tmp: str) -> Dict[str, str]:
+    """Writes the store's settings into tmp; the variables vLLM's process gets."""
+    path = os.path.join(tmp, "mooncake-%d.json" % master.rpc_port)
+    with open(path, "w") as f:
+        json.dump(mooncake_config(args, master), f, indent=1)
+    # the store's segment named and bound on loopback (vLLM would name it
+    # by the host's outbound address)
+    return {"MOONCAKE_CONFIG_PATH": path, "MOONCAKE_REQUESTER_LOCAL_HOSTNAME": "127.0.0.1",
+            "MC_TCP_BIND_ADDRESS": "127.0.0.1"}
+
+
+@contextlib.contextmanager
+def config_env(cfg: str, args: argparse.Namespace, tmp: str) -> Iterator[Dict[str, str]]:
+    """Starts what configuration cfg needs besides the run's kvferry master
+    and node, for the configuration's lifetime; yields the variables its
+    vLLM process gets."""
+    if cfg != "mooncake":
+        yield {}
+        return
+    binary = mooncake_master_binary()
+    logpath = os.path.join(args.outdir or tmp, "mooncake-master-%s.log" % args.kind)
+    with MooncakeMaster(binary, logpath, args.server_timeout) as master:
+        yield mooncake_env(args, master, tmp)
 
 
 # ---------------------------------------------------------------------------
@@ -160,7 +328,8 @@ def tiers(args: argparse.Namespace, model: str, tmp: str, master: str) -> Dict[s
         json.dump(sets, f)
     recs = {}
     for cfg in args.configs.split(","):
-        recs[cfg] = run_child("tiers", cfg, args, model, pf, master)
+        with config_env(cfg, args, tmp) as env:
+            recs[cfg] = run_child("tiers", cfg, args, model, pf, master, env)
         print("bench-vllm tiers %s: %s" % (cfg, ", ".join(
             "%s %.3f s" % (r["label"], r["generate_s"]) for r in recs[cfg]["runs"])), flush=True)
     base = recs.get("none")
@@ -189,8 +358,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> List[int]:
+    """n distinct free loopback ports (the sockets held together)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def start_server(cfg: str, args: argparse.Namespace, model: str, master: str, port: int,
-                 log: Any) -> subprocess.Popen:
+                 log: Any, extra_env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     kw = llm_kwargs(args)
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
            "--port", str(port), "--host", "127.0.0.1", "--served-model-name", "m",
@@ -205,6 +383,7 @@ def start_server(cfg: str, args: argparse.Namespace, model: str, master: str, po
     if tc is not None:
         cmd += ["--kv-transfer-config", json.dumps(tc)]
     env = dict(os.environ)
+    env.update(extra_env or {})
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
@@ -307,8 +486,8 @@ def load(args: argparse.Namespace, model: str, tmp: str, master: str) -> Dict[st
     for cfg in args.configs.split(","):
         port = free_port()
         logpath = os.path.join(args.outdir or tmp, "server-%s.log" % cfg)
-        with open(logpath, "w") as log:
-            proc = start_server(cfg, args, model, master, port, log)
+        with config_env(cfg, args, tmp) as env, open(logpath, "w") as log:
+            proc = start_server(cfg, args, model, master, port, log, env)
             try:
                 wait_healthy(port, proc, args.server_timeout)
                 one_request(port, prompts[0][:64], 2, args.request_timeout)  # warm-up
@@ -361,8 +540,9 @@ def write_record(cfg: str, st: Dict[str, Any], args: argparse.Namespace) -> None
 
 
 def run_child(kind: str, cfg: str, args: argparse.Namespace, model: str, prompts_file: str,
-              master: str) -> Dict[str, Any]:
+              master: str, extra_env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     env = dict(os.environ)
+    env.update(extra_env or {})
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     cmd = [sys.executable, os.path.abspath(__file__), kind, "--child", cfg, "--model", model,
            "--prompts-file", prompts_file, "--master", master] + child_args(args)
@@ -411,7 +591,8 @@ def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--gpu-blocks", type=int, default=4500,
                     help="vLLM's GPU cache in blocks (num_gpu_blocks_override)")
     ap.add_argument("--cpu-bytes", type=int, default=20 << 30,
-                    help="vLLM's offloading CPU bytes; the kvferry node's pool")
+                    help="vLLM's offloading CPU bytes; the kvferry node's pool; "
+                         "Mooncake's segment (global_segment_size)")
     ap.add_argument("--max-num-seqs", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--outdir", default="")
@@ -438,6 +619,7 @@ def main() -> int:
     if args.child:
         print(json.dumps(tiers_child(args)), flush=True)
         return 0
+    check_configs(args.configs.split(","))
     if args.outdir:
         os.makedirs(args.outdir, exist_ok=True)
     from kvferry.procs import Master, Node

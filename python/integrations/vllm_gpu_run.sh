@@ -4,6 +4,10 @@
 #
 #   vllm_gpu_run.sh stash DIR        keep DIR/part-* for a later call (/tmp)
 #   vllm_gpu_run.sh unpack [DIR]     the kept parts and DIR/part-*, unpacked
+#   vllm_gpu_run.sh mooncake DIR     Mooncake's store from DIR/mooncake.tar.xz
+#                                    (mooncake_gpu.sh pack; installed in /tmp,
+#                                    checked with a GPU round trip) for the
+#                                    mooncake configuration of tiers and load
 #   vllm_gpu_run.sh serve VARIANT OUTDIR
 #   vllm_gpu_run.sh tiers OUTDIR [bench_vllm.py options]
 #   vllm_gpu_run.sh load OUTDIR [bench_vllm.py options]
@@ -37,6 +41,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 parts=/tmp/kvferry-vllm-parts
 site=/tmp/kvferry-vllm-site
+mooncake=/tmp/kvferry-mooncake
 
 # the binaries staged by tests/gpu/stage-binaries.sh, vLLM's tree, the package
 setenv() {
@@ -45,6 +50,8 @@ setenv() {
   export LD_LIBRARY_PATH="$(dirname "$KVFERRY_LIB"):${LD_LIBRARY_PATH:-}"
   export PYTHONPATH="$site:$PWD/python" VLLM_USE_FLASHINFER_SAMPLER=0
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  # Mooncake's store, where `mooncake DIR` installed it
+  if [ -f "$mooncake/env.sh" ]; then . "$mooncake/env.sh"; fi
 }
 
 case "${1:-}" in
@@ -58,6 +65,10 @@ case "${1:-}" in
     mkdir -p "$site"
     cat "$parts"/part-* | xz -d -T0 | tar -x -C "$site"
     du -sh "$site"
+    ;;
+  mooncake)
+    bash python/integrations/mooncake_gpu.sh install "$2" "$mooncake"
+    bash python/integrations/mooncake_gpu.sh check "$mooncake"
     ;;
   serve)
     variant=$2 out=$3
