@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The end-to-end comparison (kvferry bench e2e) on the GPU machine, in
-# at most 10 minutes (timeouts 90 + 220 + 95 + 90 + 70 s, each killed 5 s
+# at most 10 minutes (timeouts 90 + 250 + 95 + 90 + 70 s, each killed 5 s
 # after; staged32, 90 s, and groups32, 150 s, only when named): an 8B-shaped Llama with random weights (bf16, sdpa).
 #   test:   python/tests/test_e2e_gpu.py as a script (no pytest needed): the
 #           GPU tiers' load, layer-wise load, verification and a corrupted
@@ -9,9 +9,11 @@
 #           cache, local (LocalKVCache: pinned pool, verifying scatter
 #           kernel), remote over shm (ChunkStore: the node's pool read in
 #           place through store views, layer group by layer group), the
-#           GPU-resident bound; local and
-#           remote-shm overlapped and sequential, each with the fused and
-#           the copy-engine checksum modes;
+#           GPU-resident bound, and remote-shm-piped (the remote
+#           load as one pipeline of posted DMAs, as the vLLM connector
+#           loads) overlapped; local and remote-shm overlapped and
+#           sequential; each with the fused and the copy-engine checksum
+#           modes;
 #   staged32: (only when named) remote-shm through the pinned stage
 #           (KVF_KV_VIEWS=0), for comparison with the views;
 #   groups32: (only when named) remote-shm and remote-shm-piped with 8,
@@ -70,9 +72,9 @@ for st in "${stages[@]}"; do
     # every request after the first reuses the one 32K prefix
     # each caching configuration with the kernel's fused checksums and
     # with the copy engines (then a checksum pass over GPU memory)
-    step 220 main32 "${COMMON[@]}" --caches none,local,remote-shm,gpu \
+    step 250 main32 "${COMMON[@]}" --caches none,local,remote-shm,remote-shm-piped,gpu \
       --sequential local,remote-shm --prefix-lens 32K --pool-lens 32K \
-      --pool-size 1 --sharing 1 --requests 4 --rate 0 --check 0 --budget 170 \
+      --pool-size 1 --sharing 1 --requests 4 --rate 0 --check 0 --budget 200 \
       --host-pool 5G --node-pool 6G --gpu-sum fused,engines
     ;;
   staged32)
