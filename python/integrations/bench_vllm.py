@@ -495,11 +495,7 @@ def load(args: argparse.Namespace, model: str, tmp: str, master: str) -> Dict[st
                 res = drive(port, prompts, args)
                 st = load_stats(res, args.slo, time.perf_counter() - t0)
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop_proc(proc, 60)
         out["configs"][cfg] = st
         print("bench-vllm load %s: TTFT P50 %.3f P99 %.3f s, goodput %.2f req/s (SLO %.1f s), "
               "%d errors" % (cfg, st["ttft_p50"], st["ttft_p99"], st["goodput_rps"], args.slo,
