@@ -3,6 +3,10 @@
  * trips, then malformed input: bad magic, unknown version, oversized
  * lengths, truncated bodies, strings that do not fit; random garbage
  * never crashes and never reads past the buffer (run under ASan in CI).
+ * Frame and payload tags equal AES-256-GCM's (OpenSSL's EVP cipher,
+ * the header and metadata as additional data) across batches of
+ * counter blocks, out-of-order sequence numbers and interleaved
+ * payload tags.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +20,8 @@
 #include "core/checksum.h"
 #include "core/rng.h"
 #include "core/wire.h"
+
+#include <openssl/evp.h>
 
 static void test_frame_roundtrip(void **state)
 {
@@ -256,6 +262,86 @@ static void test_wr_fixed_rd_end(void **state)
     assert_int_equal(kvf_rd_end(&r), KVF_ERR_PROTOCOL);
 }
 
+/* AES-256-GCM's tag under key over aad, nonce (dom, seq) little-endian:
+ * the reference a frame or payload tag must equal. */
+static void gcm_ref(const unsigned char *key, uint32_t dom, uint64_t seq,
+                    const unsigned char *aad, size_t len, unsigned char *tag)
+{
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    unsigned char iv[12];
+    int i, outl;
+
+    for (i = 0; i < 4; i++) {
+        iv[i] = (unsigned char)(dom >> (8 * i));
+    }
+    for (i = 0; i < 8; i++) {
+        iv[4 + i] = (unsigned char)(seq >> (8 * i));
+    }
+    assert_non_null(c);
+    assert_int_equal(EVP_EncryptInit_ex(c, EVP_aes_256_gcm(), NULL, key, iv),
+                     1);
+    assert_int_equal(EVP_EncryptUpdate(c, NULL, &outl, aad, (int)len), 1);
+    assert_int_equal(EVP_EncryptFinal_ex(c, NULL, &outl), 1);
+    assert_int_equal(EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, 16, tag), 1);
+    EVP_CIPHER_CTX_free(c);
+}
+
+static void test_wire_mac_equals_gcm(void **state)
+{
+    static const size_t lens[] = {0, 1, 24, 216, 217, 600};
+    unsigned char k1[KVF_WIRE_KEY_LEN], k2[KVF_WIRE_KEY_LEN];
+    unsigned char buf[KVF_WIRE_HDR_LEN + 600], tag[16], want[16];
+    kvf_wire_mac_t a, b;
+    kvf_wire_pmac_t p;
+    uint64_t i;
+    size_t len;
+
+    (void)state;
+    memset(k1, 0x11, sizeof(k1));
+    memset(k2, 0x22, sizeof(k2));
+    for (i = 0; i < sizeof(buf); i++) {
+        buf[i] = (unsigned char)(i * 7 + 3);
+    }
+    assert_int_equal(kvf_wire_mac_init(&a, k1, k2), KVF_OK);
+    assert_int_equal(kvf_wire_mac_init(&b, k2, k1), KVF_OK);
+    for (i = 0; i < 70; i++) { /* past several batches */
+        len = lens[i % 6];
+        buf[0] = (unsigned char)i;
+        kvf_wire_mac_seal(&a, buf, buf + KVF_WIRE_HDR_LEN, len, tag);
+        gcm_ref(k1, 0x4d52464bu, i, buf, KVF_WIRE_HDR_LEN + len, want);
+        assert_memory_equal(tag, want, 16);
+        assert_int_equal(kvf_wire_mac_check(&b, buf, buf + KVF_WIRE_HDR_LEN,
+                                            len, tag, "test"),
+                         KVF_OK);
+        if (i % 5 == 2) { /* a payload tag between frame tags */
+            kvf_wire_pmac_begin(&a, 1, &p);
+            kvf_wire_pmac_update(&p, buf, 100);
+            kvf_wire_pmac_update(&p, buf + 100, 33);
+            assert_int_equal(kvf_wire_pmac_end(&p, 0, tag), KVF_OK);
+            gcm_ref(k1, 0x4459504bu, i, buf, 133, want);
+            assert_memory_equal(tag, want, 16);
+        }
+    }
+    /* a number out of order (a fresh batch), then back */
+    a.tx_seq = 1000;
+    kvf_wire_mac_seal(&a, buf, NULL, 0, tag);
+    gcm_ref(k1, 0x4d52464bu, 1000, buf, KVF_WIRE_HDR_LEN, want);
+    assert_memory_equal(tag, want, 16);
+    a.tx_seq = 3;
+    kvf_wire_mac_seal(&a, buf, buf + KVF_WIRE_HDR_LEN, 24, tag);
+    gcm_ref(k1, 0x4d52464bu, 3, buf, KVF_WIRE_HDR_LEN + 24, want);
+    assert_memory_equal(tag, want, 16);
+    /* one byte changed: refused */
+    kvf_wire_mac_seal(&a, buf, buf + KVF_WIRE_HDR_LEN, 24, tag);
+    b.rx_seq = 4;
+    buf[KVF_WIRE_HDR_LEN + 5] ^= 1;
+    assert_int_equal(
+        kvf_wire_mac_check(&b, buf, buf + KVF_WIRE_HDR_LEN, 24, tag, "test"),
+        KVF_ERR_AUTH);
+    kvf_wire_mac_free(&a);
+    kvf_wire_mac_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -266,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_wr_fixed_rd_end),
         cmocka_unit_test(test_hash),
         cmocka_unit_test(test_hash_wide),
+        cmocka_unit_test(test_wire_mac_equals_gcm),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
