@@ -23,6 +23,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 
+#include <endian.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -52,16 +53,13 @@ typedef struct kvf_wire_key {
  * 12-byte nonce (dom, then seq, little-endian) and the counter 1. */
 static void kvf_wire_counter(uint32_t dom, uint64_t seq, unsigned char b[16])
 {
-    int i;
+    static const unsigned char one[4] = {0, 0, 0, 1};
+    uint32_t d = htole32(dom);
+    uint64_t s = htole64(seq);
 
-    for (i = 0; i < 4; i++) {
-        b[i] = (unsigned char)(dom >> (8 * i));
-    }
-    for (i = 0; i < 8; i++) {
-        b[4 + i] = (unsigned char)(seq >> (8 * i));
-    }
-    b[12] = b[13] = b[14] = 0;
-    b[15] = 1;
+    memcpy(b, &d, 4);
+    memcpy(b + 4, &s, 8);
+    memcpy(b + 12, one, 4);
 }
 
 /* The sequence number of a frame tag's counter block; -1 for any other
@@ -69,12 +67,10 @@ static void kvf_wire_counter(uint32_t dom, uint64_t seq, unsigned char b[16])
 static int64_t kvf_wire_frame_seq(const unsigned char in[16])
 {
     unsigned char want[16];
-    uint64_t seq = 0;
-    int i;
+    uint64_t seq;
 
-    for (i = 0; i < 8; i++) {
-        seq |= (uint64_t)in[4 + i] << (8 * i);
-    }
+    memcpy(&seq, in + 4, 8);
+    seq = le64toh(seq);
     kvf_wire_counter(KVF_WIRE_DOM_FRAME, seq, want);
     return memcmp(want, in, 16) == 0 && seq < INT64_MAX ? (int64_t)seq : -1;
 }
