@@ -8,7 +8,7 @@
  */
 #ifndef KVF_MEM_CUDA_KERN_H
 #define KVF_MEM_CUDA_KERN_H
-#if !defined(KVF_LAYER_MEM) && !defined(KVF_MEM_GPU_IFACE) && \
+#if !defined(KVF_LAYER_MEM) && !defined(KVF_MEM_GPU_IFACE) &&                  \
     !defined(KVF_TEST_INTERNALS)
 #error "mem/cuda/kern.h is private to mem/ (transports: mem/gpu.h)"
 #endif

@@ -163,9 +163,8 @@ static long kvf_ws_metric(const char *http, const char *name)
 
 /* Puts the working set; with the tier, every 8 objects wait (10 s at
  * most) until the tier has copied what was put. */
-static int kvf_ws_fill(kvf_store_h st, kvf_ws_set_t *s,
-                       const kvf_ws_opts_t *o, const char *http, int tier,
-                       unsigned char *buf)
+static int kvf_ws_fill(kvf_store_h st, kvf_ws_set_t *s, const kvf_ws_opts_t *o,
+                       const char *http, int tier, unsigned char *buf)
 {
     uint64_t deadline;
     kvf_status_t rc;
@@ -327,8 +326,9 @@ static int kvf_ws_read(kvf_store_h st, const kvf_ws_set_t *set,
     kvf_ws_collect(th, n, (double)(kvf_time_ns() - t0) / 1e9, r);
     r->evicted = kvf_ws_metric(http, "evictions_total") - ev0;
     r->loaded = kvf_ws_metric(http, "tier_reads_total") - rd0;
-    r->disk_gb_s = (double)(kvf_ws_metric(http, "tier_read_bytes_total") - rb0) /
-                   r->seconds / 1e9;
+    r->disk_gb_s =
+        (double)(kvf_ws_metric(http, "tier_read_bytes_total") - rb0) /
+        r->seconds / 1e9;
     for (i = 0; i < o->clients; i++) {
         if (th[i].reg != NULL) {
             kvf_engine_dereg(kvf_store_engine(st), th[i].reg);
@@ -342,8 +342,8 @@ static int kvf_ws_read(kvf_store_h st, const kvf_ws_set_t *set,
 }
 
 /* One configuration: spawn, fill, read, stop. */
-static int kvf_ws_mode(const kvf_ws_opts_t *o, kvf_ws_set_t *set,
-                       int tier, kvf_ws_result_t *r)
+static int kvf_ws_mode(const kvf_ws_opts_t *o, kvf_ws_set_t *set, int tier,
+                       kvf_ws_result_t *r)
 {
     char dsize[32], tdir[320], cmd[400];
     const char *extra[] = {"--disk", tdir, "--disk-size", dsize, NULL};
@@ -354,7 +354,8 @@ static int kvf_ws_mode(const kvf_ws_opts_t *o, kvf_ws_set_t *set,
     kvf_store_h st = NULL;
     int rc = -1;
 
-    snprintf(tdir, sizeof(tdir), "%s/kvferry-ws-tier-%d", o->dir, (int)getpid());
+    snprintf(tdir, sizeof(tdir), "%s/kvferry-ws-tier-%d", o->dir,
+             (int)getpid());
     snprintf(dsize, sizeof(dsize), "%lu",
              (unsigned long)((set->bytes + set->bytes / 4 + (64u << 20)) &
                              ~4095ull));
@@ -462,11 +463,10 @@ static int kvf_ws_record(const kvf_ws_opts_t *o, const kvf_ws_set_t *set,
         char name[96];
 
         snprintf(name, sizeof(name), "%s hit rate", r[i].mode);
-        kvf_record_figure(rec, name,
-                          r[i].gets ? 100.0 * (double)r[i].hits /
-                                          (double)r[i].gets
-                                    : 0,
-                          "%", NAN, NAN);
+        kvf_record_figure(
+            rec, name,
+            r[i].gets ? 100.0 * (double)r[i].hits / (double)r[i].gets : 0, "%",
+            NAN, NAN);
         snprintf(name, sizeof(name), "%s get", r[i].mode);
         kvf_record_figure(rec, name, r[i].gets_s, "gets/s", r[i].p50_us,
                           r[i].p99_us);
@@ -538,9 +538,14 @@ static int kvf_ws_parse(kvf_ws_opts_t *o)
 
 int kvf_cmd_bench_store_ws(int argc, char **argv)
 {
-    kvf_ws_opts_t o = {.ws_text = "3x", .pool = 256ull << 20, .dir = "/var/tmp",
-                       .min_size = 64 << 10, .max_size = 4 << 20,
-                       .clients = 8, .duration_ms = 10000, .seed = 1};
+    kvf_ws_opts_t o = {.ws_text = "3x",
+                       .pool = 256ull << 20,
+                       .dir = "/var/tmp",
+                       .min_size = 64 << 10,
+                       .max_size = 4 << 20,
+                       .clients = 8,
+                       .duration_ms = 10000,
+                       .seed = 1};
     const kvf_opt_t opts[] = {
         {"working-set", 0, KVF_OPT_STR, &o.ws_text, "SIZE|Nx",
          "bytes of objects to read at random (Nx: N times --pool)", "3x"},
@@ -590,12 +595,11 @@ int kvf_cmd_bench_store_ws(int argc, char **argv)
     if (!o.json) {
         printf("# bench store --working-set: %u objects, %.1f MiB, over a "
                "pool of %.0f MiB (%.2fx)\n# disk: %s\n",
-               set.n, (double)set.bytes / (1 << 20),
-               (double)o.pool / (1 << 20),
+               set.n, (double)set.bytes / (1 << 20), (double)o.pool / (1 << 20),
                (double)set.bytes / (double)o.pool, text);
         printf("%-20s %9s %8s %10s %10s %9s %8s %8s %6s %8s %6s\n", "mode",
-               "gets", "hit", "p50_us", "p99_us", "gets/s", "GB/s",
-               "disk_GB/s", "ceil", "evicted", "errors");
+               "gets", "hit", "p50_us", "p99_us", "gets/s", "GB/s", "disk_GB/s",
+               "ceil", "evicted", "errors");
     }
     for (i = 0; i < 2; i++) {
         if (kvf_ws_mode(&o, &set, i, &r[i]) != 0) {
