@@ -136,17 +136,20 @@ static void kvf_m_e_keys(kvf_master_t *m, kvf_mclient_t *cl, uint8_t type,
                                            : kvf_m_exists(m, q->key);
 }
 
-/* Every entry of a keyed request: decoded, applied under the lock (a key
- * the codec refused answers its verdict), its reply entry encoded. */
+/* Every entry of a keyed request: decoded (the only one: given decoded
+ * in one), applied under the lock (a key the codec refused answers its
+ * verdict), its reply entry encoded. */
 static kvf_status_t kvf_m_serve_entries(kvf_master_t *m, kvf_mclient_t *cl,
                                         const kvf_m_route_t *rt,
-                                        const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                        const kvf_sp_frame_t *f,
+                                        const kvf_sm_req_t *one, kvf_wr_t *w,
                                         uint32_t *count_p)
 {
     union {
         kvf_sm_obj_t obj;
         kvf_sm_status_t st;
     } rep;
+    const kvf_sm_req_t *qp = one;
     kvf_sm_req_t q;
     kvf_rd_t r;
     uint32_t i;
@@ -154,13 +157,16 @@ static kvf_status_t kvf_m_serve_entries(kvf_master_t *m, kvf_mclient_t *cl,
     kvf_rd_init(&r, f->body, f->hdr.meta_len);
     pthread_mutex_lock(&m->lock);
     for (i = 0; i < f->hdr.count; i++) {
-        kvf_sm_dec(&r, rt->req, &q);
+        if (one == NULL) {
+            kvf_sm_dec(&r, rt->req, &q);
+            qp = &q;
+        }
         memset(&rep.obj, 0, offsetof(kvf_sm_obj_t, seg));
-        rep.obj.status = q.key_status;
+        rep.obj.status = qp->key_status;
         /* every COMMIT reply names the put timeout, refused keys too */
         rep.obj.put_timeout_ms = (uint32_t)m->opts.put_timeout_ms;
-        if (q.key_status == KVF_OK) {
-            rt->entry(m, cl, f->hdr.type, &q, &rep);
+        if (qp->key_status == KVF_OK) {
+            rt->entry(m, cl, f->hdr.type, qp, &rep);
         }
         kvf_sm_enc(w, rt->rep, &rep);
     }
@@ -382,7 +388,8 @@ void kvf_m_count_error(kvf_master_t *m)
 /* The route of f, its body decoded and served. */
 static kvf_status_t kvf_m_route_serve(kvf_master_t *m, kvf_mclient_t *cl,
                                       const kvf_m_route_t *rt,
-                                      const kvf_sp_frame_t *f, kvf_wr_t *w,
+                                      const kvf_sp_frame_t *f,
+                                      const kvf_sm_req_t *one, kvf_wr_t *w,
                                       uint32_t *count_p, uint16_t *flags_p)
 {
     union {
@@ -397,7 +404,7 @@ static kvf_status_t kvf_m_route_serve(kvf_master_t *m, kvf_mclient_t *cl,
         rt->before(m, f);
     }
     if (rt->entry != NULL) {
-        return kvf_m_serve_entries(m, cl, rt, f, w, count_p);
+        return kvf_m_serve_entries(m, cl, rt, f, one, w, count_p);
     }
     if (rt->req != NULL) {
         kvf_rd_init(&r, f->body, f->hdr.meta_len);
@@ -406,11 +413,37 @@ static kvf_status_t kvf_m_route_serve(kvf_master_t *m, kvf_mclient_t *cl,
     return rt->body(m, &req, f, w, count_p, flags_p);
 }
 
+/* Whether f's body parses whole, before anything is applied. A keyed
+ * request of one entry (most of them) is decoded once, into *one_p,
+ * and served from there; anything else is parsed here and again as it
+ * is served. */
+static kvf_status_t kvf_m_req_check(const kvf_m_route_t *rt,
+                                    const kvf_sp_frame_t *f, kvf_sm_req_t *one,
+                                    const kvf_sm_req_t **one_p)
+{
+    kvf_rd_t r;
+
+    *one_p = NULL;
+    if (rt->entry == NULL || f->hdr.count != 1) {
+        return kvf_sm_req_check(f->hdr.type, f->hdr.count, f->body,
+                                f->hdr.meta_len);
+    }
+    kvf_rd_init(&r, f->body, f->hdr.meta_len);
+    kvf_sm_dec(&r, rt->req, one);
+    if (kvf_rd_end(&r) != KVF_OK) {
+        return KVF_ERR_PROTOCOL;
+    }
+    *one_p = one;
+    return KVF_OK;
+}
+
 kvf_status_t kvf_m_serve(kvf_master_t *m, kvf_mclient_t *cl,
                          const kvf_sp_frame_t *f, kvf_wr_t *w,
                          uint32_t *count_p, uint16_t *flags_p, uint8_t *rtype_p)
 {
     const kvf_m_route_t *rt = kvf_m_route(f->hdr.type);
+    const kvf_sm_req_t *one;
+    kvf_sm_req_t q;
     kvf_status_t st;
 
     w->len = 0;
@@ -429,9 +462,9 @@ kvf_status_t kvf_m_serve(kvf_master_t *m, kvf_mclient_t *cl,
     if (st != KVF_OK) {
         return st;
     }
-    st = kvf_sm_req_check(f->hdr.type, f->hdr.count, f->body, f->hdr.meta_len);
+    st = kvf_m_req_check(rt, f, &q, &one);
     if (st == KVF_OK) {
-        st = kvf_m_route_serve(m, cl, rt, f, w, count_p, flags_p);
+        st = kvf_m_route_serve(m, cl, rt, f, one, w, count_p, flags_p);
     }
     if (st == KVF_ERR_PROTOCOL) {
         kvf_m_count_error(m);

@@ -257,6 +257,55 @@ static void test_commit_indexed(void **state)
     kvs_stop(&m, 0);
 }
 
+/* A request of one entry is served from its single decode: one with a
+ * byte too many, or cut short, is refused whole (KVF_ERR_PROTOCOL) and
+ * applies nothing; the same entry well formed then goes through. */
+static void test_one_entry_malformed(void **state)
+{
+    kvf_sp_frame_t f = {0};
+    kvf_sm_req_t q = {0};
+    kvs_proc_t m, n;
+    kvf_sm_obj_t o;
+    kvf_rd_t r;
+    kvf_wr_t w;
+    int fd;
+
+    (void)state;
+    assert_int_equal(kvs_master(&m, 0, NULL), 0);
+    assert_int_equal(kvs_node(&n, m.addr, "64M", NULL), 0);
+    fd = kvs_raw_connect(m.addr);
+    assert_true(fd >= 0);
+    q.key = "one/entry";
+    q.size = 4096;
+    q.replicas = 1;
+    kvf_wr_init(&w);
+    kvf_sm_put_start_enc(&w, &q);
+    kvf_wr_u8(&w, 0); /* one byte past the entry */
+    assert_int_equal(call(fd, KVF_SP_PUT_START, 1, &w, &f), KVF_ERR_PROTOCOL);
+    kvf_sp_frame_free(&f);
+    w.len -= 2; /* the entry cut short by one byte */
+    assert_int_equal(call(fd, KVF_SP_PUT_START, 1, &w, &f), KVF_ERR_PROTOCOL);
+    kvf_sp_frame_free(&f);
+    assert_int_equal(kvs_metric(m.http, "pending_puts"), 0);
+    w.len = 0;
+    kvf_sm_key_enc(&w, "one/entry");
+    kvf_wr_u8(&w, 0);
+    assert_int_equal(call(fd, KVF_SP_GET, 1, &w, &f), KVF_ERR_PROTOCOL);
+    kvf_sp_frame_free(&f);
+    w.len = 0;
+    kvf_sm_put_start_enc(&w, &q);
+    assert_int_equal(call(fd, KVF_SP_PUT_START, 1, &w, &f), KVF_OK);
+    kvf_rd_init(&r, f.body, f.hdr.meta_len);
+    kvf_sm_put_start_rep_dec(&r, &o);
+    assert_int_equal(o.status, KVF_OK);
+    assert_int_equal(kvs_metric(m.http, "pending_puts"), 1);
+    kvf_wr_free(&w);
+    kvf_sp_frame_free(&f);
+    close(fd);
+    kvs_stop(&n, 0);
+    kvs_stop(&m, 0);
+}
+
 /* One put the size of the pool is refused and evicts nothing; a
  * client over its pending limit is refused on every connection of its
  * address, another address still puts. */
@@ -682,6 +731,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_indexed),
+        cmocka_unit_test(test_one_entry_malformed),
         cmocka_unit_test(test_put_limits),
         cmocka_unit_test(test_conn_flood),
         cmocka_unit_test(test_emfile),
