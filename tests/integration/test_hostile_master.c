@@ -99,6 +99,19 @@ static void put_starts(int fd, const char *prefix, unsigned base,
     kvf_sp_frame_free(&f);
 }
 
+/* A master and one node of pool bytes started; a raw authenticated
+ * connection to the master. */
+static int master_node_conn(kvs_proc_t *m, kvs_proc_t *n, const char *pool)
+{
+    int fd;
+
+    assert_int_equal(kvs_master(m, 0, NULL), 0);
+    assert_int_equal(kvs_node(n, m->addr, pool, NULL), 0);
+    fd = kvs_raw_connect(m->addr);
+    assert_true(fd >= 0);
+    return fd;
+}
+
 /* The number of entries of /proc/pid/<what> (fd, task). */
 static int proc_count(pid_t pid, const char *what)
 {
@@ -271,10 +284,7 @@ static void test_one_entry_malformed(void **state)
     int fd;
 
     (void)state;
-    assert_int_equal(kvs_master(&m, 0, NULL), 0);
-    assert_int_equal(kvs_node(&n, m.addr, "64M", NULL), 0);
-    fd = kvs_raw_connect(m.addr);
-    assert_true(fd >= 0);
+    fd = master_node_conn(&m, &n, "64M");
     q.key = "one/entry";
     q.size = 4096;
     q.replicas = 1;
@@ -699,10 +709,7 @@ static void test_stop_with_reservations(void **state)
     int fd;
 
     (void)state;
-    assert_int_equal(kvs_master(&m, 0, NULL), 0);
-    assert_int_equal(kvs_node(&n, m.addr, "16M", NULL), 0);
-    fd = kvs_raw_connect(m.addr);
-    assert_true(fd >= 0);
+    fd = master_node_conn(&m, &n, "16M");
     put_starts(fd, "resv", 0, 1, 4096, &id, KVF_OK);
     put_starts(fd, "left", 0, 3, 4096, NULL, KVF_OK);
     kvf_wr_init(&w);
