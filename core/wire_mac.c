@@ -188,6 +188,7 @@ static void kvf_wire_mac_frame(kvf_wire_key_t *k, uint64_t seq,
                                const unsigned char *hdr, const void *meta,
                                size_t len, unsigned char tag[KVF_WIRE_TAG_LEN])
 {
+    static const unsigned char zeros[16];
     unsigned char one[KVF_WIRE_HDR_LEN + KVF_WIRE_FEED_ONE + 16];
     size_t all = KVF_WIRE_HDR_LEN + len;
     size_t pad = (16 - all % 16) % 16;
@@ -198,14 +199,13 @@ static void kvf_wire_mac_frame(kvf_wire_key_t *k, uint64_t seq,
         if (len > 0) {
             memcpy(one + KVF_WIRE_HDR_LEN, meta, len);
         }
-        memset(one + all, 0, 16);
+        memcpy(one + all, zeros, pad);
         kvf_wire_mac_feed(k, one, all + pad);
     } else {
-        memset(one, 0, 16);
         kvf_wire_mac_feed(k, hdr, KVF_WIRE_HDR_LEN);
         kvf_wire_mac_feed(k, meta, len);
         if (pad > 0) {
-            kvf_wire_mac_feed(k, one, pad);
+            kvf_wire_mac_feed(k, zeros, pad);
         }
     }
     kvf_wire_mac_finish(k, tag);

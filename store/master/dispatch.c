@@ -22,9 +22,8 @@
 #include <string.h>
 
 /* A keyed request's entry: applied under the lock, reply entry filled. */
-typedef void (*kvf_m_entry_fn)(kvf_master_t *m, kvf_mclient_t *cl,
-                               uint8_t type, const kvf_sm_req_t *q,
-                               void *rep);
+typedef void (*kvf_m_entry_fn)(kvf_master_t *m, kvf_mclient_t *cl, uint8_t type,
+                               const kvf_sm_req_t *q, void *rep);
 /* A whole-body request: the decoded body; its reply written to w. */
 typedef kvf_status_t (*kvf_m_body_fn)(kvf_master_t *m, const void *req,
                                       const kvf_sp_frame_t *f, kvf_wr_t *w,
@@ -36,11 +35,11 @@ enum { KVF_MR_LOOP = 0, KVF_MR_WORKER = 1, KVF_MR_WORKER_HA = 2 };
 
 typedef struct kvf_m_route {
     uint8_t type;
-    uint8_t who; /* KVF_MR_* */
-    const kvf_sm_schema_t *req;  /* keyed: an entry; whole: the body */
-    const kvf_sm_schema_t *rep;  /* keyed: a reply entry */
-    kvf_m_entry_fn entry;        /* keyed requests */
-    kvf_m_body_fn body;          /* whole-body requests */
+    uint8_t who;                /* KVF_MR_* */
+    const kvf_sm_schema_t *req; /* keyed: an entry; whole: the body */
+    const kvf_sm_schema_t *rep; /* keyed: a reply entry */
+    kvf_m_entry_fn entry;       /* keyed requests */
+    kvf_m_body_fn body;         /* whole-body requests */
     void (*before)(kvf_master_t *m, const kvf_sp_frame_t *f); /* unlocked */
 } kvf_m_route_t;
 
@@ -68,15 +67,15 @@ static void kvf_m_obj_reps(const kvf_mobj_t *o, kvf_sm_obj_t *out)
     out->nrep = k;
 }
 
-static void kvf_m_e_put_start(kvf_master_t *m, kvf_mclient_t *cl,
-                              uint8_t type, const kvf_sm_req_t *q, void *rep)
+static void kvf_m_e_put_start(kvf_master_t *m, kvf_mclient_t *cl, uint8_t type,
+                              const kvf_sm_req_t *q, void *rep)
 {
     kvf_sm_obj_t *o = rep;
     kvf_mobj_t *obj;
 
     (void)type;
-    o->status = kvf_m_put_start(m, cl, q->key, q->size, q->replicas, q->flags,
-                                &obj);
+    o->status =
+        kvf_m_put_start(m, cl, q->key, q->size, q->replicas, q->flags, &obj);
     if (o->status == KVF_OK) {
         o->put_id = obj->put_id;
         kvf_m_obj_reps(obj, o);
