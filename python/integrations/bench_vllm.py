@@ -353,9 +353,7 @@ def tiers(args: argparse.Namespace, model: str, tmp: str, master: str) -> Dict[s
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def free_ports(n: int) -> List[int]:
