@@ -103,6 +103,10 @@ kvf_status_t kvf_wire_mac_check_hdr(kvf_wire_mac_t *m, const kvf_frame_hdr_t *h,
                                     const unsigned char tag[KVF_WIRE_TAG_LEN],
                                     const char *where);
 
+/* Frame tags of keys set up from now on go through OpenSSL's GCM alone
+ * (on = 1) instead of core/ghash.c: for tests that compare the two. */
+void kvf_wire_mac_openssl_only(int on);
+
 /* Payload tags (m->payload): a running MAC over the payload of the
  * frame just sealed (tx = 1) or just checked (tx = 0), under the same
  * key and sequence number in another domain, fed in pieces, ended with

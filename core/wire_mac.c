@@ -1,27 +1,31 @@
 /*
  * Frame tags of authenticated connections (core/wire.h): GMAC, that is
- * AES-256-GCM over additional data only, through OpenSSL. Each
- * direction has its own key (derived per connection in the handshake)
- * and its own sequence number, which is the GCM nonce: never reused
- * under one key, so every tag is fresh. The nonce's first four bytes
- * say what is tagged (a frame's header and metadata, or its payload),
- * so a payload tag never passes for a frame tag. GMAC is chosen for
- * speed on both sizes it meets: a control frame (tens of bytes: one AES
- * block and a few carry-less multiplications) and, when payloads are
- * covered, megabytes (GHASH with PCLMULQDQ). The tag is computed with
- * OpenSSL's GCM mode functions (CRYPTO_gcm128_*, the GHASH of
- * openssl/modes.h) over an AES-256 block function from EVP: per frame
- * that is one EVP call instead of four, which halves the cost of a
- * small frame's tag (tests/perf/wire_mac_bench.c). Frame nonces follow
- * each other, so the block function encrypts the counter blocks of the
- * next KVF_WIRE_EK_BATCH frame tags in one EVP call and serves them
- * from there: the EVP call's fixed cost, about a quarter of a small
- * frame's tag, is paid once per batch. A small frame's header and
- * metadata are fed to GHASH in one call, zero-padded to whole blocks:
- * GHASH then never takes a partial block byte by byte.
+ * AES-256-GCM over additional data only. Each direction has its own key
+ * (derived per connection in the handshake) and its own sequence
+ * number, which is the GCM nonce: never reused under one key, so every
+ * tag is fresh. The nonce's first four bytes say what is tagged (a
+ * frame's header and metadata, or its payload), so a payload tag never
+ * passes for a frame tag. GMAC is chosen for speed on both sizes it
+ * meets: a control frame (tens of bytes: one AES block and a few
+ * carry-less multiplications) and, when payloads are covered, megabytes
+ * (GHASH with PCLMULQDQ).
+ *
+ * Where the time goes decides who computes what
+ * (tests/perf/wire_mac_bench.c): a small frame's GHASH (most frames:
+ * requests and replies of tens of bytes) is core/ghash.c's, a few
+ * carry-less multiplications with one reduction, where OpenSSL's GCM
+ * calls around the same work cost several times more; large frames and
+ * payloads go through OpenSSL's GCM mode functions (CRYPTO_gcm128_*),
+ * whose GHASH is faster over many blocks. The AES blocks are OpenSSL's
+ * (EVP): frame nonces follow each other, so the counter blocks of the
+ * next KVF_WIRE_EK_BATCH frame tags are encrypted in one EVP call and
+ * served from there, paying the call's fixed cost once per batch. The
+ * header and metadata are tagged zero-padded to whole 16-byte blocks
+ * (the header's meta_len keeps that unambiguous).
  */
 #include "core/wire.h"
 #include "core/alloc.h"
+#include "core/ghash.h"
 #include "core/log.h"
 
 #include <endian.h>
@@ -35,13 +39,16 @@
 #define KVF_WIRE_DOM_PAYLOAD 0x4459504bu /* "KPYD" */
 /* Frame tags whose counter blocks are encrypted together. */
 #define KVF_WIRE_EK_BATCH 32
-/* Metadata up to this size is fed to GHASH with the header in one call. */
-#define KVF_WIRE_FEED_ONE 216
+/* Metadata up to this size is tagged through core/ghash.c. */
+#define KVF_WIRE_SMALL_META 216
 
-/* One direction's key: AES-256 (ECB) under GCM, and the encrypted
- * counter blocks of the next frame tags (ek_in[i] -> ek_out[i], the
- * ones from ek_next on not used yet). */
+/* One direction's key: AES-256 (ECB) under OpenSSL's GCM, the powers
+ * of H for core/ghash.c, and the encrypted counter blocks of the next
+ * frame tags (ek_in[i] -> ek_out[i], the ones from ek_next on not used
+ * yet). */
 typedef struct kvf_wire_key {
+    kvf_ghash_key_t ghash;
+    int own_ghash; /* frame tags through core/ghash.c */
     GCM128_CONTEXT *gcm;
     EVP_CIPHER_CTX *aes;
     unsigned char ek_in[KVF_WIRE_EK_BATCH][16];
@@ -119,6 +126,33 @@ static void kvf_wire_key_free(kvf_wire_key_t *k)
     kvf_free(k);
 }
 
+static int kvf_wire_openssl_only;
+
+void kvf_wire_mac_openssl_only(int on)
+{
+    kvf_wire_openssl_only = on;
+}
+
+/* Prepares core/ghash.c's powers of H = AES_K(0^128) where the CPU has
+ * its instructions (and tests did not ask for OpenSSL's path). */
+static kvf_status_t kvf_wire_own_ghash(kvf_wire_key_t *k)
+{
+    static const unsigned char zeros[16];
+    unsigned char h[16];
+    int outl;
+
+    if (kvf_wire_openssl_only || !kvf_ghash_available()) {
+        return KVF_OK;
+    }
+    if (EVP_EncryptUpdate(k->aes, h, &outl, zeros, 16) != 1) {
+        return KVF_ERR_NO_MEMORY;
+    }
+    kvf_ghash_init(&k->ghash, h);
+    OPENSSL_cleanse(h, sizeof(h));
+    k->own_ghash = 1;
+    return KVF_OK;
+}
+
 static kvf_wire_key_t *kvf_wire_key_new(const unsigned char *key)
 {
     kvf_wire_key_t *k = kvf_calloc(1, sizeof(*k));
@@ -130,7 +164,8 @@ static kvf_wire_key_t *kvf_wire_key_new(const unsigned char *key)
     if (k->aes == NULL ||
         EVP_EncryptInit_ex(k->aes, EVP_aes_256_ecb(), NULL, key, NULL) != 1 ||
         EVP_CIPHER_CTX_set_padding(k->aes, 0) != 1 ||
-        (k->gcm = CRYPTO_gcm128_new(k, kvf_wire_block)) == NULL) {
+        (k->gcm = CRYPTO_gcm128_new(k, kvf_wire_block)) == NULL ||
+        kvf_wire_own_ghash(k) != KVF_OK) {
         kvf_wire_key_free(k);
         return NULL;
     }
@@ -181,34 +216,55 @@ static void kvf_wire_mac_finish(kvf_wire_key_t *k,
     CRYPTO_gcm128_tag(k->gcm, tag, KVF_WIRE_TAG_LEN);
 }
 
+/* A frame's tag by OpenSSL's GCM: GMAC over its header and metadata,
+ * zero-padded to whole GCM blocks. */
+static void kvf_wire_mac_frame_openssl(kvf_wire_key_t *k, uint64_t seq,
+                                       const unsigned char *hdr,
+                                       const void *meta, size_t len,
+                                       unsigned char tag[KVF_WIRE_TAG_LEN])
+{
+    static const unsigned char zeros[16];
+    size_t pad = (16 - (KVF_WIRE_HDR_LEN + len) % 16) % 16;
+
+    kvf_wire_mac_start(k, KVF_WIRE_DOM_FRAME, seq);
+    kvf_wire_mac_feed(k, hdr, KVF_WIRE_HDR_LEN);
+    if (len > 0) {
+        kvf_wire_mac_feed(k, meta, len);
+    }
+    if (pad > 0) {
+        kvf_wire_mac_feed(k, zeros, pad);
+    }
+    kvf_wire_mac_finish(k, tag);
+}
+
 /* A frame's tag: GMAC over its header and metadata, zero-padded to
- * whole GCM blocks (the header's meta_len keeps that unambiguous), so
- * that GHASH never meets a partial block. */
+ * whole GCM blocks (the header's meta_len keeps that unambiguous). A
+ * small frame (most: requests, replies) goes through core/ghash.c where
+ * the CPU allows, copied into one buffer with GCM's length block after
+ * it; a large one through OpenSSL's GCM, faster over many blocks. */
 static void kvf_wire_mac_frame(kvf_wire_key_t *k, uint64_t seq,
                                const unsigned char *hdr, const void *meta,
                                size_t len, unsigned char tag[KVF_WIRE_TAG_LEN])
 {
-    static const unsigned char zeros[16];
-    unsigned char one[KVF_WIRE_HDR_LEN + KVF_WIRE_FEED_ONE + 16];
-    size_t all = KVF_WIRE_HDR_LEN + len;
-    size_t pad = (16 - all % 16) % 16;
+    _Alignas(16) unsigned char one[KVF_WIRE_HDR_LEN + KVF_WIRE_SMALL_META + 32];
+    unsigned char ctr[16], ek0[16];
+    size_t padded = (KVF_WIRE_HDR_LEN + len + 15) / 16 * 16;
+    kvf_ghash_t g = {{0}};
 
-    kvf_wire_mac_start(k, KVF_WIRE_DOM_FRAME, seq);
-    if (len <= KVF_WIRE_FEED_ONE) {
-        memcpy(one, hdr, KVF_WIRE_HDR_LEN);
-        if (len > 0) {
-            memcpy(one + KVF_WIRE_HDR_LEN, meta, len);
-        }
-        memcpy(one + all, zeros, pad);
-        kvf_wire_mac_feed(k, one, all + pad);
-    } else {
-        kvf_wire_mac_feed(k, hdr, KVF_WIRE_HDR_LEN);
-        kvf_wire_mac_feed(k, meta, len);
-        if (pad > 0) {
-            kvf_wire_mac_feed(k, zeros, pad);
-        }
+    if (!k->own_ghash || len > KVF_WIRE_SMALL_META) {
+        kvf_wire_mac_frame_openssl(k, seq, hdr, meta, len, tag);
+        return;
     }
-    kvf_wire_mac_finish(k, tag);
+    memset(one + padded - 16, 0, 16); /* the padding, copied over */
+    memcpy(one, hdr, KVF_WIRE_HDR_LEN);
+    if (len > 0) {
+        memcpy(one + KVF_WIRE_HDR_LEN, meta, len);
+    }
+    kvf_ghash_length_block(padded, one + padded);
+    kvf_wire_counter(KVF_WIRE_DOM_FRAME, seq, ctr);
+    kvf_wire_block(ctr, ek0, k);
+    kvf_ghash_blocks(&k->ghash, &g, one, padded / 16 + 1);
+    kvf_ghash_tag(&g, ek0, tag);
 }
 
 void kvf_wire_mac_seal(kvf_wire_mac_t *m,
