@@ -53,6 +53,7 @@ typedef struct kvf_wire_key {
     EVP_CIPHER_CTX *aes;
     unsigned char ek_in[KVF_WIRE_EK_BATCH][16];
     unsigned char ek_out[KVF_WIRE_EK_BATCH][16];
+    uint64_t ek_seq; /* the sequence number of ek_in[0] */
     int ek_next;
     int ek_count;
 } kvf_wire_key_t;
@@ -109,8 +110,25 @@ static void kvf_wire_block(const unsigned char in[16], unsigned char out[16],
     EVP_EncryptUpdate(k->aes, k->ek_out[0], &outl, k->ek_in[0],
                       (int)sizeof(k->ek_in));
     memcpy(out, k->ek_out[0], 16);
+    k->ek_seq = (uint64_t)seq;
     k->ek_next = 1;
     k->ek_count = KVF_WIRE_EK_BATCH;
+}
+
+/* AES_K of frame tag seq's first counter block: the next one of the
+ * batch when seq follows on (the usual case, told by the number alone),
+ * else through the block function. */
+static void kvf_wire_frame_ek0(kvf_wire_key_t *k, uint64_t seq,
+                               unsigned char out[16])
+{
+    unsigned char ctr[16];
+
+    if (k->ek_next < k->ek_count && seq == k->ek_seq + (uint64_t)k->ek_next) {
+        memcpy(out, k->ek_out[k->ek_next++], 16);
+        return;
+    }
+    kvf_wire_counter(KVF_WIRE_DOM_FRAME, seq, ctr);
+    kvf_wire_block(ctr, out, k);
 }
 
 static void kvf_wire_key_free(kvf_wire_key_t *k)
@@ -247,7 +265,7 @@ static void kvf_wire_mac_frame(kvf_wire_key_t *k, uint64_t seq,
                                size_t len, unsigned char tag[KVF_WIRE_TAG_LEN])
 {
     _Alignas(16) unsigned char one[KVF_WIRE_HDR_LEN + KVF_WIRE_SMALL_META + 32];
-    unsigned char ctr[16], ek0[16];
+    unsigned char ek0[16];
     size_t padded = (KVF_WIRE_HDR_LEN + len + 15) / 16 * 16;
     kvf_ghash_t g = {{0}};
 
@@ -261,8 +279,7 @@ static void kvf_wire_mac_frame(kvf_wire_key_t *k, uint64_t seq,
         memcpy(one + KVF_WIRE_HDR_LEN, meta, len);
     }
     kvf_ghash_length_block(padded, one + padded);
-    kvf_wire_counter(KVF_WIRE_DOM_FRAME, seq, ctr);
-    kvf_wire_block(ctr, ek0, k);
+    kvf_wire_frame_ek0(k, seq, ek0);
     kvf_ghash_blocks(&k->ghash, &g, one, padded / 16 + 1);
     kvf_ghash_tag(&g, ek0, tag);
 }
