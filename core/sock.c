@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #ifndef IOV_MAX
@@ -307,6 +308,21 @@ kvf_status_t kvf_sock_readv_all(int fd, struct iovec *iov, size_t iovcnt,
         return kvf_sock_errno_status(ret);
     }
     return KVF_OK;
+}
+
+ssize_t kvf_sock_recvmsg_wait(int fd, struct msghdr *msg, int wait_ms,
+                              int *timeo_ms)
+{
+    struct timeval tv = {.tv_sec = wait_ms / 1000,
+                         .tv_usec = (wait_ms % 1000) * 1000};
+
+    if (wait_ms != *timeo_ms) {
+        if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+            return -1;
+        }
+        *timeo_ms = wait_ms;
+    }
+    return recvmsg(fd, msg, 0);
 }
 
 kvf_status_t kvf_sock_drain(int fd, uint64_t len, uint64_t deadline_ms)

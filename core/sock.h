@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #define KVF_HOST_MAX 256
@@ -43,6 +45,16 @@ kvf_status_t kvf_sock_writev_all(int fd, struct iovec *iov, size_t iovcnt,
                                  uint64_t deadline_ms);
 kvf_status_t kvf_sock_readv_all(int fd, struct iovec *iov, size_t iovcnt,
                                 uint64_t deadline_ms);
+
+/* One blocking recvmsg on a blocking fd that waits at most wait_ms (>
+ * 0) for data: where a reply or request is about to come, this is one
+ * system call instead of a poll and a read. The wait is the socket's
+ * SO_RCVTIMEO, set only when it differs from *timeo_ms (the value last
+ * set on this fd, 0 for none; updated). Returns recvmsg's result:
+ * bytes, 0 at the peer's close, -1 with errno (EAGAIN: no data within
+ * wait_ms). */
+ssize_t kvf_sock_recvmsg_wait(int fd, struct msghdr *msg, int wait_ms,
+                              int *timeo_ms);
 
 /* Reads and throws away len bytes. */
 kvf_status_t kvf_sock_drain(int fd, uint64_t len, uint64_t deadline_ms);

@@ -60,6 +60,10 @@ kvf_status_t kvf_tcp_send_frame(int fd, kvf_wire_mac_t *mac, uint8_t type,
 /* Receives a frame header and checks it against the schema. */
 kvf_status_t kvf_tcp_recv_hdr(int fd, kvf_frame_hdr_t *hdr,
                               uint64_t deadline_ms);
+/* The same when the first got bytes of the header are already in buf. */
+kvf_status_t kvf_tcp_recv_hdr_rest(int fd, unsigned char buf[KVF_WIRE_HDR_LEN],
+                                   size_t got, kvf_frame_hdr_t *hdr,
+                                   uint64_t deadline_ms);
 /* Receives the metadata of the frame h (into meta, h->meta_len bytes)
  * and its tag, and checks the tag: KVF_ERR_AUTH when it does not match
  * (logged with where). */

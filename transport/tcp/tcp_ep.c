@@ -62,9 +62,12 @@ struct kvf_tcp_cconn {
     unsigned char *drain;
     kvf_mem_stage_t *stage; /* pinned staging for local GPU memory */
     kvf_wire_mac_t mac;     /* frame tags (core/wire.h) */
+    int recv_wait_ms;       /* SO_RCVTIMEO set on fd, 0 none */
 };
 
 #define KVF_TCP_DRAIN_LEN (64u << 10)
+/* A blocking read for a reply wakes at least this often. */
+#define KVF_TCP_WAIT_SLICE_MS 1000
 
 static kvf_status_t kvf_tcp_cconn_connect(kvf_tcp_cconn_t *c)
 {
@@ -80,6 +83,7 @@ static kvf_status_t kvf_tcp_cconn_connect(kvf_tcp_cconn_t *c)
         return status;
     }
     kvf_sock_set_bufs(c->fd, KVF_TCP_SOCKBUF);
+    c->recv_wait_ms = 0;
     return KVF_OK;
 }
 
@@ -436,9 +440,8 @@ static kvf_status_t kvf_tcp_recv_rmeta(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
                                   req->deadline_ms)
                    : KVF_OK;
     if (status == KVF_OK && kvf_wire_mac_on(&c->mac)) {
-        status =
-            kvf_wire_mac_check_hdr(&c->mac, h, c->scratch.meta, h->meta_len,
-                                   tag, c->ep->where);
+        status = kvf_wire_mac_check_hdr(&c->mac, h, c->scratch.meta,
+                                        h->meta_len, tag, c->ep->where);
     }
     return status;
 }
@@ -486,8 +489,9 @@ static kvf_status_t kvf_tcp_recv_reply(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
 }
 
 /* Receives into iov[0..n) until at least want bytes (the header and its
- * tag) are in: one recvmsg per readable event, advancing *idx_p past
- * filled entries and counting bytes in *got_p. */
+ * tag) are in, by deadline_ms: blocking reads that wait for the reply
+ * themselves (no poll before each), advancing *idx_p past filled
+ * entries and counting bytes in *got_p. */
 static kvf_status_t kvf_tcp_recv_until_hdr(kvf_tcp_cconn_t *c,
                                            struct iovec *iov, size_t n,
                                            size_t want, uint64_t deadline_ms,
@@ -495,18 +499,21 @@ static kvf_status_t kvf_tcp_recv_until_hdr(kvf_tcp_cconn_t *c,
 {
     size_t idx = 0, got = 0, k, t;
     struct msghdr msg;
-    kvf_status_t status;
+    int wait_ms;
     ssize_t r;
 
     while (got < want) {
-        status = kvf_sock_wait(c->fd, POLLIN, deadline_ms);
-        if (status != KVF_OK) {
-            return status;
+        wait_ms = kvf_time_left_ms(deadline_ms);
+        if (wait_ms == 0) {
+            return KVF_ERR_TIMEOUT;
         }
         memset(&msg, 0, sizeof(msg));
         msg.msg_iov = iov + idx;
         msg.msg_iovlen = n - idx;
-        r = recvmsg(c->fd, &msg, MSG_DONTWAIT);
+        r = kvf_sock_recvmsg_wait(
+            c->fd, &msg,
+            wait_ms < KVF_TCP_WAIT_SLICE_MS ? wait_ms : KVF_TCP_WAIT_SLICE_MS,
+            &c->recv_wait_ms);
         if (r == 0) {
             return KVF_ERR_CONN_RESET;
         }
@@ -584,8 +591,7 @@ static kvf_status_t kvf_tcp_inline_whole(kvf_tcp_cconn_t *c, kvf_tl_req_t *req,
     size_t i;
 
     if (kvf_wire_mac_on(&c->mac)) {
-        status = kvf_wire_mac_check_hdr(&c->mac, h, NULL, 0, tb,
-                                        c->ep->where);
+        status = kvf_wire_mac_check_hdr(&c->mac, h, NULL, 0, tb, c->ep->where);
     }
     if (status == KVF_OK) {
         status = kvf_tcp_check_hdr(c, req, h);

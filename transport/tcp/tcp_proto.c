@@ -107,9 +107,20 @@ kvf_status_t kvf_tcp_recv_hdr(int fd, kvf_frame_hdr_t *hdr,
                               uint64_t deadline_ms)
 {
     unsigned char buf[KVF_WIRE_HDR_LEN];
-    kvf_status_t status;
 
-    status = kvf_sock_recv_all(fd, buf, sizeof(buf), deadline_ms);
+    return kvf_tcp_recv_hdr_rest(fd, buf, 0, hdr, deadline_ms);
+}
+
+kvf_status_t kvf_tcp_recv_hdr_rest(int fd, unsigned char buf[KVF_WIRE_HDR_LEN],
+                                   size_t got, kvf_frame_hdr_t *hdr,
+                                   uint64_t deadline_ms)
+{
+    kvf_status_t status = KVF_OK;
+
+    if (got < KVF_WIRE_HDR_LEN) {
+        status = kvf_sock_recv_all(fd, buf + got, KVF_WIRE_HDR_LEN - got,
+                                   deadline_ms);
+    }
     if (status == KVF_OK) {
         status = kvf_frame_unpack(buf, hdr);
     }

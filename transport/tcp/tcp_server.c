@@ -6,7 +6,9 @@
  * and moves payloads straight between the socket and the registered
  * memory with vectored I/O. A malformed frame (bad magic, unknown version
  * or type, inconsistent lengths) gets an ERROR frame and closes that
- * connection only. Threads sleep in poll(2) when idle. Bytes of GPU
+ * connection only. Threads sleep in a blocking read of the next
+ * request's header when idle (SO_RCVTIMEO wakes them to notice stop and
+ * the idle timeout), so a waiting request costs no extra poll. Bytes of GPU
  * regions go through pinned staging buffers (mem/mem.h), pipelined.
  */
 #include "transport/tcp/tcp.h"
@@ -20,10 +22,10 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define KVF_TCP_IDLE_POLL_MS 250
@@ -38,6 +40,7 @@ typedef struct kvf_tcp_sconn {
     kvf_mem_stage_t *stage; /* pinned staging for GPU regions */
     kvf_mem_mask_t mem;     /* memory types the last mapped entries hit */
     kvf_wire_mac_t mac;     /* frame tags (core/wire.h) */
+    int recv_wait_ms;       /* SO_RCVTIMEO set, 0 none */
     char peer[96];
 } kvf_tcp_sconn_t;
 
@@ -583,13 +586,19 @@ static kvf_status_t kvf_tcp_serve_hello(kvf_tcp_sconn_t *c,
     return status;
 }
 
-/* Waits for the next request, waking periodically to notice stop; 0
- * when the connection should end (stop, error, idle_timeout_ms). */
-static int kvf_tcp_wait_request(kvf_tcp_sconn_t *c)
+/* Waits for the next request and reads what has come of its header into
+ * hdr: a blocking read (one system call when a request is waiting)
+ * that wakes at least every KVF_TCP_IDLE_POLL_MS to notice stop and
+ * idle_timeout_ms. Returns the header bytes read; 0 when the connection
+ * should end (stop, the peer's close, an error, idle_timeout_ms). */
+static size_t kvf_tcp_wait_request(kvf_tcp_sconn_t *c,
+                                   unsigned char hdr[KVF_WIRE_HDR_LEN])
 {
-    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
     uint64_t idle_end = kvf_time_ms() + c->srv->lim.idle_timeout_ms;
-    int ret, wait_ms;
+    struct iovec iov = {.iov_base = hdr, .iov_len = KVF_WIRE_HDR_LEN};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    int wait_ms;
+    ssize_t n;
 
     while (!kvf_tl_listener_stopping(c->conn->listener)) {
         wait_ms = kvf_time_left_ms(idle_end);
@@ -598,13 +607,15 @@ static int kvf_tcp_wait_request(kvf_tcp_sconn_t *c)
                       c->srv->lim.idle_timeout_ms);
             return 0;
         }
-        ret = poll(&pfd, 1,
-                   wait_ms < KVF_TCP_IDLE_POLL_MS ? wait_ms
-                                                  : KVF_TCP_IDLE_POLL_MS);
-        if (ret > 0) {
-            return 1;
+        n = kvf_sock_recvmsg_wait(
+            c->fd, &msg,
+            wait_ms < KVF_TCP_IDLE_POLL_MS ? wait_ms : KVF_TCP_IDLE_POLL_MS,
+            &c->recv_wait_ms);
+        if (n > 0) {
+            return (size_t)n;
         }
-        if (ret < 0 && errno != EINTR) {
+        if (n == 0 ||
+            (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
             return 0;
         }
     }
@@ -626,14 +637,17 @@ static kvf_status_t kvf_tcp_sconn_auth(kvf_tcp_sconn_t *c)
 
 static void kvf_tcp_sconn_main(kvf_tcp_sconn_t *c)
 {
+    unsigned char raw[KVF_WIRE_HDR_LEN];
     kvf_frame_hdr_t hdr;
     kvf_status_t status;
+    size_t got;
 
     if (kvf_tcp_sconn_auth(c) != KVF_OK) {
         goto out;
     }
-    while (kvf_tcp_wait_request(c)) {
-        status = kvf_tcp_recv_hdr(c->fd, &hdr, kvf_tcp_deadline(c));
+    while ((got = kvf_tcp_wait_request(c, raw)) > 0) {
+        status =
+            kvf_tcp_recv_hdr_rest(c->fd, raw, got, &hdr, kvf_tcp_deadline(c));
         if (status == KVF_ERR_CONN_RESET) {
             break;
         }
