@@ -22,6 +22,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+/* SO_RCVTIMEO runs on the kernel's tick (up to 10 ms late): a bounded
+ * read asks for this much less, and the last few milliseconds of a wait
+ * go through poll. */
+#define KVF_SOCK_TIMEO_SLACK_MS 10
+
 #ifndef IOV_MAX
 #define IOV_MAX 1024
 #endif
@@ -313,14 +318,23 @@ kvf_status_t kvf_sock_readv_all(int fd, struct iovec *iov, size_t iovcnt,
 ssize_t kvf_sock_recvmsg_wait(int fd, struct msghdr *msg, int wait_ms,
                               int *timeo_ms)
 {
-    struct timeval tv = {.tv_sec = wait_ms / 1000,
-                         .tv_usec = (wait_ms % 1000) * 1000};
+    int ms = wait_ms - KVF_SOCK_TIMEO_SLACK_MS;
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
 
-    if (wait_ms != *timeo_ms) {
+    if (wait_ms <= 2 * KVF_SOCK_TIMEO_SLACK_MS) {
+        /* the end of a wait: poll's timer is exact */
+        if (poll(&pfd, 1, wait_ms) == 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        return recvmsg(fd, msg, MSG_DONTWAIT);
+    }
+    if (ms != *timeo_ms) {
         if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
             return -1;
         }
-        *timeo_ms = wait_ms;
+        *timeo_ms = ms;
     }
     return recvmsg(fd, msg, 0);
 }

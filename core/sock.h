@@ -49,10 +49,12 @@ kvf_status_t kvf_sock_readv_all(int fd, struct iovec *iov, size_t iovcnt,
 /* One blocking recvmsg on a blocking fd that waits at most wait_ms (>
  * 0) for data: where a reply or request is about to come, this is one
  * system call instead of a poll and a read. The wait is the socket's
- * SO_RCVTIMEO, set only when it differs from *timeo_ms (the value last
- * set on this fd, 0 for none; updated). Returns recvmsg's result:
- * bytes, 0 at the peer's close, -1 with errno (EAGAIN: no data within
- * wait_ms). */
+ * SO_RCVTIMEO (a little shorter: the kernel's tick rounds it up), set
+ * only when it differs from *timeo_ms (the value last set on this fd,
+ * 0 for none; updated); a wait of a few milliseconds is a poll, whose
+ * timer is exact. Returns recvmsg's result: bytes, 0 at the peer's
+ * close, -1 with errno (EAGAIN: no data within the wait; call again
+ * with what is left). */
 ssize_t kvf_sock_recvmsg_wait(int fd, struct msghdr *msg, int wait_ms,
                               int *timeo_ms);
 

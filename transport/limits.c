@@ -22,7 +22,8 @@ static const kvf_config_entry_t kvf_target_config_entries[] = {
      "most bytes one checksum request may ask a target to hash",
      KVF_CONFIG_TUNING},
     {"idle_timeout_ms", "60000",
-     "a target closes a connection idle this long (clients reconnect)",
+     "a target closes a connection idle this long (clients reconnect; at "
+     "least 100)",
      KVF_CONFIG_TUNING},
     {"conns_per_addr", "256",
      "most connections a target keeps open from one peer address",
@@ -80,7 +81,8 @@ kvf_status_t kvf_tl_limits_load(kvf_tl_limits_t *l)
                             &l->sum_max_bytes);
     }
     if (st == KVF_OK) {
-        st = kvf_tl_limit_uint("idle_timeout_ms", 1, &l->idle_timeout_ms);
+        st = kvf_tl_limit_uint("idle_timeout_ms", KVF_TL_IDLE_MIN_MS,
+                               &l->idle_timeout_ms);
     }
     if (st == KVF_OK) {
         st = kvf_tl_limit_uint("conns_per_addr", 1, &l->conns_per_addr);

@@ -29,6 +29,13 @@ typedef struct kvf_tl_limits {
     unsigned auth_timeout_ms; /* to finish the authentication exchange */
 } kvf_tl_limits_t;
 
+/* The shortest idle_timeout_ms a target takes. An initiator looks at a
+ * pooled connection before using it (kvf_tl_peer_gone) only when it has
+ * been quiet longer than KVF_TL_QUIET_MS, which must stay below this:
+ * a connection a target closed for idleness is always looked at. */
+#define KVF_TL_IDLE_MIN_MS 100
+#define KVF_TL_QUIET_MS    10
+
 /* Bytes hashed between two checks for a stop or a gone peer. */
 #define KVF_TL_SUM_CHUNK (4u << 20)
 

@@ -63,6 +63,7 @@ struct kvf_tcp_cconn {
     kvf_mem_stage_t *stage; /* pinned staging for local GPU memory */
     kvf_wire_mac_t mac;     /* frame tags (core/wire.h) */
     int recv_wait_ms;       /* SO_RCVTIMEO set on fd, 0 none */
+    uint64_t last_reply_ms; /* when a reply last completed */
 };
 
 #define KVF_TCP_DRAIN_LEN (64u << 10)
@@ -730,8 +731,13 @@ static void kvf_tcp_issue(kvf_tcp_cconn_t *c, kvf_tl_req_t *req)
         kvf_tl_req_fail(req, KVF_ERR_CANCELED);
         return;
     }
-    if (c->fd >= 0 && c->nflight == 0 && kvf_tl_peer_gone(c->fd)) {
-        /* the target closed it while idle (idle_timeout_ms): reconnect */
+    if (c->fd >= 0 && c->nflight == 0 &&
+        kvf_time_ms() - c->last_reply_ms >= KVF_TL_QUIET_MS &&
+        kvf_tl_peer_gone(c->fd)) {
+        /* the target closed it while idle (idle_timeout_ms): reconnect.
+         * A connection with a reply in the last KVF_TL_QUIET_MS cannot
+         * have been idle that long, so it is not looked at (a poll per
+         * request saved). */
         kvf_debug("%s:%u closed an idle connection; reconnecting", c->ep->host,
                   c->ep->port);
         close(c->fd);
@@ -776,6 +782,7 @@ static void kvf_tcp_complete_oldest(kvf_tcp_cconn_t *c, int inl)
     if (req->type == KVF_OP_READ) {
         c->nreads--;
     }
+    c->last_reply_ms = kvf_time_ms();
     req->next = NULL;
     if (req->status == KVF_OK) {
         KVF_TL_COUNT(bytes, req->bytes);
