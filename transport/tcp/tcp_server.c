@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #define KVF_TCP_IDLE_POLL_MS 250
