@@ -311,6 +311,23 @@ int kvs_metric_wait(const char *http, const char *name, long want,
     return kvs_metric(http, name) == want;
 }
 
+int kvs_metric_wait_le(const char *http, const char *name, long max,
+                       int timeout_ms)
+{
+    uint64_t deadline = kvf_time_ms() + (uint64_t)timeout_ms;
+    long v;
+
+    do {
+        v = kvs_metric(http, name);
+        if (v >= 0 && v <= max) {
+            return 1;
+        }
+        kvs_sleep_ms(50);
+    } while (kvf_time_ms() < deadline);
+    v = kvs_metric(http, name);
+    return v >= 0 && v <= max;
+}
+
 int kvs_client_open(kvs_client_t *c, const char *master, size_t len)
 {
     kvf_store_params_t p = {0};

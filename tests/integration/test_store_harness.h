@@ -50,6 +50,11 @@ long kvs_metric(const char *http, const char *name);
 /* Polls metric until it equals want or timeout_ms passes. */
 int kvs_metric_wait(const char *http, const char *name, long want,
                     int timeout_ms);
+/* Polls metric until it is at most max or timeout_ms passes (a count
+ * back to where it was: one still falling from before the baseline was
+ * read ends lower). */
+int kvs_metric_wait_le(const char *http, const char *name, long max,
+                       int timeout_ms);
 
 /* A client and one registered buffer of len bytes. */
 typedef struct kvs_client {
