@@ -12,7 +12,10 @@ it spawned and waited for): for the blocks workloads, which do a fixed
 amount of work, a cost that is less sensitive to a shared machine's
 scheduling than throughput; the store rows add the bench's own CPU
 microseconds per operation ("cpu/op"). store-small: 4 KiB objects, 2
-clients, where a per-message cost shows most. AB_ONLY=name,name limits
+clients, where a per-message cost shows most; store-small-long: the
+same over 3 s phases with 64 MiB pools per node (the put phase then
+evicts, as a full cache does; docs/security.md "Measured cost" compares
+the two). AB_ONLY=name,name limits
 the workloads; every run's JSON and log stay in OUTDIR.
 """
 import json, os, resource, statistics, subprocess, sys, time
@@ -75,6 +78,9 @@ W = [
                "--duration", "1s", "--json"], store_fig, {"KVF_TRANSPORTS": "tcp"}),
     ("store-small", ["bench", "store", "--sizes", "4K", "--clients", "2",
                      "--duration", "1s", "--json"], store_fig, {"KVF_TRANSPORTS": "tcp"}),
+    ("store-small-long", ["bench", "store", "--sizes", "4K", "--clients", "2",
+                          "--duration", "3s", "--pool", "64M", "--json"], store_fig,
+     {"KVF_TRANSPORTS": "tcp"}),
     ("store-redis", ["bench", "store", "--sizes", "64K,1M", "--clients", "8",
                      "--duration", "1s", "--vs-redis", "--json"], store_fig,
      {"KVF_TRANSPORTS": "tcp"}),
