@@ -11,6 +11,7 @@
 #   tests/gpu/device_run.sh sum      # checksumming kernels, kv GPU path
 #   tests/gpu/device_run.sh abbin    # two host builds A/B'd (.dev/ab/ab.tar.xz)
 #   tests/gpu/device_run.sh authcost # one build with and without authentication
+#   tests/gpu/device_run.sh authprof # the same under perf and strace
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 D="${KVF_GPU_BIN:-.dev/gpu}"
@@ -390,6 +391,43 @@ PY
     step 570 authcost env AB_ONLY="${AB_ONLY:-blocks-tcp,store,store-small}" \
       scripts/bench-auth-cost.sh "$B" "${AB_ROUNDS:-6}" "$OUT/authcost"
     tar czf "$OUT/authcost.tgz" -C "$OUT" authcost
+    ;;
+  authprof)
+    # where authentication's CPU goes on this host: the carried kvferry
+    # with and without KVF_INSECURE=1, two rounds alternating, each a
+    # 4 KiB store run (2 clients, tcp, 3 s phases, 64 MiB pools) under
+    # perf stat, then perf record (reports by library and by symbol),
+    # then once per mode strace -c. perf and strace come from
+    # $PROF_TOOLS (scripts/pack-profilers.sh; default
+    # .dev/prof/tools.tar.xz); everything in $OUT/prof and prof.tgz.
+    p=/tmp/kvf-prof-tools
+    rm -rf "$p" && mkdir -p "$p" "$OUT/prof"
+    if ! tar -xJf "${PROF_TOOLS:-.dev/prof/tools.tar.xz}" -C "$p"; then
+      echo "=== authprof: no ${PROF_TOOLS:-.dev/prof/tools.tar.xz}"
+      continue
+    fi
+    pf="env LD_LIBRARY_PATH=$p/tools:$LD_LIBRARY_PATH $p/tools/perf"
+    args="bench store --sizes 4K --clients 2 --duration 3s --pool 64M --quiet"
+    for rd in 1 2; do
+      for m in auth insecure; do
+        e=KVF_INSECURE=0; [ "$m" = insecure ] && e=KVF_INSECURE=1
+        o="$OUT/prof/$m.$rd"
+        step 60 "stat-$m-$rd" env "$e" KVF_TRANSPORTS=tcp $pf stat \
+          -e task-clock,context-switches,cpu-migrations -x, -o "$o.stat" \
+          -- "$B" $args >"$o.bench-stat" 2>&1
+        step 90 "record-$m-$rd" env "$e" KVF_TRANSPORTS=tcp $pf record \
+          -F 4999 -g -o "$p/perf.data" -- "$B" $args >"$o.bench-record" 2>&1
+        $pf report -i "$p/perf.data" --no-children --sort comm,dso -g none \
+          --stdio >"$o.by-dso" 2>/dev/null
+        $pf report -i "$p/perf.data" --no-children --sort dso,sym -g none \
+          --percent-limit 0.2 --stdio >"$o.by-sym" 2>/dev/null
+        [ "$rd" = 1 ] && step 90 "strace-$m" env "$e" KVF_TRANSPORTS=tcp \
+          LD_LIBRARY_PATH="$p/tools:$LD_LIBRARY_PATH" "$p/tools/strace" -f -c \
+          -o "$o.strace" -- "$B" $args >"$o.bench-strace" 2>&1
+        grep -h '^kvferry' "$o.bench-stat"
+      done
+    done
+    tar czf "$OUT/prof.tgz" -C "$OUT" prof
     ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
