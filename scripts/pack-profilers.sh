@@ -9,7 +9,8 @@
 set -euo pipefail
 out=$(realpath -m "${1:-.dev/prof/tools.tar.xz}")
 for pkg in linux-perf strace; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || apt-get install -y --no-install-recommends "$pkg"
+  dpkg -s "$pkg" >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y --no-install-recommends "$pkg"; }
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -297,35 +297,35 @@ long kvs_metric(const char *http, const char *name)
     return p ? strtol(p + klen, NULL, 10) : -1;
 }
 
+/* Polls metric until it is within [lo, hi] or timeout_ms passes. */
+static int kvs_metric_wait_in(const char *http, const char *name, long lo,
+                              long hi, int timeout_ms)
+{
+    uint64_t deadline = kvf_time_ms() + (uint64_t)timeout_ms;
+    long v;
+
+    for (;;) {
+        v = kvs_metric(http, name);
+        if (v >= lo && v <= hi) {
+            return 1;
+        }
+        if (kvf_time_ms() >= deadline) {
+            return 0;
+        }
+        kvs_sleep_ms(50);
+    }
+}
+
 int kvs_metric_wait(const char *http, const char *name, long want,
                     int timeout_ms)
 {
-    uint64_t deadline = kvf_time_ms() + (uint64_t)timeout_ms;
-
-    do {
-        if (kvs_metric(http, name) == want) {
-            return 1;
-        }
-        kvs_sleep_ms(50);
-    } while (kvf_time_ms() < deadline);
-    return kvs_metric(http, name) == want;
+    return kvs_metric_wait_in(http, name, want, want, timeout_ms);
 }
 
 int kvs_metric_wait_le(const char *http, const char *name, long max,
                        int timeout_ms)
 {
-    uint64_t deadline = kvf_time_ms() + (uint64_t)timeout_ms;
-    long v;
-
-    do {
-        v = kvs_metric(http, name);
-        if (v >= 0 && v <= max) {
-            return 1;
-        }
-        kvs_sleep_ms(50);
-    } while (kvf_time_ms() < deadline);
-    v = kvs_metric(http, name);
-    return v >= 0 && v <= max;
+    return kvs_metric_wait_in(http, name, 0, max, timeout_ms);
 }
 
 int kvs_client_open(kvs_client_t *c, const char *master, size_t len)
