@@ -9,7 +9,7 @@
 #
 #   tests/gpu/device_run.sh env test local net final
 #   tests/gpu/device_run.sh sum      # checksumming kernels, kv GPU path
-#   tests/gpu/device_run.sh abbin    # two host builds A/B'd (.dev/ab/ab.tar.xz)
+#   tests/gpu/device_run.sh abbin    # two host builds A/B'd (scripts/pack-ab.sh)
 #   tests/gpu/device_run.sh authcost # one build with and without authentication
 #   tests/gpu/device_run.sh authprof # the same under perf and strace
 set -uo pipefail
@@ -355,10 +355,10 @@ PY
     ;;
   abbin)
     # two builds of the kvferry command A/B'd on this host's CPUs, no GPU:
-    # $AB_DIR/ab.tar.xz (default .dev/ab) holds before/ and after/, each a
-    # release kvferry (no CUDA) with the Debian libraries it loads and a
-    # kvferry-run that puts them on LD_LIBRARY_PATH (the A/B runs both
-    # from one process). scripts/ab-binaries.py, AB_ROUNDS interleaved
+    # $AB_DIR/ab.tar.xz (default .dev/ab; made by scripts/pack-ab.sh)
+    # holds before/ and after/, each a release kvferry (no CUDA) with the
+    # Debian libraries it loads and a kvferry-run that puts them on
+    # LD_LIBRARY_PATH (the A/B runs both from one process). scripts/ab-binaries.py, AB_ROUNDS interleaved
     # rounds (default 9: one round took 34 s on the 2-core VM, so about
     # 5 min), the workloads of docs/security.md "Measured cost" (tcp and
     # the default transport, the store with tcp forced: no etcd, no

@@ -180,8 +180,7 @@ static int vec_state_known(void)
     unsigned a, b, c, d;
 
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__get_cpuid_max(0, NULL) ||
-        __get_cpuid_max(0, NULL) < 0xd) {
+    if (!__builtin_cpu_supports("avx2") || __get_cpuid_max(0, NULL) < 0xd) {
         return 0;
     }
     __cpuid_count(0xd, 1, a, b, c, d);
