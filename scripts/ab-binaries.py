@@ -16,7 +16,8 @@ clients, where a per-message cost shows most; store-small-long: the
 same over 3 s phases with 64 MiB pools per node (the put phase then
 evicts, as a full cache does; docs/security.md "Measured cost" compares
 the two). AB_ONLY=name,name limits
-the workloads; every run's JSON and log stay in OUTDIR.
+the workloads; AB_BLOCKS_ITERS=N sets the blocks workloads' --iters
+(default 3); every run's JSON and log stay in OUTDIR.
 """
 import json, os, resource, statistics, subprocess, sys, time
 
@@ -63,12 +64,13 @@ def store_fig(d):
             r["%s %s %dK cpu/op" % (row["system"], row["op"], row["size"] >> 10)] = (row["cpu_us_per_op"], 0)
     return r
 
+BI = os.environ.get("AB_BLOCKS_ITERS", "3")
 W = [
     ("blocks-tcp", ["bench", "blocks", "--op", "both", "--verify", "--transport", "tcp",
-                    "--pool", "1G", "--sizes", "16M,64M,256M", "--iters", "3",
+                    "--pool", "1G", "--sizes", "16M,64M,256M", "--iters", BI,
                     "--no-link", "--json", "@JSON@"], blocks_fig, None),
     ("blocks-default", ["bench", "blocks", "--op", "both", "--verify",
-                        "--pool", "1G", "--sizes", "16M,64M,256M", "--iters", "3",
+                        "--pool", "1G", "--sizes", "16M,64M,256M", "--iters", BI,
                         "--no-link", "--json", "@JSON@"], blocks_fig, None),
     ("te", ["bench", "te", "--duration", "0.3s", "--block-sizes", "8K,64K,1M,16M",
             "--json", "@JSON@"], te_fig, None),

@@ -12,6 +12,7 @@
 #   tests/gpu/device_run.sh abbin    # two host builds A/B'd (scripts/pack-ab.sh)
 #   tests/gpu/device_run.sh authcost # one build with and without authentication
 #   tests/gpu/device_run.sh authprof # the same under perf and strace
+#   tests/gpu/device_run.sh abprof   # two host builds under perf (pack-ab.sh)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 D="${KVF_GPU_BIN:-.dev/gpu}"
@@ -428,6 +429,42 @@ PY
       done
     done
     tar czf "$OUT/prof.tgz" -C "$OUT" prof
+    ;;
+  abprof)
+    # where two builds' CPU goes on this host (scripts/pack-ab.sh's
+    # archive, as abbin): PROF_ARGS (default: bench blocks over the
+    # default transport, verified, 20 iterations) run by each build, two
+    # rounds alternating, under perf stat and then perf record (report
+    # by process, library and symbol); the host's huge-page settings and
+    # CPU beside them. perf from $PROF_TOOLS as authprof; everything in
+    # $OUT/abprof and abprof.tgz.
+    s=/tmp/kvf-ab p=/tmp/kvf-prof-tools
+    rm -rf "$s" "$p" && mkdir -p "$s" "$p" "$OUT/abprof"
+    if ! tar -xJf "${AB_DIR:-.dev/ab}/ab.tar.xz" -C "$s" ||
+      ! tar -xJf "${PROF_TOOLS:-.dev/prof/tools.tar.xz}" -C "$p"; then
+      echo "=== abprof: no ab.tar.xz or profilers"
+      continue
+    fi
+    o="$OUT/abprof"
+    grep -m1 'model\s*:' /proc/cpuinfo >"$o/host.txt"
+    cat /sys/kernel/mm/transparent_hugepage/enabled \
+      /sys/kernel/mm/transparent_hugepage/shmem_enabled >>"$o/host.txt"
+    pf="env LD_LIBRARY_PATH=$p/tools $p/tools/perf"
+    args=${PROF_ARGS:-"bench blocks --op both --verify --pool 1G --sizes 16M,64M,256M --iters 20 --no-link"}
+    for rd in 1 2; do
+      for b in before after; do
+        [ "$rd" = 2 ] && b=$([ "$b" = before ] && echo after || echo before)
+        step 90 "stat-$b-$rd" $pf stat -e task-clock,page-faults,context-switches,cpu-migrations \
+          -x, -o "$o/$b.$rd.stat" -- "$s/$b/kvferry-run" $args >"$o/$b.$rd.out" 2>&1
+        step 120 "record-$b-$rd" $pf record -F 1999 -o "$p/perf.data" \
+          -- "$s/$b/kvferry-run" $args >"$o/$b.$rd.record-out" 2>&1
+        $pf report -i "$p/perf.data" --no-children --sort comm,dso,sym \
+          --percent-limit 0.3 --stdio >"$o/$b.$rd.by-sym" 2>/dev/null
+        grep -h 'BW=' "$o/$b.$rd.out"
+        cat "$o/$b.$rd.stat"
+      done
+    done
+    tar czf "$OUT/abprof.tgz" -C "$OUT" abprof
     ;;
   quick)
     for t in test_gpu_copy test_gpu_tcp test_gpu_ipc test_gpu_ipc_engine; do
