@@ -6,12 +6,11 @@ Each OUTDIR holds one run's per-round records: WORKLOAD-before-N.log and
 WORKLOAD-after-N.log (bench store's JSON on their stdout), and for the
 blocks workloads WORKLOAD-before-N.json and WORKLOAD-after-N.json
 (bench blocks' --json; pool only runs of the same --iters). Each round's
-after/before ratio of each row is one pair; a row's pooled figure is
-the geometric mean of its pairs over every run given, and their median
-(which one wild pair cannot move) (the runs may have
-met the machine at different levels: a pair's two runs are back to
-back, so the ratio carries over), with the pairs' range and the rows'
-errors. Runs of one binary pair only: the COMMITs of the runs must
+after/before ratio of each row is one pair; a row's pooled figures are
+the geometric mean of its pairs over every run given and their median,
+which one wild pair cannot move (the runs may have met the machine at
+different levels: a pair's two runs are back to back, so the ratio
+carries over), with the pairs' range and the rows' errors. Runs of one binary pair only: the COMMITs of the runs must
 agree where commits.txt is present.
 """
 import glob, json, math, os, statistics, sys
