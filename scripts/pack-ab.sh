@@ -3,9 +3,9 @@
 # (tests/gpu/device_run.sh abbin, scripts/ab-binaries.py): each revision
 # is checked out into a worktree, built as the release build is
 # (RelWithDebInfo, no CUDA: the A/B moves host memory only), and copied
-# with the shared libraries it loads (not the C runtime's or OpenSSL's,
-# which every such machine has) and a kvferry-run that puts them on
-# LD_LIBRARY_PATH, so both builds run from one process.
+# with the shared libraries it loads (scripts/copy-libs.sh) and a
+# kvferry-run that puts them on LD_LIBRARY_PATH, so both builds run from
+# one process.
 #
 #   scripts/pack-ab.sh BEFORE_REV AFTER_REV [ARCHIVE]
 #
@@ -28,9 +28,7 @@ build_one() { # side rev
   ninja -C "$bld" -j"${KVF_JOBS:-2}" kvferry >/dev/null
   mkdir -p "$d"
   strip --strip-debug -o "$d/kvferry" "$bld/kvferry"
-  ldd "$bld/kvferry" | awk '/=> \//{print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libpthread|libdl|librt|libgcc_s|ld-linux[^/]*|libcrypto|libssl)\.so' |
-    while read -r lib; do cp -L "$lib" "$d/"; done
+  scripts/copy-libs.sh "$d" "$bld/kvferry"
   if [ -e "$bld/libkvferry.so" ]; then
     strip --strip-debug -o "$d/libkvferry.so" "$bld/libkvferry.so"
   fi

@@ -16,12 +16,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/tools"
 cp /usr/bin/perf /usr/bin/strace "$tmp/tools/"
-# glibc's own libraries stay the host's: mixing two glibcs does not load
-for bin in /usr/bin/perf /usr/bin/strace; do
-  ldd "$bin" | awk '/=>/ {print $3}'
-done | sort -u |
-  grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
-  while read -r lib; do cp -L "$lib" "$tmp/tools/"; done
+"$(dirname "$0")/copy-libs.sh" --keep-cxx --keep-openssl "$tmp/tools" \
+  /usr/bin/perf /usr/bin/strace
 mkdir -p "$(dirname "$out")"
 tar -cJf "$out" -C "$tmp" tools
 ls -la "$out"

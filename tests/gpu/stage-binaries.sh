@@ -26,9 +26,6 @@ done
 strip --strip-debug -o "$D/libkvferry.so" "$BUILD/libkvferry.so"
 # the package's op-list converter, found next to KVFERRY_LIB
 [ -e "$BUILD/libkvferry_pyops.so" ] && cp "$BUILD/libkvferry_pyops.so" "$D/"
-# shared libraries outside the C runtime (which every machine has)
-ldd "${bins[@]}" "$D/libkvferry.so" | awk '/=> \//{print $3}' | sort -u |
-  grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libcrypto|libssl)\.so' |
-  while read -r lib; do cp -L "$lib" "$D/"; done
+scripts/copy-libs.sh "$D" "${bins[@]}" "$D/libkvferry.so"
 ls -la "$D"
 du -sh "$D"
