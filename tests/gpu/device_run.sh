@@ -35,6 +35,16 @@ step() { # step SECONDS NAME CMD...
   return 0
 }
 blk() { step 120 "$1" "$B" bench blocks --device gpu "${@:2}"; }
+# ab_unpack DIR: scripts/pack-ab.sh's archive ($AB_DIR/ab.tar.xz, default
+# .dev/ab) into DIR, emptied first; fails unless both builds are there
+ab_unpack() {
+  rm -rf "$1" && mkdir -p "$1"
+  step 60 ab-unpack tar -xJf "${AB_DIR:-.dev/ab}/ab.tar.xz" -C "$1"
+  if [ ! -x "$1/before/kvferry-run" ] || [ ! -x "$1/after/kvferry-run" ]; then
+    echo "=== no before/ and after/ in ${AB_DIR:-.dev/ab}/ab.tar.xz"
+    return 1
+  fi
+}
 # blke VAR=VALUE NAME ARGS...: the same with one setting in the environment
 blke() { step 120 "$2" env "$1" "$B" bench blocks --device gpu "${@:3}"; }
 
@@ -359,20 +369,16 @@ PY
     # $AB_DIR/ab.tar.xz (default .dev/ab; made by scripts/pack-ab.sh)
     # holds before/ and after/, each a release kvferry (no CUDA) with the
     # Debian libraries it loads and a kvferry-run that puts them on
-    # LD_LIBRARY_PATH (the A/B runs both from one process). scripts/ab-binaries.py, AB_ROUNDS interleaved
-    # rounds (default 9: one round took 34 s on the 2-core VM, so about
-    # 5 min), the workloads of docs/security.md "Measured cost" (tcp and
-    # the default transport, the store with tcp forced: no etcd, no
-    # redis; AB_ONLY and AB_ROUNDS override); runs and table in $OUT/ab
-    # and $OUT/ab.tgz, the table printed.
+    # LD_LIBRARY_PATH (the A/B runs both from one process).
+    # scripts/ab-binaries.py, AB_ROUNDS interleaved rounds (default 9: one
+    # round took 34 s on the 2-core VM, so about 5 min), the workloads of
+    # docs/security.md "Measured cost" (tcp and the default transport, the
+    # store with tcp forced: no etcd, no redis; AB_ONLY, AB_ROUNDS and
+    # AB_BLOCKS_ITERS override); runs and table in $OUT/ab and
+    # $OUT/ab.tgz, the table printed.
     s=/tmp/kvf-ab
-    rm -rf "$s"
-    mkdir -p "$s" "$OUT/ab"
-    step 60 ab-unpack tar -xJf "${AB_DIR:-.dev/ab}/ab.tar.xz" -C "$s"
-    if [ ! -x "$s/before/kvferry-run" ] || [ ! -x "$s/after/kvferry-run" ]; then
-      echo "=== abbin: no before/ and after/ in ${AB_DIR:-.dev/ab}/ab.tar.xz"
-      continue
-    fi
+    mkdir -p "$OUT/ab"
+    ab_unpack "$s" || continue
     cat "$s/before/COMMIT" "$s/after/COMMIT" 2>/dev/null | tee "$OUT/ab/commits.txt"
     nproc; uptime
     step 560 ab-binaries env -u LD_LIBRARY_PATH -u KVF_BIN \
@@ -439,10 +445,10 @@ PY
     # CPU beside them. perf from $PROF_TOOLS as authprof; everything in
     # $OUT/abprof and abprof.tgz.
     s=/tmp/kvf-ab p=/tmp/kvf-prof-tools
-    rm -rf "$s" "$p" && mkdir -p "$s" "$p" "$OUT/abprof"
-    if ! tar -xJf "${AB_DIR:-.dev/ab}/ab.tar.xz" -C "$s" ||
-      ! tar -xJf "${PROF_TOOLS:-.dev/prof/tools.tar.xz}" -C "$p"; then
-      echo "=== abprof: no ab.tar.xz or profilers"
+    rm -rf "$p" && mkdir -p "$p" "$OUT/abprof"
+    ab_unpack "$s" || continue
+    if ! tar -xJf "${PROF_TOOLS:-.dev/prof/tools.tar.xz}" -C "$p"; then
+      echo "=== abprof: no ${PROF_TOOLS:-.dev/prof/tools.tar.xz}"
       continue
     fi
     o="$OUT/abprof"
