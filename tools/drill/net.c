@@ -18,11 +18,12 @@
  *
  * partition: under traffic the link is cut silently (an nft table in the
  * service namespace drops everything from and to the client; `ip link
- * set down` when nft is missing), held past the clients' timeouts, then
- * healed. Expected: calls fail within their bound while cut, none hands
- * back wrong bytes, traffic resumes by itself after the heal (within one
- * bound), nothing is lost on the service side (store: same objects and
- * bytes, no pending put) and the clients' resources return to baseline.
+ * set down` when nft is missing), held past the clients' timeouts and
+ * until every client has seen a call fail, then healed. Expected: calls fail
+ * within their bound while cut, none hands back wrong bytes, traffic resumes by
+ * itself after the heal (within one bound), nothing is lost on the service side
+ * (store: same objects and bytes, no pending put) and the clients' resources
+ * return to baseline.
  *
  * slow-link: the same link throttled with tc tbf on both ends. Expected:
  * throughput drops, every call still ends within its bound (slow calls
@@ -191,9 +192,24 @@ static int kvf_drill_link(kvf_drill_t *d, kvf_drill_net_t *net, int up)
                                                up ? "up" : "down", NULL});
 }
 
+/* Holds the cut at least min_ms, then on until every client has seen a
+ * call fail while cut (a call under way at the cut may end only after
+ * min_ms, and it must not end after the heal for lack of time), at most
+ * max_ms. Returns how long the link stayed cut so far, in ms. */
+static uint64_t kvf_drill_hold_cut(kvf_drill_t *d, uint64_t t_cut,
+                                   unsigned min_ms, unsigned max_ms)
+{
+    kvf_drill_sleep(d, min_ms);
+    while (kvf_drill_first_error_after(d, KVF_DRILL_FAULT, t_cut) < 0 &&
+           kvf_time_ms() < t_cut + max_ms) {
+        usleep(10000);
+    }
+    return kvf_time_ms() - t_cut;
+}
+
 static int kvf_drill_partition_run(kvf_drill_t *d, int store)
 {
-    uint64_t t_cut, t_heal, t_end, hold = 3ull * d->timeout_ms;
+    uint64_t t_cut, t_heal, t_end, held, hold = 3ull * d->timeout_ms;
     int use_nft = kvf_drill_have("nft"), rc;
     kvf_drill_res_t base, after;
     kvf_net_svc_t v;
@@ -227,13 +243,15 @@ static int kvf_drill_partition_run(kvf_drill_t *d, int store)
         return 0;
     }
     snprintf(text, sizeof(text),
-             "%s for %lu ms under traffic of 2 client processes",
+             "%s for at least %lu ms, and on until each of the 2 client "
+             "processes under traffic saw a call fail (at most %lu ms)",
              use_nft ? "nft table in the service namespace dropping every "
                        "packet from and to the client (silent loss)"
                      : "service side veth set down",
-             (unsigned long)hold);
+             (unsigned long)hold, (unsigned long)(2 * v.bound));
     kvf_drill_injected(d, text);
-    kvf_drill_sleep(d, (unsigned)hold);
+    held = kvf_drill_hold_cut(d, t_cut, (unsigned)hold, 2 * (unsigned)v.bound);
+    kvf_record_figure(d->rec, "link cut for", (double)held, "ms", NAN, NAN);
     rc = use_nft ? kvf_drill_nft(d, &v.net, 0) : kvf_drill_link(d, &v.net, 1);
     if (!kvf_drill_check(d, rc == 0, "could not heal the link")) {
         kvf_net_stop(d, &v);
