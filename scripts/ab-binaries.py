@@ -11,7 +11,9 @@ seconds of the whole run (the command and the target, master and nodes
 it spawned and waited for): for the blocks workloads, which do a fixed
 amount of work, a cost that is less sensitive to a shared machine's
 scheduling than throughput; the store rows add the bench's own CPU
-microseconds per operation ("cpu/op"). store-small: 4 KiB objects, 2
+microseconds per operation ("cpu/op"). A "page faults k" row gives the
+minor page faults of the same processes, in thousands: memory the runs
+faulted in afresh (docs/security.md, "Page faults"). store-small: 4 KiB objects, 2
 clients, where a per-message cost shows most; store-small-long: the
 same over 3 s phases with 64 MiB pools per node (the put phase then
 evicts, as a full cache does; docs/security.md "Measured cost" compares
@@ -37,6 +39,7 @@ def run(binary, args, tag, extra_env=None):
                        env=e, timeout=900)
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    faults = r1.ru_minflt - r0.ru_minflt
     with open(os.path.join(out, tag + ".log"), "w") as f:
         f.write(p.stdout + "\n--stderr--\n" + p.stderr)
     text = open(jf).read() if os.path.exists(jf) else p.stdout
@@ -45,7 +48,7 @@ def run(binary, args, tag, extra_env=None):
         d = json.loads(text[i:]) if i >= 0 else None
     except Exception:
         d = None
-    return p.returncode, d, time.time() - t0, cpu
+    return p.returncode, d, time.time() - t0, cpu, faults
 
 def blocks_fig(d):
     r = {}
@@ -97,13 +100,14 @@ for name, args, fig, xe in W:
         if rd % 2:
             order.reverse()
         for side, b in order:
-            rc, d, secs, cpu = run(b, args, "%s-%s-%d" % (name, side, rd), xe)
+            rc, d, secs, cpu, faults = run(b, args, "%s-%s-%d" % (name, side, rd), xe)
             if d is None:
                 print("%s %s round %d: rc=%d no json" % (name, side, rd, rc), flush=True)
                 continue
             for k, (v, bad) in fig(d).items():
                 res.setdefault((name, k), {}).setdefault(side, []).append((v, bad))
             res.setdefault((name, "cpu s"), {}).setdefault(side, []).append((cpu, 0))
+            res.setdefault((name, "page faults k"), {}).setdefault(side, []).append((faults / 1000, 0))
             print("%s %s round %d rc=%d %.0fs" % (name, side, rd, rc, secs), flush=True)
 
 # "paired": the geometric mean of each round's after/before (the two runs
