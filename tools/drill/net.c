@@ -202,7 +202,7 @@ static uint64_t kvf_drill_hold_cut(kvf_drill_t *d, uint64_t t_cut,
     kvf_drill_sleep(d, min_ms);
     while (kvf_drill_first_error_after(d, KVF_DRILL_FAULT, t_cut) < 0 &&
            kvf_time_ms() < t_cut + max_ms) {
-        usleep(10000);
+        kvf_drill_sleep(d, 10);
     }
     return kvf_time_ms() - t_cut;
 }
