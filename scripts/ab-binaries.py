@@ -13,24 +13,29 @@ amount of work, a cost that is less sensitive to a shared machine's
 scheduling than throughput; the store rows add the bench's own CPU
 microseconds per operation ("cpu/op"). A "page faults k" row gives the
 minor page faults of the same processes, in thousands: memory the runs
-faulted in afresh (docs/security.md, "Page faults"). store-small: 4 KiB objects, 2
-clients, where a per-message cost shows most; store-small-long: the
-same over 3 s phases with 64 MiB pools per node (the put phase then
-evicts, as a full cache does; docs/security.md "Measured cost" compares
-the two). AB_ONLY=name,name limits
-the workloads; AB_BLOCKS_ITERS=N sets the blocks workloads' --iters
-(default 3); every run's JSON and log stay in OUTDIR.
+faulted in afresh (docs/security.md, "Page faults"). store-small: 4 KiB
+objects, 2 clients, where a per-message cost shows most;
+store-small-long: the same over 3 s phases with 64 MiB pools per node
+(the put phase then evicts, as a full cache does; docs/security.md
+"Measured cost" compares the two). AB_ONLY=name,name limits the
+workloads; AB_BLOCKS_ITERS=N sets the blocks workloads' --iters
+(default 3); AB_AFTER_ENV="NAME=VALUE ..." is added to the after runs'
+environment only (one binary given twice then measures a setting);
+every run's JSON and log stay in OUTDIR.
 """
 import json, os, resource, statistics, subprocess, sys, time
 
 before, after, rounds, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 os.makedirs(out, exist_ok=True)
 env = dict(os.environ)
+after_env = dict(kv.split("=", 1) for kv in os.environ.get("AB_AFTER_ENV", "").split())
 
-def run(binary, args, tag, extra_env=None):
+def run(binary, args, tag, extra_env=None, side_env=None):
     e = dict(env)
     if extra_env:
         e.update(extra_env)
+    if side_env:
+        e.update(side_env)
     jf = os.path.join(out, tag + ".json")
     args = [a.replace("@JSON@", jf) for a in args]
     t0 = time.time()
@@ -100,7 +105,8 @@ for name, args, fig, xe in W:
         if rd % 2:
             order.reverse()
         for side, b in order:
-            rc, d, secs, cpu, faults = run(b, args, "%s-%s-%d" % (name, side, rd), xe)
+            rc, d, secs, cpu, faults = run(b, args, "%s-%s-%d" % (name, side, rd), xe,
+                                           after_env if side == "after" else None)
             if d is None:
                 print("%s %s round %d: rc=%d no json" % (name, side, rd, rc), flush=True)
                 continue
