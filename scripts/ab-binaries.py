@@ -13,7 +13,8 @@ amount of work, a cost that is less sensitive to a shared machine's
 scheduling than throughput; the store rows add the bench's own CPU
 microseconds per operation ("cpu/op"). A "page faults k" row gives the
 minor page faults of the same processes, in thousands: memory the runs
-faulted in afresh (docs/security.md, "Page faults"). store-small: 4 KiB
+faulted in afresh (docs/security.md, "Page faults"). Both are kept per
+run in TAG.usage.json for scripts/ab-pool.py. store-small: 4 KiB
 objects, 2 clients, where a per-message cost shows most;
 store-small-long: the same over 3 s phases with 64 MiB pools per node
 (the put phase then evicts, as a full cache does; docs/security.md
@@ -47,6 +48,8 @@ def run(binary, args, tag, extra_env=None, side_env=None):
     faults = r1.ru_minflt - r0.ru_minflt
     with open(os.path.join(out, tag + ".log"), "w") as f:
         f.write(p.stdout + "\n--stderr--\n" + p.stderr)
+    with open(os.path.join(out, tag + ".usage.json"), "w") as f:
+        json.dump({"cpu_s": cpu, "minor_faults": faults, "wall_s": time.time() - t0}, f)
     text = open(jf).read() if os.path.exists(jf) else p.stdout
     i = text.find("{")
     try:

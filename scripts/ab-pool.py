@@ -5,15 +5,24 @@ usage: scripts/ab-pool.py OUTDIR [OUTDIR...]
 Each OUTDIR holds one run's per-round records: WORKLOAD-before-N.log and
 WORKLOAD-after-N.log (bench store's JSON on their stdout), and for the
 blocks workloads WORKLOAD-before-N.json and WORKLOAD-after-N.json
-(bench blocks' --json; pool only runs of the same --iters). Each round's
+(bench blocks' --json; pool only runs of the same --iters), and where
+present WORKLOAD-SIDE-N.usage.json (the run's CPU seconds and page faults,
+pooled as rows "cpu s" and "page faults k": for those, lower is better,
+so a ratio below 1 is the after build spending less). Each round's
 after/before ratio of each row is one pair; a row's pooled figures are
 the geometric mean of its pairs over every run given and their median,
 which one wild pair cannot move (the runs may have met the machine at
 different levels: a pair's two runs are back to back, so the ratio
-carries over), with the pairs' range and the rows' errors. Runs of one binary pair only: the COMMITs of the runs must
-agree where commits.txt is present.
+carries over), with a 95 % interval for the geometric mean (percentile
+bootstrap over the pairs, fixed seed, so a rerun prints the same), the
+pairs' range and the rows' errors. A throughput row is shown within 2 %
+of before only where the interval's lower end is 0.98 or more (a cost
+row: its upper end 1.02 or less). Runs of one binary pair
+only: the COMMITs of the runs must agree where commits.txt is present.
 """
-import glob, json, math, os, statistics, sys
+import glob, json, math, os, random, statistics, sys
+
+RESAMPLES = 10000
 
 
 def store_rows(path):
@@ -34,8 +43,34 @@ def blocks_rows(log_path):
             for r in d["rows"]}
 
 
+def usage_rows(log_path):
+    """The run's CPU seconds and minor faults (thousands), which
+    scripts/ab-binaries.py keeps beside the log; errors are not counted."""
+    path = log_path[:-len(".log")] + ".usage.json"
+    if not os.path.exists(path):
+        return {}
+    u = json.load(open(path))
+    return {"cpu s": (u["cpu_s"], 0), "page faults k": (u["minor_faults"] / 1000, 0)}
+
+
 def rows(name, path):
-    return store_rows(path) if name.startswith("store") else blocks_rows(path)
+    r = store_rows(path) if name.startswith("store") else blocks_rows(path)
+    r.update(usage_rows(path))
+    return r
+
+
+def geomean(ratios):
+    return math.exp(statistics.fmean(map(math.log, ratios)))
+
+
+def interval95(ratios):
+    """Percentile bootstrap of the geometric mean: the 2.5th and 97.5th
+    percentiles of the geometric means of RESAMPLES resamples."""
+    rng = random.Random(0)
+    logs = [math.log(r) for r in ratios]
+    means = sorted(statistics.fmean(rng.choices(logs, k=len(logs)))
+                   for _ in range(RESAMPLES))
+    return math.exp(means[int(0.025 * RESAMPLES)]), math.exp(means[int(0.975 * RESAMPLES) - 1])
 
 
 def main(dirs):
@@ -55,12 +90,12 @@ def main(dirs):
                 if b[k][0] > 0 and a[k][0] > 0:
                     pairs.setdefault((name, k), []).append(a[k][0] / b[k][0])
                 errors[(name, k)] = errors.get((name, k), 0) + b[k][1] + a[k][1]
-    print("%-16s %-16s %5s %7s %7s %15s %s" % ("workload", "row", "pairs", "paired",
-                                              "median", "range", "wrong"))
+    print("%-16s %-16s %5s %7s %13s %7s %13s %s" % (
+        "workload", "row", "pairs", "paired", "95% interval", "median", "range", "wrong"))
     for (name, k), r in sorted(pairs.items()):
-        g = math.exp(sum(map(math.log, r)) / len(r))
-        print("%-16s %-16s %5d %6.3fx %6.3fx %7.3f-%.3f %d" % (
-            name, k, len(r), g, statistics.median(r), min(r), max(r),
+        lo, hi = interval95(r)
+        print("%-16s %-16s %5d %6.3fx %6.3f-%.3f %6.3fx %6.3f-%.3f %d" % (
+            name, k, len(r), geomean(r), lo, hi, statistics.median(r), min(r), max(r),
             errors[(name, k)]))
 
 
