@@ -22,6 +22,8 @@ store-small-long: the same over 3 s phases with 64 MiB pools per node
 workloads; AB_BLOCKS_ITERS=N sets the blocks workloads' --iters
 (default 3); AB_AFTER_ENV="NAME=VALUE ..." is added to the after runs'
 environment only (one binary given twice then measures a setting);
+AB_PIN=CPULIST runs both builds under taskset -c CPULIST (the processes
+they spawn inherit it: fewer migrations, less spread between pairs);
 every run's JSON and log stay in OUTDIR.
 """
 import json, os, resource, statistics, subprocess, sys, time
@@ -30,6 +32,7 @@ before, after, rounds, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.arg
 os.makedirs(out, exist_ok=True)
 env = dict(os.environ)
 after_env = dict(kv.split("=", 1) for kv in os.environ.get("AB_AFTER_ENV", "").split())
+pin = ["taskset", "-c", os.environ["AB_PIN"]] if os.environ.get("AB_PIN") else []
 
 def run(binary, args, tag, extra_env=None, side_env=None):
     e = dict(env)
@@ -41,7 +44,7 @@ def run(binary, args, tag, extra_env=None, side_env=None):
     args = [a.replace("@JSON@", jf) for a in args]
     t0 = time.time()
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run([binary] + args, capture_output=True, text=True,
+    p = subprocess.run(pin + [binary] + args, capture_output=True, text=True,
                        env=e, timeout=900)
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
