@@ -24,12 +24,20 @@ export KVF_BIN="$PWD/$D/kvferry" KVF_SRC="$PWD"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 B="$KVF_BIN"
 pack() { tar czf "$OUT/records.tgz" -C "$OUT" rec 2>/dev/null; }
+# a step runs in the background and is waited for, so that a TERM sent to
+# this script (an outer timeout) reaches the step too instead of leaving
+# it running beside whatever comes next
+child=
+trap '[ -n "$child" ] && kill -TERM "$child" 2>/dev/null; exit 143' TERM INT
 step() { # step SECONDS NAME CMD...
   local t="$1" n="$2"; shift 2
   echo "=== $n: $*"
   local s=$(date +%s%N)
-  timeout "$t" "$@"
+  timeout "$t" "$@" <&0 &
+  child=$!
+  wait "$child"
   local rc=$?
+  child=
   echo "=== $n rc=$rc ($(( ($(date +%s%N) - s) / 1000000 )) ms)"
   pack
   return 0
