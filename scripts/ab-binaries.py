@@ -46,20 +46,21 @@ def run(binary, args, tag, extra_env=None, side_env=None):
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(pin + [binary] + args, capture_output=True, text=True,
                        env=e, timeout=900)
+    wall = time.time() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     faults = r1.ru_minflt - r0.ru_minflt
     with open(os.path.join(out, tag + ".log"), "w") as f:
         f.write(p.stdout + "\n--stderr--\n" + p.stderr)
     with open(os.path.join(out, tag + ".usage.json"), "w") as f:
-        json.dump({"cpu_s": cpu, "minor_faults": faults, "wall_s": time.time() - t0}, f)
+        json.dump({"cpu_s": cpu, "minor_faults": faults, "wall_s": wall}, f)
     text = open(jf).read() if os.path.exists(jf) else p.stdout
     i = text.find("{")
     try:
         d = json.loads(text[i:]) if i >= 0 else None
     except Exception:
         d = None
-    return p.returncode, d, time.time() - t0, cpu, faults
+    return p.returncode, d, wall, cpu, faults
 
 def blocks_fig(d):
     r = {}
